@@ -1,0 +1,482 @@
+"""The tensor IR: buffers, statements, functions and modules.
+
+Statements are ops with regions, immutable once built (passes build new trees and share
+unchanged subtrees). Buffers and vars are SSA values: defined once (a function parameter,
+an ``Alloc``, a ``For``, a block iteration var, a ``Let``), equal by identity.
+
+The same node set serves three levels:
+
+* tensor IR, as made by ``to_ir``: loop nests over ``Block`` s (one instance of a stage,
+  with iteration vars bound to loop expressions, an optional reduction ``init``);
+* scheduled IR: the same after schedule passes (split, reorder, bind, compute_at, ...);
+* device IR, after lowering: no blocks, every buffer flat (1-D), kernels as functions with
+  ``attrs["kind"] == "kernel"`` and a launch configuration, and a host function whose body
+  allocates global temporaries and ``Launch`` es the kernels in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from . import dtype as dt
+from .expr import Expr, IRError, Load, Var
+from .expr import children as expr_children
+from .expr import rebuild as expr_rebuild
+
+SCOPES = ("global", "shared", "local")
+FOR_KINDS = ("serial", "unroll", "vectorize", "thread", "vthread")
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+               "threadIdx.z", "vthread")
+
+
+class Buffer:
+    """A multi-dimensional array in a memory scope (global, shared, local).
+
+    ``strides`` is None for a compact row-major layout; ``storage_align`` sets padded
+    strides (in elements).
+    """
+
+    __slots__ = ("name", "dtype", "shape", "scope", "strides")
+
+    def __init__(self, name: str, dtype: str, shape, scope: str = "global", strides=None):
+        if scope not in SCOPES:
+            raise IRError(f"buffer {name}: unknown scope {scope!r}; expected one of {SCOPES}")
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise IRError(f"buffer {name}: negative extent in shape {list(shape)}")
+        self.name = name
+        self.dtype = dt.check(dtype)
+        self.shape = shape
+        self.scope = scope
+        self.strides = None if strides is None else tuple(int(s) for s in strides)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Elements to allocate (respecting padded strides)."""
+        if not self.shape:
+            return 1
+        if self.strides is None:
+            n = 1
+            for s in self.shape:
+                n *= s
+            return n
+        if not all(self.shape):
+            return 0
+        return sum((e - 1) * st for e, st in zip(self.shape, self.strides)) + 1
+
+    def compact_strides(self) -> tuple:
+        if self.strides is not None:
+            return self.strides
+        out = []
+        acc = 1
+        for s in reversed(self.shape):
+            out.append(acc)
+            acc *= s
+        return tuple(reversed(out))
+
+    def __getitem__(self, indices) -> Load:
+        if not isinstance(indices, tuple):
+            indices = (indices,)
+        from .expr import as_expr
+
+        return Load(self, tuple(as_expr(i) for i in indices))
+
+    def __repr__(self):
+        return f"Buffer({self.name}, {self.dtype}, {list(self.shape)}, {self.scope})"
+
+
+class Stmt:
+    __slots__ = ()
+
+    def __repr__(self):
+        from .printer import print_stmt  # the IR text printer
+
+        return print_stmt(self)
+
+
+class Seq(Stmt):
+    __slots__ = ("stmts",)
+
+    def __init__(self, stmts):
+        flat = []
+        for s in stmts:
+            if s is None:
+                continue
+            if isinstance(s, Seq):
+                flat.extend(s.stmts)
+            else:
+                flat.append(s)
+        self.stmts = tuple(flat)
+
+
+def seq(*stmts) -> Stmt:
+    """A sequence, collapsed to the single statement when there is one."""
+    s = Seq(stmts)
+    if len(s.stmts) == 1:
+        return s.stmts[0]
+    return s
+
+
+class For(Stmt):
+    """``for var in [0, extent)``.
+
+    ``kind``: ``serial``, ``unroll``, ``vectorize``, ``thread`` (the var is a hardware index
+    named by ``thread``: blockIdx.x/y/z or threadIdx.x/y/z) or ``vthread`` (a virtual
+    thread, removed by lowering). ``annotations`` hold pragmas such as
+    ``auto_unroll_max_step`` and ``unroll_explicit``.
+    """
+
+    __slots__ = ("var", "extent", "kind", "thread", "body", "annotations")
+
+    def __init__(self, var: Var, extent: int, body: Stmt, kind: str = "serial",
+                 thread: str = "", annotations: dict | None = None):
+        if kind not in FOR_KINDS:
+            raise IRError(f"loop {var.name}: unknown kind {kind!r}; expected one of {FOR_KINDS}")
+        if kind in ("thread", "vthread"):
+            if thread not in THREAD_TAGS:
+                raise IRError(f"loop {var.name}: kind {kind} needs a thread tag, got {thread!r}")
+        elif thread:
+            raise IRError(f"loop {var.name}: only thread loops carry a thread tag ({thread})")
+        if not isinstance(extent, int) or isinstance(extent, bool):
+            raise IRError(f"loop {var.name}: extent must be an int, got {extent!r}")
+        self.var = var
+        self.extent = extent
+        self.kind = kind
+        self.thread = thread
+        self.body = body
+        self.annotations = dict(annotations or {})
+
+    def replace(self, **kw) -> For:
+        return For(kw.get("var", self.var), kw.get("extent", self.extent),
+                   kw.get("body", self.body), kw.get("kind", self.kind),
+                   kw.get("thread", self.thread), kw.get("annotations", self.annotations))
+
+
+class If(Stmt):
+    __slots__ = ("cond", "then", "else_")
+
+    def __init__(self, cond: Expr, then: Stmt, else_: Stmt | None = None):
+        if cond.dtype != "bool":
+            raise IRError(f"if condition must be bool, got {cond.dtype}: {cond}")
+        self.cond = cond
+        self.then = then
+        self.else_ = else_
+
+
+class BlockVar:
+    """An iteration var of a block: ``var`` in ``[0, extent)``, kind ``S`` or ``R``."""
+
+    __slots__ = ("var", "extent", "kind")
+
+    def __init__(self, var: Var, extent: int, kind: str):
+        if kind not in ("S", "R"):
+            raise IRError(f"block var {var.name}: kind must be 'S' or 'R', got {kind!r}")
+        self.var = var
+        self.extent = int(extent)
+        self.kind = kind
+
+    def __repr__(self):
+        return f"BlockVar({self.var.name}, {self.extent}, {self.kind})"
+
+
+class Block(Stmt):
+    """One instance of a stage.
+
+    ``iter_vars[k]`` takes the value ``bindings[k]`` (an expression of the enclosing loop
+    vars); ``predicate`` (or None) guards the instance (from non-dividing splits); ``init``
+    (or None) is the reduction's initial store, run before the first reduction step of each
+    output element; ``body`` is the stage's store.
+    """
+
+    __slots__ = ("name", "iter_vars", "bindings", "predicate", "init", "body", "annotations")
+
+    def __init__(self, name: str, iter_vars, bindings, body: Stmt, init: Stmt | None = None,
+                 predicate: Expr | None = None, annotations: dict | None = None):
+        iter_vars = tuple(iter_vars)
+        bindings = tuple(bindings)
+        if len(iter_vars) != len(bindings):
+            raise IRError(
+                f"block {name}: {len(iter_vars)} iteration vars but {len(bindings)} bindings"
+            )
+        self.name = name
+        self.iter_vars = iter_vars
+        self.bindings = bindings
+        self.predicate = predicate
+        self.init = init
+        self.body = body
+        self.annotations = dict(annotations or {})
+
+    def replace(self, **kw) -> Block:
+        return Block(kw.get("name", self.name), kw.get("iter_vars", self.iter_vars),
+                     kw.get("bindings", self.bindings), kw.get("body", self.body),
+                     kw.get("init", self.init), kw.get("predicate", self.predicate),
+                     kw.get("annotations", self.annotations))
+
+
+class Alloc(Stmt):
+    """Allocate ``buffer`` (in its scope) for the extent of ``body``."""
+
+    __slots__ = ("buffer", "body")
+
+    def __init__(self, buffer: Buffer, body: Stmt):
+        self.buffer = buffer
+        self.body = body
+
+
+class Store(Stmt):
+    __slots__ = ("buffer", "indices", "value")
+
+    def __init__(self, buffer: Buffer, indices, value: Expr):
+        indices = tuple(indices)
+        if len(indices) != buffer.ndim:
+            raise IRError(
+                f"store to {buffer.name}: {len(indices)} indices for a {buffer.ndim}-d buffer"
+            )
+        if value.dtype != buffer.dtype:
+            raise IRError(
+                f"store to {buffer.name} ({buffer.dtype}) of a {value.dtype} value: {value}"
+            )
+        self.buffer = buffer
+        self.indices = indices
+        self.value = value
+
+
+class Barrier(Stmt):
+    """``__syncthreads()``: every thread of the block waits here."""
+
+    __slots__ = ()
+
+
+class Let(Stmt):
+    """Bind ``var`` to ``value`` in ``body`` (from common-subexpression elimination)."""
+
+    __slots__ = ("var", "value", "body")
+
+    def __init__(self, var: Var, value: Expr, body: Stmt):
+        if var.dtype != value.dtype:
+            raise IRError(f"let {var.name}: {var.dtype} var bound to a {value.dtype} value")
+        self.var = var
+        self.value = value
+        self.body = body
+
+
+class Launch(Stmt):
+    """Host side: launch kernel ``kernel`` of the module with ``args`` (global buffers)."""
+
+    __slots__ = ("kernel", "args")
+
+    def __init__(self, kernel: str, args):
+        self.kernel = kernel
+        self.args = tuple(args)
+
+
+class PrimFunc:
+    """A function: typed buffer parameters and a body.
+
+    ``attrs["kind"]``: ``"prim"`` (tensor IR), ``"kernel"`` (device IR; with ``grid`` and
+    ``block`` launch extents, 3-tuples) or ``"host"``.
+    """
+
+    __slots__ = ("name", "params", "body", "attrs")
+
+    def __init__(self, name: str, params, body: Stmt, attrs: dict | None = None):
+        self.name = name
+        self.params = tuple(params)
+        self.body = body
+        self.attrs = dict(attrs or {})
+        self.attrs.setdefault("kind", "prim")
+
+    def replace(self, **kw) -> PrimFunc:
+        return PrimFunc(kw.get("name", self.name), kw.get("params", self.params),
+                        kw.get("body", self.body), kw.get("attrs", self.attrs))
+
+    def __repr__(self):
+        from .printer import print_func
+
+        return print_func(self)
+
+
+class Module:
+    """An ordered collection of functions (``main`` first by convention)."""
+
+    __slots__ = ("functions", "attrs")
+
+    def __init__(self, functions, attrs: dict | None = None):
+        if isinstance(functions, PrimFunc):
+            functions = [functions]
+        if isinstance(functions, dict):
+            functions = list(functions.values())
+        self.functions = {}
+        for f in functions:
+            if f.name in self.functions:
+                raise IRError(f"module has two functions named {f.name}")
+            self.functions[f.name] = f
+        self.attrs = dict(attrs or {})
+
+    def __getitem__(self, name: str) -> PrimFunc:
+        try:
+            return self.functions[name]
+        except KeyError:
+            raise IRError(
+                f"no function {name!r} in the module; it has {list(self.functions)}"
+            ) from None
+
+    @property
+    def main(self) -> PrimFunc:
+        return self.functions.get("main") or next(iter(self.functions.values()))
+
+    def with_function(self, func: PrimFunc) -> Module:
+        fns = dict(self.functions)
+        fns[func.name] = func
+        return Module(list(fns.values()), self.attrs)
+
+    def kernels(self) -> list:
+        return [f for f in self.functions.values() if f.attrs.get("kind") == "kernel"]
+
+    def __str__(self):
+        from .printer import print_module
+
+        return print_module(self)
+
+    __repr__ = __str__
+
+
+# ---------------------------------------------------------------------------------------
+# traversal
+
+
+def stmt_children(s: Stmt) -> tuple:
+    """Sub-statements, in order."""
+    if isinstance(s, Seq):
+        return s.stmts
+    if isinstance(s, (For, Alloc, Let)):
+        return (s.body,)
+    if isinstance(s, If):
+        return (s.then,) if s.else_ is None else (s.then, s.else_)
+    if isinstance(s, Block):
+        return (s.body,) if s.init is None else (s.init, s.body)
+    return ()
+
+
+def stmt_exprs(s: Stmt) -> tuple:
+    """The expressions held directly by ``s`` (not by its sub-statements)."""
+    if isinstance(s, Store):
+        return s.indices + (s.value,)
+    if isinstance(s, If):
+        return (s.cond,)
+    if isinstance(s, Let):
+        return (s.value,)
+    if isinstance(s, Block):
+        return s.bindings + (() if s.predicate is None else (s.predicate,))
+    return ()
+
+
+def walk(s: Stmt) -> Iterator[Stmt]:
+    """Pre-order iteration over all statements."""
+    stack = [s]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(reversed(stmt_children(x)))
+
+
+def walk_exprs(e: Expr) -> Iterator[Expr]:
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(expr_children(x))
+
+
+def map_stmt(s: Stmt, fstmt: Callable | None = None, fexpr: Callable | None = None) -> Stmt:
+    """Rebuild ``s`` bottom-up.
+
+    ``fexpr(expr) -> expr`` is applied to every expression held by a statement (the whole
+    expression, not recursively: use :func:`ptxforge.ir.expr.transform` inside it for
+    that). ``fstmt(stmt) -> stmt | None`` is applied to every statement after its children
+    were rebuilt; None keeps it. Unchanged subtrees are shared, not copied.
+    """
+
+    def fe(e):
+        return e if fexpr is None or e is None else fexpr(e)
+
+    def go(x: Stmt) -> Stmt:
+        if isinstance(x, Seq):
+            kids = [go(c) for c in x.stmts]
+            y = x if all(a is b for a, b in zip(kids, x.stmts)) else Seq(kids)
+        elif isinstance(x, For):
+            b = go(x.body)
+            y = x if b is x.body else x.replace(body=b)
+        elif isinstance(x, If):
+            c, t = fe(x.cond), go(x.then)
+            e = None if x.else_ is None else go(x.else_)
+            y = x if (c is x.cond and t is x.then and e is x.else_) else If(c, t, e)
+        elif isinstance(x, Block):
+            bind = tuple(fe(b) for b in x.bindings)
+            pred = fe(x.predicate)
+            init = None if x.init is None else go(x.init)
+            body = go(x.body)
+            same = (all(a is b for a, b in zip(bind, x.bindings)) and pred is x.predicate
+                    and init is x.init and body is x.body)
+            y = x if same else x.replace(bindings=bind, predicate=pred, init=init, body=body)
+        elif isinstance(x, Alloc):
+            b = go(x.body)
+            y = x if b is x.body else Alloc(x.buffer, b)
+        elif isinstance(x, Store):
+            idx = tuple(fe(i) for i in x.indices)
+            v = fe(x.value)
+            same = v is x.value and all(a is b for a, b in zip(idx, x.indices))
+            y = x if same else Store(x.buffer, idx, v)
+        elif isinstance(x, Let):
+            v, b = fe(x.value), go(x.body)
+            y = x if (v is x.value and b is x.body) else Let(x.var, v, b)
+        else:
+            y = x
+        if fstmt is not None:
+            r = fstmt(y)
+            if r is not None:
+                return r
+        return y
+
+    return go(s)
+
+
+def substitute_stmt(s: Stmt, vmap: dict) -> Stmt:
+    """Replace vars by expressions in every expression of ``s``."""
+    from .expr import substitute
+
+    if not vmap:
+        return s
+    return map_stmt(s, fexpr=lambda e: substitute(e, vmap))
+
+
+def replace_buffers(s: Stmt, bmap: dict) -> Stmt:
+    """Replace buffers (keys, by identity) in loads, stores and allocations."""
+    if not bmap:
+        return s
+
+    def fix_expr(e):
+        def go(x):
+            kids = expr_children(x)
+            if kids:
+                x = expr_rebuild(x, tuple(go(k) for k in kids))
+            if isinstance(x, Load) and x.buffer in bmap:
+                return Load(bmap[x.buffer], x.indices)
+            return x
+
+        return go(e)
+
+    def fix_stmt(x):
+        if isinstance(x, Store) and x.buffer in bmap:
+            return Store(bmap[x.buffer], x.indices, x.value)
+        if isinstance(x, Alloc) and x.buffer in bmap:
+            return Alloc(bmap[x.buffer], x.body)
+        if isinstance(x, Launch) and any(a in bmap for a in x.args):
+            return Launch(x.kernel, [bmap.get(a, a) for a in x.args])
+        return None
+
+    return map_stmt(s, fstmt=fix_stmt, fexpr=fix_expr)
