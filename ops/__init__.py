@@ -1,0 +1,33 @@
+"""The operator library (``ptxforge.ops``): TVM TOPI's computes, as te declarations.
+
+Operators return te tensors whose stages carry TOPI's names, axis names and tags, so a
+ComputeDAG prints as it does in TVM. ``ops.nn`` holds the neural-network operators;
+element-wise, broadcast, reduction and layout operators live at the top level, as in
+``topi``; ``ops.testing`` holds numpy references. Importing this package makes
+``Tensor + Tensor`` (and ``-``, ``*``, ``/``) build broadcast stages.
+"""
+
+from . import broadcast, nn, reduction, tag, testing, transform
+from .broadcast import (
+    add,
+    divide,
+    floor_divide,
+    floor_mod,
+    maximum,
+    minimum,
+    multiply,
+    power,
+    subtract,
+)
+from .math import abs, cast, clip, erf, exp, log, negative, rsqrt, sigmoid, sqrt, tanh
+from .reduction import max, mean, min, sum
+from .transform import concatenate, expand_dims, reshape, squeeze, transpose
+
+__all__ = [
+    "broadcast", "nn", "reduction", "tag", "testing", "transform",
+    "add", "subtract", "multiply", "divide", "floor_divide", "floor_mod", "maximum",
+    "minimum", "power",
+    "abs", "cast", "clip", "erf", "exp", "log", "negative", "rsqrt", "sigmoid", "sqrt", "tanh",
+    "sum", "max", "min", "mean",
+    "reshape", "transpose", "concatenate", "squeeze", "expand_dims",
+]

@@ -1,0 +1,58 @@
+"""Softmax along one axis, in TOPI's four stages (max, exp, sum, normalize).
+
+::
+
+    T_softmax_maxelem(i0) max= x[i0, k]
+    T_softmax_exp(i0, i1) = tir.exp((x[i0, i1] - T_softmax_maxelem[i0]))
+    T_softmax_expsum(i0) += T_softmax_exp[i0, k]
+    T_softmax_norm(i0, i1) = (T_softmax_exp[i0, i1]/T_softmax_expsum[i0])
+"""
+
+from __future__ import annotations
+
+from ...ir import te
+from ...ir.te import Tensor
+from .. import tag
+from ..utils import compute_named, expect_float, expect_tensor, fail, i_names, normalize_axis
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``; every stage is tagged
+    ``softmax_output`` and the last carries ``attrs["axis"]``."""
+    op = "softmax"
+    expect_tensor(op, "x", x)
+    if x.ndim == 0:
+        fail(op, "x must have at least one dimension")
+    expect_float(op, "x", x)
+    axis = normalize_axis(op, axis, x.ndim)
+    shape = tuple(x.shape)
+    reduced = tuple(s for d, s in enumerate(shape) if d != axis)
+    k1 = te.reduce_axis((0, shape[axis]), name="k")
+    k2 = te.reduce_axis((0, shape[axis]), name="k")
+
+    def with_reduce(indices, r):
+        return tuple(indices[:axis]) + (r,) + tuple(indices[axis:])
+
+    def without_axis(indices):
+        return tuple(v for d, v in enumerate(indices) if d != axis)
+
+    max_elem = compute_named(
+        reduced, i_names(len(reduced)),
+        lambda *i: te.max(x[with_reduce(i, k1)], axis=k1),
+        "T_softmax_maxelem", tag.SOFTMAX,
+    )
+    exp = compute_named(
+        shape, i_names(len(shape)),
+        lambda *i: te.exp(x[i] - max_elem[without_axis(i)]),
+        "T_softmax_exp", tag.SOFTMAX,
+    )
+    expsum = compute_named(
+        reduced, i_names(len(reduced)),
+        lambda *i: te.sum(exp[with_reduce(i, k2)], axis=k2),
+        "T_softmax_expsum", tag.SOFTMAX,
+    )
+    return compute_named(
+        shape, i_names(len(shape)),
+        lambda *i: exp[i] / expsum[without_axis(i)],
+        "T_softmax_norm", tag.SOFTMAX, attrs={"axis": axis},
+    )
