@@ -1,0 +1,76 @@
+"""The pass infrastructure: passes, pipelines, contexts, instruments and the registry.
+
+The passes themselves live in ``schedule/`` (schedule primitives) and ``lower/`` (lowering),
+one per file; they register by name and are imported on the first lookup by name::
+
+    from ptxforge.passes import Pipeline, PassContext
+
+    pipeline = Pipeline.parse('inline(pad_temp), split(conv.ff, factors=[1, 2, 2])')
+    with PassContext(print_after=["split"], dump_dir="dump"):
+        scheduled = pipeline(module)
+
+See ``docs/custom_pass.md`` for writing a pass of your own.
+"""
+
+from .base import FunctionPass, Pass
+from .context import PassContext
+from .errors import (
+    PassArgumentError,
+    PassError,
+    PassRegistryError,
+    PipelineParseError,
+    UnknownPassError,
+    UnknownPassParseError,
+)
+from .instruments import (
+    DumpIR,
+    PassInstrument,
+    PassTiming,
+    PrintAfter,
+    PrintBefore,
+    Verify,
+    read_dump,
+)
+from .params import REF, ParamSpec, Ref, positional
+from .pipeline import Pipeline, parse_pass
+from .registry import (
+    DEFAULT_REGISTRY,
+    ENTRY_POINT_GROUP,
+    PassRegistry,
+    get_pass,
+    list_passes,
+    register_function_pass,
+    register_pass,
+)
+
+__all__ = [
+    "DEFAULT_REGISTRY",
+    "ENTRY_POINT_GROUP",
+    "REF",
+    "DumpIR",
+    "FunctionPass",
+    "ParamSpec",
+    "Pass",
+    "PassArgumentError",
+    "PassContext",
+    "PassError",
+    "PassInstrument",
+    "PassRegistry",
+    "PassRegistryError",
+    "PassTiming",
+    "Pipeline",
+    "PipelineParseError",
+    "PrintAfter",
+    "PrintBefore",
+    "Ref",
+    "UnknownPassError",
+    "UnknownPassParseError",
+    "Verify",
+    "get_pass",
+    "list_passes",
+    "parse_pass",
+    "read_dump",
+    "positional",
+    "register_function_pass",
+    "register_pass",
+]

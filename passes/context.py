@@ -1,0 +1,165 @@
+"""PassContext: the configuration and instruments that passes run under.
+
+Contexts nest as ``with`` blocks; :meth:`PassContext.current` is the innermost one (a
+fresh default context when none is active). An inner context replaces the outer one
+entirely: nothing is inherited.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from collections.abc import Iterable, Sequence
+from typing import IO, TYPE_CHECKING, Any
+
+from ..ir.stmt import Module
+from .errors import PassError
+from .instruments import DumpIR, PassInstrument, PassTiming, PrintAfter, PrintBefore, Verify
+
+if TYPE_CHECKING:
+    from .base import Pass
+
+_ACTIVE: contextvars.ContextVar[tuple[PassContext, ...]] = contextvars.ContextVar(
+    "ptxforge_pass_contexts", default=())
+
+PassSelection = None | bool | str | Iterable[str]
+
+
+class PassContext:
+    """Configuration and instruments for running passes.
+
+    Parameters:
+        instruments: extra :class:`~ptxforge.passes.instruments.PassInstrument` objects.
+        verify: check every pass's output with the IR verifier (on by default).
+        config: free-form options passes read (``ctx.config.get("target")``).
+        print_before: ``"all"`` or pass names: print the IR before those passes.
+        print_after: ``"all"`` or pass names: print the IR after those passes.
+        print_after_change: print after a pass only when the printed IR changed (with
+            ``print_after`` unset, for every pass).
+        time_passes: time every pass and print a summary when the context is left (the
+            :class:`~ptxforge.passes.instruments.PassTiming` is ``ctx.timing``).
+        dump_dir: write the IR after every pass into this folder
+            (:class:`~ptxforge.passes.instruments.DumpIR`).
+        stream: where printing goes (default: ``sys.stdout`` at the time of printing).
+
+    ``ctx.instruments`` is the full list in hook order: ``Verify`` first, then the
+    printers and the dumper, then the given instruments, then the timer.
+    """
+
+    def __init__(self, instruments: Sequence[PassInstrument] = (), *, verify: bool = True,
+                 config: dict[str, Any] | None = None,
+                 print_before: PassSelection = None, print_after: PassSelection = None,
+                 print_after_change: bool = False, time_passes: bool = False,
+                 dump_dir: str | os.PathLike | None = None, stream: IO[str] | None = None):
+        for inst in instruments:
+            if not isinstance(inst, PassInstrument):
+                raise TypeError(f"PassContext instruments must be PassInstrument objects, "
+                                f"got {inst!r}")
+        self.config: dict[str, Any] = dict(config or {})
+        self.stream = stream
+        built: list[PassInstrument] = []
+        if verify:
+            built.append(Verify())
+        if print_before is not None and print_before is not False:
+            built.append(PrintBefore(print_before, stream=stream))
+        if print_after is not None and print_after is not False:
+            built.append(PrintAfter(print_after, only_changed=print_after_change,
+                                    stream=stream))
+        elif print_after_change:
+            built.append(PrintAfter("all", only_changed=True, stream=stream))
+        if dump_dir is not None:
+            built.append(DumpIR(dump_dir))
+        built.extend(instruments)
+        if time_passes:
+            built.append(PassTiming(report=True, stream=stream))
+        self.instruments: list[PassInstrument] = built
+        self._depth = 0
+        self._tokens: list[contextvars.Token] = []
+
+    # -- options ----------------------------------------------------------------------------
+
+    @property
+    def verify(self) -> bool:
+        """Whether each pass's output is verified (a :class:`Verify` instrument is present).
+        Setting it adds or removes that instrument."""
+        return any(isinstance(i, Verify) for i in self.instruments)
+
+    @verify.setter
+    def verify(self, on: bool) -> None:
+        if on and not self.verify:
+            self.instruments.insert(0, Verify())
+        elif not on:
+            self.instruments = [i for i in self.instruments if not isinstance(i, Verify)]
+
+    def instrument(self, kind: type) -> Any:
+        """The first instrument of a type, or None."""
+        return next((i for i in self.instruments if isinstance(i, kind)), None)
+
+    @property
+    def timing(self) -> PassTiming | None:
+        """The pass timer, if this context times passes."""
+        return self.instrument(PassTiming)
+
+    # -- activation -------------------------------------------------------------------------
+
+    @staticmethod
+    def current() -> PassContext:
+        """The innermost active context, or a new default one when none is active."""
+        stack = _ACTIVE.get()
+        return stack[-1] if stack else PassContext()
+
+    @property
+    def active(self) -> bool:
+        """True while this context is entered."""
+        return self._depth > 0
+
+    def __enter__(self) -> PassContext:
+        if self._depth == 0:
+            for inst in self.instruments:
+                inst.enter_ctx(self)
+        self._depth += 1
+        self._tokens.append(_ACTIVE.set(_ACTIVE.get() + (self,)))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _ACTIVE.reset(self._tokens.pop())
+        self._depth -= 1
+        if self._depth == 0:
+            for inst in reversed(self.instruments):
+                inst.exit_ctx(self)
+
+    # -- running ----------------------------------------------------------------------------
+
+    def run_pass(self, pass_: Pass, module: Module) -> Module:
+        """Run one pass on ``module`` with this context's instruments.
+
+        The context is entered for the duration (so hooks of nested passes and
+        :meth:`current` see it). A failure inside the pass is raised as
+        :class:`~ptxforge.passes.errors.PassError` naming the pass.
+        """
+        from .base import Pass
+
+        if not isinstance(pass_, Pass):
+            raise TypeError(f"run_pass needs a Pass, got {pass_!r}")
+        if not isinstance(module, Module):
+            raise TypeError(f"pass {pass_.text} needs a Module, got {type(module).__name__}")
+        with self:
+            instruments = list(self.instruments)
+            if not all(inst.should_run(pass_, module) for inst in instruments):
+                return module
+            for inst in instruments:
+                inst.run_before_pass(pass_, module)
+            try:
+                out = pass_.apply(module, self)
+                if not isinstance(out, Module):
+                    raise TypeError(
+                        f"{type(pass_).__qualname__}.apply returned {type(out).__name__}; "
+                        "a pass returns a Module")
+            except Exception as e:
+                error = PassError(pass_, e, module)
+                for inst in reversed(instruments):
+                    inst.run_on_error(pass_, module, error)
+                raise error from e
+            for inst in reversed(instruments):
+                inst.run_after_pass(pass_, module, out)
+            return out
