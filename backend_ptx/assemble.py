@@ -1,0 +1,182 @@
+"""PTX -> cubin with ptxas (a subprocess) or nvJitLink (in process), and the resource report.
+
+Both assemblers are asked for their verbose report, which says per kernel how many
+registers it uses, how many bytes it spills, its stack frame and its shared memory. The
+report is parsed into :class:`ResourceUsage` and kept with the compiled kernel: spills and
+register counts are what a tuner looks at first when a kernel is slow.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+ASSEMBLERS = ("ptxas", "nvjitlink")
+
+
+class AssemblerError(RuntimeError):
+    """The PTX did not assemble (or no assembler could be found); carries the log."""
+
+
+@dataclass(frozen=True)
+class ResourceUsage:
+    """Per-kernel resources as the assembler (or the driver) reports them."""
+
+    registers: int
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    stack_frame_bytes: int = 0
+    shared_bytes: int = 0
+    constant_bytes: int = 0
+    barriers: int = 0
+    local_bytes: int = 0
+    source: str = "ptxas"
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_store_bytes > 0 or self.spill_load_bytes > 0
+
+    def __str__(self):
+        return (f"{self.registers} registers, {self.spill_store_bytes} B spill stores, "
+                f"{self.spill_load_bytes} B spill loads, {self.stack_frame_bytes} B stack, "
+                f"{self.shared_bytes} B shared, {self.barriers} barriers ({self.source})")
+
+
+def find_ptxas() -> str | None:
+    """Path of ptxas: ``$PTXFORGE_PTXAS``, then ``PATH``, then the usual CUDA folders."""
+    env = os.environ.get("PTXFORGE_PTXAS")
+    if env:
+        return env if os.path.exists(env) else None
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and os.path.exists(os.path.join(root, "bin", "ptxas")):
+            return os.path.join(root, "bin", "ptxas")
+    return None
+
+
+def nvjitlink_available() -> bool:
+    """Whether ``cuda.bindings.nvjitlink`` can load libnvJitLink."""
+    try:
+        from cuda.bindings import nvjitlink
+
+        nvjitlink.version()
+        return True
+    except Exception:  # the library is optional; any failure to load means "not here"
+        return False
+
+
+_PROPS = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(.*)")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
+_BARRIERS = re.compile(r"used (\d+) barriers")
+_LMEM = re.compile(r"(\d+) bytes lmem")
+
+
+def parse_report(log: str, symbol: str, source: str = "ptxas") -> ResourceUsage:
+    """Parse the verbose report of ptxas (or nvJitLink) for kernel ``symbol``."""
+    lines = log.splitlines()
+    start = None
+    for i, line in enumerate(lines):
+        if f"Function properties for {symbol}" in line or \
+                f"Compiling entry function '{symbol}'" in line:
+            start = i
+            break
+    if start is None:
+        raise AssemblerError(
+            f"the assembler report has no entry for kernel {symbol!r}:\n{log}")
+    stack = stores = loads = 0
+    used = None
+    for line in lines[start:]:
+        m = _PROPS.search(line)
+        if m:
+            stack, stores, loads = (int(g) for g in m.groups())
+        m = _USED.search(line)
+        if m:
+            used = line
+            break
+    if used is None:
+        raise AssemblerError(f"the assembler report has no register count for {symbol}:\n{log}")
+    regs = int(_USED.search(used).group(1))
+
+    def grab(rx: re.Pattern) -> int:
+        m = rx.search(used)
+        return int(m.group(1)) if m else 0
+
+    return ResourceUsage(regs, stores, loads, stack, grab(_SMEM), grab(_CMEM), grab(_BARRIERS),
+                         grab(_LMEM), source)
+
+
+def run_ptxas(ptx: str, sm: str, flags: tuple[str, ...] = (), ptxas: str | None = None,
+              timeout: float = 600.0) -> tuple[bytes, str]:
+    """Assemble ``ptx`` for ``sm`` with ``ptxas -O3 -v``; return the cubin and the log."""
+    exe = ptxas or find_ptxas()
+    if exe is None:
+        raise AssemblerError(
+            "ptxas was not found (set PTXFORGE_PTXAS, put CUDA's bin folder on PATH, or "
+            "compile with assembler='nvjitlink')")
+    with tempfile.TemporaryDirectory(prefix="ptxforge-") as tmp:
+        src = os.path.join(tmp, "kernel.ptx")
+        out = os.path.join(tmp, "kernel.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        cmd = [exe, f"-arch={sm}", "-O3", "-v", *flags, src, "-o", out]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise AssemblerError(f"ptxas took more than {timeout:.0f} s: {' '.join(cmd)}") from e
+        log = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            raise AssemblerError(f"ptxas failed ({' '.join(cmd)}):\n{_with_context(log, ptx)}")
+        with open(out, "rb") as f:
+            return f.read(), log
+
+
+def run_nvjitlink(ptx: str, sm: str, flags: tuple[str, ...] = ()) -> tuple[bytes, str]:
+    """Assemble ``ptx`` for ``sm`` in process with nvJitLink; return the cubin and the log."""
+    try:
+        from cuda.bindings import nvjitlink
+    except ImportError as e:
+        raise AssemblerError("cuda.bindings.nvjitlink is not importable") from e
+    opts = [f"-arch={sm}", "-O3", "-verbose", *flags]
+    try:
+        handle = nvjitlink.create(len(opts), opts)
+    except Exception as e:  # library missing or refused the options
+        raise AssemblerError(f"nvJitLink is not usable here: {e}") from e
+    try:
+        data = ptx.encode()
+        try:
+            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as e:
+            size = nvjitlink.get_error_log_size(handle)
+            buf = bytearray(size)
+            nvjitlink.get_error_log(handle, buf)
+            raise AssemblerError(
+                f"nvJitLink failed ({e}):\n"
+                f"{_with_context(buf.decode(errors='replace').rstrip(chr(0)), ptx)}") from e
+        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, cubin)
+        log = bytearray(nvjitlink.get_info_log_size(handle))
+        nvjitlink.get_info_log(handle, log)
+        return bytes(cubin), log.decode(errors="replace").rstrip("\0")
+    finally:
+        nvjitlink.destroy(handle)
+
+
+def _with_context(log: str, ptx: str) -> str:
+    """The log, plus the PTX lines it points at (``line N``)."""
+    lines = ptx.splitlines()
+    extra = []
+    for m in re.finditer(r"line (\d+)", log):
+        n = int(m.group(1))
+        if 0 < n <= len(lines):
+            extra.append(f"  {n:5d} | {lines[n - 1]}")
+    return log if not extra else log + "\nPTX:\n" + "\n".join(dict.fromkeys(extra))

@@ -1,0 +1,424 @@
+"""Device IR kernel -> LLVM IR text for NVPTX.
+
+One kernel (a ``PrimFunc`` with ``attrs["kind"] == "kernel"``) becomes one LLVM module:
+
+* an entry function with the ``ptx_kernel`` calling convention and ``nvvm.maxntid`` launch
+  bounds from ``attrs["block"]``; every buffer parameter is ``ptr addrspace(1) noalias
+  align 16 dereferenceable(bytes)``, plus ``readonly``/``writeonly`` where the body only
+  loads or only stores it (read-only buffers then load through the non-coherent cache);
+* shared buffers as ``addrspace(3)`` globals (packed into one dynamic ``extern .shared``
+  array when they exceed the 48 KB static limit), local buffers as entry-block ``alloca`` s
+  that SROA promotes to registers once indices are constant;
+* ``For(kind="thread")`` binds its var to the special register (with a ``range``), guarded
+  by ``if var < extent`` when the loop is shorter than the launch extent;
+* other loops stay rolled (do-while form, the var a phi) with unroll metadata:
+  ``unroll``/``vectorize`` -> ``llvm.loop.unroll.full``; a serial loop under an
+  ``auto_unroll_max_step`` annotation -> full unroll when its iterations times the steps of
+  its body fit the budget, else ``llvm.loop.unroll.count`` with the largest fitting divisor;
+* float ``mul``/``add``/``sub`` carry the ``contract`` flag so NVPTX fuses them into
+  ``fma.rn``; int32/int64 ``add``/``sub``/``mul`` carry ``nsw`` (C semantics: index
+  arithmetic never wraps), which lets LLVM fold constant offsets into addresses;
+* ``floordiv``/``floormod`` round to minus infinity: a power-of-two divisor is a shift or a
+  mask, a positive constant with a provably non-negative dividend an unsigned division, and
+  anything else a signed division with the sign correction;
+* ``Select`` is a branch-free ``select`` unless a branch loads memory or divides by a
+  non-constant (an unchosen branch must not fault), in which case it becomes a diamond of
+  blocks and a phi; ``and``/``or`` short-circuit the same way;
+* ``min``/``max`` on floats propagate NaN (``llvm.minimum``/``maximum``) as numpy does;
+  float -> int casts saturate (``llvm.fptosi.sat``) instead of producing poison;
+* transcendentals call the IR helpers of :mod:`.mathlib`; ``sqrt`` is ``llvm.sqrt``
+  (``sqrt.rn``), ``round`` rounds halfway cases away from zero (CUDA's ``roundf``, as the
+  simulator does; ``numpy.round`` would round them to even).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir import dtype as dt
+from ..ir.expr import Load, Var
+from ..ir.stmt import (
+    Alloc,
+    Barrier,
+    Buffer,
+    For,
+    If,
+    Let,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    stmt_exprs,
+    walk,
+    walk_exprs,
+)
+from . import nvptx
+from .exprgen import BufRef, CodegenError, ExprCodegen, llvm_type
+from .llvm_text import FunctionWriter, ModuleParts, int_literal, pointer_type, sanitize
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """One buffer parameter of a compiled kernel."""
+
+    name: str
+    dtype: str
+    size: int
+    readonly: bool
+    writeonly: bool
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * dt.nbytes(self.dtype)
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """What launching a kernel needs: its PTX symbol, parameters and launch extents."""
+
+    name: str
+    symbol: str
+    params: tuple[ParamInfo, ...]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    static_shared_bytes: int
+    dynamic_shared_bytes: int
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+
+def _launch_extents(func: PrimFunc, key: str) -> tuple[int, int, int]:
+    value = func.attrs.get(key, (1, 1, 1))
+    try:
+        ext = tuple(int(v) for v in value)
+    except TypeError:
+        raise CodegenError(
+            f"kernel {func.name}: attrs[{key!r}] must be a tuple of ints, got {value!r}"
+        ) from None
+    ext = (ext + (1, 1, 1))[:3]
+    if any(e < 1 for e in ext):
+        raise CodegenError(f"kernel {func.name}: {key} extents must be positive, got {ext}")
+    return ext  # type: ignore[return-value]
+
+
+def _check_launch(func: PrimFunc, grid, block) -> None:
+    n = block[0] * block[1] * block[2]
+    if n > nvptx.MAX_THREADS_PER_BLOCK:
+        raise CodegenError(
+            f"kernel {func.name}: block {block} has {n} threads; a block holds at most "
+            f"{nvptx.MAX_THREADS_PER_BLOCK}"
+        )
+    for axis, (b, lim) in enumerate(zip(block, nvptx.MAX_BLOCK_DIM)):
+        if b > lim:
+            raise CodegenError(
+                f"kernel {func.name}: block dimension {'xyz'[axis]} is {b}, at most {lim}")
+    for axis, (g, lim) in enumerate(zip(grid, nvptx.MAX_GRID_DIM)):
+        if g > lim:
+            raise CodegenError(
+                f"kernel {func.name}: grid dimension {'xyz'[axis]} is {g}, at most {lim}")
+
+
+def _loop_steps(s: Stmt) -> int:
+    """Statement instances one execution of ``s`` runs (thread loops count once)."""
+    if isinstance(s, For):
+        inner = _loop_steps(s.body)
+        return inner if s.kind == "thread" else s.extent * inner
+    if isinstance(s, Seq):
+        return sum(_loop_steps(c) for c in s.stmts)
+    if isinstance(s, If):
+        return _loop_steps(s.then) + (0 if s.else_ is None else _loop_steps(s.else_))
+    if isinstance(s, (Let, Alloc)):
+        return _loop_steps(s.body)
+    return 1
+
+
+class KernelCodegen(ExprCodegen):
+    """Emits one kernel. Use :func:`codegen_kernel`."""
+
+    def __init__(self, func: PrimFunc, sm: str):
+        if func.attrs.get("kind") != "kernel":
+            raise CodegenError(
+                f"function {func.name} is not a kernel (attrs['kind'] = "
+                f"{func.attrs.get('kind')!r}); lower the module to device IR first"
+            )
+        self.func = func
+        self.sm_info = nvptx.sm_info(sm)
+        self.grid = _launch_extents(func, "grid")
+        self.block = _launch_extents(func, "block")
+        _check_launch(func, self.grid, self.block)
+        self.parts = ModuleParts()
+        self.w = FunctionWriter()
+        self.allocas: list[str] = []
+        self.vars: dict[Var, str] = {}
+        self.nonneg: set[Var] = set()
+        self.bufs: dict[Buffer, BufRef] = {}
+        self.unroll_budget: int | None = None
+        self.symbol = sanitize(func.name).replace(".", "_").replace("$", "_").replace("-", "_")
+        self.static_shared = 0
+        self.dynamic_shared = 0
+        self.shared_offsets: dict[Buffer, int] = {}
+
+    # ------------------------------------------------------------------------------------
+    # driver
+
+    def run(self) -> tuple[str, LaunchInfo]:
+        func = self.func
+        loaded, stored = set(), set()
+        for s in walk(func.body):
+            if isinstance(s, Store):
+                stored.add(s.buffer)
+            for root in stmt_exprs(s):
+                for x in walk_exprs(root):
+                    if isinstance(x, Load):
+                        loaded.add(x.buffer)
+        params, infos = [], []
+        names = self.w.names
+        for p in func.params:
+            if not isinstance(p, Buffer):
+                raise CodegenError(
+                    f"kernel {func.name}: parameter {p!r} is not a buffer; kernels take "
+                    "flat global buffers only")
+            if p.scope != "global":
+                raise CodegenError(
+                    f"kernel {func.name}: parameter {p.name} has scope {p.scope}; kernel "
+                    "parameters are global buffers")
+            info = ParamInfo(p.name, p.dtype, p.size, p not in stored, p not in loaded)
+            infos.append(info)
+            name = "%" + names.fresh(p.name)
+            attrs = ["noalias"]
+            if info.readonly:
+                attrs.append("readonly")
+            elif info.writeonly:
+                attrs.append("writeonly")
+            attrs.append(f"align {nvptx.PARAM_ALIGN}")
+            if info.nbytes > 0:
+                attrs.append(f"dereferenceable({info.nbytes})")
+            params.append(f"ptr addrspace(1) {' '.join(attrs)} {name}")
+            self.bufs[p] = BufRef(name, nvptx.SCOPE_ADDRSPACE["global"],
+                                  nvptx.STORAGE_TYPES[p.dtype], dt.nbytes(p.dtype))
+        self._plan_shared(func.body)
+        self.stmt(func.body)
+        self.w.op("ret void")
+        self.w.lines[1:1] = self.allocas
+
+        bx, by, bz = self.block
+        fattrs = (f'nounwind "{nvptx.MAXNTID_ATTRIBUTE}"="{bx},{by},{bz}" '
+                  f'"target-cpu"="{self.sm_info.sm}"')
+        min_blocks = func.attrs.get("min_blocks_per_sm")
+        if min_blocks:
+            fattrs += f' "{nvptx.MINCTASM_ATTRIBUTE}"="{int(min_blocks)}"'
+        define = (f"define {nvptx.KERNEL_CALLING_CONV} void @{self.symbol}"
+                  f"({', '.join(params)}) {fattrs} {{\n{self.w.text()}\n}}")
+        out = [f"; kernel {func.name}: grid {self.grid}, block {self.block}",
+               f'target datalayout = "{nvptx.DATA_LAYOUT}"',
+               f'target triple = "{nvptx.TRIPLE}"', ""]
+        if self.parts.globals:
+            out += self.parts.globals + [""]
+        out.append(define)
+        for helper in self.parts.helpers.values():
+            out += ["", helper]
+        if self.parts.declarations:
+            out += [""] + sorted(self.parts.declarations.values())
+        if self.parts.metadata:
+            out += [""] + self.parts.metadata
+        launch = LaunchInfo(func.name, self.symbol, tuple(infos), self.grid, self.block,
+                            self.static_shared, self.dynamic_shared)
+        return "\n".join(out) + "\n", launch
+
+    def _plan_shared(self, body: Stmt) -> None:
+        shared = [s.buffer for s in walk(body) if isinstance(s, Alloc)
+                  and s.buffer.scope == "shared"]
+        total, offsets = 0, {}
+        for b in shared:
+            offsets[b] = total
+            total += -(-max(b.size, 1) * dt.nbytes(b.dtype) // 16) * 16
+        if total > self.sm_info.max_shared_per_block:
+            raise CodegenError(
+                f"kernel {self.func.name}: shared buffers need {total} bytes; "
+                f"{self.sm_info.sm} allows {self.sm_info.max_shared_per_block} per block "
+                f"({', '.join(f'{b.name}: {b.size} x {b.dtype}' for b in shared)})")
+        if total > nvptx.MAX_STATIC_SHARED_BYTES:
+            self.dynamic_shared = total
+            self.shared_offsets = offsets
+            self.parts.globals.append(
+                "@__ptxforge_dyn_smem = external addrspace(3) global [0 x i8], align 16")
+        else:
+            self.static_shared = total
+
+    # ------------------------------------------------------------------------------------
+    # statements
+
+    def stmt(self, s: Stmt) -> None:
+        method = getattr(self, "_s_" + type(s).__name__, None)
+        if method is None:
+            raise CodegenError(
+                f"kernel {self.func.name}: {type(s).__name__} statements cannot appear in "
+                "device IR (lower the module first)")
+        method(s)
+
+    def _s_Seq(self, s: Seq) -> None:
+        for c in s.stmts:
+            self.stmt(c)
+
+    def _s_Store(self, s: Store) -> None:
+        if len(s.indices) != 1:
+            raise CodegenError(
+                f"kernel {self.func.name}: store to {s.buffer.name} has {len(s.indices)} "
+                "indices; device IR buffers are flat")
+        value = self.expr(s.value)
+        ptr, ref = self._address(s.buffer, s.indices[0])
+        if s.buffer.dtype == "bool":
+            value = self.w.value(f"zext i1 {value} to i8", "b8")
+        self.w.op(f"store {ref.elem} {value}, {pointer_type(ref.addrspace)} {ptr}, "
+                  f"align {ref.align}")
+
+    def _s_Barrier(self, s: Barrier) -> None:
+        ref = self.parts.declare(nvptx.BARRIER_INTRINSIC, "void (i32)")
+        self.w.op(f"call void {ref}(i32 0)")
+
+    def _s_Let(self, s: Let) -> None:
+        self.vars[s.var] = self.expr(s.value, s.var.name)
+        if dt.is_int(s.var.dtype) and self._nonneg(s.value):
+            self.nonneg.add(s.var)
+        self.stmt(s.body)
+
+    def _s_If(self, s: If) -> None:
+        cond = self.expr(s.cond)
+        then_l = self.w.label("if.then")
+        else_l = self.w.label("if.else") if s.else_ is not None else None
+        end_l = self.w.label("if.end")
+        self.w.op(f"br i1 {cond}, label %{then_l}, label %{else_l or end_l}")
+        self.w.start_block(then_l)
+        self.stmt(s.then)
+        self.w.op(f"br label %{end_l}")
+        if s.else_ is not None:
+            self.w.start_block(else_l)
+            self.stmt(s.else_)
+            self.w.op(f"br label %{end_l}")
+        self.w.start_block(end_l)
+
+    def _s_Alloc(self, s: Alloc) -> None:
+        b = s.buffer
+        elem = nvptx.STORAGE_TYPES[b.dtype]
+        n = max(b.size, 1)
+        if b.scope == "shared":
+            if self.dynamic_shared:
+                off = self.shared_offsets[b]
+                ptr = (f"getelementptr inbounds (i8, ptr addrspace(3) @__ptxforge_dyn_smem, "
+                       f"i64 {off})")
+            else:
+                gname = self.parts.global_names.fresh(
+                    sanitize(b.name).replace(".", "_").replace("-", "_"))
+                self.parts.globals.append(
+                    f"@{gname} = internal addrspace(3) global [{n} x {elem}] undef, align 16")
+                ptr = "@" + gname
+            self.bufs[b] = BufRef(ptr, nvptx.SCOPE_ADDRSPACE["shared"], elem,
+                                  dt.nbytes(b.dtype))
+        elif b.scope == "local":
+            name = "%" + self.w.names.fresh(b.name)
+            self.allocas.append(f"  {name} = alloca [{n} x {elem}], align 16")
+            self.bufs[b] = BufRef(name, nvptx.SCOPE_ADDRSPACE["local"], elem,
+                                  dt.nbytes(b.dtype))
+        else:
+            raise CodegenError(
+                f"kernel {self.func.name}: global buffer {b.name} is allocated inside the "
+                "kernel; global temporaries belong to the host function")
+        self.stmt(s.body)
+
+    def _s_For(self, s: For) -> None:
+        if s.kind == "thread":
+            self._thread_loop(s)
+            return
+        if s.kind == "vthread":
+            raise CodegenError(
+                f"kernel {self.func.name}: vthread loop {s.var.name} survived lowering; "
+                "run vthread injection before codegen")
+        if s.extent <= 0:
+            return
+        self.nonneg.add(s.var)
+        outer_budget = self.unroll_budget
+        budget = s.annotations.get("auto_unroll_max_step")
+        if budget is not None:
+            self.unroll_budget = int(budget)
+        ty = llvm_type(s.var.dtype)
+        if s.extent == 1:
+            self.vars[s.var] = int_literal(0, ty)
+            self.stmt(s.body)
+            self.unroll_budget = outer_budget
+            return
+        props = self._unroll_properties(s)
+        pre = self.w.block
+        body_l = self.w.label(s.var.name + ".body")
+        exit_l = self.w.label(s.var.name + ".exit")
+        self.w.op(f"br label %{body_l}")
+        self.w.start_block(body_l)
+        phi = self.w.placeholder()
+        iv = "%" + self.w.names.fresh(s.var.name)
+        self.vars[s.var] = iv
+        self.stmt(s.body)
+        nxt = self.w.value(f"add nuw nsw {ty} {iv}, 1", s.var.name + ".next")
+        more = self.w.value(f"icmp ult {ty} {nxt}, {s.extent}", s.var.name + ".more")
+        md = ""
+        if props:
+            nodes = [self.parts.metadata_node(p) for p in props]
+            md = ", !llvm.loop " + self.parts.metadata_node("{self}, " + ", ".join(nodes),
+                                                            distinct=True)
+        latch = self.w.block
+        self.w.op(f"br i1 {more}, label %{body_l}, label %{exit_l}{md}")
+        self.w.fill(phi, f"  {iv} = phi {ty} [ 0, %{pre} ], [ {nxt}, %{latch} ]")
+        self.w.start_block(exit_l)
+        self.unroll_budget = outer_budget
+
+    def _unroll_properties(self, s: For) -> list[str]:
+        if s.kind in ("unroll", "vectorize"):
+            return ['!"llvm.loop.unroll.full"']
+        if self.unroll_budget is None or self.unroll_budget < 2:
+            return []
+        inner = _loop_steps(s.body)
+        if s.extent * inner <= self.unroll_budget:
+            return ['!"llvm.loop.unroll.full"']
+        best = 1
+        for d in range(2, s.extent):
+            if s.extent % d == 0 and d * inner <= self.unroll_budget:
+                best = d
+        return [f'!"llvm.loop.unroll.count", i32 {best}'] if best > 1 else []
+
+    def _thread_loop(self, s: For) -> None:
+        which, axis = nvptx.thread_tag_axis(s.thread)
+        launch = (self.block if which == "block" else self.grid)[axis]
+        if s.extent > launch:
+            raise CodegenError(
+                f"kernel {self.func.name}: loop {s.var.name} bound to {s.thread} has extent "
+                f"{s.extent} but the launch has {launch} ({which} = "
+                f"{self.block if which == 'block' else self.grid})")
+        if s.extent <= 0:
+            return
+        self.nonneg.add(s.var)
+        ty = llvm_type(s.var.dtype)
+        if launch == 1:
+            self.vars[s.var] = int_literal(0, ty)
+        else:
+            ref = self.parts.declare(nvptx.SREG_INTRINSICS[s.thread], "i32 ()")
+            v = self.w.value(f"call range(i32 0, {launch}) i32 {ref}()", s.var.name)
+            if ty != "i32":
+                v = self.w.value(f"zext i32 {v} to {ty}", s.var.name)
+            self.vars[s.var] = v
+        if s.extent < launch:
+            cond = self.w.value(f"icmp ult {ty} {self.vars[s.var]}, {s.extent}",
+                                s.var.name + ".inside")
+            then_l = self.w.label(s.var.name + ".guard")
+            end_l = self.w.label(s.var.name + ".end")
+            self.w.op(f"br i1 {cond}, label %{then_l}, label %{end_l}")
+            self.w.start_block(then_l)
+            self.stmt(s.body)
+            self.w.op(f"br label %{end_l}")
+            self.w.start_block(end_l)
+        else:
+            self.stmt(s.body)
+
+
+def codegen_kernel(func: PrimFunc, sm: str = "sm_90") -> tuple[str, LaunchInfo]:
+    """LLVM IR text of one device-IR kernel, and what launching it needs."""
+    return KernelCodegen(func, sm).run()

@@ -1,0 +1,245 @@
+"""The CUDA driver through ``cuda.bindings.driver``: one checked call, devices, contexts.
+
+Every driver call in ptxforge goes through :func:`call`, which raises :class:`CudaError`
+naming the driver function and the CUDA error when the result is not ``CUDA_SUCCESS``.
+Devices use their primary context (the one the CUDA runtime, and so PyTorch, uses too), so
+arrays and modules can be shared with other libraries in the same process.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from . import nvptx
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed: ``func_name`` returned ``error_name`` (``message``)."""
+
+    def __init__(self, func_name: str, error_name: str, message: str, code: int = -1):
+        self.func_name = func_name
+        self.error_name = error_name
+        self.message = message
+        self.code = code
+        super().__init__(f"{func_name} failed: {error_name} ({message})")
+
+
+class NoGPUError(RuntimeError):
+    """No usable NVIDIA GPU: the driver library is missing, or it reports no device."""
+
+
+_driver_module = None
+_init_lock = threading.Lock()
+_initialized = False
+
+
+def driver():
+    """The ``cuda.bindings.driver`` module, or :class:`NoGPUError` if it cannot be used."""
+    global _driver_module
+    if _driver_module is None:
+        try:
+            from cuda.bindings import driver as d
+        except ImportError as e:
+            raise NoGPUError(
+                "cuda-python is not installed (pip install cuda-python); it is needed to "
+                "run kernels on a GPU") from e
+        _driver_module = d
+    return _driver_module
+
+
+def _error_text(d, err) -> tuple[str, str]:
+    try:
+        e1, name = d.cuGetErrorName(err)
+        e2, msg = d.cuGetErrorString(err)
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        msg = msg.decode() if isinstance(msg, bytes) else str(msg)
+        if int(e1) == 0 and int(e2) == 0:
+            return name, msg
+    except Exception:  # the driver may be unusable while reporting its own failure
+        pass
+    return getattr(err, "name", f"CUresult {int(err)}"), "no description from the driver"
+
+
+_bound: dict = {}
+
+
+def call(func_name: str, *args):
+    """Call driver function ``func_name`` and check its result.
+
+    Returns what the binding returns after the error code: nothing, the single value, or a
+    tuple of values. Raises :class:`CudaError` on any error code.
+    """
+    fn = _bound.get(func_name)
+    if fn is None:
+        fn = _bound[func_name] = getattr(driver(), func_name)
+    result = fn(*args)
+    if isinstance(result, tuple):
+        err = result[0]
+        n = len(result)
+    else:
+        err, n = result, 1
+    if err != 0:
+        name, msg = _error_text(driver(), err)
+        raise CudaError(func_name, name, msg, int(err))
+    if n == 1:
+        return None
+    return result[1] if n == 2 else result[1:]
+
+
+_EXIT_ERRORS = ("CUDA_ERROR_DEINITIALIZED", "CUDA_ERROR_CONTEXT_IS_DESTROYED")
+
+
+def release_failed(error: CudaError) -> None:
+    """Report a failed release (free, unload) from a finalizer, where raising is useless.
+
+    At interpreter exit the driver may already be torn down, which is expected; anything
+    else (typically a context broken by a faulting kernel) becomes one warning."""
+    if error.error_name in _EXIT_ERRORS:
+        return
+    import warnings
+
+    warnings.warn(f"could not release a CUDA resource: {error}", RuntimeWarning, stacklevel=2)
+
+
+def init() -> None:
+    """``cuInit`` once; :class:`NoGPUError` when there is no driver library or no GPU."""
+    global _initialized
+    if _initialized:
+        return
+    with _init_lock:
+        if _initialized:
+            return
+        try:
+            call("cuInit", 0)
+        except NoGPUError:
+            raise
+        except CudaError as e:
+            raise NoGPUError(
+                f"the CUDA driver found no usable GPU: cuInit returned {e.error_name} "
+                f"({e.message})") from e
+        except Exception as e:  # libcuda.so missing: the bindings raise their own loader error
+            raise NoGPUError(
+                "no NVIDIA driver on this machine (libcuda.so could not be loaded: "
+                f"{e}); GPU kernels need an NVIDIA GPU and its driver") from e
+        if call("cuDeviceGetCount") == 0:
+            raise NoGPUError("the CUDA driver is installed but reports no GPU")
+        _initialized = True
+
+
+def device_count() -> int:
+    init()
+    return int(call("cuDeviceGetCount"))
+
+
+_ATTRS = {
+    "multiprocessor_count": "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT",
+    "max_threads_per_block": "CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK",
+    "max_shared_memory_per_block": "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK",
+    "max_shared_memory_per_block_optin":
+        "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
+    "max_registers_per_block": "CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK",
+    "warp_size": "CU_DEVICE_ATTRIBUTE_WARP_SIZE",
+    "l2_cache_size": "CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE",
+    "clock_rate_khz": "CU_DEVICE_ATTRIBUTE_CLOCK_RATE",
+    "compute_capability_major": "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR",
+    "compute_capability_minor": "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR",
+}
+
+
+class Device:
+    """One CUDA GPU (``ptxforge.cuda(0)``), using its primary context.
+
+    Get devices through :func:`cuda`, which returns one object per ordinal.
+    """
+
+    device_type = "cuda"
+    dlpack_device_type = 2  # kDLCUDA
+
+    def __init__(self, device_id: int):
+        init()
+        n = device_count()
+        if not 0 <= device_id < n:
+            raise NoGPUError(f"there is no GPU {device_id}; this machine has {n}")
+        self.device_id = device_id
+        self.handle = call("cuDeviceGet", device_id)
+        self._context = None
+        self._attrs: dict = {}
+        self._lock = threading.Lock()
+
+    @property
+    def context(self):
+        """The retained primary context (retained on first use, kept for the process)."""
+        if self._context is None:
+            with self._lock:
+                if self._context is None:
+                    self._context = call("cuDevicePrimaryCtxRetain", self.handle)
+        return self._context
+
+    def activate(self) -> None:
+        """Make this device's primary context current in the calling thread."""
+        call("cuCtxSetCurrent", self.context)
+
+    def attribute(self, name: str) -> int:
+        """A device attribute by its short name (see ``_ATTRS``) or full CU_DEVICE_ATTRIBUTE."""
+        if name not in self._attrs:
+            d = driver()
+            enum = getattr(d.CUdevice_attribute, _ATTRS.get(name, name))
+            self._attrs[name] = int(call("cuDeviceGetAttribute", enum, self.handle))
+        return self._attrs[name]
+
+    @property
+    def name(self) -> str:
+        raw = call("cuDeviceGetName", 256, self.handle)
+        return raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
+
+    @property
+    def compute_capability(self) -> tuple[int, int]:
+        return (self.attribute("compute_capability_major"),
+                self.attribute("compute_capability_minor"))
+
+    @property
+    def sm(self) -> str:
+        """The sm name to compile for (``"sm_90"`` on an H100 or H200)."""
+        return nvptx.sm_for_capability(*self.compute_capability)
+
+    @property
+    def multiprocessor_count(self) -> int:
+        return self.attribute("multiprocessor_count")
+
+    @property
+    def max_threads_per_block(self) -> int:
+        return self.attribute("max_threads_per_block")
+
+    @property
+    def max_shared_memory_per_block(self) -> int:
+        """Shared memory a block may use with the dynamic opt-in."""
+        return self.attribute("max_shared_memory_per_block_optin")
+
+    @property
+    def total_memory(self) -> int:
+        return int(call("cuDeviceTotalMem", self.handle))
+
+    def sync(self) -> None:
+        """Wait for all work on this device's context."""
+        self.activate()
+        call("cuCtxSynchronize")
+
+    def __repr__(self):
+        return f"cuda({self.device_id})"
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and other.device_id == self.device_id
+
+    def __hash__(self):
+        return hash(("cuda", self.device_id))
+
+
+_devices: dict[int, Device] = {}
+
+
+def cuda(device_id: int = 0) -> Device:
+    """The CUDA device ``device_id``; :class:`NoGPUError` where there is none."""
+    dev = _devices.get(device_id)
+    if dev is None:
+        dev = _devices.setdefault(device_id, Device(device_id))
+    return dev

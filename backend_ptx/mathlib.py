@@ -1,0 +1,374 @@
+"""Transcendental functions for kernels, written in target-neutral LLVM IR.
+
+NVPTX in LLVM 22 has no lowering for ``llvm.exp``/``llvm.log`` and only approximate
+instructions for the rest (``ex2.approx``, ``sin.approx``, ``tanh.approx``), whose errors
+break a ``rtol=1e-5`` comparison against numpy. So each function is a small straight-line
+IR function (``internal alwaysinline``, inlined by the optimizer), built only from
+``fadd``/``fmul``/``fdiv``/``fma``, bit casts and selects, ``llvm.rint`` and ``llvm.fabs``.
+Being target-neutral, they also run on the host through llvmlite's JIT, which is how the
+tests measure their accuracy against numpy on a machine without a GPU.
+
+Methods (``float`` = f32, ``double`` = f64; half types are computed in f32 by codegen):
+
+* ``exp``: ``n = rint(x / ln 2)``, ``r = x - n ln 2`` (two-part ln 2, fused), Taylor series
+  of degree 7 (f32) or 13 (f64) on ``|r| <= ln2/2``, times ``2^n`` applied as two exact
+  power-of-two factors so the result can reach the subnormal range. About 1 ulp.
+* ``log``: ``x = m 2^k`` with ``m`` in ``[sqrt(1/2), sqrt(2))``; ``log(m) = f - f^2/2 +
+  s (f^2/2 + R(s^2))`` with ``f = m - 1``, ``s = f / (2 + f)``, ``R`` the series of
+  ``2 atanh(s) - 2 s`` (4 terms for f32, 10 for f64); plus ``k ln 2`` (two-part). About 1 ulp.
+* ``tanh``: ``x P(x^2)`` for ``|x| < 0.625`` (Chebyshev fit), else ``1 - 2 / (exp(2|x|) + 1)``.
+* ``sigmoid``: ``1 / (1 + exp(-x))``.
+* ``erf``: ``x P(x^2)`` for ``|x| < 1``; else ``1 - exp(-x^2) g(1/|x|)`` with ``g`` a fit of
+  ``erfc(x) exp(x^2)`` in ``1/x`` (one piece for f32 up to 4, two for f64 up to 6); 1 above.
+* ``sin``/``cos``: computed in f64 for both types: ``n = rint(2x/pi)`` with a three-part
+  pi/2, Taylor series on ``|r| <= pi/4``, quadrant from ``n mod 4``. Accurate while
+  ``|x| < 2^40``; larger arguments lose accuracy (not range).
+* ``pow``: computed in f64 for both types: ``exp(y log|x|)`` with numpy's special cases
+  (``x**0 = 1``, ``1**y = 1``, a negative base needs an integral exponent, odd exponents
+  keep the sign). Relative error about ``|y log x| 2^-53``.
+
+The fitted coefficients are Chebyshev interpolants (``mpmath.chebyfit`` at 50 digits) of the
+named function on the named interval, highest degree first; f32 sets are rounded to f32.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from math import factorial
+
+from .llvm_text import FunctionWriter, ModuleParts, float_literal, int_literal
+from .nvptx import INTRINSIC_SUFFIX
+
+# erf(x)/x as a polynomial in z = x^2, z in [0, 1]
+ERF_SMALL = {
+    "float": (7.875874871388078e-05, -0.000801686430349946, 0.005189087241888046,
+              -0.02685421146452427, 0.11283594369888306, -0.3761262595653534,
+              1.1283791065216064),
+    "double": (5.957176147748911e-11, -1.1372848856791674e-09, 1.4659775274047436e-08,
+               -1.6350312701054695e-07, 1.6461000484121368e-06, -1.4925595266831182e-05,
+               0.0001205533111164271, -0.000854832698083379, 0.0052239776248180145,
+               -0.026866170645076792, 0.11283791670954879, -0.3761263890318375,
+               1.1283791670955126),
+}
+# erfc(x) exp(x^2) as a polynomial in u = 1/x - centre; f32: x in [1, 4], centre 0.625
+ERFC_F32 = (0.025032542645931244, -0.007090389262884855, -0.026610223576426506,
+            0.044660355895757675, -0.04697577655315399, 0.023258429020643234,
+            0.04376821964979172, -0.17239350080490112, 0.3822837471961975,
+            0.3059529960155487)
+# f64: x in [1, 2], centre 0.75
+ERFC_NEAR_F64 = (1.582415731979244e-05, -0.00303603240773729, 0.006015685884310375,
+                 -0.007414509318637793, 0.007075364412207526, -0.004395530074757591,
+                 -0.0010415211277913059, 0.008907403601129578, -0.017696332072994203,
+                 0.024101018136252237, -0.022199195224013844, 0.002443898291465284,
+                 0.04956777243553041, -0.15457007331392142, 0.34136885869943434,
+                 0.3511346940289053)
+# f64: x in [2, 6], centre 1/3
+ERFC_FAR_F64 = (-0.32004918053039233, 0.8701454568442257, -0.6641623127167074,
+                0.16815538699342994, 0.1801677510711303, -0.2785625725864063,
+                0.18107398497769953, -0.004656837004986864, -0.13484127559096631,
+                0.16147285204362483, -0.05014611074235536, -0.18141695623718443,
+                0.48935034006456135, 0.17900115118138799)
+# tanh(x)/x as a polynomial in z = x^2, z in [0, 0.625^2]
+TANH_SMALL = {
+    "float": (-0.005657135043293238, 0.020588191226124763, -0.05372010916471481,
+              0.13331113755702972, -0.3333325982093811, 1.0),
+    "double": (-1.6001499513001042e-05, 7.698563199045423e-05, -0.00022841018529512851,
+               0.0005862314316050611, -0.0014549293858543903, 0.003591982521583925,
+               -0.008863220021256096, 0.021869487483410596, -0.053968253925945696,
+               0.13333333333245254, -0.33333333333332615, 1.0),
+}
+
+LOG2E = 1.4426950408889634
+# ln 2 split so that k * hi is exact for every exponent k of the type
+LN2_HI = {"float": 0.693145751953125, "double": 0.6931471803691238}
+LN2_LO = {"float": 1.428606765330187e-06, "double": 1.9082149292705877e-10}
+TWO_OVER_PI = 0.6366197723675814
+PIO2_PARTS = (1.5707963267341256, 6.077100506303966e-11, 2.0222662487959506e-21)
+
+
+def _taylor(coefs) -> tuple:
+    return tuple(float(c) for c in coefs)
+
+
+EXP_TAYLOR = {  # 1/k!, highest degree first
+    "float": _taylor(Fraction(1, factorial(k)) for k in range(7, -1, -1)),
+    "double": _taylor(Fraction(1, factorial(k)) for k in range(13, -1, -1)),
+}
+LOG_SERIES = {  # 2/(2k+1), k = K..1
+    "float": _taylor(Fraction(2, 2 * k + 1) for k in range(4, 0, -1)),
+    "double": _taylor(Fraction(2, 2 * k + 1) for k in range(10, 0, -1)),
+}
+SIN_TAYLOR = _taylor(Fraction((-1) ** k, factorial(2 * k + 1)) for k in range(7, 0, -1))
+COS_TAYLOR = _taylor(Fraction((-1) ** k, factorial(2 * k)) for k in range(8, -1, -1))
+
+
+class _Format:
+    """Bit-level facts of a binary float format."""
+
+    def __init__(self, ty: str):
+        self.ty = ty
+        self.ity = {"float": "i32", "double": "i64"}[ty]
+        self.mant = {"float": 23, "double": 52}[ty]
+        self.bias = {"float": 127, "double": 1023}[ty]
+        self.one_bits = {"float": 0x3F800000, "double": 0x3FF0000000000000}[ty]
+        self.sqrt_half_bits = {"float": 0x3F3504F3, "double": 0x3FE6A09E667F3BCD}[ty]
+        self.min_normal = {"float": 2.0**-126, "double": 2.0**-1022}[ty]
+        self.sub_scale = {"float": 25, "double": 54}[ty]
+        # exp's argument clamp: beyond these the result is inf or 0 anyway
+        self.exp_max = {"float": 89.0, "double": 710.0}[ty]
+        self.exp_min = {"float": -104.0, "double": -746.0}[ty]
+
+
+class _Body:
+    """Straight-line IR for one math function, with arithmetic shorthands."""
+
+    def __init__(self, parts: ModuleParts, ty: str):
+        self.parts = parts
+        self.f = _Format(ty)
+        self.ty = ty
+        self.w = FunctionWriter()
+
+    def c(self, value: float) -> str:
+        return float_literal(value, self.ty)
+
+    def ci(self, value: int) -> str:
+        return int_literal(value, self.f.ity)
+
+    def bin(self, op: str, a: str, b: str, hint: str = "t", ty: str | None = None) -> str:
+        return self.w.value(f"{op} {ty or self.ty} {a}, {b}", hint)
+
+    def intr(self, name: str, args: list[str], hint: str = "t", ty: str | None = None) -> str:
+        ty = ty or self.ty
+        full = f"llvm.{name}.{INTRINSIC_SUFFIX[ty]}"
+        ref = self.parts.declare(full, f"{ty} ({', '.join([ty] * len(args))})")
+        return self.w.value(f"call {ty} {ref}({', '.join(f'{ty} {a}' for a in args)})", hint)
+
+    def fma(self, a: str, b: str, c: str, hint: str = "t") -> str:
+        return self.intr("fma", [a, b, c], hint)
+
+    def horner(self, coefs, x: str, hint: str = "p") -> str:
+        acc = self.c(coefs[0])
+        for k in coefs[1:]:
+            acc = self.fma(acc, x, self.c(k), hint)
+        return acc
+
+    def fcmp(self, pred: str, a: str, b: str, hint: str = "c") -> str:
+        return self.w.value(f"fcmp {pred} {self.ty} {a}, {b}", hint)
+
+    def select(self, cond: str, a: str, b: str, hint: str = "s", ty: str | None = None) -> str:
+        ty = ty or self.ty
+        return self.w.value(f"select i1 {cond}, {ty} {a}, {ty} {b}", hint)
+
+    def call(self, helper: str, args: list[str], hint: str) -> str:
+        return self.w.value(
+            f"call {self.ty} {helper}({', '.join(f'{self.ty} {a}' for a in args)})", hint)
+
+    def finish(self, name: str, params: list[str], result: str) -> str:
+        self.w.op(f"ret {self.ty} {result}")
+        sig = ", ".join(f"{self.ty} %{p}" for p in params)
+        return (f"define internal {self.ty} @{name}({sig}) alwaysinline nounwind {{\n"
+                f"{self.w.text()}\n}}")
+
+
+def helper_name(op: str, ty: str) -> str:
+    return f"__ptxforge_{op}_{INTRINSIC_SUFFIX[ty]}"
+
+
+def math_call(parts: ModuleParts, op: str, ty: str) -> str:
+    """Define the helper for ``op`` on ``ty`` (``float``/``double``) in ``parts`` once;
+    return its ``@name``."""
+    if op not in _BUILDERS:
+        raise ValueError(f"no math helper for {op!r}; have {sorted(_BUILDERS)}")
+    if ty not in ("float", "double"):
+        raise ValueError(f"math helpers exist for float and double, not {ty}")
+    name = helper_name(op, ty)
+    if name not in parts.helpers:
+        parts.helpers[name] = ""  # reserve: builders may call other helpers first
+        parts.helpers[name] = _BUILDERS[op](parts, ty, name)
+    return "@" + name
+
+
+# ---------------------------------------------------------------------------------------
+# the functions
+
+
+def _exp(parts: ModuleParts, ty: str, name: str) -> str:
+    b = _Body(parts, ty)
+    f, w = b.f, b.w
+    x = "%x"
+    isnan = b.fcmp("uno", x, x, "isnan")
+    hi = b.select(b.fcmp("ogt", x, b.c(f.exp_max)), b.c(f.exp_max), x, "xc")
+    xc = b.select(b.fcmp("olt", hi, b.c(f.exp_min)), b.c(f.exp_min), hi, "xc")
+    n = b.intr("rint", [b.bin("fmul", xc, b.c(LOG2E), "t")], "n")
+    nneg = w.value(f"fneg {ty} {n}", "nneg")
+    r = b.fma(nneg, b.c(LN2_HI[ty]), xc, "r")
+    r = b.fma(nneg, b.c(LN2_LO[ty]), r, "r")
+    p = b.horner(EXP_TAYLOR[ty], r)
+    ni = w.value(f"fptosi {ty} {n} to {f.ity}", "ni")
+    n1 = w.value(f"ashr {f.ity} {ni}, 1", "n1")
+    n2 = w.value(f"sub {f.ity} {ni}, {n1}", "n2")
+    scales = []
+    for k in (n1, n2):
+        e = w.value(f"add {f.ity} {k}, {b.ci(f.bias)}", "e")
+        e = w.value(f"shl {f.ity} {e}, {b.ci(f.mant)}", "e")
+        scales.append(w.value(f"bitcast {f.ity} {e} to {ty}", "scale"))
+    y = b.bin("fmul", b.bin("fmul", p, scales[0], "y"), scales[1], "y")
+    return b.finish(name, ["x"], b.select(isnan, x, y, "res"))
+
+
+def _log(parts: ModuleParts, ty: str, name: str) -> str:
+    b = _Body(parts, ty)
+    f, w = b.f, b.w
+    x = "%x"
+    sub = b.fcmp("olt", x, b.c(f.min_normal), "issub")
+    xs = b.select(sub, b.bin("fmul", x, b.c(2.0**f.sub_scale), "xs"), x, "xs")
+    ks = w.value(f"select i1 {sub}, {f.ity} {b.ci(-f.sub_scale)}, {f.ity} 0", "ks")
+    ix = w.value(f"bitcast {ty} {xs} to {f.ity}", "ix")
+    ix = w.value(f"add {f.ity} {ix}, {b.ci(f.one_bits - f.sqrt_half_bits)}", "ix")
+    k = w.value(f"lshr {f.ity} {ix}, {b.ci(f.mant)}", "k")
+    k = w.value(f"sub {f.ity} {k}, {b.ci(f.bias)}", "k")
+    k = w.value(f"add {f.ity} {k}, {ks}", "k")
+    mb = w.value(f"and {f.ity} {ix}, {b.ci((1 << f.mant) - 1)}", "mb")
+    mb = w.value(f"add {f.ity} {mb}, {b.ci(f.sqrt_half_bits)}", "mb")
+    m = w.value(f"bitcast {f.ity} {mb} to {ty}", "m")
+    fm = b.bin("fsub", m, b.c(1.0), "f")
+    s = b.bin("fdiv", fm, b.bin("fadd", fm, b.c(2.0), "t"), "s")
+    z = b.bin("fmul", s, s, "z")
+    rr = b.bin("fmul", z, b.horner(LOG_SERIES[ty], z), "R")
+    hfsq = b.bin("fmul", b.bin("fmul", fm, fm, "t"), b.c(0.5), "hfsq")
+    dk = w.value(f"sitofp {f.ity} {k} to {ty}", "dk")
+    # dk*ln2_hi - ((hfsq - (s*(hfsq+R) + dk*ln2_lo)) - f)
+    t = b.fma(dk, b.c(LN2_LO[ty]), b.bin("fmul", s, b.bin("fadd", hfsq, rr, "t"), "t"))
+    t = b.bin("fsub", b.bin("fsub", hfsq, t, "t"), fm, "t")
+    y = b.bin("fsub", b.bin("fmul", dk, b.c(LN2_HI[ty]), "t"), t, "y")
+    inf = float("inf")
+    y = b.select(b.fcmp("oeq", x, b.c(inf), "isinf"), b.c(inf), y, "y")
+    y = b.select(b.fcmp("oeq", x, b.c(0.0), "iszero"), b.c(-inf), y, "y")
+    y = b.select(b.fcmp("ult", x, b.c(0.0), "isneg"), b.c(float("nan")), y, "y")
+    return b.finish(name, ["x"], b.select(b.fcmp("uno", x, x, "isnan"), x, y, "res"))
+
+
+def _tanh(parts: ModuleParts, ty: str, name: str) -> str:
+    b = _Body(parts, ty)
+    x = "%x"
+    ax = b.intr("fabs", [x], "ax")
+    small = b.bin("fmul", x, b.horner(TANH_SMALL[ty], b.bin("fmul", x, x, "z")), "small")
+    e = b.call(math_call(parts, "exp", ty), [b.bin("fmul", ax, b.c(2.0), "t")], "e")
+    t = b.bin("fdiv", b.c(2.0), b.bin("fadd", e, b.c(1.0), "t"), "t")
+    large = b.intr("copysign", [b.bin("fsub", b.c(1.0), t, "t"), x], "large")
+    return b.finish(name, ["x"], b.select(b.fcmp("olt", ax, b.c(0.625)), small, large, "res"))
+
+
+def _sigmoid(parts: ModuleParts, ty: str, name: str) -> str:
+    b = _Body(parts, ty)
+    e = b.call(math_call(parts, "exp", ty), [b.w.value(f"fneg {ty} %x", "nx")], "e")
+    y = b.bin("fdiv", b.c(1.0), b.bin("fadd", e, b.c(1.0), "t"), "res")
+    return b.finish(name, ["x"], y)
+
+
+def _erf(parts: ModuleParts, ty: str, name: str) -> str:
+    b = _Body(parts, ty)
+    x = "%x"
+    ax = b.intr("fabs", [x], "ax")
+    z = b.bin("fmul", x, x, "z")
+    small = b.bin("fmul", x, b.horner(ERF_SMALL[ty], z), "small")
+    t = b.bin("fdiv", b.c(1.0), ax, "t")
+    if ty == "float":
+        g = b.horner(ERFC_F32, b.bin("fsub", t, b.c(0.625), "u"), "g")
+        limit = 4.0
+    else:
+        near = b.horner(ERFC_NEAR_F64, b.bin("fsub", t, b.c(0.75), "u"), "g")
+        far = b.horner(ERFC_FAR_F64, b.bin("fsub", t, b.c(1.0 / 3.0), "u"), "g")
+        g = b.select(b.fcmp("olt", ax, b.c(2.0)), near, far, "g")
+        limit = 6.0
+    ez = b.call(math_call(parts, "exp", ty), [b.w.value(f"fneg {ty} {z}", "nz")], "ez")
+    erfc = b.bin("fmul", ez, g, "erfc")
+    large = b.intr("copysign", [b.bin("fsub", b.c(1.0), erfc, "t"), x], "large")
+    one = b.intr("copysign", [b.c(1.0), x], "one")
+    y = b.select(b.fcmp("olt", ax, b.c(limit)), large, one, "y")
+    y = b.select(b.fcmp("olt", ax, b.c(1.0)), small, y, "y")
+    return b.finish(name, ["x"], b.select(b.fcmp("uno", x, x, "isnan"), x, y, "res"))
+
+
+def _sincos(parts: ModuleParts, ty: str, name: str, shift: int) -> str:
+    b = _Body(parts, ty)
+    w = b.w
+    x = "%x"
+    if ty == "float":
+        wide = math_call(parts, "sin" if shift == 0 else "cos", "double")
+        xd = w.value(f"fpext float {x} to double", "xd")
+        yd = w.value(f"call double {wide}(double {xd})", "yd")
+        return b.finish(name, ["x"], w.value(f"fptrunc double {yd} to float", "res"))
+    n = b.intr("rint", [b.bin("fmul", x, b.c(TWO_OVER_PI), "t")], "n")
+    nneg = w.value(f"fneg double {n}", "nneg")
+    r = x
+    for part in PIO2_PARTS:
+        r = b.fma(nneg, b.c(part), r, "r")
+    # n mod 4 in floating point: exact, and never poison for finite x
+    q = b.bin("fmul", b.intr("floor", [b.bin("fmul", n, b.c(0.25), "t")], "t"), b.c(4.0), "t")
+    qi = w.value(f"fptosi double {b.bin('fsub', n, q, 'q')} to i32", "qi")
+    qi = w.value(f"add i32 {qi}, {shift}", "qi")
+    z = b.bin("fmul", r, r, "z")
+    sin_r = b.fma(b.bin("fmul", r, z, "t"), b.horner(SIN_TAYLOR, z), r, "sin_r")
+    cos_r = b.horner(COS_TAYLOR, z, "cos_r")
+    odd = w.value(f"trunc i32 {qi} to i1", "odd")
+    v = b.select(odd, cos_r, sin_r, "v")
+    neg = w.value(f"and i32 {qi}, 2", "neg")
+    neg = w.value(f"icmp ne i32 {neg}, 0", "neg")
+    v = b.select(neg, w.value(f"fneg double {v}", "t"), v, "v")
+    ax = b.intr("fabs", [x], "ax")
+    finite = b.fcmp("olt", ax, b.c(float("inf")), "finite")
+    return b.finish(name, ["x"], b.select(finite, v, b.c(float("nan")), "res"))
+
+
+def _sin(parts: ModuleParts, ty: str, name: str) -> str:
+    return _sincos(parts, ty, name, 0)
+
+
+def _cos(parts: ModuleParts, ty: str, name: str) -> str:
+    return _sincos(parts, ty, name, 1)
+
+
+def _pow(parts: ModuleParts, ty: str, name: str) -> str:
+    b = _Body(parts, ty)
+    w = b.w
+    if ty == "float":
+        wide = math_call(parts, "pow", "double")
+        xd = w.value("fpext float %x to double", "xd")
+        yd = w.value("fpext float %y to double", "yd")
+        r = w.value(f"call double {wide}(double {xd}, double {yd})", "rd")
+        return b.finish(name, ["x", "y"], w.value(f"fptrunc double {r} to float", "res"))
+    x, y = "%x", "%y"
+    ax = b.intr("fabs", [x], "ax")
+    lg = b.call(math_call(parts, "log", ty), [ax], "lg")
+    r = b.call(math_call(parts, "exp", ty), [b.bin("fmul", y, lg, "t")], "r")
+    yint = b.fcmp("oeq", b.intr("floor", [y], "t"), y, "yint")
+    half = b.bin("fmul", y, b.c(0.5), "half")
+    hodd = b.fcmp("une", b.intr("floor", [half], "t"), half, "t")
+    yodd = w.value(f"and i1 {yint}, {hodd}", "yodd")
+    neg = b.fcmp("olt", x, b.c(0.0), "xneg")
+    flip = w.value(f"and i1 {neg}, {yodd}", "flip")
+    r = b.select(flip, w.value(f"fneg double {r}", "t"), r, "r")
+    notint = w.value(f"xor i1 {yint}, true", "t")
+    bad = w.value(f"and i1 {neg}, {notint}", "bad")
+    r = b.select(bad, b.c(float("nan")), r, "r")
+    r = b.select(b.fcmp("oeq", y, b.c(0.0)), b.c(1.0), r, "r")
+    r = b.select(b.fcmp("oeq", x, b.c(1.0)), b.c(1.0), r, "res")
+    return b.finish(name, ["x", "y"], r)
+
+
+_BUILDERS = {
+    "exp": _exp,
+    "log": _log,
+    "tanh": _tanh,
+    "sigmoid": _sigmoid,
+    "erf": _erf,
+    "sin": _sin,
+    "cos": _cos,
+    "pow": _pow,
+}
+
+MATH_OPS = tuple(_BUILDERS)
+"""The intrinsics :func:`math_call` provides."""
+
+MATH_ARITY = {"pow": 2}
