@@ -1,0 +1,500 @@
+"""Compile a device-IR kernel into one Python function over numpy arrays.
+
+The function runs every thread of a chunk of blocks at once. Its shape follows the kernel:
+serial loops stay Python loops (their vars are ints), thread indices are int32 arrays over
+lanes, a lane-dependent ``if`` runs its branches under boolean masks. Values that are the
+same for every lane stay Python scalars. Index arithmetic is put in affine form and each
+part is computed in the outermost loop where it can be, once, and shared by every access
+that needs it. Bounds checks are left out where interval analysis proves them; the rest
+cost one reduction over the lanes.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from ..ir import dtype as dt
+from ..ir.expr import Bin, Cast, Cmp, Expr, IntImm, Load, Var, as_expr
+from ..ir.stmt import Alloc, Barrier, For, If, Let, PrimFunc, Seq, Stmt, Store, walk
+from . import mathfns, runtime
+from .analysis import ARRAY, SCALAR, BufInfo, VarInfo
+from .emit import NEST_LIMIT, Block, Scope
+from .errors import SimIRError
+from .exprgen import ExprEmitter, lookup, np_type
+from .limits import launch_config, shared_bytes
+
+TAG_CODE = {"threadIdx.x": "_tx", "threadIdx.y": "_ty", "threadIdx.z": "_tz",
+            "blockIdx.x": "_bx", "blockIdx.y": "_by", "blockIdx.z": "_bz"}
+RECURSION_LIMIT = 20000
+
+_NAMESPACE = {
+    "np": np,
+    "_oob": runtime.out_of_bounds,
+    "_wrap": mathfns.wrap,
+    "_wrap32": mathfns.wrap_int32,
+    "_fdiv": mathfns.floordiv_scalar,
+    "_fmod": mathfns.floormod_scalar,
+    "_tdiv": mathfns.trunc_div,
+    "_f2i": mathfns.float_to_int,
+    "_round": mathfns.round_half_away,
+    "_rsqrt": mathfns.rsqrt,
+    "_sigmoid": mathfns.sigmoid,
+    "_erf": mathfns.erf,
+    "_fma": mathfns.fma,
+    "_full": mathfns.full,
+}
+
+
+class CompiledKernel:
+    """A kernel compiled for the simulator: ``launch(arrays)`` runs it on flat arrays."""
+
+    def __init__(self, func: PrimFunc, grid: tuple, block: tuple, source: str, fn,
+                 track_races: bool):
+        self.name = func.name
+        self.params = func.params
+        self.grid = grid
+        self.block = block
+        self.source = source
+        self.shared_bytes = shared_bytes(func)
+        self.track_races = track_races
+        self._fn = fn
+
+    def launch(self, arrays: list) -> None:
+        """Run every block; ``arrays[i]`` is the flat array bound to param ``i``."""
+        threads = self.block[0] * self.block[1] * self.block[2]
+        nblocks = self.grid[0] * self.grid[1] * self.grid[2]
+        per_chunk = max(1, runtime.LANES_PER_CHUNK // threads)
+        with np.errstate(all="ignore"):
+            for first in range(0, nblocks, per_chunk):
+                chunk = runtime.Chunk(self.name, self.grid, self.block, first,
+                                      min(per_chunk, nblocks - first), self.track_races)
+                self._fn(arrays, chunk)
+
+
+def compile_kernel(func: PrimFunc, check_races: bool = True) -> CompiledKernel:
+    """Generate, compile and wrap the Python function that simulates ``func``."""
+    grid, block = launch_config(func)
+    gen = _Generator(func, grid, block, check_races)
+    limit = sys.getrecursionlimit()
+    # the generator recurses over expression trees, a few frames per level
+    sys.setrecursionlimit(max(limit, RECURSION_LIMIT))
+    try:
+        source = gen.generate()
+    except RecursionError:
+        raise SimIRError(f"kernel {func.name} has expressions too deeply nested for the "
+                         "simulator") from None
+    finally:
+        sys.setrecursionlimit(limit)
+    namespace = dict(_NAMESPACE)
+    namespace.update(gen.constants)
+    try:
+        code = compile(source, f"<sim kernel {func.name}>", "exec")
+    except (SyntaxError, RecursionError) as e:
+        raise SimIRError(
+            f"kernel {func.name} is too deeply nested for the simulator ({e})"
+        ) from None
+    exec(code, namespace)
+    return CompiledKernel(func, grid, block, source, namespace["kernel"], gen.races)
+
+
+class _Generator(ExprEmitter):
+    """Builds the source of one kernel function."""
+
+    def __init__(self, func: PrimFunc, grid: tuple, block: tuple, check_races: bool):
+        super().__init__(func.name)
+        self.func = func
+        self.extent = dict(zip(("blockIdx.x", "blockIdx.y", "blockIdx.z"), grid))
+        self.extent.update(zip(("threadIdx.x", "threadIdx.y", "threadIdx.z"), block))
+        self.threads = block[0] * block[1] * block[2]
+        self.nblocks = grid[0] * grid[1] * grid[2]
+        self.per_block = self.nblocks > 1
+        self.per_lane = self.threads * self.nblocks > 1
+        self.races = check_races and self.threads > 1
+        self.chunk_blocks = max(1, runtime.LANES_PER_CHUNK // self.threads)
+        self.chunk_lanes = self.chunk_blocks * self.threads
+        self.tags: set = set()
+        self._key_vars: dict = {}
+        self._key_memo: dict = {}
+        self._nz_memo: dict = {}
+        self._flat_memo: dict = {}
+
+    def tag_code(self, tag: str, dtype: str) -> str:
+        self.tags.add(tag)
+        code = TAG_CODE[tag]
+        if dtype != "int32":
+            code = f"{code}_{dtype}"
+            self.tags.add((tag, dtype))
+        return code
+
+    # top level --------------------------------------------------------------------------
+    def generate(self) -> str:
+        func = self.func
+        root_scope = Scope(0, None)
+        root = Block(1, None, root_scope, None, None, 0)
+        prelude = root.sub()
+        prologue = root.sub()
+        root_scope.prologue = prologue
+        body = prologue.follow()
+        for i, p in enumerate(func.params):
+            if p.scope != "global":
+                raise SimIRError(f"kernel {self.name}: param {p.name} must be a global buffer, "
+                                 f"it is {p.scope}")
+            code = f"g{i}"
+            prelude.line(f"{code} = _bufs[{i}]")
+            self.facts.buffers[p] = BufInfo(p.name, code, "global", p.size, p.dtype, False)
+        self.allocate(func.body, prelude)
+        self.stmt(func.body, body)
+        head = ["_L = _C.lanes", "_lane = _C.lane", "_lane64 = _C.lane64", "_sync = _C.sync"]
+        for t in sorted(x for x in self.tags if isinstance(x, str)):
+            head.append(f"{TAG_CODE[t]} = _C.index[{t!r}]")
+        for t in sorted((x for x in self.tags if isinstance(x, tuple)), key=str):
+            head.append(f"{TAG_CODE[t[0]]}_{t[1]} = {TAG_CODE[t[0]]}.astype({np_type(t[1])})")
+        prelude.items[:0] = head
+        lines = ["def kernel(_bufs, _C):"]
+        root.render(lines)
+        return "\n".join(lines) + "\n"
+
+    def allocate(self, body: Stmt, prelude: Block) -> None:
+        """Every shared and local buffer is allocated once, when the kernel starts (as the
+        GPU's static shared memory and registers are)."""
+        for s in walk(body):
+            if not isinstance(s, Alloc) or s.buffer in self.facts.buffers:
+                continue
+            b = s.buffer
+            np_type(b.dtype)
+            if b.scope == "global":
+                raise SimIRError(
+                    f"kernel {self.name} allocates global buffer {b.name}; global "
+                    "temporaries belong to the host function"
+                )
+            n = len([x for x in self.facts.buffers.values() if x.scope == b.scope])
+            if b.scope == "shared":
+                code = f"s{n}"
+                info = BufInfo(b.name, code, "shared", b.size, b.dtype, self.per_block)
+                prelude.line(f"{code} = _C.shared({b.size}, {b.dtype!r}, {self.per_block})")
+                if self.per_block:
+                    kd = self.key_dtype(b.size)
+                    info.offset = f"so{n}"
+                    prelude.line(f"so{n} = _C.block_offset({b.size}, {kd!r})")
+                if self.races:
+                    info.race = f"r{n}"
+                    prelude.line(f"r{n} = _C.race({b.name!r}, {b.size})")
+            else:
+                code = f"l{n}"
+                info = BufInfo(b.name, code, "local", b.size, b.dtype, self.per_lane)
+                prelude.line(f"{code} = _C.local({b.size}, {b.dtype!r}, {self.per_lane})")
+                if self.per_lane:
+                    info.flat = f"lf{n}"
+                    prelude.line(f"lf{n} = {code}.reshape(-1)")
+            self.facts.buffers[b] = info
+
+    # statements -------------------------------------------------------------------------
+    def room(self, B: Block) -> Block:
+        """``B``, or an inner function opened in it when Python's block nesting runs out."""
+        if B.nest < NEST_LIMIT:
+            return B
+        fname = self.tmp("_f")
+        F = B.compound(f"def {fname}()", function=True)
+        B.line(f"{fname}()")
+        return F
+
+    def stmt(self, s: Stmt, B: Block) -> None:
+        if isinstance(s, Seq):
+            for c in s.stmts:
+                self.stmt(c, B)
+        elif isinstance(s, Store):
+            self.store(s, B)
+        elif isinstance(s, For):
+            self.loop(s, B)
+        elif isinstance(s, If):
+            self.branch(s, B)
+        elif isinstance(s, Let):
+            self.let(s, B)
+        elif isinstance(s, Alloc):
+            self.stmt(s.body, B)
+        elif isinstance(s, Barrier):
+            B.line(f"_sync.barrier({B.mask})")
+        else:
+            raise SimIRError(
+                f"kernel {self.name}: a {type(s).__name__} statement cannot appear in device "
+                "IR (lowering removes blocks; launches belong to the host function)"
+            )
+
+    def alias(self, var: Var, value: Expr) -> None:
+        self._keep.append(value)
+        self.facts.bind(var, VarInfo(None, SCALAR, None, 0, alias=value))
+
+    def loop(self, s: For, B: Block) -> None:
+        if s.kind == "thread":
+            self.thread_loop(s, B)
+            return
+        if s.kind == "vthread":
+            raise SimIRError(f"kernel {self.name}: vthread loop {s.var.name} was not "
+                             "removed by lowering")
+        n = s.extent
+        if n <= 0:
+            return
+        if n == 1:
+            self.alias(s.var, IntImm(0, s.var.dtype))
+            self.stmt(s.body, B)
+            return
+        B = self.room(B)
+        scope = Scope(B.scope.depth + 1, B.scope)
+        v = self.tmp("i")
+        P = B.compound(f"for {v} in range({n})", scope=scope)
+        scope.prologue = P
+        self.facts.bind(s.var, VarInfo(v, SCALAR, (0, n - 1), scope.depth))
+        self.stmt(s.body, P.follow())
+
+    def thread_loop(self, s: For, B: Block) -> None:
+        ext = self.extent[s.thread]
+        n = s.extent
+        if n > ext:
+            raise SimIRError(
+                f"kernel {self.name}: loop {s.var.name} bound to {s.thread} has extent {n}, "
+                f"but the launch has only {ext}; the iterations above {ext - 1} would never run"
+            )
+        if n <= 0:
+            return
+        if ext == 1:
+            self.alias(s.var, IntImm(0, s.var.dtype))
+            self.stmt(s.body, B)
+            return
+        code = self.tag_code(s.thread, s.var.dtype)
+        self.facts.bind(s.var, VarInfo(code, ARRAY, (0, n - 1), 0))
+        if n == ext:
+            self.stmt(s.body, B)
+            return
+        cond = Cmp("lt", s.var, IntImm(n, s.var.dtype))
+        self._keep.append(cond)
+        self.stmt(s.body, self.masked(B, cond, False, s.body))
+
+    def needs_nz(self, s: Stmt) -> bool:
+        """Whether a masked region stores to memory that is indexed by lane lists."""
+        key = id(s)
+        if key not in self._nz_memo:
+            self._nz_memo[key] = (s, any(isinstance(x, Store) and x.buffer.scope != "local"
+                                         for x in walk(s)))
+        return self._nz_memo[key][1]
+
+    def masked(self, B: Block, cond: Expr, negate: bool, body: Stmt) -> Block:
+        """A block that runs ``body`` for the lanes of ``B``'s mask where ``cond`` holds
+        (or fails, with ``negate``), skipped when no lane is left."""
+        B = self.room(B)
+        f = self.facts
+        c = self.mat(self.ex(cond, B), B)
+        need_nz = self.needs_nz(body)
+        term = f"~{c}" if negate else c
+        if B.mask is None and f.pure(cond) and f.depth(cond) < B.scope.depth:
+            # the mask and its lane list are as loop-invariant as the condition
+            P = B.scope.at_depth(f.depth(cond)).prologue
+            key = ("mask", negate, need_nz, f.key(cond))
+            hit = lookup(P, key)
+            if hit is None:
+                m = c
+                if negate:
+                    m = self.tmp("m")
+                    P.line(f"{m} = {term}")
+                nz = None
+                if need_nz:
+                    nz = self.tmp("nz")
+                    P.line(f"{nz} = np.flatnonzero({m})")
+                hit = P.cse[key] = (m, nz)
+            m, nz = hit
+        else:
+            m = c
+            if B.mask is not None or negate:
+                m = self.tmp("m")
+                B.line(f"{m} = {B.mask} & {term}" if B.mask else f"{m} = {term}")
+            nz = None
+            if need_nz:
+                nz = self.tmp("nz")
+                B.line(f"{nz} = np.flatnonzero({m})")
+        if nz is not None:
+            return B.compound(f"if {nz}.size", mask=m, nz=nz)
+        return B.compound(f"if {m}.any()", mask=m, nz=None)
+
+    def branch(self, s: If, B: Block) -> None:
+        cond = s.cond
+        if isinstance(cond, IntImm):
+            chosen = s.then if cond.value else s.else_
+            if chosen is not None:
+                self.stmt(chosen, B)
+            return
+        if self.facts.kind(cond) == SCALAR:
+            B = self.room(B)
+            c = self.ex(cond, B)
+            T = B.compound(f"if {c}")
+            with self.assuming(cond):
+                self.stmt(s.then, T)
+            if s.else_ is not None:
+                E = B.compound("else")
+                with self.assuming(cond, False):
+                    self.stmt(s.else_, E)
+            return
+        T = self.masked(B, cond, False, s.then)
+        with self.assuming(cond):
+            self.stmt(s.then, T)
+        if s.else_ is not None:
+            E = self.masked(B, cond, True, s.else_)
+            with self.assuming(cond, False):
+                self.stmt(s.else_, E)
+
+    def let(self, s: Let, B: Block) -> None:
+        f = self.facts
+        value = s.value
+        if f.pure(value) and f.depth(value) < B.scope.depth:
+            self.alias(s.var, value)  # computed once further out, shared by every use
+            self.stmt(s.body, B)
+            return
+        code = self.ex(value, B)
+        if code in self.views:
+            code = f"{code}.copy()"
+        name = self.tmp("v")
+        B.line(f"{name} = {code}")
+        scope = Scope(B.scope.depth + 1, B.scope)
+        P = B.sub(scope=scope)
+        scope.prologue = P
+        iv = f.interval(value) if not dt.is_float(value.dtype) else None
+        f.bind(s.var, VarInfo(name, f.kind(value), iv, scope.depth))
+        self.stmt(s.body, P.follow())
+
+    # memory -----------------------------------------------------------------------------
+    def flat_index(self, buffer, indices: tuple) -> Expr:
+        """The flat element index of ``buffer[indices]``."""
+        if len(indices) == 1 and isinstance(indices[0], Expr):
+            return indices[0]
+        key = id(buffer), tuple(id(i) for i in indices)
+        hit = self._flat_memo.get(key)
+        if hit is not None:
+            return hit[1]
+        indices = tuple(as_expr(i) for i in indices)
+        if not indices:
+            flat: Expr = IntImm(0)
+        elif len(indices) == 1:
+            flat = indices[0]
+        else:
+            flat = None
+            for i, st in zip(indices, buffer.compact_strides()):
+                term = i if st == 1 else Bin("mul", i, IntImm(st, i.dtype))
+                flat = term if flat is None else Bin("add", flat, term)
+        self._flat_memo[key] = ((buffer, indices), flat)
+        return flat
+
+    def key_dtype(self, size: int) -> str:
+        """int32 where every element of every copy in a chunk has an int32 position."""
+        copies = max(self.chunk_blocks, self.chunk_lanes)
+        return "int32" if size * copies < 2**31 else "int64"
+
+    def key_var(self, name: str, code: str, kind: str, hi: int, dtype: str) -> Var:
+        v = self._key_vars.get((code, dtype))
+        if v is None:
+            v = self._key_vars[(code, dtype)] = Var(name, dtype)
+            self.facts.bind(v, VarInfo(code, kind, (0, hi), 0))
+        return v
+
+    def key_expr(self, b: BufInfo, index: Expr) -> Expr:
+        """Where element ``index`` of the executing lane's copy of ``b`` lies in the flat
+        array holding all copies (a pure expression, so it is hoisted like any index)."""
+        memo = (b.code, id(index))
+        hit = self._key_memo.get(memo)
+        if hit is not None:
+            return hit[1]
+        kd = self.key_dtype(b.size)
+        idx = index if index.dtype == kd else Cast(kd, index)
+        if b.scope == "shared":
+            off = self.key_var(b.offset, b.offset, ARRAY, (self.chunk_blocks - 1) * b.size, kd)
+            key: Expr = Bin("add", off, idx)
+        else:
+            lane = self.key_var("lane", "_lane" if kd == "int32" else "_lane64", ARRAY,
+                                self.chunk_lanes - 1, kd)
+            lanes = self.key_var("lanes", "_L", SCALAR, self.chunk_lanes, kd)
+            key = Bin("add", lane, Bin("mul", idx, lanes))
+        self._key_memo[memo] = (index, key)
+        return key
+
+    def locate(self, b: BufInfo, index: Expr, B: Block, what: str) -> tuple[str, str]:
+        """Bounds-check ``index`` (unless proven) and return (code, kind) of the position
+        to access: the index itself, or for per-block and per-lane copies addressed by
+        lane, the position in the flat array of all copies."""
+        f = self.facts
+        ik = f.kind(index)
+        iv = f.guarded_interval(index)
+        code = None
+        if iv is None or iv[0] < 0 or iv[1] >= b.size:
+            code = self.mat(self.ex(index, B), B)
+            self.check(b, index, code, B, what)
+        if b.copies and (b.scope == "shared" or ik == ARRAY):
+            return self.mat(self.ex(self.key_expr(b, index), B), B), ARRAY
+        if code is None:
+            code = self.mat(self.ex(index, B), B)
+        return code, ik
+
+    def check(self, b: BufInfo, index: Expr, code: str, B: Block, what: str) -> None:
+        call = f"_oob(_C, {b.name!r}, {code}, {b.size}, {B.mask}, {what!r})"
+        if self.facts.kind(index) == SCALAR:
+            B.line(f"if not 0 <= {code} < {b.size}: {call}")
+            return
+        d = index.dtype
+        if d in ("int32", "int64"):
+            test = f"{code}.view(np.uint{d[3:]}).max() >= {b.size}"
+        elif dt.is_uint(d):
+            test = f"{code}.max() >= {b.size}"
+        else:
+            test = f"({code}.min() < 0 or {code}.max() >= {b.size})"
+        B.line(f"if {test}: {call}")
+
+    def scalar_read(self, code: str, dtype: str) -> str:
+        if dtype == "bool":
+            return f"bool({code})"
+        if dt.is_int(dtype):
+            return f"int({code})"
+        return code
+
+    def load(self, e: Load, B: Block) -> str:
+        b = self.facts.buffer(e.buffer)
+        pos, kind = self.locate(b, self.flat_index(e.buffer, e.indices), B, "load")
+        if b.scope == "local" and b.copies:
+            if kind == SCALAR:
+                code = f"{b.code}[{pos}]"  # one row: this element of every lane
+                self.views.add(code)
+                return code
+            return f"{b.flat}.take({pos}, mode='clip')"
+        if b.race:
+            B.line(f"{b.race}.read_check({pos}, {B.mask})")
+        if kind == ARRAY:
+            return f"{b.code}.take({pos}, mode='clip')"
+        return self.scalar_read(f"{b.code}[{pos}]", b.dtype)
+
+    def store(self, s: Store, B: Block) -> None:
+        b = self.facts.buffer(s.buffer)
+        vk = self.facts.kind(s.value)
+        vc = self.ex(s.value, B)
+        pos, kind = self.locate(b, self.flat_index(s.buffer, s.indices), B, "store")
+        m, nz = B.mask, B.nz
+        if b.scope == "local" and b.copies and kind == SCALAR:
+            if m is None:
+                B.line(f"{b.code}[{pos}] = {vc}")
+            else:
+                B.line(f"{b.code}[{pos}] = np.where({m}, {vc}, {b.code}[{pos}])")
+            return
+        target = b.flat if b.scope == "local" and b.copies else b.code
+        if b.race:
+            B.line(f"{b.race}.write({target}, {pos}, {vc}, {nz})")
+            return
+        if m is not None and nz is None:
+            nz = self.mat(f"np.flatnonzero({m})", B)
+        if kind == ARRAY:
+            if m is None:
+                B.line(f"{target}[{pos}] = {vc}")
+            else:
+                part = f"{vc}.take({nz})" if vk == ARRAY else vc
+                B.line(f"{target}[{pos}.take({nz})] = {part}")
+            return
+        if vk == ARRAY:
+            # every lane stores to one element: one of them wins, as on the GPU
+            vc = f"{vc}[-1]" if m is None else f"{vc}[{nz}[-1]]"
+        B.line(f"{target}[{pos}] = {vc}")
+

@@ -1,0 +1,108 @@
+"""Scalar and element-wise helpers with GPU semantics, called from generated kernel code.
+
+Every function takes numpy arrays or scalars and keeps the dtype it is given (float32 math
+stays float32). Plain arithmetic is emitted inline; these cover what numpy or Python
+would do differently from the GPU (rounding, truncating division, integer wrap-around,
+fused multiply-add, division by zero that must not raise).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+
+@functools.cache
+def int_range(dtype: str) -> tuple[int, int]:
+    """(smallest, largest) value of an integer or bool dtype."""
+    if dtype == "bool":
+        return 0, 1
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def wrap(value: int, dtype: str) -> int:
+    """A Python int reduced to ``dtype`` with two's-complement wrap-around."""
+    lo, hi = int_range(dtype)
+    span = hi - lo + 1
+    return (value - lo) % span + lo
+
+
+def wrap_int32(value: int) -> int:
+    return ((value + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+
+
+def floordiv_scalar(a: int, b: int) -> int:
+    """Python floor division, except that dividing by zero gives 0 instead of raising
+    (the GPU does not trap; its result is undefined)."""
+    return a // b if b else 0
+
+
+def floormod_scalar(a: int, b: int) -> int:
+    return a % b if b else 0
+
+
+def trunc_div(a, b, dtype: str):
+    """C integer division (rounds toward zero), for ``div`` on integers."""
+    with np.errstate(all="ignore"):
+        q = np.trunc(np.asarray(a, np.float64) / np.asarray(b, np.float64))
+    q = np.where(np.isfinite(q), q, 0)  # division by zero does not trap on the GPU
+    if q.ndim == 0:
+        return wrap(int(q), dtype)
+    return q.astype(dtype)
+
+
+def float_to_int(x, dtype: str):
+    """Float to integer conversion that truncates toward zero and saturates: NaN gives 0,
+    values beyond the range give its ends (LLVM's ``fptosi.sat``, which the GPU code uses).
+    Works on scalars and arrays."""
+    lo, hi = int_range(dtype)
+    wide = np.asarray(x, np.float64)
+    out = np.where(np.isnan(wide), 0, np.clip(np.trunc(wide), lo, hi))
+    if out.ndim == 0:
+        return int(out)
+    return out.astype(dtype)
+
+
+def round_half_away(x):
+    """``round``: halfway cases away from zero (CUDA's roundf), not to even."""
+    t = np.trunc(x)
+    frac = np.abs(x - t)
+    one = np.ones_like(x)
+    return np.where(frac >= 0.5, t + np.copysign(one, x), t).astype(np.asarray(x).dtype)[()]
+
+
+def rsqrt(x):
+    one = np.asarray(x).dtype.type(1)
+    return one / np.sqrt(x)
+
+
+def sigmoid(x):
+    one = np.asarray(x).dtype.type(1)
+    return one / (one + np.exp(-x))
+
+
+def erf(x):
+    dtype = np.asarray(x).dtype
+    try:
+        from scipy.special import erf as _erf
+    except ImportError:  # scipy comes with scikit-learn; this keeps erf working without it
+        _erf = np.vectorize(math.erf, otypes=[np.float64])
+    return np.asarray(_erf(np.asarray(x, dtype=np.float64))).astype(dtype)[()]
+
+
+def fma(a, b, c):
+    """Fused multiply-add with one rounding, as the GPU's fma (exact through float64 for
+    float32 operands, up to rare double-rounding cases)."""
+    dtype = np.result_type(a, b, c)
+    if dtype.kind != "f" or dtype.itemsize >= 8:
+        return a * b + c
+    wide = np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)
+    return wide.astype(dtype)[()]
+
+
+def full(value, lanes: int, dtype: str) -> np.ndarray:
+    """A lane-independent value spread over all lanes."""
+    return np.full(lanes, value, dtype=dtype)

@@ -1,0 +1,319 @@
+"""Run-time state of one simulated launch, and the checks that generated kernels call.
+
+A launch runs its thread blocks in chunks; a :class:`Chunk` holds the lanes of one chunk
+(every thread of every block in it, lane = local block * threads per block + thread), the
+hardware indices as int32 arrays over those lanes, the barrier state and the per-buffer
+race trackers. Generated kernel code (:mod:`.codegen`) calls the functions here only on
+paths that can fail or that need the race checker; the common paths are inline numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import SimBarrierError, SimMemoryError, SimRaceError
+
+LANES_PER_CHUNK = 1 << 16
+"""Lanes simulated at once (as many whole blocks as fit); bounds the memory of local
+buffers and temporaries, which hold one value per lane."""
+
+
+def fill_value(dtype: np.dtype):
+    """What fresh (uninitialized) memory holds: NaN for floats, a loud pattern otherwise.
+
+    A GPU leaves new allocations undefined; NaN makes any read of such memory show up in
+    the results instead of passing by chance as zero.
+    """
+    if dtype.kind == "f":
+        return np.nan
+    if dtype.kind == "b":
+        return False
+    return np.iinfo(dtype).max
+
+
+class Chunk:
+    """The lanes of ``nblocks`` consecutive thread blocks starting at block ``first``."""
+
+    def __init__(self, kernel: str, grid: tuple, block: tuple, first: int, nblocks: int,
+                 track_races: bool):
+        gx, gy, _ = grid
+        tx, ty, _ = block
+        threads = tx * ty * block[2]
+        self.kernel = kernel
+        self.grid = grid
+        self.block = block
+        self.threads = threads
+        self.first = first
+        self.nblocks = nblocks
+        self.lanes = nblocks * threads
+        lane = np.arange(self.lanes, dtype=np.int64)
+        tid = lane % threads
+        lblk = lane // threads
+        gblk = lblk + first
+        self.lane = lane.astype(np.int32)
+        self.lane64 = lane
+        self.tid = tid.astype(np.int32)
+        self.lblk = lblk.astype(np.int32)
+        self.index = {
+            "threadIdx.x": (tid % tx).astype(np.int32),
+            "threadIdx.y": (tid // tx % ty).astype(np.int32),
+            "threadIdx.z": (tid // (tx * ty)).astype(np.int32),
+            "blockIdx.x": (gblk % gx).astype(np.int32),
+            "blockIdx.y": (gblk // gx % gy).astype(np.int32),
+            "blockIdx.z": (gblk // (gx * gy)).astype(np.int32),
+        }
+        self.sync = Sync(self, track_races)
+
+    # memory ---------------------------------------------------------------------------
+    def shared(self, size: int, dtype: str, per_block: bool) -> np.ndarray:
+        """A shared buffer: one copy per block of the chunk, flat (block-major)."""
+        dt = np.dtype(dtype)
+        n = size * self.nblocks if per_block else size
+        return np.full(n, fill_value(dt), dt)
+
+    def block_offset(self, size: int, dtype: str) -> np.ndarray:
+        """Per lane, where its block's copy of a shared buffer of ``size`` starts."""
+        return self.lblk.astype(dtype) * size
+
+    def local(self, size: int, dtype: str, per_lane: bool) -> np.ndarray:
+        """A local buffer: shape (size, lanes), so element ``i`` of all lanes is one row."""
+        dt = np.dtype(dtype)
+        shape = (size, self.lanes) if per_lane else (size,)
+        return np.full(shape, fill_value(dt), dt)
+
+    def race(self, name: str, size: int) -> SharedRace:
+        return SharedRace(self, name, size)
+
+    # messages -------------------------------------------------------------------------
+    def thread_of(self, tid: int) -> str:
+        bx, by, _ = self.block
+        t = int(tid)
+        return f"thread ({t % bx}, {t // bx % by}, {t // (bx * by)})"
+
+    def where(self, lane: int) -> str:
+        """'thread (x, y, z) of block (x, y, z)' for a lane of this chunk."""
+        ix = self.index
+        lane = int(lane)
+        blk = tuple(int(ix[f"blockIdx.{c}"][lane]) for c in "xyz")
+        return f"{self.thread_of(self.tid[lane])} of block {blk}"
+
+
+class Sync:
+    """Barrier state: epochs per block, and each lane's stamp for the race trackers.
+
+    A stamp is ``epoch * threads + thread``: two accesses are in the same barrier interval
+    of a block when their stamps are both at least ``epoch * threads`` (``base``).
+    """
+
+    def __init__(self, chunk: Chunk, track: bool):
+        self.chunk = chunk
+        self.track = track
+        self.nbar = 0
+        if track:
+            self.epoch = np.zeros(chunk.nblocks, np.int64)
+            self.base: int | np.ndarray = 0
+            self.stamp = chunk.tid.astype(np.int64)
+
+    def barrier(self, mask) -> None:
+        """``__syncthreads()`` for the lanes in ``mask`` (None: all)."""
+        c = self.chunk
+        partial = None
+        if mask is not None:
+            per_block = np.asarray(mask).reshape(c.nblocks, c.threads)
+            arrived = per_block.any(axis=1)
+            complete = per_block.all(axis=1)
+            split = np.flatnonzero(arrived != complete)
+            if split.size:
+                b = int(split[0])
+                row = per_block[b]
+                inside = int(np.argmax(row))
+                outside = int(np.argmax(~row))
+                raise SimBarrierError(
+                    f"kernel {c.kernel}: barrier reached by {c.where(b * c.threads + inside)} "
+                    f"but not by {c.thread_of(outside)} of the same block (divergent "
+                    "__syncthreads); keep barriers outside conditions and thread loops that "
+                    "do not cover the whole block"
+                )
+            if not arrived.all():
+                partial = arrived
+        if not self.track:
+            return
+        T = c.threads
+        if partial is None:
+            # every block of the chunk steps its epoch; a plain counter keeps reads cheap
+            self.nbar += 1
+            self.epoch += 1
+            self.base = self.base + T
+            self.stamp = self.stamp + T
+        else:
+            self.epoch[partial] += 1
+            self.base = self.epoch[c.lblk] * T
+            self.stamp = self.base + c.tid
+
+
+def _active(sync: Sync, key, nz):
+    """Keys, stamps and bases of the active lanes (``nz``: their indices, None: all)."""
+    c = sync.chunk
+    base = sync.base
+    if nz is None:
+        if np.ndim(key) == 0:
+            key = np.full(c.lanes, key, np.int64)
+        return key, sync.stamp, base, None
+    if np.ndim(key) == 0:
+        key = np.full(nz.size, key, np.int64)
+    else:
+        key = key.take(nz)
+    if np.ndim(base):
+        base = base.take(nz)
+    return key, sync.stamp.take(nz), base, nz
+
+
+def _differs(a: np.ndarray, b) -> np.ndarray:
+    """Element-wise 'not the same bits' (so NaN equals NaN and writing it twice is benign)."""
+    b = np.asarray(b, dtype=a.dtype)
+    if a.dtype.kind == "f":
+        view = np.dtype(f"u{a.dtype.itemsize}")
+        return a.view(view) != np.broadcast_to(b, a.shape).view(view)
+    return a != b
+
+
+class SharedRace:
+    """Race tracker of one shared buffer.
+
+    Per element it keeps the stamp of the last writer and of the last reader. Reads are
+    only logged at first: most barrier intervals that read a buffer never write it, and
+    their log is dropped at the next barrier. The log is replayed into the reader stamps
+    when the buffer is written in the same interval (or when the log grows long).
+    """
+
+    LOG_LIMIT = 1 << 22
+    """Logged read positions before they are folded into the reader stamps."""
+
+    def __init__(self, chunk: Chunk, name: str, size: int):
+        n = size * chunk.nblocks
+        self.chunk = chunk
+        self.sync = chunk.sync
+        self.name = name
+        self.size = size
+        self.rstamp = np.full(n, -1, np.int64)
+        self.wstamp = np.full(n, -1, np.int64)
+        self.wrote = -1  # barrier count of the last write
+        self.folded = -1  # barrier count of the last replay of logged reads
+        self.log: list = []
+        self.logged = 0
+        self.log_interval = -1
+
+    def _fail(self, lane: int, key: int, verb: str, other_stamp: int, other_verb: str,
+              base: int):
+        c = self.chunk
+        other = c.thread_of(int(other_stamp) - int(base))
+        index = int(key) % self.size
+        raise SimRaceError(
+            f"missing barrier: kernel {c.kernel}, {c.where(lane)} {verb} "
+            f"{self.name}[{index}] {other_verb} by {other} in the same barrier interval"
+        )
+
+    def read_check(self, key, mask) -> None:
+        """Check and log a read of ``key`` (flat, block-major) by the lanes in ``mask``."""
+        sync = self.sync
+        if self.wrote == sync.nbar:
+            nz = None if mask is None else np.flatnonzero(mask)
+            k, stamp, base, nz = _active(sync, key, nz)
+            ws = self.wstamp.take(k)
+            bad = (ws >= base) & (ws != stamp)
+            if bad.any():
+                j = int(np.argmax(bad))
+                self._fail(j if nz is None else nz[j], k[j], "reads", ws[j], "written",
+                           base if np.ndim(base) == 0 else base[j])
+        if self.log_interval != sync.nbar:
+            self.log.clear()
+            self.logged = 0
+            self.log_interval = sync.nbar
+        self.log.append((key, mask, sync.stamp))
+        self.logged += self.chunk.lanes
+        if self.logged > self.LOG_LIMIT:
+            self.fold()
+
+    def fold(self) -> None:
+        """Replay the logged reads into the reader stamps (later reads win)."""
+        if not self.log:
+            return
+        keys, stamps = [], []
+        lanes = self.chunk.lanes
+        for key, mask, stamp in self.log:
+            if mask is None:
+                keys.append(np.broadcast_to(key, (lanes,)))
+                stamps.append(stamp)
+            else:
+                nz = np.flatnonzero(mask)
+                keys.append(key.take(nz) if np.ndim(key) else np.full(nz.size, key))
+                stamps.append(stamp.take(nz))
+        self.rstamp[np.concatenate(keys)] = np.concatenate(stamps)
+        self.folded = self.sync.nbar
+        self.log.clear()
+        self.logged = 0
+
+    def write(self, buf: np.ndarray, key, value, nz) -> None:
+        """Store ``value`` at ``key`` for the active lanes (``nz``: their indices)."""
+        sync = self.sync
+        key, stamp, base, nz = _active(sync, key, nz)
+        if np.ndim(value) and nz is not None:
+            value = value.take(nz)
+
+        def lane(j):
+            return j if nz is None else nz[j]
+
+        def base_of(j):
+            return base if np.ndim(base) == 0 else base[j]
+
+        if self.log and self.log_interval == sync.nbar:
+            self.fold()
+        if self.folded == sync.nbar:
+            rs = self.rstamp.take(key)
+            bad = (rs >= base) & (rs != stamp)
+            if bad.any():
+                j = int(np.argmax(bad))
+                self._fail(lane(j), key[j], "writes", rs[j], "read", base_of(j))
+        if self.wrote == sync.nbar:
+            ws = self.wstamp.take(key)
+            bad = (ws >= base) & (ws != stamp)
+            if bad.any():
+                bad &= _differs(buf.take(key), value)
+                if bad.any():
+                    j = int(np.argmax(bad))
+                    self._fail(lane(j), key[j], "writes a different value to", ws[j],
+                               "written", base_of(j))
+        buf[key] = value
+        if np.ndim(value) and key.size > 1:
+            # two lanes of one block storing different values to one element in one store
+            lost = _differs(buf.take(key), value)
+            if lost.any():
+                j = int(np.argmax(lost))
+                winner = int(np.flatnonzero(key == key[j])[-1])
+                self._fail(lane(j), key[j], "writes a different value to", stamp[winner],
+                           "written", base_of(winner))
+        self.wstamp[key] = stamp
+        self.wrote = sync.nbar
+
+
+def out_of_bounds(chunk: Chunk, buffer: str, index, size: int, mask, what: str) -> None:
+    """Raise :class:`SimMemoryError` if an active lane's ``index`` is outside [0, size).
+
+    Generated code calls this only after a quick check over all lanes failed; lanes
+    outside ``mask`` do not execute the access, so they may hold any index.
+    """
+    if np.ndim(index) == 0:
+        lane = 0 if mask is None else int(np.argmax(mask))
+        bad_index = int(index)
+    else:
+        bad = (index < 0) | (index >= size)
+        if mask is not None:
+            bad &= mask
+        if not bad.any():
+            return
+        lane = int(np.argmax(bad))
+        bad_index = int(index[lane])
+    raise SimMemoryError(
+        f"illegal memory access: kernel {chunk.kernel}, buffer {buffer} index {bad_index} "
+        f"outside [0, {size}) ({chunk.where(lane)}) on a {what}"
+    )
