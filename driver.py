@@ -1,0 +1,191 @@
+"""``ptxforge.lower`` and ``ptxforge.build``: from a schedule (or a DAG) to device IR and
+to a module that runs on the simulator or a GPU."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .ir.compute_dag import ComputeDAG
+from .ir.stmt import Module, PrimFunc
+from .ir.te import Tensor
+from .ir.to_ir import to_ir
+from .nd import SimArray, SimDevice
+
+
+def _order_params(module: Module, args) -> Module:
+    """Reorder ``main``'s parameters to match ``args`` (tensors or schedule tensors)."""
+    if args is None:
+        return module
+    func = module.main
+    by_name = {b.name: b for b in func.params}
+    names = []
+    for a in args:
+        name = a.name if hasattr(a, "name") else str(a)
+        if name not in by_name:
+            raise ValueError(
+                f"argument {name} is not a parameter of the computation; parameters are "
+                f"{', '.join(by_name)}"
+            )
+        names.append(name)
+    if sorted(names) != sorted(by_name):
+        missing = set(by_name) - set(names)
+        raise ValueError(f"arguments are missing {', '.join(sorted(missing))}")
+    params = tuple(by_name[n] for n in names)
+    return module.with_function(func.replace(params=params))
+
+
+def scheduled_module(sch_or_dag, args=None) -> Module:
+    """The scheduled tensor IR of a schedule, a DAG, a list of tensors, or a module."""
+    from .passes.schedule.schedule import Schedule
+
+    if isinstance(sch_or_dag, Schedule):
+        module = sch_or_dag.module
+        if args is None:
+            return module
+        return _fix_param_names(module, sch_or_dag, args)
+    elif isinstance(sch_or_dag, Module):
+        module = sch_or_dag
+    elif isinstance(sch_or_dag, PrimFunc):
+        module = Module([sch_or_dag])
+    elif isinstance(sch_or_dag, ComputeDAG):
+        module = to_ir(sch_or_dag)
+    elif isinstance(sch_or_dag, (list, tuple)) and all(isinstance(t, Tensor) for t in sch_or_dag):
+        module = to_ir(list(sch_or_dag))
+        args = None
+    else:
+        raise TypeError(
+            f"expected a Schedule, ComputeDAG, Module or list of tensors, got {sch_or_dag!r}"
+        )
+    return _order_params(module, args)
+
+
+def _fix_param_names(module, sch, args):
+    # schedule tensors are named by their stage; te tensors by the unique buffer name
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            from .passes.schedule.schedule import _param_or_stage_name
+
+            out.append(_param_or_stage_name(sch, a))
+        else:
+            out.append(a)
+    return _order_params(module, [_Named(n) if isinstance(n, str) else n for n in out])
+
+
+class _Named:
+    def __init__(self, name):
+        self.name = name
+
+
+def lower(sch_or_dag, args=None, ctx=None) -> Module:
+    """Lower to device IR (kernels and a host function). Print the result to read it."""
+    from .passes import PassContext
+    from .passes.lower import lowering_pipeline
+
+    module = scheduled_module(sch_or_dag, args)
+    ctx = ctx or PassContext.current()
+    return lowering_pipeline()(module, ctx)
+
+
+class BuiltModule:
+    """A compiled computation: call it with simulator arrays or GPU arrays."""
+
+    entry_name = "main"
+
+    def __init__(self, device_module: Module, target: str):
+        self.device_module = device_module
+        self.target = target
+        self._ptx = None
+        self._loaded: dict = {}
+        if target == "cuda":
+            self._compile()
+
+    def _compile(self):
+        if self._ptx is None:
+            from .backend_ptx import compile_module
+
+            self._ptx = compile_module(self.device_module)
+        return self._ptx
+
+    @property
+    def params(self):
+        return self.device_module.main.params
+
+    def __call__(self, *arrays):
+        params = self.params
+        if len(arrays) != len(params):
+            raise TypeError(
+                f"the module takes {len(params)} arrays ({', '.join(p.name for p in params)}), "
+                f"got {len(arrays)}"
+            )
+        if all(isinstance(a, (SimArray, np.ndarray)) for a in arrays):
+            from . import backend_sim
+
+            backend_sim.run(self.device_module, [
+                a.host_view if isinstance(a, SimArray) else a for a in arrays])
+            return
+        dev = arrays[0].device
+        key = repr(dev)
+        if key not in self._loaded:
+            self._loaded[key] = self._compile().load(dev)
+        self._loaded[key](*arrays)
+
+    def get_source(self, fmt: str = "ir") -> str:
+        """``"ir"`` (device IR), ``"llvm"``, ``"llvm_opt"`` or ``"ptx"``."""
+        if fmt == "ir":
+            return str(self.device_module)
+        return self._compile().get_source(fmt)
+
+    def time_evaluator(self, func_name: str, dev, number: int = 10, repeat: int = 1,
+                       min_repeat_ms: float = 0):
+        """A function timing the module on ``dev``: CUDA events on a GPU; on the simulator
+        the wall time of the simulation (not a GPU time)."""
+        if isinstance(dev, SimDevice):
+            return _sim_timer(self, number, repeat)
+        key = repr(dev)
+        if key not in self._loaded:
+            self._loaded[key] = self._compile().load(dev)
+        return self._loaded[key].time_evaluator(number=number, repeat=repeat,
+                                                min_repeat_ms=min_repeat_ms)
+
+
+class ProfileResult:
+    """Times in seconds, as TVM's: ``results`` per repeat, ``mean``, ``median``."""
+
+    def __init__(self, results, kind: str):
+        self.results = tuple(results)
+        self.kind = kind
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.results))
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.results))
+
+    def __repr__(self):
+        return f"ProfileResult(mean={self.mean:.6g} s, {self.kind})"
+
+
+def _sim_timer(mod: BuiltModule, number: int, repeat: int):
+    def run(*arrays):
+        res = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                mod(*arrays)
+            res.append((time.perf_counter() - t0) / number)
+        return ProfileResult(res, "simulator wall time, not a GPU time")
+
+    return run
+
+
+def build(sch_or_dag, args=None, target: str = "cuda", ctx=None) -> BuiltModule:
+    """Lower and compile. ``target="cuda"`` also generates PTX (no GPU needed for that);
+    ``target="sim"`` only lowers. Both run on the simulator when given simulator arrays."""
+    if target not in ("cuda", "sim"):
+        raise ValueError(f"unknown target {target!r}; use 'cuda' or 'sim'")
+    return BuiltModule(lower(sch_or_dag, args, ctx), target)

@@ -1,0 +1,42 @@
+"""Lowering passes: scheduled tensor IR -> device IR (kernels and a host function).
+
+The default pipeline, in order:
+
+``cross_thread_reduction, decompose_reduction, lower_blocks, compact_buffers,
+inject_vthread, merge_thread_loops, unroll_loops, simplify, split_host_device,
+flatten_buffers, simplify, insert_barriers, validate_gpu``
+"""
+
+from __future__ import annotations
+
+from . import (  # noqa: F401  (importing registers the passes)
+    compact_buffers,
+    cross_thread_reduction,
+    decompose_reduction,
+    flatten_buffers,
+    inject_vthread,
+    insert_barriers,
+    lower_blocks,
+    merge_thread_loops,
+    simplify,
+    split_host_device,
+    unroll_loops,
+    validate_gpu,
+)
+from .common import LoweringError
+
+LOWERING_PIPELINE = (
+    "cross_thread_reduction(), decompose_reduction(), lower_blocks(), compact_buffers(), "
+    "inject_vthread(), merge_thread_loops(), unroll_loops(), simplify(), "
+    "split_host_device(), flatten_buffers(), simplify(), insert_barriers(), validate_gpu()"
+)
+
+
+def lowering_pipeline():
+    """The default lowering pipeline as a :class:`~ptxforge.passes.Pipeline`."""
+    from ..pipeline import Pipeline
+
+    return Pipeline.parse(LOWERING_PIPELINE)
+
+
+__all__ = ["LOWERING_PIPELINE", "LoweringError", "lowering_pipeline"]

@@ -1,0 +1,184 @@
+"""compact_buffers: place each intermediate buffer where it is used and shrink it to the
+region used there; infer the scope of intermediate global buffers computed inside thread
+loops (local under threadIdx, shared under blockIdx only), as TVM does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.expr import IntImm, Load, children, rebuild
+from ...ir.region import access_region
+from ...ir.simplify import simplify
+from ...ir.stmt import Alloc, Buffer, For, PrimFunc, Stmt, Store, map_stmt, stmt_children
+from ..base import Pass
+from ..registry import register_pass
+from ..schedule.common import replace_at
+from .common import buffer_accesses, collect_accesses, on_prim
+
+
+def _is_thread(n) -> bool:
+    return isinstance(n, For) and n.kind in ("thread", "vthread") and n.thread != "" and not \
+        n.thread.startswith("blockIdx")
+
+
+def _lca_path(root: Stmt, buf) -> list:
+    """Path from ``root`` to the deepest statement holding every access of ``buf``."""
+    holds: set = set()
+
+    def mark(x) -> bool:
+        found = _own_access(x, buf)
+        for c in stmt_children(x):
+            if mark(c):
+                found = True
+        if found:
+            holds.add(id(x))
+        return found
+
+    mark(root)
+    path = [root]
+    cur = root
+    while True:
+        if isinstance(cur, Store) or _own_access(cur, buf):
+            return path
+        kids = [c for c in stmt_children(cur) if id(c) in holds]
+        if len(kids) != 1:
+            return path
+        cur = kids[0]
+        path.append(cur)
+
+
+def _own_access(s, buf) -> bool:
+    """Whether ``s`` itself (not its children) accesses ``buf``."""
+    from ...ir.stmt import stmt_exprs
+    from .common import expr_reads
+
+    if isinstance(s, Store) and s.buffer is buf:
+        return True
+    return any(expr_reads(e, buf) for e in stmt_exprs(s))
+
+
+def compact_buffers(func: PrimFunc) -> PrimFunc:
+    body = func.body
+    # peel the function-level allocations of intermediates
+    allocs = []
+    while isinstance(body, Alloc):
+        allocs.append(body.buffer)
+        body = body.body
+    aligns = func.attrs.get("storage_align", {})
+    kept = []
+    for buf in allocs:
+        body, stays = _place(body, buf, aligns.get(buf.name))
+        if stays is not None:
+            if aligns.get(stays.name):
+                strided = _aligned(stays, aligns[stays.name])
+                body = _rebuffer(body, stays, strided)
+                stays = strided
+            kept.append(stays)
+    for b in reversed(kept):
+        body = Alloc(b, body)
+    return func.replace(body=body)
+
+
+def _aligned(buf: Buffer, aligns) -> Buffer:
+    from ..schedule.storage_align import aligned_strides
+
+    return Buffer(buf.name, buf.dtype, buf.shape, buf.scope, aligned_strides(buf.shape, aligns))
+
+
+def _rebuffer(body: Stmt, old: Buffer, new: Buffer) -> Stmt:
+    from ...ir.stmt import replace_buffers
+
+    return replace_buffers(body, {old: new})
+
+
+def _place(body: Stmt, buf: Buffer, aligns=None):
+    """Put ``buf``'s allocation at its use; returns (body, buffer to keep at top or None)."""
+    if not buffer_accesses(body, buf):
+        return body, None
+    path = _lca_path(body, buf)
+    loops = [n for n in path if isinstance(n, For)]
+    scope = buf.scope
+    if scope == "global":
+        if any(_is_thread(n) for n in loops):
+            scope = "local"
+        elif any(n.kind == "thread" for n in loops):
+            scope = "shared"
+    if scope == "global":
+        return body, buf
+    # which loops are fixed for the region: all enclosing ones, except thread loops
+    # (and vthreads) for shared memory, which the block's threads share
+    if scope == "shared":
+        fixed = [n for n in loops if not _is_thread(n)]
+        ranging_above = [n for n in loops if _is_thread(n)]
+    else:
+        fixed = loops
+        ranging_above = []
+    lca = path[-1]
+    # the region readers demand sizes the buffer (as TVM's bound inference does); a
+    # producer computed at a loop writes only that region (its predicate guards overhang)
+    accesses = collect_accesses(lca, buf, (), reads_only=True) or collect_accesses(lca, buf, ())
+    index_sets = []
+    inner_ranges: dict = {n.var: (0, n.extent - 1) for n in ranging_above}
+    for idx, inner_loops in accesses:
+        index_sets.append(idx)
+        for n in inner_loops:
+            inner_ranges[n.var] = (0, n.extent - 1)
+    if isinstance(lca, For):
+        # accesses inside the loop's body: the loop var is fixed for the region
+        inner_ranges.pop(lca.var, None)
+    outer_ranges = {n.var: (0, n.extent - 1) for n in fixed}
+    region = access_region(index_sets, buf.shape, inner_ranges, outer_ranges)
+    new_shape = tuple(ext for _, ext in region)
+    new_buf = Buffer(buf.name, buf.dtype, new_shape, scope)
+    if aligns:
+        new_buf = _aligned(new_buf, aligns)
+    starts = [s for s, _ in region]
+
+    def shift(idx):
+        return tuple(
+            i if (isinstance(s, IntImm) and s.value == 0) else simplify(i - s)
+            for i, s in zip(idx, starts)
+        )
+
+    def fix_expr(e):
+        def go(x):
+            kids = children(x)
+            if kids:
+                x = rebuild(x, tuple(go(k) for k in kids))
+            if isinstance(x, Load) and x.buffer is buf:
+                return Load(new_buf, shift(x.indices))
+            return x
+
+        return go(e)
+
+    def fix_stmt(x):
+        if isinstance(x, Store) and x.buffer is buf:
+            return Store(new_buf, shift(x.indices), x.value)
+        return None
+
+    # where the allocation goes: at the LCA, or above the outermost thread loop for shared
+    alloc_at = len(path) - 1
+    if scope == "shared":
+        for k, n in enumerate(path):
+            if _is_thread(n):
+                alloc_at = k
+                break
+    target = path[alloc_at]
+    if isinstance(target, For) and alloc_at == len(path) - 1:
+        new_target = target.replace(body=Alloc(new_buf, map_stmt(target.body, fix_stmt,
+                                                                  fix_expr)))
+    else:
+        new_target = Alloc(new_buf, map_stmt(target, fix_stmt, fix_expr))
+    return replace_at(path[: alloc_at + 1], new_target), None
+
+
+@register_pass
+@dataclass(frozen=True)
+class CompactBuffers(Pass):
+    """Allocate intermediates where used, shrunk to the region used; infer their scope."""
+
+    name = "compact_buffers"
+
+    def apply(self, module, ctx):
+        return on_prim(module, compact_buffers)

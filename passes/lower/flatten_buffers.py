@@ -1,0 +1,70 @@
+"""flatten_buffers: every buffer becomes 1-D, indices become offsets (row-major, or the
+buffer's padded strides from storage_align)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.expr import IntImm, Load, children, rebuild
+from ...ir.simplify import simplify
+from ...ir.stmt import Alloc, Buffer, PrimFunc, Store, map_stmt
+from ..base import Pass
+from ..registry import register_pass
+from .common import on_kernels
+
+
+def flat_buffer(buf: Buffer) -> Buffer:
+    return Buffer(buf.name, buf.dtype, (buf.size,), buf.scope)
+
+
+def flat_index(buf: Buffer, indices) -> tuple:
+    off = None
+    for i, st in zip(indices, buf.compact_strides()):
+        term = i if st == 1 else i * IntImm(st)
+        off = term if off is None else off + term
+    return (IntImm(0) if off is None else simplify(off),)
+
+
+def flatten_buffers(func: PrimFunc) -> tuple:
+    """Returns ``(flat function, {flat param buffer: original param buffer})``."""
+    bmap: dict = {b: flat_buffer(b) for b in func.params}
+
+    def get(b):
+        if b not in bmap:
+            bmap[b] = flat_buffer(b)
+        return bmap[b]
+
+    def fe(e):
+        def go(x):
+            kids = children(x)
+            if kids:
+                x = rebuild(x, tuple(go(k) for k in kids))
+            if isinstance(x, Load):
+                return Load(get(x.buffer), flat_index(x.buffer, x.indices))
+            return x
+
+        return go(e)
+
+    def fs(x):
+        if isinstance(x, Store):
+            return Store(get(x.buffer), flat_index(x.buffer, x.indices), x.value)
+        if isinstance(x, Alloc):
+            return Alloc(get(x.buffer), x.body)
+        return None
+
+    body = map_stmt(func.body, fstmt=fs, fexpr=fe)
+    params = tuple(bmap[b] for b in func.params)
+    attrs = {k: v for k, v in func.attrs.items() if k != "flat"}
+    return (func.replace(params=params, body=body, attrs=attrs),
+            {bmap[b]: b for b in func.params})
+
+
+@register_pass
+@dataclass(frozen=True)
+class FlattenBuffers(Pass):
+    """Make every buffer of every kernel 1-D (indices become offsets)."""
+
+    name = "flatten_buffers"
+
+    def apply(self, module, ctx):
+        return on_kernels(module, lambda f: flatten_buffers(f)[0])

@@ -1,0 +1,116 @@
+"""inject_vthread: replace virtual-thread loops by interleaved copies of their statements.
+
+A vthread loop is pushed down through loops and sequences to the statements that use its
+var, which are replicated once per virtual thread (statements that do not use it run once).
+Buffers allocated inside a vthread loop get one copy per virtual thread. This gives each
+real thread several interleaved outputs, as TVM's InjectVirtualThread does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.expr import IntImm, Load, children, rebuild
+from ...ir.stmt import (
+    Alloc,
+    Barrier,
+    Buffer,
+    For,
+    If,
+    Let,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    map_stmt,
+    substitute_stmt,
+)
+from ..base import Pass
+from ..registry import register_pass
+from .common import fresh_copy, on_prim, stmt_uses_var, walk_all
+
+
+def inject_vthread(func: PrimFunc) -> PrimFunc:
+    def fix(x):
+        if isinstance(x, For) and x.kind == "vthread":
+            return _inject(x)
+        return None
+
+    return func.replace(body=map_stmt(func.body, fstmt=fix))
+
+
+def _inject(loop: For) -> Stmt:
+    v, n = loop.var, loop.extent
+    body = loop.body
+    # one copy of each inner allocation per virtual thread: index [v, ...]
+    for node in list(walk_all(body)):
+        if isinstance(node, Alloc):
+            body = _expand(body, node.buffer, v, n)
+    return _push(body, v, n)
+
+
+def _expand(s: Stmt, buf: Buffer, v, n) -> Stmt:
+    new = Buffer(buf.name, buf.dtype, (n,) + buf.shape, buf.scope)
+
+    def fe(e):
+        def go(x):
+            kids = children(x)
+            if kids:
+                x = rebuild(x, tuple(go(k) for k in kids))
+            if isinstance(x, Load) and x.buffer is buf:
+                return Load(new, (v,) + x.indices)
+            return x
+
+        return go(e)
+
+    def fs(x):
+        if isinstance(x, Store) and x.buffer is buf:
+            return Store(new, (v,) + x.indices, x.value)
+        if isinstance(x, Alloc) and x.buffer is buf:
+            return Alloc(new, x.body)
+        return None
+
+    return map_stmt(s, fstmt=fs, fexpr=fe)
+
+
+def _replicate(s: Stmt, v, n) -> Stmt:
+    return Seq([fresh_copy(substitute_stmt(s, {v: IntImm(k)})) for k in range(n)])
+
+
+def _push(s: Stmt, v, n) -> Stmt:
+    if not stmt_uses_var(s, v):
+        return s
+    if isinstance(s, Seq):
+        return Seq([_push(c, v, n) for c in s.stmts])
+    if isinstance(s, For):
+        return s.replace(body=_push(s.body, v, n))
+    if isinstance(s, Alloc):
+        return Alloc(s.buffer, _push(s.body, v, n))
+    if isinstance(s, If):
+        from ...ir.expr import free_vars
+
+        if v in free_vars(s.cond) or _has_barrier(s):
+            return _replicate(s, v, n)
+        return If(s.cond, _push(s.then, v, n), None if s.else_ is None else _push(s.else_, v, n))
+    if isinstance(s, Let):
+        from ...ir.expr import free_vars
+
+        if v in free_vars(s.value):
+            return _replicate(s, v, n)
+        return Let(s.var, s.value, _push(s.body, v, n))
+    return _replicate(s, v, n)
+
+
+def _has_barrier(s: Stmt) -> bool:
+    return any(isinstance(x, Barrier) for x in walk_all(s))
+
+
+@register_pass
+@dataclass(frozen=True)
+class InjectVthread(Pass):
+    """Replace virtual-thread loops by interleaved copies of their statements."""
+
+    name = "inject_vthread"
+
+    def apply(self, module, ctx):
+        return on_prim(module, inject_vthread)

@@ -1,0 +1,117 @@
+"""insert_barriers: ``__syncthreads()`` between shared-memory writes and reads of
+different phases, including across iterations of the loops that hold them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.expr import Load, children
+from ...ir.stmt import (
+    Barrier,
+    For,
+    If,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    stmt_children,
+    stmt_exprs,
+)
+from ..base import Pass
+from ..registry import register_pass
+from ..schedule.common import replace_child
+from .common import on_kernels, walk_all
+
+
+def _rw(s: Stmt) -> tuple:
+    """(shared buffers written, shared buffers read) anywhere in ``s``."""
+    w, r = set(), set()
+    for x in walk_all(s):
+        if isinstance(x, Store) and x.buffer.scope == "shared":
+            w.add(x.buffer)
+        for e in stmt_exprs(x):
+            stack = [e]
+            while stack:
+                y = stack.pop()
+                if isinstance(y, Load) and y.buffer.scope == "shared":
+                    r.add(y.buffer)
+                stack.extend(children(y))
+    return w, r
+
+
+def insert_barriers(func: PrimFunc) -> PrimFunc:
+    return func.replace(body=_go(func.body))
+
+
+def _conflict(pw, pr, w, r) -> bool:
+    # read-after-write and write-after-read between different threads; a cooperative fetch
+    # writes each element once, so write-after-write needs no barrier
+    return bool((pw & r) or (pr & w))
+
+
+def _sync_seq(stmts: list, loop_carried: bool) -> list:
+    """Insert barriers between children of a sequence (run twice for loop bodies)."""
+    info = [_rw(s) for s in stmts]
+
+    def run(pw, pr, emit):
+        out = []
+        for s, (w, r) in zip(stmts, info):
+            if _starts_with_barrier(s):
+                pw, pr = set(), set()
+            if (w or r) and _conflict(pw, pr, w, r):
+                if emit:
+                    out.append(Barrier())
+                pw, pr = set(), set()
+            out.append(s)
+            pw, pr = pw | w, pr | r
+        return out, pw, pr
+
+    pw, pr = set(), set()
+    if loop_carried:
+        _, pw, pr = run(set(), set(), False)
+    out, _, _ = run(pw, pr, True)
+    return out
+
+
+def _starts_with_barrier(s: Stmt) -> bool:
+    """Whether every path into ``s`` meets a barrier before any shared access."""
+    while True:
+        if isinstance(s, Barrier):
+            return True
+        if isinstance(s, Seq):
+            if not s.stmts:
+                return False
+            s = s.stmts[0]
+        elif isinstance(s, For) and s.kind != "thread":
+            s = s.body
+        else:
+            return False
+
+
+def _go(s: Stmt, in_loop: bool = False) -> Stmt:
+    if isinstance(s, Seq):
+        kids = [_go(c) for c in s.stmts]
+        return Seq(_sync_seq(kids, in_loop))
+    if isinstance(s, For) and s.kind != "thread":
+        body = s.body
+        if not isinstance(body, Seq):
+            body = Seq([body])
+        nb = _go(body, in_loop=True)
+        return s.replace(body=nb)
+    out = s
+    for c in stmt_children(s):
+        nc = _go(c, in_loop if isinstance(s, (For, If)) else False)
+        if nc is not c:
+            out = replace_child(out, c, nc)
+    return out
+
+
+@register_pass
+@dataclass(frozen=True)
+class InsertBarriers(Pass):
+    """Insert barriers between shared-memory writes and reads."""
+
+    name = "insert_barriers"
+
+    def apply(self, module, ctx):
+        return on_kernels(module, insert_barriers)

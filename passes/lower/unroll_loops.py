@@ -1,0 +1,60 @@
+"""unroll_loops: honour ``auto_unroll_max_step`` pragmas by marking small loops unrolled.
+
+Under a loop annotated with ``auto_unroll_max_step = N``, every serial loop whose total
+number of executed leaf statements (its extent times its body's) is at most N becomes an
+``unroll`` loop; codegen asks LLVM to unroll those fully.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.stmt import For, PrimFunc, Seq, Stmt, stmt_children
+from ..base import Pass
+from ..registry import register_pass
+from ..schedule.common import replace_child
+from .common import on_prim
+
+
+def unroll_loops(func: PrimFunc) -> PrimFunc:
+    return func.replace(body=_go(func.body, 0))
+
+
+def steps(s: Stmt) -> int:
+    if isinstance(s, For):
+        return s.extent * steps(s.body)
+    kids = stmt_children(s)
+    if not kids:
+        return 1
+    return sum(steps(c) for c in kids)
+
+
+def _go(s: Stmt, max_step: int) -> Stmt:
+    if isinstance(s, For):
+        ms = s.annotations.get("auto_unroll_max_step", max_step)
+        ms = int(ms) if ms else 0
+        body = _go(s.body, ms)
+        if s.kind == "serial" and ms > 0 and steps(s) <= ms:
+            return s.replace(kind="unroll", body=body)
+        return s if body is s.body else s.replace(body=body)
+    kids = stmt_children(s)
+    out = s
+    for c in kids:
+        nc = _go(c, max_step)
+        if nc is not c:
+            out = replace_child(out, c, nc)
+    return out
+
+
+__all__ = ["unroll_loops", "steps", "Seq"]
+
+
+@register_pass
+@dataclass(frozen=True)
+class UnrollLoops(Pass):
+    """Mark loops unrolled per auto_unroll_max_step pragmas."""
+
+    name = "unroll_loops"
+
+    def apply(self, module, ctx):
+        return on_prim(module, unroll_loops)

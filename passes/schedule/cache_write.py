@@ -1,0 +1,48 @@
+"""cache_write: a stage computes into a local (or shared) buffer, then copies out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.stmt import Buffer, PrimFunc, replace_buffers
+from ..base import Pass
+from ..params import Ref, positional
+from ..registry import register_pass
+from .cache_read import copy_block, top_level_index, wrap_allocs
+from .common import ScheduleError, find_block, on_main, replace_at
+from .compute_at import output_buffer
+
+
+def cache_write(func: PrimFunc, stage: str, scope: str) -> PrimFunc:
+    """Stage ``stage`` writes ``<buffer>.<scope>`` and is renamed to that; a new copy stage
+    named ``stage`` writes the original buffer from it (TVM's ``s.cache_write``)."""
+    if scope not in ("local", "shared"):
+        raise ScheduleError(f"cache_write {stage}: scope must be local or shared, got {scope!r}")
+    path = find_block(func, stage)
+    block = path[-1]
+    out = output_buffer(block)
+    name = f"{stage}.{scope}"
+    cache = Buffer(name, out.dtype, out.shape, scope)
+    new_block = replace_buffers(block, {out: cache}).replace(name=name)
+    body = replace_at(path, new_block)
+    stmts, k, allocs = top_level_index(body, name)
+    stmts.insert(k + 1, copy_block(stage, cache, out))
+    return func.replace(body=wrap_allocs(stmts, allocs + [cache]))
+
+
+@register_pass
+@dataclass(frozen=True)
+class CacheWrite(Pass):
+    """A stage computes into a local (or shared) buffer; a copy stage writes the result.
+
+    Parameters:
+        stage: the stage.
+        scope: ``"local"`` or ``"shared"``.
+    """
+
+    name = "cache_write"
+    stage: Ref = positional()
+    scope: str = positional()
+
+    def apply(self, module, ctx):
+        return on_main(module, lambda f: cache_write(f, self.stage, self.scope))

@@ -1,0 +1,273 @@
+"""compute_at: compute a producer stage inside a loop of its consumer.
+
+The producer's loop nest moves to the start of the consumer loop's body and shrinks to the
+region of the producer's output that one iteration of that loop reads. Where the producer's
+loops come from splits and reorders (each loop var in one binding, affinely), they keep
+their structure with smaller extents, as TVM's te does; otherwise fresh loops cover the
+region. For a shared-memory producer the region covers every thread of the block (thread
+and vthread loops above the attach point range over their extents); for any other scope
+it is the region of one thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.expr import Bin, IntImm, Load, Var, const, free_vars, logical_and, substitute
+from ...ir.region import access_region
+from ...ir.simplify import const_bounds, prove, simplify
+from ...ir.stmt import Block, For, If, PrimFunc, Seq, Store, walk
+from ..base import Pass
+from ..params import Ref, positional
+from ..registry import register_pass
+from .common import (
+    ScheduleError,
+    block_paths,
+    blocks_under,
+    find_block,
+    find_loop,
+    fresh_loop_name,
+    loop_names_on_path,
+    on_main,
+    own_loop_top,
+    replace_at,
+)
+
+
+def output_buffer(block: Block):
+    st = block.body
+    while not isinstance(st, Store):
+        if isinstance(st, Seq) and len(st.stmts) == 1:
+            st = st.stmts[0]
+            continue
+        stores = [s for s in walk(block.body) if isinstance(s, Store)]
+        if len({id(s.buffer) for s in stores}) == 1:
+            return stores[0].buffer
+        raise ScheduleError(f"stage {block.name} does not write a single buffer")
+    return st.buffer
+
+
+def reads_of(block: Block, buf) -> list:
+    """Index tuples of every load of ``buf`` in ``block``, in terms of loop vars."""
+    vmap = {iv.var: b for iv, b in zip(block.iter_vars, block.bindings)}
+    out = []
+    for s in walk(block):
+        exprs = []
+        if isinstance(s, Store):
+            exprs = list(s.indices) + [s.value]
+        elif hasattr(s, "cond"):
+            exprs = [s.cond]
+        for e in exprs:
+            stack = [e]
+            while stack:
+                x = stack.pop()
+                if isinstance(x, Load) and x.buffer is buf:
+                    out.append(tuple(substitute(i, vmap) for i in x.indices))
+                from ...ir.expr import children
+
+                stack.extend(children(x))
+    return out
+
+
+def _conjuncts(e):
+    if e is None:
+        return []
+    if isinstance(e, Bin) and e.op == "and":
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    return [e]
+
+
+def _affine_coeffs(e, loop_vars: set):
+    """``{var: coeff}`` if ``e`` is a sum of ``coeff * loop var`` terms (no constant)."""
+    e = simplify(e)
+    coeffs: dict = {}
+
+    def go(x, scale):
+        if isinstance(x, Var) and x in loop_vars:
+            coeffs[x] = coeffs.get(x, 0) + scale
+            return True
+        if isinstance(x, IntImm):
+            return x.value == 0
+        if isinstance(x, Bin):
+            if x.op == "add":
+                return go(x.a, scale) and go(x.b, scale)
+            if x.op == "mul":
+                if isinstance(x.b, IntImm):
+                    return go(x.a, scale * x.b.value)
+                if isinstance(x.a, IntImm):
+                    return go(x.b, scale * x.a.value)
+        return False
+
+    return coeffs if go(e, 1) else None
+
+
+def compute_at(func: PrimFunc, stage: str, loop: str) -> PrimFunc:
+    ppath = find_block(func, stage)
+    producer: Block = ppath[-1]
+    buf = output_buffer(producer)
+    lpath, _ = find_loop(func, loop)
+    target: For = lpath[-1]
+    if any(n is producer for n in blocks_under(target)):
+        raise ScheduleError(f"compute_at {stage}: it is already inside {loop}")
+    if any(n is target for n in ppath):
+        raise ScheduleError(f"compute_at {stage}: {loop} is one of its own loops")
+    consumers = [
+        (name, p[-1]) for name, p in block_paths(func.body).items()
+        if name != stage and reads_of(p[-1], buf)
+    ]
+    if not consumers:
+        raise ScheduleError(f"compute_at {stage}: no stage reads {buf.name}")
+    inside = {id(b) for b in blocks_under(target)}
+    outside = [name for name, b in consumers if id(b) not in inside]
+    if outside:
+        raise ScheduleError(
+            f"compute_at {stage}: {', '.join(outside)} also read {buf.name} but are not inside "
+            f"{loop}; a stage can only be computed inside a loop that holds all its readers"
+        )
+    # 1. take the producer's own nest out
+    top = own_loop_top(ppath)
+    own_loops = [n for n in ppath[top:-1] if isinstance(n, For)]
+    body = replace_at(ppath[: top + 1], None)
+    func1 = func.replace(body=body)
+    lpath, _ = find_loop(func1, loop)
+    target = lpath[-1]
+    # 2. the region one iteration of the target loop reads
+    shared = buf.scope == "shared"
+    fixed_ranges = {}
+    for n in lpath:
+        if isinstance(n, For):
+            if shared and n.kind in ("thread", "vthread") and not n.thread.startswith("block"):
+                continue
+            fixed_ranges[n.var] = (0, n.extent - 1)
+    accesses = []
+    inner: dict = {}
+    for n in lpath:
+        if isinstance(n, For) and n.var not in fixed_ranges:
+            inner[n.var] = (0, n.extent - 1)
+    cpaths = block_paths(target)
+    for name, _ in consumers:
+        cp = cpaths[name]
+        for n in cp[1:-1]:
+            if isinstance(n, For):
+                inner[n.var] = (0, n.extent - 1)
+        accesses.extend(reads_of(cp[-1], buf))
+    region = access_region(accesses, buf.shape, inner, fixed_ranges)
+    # 3. the producer's nest over that region
+    taken = loop_names_on_path(lpath) | {
+        n.var.name for b in blocks_under(target) for n in _loops_above(target, b)
+    }
+    nest = _restructure(producer, own_loops, region, buf, taken, fixed_ranges)
+    new_target = target.replace(body=Seq([nest, target.body]))
+    return func1.replace(body=replace_at(lpath, new_target))
+
+
+def _loops_above(root, block) -> list:
+    paths = block_paths(root)
+    return [n for n in paths[block.name] if isinstance(n, For)]
+
+
+def _restructure(producer: Block, own_loops: list, region: list, buf, taken: set,
+                 fixed_ranges: dict):
+    loop_vars = {n.var for n in own_loops}
+    spatial = [(k, iv) for k, iv in enumerate(producer.iter_vars) if iv.kind == "S"]
+    st = producer.body
+    while isinstance(st, If) and st.else_ is None:
+        st = st.then
+    if not (isinstance(st, Store) and len(st.indices) == len(spatial) and all(
+        i is iv.var for i, (_, iv) in zip(st.indices, spatial)
+    )):
+        raise ScheduleError(
+            f"compute_at {producer.name}: it must store at its own spatial axes in order"
+        )
+    coeffs = [_affine_coeffs(producer.bindings[k], loop_vars) for k, _ in spatial]
+    used = {}
+    keep = all(c is not None for c in coeffs)
+    if keep:
+        for c in coeffs:
+            for v in c:
+                if v in used or c[v] <= 0:
+                    keep = False
+                used[v] = True
+    reduce_vars = set()
+    for k, iv in enumerate(producer.iter_vars):
+        if iv.kind == "R":
+            reduce_vars |= free_vars(producer.bindings[k]) & loop_vars
+    if keep and any(v in reduce_vars for v in used):
+        keep = False
+    new_extents = {n.var: n.extent for n in own_loops}
+    bindings = list(producer.bindings)
+    preds = [c for c in _conjuncts(producer.predicate)
+             if free_vars(c) <= (reduce_vars | set())]
+    ranges = dict(fixed_ranges)
+    if keep:
+        for (k, iv), c, (start, ext) in zip(spatial, coeffs, region):
+            span = 0
+            for v, coef in sorted(c.items(), key=lambda t: t[1]):
+                e = min(new_extents[v], -(-ext // coef))
+                new_extents[v] = e
+                span += (e - 1) * coef
+            offset = producer.bindings[k]
+            bindings[k] = simplify(start + offset)
+            if span + 1 > ext:
+                preds.append(offset < const(ext))
+            _guard_shape(bindings[k], iv, start, ext, buf, ranges, preds, k)
+        loops = [(n.var, new_extents[n.var]) for n in own_loops]
+        # the reduce loops and the shrunk spatial loops keep their names
+    else:
+        loops = []
+        vmap = {}
+        for (k, iv), (start, ext) in zip(spatial, region):
+            name = fresh_loop_name(f"ax{k}", taken)
+            v = Var(name)
+            loops.append((v, ext))
+            bindings[k] = simplify(start + v)
+            _guard_shape(bindings[k], iv, start, ext, buf, ranges, preds, k)
+        for k, iv in enumerate(producer.iter_vars):
+            if iv.kind == "R":
+                name = fresh_loop_name(iv.var.name.lstrip("v") or "r", taken)
+                v = Var(name)
+                loops.append((v, iv.extent))
+                vmap[iv.var] = v
+                bindings[k] = v
+        preds = [c for c in preds if not (free_vars(c) & loop_vars)]
+    pred = None
+    for c in preds:
+        pred = c if pred is None else logical_and(pred, c)
+    block = producer.replace(bindings=bindings, predicate=pred)
+    stmt = block
+    old = {n.var: n for n in own_loops}
+    for v, e in reversed(loops):
+        if v in old:
+            stmt = old[v].replace(extent=e, body=stmt)
+        else:
+            stmt = For(v, e, stmt)
+    return stmt
+
+
+def _guard_shape(binding, iv, start, ext, buf, ranges, preds, k):
+    """Add ``binding < extent`` unless the region provably stays inside the axis."""
+    limit = iv.extent
+    b = const_bounds(simplify(start), ranges)
+    if b is not None and b[0] >= 0 and b[1] + ext <= limit:
+        return
+    cond = binding < const(limit)
+    if not prove(cond, ranges):
+        preds.append(cond)
+
+
+@register_pass
+@dataclass(frozen=True)
+class ComputeAt(Pass):
+    """Compute a producer stage inside a loop of its consumer.
+
+    Parameters:
+        stage: the producer stage.
+        loop: the consumer loop, ``<stage>.<loop>``.
+    """
+
+    name = "compute_at"
+    stage: Ref = positional()
+    loop: Ref = positional()
+
+    def apply(self, module, ctx):
+        return on_main(module, lambda f: compute_at(f, self.stage, self.loop))

@@ -1,0 +1,406 @@
+"""The schedule API users know from TVM's te, recording passes as it goes.
+
+``s = te.create_schedule(out.op)`` makes the unscheduled tensor IR; every primitive
+(``s[C].split(...)``, ``s.cache_read(...)``, ...) applies the matching pass at once and
+appends it to ``s.pipeline``, whose text replays to the same IR. Loop handles are the
+``<stage>.<loop>`` names the passes use.
+"""
+
+from __future__ import annotations
+
+from ...ir.compute_dag import ComputeDAG
+from ...ir.te import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
+from ...ir.to_ir import to_ir_with_names
+from ..pipeline import Pipeline
+from .common import ScheduleError, block_paths, enclosing_loops
+
+
+class LoopHandle:
+    """A loop of a stage, as returned by ``op.axis``, ``split`` and ``fuse``."""
+
+    __slots__ = ("stage", "name")
+
+    def __init__(self, stage: str, name: str):
+        self.stage = stage
+        self.name = name
+
+    @property
+    def ref(self) -> str:
+        return f"{self.stage}.{self.name}"
+
+    @property
+    def var(self):
+        return self
+
+    def __repr__(self):
+        return f"LoopHandle({self.ref})"
+
+
+class _OpView:
+    """``s[C].op``: the stage's original axes as loop handles."""
+
+    def __init__(self, stage: Stage, axis, reduce_axis, name: str, tensor=None):
+        self._stage = stage
+        self.axis = tuple(axis)
+        self.reduce_axis = tuple(reduce_axis)
+        self.name = name
+        self._tensor = tensor
+
+    def output(self, index: int = 0):
+        return self._tensor
+
+    def __repr__(self):
+        return f"op({self.name})"
+
+
+class StageTensor:
+    """A tensor made by a schedule (``cache_read`` / ``cache_write``); index ``s`` with it."""
+
+    def __init__(self, schedule: Schedule, block: str, shape, dtype):
+        self.schedule = schedule
+        self.block = block
+        self.name = block
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+    @property
+    def op(self):
+        return self.schedule[self].op
+
+    def __repr__(self):
+        return f"StageTensor({self.block}, {list(self.shape)})"
+
+
+class Stage:
+    """One stage (a block of the tensor IR) of a schedule."""
+
+    def __init__(self, schedule: Schedule, block: str, axis_names, reduce_names, tensor=None):
+        self.schedule = schedule
+        self.block = block
+        self._axis_names = list(axis_names)
+        self._reduce_names = list(reduce_names)
+        self._tensor = tensor
+
+    @property
+    def name(self) -> str:
+        return self.block
+
+    @property
+    def op(self) -> _OpView:
+        return _OpView(
+            self,
+            [LoopHandle(self.block, n) for n in self._axis_names],
+            [LoopHandle(self.block, n) for n in self._reduce_names],
+            self.block,
+            self._tensor,
+        )
+
+    @property
+    def leaf_iter_vars(self) -> list:
+        return [LoopHandle(self.block, n) for n in self._loop_names()]
+
+    def _loop_names(self) -> list:
+        paths = block_paths(self.schedule._module.main.body)
+        if self.block not in paths:
+            raise ScheduleError(f"stage {self.block} no longer exists (was it inlined?)")
+        return [n.var.name for n in enclosing_loops(paths[self.block])]
+
+    def _apply(self, text: str) -> list:
+        """Apply a pass; return the loop names it created on this stage's path."""
+        self.schedule.flush_touching((self.block,), structural=True)
+        before = set(self._loop_names())
+        self.schedule.apply(text, touches=(self.block,), structural=True)
+        return [n for n in self._loop_names() if n not in before]
+
+    def _ref(self, h) -> str:
+        if isinstance(h, LoopHandle):
+            return h.ref
+        if isinstance(h, str):
+            return h if "." in h and h.startswith(self.block) else f"{self.block}.{h}"
+        raise ScheduleError(f"expected a loop handle of stage {self.block}, got {h!r}")
+
+    # -- primitives ----------------------------------------------------------------------
+    def split(self, parent, factor: int | None = None, nparts: int | None = None):
+        if (factor is None) == (nparts is None):
+            raise ScheduleError("split needs exactly one of factor= or nparts=")
+        arg = f"factors=[{int(factor)}]" if factor is not None else f"nparts={int(nparts)}"
+        new = self._apply(f"split({self._ref(parent)}, {arg})")
+        return LoopHandle(self.block, new[0]), LoopHandle(self.block, new[1])
+
+    def fuse(self, *args):
+        if len(args) == 1 and isinstance(args[0], (list, tuple)):
+            args = tuple(args[0])
+        if len(args) == 1:
+            return args[0]
+        new = self._apply(f"fuse([{', '.join(self._ref(a) for a in args)}])")
+        return LoopHandle(self.block, new[0])
+
+    def reorder(self, *args):
+        if len(args) == 1 and isinstance(args[0], (list, tuple)):
+            args = tuple(args[0])
+        self.schedule.apply(f"reorder([{', '.join(self._ref(a) for a in args)}])",
+                            touches=(self.block,), structural=True)
+
+    def bind(self, ivar, thread_ivar):
+        tag = thread_ivar.thread_tag if isinstance(thread_ivar, IterVar) else str(thread_ivar)
+        self.schedule.apply(f'bind({self._ref(ivar)}, "{tag}")', touches=(self.block,))
+
+    def unroll(self, ivar):
+        self.schedule.apply(f"unroll({self._ref(ivar)})", touches=(self.block,))
+
+    def vectorize(self, ivar):
+        self.schedule.apply(f"vectorize({self._ref(ivar)})", touches=(self.block,))
+
+    def pragma(self, ivar, key: str, value=True):
+        v = "True" if value is True else "False" if value is False else str(int(value))
+        self.schedule.apply(f'pragma({self._ref(ivar)}, "{key}", {v})', touches=(self.block,))
+
+    def compute_at(self, parent: Stage, ivar):
+        text = f"compute_at({self.block}, {parent._ref(ivar)})"
+        readers = self.schedule.readers_of(self.block)
+        if self.block in self.schedule._shared_stages:
+            self.schedule.defer(text, {self.block}, {parent.block})
+        else:
+            self.schedule.apply(text, touches={self.block, parent.block} | readers)
+
+    def compute_inline(self):
+        # te schedules are declarative: a stage inlined here may still be cached
+        # (cache_read) by a later primitive, so the inline waits until a primitive needs it
+        self.schedule.defer(f"compute_inline({self.block})", {self.block})
+
+    def storage_align(self, axis, factor: int, offset: int):
+        dim = self._axis_names.index(axis.name) if isinstance(axis, LoopHandle) else int(axis)
+        self.schedule.apply(f"storage_align({self.block}, {dim}, {int(factor)}, {int(offset)})",
+                            touches=(self.block,))
+
+    def __repr__(self):
+        return f"Stage({self.block})"
+
+
+class Schedule:
+    """A schedule of the computation that produces ``outputs``."""
+
+    def __init__(self, outputs):
+        outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        tensors = []
+        for o in outs:
+            if isinstance(o, Operation):
+                o = o.output(0)
+            if not isinstance(o, Tensor) or not isinstance(o.op, ComputeOp):
+                raise ScheduleError(f"create_schedule takes computed tensors or ops, got {o!r}")
+            tensors.append(o)
+        inputs = []
+        seen = set()
+
+        def visit(op):
+            if id(op) in seen:
+                return
+            seen.add(id(op))
+            for t in op.input_tensors:
+                visit(t.op)
+            if isinstance(op, PlaceholderOp):
+                inputs.append(op.output(0))
+
+        for t in tensors:
+            visit(t.op)
+        self.outputs = tensors
+        self.dag = ComputeDAG(inputs + tensors)
+        self._module, names = to_ir_with_names(self.dag)
+        self._names = names
+        self._pipeline = Pipeline([])
+        # compute_at of shared-memory stages waits until the stage itself or its target
+        # stage is touched again, or the schedule is read: its region covers every thread
+        # of the block, which TVM schedules often bind only after the compute_at
+        self._pending: list = []
+        self._shared_stages: set = set()
+        self._stages: dict = {}
+        for op in self.dag.ops:
+            if isinstance(op, ComputeOp):
+                self._stages[id(op)] = Stage(
+                    self, names[id(op)], [a.var.name for a in op.axis],
+                    [a.var.name for a in op.reduce_axis], op.output(0))
+        self._by_block = {st.block: st for st in self._stages.values()}
+
+    @property
+    def args(self) -> list:
+        """The tensors in the order of the function's parameters (inputs, then outputs)."""
+        return list(self.dag.tensors)
+
+    @property
+    def module(self):
+        """The scheduled tensor IR (after every primitive so far)."""
+        self._flush()
+        return self._module
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """The primitives as a pass pipeline, in the order they were applied."""
+        self._flush()
+        return self._pipeline
+
+    def apply(self, text: str, touches=(), only: str | None = None,
+              structural: bool = False):
+        """Apply one pass given as text and record it. ``touches`` names the stages it
+        involves: pending primitives on those stages are applied first (only those whose
+        pass is ``only``, when given). ``structural`` says it changes the loops of the
+        touched stages, which pending compute_ats into those loops must see first."""
+        self.flush_touching(touches, only, structural)
+        self._apply_now(text)
+        return self
+
+    def flush_touching(self, touches, only: str | None = None,
+                       structural: bool = False) -> None:
+        """Apply the pending primitives (in order) up to the last one that involves any of
+        the stages ``touches``."""
+        touched = set(touches)
+        upto = -1
+        for k, (text, stages, targets) in enumerate(self._pending):
+            hit = stages & touched or (structural and targets & touched)
+            if hit and (only is None or text.startswith(only + "(")):
+                upto = k
+        if upto >= 0:
+            todo, self._pending = self._pending[: upto + 1], self._pending[upto + 1:]
+            for t, _, _ in todo:
+                self._apply_now(t)
+
+    def readers_of(self, name: str) -> set:
+        """Names of the stages that read the buffer ``name`` in the current IR."""
+        from .cache_read import find_buffer
+        from .compute_at import reads_of
+
+        try:
+            buf = find_buffer(self._module.main, name)
+        except ScheduleError:
+            return set()
+        return {b for b, p in block_paths(self._module.main.body).items()
+                if reads_of(p[-1], buf)}
+
+    def defer(self, text: str, stages, targets=()) -> None:
+        """Queue a primitive on ``stages`` whose loop references point into ``targets``."""
+        self._pending.append((text, set(stages), set(targets)))
+
+    def _flush(self) -> None:
+        todo, self._pending = self._pending, []
+        for t, _, _ in todo:
+            self._apply_now(t)
+
+    def _apply_now(self, text: str) -> None:
+        pipe = Pipeline.parse(text)
+        for p in pipe:
+            self._module = p(self._module)
+        self._pipeline = self._pipeline + pipe
+
+    def __getitem__(self, key) -> Stage:
+        if isinstance(key, Stage):
+            return key
+        if isinstance(key, Tensor):
+            key = key.op
+        if isinstance(key, Operation):
+            if id(key) not in self._stages:
+                raise ScheduleError(f"{key.name} is not a computed stage of this schedule")
+            return self._stages[id(key)]
+        if isinstance(key, StageTensor):
+            key = key.block
+        if isinstance(key, _OpView):
+            key = key.name
+        if isinstance(key, str):
+            if key not in self._by_block:
+                raise ScheduleError(
+                    f"no stage {key!r}; stages: {', '.join(self._by_block)}"
+                )
+            return self._by_block[key]
+        raise ScheduleError(f"cannot index a schedule with {key!r}")
+
+    def _block_of(self, t) -> str:
+        if isinstance(t, StageTensor):
+            return t.block
+        if isinstance(t, Tensor):
+            return _param_or_stage_name(self, t)
+        if isinstance(t, str):
+            return t
+        raise ScheduleError(f"expected a tensor, got {t!r}")
+
+    def cache_read(self, tensor, scope: str, readers) -> StageTensor:
+        readers = readers if isinstance(readers, (list, tuple)) else [readers]
+        names = [self[r].block if not isinstance(r, str) else r for r in readers]
+        buf = self._block_of(tensor)
+        before = set(block_paths(self._module.main.body))
+        # a pending inline of a stage that reads ``buf`` must happen first, so that the
+        # readers read ``buf`` directly (an inline of ``buf`` itself waits: its copy stage
+        # computes it)
+        touched = self.readers_of(buf) - {buf}
+        self.apply(f'cache_read({buf}, "{scope}", [{", ".join(names)}])', touches=touched,
+                   only="compute_inline")
+        new = [b for b in block_paths(self._module.main.body) if b not in before][0]
+        if scope == "shared":
+            self._shared_stages.add(new)
+        shape = tensor.shape
+        st = Stage(self, new, [f"ax{k}" for k in range(len(shape))], [])
+        self._by_block[new] = st
+        return StageTensor(self, new, shape, tensor.dtype)
+
+    def cache_write(self, tensor, scope: str) -> StageTensor:
+        stage = self[tensor]
+        old_block = stage.block
+        self.apply(f'cache_write({old_block}, "{scope}")', touches=(old_block,))
+        if scope == "shared":
+            self._shared_stages.add(f"{old_block}.{scope}")
+        new_name = f"{old_block}.{scope}"
+        cached = Stage(self, new_name, stage._axis_names, stage._reduce_names)
+        # the original stage is now the copy stage with plain axes ax0..
+        copy = Stage(self, old_block, [f"ax{k}" for k in range(len(tensor.shape))], [],
+                     stage._tensor)
+        self._by_block[new_name] = cached
+        self._by_block[old_block] = copy
+        for k, v in list(self._stages.items()):
+            if v is stage:
+                self._stages[k] = copy
+        return StageTensor(self, new_name, tensor.shape, tensor.dtype)
+
+    def rfactor(self, tensor, axis, factor_axis: int = 0) -> StageTensor:
+        """Factor the reduction of ``tensor`` over its reduce loop ``axis``: returns the
+        partial-result tensor (``<stage>.rf``); ``s[tensor]`` then reduces over the new
+        reduce axis (``s[tensor].op.reduce_axis``), which may be bound to threads."""
+        stage = self[tensor]
+        ref = stage._ref(axis)
+        self.apply(f"rfactor({ref}, factor_axis={int(factor_axis)})", touches=(stage.block,),
+                   structural=True)
+        loop = ref[len(stage.block) + 1:]
+        rf_name = f"{stage.block}.rf"
+        paths = block_paths(self._module.main.body)
+        rf_loops = [n.var.name for n in enclosing_loops(paths[rf_name])]
+        s_names = [n for n in stage._axis_names if n in rf_loops]
+        if len(s_names) != len(stage._axis_names):
+            s_names = [n for n in rf_loops if n != loop][: len(stage._axis_names)]
+        rf_axes = list(s_names)
+        rf_axes.insert(factor_axis, loop)
+        rf_red = [n for n in rf_loops if n not in rf_axes]
+        rf_stage = Stage(self, rf_name, rf_axes, rf_red)
+        self._by_block[rf_name] = rf_stage
+        # the stage itself now has fresh loops: its axes, then the factored reduce loop
+        fin = [n.var.name for n in enclosing_loops(paths[stage.block])]
+        stage._axis_names = fin[:-1]
+        stage._reduce_names = fin[-1:]
+        shape = list(tensor.shape)
+        shape.insert(factor_axis, _loop_extent(paths[rf_name], loop))
+        return StageTensor(self, rf_name, shape, tensor.dtype)
+
+    def __repr__(self):
+        return f"Schedule({', '.join(self._by_block)})"
+
+
+def _loop_extent(path, name) -> int:
+    return next(n.extent for n in enclosing_loops(path) if n.var.name == name)
+
+
+def _param_or_stage_name(s: Schedule, t: Tensor) -> str:
+    if id(t.op) in s._stages:
+        return s._stages[id(t.op)].block
+    if id(t.op) in s._names:
+        return s._names[id(t.op)]
+    raise ScheduleError(f"tensor {t.name} is not part of this schedule")
+
+
+def create_schedule(ops) -> Schedule:
+    """A schedule for the computation of ``ops`` (an op, a tensor, or a list of them)."""
+    return Schedule(ops)

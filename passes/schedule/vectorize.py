@@ -1,0 +1,27 @@
+"""vectorize: mark a loop to be vectorized by code generation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..base import Pass
+from ..params import Ref, positional
+from ..registry import register_pass
+from .annotate import set_loop
+from .common import on_main
+
+
+@register_pass
+@dataclass(frozen=True)
+class Vectorize(Pass):
+    """Mark a loop vectorize.
+
+    Parameters:
+        loop: the loop, ``<stage>.<loop>``.
+    """
+
+    name = "vectorize"
+    loop: Ref = positional()
+
+    def apply(self, module, ctx):
+        return on_main(module, lambda f: set_loop(f, self.loop, "vectorize", what="vectorize"))

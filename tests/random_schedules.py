@@ -1,0 +1,226 @@
+"""Random schedules for property tests: random but structured pass parameters (inlining,
+multi-level tiling, thread bindings, vthreads, shared and local caches, compute_at points,
+unrolling, vectorization) over small workloads with numpy references."""
+
+from __future__ import annotations
+
+import numpy as np
+from ptxforge import ops, te
+from ptxforge.ir.te import ComputeOp
+from ptxforge.ops import testing as ref
+
+# workloads: (name, builder) where builder() -> (tensors, reference(np inputs) -> np output)
+
+
+def w_conv2d():
+    data = te.placeholder((1, 3, 6, 6), name="data")
+    kernel = te.placeholder((4, 3, 3, 3), name="kernel")
+    out = ops.nn.conv2d_nchw(data, kernel, 1, 1)
+    return [data, kernel, out], lambda d, k: ref.conv2d_nchw_python(d, k, 1, 1)
+
+
+def w_conv2d_relu():
+    data = te.placeholder((1, 2, 5, 5), name="data")
+    kernel = te.placeholder((3, 2, 3, 3), name="kernel")
+    bias = te.placeholder((1, 3, 1, 1), name="bias")
+    out = ops.nn.relu(ops.nn.conv2d_nchw(data, kernel, 2, 1) + bias)
+    return [data, kernel, bias, out], lambda d, k, b: np.maximum(
+        ref.conv2d_nchw_python(d, k, 2, 1) + b, 0)
+
+
+def w_dense():
+    a = te.placeholder((6, 10), name="A")
+    w = te.placeholder((7, 10), name="W")
+    out = ops.nn.dense(a, w)
+    return [a, w, out], lambda x, y: ref.dense_python(x, y)
+
+
+def w_pool():
+    a = te.placeholder((1, 2, 7, 7), name="A")
+    out = ops.nn.max_pool2d(a, (3, 3), (2, 2), (1, 1))
+    return [a, out], lambda x: ref.pool2d_python(x, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1),
+                                                 "max")
+
+
+def w_avgpool():
+    a = te.placeholder((1, 2, 6, 6), name="A")
+    out = ops.nn.avg_pool2d(a, (2, 2), (2, 2), (0, 0))
+    return [a, out], lambda x: ref.pool2d_python(x, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0),
+                                                 "avg", count_include_pad=False)
+
+
+def w_softmax():
+    a = te.placeholder((3, 9), name="A")
+    out = ops.nn.softmax(a)
+    return [a, out], lambda x: ref.softmax_python(x)
+
+
+def w_elemwise():
+    a = te.placeholder((5, 7), name="A")
+    b = te.placeholder((5, 7), name="B")
+    c = te.placeholder((7,), name="C")
+    t = te.compute((5, 7), lambda i, j: a[i, j] * b[i, j], name="mul")
+    u = te.compute((5, 7), lambda i, j: t[i, j] + c[j], name="addc")
+    out = te.compute((5, 7), lambda i, j: te.max(u[i, j], 0.0), name="relu")
+    return [a, b, c, out], lambda x, y, z: np.maximum(x * y + z, 0)
+
+
+WORKLOADS = {
+    "conv2d": w_conv2d,
+    "conv2d_relu": w_conv2d_relu,
+    "dense": w_dense,
+    "pool": w_pool,
+    "avgpool": w_avgpool,
+    "softmax": w_softmax,
+    "elemwise": w_elemwise,
+}
+
+
+def _pick(rng, xs):
+    return xs[int(rng.integers(len(xs)))]
+
+
+def _bind_injective(s, stage, rng):
+    axes = list(stage.op.axis)
+    if len(axes) > 1 and rng.random() < 0.3:
+        perm = list(rng.permutation(len(axes)))
+        axes = [axes[k] for k in perm]
+        stage.reorder(*axes)
+    f = stage.fuse(*axes)
+    o, i = stage.split(f, factor=_pick(rng, [1, 2, 3, 4, 8, 16, 32]))
+    stage.bind(o, te.thread_axis("blockIdx.x"))
+    if rng.random() < 0.4:
+        io, ii = stage.split(i, factor=_pick(rng, [1, 2, 4]))
+        stage.bind(io, te.thread_axis("threadIdx.x"))
+        if rng.random() < 0.5:
+            stage.vectorize(ii)
+        else:
+            stage.unroll(ii)
+    else:
+        stage.bind(i, te.thread_axis("threadIdx.x"))
+
+
+def _tile(s, stage, rng, spatial, reduce_, use_vthread):
+    """Multi-level tiling: block, [vthread], thread, inner for spatial axes; outer, inner
+    for reduce axes. Returns (thread loop, reduce outer loops, inner loops)."""
+    levels = {"b": [], "v": [], "t": [], "i": []}
+    for ax in spatial:
+        fi = _pick(rng, [1, 1, 2])
+        ft = _pick(rng, [1, 2, 3, 4])
+        fv = _pick(rng, [1, 2]) if use_vthread else 1
+        rest, inner = stage.split(ax, factor=fi)
+        rest, thr = stage.split(rest, factor=ft)
+        if use_vthread:
+            rest, vt = stage.split(rest, factor=fv)
+            levels["v"].append(vt)
+        levels["b"].append(rest)
+        levels["t"].append(thr)
+        levels["i"].append(inner)
+    r_outer, r_inner = [], []
+    for ax in reduce_:
+        o, i = stage.split(ax, factor=_pick(rng, [1, 2, 3, 4]))
+        r_outer.append(o)
+        r_inner.append(i)
+    order = levels["b"] + levels["v"] + levels["t"] + r_outer + r_inner + levels["i"]
+    stage.reorder(*order)
+    b = stage.fuse(*levels["b"])
+    stage.bind(b, te.thread_axis("blockIdx.x"))
+    if use_vthread:
+        v = stage.fuse(*levels["v"])
+        stage.bind(v, te.thread_axis("vthread"))
+    t = stage.fuse(*levels["t"])
+    stage.bind(t, te.thread_axis("threadIdx.x"))
+    if rng.random() < 0.3 and levels["i"]:
+        stage.unroll(levels["i"][-1])
+    return t, r_outer, levels
+
+
+def random_schedule(tensors, rng):
+    """A random valid-looking schedule of the computation of ``tensors[-1]``; the result
+    may still be rejected by lowering (over a GPU limit), which callers count as invalid."""
+    out = tensors[-1]
+    s = te.create_schedule(out.op)
+    comp = [op for op in s.dag.ops if isinstance(op, ComputeOp)]
+    handled = set()
+    for op in comp:
+        if op is out.op or op.reduce_axis:
+            continue
+        if rng.random() < 0.6:
+            s[op].compute_inline()
+            handled.add(id(op))
+    for op in reversed(comp):
+        if id(op) in handled:
+            continue
+        st = s[op]
+        if op.reduce_axis:
+            _schedule_reduction(s, op, rng, handled, out)
+        else:
+            _bind_injective(s, st, rng)
+        handled.add(id(op))
+    return s
+
+
+def _cross_thread(s, op, rng):
+    """rfactor the last reduce axis and reduce it across threads (tree in shared memory)."""
+    st = s[op]
+    red = list(st.op.reduce_axis)
+    ko, ki = st.split(red[-1], nparts=_pick(rng, [2, 3, 4, 8]))
+    rf = s.rfactor(op.output(0), ko)
+    st = s[op]
+    tx = st.op.reduce_axis[0]
+    st.bind(tx, te.thread_axis("threadIdx.x"))
+    b = st.fuse(*st.op.axis)
+    st.bind(b, te.thread_axis("blockIdx.x"))
+    s[rf].compute_at(st, tx)
+
+
+def _schedule_reduction(s, op, rng, handled, out):
+    if rng.random() < 0.2:
+        _cross_thread(s, op, rng)
+        return
+    use_cw = rng.random() < 0.5
+    use_vt = rng.random() < 0.4
+    if use_cw:
+        cl = s.cache_write(op.output(0), "local")
+        stage = s[op]  # the copy stage
+        thr, _, _ = _tile(s, stage, rng, list(stage.op.axis), [], use_vt)
+        cst = s[cl]
+        cst.compute_at(stage, thr)
+        red = list(cst.op.reduce_axis)
+        outer, inner = [], []
+        for ax in red:
+            o, i = cst.split(ax, factor=_pick(rng, [1, 2, 3]))
+            outer.append(o)
+            inner.append(i)
+        cst.reorder(*(outer + inner + list(cst.op.axis)))
+        reader, attach = cst, (outer[-1] if outer else None)
+        nthreads = None
+    else:
+        stage = s[op]
+        thr, r_outer, _ = _tile(s, stage, rng, list(stage.op.axis), list(stage.op.reduce_axis),
+                                use_vt)
+        reader, attach = stage, (r_outer[-1] if r_outer else None)
+        nthreads = None
+    # shared-memory caches of the inputs, fetched cooperatively
+    if attach is not None and rng.random() < 0.5:
+        for t in op.input_tensors:
+            if rng.random() < 0.6:
+                cached = s.cache_read(t, "shared", [reader])
+                cs = s[cached]
+                cs.compute_at(reader, attach)
+                f = cs.fuse(*cs.op.axis)
+                nthreads = _threads_of(s, stage, op)
+                o, i = cs.split(f, factor=nthreads)
+                cs.bind(i, te.thread_axis("threadIdx.x"))
+    if rng.random() < 0.3:
+        stage.pragma(stage.leaf_iter_vars[0], "auto_unroll_max_step", _pick(rng, [4, 16, 64]))
+
+
+def _threads_of(s, stage, op) -> int:
+    from ptxforge.passes.schedule.common import block_paths
+
+    paths = block_paths(s.module.main.body)
+    for n in paths[stage.block]:
+        if getattr(n, "thread", "") == "threadIdx.x":
+            return n.extent
+    return 1
