@@ -57,6 +57,13 @@ def find_ptxas() -> str | None:
     for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
         if root and os.path.exists(os.path.join(root, "bin", "ptxas")):
             return os.path.join(root, "bin", "ptxas")
+    # the nvidia-cuda-nvcc wheel (the test extra) ships ptxas inside site-packages
+    import sys
+
+    for entry in sys.path:
+        cand = os.path.join(entry, "nvidia", "cuda_nvcc", "bin", "ptxas")
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
     return None
 
 
