@@ -4,7 +4,7 @@ The default pipeline, in order:
 
 ``cross_thread_reduction, decompose_reduction, lower_blocks, compact_buffers,
 inject_vthread, merge_thread_loops, unroll_loops, simplify, split_host_device,
-flatten_buffers, simplify, insert_barriers, validate_gpu``
+flatten_buffers, simplify, cse, insert_barriers, validate_gpu``
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from . import (  # noqa: F401  (importing registers the passes)
     compact_buffers,
     cross_thread_reduction,
+    cse,
     decompose_reduction,
     flatten_buffers,
     inject_vthread,
@@ -28,7 +29,8 @@ from .common import LoweringError
 LOWERING_PIPELINE = (
     "cross_thread_reduction(), decompose_reduction(), lower_blocks(), compact_buffers(), "
     "inject_vthread(), merge_thread_loops(), unroll_loops(), simplify(), "
-    "split_host_device(), flatten_buffers(), simplify(), insert_barriers(), validate_gpu()"
+    "split_host_device(), flatten_buffers(), simplify(), cse(), insert_barriers(), "
+    "validate_gpu()"
 )
 
 

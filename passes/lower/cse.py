@@ -1,0 +1,94 @@
+"""cse: common index subexpressions of a statement are computed once, in a ``let``.
+
+Within one store (its indices and value) or one condition, an integer subexpression that
+occurs more than once and is not a var or constant is bound to a new var around the
+statement. LLVM would find most of these too; doing it here keeps the device IR readable
+and the simulator fast, and leaves LLVM less to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir import dtype as dt
+from ...ir.expr import Bin, Var, children, expr_key, rebuild
+from ...ir.stmt import If, Let, PrimFunc, Store, map_stmt
+from ..base import Pass
+from ..registry import register_pass
+from .common import on_kernels
+
+_OPS = ("add", "sub", "mul", "floordiv", "floormod", "min", "max")
+
+
+def _candidates(exprs) -> list:
+    """Repeated integer subexpressions, largest first, as (key, expr)."""
+    count: dict = {}
+    first: dict = {}
+    order = []
+
+    def visit(e):
+        if isinstance(e, Bin) and e.op in _OPS and dt.is_int(e.dtype):
+            k = expr_key(e)
+            count[k] = count.get(k, 0) + 1
+            if k not in first:
+                first[k] = e
+                order.append(k)
+            if count[k] > 1:
+                return  # its parts are counted once, with the first occurrence
+        for c in children(e):
+            visit(c)
+
+    for e in exprs:
+        visit(e)
+    rep = [k for k in order if count[k] > 1]
+    return [(k, first[k]) for k in rep]
+
+
+def _replace(e, table: dict):
+    k = expr_key(e) if isinstance(e, Bin) else None
+    if k is not None and k in table:
+        return table[k]
+    kids = children(e)
+    if not kids:
+        return e
+    return rebuild(e, tuple(_replace(c, table) for c in kids))
+
+
+def _cse_store(s: Store):
+    exprs = list(s.indices) + [s.value]
+    cands = _candidates(exprs)
+    if not cands:
+        return None
+    table: dict = {}
+    lets = []
+    for n, (k, e) in enumerate(cands):
+        v = Var(f"cse{n}", e.dtype)
+        # earlier (bigger or earlier-seen) bindings may occur inside later ones
+        lets.append((v, _replace(e, table)))
+        table[k] = v
+    out = Store(s.buffer, [_replace(i, table) for i in s.indices], _replace(s.value, table))
+    for v, e in reversed(lets):
+        out = Let(v, e, out)
+    return out
+
+
+def cse(func: PrimFunc) -> PrimFunc:
+    def fix(x):
+        if isinstance(x, Store):
+            return _cse_store(x)
+        if isinstance(x, If):
+            return None
+        return None
+
+    return func.replace(body=map_stmt(func.body, fstmt=fix))
+
+
+@register_pass
+@dataclass(frozen=True)
+class CSE(Pass):
+    """Bind integer subexpressions repeated within a statement to let vars."""
+
+    name = "cse"
+
+    def apply(self, module, ctx):
+        return on_kernels(module, cse)
