@@ -660,6 +660,37 @@ def test_write_after_read_race_without_trailing_barrier():
         sim.run(m, args)
 
 
+@pytest.mark.parametrize("log_limit", [1 << 22, 100])
+@pytest.mark.parametrize("barrier", [True, False])
+def test_reads_logged_over_a_long_interval_are_checked_at_the_next_write(
+        monkeypatch, log_limit, barrier):
+    from ptxforge.backend_sim import runtime
+
+    monkeypatch.setattr(runtime.SharedRace, "LOG_LIMIT", log_limit)  # fold the log early
+    A = Buffer("A", "float32", (32,))
+    s = Buffer("s.shared", "float32", (32,), "shared")
+    acc = Buffer("acc", "float32", (1,), "local")
+    tx, k_ = Var("tx"), Var("k")
+    steps = [Store(s, [tx], A[tx]), Barrier(), Store(acc, [i32(0)], f32(0.0)),
+             serial(k_, 20, Store(acc, [i32(0)], acc[0] + s[(tx + k_) % 32]))]
+    if barrier:
+        steps.append(Barrier())
+    steps += [Store(s, [tx], acc[0]), Barrier(), Store(A, [tx], s[31 - tx])]
+    k = kernel("longread", [A], thread(tx, 32, "threadIdx.x", Alloc(s, Alloc(acc, Seq(
+        steps)))), block=(32, 1, 1))
+    a = randn(32)
+    if not barrier:
+        with pytest.raises(sim.SimRaceError, match=r"writes s\.shared\[\d+\] read by thread"):
+            run_kernel(k, a.copy())
+        return
+    out = a.copy()
+    run_kernel(k, out)
+    sums = np.zeros(32, np.float32)
+    for j in range(20):
+        sums += a[(np.arange(32) + j) % 32]
+    np.testing.assert_array_equal(out, sums[::-1])
+
+
 def test_conflicting_writes_in_one_interval():
     A = Buffer("A", "float32", (32,))
     s = Buffer("s.shared", "float32", (16,), "shared")
