@@ -1,0 +1,225 @@
+"""What the default schedules need to know about a DAG before scheduling it.
+
+* which stages are inlined (every injective stage that is not an output),
+* which reduction is fused into which element-wise consumer (its epilogue),
+* for a reduction, how each input is indexed by the output and reduce axes, so the tile
+  chooser can estimate shared-memory footprints and per-thread loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...ir.expr import Bin, Expr, IntImm, Reduce, TensorRead, Var, children, free_vars, substitute
+from ...ir.simplify import simplify
+from ...ir.te import ComputeOp, Tensor
+
+
+def is_reduction(op) -> bool:
+    """True for a compute stage with reduce axes."""
+    return isinstance(op, ComputeOp) and bool(op.reduce_axis)
+
+
+def tensor_reads(expr: Expr) -> list[TensorRead]:
+    """Every tensor read in ``expr``, depth first, left to right."""
+    out: list[TensorRead] = []
+
+    def visit(e):
+        if isinstance(e, TensorRead):
+            out.append(e)
+        for c in children(e):
+            visit(c)
+
+    visit(expr)
+    return out
+
+
+def reads_through(op: ComputeOp, inlined: set) -> list[tuple[Tensor, tuple]]:
+    """``(tensor, indices)`` of every read of a stage that is not inlined, seen from
+    ``op``'s body with the inlined stages (ids in ``inlined``) substituted in; indices are
+    expressions of ``op``'s axis and reduce vars."""
+    out: list = []
+
+    def visit(expr: Expr):
+        for r in tensor_reads(expr):
+            t = r.tensor
+            if id(t.op) in inlined and isinstance(t.op, ComputeOp):
+                inner = t.op.body.source if isinstance(t.op.body, Reduce) else t.op.body
+                vmap = {a.var: i for a, i in zip(t.op.axis, r.indices)}
+                visit(substitute(inner, vmap))
+            else:
+                out.append((t, r.indices))
+
+    visit(op.body)
+    return out
+
+
+@dataclass
+class DagPlan:
+    """How :func:`ptxforge.ops.schedules.default_schedule` treats each stage.
+
+    Attributes:
+        ops: the compute stages in topological order.
+        outputs: ids of the stages whose tensors are outputs.
+        inlined: ids of the stages inlined into their readers.
+        epilogue: ``{id(reduction): consumer}``: the consumer's loops are tiled and the
+            reduction is computed at its thread loop.
+    """
+
+    ops: list
+    outputs: set
+    inlined: set
+    epilogue: dict
+
+    @property
+    def fused_consumers(self) -> set:
+        """Ids of the stages a reduction is fused into."""
+        return {id(c) for c in self.epilogue.values()}
+
+
+def plan_dag(compute_ops: list, outputs: list) -> DagPlan:
+    """Decide inlining and epilogue fusion for the stages ``compute_ops`` (topological
+    order) computing ``outputs``."""
+    out_ids = {id(t.op) for t in outputs}
+    inlined = {id(op) for op in compute_ops if id(op) not in out_ids and not op.reduce_axis}
+    readers: dict = {id(op): [] for op in compute_ops}
+    for op in compute_ops:
+        if id(op) in inlined:
+            continue
+        seen = set()
+        for t, _ in reads_through(op, inlined):
+            if id(t.op) in readers and id(t.op) not in seen:
+                seen.add(id(t.op))
+                readers[id(t.op)].append(op)
+    epilogue: dict = {}
+    claimed: set = set()
+    for op in compute_ops:
+        if not op.reduce_axis or id(op) in out_ids:
+            continue
+        consumers = readers[id(op)]
+        if len(consumers) != 1:
+            continue
+        c = consumers[0]
+        if id(c) in claimed or not is_epilogue_of(c, op, inlined):
+            continue
+        epilogue[id(op)] = c
+        claimed.add(id(c))
+    return DagPlan(list(compute_ops), out_ids, inlined, epilogue)
+
+
+def is_epilogue_of(consumer: ComputeOp, producer: ComputeOp, inlined: set) -> bool:
+    """True when ``consumer`` is element-wise in ``producer``: same shape, no reduction, and
+    every read of ``producer`` (through inlined stages) is at the consumer's own index, so
+    computing the producer per consumer element recomputes nothing."""
+    if consumer.reduce_axis or tuple(consumer.shape) != tuple(producer.shape):
+        return False
+    axis_vars = [a.var for a in consumer.axis]
+    found = False
+    for t, indices in reads_through(consumer, inlined):
+        if t.op is not producer:
+            continue
+        found = True
+        if len(indices) != len(axis_vars):
+            return False
+        for idx, v in zip(indices, axis_vars):
+            if simplify(idx) is not v:
+                return False
+    return found
+
+
+# ---------------------------------------------------------------------------------------
+# access patterns of a reduction
+
+
+@dataclass(frozen=True)
+class IndexDim:
+    """One index of a read: ``sum(coeffs[v] * v) + const`` when ``affine``, else just the
+    vars it depends on (``coeffs`` maps each to 1)."""
+
+    coeffs: dict
+    affine: bool
+    extent: int
+
+
+@dataclass(frozen=True)
+class InputAccess:
+    """How a reduction reads one input tensor.
+
+    Attributes:
+        tensor: the tensor read.
+        dims: one :class:`IndexDim` per dimension of the tensor.
+        contiguous_in_reduce: the innermost index moves with the innermost reduce loop only
+            (so consecutive reduction steps read consecutive elements: vector loads).
+    """
+
+    tensor: Tensor
+    dims: tuple
+    contiguous_in_reduce: bool
+
+
+def affine_coeffs(e: Expr, variables: set) -> dict | None:
+    """``{var: coefficient}`` when ``e`` is affine in ``variables`` (other vars or
+    constants only as additive terms), else None."""
+    coeffs: dict = {}
+
+    def go(x, scale) -> bool:
+        if isinstance(x, Var):
+            if x in variables:
+                coeffs[x] = coeffs.get(x, 0) + scale
+            return True
+        if isinstance(x, IntImm):
+            return True
+        if isinstance(x, Bin):
+            if x.op == "add":
+                return go(x.a, scale) and go(x.b, scale)
+            if x.op == "sub":
+                return go(x.a, scale) and go(x.b, -scale)
+            if x.op == "mul":
+                if isinstance(x.b, IntImm):
+                    return go(x.a, scale * x.b.value)
+                if isinstance(x.a, IntImm):
+                    return go(x.b, scale * x.a.value)
+        return False
+
+    if not go(e, 1):
+        return None
+    return {v: c for v, c in coeffs.items() if c != 0}
+
+
+def input_accesses(op: ComputeOp, inlined: set = frozenset()) -> list[InputAccess]:
+    """The reads of reduction ``op``'s direct inputs (one entry per read)."""
+    variables = {a.var for a in op.axis} | {a.var for a in op.reduce_axis}
+    reduce_vars = [a.var for a in op.reduce_axis]
+    innermost = reduce_vars[-1] if reduce_vars else None
+    out = []
+    for r in tensor_reads(op.body):
+        dims = []
+        for idx, extent in zip(r.indices, r.tensor.shape):
+            c = affine_coeffs(idx, variables)
+            if c is None:
+                dims.append(IndexDim({v: 1 for v in free_vars(idx) & variables}, False, extent))
+            else:
+                dims.append(IndexDim(c, True, extent))
+        last = dims[-1] if dims else None
+        contiguous = bool(last is not None and last.affine and last.coeffs == {innermost: 1})
+        out.append(InputAccess(r.tensor, tuple(dims), contiguous))
+    return out
+
+
+def footprint(access: InputAccess, tile: dict):
+    """Elements of ``access.tensor`` one tile touches; ``tile`` maps each var to the extent
+    it ranges over (scalars or numpy arrays of candidates; absent vars are fixed)."""
+    total = 1
+    for d in access.dims:
+        if d.affine:
+            span = 1
+            for v, c in d.coeffs.items():
+                span = span + abs(c) * (tile.get(v, 1) - 1)
+        else:
+            span = 1
+            for v in d.coeffs:
+                span = span * tile.get(v, 1)
+        total = total * np.minimum(span, d.extent)
+    return total

@@ -1,0 +1,70 @@
+"""``default_schedule``: a hand-written GPU schedule for any DAG of the operator library.
+
+1. Every injective stage that is not an output is inlined into its readers (padding into
+   the shared-memory fetch of the convolution that reads it, bias and batch-norm
+   arithmetic into the epilogue, softmax's exponential into its sum and normalization).
+2. A reduction whose only reader is an element-wise stage of the same shape, reading it
+   at its own index, is fused with it: that epilogue stage is tiled and the reduction is
+   computed per thread (conv2d + bias + relu is one kernel).
+3. Every other stage gets the schedule registered for its tag
+   (:func:`~ptxforge.ops.schedules.registry.default_schedule_for`): tiled with
+   shared-memory staging for convolutions and matrix products, one output per thread for
+   pooling and other reductions, flat over the elements for injective stages.
+"""
+
+from __future__ import annotations
+
+from ...ir.te import ComputeOp, Operation, Tensor
+from ...passes.schedule.schedule import Schedule, create_schedule
+from .analysis import DagPlan, plan_dag
+from .gpu import H100, GPUSpec
+from .registry import default_schedule_for
+
+
+def _as_tensors(outputs) -> list[Tensor]:
+    outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    tensors = []
+    for o in outs:
+        t = o.output(0) if isinstance(o, Operation) else o
+        if not isinstance(t, Tensor) or not isinstance(t.op, ComputeOp):
+            raise TypeError(f"default_schedule takes computed te tensors (or a list of them), "
+                            f"got {o!r}")
+        tensors.append(t)
+    if not tensors:
+        raise ValueError("default_schedule needs at least one output tensor")
+    return tensors
+
+
+def plan(outputs) -> DagPlan:
+    """How :func:`default_schedule` would treat each stage of the DAG of ``outputs``."""
+    tensors = _as_tensors(outputs)
+    s = create_schedule(tensors)
+    return plan_dag([op for op in s.dag.ops if isinstance(op, ComputeOp)], tensors)
+
+
+def default_schedule(outputs, spec: GPUSpec = H100) -> Schedule:
+    """A schedule of the computation of ``outputs`` (a tensor or a list of tensors) that is
+    valid on ``spec`` (threads and shared memory per block) and reasonably fast."""
+    tensors = _as_tensors(outputs)
+    s = create_schedule(tensors)
+    compute_ops = [op for op in s.dag.ops if isinstance(op, ComputeOp)]
+    p = plan_dag(compute_ops, tensors)
+    # a stage a reduction reads directly (its padding) is inlined only after the stage
+    # schedules ran: a tiled reduction first caches it in shared memory, and the copy then
+    # computes it. The others go first, so that epilogues are single stages.
+    read_by_reduction = {id(t.op) for op in compute_ops if op.reduce_axis
+                         for t in op.input_tensors}
+    early = [op for op in compute_ops
+             if id(op) in p.inlined and id(op) not in read_by_reduction]
+    late = [op for op in compute_ops
+            if id(op) in p.inlined and id(op) in read_by_reduction]
+    for op in reversed(early):
+        s[op].compute_inline()
+    fused = p.fused_consumers
+    for op in reversed(compute_ops):
+        if id(op) in p.inlined or id(op) in fused:
+            continue
+        default_schedule_for(op.tag)(s, op, p.epilogue.get(id(op)), spec=spec)
+    for op in reversed(late):
+        s[op].compute_inline()
+    return s
