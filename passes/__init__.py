@@ -23,6 +23,7 @@ from .errors import (
     UnknownPassParseError,
 )
 from .instruments import (
+    CheckRoundTrip,
     DumpIR,
     PassInstrument,
     PassTiming,
@@ -44,6 +45,7 @@ from .registry import (
 )
 
 __all__ = [
+    "CheckRoundTrip",
     "DEFAULT_REGISTRY",
     "ENTRY_POINT_GROUP",
     "REF",

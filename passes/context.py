@@ -72,6 +72,11 @@ class PassContext:
         built.extend(instruments)
         if time_passes:
             built.append(PassTiming(report=True, stream=stream))
+        if os.environ.get("PTXFORGE_CHECK_ROUNDTRIP") == "1":
+            from .instruments import CheckRoundTrip
+
+            # first in the list, so its after-hook runs last: after the verifier
+            built.insert(0, CheckRoundTrip())
         self.instruments: list[PassInstrument] = built
         self._depth = 0
         self._tokens: list[contextvars.Token] = []

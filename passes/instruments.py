@@ -279,6 +279,20 @@ class Verify(PassInstrument):
             verify(module_after, pass_name=pass_.text)
 
 
+class CheckRoundTrip(PassInstrument):
+    """Check that each pass's output prints, parses back and prints the same (the text
+    form is complete). Off by default; ``PTXFORGE_CHECK_ROUNDTRIP=1`` adds it to every
+    context, as the test suite does."""
+
+    def run_after_pass(self, pass_: Pass, module_before: Module, module_after: Module) -> None:
+        from ..ir.parser import roundtrip_check
+
+        try:
+            roundtrip_check(module_after)
+        except AssertionError as e:
+            raise AssertionError(f"the IR after {pass_.text} does not round-trip: {e}") from None
+
+
 def load_verifier():
     """``ptxforge.ir.verify.verify``, or None while that module does not exist."""
     name = __name__.rsplit(".", 2)[0] + ".ir.verify"

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
+
+# every IR a pass produces in the test suite must print, parse back and print the same
+os.environ.setdefault("PTXFORGE_CHECK_ROUNDTRIP", "1")
 
 
 @functools.lru_cache(maxsize=1)
