@@ -61,6 +61,55 @@ def _demo(args) -> int:
     return 0
 
 
+EXAMPLES = ("seed", "seed-default", "autotvm-best")
+
+
+def _example_schedule(name: str):
+    from ptxforge import workloads
+
+    if name == "seed":
+        s, tensors, _ = workloads.seed_schedule()
+        return s, tensors
+    if name == "seed-default":
+        from ptxforge.ops.schedules import default_schedule
+
+        tensors = workloads.conv2d_layer(*workloads.SEED_ARGS)
+        return default_schedule(tensors[-1]), tensors
+    if name == "autotvm-best":
+        return workloads.conv2d_no_batching_schedule()
+    raise SystemExit(f"unknown example {name!r}; choose one of {', '.join(EXAMPLES)}")
+
+
+def _inspect(args) -> int:
+    import ptxforge
+    from ptxforge.ir.to_ir import to_ir
+    from ptxforge.passes import PassContext, Pipeline
+
+    s, tensors = _example_schedule(args.example)
+    if args.pipeline:
+        with open(args.pipeline, encoding="utf-8") as f:
+            text = f.read()
+    else:
+        text = s.pipeline.text
+    module = to_ir(s.dag)
+    print_after = None
+    if args.print_after:
+        print_after = "all" if args.print_after == "all" else args.print_after.split(",")
+    elif not args.print_after_change and not args.dump_dir:
+        print_after = "all"
+    ctx = PassContext(print_after=print_after, print_after_change=args.print_after_change,
+                      dump_dir=args.dump_dir, time_passes=args.time)
+    with ctx:
+        scheduled = Pipeline.parse(text)(module)
+        lowered = ptxforge.lower(scheduled)
+    if args.dump_dir:
+        print(f"wrote the IR after every pass to {args.dump_dir}/")
+    if args.target in ("llvm", "ptx"):
+        mod = ptxforge.driver.BuiltModule(lowered, "cuda")
+        print(mod.get_source(args.target))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="ptxforge", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -68,6 +117,19 @@ def main(argv=None) -> int:
     d.add_argument("--sim", action="store_true", help="use the simulator even with a GPU")
     d.add_argument("--print-ir", action="store_true", help="print the device IR")
     d.set_defaults(fn=_demo)
+    i = sub.add_parser(
+        "inspect", help="print the IR after every schedule and lowering pass of an example")
+    i.add_argument("--example", default="seed", choices=EXAMPLES,
+                   help="the built-in schedule to show (default: the tutorial's seed schedule)")
+    i.add_argument("--pipeline", help="a file with pipeline text to apply instead")
+    i.add_argument("--print-after", help="'all' or comma-separated pass names")
+    i.add_argument("--print-after-change", action="store_true",
+                   help="print only after passes that changed the IR")
+    i.add_argument("--dump-dir", help="write the IR after every pass into this folder")
+    i.add_argument("--time", action="store_true", help="time every pass")
+    i.add_argument("--target", choices=("ir", "llvm", "ptx"), default="ir",
+                   help="also print the LLVM IR or PTX of the result")
+    i.set_defaults(fn=_inspect)
     args = parser.parse_args(argv)
     return args.fn(args)
 
