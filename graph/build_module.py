@@ -1,0 +1,230 @@
+"""``graph.build``: optimize a network, compile each distinct fused function, plan memory.
+
+The result, a :class:`GraphLibrary`, runs with :class:`~ptxforge.graph.executor.GraphModule`
+on the simulator or a GPU.
+
+Schedules come from ``schedule_fn(fused_function) -> (Schedule, args) | None``, the hook a
+tuner's ``ApplyHistoryBest`` plugs into: it gets a
+:class:`~ptxforge.graph.fused.FusedFunction` (workload key, te tensor builder, name) and
+returns a schedule with its argument tensors (inputs then output, in the function's
+parameter order), or None when it has no record, in which case the default GPU schedule of
+:func:`ptxforge.ops.schedules.default_schedule` is used and a warning names the function.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..ir.stmt import Module
+from ..ir.te import ComputeOp
+from .fused import FusedFunction, distinct_functions
+from .ir import Constant, Graph, GraphError, bind_params
+from .memory_plan import MemoryPlan, plan_memory
+from .passes import GraphPassContext, optimization_pipeline
+
+ScheduleFn = Callable[[FusedFunction], "tuple | None"]
+
+
+class NoTuningRecordWarning(UserWarning):
+    """A fused function was compiled with the default schedule for want of a record."""
+
+
+def optimize(net: Graph, params: dict | None = None, *, layout: str | None = None,
+             winograd: bool = False, fuse: bool = True,
+             ctx: GraphPassContext | None = None) -> Graph:
+    """Bind ``params`` and run the optimization pipeline (see
+    :func:`~ptxforge.graph.passes.optimization_pipeline`); the result calls fused functions
+    unless ``fuse`` is False."""
+    graph = bind_params(net, params)
+    return optimization_pipeline(layout, winograd, fuse)(graph, ctx)
+
+
+def default_schedule_for(func: FusedFunction):
+    """The default GPU schedule of a fused function and its argument tensors."""
+    tensors = func.build_tensors()
+    try:
+        from ..ops.schedules import default_schedule
+
+        return default_schedule([tensors[-1]]), tensors
+    except Exception as e:  # noqa: BLE001 - any failure falls back to the plain schedule
+        warnings.warn(f"{func.name}: the default schedule failed ({type(e).__name__}: {e}); "
+                      "using one thread per output element", stacklevel=3)
+        return simple_schedule(tensors[-1]), tensors
+
+
+def simple_schedule(output, threads: int = 256):
+    """A schedule that is valid for any DAG: injective stages inlined into their readers,
+    every other stage one thread per output element (its loops fused, split over blocks
+    and threads)."""
+    from ..te import create_schedule, thread_axis
+
+    s = create_schedule([output])
+    ops = [op for op in s.dag.ops if isinstance(op, ComputeOp)]
+    for op in reversed(ops):
+        if op is not output.op and not op.reduce_axis:
+            s[op].compute_inline()
+    for op in reversed(ops):
+        if op is not output.op and not op.reduce_axis:
+            continue
+        axes = list(s[op].op.axis)
+        fused = s[op].fuse(*axes) if len(axes) > 1 else axes[0]
+        extent = 1
+        for a in op.axis:
+            extent *= a.extent
+        outer, inner = s[op].split(fused, factor=min(threads, extent))
+        s[op].bind(outer, thread_axis("blockIdx.x"))
+        s[op].bind(inner, thread_axis("threadIdx.x"))
+    return s
+
+
+@dataclass
+class CompiledFunction:
+    """A distinct fused function after compilation: its device IR, and for ``cuda`` its
+    PTX module. ``tuned`` says whether the schedule came from ``schedule_fn``."""
+
+    func: FusedFunction
+    device_module: Module | None
+    ptx: object | None = None
+    tuned: bool = False
+    pipeline: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class GraphLibrary:
+    """A compiled network: run it with ``GraphModule(lib, device)``.
+
+    Attributes:
+        graph: the fused main graph.
+        target: ``"cuda"`` (PTX compiled, runs on a GPU or the simulator) or ``"sim"``.
+        functions: the compiled distinct functions, by workload key.
+        call_keys: the workload key each step runs (None for reshape-only steps).
+        plan: the memory plan.
+        params: the weights (and folded constants), by parameter name.
+    """
+
+    graph: Graph
+    target: str
+    functions: dict[str, CompiledFunction]
+    call_keys: list[str | None]
+    plan: MemoryPlan
+    params: dict = field(default_factory=dict)
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.plan.inputs)
+
+    def get_source(self, fmt: str = "ir") -> str:
+        """Every function's device IR (``"ir"``) or PTX (``"ptx"``)."""
+        parts = []
+        for key, f in self.functions.items():
+            if fmt == "ir":
+                text = str(f.device_module)
+            else:
+                if f.ptx is None:
+                    raise GraphError("this library was built for the simulator; build with "
+                                     "target='cuda' for PTX")
+                text = f.ptx.get_source(fmt)
+            parts.append(f"// ==== {f.func.name} {key}\n{text}")
+        return "\n".join(parts)
+
+    def summary(self) -> str:
+        lines = [f"{len(self.functions)} compiled functions, {self.plan.summary()}"]
+        for f in self.functions.values():
+            how = "tuned" if f.tuned else "default schedule"
+            lines.append(f"  {f.func.name:60s} x{f.func.count:<3d} {how}")
+        return "\n".join(lines)
+
+
+def _constant_names(graph: Graph) -> Callable[[Constant], str]:
+    names: dict[int, str] = {}
+    used: set[str] = {p.name for p in graph.params}
+
+    def name_of(c: Constant) -> str:
+        if id(c) not in names:
+            base = c.name or "const"
+            name, k = base, 1
+            while name in used:
+                name = f"{base}_{k}"
+                k += 1
+            used.add(name)
+            names[id(c)] = name
+        return names[id(c)]
+
+    return name_of
+
+
+def compile_function(func: FusedFunction, target: str, schedule_fn: ScheduleFn | None
+                     ) -> CompiledFunction:
+    """Schedule (``schedule_fn`` or the default), lower and, for ``cuda``, compile."""
+    from ..driver import lower
+
+    t0 = time.perf_counter()
+    chosen = schedule_fn(func) if schedule_fn is not None else None
+    tuned = chosen is not None
+    if chosen is None:
+        if schedule_fn is not None:
+            warnings.warn(f"no tuning record for {func.name} (workload key "
+                          f"{func.workload_key}); using the default schedule",
+                          NoTuningRecordWarning, stacklevel=3)
+        chosen = default_schedule_for(func)
+    sch, args = chosen
+    try:
+        device_module = lower(sch, list(args))
+    except Exception as e:
+        if tuned:
+            raise GraphError(f"{func.name}: the schedule from schedule_fn does not lower: "
+                             f"{e}") from e
+        raise GraphError(f"{func.name}: the default schedule does not lower: {e}") from e
+    ptx = None
+    if target == "cuda":
+        from ..backend_ptx import compile_module
+
+        ptx = compile_module(device_module)
+    pipeline = getattr(getattr(sch, "pipeline", None), "text", "")
+    return CompiledFunction(func, device_module, ptx, tuned, pipeline,
+                            time.perf_counter() - t0)
+
+
+def build(net: Graph, target: str = "cuda", params: dict | None = None,
+          schedule_fn: ScheduleFn | None = None, *, layout: str | None = None,
+          winograd: bool = False, ctx: GraphPassContext | None = None) -> GraphLibrary:
+    """Compile a network.
+
+    Args:
+        net: the network graph (weights as parameters or constants).
+        target: ``"cuda"`` compiles PTX for the GPU (no GPU needed to build); ``"sim"`` only
+            lowers, for the simulator. Both run on the simulator.
+        params: weights by parameter name, bound as constants.
+        schedule_fn: ``f(FusedFunction) -> (Schedule, args) | None`` (a tuner's
+            history-best dispatch); functions it has no schedule for get the default one,
+            with a :class:`NoTuningRecordWarning`.
+        layout: ``"NHWC"`` converts NCHW convolutions and pools first.
+        winograd: compute eligible 3x3 convolutions with Winograd's algorithm.
+        ctx: the graph pass context (printing, dumping, timing passes).
+    """
+    if target not in ("cuda", "sim"):
+        raise GraphError(f"unknown target {target!r}; use 'cuda' or 'sim'")
+    fused = optimize(net, params, layout=layout, winograd=winograd, ctx=ctx)
+    consts = _constant_names(fused)
+    plan = plan_memory(fused, consts)
+    _, of_call = distinct_functions(fused, include_views=True)
+    compiled: dict[str, CompiledFunction] = {}
+    call_keys: list[str | None] = []
+    for step in plan.steps:
+        if step.view:
+            call_keys.append(None)
+            continue
+        ff = of_call[id(step.call)]
+        key = ff.workload_key
+        if key not in compiled:
+            compiled[key] = compile_function(ff, target, schedule_fn)
+        call_keys.append(key)
+    weights = {}
+    for n in fused.nodes():
+        if isinstance(n, Constant):
+            weights[consts(n)] = n.value
+    return GraphLibrary(fused, target, compiled, call_keys, plan, weights)

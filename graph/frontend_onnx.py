@@ -1,0 +1,595 @@
+"""The ONNX importer: ``from_onnx(model_or_path, shape_dict) -> (net, params)``.
+
+Float initializers become graph parameters whose values are returned in ``params``, so a
+model imported from PyTorch compiles like a zoo network. Values that only describe shapes
+(``Shape``, ``Gather``, ``Concat`` of constants, ``Reshape`` targets, ``Pad`` widths, ...)
+are evaluated while importing, since every shape is static here. Supported operators:
+see :data:`SUPPORTED`; anything else is an error naming the node.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from . import opdefs as G
+from .ir import Constant, Graph, GraphError, Node, Var
+
+_ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
+                9: "bool", 10: "float16", 11: "float64"}
+
+
+class OnnxImportError(GraphError):
+    """An ONNX model this importer cannot translate (the message names the node)."""
+
+
+def _attrs(node) -> dict:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _ints(v) -> list[int]:
+    return [int(x) for x in v]
+
+
+class _Importer:
+    def __init__(self, model, shape_dict: dict, dtype: str):
+        from onnx import numpy_helper
+
+        self.model = model
+        self.graph = model.graph
+        self.dtype = dtype
+        self.opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                         default=13)
+        self.static: dict[str, np.ndarray] = {}
+        self.nodes: dict[str, Node] = {}
+        self.params: dict[str, np.ndarray] = {}
+        self.inputs: list[Var] = []
+        self.param_vars: list[Var] = []
+        self.initializers = {init.name: numpy_helper.to_array(init)
+                             for init in self.graph.initializer}
+        for name, value in self.initializers.items():
+            self.static[name] = value
+        for inp in self.graph.input:
+            if inp.name in self.initializers:
+                continue
+            shape = shape_dict.get(inp.name) if shape_dict else None
+            ttype = inp.type.tensor_type
+            if shape is None:
+                dims = [d.dim_value if d.HasField("dim_value") else None
+                        for d in ttype.shape.dim]
+                if any(d is None or d <= 0 for d in dims):
+                    raise OnnxImportError(
+                        f"input {inp.name!r} has dynamic dimensions {dims}; give its shape in "
+                        "shape_dict")
+                shape = dims
+            in_dtype = _ONNX_DTYPES.get(ttype.elem_type, dtype)
+            var = Var(inp.name, tuple(int(s) for s in shape), in_dtype)
+            self.inputs.append(var)
+            self.nodes[inp.name] = var
+
+    # -- values -----------------------------------------------------------------------------
+
+    def is_static(self, name: str) -> bool:
+        return name in self.static and name not in self.nodes
+
+    def tensor(self, name: str) -> Node:
+        """The graph node of value ``name`` (initializers become parameters, other known
+        values constants)."""
+        if name in self.nodes:
+            return self.nodes[name]
+        if name not in self.static:
+            raise OnnxImportError(f"value {name!r} is used before it is defined")
+        value = self.static[name]
+        if name in self.initializers and value.dtype.kind == "f":
+            value = value.astype(self.dtype)
+            var = Var(name, value.shape, self.dtype)
+            self.params[name] = value
+            self.param_vars.append(var)
+            node: Node = var
+        else:
+            if value.dtype == np.float64:
+                value = value.astype(self.dtype)
+            node = Constant(value, name)
+        self.nodes[name] = node
+        return node
+
+    def value(self, name: str, what: str) -> np.ndarray:
+        """The import-time value of ``name`` (a shape, axes, pads, ...)."""
+        if name in self.static:
+            return self.static[name]
+        raise OnnxImportError(f"{what} ({name!r}) must be a constant known at import time")
+
+    def shape(self, name: str) -> tuple:
+        if name in self.nodes:
+            return self.nodes[name].shape
+        return tuple(self.value(name, "a shape").shape)
+
+    # -- translation ------------------------------------------------------------------------
+
+    def run(self) -> tuple[Graph, dict]:
+        for node in self.graph.node:
+            if node.domain not in ("", "ai.onnx"):
+                raise OnnxImportError(f"node {node.name!r}: operator domain {node.domain!r} is "
+                                      "not supported")
+            handler = _HANDLERS.get(node.op_type)
+            if handler is None:
+                raise OnnxImportError(
+                    f"node {node.name or node.output[0]!r}: ONNX operator {node.op_type} is "
+                    f"not supported; supported: {', '.join(sorted(SUPPORTED))}")
+            ins = [i for i in node.input]
+            static = all(i == "" or self.is_static(i) for i in ins)
+            if node.op_type == "Shape" or (static and node.op_type in _STATIC):
+                outs = _STATIC[node.op_type](self, node, _attrs(node))
+                for name, val in zip(node.output, outs):
+                    self.static[name] = np.asarray(val)
+                continue
+            try:
+                outs = handler(self, node, _attrs(node))
+            except GraphError as e:
+                raise OnnxImportError(f"node {node.name or node.output[0]!r} "
+                                      f"({node.op_type}): {e}") from e
+            if isinstance(outs, Node):
+                outs = [outs]
+            for name, out in zip(node.output, outs):
+                if name:
+                    self.nodes[name] = out
+        outputs = [self.tensor(o.name) for o in self.graph.output]
+        net = Graph(self.inputs + self.param_vars, outputs)
+        return net, self.params
+
+
+# -- handlers: (importer, node, attrs) -> node(s) ---------------------------------------------
+
+
+def _conv(im: _Importer, node, a):
+    x = im.tensor(node.input[0])
+    w = im.tensor(node.input[1])
+    if x.ndim != 4:
+        raise OnnxImportError(f"Conv {node.name!r}: only 2-D convolutions (4-D tensors) are "
+                              f"supported, got input {list(x.shape)}")
+    kh, kw = w.shape[2:]
+    strides = _ints(a.get("strides", [1, 1]))
+    dilations = _ints(a.get("dilations", [1, 1]))
+    pads = _pads(a, x.shape[2:], (kh, kw), strides, dilations)
+    y = G.conv2d(x, w, strides, pads, dilations, groups=int(a.get("group", 1)))
+    if len(node.input) > 2 and node.input[2]:
+        b = im.tensor(node.input[2])
+        y = G.add(y, _reshape_const(b, (b.shape[0], 1, 1)))
+    return y
+
+
+def _reshape_const(node: Node, shape) -> Node:
+    if isinstance(node, Constant):
+        return Constant(node.value.reshape(shape), node.name)
+    return G.reshape(node, shape)
+
+
+def _pads(a: dict, in_hw, kernel, strides, dilations) -> tuple:
+    auto = a.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        out = []
+        for size, k, s, d in zip(in_hw, kernel, strides, dilations):
+            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+            small, big = total // 2, total - total // 2
+            out.append((big, small) if auto == "SAME_LOWER" else (small, big))
+        return (out[0][0], out[1][0], out[0][1], out[1][1])
+    if auto == "VALID":
+        return (0, 0, 0, 0)
+    p = _ints(a.get("pads", [0, 0, 0, 0]))
+    return (p[0], p[1], p[2], p[3])
+
+
+def _batch_norm(im, node, a):
+    x, scale, bias, mean, var = (im.tensor(i) for i in node.input[:5])
+    return G.batch_norm(x, scale, bias, mean, var, 1, float(a.get("epsilon", 1e-5)))
+
+
+def _unary(fn):
+    return lambda im, node, a: fn(im.tensor(node.input[0]))
+
+
+def _leaky(im, node, a):
+    return G.leaky_relu(im.tensor(node.input[0]), float(a.get("alpha", 0.01)))
+
+
+def _clip(im, node, a):
+    x = im.tensor(node.input[0])
+    info = np.finfo(np.float32)
+    if im.opset < 11:
+        lo, hi = float(a.get("min", info.min)), float(a.get("max", info.max))
+    else:
+        lo = (float(im.value(node.input[1], "Clip min").reshape(()))
+              if len(node.input) > 1 and node.input[1] else float(info.min))
+        hi = (float(im.value(node.input[2], "Clip max").reshape(()))
+              if len(node.input) > 2 and node.input[2] else float(info.max))
+    return G.clip(x, lo, hi)
+
+
+def _pool(kind):
+    def handler(im, node, a):
+        if len(node.output) > 1 and node.output[1]:
+            raise OnnxImportError(f"{node.op_type} {node.name!r}: the Indices output is not "
+                                  "supported")
+        x = im.tensor(node.input[0])
+        kernel = _ints(a["kernel_shape"])
+        strides = _ints(a.get("strides", [1, 1]))
+        dilations = _ints(a.get("dilations", [1, 1]))
+        pads = _pads(a, x.shape[2:], kernel, strides, dilations)
+        ceil = bool(a.get("ceil_mode", 0))
+        if kind == "max":
+            return G.max_pool2d(x, kernel, strides, pads, dilations, ceil_mode=ceil)
+        return G.avg_pool2d(x, kernel, strides, pads, dilations, ceil_mode=ceil,
+                            count_include_pad=bool(a.get("count_include_pad", 0)))
+
+    return handler
+
+
+def _gemm(im, node, a):
+    x = im.tensor(node.input[0])
+    if a.get("transA", 0):
+        x = G.transpose(x, (1, 0))
+    bname = node.input[1]
+    # dense takes the weight as [N, K]: B itself when transB, else B transposed
+    w = im.tensor(node.input[1]) if a.get("transB", 0) else _transposed(im, bname)
+    y = G.dense(x, w)
+    alpha = float(a.get("alpha", 1.0))
+    if alpha != 1.0:
+        y = G.multiply(y, alpha)
+    if len(node.input) > 2 and node.input[2]:
+        c = im.tensor(node.input[2])
+        beta = float(a.get("beta", 1.0))
+        if beta != 1.0:
+            c = G.multiply(c, beta)
+        y = G.add(y, c)
+    return y
+
+
+def _transposed(im: _Importer, name: str) -> Node:
+    """``name`` transposed (a ``[K, N]`` MatMul/Gemm weight as dense's ``[N, K]``): a weight
+    initializer becomes a parameter ``<name>_T`` holding the transposed values, a constant
+    a transposed constant, anything else a transpose."""
+    if not im.is_static(name):
+        return G.transpose(im.tensor(name), (1, 0))
+    value = im.static[name]
+    if name in im.initializers and value.dtype.kind == "f":
+        tname = f"{name}_T"
+        if tname not in im.nodes:
+            value = np.ascontiguousarray(value.T.astype(im.dtype))
+            var = Var(tname, value.shape, im.dtype)
+            im.params[tname] = value
+            im.param_vars.append(var)
+            im.nodes[tname] = var
+        return im.nodes[tname]
+    return Constant(np.ascontiguousarray(value.T), name)
+
+
+def _matmul(im, node, a):
+    x = im.tensor(node.input[0])
+    bname = node.input[1]
+    by = im.shape(bname)
+    if len(by) == 2:
+        w = _transposed(im, bname)
+        if x.ndim == 2:
+            return G.dense(x, w)
+        lead = x.shape[:-1]
+        flat = G.reshape(x, (int(np.prod(lead)), x.shape[-1]))
+        return G.reshape(G.dense(flat, w), lead + (by[1],))
+    y = im.tensor(bname)
+    if x.ndim < 2 or y.ndim < 2:
+        raise OnnxImportError(f"MatMul {node.name!r}: 1-D operands are not supported")
+    lead_x, lead_y = x.shape[:-2], y.shape[:-2]
+    if lead_x != lead_y:
+        raise OnnxImportError(f"MatMul {node.name!r}: batch dimensions {list(lead_x)} and "
+                              f"{list(lead_y)} differ")
+    batch = int(np.prod(lead_x)) if lead_x else 1
+    x3 = G.reshape(x, (batch,) + x.shape[-2:])
+    y3 = G.reshape(y, (batch,) + y.shape[-2:])
+    out = G.batch_matmul(x3, y3, transpose_b=False)
+    return G.reshape(out, lead_x + (x.shape[-2], y.shape[-1]))
+
+
+def _binary(fn):
+    def handler(im, node, a):
+        out = im.tensor(node.input[0])
+        for name in node.input[1:]:
+            out = fn(out, im.tensor(name))
+        return out
+
+    return handler
+
+
+def _softmax(im, node, a):
+    x = im.tensor(node.input[0])
+    axis = int(a.get("axis", 1 if im.opset < 13 else -1)) % x.ndim
+    if im.opset >= 13 or axis == x.ndim - 1:
+        return G.softmax(x, axis)
+    rows = int(np.prod(x.shape[:axis]))
+    flat = G.reshape(x, (rows, -1))
+    return G.reshape(G.softmax(flat, -1), x.shape)
+
+
+def _reshape_target(im, node, a, in_shape):
+    if im.opset < 5:
+        target = _ints(a["shape"])
+    else:
+        target = _ints(im.value(node.input[1], "the Reshape target shape"))
+    if a.get("allowzero", 0):
+        return target
+    return [in_shape[k] if s == 0 else s for k, s in enumerate(target)]
+
+
+def _reshape(im, node, a):
+    x = im.tensor(node.input[0])
+    return G.reshape(x, _reshape_target(im, node, a, x.shape))
+
+
+def _flatten(im, node, a):
+    x = im.tensor(node.input[0])
+    axis = int(a.get("axis", 1)) % max(x.ndim, 1)
+    if axis == 1:
+        return G.batch_flatten(x)
+    return G.reshape(x, (int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))))
+
+
+def _transpose(im, node, a):
+    x = im.tensor(node.input[0])
+    return G.transpose(x, _ints(a["perm"]) if "perm" in a else None)
+
+
+def _concat(im, node, a):
+    return G.concatenate([im.tensor(i) for i in node.input], int(a["axis"]))
+
+
+def _pad(im, node, a):
+    x = im.tensor(node.input[0])
+    mode = a.get("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "constant":
+        raise OnnxImportError(f"Pad {node.name!r}: mode {mode!r} is not supported (constant only)")
+    if im.opset < 11:
+        pads, value = _ints(a["pads"]), float(a.get("value", 0.0))
+    else:
+        pads = _ints(im.value(node.input[1], "the Pad widths"))
+        value = (float(im.value(node.input[2], "the Pad value").reshape(()))
+                 if len(node.input) > 2 and node.input[2] else 0.0)
+        if len(node.input) > 3 and node.input[3]:
+            axes = [int(v) % x.ndim for v in im.value(node.input[3], "the Pad axes")]
+            full = [0] * (2 * x.ndim)
+            for k, ax in enumerate(axes):
+                full[ax], full[ax + x.ndim] = pads[k], pads[k + len(axes)]
+            pads = full
+    n = x.ndim
+    return G.pad(x, [(pads[d], pads[d + n]) for d in range(n)], value)
+
+
+def _identity(im, node, a):
+    return im.tensor(node.input[0])
+
+
+def _axes(im, node, a, what: str, index: int = 1):
+    if "axes" in a:
+        return _ints(a["axes"])
+    if len(node.input) > index and node.input[index]:
+        return _ints(im.value(node.input[index], what))
+    return None
+
+
+def _unsqueeze(im, node, a):
+    x = im.tensor(node.input[0])
+    axes = _axes(im, node, a, "the Unsqueeze axes")
+    n = x.ndim + len(axes)
+    axes = sorted(ax % n for ax in axes)
+    shape = list(x.shape)
+    for ax in axes:
+        shape.insert(ax, 1)
+    return G.reshape(x, shape)
+
+
+def _squeeze(im, node, a):
+    x = im.tensor(node.input[0])
+    return G.squeeze(x, _axes(im, node, a, "the Squeeze axes"))
+
+
+def _reduce_mean(im, node, a):
+    x = im.tensor(node.input[0])
+    return G.mean(x, _axes(im, node, a, "the ReduceMean axes"), bool(a.get("keepdims", 1)))
+
+
+def _layer_norm(im, node, a):
+    x = im.tensor(node.input[0])
+    axis = int(a.get("axis", -1))
+    gamma = im.tensor(node.input[1])
+    beta = (im.tensor(node.input[2]) if len(node.input) > 2 and node.input[2]
+            else Constant(np.zeros(gamma.shape, x.dtype)))
+    return G.layer_norm(x, gamma, beta, axis, float(a.get("epsilon", 1e-5)))
+
+
+def _gelu(im, node, a):
+    x = im.tensor(node.input[0])
+    inner = G.erf(G.multiply(x, float(1 / np.sqrt(2.0))))
+    return G.multiply(x, G.multiply(G.add(inner, 1.0), 0.5))
+
+
+def _cast(im, node, a):
+    x = im.tensor(node.input[0])
+    to = _ONNX_DTYPES.get(int(a["to"]))
+    if to != x.dtype:
+        raise OnnxImportError(f"Cast {node.name!r} from {x.dtype} to {to} is not supported")
+    return x
+
+
+_HANDLERS = {
+    "Conv": _conv,
+    "BatchNormalization": _batch_norm,
+    "Relu": _unary(G.relu),
+    "Sigmoid": _unary(G.sigmoid),
+    "Tanh": _unary(G.tanh),
+    "Exp": _unary(G.exp),
+    "Log": _unary(G.log),
+    "Sqrt": _unary(G.sqrt),
+    "Erf": _unary(G.erf),
+    "Neg": _unary(G.negative),
+    "LeakyRelu": _leaky,
+    "Clip": _clip,
+    "MaxPool": _pool("max"),
+    "AveragePool": _pool("avg"),
+    "GlobalAveragePool": _unary(G.global_avg_pool2d),
+    "GlobalMaxPool": _unary(G.global_max_pool2d),
+    "Gemm": _gemm,
+    "MatMul": _matmul,
+    "Add": _binary(G.add),
+    "Sub": _binary(G.subtract),
+    "Mul": _binary(G.multiply),
+    "Div": _binary(G.divide),
+    "Max": _binary(G.maximum),
+    "Min": _binary(G.minimum),
+    "Pow": _binary(G.power),
+    "Softmax": _softmax,
+    "Reshape": _reshape,
+    "Flatten": _flatten,
+    "Transpose": _transpose,
+    "Concat": _concat,
+    "Pad": _pad,
+    "Constant": lambda im, node, a: None,
+    "Identity": _identity,
+    "Dropout": _identity,
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": _squeeze,
+    "ReduceMean": _reduce_mean,
+    "LayerNormalization": _layer_norm,
+    "Gelu": _gelu,
+    "Cast": _cast,
+    "Shape": lambda im, node, a: _static_only(node),
+    "Gather": lambda im, node, a: _static_only(node),
+    "Slice": lambda im, node, a: _static_only(node),
+}
+
+
+def _static_only(node):
+    raise OnnxImportError(f"{node.op_type} {node.name!r} is supported only on values known "
+                          "at import time (shapes and constants)")
+
+
+# -- import-time evaluation of constant subgraphs ---------------------------------------------
+
+
+def _constant_value(im, node, a):
+    from onnx import numpy_helper
+
+    if "value" in a:
+        return [numpy_helper.to_array(a["value"])]
+    for key, dtype in (("value_float", np.float32), ("value_int", np.int64)):
+        if key in a:
+            return [np.array(a[key], dtype=dtype)]
+    for key, dtype in (("value_floats", np.float32), ("value_ints", np.int64)):
+        if key in a:
+            return [np.array(list(a[key]), dtype=dtype)]
+    raise OnnxImportError(f"Constant {node.name!r}: unsupported value attribute "
+                          f"{sorted(a)}")
+
+
+def _s(im, node, k=0):
+    return im.static[node.input[k]]
+
+
+def _static_unsqueeze(im, node, a):
+    x = _s(im, node)
+    axes = _ints(a["axes"]) if "axes" in a else _ints(_s(im, node, 1))
+    n = x.ndim + len(axes)
+    for ax in sorted(ax % n for ax in axes):
+        x = np.expand_dims(x, ax)
+    return [x]
+
+
+def _static_squeeze(im, node, a):
+    x = _s(im, node)
+    axes = _ints(a["axes"]) if "axes" in a else (
+        _ints(_s(im, node, 1)) if len(node.input) > 1 and node.input[1] else None)
+    return [np.squeeze(x, axis=None if axes is None else tuple(axes))]
+
+
+def _static_slice(im, node, a):
+    x = _s(im, node)
+    if im.opset < 10:
+        starts, ends = _ints(a["starts"]), _ints(a["ends"])
+        axes = _ints(a.get("axes", range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts, ends = _ints(_s(im, node, 1)), _ints(_s(im, node, 2))
+        axes = _ints(_s(im, node, 3)) if len(node.input) > 3 and node.input[3] else list(
+            range(len(starts)))
+        steps = _ints(_s(im, node, 4)) if len(node.input) > 4 and node.input[4] else [1] * len(
+            starts)
+    index = [slice(None)] * x.ndim
+    for s, e, ax, st in zip(starts, ends, axes, steps):
+        index[ax % x.ndim] = slice(s, e, st)
+    return [x[tuple(index)]]
+
+
+def _static_binary(fn):
+    def f(im, node, a):
+        out = _s(im, node)
+        for k in range(1, len(node.input)):
+            out = fn(out, _s(im, node, k))
+        return [out]
+
+    return f
+
+
+def _static_cast(im, node, a):
+    from onnx import helper
+
+    return [_s(im, node).astype(helper.tensor_dtype_to_np_dtype(int(a["to"])))]
+
+
+def _static_reshape(im, node, a):
+    x = _s(im, node)
+    return [x.reshape(_reshape_target(im, node, a, x.shape))]
+
+
+_STATIC = {
+    "Constant": _constant_value,
+    "Shape": lambda im, node, a: [np.array(im.shape(node.input[0]), dtype=np.int64)],
+    "Gather": lambda im, node, a: [np.take(_s(im, node), _s(im, node, 1),
+                                           axis=int(a.get("axis", 0)))],
+    "Unsqueeze": _static_unsqueeze,
+    "Squeeze": _static_squeeze,
+    "Concat": lambda im, node, a: [np.concatenate([im.static[i] for i in node.input],
+                                                  axis=int(a["axis"]))],
+    "Slice": _static_slice,
+    "Cast": _static_cast,
+    "Reshape": _static_reshape,
+    "Identity": lambda im, node, a: [_s(im, node)],
+    "Add": _static_binary(np.add),
+    "Sub": _static_binary(np.subtract),
+    "Mul": _static_binary(np.multiply),
+    "Div": _static_binary(lambda x, y: x // y if x.dtype.kind in "iu" else x / y),
+}
+
+SUPPORTED = frozenset(_HANDLERS)
+"""The ONNX operator types the importer translates."""
+
+
+def from_onnx(model, shape_dict: dict | None = None, dtype: str = "float32"
+              ) -> tuple[Graph, dict]:
+    """Import an ONNX model (a ``ModelProto`` or a path to a ``.onnx`` file).
+
+    ``shape_dict`` maps input names to shapes (needed where the model's inputs have
+    dynamic dimensions). Returns the network graph (inputs first, then one parameter per
+    weight) and the weights by parameter name.
+    """
+    try:
+        import onnx
+    except ImportError as e:
+        raise OnnxImportError("the onnx package is needed to import ONNX models "
+                              "(pip install onnx)") from e
+    if isinstance(model, (str, os.PathLike)):
+        model = onnx.load(os.fspath(model))
+    if not isinstance(model, onnx.ModelProto):
+        raise OnnxImportError(f"from_onnx takes an onnx.ModelProto or a path, got "
+                              f"{type(model).__name__}")
+    return _Importer(model, shape_dict or {}, dtype).run()

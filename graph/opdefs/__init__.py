@@ -1,0 +1,49 @@
+"""The graph operators (importing this package registers them) and their constructors."""
+
+from . import conv, elemwise, linear, norm, pool, transform, winograd
+from .conv import conv2d
+from .elemwise import (
+    add,
+    clip,
+    divide,
+    erf,
+    exp,
+    leaky_relu,
+    log,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    power,
+    relu,
+    rsqrt,
+    sigmoid,
+    sqrt,
+    subtract,
+    tanh,
+)
+from .linear import batch_matmul, bias_add, dense, matmul
+from .norm import batch_norm, layer_norm, softmax
+from .pool import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
+from .transform import (
+    VIEW_OPS,
+    batch_flatten,
+    concatenate,
+    expand_dims,
+    mean,
+    pad,
+    reshape,
+    squeeze,
+    transpose,
+)
+from .winograd import conv2d_winograd, winograd_weight_transform
+
+__all__ = [
+    "VIEW_OPS", "conv", "linear", "elemwise", "norm", "pool", "transform", "winograd",
+    "add", "avg_pool2d", "batch_flatten", "batch_matmul", "batch_norm", "bias_add", "clip",
+    "concatenate", "conv2d", "conv2d_winograd", "dense", "divide", "erf", "exp", "expand_dims",
+    "global_avg_pool2d", "global_max_pool2d", "layer_norm", "leaky_relu", "log", "matmul",
+    "max_pool2d", "maximum", "mean", "minimum", "multiply", "negative", "pad", "power",
+    "relu", "reshape", "rsqrt", "sigmoid", "softmax", "sqrt", "squeeze", "subtract", "tanh",
+    "transpose", "winograd_weight_transform",
+]

@@ -1,0 +1,121 @@
+"""Normalizations: ``nn.batch_norm`` (inference), ``nn.layer_norm`` and ``nn.softmax``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import ops
+from ...ir import te
+from ...ops import testing
+from ..ir import Call, Node
+from ..op import OpDef, OpPattern, register_op
+from .common import axis_index, expect_float, expect_rank, fail
+
+
+def _bn_infer(types, attrs):
+    op = "nn.batch_norm"
+    data = types[0]
+    expect_float(op, "data", data)
+    axis = axis_index(op, attrs["axis"], data.ndim)
+    for what, t in zip(("gamma", "beta", "moving_mean", "moving_var"), types[1:]):
+        expect_rank(op, what, t, 1)
+        if t.shape[0] != data.shape[axis]:
+            fail(op, f"{what} has {t.shape[0]} elements but data {list(data.shape)} has "
+                     f"{data.shape[axis]} channels along axis {attrs['axis']}")
+        if t.dtype != data.dtype:
+            fail(op, f"{what} has dtype {t.dtype} but data has {data.dtype}")
+    return data
+
+
+def _bn_ref(a, attrs):
+    axis = attrs["axis"] % a[0].ndim
+    return testing.batch_norm_python(a[0], a[1], a[2], a[3], a[4], axis, attrs["epsilon"],
+                                     attrs["center"], attrs["scale"])
+
+
+register_op(OpDef(
+    name="nn.batch_norm", num_inputs=5, infer=_bn_infer,
+    lower=lambda a, attrs: ops.nn.batch_norm(*a, axis=attrs["axis"], epsilon=attrs["epsilon"],
+                                             center=attrs["center"], scale=attrs["scale"]),
+    ref=_bn_ref, pattern=OpPattern.BROADCAST,
+    defaults={"axis": 1, "epsilon": 1e-5, "center": True, "scale": True},
+))
+
+
+def batch_norm(data: Node, gamma: Node, beta: Node, moving_mean: Node, moving_var: Node,
+               axis: int = 1, epsilon: float = 1e-5, center: bool = True,
+               scale: bool = True) -> Call:
+    """Inference batch normalization: ``(x - mean) / sqrt(var + eps) * gamma + beta`` with
+    the statistics along ``axis``. ``simplify_inference`` turns it into a multiply and an
+    add that fold into the convolution before it."""
+    return Call("nn.batch_norm", [data, gamma, beta, moving_mean, moving_var],
+                {"axis": axis, "epsilon": float(epsilon), "center": center, "scale": scale})
+
+
+def _ln_infer(types, attrs):
+    op = "nn.layer_norm"
+    data, gamma, beta = types
+    expect_float(op, "data", data)
+    axis = axis_index(op, attrs["axis"], data.ndim)
+    if axis != data.ndim - 1:
+        fail(op, f"only the last axis is normalized here (axis=-1), got axis={attrs['axis']} "
+                 f"for a {data.ndim}-D tensor; transpose the axis last first")
+    for what, t in (("gamma", gamma), ("beta", beta)):
+        if t.shape != (data.shape[-1],):
+            fail(op, f"{what} must have shape [{data.shape[-1]}], got {list(t.shape)}")
+    return data
+
+
+def _ln_lower(a, attrs):
+    x, gamma, beta = a
+    last = x.ndim - 1
+    mean = ops.mean(x, last, keepdims=True)
+    centered = ops.subtract(x, mean)
+    var = ops.mean(ops.multiply(centered, centered), last, keepdims=True)
+    eps = te.const(float(attrs["epsilon"]), x.dtype)
+    norm = te.compute(
+        x.shape,
+        lambda *i: centered(*i) * te.rsqrt(var(*i[:-1], 0) + eps) * gamma[i[-1]] + beta[i[-1]],
+        name="T_layer_norm", tag="injective")
+    return norm
+
+
+def _ln_ref(a, attrs):
+    x, gamma, beta = a
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    out = (x - mean) / np.sqrt(var + np.asarray(attrs["epsilon"], x.dtype)) * gamma + beta
+    return out.astype(x.dtype)
+
+
+register_op(OpDef(
+    name="nn.layer_norm", num_inputs=3, infer=_ln_infer, lower=_ln_lower, ref=_ln_ref,
+    pattern=OpPattern.OPAQUE, defaults={"axis": -1, "epsilon": 1e-5},
+))
+
+
+def layer_norm(data: Node, gamma: Node, beta: Node, axis: int = -1,
+               epsilon: float = 1e-5) -> Call:
+    """Layer normalization over the last axis, then ``* gamma + beta``."""
+    return Call("nn.layer_norm", [data, gamma, beta], {"axis": axis, "epsilon": float(epsilon)})
+
+
+def _softmax_infer(types, attrs):
+    (data,) = types
+    expect_float("nn.softmax", "data", data)
+    axis_index("nn.softmax", attrs["axis"], data.ndim)
+    return data
+
+
+register_op(OpDef(
+    name="nn.softmax", num_inputs=1, infer=_softmax_infer,
+    lower=lambda a, attrs: ops.nn.softmax(a[0], attrs["axis"]),
+    ref=lambda a, attrs: testing.softmax_python(a[0], attrs["axis"]).astype(a[0].dtype),
+    pattern=OpPattern.OPAQUE, defaults={"axis": -1},
+))
+
+
+def softmax(data: Node, axis: int = -1) -> Call:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``."""
+    return Call("nn.softmax", [data], {"axis": axis})
+

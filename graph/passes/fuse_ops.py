@@ -1,0 +1,217 @@
+"""``fuse_ops``: partition the graph into fused (primitive) functions, one kernel group each.
+
+Modelled on Relay's FuseOps, with its post-dominator rule: starting from a node, all the
+nodes on every path to its immediate post-dominator join its group when each of them
+fits the group:
+
+* after a convolution, dense, batch matmul, pooling or reduction (``OUT_ELEMWISE_FUSABLE``
+  / ``COMM_REDUCE``): element-wise and broadcast operators of the same output shape (the
+  epilogue: bias, batch-norm shift, residual add, activation, also across diamonds such as
+  GELU's ``x * erf(x)``);
+* after an element-wise, broadcast or injective operator: more of those (reshape,
+  transpose, pad, concatenate chains);
+* opaque operators (softmax, layer norm) stay alone.
+
+Groups are extended as long as possible. Every call ends up in exactly one group; each
+group becomes a :class:`~ptxforge.graph.ir.Graph` with ``attrs["primitive"] = True``,
+called from the new main graph with its external inputs as arguments. Constant weights
+are arguments too (they become kernel parameters); one-element constants that an
+element-wise operator can take as an immediate stay inside the function. A group of
+nothing but reshapes is marked ``attrs["view"] = True``: it needs no kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir import Call, Constant, Graph, GraphError, Node, Var, consumers
+from ..op import OpPattern, get_op
+from ..opdefs.transform import VIEW_OPS
+from .base import GraphPass, register_graph_pass
+
+MAX_NAME = 80
+
+
+class _Groups:
+    """Union-find over calls; the root holds the group's pattern, output and members."""
+
+    def __init__(self, calls: list[Call]):
+        self.parent = {id(c): id(c) for c in calls}
+        self.pattern = {id(c): get_op(c.op).pattern_of(c.attrs) for c in calls}
+        self.output = {id(c): c for c in calls}
+        self.size = {id(c): 1 for c in calls}
+
+    def root(self, k: int) -> int:
+        while self.parent[k] != k:
+            self.parent[k] = self.parent[self.parent[k]]
+            k = self.parent[k]
+        return k
+
+    def merge_into(self, member: Call, root: int) -> None:
+        r = self.root(id(member))
+        if r != root:
+            self.parent[r] = root
+            self.size[root] += self.size[r]
+
+
+def _post_dominators(nodes: list[Node], outputs: list[Node]) -> dict[int, Node | None]:
+    """The immediate post-dominator of every node (None: the graph's exit)."""
+    cons = consumers(nodes)
+    out_ids = {id(o) for o in outputs}
+    ipdom: dict[int, Node | None] = {}
+    depth: dict[int, int] = {}
+
+    def lca(a: Node | None, b: Node | None) -> Node | None:
+        while a is not b:
+            da = -1 if a is None else depth[id(a)]
+            db = -1 if b is None else depth[id(b)]
+            if da >= db and a is not None:
+                a = ipdom[id(a)]
+            elif b is not None:
+                b = ipdom[id(b)]
+            else:
+                return None
+        return a
+
+    for node in reversed(nodes):
+        users: list[Node | None] = list(cons.get(id(node), []))
+        if id(node) in out_ids or not users:
+            users.append(None)
+        d = users[0]
+        for u in users[1:]:
+            d = lca(d, u)
+        ipdom[id(node)] = d
+        depth[id(node)] = 0 if d is None else depth[id(d)] + 1
+    return ipdom
+
+
+def _fits(group_pattern: OpPattern, anchor_shape: tuple, node: Node) -> bool:
+    if not isinstance(node, Call) or isinstance(node.op, Graph):
+        return False
+    p = get_op(node.op).pattern_of(node.attrs)
+    if group_pattern in (OpPattern.OUT_ELEMWISE_FUSABLE, OpPattern.COMM_REDUCE):
+        return p <= OpPattern.BROADCAST and node.shape == anchor_shape
+    if group_pattern <= OpPattern.INJECTIVE:
+        return p <= OpPattern.INJECTIVE
+    return False
+
+
+def partition(graph: Graph) -> tuple[list[Node], _Groups]:
+    """Group the calls of ``graph`` (see the module doc); returns the nodes in topological
+    order and the groups."""
+    nodes = graph.nodes()
+    calls = [n for n in nodes if isinstance(n, Call)]
+    for c in calls:
+        if isinstance(c.op, Graph):
+            raise GraphError("fuse_ops: the graph is already fused")
+    groups = _Groups(calls)
+    ipdom = _post_dominators(nodes, graph.outputs)
+    cons = consumers(nodes)
+    for node in calls:
+        root = groups.root(id(node))
+        if groups.output[root] is not node:
+            continue  # an inner node of a group: all its uses are inside
+        pattern = groups.pattern[root]
+        dom = ipdom[id(node)]
+        if dom is None or pattern == OpPattern.OPAQUE:
+            continue
+        path: list[Call] = []
+        seen = {id(node)}
+        stack = list(cons[id(node)])
+        ok = True
+        while stack and ok:
+            m = stack.pop()
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            if (not _fits(pattern, node.shape, m) or groups.root(id(m)) != id(m)
+                    or groups.size[id(m)] != 1):
+                ok = False
+                break
+            path.append(m)
+            if m is not dom:
+                stack.extend(cons[id(m)])
+        if not ok:
+            continue
+        for m in path:
+            groups.merge_into(m, root)
+        groups.output[root] = dom
+    return nodes, groups
+
+
+def _immediate(const: Constant, call: Call, index: int) -> bool:
+    """Whether ``const`` can be folded into ``call``'s te computation as a scalar."""
+    if const.value.size != 1 or isinstance(call.op, Graph):
+        return False
+    if index not in get_op(call.op).scalar_args:
+        return False
+    others = [a for k, a in enumerate(call.args) if k != index]
+    return all(o.shape == call.shape for o in others)
+
+
+def _function_name(members: list[Call]) -> str:
+    name = "fused_" + "_".join(m.op.replace(".", "_") for m in members)
+    if len(name) > MAX_NAME:
+        name = name[:MAX_NAME].rstrip("_")
+    return name
+
+
+def build_function(members: list[Call], output: Call) -> tuple[Graph, list[Node]]:
+    """The primitive function computing ``output`` from the calls ``members`` (topological
+    order), and the external nodes to call it with."""
+    inside = {id(m) for m in members}
+    uses: dict[int, list[tuple[Call, int]]] = {}
+    for m in members:
+        for k, a in enumerate(m.args):
+            uses.setdefault(id(a), []).append((m, k))
+    params: list[Var] = []
+    outer: list[Node] = []
+    mapping: dict[int, Node] = {}
+    for m in members:
+        for a in m.args:
+            if id(a) in inside or id(a) in mapping:
+                continue
+            if isinstance(a, Constant) and all(_immediate(a, c, k) for c, k in uses[id(a)]):
+                mapping[id(a)] = a
+                continue
+            p = Var(f"p{len(params)}", a.ty)
+            params.append(p)
+            outer.append(a)
+            mapping[id(a)] = p
+    for m in members:
+        mapping[id(m)] = Call(m.op, [mapping[id(a)] for a in m.args], m.attrs)
+    attrs = {"primitive": True}
+    if all(m.op in VIEW_OPS for m in members):
+        attrs["view"] = True
+    fn = Graph(params, [mapping[id(output)]], _function_name(members), attrs)
+    return fn, outer
+
+
+@register_graph_pass
+@dataclass(frozen=True)
+class FuseOps(GraphPass):
+    """Fuse operators into primitive functions (see the module doc)."""
+
+    name = "fuse_ops"
+
+    def apply(self, graph: Graph, ctx) -> Graph:
+        nodes, groups = partition(graph)
+        members: dict[int, list[Call]] = {}
+        for n in nodes:
+            if isinstance(n, Call):
+                members.setdefault(groups.root(id(n)), []).append(n)
+        new: dict[int, Node] = {}
+        for n in nodes:
+            if not isinstance(n, Call):
+                new[id(n)] = n
+                continue
+            root = groups.root(id(n))
+            out = groups.output[root]
+            if out is not n:
+                continue
+            fn, outer = build_function(members[root], out)
+            new[id(n)] = Call(fn, [new[id(a)] for a in outer])
+        outputs = []
+        for o in graph.outputs:
+            outputs.append(new[id(o)])
+        return Graph(graph.params, outputs, graph.name, graph.attrs)
