@@ -1,0 +1,161 @@
+"""The command line's entry point and the demo and inspect commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def _demo(args) -> int:
+    import numpy as np
+    import ptxforge
+    from ptxforge import workloads as seed_layer
+
+    print("ptxforge demo: the seed conv2d layer (7x7, 512->512, 3x3, pad 1) + bias + relu")
+    s, tensors, dag = seed_layer.seed_schedule()
+    print("\nComputational DAG:")
+    print(dag)
+    t0 = time.perf_counter()
+    mod = ptxforge.lower(s, tensors)
+    t_lower = time.perf_counter() - t0
+    k = mod.kernels()[0]
+    print(f"Lowered in {t_lower * 1e3:.1f} ms: {len(mod.kernels())} kernel(s), grid "
+          f"{k.attrs['grid']}, block {k.attrs['block']}, shared memory "
+          f"{k.attrs.get('shared_bytes', 0)} bytes")
+    if args.print_ir:
+        print(mod)
+    use_gpu = False
+    if not args.sim:
+        try:
+            dev = ptxforge.cuda(0)
+            use_gpu = True
+        except Exception as e:  # no GPU or no driver: the simulator stands in
+            print(f"\nNo GPU ({type(e).__name__}: {e}); running on the CPU simulator.")
+    if not use_gpu:
+        dev = ptxforge.sim()
+    target = "cuda" if use_gpu else "sim"
+    f = ptxforge.build(s, tensors, target=target)
+    rng = np.random.default_rng(0)
+    shapes = [tuple(t.shape) for t in tensors]
+    host = [rng.uniform(size=sh).astype("float32") for sh in shapes[:3]]
+    ref = seed_layer.reference(*host)
+    arrays = [ptxforge.nd.array(h, dev) for h in host] + [
+        ptxforge.nd.empty(shapes[3], "float32", dev)]
+    t0 = time.perf_counter()
+    f(*arrays)
+    t_run = time.perf_counter() - t0
+    np.testing.assert_allclose(arrays[3].numpy(), ref, rtol=1e-4, atol=1e-4)
+    where = "GPU" if use_gpu else "simulator"
+    print(f"Ran on the {where} in {t_run:.2f} s; matches numpy (rtol 1e-4).")
+    if use_gpu:
+        ev = f.time_evaluator(f.entry_name, dev, number=50, repeat=5, min_repeat_ms=100)
+        print(f"Execution time on the GPU: {np.median(ev(*arrays).results) * 1e3:.4f} ms")
+    try:
+        fc = f if target == "cuda" else ptxforge.build(s, tensors, target="cuda")
+        ptx = fc.get_source("ptx")
+        print(f"\nPTX for sm_90: {len(ptx.splitlines())} lines (first lines below)")
+        print("\n".join(ptx.splitlines()[:12]))
+    except Exception as e:
+        print(f"\nPTX generation unavailable: {type(e).__name__}: {e}")
+    return 0
+
+
+EXAMPLES = ("seed", "seed-default", "autotvm-best")
+
+
+def _example_schedule(name: str):
+    from ptxforge import workloads
+
+    if name == "seed":
+        s, tensors, _ = workloads.seed_schedule()
+        return s, tensors
+    if name == "seed-default":
+        from ptxforge.ops.schedules import default_schedule
+
+        tensors = workloads.conv2d_layer(*workloads.SEED_ARGS)
+        return default_schedule(tensors[-1]), tensors
+    if name == "autotvm-best":
+        return workloads.conv2d_no_batching_schedule()
+    raise SystemExit(f"unknown example {name!r}; choose one of {', '.join(EXAMPLES)}")
+
+
+def _inspect(args) -> int:
+    import ptxforge
+    from ptxforge.ir.to_ir import to_ir
+    from ptxforge.passes import PassContext, Pipeline
+
+    s, tensors = _example_schedule(args.example)
+    if args.pipeline:
+        with open(args.pipeline, encoding="utf-8") as f:
+            text = f.read()
+    else:
+        text = s.pipeline.text
+    module = to_ir(s.dag)
+    print_after = None
+    if args.print_after:
+        print_after = "all" if args.print_after == "all" else args.print_after.split(",")
+    elif not args.print_after_change and not args.dump_dir:
+        print_after = "all"
+    ctx = PassContext(print_after=print_after, print_after_change=args.print_after_change,
+                      dump_dir=args.dump_dir, time_passes=args.time)
+    with ctx:
+        scheduled = Pipeline.parse(text)(module)
+        lowered = ptxforge.lower(scheduled)
+    if args.dump_dir:
+        print(f"wrote the IR after every pass to {args.dump_dir}/")
+    if args.target in ("llvm", "ptx"):
+        mod = ptxforge.driver.BuiltModule(lowered, "cuda")
+        print(mod.get_source(args.target))
+    return 0
+
+
+def _records(args) -> int:
+    from .records import records_command
+
+    return records_command(args)
+
+
+def _plot(args) -> int:
+    from .plot import plot_command
+
+    return plot_command(args)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="ptxforge", description="ptxforge: a tensor compiler and auto-tuner for NVIDIA GPUs")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("demo", help="schedule, lower, check and compile the seed conv layer")
+    d.add_argument("--sim", action="store_true", help="use the simulator even with a GPU")
+    d.add_argument("--print-ir", action="store_true", help="print the device IR")
+    d.set_defaults(fn=_demo)
+    i = sub.add_parser(
+        "inspect", help="print the IR after every schedule and lowering pass of an example")
+    i.add_argument("--example", default="seed", choices=EXAMPLES,
+                   help="the built-in schedule to show (default: the tutorial's seed schedule)")
+    i.add_argument("--pipeline", help="a file with pipeline text to apply instead")
+    i.add_argument("--print-after", help="'all' or comma-separated pass names")
+    i.add_argument("--print-after-change", action="store_true",
+                   help="print only after passes that changed the IR")
+    i.add_argument("--dump-dir", help="write the IR after every pass into this folder")
+    i.add_argument("--time", action="store_true", help="time every pass")
+    i.add_argument("--target", choices=("ir", "llvm", "ptx"), default="ir",
+                   help="also print the LLVM IR or PTX of the result")
+    i.set_defaults(fn=_inspect)
+    r = sub.add_parser("records", help="list, show the best of, or distill a record file")
+    r.add_argument("action", choices=("list", "best", "distill"))
+    r.add_argument("log", help="a record file (JSON lines)")
+    r.add_argument("--output", "-o", help="where distill writes")
+    r.set_defaults(fn=_records)
+    p = sub.add_parser("plot", help="plot tuning curves of a record file as a PNG")
+    p.add_argument("log", help="a record file (JSON lines)")
+    p.add_argument("--output", "-o", default="tuning.png")
+    p.add_argument("--title")
+    p.set_defaults(fn=_plot)
+    args = parser.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

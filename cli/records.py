@@ -1,0 +1,42 @@
+"""``ptxforge records``: list, best and distill a record file."""
+
+from __future__ import annotations
+
+import math
+
+
+def _gflops(inp, res) -> float:
+    if res.error_no != 0 or not res.costs:
+        return 0.0
+    t = sum(res.costs) / len(res.costs)
+    return inp.task.flop / t / 1e9 if t > 0 and inp.task.flop else 0.0
+
+
+def records_command(args) -> int:
+    from ..measure import best_records, distill, load_records
+
+    if args.action == "distill":
+        if not args.output:
+            raise SystemExit("records distill needs --output PATH")
+        n = distill(args.log, args.output)
+        print(f"kept the best record of each of {n} workloads in {args.output}")
+        return 0
+    recs = load_records(args.log)
+    if args.action == "list":
+        print(f"{'#':>5}  {'task':<40} {'error':>5} {'time (ms)':>12} {'GFLOP/s':>10}")
+        for k, (inp, res) in enumerate(recs):
+            t = (sum(res.costs) / len(res.costs) * 1e3) if res.error_no == 0 and res.costs \
+                else math.inf
+            est = " est." if res.estimated else ""
+            name = (inp.task.name or inp.task.workload_key)[:40]
+            print(f"{k:>5}  {name:<40} {res.error_no:>5} {t:>12.4f} "
+                  f"{_gflops(inp, res):>10.1f}{est}")
+        return 0
+    best = best_records(recs)
+    for key, (inp, res) in best.items():
+        t = sum(res.costs) / len(res.costs) * 1e3
+        est = " (estimated)" if res.estimated else ""
+        print(f"{inp.task.name or key}: {t:.4f} ms, {_gflops(inp, res):.1f} GFLOP/s{est}")
+        print(f"  workload {key}")
+        print(f"  pipeline {inp.pipeline}")
+    return 0
