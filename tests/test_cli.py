@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from ptxforge.measure import MeasureInput, MeasureResult, TaskSpec, save_records
 
 
