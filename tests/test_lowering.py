@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 import ptxforge
+import pytest
 from ptxforge import te
 from ptxforge.ir.expr import IRError
 from ptxforge.ir.parser import roundtrip_check

@@ -175,7 +175,6 @@ def _sum_rows(n=8, k=100):
 
 def _run_sim(s, args, inputs):
     import numpy as np
-
     import ptxforge
 
     f = ptxforge.build(s, args, target="sim")
@@ -188,7 +187,6 @@ def _run_sim(s, args, inputs):
 
 def test_rfactor_text_and_cross_thread_reduction():
     import numpy as np
-
     import ptxforge
 
     A, B = _sum_rows()
@@ -228,7 +226,6 @@ def test_rfactor_across_blocks():
 
 def test_storage_align_pads_the_shared_buffer():
     import numpy as np
-
     import ptxforge
 
     A, B = _sum_rows(64, 64)
