@@ -73,8 +73,11 @@ def to_ir_with_names(dag_or_tensors, name: str = "main") -> tuple:
             b = Buffer(stage_names[id(op)], op.dtype, op.shape, "global")
             buffers[id(op)] = b
             temps.append(b)
+    # loop names are unique in the whole function, so the printed text keeps them and a
+    # pipeline written against this module applies to the module parsed from its text
+    loop_names: set = set()
     stages = [
-        stage_nest(op, stage_names[id(op)], buffers) for op in dag.ops
+        stage_nest(op, stage_names[id(op)], buffers, loop_names) for op in dag.ops
         if isinstance(op, ComputeOp)
     ]
     body = seq(*stages)
@@ -83,13 +86,16 @@ def to_ir_with_names(dag_or_tensors, name: str = "main") -> tuple:
     return Module([PrimFunc(name, params, body, {"kind": "prim"})]), stage_names
 
 
-def stage_nest(op: ComputeOp, block_name: str, buffers: dict):
-    """The loop nest and block of one compute stage."""
+def stage_nest(op: ComputeOp, block_name: str, buffers: dict, loop_names: set | None = None):
+    """The loop nest and block of one compute stage (loop names made unique in
+    ``loop_names``, which records them)."""
     out = buffers[id(op)]
     axes = list(op.axis) + list(op.reduce_axis)
-    loop_vars = [Var(a.var.name) for a in axes]
+    taken = set() if loop_names is None else loop_names
+    loop_vars = [Var(unique_name(a.var.name, taken)) for a in axes]
     block_vars = [
-        BlockVar(Var("v" + a.var.name), a.extent, "S" if a.kind == "spatial" else "R")
+        BlockVar(Var(unique_name("v" + a.var.name, taken)), a.extent,
+                 "S" if a.kind == "spatial" else "R")
         for a in axes
     ]
     vmap = {a.var: bv.var for a, bv in zip(axes, block_vars)}

@@ -35,27 +35,27 @@ def ew():
 
 
 def test_split_even_and_uneven(ew):
-    out = run(ew, "split(C.i, factors=[4])")
+    out = run(ew, "split(C.i_1, factors=[4])")
     assert ir("""
-        for i.outer in 2 {
-          for i.inner in 4 {
+        for i_1.outer in 2 {
+          for i_1.inner in 4 {
             for j_1 in 6 {
-              block C(vi_1: S[8] = ((i.outer * 4) + i.inner), vj_1: S[6] = j_1) {
+              block C(vi_1: S[8] = ((i_1.outer * 4) + i_1.inner), vj_1: S[6] = j_1) {
     """) in flat(out)
-    out = run(ew, "split(C.j, factors=[4])")
-    assert "where (((j.outer * 4) + j.inner) < 6)" in str(out)
-    out = run(ew, "split(C.i, nparts=3)")
-    assert "for i.outer in 3 {" in str(out) and "for i.inner in 3 {" in str(out)
-    out = run(ew, "split(C.i, factors=[2, 2])")
-    assert "for i.0 in 2" in str(out) and "(((i.0 * 2) + i.1) * 2) + i.2)" in str(out)
+    out = run(ew, "split(C.j_1, factors=[4])")
+    assert "where (((j_1.outer * 4) + j_1.inner) < 6)" in str(out)
+    out = run(ew, "split(C.i_1, nparts=3)")
+    assert "for i_1.outer in 3 {" in str(out) and "for i_1.inner in 3 {" in str(out)
+    out = run(ew, "split(C.i_1, factors=[2, 2])")
+    assert "for i_1.0 in 2" in str(out) and "(((i_1.0 * 2) + i_1.1) * 2) + i_1.2)" in str(out)
 
 
 def test_fuse_bind_reorder(ew):
-    out = run(ew, 'fuse([C.i, C.j]), bind(C.i.j.fused, "threadIdx.x")')
+    out = run(ew, 'fuse([C.i_1, C.j_1]), bind(C.i_1.j_1.fused, "threadIdx.x")')
     text = str(out)
-    assert "for i.j.fused in 48 thread(threadIdx.x) {" in text
-    assert "vi_1: S[8] = floordiv(i.j.fused, 6), vj_1: S[6] = floormod(i.j.fused, 6)" in text
-    out = run(ew, "reorder([C.j, C.i])")
+    assert "for i_1.j_1.fused in 48 thread(threadIdx.x) {" in text
+    assert "vi_1: S[8] = floordiv(i_1.j_1.fused, 6), vj_1: S[6] = floormod(i_1.j_1.fused, 6)" in text
+    out = run(ew, "reorder([C.j_1, C.i_1])")
     assert ir("""
         for j_1 in 6 {
           for i_1 in 8 {
@@ -64,7 +64,7 @@ def test_fuse_bind_reorder(ew):
 
 
 def test_unroll_vectorize_pragma(ew):
-    out = run(ew, 'unroll(C.j), pragma(C.i, "auto_unroll_max_step", 16), vectorize(B.j)')
+    out = run(ew, 'unroll(C.j_1), pragma(C.i_1, "auto_unroll_max_step", 16), vectorize(B.j)')
     text = str(out)
     assert 'for i_1 in 8 attrs {"auto_unroll_max_step": 16} {' in text
     assert "for j_1 in 6 unroll {" in text
@@ -73,22 +73,22 @@ def test_unroll_vectorize_pragma(ew):
 
 def test_compute_inline(ew):
     out = run(ew, "compute_inline(B)")
-    assert "C[vi, vj] = ((A[vi, vj] * 2f32) + 1f32)" in str(out)
+    assert "C[vi_1, vj_1] = ((A[vi_1, vj_1] * 2f32) + 1f32)" in str(out)
     assert "alloc B" not in str(out)
 
 
 def test_compute_at_shrinks_producer(ew):
-    out = run(ew, "split(C.i, factors=[4]), compute_at(B, C.i.outer)")
+    out = run(ew, "split(C.i_1, factors=[4]), compute_at(B, C.i_1.outer)")
     assert ir("""
-        for i.outer in 2 {
+        for i_1.outer in 2 {
           for i in 4 {
             for j in 6 {
-              block B(vi: S[8] = ((i.outer * 4) + i), vj: S[6] = j) {
+              block B(vi: S[8] = ((i_1.outer * 4) + i), vj: S[6] = j) {
                 B[vi, vj] = (A[vi, vj] * 2f32)
               }
             }
           }
-          for i.inner in 4 {
+          for i_1.inner in 4 {
     """) in flat(out)
 
 
@@ -110,14 +110,14 @@ def test_cache_read_and_write():
 @pytest.mark.parametrize("text, message", [
     ("split(C.q, factors=[2])", "stage C has no loop 'q'"),
     ("split(X.i, factors=[2])", "does not start with a stage name"),
-    ("split(C.i, factors=[0])", "positive ints"),
-    ("split(C.i, factors=[2], nparts=2)", "exactly one of"),
-    ('bind(C.i, "threadIdx.w")', "unknown thread tag"),
-    ("fuse([C.j, C.i])", "is not the only statement directly inside"),
+    ("split(C.i_1, factors=[0])", "positive ints"),
+    ("split(C.i_1, factors=[2], nparts=2)", "exactly one of"),
+    ('bind(C.i_1, "threadIdx.w")', "unknown thread tag"),
+    ("fuse([C.j_1, C.i_1])", "is not the only statement directly inside"),
     ('cache_read(A, "texture", [B])', "scope must be shared or local"),
     ('cache_read(A, "shared", [C])', "does not read A"),
     ("compute_inline(C)", "an argument of the function"),
-    ('pragma(C.i, "unroll_everything", 1)', "unknown key"),
+    ('pragma(C.i_1, "unroll_everything", 1)', "unknown key"),
 ])
 def test_errors_name_the_problem(ew, text, message):
     with pytest.raises(IRError, match=message):
@@ -125,9 +125,9 @@ def test_errors_name_the_problem(ew, text, message):
 
 
 def test_reorder_refuses_across_attached_stage(ew):
-    m = run(ew, "split(C.i, factors=[4]), compute_at(B, C.i.outer)")
+    m = run(ew, "split(C.i_1, factors=[4]), compute_at(B, C.i_1.outer)")
     with pytest.raises(IRError, match="reorder before compute_at"):
-        Pipeline.parse("reorder([C.j, C.i.outer])")(m)
+        Pipeline.parse("reorder([C.j_1, C.i_1.outer])")(m)
 
 
 def test_inline_refuses_reduction():
@@ -147,7 +147,7 @@ def test_compute_at_needs_all_readers_inside():
     D = te.compute((8,), lambda i: B[i] + C[i], name="D")
     m = te.create_schedule(D.op).module
     with pytest.raises(IRError, match="also read B but are not inside"):
-        Pipeline.parse("compute_at(B, C.i)")(m)
+        Pipeline.parse("compute_at(B, C.i_1)")(m)
 
 
 def test_schedule_api_records_replayable_pipeline():

@@ -214,11 +214,14 @@ class Schedule:
         self._pending: list = []
         self._shared_stages: set = set()
         self._stages: dict = {}
+        paths = block_paths(self._module.main.body)
         for op in self.dag.ops:
             if isinstance(op, ComputeOp):
+                # the loop names to_ir gave (unique in the function: i0, i0_1, ...)
+                loops = [n.var.name for n in enclosing_loops(paths[names[id(op)]])]
+                n_axis = len(op.axis)
                 self._stages[id(op)] = Stage(
-                    self, names[id(op)], [a.var.name for a in op.axis],
-                    [a.var.name for a in op.reduce_axis], op.output(0))
+                    self, names[id(op)], loops[:n_axis], loops[n_axis:], op.output(0))
         self._by_block = {st.block: st for st in self._stages.values()}
 
     @property
