@@ -1,0 +1,74 @@
+"""Tuning options and the measurement context, with the tutorial's names."""
+
+from __future__ import annotations
+
+
+class TuningOptions:
+    """How a search measures: the trial budget, trials per round, when to stop early, the
+    builder and runner (objects from :mod:`ptxforge.measure`, or ``"local"`` for the
+    defaults; ``"sim"`` as runner for the simulator), callbacks ``(inputs, results)`` run
+    after every round (e.g. :class:`RecordToFile`), and ``verbose`` (0: quiet, 1: a line per
+    round)."""
+
+    def __init__(self, num_measure_trials: int = 0, early_stopping: int | None = None,
+                 num_measures_per_round: int = 64, verbose: int = 1, builder="local",
+                 runner="local", measure_callbacks=None):
+        if num_measure_trials < 0 or num_measures_per_round < 1:
+            raise ValueError("num_measure_trials must be >= 0 and num_measures_per_round >= 1")
+        self.num_measure_trials = int(num_measure_trials)
+        self.early_stopping = early_stopping
+        self.num_measures_per_round = int(num_measures_per_round)
+        self.verbose = int(verbose)
+        self.builder = builder
+        self.runner = runner
+        self.measure_callbacks = list(measure_callbacks or [])
+
+    def make_builder(self):
+        from .. import measure
+
+        if isinstance(self.builder, str):
+            if self.builder != "local":
+                raise ValueError(f"unknown builder {self.builder!r}; use 'local' or a builder")
+            return measure.LocalBuilder()
+        return self.builder
+
+    def make_runner(self):
+        from .. import measure
+
+        if isinstance(self.runner, str):
+            if self.runner == "local":
+                return measure.LocalRunner()
+            if self.runner == "sim":
+                return measure.SimRunner()
+            raise ValueError(f"unknown runner {self.runner!r}; use 'local', 'sim' or a runner")
+        return self.runner
+
+
+class LocalRPCMeasureContext:
+    """The tutorial's measurement context. Measurement already runs in an isolated worker
+    process (no RPC is needed): ``runner`` is a :class:`ptxforge.measure.LocalRunner` with
+    these settings; ``close()`` (or deleting the context) stops its worker."""
+
+    def __init__(self, priority: int = 1, n_parallel: int = 1, timeout: float = 10,
+                 number: int = 3, repeat: int = 1, min_repeat_ms: float = 0,
+                 cooldown_interval: float = 0.0, enable_cpu_cache_flush: bool = False,
+                 device: int = 0, check_correctness: bool = False,
+                 enable_cuda_graph: bool = True):
+        from .. import measure
+
+        self.runner = measure.LocalRunner(number=number, repeat=repeat,
+                                          min_repeat_ms=min_repeat_ms, timeout=timeout,
+                                          check_correctness=check_correctness,
+                                          enable_cuda_graph=enable_cuda_graph,
+                                          device_id=device)
+
+    def close(self) -> None:
+        runner = getattr(self, "runner", None)
+        if runner is not None:
+            runner.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the worker dies with the process anyway
+            pass

@@ -1,0 +1,67 @@
+"""Reading auto-scheduler records (the measure layer's JSON-lines files)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .state import state_from_payload
+
+
+class RecordToFile:
+    """A measure callback appending every measurement to ``filename`` (JSON lines)."""
+
+    def __init__(self, filename: str = "auto_scheduler_tuning.json"):
+        from ..measure import RecordWriter
+
+        self.filename = os.fspath(filename)
+        self._writer = RecordWriter(self.filename)
+
+    def __call__(self, inputs, results) -> None:
+        self._writer(inputs, results)
+
+    def __repr__(self):
+        return f"RecordToFile({self.filename!r})"
+
+
+def load_records(filename: str, workload_key: str | None = None) -> list:
+    """``[(MeasureInput, MeasureResult)]`` of ``filename``, only those of
+    ``workload_key`` when given."""
+    from ..measure import load_records as _load
+
+    recs = _load(filename)
+    if workload_key is None:
+        return recs
+    return [(i, r) for i, r in recs if i.task.workload_key == workload_key]
+
+
+def load_best_record(filename: str, workload_key: str | None = None,
+                     target: str | None = None) -> tuple:
+    """``(MeasureInput, MeasureResult)`` of the fastest successful record (of
+    ``workload_key`` and ``target`` when given); ``(None, None)`` when there is none."""
+    best = (None, None)
+    for inp, res in load_records(filename, workload_key):
+        if int(res.error_no) != 0:
+            continue
+        if target is not None and inp.task.target != target:
+            continue
+        if best[1] is None or res.mean < best[1].mean:
+            best = (inp, res)
+    return best
+
+
+def task_records(task, filename: str) -> tuple:
+    """``(population rows, results)`` of the records of ``task`` in ``filename`` whose
+    payload is a state of one of its sketches."""
+    rows, results = [], []
+    if not os.path.exists(filename):
+        return np.zeros((0, task.state_width), dtype=np.int64), []
+    for inp, res in load_records(filename, task.workload_key):
+        st = state_from_payload(task, inp.payload)
+        if st is not None:
+            rows.append(st.row(task.state_width))
+            results.append(res)
+    if not rows:
+        return np.zeros((0, task.state_width), dtype=np.int64), []
+    return np.array(rows), results

@@ -1,0 +1,158 @@
+"""SearchTask: one computation to tune, as the auto-scheduler tutorial creates it."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..ir.compute_dag import ComputeDAG
+from .dag_analysis import DAGAnalysis
+from .hardware import HardwareParams
+from .workload_registry import WORKLOADS, make_workload_key, register_workload, workload_tensors
+
+
+class SearchTask:
+    """A computation to tune for a target.
+
+    Give ``func`` (a workload function, registered or not, or a registered name) and
+    ``args``, as the tutorial does; or a ``compute_dag`` (with an optional
+    ``workload_key``); or only a ``workload_key`` of a registered workload.
+
+    ``compute_dag`` is the computation as declared; ``tensors`` (inputs then outputs) the
+    tensors that schedules of this task are made for (:meth:`apply_best` returns them as
+    ``args``): the same computation, with axes renamed where two stages' loops would
+    otherwise share a name.
+    """
+
+    def __init__(self, func=None, args=None, compute_dag: ComputeDAG | None = None,
+                 workload_key: str | None = None, target="cuda",
+                 hardware_params: HardwareParams | None = None, desc: str = ""):
+        target = getattr(target, "kind", target)
+        target = str(getattr(target, "name", target))
+        if target not in ("cuda", "sim"):
+            raise ValueError(f"unknown target {target!r}; the auto-scheduler tunes for 'cuda'")
+        self.target = target
+        self.hardware_params = hardware_params or HardwareParams()
+        if func is not None:
+            if isinstance(func, str):
+                if func not in WORKLOADS:
+                    raise KeyError(f"no workload named {func!r} is registered")
+                fn = WORKLOADS[func]
+            else:
+                fn = func
+                if WORKLOADS.get(fn.__name__) is not fn:
+                    register_workload(fn, override=True)
+            args = tuple(args or ())
+            self.workload_key = workload_key or make_workload_key(fn, args)
+            self.tensors = list(fn(*args))
+            self.compute_dag = ComputeDAG(self.tensors)
+        elif compute_dag is not None:
+            self.compute_dag = compute_dag
+            self.tensors = list(compute_dag.tensors)
+            self.workload_key = workload_key or compute_dag.workload_key()
+        elif workload_key is not None:
+            self.workload_key = workload_key
+            self.tensors = workload_tensors(workload_key)
+            self.compute_dag = ComputeDAG(self.tensors)
+        else:
+            raise TypeError("SearchTask needs func= and args=, a compute_dag=, or a "
+                            "workload_key= of a registered workload")
+        self.desc = desc or self.compute_dag.outputs[-1].name
+        self.flop_ct = self.compute_dag.flop_count()
+        # the DAG schedules are written for (to_ir gives its loops names that the IR's text
+        # form keeps, so builders that parse the task's text see the same loops)
+        self.ir_dag = ComputeDAG(self.tensors)
+
+    def __repr__(self):
+        return f"SearchTask({self.workload_key}, target={self.target!r})"
+
+    # -- derived, computed on first use ------------------------------------------------------
+    @functools.cached_property
+    def analysis(self) -> DAGAnalysis:
+        return DAGAnalysis(self.ir_dag)
+
+    @functools.cached_property
+    def sketches(self) -> list:
+        """The sketches the GPU rules generate for this computation."""
+        from .sketch_rules import generate_sketches
+
+        return generate_sketches(self.analysis)
+
+    @functools.cached_property
+    def models(self) -> list:
+        """One static model per sketch (features, validity, analytical estimate)."""
+        from .kernel_model import SketchModel
+
+        return [SketchModel(sk, self.analysis, self.hardware_params) for sk in self.sketches]
+
+    @property
+    def state_width(self) -> int:
+        """Columns of a population row: the sketch index and the most slots of a sketch."""
+        return 1 + max(len(sk.slots) for sk in self.sketches)
+
+    @functools.cached_property
+    def task_spec(self):
+        """The measure-layer description builders and runners work from."""
+        from ..measure import TaskSpec
+
+        return TaskSpec.from_tensors(self.tensors, self.workload_key,
+                                     "cuda" if self.target == "sim" else self.target,
+                                     name=self.desc)
+
+    def features(self, pop: np.ndarray) -> tuple:
+        """``(features, valid, estimate)`` of a population (see
+        :func:`~ptxforge.autosched.features.population_features`)."""
+        from .features import population_features
+
+        return population_features(self.models, pop, self.flop_ct,
+                                   self.hardware_params.num_sms)
+
+    # -- the tutorial's flow -----------------------------------------------------------------
+    def tune(self, tuning_options, search_policy=None):
+        """Search for a fast schedule, measuring ``tuning_options.num_measure_trials``
+        candidates; records go to the options' callbacks (e.g. RecordToFile)."""
+        from .search_policy import SketchPolicy
+        from .tuner import run_tuning
+
+        if search_policy is None:
+            from .cost_model import XGBModel
+
+            search_policy = SketchPolicy(self, XGBModel(), verbose=tuning_options.verbose)
+        return run_tuning(self, search_policy, tuning_options)
+
+    def apply_best(self, log_file: str, layout_rewrite_option=None):
+        """``(schedule, args)`` of the best record of this task in ``log_file``; the
+        schedule is a ptxforge te schedule that ``ptxforge.build(sch, args, target)``
+        accepts."""
+        from .printer import schedule_from_pipeline
+        from .records import load_best_record
+
+        inp, _ = load_best_record(log_file, self.workload_key)
+        if inp is None:
+            raise ValueError(f"{log_file} has no successful record of workload "
+                             f"{self.workload_key}")
+        return schedule_from_pipeline(self, inp.pipeline), list(self.tensors)
+
+    def print_best(self, log_file: str, print_mode: str = "schedule") -> str:
+        """The best record of this task as Python schedule code (``"schedule"``), PTX
+        (``"ptx"``; ``"cuda"`` is accepted for the tutorial and also gives PTX), LLVM IR
+        (``"llvm"``) or device IR (``"ir"``)."""
+        from .printer import python_schedule_code
+        from .records import load_best_record
+
+        inp, _ = load_best_record(log_file, self.workload_key)
+        if inp is None:
+            raise ValueError(f"{log_file} has no successful record of workload "
+                             f"{self.workload_key}")
+        if print_mode == "schedule":
+            return python_schedule_code(self, inp.pipeline)
+        modes = {"ptx": "ptx", "cuda": "ptx", "llvm": "llvm", "ir": "ir"}
+        if print_mode not in modes:
+            raise ValueError(f"print_mode must be one of schedule, ptx, llvm, ir (or cuda, "
+                             f"which prints PTX); got {print_mode!r}")
+        from ..driver import build
+
+        sch, args = self.apply_best(log_file)
+        target = "cuda" if modes[print_mode] != "ir" else "sim"
+        return build(sch, args, target=target).get_source(modes[print_mode])
