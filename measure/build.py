@@ -1,0 +1,303 @@
+"""Building candidates: parse the task, apply the schedule, lower, compile to cubin.
+
+:func:`build_candidate` is the whole job for one :class:`MeasureInput`; it runs in a builder
+worker (or in the calling process) and never raises: every failure becomes a
+:class:`BuildResult` with an error code. :class:`LocalBuilder` runs it in a pool of forked
+processes, one candidate per worker at a time, so a crash or a hang costs one result.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass
+
+from ..ir.expr import IRError
+from .artifact import BuildArtifact
+from .measure import Builder
+from .pool import WorkerPool
+from .result import BuildResult, MeasureErrorNo, MeasureInput
+
+COMPILE_TO = ("cubin", "ptx", "ir")
+MAX_REGISTERS_PER_BLOCK = 65536
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How far and how a builder compiles.
+
+    ``compile_to``: ``"cubin"`` (LLVM, PTX and ptxas: what a GPU runner needs),
+    ``"ptx"`` (stop before the assembler) or ``"ir"`` (lower only: enough for the
+    simulator runner). ``verify`` runs the IR verifier after every pass (slower; off by
+    default in tuning, where each pass is already tested). ``keep_sources`` keeps the LLVM
+    and PTX text in the artifact.
+    """
+
+    target_sm: str = "sm_90"
+    compile_to: str = "cubin"
+    verify: bool = False
+    ptxas_flags: tuple = ()
+    keep_sources: bool = False
+
+    def __post_init__(self):
+        if self.compile_to not in COMPILE_TO:
+            raise ValueError(f"compile_to must be one of {COMPILE_TO}, got {self.compile_to!r}")
+
+
+_kernel_cache = None
+
+
+def _cache():
+    global _kernel_cache
+    if _kernel_cache is None:
+        from ..backend_ptx.cache import KernelCache
+
+        _kernel_cache = KernelCache(max_entries=16)
+    return _kernel_cache
+
+
+def _fail(code: MeasureErrorNo, msg: str, t0: float, stages: dict) -> BuildResult:
+    return BuildResult(None, int(code), msg, time.perf_counter() - t0, dict(stages))
+
+
+def build_candidate(inp: MeasureInput, options: BuildOptions = BuildOptions()) -> BuildResult:
+    """Build one candidate; every failure comes back as an error code and message."""
+    from ..passes import PassContext, Pipeline
+    from ..passes.lower import lowering_pipeline
+
+    t0 = time.perf_counter()
+    stages: dict = {}
+    ctx = PassContext(verify=options.verify)
+    try:
+        t = time.perf_counter()
+        module = inp.task.module()
+        pipeline = Pipeline.parse(inp.pipeline) if inp.pipeline.strip() else Pipeline([])
+        stages["parse"] = time.perf_counter() - t
+        t = time.perf_counter()
+        scheduled = pipeline(module, ctx)
+        stages["apply"] = time.perf_counter() - t
+        t = time.perf_counter()
+        device = lowering_pipeline()(scheduled, ctx)
+        stages["lower"] = time.perf_counter() - t
+    except IRError as e:
+        return _fail(MeasureErrorNo.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", t0, stages)
+    except Exception as e:  # not a schedule problem: a defect, reported with its traceback
+        return _fail(MeasureErrorNo.UNKNOWN_ERROR,
+                     f"{type(e).__name__} while applying or lowering the schedule: {e}\n"
+                     f"{traceback.format_exc()}", t0, stages)
+
+    try:
+        outputs = check_host(device)
+    except ValueError as e:
+        return _fail(MeasureErrorNo.COMPILE_HOST, str(e), t0, stages)
+
+    from .kernel_stats import analyze_module
+
+    t = time.perf_counter()
+    stats = analyze_module(device)
+    stages["analyze"] = time.perf_counter() - t
+    device_ir = str(device)
+    kernels: dict = {}
+    if options.compile_to != "ir":
+        result = _compile(device, options, kernels, stages)
+        if result is not None:
+            code, msg = result
+            return _fail(code, msg, t0, stages)
+    from ..ir.printer import print_func
+
+    host = next(f for f in device.functions.values() if f.attrs.get("kind") == "host")
+    artifact = BuildArtifact(device_ir, kernels, stats, outputs, options.target_sm,
+                             dict(stages), print_func(host))
+    return BuildResult(artifact, int(MeasureErrorNo.NO_ERROR), "", time.perf_counter() - t0,
+                       dict(stages))
+
+
+_STAGE_NAMES = {"llvm_ir": "llvm_ir", "parse": "llvm_parse", "llvm_opt": "llvm_opt",
+                "ptx": "ptx", "cubin": "ptxas"}
+
+
+def _compile(device, options: BuildOptions, kernels: dict, stages: dict):
+    """Compile every kernel into ``kernels``; (error code, message) on failure."""
+    from ..backend_ptx.assemble import find_ptxas
+    from ..backend_ptx.compile import compile_kernel
+
+    if options.compile_to == "cubin" and find_ptxas() is None:
+        return (MeasureErrorNo.COMPILE_DEVICE,
+                "ptxas was not found, so kernels cannot be assembled into cubins (the GPU "
+                "runner loads cubins only): install the CUDA toolkit, put its bin folder on "
+                "PATH or set PTXFORGE_PTXAS; without a GPU use the simulator runner with "
+                "LocalBuilder(compile_to='ir')")
+    stop = "cubin" if options.compile_to == "cubin" else "ptx"
+    for k in device.kernels():
+        try:
+            ck = compile_kernel(k, options.target_sm, stop_after=stop,
+                                assembler="ptxas" if stop == "cubin" else "auto",
+                                ptxas_flags=tuple(options.ptxas_flags), cache=_cache())
+        except Exception as e:  # codegen, LLVM and the assembler all fail as device compile
+            return (MeasureErrorNo.COMPILE_DEVICE, f"{type(e).__name__}: {e}")
+        for name, sec in ck.stage_seconds.items():
+            key = _STAGE_NAMES.get(name, name)
+            stages[key] = stages.get(key, 0.0) + sec
+        if ck.resources is not None:
+            threads = ck.launch.threads_per_block
+            regs = ck.resources.registers
+            if regs * threads > MAX_REGISTERS_PER_BLOCK:
+                return (MeasureErrorNo.INSTANTIATION_ERROR,
+                        f"kernel {k.name} needs {regs} registers x {threads} threads = "
+                        f"{regs * threads} registers per block; the GPU has "
+                        f"{MAX_REGISTERS_PER_BLOCK}, so the launch would fail")
+        if not options.keep_sources:
+            keep = {} if ck.cubin is not None else {"ptx": ck.sources["ptx"]}
+            ck = _with_sources(ck, keep)
+        kernels[k.name] = ck
+    return None
+
+
+def _with_sources(ck, sources: dict):
+    import dataclasses
+
+    return dataclasses.replace(ck, sources=dict(sources), assembler_log="")
+
+
+def check_host(device) -> tuple:
+    """Check the host function (allocations and launches of known kernels with matching
+    arguments); return the indices of its parameters that kernels write."""
+    from ..ir.stmt import Alloc, Launch, Seq, Store, walk
+
+    host = next((f for f in device.functions.values() if f.attrs.get("kind") == "host"), None)
+    if host is None:
+        raise ValueError("the lowered module has no host function")
+    index = {b: i for i, b in enumerate(host.params)}
+    written: set = set()
+
+    def visit(s):
+        if isinstance(s, Seq):
+            for c in s.stmts:
+                visit(c)
+        elif isinstance(s, Alloc):
+            visit(s.body)
+        elif isinstance(s, Launch):
+            if s.kernel not in device.functions:
+                raise ValueError(f"the host function launches {s.kernel}, which is not a "
+                                 "kernel of the module")
+            k = device.functions[s.kernel]
+            if len(s.args) != len(k.params):
+                raise ValueError(f"launch of {s.kernel} passes {len(s.args)} buffers for "
+                                 f"{len(k.params)} parameters")
+            stored = {st.buffer for st in walk(k.body) if isinstance(st, Store)}
+            for arg, p in zip(s.args, k.params):
+                if p in stored and arg in index:
+                    written.add(index[arg])
+        else:
+            raise ValueError(f"the host function may hold only allocations and launches, "
+                             f"not {type(s).__name__}")
+
+    visit(host.body)
+    return tuple(sorted(written))
+
+
+def default_parallelism() -> int:
+    """The CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+class LocalBuilder(Builder):
+    """Builds candidates in ``n_parallel`` forked worker processes (default: one per CPU;
+    0 builds in the calling process, without timeouts). A build that takes longer than
+    ``timeout`` seconds is killed and recorded as ``BUILD_TIMEOUT``; a worker that dies
+    costs its candidate only.
+
+    ``target_sm``, ``compile_to``, ``verify``, ``ptxas_flags``: see :class:`BuildOptions`.
+    """
+
+    def __init__(self, timeout: float = 10, n_parallel: int | None = None,
+                 target_sm: str = "sm_90", compile_to: str = "cubin", verify: bool = False,
+                 ptxas_flags: tuple = ()):
+        self.timeout = timeout
+        self.n_parallel = default_parallelism() if n_parallel is None else int(n_parallel)
+        self.options = BuildOptions(target_sm, compile_to, verify, tuple(ptxas_flags))
+        self._pool: WorkerPool | None = None
+        self._inline: list = []
+        self._stage_totals: dict = {}
+        self._built = 0
+
+    # -- streaming interface -----------------------------------------------------------------
+
+    def submit(self, key, inp: MeasureInput) -> None:
+        if self.n_parallel == 0:
+            self._inline.append((key, inp))
+            return
+        if self._pool is None:
+            self._warm_up()
+            self._pool = WorkerPool(self.n_parallel, "fork", name="ptxforge-builder")
+        self._pool.submit(key, build_candidate, (inp, self.options), self.timeout)
+
+    @property
+    def pending(self) -> int:
+        return len(self._inline) + (self._pool.pending if self._pool else 0)
+
+    def collect(self, timeout: float | None = 0.0) -> list:
+        if self._inline:
+            key, inp = self._inline.pop(0)
+            return [(key, self._account(build_candidate(inp, self.options)))]
+        if self._pool is None:
+            return []
+        out = []
+        for o in self._pool.poll(timeout):
+            if o.status == "ok":
+                out.append((o.key, self._account(o.value)))
+            elif o.status == "timeout":
+                out.append((o.key, BuildResult(None, int(MeasureErrorNo.BUILD_TIMEOUT),
+                                               f"the build took more than {self.timeout:g} s "
+                                               "and was stopped", o.seconds)))
+            elif o.status in ("died", "unstartable"):
+                what = ("the builder process died while building this candidate" if
+                        o.status == "died" else "no builder process could be started")
+                out.append((o.key, BuildResult(None, int(MeasureErrorNo.UNKNOWN_ERROR),
+                                               f"{what}: {o.error}", o.seconds)))
+            else:
+                out.append((o.key, BuildResult(None, int(MeasureErrorNo.UNKNOWN_ERROR),
+                                               f"{o.exc_type}: {o.error}\n{o.traceback}",
+                                               o.seconds)))
+        return out
+
+    def waitables(self) -> list:
+        return self._pool.waitables() if self._pool else []
+
+    def next_deadline(self) -> float | None:
+        return self._pool.next_deadline() if self._pool else None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def _warm_up(self) -> None:
+        """Import the lowering passes and set up LLVM here, once: forked workers inherit
+        it all instead of paying for it on their first candidate."""
+        from ..passes.lower import lowering_pipeline
+
+        lowering_pipeline()
+        if self.options.compile_to != "ir":
+            from ..backend_ptx.compile import target_machine
+
+            target_machine(self.options.target_sm)
+
+    # -- accounting --------------------------------------------------------------------------
+
+    def _account(self, res: BuildResult) -> BuildResult:
+        self._built += 1
+        for k, v in res.stage_seconds.items():
+            self._stage_totals[k] = self._stage_totals.get(k, 0.0) + v
+        return res
+
+    def stage_summary(self) -> str:
+        """Mean seconds per candidate of each build stage so far, one line."""
+        if not self._built:
+            return "no builds yet"
+        parts = [f"{k} {v / self._built * 1e3:.1f} ms" for k, v in self._stage_totals.items()]
+        return f"{self._built} builds, per candidate: " + ", ".join(parts)

@@ -1,0 +1,149 @@
+"""Builders, runners and :func:`measure_batch`, which drives both at once.
+
+A builder and a runner each take work with ``submit(key, ...)`` and hand back finished items
+from ``collect(timeout)``; both expose what they wait on (``waitables``) and their next
+deadline. :func:`measure_batch` uses that to overlap the two: a candidate goes to the runner
+as soon as its build is done, while the other candidates are still being built.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from multiprocessing.connection import wait as wait_any
+
+from .result import ERROR_COST, BuildResult, MeasureInput, MeasureResult
+
+
+class Builder(abc.ABC):
+    """Turns :class:`MeasureInput` s into :class:`BuildResult` s."""
+
+    timeout: float = 10.0
+
+    @abc.abstractmethod
+    def submit(self, key, inp: MeasureInput) -> None:
+        """Queue one candidate under ``key``."""
+
+    @abc.abstractmethod
+    def collect(self, timeout: float | None = 0.0) -> list:
+        """Finished ``(key, BuildResult)`` pairs; waits up to ``timeout`` seconds for one
+        (``None``: until one is done or nothing is pending)."""
+
+    @property
+    @abc.abstractmethod
+    def pending(self) -> int:
+        """Candidates queued or being built."""
+
+    def waitables(self) -> list:
+        """Objects :func:`multiprocessing.connection.wait` can wait on (none: work happens
+        inside :meth:`collect`)."""
+        return []
+
+    def next_deadline(self) -> float | None:
+        """The ``time.monotonic()`` of the next timeout, if any."""
+        return None
+
+    def close(self) -> None:
+        """Release worker processes."""
+        return None
+
+    def build(self, inputs) -> list[BuildResult]:
+        """Build ``inputs`` and return their results in order."""
+        inputs = list(inputs)
+        for i, inp in enumerate(inputs):
+            self.submit(i, inp)
+        out: dict = {}
+        while len(out) < len(inputs):
+            for key, res in self.collect(None):
+                out[key] = res
+        return [out[i] for i in range(len(inputs))]
+
+
+class Runner(abc.ABC):
+    """Turns built candidates into :class:`MeasureResult` s."""
+
+    timeout: float = 10.0
+
+    @abc.abstractmethod
+    def submit(self, key, inp: MeasureInput, build: BuildResult) -> None:
+        """Queue one successfully built candidate under ``key``."""
+
+    @abc.abstractmethod
+    def collect(self, timeout: float | None = 0.0) -> list:
+        """Finished ``(key, MeasureResult)`` pairs (see :meth:`Builder.collect`)."""
+
+    @property
+    @abc.abstractmethod
+    def pending(self) -> int:
+        """Candidates queued or running."""
+
+    def waitables(self) -> list:
+        return []
+
+    def next_deadline(self) -> float | None:
+        return None
+
+    def close(self) -> None:
+        """Release worker processes."""
+        return None
+
+    def run(self, inputs, builds) -> list[MeasureResult]:
+        """Measure ``inputs`` given their successful ``builds``; results in order."""
+        inputs, builds = list(inputs), list(builds)
+        for i, (inp, b) in enumerate(zip(inputs, builds)):
+            self.submit(i, inp, b)
+        out: dict = {}
+        while len(out) < len(inputs):
+            for key, res in self.collect(None):
+                out[key] = res
+        return [out[i] for i in range(len(inputs))]
+
+
+def result_of_failed_build(build: BuildResult) -> MeasureResult:
+    """The measure result of a candidate whose build failed."""
+    return MeasureResult((ERROR_COST,), int(build.error_no), build.error_msg, build.time_cost,
+                         time.time())
+
+
+def measure_batch(inputs, builder: Builder, runner: Runner) -> list[MeasureResult]:
+    """Build and run ``inputs`` (a list, or any iterable: it is consumed lazily, so a tuner
+    may still be producing candidates while the first ones build); results in input
+    order. Builds and runs overlap: a candidate is run as soon as it is built."""
+    source = iter(inputs)
+    order: list = []
+    results: dict = {}
+    remaining = 0
+    exhausted = False
+    while True:
+        if not exhausted:
+            try:
+                inp = next(source)
+            except StopIteration:
+                exhausted = True
+            else:
+                builder.submit(len(order), inp)
+                order.append(inp)
+                remaining += 1
+        progressed = False
+        for key, b in builder.collect(0.0):
+            progressed = True
+            if b.error_no:
+                results[key] = result_of_failed_build(b)
+                remaining -= 1
+            else:
+                runner.submit(key, order[key], b)
+        for key, r in runner.collect(0.0):
+            progressed = True
+            results[key] = r
+            remaining -= 1
+        if exhausted and not remaining:
+            return [results[i] for i in range(len(order))]
+        if progressed or not exhausted:
+            continue
+        handles = builder.waitables() + runner.waitables()
+        deadlines = [d for d in (builder.next_deadline(), runner.next_deadline()) if d]
+        wait_for = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+        if handles:
+            wait_any(handles, wait_for)
+        else:
+            time.sleep(0.001 if wait_for is None else min(wait_for, 0.01))

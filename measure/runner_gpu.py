@@ -1,0 +1,287 @@
+"""Timing candidates on a GPU from an isolated worker process.
+
+The worker is a fresh interpreter (it never inherits a CUDA context from a forked parent;
+by default it is started as ``python -m ptxforge.measure.worker``, which unlike
+multiprocessing's ``spawn`` does not re-run the user's script) and owns the device's
+context. It loads the cubins a builder
+made, runs them on random inputs kept on the device per task, and times them with CUDA
+events, replaying the launches from a CUDA graph so the host's launch overhead stays out of
+the figure. A kernel that faults leaves the context unusable: the worker answers, then ends,
+and the next candidate gets a fresh one. A kernel that hangs is stopped by killing the
+worker at the time limit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .artifact import BuildArtifact
+from .build import BuildOptions, build_candidate
+from .check import compare, poisoned, random_array
+from .measure import Runner
+from .pool import Retire, WorkerPool
+from .reference import reference_pipeline
+from .result import ERROR_COST, BuildResult, MeasureErrorNo, MeasureInput, MeasureResult
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One candidate for the worker: the artifact, how to time it, and (when checking) the
+    task's reference artifact."""
+
+    task_key: str
+    artifact: BuildArtifact
+    reference: BuildArtifact | None
+    number: int
+    repeat: int
+    min_repeat_ms: float
+    enable_cuda_graph: bool
+    seed: int = 0
+
+
+_state: dict = {}
+
+
+def gpu_worker_init(device_id: int) -> None:
+    """Runs once in a new worker: open the device and make its context current."""
+    from ..backend_ptx import cuda
+
+    dev = cuda(device_id)
+    dev.activate()
+    _state.clear()
+    _state["device"] = dev
+    _state["name"] = f"{dev.name} ({dev.sm})"
+
+
+def _task_arrays(req: RunRequest, host_params) -> list:
+    """Device arrays for the task's host parameters (random inputs, made once per task)."""
+    from ..backend_ptx import array
+
+    dev = _state["device"]
+    if _state.get("task") != req.task_key:
+        _state.pop("arrays", None)
+        _state.pop("reference", None)
+        rng = np.random.default_rng(req.seed)
+        outputs = set(req.artifact.output_params)
+        host = [poisoned(p) if i in outputs else random_array(p, rng)
+                for i, p in enumerate(host_params)]
+        _state["arrays"] = [array(h, dev) for h in host]
+        _state["task"] = req.task_key
+    return _state["arrays"]
+
+
+def _poison_outputs(arrays: list, host_params, outputs) -> None:
+    for i in outputs:
+        arrays[i].copyfrom(poisoned(host_params[i]))
+
+
+def _run_once(artifact: BuildArtifact, module, arrays: list):
+    dev = _state["device"]
+    loaded = artifact.ptx_module(module).load(dev)
+    loaded(*arrays)
+    dev.sync()
+    return loaded
+
+
+def _reference_outputs(req: RunRequest, arrays: list, host_params) -> list:
+    ref = _state.get("reference")
+    if ref is None:
+        module = req.reference.host_module()
+        outputs = req.artifact.output_params
+        _poison_outputs(arrays, host_params, outputs)
+        _run_once(req.reference, module, arrays)
+        ref = [arrays[i].numpy() for i in outputs]
+        _state["reference"] = ref
+    return ref
+
+
+def _healthy() -> bool:
+    """Whether the context still works after an error (a fault makes it unusable)."""
+    from ..backend_ptx import empty
+
+    try:
+        dev = _state["device"]
+        dev.sync()
+        empty((1,), "float32", dev)
+        dev.sync()
+        return True
+    except Exception:  # any failure here means the context is gone
+        return False
+
+
+def gpu_run(req: RunRequest):
+    """Measure one candidate in the worker; returns a dict (wrapped in :class:`Retire` when
+    the CUDA context did not survive)."""
+    from ..backend_ptx.cuda_driver import CudaError
+    from ..backend_ptx.kernel import CompileError
+    from ..backend_ptx.module import _binary_compatible
+
+    dev = _state["device"]
+    out = {"device": _state["name"], "correctness": ""}
+    if not _binary_compatible(req.artifact.target_sm, dev):
+        out.update(error_no=int(MeasureErrorNo.COMPILE_DEVICE), error_msg=(
+            f"the cubins are for {req.artifact.target_sm}, which does not run on this GPU "
+            f"({dev.sm}): build with LocalBuilder(target_sm={dev.sm!r})"))
+        return out
+    try:
+        module = req.artifact.host_module()
+        host_params = next(f for f in module.functions.values()
+                           if f.attrs.get("kind") == "host").params
+        arrays = _task_arrays(req, host_params)
+        outputs = req.artifact.output_params
+        if req.reference is not None:
+            refs = _reference_outputs(req, arrays, host_params)
+            _poison_outputs(arrays, host_params, outputs)
+            loaded = _run_once(req.artifact, module, arrays)
+            got = [arrays[i].numpy() for i in outputs]
+            msg = compare(got, refs, [host_params[i].name for i in outputs])
+            if msg:
+                out.update(error_no=int(MeasureErrorNo.WRONG_ANSWER), error_msg=msg)
+                return out
+            out["correctness"] = "passed"
+        else:
+            loaded = req.artifact.ptx_module(module).load(dev)
+        evaluator = loaded.time_evaluator("main", dev, number=req.number, repeat=req.repeat,
+                                          min_repeat_ms=req.min_repeat_ms,
+                                          graph=req.enable_cuda_graph)
+        prof = evaluator(*arrays)
+        dev.sync()
+        out.update(error_no=0, error_msg="", costs=tuple(float(c) for c in prof.results))
+        return out
+    except CudaError as e:
+        out.update(error_no=int(MeasureErrorNo.RUNTIME_DEVICE), error_msg=f"CudaError: {e}")
+    except CompileError as e:
+        out.update(error_no=int(MeasureErrorNo.COMPILE_DEVICE), error_msg=f"CompileError: {e}")
+    except Exception as e:  # anything else is reported, and the context is checked below
+        out.update(error_no=int(MeasureErrorNo.RUNTIME_DEVICE),
+                   error_msg=f"{type(e).__name__}: {e}")
+    _state.pop("task", None)  # the inputs may be damaged: make them again
+    return out if _healthy() else Retire(out)
+
+
+class LocalRunner(Runner):
+    """Times built candidates on GPU ``device_id`` in one worker process.
+
+    Each candidate runs ``number`` times per repeat (more when a repeat is shorter than
+    ``min_repeat_ms``), ``repeat`` times; its costs are the mean seconds per run of each
+    repeat. ``timeout`` bounds one candidate (load, check, timing): past it the worker is
+    killed and the candidate gets ``RUN_TIMEOUT``. With ``check_correctness`` every
+    candidate's outputs are compared with the task's reference schedule, run once per task
+    on the same inputs; a mismatch is ``WRONG_ANSWER``. ``enable_cuda_graph`` replays the
+    timed runs from a CUDA graph. ``start_method``: how the worker process starts
+    (``"exec"`` or ``"spawn"``; never ``fork``, which could inherit a CUDA context).
+    """
+
+    def __init__(self, number: int = 3, repeat: int = 1, min_repeat_ms: float = 0,
+                 timeout: float = 10, check_correctness: bool = False,
+                 enable_cuda_graph: bool = True, device_id: int = 0,
+                 start_method: str = "exec"):
+        if start_method not in ("exec", "spawn"):
+            raise ValueError(f"start_method must be 'exec' or 'spawn', got {start_method!r}")
+        if number < 1 or repeat < 1:
+            raise ValueError(f"number and repeat must be at least 1, got {number}, {repeat}")
+        self.number = number
+        self.repeat = repeat
+        self.min_repeat_ms = min_repeat_ms
+        self.timeout = timeout
+        self.check_correctness = check_correctness
+        self.enable_cuda_graph = enable_cuda_graph
+        self.device_id = device_id
+        self.start_method = start_method
+        self._pool: WorkerPool | None = None
+        self._ready: list = []
+        self._references: dict = {}
+        self._build_time: dict = {}
+        self._notes: dict = {}
+
+    def _reference(self, task, target_sm: str):
+        """The task's reference artifact, built here once; or why there is none."""
+        key = (task.workload_key, task.text_hash, target_sm)
+        if key not in self._references:
+            try:
+                pipe = reference_pipeline(task)
+                b = build_candidate(MeasureInput(task, pipe),
+                                    BuildOptions(target_sm=target_sm, compile_to="cubin"))
+                self._references[key] = b.artifact if not b.error_no else (
+                    f"skipped: the reference schedule did not build: {b.error_msg[:300]}")
+            except ValueError as e:
+                self._references[key] = f"skipped: {e}"
+        return self._references[key]
+
+    def submit(self, key, inp: MeasureInput, build: BuildResult) -> None:
+        if not build.artifact.kernels or any(
+                k.cubin is None for k in build.artifact.kernels.values()):
+            self._ready.append((key, MeasureResult(
+                (ERROR_COST,), int(MeasureErrorNo.COMPILE_DEVICE),
+                "the build has no cubin (the builder stopped before the assembler): the GPU "
+                "runner needs LocalBuilder(compile_to='cubin')", build.time_cost, time.time())))
+            return
+        if self._pool is None:
+            self._pool = WorkerPool(1, self.start_method, initializer=gpu_worker_init,
+                                    init_args=(self.device_id,), name="ptxforge-gpu-runner")
+        ref = None
+        if self.check_correctness:
+            ref = self._reference(inp.task, build.artifact.target_sm)
+            if isinstance(ref, str):
+                self._notes[key] = ref
+                ref = None
+        req = RunRequest(f"{inp.task.workload_key}/{inp.task.text_hash}", build.artifact, ref,
+                         self.number, self.repeat, self.min_repeat_ms, self.enable_cuda_graph)
+        self._build_time[key] = build.time_cost
+        self._pool.submit(key, gpu_run, (req,), self.timeout)
+
+    @property
+    def pending(self) -> int:
+        return len(self._ready) + (self._pool.pending if self._pool else 0)
+
+    def collect(self, timeout: float | None = 0.0) -> list:
+        if self._ready:
+            out, self._ready = self._ready, []
+            return out
+        if self._pool is None:
+            return []
+        out = []
+        for o in self._pool.poll(timeout):
+            build_time = self._build_time.pop(o.key, 0.0)
+            note = self._notes.pop(o.key, "")
+            all_cost = build_time + o.seconds
+            now = time.time()
+            if o.status == "ok":
+                r = o.value
+                if r["error_no"]:
+                    res = MeasureResult((ERROR_COST,), r["error_no"], r["error_msg"], all_cost,
+                                        now, device=r["device"])
+                else:
+                    res = MeasureResult(r["costs"], 0, "", all_cost, now, device=r["device"],
+                                        correctness=r["correctness"] or note)
+            elif o.status == "timeout":
+                res = MeasureResult((ERROR_COST,), int(MeasureErrorNo.RUN_TIMEOUT),
+                                    f"the run took more than {self.timeout:g} s (the kernel may "
+                                    "hang); the runner process was restarted", all_cost, now)
+            elif o.status == "died":
+                res = MeasureResult((ERROR_COST,), int(MeasureErrorNo.RUNTIME_DEVICE),
+                                    f"the runner process died during the run: {o.error}",
+                                    all_cost, now)
+            elif o.status == "unstartable":
+                res = MeasureResult((ERROR_COST,), int(MeasureErrorNo.RUNTIME_DEVICE),
+                                    f"the GPU runner could not start on GPU {self.device_id}: "
+                                    f"{o.error}", all_cost, now)
+            else:
+                res = MeasureResult((ERROR_COST,), int(MeasureErrorNo.UNKNOWN_ERROR),
+                                    f"{o.exc_type}: {o.error}\n{o.traceback}", all_cost, now)
+            out.append((o.key, res))
+        return out
+
+    def waitables(self) -> list:
+        return self._pool.waitables() if self._pool else []
+
+    def next_deadline(self) -> float | None:
+        return self._pool.next_deadline() if self._pool else None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None

@@ -1,0 +1,226 @@
+"""Measuring without a GPU: correctness on the CPU simulator, time from an analytical model.
+
+Every result of :class:`SimRunner` is **estimated** (``MeasureResult.estimated``): its cost is
+the figure of :mod:`ptxforge.measure.estimate` for the kernels the builder made, not a
+measurement. What the simulator adds is the check: the candidate runs on random inputs and
+its outputs are compared with the task's reference schedule, also simulated. A kernel that
+would take too long to simulate (estimated from the lowered IR) is not simulated; its
+result says so in ``correctness``. A kernel that faults, races on shared memory or is
+refused at launch gets ``RUNTIME_DEVICE``; a wrong result ``WRONG_ANSWER``; a kernel whose
+estimated time exceeds the timeout ``RUN_TIMEOUT``, as it would on a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .build import BuildOptions, build_candidate
+from .check import compare, poisoned, random_array
+from .estimate import H100, GPUSpec, module_seconds, simulation_seconds
+from .measure import Runner
+from .pool import WorkerPool
+from .reference import reference_pipeline
+from .result import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, error_result
+
+
+@dataclass(frozen=True)
+class SimRequest:
+    """One candidate for a simulator worker."""
+
+    task_key: str
+    device_ir: str
+    output_params: tuple
+    reference_ir: str
+    seed: int = 0
+
+
+_state: dict = {}
+
+
+def _host(module):
+    from ..backend_sim import host_function
+
+    return host_function(module)
+
+
+def sim_check(req: SimRequest) -> dict:
+    """Run a candidate and (once per task) the reference on the simulator; compare."""
+    from ..backend_sim import SimError, run
+    from ..ir.parser import parse_module
+
+    module = parse_module(req.device_ir)
+    params = _host(module).params
+    outputs = req.output_params
+    if _state.get("task") != req.task_key:
+        rng = np.random.default_rng(req.seed)
+        _state["inputs"] = [random_array(p, rng) for p in params]
+        _state["reference"] = None
+        _state["task"] = req.task_key
+        ref_module = parse_module(req.reference_ir)
+        arrays = _arrays(params, outputs)
+        try:
+            run(ref_module, arrays)
+            _state["reference"] = [arrays[i] for i in outputs]
+        except SimError as e:
+            _state["reference"] = f"skipped: the reference schedule failed: {e}"
+    ref = _state["reference"]
+    arrays = _arrays(params, outputs)
+    t0 = time.perf_counter()
+    try:
+        run(module, arrays)
+    except SimError as e:
+        return {"error_no": int(MeasureErrorNo.RUNTIME_DEVICE),
+                "error_msg": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - t0}
+    seconds = time.perf_counter() - t0
+    if isinstance(ref, str):
+        return {"error_no": 0, "correctness": ref, "seconds": seconds}
+    msg = compare([arrays[i] for i in outputs], ref, [params[i].name for i in outputs])
+    if msg:
+        return {"error_no": int(MeasureErrorNo.WRONG_ANSWER), "error_msg": msg,
+                "seconds": seconds}
+    return {"error_no": 0, "correctness": "passed", "seconds": seconds}
+
+
+def _arrays(params, outputs) -> list:
+    out = set(outputs)
+    return [poisoned(p) if i in out else _state["inputs"][i].copy()
+            for i, p in enumerate(params)]
+
+
+class SimRunner(Runner):
+    """Estimated times from the analytical model of ``spec`` (an H100 by default), and
+    correctness checks on the simulator.
+
+    ``check_correctness``: simulate candidates whose simulation is estimated to take at
+    most ``max_sim_seconds`` (others are reported with ``correctness="skipped: ..."``); a
+    simulation is stopped after three times that (plus the reference's share).
+    ``timeout``: a candidate whose estimated run time exceeds it gets ``RUN_TIMEOUT``.
+    ``n_parallel``: simulator worker processes.
+    """
+
+    def __init__(self, check_correctness: bool = True, max_sim_seconds: float = 5.0,
+                 timeout: float = 10, spec: GPUSpec = H100, n_parallel: int = 1):
+        self.check_correctness = check_correctness
+        self.max_sim_seconds = max_sim_seconds
+        self.timeout = timeout
+        self.spec = spec
+        self.n_parallel = n_parallel
+        self._pool: WorkerPool | None = None
+        self._ready: list = []
+        self._jobs: dict = {}
+        self._references: dict = {}
+
+    @property
+    def device(self) -> str:
+        return f"{self.spec.name} model (estimated)"
+
+    def _reference(self, task):
+        """(device IR text, estimated simulation seconds) of the task's reference, or why
+        there is none."""
+        key = (task.workload_key, task.text_hash)
+        if key not in self._references:
+            try:
+                b = build_candidate(MeasureInput(task, reference_pipeline(task)),
+                                    BuildOptions(compile_to="ir"))
+                self._references[key] = (
+                    f"skipped: the reference schedule did not build: {b.error_msg[:300]}"
+                    if b.error_no else (b.artifact.device_ir,
+                                        simulation_seconds(b.artifact.stats)))
+            except ValueError as e:
+                self._references[key] = f"skipped: {e}"
+        return self._references[key]
+
+    def submit(self, key, inp: MeasureInput, build: BuildResult) -> None:
+        art = build.artifact
+        est = module_seconds(art.stats, art.registers(), self.spec)
+        if math.isinf(est):
+            self._ready.append((key, error_result(
+                MeasureErrorNo.RUNTIME_DEVICE,
+                "too many resources requested for launch: no block of a kernel fits on an "
+                f"SM of the {self.spec.name} model (threads, shared memory and registers)",
+                build.time_cost, self.device, estimated=True)))
+            return
+        if est > self.timeout:
+            self._ready.append((key, error_result(
+                MeasureErrorNo.RUN_TIMEOUT,
+                f"the estimated run time ({est:.3g} s) exceeds the timeout ({self.timeout:g} "
+                "s); on a GPU the run would have been stopped", build.time_cost, self.device,
+                estimated=True)))
+            return
+        done = MeasureResult((est,), 0, "", build.time_cost, time.time(), estimated=True,
+                             device=self.device)
+        if not self.check_correctness:
+            self._ready.append((key, done))
+            return
+        ref = self._reference(inp.task)
+        if isinstance(ref, str):
+            self._ready.append((key, _with(done, correctness=ref)))
+            return
+        ref_ir, ref_sim = ref
+        sim = simulation_seconds(art.stats)
+        if sim > self.max_sim_seconds or ref_sim > 3 * self.max_sim_seconds:
+            what = "candidate" if sim > self.max_sim_seconds else "reference"
+            secs = sim if what == "candidate" else ref_sim
+            self._ready.append((key, _with(done, correctness=(
+                f"skipped: simulating the {what} would take about {secs:.3g} s "
+                f"(max_sim_seconds={self.max_sim_seconds:g})"))))
+            return
+        if self._pool is None:
+            self._pool = WorkerPool(self.n_parallel, "fork", name="ptxforge-sim-runner")
+        req = SimRequest(f"{inp.task.workload_key}/{inp.task.text_hash}", art.device_ir,
+                         art.output_params, ref_ir)
+        limit = 3 * self.max_sim_seconds + 3 * ref_sim + 5.0
+        self._jobs[key] = (done, limit)
+        self._pool.submit(key, sim_check, (req,), limit)
+
+    @property
+    def pending(self) -> int:
+        return len(self._ready) + (self._pool.pending if self._pool else 0)
+
+    def collect(self, timeout: float | None = 0.0) -> list:
+        if self._ready:
+            out, self._ready = self._ready, []
+            return out
+        if self._pool is None:
+            return []
+        out = []
+        for o in self._pool.poll(timeout):
+            done, limit = self._jobs.pop(o.key)
+            if o.status == "ok":
+                r = o.value
+                cost = done.all_cost + r.get("seconds", o.seconds)
+                if r["error_no"]:
+                    res = error_result(r["error_no"], r["error_msg"], cost, self.device, True)
+                else:
+                    res = _with(done, all_cost=cost, correctness=r["correctness"])
+            elif o.status == "timeout":
+                res = _with(done, all_cost=done.all_cost + o.seconds, correctness=(
+                    f"skipped: the simulation took more than {limit:.3g} s and was stopped"))
+            else:
+                res = error_result(MeasureErrorNo.UNKNOWN_ERROR,
+                                   f"the simulator worker failed: {o.exc_type} {o.error}\n"
+                                   f"{o.traceback}", done.all_cost + o.seconds, self.device,
+                                   True)
+            out.append((o.key, res))
+        return out
+
+    def waitables(self) -> list:
+        return self._pool.waitables() if self._pool else []
+
+    def next_deadline(self) -> float | None:
+        return self._pool.next_deadline() if self._pool else None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+def _with(res: MeasureResult, **changes) -> MeasureResult:
+    import dataclasses
+
+    return dataclasses.replace(res, timestamp=time.time(), **changes)
