@@ -1,0 +1,52 @@
+"""AutoTVM's view of record files (the format of :mod:`ptxforge.measure.record`).
+
+An AutoTVM record's payload holds the template name, its arguments and the config, so a
+record turns back into a :class:`~ptxforge.autotvm.task.MeasureInput` without the tuner
+that made it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from ..measure import record as raw
+from ..measure.result import MeasureResult
+from .space import ConfigEntity
+from .task import MeasureInput, Task, _as_args
+
+
+def decode(inp, res) -> tuple[MeasureInput, MeasureResult] | None:
+    """An AutoTVM input for a raw record (None when the record is not AutoTVM's)."""
+    a = (inp.payload or {}).get("autotvm")
+    if not a:
+        return None
+    task = Task(a["template"], _as_args(a["args"]), inp.task.target)
+    task.flop = inp.task.flop
+    config = ConfigEntity.from_json_dict(a["config"])
+    return MeasureInput(inp.task.target, task, config, inp.pipeline), res
+
+
+def load_from_file(path: str | os.PathLike) -> Iterator[tuple[MeasureInput, MeasureResult]]:
+    """The AutoTVM records of ``path`` (corrupt or truncated lines are skipped with a
+    warning)."""
+    tasks: dict = {}
+    for inp, res in raw.iter_records(path):
+        got = decode(inp, res)
+        if got is None:
+            continue
+        ainp, res = got
+        key = (ainp.task.name, repr(ainp.task.args), ainp.target)
+        task = tasks.setdefault(key, ainp.task)
+        yield MeasureInput(ainp.target, task, ainp.config, ainp.pipeline), res
+
+
+def save(path: str | os.PathLike, inputs, results) -> None:
+    """Append AutoTVM inputs and their results to a record file."""
+    raw.save_records(path, [i.to_measure() for i in inputs], results)
+
+
+def pick_best(in_file: str | os.PathLike, out_file: str | os.PathLike) -> int:
+    """Keep the best record per workload (``python -m ptxforge.measure distill`` does the
+    same)."""
+    return raw.distill(in_file, out_file)

@@ -1,0 +1,191 @@
+"""Templates and tuning tasks.
+
+``@autotvm.template("name")`` registers a function that declares a computation, builds a
+schedule from the knobs of ``autotvm.get_config()`` and returns ``(s, tensors)``.
+``autotvm.task.create(name, args, target)`` runs it once in collecting mode to learn its
+config space and makes a :class:`Task`; a tuner then instantiates the template with
+configs, and each instantiation's schedule becomes pass pipeline text for the builders.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from ..measure.result import MeasureInput as RawInput
+from ..measure.result import TaskSpec
+from .dispatch import DEFAULT_TARGET, ApplyConfig, DispatchContext, workload_key
+from .space import ConfigEntity, ConfigSpace, InstantiationError
+
+TEMPLATES: dict = {}
+
+
+class TemplateFunction:
+    """A registered template. Calling it builds the schedule with the config the current
+    dispatch context gives for its workload (``apply_history_best``, or a fallback)."""
+
+    def __init__(self, name: str, func):
+        self.name = name
+        self.func = func
+        functools.update_wrapper(self, func)
+
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise TypeError(f"template {self.name} takes positional arguments only (they "
+                            "form its workload)")
+        workload = (self.name,) + tuple(args)
+        cfg = DispatchContext.current().query(DEFAULT_TARGET, workload)
+        with ApplyConfig(cfg):
+            return self.func(*args)
+
+    def __repr__(self):
+        return f"<autotvm template {self.name!r}>"
+
+
+def template(name: str, func=None):
+    """Register a template under ``name`` (use as ``@autotvm.template("group/op")``).
+    Registering a name again replaces the earlier template."""
+    if not isinstance(name, str) or not name:
+        raise TypeError("autotvm.template needs a name: @autotvm.template('group/op')")
+
+    def register(f):
+        t = TemplateFunction(name, f)
+        TEMPLATES[name] = t
+        return t
+
+    return register(func) if func is not None else register
+
+
+def _as_args(args) -> tuple:
+    """Template arguments as the template expects them (JSON lists back to tuples)."""
+    def fix(x):
+        return tuple(fix(v) for v in x) if isinstance(x, list) else x
+
+    return tuple(fix(a) for a in args)
+
+
+@dataclass(frozen=True)
+class MeasureInput:
+    """An AutoTVM candidate: the task and one config (``pipeline``: its schedule as pass
+    text, empty when the template could not be instantiated)."""
+
+    target: str
+    task: Task
+    config: ConfigEntity
+    pipeline: str = ""
+
+    def payload(self) -> dict:
+        """What a record stores to rebuild this input."""
+        return {"autotvm": {"template": self.task.name,
+                            "args": _jsonable_args(self.task.args),
+                            "config": self.config.to_json_dict()}}
+
+    def to_measure(self) -> RawInput:
+        """The builder's and runner's view of this candidate."""
+        return RawInput(self.task.spec, self.pipeline, self.payload())
+
+
+def _jsonable_args(args):
+    from .dispatch import _jsonable
+
+    return _jsonable(list(args))
+
+
+class Task:
+    """A template with fixed arguments: its config space, flop count and unscheduled IR."""
+
+    def __init__(self, name: str, args, target: str = DEFAULT_TARGET):
+        self.name = name
+        self.args = _as_args(args)
+        self.target = str(target)
+        self.func = TEMPLATES[name].func if name in TEMPLATES else None
+        self.config_space: ConfigSpace | None = None
+        self.flop = 0.0
+        self.spec: TaskSpec | None = None
+        self._pipelines: dict = {}
+
+    @property
+    def workload(self) -> tuple:
+        """``(template name, *args)``, the key records and dispatch use."""
+        return (self.name,) + tuple(self.args)
+
+    @property
+    def workload_key(self) -> str:
+        return workload_key(self.workload)
+
+    def _require_template(self):
+        if self.func is None:
+            if self.name not in TEMPLATES:
+                raise KeyError(
+                    f"no template named {self.name!r} is registered in this process; define "
+                    "it (its @autotvm.template decorator must run) before using the task")
+            self.func = TEMPLATES[self.name].func
+        return self.func
+
+    def instantiate(self, config):
+        """Run the template with ``config``; return ``(schedule, tensors)``."""
+        from ..passes import PassContext
+
+        func = self._require_template()
+        # the schedule primitives re-apply passes eagerly; the builder verifies nothing
+        # either, so skip the per-pass verifier while tuning
+        with PassContext(verify=False), ApplyConfig(config):
+            return func(*self.args)
+
+    def pipeline(self, config: ConfigEntity) -> str:
+        """The schedule of ``config`` as pass pipeline text (remembered per config)."""
+        key = getattr(config, "index", None)
+        if key is not None and key in self._pipelines:
+            return self._pipelines[key]
+        s, _ = self.instantiate(config)
+        text = str(s.pipeline)
+        if key is not None:
+            if len(self._pipelines) > 4096:
+                self._pipelines.clear()
+            self._pipelines[key] = text
+        return text
+
+    def measure_input(self, config: ConfigEntity) -> MeasureInput:
+        """The candidate for ``config``; raises :class:`InstantiationError` (or an
+        ``IRError``) when the template rejects the config."""
+        return MeasureInput(self.target, self, config, self.pipeline(config))
+
+    def __repr__(self):
+        return (f"Task(func_name={self.name}, args={self.args}, kwargs={{}}, "
+                f"workload={self.workload})")
+
+
+def create(task_name: str, args, target: str = DEFAULT_TARGET, target_host=None) -> Task:
+    """Make the task of template ``task_name`` with ``args``: learn its config space (by
+    running it once) and its unscheduled IR and flop count."""
+    if task_name not in TEMPLATES:
+        known = ", ".join(sorted(TEMPLATES)) or "none"
+        raise KeyError(f"no template named {task_name!r} (registered: {known})")
+    target = str(getattr(target, "kind", target)).split()[0] if target else "cuda"
+    if target != "cuda":
+        raise ValueError(f"unknown target {target!r}; AutoTVM tasks target 'cuda' (measure "
+                         "without a GPU with runner=autotvm.SimRunner())")
+    task = Task(task_name, args, target)
+    space = ConfigSpace()
+    s, _ = task.instantiate(space)
+    space._collect = False
+    task.config_space = space
+    dag_tensors = s.dag.tensors
+    spec = TaskSpec.from_tensors(dag_tensors, task.workload_key, target, name=task_name)
+    task.flop = space.flop or spec.flop
+    task.spec = spec if not space.flop else TaskSpec(
+        spec.workload_key, spec.target, spec.module_text, task.flop, spec.name)
+    return task
+
+
+def task_from_payload(payload: dict, target: str = DEFAULT_TARGET) -> Task | None:
+    """The task a record was measured for (None when its template is not registered
+    here)."""
+    a = payload.get("autotvm") if payload else None
+    if not a or a.get("template") not in TEMPLATES:
+        return None
+    return create(a["template"], _as_args(a["args"]), target)
+
+
+__all__ = ["InstantiationError", "MeasureInput", "TEMPLATES", "Task", "TemplateFunction",
+           "create", "template", "task_from_payload"]

@@ -1,0 +1,160 @@
+"""The tuning loop every tuner shares.
+
+A tuner proposes configs (:meth:`Tuner.next_batch`), the loop instantiates the template for
+each (a config the template rejects is recorded as an instantiation error, never sent to
+the builder), measures the batch through the builder and runner of ``measure_option``,
+logs every trial and hands the results back to the tuner (:meth:`Tuner.update`) and to
+the callbacks. Invalid configs cost their trial and tuning goes on.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import time
+
+import numpy as np
+
+from ...measure.measure import measure_batch
+from ...measure.result import MeasureErrorNo, MeasureResult, error_result
+from ..task import MeasureInput, Task
+
+logger = logging.getLogger("autotvm")
+
+ERROR_STREAK_WARNING = 150
+
+
+class Tuner(abc.ABC):
+    """Base class of the tuners. ``seed`` makes proposals reproducible."""
+
+    def __init__(self, task: Task, seed: int | None = None, **kwargs):
+        if task.config_space is None:
+            raise ValueError("the task has no config space: make it with autotvm.task.create")
+        self.param = kwargs
+        self.task = task
+        self.space = task.config_space
+        self.rng = np.random.default_rng(seed)
+        self.best_config = None
+        self.best_flops = 0.0
+        self.best_measure_pair = None
+        self.best_iter = 0
+        self.ttl = None
+        self.n_trial = None
+        self.early_stopping = None
+        self.visited: set = set()
+        self.timing: dict = {"instantiate": 0.0, "measure": 0.0, "propose": 0.0,
+                             "update": 0.0}
+
+    @abc.abstractmethod
+    def has_next(self) -> bool:
+        """Whether the tuner has configs left to propose."""
+
+    @abc.abstractmethod
+    def next_batch(self, batch_size: int) -> list:
+        """Up to ``batch_size`` configs not proposed before."""
+
+    def update(self, inputs, results) -> None:
+        """Learn from measured configs (default: nothing)."""
+        return None
+
+    def load_history(self, data_set, min_seed_records: int = 500) -> None:
+        """Learn from earlier records (transfer learning; default: nothing)."""
+        return None
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def tune(self, n_trial: int, measure_option: dict, early_stopping: int | None = None,
+             callbacks=(), si_prefix: str = "G") -> None:
+        """Measure up to ``n_trial`` configs; stop early after ``early_stopping`` trials
+        without a new best. ``callbacks`` are called as ``cb(tuner, inputs, results)``."""
+        builder = measure_option["builder"]
+        runner = measure_option["runner"]
+        batch = int(measure_option.get("batch_size") or max(
+            1, getattr(builder, "n_parallel", 1) or 1))
+        scale = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[si_prefix]
+        self.n_trial = n_trial
+        self.early_stopping = early_stopping
+        streak = 0
+        warned = False
+        i = 0
+        try:
+            while i < n_trial and self.has_next():
+                t0 = time.perf_counter()
+                configs = self.next_batch(min(batch, n_trial - i))
+                self.timing["propose"] += time.perf_counter() - t0
+                if not configs:
+                    break
+                inputs, results = self._measure(configs, builder, runner)
+                for k, (inp, res) in enumerate(zip(inputs, results)):
+                    flops = inp.task.flop / res.mean if res.error_no == 0 else 0.0
+                    if flops > self.best_flops:
+                        self.best_flops = flops
+                        self.best_config = inp.config
+                        self.best_measure_pair = (inp, res)
+                        self.best_iter = i + k
+                    est = " (estimated)" if res.estimated else ""
+                    logger.debug("No: %d\t%sFLOPS%s: %.2f/%.2f\tresult: %s\t%s", i + k + 1,
+                                 si_prefix, est, flops / scale, self.best_flops / scale, res,
+                                 inp.config)
+                    streak = 0 if res.error_no == 0 else streak + 1
+                i += len(results)
+                t0 = time.perf_counter()
+                self.update(inputs, results)
+                self.timing["update"] += time.perf_counter() - t0
+                for cb in callbacks:
+                    cb(self, inputs, results)
+                if streak >= ERROR_STREAK_WARNING and not warned:
+                    warned = True
+                    logger.warning("%d trials in a row failed; the last error: %s", streak,
+                                   results[-1].error_msg[:500])
+                if early_stopping is not None and i >= self.best_iter + early_stopping:
+                    logger.debug("Early stopped. Best iter: %d.", self.best_iter)
+                    break
+        finally:
+            builder.close()
+            runner.close()
+            logger.debug("Tuned %d trials: %s", i, ", ".join(
+                f"{k} {v:.2f} s" for k, v in self.timing.items()))
+
+    def _measure(self, configs, builder, runner) -> tuple[list, list]:
+        """Instantiate and measure a batch; inputs and results in the order of configs.
+        Each candidate goes to the builder as soon as its template is instantiated."""
+        inputs: list = []
+        results: list = [None] * len(configs)
+        todo: list = []
+
+        def candidates():
+            for k, cfg in enumerate(configs):
+                t = time.perf_counter()
+                try:
+                    inp = self.task.measure_input(cfg)
+                except Exception as e:  # any template failure marks the config invalid
+                    inp = MeasureInput(self.task.target, self.task, cfg, "")
+                    results[k] = error_result(MeasureErrorNo.INSTANTIATION_ERROR,
+                                              f"{type(e).__name__}: {e}",
+                                              time.perf_counter() - t)
+                self.timing["instantiate"] += time.perf_counter() - t
+                inputs.append(inp)
+                if results[k] is None:
+                    todo.append(k)
+                    yield inp.to_measure()
+
+        t0 = time.perf_counter()
+        measured = measure_batch(candidates(), builder, runner)
+        for k, res in zip(todo, measured):
+            results[k] = res
+        self.timing["measure"] += time.perf_counter() - t0
+        return inputs, results
+
+    def reset(self) -> None:
+        """Forget the best config and the configs proposed so far."""
+        self.best_config = None
+        self.best_flops = 0.0
+        self.best_measure_pair = None
+        self.best_iter = 0
+        self.visited = set()
+
+
+def flops_of(inp: MeasureInput, res: MeasureResult) -> float:
+    """Floating-point operations per second of a measurement (0 for a failed one)."""
+    return inp.task.flop / res.mean if res.error_no == 0 else 0.0
