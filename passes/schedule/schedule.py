@@ -18,11 +18,21 @@ from .common import ScheduleError, block_paths, enclosing_loops
 class LoopHandle:
     """A loop of a stage, as returned by ``op.axis``, ``split`` and ``fuse``."""
 
-    __slots__ = ("stage", "name")
+    __slots__ = ("stage", "name", "schedule")
 
-    def __init__(self, stage: str, name: str):
+    def __init__(self, stage: str, name: str, schedule=None):
         self.stage = stage
         self.name = name
+        self.schedule = schedule
+
+    @property
+    def extent(self) -> int:
+        """The loop's current extent (needs the schedule the handle came from)."""
+        if self.schedule is None:
+            raise ScheduleError(f"loop handle {self.ref} is not tied to a schedule")
+        from .common import find_loop
+
+        return find_loop(self.schedule.module.main, self.ref)[0][-1].extent
 
     @property
     def ref(self) -> str:
@@ -89,15 +99,15 @@ class Stage:
     def op(self) -> _OpView:
         return _OpView(
             self,
-            [LoopHandle(self.block, n) for n in self._axis_names],
-            [LoopHandle(self.block, n) for n in self._reduce_names],
+            [LoopHandle(self.block, n, self.schedule) for n in self._axis_names],
+            [LoopHandle(self.block, n, self.schedule) for n in self._reduce_names],
             self.block,
             self._tensor,
         )
 
     @property
     def leaf_iter_vars(self) -> list:
-        return [LoopHandle(self.block, n) for n in self._loop_names()]
+        return [LoopHandle(self.block, n, self.schedule) for n in self._loop_names()]
 
     def _loop_names(self) -> list:
         paths = block_paths(self.schedule._module.main.body)
@@ -125,7 +135,8 @@ class Stage:
             raise ScheduleError("split needs exactly one of factor= or nparts=")
         arg = f"factors=[{int(factor)}]" if factor is not None else f"nparts={int(nparts)}"
         new = self._apply(f"split({self._ref(parent)}, {arg})")
-        return LoopHandle(self.block, new[0]), LoopHandle(self.block, new[1])
+        return (LoopHandle(self.block, new[0], self.schedule),
+                LoopHandle(self.block, new[1], self.schedule))
 
     def fuse(self, *args):
         if len(args) == 1 and isinstance(args[0], (list, tuple)):
@@ -133,7 +144,7 @@ class Stage:
         if len(args) == 1:
             return args[0]
         new = self._apply(f"fuse([{', '.join(self._ref(a) for a in args)}])")
-        return LoopHandle(self.block, new[0])
+        return LoopHandle(self.block, new[0], self.schedule)
 
     def reorder(self, *args):
         if len(args) == 1 and isinstance(args[0], (list, tuple)):
