@@ -20,14 +20,22 @@ Example (the tutorial's flow)::
 
 from .cost_model import CostModel, RandomModel, XGBModel
 from .dag_analysis import DAGAnalysis
+from .dispatch import ApplyHistoryBest
 from .features import FEATURE_NAMES
 from .hardware import HardwareParams
 from .options import LocalRPCMeasureContext, TuningOptions
 from .records import RecordToFile, load_best_record, load_records
+from .relay_integration import extract_tasks
 from .search_policy import PreloadMeasuredStates, SearchCallback, SketchPolicy
 from .search_task import SearchTask
 from .sketch import Sketch
 from .state import State
+from .task_scheduler import (
+    LogEstimatedLatency,
+    PrintTableInfo,
+    TaskScheduler,
+    TaskSchedulerCallback,
+)
 from .tuner import TuningSummary
 from .workload_registry import make_workload_key, register_workload
 
@@ -37,3 +45,5 @@ __all__ = [
     "load_records", "PreloadMeasuredStates", "SearchCallback", "SketchPolicy", "SearchTask",
     "Sketch", "State", "TuningSummary", "make_workload_key", "register_workload",
 ]
+__all__ += ["ApplyHistoryBest", "extract_tasks", "LogEstimatedLatency", "PrintTableInfo",
+            "TaskScheduler", "TaskSchedulerCallback"]

@@ -201,13 +201,19 @@ def build(net: Graph, target: str = "cuda", params: dict | None = None,
         params: weights by parameter name, bound as constants.
         schedule_fn: ``f(FusedFunction) -> (Schedule, args) | None`` (a tuner's
             history-best dispatch); functions it has no schedule for get the default one,
-            with a :class:`NoTuningRecordWarning`.
+            with a :class:`NoTuningRecordWarning`. Default: that of the active
+            ``autosched.ApplyHistoryBest`` context, if any.
         layout: ``"NHWC"`` converts NCHW convolutions and pools first.
         winograd: compute eligible 3x3 convolutions with Winograd's algorithm.
         ctx: the graph pass context (printing, dumping, timing passes).
     """
     if target not in ("cuda", "sim"):
         raise GraphError(f"unknown target {target!r}; use 'cuda' or 'sim'")
+    if schedule_fn is None:
+        # inside ``with autosched.ApplyHistoryBest(log):`` the context supplies it
+        from ..autosched.dispatch import current_schedule_fn
+
+        schedule_fn = current_schedule_fn()
     fused = optimize(net, params, layout=layout, winograd=winograd, ctx=ctx)
     consts = _constant_names(fused)
     plan = plan_memory(fused, consts)

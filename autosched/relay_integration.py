@@ -1,0 +1,63 @@
+"""Search tasks of a whole network: ``extract_tasks``, as TVM's
+``auto_scheduler.extract_tasks`` does for a Relay module.
+
+The network is optimized and fused exactly as :func:`ptxforge.graph.build` will compile it
+(same ``layout`` and ``winograd`` options), and every distinct fused function becomes one
+:class:`~ptxforge.autosched.search_task.SearchTask`, weighted by how often the network calls
+it. The functions are registered in the workload registry under their DAG hash, so
+``SearchTask(workload_key=...)`` rebuilds a task from its key alone (as record files and
+the cost model's ``update_from_file`` do), and records written under these keys are the
+ones :class:`~ptxforge.autosched.dispatch.ApplyHistoryBest` finds when the network is
+built.
+"""
+
+from __future__ import annotations
+
+from .hardware import HardwareParams
+from .search_task import SearchTask
+
+
+def extract_tasks(net, params: dict | None = None, target="cuda", layout: str | None = None,
+                  winograd: bool = False, hardware_params: HardwareParams | None = None,
+                  include_simple_tasks: bool = True) -> tuple[list[SearchTask], list[int]]:
+    """The search tasks of a network and their weights.
+
+    Args:
+        net: the network (a :class:`ptxforge.graph.Graph`).
+        params: its weights by parameter name.
+        target: ``"cuda"`` (or ``"sim"``; records are written for ``cuda`` either way).
+        layout: ``"NHWC"`` converts NCHW convolutions first; give :func:`ptxforge.graph.build`
+            the same value.
+        winograd: Winograd convolutions; give :func:`ptxforge.graph.build` the same value.
+        hardware_params: the GPU the search models (default: an H100-class GPU).
+        include_simple_tasks: also make tasks of functions without any reduction (purely
+            element-wise or injective, such as a lone ``multiply + add + relu``). TVM leaves
+            them out by default; here they are kept, because at batch 1 their memory
+            traffic is a visible share of the network's time and their search spaces are
+            small.
+
+    Returns:
+        ``(tasks, task_weights)``: one task per distinct fused function, in the order of
+        the network's first call of it, described by the function's name
+        (``task.desc``); the weight of a task is the number of calls, so the network's
+        latency is about ``sum(latency[t] * weight[t])``.
+    """
+    from ..graph import extract_fused_functions
+
+    tasks: list[SearchTask] = []
+    weights: list[int] = []
+    for func in extract_fused_functions(net, params, layout=layout, winograd=winograd):
+        if not include_simple_tasks and not _has_reduction(func):
+            continue
+        key = func.register_workload()
+        tasks.append(SearchTask(workload_key=key, target=target,
+                                hardware_params=hardware_params, desc=func.name))
+        weights.append(func.count)
+    return tasks, weights
+
+
+def _has_reduction(func) -> bool:
+    return any(getattr(op, "reduce_axis", None) for op in func.compute_dag.ops)
+
+
+__all__ = ["extract_tasks"]

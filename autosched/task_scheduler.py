@@ -1,0 +1,552 @@
+"""TaskScheduler: tune the tasks of a network together, spending each round of measurements
+where it shrinks the network's estimated latency the most (the task scheduler of the Ansor
+paper, with the interface of TVM's ``auto_scheduler.TaskScheduler``).
+
+The objective is ``f(best_costs)``, by default ``sum(weight[t] * best_cost[t])``, the
+network's latency estimated from its tasks. After a warm-up round per task, the
+``"gradient"`` strategy picks the task with the most negative
+
+    df/dg_t * (alpha * backward_t + (1 - alpha) * forward_t)
+
+where ``backward_t`` is how much the task's best cost fell over its last
+``backward_window_size`` rounds (per round), and ``forward_t`` how much one more round may
+gain: at most a fraction ``1 / rounds`` of the current cost, and no more than it would take
+to run the task at ``1 / beta`` of the best speed (flop/s) of similar tasks (tasks with the
+same anchor operators and a similar flop count: the similar-task speed bound). A task whose
+search space is exhausted, or that has not improved for ``per_task_early_stopping`` trials,
+or none of whose candidates succeeded in its first rounds, is dead: it gets no more rounds.
+The whole tuning stops early when the objective has not improved for
+``tuning_options.early_stopping`` trials.
+
+Progress is reported by callbacks: :class:`PrintTableInfo` prints the per-task table before
+every round (and writes it to a file), :class:`LogEstimatedLatency` appends the estimated
+total latency to a TSV file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .state import State, state_from_payload, state_payload
+
+_PATTERN_TAGS = ("elemwise", "broadcast", "injective")
+FAILED_COST = 1e10
+"""The best cost of a task without a successful measurement (seconds), as TVM uses."""
+MAX_ROUNDS_WITHOUT_SUCCESS = 3
+"""Rounds a task may spend without one successful candidate before it is declared dead."""
+
+
+def derive_similarity_tag(task_or_dag, log_base: float = 1.618) -> str:
+    """The similarity tag of a task: its anchor stages' tags (convolution, dense, pooling,
+    softmax...; not element-wise, broadcast or injective ones) and the logarithm of its flop
+    count in base ``log_base``; "" for a task without anchor stages. Tasks with equal tags
+    are expected to reach similar speeds."""
+    dag = getattr(task_or_dag, "compute_dag", task_or_dag)
+    anchors: dict = {}
+    for op in dag.ops:
+        tag = getattr(op, "tag", "") or ""
+        if tag and tag.split(",")[0] not in _PATTERN_TAGS:
+            anchors[tag] = None
+    if not anchors:
+        return ""
+    flop = getattr(task_or_dag, "flop_ct", None)
+    if flop is None:
+        flop = dag.flop_count()
+    return "_".join(anchors) + f"_{int(math.log(flop + 1, log_base))}"
+
+
+def _beats(res, estimated: bool, cost: float) -> bool:
+    """Whether the successful result ``res`` is better than a best of ``cost`` (estimated or
+    not): a measured result beats an estimated one, then the lower cost wins (as
+    :func:`ptxforge.measure.best_records` ranks them)."""
+    if cost >= FAILED_COST:
+        return True
+    return (bool(res.estimated), res.mean) < (bool(estimated), float(cost))
+
+
+class TaskSchedulerCallback:
+    """Called before and after every round of a :class:`TaskScheduler`, and when tuning
+    ends."""
+
+    def pre_tune(self, task_scheduler: TaskScheduler, task_id: int) -> None:
+        """Before ``task_id`` is tuned for a round."""
+
+    def post_tune(self, task_scheduler: TaskScheduler, task_id: int) -> None:
+        """After ``task_id`` was tuned for a round."""
+
+    def finish(self, task_scheduler: TaskScheduler) -> None:
+        """After the last round."""
+
+
+def format_table(ts: TaskScheduler, next_id: int | None) -> str:
+    """The task scheduler's table (TVM's layout): one row per task with its best latency,
+    speed and trials, then the estimated total latency, the trials and time of this run and
+    the next task to tune. Simulator estimates are marked with ``*``."""
+    descs = [t.desc or f"task {i}" for i, t in enumerate(ts.tasks)]
+    width = min(max([16] + [len(d) for d in descs]), 61)
+    estimated = any(ts.best_estimated[i] and ts.best_costs[i] < FAILED_COST
+                    for i in range(len(ts.tasks)))
+    mark = "*" if estimated else ""
+    head = (f"|  ID  | {'Task Description':^{width}s} | Latency (ms){mark} | "
+            f"Speed (GFLOPS){mark} | Trials |")
+    rule = "-" * len(head)
+    lines = ["-" * 70, "-" * 30 + "  [ Task Scheduler ]", "-" * 70, head, rule]
+    for i, task in enumerate(ts.tasks):
+        cost = ts.best_costs[i]
+        star = "*" if ts.best_estimated[i] else ""
+        lat = f"{cost * 1e3:.3f}{star}" if cost < FAILED_COST else "-"
+        speed = f"{task.flop_ct / cost / 1e9:.2f}{star}" if cost < FAILED_COST else "-"
+        dead = " (done)" if i in ts.dead_tasks else ""
+        desc = descs[i] if len(descs[i]) <= width else descs[i][: width - 2] + ".."
+        lines.append(f"| {i:4d} | {desc:>{width}s} | {lat:>{12 + len(mark)}s} | "
+                     f"{speed:>{14 + len(mark)}s} | {ts.task_trials[i]:6d} |{dead}")
+    lines.append(rule)
+    if all(c < FAILED_COST for c in ts.best_costs):
+        total = f"{ts.cur_score * 1e3:.3f}"
+    else:
+        total = "-"
+    used = time.time() - ts.tic if ts.tic is not None else 0.0
+    nxt = "-" if next_id is None else str(next_id)
+    foot = (f"Estimated total latency: {total} ms\tTrials: {ts.ct}\tUsed time : {used:.0f} s"
+            f"\tNext ID: {nxt}\t")
+    if ts.loaded_trials:
+        foot += f"(plus {ts.loaded_trials} trials loaded from {ts.load_log_file})"
+    lines.append(foot)
+    if estimated:
+        lines.append("* estimated by the simulator runner's model, not measured on a GPU")
+    return "\n".join(lines)
+
+
+class PrintTableInfo(TaskSchedulerCallback):
+    """Print the per-task table before every round and after the last one (when the tuning
+    options' ``verbose`` >= 1), and keep the latest table in ``table_file`` if given."""
+
+    def __init__(self, table_file: str | os.PathLike | None = None):
+        self.table_file = os.fspath(table_file) if table_file is not None else None
+
+    def _show(self, ts: TaskScheduler, next_id: int | None) -> None:
+        text = format_table(ts, next_id)
+        if ts.tune_option is None or ts.tune_option.verbose >= 1:
+            print(text, flush=True)
+        if self.table_file:
+            folder = os.path.dirname(self.table_file)
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+            tmp = self.table_file + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(text + "\n")
+            os.replace(tmp, self.table_file)
+
+    def pre_tune(self, task_scheduler, task_id):
+        self._show(task_scheduler, task_id)
+
+    def finish(self, task_scheduler):
+        self._show(task_scheduler, None)
+
+
+class LogEstimatedLatency(TaskSchedulerCallback):
+    """Append ``ElapsedTime(s) <t> EstimatedLatency(ms) <l> Trials <n>`` (tab-separated)
+    to ``log_file`` after every round; an existing file is replaced when this callback is
+    made (as TVM does)."""
+
+    def __init__(self, log_file: str | os.PathLike):
+        self.log_file = os.fspath(log_file)
+        if os.path.exists(self.log_file):
+            os.remove(self.log_file)
+
+    def post_tune(self, task_scheduler, task_id):
+        ts = task_scheduler
+        if all(c < FAILED_COST for c in ts.best_costs):
+            total = f"{ts.cur_score * 1e3:.3f}"
+        else:
+            total = "N/A"
+        with open(self.log_file, "a") as f:
+            f.write(f"ElapsedTime(s)\t{time.time() - ts.tic:.0f}\tEstimatedLatency(ms)\t"
+                    f"{total}\tTrials\t{ts.ct}\n")
+
+
+def _record_target(task) -> str:
+    # the search task's measure spec says "cuda" for the simulator too
+    return "cuda" if task.target == "sim" else task.target
+
+
+def make_search_policies(search_policy, search_policy_params, tasks, num_measures_per_round,
+                         verbose: int, load_model_file: str | None = None,
+                         records: dict | None = None, seed: int = 0) -> list:
+    """One search policy per task, sharing one cost model.
+
+    ``search_policy``: ``"default"`` (= ``"sketch.xgb"``), ``"sketch.xgb"``,
+    ``"sketch.random"``, or a list of policies (one per task). The XGBoost model waits for
+    one round of every task before it replaces the analytical ranking; it is loaded from
+    ``load_model_file`` if that exists, else trained on ``records`` (``{task index:
+    (rows, results)}``), whose states are also marked measured in each task's policy.
+    """
+    from .cost_model import RandomModel, XGBModel
+    from .search_policy import SketchPolicy
+
+    records = records or {}
+    if isinstance(search_policy, (list, tuple)):
+        if len(search_policy) != len(tasks):
+            raise ValueError(f"got {len(search_policy)} search policies for {len(tasks)} tasks")
+        policies = list(search_policy)
+    else:
+        name = "sketch.xgb" if search_policy == "default" else search_policy
+        if not isinstance(name, str) or name.count(".") != 1:
+            raise ValueError(f"search_policy must be 'default', 'sketch.xgb', 'sketch.random' "
+                             f"or a list of policies; got {search_policy!r}")
+        policy_type, model_type = name.split(".")
+        if policy_type != "sketch":
+            raise ValueError(f"unknown search policy type {policy_type!r}; use 'sketch'")
+        if model_type == "xgb":
+            model = XGBModel(num_warmup_sample=len(tasks) * num_measures_per_round, seed=seed)
+            if load_model_file and os.path.isfile(load_model_file):
+                model.load(load_model_file)
+            else:
+                for idx, (rows, results) in records.items():
+                    model.update(tasks[idx], rows, results)
+        elif model_type == "random":
+            model = RandomModel(seed=seed)
+        else:
+            raise ValueError(f"unknown cost model {model_type!r}; use 'xgb' or 'random'")
+        policies = [SketchPolicy(task, model, search_policy_params, seed=seed + k,
+                                 verbose=verbose) for k, task in enumerate(tasks)]
+    for idx, (rows, results) in records.items():
+        policies[idx].add_measured(rows, results, update_model=False)
+    return policies
+
+
+class TaskScheduler:
+    """Allocate measurement rounds among the tasks of a network.
+
+    Args:
+        tasks: the search tasks (e.g. from :func:`~ptxforge.autosched.extract_tasks`).
+        task_weights: how often the network runs each task (default: once).
+        objective_func: ``f(best_costs) -> float`` to minimize (default: the weighted sum of
+            the tasks' best costs, the network's estimated latency).
+        strategy: ``"gradient"`` (see the module docstring) or ``"round-robin"``.
+        load_model_file: a saved XGBoost cost model to start from.
+        load_log_file: a record file of an earlier run: each task's measured states are
+            marked measured (never measured again), its best cost and rounds restored, the
+            cost model trained on it, and the tuning continues from there.
+        alpha: the weight of the backward gradient against the forward estimate.
+        beta: a task is expected to reach ``1 / beta`` of the best speed of similar tasks.
+        backward_window_size: rounds the backward gradient looks back over.
+        callbacks: :class:`TaskSchedulerCallback` s (default: :class:`PrintTableInfo` and
+            ``LogEstimatedLatency("total_latency.tsv")``).
+        seed: seeds the search policies and the tie-breaking, for reproducible runs.
+    """
+
+    def __init__(self, tasks: Sequence, task_weights: Sequence | None = None,
+                 objective_func: Callable | None = None, strategy: str = "gradient",
+                 load_model_file: str | None = None, load_log_file: str | None = None,
+                 alpha: float = 0.2, beta: float = 2, backward_window_size: int = 3,
+                 callbacks: Sequence | None = None, seed: int = 0):
+        self.tasks = list(tasks)
+        if not self.tasks:
+            raise ValueError("TaskScheduler needs at least one task")
+        if strategy not in ("gradient", "round-robin"):
+            raise ValueError(f"unknown strategy {strategy!r}; use 'gradient' or 'round-robin'")
+        if task_weights is not None and len(task_weights) != len(self.tasks):
+            raise ValueError(f"got {len(task_weights)} weights for {len(self.tasks)} tasks")
+        if objective_func is not None:
+            self.objective_func = objective_func
+        elif task_weights is not None:
+            weights = [float(w) for w in task_weights]
+            self.objective_func = lambda costs: sum(c * w for c, w in zip(costs, weights))
+        else:
+            self.objective_func = sum
+        self.task_weights = list(task_weights) if task_weights is not None else None
+        self.strategy = strategy
+        self.load_model_file = load_model_file
+        self.load_log_file = load_log_file
+        self.alpha = alpha
+        self.beta = beta
+        self.backward_window_size = backward_window_size
+        self.callbacks = (list(callbacks) if callbacks is not None
+                          else [PrintTableInfo(), LogEstimatedLatency("total_latency.tsv")])
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+
+        n = len(self.tasks)
+        self.task_cts = [0] * n  # rounds each task was tuned
+        self.task_best_cts = [0] * n  # the round each task found its best
+        self.task_costs_history: list = [[] for _ in range(n)]  # best cost after each round
+        self.task_trials = [0] * n  # measured candidates per task (loaded ones included)
+        self.best_costs = np.full(n, FAILED_COST)
+        self.best_estimated = [False] * n
+        self.dead_tasks: set = set()
+        self.cur_score = self._compute_score(self.best_costs)
+        self.tune_option = None
+        self.search_policies: list = []
+        self.num_measures_per_round = 0
+        self.ct = self.best_ct = 0
+        self.best_score = self.cur_score
+        self.tic: float | None = None
+        self.loaded_trials = 0
+        self.early_stopping_task = math.inf
+        self._restored = False
+        self._builder = self._runner = None
+
+        # similarity groups: tasks with the same tag share a speed bound
+        self.task_tags: list = []
+        self.tag_to_group_id: dict = {}
+        self.group_task_ids: list = []
+        self.flop_cts = [float(t.flop_ct) for t in self.tasks]
+        for i, task in enumerate(self.tasks):
+            tag = derive_similarity_tag(task)
+            self.task_tags.append(tag)
+            if not tag:
+                continue
+            if tag not in self.tag_to_group_id:
+                self.tag_to_group_id[tag] = len(self.tag_to_group_id)
+                self.group_task_ids.append([])
+            self.group_task_ids[self.tag_to_group_id[tag]].append(i)
+
+    # -- the tuning loop ----------------------------------------------------------------------
+    def tune(self, tune_option, search_policy="default", search_policy_params: dict | None = None,
+             per_task_early_stopping: int | None = None) -> None:
+        """Tune the tasks for ``tune_option.num_measure_trials`` trials in all.
+
+        Every round measures ``min(num_measures_per_round, num_measure_trials //
+        len(tasks))`` candidates of one task, so the warm-up (one round per task not yet
+        tuned) fits the budget. ``search_policy``: see :func:`make_search_policies`;
+        ``search_policy_params`` override :data:`~ptxforge.autosched.search_policy.DEFAULT_PARAMS`;
+        ``per_task_early_stopping``: trials without improvement after which a task is
+        dead (default: never). Records go to ``tune_option.measure_callbacks`` (e.g.
+        :class:`~ptxforge.autosched.RecordToFile`).
+        """
+        n_tasks = len(self.tasks)
+        trials = tune_option.num_measure_trials
+        if trials < n_tasks:
+            raise ValueError(f"num_measure_trials ({trials}) is too small: every one of the "
+                             f"{n_tasks} tasks needs at least one trial")
+        self.tune_option = tune_option
+        es = tune_option.early_stopping
+        early_stopping_all = math.inf if es is None or es < 0 else es
+        self.early_stopping_task = (math.inf if per_task_early_stopping is None
+                                    else per_task_early_stopping)
+        self.num_measures_per_round = min(tune_option.num_measures_per_round,
+                                          trials // n_tasks)
+        self.ct = self.best_ct = 0
+        self.tic = time.time()
+
+        records = {}
+        if self.load_log_file and os.path.exists(self.load_log_file):
+            records = self._read_log(self.load_log_file)
+            if not self._restored:
+                self._restore_status(records)
+        self.search_policies = make_search_policies(
+            search_policy, search_policy_params, self.tasks, self.num_measures_per_round,
+            tune_option.verbose, self.load_model_file, records, self.seed)
+
+        self._builder = tune_option.make_builder()
+        self._runner = tune_option.make_runner()
+        own = (self._builder is not tune_option.builder, self._runner is not tune_option.runner)
+        try:
+            # warm-up: one round for every task not tuned yet
+            for idx in range(n_tasks):
+                if not self.task_cts[idx] and idx not in self.dead_tasks and self.ct < trials:
+                    self._tune_task(idx)
+            self.best_ct = self.ct
+            self.best_score = self.cur_score
+
+            task_idx = -1
+            while self.ct < trials and len(self.dead_tasks) < n_tasks:
+                if self.strategy == "round-robin":
+                    task_idx = (task_idx + 1) % n_tasks
+                    while task_idx in self.dead_tasks:
+                        task_idx = (task_idx + 1) % n_tasks
+                else:
+                    task_idx = self._next_by_gradient()
+                self._tune_task(task_idx)
+                self._adjust_similarity_group(task_idx)
+                if self.cur_score < self.best_score:
+                    self.best_score = self.cur_score
+                    self.best_ct = self.ct
+                elif (self.ct - self.best_ct >= early_stopping_all
+                      and all(c < FAILED_COST for c in self.best_costs)):
+                    if tune_option.verbose >= 1:
+                        print(f"Stop early since no performance improvement in the last "
+                              f"{early_stopping_all} measurement trials.")
+                    break
+        finally:
+            if own[0]:
+                self._builder.close()
+            if own[1]:
+                self._runner.close()
+            self._builder = self._runner = None
+        for cb in self.callbacks:
+            cb.finish(self)
+
+    def _tune_task(self, task_idx: int) -> None:
+        """Search and measure one round of ``task_idx``; update its best cost and the
+        objective."""
+        from ..measure import MeasureInput, measure_batch
+
+        for cb in self.callbacks:
+            cb.pre_tune(self, task_idx)
+        task = self.tasks[task_idx]
+        policy = self.search_policies[task_idx]
+        n = min(self.num_measures_per_round, self.tune_option.num_measure_trials - self.ct)
+        rows = policy.search_one_round(max(n, 1))
+        results: list = []
+        if len(rows):
+            states = [State.from_row(r, task) for r in rows]
+            spec = task.task_spec
+            inputs = [MeasureInput(spec, s.pipeline(task), state_payload(task, s))
+                      for s in states]
+            results = measure_batch(inputs, self._builder, self._runner)
+            for cb in self.tune_option.measure_callbacks:
+                cb(inputs, results)
+            policy.add_measured(rows, results)
+
+        self.task_cts[task_idx] += 1
+        for res in results:
+            if int(res.error_no) != 0:
+                continue
+            if _beats(res, self.best_estimated[task_idx], self.best_costs[task_idx]):
+                self.best_costs[task_idx] = res.mean
+                self.best_estimated[task_idx] = bool(res.estimated)
+                self.task_best_cts[task_idx] = self.task_cts[task_idx]
+
+        no_change_trials = ((self.task_cts[task_idx] - self.task_best_cts[task_idx])
+                            * self.num_measures_per_round)
+        never_succeeded = (self.best_costs[task_idx] >= FAILED_COST
+                           and self.task_cts[task_idx] >= MAX_ROUNDS_WITHOUT_SUCCESS)
+        if not len(rows) or no_change_trials > self.early_stopping_task or never_succeeded:
+            self.dead_tasks.add(task_idx)
+        self.task_costs_history[task_idx].append(self.best_costs[task_idx])
+        self.ct += len(rows)
+        self.task_trials[task_idx] += len(rows)
+        self.cur_score = self._compute_score(self.best_costs)
+        for cb in self.callbacks:
+            cb.post_tune(self, task_idx)
+
+    def _compute_score(self, costs) -> float:
+        return float(self.objective_func(list(costs)))
+
+    def gradients(self) -> list[float]:
+        """The gradient of every task (0 for dead ones): the estimated change of the
+        objective from one more round of the task; the most negative one is tuned next."""
+        out = []
+        base = self._compute_score(self.best_costs)
+        for i in range(len(self.tasks)):
+            if i in self.dead_tasks:
+                out.append(0.0)
+                continue
+            if self.task_cts[i] == 0:
+                out.append(-math.inf)  # never tuned: first in line
+                continue
+            # df/dg_i by a finite difference (the objective may be any function)
+            delta = 1e-4 * max(self.best_costs[i], 1e-9)
+            costs = list(self.best_costs)
+            costs[i] -= delta
+            chain_grad = (base - self._compute_score(costs)) / delta
+
+            # backward: the recent slope of the task's best cost, per round
+            hist = self.task_costs_history[i]
+            k = self.task_cts[i] - 1
+            w = self.backward_window_size
+            if k < len(hist) and k - w >= 0:
+                backward_grad = (hist[k] - hist[k - w]) / w
+            else:
+                backward_grad = 0.0
+
+            # forward: one more round gains at most 1/rounds of the cost, and no more than
+            # running at 1/beta of the best speed of similar tasks
+            cost = self.best_costs[i]
+            g_next_1 = cost - cost / self.task_cts[i]
+            g_next_2 = self.beta * 1e30
+            group_id = self.tag_to_group_id.get(self.task_tags[i])
+            if group_id is not None and len(self.group_task_ids[group_id]) > 1:
+                best_flops = max(self.flop_cts[j] / self.best_costs[j]
+                                 for j in self.group_task_ids[group_id])
+                g_next_2 = self.beta * self.flop_cts[i] / best_flops
+            forward_grad = min(g_next_1, g_next_2) - cost
+
+            out.append(chain_grad * (self.alpha * backward_grad
+                                     + (1 - self.alpha) * forward_grad))
+        return out
+
+    def _next_by_gradient(self) -> int:
+        grads = self.gradients()
+        alive = [i for i in range(len(self.tasks)) if i not in self.dead_tasks]
+        values = [grads[i] for i in alive]
+        if max(values) == min(values):
+            return int(alive[self._rng.integers(len(alive))])
+        return int(alive[int(np.argmin(values))])
+
+    def _adjust_similarity_group(self, task_idx: int) -> None:
+        """Drop ``task_idx`` from its similarity group when, after many more rounds than
+        the others, it still runs far slower than the group's best: it is not similar to
+        them after all (e.g. a Winograd convolution tagged like a direct one)."""
+        group_id = self.tag_to_group_id.get(self.task_tags[task_idx])
+        if group_id is None or len(self.group_task_ids[group_id]) <= 1:
+            return
+        ids = self.group_task_ids[group_id]
+        best_group_flops = max(self.flop_cts[j] / self.best_costs[j] for j in ids)
+        cur_flops = self.flop_cts[task_idx] / self.best_costs[task_idx]
+        if (cur_flops < best_group_flops / self.beta
+                and self.task_cts[task_idx] > 5 + max(self.task_cts[j] for j in ids
+                                                      if j != task_idx)):
+            self.task_tags[task_idx] = None
+            ids.remove(task_idx)
+
+    # -- resuming -----------------------------------------------------------------------------
+    def _read_log(self, log_file: str) -> dict:
+        """``{task index: (rows, results)}`` of the records of this scheduler's tasks in
+        ``log_file`` whose payload is a state of the task (file order)."""
+        from ..measure import iter_records
+
+        by_key: dict = {}
+        for i, t in enumerate(self.tasks):
+            by_key.setdefault((t.workload_key, _record_target(t)), i)
+        grouped: dict = {}
+        for inp, res in iter_records(log_file):
+            idx = by_key.get((inp.task.workload_key, inp.task.target))
+            if idx is not None:
+                grouped.setdefault(idx, []).append((inp, res))
+        out = {}
+        for idx, recs in grouped.items():
+            task = self.tasks[idx]
+            rows, results = [], []
+            for inp, res in recs:
+                st = state_from_payload(task, inp.payload)
+                if st is not None:
+                    rows.append(st.row(task.state_width))
+                    results.append(res)
+            if rows:
+                out[idx] = (np.array(rows, dtype=np.int64), results)
+        return out
+
+    def _restore_status(self, records: dict) -> None:
+        """Restore rounds, best costs and dead tasks from loaded records (rounds are
+        estimated as records / trials per round)."""
+        n = max(self.num_measures_per_round, 1)
+        for idx, (_, results) in records.items():
+            count = best_at = 0
+            for res in results:
+                count += 1
+                if int(res.error_no) == 0 and _beats(res, self.best_estimated[idx],
+                                                     self.best_costs[idx]):
+                    self.best_costs[idx] = res.mean
+                    self.best_estimated[idx] = bool(res.estimated)
+                    best_at = count
+            if count - best_at > self.early_stopping_task:
+                self.dead_tasks.add(idx)
+            self.task_cts[idx] = int(count / n + 0.5)
+            self.task_best_cts[idx] = int(best_at / n + 0.5)
+            self.task_costs_history[idx].append(self.best_costs[idx])
+            self.task_trials[idx] = count
+            self.loaded_trials += count
+        self.cur_score = self._compute_score(self.best_costs)
+        self._restored = True
+
+
+__all__ = ["LogEstimatedLatency", "PrintTableInfo", "TaskScheduler", "TaskSchedulerCallback",
+           "derive_similarity_tag", "format_table", "make_search_policies"]
