@@ -1,10 +1,15 @@
-"""The command line's entry point and the demo and inspect commands."""
+"""The command line's entry point and the demo and inspect commands (tune-op, tune-network
+and bench live in :mod:`.tune` and :mod:`.bench`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+
+from .bench import add_bench_parser
+from .progress import setup_logging
+from .tune import add_tune_network_parser, add_tune_op_parser
 
 
 def _demo(args) -> int:
@@ -125,6 +130,10 @@ def _plot(args) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="ptxforge", description="ptxforge: a tensor compiler and auto-tuner for NVIDIA GPUs")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="also debugging messages on stderr (e.g. the tasks' DAGs)")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="only warnings and errors on stderr")
     sub = parser.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="schedule, lower, check and compile the seed conv layer")
     d.add_argument("--sim", action="store_true", help="use the simulator even with a GPU")
@@ -153,7 +162,11 @@ def main(argv=None) -> int:
     p.add_argument("--output", "-o", default="tuning.png")
     p.add_argument("--title")
     p.set_defaults(fn=_plot)
+    add_tune_op_parser(sub)
+    add_tune_network_parser(sub)
+    add_bench_parser(sub)
     args = parser.parse_args(argv)
+    setup_logging(-1 if args.quiet else args.verbose)
     return args.fn(args)
 
 

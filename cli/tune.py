@@ -1,0 +1,397 @@
+"""``ptxforge tune-op`` and ``ptxforge tune-network``: auto-scheduler searches from the command
+line, resuming from their record file, with a progress bar on a terminal and one log message
+per round."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from .. import autosched, ops, te
+from .progress import ProgressBar, logger
+
+# -- built-in workloads -----------------------------------------------------------------------
+
+
+@autosched.register_workload(override=True)
+def conv2d_bias_relu(N, H, W, CO, CI, KH, KW, stride, padding):
+    """conv2d (NCHW) + per-channel bias + relu; the name and arguments match the records of
+    ``bench/tune_autosched.py``."""
+    data = te.placeholder((N, CI, H, W), name="data")
+    kernel = te.placeholder((CO, CI, KH, KW), name="kernel")
+    bias = te.placeholder((1, CO, 1, 1), name="bias")
+    conv = ops.nn.conv2d_nchw(data, kernel, stride, padding, dilation=1, out_dtype="float32")
+    return [data, kernel, bias, ops.nn.relu(conv + bias)]
+
+
+@autosched.register_workload(override=True)
+def dense_bias(B, N, K):
+    """A fully connected layer: data [B, K] times weight [N, K] transposed, plus bias [N]."""
+    data = te.placeholder((B, K), name="data")
+    weight = te.placeholder((N, K), name="weight")
+    bias = te.placeholder((N,), name="bias")
+    return [data, weight, bias, ops.nn.dense(data, weight, bias)]
+
+
+BUILTIN_WORKLOADS = {
+    # the tutorial's layer: the last 3x3 convolution of ResNet-50
+    "seed": (conv2d_bias_relu, (1, 7, 7, 512, 512, 3, 3, (1, 1), (1, 1))),
+    # a ResNet-18 3x3 layer (layer1)
+    "resnet3x3": (conv2d_bias_relu, (1, 56, 56, 64, 64, 3, 3, (1, 1), (1, 1))),
+    # ResNet's classifier
+    "dense": (dense_bias, (1, 1000, 512)),
+}
+WORKLOAD_HELP = ("a built-in workload (seed: conv2d 7x7 512->512 3x3 pad 1 + bias + relu; "
+                 "resnet3x3: 56x56 64->64 3x3; dense: 1x512 by 1000x512 + bias) or "
+                 "conv2d:N,H,W,CO,CI,KH,KW,stride,pad")
+
+
+def parse_workload(text: str) -> tuple:
+    """``(workload function, args)`` of a built-in name or ``conv2d:N,H,W,CO,CI,KH,KW,stride,
+    pad``; raises ``ValueError`` with the accepted forms otherwise."""
+    if text in BUILTIN_WORKLOADS:
+        return BUILTIN_WORKLOADS[text]
+    if text.startswith("conv2d:"):
+        fields = text[len("conv2d:"):].split(",")
+        try:
+            values = [int(v) for v in fields]
+        except ValueError:
+            values = []
+        if len(values) != 9 or min(values[:8]) < 1 or values[8] < 0:
+            raise ValueError(f"bad workload {text!r}: conv2d: takes nine integers "
+                             "N,H,W,CO,CI,KH,KW,stride,pad (pad >= 0, the others >= 1)")
+        n, h, w, co, ci, kh, kw, stride, pad = values
+        return conv2d_bias_relu, (n, h, w, co, ci, kh, kw, (stride, stride), (pad, pad))
+    raise ValueError(f"unknown workload {text!r}; use {', '.join(BUILTIN_WORKLOADS)} or "
+                     "conv2d:N,H,W,CO,CI,KH,KW,stride,pad")
+
+
+# -- measurement ------------------------------------------------------------------------------
+
+
+def gpu_present() -> bool:
+    """Whether a CUDA GPU answers (without creating a context in this process)."""
+    try:
+        from cuda.bindings import driver
+
+        (err,) = driver.cuInit(0)
+        if int(err) != 0:
+            return False
+        err, count = driver.cuDeviceGetCount()
+        return int(err) == 0 and count > 0
+    except Exception:  # noqa: BLE001 - no driver, no bindings: no GPU
+        return False
+
+
+def resolve_runner(choice: str | None) -> str:
+    """``"gpu"`` or ``"sim"``: the choice, or the GPU where one is present."""
+    if choice is None:
+        return "gpu" if gpu_present() else "sim"
+    if choice == "gpu" and not gpu_present():
+        raise SystemExit("--runner gpu: no CUDA GPU answers here (cuInit / cuDeviceGetCount); "
+                         "use --runner sim to tune with the simulator's estimates")
+    return choice
+
+
+class Measurement:
+    """The builder and runner of one tuning command; :meth:`close` stops their workers."""
+
+    def __init__(self, runner: str, min_repeat_ms: float, sim_check: bool):
+        from .. import measure
+
+        self.kind = runner
+        if runner == "gpu":
+            self._ctx = autosched.LocalRPCMeasureContext(repeat=1, min_repeat_ms=min_repeat_ms,
+                                                         timeout=10)
+            self.runner = self._ctx.runner
+            self.builder = measure.LocalBuilder()
+        else:
+            self._ctx = None
+            self.runner = measure.SimRunner(check_correctness=sim_check)
+            # the simulator runs device IR: no PTX or cubin needed
+            self.builder = measure.LocalBuilder(compile_to="ir")
+
+    def close(self) -> None:
+        self.builder.close()
+        if self._ctx is not None:
+            self._ctx.close()
+        else:
+            self.runner.close()
+
+
+def _ms(cost: float, estimated: bool) -> str:
+    return f"{cost * 1e3:.4f} ms{' (estimated)' if estimated else ''}"
+
+
+# -- tune-op ----------------------------------------------------------------------------------
+
+
+class _OpProgress:
+    """A measure callback: after every round, the bar and a log message."""
+
+    def __init__(self, task, bar: ProgressBar, best: float, estimated: bool):
+        self.task = task
+        self.bar = bar
+        self.trials = self.rounds = self.errors = 0
+        self.best, self.estimated = best, estimated
+
+    def __call__(self, inputs, results) -> None:
+        self.rounds += 1
+        self.trials += len(results)
+        for r in results:
+            if int(r.error_no) != 0:
+                self.errors += 1
+            elif r.mean < self.best:
+                self.best, self.estimated = r.mean, bool(r.estimated)
+        best = (_ms(self.best, self.estimated) if self.best < float("inf")
+                else "no successful candidate yet")
+        self.bar.update(self.trials, f"round {self.rounds}  best {best}")
+        logger.info(f"round {self.rounds}: {self.trials}/{self.bar.total} trials, "
+                    f"{self.errors} errors, best {best}")
+
+
+def tune_op_command(args) -> int:
+    """Tune one operator; print the best time and the throughput of the search."""
+    try:
+        func, wl_args = parse_workload(args.workload)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    if args.trials < 1 or args.per_round < 1:
+        raise SystemExit("--trials and --per-round must be at least 1")
+    runner = resolve_runner(args.runner)
+    task = autosched.SearchTask(func=func, args=wl_args, target="cuda")
+    logger.info(f"workload {task.workload_key}, {task.flop_ct / 1e6:.1f} MFLOP; runner "
+                f"{runner}, log {args.log}")
+    logger.debug(str(task.compute_dag))
+
+    resume = os.path.exists(args.log)
+    earlier = len(autosched.load_records(args.log, task.workload_key)) if resume else 0
+    if args.model == "xgb":
+        model = autosched.XGBModel(seed=args.seed)
+        if resume:
+            model.update_from_file(args.log)
+    else:
+        model = autosched.RandomModel(seed=args.seed)
+    callbacks = [autosched.PreloadMeasuredStates(args.log)] if resume else None
+    policy = autosched.SketchPolicy(task, model, seed=args.seed, verbose=0,
+                                    init_search_callbacks=callbacks)
+    if resume:
+        logger.info(f"resuming from {args.log}: {earlier} earlier trials of this workload are "
+                    "not measured again")
+    _, best_res = (autosched.load_best_record(args.log, task.workload_key) if resume
+                   else (None, None))
+    todo = args.trials - earlier
+    if todo <= 0:
+        print(f"{args.log} already holds {earlier} trials of this workload (--trials "
+              f"{args.trials}); nothing to measure")
+        return _report_best(task, args.log)
+    measurement = Measurement(runner, args.min_repeat_ms, args.sim_check)
+    bar = ProgressBar(todo, "trials")
+    progress = _OpProgress(task, bar, best_res.mean if best_res else float("inf"),
+                           bool(best_res.estimated) if best_res else False)
+    options = autosched.TuningOptions(
+        num_measure_trials=todo, num_measures_per_round=args.per_round,
+        builder=measurement.builder, runner=measurement.runner, verbose=0,
+        measure_callbacks=[autosched.RecordToFile(args.log), progress])
+    t0 = time.perf_counter()
+    try:
+        summary = task.tune(options, search_policy=policy)
+    finally:
+        bar.close()
+        measurement.close()
+    elapsed = time.perf_counter() - t0
+    print(f"{summary.trials} trials in {elapsed:.1f} s ({summary.trials / max(elapsed, 1e-9):.2f}"
+          f" trials/s; search {summary.search_s:.1f} s, measurement {summary.measure_s:.1f} s), "
+          f"{summary.errors} errors{f'; resumed after {earlier} trials' if resume else ''}")
+    return _report_best(task, args.log)
+
+
+def _report_best(task, log: str) -> int:
+    """Print the best record of ``task`` in ``log``; 1 when there is none."""
+    inp, res = autosched.load_best_record(log, task.workload_key)
+    if inp is None:
+        print(f"no candidate ran successfully; see the errors in {log}")
+        return 1
+    est = " (estimated)" if res.estimated else ""
+    print(f"best: {_ms(res.mean, res.estimated)}, {task.flop_ct / res.mean / 1e9:.1f} "
+          f"GFLOP/s{est}")
+    if res.estimated:
+        print("times are estimates of the simulator's analytical model, not GPU measurements")
+    print(f"records: {log}")
+    return 0
+
+
+def add_tune_op_parser(sub) -> None:
+    """The ``tune-op`` subcommand's arguments."""
+    p = sub.add_parser("tune-op", help="auto-schedule one operator (resumes from --log)")
+    p.add_argument("workload", help=WORKLOAD_HELP)
+    p.add_argument("--trials", type=int, required=True,
+                   help="trials of this workload in the log in all: a resumed run measures "
+                        "only those missing")
+    p.add_argument("--log", required=True, help="record file (JSON lines), resumed if present")
+    p.add_argument("--model", choices=("xgb", "random"), default="xgb", help="cost model")
+    p.add_argument("--runner", choices=("sim", "gpu"), default=None,
+                   help="measure on the GPU (default where one is present) or estimate on the "
+                        "simulator")
+    p.add_argument("--per-round", type=int, default=64, help="trials per search round")
+    p.add_argument("--min-repeat-ms", type=float, default=5.0,
+                   help="GPU runner: least duration of one timing repeat")
+    p.add_argument("--sim-check", action=argparse.BooleanOptionalAction, default=True,
+                   help="simulator runner: also run candidates on the simulator and compare "
+                        "them with a reference")
+    p.add_argument("--seed", type=int, default=0, help="search seed")
+    p.set_defaults(fn=tune_op_command)
+
+
+# -- tune-network -----------------------------------------------------------------------------
+
+
+class _NetworkProgress(autosched.TaskSchedulerCallback):
+    """After every task scheduler round: the bar and a log message."""
+
+    def __init__(self, bar: ProgressBar):
+        self.bar = bar
+        self.rounds = 0
+
+    def post_tune(self, task_scheduler, task_id):
+        from ..autosched.task_scheduler import FAILED_COST
+
+        ts = task_scheduler
+        self.rounds += 1
+        est = any(ts.best_estimated)
+        if all(c < FAILED_COST for c in ts.best_costs):
+            total = f"{ts.cur_score * 1e3:.3f} ms{' (estimated)' if est else ''}"
+        else:
+            total = "-"
+        self.bar.update(ts.ct, f"round {self.rounds}  latency {total}")
+        logger.info(f"round {self.rounds}: task {task_id} ({ts.tasks[task_id].desc}), "
+                    f"{ts.ct}/{self.bar.total} trials, estimated total latency {total}")
+
+
+def _tune_network(args, tasks, weights, runner: str, todo: int, resume: bool,
+                  table: str) -> None:
+    """Run the task scheduler for ``todo`` trials and print its table."""
+    from ..autosched.task_scheduler import format_table
+
+    bar = ProgressBar(todo, "trials")
+    scheduler = autosched.TaskScheduler(
+        tasks, weights, load_log_file=args.log if resume else None, seed=args.seed,
+        callbacks=[autosched.PrintTableInfo(table), _NetworkProgress(bar)])
+    measurement = Measurement(runner, args.min_repeat_ms, args.sim_check)
+    options = autosched.TuningOptions(
+        num_measure_trials=todo, num_measures_per_round=args.per_round,
+        builder=measurement.builder, runner=measurement.runner, verbose=0,
+        measure_callbacks=[autosched.RecordToFile(args.log)])
+    t0 = time.perf_counter()
+    try:
+        scheduler.tune(options)
+    finally:
+        bar.close()
+        measurement.close()
+    elapsed = time.perf_counter() - t0
+    print(format_table(scheduler, None))
+    print(f"{scheduler.ct} trials in {elapsed:.1f} s ({scheduler.ct / max(elapsed, 1e-9):.2f} "
+          f"trials/s){f'; resumed from {args.log}' if resume else ''}; the table is in {table}")
+
+
+def tune_network_command(args) -> int:
+    """Extract a network's tasks, tune them, build with the best records, check the result
+    against the numpy reference executor and, on a GPU, benchmark it."""
+    import numpy as np
+
+    from .. import graph
+
+    if args.network not in graph.list_networks():
+        raise SystemExit(f"unknown network {args.network!r}; choose one of "
+                         f"{', '.join(graph.list_networks())}")
+    runner = resolve_runner(args.runner)
+    table = args.table or ((args.log[:-5] if args.log.endswith(".json") else args.log)
+                           + ".tasks.txt")
+    logger.info(f"network {args.network}, batch {args.batch_size}, {args.layout}, runner "
+                f"{runner}, log {args.log}")
+    net, params, input_shape, _ = graph.get_network(
+        args.network, args.batch_size, args.layout, image_size=args.image_size)
+    tasks, weights = autosched.extract_tasks(net, params, "cuda")
+    logger.info(f"{len(tasks)} tasks")
+    for idx, task in enumerate(tasks):
+        logger.debug(f"task {idx} ({task.workload_key}):\n{task.compute_dag}")
+    if args.trials < len(tasks):
+        raise SystemExit(f"--trials must be at least the number of tasks ({len(tasks)})")
+
+    resume = os.path.exists(args.log)
+    keys = {t.workload_key for t in tasks}
+    earlier = (sum(1 for inp, _ in autosched.load_records(args.log)
+                   if inp.task.workload_key in keys) if resume else 0)
+    # every round of the task scheduler's warm-up needs a trial per task
+    todo = max(args.trials - earlier, len(tasks)) if args.trials > earlier else 0
+    if resume:
+        logger.info(f"resuming from {args.log}: {earlier} earlier trials of this network's "
+                    "tasks are not measured again")
+    if todo:
+        _tune_network(args, tasks, weights, runner, todo, resume, table)
+    else:
+        print(f"{args.log} already holds {earlier} trials of this network's tasks (--trials "
+              f"{args.trials}); nothing to measure")
+
+    target = "cuda" if runner == "gpu" else "sim"
+    t0 = time.perf_counter()
+    with autosched.ApplyHistoryBest(args.log):
+        lib = graph.build(net, target=target, params=params)
+    tuned = sum(1 for f in lib.functions.values() if f.tuned)
+    print(f"compiled in {time.perf_counter() - t0:.1f} s: {tuned} of {len(lib.functions)} "
+          "functions from the records")
+
+    import ptxforge
+
+    dev = ptxforge.cuda(0) if runner == "gpu" else ptxforge.sim()
+    module = graph.GraphModule(lib, dev)
+    x = np.random.default_rng(args.seed).uniform(size=input_shape).astype("float32")
+    module.set_input("data", x)
+    module.run()
+    out = module.get_output(0).numpy()
+    ref = graph.evaluate(net, {"data": x}, params)
+    err = float(np.abs(out - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+    if not np.allclose(out, ref, rtol=1e-3, atol=1e-4 * float(np.abs(ref).max())):
+        print(f"the compiled network DIFFERS from the numpy reference executor (largest "
+              f"difference {err:.2e} of the largest output)")
+        return 1
+    print(f"the compiled network matches the numpy reference executor ({err:.1e})")
+    if runner != "gpu":
+        print("no GPU timing: the simulator runs the kernels on the CPU (the latencies above "
+              "are estimates)")
+        return 0
+    result = module.benchmark(dev, repeat=3, min_repeat_ms=500)
+    print(f"inference time (CUDA graph): {result}")
+    return 0
+
+
+def add_tune_network_parser(sub) -> None:
+    """The ``tune-network`` subcommand's arguments."""
+    from .. import graph
+
+    p = sub.add_parser("tune-network",
+                       help="auto-schedule a zoo network's tasks, build and check it")
+    p.add_argument("network", help=f"a zoo network: {', '.join(graph.list_networks())}")
+    p.add_argument("--trials", type=int, required=True,
+                   help="trials of the network's tasks in the log in all (at least one per "
+                        "task); a resumed run measures only those missing")
+    p.add_argument("--log", required=True, help="record file (JSON lines), resumed if present")
+    p.add_argument("--layout", choices=("NHWC", "NCHW"), default="NHWC")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--image-size", type=int, default=None,
+                   help="input height and width (default: the network's; 16 for a quick "
+                        "simulator run)")
+    p.add_argument("--runner", choices=("sim", "gpu"), default=None,
+                   help="measure on the GPU (default where one is present) or estimate on the "
+                        "simulator")
+    p.add_argument("--per-round", type=int, default=64, help="trials per task per round")
+    p.add_argument("--min-repeat-ms", type=float, default=10.0,
+                   help="GPU runner: least duration of one timing repeat")
+    p.add_argument("--sim-check", action=argparse.BooleanOptionalAction, default=True,
+                   help="simulator runner: also run candidates on the simulator and compare "
+                        "them with a reference")
+    p.add_argument("--table", help="where the task table is kept (default: the log's name "
+                                   "with .tasks.txt)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=tune_network_command)
