@@ -11,9 +11,11 @@ runner together. Records are JSON lines (:class:`RecordWriter`, :func:`load_reco
 
 from .artifact import BuildArtifact
 from .build import BuildOptions, LocalBuilder, build_candidate
+from .dask_backend import DaskBuilder, DaskRunner
 from .estimate import H100, GPUSpec
 from .kernel_stats import KernelStats, analyze_module
 from .measure import Builder, Runner, measure_batch
+from .multi_gpu import MultiGPURunner
 from .record import (
     RecordWriter,
     best_records,
@@ -36,6 +38,9 @@ from .runner_sim import SimRunner
 
 __all__ = [
     "ERROR_COST",
+    "DaskBuilder",
+    "DaskRunner",
+    "MultiGPURunner",
     "H100",
     "BuildArtifact",
     "BuildOptions",

@@ -1,0 +1,86 @@
+"""Tuning throughput on one GPU against every GPU of the host: the seed layer, a fixed
+number of auto-scheduler trials, first with a LocalRunner (GPU 0), then with a
+MultiGPURunner (all GPUs); prints trials per second and the best time of each (the best
+times should agree within noise).
+
+    python3 bench/tune_multi_gpu.py --trials 256 --per-round 64 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from ptxforge import autosched, measure  # noqa: E402
+from tune_autosched import LAYERS, conv2d_bias_relu  # noqa: E402
+
+
+def tune(kind: str, args) -> dict:
+    """One tuning run with ``kind`` ``"one"`` (LocalRunner) or ``"all"`` (MultiGPURunner)."""
+    task = autosched.SearchTask(func=conv2d_bias_relu, args=LAYERS[args.layer], target="cuda")
+    log = os.path.join(args.log_dir, f"{args.layer}_{kind}_gpu.json")
+    if os.path.exists(log):
+        os.remove(log)
+    timing = dict(number=args.number, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
+                  timeout=10)
+    runner = (measure.LocalRunner(**timing) if kind == "one"
+              else measure.MultiGPURunner(**timing))
+    gpus = 1 if kind == "one" else len(runner.devices)
+    builder = measure.LocalBuilder(timeout=args.build_timeout, n_parallel=args.builders)
+    options = autosched.TuningOptions(
+        num_measure_trials=args.trials, num_measures_per_round=args.per_round,
+        builder=builder, runner=runner, measure_callbacks=[autosched.RecordToFile(log)],
+        verbose=1)
+    policy = autosched.SketchPolicy(task, autosched.XGBModel(), seed=args.seed)
+    t0 = time.perf_counter()
+    summary = task.tune(options, search_policy=policy)
+    wall = time.perf_counter() - t0
+    builder.close()
+    runner.close()
+    devices = sorted({r.device for _, r in measure.load_records(log) if r.device})
+    row = {"runner": kind, "gpus": gpus, "trials": summary.trials, "errors": summary.errors,
+           "wall_s": wall, "trials_per_s": summary.trials / wall,
+           "measure_s": summary.measure_s, "search_s": summary.search_s,
+           "best_ms": summary.best_cost * 1e3, "devices": devices, "log": log}
+    print(f"== {kind} ({gpus} GPU): {summary.trials} trials in {wall:.1f} s "
+          f"({row['trials_per_s']:.2f} trials/s; measuring {summary.measure_s:.1f} s), best "
+          f"{row['best_ms']:.4f} ms, errors {summary.errors}", flush=True)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layer", choices=sorted(LAYERS), default="seed")
+    ap.add_argument("--trials", type=int, default=256)
+    ap.add_argument("--per-round", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--min-repeat-ms", type=float, default=5)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--number", type=int, default=10)
+    ap.add_argument("--builders", type=int, default=None, help="builder processes")
+    ap.add_argument("--build-timeout", type=float, default=20)
+    ap.add_argument("--log-dir", default="tune_logs")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    os.makedirs(args.log_dir, exist_ok=True)
+    rows = [tune("one", args), tune("all", args)]
+    one, many = rows
+    out = {"layer": args.layer, "runs": rows,
+           "speedup": many["trials_per_s"] / one["trials_per_s"],
+           "best_ratio": many["best_ms"] / one["best_ms"]}
+    print(f"== speedup {out['speedup']:.2f}x with {many['gpus']} GPUs; best times "
+          f"{one['best_ms']:.4f} ms (one GPU) vs {many['best_ms']:.4f} ms (all GPUs), ratio "
+          f"{out['best_ratio']:.3f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
