@@ -86,16 +86,12 @@ def block_names_in(s: Stmt) -> list:
     return [n.name for n in walk_all(s) if isinstance(n, Block)]
 
 
-__all__ = [
-    "LoweringError", "buffer_accesses", "collect_accesses", "walk_all", "stmt_uses_var",
-    "expr_reads", "block_names_in", "If", "Let",
-]
 
 
 def fresh_copy(s: Stmt) -> Stmt:
     """A copy of ``s`` whose loop, let and block vars and allocated buffers are new values
     (SSA: a replicated statement must not define the same value twice)."""
-    from ...ir.expr import Load, rebuild, substitute
+    from ...ir.expr import Load, rebuild
     from ...ir.stmt import Alloc, Block, BlockVar, Buffer
 
     vmap: dict = {}
@@ -144,15 +140,12 @@ def fresh_copy(s: Stmt) -> Stmt:
                          fe(x.value))
         if isinstance(x, If):
             return If(fe(x.cond), go(x.then), None if x.else_ is None else go(x.else_))
-        from ...ir.stmt import Launch, Seq
+        from ...ir.stmt import Seq
 
         if isinstance(x, Seq):
             return Seq([go(c) for c in x.stmts])
-        if isinstance(x, Launch):
-            return x
         return x
 
-    del substitute
     return go(s)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ir.stmt import For, PrimFunc, Seq, Stmt, stmt_children
+from ...ir.stmt import For, PrimFunc, Stmt, stmt_children
 from ..base import Pass
 from ..registry import register_pass
 from ..schedule.common import replace_child
@@ -45,8 +45,6 @@ def _go(s: Stmt, max_step: int) -> Stmt:
             out = replace_child(out, c, nc)
     return out
 
-
-__all__ = ["unroll_loops", "steps", "Seq"]
 
 
 @register_pass
