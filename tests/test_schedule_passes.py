@@ -54,7 +54,8 @@ def test_fuse_bind_reorder(ew):
     out = run(ew, 'fuse([C.i_1, C.j_1]), bind(C.i_1.j_1.fused, "threadIdx.x")')
     text = str(out)
     assert "for i_1.j_1.fused in 48 thread(threadIdx.x) {" in text
-    assert "vi_1: S[8] = floordiv(i_1.j_1.fused, 6), vj_1: S[6] = floormod(i_1.j_1.fused, 6)" in text
+    assert ("vi_1: S[8] = floordiv(i_1.j_1.fused, 6), "
+            "vj_1: S[6] = floormod(i_1.j_1.fused, 6)") in text
     out = run(ew, "reorder([C.j_1, C.i_1])")
     assert ir("""
         for j_1 in 6 {
