@@ -17,12 +17,15 @@ def run_cli(*args, cwd=None) -> str:
     return proc.stdout
 
 
-def test_demo_runs_on_the_simulator_and_says_so():
-    out = run_cli("demo", "--sim")
+def test_demo_auto_schedules_on_the_simulator_and_says_so(tmp_path):
+    log = tmp_path / "seed.json"
+    out = run_cli("demo", "--sim", "--trials", "16", "--log", str(log))
     assert "compute(nn, ff, yy, xx) += " in out
-    assert "grid (64, 1, 1), block (98, 1, 1)" in out
-    assert "Ran on the simulator" in out and "matches numpy" in out
+    assert "ESTIMATE" in out and "(estimated)" in out
+    assert "Searched 16 candidates" in out
+    assert "ran on the simulator" in out and "matches numpy" in out
     assert ".target sm_90" in out
+    assert len(log.read_text().splitlines()) == 16
 
 
 def test_inspect_prints_each_pass(tmp_path):
