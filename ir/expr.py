@@ -465,6 +465,19 @@ def reducer_combine(combiner: str, acc: Expr, value: Expr) -> Expr:
     return Bin(REDUCERS[combiner][2], acc, value)
 
 
+COMBINER_OF_OP = {op: name for name, (_, _, op) in REDUCERS.items()}
+"""The reducer (``sum``, ``max``, ``min``) whose combining op is the key."""
+
+
+def conjuncts(e: Expr | None) -> list:
+    """The terms of a chain of ``and`` s (none for None)."""
+    if e is None:
+        return []
+    if isinstance(e, Bin) and e.op == "and":
+        return conjuncts(e.a) + conjuncts(e.b)
+    return [e]
+
+
 # ---------------------------------------------------------------------------------------
 # generic traversal
 

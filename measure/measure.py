@@ -99,6 +99,24 @@ class Runner(abc.ABC):
         return [out[i] for i in range(len(inputs))]
 
 
+class PooledRunner(Runner):
+    """A runner whose work runs in a :class:`~ptxforge.measure.pool.WorkerPool`
+    (``self._pool``, started on first use): waiting and closing go to the pool."""
+
+    _pool = None
+
+    def waitables(self) -> list:
+        return self._pool.waitables() if self._pool else []
+
+    def next_deadline(self) -> float | None:
+        return self._pool.next_deadline() if self._pool else None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
 def result_of_failed_build(build: BuildResult) -> MeasureResult:
     """The measure result of a candidate whose build failed."""
     return MeasureResult((ERROR_COST,), int(build.error_no), build.error_msg, build.time_cost,

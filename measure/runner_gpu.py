@@ -21,7 +21,7 @@ import numpy as np
 from .artifact import BuildArtifact
 from .build import BuildOptions, build_candidate
 from .check import compare, poisoned, random_array
-from .measure import Runner
+from .measure import PooledRunner
 from .pool import Retire, WorkerPool
 from .reference import reference_pipeline
 from .result import ERROR_COST, BuildResult, MeasureErrorNo, MeasureInput, MeasureResult
@@ -162,7 +162,7 @@ def gpu_run(req: RunRequest):
     return out if _healthy() else Retire(out)
 
 
-class LocalRunner(Runner):
+class LocalRunner(PooledRunner):
     """Times built candidates on GPU ``device_id`` in one worker process.
 
     Each candidate runs ``number`` times per repeat (more when a repeat is shorter than
@@ -274,14 +274,3 @@ class LocalRunner(Runner):
                                     f"{o.exc_type}: {o.error}\n{o.traceback}", all_cost, now)
             out.append((o.key, res))
         return out
-
-    def waitables(self) -> list:
-        return self._pool.waitables() if self._pool else []
-
-    def next_deadline(self) -> float | None:
-        return self._pool.next_deadline() if self._pool else None
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None

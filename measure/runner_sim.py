@@ -21,7 +21,7 @@ import numpy as np
 from .build import BuildOptions, build_candidate
 from .check import compare, poisoned, random_array
 from .estimate import H100, GPUSpec, module_seconds, simulation_seconds
-from .measure import Runner
+from .measure import PooledRunner
 from .pool import WorkerPool
 from .reference import reference_pipeline
 from .result import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, error_result
@@ -91,7 +91,7 @@ def _arrays(params, outputs) -> list:
             for i, p in enumerate(params)]
 
 
-class SimRunner(Runner):
+class SimRunner(PooledRunner):
     """Estimated times from the analytical model of ``spec`` (an H100 by default), and
     correctness checks on the simulator.
 
@@ -207,17 +207,6 @@ class SimRunner(Runner):
                                    True)
             out.append((o.key, res))
         return out
-
-    def waitables(self) -> list:
-        return self._pool.waitables() if self._pool else []
-
-    def next_deadline(self) -> float | None:
-        return self._pool.next_deadline() if self._pool else None
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
 
 
 def _with(res: MeasureResult, **changes) -> MeasureResult:

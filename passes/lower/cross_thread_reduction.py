@@ -12,14 +12,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ir.expr import Bin, IntImm, Load, const, free_vars, reducer_identity, substitute
+from ...ir.expr import (
+    COMBINER_OF_OP,
+    Bin,
+    IntImm,
+    Load,
+    const,
+    free_vars,
+    reducer_identity,
+    substitute,
+)
 from ...ir.stmt import Alloc, Barrier, Block, Buffer, For, If, PrimFunc, Seq, Store, stmt_children
 from ..base import Pass
 from ..registry import register_pass
-from ..schedule.common import replace_at
+from ..schedule.common import follow_path, replace_at
 from .common import LoweringError, on_prim
-
-_COMBINE = {"add": "sum", "max": "max", "min": "min"}
 
 
 def _find(s, path):
@@ -70,11 +77,12 @@ def _rewrite(path):
             f"the thread loop {tloop.var.name}; make the thread loop the innermost spatial "
             "loop's parent", stage=block.name, axis=tloop.var.name)
     st = block.body
-    if not isinstance(st, Store) or not isinstance(st.value, Bin) or st.value.op not in _COMBINE:
+    if not (isinstance(st, Store) and isinstance(st.value, Bin)
+            and st.value.op in COMBINER_OF_OP):
         raise LoweringError(f"cross-thread reduction {block.name}: not a simple reduction",
                             stage=block.name)
     out = st.buffer
-    combiner = _COMBINE[st.value.op]
+    combiner = COMBINER_OF_OP[st.value.op]
     acc_load, src = st.value.a, st.value.b
     if not (isinstance(acc_load, Load) and acc_load.buffer is out):
         acc_load, src = src, acc_load
@@ -115,7 +123,7 @@ def _rewrite(path):
     out_idx = tuple(substitute(i, vmap) for i in st.indices)
     steps.append(If(tid == const(0), Store(out, out_idx, Load(red, (base,)))))
     # rebuild: find the thread loop in the new tree by following the old path positions
-    tpath = _follow(body, path, tk)
+    tpath = follow_path(body, path, tk)
     t_new = tpath[-1]
     # the register is declared around the thread loop: decompose_reduction puts the
     # partial reduction's init just before that loop
@@ -124,19 +132,8 @@ def _rewrite(path):
     # the shared buffer lives above the thread loops of the block
     first_thread = next(k for k, nd in loops if nd.kind == "thread" and
                         nd.thread.startswith("threadIdx"))
-    apath = _follow(body, path, first_thread)
+    apath = follow_path(body, path, first_thread)
     return replace_at(apath, Alloc(red, apath[-1]))
-
-
-def _follow(root, old_path, upto):
-    out = [root]
-    cur = root
-    for k in range(1, upto + 1):
-        kids = stmt_children(old_path[k - 1])
-        i = next(j for j, c in enumerate(kids) if c is old_path[k])
-        cur = stmt_children(cur)[i]
-        out.append(cur)
-    return out
 
 
 @register_pass

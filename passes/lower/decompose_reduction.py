@@ -4,20 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ir.expr import Bin, Var, free_vars, logical_and, substitute
+from ...ir.expr import Var, conjuncts, free_vars, logical_and, substitute
 from ...ir.stmt import Block, BlockVar, For, PrimFunc, Seq, Stmt, stmt_children, substitute_stmt
 from ..base import Pass
 from ..registry import register_pass
-from ..schedule.common import replace_at
+from ..schedule.common import follow_path, replace_at
 from .common import on_prim
-
-
-def _conjuncts(e):
-    if e is None:
-        return []
-    if isinstance(e, Bin) and e.op == "and":
-        return _conjuncts(e.a) + _conjuncts(e.b)
-    return [e]
 
 
 def _first_block_with_init(s: Stmt, path: list):
@@ -54,7 +46,7 @@ def _decompose(path: list) -> Stmt:
     red_vars -= spatial_vars
     loops = [(k, n) for k, n in enumerate(path[:-1]) if isinstance(n, For)]
     top = next((k for k, n in loops if n.var in red_vars), None)
-    kept_pred = [c for c in _conjuncts(block.predicate) if not (free_vars(c) & red_vars)]
+    kept_pred = [c for c in conjuncts(block.predicate) if not (free_vars(c) & red_vars)]
     init_block_vars = [iv for iv, _ in spatial]
     needed = set()
     for _, b in spatial:
@@ -81,7 +73,7 @@ def _decompose(path: list) -> Stmt:
     new_body = replace_at(path, no_init)
     # re-find the top loop in the rebuilt tree (its identity changed) by walking the path
     top_node = path[top]
-    parent_path = _rebuilt_path(new_body, path, top)
+    parent_path = follow_path(new_body, path, top)
     new_top = parent_path[-1]
     assert new_top.var is top_node.var
     return replace_at(parent_path, Seq([stmt, new_top]))
@@ -97,18 +89,6 @@ def _init_block(block, spatial, preds, vmap, ivs):
     fresh = [BlockVar(Var(iv.var.name), iv.extent, "S") for iv in ivs]
     init = substitute_stmt(block.init, {o.var: n.var for o, n in zip(ivs, fresh)})
     return Block(block.name + ".init", fresh, bindings, init, None, pred, block.annotations)
-
-
-def _rebuilt_path(root, old_path, upto):
-    """Follow ``old_path`` (by child position) in the rebuilt tree ``root``."""
-    out = [root]
-    cur = root
-    for k in range(1, upto + 1):
-        kids_old = stmt_children(old_path[k - 1])
-        idx = next(i for i, c in enumerate(kids_old) if c is old_path[k])
-        cur = stmt_children(cur)[idx]
-        out.append(cur)
-    return out
 
 
 @register_pass

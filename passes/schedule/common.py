@@ -126,6 +126,19 @@ def replace_at(path: list, new: Stmt | None) -> Stmt:
     return cur
 
 
+def follow_path(root: Stmt, old_path: list, upto: int) -> list:
+    """The path in ``root`` (a rebuilt copy of ``old_path[0]`` with the same shape) that
+    takes the same child positions as ``old_path`` down to index ``upto``."""
+    out = [root]
+    cur = root
+    for k in range(1, upto + 1):
+        kids = stmt_children(old_path[k - 1])
+        i = next(j for j, c in enumerate(kids) if c is old_path[k])
+        cur = stmt_children(cur)[i]
+        out.append(cur)
+    return out
+
+
 def with_body(func: PrimFunc, body: Stmt) -> PrimFunc:
     return func.replace(body=body)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ir.expr import Bin, IntImm, Load, Var, const, free_vars, logical_and, substitute
+from ...ir.expr import Bin, IntImm, Load, Var, conjuncts, const, free_vars, logical_and, substitute
 from ...ir.region import access_region
 from ...ir.simplify import const_bounds, prove, simplify
 from ...ir.stmt import Block, For, If, PrimFunc, Seq, Store, walk
@@ -67,14 +67,6 @@ def reads_of(block: Block, buf) -> list:
 
                 stack.extend(children(x))
     return out
-
-
-def _conjuncts(e):
-    if e is None:
-        return []
-    if isinstance(e, Bin) and e.op == "and":
-        return _conjuncts(e.a) + _conjuncts(e.b)
-    return [e]
 
 
 def _affine_coeffs(e, loop_vars: set):
@@ -196,7 +188,7 @@ def _restructure(producer: Block, own_loops: list, region: list, buf, taken: set
         keep = False
     new_extents = {n.var: n.extent for n in own_loops}
     bindings = list(producer.bindings)
-    preds = [c for c in _conjuncts(producer.predicate)
+    preds = [c for c in conjuncts(producer.predicate)
              if free_vars(c) <= (reduce_vars | set())]
     ranges = dict(fixed_ranges)
     if keep:

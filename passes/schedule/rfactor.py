@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ir.expr import Load, Var, logical_and, reducer_identity, substitute
+from ...ir.expr import (
+    COMBINER_OF_OP,
+    Load,
+    Var,
+    conjuncts,
+    logical_and,
+    reducer_identity,
+    substitute,
+)
 from ...ir.stmt import Block, BlockVar, Buffer, For, If, PrimFunc, Store
 from ..base import Pass
 from ..params import Ref, positional
@@ -14,8 +22,6 @@ from ..registry import register_pass
 from .cache_read import top_level_index, wrap_allocs
 from .common import ScheduleError, enclosing_loops, find_loop, on_main, replace_at
 from .compute_at import output_buffer
-
-_COMBINERS = {"add": "sum", "max": "max", "min": "min"}
 
 
 def _reduction_parts(block: Block, out: Buffer):
@@ -26,23 +32,13 @@ def _reduction_parts(block: Block, out: Buffer):
     v = st.value
     from ...ir.expr import Bin
 
-    if not (isinstance(v, Bin) and v.op in _COMBINERS):
+    if not (isinstance(v, Bin) and v.op in COMBINER_OF_OP):
         raise ScheduleError(f"rfactor {block.name}: unknown reduction combiner in {v}")
     for acc, src in ((v.a, v.b), (v.b, v.a)):
         if isinstance(acc, Load) and acc.buffer is out and all(
                 a is b for a, b in zip(acc.indices, st.indices)):
-            return _COMBINERS[v.op], src
+            return COMBINER_OF_OP[v.op], src
     raise ScheduleError(f"rfactor {block.name}: the store is not of the form out = out op x")
-
-
-def _conjuncts(e):
-    from ...ir.expr import Bin
-
-    if e is None:
-        return []
-    if isinstance(e, Bin) and e.op == "and":
-        return _conjuncts(e.a) + _conjuncts(e.b)
-    return [e]
 
 
 def rfactor(func: PrimFunc, loop: str, factor_axis: int = 0) -> PrimFunc:
@@ -97,7 +93,7 @@ def rfactor(func: PrimFunc, loop: str, factor_axis: int = 0) -> PrimFunc:
     # guards on the reduce loops (uneven splits) move into the body, in block vars, so
     # they survive a later compute_at of the partial stage; the rest stay a predicate
     keep, guard = [], []
-    for c in _conjuncts(block.predicate):
+    for c in conjuncts(block.predicate):
         (guard if free_vars(c) <= set(loop_to_blockvar) else keep).append(c)
     for c in guard:
         rf_body = If(substitute(c, loop_to_blockvar), rf_body)
