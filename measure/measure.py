@@ -123,14 +123,71 @@ def result_of_failed_build(build: BuildResult) -> MeasureResult:
                          time.time())
 
 
+class Flow:
+    """Candidates on their way through a builder and then a runner, under caller-chosen
+    keys: :meth:`add` submits one to the builder, :meth:`advance` moves finished builds
+    on to the runner and returns the candidates that are done, :meth:`wait` sleeps until
+    either side has news. A failed build is done at once (its result says why)."""
+
+    def __init__(self, builder: Builder, runner: Runner):
+        self.builder = builder
+        self.runner = runner
+        self._inputs: dict = {}
+
+    @property
+    def pending(self) -> int:
+        """Candidates added and not yet done."""
+        return len(self._inputs)
+
+    def add(self, key, inp: MeasureInput) -> None:
+        self._inputs[key] = inp
+        self.builder.submit(key, inp)
+
+    def advance(self) -> list:
+        """Finished ``(key, MeasureResult)`` pairs; never waits."""
+        done = []
+        for key, b in self.builder.collect(0.0):
+            if b.error_no:
+                del self._inputs[key]
+                done.append((key, result_of_failed_build(b)))
+            else:
+                self.runner.submit(key, self._inputs[key], b)
+        for key, r in self.runner.collect(0.0):
+            self._inputs.pop(key, None)
+            done.append((key, r))
+        return done
+
+    def wait(self, extra: list = (), limit: float | None = None) -> None:
+        """Wait until the builder, the runner or one of ``extra`` (objects
+        :func:`multiprocessing.connection.wait` accepts) may have news, a deadline of
+        either side passes, or ``limit`` seconds pass."""
+        handles = list(extra)
+        blind = False  # a side with work in progress that offers nothing to wait on
+        for side in (self.builder, self.runner):
+            mine = side.waitables()
+            handles += mine
+            blind |= bool(side.pending) and not mine
+        now = time.monotonic()
+        waits = [d - now for d in (self.builder.next_deadline(), self.runner.next_deadline())
+                 if d]
+        if limit is not None:
+            waits.append(limit)
+        if not handles:  # all the work happens inside collect(): look again soon
+            time.sleep(max(0.0, min(waits + [0.01])) if waits else 0.001)
+            return
+        if blind:
+            waits.append(0.01)
+        wait_any(handles, max(0.0, min(waits)) if waits else None)
+
+
 def measure_batch(inputs, builder: Builder, runner: Runner) -> list[MeasureResult]:
     """Build and run ``inputs`` (a list, or any iterable: it is consumed lazily, so a tuner
     may still be producing candidates while the first ones build); results in input
     order. Builds and runs overlap: a candidate is run as soon as it is built."""
+    flow = Flow(builder, runner)
     source = iter(inputs)
-    order: list = []
     results: dict = {}
-    remaining = 0
+    n = 0
     exhausted = False
     while True:
         if not exhausted:
@@ -139,29 +196,12 @@ def measure_batch(inputs, builder: Builder, runner: Runner) -> list[MeasureResul
             except StopIteration:
                 exhausted = True
             else:
-                builder.submit(len(order), inp)
-                order.append(inp)
-                remaining += 1
-        progressed = False
-        for key, b in builder.collect(0.0):
-            progressed = True
-            if b.error_no:
-                results[key] = result_of_failed_build(b)
-                remaining -= 1
-            else:
-                runner.submit(key, order[key], b)
-        for key, r in runner.collect(0.0):
-            progressed = True
-            results[key] = r
-            remaining -= 1
-        if exhausted and not remaining:
-            return [results[i] for i in range(len(order))]
-        if progressed or not exhausted:
+                flow.add(n, inp)
+                n += 1
+        done = flow.advance()
+        results.update(done)
+        if exhausted and not flow.pending:
+            return [results[i] for i in range(n)]
+        if done or not exhausted:
             continue
-        handles = builder.waitables() + runner.waitables()
-        deadlines = [d for d in (builder.next_deadline(), runner.next_deadline()) if d]
-        wait_for = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-        if handles:
-            wait_any(handles, wait_for)
-        else:
-            time.sleep(0.001 if wait_for is None else min(wait_for, 0.01))
+        flow.wait()

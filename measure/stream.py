@@ -1,0 +1,180 @@
+"""Measuring batches in the background, so a tuner can search while its last round runs.
+
+:class:`MeasureStream` owns a builder and a runner and drives them from a thread. Each
+:meth:`MeasureStream.submit` of a batch returns a future of its results (in input order).
+Batches queue up behind each other without a gap: the candidates of a batch submitted
+while an earlier one is still being measured start building at once, and reach the
+runner as soon as they are built, so the GPUs never wait for the search of the next
+round. The thread spends its time waiting on the workers' pipes; the search in the
+calling thread is what uses the CPU.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from concurrent.futures import Future
+from multiprocessing.connection import Pipe
+
+from .measure import Builder, Flow, Runner
+
+
+class MeasureStreamClosed(RuntimeError):
+    """The stream was closed (or its thread failed) before this batch was measured."""
+
+
+class MeasureStream:
+    """Builds and runs batches of :class:`~ptxforge.measure.MeasureInput` in a background
+    thread, in the order they are submitted.
+
+    While the stream is open it is the only user of ``builder`` and ``runner`` (they are
+    not thread-safe); :meth:`close` stops the thread and, with ``close_workers``, closes
+    both. Use it as a context manager.
+    """
+
+    def __init__(self, builder: Builder, runner: Runner, name: str = "ptxforge-measure"):
+        self.builder = builder
+        self.runner = runner
+        self._flow = Flow(builder, runner)
+        self._lock = threading.Lock()
+        self._inbox: deque = deque()
+        self._wake_r, self._wake_w = Pipe(duplex=False)
+        self._batches: dict = {}  # id -> [future, results list, remaining]
+        self._next_id = 0
+        self._stopping = False
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    # -- the calling side ---------------------------------------------------------------------
+    def submit(self, inputs) -> Future:
+        """Queue a batch; the future's result is its list of
+        :class:`~ptxforge.measure.MeasureResult` in input order (an empty batch is done at
+        once). Raises :class:`MeasureStreamClosed` when the stream is closed."""
+        inputs = list(inputs)
+        fut: Future = Future()
+        with self._lock:
+            if self._stopping or self._failure is not None:
+                raise MeasureStreamClosed(self._why_closed())
+            if not inputs:
+                fut.set_result([])
+                return fut
+            self._inbox.append((inputs, fut))
+        self._wake()
+        return fut
+
+    def measure(self, inputs) -> list:
+        """Measure one batch and wait for its results."""
+        return self.submit(inputs).result()
+
+    @property
+    def pending(self) -> int:
+        """Candidates submitted and not yet measured."""
+        with self._lock:
+            return sum(len(b[0]) for b in self._inbox) + sum(
+                b[2] for b in self._batches.values())
+
+    def close(self, close_workers: bool = False, timeout: float = 30.0) -> None:
+        """Stop the thread; batches not yet measured fail with
+        :class:`MeasureStreamClosed`. ``close_workers`` also closes the builder and the
+        runner."""
+        with self._lock:
+            self._stopping = True
+        self._wake()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        self._fail_all(MeasureStreamClosed(self._why_closed()))
+        for end in (self._wake_r, self._wake_w):
+            try:
+                end.close()
+            except OSError:
+                pass
+        if close_workers:
+            self.builder.close()
+            self.runner.close()
+
+    def __enter__(self) -> MeasureStream:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _why_closed(self) -> str:
+        if self._failure is not None:
+            return (f"the measurement thread failed: {type(self._failure).__name__}: "
+                    f"{self._failure}")
+        return "the measure stream is closed"
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send_bytes(b"!")
+        except OSError:  # closed: the thread is gone already
+            pass
+
+    # -- the thread ---------------------------------------------------------------------------
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if self._stopping:
+                        return
+                    new = list(self._inbox)
+                    self._inbox.clear()
+                for inputs, fut in new:
+                    self._start(inputs, fut)
+                done = self._flow.advance()
+                for key, res in done:
+                    self._finish(key, res)
+                if done:
+                    continue
+                self._drain_wake()
+                with self._lock:
+                    if self._inbox or self._stopping:
+                        continue
+                self._flow.wait(extra=[self._wake_r])
+        except BaseException as e:  # a builder or runner failed: every open batch fails
+            self._failure = e
+            closed = MeasureStreamClosed(self._why_closed())
+            closed.__cause__ = e
+            self._fail_all(closed)
+
+    def _start(self, inputs: list, fut: Future) -> None:
+        if not fut.set_running_or_notify_cancel():
+            return
+        bid = self._next_id
+        self._next_id += 1
+        with self._lock:
+            self._batches[bid] = [fut, [None] * len(inputs), len(inputs)]
+        for i, inp in enumerate(inputs):
+            self._flow.add((bid, i), inp)
+
+    def _finish(self, key, res) -> None:
+        bid, i = key
+        with self._lock:
+            batch = self._batches.get(bid)
+            if batch is None:
+                return
+            batch[1][i] = res
+            batch[2] -= 1
+            if batch[2]:
+                return
+            del self._batches[bid]
+        batch[0].set_result(batch[1])
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.poll():
+                self._wake_r.recv_bytes()
+        except (OSError, EOFError):
+            pass
+
+    def _fail_all(self, exc: BaseException) -> None:
+        with self._lock:
+            batches = list(self._batches.values())
+            self._batches.clear()
+            queued = [fut for _, fut in self._inbox]
+            self._inbox.clear()
+        for fut in [b[0] for b in batches] + queued:
+            if not fut.done():
+                if fut.running() or fut.set_running_or_notify_cancel():
+                    fut.set_exception(exc)
