@@ -8,13 +8,23 @@ class TuningOptions:
     builder and runner (objects from :mod:`ptxforge.measure`, or ``"local"`` for the
     defaults; ``"sim"`` as runner for the simulator), callbacks ``(inputs, results)`` run
     after every round (e.g. :class:`RecordToFile`), and ``verbose`` (0: quiet, 1: a line per
-    round)."""
+    round).
+
+    ``search_ahead``: how many rounds may still be in measurement while the next one is
+    searched (default 1: the search of round k+1 overlaps the measuring of round k and
+    learns from the rounds up to k-1, so builders and GPUs do not wait for the search;
+    0: every round waits for the previous round's results, as in TVM). What each round
+    learns from does not depend on timing, so a seeded run is reproducible either way."""
 
     def __init__(self, num_measure_trials: int = 0, early_stopping: int | None = None,
                  num_measures_per_round: int = 64, verbose: int = 1, builder="local",
-                 runner="local", measure_callbacks=None):
+                 runner="local", measure_callbacks=None, search_ahead: int = 1):
         if num_measure_trials < 0 or num_measures_per_round < 1:
             raise ValueError("num_measure_trials must be >= 0 and num_measures_per_round >= 1")
+        if isinstance(search_ahead, bool) or not isinstance(search_ahead, int) or (
+                search_ahead < 0):
+            raise ValueError(f"search_ahead must be a whole number >= 0, got {search_ahead!r}")
+        self.search_ahead = int(search_ahead)
         self.num_measure_trials = int(num_measure_trials)
         self.early_stopping = early_stopping
         self.num_measures_per_round = int(num_measures_per_round)

@@ -86,6 +86,12 @@ class SketchPolicy:
         if update_model:
             self.cost_model.update(self.task, rows, results)
 
+    def mark_in_flight(self, rows: np.ndarray) -> None:
+        """Never pick ``rows`` again: they are being measured (their results come later
+        through :meth:`add_measured`)."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(len(rows), self.task.state_width)
+        self.measured.update(row_keys(rows))
+
     def best_measured(self, k: int) -> np.ndarray:
         """The ``k`` fastest measured states (successful ones only)."""
         if not self.measured_rows:

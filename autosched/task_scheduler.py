@@ -28,10 +28,13 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..measure.stream import MeasureStream
 from .state import State, state_from_payload, state_payload
 
 _PATTERN_TAGS = ("elemwise", "broadcast", "injective")
@@ -220,6 +223,20 @@ def make_search_policies(search_policy, search_policy_params, tasks, num_measure
     return policies
 
 
+@dataclass
+class _PendingRound:
+    """A round handed to the measure stream: its task, states, inputs and results' future."""
+
+    idx: int
+    rows: object
+    inputs: list
+    future: object
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+
 class TaskScheduler:
     """Allocate measurement rounds among the tasks of a network.
 
@@ -319,6 +336,11 @@ class TaskScheduler:
         ``per_task_early_stopping``: trials without improvement after which a task is
         dead (default: never). Records go to ``tune_option.measure_callbacks`` (e.g.
         :class:`~ptxforge.autosched.RecordToFile`).
+
+        Rounds are measured in the background: with ``tune_option.search_ahead = k``, up
+        to ``k`` rounds are still being measured while the next one is searched. The
+        warm-up rounds do not depend on each other; after the warm-up, the next task is
+        chosen from the rounds finished so far.
         """
         n_tasks = len(self.tasks)
         trials = tune_option.num_measure_trials
@@ -347,34 +369,43 @@ class TaskScheduler:
         self._builder = tune_option.make_builder()
         self._runner = tune_option.make_runner()
         own = (self._builder is not tune_option.builder, self._runner is not tune_option.runner)
+        stream = MeasureStream(self._builder, self._runner)
+        ahead = tune_option.search_ahead
+        inflight: deque = deque()
+        planned = self.ct
         try:
-            # warm-up: one round for every task not tuned yet
+            # warm-up: one round for every task not tuned yet (these rounds do not depend
+            # on each other's results, so up to ``search_ahead`` more are searched while
+            # one is measured)
             for idx in range(n_tasks):
-                if not self.task_cts[idx] and idx not in self.dead_tasks and self.ct < trials:
-                    self._tune_task(idx)
+                if not self.task_cts[idx] and idx not in self.dead_tasks and planned < trials:
+                    while len(inflight) > ahead:
+                        self._finish_round(inflight.popleft())
+                    inflight.append(self._start_round(idx, stream, planned))
+                    planned += inflight[-1].n
+            while inflight:
+                self._finish_round(inflight.popleft())
             self.best_ct = self.ct
             self.best_score = self.cur_score
 
             task_idx = -1
-            while self.ct < trials and len(self.dead_tasks) < n_tasks:
+            stop = False
+            while not stop and planned < trials and len(self.dead_tasks) < n_tasks:
                 if self.strategy == "round-robin":
                     task_idx = (task_idx + 1) % n_tasks
                     while task_idx in self.dead_tasks:
                         task_idx = (task_idx + 1) % n_tasks
                 else:
                     task_idx = self._next_by_gradient()
-                self._tune_task(task_idx)
-                self._adjust_similarity_group(task_idx)
-                if self.cur_score < self.best_score:
-                    self.best_score = self.cur_score
-                    self.best_ct = self.ct
-                elif (self.ct - self.best_ct >= early_stopping_all
-                      and all(c < FAILED_COST for c in self.best_costs)):
-                    if tune_option.verbose >= 1:
-                        print(f"Stop early since no performance improvement in the last "
-                              f"{early_stopping_all} measurement trials.")
-                    break
+                inflight.append(self._start_round(task_idx, stream, planned))
+                planned += inflight[-1].n
+                while inflight and (len(inflight) > ahead or planned >= trials or stop):
+                    stop = self._finish_tuning_round(inflight.popleft(),
+                                                     early_stopping_all) or stop
+            while inflight:  # every task died with a round still being measured
+                self._finish_tuning_round(inflight.popleft(), early_stopping_all)
         finally:
+            stream.close()
             if own[0]:
                 self._builder.close()
             if own[1]:
@@ -383,27 +414,50 @@ class TaskScheduler:
         for cb in self.callbacks:
             cb.finish(self)
 
-    def _tune_task(self, task_idx: int) -> None:
-        """Search and measure one round of ``task_idx``; update its best cost and the
-        objective."""
-        from ..measure import MeasureInput, measure_batch
+    def _finish_tuning_round(self, rnd: _PendingRound, early_stopping_all: float) -> bool:
+        """Take in a round of the gradient phase; True when the run should stop early."""
+        self._finish_round(rnd)
+        self._adjust_similarity_group(rnd.idx)
+        if self.cur_score < self.best_score:
+            self.best_score = self.cur_score
+            self.best_ct = self.ct
+        elif (self.ct - self.best_ct >= early_stopping_all
+              and all(c < FAILED_COST for c in self.best_costs)):
+            if self.tune_option.verbose >= 1:
+                print(f"Stop early since no performance improvement in the last "
+                      f"{early_stopping_all} measurement trials.")
+            return True
+        return False
+
+    def _start_round(self, task_idx: int, stream: MeasureStream, planned: int) -> _PendingRound:
+        """Search one round of ``task_idx`` and hand it to ``stream``."""
+        from ..measure import MeasureInput
 
         for cb in self.callbacks:
             cb.pre_tune(self, task_idx)
         task = self.tasks[task_idx]
         policy = self.search_policies[task_idx]
-        n = min(self.num_measures_per_round, self.tune_option.num_measure_trials - self.ct)
+        n = min(self.num_measures_per_round, self.tune_option.num_measure_trials - planned)
         rows = policy.search_one_round(max(n, 1))
-        results: list = []
+        inputs: list = []
         if len(rows):
+            if hasattr(policy, "mark_in_flight"):
+                policy.mark_in_flight(rows)
             states = [State.from_row(r, task) for r in rows]
             spec = task.task_spec
             inputs = [MeasureInput(spec, s.pipeline(task), state_payload(task, s))
                       for s in states]
-            results = measure_batch(inputs, self._builder, self._runner)
+        return _PendingRound(task_idx, rows, inputs, stream.submit(inputs))
+
+    def _finish_round(self, rnd: _PendingRound) -> None:
+        """Wait for a round's results; record them, update its task's best cost and the
+        objective."""
+        task_idx, rows = rnd.idx, rnd.rows
+        results = rnd.future.result()
+        if len(rows):
             for cb in self.tune_option.measure_callbacks:
-                cb(inputs, results)
-            policy.add_measured(rows, results)
+                cb(rnd.inputs, results)
+            self.search_policies[task_idx].add_measured(rows, results)
 
         self.task_cts[task_idx] += 1
         for res in results:

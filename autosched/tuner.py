@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 
 from .state import State, state_payload
@@ -11,8 +12,9 @@ from .state import State, state_payload
 @dataclass
 class TuningSummary:
     """What a tuning run did: trials measured, the best time (seconds; inf if none
-    succeeded), whether times were simulator estimates, and the seconds spent searching
-    and measuring."""
+    succeeded), whether times were simulator estimates, the seconds spent searching, the
+    seconds the search waited for measurements (with ``search_ahead`` the rest of the
+    measuring overlaps the search), and the run's wall-clock seconds."""
 
     trials: int = 0
     errors: int = 0
@@ -21,40 +23,75 @@ class TuningSummary:
     search_s: float = 0.0
     measure_s: float = 0.0
     rounds: int = 0
+    wall_s: float = 0.0
+
+
+@dataclass
+class _Round:
+    rows: object
+    inputs: list
+    future: object
+    search_s: float
 
 
 def run_tuning(task, policy, options) -> TuningSummary:
-    """Measure up to ``options.num_measure_trials`` states that ``policy`` picks."""
-    from ..measure import MeasureInput, measure_batch
+    """Measure up to ``options.num_measure_trials`` states that ``policy`` picks.
+
+    Rounds are measured by a :class:`~ptxforge.measure.stream.MeasureStream`; with
+    ``options.search_ahead = k`` the search of a round starts while the ``k`` rounds before
+    it are still being measured (it learns from the rounds before those), so the builders
+    and GPUs never wait for the search. The states of rounds in flight are never picked
+    again.
+    """
+    from ..measure import MeasureInput
+    from ..measure.stream import MeasureStream
 
     builder = options.make_builder()
     runner = options.make_runner()
     own = (builder is not options.builder, runner is not options.runner)
     summary = TuningSummary()
     best_at = 0
+    planned = 0
+    searching = True
+    inflight: deque = deque()
+    t_start = time.perf_counter()
+    ahead = options.search_ahead if hasattr(policy, "mark_in_flight") else 0
+    stream = MeasureStream(builder, runner)
     try:
-        while summary.trials < options.num_measure_trials:
-            n = min(options.num_measures_per_round, options.num_measure_trials - summary.trials)
-            t0 = time.perf_counter()
-            rows = policy.search_one_round(n)
+        while searching or inflight:
+            if searching and planned < options.num_measure_trials and (
+                    len(inflight) <= ahead):
+                n = min(options.num_measures_per_round, options.num_measure_trials - planned)
+                t0 = time.perf_counter()
+                rows = policy.search_one_round(n)
+                if not len(rows):
+                    if options.verbose:
+                        print("[autosched] no unmeasured valid states are left; stopping")
+                    searching = False
+                    continue
+                if hasattr(policy, "mark_in_flight"):
+                    policy.mark_in_flight(rows)
+                states = [State.from_row(r, task) for r in rows]
+                inputs = [MeasureInput(task.task_spec, s.pipeline(task),
+                                       state_payload(task, s)) for s in states]
+                inflight.append(_Round(rows, inputs, stream.submit(inputs),
+                                       time.perf_counter() - t0))
+                planned += len(rows)
+                continue
+            searching = searching and planned < options.num_measure_trials
+            if not inflight:
+                continue
+            rnd = inflight.popleft()
             t1 = time.perf_counter()
-            if not len(rows):
-                if options.verbose:
-                    print("[autosched] no unmeasured valid states are left; stopping")
-                break
-            states = [State.from_row(r, task) for r in rows]
-            spec = task.task_spec
-            inputs = [MeasureInput(spec, s.pipeline(task), state_payload(task, s))
-                      for s in states]
-            results = measure_batch(inputs, builder, runner)
-            t2 = time.perf_counter()
+            results = rnd.future.result()
+            waited = time.perf_counter() - t1
             for cb in options.measure_callbacks:
-                cb(inputs, results)
-            policy.add_measured(rows, results)
+                cb(rnd.inputs, results)
+            policy.add_measured(rnd.rows, results)
             summary.rounds += 1
-            summary.search_s += t1 - t0
-            summary.measure_s += t2 - t1
-            summary.trials += len(rows)
+            summary.search_s += rnd.search_s
+            summary.measure_s += waited
+            summary.trials += len(rnd.rows)
             errors = sum(1 for r in results if int(r.error_no) != 0)
             summary.errors += errors
             for r in results:
@@ -63,14 +100,16 @@ def run_tuning(task, policy, options) -> TuningSummary:
                     summary.estimated = bool(r.estimated)
                     best_at = summary.trials
             if options.verbose:
-                print(_progress(task, summary, len(rows), errors, t1 - t0, t2 - t1))
-            if (options.early_stopping is not None
+                print(_progress(task, summary, len(rnd.rows), errors, rnd.search_s, waited))
+            if (searching and options.early_stopping is not None
                     and summary.trials - best_at >= options.early_stopping):
                 if options.verbose:
                     print(f"[autosched] no improvement in the last {options.early_stopping} "
                           "trials; stopping early")
-                break
+                searching = False
     finally:
+        stream.close()
+        summary.wall_s = time.perf_counter() - t_start
         if own[0]:
             builder.close()
         if own[1]:
@@ -88,4 +127,4 @@ def _progress(task, s: TuningSummary, measured: int, errors: int, search_s: floa
         best = "no successful measurement yet"
     return (f"[autosched] round {s.rounds}: {s.trials} trials, {best}; this round "
             f"{measured} measured, {errors} errors, search {search_s:.2f} s, "
-            f"measure {measure_s:.2f} s")
+            f"waited for measurements {measure_s:.2f} s")
