@@ -1,9 +1,11 @@
 """Tuning throughput on one GPU against every GPU of the host: the seed layer, a fixed
 number of auto-scheduler trials, first with a LocalRunner (GPU 0), then with a
 MultiGPURunner (all GPUs); prints trials per second and the best time of each (the best
-times should agree within noise).
+times should agree within noise). ``--compare-sync`` first runs one GPU with
+``search_ahead=0`` (each round waits for the previous round's results), to show what
+overlapping the search with measuring gains.
 
-    python3 bench/tune_multi_gpu.py --trials 256 --per-round 64 --json out.json
+    python3 bench/tune_multi_gpu.py --trials 384 --per-round 64 --compare-sync --json out.json
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from ptxforge import autosched, measure  # noqa: E402
 from tune_autosched import LAYERS, conv2d_bias_relu  # noqa: E402
 
 
-def tune(kind: str, args) -> dict:
+def tune(kind: str, args, search_ahead: int) -> dict:
     """One tuning run with ``kind`` ``"one"`` (LocalRunner) or ``"all"`` (MultiGPURunner)."""
     task = autosched.SearchTask(func=conv2d_bias_relu, args=LAYERS[args.layer], target="cuda")
-    log = os.path.join(args.log_dir, f"{args.layer}_{kind}_gpu.json")
+    log = os.path.join(args.log_dir, f"{args.layer}_{kind}_gpu_ahead{search_ahead}.json")
     if os.path.exists(log):
         os.remove(log)
     timing = dict(number=args.number, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
@@ -35,21 +37,30 @@ def tune(kind: str, args) -> dict:
     options = autosched.TuningOptions(
         num_measure_trials=args.trials, num_measures_per_round=args.per_round,
         builder=builder, runner=runner, measure_callbacks=[autosched.RecordToFile(log)],
-        verbose=1)
+        verbose=1, search_ahead=search_ahead)
     policy = autosched.SketchPolicy(task, autosched.XGBModel(), seed=args.seed)
     t0 = time.perf_counter()
     summary = task.tune(options, search_policy=policy)
     wall = time.perf_counter() - t0
+    per_gpu = list(getattr(runner, "measured", [summary.trials - summary.errors]))
+    builds = builder.stage_summary()
     builder.close()
     runner.close()
-    devices = sorted({r.device for _, r in measure.load_records(log) if r.device})
-    row = {"runner": kind, "gpus": gpus, "trials": summary.trials, "errors": summary.errors,
-           "wall_s": wall, "trials_per_s": summary.trials / wall,
-           "measure_s": summary.measure_s, "search_s": summary.search_s,
-           "best_ms": summary.best_cost * 1e3, "devices": devices, "log": log}
-    print(f"== {kind} ({gpus} GPU): {summary.trials} trials in {wall:.1f} s "
-          f"({row['trials_per_s']:.2f} trials/s; measuring {summary.measure_s:.1f} s), best "
-          f"{row['best_ms']:.4f} ms, errors {summary.errors}", flush=True)
+    records = measure.load_records(log)
+    devices = sorted({r.device for _, r in records if r.device})
+    runs = sorted(r.all_cost for _, r in records if r.error_no == 0)
+    row = {"runner": kind, "gpus": gpus, "search_ahead": search_ahead,
+           "trials": summary.trials, "errors": summary.errors, "wall_s": wall,
+           "trials_per_s": summary.trials / wall, "waited_s": summary.measure_s,
+           "search_s": summary.search_s, "best_ms": summary.best_cost * 1e3,
+           "devices": devices, "measured_per_gpu": per_gpu,
+           "median_build_and_run_s": runs[len(runs) // 2] if runs else None,
+           "builds": builds, "log": log}
+    print(f"== {kind} ({gpus} GPU, search_ahead={search_ahead}): {summary.trials} trials in "
+          f"{wall:.1f} s ({row['trials_per_s']:.2f} trials/s; searching {summary.search_s:.1f}"
+          f" s, waiting for measurements {summary.measure_s:.1f} s), best "
+          f"{row['best_ms']:.4f} ms, errors {summary.errors}, per GPU {per_gpu}", flush=True)
+    print(f"   {builds}", flush=True)
     return row
 
 
@@ -65,11 +76,15 @@ def main(argv=None) -> int:
     ap.add_argument("--builders", type=int, default=None, help="builder processes")
     ap.add_argument("--build-timeout", type=float, default=20)
     ap.add_argument("--log-dir", default="tune_logs")
+    ap.add_argument("--search-ahead", type=int, default=1)
+    ap.add_argument("--compare-sync", action="store_true",
+                    help="also run one GPU with search_ahead=0 first")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     os.makedirs(args.log_dir, exist_ok=True)
-    rows = [tune("one", args), tune("all", args)]
-    one, many = rows
+    rows = [tune("one", args, 0)] if args.compare_sync else []
+    one, many = tune("one", args, args.search_ahead), tune("all", args, args.search_ahead)
+    rows += [one, many]
     out = {"layer": args.layer, "runs": rows,
            "speedup": many["trials_per_s"] / one["trials_per_s"],
            "best_ratio": many["best_ms"] / one["best_ms"]}
