@@ -121,25 +121,59 @@ def time_evaluator(fn: Callable, device: Device | None = None, number: int = 10,
     return evaluator
 
 
+GRAPH_CHUNK_MS = 0.5
+"""With ``graph=True``, a captured graph holds enough calls to run about this long (at least
+``number``), so the boundary between two replays is a negligible part of a repeat."""
+
+MAX_GRAPH_CHUNK = 1024
+"""The most calls captured into one graph (capturing costs host time per call)."""
+
+
+GROWTH_MARGIN = 1.05
+"""When a repeat is shorter than ``min_repeat_ms``, the number of calls is raised to last
+this factor times ``min_repeat_ms`` (at least 1.618 times as many calls, as in TVM)."""
+
+
 def _measure(fn, args, dev, number, repeat, min_repeat_ms, warmup, stream, graph):
-    def run_plain(n: int) -> None:
-        for _ in range(n):
-            fn(*args)
-
-    captured: dict = {}
-
-    def run_graph(n: int) -> None:
-        if n not in captured:
-            captured.clear()
-            captured[n] = _Graph(fn, args, n, stream)
-        captured[n].launch(stream)
-
-    run = run_graph if graph else run_plain
+    if graph:
+        return _measure_graph(fn, args, dev, number, repeat, min_repeat_ms, warmup, stream)
     for _ in range(warmup):
-        run(number if graph else 1)
+        fn(*args)
+    return _repeat(lambda n: [fn(*args) for _ in range(n)], dev, number, 1, repeat,
+                   min_repeat_ms, 0)
+
+
+def _measure_graph(fn, args, dev, number, repeat, min_repeat_ms, warmup, stream):
+    """Capture ``chunk`` calls into one graph and replay it as often as a repeat needs:
+    the number of calls grows in whole chunks, and nothing is captured again."""
+    chunk = number
+    g = _Graph(fn, args, chunk, stream)
+    for _ in range(max(warmup, 1)):
+        g.launch(stream)
+    events = EventPair(dev)
+    call("cuEventRecord", events.start, stream)
+    g.launch(stream)
+    call("cuEventRecord", events.end, stream)
+    per_call = max(events.elapsed_ms() / chunk, 1e-6)
+    wanted = min(max(number, math.ceil(GRAPH_CHUNK_MS / per_call)), MAX_GRAPH_CHUNK)
+    if wanted > chunk:
+        chunk = wanted
+        g = _Graph(fn, args, chunk, stream)
+        g.launch(stream)  # warm the new graph outside the timed region
+
+    def replay(n: int) -> None:
+        for _ in range(n // chunk):
+            g.launch(stream)
+
+    return _repeat(replay, dev, chunk, chunk, repeat, min_repeat_ms, stream)
+
+
+def _repeat(run, dev, start: int, step: int, repeat, min_repeat_ms, stream) -> ProfileResult:
+    """``repeat`` timings of ``run(n)`` between two events, each of at least
+    ``min_repeat_ms``: ``n`` starts at ``start`` and grows in multiples of ``step``."""
     events = EventPair(dev)
     results = []
-    n = number
+    n = start
     for _ in range(repeat):
         while True:
             call("cuEventRecord", events.start, stream)
@@ -149,8 +183,9 @@ def _measure(fn, args, dev, number, repeat, min_repeat_ms, warmup, stream, graph
             if ms >= min_repeat_ms or min_repeat_ms <= 0:
                 break
             per_call = max(ms / n, 1e-6)
-            n = max(int(math.ceil(min_repeat_ms / per_call)), int(n * 1.618) + 1)
-            if graph:
-                run(n)  # capture and warm the larger graph outside the timed region
+            # aim a little past the minimum, so noise does not force another step
+            grown = max(int(math.ceil(min_repeat_ms * GROWTH_MARGIN / per_call)),
+                        int(n * 1.618) + 1)
+            n = -(-grown // step) * step
         results.append(ms / n / 1e3)
     return ProfileResult(tuple(results), n)

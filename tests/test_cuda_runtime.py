@@ -160,6 +160,35 @@ def test_graph_timing_removes_launch_overhead(dev):
     assert grown.number > 1
 
 
+def test_graph_replays_of_a_chunk_time_like_one_graph_of_every_call(dev):
+    from ptxforge.backend_ptx.cuda_driver import call
+    from ptxforge.backend_ptx.timer import MAX_GRAPH_CHUNK, EventPair, _Graph
+
+    mod, _ = samples.tiled_matmul(128, 128, 128)
+    loaded = compile_module(mod, dev.sm).load(dev)
+    A, B = array(rand((128, 128)), dev), array(rand((128, 128), 1), dev)
+    C = empty((128, 128), "float32", dev)
+    res = loaded.time_evaluator(number=1, repeat=5, min_repeat_ms=20, graph=True)(A, B, C)
+    assert res.number > MAX_GRAPH_CHUNK  # more calls than one captured graph holds
+    # the old way: every call of a repeat captured into one graph
+    stream = call("cuStreamCreate", 1)
+    whole = _Graph(lambda *ptrs, stream=0: loaded._run_ptrs(ptrs, stream),
+                   tuple(loaded._param_ptrs((A, B, C))), res.number, stream)
+    whole.launch(stream)
+    ev = EventPair(dev)
+    times = []
+    for _ in range(5):
+        call("cuEventRecord", ev.start, stream)
+        whole.launch(stream)
+        call("cuEventRecord", ev.end, stream)
+        times.append(ev.elapsed_ms() / res.number / 1e3)
+    call("cuStreamSynchronize", stream)
+    call("cuStreamDestroy", stream)
+    print(f"\nmatmul 128: {res.median * 1e6:.3f} us from chunk replays, "
+          f"{sorted(times)[2] * 1e6:.3f} us from one graph of {res.number} calls")
+    assert res.median == pytest.approx(sorted(times)[2], rel=0.05)
+
+
 @pytest.mark.parametrize("assembler", ["nvjitlink", "driver"])
 def test_other_assemblers(dev, assembler):
     if assembler == "nvjitlink" and not nvjitlink_available():
