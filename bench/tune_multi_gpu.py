@@ -55,12 +55,35 @@ def tune(kind: str, args, search_ahead: int) -> dict:
            "search_s": summary.search_s, "best_ms": summary.best_cost * 1e3,
            "devices": devices, "measured_per_gpu": per_gpu,
            "median_build_and_run_s": runs[len(runs) // 2] if runs else None,
+           "slowest_build_and_run_s": runs[-3:],
            "builds": builds, "log": log}
     print(f"== {kind} ({gpus} GPU, search_ahead={search_ahead}): {summary.trials} trials in "
           f"{wall:.1f} s ({row['trials_per_s']:.2f} trials/s; searching {summary.search_s:.1f}"
           f" s, waiting for measurements {summary.measure_s:.1f} s), best "
           f"{row['best_ms']:.4f} ms, errors {summary.errors}, per GPU {per_gpu}", flush=True)
     print(f"   {builds}", flush=True)
+    return row
+
+
+def build_ceiling(log: str, args) -> dict:
+    """Build every candidate of ``log`` again with a fresh builder and nothing else running:
+    how many candidates per second the host's cores can build (the most any number of
+    GPUs can measure)."""
+    task = autosched.SearchTask(func=conv2d_bias_relu, args=LAYERS[args.layer], target="cuda")
+    inputs = [measure.MeasureInput(task.task_spec, inp.pipeline, inp.payload)
+              for inp, _ in measure.load_records(log)]
+    builder = measure.LocalBuilder(timeout=args.build_timeout, n_parallel=args.builders)
+    t0 = time.perf_counter()
+    results = builder.build(inputs)
+    wall = time.perf_counter() - t0
+    summary = builder.stage_summary()
+    builder.close()
+    row = {"candidates": len(inputs), "wall_s": wall, "builds_per_s": len(inputs) / wall,
+           "errors": sum(1 for r in results if r.error_no), "builders": builder.n_parallel,
+           "stages": summary}
+    print(f"== build ceiling: {len(inputs)} candidates built in {wall:.1f} s by "
+          f"{builder.n_parallel} processes ({row['builds_per_s']:.2f} per s)\n   {summary}",
+          flush=True)
     return row
 
 
@@ -79,6 +102,9 @@ def main(argv=None) -> int:
     ap.add_argument("--search-ahead", type=int, default=1)
     ap.add_argument("--compare-sync", action="store_true",
                     help="also run one GPU with search_ahead=0 first")
+    ap.add_argument("--build-ceiling", action="store_true",
+                    help="then build the all-GPU run's candidates again, alone, to measure "
+                         "how fast the host builds")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     os.makedirs(args.log_dir, exist_ok=True)
@@ -91,6 +117,8 @@ def main(argv=None) -> int:
     print(f"== speedup {out['speedup']:.2f}x with {many['gpus']} GPUs; best times "
           f"{one['best_ms']:.4f} ms (one GPU) vs {many['best_ms']:.4f} ms (all GPUs), ratio "
           f"{out['best_ratio']:.3f}", flush=True)
+    if args.build_ceiling:
+        out["build_ceiling"] = build_ceiling(many["log"], args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
