@@ -72,7 +72,7 @@ def run(layer: str, model: str, seed: int, trials: int, args) -> dict:
     options = autosched.TuningOptions(
         num_measure_trials=trials, num_measures_per_round=args.per_round,
         builder=builder, runner=runner, measure_callbacks=[autosched.RecordToFile(log)],
-        verbose=1)
+        verbose=1, search_ahead=args.search_ahead)
     cost_model = autosched.XGBModel() if model == "xgb" else autosched.RandomModel()
     policy = autosched.SketchPolicy(task, cost_model, seed=seed)
     t0 = time.perf_counter()
@@ -107,6 +107,8 @@ def main(argv=None) -> int:
     ap.add_argument("--number", type=int, default=10)
     ap.add_argument("--builders", type=int, default=None, help="builder processes")
     ap.add_argument("--build-timeout", type=float, default=20)
+    ap.add_argument("--search-ahead", type=int, default=1,
+                    help="rounds searched while earlier ones are measured (0: TVM's order)")
     ap.add_argument("--log-dir", default="tune_logs")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--runner", choices=("gpu", "sim"), default="gpu",
