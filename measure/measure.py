@@ -9,6 +9,7 @@ as soon as its build is done, while the other candidates are still being built.
 from __future__ import annotations
 
 import abc
+import itertools
 import time
 from multiprocessing.connection import wait as wait_any
 
@@ -123,6 +124,13 @@ def result_of_failed_build(build: BuildResult) -> MeasureResult:
                          time.time())
 
 
+_MISSING = object()
+
+batch_ids = itertools.count()
+"""Numbers batches across every flow of the process, so that keys never repeat: a result
+left in a builder or runner by an interrupted batch cannot pass for a later one's."""
+
+
 class Flow:
     """Candidates on their way through a builder and then a runner, under caller-chosen
     keys: :meth:`add` submits one to the builder, :meth:`advance` moves finished builds
@@ -144,17 +152,21 @@ class Flow:
         self.builder.submit(key, inp)
 
     def advance(self) -> list:
-        """Finished ``(key, MeasureResult)`` pairs; never waits."""
+        """Finished ``(key, MeasureResult)`` pairs; never waits. Results under keys this
+        flow never added (left in a builder or runner by an earlier, abandoned batch) are
+        dropped."""
         done = []
         for key, b in self.builder.collect(0.0):
+            if key not in self._inputs:
+                continue
             if b.error_no:
                 del self._inputs[key]
                 done.append((key, result_of_failed_build(b)))
             else:
                 self.runner.submit(key, self._inputs[key], b)
         for key, r in self.runner.collect(0.0):
-            self._inputs.pop(key, None)
-            done.append((key, r))
+            if self._inputs.pop(key, _MISSING) is not _MISSING:
+                done.append((key, r))
         return done
 
     def wait(self, extra: list = (), limit: float | None = None) -> None:
@@ -187,6 +199,7 @@ def measure_batch(inputs, builder: Builder, runner: Runner) -> list[MeasureResul
     flow = Flow(builder, runner)
     source = iter(inputs)
     results: dict = {}
+    batch = next(batch_ids)
     n = 0
     exhausted = False
     while True:
@@ -196,12 +209,12 @@ def measure_batch(inputs, builder: Builder, runner: Runner) -> list[MeasureResul
             except StopIteration:
                 exhausted = True
             else:
-                flow.add(n, inp)
+                flow.add((batch, n), inp)
                 n += 1
         done = flow.advance()
         results.update(done)
         if exhausted and not flow.pending:
-            return [results[i] for i in range(n)]
+            return [results[batch, i] for i in range(n)]
         if done or not exhausted:
             continue
         flow.wait()

@@ -16,7 +16,7 @@ from collections import deque
 from concurrent.futures import Future
 from multiprocessing.connection import Pipe
 
-from .measure import Builder, Flow, Runner
+from .measure import Builder, Flow, Runner, batch_ids
 
 
 class MeasureStreamClosed(RuntimeError):
@@ -40,7 +40,6 @@ class MeasureStream:
         self._inbox: deque = deque()
         self._wake_r, self._wake_w = Pipe(duplex=False)
         self._batches: dict = {}  # id -> [future, results list, remaining]
-        self._next_id = 0
         self._stopping = False
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -141,8 +140,7 @@ class MeasureStream:
     def _start(self, inputs: list, fut: Future) -> None:
         if not fut.set_running_or_notify_cancel():
             return
-        bid = self._next_id
-        self._next_id += 1
+        bid = next(batch_ids)
         with self._lock:
             self._batches[bid] = [fut, [None] * len(inputs), len(inputs)]
         for i, inp in enumerate(inputs):

@@ -66,8 +66,9 @@ def test_batches_come_back_in_input_order_and_queue_without_a_gap():
         assert stream.submit([]).result(timeout=1) == []
     assert got == [[10.0 * b + i for i in range(5)] for b in range(3)]
     # the second batch reached the runner before the first one was finished
-    first_done = max(t for what, key, t in runner.log if what == "done" and key[0] == 0)
-    second_in = min(t for what, key, t in runner.log if what == "submit" and key[0] == 1)
+    first, second = sorted({key[0] for _, key, _ in runner.log})[:2]
+    first_done = max(t for what, key, t in runner.log if what == "done" and key[0] == first)
+    second_in = min(t for what, key, t in runner.log if what == "submit" and key[0] == second)
     assert second_in < first_done
 
 
@@ -153,3 +154,19 @@ def test_search_ahead_overlaps_the_search_with_measuring():
         walls[ahead] = summary.wall_s
     # 5 rounds of 0.3 s search + 0.3 s measuring: about 3 s in turn, 1.8 s overlapped
     assert walls[1] < 0.8 * walls[0], walls
+
+
+def test_results_left_by_an_abandoned_batch_are_dropped():
+    """A tuning run interrupted mid-batch leaves work in the builder and runner it was
+    given; a later run with the same objects must not take those results for its own."""
+    runner = TimedRunner(seconds=0.02)
+    builder = FakeBuilder()
+    stream = MeasureStream(builder, runner)
+    stream.submit(inputs([100 + i for i in range(4)]))
+    time.sleep(0.01)
+    stream.close()  # abandoned: its candidates are still queued in the runner
+    assert runner.pending
+    got = measure.measure_batch(inputs([1, 2, 3]), builder, runner)
+    assert [r.costs[0] for r in got] == [1.0, 2.0, 3.0]
+    with MeasureStream(builder, runner) as again:
+        assert [r.costs[0] for r in again.measure(inputs([7, 8]))] == [7.0, 8.0]
