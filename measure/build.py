@@ -8,9 +8,13 @@ processes, one candidate per worker at a time, so a crash or a hang costs one re
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
+import tempfile
 import time
 import traceback
+import weakref
 from dataclasses import dataclass
 
 from ..ir.expr import IRError
@@ -31,7 +35,10 @@ class BuildOptions:
     ``"ptx"`` (stop before the assembler) or ``"ir"`` (lower only: enough for the
     simulator runner). ``verify`` runs the IR verifier after every pass (slower; off by
     default in tuning, where each pass is already tested). ``keep_sources`` keeps the LLVM
-    and PTX text in the artifact.
+    and PTX text in the artifact. ``kernel_cache_dir``: a folder of compiled kernels
+    shared by every process that builds with these options; a kernel some candidate
+    already compiled (candidates often share one, e.g. the epilogue after a split
+    reduction) is loaded from it instead of compiled again.
     """
 
     target_sm: str = "sm_90"
@@ -39,22 +46,25 @@ class BuildOptions:
     verify: bool = False
     ptxas_flags: tuple = ()
     keep_sources: bool = False
+    kernel_cache_dir: str | None = None
 
     def __post_init__(self):
         if self.compile_to not in COMPILE_TO:
             raise ValueError(f"compile_to must be one of {COMPILE_TO}, got {self.compile_to!r}")
 
 
-_kernel_cache = None
+_kernel_caches: dict = {}
 
 
-def _cache():
-    global _kernel_cache
-    if _kernel_cache is None:
+def _cache(directory: str | None = None):
+    """This process's kernel cache for builds (a few in memory; backed by ``directory``
+    when given)."""
+    cache = _kernel_caches.get(directory)
+    if cache is None:
         from ..backend_ptx.cache import KernelCache
 
-        _kernel_cache = KernelCache(max_entries=16)
-    return _kernel_cache
+        cache = _kernel_caches[directory] = KernelCache(directory=directory, max_entries=16)
+    return cache
 
 
 def _fail(code: MeasureErrorNo, msg: str, t0: float, stages: dict) -> BuildResult:
@@ -133,7 +143,8 @@ def _compile(device, options: BuildOptions, kernels: dict, stages: dict):
         try:
             ck = compile_kernel(k, options.target_sm, stop_after=stop,
                                 assembler="ptxas" if stop == "cubin" else "auto",
-                                ptxas_flags=tuple(options.ptxas_flags), cache=_cache())
+                                ptxas_flags=tuple(options.ptxas_flags),
+                                cache=_cache(options.kernel_cache_dir))
         except Exception as e:  # codegen, LLVM and the assembler all fail as device compile
             return (MeasureErrorNo.COMPILE_DEVICE, f"{type(e).__name__}: {e}")
         for name, sec in ck.stage_seconds.items():
@@ -155,8 +166,6 @@ def _compile(device, options: BuildOptions, kernels: dict, stages: dict):
 
 
 def _with_sources(ck, sources: dict):
-    import dataclasses
-
     return dataclasses.replace(ck, sources=dict(sources), assembler_log="")
 
 
@@ -212,18 +221,24 @@ class LocalBuilder(Builder):
     costs its candidate only.
 
     ``target_sm``, ``compile_to``, ``verify``, ``ptxas_flags``: see :class:`BuildOptions`.
+    ``share_kernels``: the workers share the kernels they compile through a temporary
+    folder (removed by :meth:`close`), so a kernel that several candidates have in common
+    is compiled once.
     """
 
     def __init__(self, timeout: float = 10, n_parallel: int | None = None,
                  target_sm: str = "sm_90", compile_to: str = "cubin", verify: bool = False,
-                 ptxas_flags: tuple = ()):
+                 ptxas_flags: tuple = (), share_kernels: bool = True):
         self.timeout = timeout
         self.n_parallel = default_parallelism() if n_parallel is None else int(n_parallel)
         self.options = BuildOptions(target_sm, compile_to, verify, tuple(ptxas_flags))
+        self.share_kernels = share_kernels
+        self._shared_dir: str | None = None
         self._pool: WorkerPool | None = None
         self._inline: list = []
         self._stage_totals: dict = {}
         self._built = 0
+        self._kernels = {False: 0, True: 0}  # compiled, reused from a cache
 
     # -- streaming interface -----------------------------------------------------------------
 
@@ -233,8 +248,15 @@ class LocalBuilder(Builder):
             return
         if self._pool is None:
             self._warm_up()
+            if self.share_kernels and self.options.compile_to != "ir":
+                self._share()
             self._pool = WorkerPool(self.n_parallel, "fork", name="ptxforge-builder")
         self._pool.submit(key, build_candidate, (inp, self.options), self.timeout)
+
+    def _share(self) -> None:
+        self._shared_dir = tempfile.mkdtemp(prefix="ptxforge-kernels-")
+        self.options = dataclasses.replace(self.options, kernel_cache_dir=self._shared_dir)
+        self._unshare = weakref.finalize(self, shutil.rmtree, self._shared_dir, True)
 
     @property
     def pending(self) -> int:
@@ -275,6 +297,10 @@ class LocalBuilder(Builder):
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        if self._shared_dir is not None:
+            self._unshare()
+            self._shared_dir = None
+            self.options = dataclasses.replace(self.options, kernel_cache_dir=None)
 
     def _warm_up(self) -> None:
         """Import the lowering passes and set up LLVM here, once: forked workers inherit
@@ -291,6 +317,9 @@ class LocalBuilder(Builder):
 
     def _account(self, res: BuildResult) -> BuildResult:
         self._built += 1
+        if res.artifact is not None:
+            for k in res.artifact.kernels.values():
+                self._kernels[k.cache_hit] += 1
         for k, v in res.stage_seconds.items():
             self._stage_totals[k] = self._stage_totals.get(k, 0.0) + v
         return res
@@ -300,4 +329,6 @@ class LocalBuilder(Builder):
         if not self._built:
             return "no builds yet"
         parts = [f"{k} {v / self._built * 1e3:.1f} ms" for k, v in self._stage_totals.items()]
-        return f"{self._built} builds, per candidate: " + ", ".join(parts)
+        compiled, reused = self._kernels[False], self._kernels[True]
+        shared = f"; kernels compiled {compiled}, reused {reused}" if compiled + reused else ""
+        return f"{self._built} builds, per candidate: " + ", ".join(parts) + shared

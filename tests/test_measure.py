@@ -141,6 +141,26 @@ def test_build_candidate_makes_cubins_and_stats():
     assert st.total_flops == pytest.approx(2 * 32**3)
 
 
+def test_builder_workers_share_the_kernels_they_compile():
+    builder = LocalBuilder(n_parallel=2, compile_to="ptx")
+    inp = MeasureInput(matmul_task(), MATMUL_PIPE)
+    (first,) = builder.build([inp])
+    assert first.error_no == 0 and "ptx" in first.stage_seconds
+    (k,) = first.artifact.kernels.values()
+    assert not k.cache_hit
+    shared = builder.options.kernel_cache_dir
+    assert shared and os.listdir(shared)
+    # another process building with the same options loads the kernel instead
+    here = build_candidate(inp, builder.options)
+    (k2,) = here.artifact.kernels.values()
+    assert k2.cache_hit and "ptx" not in here.stage_seconds and k2.sources.get("ptx")
+    again = builder.build([inp, inp])
+    assert all(k.cache_hit for r in again for k in r.artifact.kernels.values())
+    assert builder.stage_summary().endswith("kernels compiled 1, reused 2")
+    builder.close()
+    assert not os.path.exists(shared) and builder.options.kernel_cache_dir is None
+
+
 @pytest.mark.parametrize("pipe, needle", [
     ('bind(C.nope, "threadIdx.x")', "nope"),
     ('fuse([C.i, C.j]), bind(C.i.j.fused, "threadIdx.x")', "1024"),
