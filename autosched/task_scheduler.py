@@ -30,12 +30,12 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..measure.stream import MeasureStream
-from .state import State, state_from_payload, state_payload
+from .state import state_from_payload
+from .tuner import PendingRound, can_search_ahead, start_round
 
 _PATTERN_TAGS = ("elemwise", "broadcast", "injective")
 FAILED_COST = 1e10
@@ -223,20 +223,6 @@ def make_search_policies(search_policy, search_policy_params, tasks, num_measure
     return policies
 
 
-@dataclass
-class _PendingRound:
-    """A round handed to the measure stream: its task, states, inputs and results' future."""
-
-    idx: int
-    rows: object
-    inputs: list
-    future: object
-
-    @property
-    def n(self) -> int:
-        return len(self.rows)
-
-
 class TaskScheduler:
     """Allocate measurement rounds among the tasks of a network.
 
@@ -370,7 +356,8 @@ class TaskScheduler:
         self._runner = tune_option.make_runner()
         own = (self._builder is not tune_option.builder, self._runner is not tune_option.runner)
         stream = MeasureStream(self._builder, self._runner)
-        ahead = tune_option.search_ahead
+        ahead = (tune_option.search_ahead
+                 if all(can_search_ahead(p) for p in self.search_policies) else 0)
         inflight: deque = deque()
         planned = self.ct
         try:
@@ -382,7 +369,7 @@ class TaskScheduler:
                     while len(inflight) > ahead:
                         self._finish_round(inflight.popleft())
                     inflight.append(self._start_round(idx, stream, planned))
-                    planned += inflight[-1].n
+                    planned += len(inflight[-1].rows)
             while inflight:
                 self._finish_round(inflight.popleft())
             self.best_ct = self.ct
@@ -398,7 +385,7 @@ class TaskScheduler:
                 else:
                     task_idx = self._next_by_gradient()
                 inflight.append(self._start_round(task_idx, stream, planned))
-                planned += inflight[-1].n
+                planned += len(inflight[-1].rows)
                 while inflight and (len(inflight) > ahead or planned >= trials or stop):
                     stop = self._finish_tuning_round(inflight.popleft(),
                                                      early_stopping_all) or stop
@@ -414,10 +401,10 @@ class TaskScheduler:
         for cb in self.callbacks:
             cb.finish(self)
 
-    def _finish_tuning_round(self, rnd: _PendingRound, early_stopping_all: float) -> bool:
+    def _finish_tuning_round(self, rnd: PendingRound, early_stopping_all: float) -> bool:
         """Take in a round of the gradient phase; True when the run should stop early."""
         self._finish_round(rnd)
-        self._adjust_similarity_group(rnd.idx)
+        self._adjust_similarity_group(rnd.task_idx)
         if self.cur_score < self.best_score:
             self.best_score = self.cur_score
             self.best_ct = self.ct
@@ -429,30 +416,18 @@ class TaskScheduler:
             return True
         return False
 
-    def _start_round(self, task_idx: int, stream: MeasureStream, planned: int) -> _PendingRound:
+    def _start_round(self, task_idx: int, stream: MeasureStream, planned: int) -> PendingRound:
         """Search one round of ``task_idx`` and hand it to ``stream``."""
-        from ..measure import MeasureInput
-
         for cb in self.callbacks:
             cb.pre_tune(self, task_idx)
-        task = self.tasks[task_idx]
-        policy = self.search_policies[task_idx]
         n = min(self.num_measures_per_round, self.tune_option.num_measure_trials - planned)
-        rows = policy.search_one_round(max(n, 1))
-        inputs: list = []
-        if len(rows):
-            if hasattr(policy, "mark_in_flight"):
-                policy.mark_in_flight(rows)
-            states = [State.from_row(r, task) for r in rows]
-            spec = task.task_spec
-            inputs = [MeasureInput(spec, s.pipeline(task), state_payload(task, s))
-                      for s in states]
-        return _PendingRound(task_idx, rows, inputs, stream.submit(inputs))
+        return start_round(self.tasks[task_idx], self.search_policies[task_idx], max(n, 1),
+                           stream, task_idx)
 
-    def _finish_round(self, rnd: _PendingRound) -> None:
+    def _finish_round(self, rnd: PendingRound) -> None:
         """Wait for a round's results; record them, update its task's best cost and the
         objective."""
-        task_idx, rows = rnd.idx, rnd.rows
+        task_idx, rows = rnd.task_idx, rnd.rows
         results = rnd.future.result()
         if len(rows):
             for cb in self.tune_option.measure_callbacks:

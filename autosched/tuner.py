@@ -27,11 +27,39 @@ class TuningSummary:
 
 
 @dataclass
-class _Round:
+class PendingRound:
+    """A searched round handed to a measure stream: the states (``rows``), their measure
+    inputs, the future of their results, the seconds the search took, and (for the task
+    scheduler) the task's index."""
+
     rows: object
     inputs: list
     future: object
-    search_s: float
+    search_s: float = 0.0
+    task_idx: int = 0
+
+
+def can_search_ahead(policy) -> bool:
+    """Whether ``policy`` can be told which states are being measured (without that, a
+    search ahead could pick them again)."""
+    return hasattr(policy, "mark_in_flight")
+
+
+def start_round(task, policy, n: int, stream, task_idx: int = 0) -> PendingRound:
+    """Search up to ``n`` states with ``policy``, mark them in flight and submit their
+    measure inputs to ``stream`` (an empty round is done at once)."""
+    from ..measure import MeasureInput
+
+    t0 = time.perf_counter()
+    rows = policy.search_one_round(n)
+    inputs: list = []
+    if len(rows):
+        if can_search_ahead(policy):
+            policy.mark_in_flight(rows)
+        inputs = [MeasureInput(task.task_spec, s.pipeline(task), state_payload(task, s))
+                  for s in (State.from_row(r, task) for r in rows)]
+    return PendingRound(rows, inputs, stream.submit(inputs), time.perf_counter() - t0,
+                        task_idx)
 
 
 def run_tuning(task, policy, options) -> TuningSummary:
@@ -43,7 +71,6 @@ def run_tuning(task, policy, options) -> TuningSummary:
     and GPUs never wait for the search. The states of rounds in flight are never picked
     again.
     """
-    from ..measure import MeasureInput
     from ..measure.stream import MeasureStream
 
     builder = options.make_builder()
@@ -55,28 +82,21 @@ def run_tuning(task, policy, options) -> TuningSummary:
     searching = True
     inflight: deque = deque()
     t_start = time.perf_counter()
-    ahead = options.search_ahead if hasattr(policy, "mark_in_flight") else 0
+    ahead = options.search_ahead if can_search_ahead(policy) else 0
     stream = MeasureStream(builder, runner)
     try:
         while searching or inflight:
             if searching and planned < options.num_measure_trials and (
                     len(inflight) <= ahead):
                 n = min(options.num_measures_per_round, options.num_measure_trials - planned)
-                t0 = time.perf_counter()
-                rows = policy.search_one_round(n)
-                if not len(rows):
+                rnd = start_round(task, policy, n, stream)
+                if not len(rnd.rows):
                     if options.verbose:
                         print("[autosched] no unmeasured valid states are left; stopping")
                     searching = False
                     continue
-                if hasattr(policy, "mark_in_flight"):
-                    policy.mark_in_flight(rows)
-                states = [State.from_row(r, task) for r in rows]
-                inputs = [MeasureInput(task.task_spec, s.pipeline(task),
-                                       state_payload(task, s)) for s in states]
-                inflight.append(_Round(rows, inputs, stream.submit(inputs),
-                                       time.perf_counter() - t0))
-                planned += len(rows)
+                inflight.append(rnd)
+                planned += len(rnd.rows)
                 continue
             searching = searching and planned < options.num_measure_trials
             if not inflight:
