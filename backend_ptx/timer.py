@@ -96,9 +96,11 @@ def time_evaluator(fn: Callable, device: Device | None = None, number: int = 10,
     ``number`` grows (as in TVM) and the measurement is taken again. ``warmup`` calls run
     first and are not timed.
 
-    With ``graph=True`` the ``number`` calls are captured into a CUDA graph and replayed,
-    which removes the host's launch overhead from the figure (what "graph-timed" means in
-    the anchors); ``fn`` must then accept a ``stream`` keyword and launch only on it.
+    With ``graph=True`` the calls are captured into a CUDA graph and replayed, which
+    removes the host's launch overhead from the figure (what "graph-timed" means in the
+    anchors); ``fn`` must then accept a ``stream`` keyword and launch only on it. The graph
+    holds ``number`` calls, or more when they run shorter than :data:`GRAPH_CHUNK_MS`, and
+    a repeat replays it as many times as it needs (calls grow in whole graphs).
     """
     if number < 1 or repeat < 1:
         raise ValueError(f"number and repeat must be >= 1, got {number} and {repeat}")
@@ -137,10 +139,12 @@ this factor times ``min_repeat_ms`` (at least 1.618 times as many calls, as in T
 def _measure(fn, args, dev, number, repeat, min_repeat_ms, warmup, stream, graph):
     if graph:
         return _measure_graph(fn, args, dev, number, repeat, min_repeat_ms, warmup, stream)
-    for _ in range(warmup):
-        fn(*args)
-    return _repeat(lambda n: [fn(*args) for _ in range(n)], dev, number, 1, repeat,
-                   min_repeat_ms, 0)
+    def calls(n: int) -> None:
+        for _ in range(n):
+            fn(*args)
+
+    calls(warmup)
+    return _repeat(calls, dev, number, 1, repeat, min_repeat_ms, 0)
 
 
 def _measure_graph(fn, args, dev, number, repeat, min_repeat_ms, warmup, stream):

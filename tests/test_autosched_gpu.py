@@ -31,7 +31,7 @@ def test_tuning_the_seed_layer_on_the_gpu(tmp_path):
     ctx.close()
     print(f"seed layer: best {summary.best_cost * 1e3:.4f} ms after {summary.trials} trials, "
           f"{summary.trials / elapsed:.2f} trials/s (search {summary.search_s:.1f} s, "
-          f"measure {summary.measure_s:.1f} s), {summary.errors} errors")
+          f"waited for measurements {summary.measure_s:.1f} s), {summary.errors} errors")
     assert not summary.estimated
     assert summary.best_cost < 2e-3
     assert summary.errors < summary.trials / 2
