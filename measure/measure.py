@@ -102,9 +102,29 @@ class Runner(abc.ABC):
 
 class PooledRunner(Runner):
     """A runner whose work runs in a :class:`~ptxforge.measure.pool.WorkerPool`
-    (``self._pool``, started on first use): waiting and closing go to the pool."""
+    (``self._pool``, started on first use): waiting and closing go to the pool. Results
+    known without running (``self._ready``) come back first; each finished job becomes a
+    result through :meth:`_result`."""
 
     _pool = None
+    _ready: list
+
+    @property
+    def pending(self) -> int:
+        return len(self._ready) + (self._pool.pending if self._pool else 0)
+
+    def collect(self, timeout: float | None = 0.0) -> list:
+        if self._ready:
+            out, self._ready = self._ready, []
+            return out
+        if self._pool is None:
+            return []
+        return [(o.key, self._result(o)) for o in self._pool.poll(timeout)]
+
+    @abc.abstractmethod
+    def _result(self, outcome) -> MeasureResult:
+        """The :class:`MeasureResult` of a finished pool job
+        (a :class:`~ptxforge.measure.pool.JobOutcome`)."""
 
     def waitables(self) -> list:
         return self._pool.waitables() if self._pool else []

@@ -233,44 +233,29 @@ class LocalRunner(PooledRunner):
         self._build_time[key] = build.time_cost
         self._pool.submit(key, gpu_run, (req,), self.timeout)
 
-    @property
-    def pending(self) -> int:
-        return len(self._ready) + (self._pool.pending if self._pool else 0)
-
-    def collect(self, timeout: float | None = 0.0) -> list:
-        if self._ready:
-            out, self._ready = self._ready, []
-            return out
-        if self._pool is None:
-            return []
-        out = []
-        for o in self._pool.poll(timeout):
-            build_time = self._build_time.pop(o.key, 0.0)
-            note = self._notes.pop(o.key, "")
-            all_cost = build_time + o.seconds
-            now = time.time()
-            if o.status == "ok":
-                r = o.value
-                if r["error_no"]:
-                    res = MeasureResult((ERROR_COST,), r["error_no"], r["error_msg"], all_cost,
-                                        now, device=r["device"])
-                else:
-                    res = MeasureResult(r["costs"], 0, "", all_cost, now, device=r["device"],
-                                        correctness=r["correctness"] or note)
-            elif o.status == "timeout":
-                res = MeasureResult((ERROR_COST,), int(MeasureErrorNo.RUN_TIMEOUT),
-                                    f"the run took more than {self.timeout:g} s (the kernel may "
-                                    "hang); the runner process was restarted", all_cost, now)
-            elif o.status == "died":
-                res = MeasureResult((ERROR_COST,), int(MeasureErrorNo.RUNTIME_DEVICE),
-                                    f"the runner process died during the run: {o.error}",
-                                    all_cost, now)
-            elif o.status == "unstartable":
-                res = MeasureResult((ERROR_COST,), int(MeasureErrorNo.RUNTIME_DEVICE),
-                                    f"the GPU runner could not start on GPU {self.device_id}: "
-                                    f"{o.error}", all_cost, now)
-            else:
-                res = MeasureResult((ERROR_COST,), int(MeasureErrorNo.UNKNOWN_ERROR),
-                                    f"{o.exc_type}: {o.error}\n{o.traceback}", all_cost, now)
-            out.append((o.key, res))
-        return out
+    def _result(self, o) -> MeasureResult:
+        build_time = self._build_time.pop(o.key, 0.0)
+        note = self._notes.pop(o.key, "")
+        all_cost = build_time + o.seconds
+        now = time.time()
+        if o.status == "ok":
+            r = o.value
+            if r["error_no"]:
+                return MeasureResult((ERROR_COST,), r["error_no"], r["error_msg"], all_cost, now,
+                                     device=r["device"])
+            return MeasureResult(r["costs"], 0, "", all_cost, now, device=r["device"],
+                                 correctness=r["correctness"] or note)
+        if o.status == "timeout":
+            return MeasureResult((ERROR_COST,), int(MeasureErrorNo.RUN_TIMEOUT),
+                                 f"the run took more than {self.timeout:g} s (the kernel may "
+                                 "hang); the runner process was restarted", all_cost, now)
+        if o.status == "died":
+            return MeasureResult((ERROR_COST,), int(MeasureErrorNo.RUNTIME_DEVICE),
+                                 f"the runner process died during the run: {o.error}",
+                                 all_cost, now)
+        if o.status == "unstartable":
+            return MeasureResult((ERROR_COST,), int(MeasureErrorNo.RUNTIME_DEVICE),
+                                 f"the GPU runner could not start on GPU {self.device_id}: "
+                                 f"{o.error}", all_cost, now)
+        return MeasureResult((ERROR_COST,), int(MeasureErrorNo.UNKNOWN_ERROR),
+                             f"{o.exc_type}: {o.error}\n{o.traceback}", all_cost, now)

@@ -177,36 +177,20 @@ class SimRunner(PooledRunner):
         self._jobs[key] = (done, limit)
         self._pool.submit(key, sim_check, (req,), limit)
 
-    @property
-    def pending(self) -> int:
-        return len(self._ready) + (self._pool.pending if self._pool else 0)
-
-    def collect(self, timeout: float | None = 0.0) -> list:
-        if self._ready:
-            out, self._ready = self._ready, []
-            return out
-        if self._pool is None:
-            return []
-        out = []
-        for o in self._pool.poll(timeout):
-            done, limit = self._jobs.pop(o.key)
-            if o.status == "ok":
-                r = o.value
-                cost = done.all_cost + r.get("seconds", o.seconds)
-                if r["error_no"]:
-                    res = error_result(r["error_no"], r["error_msg"], cost, self.device, True)
-                else:
-                    res = _with(done, all_cost=cost, correctness=r["correctness"])
-            elif o.status == "timeout":
-                res = _with(done, all_cost=done.all_cost + o.seconds, correctness=(
-                    f"skipped: the simulation took more than {limit:.3g} s and was stopped"))
-            else:
-                res = error_result(MeasureErrorNo.UNKNOWN_ERROR,
-                                   f"the simulator worker failed: {o.exc_type} {o.error}\n"
-                                   f"{o.traceback}", done.all_cost + o.seconds, self.device,
-                                   True)
-            out.append((o.key, res))
-        return out
+    def _result(self, o) -> MeasureResult:
+        done, limit = self._jobs.pop(o.key)
+        if o.status == "ok":
+            r = o.value
+            cost = done.all_cost + r.get("seconds", o.seconds)
+            if r["error_no"]:
+                return error_result(r["error_no"], r["error_msg"], cost, self.device, True)
+            return _with(done, all_cost=cost, correctness=r["correctness"])
+        if o.status == "timeout":
+            return _with(done, all_cost=done.all_cost + o.seconds, correctness=(
+                f"skipped: the simulation took more than {limit:.3g} s and was stopped"))
+        return error_result(MeasureErrorNo.UNKNOWN_ERROR,
+                            f"the simulator worker failed: {o.exc_type} {o.error}\n"
+                            f"{o.traceback}", done.all_cost + o.seconds, self.device, True)
 
 
 def _with(res: MeasureResult, **changes) -> MeasureResult:

@@ -25,7 +25,91 @@ _ACTIVE: contextvars.ContextVar[tuple[PassContext, ...]] = contextvars.ContextVa
 PassSelection = None | bool | str | Iterable[str]
 
 
-class PassContext:
+class InstrumentedContext:
+    """What every pass context shares: instruments that are entered with the outermost
+    ``with`` and left with it, a stack of the active contexts of the class (``_active``),
+    and running one pass under the instruments (:meth:`_run_instrumented`).
+
+    A subclass sets ``_active`` (its own context variable), ``_ir_type`` (what its passes
+    take and return), ``_returns`` (the message when a pass returns something else) and
+    ``_passthrough`` (errors raised by a pass as they are, not wrapped in a
+    :class:`PassError`), and calls :meth:`_start` from ``__init__``.
+    """
+
+    _active: contextvars.ContextVar
+    _ir_type: type
+    _returns: str
+    _passthrough: tuple = ()
+    instruments: list
+
+    def _start(self, instruments: list) -> None:
+        self.instruments = instruments
+        self._depth = 0
+        self._tokens: list[contextvars.Token] = []
+
+    def instrument(self, kind: type) -> Any:
+        """The first instrument of a type, or None."""
+        return next((i for i in self.instruments if isinstance(i, kind)), None)
+
+    @property
+    def timing(self) -> PassTiming | None:
+        """The pass timer, if this context times passes."""
+        return self.instrument(PassTiming)
+
+    @classmethod
+    def current(cls):
+        """The innermost active context of this kind, or a new default one when none is
+        active."""
+        stack = cls._active.get()
+        return stack[-1] if stack else cls()
+
+    @property
+    def active(self) -> bool:
+        """True while this context is entered."""
+        return self._depth > 0
+
+    def __enter__(self):
+        if self._depth == 0:
+            for inst in self.instruments:
+                inst.enter_ctx(self)
+        self._depth += 1
+        self._tokens.append(self._active.set(self._active.get() + (self,)))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._active.reset(self._tokens.pop())
+        self._depth -= 1
+        if self._depth == 0:
+            for inst in reversed(self.instruments):
+                inst.exit_ctx(self)
+
+    def _run_instrumented(self, pass_, ir):
+        """Run ``pass_.apply(ir, self)`` inside this context, with every instrument's
+        hooks; a failure is raised as a :class:`PassError` naming the pass."""
+        with self:
+            instruments = list(self.instruments)
+            if not all(inst.should_run(pass_, ir) for inst in instruments):
+                return ir
+            for inst in instruments:
+                inst.run_before_pass(pass_, ir)
+            try:
+                out = pass_.apply(ir, self)
+                if not isinstance(out, self._ir_type):
+                    raise TypeError(f"{type(pass_).__qualname__}.apply returned "
+                                    f"{type(out).__name__}; {self._returns}")
+            except self._passthrough:
+                raise
+            except Exception as e:
+                error = PassError(pass_, e, ir)
+                for inst in reversed(instruments):
+                    inst.run_on_error(pass_, ir, error)
+                raise error from e
+            for inst in reversed(instruments):
+                inst.run_after_pass(pass_, ir, out)
+            return out
+
+
+class PassContext(InstrumentedContext):
     """Configuration and instruments for running passes.
 
     Parameters:
@@ -45,6 +129,10 @@ class PassContext:
     ``ctx.instruments`` is the full list in hook order: ``Verify`` first, then the
     printers and the dumper, then the given instruments, then the timer.
     """
+
+    _active = _ACTIVE
+    _ir_type = Module
+    _returns = "a pass returns a Module"
 
     def __init__(self, instruments: Sequence[PassInstrument] = (), *, verify: bool = True,
                  config: dict[str, Any] | None = None,
@@ -77,9 +165,7 @@ class PassContext:
 
             # first in the list, so its after-hook runs last: after the verifier
             built.insert(0, CheckRoundTrip())
-        self.instruments: list[PassInstrument] = built
-        self._depth = 0
-        self._tokens: list[contextvars.Token] = []
+        self._start(built)
 
     # -- options ----------------------------------------------------------------------------
 
@@ -96,43 +182,6 @@ class PassContext:
         elif not on:
             self.instruments = [i for i in self.instruments if not isinstance(i, Verify)]
 
-    def instrument(self, kind: type) -> Any:
-        """The first instrument of a type, or None."""
-        return next((i for i in self.instruments if isinstance(i, kind)), None)
-
-    @property
-    def timing(self) -> PassTiming | None:
-        """The pass timer, if this context times passes."""
-        return self.instrument(PassTiming)
-
-    # -- activation -------------------------------------------------------------------------
-
-    @staticmethod
-    def current() -> PassContext:
-        """The innermost active context, or a new default one when none is active."""
-        stack = _ACTIVE.get()
-        return stack[-1] if stack else PassContext()
-
-    @property
-    def active(self) -> bool:
-        """True while this context is entered."""
-        return self._depth > 0
-
-    def __enter__(self) -> PassContext:
-        if self._depth == 0:
-            for inst in self.instruments:
-                inst.enter_ctx(self)
-        self._depth += 1
-        self._tokens.append(_ACTIVE.set(_ACTIVE.get() + (self,)))
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        _ACTIVE.reset(self._tokens.pop())
-        self._depth -= 1
-        if self._depth == 0:
-            for inst in reversed(self.instruments):
-                inst.exit_ctx(self)
-
     # -- running ----------------------------------------------------------------------------
 
     def run_pass(self, pass_: Pass, module: Module) -> Module:
@@ -148,23 +197,4 @@ class PassContext:
             raise TypeError(f"run_pass needs a Pass, got {pass_!r}")
         if not isinstance(module, Module):
             raise TypeError(f"pass {pass_.text} needs a Module, got {type(module).__name__}")
-        with self:
-            instruments = list(self.instruments)
-            if not all(inst.should_run(pass_, module) for inst in instruments):
-                return module
-            for inst in instruments:
-                inst.run_before_pass(pass_, module)
-            try:
-                out = pass_.apply(module, self)
-                if not isinstance(out, Module):
-                    raise TypeError(
-                        f"{type(pass_).__qualname__}.apply returned {type(out).__name__}; "
-                        "a pass returns a Module")
-            except Exception as e:
-                error = PassError(pass_, e, module)
-                for inst in reversed(instruments):
-                    inst.run_on_error(pass_, module, error)
-                raise error from e
-            for inst in reversed(instruments):
-                inst.run_after_pass(pass_, module, out)
-            return out
+        return self._run_instrumented(pass_, module)

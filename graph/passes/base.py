@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ...passes import Pass, PassError, Pipeline, register_pass
+from ...passes.context import InstrumentedContext
 from ...passes.instruments import DumpIR, PassInstrument, PassTiming, PrintAfter, PrintBefore
 from ...passes.registry import PassRegistry
 from ..ir import Graph
@@ -128,7 +129,7 @@ _ACTIVE: contextvars.ContextVar[tuple] = contextvars.ContextVar("ptxforge_graph_
 Selection = None | bool | str | Iterable[str]
 
 
-class GraphPassContext:
+class GraphPassContext(InstrumentedContext):
     """Configuration and instruments for graph passes (see the module doc).
 
     Parameters:
@@ -141,6 +142,11 @@ class GraphPassContext:
         dump_dir: write the graph after every pass into this folder.
         stream: where printing goes (default ``sys.stdout``).
     """
+
+    _active = _ACTIVE
+    _ir_type = Graph
+    _returns = "a graph pass returns a Graph"
+    _passthrough = (PassError,)  # a nested pipeline's error already names its pass
 
     def __init__(self, instruments: Sequence[PassInstrument] = (), *, verify: bool = True,
                  config: dict | None = None, print_before: Selection = None,
@@ -163,34 +169,7 @@ class GraphPassContext:
         built.extend(instruments)
         if time_passes:
             built.append(PassTiming(report=True, stream=stream))
-        self.instruments = built
-        self._depth = 0
-        self._tokens: list = []
-
-    @staticmethod
-    def current() -> GraphPassContext:
-        """The innermost active context, or a default one."""
-        stack = _ACTIVE.get()
-        return stack[-1] if stack else GraphPassContext()
-
-    @property
-    def timing(self) -> PassTiming | None:
-        return next((i for i in self.instruments if isinstance(i, PassTiming)), None)
-
-    def __enter__(self) -> GraphPassContext:
-        if self._depth == 0:
-            for inst in self.instruments:
-                inst.enter_ctx(self)
-        self._depth += 1
-        self._tokens.append(_ACTIVE.set(_ACTIVE.get() + (self,)))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _ACTIVE.reset(self._tokens.pop())
-        self._depth -= 1
-        if self._depth == 0:
-            for inst in reversed(self.instruments):
-                inst.exit_ctx(self)
+        self._start(built)
 
     def run_pass(self, pass_: GraphPass, graph: Graph) -> Graph:
         """Run one pass with this context's instruments; failures become
@@ -199,24 +178,4 @@ class GraphPassContext:
             raise TypeError(f"run_pass needs a graph pass, got {pass_!r}")
         if not isinstance(graph, Graph):
             raise TypeError(f"graph pass {pass_.text} needs a Graph, got {type(graph).__name__}")
-        with self:
-            instruments = list(self.instruments)
-            if not all(inst.should_run(pass_, graph) for inst in instruments):
-                return graph
-            for inst in instruments:
-                inst.run_before_pass(pass_, graph)
-            try:
-                out = pass_.apply(graph, self)
-                if not isinstance(out, Graph):
-                    raise TypeError(f"{type(pass_).__qualname__}.apply returned "
-                                    f"{type(out).__name__}; a graph pass returns a Graph")
-            except PassError:
-                raise
-            except Exception as e:
-                error = PassError(pass_, e, graph)
-                for inst in reversed(instruments):
-                    inst.run_on_error(pass_, graph, error)
-                raise error from e
-            for inst in reversed(instruments):
-                inst.run_after_pass(pass_, graph, out)
-            return out
+        return self._run_instrumented(pass_, graph)
