@@ -9,6 +9,7 @@ warning. Inside the template, :func:`get_config` returns that config.
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 import threading
@@ -47,7 +48,7 @@ def _target_name(target) -> str:
     return str(getattr(target, "kind", target))
 
 
-class DispatchContext:
+class DispatchContext(abc.ABC):
     """Base class of the contexts; use them as ``with`` blocks (they nest)."""
 
     _local = threading.local()
@@ -71,8 +72,9 @@ class DispatchContext:
             ret = (self._old or _ROOT).query(target, workload)
         return ret
 
+    @abc.abstractmethod
     def _query_inside(self, target: str, workload):
-        raise NotImplementedError
+        """This context's own config for ``workload`` on ``target``, or None."""
 
     def __enter__(self):
         self._old = DispatchContext.current()
