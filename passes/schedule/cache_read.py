@@ -11,6 +11,7 @@ from ..params import Ref, positional
 from ..registry import register_pass
 from .common import ScheduleError, block_names, block_paths, on_main, replace_at
 from .compute_at import reads_of
+from .names import cache_name, copy_axes, fresh_name
 
 
 def find_buffer(func: PrimFunc, name: str):
@@ -31,7 +32,7 @@ def find_buffer(func: PrimFunc, name: str):
 
 def copy_block(name: str, src: Buffer, dst: Buffer) -> tuple:
     """A loop nest copying ``src`` to ``dst`` element-wise (same shape)."""
-    loop_vars = [Var(f"ax{k}") for k in range(src.ndim)]
+    loop_vars = [Var(n) for n in copy_axes(src.ndim)]
     ivs = [BlockVar(Var(f"v{k}"), e, "S") for k, e in enumerate(src.shape)]
     idx = tuple(iv.var for iv in ivs)
     blk = Block(name, ivs, loop_vars, Store(dst, idx, Load(src, idx)))
@@ -83,8 +84,9 @@ def wrap_allocs(stmts, allocs):
 
 
 def cache_read(func: PrimFunc, buffer: str, scope: str, readers) -> PrimFunc:
-    """Readers ``readers`` (stage names) read ``buffer`` through a copy named
-    ``<buffer>.<scope>`` in ``scope``; the copy stage has that name too."""
+    """Readers ``readers`` (stage names) read ``buffer`` through a copy in ``scope`` named
+    by :func:`~.names.cache_name` (made fresh if that stage exists); the copy stage has
+    that name too."""
     if scope not in ("shared", "local"):
         raise ScheduleError(f"cache_read {buffer}: scope must be shared or local, got {scope!r}")
     src = find_buffer(func, buffer)
@@ -99,12 +101,7 @@ def cache_read(func: PrimFunc, buffer: str, scope: str, readers) -> PrimFunc:
             )
         if not reads_of(paths[r][-1], src):
             raise ScheduleError(f"cache_read {buffer}: stage {r} does not read {buffer}")
-    name = f"{buffer}.{scope}"
-    if name in paths:
-        k = 1
-        while f"{name}_{k}" in paths:
-            k += 1
-        name = f"{name}_{k}"
+    name = fresh_name(cache_name(buffer, scope), set(paths))
     dst = Buffer(name, src.dtype, src.shape, scope)
     body = func.body
     for r in readers:

@@ -11,17 +11,19 @@ from ..registry import register_pass
 from .cache_read import copy_block, top_level_index, wrap_allocs
 from .common import ScheduleError, find_block, on_main, replace_at
 from .compute_at import output_buffer
+from .names import cache_name
 
 
 def cache_write(func: PrimFunc, stage: str, scope: str) -> PrimFunc:
-    """Stage ``stage`` writes ``<buffer>.<scope>`` and is renamed to that; a new copy stage
-    named ``stage`` writes the original buffer from it (TVM's ``s.cache_write``)."""
+    """Stage ``stage`` writes a buffer in ``scope`` and is renamed to
+    :func:`~.names.cache_name` of ``stage``; a new copy stage named ``stage`` writes the
+    original buffer from it (TVM's ``s.cache_write``)."""
     if scope not in ("local", "shared"):
         raise ScheduleError(f"cache_write {stage}: scope must be local or shared, got {scope!r}")
     path = find_block(func, stage)
     block = path[-1]
     out = output_buffer(block)
-    name = f"{stage}.{scope}"
+    name = cache_name(stage, scope)
     cache = Buffer(name, out.dtype, out.shape, scope)
     new_block = replace_buffers(block, {out: cache}).replace(name=name)
     body = replace_at(path, new_block)

@@ -1,7 +1,7 @@
 """Tree utilities shared by the schedule passes: finding blocks and loops by name,
 replacing a subtree, and the loops that belong to one stage.
 
-Loops are referred to as ``<stage>.<loop>`` (``compute.ff.outer``): the block named
+Loops are referred to as ``<stage>.<loop>`` (see :mod:`.names`): the block named
 ``<stage>`` and, among the loops enclosing it, the one whose var is named ``<loop>``. Passes
 keep loop names unique along every path from the root to a block, so the reference is exact.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ...ir.expr import IRError, Var, free_vars
 from ...ir.stmt import Alloc, Block, For, If, Let, PrimFunc, Seq, Stmt, stmt_children
+from .names import resolve_ref
 
 
 class ScheduleError(IRError):
@@ -59,11 +60,9 @@ def enclosing_loops(path: list) -> list:
 def split_ref(func: PrimFunc, ref: str) -> tuple:
     """Split ``stage.loop`` at the longest stage-name prefix that names a block."""
     paths = block_paths(func.body)
-    parts = ref.split(".")
-    for k in range(len(parts) - 1, 0, -1):
-        stage = ".".join(parts[:k])
-        if stage in paths:
-            return stage, ".".join(parts[k:]), paths[stage]
+    got = resolve_ref(ref, paths)
+    if got is not None:
+        return got[0], got[1], paths[got[0]]
     raise ScheduleError(
         f"loop reference {ref!r} does not start with a stage name; stages are: "
         f"{', '.join(block_names(func.body))}"
@@ -172,16 +171,6 @@ def own_loop_top(path: list) -> int:
 
 def loop_names_on_path(path: list) -> set:
     return {n.var.name for n in path if isinstance(n, For)}
-
-
-def fresh_loop_name(name: str, taken: set) -> str:
-    out = name
-    k = 1
-    while out in taken:
-        out = f"{name}_{k}"
-        k += 1
-    taken.add(out)
-    return out
 
 
 def block_vars_used(block: Block) -> set:

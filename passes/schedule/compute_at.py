@@ -26,12 +26,12 @@ from .common import (
     blocks_under,
     find_block,
     find_loop,
-    fresh_loop_name,
     loop_names_on_path,
     on_main,
     own_loop_top,
     replace_at,
 )
+from .names import copy_axis, fresh_name
 
 
 def output_buffer(block: Block):
@@ -209,14 +209,14 @@ def _restructure(producer: Block, own_loops: list, region: list, buf, taken: set
         loops = []
         vmap = {}
         for (k, iv), (start, ext) in zip(spatial, region):
-            name = fresh_loop_name(f"ax{k}", taken)
+            name = fresh_name(copy_axis(k), taken)
             v = Var(name)
             loops.append((v, ext))
             bindings[k] = simplify(start + v)
             _guard_shape(bindings[k], iv, start, ext, buf, ranges, preds, k)
         for k, iv in enumerate(producer.iter_vars):
             if iv.kind == "R":
-                name = fresh_loop_name(iv.var.name.lstrip("v") or "r", taken)
+                name = fresh_name(iv.var.name.lstrip("v") or "r", taken)
                 v = Var(name)
                 loops.append((v, iv.extent))
                 vmap[iv.var] = v

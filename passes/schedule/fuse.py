@@ -12,16 +12,16 @@ from ..registry import register_pass
 from .common import (
     ScheduleError,
     find_loop,
-    fresh_loop_name,
     loop_names_on_path,
     on_main,
     replace_at,
 )
+from .names import fresh_name, fused_name
 
 
 def fuse(func: PrimFunc, loops) -> PrimFunc:
     """Fuse ``loops`` (``stage.loop`` refs, outermost first, each the only statement in the
-    body of the previous) into one loop named ``a.b.fused``."""
+    body of the previous) into one loop named by :func:`~.names.fused_name`."""
     loops = list(loops)
     if not loops:
         raise ScheduleError("fuse needs at least one loop")
@@ -42,7 +42,7 @@ def fuse(func: PrimFunc, loops) -> PrimFunc:
     taken = loop_names_on_path(paths[-1])
     for n in nodes:
         taken.discard(n.var.name)
-    name = fresh_loop_name(".".join(n.var.name for n in nodes) + ".fused", taken)
+    name = fresh_name(fused_name([n.var.name for n in nodes]), taken)
     fused = Var(name)
     vmap = {}
     stride = 1

@@ -22,6 +22,7 @@ from ..registry import register_pass
 from .cache_read import top_level_index, wrap_allocs
 from .common import ScheduleError, enclosing_loops, find_loop, on_main, replace_at
 from .compute_at import output_buffer
+from .names import rfactor_name
 
 
 def _reduction_parts(block: Block, out: Buffer):
@@ -71,7 +72,7 @@ def rfactor(func: PrimFunc, loop: str, factor_axis: int = 0) -> PrimFunc:
     # the partial reduction: out indexed additionally by the rfactor loop
     rf_shape = list(out.shape)
     rf_shape.insert(factor_axis, target.extent)
-    rf = Buffer(f"{out.name}.rf", out.dtype, rf_shape, "global")
+    rf = Buffer(rfactor_name(out.name), out.dtype, rf_shape, "global")
     v_new = BlockVar(Var("v" + target.var.name.replace(".", "_")), target.extent, "S")
     r_vars = []
     loop_to_blockvar = {target.var: v_new.var}
@@ -105,7 +106,7 @@ def rfactor(func: PrimFunc, loop: str, factor_axis: int = 0) -> PrimFunc:
     ivs.insert(factor_axis, v_new)
     binds = [b for _, b in s_bind]
     binds.insert(factor_axis, target.var)
-    rf_block = Block(f"{stage}.rf", ivs + [bv for bv, _ in r_vars],
+    rf_block = Block(rfactor_name(stage), ivs + [bv for bv, _ in r_vars],
                      binds + [lv for _, lv in r_vars], rf_body, rf_init, pred,
                      block.annotations)
     body = replace_at(bpath, rf_block)
@@ -125,7 +126,7 @@ def rfactor(func: PrimFunc, loop: str, factor_axis: int = 0) -> PrimFunc:
     nest = For(r_loop_var, target.extent, fin_block)
     for lv, bv in reversed(list(zip(s_loop_vars, fin_s))):
         nest = For(lv, bv.extent, nest)
-    stmts, k, allocs = top_level_index(body, f"{stage}.rf")
+    stmts, k, allocs = top_level_index(body, rfactor_name(stage))
     stmts.insert(k + 1, nest)
     return func.replace(body=wrap_allocs(stmts, allocs + [rf]))
 
@@ -133,8 +134,9 @@ def rfactor(func: PrimFunc, loop: str, factor_axis: int = 0) -> PrimFunc:
 @register_pass
 @dataclass(frozen=True)
 class RFactor(Pass):
-    """Factor a reduction: a partial-result stage ``<stage>.rf`` indexed by the reduce loop
-    ``loop`` (at dimension ``factor_axis``), and the stage itself reducing over it.
+    """Factor a reduction: a partial-result stage (:func:`~.names.rfactor_name`) indexed
+    by the reduce loop ``loop`` (at dimension ``factor_axis``), and the stage itself
+    reducing over it.
 
     Parameters:
         loop: a reduce loop of the stage, ``<stage>.<loop>``.

@@ -12,11 +12,11 @@ from ..registry import register_pass
 from .common import (
     ScheduleError,
     find_loop,
-    fresh_loop_name,
     loop_names_on_path,
     on_main,
     replace_at,
 )
+from .names import fresh_name, split_names
 
 
 def split_extents(extent: int, factors=None, nparts=None) -> list:
@@ -43,15 +43,9 @@ def split_extents(extent: int, factors=None, nparts=None) -> list:
     return [-(-extent // inner)] + factors
 
 
-def split_names(name: str, n: int) -> list:
-    if n == 2:
-        return [f"{name}.outer", f"{name}.inner"]
-    return [f"{name}.{k}" for k in range(n)]
-
-
 def split(func: PrimFunc, loop: str, factors=None, nparts=None) -> PrimFunc:
-    """Split loop ``stage.loop`` (see :func:`split_extents`). Loops are named
-    ``<loop>.outer`` / ``<loop>.inner`` for two parts, ``<loop>.0`` ... for more."""
+    """Split loop ``stage.loop`` (see :func:`split_extents`); the new loops are named by
+    :func:`~.names.split_names` (made fresh where a name is already on the path)."""
     path, stage = find_loop(func, loop)
     node: For = path[-1]
     if node.kind != "serial" or node.annotations:
@@ -63,7 +57,7 @@ def split(func: PrimFunc, loop: str, factors=None, nparts=None) -> PrimFunc:
     extents = split_extents(node.extent, factors, nparts)
     taken = loop_names_on_path(path) | _loop_names_below(node)
     taken.discard(node.var.name)
-    names = [fresh_loop_name(n, taken) for n in split_names(node.var.name, len(extents))]
+    names = [fresh_name(n, taken) for n in split_names(node.var.name, len(extents))]
     new_vars = [Var(n) for n in names]
     # v = ((v0 * e1 + v1) * e2 + v2) ...
     value = new_vars[0]
