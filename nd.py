@@ -35,9 +35,11 @@ class SimDevice:
 class SimArray:
     """An array on the simulator device (a numpy array the simulator reads and writes)."""
 
-    def __init__(self, data: np.ndarray, device: SimDevice):
+    def __init__(self, data: np.ndarray, device: SimDevice, dtype: str | None = None):
         self._data = data
         self.device = device
+        # bfloat16 data may be uint16 bit patterns (without ml_dtypes): keep the name
+        self._dtype = dtype or dt.from_numpy(data.dtype)
 
     @property
     def shape(self) -> tuple:
@@ -45,7 +47,7 @@ class SimArray:
 
     @property
     def dtype(self) -> str:
-        return dt.from_numpy(self._data.dtype)
+        return self._dtype
 
     def numpy(self) -> np.ndarray:
         return self._data.copy()
@@ -56,6 +58,8 @@ class SimArray:
         src = source.numpy() if hasattr(source, "numpy") else np.asarray(source)
         if tuple(src.shape) != self.shape:
             raise ValueError(f"copyfrom: shape {list(src.shape)} does not match {list(self.shape)}")
+        if self._dtype == "bfloat16":
+            src = dt.to_bfloat16(src)
         self._data[...] = src.astype(self._data.dtype, copy=False)
         return self
 
@@ -101,12 +105,15 @@ def empty(shape, dtype: str = "float32", device=None):
     if isinstance(device, SimDevice):
         # poison with NaN/garbage so a kernel that forgets to write an element is caught
         npdt = dt.to_numpy(dtype)
-        data = np.empty(shape, npdt)
-        if np.issubdtype(npdt, np.floating):
-            data.fill(np.nan)
+        if dtype == "bfloat16":
+            data = dt.to_bfloat16(np.full(shape, np.nan, np.float32))
         else:
-            data.fill(np.iinfo(npdt).min if np.issubdtype(npdt, np.integer) else 0)
-        return SimArray(data, device)
+            data = np.empty(shape, npdt)
+            if np.issubdtype(npdt, np.floating):
+                data.fill(np.nan)
+            else:
+                data.fill(np.iinfo(npdt).min if np.issubdtype(npdt, np.integer) else 0)
+        return SimArray(data, device, dtype)
     from .backend_ptx import empty as _empty
 
     return _empty(shape, dtype, device)

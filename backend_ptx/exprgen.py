@@ -333,6 +333,9 @@ class ExprCodegen:
                 return self.w.value(f"add{flags} {ty} {m}, {args[2]}", name)
             raise CodegenError(
                 f"kernel {self.func.name}: {op} needs a float argument, got {dtype}: {e}")
+        if ty in _HALF_TYPES and op in ("fma", "fabs", "abs"):
+            # native (fma.rn.f16 / fma.rn.bf16 round once, like the simulator's fma)
+            return self._intrinsic("fabs" if op == "abs" else op, ty, args, name)
         if ty in _HALF_TYPES:
             # half types compute in f32 and round once at the end
             wide = [self.w.value(f"fpext {ty} {a} to float", "t") for a in args]

@@ -12,6 +12,8 @@ import struct
 
 import numpy as np
 
+from ..ir import dtype as dt
+
 _NAME_OK = re.compile(r"[^-a-zA-Z$._0-9]")
 
 
@@ -57,12 +59,7 @@ def float_literal(value: float, llvm_type: str) -> str:
     if llvm_type == "half":
         return f"0xH{int(np.array(value, dtype=np.float16).view(np.uint16)):04X}"
     if llvm_type == "bfloat":
-        bits = int(np.array(value, dtype=np.float32).view(np.uint32))
-        # round to nearest even on the 16 dropped bits; NaN keeps a quiet payload
-        if np.isnan(value):
-            return "0xR7FC0"
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-        return f"0xR{bits & 0xFFFF:04X}"
+        return f"0xR{int(dt.bfloat16_bits(np.float64(value))):04X}"
     raise ValueError(f"no float literal for LLVM type {llvm_type}")
 
 

@@ -22,7 +22,7 @@ from . import mathfns, runtime
 from .analysis import ARRAY, SCALAR, BufInfo, VarInfo
 from .emit import NEST_LIMIT, Block, Scope
 from .errors import SimIRError
-from .exprgen import ExprEmitter, lookup, np_type
+from .exprgen import ExprEmitter, lookup, np_type, storage_dtype
 from .limits import launch_config, shared_bytes
 
 TAG_CODE = {"threadIdx.x": "_tx", "threadIdx.y": "_ty", "threadIdx.z": "_tz",
@@ -44,6 +44,11 @@ _NAMESPACE = {
     "_erf": mathfns.erf,
     "_fma": mathfns.fma,
     "_full": mathfns.full,
+    "_bf16": mathfns.round_bf16,
+    "_tf32": mathfns.round_tf32,
+    "_f16": mathfns.to_f16,
+    "_f32": mathfns.to_f32,
+    "_fma_wide": mathfns.fma_wide,
 }
 
 
@@ -163,7 +168,6 @@ class _Generator(ExprEmitter):
             if not isinstance(s, Alloc) or s.buffer in self.facts.buffers:
                 continue
             b = s.buffer
-            np_type(b.dtype)
             if b.scope == "global":
                 raise SimIRError(
                     f"kernel {self.name} allocates global buffer {b.name}; global "
@@ -173,7 +177,8 @@ class _Generator(ExprEmitter):
             if b.scope == "shared":
                 code = f"s{n}"
                 info = BufInfo(b.name, code, "shared", b.size, b.dtype, self.per_block)
-                prelude.line(f"{code} = _C.shared({b.size}, {b.dtype!r}, {self.per_block})")
+                prelude.line(f"{code} = _C.shared({b.size}, {storage_dtype(b.dtype)!r}, "
+                             f"{self.per_block})")
                 if self.per_block:
                     kd = self.key_dtype(b.size)
                     info.offset = f"so{n}"
@@ -184,7 +189,8 @@ class _Generator(ExprEmitter):
             else:
                 code = f"l{n}"
                 info = BufInfo(b.name, code, "local", b.size, b.dtype, self.per_lane)
-                prelude.line(f"{code} = _C.local({b.size}, {b.dtype!r}, {self.per_lane})")
+                prelude.line(f"{code} = _C.local({b.size}, {storage_dtype(b.dtype)!r}, "
+                             f"{self.per_lane})")
                 if self.per_lane:
                     info.flat = f"lf{n}"
                     prelude.line(f"lf{n} = {code}.reshape(-1)")

@@ -29,10 +29,20 @@ Python tokenizer stops at 200 nesting levels)."""
 
 
 def np_type(dtype: str) -> str:
-    """The numpy type that generated code names for ``dtype``."""
+    """The numpy type that generated code names for ``dtype``.
+
+    bfloat16 values are float32 values that every operation rounds to bfloat16 (nearest
+    even) before anything else sees them, so they are always exact bfloat16 numbers;
+    float16 is numpy's float16, whose operations round to float16 each time.
+    """
     if dtype == "bfloat16":
-        raise SimIRError("bfloat16 has no numpy equivalent; the simulator cannot run it")
+        return "np.float32"
     return f"np.{'bool_' if dtype == 'bool' else dtype}"
+
+
+def storage_dtype(dtype: str) -> str:
+    """The numpy dtype name of simulator buffers of IR ``dtype`` (bfloat16: float32)."""
+    return np_type(dtype)[3:]
 
 
 def is_name(code: str) -> bool:
@@ -84,7 +94,9 @@ class ExprEmitter:
         name = self._float_names.get(key)
         if name is None:
             name = self._float_names[key] = f"_k{len(self._float_names)}"
-            self.constants[name] = getattr(np, np_type(dtype)[3:])(value)
+            if dt.is_half(dtype):
+                value = dt.round_to(np.float64(value), dtype)[()]
+            self.constants[name] = getattr(np, storage_dtype(dtype))(value)
         return name
 
     def zero(self, dtype: str) -> str:
@@ -161,6 +173,10 @@ class ExprEmitter:
     def cast_code(self, code: str, src: str, dst: str, kind: str, iv) -> str:
         if src == dst:
             return code
+        if dst == "bfloat16":
+            return f"_bf16({code})"
+        if src == "bfloat16" and dst == "float32":
+            return code
         target = np_type(dst)
         if kind == ARRAY:
             if dst == "bool":
@@ -209,7 +225,7 @@ class ExprEmitter:
             code = f"({a} {ARITH_SYMBOL[op]} {b})"
             if integer and kind == SCALAR and f.interval(e) is None:
                 code = self.wrap_code(code, d)
-            return code
+            return self.rounded(code, d)
         if op in ("min", "max"):
             if not integer:  # NaN-propagating, as the GPU code's llvm.minimum/maximum
                 return f"np.{'minimum' if op == 'min' else 'maximum'}({a}, {b})"
@@ -219,14 +235,16 @@ class ExprEmitter:
         if op == "div":
             if integer:
                 return f"_tdiv({a}, {b}, {d!r})"
-            return f"({a} / {b})"
+            return self.rounded(f"({a} / {b})", d)
         divisor = f.interval(e.b)
         nonzero = divisor is not None and (divisor[0] > 0 or divisor[1] < 0)
         if not integer:
+            # each step rounds, as the GPU code's fdiv, floor, fmul and fsub do
+            q = f"np.floor({self.rounded(f'({a} / {b})', d)})"
             if op == "floordiv":
-                return f"np.floor({a} / {b})"
+                return q
             a, b = self.mat(a, B), self.mat(b, B)
-            return f"({a} - np.floor({a} / {b}) * {b})"
+            return self.rounded(f"({a} - {self.rounded(f'{q} * {b}', d)})", d)
         if op == "floordiv":
             if kind == ARRAY:
                 return f"({a} // {b})"
@@ -241,6 +259,11 @@ class ExprEmitter:
                 return f"({a} - {a} // {b} * {b})"
             return f"({a} % {b})"
         raise SimIRError(f"kernel {self.name}: unknown binary op {op!r}")
+
+    def rounded(self, code: str, dtype: str) -> str:
+        """``code`` rounded to bfloat16 where ``dtype`` is bfloat16 (other dtypes round in
+        numpy already)."""
+        return f"_bf16({code})" if dtype == "bfloat16" else code
 
     # conditions -------------------------------------------------------------------------
     def conditions(self, cond: Expr, holds: bool = True) -> list:
@@ -434,38 +457,44 @@ class ExprEmitter:
         return code
 
     def call(self, e: Call, B: Block) -> str:
-        f = self.facts
-        op = e.op
         argd = e.args[0].dtype
         args = [self.operand(a, argd, B) for a in e.args]
-        kind = f.kind(e)
-        floating = dt.is_float(argd)
-        a = args[0]
-        if op in ("floor", "ceil", "round") and not floating:
-            code = a
-        elif op in NUMPY_UNARY:
-            code = f"np.{op}({a})"
-        elif op in ("fabs", "abs"):
-            if floating or kind == ARRAY:
-                code = f"np.abs({a})"
+        kind = self.facts.kind(e)
+        if dt.is_half(argd):
+            # as the GPU code: fma rounds once, everything else computes in float32 and
+            # rounds once at the end
+            if e.op == "fma":
+                code = f"_fma_wide({', '.join(args)})"
             else:
-                code = self.wrap_code(f"abs({a})", argd) if argd != "bool" else a
-        elif op in HELPER_UNARY:
-            code = f"{HELPER_UNARY[op]}({a})"
-        elif op == "pow":
-            code = f"np.power({a}, {args[1]})"
-        elif op == "fma":
-            if floating:
-                code = f"_fma({a}, {args[1]}, {args[2]})"
-            else:
-                code = f"({a} * {args[1]} + {args[2]})"
-                if kind == SCALAR:
-                    code = self.wrap_code(code, argd)
+                code = self.call_code(e.op, "float32", [f"_f32({a})" for a in args], kind)
+            code = f"_bf16({code})" if argd == "bfloat16" else f"_f16({code})"
         else:
-            raise SimIRError(f"kernel {self.name}: unknown intrinsic {op!r}")
+            code = self.call_code(e.op, argd, args, kind)
         if e.dtype != argd:
             code = self.cast_code(code, argd, e.dtype, kind, None)
         return code
+
+    def call_code(self, op: str, argd: str, args: list, kind: str) -> str:
+        floating = dt.is_float(argd)
+        a = args[0]
+        if op in ("floor", "ceil", "round") and not floating:
+            return a
+        if op in NUMPY_UNARY:
+            return f"np.{op}({a})"
+        if op in ("fabs", "abs"):
+            if floating or kind == ARRAY:
+                return f"np.abs({a})"
+            return self.wrap_code(f"abs({a})", argd) if argd != "bool" else a
+        if op in HELPER_UNARY:
+            return f"{HELPER_UNARY[op]}({a})"
+        if op == "pow":
+            return f"np.power({a}, {args[1]})"
+        if op == "fma":
+            if floating:
+                return f"_fma({a}, {args[1]}, {args[2]})"
+            code = f"({a} * {args[1]} + {args[2]})"
+            return self.wrap_code(code, argd) if kind == SCALAR else code
+        raise SimIRError(f"kernel {self.name}: unknown intrinsic {op!r}")
 
 
 def lookup(B: Block, key):

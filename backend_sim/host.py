@@ -12,6 +12,7 @@ from ..ir.expr import IRError
 from ..ir.stmt import Alloc, Launch, Module, PrimFunc, Seq, Stmt
 from .codegen import CompiledKernel, compile_kernel
 from .errors import SimArgumentError, SimIRError
+from .exprgen import storage_dtype
 from .runtime import fill_value
 
 CACHE_SIZE = 256
@@ -55,9 +56,11 @@ def run(module: Module, args: list, check_races: bool = True) -> None:
     with np.errstate(all="ignore"):
         _execute(host.body, env, module, check_races)
     for p, original, work in copies:
+        if p.dtype == "bfloat16":
+            work = dt.to_bfloat16(work)
         if original.flags.writeable:
             original[...] = work.reshape(original.shape)
-        elif not np.array_equal(original.reshape(-1), work, equal_nan=True):
+        elif not _same(original.reshape(-1), work):
             raise SimArgumentError(
                 f"the array for {p.name} is read-only, but the kernels write to it"
             )
@@ -93,11 +96,23 @@ def _bind(param, array, copies: list) -> np.ndarray:
             f"{param.name}: host buffers with padded strides {param.strides} cannot be bound "
             f"to a numpy array of shape {param.shape}"
         )
+    if param.dtype == "bfloat16":
+        # kernels keep bfloat16 values in float32 (see exprgen.np_type); copied back after
+        work = dt.from_bfloat16(np.ascontiguousarray(array)).reshape(-1)
+        copies.append((param, array, work))
+        return work
     if array.flags.c_contiguous and array.flags.writeable:
         return array.reshape(-1)
     work = np.ascontiguousarray(array).reshape(-1).copy()
     copies.append((param, array, work))
     return work
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal values (NaN equal to NaN); bfloat16 arrays compare bit patterns."""
+    if a.dtype.itemsize == 2 and a.dtype.kind != "f":
+        return np.array_equal(a.view(np.uint16), b.view(np.uint16))
+    return np.array_equal(a, b, equal_nan=True)
 
 
 def _compact(shape: tuple) -> tuple:
@@ -117,7 +132,7 @@ def _execute(s: Stmt, env: dict, module: Module, check_races: bool) -> None:
         if b.scope != "global":
             raise SimIRError(f"the host function allocates {b.name} in {b.scope} memory; "
                              "only global temporaries live on the host side")
-        d = dt.to_numpy(b.dtype)
+        d = np.dtype(storage_dtype(b.dtype))
         env[b] = np.full(b.size, fill_value(d), d)
         try:
             _execute(s.body, env, module, check_races)
@@ -151,7 +166,7 @@ def _launch(s: Launch, env: dict, module: Module, check_races: bool) -> None:
                 f"launch of {s.kernel} passes {getattr(arg, 'name', arg)}, which the host "
                 "function neither takes nor allocates"
             )
-        if array.size != param.size or array.dtype != dt.to_numpy(param.dtype):
+        if array.size != param.size or array.dtype != storage_dtype(param.dtype):
             raise SimIRError(
                 f"launch of {s.kernel}: param {param.name} ({param.dtype}, {param.size} "
                 f"elements) is bound to {arg.name} ({array.dtype}, {array.size} elements)"

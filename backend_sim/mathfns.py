@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from ..ir import dtype as dt
+
 
 @functools.cache
 def int_range(dtype: str) -> tuple[int, int]:
@@ -101,6 +103,37 @@ def fma(a, b, c):
         return a * b + c
     wide = np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)
     return wide.astype(dtype)[()]
+
+
+def fma_wide(a, b, c):
+    """``a * b + c`` in float64, for 16-bit operands: exact product, so rounding the result
+    to float16 or bfloat16 once gives the GPU's ``fma.rn.f16`` / ``fma.rn.bf16``."""
+    return (np.asarray(a, np.float64) * np.asarray(b, np.float64)
+            + np.asarray(c, np.float64))[()]
+
+
+def round_bf16(x):
+    """``x`` rounded to bfloat16 (nearest even), held in float32: how the simulator keeps
+    bfloat16 values, rounding after every operation."""
+    if isinstance(x, (bool, np.bool_)) or np.asarray(x).dtype.kind in "biu":
+        x = np.asarray(x, np.float64)
+    return dt.round_to(x, "bfloat16")[()]
+
+
+def round_tf32(x):
+    """float32 ``x`` rounded to TF32 (10-bit mantissa, ties away from zero), as the GPU's
+    ``cvt.rna.tf32.f32``."""
+    return dt.round_to(x, "tf32")[()]
+
+
+def to_f32(x):
+    """A 16-bit float value widened to float32 (scalars and arrays)."""
+    return np.asarray(x, np.float32)[()]
+
+
+def to_f16(x):
+    """``x`` rounded to float16 once."""
+    return np.asarray(x).astype(np.float16)[()]
 
 
 def full(value, lanes: int, dtype: str) -> np.ndarray:

@@ -72,18 +72,7 @@ def _round_float(v: float, dtype: str) -> float:
     v = float(v)
     if dtype == "float64" or math.isnan(v):
         return v
-    with np.errstate(over="ignore"):
-        if dtype == "float32":
-            return float(np.float32(v))
-        if dtype == "float16":
-            return float(np.float16(v))
-        # bfloat16: the upper half of a float32, rounded to nearest even
-        f = np.array(np.float32(v))
-        if not np.isfinite(f):
-            return float(f)
-        bits = int(f.view(np.uint32))
-        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000) & 0xFFFFFFFF
-        return float(np.array(bits, dtype=np.uint32).view(np.float32))
+    return float(dt.round_to(np.float64(v), dtype))
 
 
 def _const(v, dtype: str) -> Expr:
