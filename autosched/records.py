@@ -10,7 +10,10 @@ from .state import state_from_payload
 
 
 class RecordToFile:
-    """A measure callback appending every measurement to ``filename`` (JSON lines)."""
+    """A measure callback appending every measurement to ``filename`` (JSON lines) as it
+    arrives, with an ``fsync`` per round (a :class:`~ptxforge.measure.RecordWriter`: a
+    second process writing the same file raises
+    :class:`~ptxforge.measure.record.RecordFileBusy`)."""
 
     def __init__(self, filename: str = "auto_scheduler_tuning.json"):
         from ..measure import RecordWriter
@@ -18,8 +21,21 @@ class RecordToFile:
         self.filename = os.fspath(filename)
         self._writer = RecordWriter(self.filename)
 
+    def on_result(self, inp, res) -> None:
+        """Write one record now (the tuning loops call this as each result arrives)."""
+        self._writer.on_result(inp, res)
+
     def __call__(self, inputs, results) -> None:
         self._writer(inputs, results)
+
+    @property
+    def count(self) -> int:
+        """Records written so far."""
+        return self._writer.count
+
+    def close(self) -> None:
+        """Give up the file (see :meth:`ptxforge.measure.RecordWriter.close`)."""
+        self._writer.close()
 
     def __repr__(self):
         return f"RecordToFile({self.filename!r})"
@@ -38,15 +54,19 @@ def load_records(filename: str, workload_key: str | None = None) -> list:
 
 def load_best_record(filename: str, workload_key: str | None = None,
                      target: str | None = None) -> tuple:
-    """``(MeasureInput, MeasureResult)`` of the fastest successful record (of
-    ``workload_key`` and ``target`` when given); ``(None, None)`` when there is none."""
+    """``(MeasureInput, MeasureResult)`` of the best successful record (of
+    ``workload_key`` and ``target`` when given) by the one rule of
+    :func:`ptxforge.measure.record.rank` (a GPU measurement beats an estimate, then the
+    lowest mean cost); ``(None, None)`` when there is none."""
+    from ..measure.record import rank
+
     best = (None, None)
     for inp, res in load_records(filename, workload_key):
         if int(res.error_no) != 0:
             continue
         if target is not None and inp.task.target != target:
             continue
-        if best[1] is None or res.mean < best[1].mean:
+        if best[1] is None or rank(res) < rank(best[1]):
             best = (inp, res)
     return best
 

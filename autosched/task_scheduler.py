@@ -422,7 +422,7 @@ class TaskScheduler:
             cb.pre_tune(self, task_idx)
         n = min(self.num_measures_per_round, self.tune_option.num_measure_trials - planned)
         return start_round(self.tasks[task_idx], self.search_policies[task_idx], max(n, 1),
-                           stream, task_idx)
+                           stream, task_idx, self.tune_option.measure_callbacks)
 
     def _finish_round(self, rnd: PendingRound) -> None:
         """Wait for a round's results; record them, update its task's best cost and the

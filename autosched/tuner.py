@@ -45,10 +45,14 @@ def can_search_ahead(policy) -> bool:
     return hasattr(policy, "mark_in_flight")
 
 
-def start_round(task, policy, n: int, stream, task_idx: int = 0) -> PendingRound:
+def start_round(task, policy, n: int, stream, task_idx: int = 0,
+                measure_callbacks=()) -> PendingRound:
     """Search up to ``n`` states with ``policy``, mark them in flight and submit their
-    measure inputs to ``stream`` (an empty round is done at once)."""
+    measure inputs to ``stream`` (an empty round is done at once). Those of
+    ``measure_callbacks`` with an ``on_result`` (e.g. a record writer) get each result as
+    it arrives."""
     from ..measure import MeasureInput
+    from ..measure.record import streaming_hook
 
     t0 = time.perf_counter()
     rows = policy.search_one_round(n)
@@ -58,8 +62,9 @@ def start_round(task, policy, n: int, stream, task_idx: int = 0) -> PendingRound
             policy.mark_in_flight(rows)
         inputs = [MeasureInput(task.task_spec, s.pipeline(task), state_payload(task, s))
                   for s in (State.from_row(r, task) for r in rows)]
-    return PendingRound(rows, inputs, stream.submit(inputs), time.perf_counter() - t0,
-                        task_idx)
+    return PendingRound(rows, inputs,
+                        stream.submit(inputs, streaming_hook(measure_callbacks)),
+                        time.perf_counter() - t0, task_idx)
 
 
 def run_tuning(task, policy, options) -> TuningSummary:
@@ -89,7 +94,8 @@ def run_tuning(task, policy, options) -> TuningSummary:
             if searching and planned < options.num_measure_trials and (
                     len(inflight) <= ahead):
                 n = min(options.num_measures_per_round, options.num_measure_trials - planned)
-                rnd = start_round(task, policy, n, stream)
+                rnd = start_round(task, policy, n, stream,
+                                  measure_callbacks=options.measure_callbacks)
                 if not len(rnd.rows):
                     if options.verbose:
                         print("[autosched] no unmeasured valid states are left; stopping")

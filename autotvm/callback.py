@@ -7,21 +7,37 @@ import os
 import sys
 import time
 
-from .record import save
+from ..measure.record import RecordWriter
 
 
-def log_to_file(file_out: str | os.PathLike):
-    """Append every measurement to a record file (JSON lines, flushed per record)."""
-    path = os.fspath(file_out)
-    folder = os.path.dirname(path)
-    if folder:
-        os.makedirs(folder, exist_ok=True)
+class _LogToFile:
+    """See :func:`log_to_file`."""
 
-    def _callback(tuner, inputs, results):
-        save(path, inputs, results)
+    def __init__(self, path: str):
+        self.path = path
+        self._writer = RecordWriter(path)
 
-    _callback.path = path
-    return _callback
+    def on_result(self, inp, res) -> None:
+        """Write one record now (the tuning loop calls this as each result arrives)."""
+        self._writer.on_result(inp.to_measure(), res)
+
+    def __call__(self, tuner, inputs, results) -> None:
+        self._writer([i.to_measure() for i in inputs], results)
+
+    @property
+    def count(self) -> int:
+        """Records written so far."""
+        return self._writer.count
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def log_to_file(file_out: str | os.PathLike) -> _LogToFile:
+    """Append every measurement to a record file as it arrives (JSON lines, one ``write``
+    per record, ``fsync`` per batch); a second process writing the same file raises
+    :class:`~ptxforge.measure.record.RecordFileBusy`."""
+    return _LogToFile(os.fspath(file_out))
 
 
 def progress_bar(total: int, prefix: str = "", si_prefix: str = "G", stream=None):

@@ -212,10 +212,13 @@ class Flow:
         wait_any(handles, max(0.0, min(waits)) if waits else None)
 
 
-def measure_batch(inputs, builder: Builder, runner: Runner) -> list[MeasureResult]:
+def measure_batch(inputs, builder: Builder, runner: Runner,
+                  on_result=None) -> list[MeasureResult]:
     """Build and run ``inputs`` (a list, or any iterable: it is consumed lazily, so a tuner
     may still be producing candidates while the first ones build); results in input
-    order. Builds and runs overlap: a candidate is run as soon as it is built."""
+    order. Builds and runs overlap: a candidate is run as soon as it is built.
+    ``on_result(index, result)``, when given, is called as each result arrives (how
+    records reach the disk before the batch is done)."""
     flow = Flow(builder, runner)
     source = iter(inputs)
     results: dict = {}
@@ -233,6 +236,9 @@ def measure_batch(inputs, builder: Builder, runner: Runner) -> list[MeasureResul
                 n += 1
         done = flow.advance()
         results.update(done)
+        if on_result is not None:
+            for (_, i), res in done:
+                on_result(i, res)
         if exhausted and not flow.pending:
             return [results[batch, i] for i in range(n)]
         if done or not exhausted:

@@ -1,9 +1,20 @@
-"""Record files: one JSON object per line and per measurement, flushed as written.
+"""Record files: one JSON object per line and per measurement, on disk as it arrives.
 
 A record holds the task's identity, the schedule as pass text, the tuner's payload and the
-result. Files are only ever appended to, so a run that dies leaves at worst a truncated last
-line, which :func:`load_records` skips with a warning (as it does any corrupt line), naming
-the file and the line.
+result. Files are only ever appended to, one ``write`` per record, so a run that dies (even
+by ``kill -9``) loses at most the line being written; :class:`RecordWriter` also calls
+``fsync`` at the end of every round, so a power cut loses at most that round. A file whose
+last line was cut short (a full disk) is terminated with a newline before anything is
+appended, so the next record starts on its own line.
+
+One process writes a log at a time: a writer holds an exclusive ``flock`` on the file, and a
+second process opening the same log raises :class:`RecordFileBusy` (two runs on one log
+would measure the same candidates twice). Writers in one process share the lock.
+
+Loaders skip any line that is not a well-formed record (bad encoding, too deep, wrong types,
+costs that are not positive finite numbers, a payload that is not an object) with a
+``RuntimeWarning`` naming the file and the line. The order of records does not matter to
+them: the best record is chosen by :func:`rank`, the one rule every reader uses.
 
 The task's module text is not stored (it is large and the tuner that reads a record knows
 its task); a loaded record carries a :class:`TaskSpec` with an empty ``module_text``.
@@ -11,14 +22,25 @@ its task); a loaded record carries a :class:`TaskSpec` with an empty ``module_te
 
 from __future__ import annotations
 
+import fcntl
 import json
+import math
 import os
+import threading
 import warnings
 from collections.abc import Iterable, Iterator
 
 from .result import MeasureErrorNo, MeasureInput, MeasureResult, TaskSpec
 
 FORMAT_VERSION = 1
+
+MAX_LINE_BYTES = 1 << 20
+"""Lines longer than this are not records (a record is a few kilobytes); they are skipped
+unparsed, so a garbage line cannot make a loader spend unbounded memory."""
+
+
+class RecordFileBusy(RuntimeError):
+    """Another process is writing the record file."""
 
 
 def encode(inp: MeasureInput, res: MeasureResult) -> str:
@@ -28,58 +50,262 @@ def encode(inp: MeasureInput, res: MeasureResult) -> str:
                        "result": res.to_json()}, separators=(",", ":"))
 
 
+def _field(d: dict, key: str, kind, what: str, default=None):
+    if key not in d:
+        if default is not None:
+            return default
+        raise ValueError(f"{what} has no {key!r}")
+    v = d[key]
+    if kind is float:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    elif kind is int:
+        ok = isinstance(v, int) and not isinstance(v, bool)
+    else:
+        ok = isinstance(v, kind)
+    if not ok:
+        raise ValueError(f"{what}'s {key!r} must be {kind.__name__}, got {v!r:.80}")
+    return v
+
+
 def decode(line: str) -> tuple[MeasureInput, MeasureResult]:
-    """The inverse of :func:`encode`; ``ValueError`` (or ``KeyError``/``TypeError``) for a
-    malformed line."""
-    d = json.loads(line)
+    """The inverse of :func:`encode`; ``ValueError`` for a malformed line (wrong types,
+    costs that are not positive finite numbers, a payload that is not an object)."""
+    try:
+        d = json.loads(line)
+    except RecursionError:
+        raise ValueError("nested too deeply to be a record") from None
     if not isinstance(d, dict) or d.get("v") != FORMAT_VERSION:
         raise ValueError(f"not a version-{FORMAT_VERSION} record")
-    t = d["task"]
-    task = TaskSpec(workload_key=str(t["key"]), target=str(t["target"]), module_text="",
-                    flop=float(t.get("flop", 0.0)), name=str(t.get("name", "")))
+    t = _field(d, "task", dict, "the record")
+    flop = _field(t, "flop", float, "the task", 0.0)
+    if flop < 0:
+        raise ValueError(f"the task's flop must not be negative, got {flop!r}")
+    task = TaskSpec(workload_key=_field(t, "key", str, "the task"),
+                    target=_field(t, "target", str, "the task"), module_text="",
+                    flop=float(flop), name=_field(t, "name", str, "the task", ""))
     payload = d.get("payload")
     if payload is not None and not isinstance(payload, dict):
         raise ValueError("the payload must be an object")
-    return (MeasureInput(task, str(d["pipeline"]), payload),
-            MeasureResult.from_json(d["result"]))
+    r = _field(d, "result", dict, "the record")
+    costs = _field(r, "costs", list, "the result")
+    for c in costs:
+        if not (isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c)
+                and c > 0):
+            raise ValueError(f"costs must be positive finite numbers, got {costs!r:.80}")
+    error_no = _field(r, "error_no", int, "the result")
+    if error_no == 0 and not costs:
+        raise ValueError("a successful result has no costs")
+    _field(r, "estimated", bool, "the result", False)
+    for key in ("error_msg", "device", "correctness"):
+        _field(r, key, str, "the result", "")
+    for key in ("all_cost", "timestamp"):
+        _field(r, key, float, "the result", 0.0)
+    return (MeasureInput(task, _field(d, "pipeline", str, "the record"), payload),
+            MeasureResult.from_json(r))
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+
+class _Log:
+    """An open, locked record file shared by the writers of one process."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.mutex = threading.Lock()
+        self.users = 0
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise RecordFileBusy(
+                f"{path} is being written by another process (another tuning run on the same "
+                "log?); wait for it to finish or write to another log file") from None
+        self._terminate_truncated_line()
+
+    def _terminate_truncated_line(self) -> None:
+        size = os.fstat(self.fd).st_size
+        if not size:
+            return
+        with open(self.path, "rb") as f:
+            f.seek(size - 1)
+            last = f.read(1)
+        if last != b"\n":
+            warnings.warn(f"{self.path}: the last line is a truncated record; ending it so that "
+                          "new records start on a line of their own", RuntimeWarning,
+                          stacklevel=4)
+            self.write(b"\n")
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def close(self) -> None:
+        os.close(self.fd)  # releases the lock
+
+
+_LOGS: dict[str, _Log] = {}
+_LOGS_MUTEX = threading.Lock()
+
+
+def _open_log(path: str) -> _Log:
+    key = os.path.realpath(path)
+    with _LOGS_MUTEX:
+        log = _LOGS.get(key)
+        if log is None:
+            log = _LOGS[key] = _Log(path)
+        log.users += 1
+        return log
+
+
+def _release_log(log: _Log) -> None:
+    with _LOGS_MUTEX:
+        log.users -= 1
+        if log.users <= 0:
+            _LOGS.pop(os.path.realpath(log.path), None)
+            log.close()
+
+
+def _forget_logs_in_child() -> None:
+    # a forked worker must not keep the parent's lock alive after the parent died
+    for log in list(_LOGS.values()):
+        try:
+            os.close(log.fd)
+        except OSError:
+            pass
+    _LOGS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_logs_in_child)
 
 
 class RecordWriter:
-    """A tuning callback ``(inputs, results)`` appending every measurement to ``path``."""
+    """Appends measurements to ``path`` as they arrive.
+
+    The tuning loops call :meth:`on_result` for each result the moment the runner hands it
+    back (one ``write`` per record: nothing is buffered in the process), then call the
+    writer with the whole round, ``writer(inputs, results)``: records not written yet are
+    written, and the file is ``fsync`` ed. Used only as a round callback, it writes the
+    round at once. Holds the log's lock (see :class:`RecordFileBusy`) until :meth:`close`.
+    """
 
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
         folder = os.path.dirname(self.path)
         if folder:
             os.makedirs(folder, exist_ok=True)
+        self._log: _Log | None = _open_log(self.path)
+        self._written: dict = {}  # id(result) -> result: streamed, not yet seen in a round
+        self.count = 0
+
+    def on_result(self, inp: MeasureInput, res: MeasureResult) -> None:
+        """Append one record now (called from the thread that collects results)."""
+        log = self._require()
+        with log.mutex:
+            log.write((encode(inp, res) + "\n").encode())
+            self._written[id(res)] = res
+            self.count += 1
 
     def __call__(self, inputs, results) -> None:
-        save_records(self.path, inputs, results)
+        log = self._require()
+        with log.mutex:
+            data = []
+            for inp, res in zip(inputs, results):
+                if self._written.pop(id(res), None) is res:
+                    continue
+                data.append(encode(inp, res) + "\n")
+                self.count += 1
+            if data:
+                log.write("".join(data).encode())
+            os.fsync(log.fd)
+
+    def sync(self) -> None:
+        """``fsync`` the file."""
+        if self._log is not None:
+            os.fsync(self._log.fd)
+
+    def _require(self) -> _Log:
+        if self._log is None:
+            raise ValueError(f"the record writer of {self.path} is closed")
+        return self._log
+
+    def close(self) -> None:
+        """Sync and give up the lock (when no other writer of this process holds it)."""
+        log, self._log = self._log, None
+        if log is not None:
+            try:
+                os.fsync(log.fd)
+            finally:
+                _release_log(log)
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def streaming_hook(callbacks) -> object | None:
+    """A function ``(input, result)`` calling ``on_result`` of each of ``callbacks`` that
+    has one (None when none has): the tuning loops call it as each result arrives."""
+    hooks = [cb.on_result for cb in callbacks if callable(getattr(cb, "on_result", None))]
+    if not hooks:
+        return None
+
+    def hook(inp, res) -> None:
+        for h in hooks:
+            h(inp, res)
+
+    return hook
 
 
 def save_records(path: str | os.PathLike, inputs, results) -> None:
-    """Append records to ``path``, each line flushed as it is written."""
-    with open(path, "a") as f:
-        for inp, res in zip(inputs, results):
-            f.write(encode(inp, res) + "\n")
-            f.flush()
+    """Append records to ``path`` and ``fsync`` it (raises :class:`RecordFileBusy` when
+    another process is writing it)."""
+    with RecordWriter(path) as w:
+        w(inputs, results)
+
+
+# -- reading ----------------------------------------------------------------------------------
 
 
 def iter_records(path: str | os.PathLike) -> Iterator[tuple[MeasureInput, MeasureResult]]:
-    """The records of ``path`` in file order, skipping (with a warning) lines that do not
-    parse."""
+    """The records of ``path`` in file order, skipping (with a ``RuntimeWarning`` naming
+    the file and the line) any line that is not a well-formed record."""
     path = os.fspath(path)
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            text = line.strip()
-            if not text:
+    with open(path, "rb") as f:
+        n = 0
+        while True:
+            raw = f.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            n += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):  # skip the rest of the line
+                    raw = f.readline(MAX_LINE_BYTES)
+                _skip(path, n, "an overlong line", f"over {MAX_LINE_BYTES} bytes")
+                continue
+            if not raw.strip():
                 continue
             try:
-                yield decode(text)
+                yield decode(raw.decode("utf-8").strip())
+            except UnicodeDecodeError as e:
+                _skip(path, n, "a corrupt record", f"not UTF-8: {e}")
             except (ValueError, KeyError, TypeError) as e:
-                what = "truncated" if not line.endswith("\n") else "corrupt"
-                warnings.warn(f"{path}:{n}: skipping a {what} record ({type(e).__name__}: "
-                              f"{e})", RuntimeWarning, stacklevel=2)
+                what = "a truncated record" if not raw.endswith(b"\n") else "a corrupt record"
+                _skip(path, n, what, f"{type(e).__name__}: {e}")
+
+
+def _skip(path: str, n: int, what: str, why: str) -> None:
+    warnings.warn(f"{path}:{n}: skipping {what} ({why})", RuntimeWarning, stacklevel=3)
 
 
 def load_records(path: str | os.PathLike) -> list[tuple[MeasureInput, MeasureResult]]:
@@ -93,11 +319,25 @@ def _records(source) -> Iterable:
     return source
 
 
-def best_records(source, key=None) -> dict:
-    """The fastest successful record per workload key (and target): ``{(key, target):
-    (input, result)}``. A measured result beats an estimated one (simulator runner), then
-    the lowest mean cost wins. ``source`` is a path or an iterable of records; ``key``
+def ranked_records(source, key=None) -> dict:
+    """The successful records per workload key (and target), best first by :func:`rank`:
+    ``{(key, target): [(input, result), ...]}``. A reader whose best record no longer
+    applies takes the next. ``source`` is a path or an iterable of records; ``key``
     optionally maps a record to the grouping key instead."""
+    groups: dict = {}
+    for inp, res in _records(source):
+        if res.error_no != MeasureErrorNo.NO_ERROR:
+            continue
+        k = key(inp, res) if key else (inp.task.workload_key, inp.task.target)
+        groups.setdefault(k, []).append((inp, res))
+    for recs in groups.values():
+        recs.sort(key=lambda p: rank(p[1]))
+    return groups
+
+
+def best_records(source, key=None) -> dict:
+    """The best successful record per workload key (and target): ``{(key, target):
+    (input, result)}`` (see :func:`rank` and :func:`ranked_records`)."""
     best: dict = {}
     for inp, res in _records(source):
         if res.error_no != MeasureErrorNo.NO_ERROR:
@@ -109,17 +349,24 @@ def best_records(source, key=None) -> dict:
 
 
 def rank(res: MeasureResult) -> tuple:
-    """Sort key of successful results: measured before estimated, then by mean cost."""
-    return (bool(res.estimated), res.mean)
+    """Sort key of successful results, the one rule for "best" everywhere: a GPU
+    measurement beats a simulator estimate, then the lowest mean cost wins, then the
+    earliest timestamp (so the order of records in a file does not matter)."""
+    return (bool(res.estimated), res.mean, res.timestamp)
 
 
 def distill(in_path: str | os.PathLike, out_path: str | os.PathLike) -> int:
     """Write the best record per workload of ``in_path`` to ``out_path`` (replacing it);
-    return how many were written."""
+    return how many were written. Refuses to overwrite ``in_path`` itself."""
+    if os.path.exists(out_path) and os.path.samefile(in_path, out_path):
+        raise ValueError(f"distill would overwrite its input {os.fspath(in_path)} with only the "
+                         "best records; write to another file")
     best = best_records(in_path)
     tmp = os.fspath(out_path) + ".tmp"
     with open(tmp, "w") as f:
         for inp, res in best.values():
             f.write(encode(inp, res) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, out_path)
     return len(best)

@@ -39,17 +39,20 @@ class MeasureStream:
         self._lock = threading.Lock()
         self._inbox: deque = deque()
         self._wake_r, self._wake_w = Pipe(duplex=False)
-        self._batches: dict = {}  # id -> [future, results list, remaining]
+        self._batches: dict = {}  # id -> [future, results, remaining, inputs, on_result]
         self._stopping = False
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     # -- the calling side ---------------------------------------------------------------------
-    def submit(self, inputs) -> Future:
+    def submit(self, inputs, on_result=None) -> Future:
         """Queue a batch; the future's result is its list of
         :class:`~ptxforge.measure.MeasureResult` in input order (an empty batch is done at
-        once). Raises :class:`MeasureStreamClosed` when the stream is closed."""
+        once). ``on_result(input, result)``, when given, is called from the stream's thread
+        as each result arrives (how records reach the disk before the batch is done; an
+        exception in it fails the stream). Raises :class:`MeasureStreamClosed` when the
+        stream is closed."""
         inputs = list(inputs)
         fut: Future = Future()
         with self._lock:
@@ -58,7 +61,7 @@ class MeasureStream:
             if not inputs:
                 fut.set_result([])
                 return fut
-            self._inbox.append((inputs, fut))
+            self._inbox.append((inputs, fut, on_result))
         self._wake()
         return fut
 
@@ -119,8 +122,8 @@ class MeasureStream:
                         return
                     new = list(self._inbox)
                     self._inbox.clear()
-                for inputs, fut in new:
-                    self._start(inputs, fut)
+                for inputs, fut, on_result in new:
+                    self._start(inputs, fut, on_result)
                 done = self._flow.advance()
                 for key, res in done:
                     self._finish(key, res)
@@ -137,12 +140,12 @@ class MeasureStream:
             closed.__cause__ = e
             self._fail_all(closed)
 
-    def _start(self, inputs: list, fut: Future) -> None:
+    def _start(self, inputs: list, fut: Future, on_result=None) -> None:
         if not fut.set_running_or_notify_cancel():
             return
         bid = next(batch_ids)
         with self._lock:
-            self._batches[bid] = [fut, [None] * len(inputs), len(inputs)]
+            self._batches[bid] = [fut, [None] * len(inputs), len(inputs), inputs, on_result]
         for i, inp in enumerate(inputs):
             self._flow.add((bid, i), inp)
 
@@ -150,13 +153,15 @@ class MeasureStream:
         bid, i = key
         with self._lock:
             batch = self._batches.get(bid)
-            if batch is None:
-                return
+        if batch is None:
+            return
+        if batch[4] is not None:
+            batch[4](batch[3][i], res)
+        with self._lock:
             batch[1][i] = res
             batch[2] -= 1
-            if batch[2]:
+            if batch[2] or self._batches.pop(bid, None) is None:
                 return
-            del self._batches[bid]
         batch[0].set_result(batch[1])
 
     def _drain_wake(self) -> None:
@@ -170,7 +175,7 @@ class MeasureStream:
         with self._lock:
             batches = list(self._batches.values())
             self._batches.clear()
-            queued = [fut for _, fut in self._inbox]
+            queued = [b[1] for b in self._inbox]
             self._inbox.clear()
         for fut in [b[0] for b in batches] + queued:
             if not fut.done():

@@ -84,7 +84,7 @@ class Tuner(abc.ABC):
                 self.timing["propose"] += time.perf_counter() - t0
                 if not configs:
                     break
-                inputs, results = self._measure(configs, builder, runner)
+                inputs, results = self._measure(configs, builder, runner, callbacks)
                 for k, (inp, res) in enumerate(zip(inputs, results)):
                     flops = inp.task.flop / res.mean if res.error_no == 0 else 0.0
                     if flops > self.best_flops:
@@ -116,9 +116,12 @@ class Tuner(abc.ABC):
             logger.debug("Tuned %d trials: %s", i, ", ".join(
                 f"{k} {v:.2f} s" for k, v in self.timing.items()))
 
-    def _measure(self, configs, builder, runner) -> tuple[list, list]:
+    def _measure(self, configs, builder, runner, callbacks=()) -> tuple[list, list]:
         """Instantiate and measure a batch; inputs and results in the order of configs.
-        Each candidate goes to the builder as soon as its template is instantiated."""
+        Each candidate goes to the builder as soon as its template is instantiated; those
+        of ``callbacks`` with an ``on_result(input, result)`` (e.g.
+        :func:`~ptxforge.autotvm.callback.log_to_file`) get each result as it arrives."""
+        hooks = [cb.on_result for cb in callbacks if callable(getattr(cb, "on_result", None))]
         inputs: list = []
         results: list = [None] * len(configs)
         todo: list = []
@@ -140,7 +143,11 @@ class Tuner(abc.ABC):
                     yield inp.to_measure()
 
         t0 = time.perf_counter()
-        measured = measure_batch(candidates(), builder, runner)
+        def arrived(i: int, res) -> None:
+            for hook in hooks:
+                hook(inputs[todo[i]], res)
+
+        measured = measure_batch(candidates(), builder, runner, arrived if hooks else None)
         for k, res in zip(todo, measured):
             results[k] = res
         self.timing["measure"] += time.perf_counter() - t0

@@ -1,0 +1,186 @@
+"""Record files under abuse: durable appends, one writer per log, loaders that skip any bad
+line with a warning naming file and line, and one rule for the best record."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from ptxforge import te
+from ptxforge.measure import (
+    MeasureInput,
+    MeasureResult,
+    RecordWriter,
+    TaskSpec,
+    best_records,
+    distill,
+    load_records,
+    save_records,
+)
+from ptxforge.measure import record as rec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _task() -> TaskSpec:
+    a = te.placeholder((16,), name="A")
+    b = te.compute((16,), lambda i: a[i] + 1.0, name="B")
+    return TaskSpec.from_tensors([a, b], "add16")
+
+
+def _pair(pipe: str, cost: float = 1e-3, estimated: bool = False, error_no: int = 0):
+    return (MeasureInput(_task(), pipe, {"k": pipe}),
+            MeasureResult((cost,), error_no, "", 1.0, 10.0, estimated=estimated))
+
+
+def _line(pipe: str, **kw) -> str:
+    return rec.encode(*_pair(pipe, **kw))
+
+
+# -- durable appends --------------------------------------------------------------------------
+
+
+def test_each_result_is_on_disk_as_it_arrives_and_the_round_call_does_not_repeat_it(
+        tmp_path, monkeypatch):
+    path = tmp_path / "t.log"
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    w = RecordWriter(path)
+    pairs = [_pair(f"p{i}") for i in range(3)]
+    w.on_result(*pairs[0])
+    assert len(path.read_text().splitlines()) == 1  # on disk before the round ends
+    w.on_result(*pairs[1])
+    assert len(path.read_text().splitlines()) == 2
+    w([p[0] for p in pairs], [p[1] for p in pairs])  # the round: writes only what is new
+    assert [i.pipeline for i, _ in load_records(path)] == ["p0", "p1", "p2"]
+    assert synced, "a round must end with an fsync"
+    w.close()
+
+
+def test_a_truncated_last_line_is_terminated_before_appending(tmp_path):
+    path = tmp_path / "t.log"
+    path.write_text(_line("p0") + "\n" + _line("p1")[:40])  # the disk filled up mid-line
+    with pytest.warns(RuntimeWarning, match="truncated"):
+        save_records(path, *zip(*[_pair("p2")]))
+    with pytest.warns(RuntimeWarning, match=r"t\.log:2: skipping"):
+        loaded = load_records(path)
+    assert [i.pipeline for i, _ in loaded] == ["p0", "p2"]
+
+
+def test_a_second_process_writing_the_same_log_is_refused(tmp_path):
+    path = tmp_path / "t.log"
+    w = RecordWriter(path)
+    w.on_result(*_pair("p0"))
+    code = textwrap.dedent(f"""
+        from ptxforge.measure import RecordWriter
+        from ptxforge.measure.record import RecordFileBusy
+        try:
+            RecordWriter({str(path)!r})
+        except RecordFileBusy as e:
+            print("BUSY", e)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": ROOT}, timeout=60)
+    assert "BUSY" in out.stdout and str(path) in out.stdout, out.stdout + out.stderr
+    # the same process may hold several writers of one log; closing them frees it
+    w2 = RecordWriter(path)
+    w2.on_result(*_pair("p1"))
+    w.close()
+    w2.close()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": ROOT}, timeout=60)
+    assert "BUSY" not in out.stdout and out.returncode == 0, out.stdout + out.stderr
+    assert len(load_records(path)) == 2
+
+
+# -- loaders ----------------------------------------------------------------------------------
+
+
+def _bad_lines() -> list[bytes]:
+    good = json.loads(_line("x"))
+
+    def variant(**change) -> bytes:
+        d = json.loads(json.dumps(good))
+        for k, v in change.items():
+            cur = d
+            parts = k.split("__")
+            for p in parts[:-1]:
+                cur = cur[p]
+            cur[parts[-1]] = v
+        return json.dumps(d).encode()
+
+    return [
+        b'{"v": 1, "pipeline": "\xff\xfe"}',  # not UTF-8
+        b"[" * 100_000 + b"]" * 100_000,  # deeper than any parser recursion
+        variant(result__costs="123"),  # a string is not a list of costs
+        variant(result__costs=[0.0]),
+        variant(result__costs=[-1e-3]),
+        variant(result__costs=[]),
+        b'{"v":1,"task":{"key":"k","target":"cuda"},"pipeline":"p","result":{"costs":[NaN],'
+        b'"error_no":0}}',
+        variant(result__costs=[1e-3, "fast"]),
+        variant(task=["not", "an", "object"]),
+        variant(task__key=5),
+        variant(task__flop="many"),
+        variant(pipeline=42),
+        variant(payload=[1, 2]),
+        variant(result__error_no="0"),
+        variant(result__estimated="yes"),
+        variant(result=[1]),
+        b"null",
+        b"7",
+    ]
+
+
+def test_loaders_skip_every_bad_line_with_a_warning_naming_file_and_line(tmp_path):
+    path = tmp_path / "bad.log"
+    bad = _bad_lines()
+    with open(path, "wb") as f:
+        f.write(_line("first").encode() + b"\n")
+        for b in bad:
+            f.write(b + b"\n")
+        f.write(_line("last").encode() + b"\n")
+    with pytest.warns(RuntimeWarning) as caught:
+        loaded = load_records(path)
+    assert [i.pipeline for i, _ in loaded] == ["first", "last"]
+    messages = [str(w.message) for w in caught]
+    for n in range(2, 2 + len(bad)):
+        assert any(m.startswith(f"{path}:{n}: skipping") for m in messages), (n, messages)
+    from ptxforge.autosched.records import load_best_record
+    from ptxforge.autotvm.record import load_from_file
+
+    with pytest.warns(RuntimeWarning):
+        assert load_best_record(str(path))[0].pipeline in ("first", "last")
+        assert list(load_from_file(path)) == []
+
+
+def test_one_best_rule_a_measurement_beats_an_estimate_everywhere(tmp_path):
+    from ptxforge.autosched import ApplyHistoryBest
+    from ptxforge.autosched.records import load_best_record
+
+    path = tmp_path / "t.log"
+    save_records(path, *zip(_pair("estimated", 1e-6, estimated=True), _pair("measured", 1e-3),
+                            _pair("failed", 1e-9, error_no=4)))
+    assert load_best_record(str(path))[0].pipeline == "measured"
+    assert best_records(path)[("add16", "cuda")][0].pipeline == "measured"
+    assert ApplyHistoryBest(str(path)).query("add16")[0].pipeline == "measured"
+    ranked = rec.ranked_records(load_records(path))
+    assert [i.pipeline for i, _ in ranked[("add16", "cuda")]] == ["measured", "estimated"]
+
+
+def test_distill_refuses_to_overwrite_its_input(tmp_path):
+    path = tmp_path / "t.log"
+    save_records(path, *zip(_pair("a", 1e-3), _pair("b", 2e-3)))
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="overwrite"):
+        distill(path, path)
+    link = tmp_path / "link.log"
+    os.symlink(path, link)
+    with pytest.raises(ValueError, match="overwrite"):
+        distill(path, link)
+    assert path.read_bytes() == before
