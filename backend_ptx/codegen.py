@@ -39,6 +39,7 @@ from ..ir import dtype as dt
 from ..ir.expr import Load, Var
 from ..ir.stmt import (
     Alloc,
+    AsyncCopy,
     Barrier,
     Buffer,
     For,
@@ -53,6 +54,7 @@ from ..ir.stmt import (
     walk_exprs,
 )
 from . import nvptx
+from .async_copy import AsyncCopyCodegen
 from .exprgen import BufRef, CodegenError, ExprCodegen, llvm_type
 from .llvm_text import FunctionWriter, ModuleParts, int_literal, pointer_type, sanitize
 
@@ -134,7 +136,7 @@ def _loop_steps(s: Stmt) -> int:
     return 1
 
 
-class KernelCodegen(ExprCodegen):
+class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
     """Emits one kernel. Use :func:`codegen_kernel`."""
 
     def __init__(self, func: PrimFunc, sm: str):
@@ -169,6 +171,8 @@ class KernelCodegen(ExprCodegen):
         for s in walk(func.body):
             if isinstance(s, Store):
                 stored.add(s.buffer)
+            elif isinstance(s, AsyncCopy):
+                loaded.add(s.src)
             for root in stmt_exprs(s):
                 for x in walk_exprs(root):
                     if isinstance(x, Load):

@@ -75,6 +75,25 @@ BARRIER_INTRINSIC = "llvm.nvvm.barrier.cta.sync.aligned.all"
 """``__syncthreads()`` (``bar.sync 0``); takes the barrier id as ``i32``."""
 
 
+CP_ASYNC_MIN_CAPABILITY = (8, 0)
+"""cp.async exists from sm_80 (Ampere) on."""
+
+
+def cp_async_intrinsic(nbytes: int, zero_fill: bool) -> str:
+    """The NVVM intrinsic of a cp.async of ``nbytes`` (4, 8, 16) from global to shared:
+    ``.cg`` (L2 only) for 16 bytes, ``.ca`` otherwise; ``.s`` takes the src-size operand
+    (bytes read, the rest zero-filled)."""
+    kind = "cg" if nbytes == 16 else "ca"
+    return f"llvm.nvvm.cp.async.{kind}.shared.global.{nbytes}" + (".s" if zero_fill else "")
+
+
+CP_ASYNC_COMMIT_INTRINSIC = "llvm.nvvm.cp.async.commit.group"
+"""``cp.async.commit_group`` (``void ()``)."""
+
+CP_ASYNC_WAIT_INTRINSIC = "llvm.nvvm.cp.async.wait.group"
+"""``cp.async.wait_group N`` (``void (i32 immarg)``)."""
+
+
 def thread_tag_axis(tag: str) -> tuple[str, int]:
     """``"threadIdx.y"`` -> ``("block", 1)``; ``"blockIdx.z"`` -> ``("grid", 2)``."""
     kind, axis = tag.split(".")

@@ -17,9 +17,24 @@ import numpy as np
 
 from ..ir import dtype as dt
 from ..ir.expr import Bin, Cast, Cmp, Expr, IntImm, Load, Var, as_expr
-from ..ir.stmt import Alloc, Barrier, For, If, Let, PrimFunc, Seq, Stmt, Store, walk
+from ..ir.stmt import (
+    Alloc,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
+    Barrier,
+    For,
+    If,
+    Let,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    walk,
+)
 from . import mathfns, runtime
 from .analysis import ARRAY, SCALAR, BufInfo, VarInfo
+from .async_copy import AsyncCopies, AsyncCopyEmitter
 from .emit import NEST_LIMIT, Block, Scope
 from .errors import SimIRError
 from .exprgen import ExprEmitter, lookup, np_type, storage_dtype
@@ -49,6 +64,7 @@ _NAMESPACE = {
     "_f16": mathfns.to_f16,
     "_f32": mathfns.to_f32,
     "_fma_wide": mathfns.fma_wide,
+    "_AsyncCopies": AsyncCopies,
 }
 
 
@@ -104,7 +120,7 @@ def compile_kernel(func: PrimFunc, check_races: bool = True) -> CompiledKernel:
     return CompiledKernel(func, grid, block, source, namespace["kernel"], gen.races)
 
 
-class _Generator(ExprEmitter):
+class _Generator(AsyncCopyEmitter, ExprEmitter):
     """Builds the source of one kernel function."""
 
     def __init__(self, func: PrimFunc, grid: tuple, block: tuple, check_races: bool):
@@ -150,6 +166,7 @@ class _Generator(ExprEmitter):
             prelude.line(f"{code} = _bufs[{i}]")
             self.facts.buffers[p] = BufInfo(p.name, code, "global", p.size, p.dtype, False)
         self.allocate(func.body, prelude)
+        self.async_setup(func.body, prelude, walk)
         self.stmt(func.body, body)
         head = ["_L = _C.lanes", "_lane = _C.lane", "_lane64 = _C.lane64", "_sync = _C.sync"]
         for t in sorted(x for x in self.tags if isinstance(x, str)):
@@ -222,6 +239,8 @@ class _Generator(ExprEmitter):
             self.stmt(s.body, B)
         elif isinstance(s, Barrier):
             B.line(f"_sync.barrier({B.mask})")
+        elif isinstance(s, (AsyncCopy, AsyncCommit, AsyncWait)):
+            self.async_stmt(s, B)
         else:
             raise SimIRError(
                 f"kernel {self.name}: a {type(s).__name__} statement cannot appear in device "
@@ -468,6 +487,7 @@ class _Generator(ExprEmitter):
                 self.views.add(code)
                 return code
             return f"{b.flat}.take({pos}, mode='clip')"
+        self.async_check(e.buffer, b.code, pos, B, "reads")
         if b.race:
             B.line(f"{b.race}.read_check({pos}, {B.mask})")
         if kind == ARRAY:
@@ -487,6 +507,7 @@ class _Generator(ExprEmitter):
                 B.line(f"{b.code}[{pos}] = np.where({m}, {vc}, {b.code}[{pos}])")
             return
         target = b.flat if b.scope == "local" and b.copies else b.code
+        self.async_check(s.buffer, b.code, pos, B, "stores to")
         if b.race:
             B.line(f"{b.race}.write({target}, {pos}, {vc}, {nz})")
             return

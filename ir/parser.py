@@ -42,6 +42,9 @@ from .stmt import (
     SCOPES,
     THREAD_TAGS,
     Alloc,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
     Barrier,
     Block,
     BlockVar,
@@ -543,6 +546,8 @@ class _Parser:
         if word == "barrier":
             self.next()
             return Barrier()
+        if word in ("async_copy", "async_commit", "async_wait"):
+            return self.async_stmt(tok)
         if word == "launch":
             self.next()
             kernel = self.label("a kernel name")
@@ -564,6 +569,35 @@ class _Parser:
             return self.build(tok, Store, buf, idx, value)
         self.fail("expected a statement (for, if, block, alloc, let, barrier, launch or "
                   f"a store 'buf[...] = value'), got {self.describe(tok)}")
+
+    def async_stmt(self, tok: _Token) -> Stmt:
+        """``async_copy(dst[i], src[j], bytes[, valid])``, ``async_commit``,
+        ``async_wait(N)``."""
+        word = self.next().text
+        if word == "async_commit":
+            return AsyncCommit()
+        self.expect("(", f"after {word}")
+        if word == "async_wait":
+            n = self.int_literal("the number of groups left pending")
+            self.expect(")", "to close async_wait")
+            return self.build(tok, AsyncWait, n)
+        ends = []
+        for what in ("destination", "source"):
+            at = self.peek()
+            e = self.expr()
+            if not isinstance(e, Load) or len(e.indices) != 1:
+                self.fail(f"async_copy's {what} must be a flat buffer element 'buf[index]'", at)
+            ends.append(e)
+            self.expect(",", f"after the {what} of async_copy")
+        nbytes = self.int_literal("the bytes copied")
+        valid = None
+        if self.at(","):
+            self.next()
+            valid = self.expr()
+        self.expect(")", "to close async_copy")
+        (dst, src) = ends
+        return self.build(tok, AsyncCopy, dst.buffer, dst.indices[0], src.buffer,
+                          src.indices[0], nbytes, valid)
 
     def for_stmt(self) -> Stmt:
         tok = self.next()

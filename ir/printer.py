@@ -53,6 +53,9 @@ from .expr import IRError, Var
 from .exprprint import expr_str
 from .stmt import (
     Alloc,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
     Barrier,
     Block,
     Buffer,
@@ -77,7 +80,8 @@ FLOAT_WORD_RE = re.compile(r"(inf|nan)(f16|bf16|f32|f64)\Z")
 
 KEYWORDS = frozenset({
     "for", "in", "if", "else", "alloc", "block", "init", "where", "attrs", "let",
-    "barrier", "launch", "module", "True", "False",
+    "barrier", "launch", "module", "True", "False", "async_copy", "async_commit",
+    "async_wait",
 })
 """Words that start statements or are constants; a var or buffer never prints as one."""
 
@@ -250,11 +254,23 @@ class FuncPrinter:
             self.emit(depth, "}")
         elif isinstance(s, Barrier):
             self.emit(depth, "barrier")
+        elif isinstance(s, (AsyncCopy, AsyncCommit, AsyncWait)):
+            self.emit(depth, self._async(s))
         elif isinstance(s, Launch):
             args = ", ".join(self.name(a) for a in s.args)
             self.emit(depth, f"launch {label_text(s.kernel)}({args})")
         else:
             raise IRError(f"the IR printer does not know the statement {type(s).__name__}")
+
+    def _async(self, s: Stmt) -> str:
+        if isinstance(s, AsyncCommit):
+            return "async_commit"
+        if isinstance(s, AsyncWait):
+            return f"async_wait({s.pending})"
+        dst = f"{self.name(s.dst)}[{self.expr(s.dst_index)}]"
+        src = f"{self.name(s.src)}[{self.expr(s.src_index)}]"
+        valid = "" if s.valid is None else f", {self.expr(s.valid)}"
+        return f"async_copy({dst}, {src}, {s.bytes}{valid})"
 
     def _for(self, s: For, depth: int) -> None:
         head = f"for {self.name(s.var)}{dtype_suffix(s.var)} in {s.extent}"

@@ -274,6 +274,71 @@ class Launch(Stmt):
         self.args = tuple(args)
 
 
+class AsyncCopy(Stmt):
+    """``cp.async``: copy ``bytes`` bytes (4, 8 or 16) from the global buffer ``src`` at
+    element ``src_index`` to the shared buffer ``dst`` at element ``dst_index`` (device IR:
+    flat buffers, one index each).
+
+    The copy joins the thread's open group; its data lands in ``dst`` only when an
+    :class:`AsyncWait` covers the group (the thread's later ``AsyncCommit`` closed it).
+    ``valid`` (None: always) is a bool: where it is false nothing is read and the bytes are
+    zero-filled (cp.async's src-size operand of 0). Both addresses must be aligned to
+    ``bytes``.
+    """
+
+    __slots__ = ("dst", "dst_index", "src", "src_index", "bytes", "valid")
+
+    def __init__(self, dst: Buffer, dst_index: Expr, src: Buffer, src_index: Expr,
+                 nbytes: int, valid: Expr | None = None):
+        if nbytes not in ASYNC_COPY_BYTES:
+            raise IRError(f"async_copy to {dst.name}: {nbytes} bytes; cp.async copies "
+                          f"{', '.join(map(str, ASYNC_COPY_BYTES))} bytes")
+        if dst.dtype != src.dtype:
+            raise IRError(f"async_copy from {src.name} ({src.dtype}) to {dst.name} "
+                          f"({dst.dtype}): the dtypes differ")
+        if valid is not None and valid.dtype != "bool":
+            raise IRError(f"async_copy to {dst.name}: the zero-fill condition must be bool, "
+                          f"got {valid.dtype}: {valid}")
+        self.dst = dst
+        self.dst_index = dst_index
+        self.src = src
+        self.src_index = src_index
+        self.bytes = int(nbytes)
+        self.valid = valid
+
+    @property
+    def lanes(self) -> int:
+        """Elements copied."""
+        return self.bytes // dt.nbytes(self.dst.dtype)
+
+    def replace(self, **kw) -> AsyncCopy:
+        return AsyncCopy(kw.get("dst", self.dst), kw.get("dst_index", self.dst_index),
+                         kw.get("src", self.src), kw.get("src_index", self.src_index),
+                         kw.get("nbytes", self.bytes), kw.get("valid", self.valid))
+
+
+class AsyncCommit(Stmt):
+    """``cp.async.commit_group``: close the thread's open group of async copies."""
+
+    __slots__ = ()
+
+
+class AsyncWait(Stmt):
+    """``cp.async.wait_group N``: wait until at most ``pending`` of the thread's committed
+    groups are still in flight (0: all of them, ``cp.async.wait_all`` after a commit)."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self, pending: int = 0):
+        if not isinstance(pending, int) or isinstance(pending, bool) or pending < 0:
+            raise IRError(f"async_wait: pending groups must be an int >= 0, got {pending!r}")
+        self.pending = pending
+
+
+ASYNC_COPY_BYTES = (4, 8, 16)
+"""The copy sizes of ``cp.async``."""
+
+
 class PrimFunc:
     """A function: typed buffer parameters and a body.
 
@@ -372,6 +437,8 @@ def stmt_exprs(s: Stmt) -> tuple:
         return (s.value,)
     if isinstance(s, Block):
         return s.bindings + (() if s.predicate is None else (s.predicate,))
+    if isinstance(s, AsyncCopy):
+        return (s.dst_index, s.src_index) + (() if s.valid is None else (s.valid,))
     return ()
 
 
@@ -434,6 +501,8 @@ def map_stmt(s: Stmt, fstmt: Callable | None = None, fexpr: Callable | None = No
         elif isinstance(x, Let):
             v, b = fe(x.value), go(x.body)
             y = x if (v is x.value and b is x.body) else Let(x.var, v, b)
+        elif isinstance(x, AsyncCopy):
+            y = _map_async_copy(x, fe)
         else:
             y = x
         if fstmt is not None:
@@ -475,8 +544,18 @@ def replace_buffers(s: Stmt, bmap: dict) -> Stmt:
             return Store(bmap[x.buffer], x.indices, x.value)
         if isinstance(x, Alloc) and x.buffer in bmap:
             return Alloc(bmap[x.buffer], x.body)
+        if isinstance(x, AsyncCopy) and (x.dst in bmap or x.src in bmap):
+            return x.replace(dst=bmap.get(x.dst, x.dst), src=bmap.get(x.src, x.src))
         if isinstance(x, Launch) and any(a in bmap for a in x.args):
             return Launch(x.kernel, [bmap.get(a, a) for a in x.args])
         return None
 
     return map_stmt(s, fstmt=fix_stmt, fexpr=fix_expr)
+
+
+def _map_async_copy(x: AsyncCopy, fe: Callable) -> AsyncCopy:
+    d, sidx = fe(x.dst_index), fe(x.src_index)
+    v = None if x.valid is None else fe(x.valid)
+    if d is x.dst_index and sidx is x.src_index and v is x.valid:
+        return x
+    return x.replace(dst_index=d, src_index=sidx, valid=v)

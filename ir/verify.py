@@ -56,6 +56,9 @@ from .exprprint import expr_str
 from .printer import FuncPrinter
 from .stmt import (
     Alloc,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
     Barrier,
     Block,
     Buffer,
@@ -268,10 +271,30 @@ class _FuncVerifier:
             self.vars.discard(id(s.var))
         elif isinstance(s, Barrier):
             pass
+        elif isinstance(s, (AsyncCopy, AsyncCommit, AsyncWait)):
+            self.check_async(s)
         elif isinstance(s, Launch):
             self.check_launch(s)
         else:
             self.fail(lambda n: f"unknown statement type {type(s).__name__}")
+
+    def check_async(self, s: Stmt) -> None:
+        if self.kind != "kernel":
+            self.fail(lambda n: f"{type(s).__name__} in a {self.kind} function; asynchronous "
+                                "copies and their groups belong to kernels (device IR)")
+        if not isinstance(s, AsyncCopy):
+            return
+        for b, idx, scope, what in ((s.dst, s.dst_index, "shared", "destination"),
+                                    (s.src, s.src_index, "global", "source")):
+            self.check_access(b, (idx,), f"async_copy {what}")
+            self.expr(idx)
+            if b.scope != scope:
+                self.fail(lambda n, b=b, what=what, scope=scope: (
+                    f"async_copy {what} {n(b)} is in {b.scope} memory; cp.async copies "
+                    "global to shared"))
+        if s.valid is not None:
+            self.expr(s.valid)
+            self.need_bool(s.valid, "async_copy zero-fill condition")
 
     def check_for(self, s: For) -> None:
         v = s.var

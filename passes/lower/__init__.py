@@ -4,7 +4,7 @@ The default pipeline, in order:
 
 ``cross_thread_reduction, decompose_reduction, lower_blocks, compact_buffers,
 inject_vthread, merge_thread_loops, unroll_loops, simplify, split_host_device,
-flatten_buffers, simplify, cse, insert_barriers, validate_gpu``
+flatten_buffers, simplify, inject_async_copy, cse, insert_barriers, validate_gpu``
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from . import (  # noqa: F401  (importing registers the passes)
     cse,
     decompose_reduction,
     flatten_buffers,
+    inject_async_copy,
     inject_vthread,
     insert_barriers,
     lower_blocks,
@@ -29,7 +30,8 @@ from .common import LoweringError
 LOWERING_PIPELINE = (
     "cross_thread_reduction(), decompose_reduction(), lower_blocks(), compact_buffers(), "
     "inject_vthread(), merge_thread_loops(), unroll_loops(), simplify(), "
-    "split_host_device(), flatten_buffers(), simplify(), cse(), insert_barriers(), "
+    "split_host_device(), flatten_buffers(), simplify(), inject_async_copy(), cse(), "
+    "insert_barriers(), "
     "validate_gpu()"
 )
 

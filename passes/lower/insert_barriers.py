@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ...ir.expr import Load, children
 from ...ir.stmt import (
+    AsyncCopy,
     Barrier,
     For,
     If,
@@ -29,6 +30,8 @@ def _rw(s: Stmt) -> tuple:
     for x in walk_all(s):
         if isinstance(x, Store) and x.buffer.scope == "shared":
             w.add(x.buffer)
+        elif isinstance(x, AsyncCopy):
+            w.add(x.dst)  # lands by the wait before the reads, which this barrier follows
         for e in stmt_exprs(x):
             stack = [e]
             while stack:

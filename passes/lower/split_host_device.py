@@ -95,6 +95,10 @@ def split_host_device(func: PrimFunc, host_params=None, order_params=None) -> Mo
         attrs = {"kind": "kernel", "grid": grid, "block": block, "flat": False,
                  "stages": tuple(dict.fromkeys(
                      x.buffer.name for x in walk_all(st) if isinstance(x, Store)))}
+        # schedule attributes that lowering reads later, kept for the kernels they concern
+        async_bufs = [b for b in func.attrs.get("async_copy", ()) if b in attrs["stages"]]
+        if async_bufs:
+            attrs["async_copy"] = async_bufs
         kernels.append(PrimFunc(name, args, st, attrs))
         launches.append(Launch(name, [to_host.get(a, a) for a in args]))
     host_body: Stmt = Seq(launches)

@@ -1,7 +1,9 @@
 """Schedule primitives, one pass per file: split, fuse, reorder, bind, unroll, vectorize,
-pragma, compute_inline, compute_at, cache_read, cache_write, storage_align, rfactor."""
+pragma, compute_inline, compute_at, cache_read, cache_write, storage_align, rfactor,
+async_copy."""
 
 from . import (  # noqa: F401  (importing registers the passes)
+    async_copy,
     bind,
     cache_read,
     cache_write,

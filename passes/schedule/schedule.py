@@ -184,6 +184,10 @@ class Stage:
         self.schedule.apply(f"storage_align({self.block}, {dim}, {int(factor)}, {int(offset)})",
                             touches=(self.block,))
 
+    def async_copy(self):
+        """Fill this shared-memory stage with cp.async (see the ``async_copy`` pass)."""
+        self.schedule.apply(f"async_copy({self.block})", touches=(self.block,))
+
     def __repr__(self):
         return f"Stage({self.block})"
 

@@ -1,0 +1,247 @@
+"""cp.async: the IR ops, the async_copy schedule pass and its lowering, the simulator's
+model of copies in flight, and PTX code generation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptxforge
+from ptxforge import backend_sim, te
+from ptxforge.backend_ptx import find_ptxas
+from ptxforge.backend_ptx.compile import compile_kernel
+from ptxforge.backend_ptx.exprgen import CodegenError
+from ptxforge.backend_sim.errors import SimMemoryError, SimRaceError
+from ptxforge.ir.expr import IRError
+from ptxforge.ir.parser import parse_module, roundtrip_check
+from ptxforge.ir.verify import verify
+
+needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas is not installed here")
+
+
+def flat(module) -> str:
+    return "\n".join(line.strip() for line in str(module).splitlines())
+
+
+# ---------------------------------------------------------------------------------------
+# schedules
+
+
+def matmul_schedule(M=64, N=64, K=64, BM=32, BN=32, BK=8, vec=4, use_async=True, stages=0,
+                    dtype="float32"):
+    """A CUDA-core tiled matmul: 8x8 threads each computing 4x4 outputs, A and B tiles in
+    shared memory fetched by all threads with ``vec``-wide vectorized copies."""
+    A = te.placeholder((M, K), name="A", dtype=dtype)
+    B = te.placeholder((K, N), name="B", dtype=dtype)
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(
+        A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k), name="C")
+    s = te.create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    BS = s.cache_read(B, "shared", [C])
+    CL = s.cache_write(C, "local")
+    i, j = s[C].op.axis
+    bi, ii = s[C].split(i, factor=BM)
+    bj, jj = s[C].split(j, factor=BN)
+    ty, ti = s[C].split(ii, factor=BM // 8)
+    tx, tj = s[C].split(jj, factor=BN // 8)
+    s[C].reorder(bi, bj, ty, tx, ti, tj)
+    s[C].bind(bi, te.thread_axis("blockIdx.y"))
+    s[C].bind(bj, te.thread_axis("blockIdx.x"))
+    s[C].bind(ty, te.thread_axis("threadIdx.y"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], tx)
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=BK)
+    s[CL].reorder(ko, ki, *s[CL].op.axis)
+    for X in (AS, BS):
+        s[X].compute_at(s[CL], ko)
+        f = s[X].fuse(*s[X].op.axis)
+        f, v = s[X].split(f, factor=vec)
+        f, t = s[X].split(f, factor=64)
+        t8, t1 = s[X].split(t, factor=8)
+        s[X].bind(t1, te.thread_axis("threadIdx.x"))
+        s[X].bind(t8, te.thread_axis("threadIdx.y"))
+        s[X].vectorize(v)
+        if use_async:
+            s[X].async_copy()
+    if stages:
+        s[CL].pipeline(ko, stages=stages)
+    return s, [A, B, C]
+
+
+def run_matmul(mod, M, N, K, dtype="float32", seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.random((M, K)).astype(dtype)
+    b = rng.random((K, N)).astype(dtype)
+    c = np.zeros((M, N), "float32")
+    backend_sim.run(mod, [a, b, c])
+    return c, a.astype("float64") @ b.astype("float64")
+
+
+# ---------------------------------------------------------------------------------------
+# IR
+
+
+KERNEL = '''@main(A: float32[128], B: float32[128]) attrs {"kind": "host"} {
+  launch k(A, B)
+}
+
+@k(A: float32[128], B: float32[128]) attrs {"kind": "kernel", "grid": [2, 1, 1], \
+"block": [4, 1, 1]} {
+  for b in 2 thread(blockIdx.x) {
+    alloc S: float32[64] shared {
+      for t in 4 thread(threadIdx.x) {
+        async_copy(S[(t * 4)], A[((b * 64) + (t * 4))], 16)
+        async_commit
+        async_copy(S[((t * 4) + 16)], A[(((b * 64) + (t * 4)) + 16)], 16, (t < 2))
+        async_commit
+        async_wait(0)
+        barrier
+        B[((b * 64) + t)] = S[(t + 1)]
+        B[(((b * 64) + t) + 16)] = S[(t + 18)]
+        B[(((b * 64) + t) + 32)] = S[(t + 28)]
+      }
+    }
+  }
+}
+'''
+
+
+def test_async_ops_print_parse_and_verify():
+    mod = parse_module(KERNEL)
+    verify(mod)
+    roundtrip_check(mod)
+    text = str(mod)
+    assert "async_copy(S[(t * 4)], A[((b * 64) + (t * 4))], 16)" in text
+    assert "16, (t < 2))" in text and "async_commit" in text and "async_wait(0)" in text
+
+
+def test_async_copy_rejects_bad_sizes_and_scopes():
+    with pytest.raises(Exception, match="cp.async copies 4, 8, 16 bytes"):
+        parse_module(KERNEL.replace("], 16)", "], 12)", 1))
+    bad = KERNEL.replace("alloc S: float32[64] shared", "alloc S: float32[64] local")
+    with pytest.raises(IRError, match="async_copy destination S is in local memory"):
+        verify(parse_module(bad))
+
+
+def _run(text):
+    a = np.arange(128, dtype=np.float32)
+    b = np.zeros(128, np.float32)
+    backend_sim.run(parse_module(text), [a, b])
+    return a, b
+
+
+def test_simulator_lands_copies_at_the_wait_and_zero_fills():
+    a, b = _run(KERNEL)
+    for blk in range(2):
+        o = blk * 64
+        assert list(b[o:o + 4]) == list(a[o + 1:o + 5])
+        assert list(b[o + 16:o + 20]) == list(a[o + 18:o + 22])  # t < 2 copied these
+        assert list(b[o + 32:o + 36]) == [0, 0, 0, 0]  # zero-filled: src-size 0
+
+
+def test_simulator_reports_a_wait_that_does_not_cover_a_read():
+    missing = KERNEL.replace("        async_wait(0)\n", "")
+    with pytest.raises(SimRaceError, match=r"reads S\[1\] while a cp.async to it is in flight"):
+        _run(missing)
+    # wait_group 1 leaves the second group in flight: reading it is an error ...
+    with pytest.raises(SimRaceError, match=r"reads S\[18\] while a cp.async"):
+        _run(KERNEL.replace("async_wait(0)", "async_wait(1)"))
+    # ... and a copy waited for but read by another thread needs a barrier
+    with pytest.raises(SimRaceError, match="missing barrier"):
+        _run(KERNEL.replace("        barrier\n", ""))
+
+
+def test_simulator_rejects_misaligned_and_out_of_bounds_copies():
+    with pytest.raises(SimMemoryError, match="misaligned address.*cp.async of 16 bytes with "
+                                             r"destination S\[1\]"):
+        _run(KERNEL.replace("async_copy(S[(t * 4)]", "async_copy(S[((t * 4) + 1)]"))
+    with pytest.raises(SimMemoryError, match=r"cp.async source A\[.*outside \[0, 128\)"):
+        _run(KERNEL.replace("A[(((b * 64) + (t * 4)) + 16)], 16, (t < 2)",
+                            "A[(((b * 64) + (t * 4)) + 116)], 16"))
+
+
+def test_copy_issued_over_an_unsynchronized_read_is_a_race():
+    body = """        B[t] = S[(t + 16)]
+        if (t == 0) {
+          async_copy(S[16], A[0], 16)
+        }
+        async_commit
+        async_wait(0)
+"""
+    start = KERNEL.index("        async_copy(S[(t * 4)]")
+    end = KERNEL.index("        barrier\n")
+    with pytest.raises(SimRaceError, match=r"issues a cp.async to S\[1[789]\], which thread"):
+        _run(KERNEL[:start] + body + KERNEL[end:])
+
+
+# ---------------------------------------------------------------------------------------
+# schedule and lowering
+
+
+@pytest.mark.parametrize("vec,width", [(4, 16), (2, 8), (1, 4)])
+def test_async_copy_width_follows_the_vector_loop(vec, width):
+    s, args = matmul_schedule(vec=vec)
+    assert "async_copy(A.shared)" in s.pipeline.text
+    mod = ptxforge.lower(s, args)
+    text = flat(mod)
+    copies = [ln for ln in text.splitlines() if ln.startswith("async_copy(")]
+    assert copies and all(ln.endswith(f", {width})") for ln in copies)
+    # commit and wait come after the copies and before the barrier and the reads
+    assert "async_commit\nasync_wait(0)\nbarrier\nfor k.inner" in text
+    c, ref = run_matmul(mod, 64, 64, 64)
+    np.testing.assert_allclose(c, ref, rtol=1e-5)
+
+
+def test_async_copy_with_tails_predicates_each_element():
+    M, N, K = 60, 56, 44
+    s, args = matmul_schedule(M, N, K)
+    mod = ptxforge.lower(s, args)
+    assert "async_copy(" in str(mod)
+    c, ref = run_matmul(mod, M, N, K)
+    np.testing.assert_allclose(c, ref, rtol=1e-5)
+
+
+def test_async_copy_fp16_copies_16_bytes_or_refuses_2():
+    s, args = matmul_schedule(BK=16, vec=8, dtype="float16")
+    mod = ptxforge.lower(s, args)
+    copies = [ln for ln in flat(mod).splitlines() if ln.startswith("async_copy(")]
+    assert len(copies) == 2 and all(ln.endswith(", 16)") for ln in copies)
+    c, ref = run_matmul(mod, 64, 64, 64, "float16")
+    np.testing.assert_allclose(c, ref, rtol=1e-5)
+    s, args = matmul_schedule(BK=16, vec=1, dtype="float16")
+    with pytest.raises(IRError, match="float16 is 2 bytes, and cp.async copies 4, 8 or 16"):
+        ptxforge.lower(s, args)
+
+
+def test_async_copy_needs_a_shared_stage():
+    s, args = matmul_schedule(use_async=False)
+    C = args[2]
+    with pytest.raises(IRError, match="async_copy C: the stage writes C in global memory"):
+        s[C].async_copy()
+
+
+# ---------------------------------------------------------------------------------------
+# PTX
+
+
+@needs_ptxas
+@pytest.mark.parametrize("sm", ["sm_80", "sm_90"])
+def test_async_copy_ptx_assembles(sm):
+    s, args = matmul_schedule()
+    mod = ptxforge.lower(s, args)
+    k = compile_kernel(mod.kernels()[0], sm, cache=False)
+    ptx = k.get_source("ptx")
+    assert "cp.async.cg.shared.global [" in ptx and ", 16;" in ptx
+    assert "cp.async.commit_group" in ptx and "cp.async.wait_group" in ptx
+    assert k.cubin[:4] == b"\x7fELF"
+
+
+def test_zero_fill_copy_uses_the_src_size_form_and_sm75_is_refused():
+    mod = parse_module(KERNEL)
+    k = compile_kernel(mod["k"], "sm_90", stop_after="ptx", cache=False)
+    ptx = k.get_source("ptx")
+    assert "cp.async.cg.shared.global" in ptx
+    assert any(ln.count(",") == 3 for ln in ptx.splitlines() if "cp.async.cg" in ln)
+    with pytest.raises(CodegenError, match="cp.async needs sm_80 or later"):
+        compile_kernel(mod["k"], "sm_75", stop_after="ptx", cache=False)
