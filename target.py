@@ -54,6 +54,23 @@ class Arch:
     tma: bool = False
     cp_async: bool = False
     ldmatrix: bool = False
+    # Figures the performance models use (the estimator, the default schedules' tile
+    # chooser, the sketch policy). They are per SM and per clock, so they hold for every
+    # chip of the architecture; they steer choices and need not be exact.
+    fp32_lanes_per_sm: int = 128
+    """float32 FMA lanes per SM (64 on GA100, 128 from sm_86 and on Hopper)."""
+    int32_lanes_per_sm: int = 64
+    """Integer (index arithmetic) lanes per SM."""
+    schedulers_per_sm: int = 4
+    """Warp schedulers per SM: warp instructions issued per clock (the issue rate)."""
+    shared_bytes_per_clock: int = 128
+    """Shared-memory bandwidth of one SM: 32 banks of 4 bytes a clock."""
+    l2_to_sm_bytes_per_clock: int = 64
+    """What one SM can receive from L2 in a clock."""
+    global_latency_cycles: int = 700
+    """Clocks from a global load (an L2 hit or a DRAM access) to its use."""
+    barrier_cycles: int = 40
+    """Clocks one ``__syncthreads()`` costs a block whose warps arrive together."""
 
 
 _MMA_SM80 = ("m16n8k16.f16", "m16n8k16.bf16", "m16n8k8.tf32", "m16n8k8.f16")
@@ -63,9 +80,9 @@ ARCHS = MappingProxyType({
     a.name: a
     for a in (
         Arch("sm_75", (7, 5), (6, 3), 64 * 1024, 64 * 1024, 1024, 16, "Turing (T4, RTX 20xx)",
-             _MMA_SM75, ldmatrix=True),
+             _MMA_SM75, ldmatrix=True, fp32_lanes_per_sm=64),
         Arch("sm_80", (8, 0), (7, 0), 163 * 1024, 164 * 1024, 2048, 32, "Ampere (A100)",
-             _MMA_SM80, cp_async=True, ldmatrix=True),
+             _MMA_SM80, cp_async=True, ldmatrix=True, fp32_lanes_per_sm=64),
         Arch("sm_86", (8, 6), (7, 1), 99 * 1024, 100 * 1024, 1536, 16,
              "Ampere (A10, RTX 30xx)", _MMA_SM80, cp_async=True, ldmatrix=True),
         Arch("sm_87", (8, 7), (7, 4), 163 * 1024, 164 * 1024, 1536, 16, "Ampere (Orin)",
@@ -107,12 +124,15 @@ class TargetKind:
 _H100_SMS = 132
 _H100_CLOCK = 1.755e9
 _CUDA_CORE_FLOPS = {  # FLOP per SM per clock on CUDA cores (an FMA counts 2)
-    "float32": 256, "float64": 128, "float16": 512, "bfloat16": 512, "int32": 128,
+    "float64": 128, "float16": 512, "bfloat16": 512, "int32": 128,
 }
 _TENSOR_CORE_FLOPS = {  # FLOP per SM per clock on tensor cores, dense
     "float16": 4096, "bfloat16": 4096, "tf32": 2048, "int8": 8192, "float64": 256,
 }
 _AMPERE_TENSOR_SCALE = 0.5  # an sm_8x tensor core does half of Hopper's work per clock
+_MODEL_FIGURES = ("fp32_lanes_per_sm", "int32_lanes_per_sm", "schedulers_per_sm",
+                  "shared_bytes_per_clock", "l2_to_sm_bytes_per_clock",
+                  "global_latency_cycles", "barrier_cycles")
 
 
 @dataclass(frozen=True)
@@ -150,6 +170,15 @@ class Target:
     l2_bytes_per_s: float = field(init=False)
     l2_bytes: int = field(init=False)
     global_memory_bytes: int = field(init=False)
+    launch_seconds: float = field(init=False, default=2.5e-6)
+    """What the driver and the GPU spend to start one kernel (an empty kernel's time)."""
+    fp32_lanes_per_sm: int = field(init=False)
+    int32_lanes_per_sm: int = field(init=False)
+    schedulers_per_sm: int = field(init=False)
+    shared_bytes_per_clock: int = field(init=False)
+    l2_to_sm_bytes_per_clock: int = field(init=False)
+    global_latency_cycles: int = field(init=False)
+    barrier_cycles: int = field(init=False)
     options: MappingProxyType = field(init=False)
 
     def __post_init__(self):
@@ -179,6 +208,7 @@ class Target:
             "dram_bytes_per_s": 3.0e12, "l2_bytes_per_s": 5.5e12, "l2_bytes": 50 * 2**20,
             "global_memory_bytes": 80 * 2**30,
         }
+        facts.update({k: getattr(arch, k) for k in _MODEL_FIGURES})
         if dev is not None:
             facts.update({k: v for k, v in dev.items() if k in facts})
         for key in ("max_threads_per_block", "max_shared_memory_per_block", "num_sms",
@@ -261,13 +291,35 @@ class Target:
             per_clock = _TENSOR_CORE_FLOPS.get(dtype, 0)
             if self.capability[0] < 9:
                 per_clock *= _AMPERE_TENSOR_SCALE
+        elif dtype in ("float32", "tf32"):
+            per_clock = 2 * self.fp32_lanes_per_sm  # an FMA is two FLOP
         else:
-            per_clock = _CUDA_CORE_FLOPS.get("float32" if dtype == "tf32" else dtype, 0)
+            per_clock = _CUDA_CORE_FLOPS.get(dtype, 0)
         return float(per_clock) * self.num_sms * self.clock_hz
 
     @property
     def max_warps_per_sm(self) -> int:
         return self.max_threads_per_sm // self.warp_size
+
+    @property
+    def warps_to_hide_latency(self) -> int:
+        """Resident warps per SM that keep every scheduler issuing (two per scheduler)."""
+        return 2 * self.schedulers_per_sm
+
+    @property
+    def shared_words_per_clock(self) -> int:
+        """4-byte words one SM's shared memory delivers per clock (its banks)."""
+        return self.shared_bytes_per_clock // 4
+
+    @property
+    def l2_bytes_per_clock(self) -> float:
+        """L2 bandwidth of the whole GPU in bytes per SM clock."""
+        return self.l2_bytes_per_s / self.clock_hz
+
+    @property
+    def label(self) -> str:
+        """A name for messages: ``"sm_80 (Ampere (A100))"``."""
+        return f"{self.arch} ({self.arch_info.label})"
 
     # --- TVM compatibility ----------------------------------------------------------------
 

@@ -1,29 +1,84 @@
-"""The GPU limits and rates the search checks states against and its cost features use."""
+"""The GPU limits and rates the search checks states against and its cost features use.
+
+They are read off a :class:`~ptxforge.target.Target`: ``HardwareParams()`` is the current
+target's (an H100 / H200 without a GPU), ``HardwareParams.from_target("cuda -arch=sm_80")``
+another's. Only the two search limits (``max_vthread_extent``,
+``max_accumulators_per_thread``) are the search's own choices rather than facts of the GPU.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+
+from ..target import Target, as_target
+
+_FROM_TARGET = {
+    "num_sms": "num_sms",
+    "warp_size": "warp_size",
+    "max_threads_per_block": "max_threads_per_block",
+    "max_threads_per_sm": "max_threads_per_sm",
+    "max_blocks_per_sm": "max_blocks_per_sm",
+    "max_shared_memory_per_block": "max_shared_memory_per_block",
+    "max_shared_memory_per_sm": "shared_memory_per_sm",
+    "max_registers_per_sm": "registers_per_sm",
+    "clock_hz": "clock_hz",
+    "fma_per_sm_per_clock": "fp32_lanes_per_sm",
+    "issue_per_sm_per_clock": "schedulers_per_sm",
+    "dram_bytes_per_s": "dram_bytes_per_s",
+    "shared_words_per_sm_per_clock": "shared_words_per_clock",
+    "l2_bytes_per_s": "l2_bytes_per_s",
+    "launch_s": "launch_seconds",
+    "global_latency_cycles": "global_latency_cycles",
+    "barrier_cycles": "barrier_cycles",
+}
+"""Each figure of :class:`HardwareParams` and the :class:`Target` figure it is."""
+
+
+def _default(name: str):
+    return field(default_factory=lambda: getattr(as_target(None), _FROM_TARGET[name]))
 
 
 @dataclass(frozen=True)
 class HardwareParams:
     """Per-GPU limits (checked before measuring) and rough rates (for the features and
-    the analytical estimate that ranks states before any measurement). Defaults: H100."""
+    the analytical estimate that ranks states before any measurement).
 
-    num_sms: int = 132
-    warp_size: int = 32
-    max_threads_per_block: int = 1024
-    max_threads_per_sm: int = 2048
-    max_blocks_per_sm: int = 32
-    max_shared_memory_per_block: int = 48 * 1024
-    max_shared_memory_per_sm: int = 228 * 1024
-    max_registers_per_sm: int = 65536
+    Every figure not given is the current target's (see :meth:`from_target` for another
+    target); a figure given overrides it (``HardwareParams(num_sms=108)``).
+    """
+
+    num_sms: int = _default("num_sms")
+    warp_size: int = _default("warp_size")
+    max_threads_per_block: int = _default("max_threads_per_block")
+    max_threads_per_sm: int = _default("max_threads_per_sm")
+    max_blocks_per_sm: int = _default("max_blocks_per_sm")
+    max_shared_memory_per_block: int = _default("max_shared_memory_per_block")
+    max_shared_memory_per_sm: int = _default("max_shared_memory_per_sm")
+    max_registers_per_sm: int = _default("max_registers_per_sm")
     max_vthread_extent: int = 8
+    """The search's own limit on virtual threads per axis."""
     max_accumulators_per_thread: int = 128
-    clock_hz: float = 1.75e9
-    fma_per_sm_per_clock: int = 128
-    issue_per_sm_per_clock: int = 4
-    shared_words_per_sm_per_clock: int = 32
-    dram_bytes_per_s: float = 3.0e12
-    l2_bytes_per_s: float = 8.0e12
-    launch_s: float = 2.0e-6
+    """The search's own limit on a thread's register tile."""
+    clock_hz: float = _default("clock_hz")
+    fma_per_sm_per_clock: int = _default("fma_per_sm_per_clock")
+    issue_per_sm_per_clock: int = _default("issue_per_sm_per_clock")
+    shared_words_per_sm_per_clock: int = _default("shared_words_per_sm_per_clock")
+    dram_bytes_per_s: float = _default("dram_bytes_per_s")
+    l2_bytes_per_s: float = _default("l2_bytes_per_s")
+    launch_s: float = _default("launch_s")
+    global_latency_cycles: int = _default("global_latency_cycles")
+    barrier_cycles: int = _default("barrier_cycles")
+
+    @classmethod
+    def from_target(cls, target: Target | str | None = None, **overrides) -> HardwareParams:
+        """The figures of ``target`` (a string such as ``"cuda -arch=sm_80"`` or a
+        :class:`Target`; default: the current target), some replaced by ``overrides``."""
+        t = as_target(target)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise TypeError(f"HardwareParams has no figure {', '.join(unknown)}; "
+                            f"known: {', '.join(sorted(known))}")
+        figures = {name: getattr(t, attr) for name, attr in _FROM_TARGET.items()}
+        figures.update(overrides)
+        return cls(**figures)

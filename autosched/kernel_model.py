@@ -164,7 +164,8 @@ def tile_model(step: TileStep, V, hw: HardwareParams, n: int) -> dict:
     mem = np.maximum(unique / hw.dram_bytes_per_s, global_bytes / hw.l2_bytes_per_s)
     coalesce = 32.0 / np.maximum(fetch_run, 1)
     mem = mem * np.sqrt(np.minimum(coalesce, 32.0))
-    sync = occ["waves"] * r0 * (700.0 + 30.0 * fetch_iters) / hw.clock_hz / np.maximum(
+    latency = hw.global_latency_cycles + 30.0 * fetch_iters
+    sync = occ["waves"] * r0 * latency / hw.clock_hz / np.maximum(
         np.minimum(occ["blocks_per_sm"], per_sm_blocks), 1)
     est = np.maximum(np.maximum(issue, lds), mem) + sync + hw.launch_s
     valid = ((threads <= hw.max_threads_per_block)
@@ -214,7 +215,7 @@ def cross_thread_model(step: CrossThreadStep, V, hw: HardwareParams, n: int,
     # inputs without reuse inside a block: every block reads its whole reduction
     traffic = space * red * F32 * 2.0
     mem = np.maximum(in_bytes / hw.dram_bytes_per_s, traffic / hw.l2_bytes_per_s)
-    sync = per_sm * steps_tree * 40.0 / hw.clock_hz
+    sync = per_sm * steps_tree * hw.barrier_cycles / hw.clock_hz
     est = np.maximum(issue, mem) + sync + hw.launch_s
     return {"valid": threads <= hw.max_threads_per_block, "blocks": blocks,
             "threads": threads, "unroll": V[f"{step.stage}.xthread.unroll"],

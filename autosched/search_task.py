@@ -33,7 +33,7 @@ class SearchTask:
         if target not in ("cuda", "sim"):
             raise ValueError(f"unknown target {target!r}; the auto-scheduler tunes for 'cuda'")
         self.target = target
-        self.hardware_params = hardware_params or HardwareParams()
+        self.hardware_params = hardware_params or HardwareParams.from_target(target)
         if func is not None:
             if isinstance(func, str):
                 if func not in WORKLOADS:

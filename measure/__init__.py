@@ -12,7 +12,6 @@ runner together. Records are JSON lines (:class:`RecordWriter`, :func:`load_reco
 from .artifact import BuildArtifact
 from .build import BuildOptions, LocalBuilder, build_candidate
 from .dask_backend import DaskBuilder, DaskRunner
-from .estimate import H100, GPUSpec
 from .kernel_stats import KernelStats, analyze_module
 from .measure import Builder, Runner, measure_batch
 from .multi_gpu import MultiGPURunner
@@ -41,12 +40,10 @@ __all__ = [
     "DaskBuilder",
     "DaskRunner",
     "MultiGPURunner",
-    "H100",
     "BuildArtifact",
     "BuildOptions",
     "BuildResult",
     "Builder",
-    "GPUSpec",
     "KernelStats",
     "LocalBuilder",
     "LocalRunner",

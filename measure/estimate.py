@@ -16,6 +16,9 @@ but it is no measurement. The model is a bounded roofline per streaming multipro
   term for kernels with little parallelism;
 * barriers and a launch overhead.
 
+Every figure of the GPU (SM count, clock, lanes, bandwidths, latencies, limits) comes from
+the :class:`~ptxforge.target.Target` given, by default the current one.
+
 :func:`simulation_seconds` is a separate estimate: how long the CPU simulator would take to
 run the kernels, so a runner can skip a simulation that would take too long.
 """
@@ -23,34 +26,10 @@ run the kernels, so a runner can skip a simulation that would take too long.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from ..target import Target, as_target
 from .kernel_stats import KernelStats
 
-
-@dataclass(frozen=True)
-class GPUSpec:
-    """What the model knows of a GPU (defaults: an H100 SXM)."""
-
-    name: str = "H100-SXM"
-    sms: int = 132
-    clock_hz: float = 1.755e9
-    fp32_lanes_per_sm: int = 128
-    int_lanes_per_sm: int = 64
-    max_threads_per_sm: int = 2048
-    max_blocks_per_sm: int = 32
-    registers_per_sm: int = 65536
-    shared_bytes_per_sm: int = 228 * 1024
-    shared_bytes_per_clock: int = 128
-    l2_bytes_per_s: float = 5.5e12
-    dram_bytes_per_s: float = 3.0e12
-    global_latency_cycles: int = 600
-    barrier_cycles: int = 40
-    launch_seconds: float = 2.5e-6
-    warps_to_hide_latency: int = 8
-
-
-H100 = GPUSpec()
 
 SIM_SECONDS_PER_OP = 3e-7
 SIM_SECONDS_PER_OP_LANE = 1.5e-10
@@ -63,57 +42,67 @@ def assumed_registers(stats: KernelStats) -> int:
     return int(min(255, 32 + stats.local_bytes // 4))
 
 
-def blocks_per_sm(stats: KernelStats, registers: int | None, spec: GPUSpec = H100) -> int:
-    """Resident blocks per SM (0: the kernel cannot launch)."""
-    warps = -(-stats.threads // 32)
+def blocks_per_sm(stats: KernelStats, registers: int | None,
+                  target: Target | str | None = None) -> int:
+    """Resident blocks per SM on ``target`` (0: the kernel cannot launch there: too many
+    threads, registers or shared memory for one block)."""
+    t = as_target(target)
+    warps = -(-stats.threads // t.warp_size)
     regs = registers if registers else assumed_registers(stats)
+    if (stats.threads > t.max_threads_per_block or regs > t.max_registers_per_thread
+            or stats.shared_bytes > t.max_shared_memory_per_block_optin):
+        return 0
     regs_alloc = -(-regs // 8) * 8
-    limits = [spec.max_blocks_per_sm, spec.max_threads_per_sm // (warps * 32),
-              spec.registers_per_sm // (regs_alloc * warps * 32)]
+    limits = [t.max_blocks_per_sm, t.max_threads_per_sm // (warps * t.warp_size),
+              t.registers_per_sm // (regs_alloc * warps * t.warp_size)]
     if stats.shared_bytes:
-        limits.append(spec.shared_bytes_per_sm // stats.shared_bytes)
+        limits.append(t.shared_memory_per_sm // stats.shared_bytes)
     return max(0, min(limits))
 
 
 def kernel_seconds(stats: KernelStats, registers: int | None = None,
-                   spec: GPUSpec = H100) -> float:
-    """Estimated seconds of one launch of a kernel (``inf`` if it cannot launch)."""
-    resident_limit = blocks_per_sm(stats, registers, spec)
+                   target: Target | str | None = None) -> float:
+    """Estimated seconds of one launch of a kernel on ``target`` (``inf`` if it cannot
+    launch there)."""
+    t = as_target(target)
+    resident_limit = blocks_per_sm(stats, registers, t)
     if resident_limit == 0:
         return math.inf
-    warps = -(-stats.threads // 32)
+    lanes = t.warp_size
+    warps = -(-stats.threads // lanes)
     blocks = stats.blocks
-    per_sm = -(-blocks // spec.sms)  # blocks the busiest SM runs
+    per_sm = -(-blocks // t.num_sms)  # blocks the busiest SM runs
     resident = min(resident_limit, per_sm)
     active_warps = resident * warps
     warp_work = per_sm * warps  # warps the busiest SM runs, one after another or together
-    hide = min(1.0, active_warps / spec.warps_to_hide_latency)
-    clock = spec.clock_hz
+    hide = min(1.0, active_warps / t.warps_to_hide_latency)
+    clock = t.clock_hz
 
     # most float work is multiply-add pairs the backend fuses: one instruction for two
-    fp_cycles = warp_work * (stats.flops / 2) / (spec.fp32_lanes_per_sm / 32)
+    fp_cycles = warp_work * (stats.flops / 2) / (t.fp32_lanes_per_sm / lanes)
     # index arithmetic is counted before common subexpressions are shared: weigh it down
-    int_cycles = warp_work * (stats.int_ops / 4) / (spec.int_lanes_per_sm / 32)
+    int_cycles = warp_work * (stats.int_ops / 4) / (t.int32_lanes_per_sm / lanes)
     compute = (fp_cycles + int_cycles) / hide / clock
-    shared = warp_work * 32 * stats.shared_bytes_accessed / spec.shared_bytes_per_clock / clock
-    shared /= min(1.0, active_warps / 4)
-    active_sms = min(spec.sms, blocks)
+    shared = warp_work * lanes * stats.shared_bytes_accessed / t.shared_bytes_per_clock / clock
+    shared /= min(1.0, active_warps / t.schedulers_per_sm)
+    active_sms = min(t.num_sms, blocks)
     l2 = stats.global_sector_bytes * stats.threads * blocks / (
-        spec.l2_bytes_per_s * active_sms / spec.sms)
-    dram = stats.global_footprint / spec.dram_bytes_per_s
+        t.l2_bytes_per_s * active_sms / t.num_sms)
+    dram = stats.global_footprint / t.dram_bytes_per_s
     loads = stats.global_load_bytes / 4
-    latency = (warp_work / max(active_warps, 1)) * loads * spec.global_latency_cycles / 4 / clock
+    latency = (warp_work / max(active_warps, 1)) * loads * t.global_latency_cycles / 4 / clock
     waves = -(-per_sm // resident)
-    barriers = waves * stats.barriers * spec.barrier_cycles / clock
-    return max(compute, shared, l2, dram, latency) + barriers + spec.launch_seconds
+    barriers = waves * stats.barriers * t.barrier_cycles / clock
+    return max(compute, shared, l2, dram, latency) + barriers + t.launch_seconds
 
 
 def module_seconds(stats: tuple, registers: dict | None = None,
-                   spec: GPUSpec = H100) -> float:
-    """Estimated seconds of one run of every kernel (``registers``: per kernel name, from
-    the assembler's report, where known)."""
+                   target: Target | str | None = None) -> float:
+    """Estimated seconds of one run of every kernel on ``target`` (``registers``: per
+    kernel name, from the assembler's report, where known)."""
+    t = as_target(target)
     registers = registers or {}
-    return sum(kernel_seconds(s, registers.get(s.name), spec) for s in stats)
+    return sum(kernel_seconds(s, registers.get(s.name), t) for s in stats)
 
 
 def simulation_seconds(stats: tuple) -> float:

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..target import Target, as_target
 from .build import BuildOptions, build_candidate
 from .check import compare, poisoned, random_array
-from .estimate import H100, GPUSpec, module_seconds, simulation_seconds
+from .estimate import module_seconds, simulation_seconds
 from .measure import PooledRunner
 from .pool import WorkerPool
 from .reference import reference_pipeline
@@ -92,8 +93,9 @@ def _arrays(params, outputs) -> list:
 
 
 class SimRunner(PooledRunner):
-    """Estimated times from the analytical model of ``spec`` (an H100 by default), and
-    correctness checks on the simulator.
+    """Estimated times from the analytical model of ``target`` (a string or a
+    :class:`~ptxforge.target.Target`; default: the current target), and correctness checks
+    on the simulator.
 
     ``check_correctness``: simulate candidates whose simulation is estimated to take at
     most ``max_sim_seconds`` (others are reported with ``correctness="skipped: ..."``); a
@@ -103,11 +105,12 @@ class SimRunner(PooledRunner):
     """
 
     def __init__(self, check_correctness: bool = True, max_sim_seconds: float = 5.0,
-                 timeout: float = 10, spec: GPUSpec = H100, n_parallel: int = 1):
+                 timeout: float = 10, target: Target | str | None = None,
+                 n_parallel: int = 1):
         self.check_correctness = check_correctness
         self.max_sim_seconds = max_sim_seconds
         self.timeout = timeout
-        self.spec = spec
+        self.target = as_target(target)
         self.n_parallel = n_parallel
         self._pool: WorkerPool | None = None
         self._ready: list = []
@@ -116,7 +119,7 @@ class SimRunner(PooledRunner):
 
     @property
     def device(self) -> str:
-        return f"{self.spec.name} model (estimated)"
+        return f"{self.target.arch} model (estimated)"
 
     def _reference(self, task):
         """(device IR text, estimated simulation seconds) of the task's reference, or why
@@ -136,12 +139,12 @@ class SimRunner(PooledRunner):
 
     def submit(self, key, inp: MeasureInput, build: BuildResult) -> None:
         art = build.artifact
-        est = module_seconds(art.stats, art.registers(), self.spec)
+        est = module_seconds(art.stats, art.registers(), self.target)
         if math.isinf(est):
             self._ready.append((key, error_result(
                 MeasureErrorNo.RUNTIME_DEVICE,
                 "too many resources requested for launch: no block of a kernel fits on an "
-                f"SM of the {self.spec.name} model (threads, shared memory and registers)",
+                f"SM of the {self.target.label} model (threads, shared memory and registers)",
                 build.time_cost, self.device, estimated=True)))
             return
         if est > self.timeout:

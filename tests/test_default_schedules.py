@@ -16,7 +16,6 @@ from ptxforge import te, workloads
 from ptxforge.ir.te import ComputeOp
 from ptxforge.ops import testing as ref
 from ptxforge.ops.schedules import (
-    GPUSpec,
     choose_tiling,
     default_schedule,
     default_schedule_for,
@@ -259,12 +258,13 @@ def test_injective_block_size_shrinks_for_small_tensors():
 
 
 def test_schedules_respect_a_smaller_gpu():
-    spec = GPUSpec(name="small", sm_count=8, max_threads_per_block=128,
-                   max_shared_bytes=8 * 1024)
+    small = ("cuda -arch=sm_86 -num_sms=8 -max_threads_per_block=128 "
+             "-max_shared_memory_per_block=8192")
     data, kernel, bias, out = workloads.conv2d_layer(*workloads.SEED_ARGS)
     ctx = PassContext(config={"gpu_limits": {"max_threads_per_block": 128,
                                              "max_shared_memory_per_block": 8 * 1024}})
-    module = ptxforge.lower(default_schedule(out, spec), [data, kernel, bias, out], ctx=ctx)
+    module = ptxforge.lower(default_schedule(out, target=small), [data, kernel, bias, out],
+                            ctx=ctx)
     for k in module.kernels():
         assert int(np.prod(k.attrs["block"])) <= 128
         assert k.attrs["shared_bytes"] <= 8 * 1024
@@ -401,9 +401,9 @@ def test_register_schedule_refuses_silent_replacement_and_allows_override():
         register_schedule("conv2d_nchw", schedule_reduce)
     calls = []
 
-    def custom(s, op, epilogue=None, spec=None):
+    def custom(s, op, epilogue=None, target=None):
         calls.append(op.name)
-        schedule_reduce(s, op, epilogue, spec=spec)
+        schedule_reduce(s, op, epilogue, target=target)
 
     register_schedule("pool_max", custom, override=True)
     try:

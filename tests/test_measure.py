@@ -309,7 +309,7 @@ def test_estimate_refuses_what_cannot_launch():
     assert estimate.blocks_per_sm(st, 32) == 0
     assert estimate.kernel_seconds(st) == float("inf")
     ok = dataclasses.replace(st, shared_bytes=1024)
-    more = dataclasses.replace(ok, grid=(1000, 1, 1))
+    more = dataclasses.replace(ok, grid=(10000, 1, 1))
     assert estimate.kernel_seconds(ok) < estimate.kernel_seconds(more)
     assert estimate.blocks_per_sm(ok, 255) == 2  # 256 allocated x 128 threads = half an SM
     wide = dataclasses.replace(ok, block=(512, 1, 1))

@@ -4,7 +4,9 @@
 producers inlined, convolutions and matrix products tiled with shared-memory staging and
 register accumulators (their bias / activation epilogue fused), pooling, softmax and other
 reductions one output per thread, remaining injective stages flat. The schedules respect
-the limits of an H100 / H200 (1,024 threads and 48 KiB of shared memory per block).
+the limits of the target (``default_schedule(outputs, target="cuda -arch=sm_80")``; by
+default the current one, an H100 / H200 without a GPU): threads and static shared memory
+per block, and its SM count and rates steer the tile choice.
 
 ``default_schedule_for(tag)`` returns the schedule of one kind of stage, for code that
 schedules stage by stage (the network builder); ``register_schedule`` adds or replaces
@@ -13,7 +15,6 @@ one.
 
 from .analysis import DagPlan, input_accesses, is_epilogue_of, plan_dag
 from .default import default_schedule, plan
-from .gpu import H100, GPUSpec
 from .injective import schedule_injective
 from .reduction import schedule_reduce
 from .registry import default_schedule_for, register_schedule, registered_tags
@@ -21,9 +22,7 @@ from .tiled import schedule_tiled
 from .tiling import Tiling, choose_tiling, rank_tilings
 
 __all__ = [
-    "H100",
     "DagPlan",
-    "GPUSpec",
     "Tiling",
     "choose_tiling",
     "default_schedule",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...ir import te
 from ...passes.schedule.schedule import Schedule
-from .gpu import GPUSpec
+from ...target import Target, as_target
 
 
 def split_levels(stage, axis, factors):
@@ -47,14 +47,15 @@ def bind_flat(stage, num_threads: int):
     return inner
 
 
-def threads_for(num_outputs: int, spec: GPUSpec, cap: int = 256) -> int:
+def threads_for(num_outputs: int, target: Target | str | None = None, cap: int = 256) -> int:
     """Threads per block for a flat one-element-per-thread schedule: ``cap`` (at most the
     GPU's limit) when there is work for every SM at that size, fewer (down to a warp) when
     that keeps more SMs busy, and no more than the elements."""
-    cap = min(cap, spec.max_threads_per_block)
+    target = as_target(target)
+    cap = min(cap, target.max_threads_per_block)
     if num_outputs < 32:
         return max(1, min(num_outputs, cap))
-    per_sm = -(-num_outputs // spec.sm_count)
+    per_sm = -(-num_outputs // target.num_sms)
     t = 32
     while t < cap and t < per_sm:
         t *= 2

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from ...ir.te import ComputeOp, Operation, Tensor
 from ...passes.schedule.schedule import Schedule, create_schedule
+from ...target import Target, as_target
 from .analysis import DagPlan, plan_dag
-from .gpu import H100, GPUSpec
 from .registry import default_schedule_for
 
 
@@ -42,9 +42,11 @@ def plan(outputs) -> DagPlan:
     return plan_dag([op for op in s.dag.ops if isinstance(op, ComputeOp)], tensors)
 
 
-def default_schedule(outputs, spec: GPUSpec = H100) -> Schedule:
+def default_schedule(outputs, target: Target | str | None = None) -> Schedule:
     """A schedule of the computation of ``outputs`` (a tensor or a list of tensors) that is
-    valid on ``spec`` (threads and shared memory per block) and reasonably fast."""
+    valid on ``target`` (a string such as ``"cuda -arch=sm_80"`` or a
+    :class:`~ptxforge.target.Target`; default: the current target) and reasonably fast."""
+    target = as_target(target)
     tensors = _as_tensors(outputs)
     s = create_schedule(tensors)
     compute_ops = [op for op in s.dag.ops if isinstance(op, ComputeOp)]
@@ -64,7 +66,7 @@ def default_schedule(outputs, spec: GPUSpec = H100) -> Schedule:
     for op in reversed(compute_ops):
         if id(op) in p.inlined or id(op) in fused:
             continue
-        default_schedule_for(op.tag)(s, op, p.epilogue.get(id(op)), spec=spec)
+        default_schedule_for(op.tag)(s, op, p.epilogue.get(id(op)), target=target)
     for op in reversed(late):
         s[op].compute_inline()
     return s

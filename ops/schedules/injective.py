@@ -8,12 +8,12 @@ import numpy as np
 
 from ...ir.te import ComputeOp
 from ...passes.schedule.schedule import Schedule
+from ...target import Target
 from .common import bind_flat, threads_for
-from .gpu import H100, GPUSpec
 
 
 def schedule_injective(s: Schedule, op: ComputeOp, epilogue: ComputeOp | None = None,
-                       spec: GPUSpec = H100) -> None:
+                       target: Target | str | None = None) -> None:
     """Schedule the injective stage ``op`` flat over its elements (``epilogue`` must be
     None: injective stages have none)."""
     if epilogue is not None:
@@ -22,4 +22,4 @@ def schedule_injective(s: Schedule, op: ComputeOp, epilogue: ComputeOp | None = 
     if not op.axis:
         return
     n = int(np.prod([int(a.extent) for a in op.axis], dtype=np.int64))
-    bind_flat(s[op], threads_for(n, spec))
+    bind_flat(s[op], threads_for(n, target))

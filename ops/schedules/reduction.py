@@ -15,21 +15,21 @@ import numpy as np
 
 from ...ir.te import ComputeOp
 from ...passes.schedule.schedule import Schedule
+from ...target import Target
 from .common import bind_flat, output_stage, threads_for
-from .gpu import H100, GPUSpec
 
 UNROLL_TAPS = 64
 
 
 def schedule_reduce(s: Schedule, op: ComputeOp, epilogue: ComputeOp | None = None,
-                    spec: GPUSpec = H100) -> None:
+                    target: Target | str | None = None) -> None:
     """Schedule reduction ``op`` one output per thread (its ``epilogue`` fused)."""
     if not op.axis:
         # a reduction to a scalar: one thread does it all, which is valid on any GPU
         return
     out, acc = output_stage(s, op, epilogue)
     n = int(np.prod([int(a.extent) for a in op.axis], dtype=np.int64))
-    thread_loop = bind_flat(out, threads_for(n, spec))
+    thread_loop = bind_flat(out, threads_for(n, target))
     acc.compute_at(out, thread_loop)
     taps = int(np.prod([int(a.extent) for a in op.reduce_axis], dtype=np.int64))
     if taps <= UNROLL_TAPS:

@@ -1,8 +1,9 @@
 """Which schedule each kind of stage gets, by its tag.
 
-A stage schedule is a function ``(s, op, epilogue, spec) -> None`` that schedules stage
-``op`` of schedule ``s`` for the GPU ``spec``; ``epilogue`` is the element-wise consumer
-fused into it (tiled in its place, with ``op`` computed at its thread loop) or None.
+A stage schedule is a function ``(s, op, epilogue, target) -> None`` that schedules stage
+``op`` of schedule ``s`` for the GPU ``target`` (a :class:`~ptxforge.target.Target`);
+``epilogue`` is the element-wise consumer fused into it (tiled in its place, with ``op``
+computed at its thread loop) or None.
 :func:`default_schedule_for` looks a tag up: the full tag first (``"conv2d_nchw"``), then
 its pattern (the part before the first comma: ``"injective"`` for ``"injective,pad"``);
 a tag it does not know gets the generic schedule of reductions or of injective stages.
@@ -42,12 +43,11 @@ def registered_tags() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def _schedule_any(s, op: ComputeOp, epilogue=None, spec=None):
+def _schedule_any(s, op: ComputeOp, epilogue=None, target=None):
     """Reductions get :func:`schedule_reduce`, everything else :func:`schedule_injective`."""
-    kwargs = {} if spec is None else {"spec": spec}
     if op.reduce_axis:
-        return schedule_reduce(s, op, epilogue, **kwargs)
-    return schedule_injective(s, op, epilogue, **kwargs)
+        return schedule_reduce(s, op, epilogue, target=target)
+    return schedule_injective(s, op, epilogue, target=target)
 
 
 def default_schedule_for(tag: str) -> StageSchedule:

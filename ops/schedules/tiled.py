@@ -26,18 +26,18 @@ from __future__ import annotations
 from ...ir import te
 from ...ir.te import ComputeOp
 from ...passes.schedule.schedule import Schedule
+from ...target import Target
 from .analysis import input_accesses
 from .common import fuse_bind, output_stage, split_levels
-from .gpu import H100, GPUSpec
 from .tiling import MAX_UNROLLED_STEPS, Tiling, choose_tiling, input_tensors
 
 
 def schedule_tiled(s: Schedule, op: ComputeOp, epilogue: ComputeOp | None = None,
-                   spec: GPUSpec = H100, tiling: Tiling | None = None) -> Tiling:
+                   target: Target | str | None = None, tiling: Tiling | None = None) -> Tiling:
     """Schedule reduction ``op`` (and its fused element-wise ``epilogue``) as a tiled
     kernel; returns the tiling used (``tiling`` overrides the chooser)."""
     accesses = input_accesses(op)
-    tiling = tiling or choose_tiling(op, spec, accesses)
+    tiling = tiling or choose_tiling(op, target, accesses)
     out, acc = output_stage(s, op, epilogue)
 
     # block / thread / inner loops of the output stage

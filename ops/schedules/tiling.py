@@ -9,14 +9,16 @@ memory where it is used.
 
 :func:`choose_tiling` enumerates the factor choices (divisors of each extent, and powers
 of two, which need a predicate where they do not divide) and ranks them with a small cost
-model of one SM of the target GPU:
+model of one SM of the target GPU (every figure comes from the
+:class:`~ptxforge.target.Target`):
 
 * a reduction step of a thread issues ``O`` FMAs (``O = prod(inner)``) and ``L`` loads
   (the distinct input elements the step needs; a fourth of that where consecutive steps
   read consecutive elements, which LLVM turns into vector loads; a global load counts
   twice);
 * an SM runs ``w`` resident warps; per step it needs ``w * (O + L) / 4`` issue cycles
-  (4 schedulers, fewer than 2 warps per scheduler issue proportionally less) and
+  (the target's schedulers per SM; fewer than 2 warps per scheduler issue proportionally
+  less) and
   ``w * L`` cycles of the shared-memory pipe (one warp-wide load per cycle);
 * every chunk costs global-memory round trips (a thread keeps about 16 loads in flight)
   behind a barrier, plus the fetch's issue;
@@ -38,7 +40,7 @@ import numpy as np
 
 from ...ir.te import ComputeOp
 from .analysis import InputAccess, footprint, input_accesses
-from .gpu import H100, GPUSpec
+from ...target import Target, as_target
 
 MAX_UNROLLED_STEPS = 512
 """Largest per-chunk body (reduce steps times accumulators) the schedules unroll."""
@@ -47,7 +49,6 @@ MAX_OUTPUTS_PER_THREAD = 16
 MAX_INNER = 8
 SHARED_MARGIN = 1024
 """Bytes kept free below the shared-memory limit for alignment padding."""
-MAX_REGISTERS = 255
 LOADS_IN_FLIGHT = 16
 """Global loads one thread keeps outstanding (so a chunk's loads take several round
 trips when there are more)."""
@@ -129,19 +130,19 @@ def _axis_pairs(extent: int, cap: int) -> np.ndarray:
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 
-def _grid(extents: list[int], spec: GPUSpec) -> tuple[np.ndarray, np.ndarray]:
+def _grid(extents: list[int], target: Target) -> tuple[np.ndarray, np.ndarray]:
     """All (threads, inner) combinations over the axes within the per-block limits, as two
     arrays of shape (candidates, axes)."""
     threads = np.ones((1, 0), dtype=np.int64)
     inner = np.ones((1, 0), dtype=np.int64)
     for e in extents:
-        pairs = _axis_pairs(e, spec.max_threads_per_block)
+        pairs = _axis_pairs(e, target.max_threads_per_block)
         n, m = len(threads), len(pairs)
         threads = np.concatenate([np.repeat(threads, m, 0), np.tile(pairs[:, :1], (n, 1))], 1)
         inner = np.concatenate([np.repeat(inner, m, 0), np.tile(pairs[:, 1:], (n, 1))], 1)
         t = threads.prod(1)
         o = inner.prod(1)
-        keep = (t <= spec.max_threads_per_block) & (o <= MAX_OUTPUTS_PER_THREAD)
+        keep = (t <= target.max_threads_per_block) & (o <= MAX_OUTPUTS_PER_THREAD)
         threads, inner = threads[keep], inner[keep]
     return threads, inner
 
@@ -163,19 +164,22 @@ def input_tensors(accesses: list[InputAccess]) -> list:
     return out
 
 
-def choose_tiling(op: ComputeOp, spec: GPUSpec = H100, accesses: list | None = None,
+def choose_tiling(op: ComputeOp, target: Target | str | None = None,
+                  accesses: list | None = None,
                   max_unrolled: int = MAX_UNROLLED_STEPS) -> Tiling:
-    """The best tiling of reduction ``op`` under the cost model (see the module doc)."""
-    return rank_tilings(op, spec, 1, accesses, max_unrolled)[0]
+    """The best tiling of reduction ``op`` on ``target`` (default: the current target)
+    under the cost model (see the module doc)."""
+    return rank_tilings(op, target, 1, accesses, max_unrolled)[0]
 
 
-def rank_tilings(op: ComputeOp, spec: GPUSpec = H100, count: int = 5,
+def rank_tilings(op: ComputeOp, target: Target | str | None = None, count: int = 5,
                  accesses: list | None = None,
                  max_unrolled: int = MAX_UNROLLED_STEPS) -> list[Tiling]:
     """The ``count`` best tilings of reduction ``op`` under the cost model, best first
     (for checking the model against measurements)."""
     if not op.reduce_axis:
         raise ValueError(f"choose_tiling: stage {op.name} has no reduce axes")
+    gpu = as_target(target)
     accesses = input_accesses(op) if accesses is None else accesses
     tensors = input_tensors(accesses)
     owner = [next(k for k, x in enumerate(tensors) if x is a.tensor) for a in accesses]
@@ -189,7 +193,7 @@ def rank_tilings(op: ComputeOp, spec: GPUSpec = H100, count: int = 5,
     steps = int(np.prod(r_extents, dtype=np.int64))
     total_outputs = int(np.prod(extents, dtype=np.int64)) if extents else 1
 
-    threads, inner = _grid(extents, spec)
+    threads, inner = _grid(extents, gpu)
     tile = threads * inner
     t = threads.prod(1)
     o = inner.prod(1)
@@ -198,10 +202,11 @@ def rank_tilings(op: ComputeOp, spec: GPUSpec = H100, count: int = 5,
     keep = t >= min(32, total_outputs)
     threads, inner, tile, t, o, blocks = (x[keep] for x in (threads, inner, tile, t, o, blocks))
     if len(t) == 0:
-        raise ValueError(f"choose_tiling: no tiling of {op.name} fits {spec.name}'s limits")
+        raise ValueError(
+            f"choose_tiling: no tiling of {op.name} fits the limits of {gpu.label}")
     n = len(t)
-    wpb = -(-t // 32)
-    per_sm = -(-blocks // spec.sm_count)
+    wpb = -(-t // gpu.warp_size)
+    per_sm = -(-blocks // gpu.num_sms)
     # loads per reduction step of one thread, per access
     step_tile = {v: inner[:, k] for k, v in enumerate(spatial_vars)}
     step_loads = [footprint(a, step_tile).astype(float)
@@ -232,25 +237,26 @@ def rank_tilings(op: ComputeOp, spec: GPUSpec = H100, count: int = 5,
             # a global load that misses the neighbours' cache lines costs about twice a
             # shared one in the load/store pipe
             loads += np.where(on, 1.0, 2.0) * step_loads[a_idx]
-        ok = smem + SHARED_MARGIN <= spec.max_shared_bytes
+        ok = smem + SHARED_MARGIN <= gpu.max_shared_memory_per_block
         body = kc * other_steps * o
         ok &= (body <= max_unrolled) | (kc == 1)
         fetch = -(-(smem // 4) // t)
         regs = _registers(o, fetch)
-        ok &= ((regs <= MAX_REGISTERS) & (fetch <= MAX_FETCH_PER_THREAD)) | (kc == 1)
-        regs = np.minimum(regs, MAX_REGISTERS)
+        max_regs = gpu.max_registers_per_thread
+        ok &= ((regs <= max_regs) & (fetch <= MAX_FETCH_PER_THREAD)) | (kc == 1)
+        regs = np.minimum(regs, max_regs)
         resident = np.minimum.reduce([
-            np.full(n, spec.max_blocks_per_sm),
-            spec.max_warps_per_sm // wpb,
-            spec.registers_per_sm // (wpb * 32 * regs),
-            spec.shared_bytes_per_sm // (smem + SHARED_MARGIN),
+            np.full(n, gpu.max_blocks_per_sm),
+            gpu.max_warps_per_sm // wpb,
+            gpu.registers_per_sm // (wpb * gpu.warp_size * regs),
+            gpu.shared_memory_per_sm // (smem + SHARED_MARGIN),
         ])
         ok &= resident >= 1
         resident = np.maximum(resident, 1)
         rounds = -(-per_sm // resident)
         warps = np.minimum(per_sm, resident) * wpb
-        eff = np.minimum(1.0, warps / (2.0 * spec.schedulers_per_sm))
-        issue = warps * (o + loads) / spec.schedulers_per_sm / eff
+        eff = np.minimum(1.0, warps / (2.0 * gpu.schedulers_per_sm))
+        issue = warps * (o + loads) / gpu.schedulers_per_sm / eff
         step = np.maximum.reduce([issue, warps * loads, np.full(n, 4.0)])
         compute = rounds * steps * step
         chunks = -(-chunk_extent // kc)
@@ -266,16 +272,16 @@ def rank_tilings(op: ComputeOp, spec: GPUSpec = H100, count: int = 5,
         trips = (np.where(any_staged, np.ceil(fetch / LOADS_IN_FLIGHT), 0.0)
                  + np.where(any_direct, np.ceil(direct / LOADS_IN_FLIGHT), 0.0))
         staging = rounds * chunks * (
-            spec.global_latency * trips
-            + np.where(any_staged, 3.0 * fetch * warps / spec.schedulers_per_sm, 0.0))
+            gpu.global_latency_cycles * trips
+            + np.where(any_staged, 3.0 * fetch * warps / gpu.schedulers_per_sm, 0.0))
         # every block loads its staged footprint, or each thread its own, per chunk
         loaded = np.zeros(n)
         for a_idx, a in enumerate(accesses):
             on = staged[:, owner[a_idx]]
             alone = footprint(a, thread_tile).astype(float) * t
             loaded += np.where(on, block_fp[a_idx], alone)
-        l2 = blocks * chunks * loaded * 4.0 / spec.l2_bytes_per_cycle
-        sm_in = per_sm * chunks * loaded * 4.0 / spec.sm_bytes_per_cycle
+        l2 = blocks * chunks * loaded * 4.0 / gpu.l2_bytes_per_clock
+        sm_in = per_sm * chunks * loaded * 4.0 / gpu.l2_to_sm_bytes_per_clock
         cost = np.where(ok, np.maximum.reduce([compute + staging, l2, sm_in]), np.inf)
         better = cost < best["cost"]
         for key, value in (("cost", cost), ("chunk", kc), ("smem", smem)):
@@ -284,8 +290,8 @@ def rank_tilings(op: ComputeOp, spec: GPUSpec = H100, count: int = 5,
     cost = best["cost"]
     if not np.isfinite(cost).any():
         raise ValueError(
-            f"choose_tiling: no tiling of {op.name} fits in {spec.max_shared_bytes} bytes of "
-            "shared memory")
+            f"choose_tiling: no tiling of {op.name} fits in "
+            f"{gpu.max_shared_memory_per_block} bytes of shared memory ({gpu.label})")
     ragged = ((ext % np.maximum(tile, 1)) != 0).sum(1) if extents else np.zeros(n)
     cost = cost * (1.0 + RAGGED_PENALTY * ragged)
     # ties (within 1%) go to tilings whose splits divide evenly, then to more threads
