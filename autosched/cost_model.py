@@ -148,9 +148,50 @@ class XGBModel(CostModel):
         self.min_train = 0
 
 
+MAX_EXTENT = 1 << 40
+"""Loop extents above this (no GPU holds such a tensor) mark a record's workload as bogus."""
+
+MAX_TILE_CHOICES = 1_000_000
+"""An axis with more ways to split it into the deepest tiling than this would make the
+sketches of a workload cost seconds and gigabytes to build: such a record is skipped."""
+
+_DEEPEST_TILING = 5  # the levels of a spatial tile slot (steps.py)
+
+
+def workload_too_large(dag) -> str | None:
+    """Why reading records of ``dag`` would take unbounded work (an extent over
+    :data:`MAX_EXTENT`, or an axis with more tilings than :data:`MAX_TILE_CHOICES`), or
+    None. Checked before anything is built from a workload named in a record file."""
+    from math import comb
+
+    from ..ir.expr import Reduce
+    from .factorization import prime_factors
+
+    extents = []
+    for op in dag.ops:
+        extents += [("shape of " + op.name, e) for e in getattr(op, "shape", ())]
+        extents += [(f"{op.name}.{a.var.name}", a.extent) for a in getattr(op, "axis", ())]
+        if isinstance(getattr(op, "body", None), Reduce):
+            extents += [(f"{op.name}.{a.var.name}", a.extent) for a in op.body.axis]
+    for where, e in extents:
+        if not isinstance(e, int) or e < 1:
+            continue
+        if e > MAX_EXTENT:
+            return f"{where} has extent {e}, over {MAX_EXTENT}"
+        choices = 1
+        primes = prime_factors(e)
+        for p in set(primes):
+            choices *= comb(primes.count(p) + _DEEPEST_TILING - 1, _DEEPEST_TILING - 1)
+        if choices > MAX_TILE_CHOICES:
+            return (f"{where} (extent {e}) has {choices} tilings, over "
+                    f"{MAX_TILE_CHOICES}")
+    return None
+
+
 def _records_by_task(file_name: str) -> list:
     """``[(task, population, results)]`` of the auto-scheduler records of ``file_name``,
-    one entry per registered workload."""
+    one entry per registered workload. A workload too large to read with bounded work
+    (:func:`workload_too_large`) is skipped with a warning."""
     from ..measure import load_records
     from .search_task import SearchTask
     from .state import state_from_payload
@@ -162,9 +203,12 @@ def _records_by_task(file_name: str) -> list:
     for key, recs in groups.items():
         try:
             task = SearchTask(workload_key=key)
-        except (KeyError, ValueError) as e:
-            warnings.warn(f"{file_name}: skipping records of workload {key}: {e}",
-                          RuntimeWarning, stacklevel=3)
+            why = workload_too_large(task.compute_dag)
+        except Exception as e:  # noqa: BLE001 - any failure of a logged workload: skip it
+            why = f"{type(e).__name__}: {e}"
+        if why:
+            warnings.warn(f"{file_name}: skipping {len(recs)} record(s) of workload "
+                          f"{key[:200]}: {why}", RuntimeWarning, stacklevel=3)
             continue
         rows, results = [], []
         for inp, res in recs:

@@ -21,22 +21,29 @@ from collections.abc import Callable, Iterable
 
 _local = threading.local()
 
+MAX_TRIED = 10
+"""Records of one workload tried, best first, before a function gets no record."""
+
 
 class ApplyHistoryBest:
     """The best record per workload key of ``records``, applied when networks are built.
 
     ``records``: a record file, a list of record files, or an iterable of
-    ``(MeasureInput, MeasureResult)`` pairs. A measured result beats an estimated one (from
-    the simulator runner), then the lowest mean cost wins; failed measurements are ignored.
+    ``(MeasureInput, MeasureResult)`` pairs. Records are ranked by the one rule of
+    :func:`ptxforge.measure.record.rank` (a measured result beats an estimated one from the
+    simulator runner, then the lowest mean cost wins); failed measurements are ignored. When
+    the best record's schedule no longer applies to a function, the next best is used.
 
     Attributes:
         best: ``{workload_key: (MeasureInput, MeasureResult)}``.
+        ranked: ``{workload_key: [(MeasureInput, MeasureResult), ...]}``, best first.
         applied: ``{workload_key: pipeline text}`` of the schedules this context handed
             out, in the order they were asked for.
     """
 
     def __init__(self, records):
         self.best: dict = {}
+        self.ranked: dict = {}
         self.applied: dict[str, str] = {}
         self._outer: ApplyHistoryBest | None = None
         self.load(records)
@@ -58,13 +65,24 @@ class ApplyHistoryBest:
             pairs = [p for path in records for p in load_records(path)]
         else:
             pairs = records
+        touched = set()
         for inp, res in pairs:
             if int(res.error_no) != 0:
                 continue
             key = inp.task.workload_key
-            old = self.best.get(key)
-            if old is None or rank(res) < rank(old[1]):
-                self.best[key] = (inp, res)
+            self.ranked.setdefault(key, []).append((inp, res))
+            touched.add(key)
+        for key in touched:
+            self.ranked[key].sort(key=lambda p: rank(p[1]))
+            self.best[key] = self.ranked[key][0]
+
+    def query_ranked(self, workload_key: str) -> list:
+        """Every successful record of ``workload_key``, best first: this context's, then
+        an enclosing one's."""
+        got = list(self.ranked.get(workload_key, ()))
+        if self._outer is not None:
+            got += self._outer.query_ranked(workload_key)
+        return got
 
     def query(self, workload_key: str) -> tuple | None:
         """``(MeasureInput, MeasureResult)`` of the best record of ``workload_key`` here or
@@ -78,28 +96,32 @@ class ApplyHistoryBest:
         """``(Schedule, args)`` of a fused function (a
         :class:`ptxforge.graph.FusedFunction`) from its best record, or None when there is
         none (``graph.build`` then uses the default schedule and warns). A record whose
-        pipeline no longer applies to the function is reported with a warning and treated
-        as missing."""
+        pipeline no longer applies to the function is reported with a warning and the next
+        best is tried; with none left, the function is treated as having no record."""
         from ..ir.compute_dag import ComputeDAG
         from .printer import schedule_from_pipeline
         from .search_task import SearchTask
 
         key = func.workload_key
-        got = self.query(key)
-        if got is None:
+        ranked = self.query_ranked(key)[:MAX_TRIED]
+        if not ranked:
             return None
-        inp, _ = got
         task = SearchTask(compute_dag=ComputeDAG(func.build_tensors()), workload_key=key,
                           desc=getattr(func, "name", ""))
-        try:
-            sch = schedule_from_pipeline(task, inp.pipeline)
-        except Exception as e:  # noqa: BLE001 - any failure means the record is unusable
-            warnings.warn(f"{getattr(func, 'name', key)}: the best record's schedule does not "
-                          f"apply ({type(e).__name__}: {e}); ignoring it", RuntimeWarning,
-                          stacklevel=2)
-            return None
-        self.applied[key] = inp.pipeline
-        return sch, list(task.tensors)
+        name = getattr(func, "name", key)
+        for n, (inp, _) in enumerate(ranked):
+            try:
+                sch = schedule_from_pipeline(task, inp.pipeline)
+            except Exception as e:  # noqa: BLE001 - any failure means the record is unusable
+                then = ("trying the next best" if n + 1 < len(ranked)
+                        else "no record is left; ignoring them")
+                warnings.warn(f"{name}: the {'best' if n == 0 else f'#{n + 1}'} record's "
+                              f"schedule does not apply ({type(e).__name__}: {e}); {then}",
+                              RuntimeWarning, stacklevel=2)
+                continue
+            self.applied[key] = inp.pipeline
+            return sch, list(task.tensors)
+        return None
 
     def __enter__(self) -> ApplyHistoryBest:
         self._outer = current()

@@ -56,6 +56,6 @@ def state_from_payload(task, payload) -> State | None:
         if sk.name == payload.get("sketch"):
             try:
                 return State(k, sk.row_of(payload.get("state", {})))
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError):
                 return None
     return None

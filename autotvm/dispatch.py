@@ -72,6 +72,18 @@ class DispatchContext(abc.ABC):
             ret = (self._old or _ROOT).query(target, workload)
         return ret
 
+    def query_all(self, target, workload) -> list:
+        """The recorded configs to try for ``workload`` on ``target``, best first: this
+        context's, then its parent's (empty when there are none: :meth:`query` then gives
+        the fallback config). A template tries them in turn until one fits
+        (:class:`~ptxforge.autotvm.task.TemplateFunction`)."""
+        own = self._query_all_inside(_target_name(target), workload)
+        return own + (self._old or _ROOT).query_all(target, workload)
+
+    def _query_all_inside(self, target: str, workload) -> list:
+        got = self._query_inside(target, workload)
+        return [] if got is None else [got]
+
     @abc.abstractmethod
     def _query_inside(self, target: str, workload):
         """This context's own config for ``workload`` on ``target``, or None."""
@@ -98,21 +110,30 @@ class ApplyConfig(DispatchContext):
             self.workload = workload
         return self._config
 
+    def query_all(self, target, workload) -> list:
+        # while tuning, a config that does not fit is an error, never replaced
+        return [self._query_inside(_target_name(target), workload)]
+
 
 class ApplyHistoryBest(DispatchContext):
     """Answer with the best recorded config per workload and target.
 
     ``records``: a record file path, a list of paths, or an iterable of ``(input, result)``
-    pairs (``ptxforge.autotvm.record.load_from_file``). Measured results beat estimated
-    ones (from the simulator runner); among equals the lowest mean cost wins. Unknown
-    workloads fall through to the enclosing context (by default: a fallback config with a
-    warning).
+    pairs (``ptxforge.autotvm.record.load_from_file``). Records are ranked by the one rule
+    of :func:`ptxforge.measure.record.rank` (measured results beat estimated ones from the
+    simulator runner, then the lowest mean cost wins). A template whose best config no
+    longer fits tries the next best (:meth:`query_all`). Unknown workloads fall through to
+    the enclosing context (by default: a fallback config with a warning).
     """
+
+    MAX_TRIED = 10
+    """Recorded configs per workload a template tries before the enclosing context's."""
 
     def __init__(self, records):
         super().__init__()
         self.best_by_workload: dict = {}
         self.best_results: dict = {}
+        self.ranked: dict = {}  # (target, workload key) -> [(rank, config)], best first
         self.load(records)
 
     def load(self, records) -> None:
@@ -126,22 +147,29 @@ class ApplyHistoryBest(DispatchContext):
             pairs = [p for path in records for p in load_from_file(path)]
         else:
             pairs = records
+        from ..measure.record import rank
+
         n = 0
+        touched = set()
         for inp, res in pairs:
             n += 1
             if not hasattr(inp, "config"):  # a raw record of the measure layer
-                got = decode(inp, res)
+                try:
+                    got = decode(inp, res)
+                except ValueError as e:
+                    warnings.warn(f"skipping a record: {e}", RuntimeWarning, stacklevel=2)
+                    continue
                 if got is None:
                     continue
                 inp, res = got
             if res.error_no:
                 continue
             key = (_target_name(inp.target), workload_key(inp.task.workload))
-            rank = (bool(res.estimated), res.mean)
-            old = self.best_results.get(key)
-            if old is None or rank < (bool(old.estimated), old.mean):
-                self.best_by_workload[key] = inp.config
-                self.best_results[key] = res
+            self.ranked.setdefault(key, []).append((rank(res), inp.config, res))
+            touched.add(key)
+        for key in touched:
+            self.ranked[key].sort(key=lambda r: r[0])
+            _, self.best_by_workload[key], self.best_results[key] = self.ranked[key][0]
         self.n_records = getattr(self, "n_records", 0) + n
 
     def _query_inside(self, target: str, workload):
@@ -149,14 +177,21 @@ class ApplyHistoryBest(DispatchContext):
             return None
         return self.best_by_workload.get((target, workload_key(workload)))
 
+    def _query_all_inside(self, target: str, workload) -> list:
+        if workload is None:
+            return []
+        got = self.ranked.get((target, workload_key(workload)), ())
+        return [cfg for _, cfg, _ in got[: self.MAX_TRIED]]
+
     def update(self, target, workload, config: ConfigEntity, result) -> None:
         """Remember ``config`` as the best for ``workload`` (if it is)."""
+        from ..measure.record import rank
+
         key = (_target_name(target), workload_key(workload))
-        old = self.best_results.get(key)
-        if old is None or (bool(result.estimated), result.mean) < (bool(old.estimated),
-                                                                   old.mean):
-            self.best_by_workload[key] = config
-            self.best_results[key] = result
+        ranked = self.ranked.setdefault(key, [])
+        ranked.append((rank(result), config, result))
+        ranked.sort(key=lambda r: r[0])
+        _, self.best_by_workload[key], self.best_results[key] = ranked[0]
 
 
 class FallbackContext(DispatchContext):
@@ -187,6 +222,9 @@ class FallbackContext(DispatchContext):
 
     def query(self, target, workload):
         return self._query_inside(_target_name(target), workload)
+
+    def query_all(self, target, workload) -> list:
+        return []
 
 
 _ROOT = FallbackContext()

@@ -17,22 +17,38 @@ from .task import MeasureInput, Task, _as_args
 
 
 def decode(inp, res) -> tuple[MeasureInput, MeasureResult] | None:
-    """An AutoTVM input for a raw record (None when the record is not AutoTVM's)."""
+    """An AutoTVM input for a raw record (None when the record is not AutoTVM's);
+    ``ValueError`` for a malformed AutoTVM payload."""
     a = (inp.payload or {}).get("autotvm")
-    if not a:
+    if a is None:
         return None
-    task = Task(a["template"], _as_args(a["args"]), inp.task.target)
+    try:
+        if not isinstance(a, dict):
+            raise TypeError("the payload's 'autotvm' must be an object")
+        if not isinstance(a["template"], str) or not isinstance(a["args"], list):
+            raise TypeError("'template' must be a string and 'args' a list")
+        if not isinstance(a["config"], dict) or not isinstance(a["config"]["entity"], list):
+            raise TypeError("'config' must be an object with an 'entity' list")
+        if not isinstance(a["config"]["index"], int):
+            raise TypeError("the config's 'index' must be an integer")
+        task = Task(a["template"], _as_args(a["args"]), inp.task.target)
+        config = ConfigEntity.from_json_dict(a["config"])
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise ValueError(f"a malformed AutoTVM payload ({type(e).__name__}: {e})") from None
     task.flop = inp.task.flop
-    config = ConfigEntity.from_json_dict(a["config"])
     return MeasureInput(inp.task.target, task, config, inp.pipeline), res
 
 
 def load_from_file(path: str | os.PathLike) -> Iterator[tuple[MeasureInput, MeasureResult]]:
-    """The AutoTVM records of ``path`` (corrupt or truncated lines are skipped with a
-    warning)."""
+    """The AutoTVM records of ``path``; any line that is not a well-formed record (or whose
+    AutoTVM payload is malformed) is skipped with a warning naming the file and line."""
     tasks: dict = {}
-    for inp, res in raw.iter_records(path):
-        got = decode(inp, res)
+    for n, inp, res in raw.iter_numbered(path):
+        try:
+            got = decode(inp, res)
+        except ValueError as e:
+            raw.skip_line(os.fspath(path), n, "a corrupt record", str(e))
+            continue
         if got is None:
             continue
         ainp, res = got

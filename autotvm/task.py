@@ -10,6 +10,7 @@ configs, and each instantiation's schedule becomes pass pipeline text for the bu
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass
 
 from ..measure.result import MeasureInput as RawInput
@@ -34,9 +35,21 @@ class TemplateFunction:
             raise TypeError(f"template {self.name} takes positional arguments only (they "
                             "form its workload)")
         workload = (self.name,) + tuple(args)
-        cfg = DispatchContext.current().query(DEFAULT_TARGET, workload)
-        with ApplyConfig(cfg):
-            return self.func(*args)
+        ctx = DispatchContext.current()
+        configs = (ctx.query_all(DEFAULT_TARGET, workload)
+                   or [ctx.query(DEFAULT_TARGET, workload)])
+        for n, cfg in enumerate(configs):
+            try:
+                with ApplyConfig(cfg):
+                    return self.func(*args)
+            except Exception as e:
+                if n + 1 == len(configs):
+                    raise
+                # a recorded config that no longer fits the template: the next best
+                warnings.warn(f"{self.name}{tuple(args)}: config #{n + 1} does not fit the "
+                              f"template ({type(e).__name__}: {e}); trying the next best",
+                              RuntimeWarning, stacklevel=2)
+        raise AssertionError("query_all returns at least one config")
 
     def __repr__(self):
         return f"<autotvm template {self.name!r}>"

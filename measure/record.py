@@ -280,6 +280,14 @@ def save_records(path: str | os.PathLike, inputs, results) -> None:
 def iter_records(path: str | os.PathLike) -> Iterator[tuple[MeasureInput, MeasureResult]]:
     """The records of ``path`` in file order, skipping (with a ``RuntimeWarning`` naming
     the file and the line) any line that is not a well-formed record."""
+    for _, inp, res in iter_numbered(path):
+        yield inp, res
+
+
+def iter_numbered(path: str | os.PathLike) -> Iterator[tuple[int, MeasureInput,
+                                                             MeasureResult]]:
+    """``(line number, input, result)`` of the records of ``path`` (see
+    :func:`iter_records`), for readers that check payloads and name the bad line."""
     path = os.fspath(path)
     with open(path, "rb") as f:
         n = 0
@@ -291,21 +299,25 @@ def iter_records(path: str | os.PathLike) -> Iterator[tuple[MeasureInput, Measur
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
                 while raw and not raw.endswith(b"\n"):  # skip the rest of the line
                     raw = f.readline(MAX_LINE_BYTES)
-                _skip(path, n, "an overlong line", f"over {MAX_LINE_BYTES} bytes")
+                skip_line(path, n, "an overlong line", f"over {MAX_LINE_BYTES} bytes")
                 continue
             if not raw.strip():
                 continue
             try:
-                yield decode(raw.decode("utf-8").strip())
+                inp, res = decode(raw.decode("utf-8").strip())
             except UnicodeDecodeError as e:
-                _skip(path, n, "a corrupt record", f"not UTF-8: {e}")
+                skip_line(path, n, "a corrupt record", f"not UTF-8: {e}")
+                continue
             except (ValueError, KeyError, TypeError) as e:
                 what = "a truncated record" if not raw.endswith(b"\n") else "a corrupt record"
-                _skip(path, n, what, f"{type(e).__name__}: {e}")
+                skip_line(path, n, what, f"{type(e).__name__}: {e}")
+                continue
+            yield n, inp, res
 
 
-def _skip(path: str, n: int, what: str, why: str) -> None:
-    warnings.warn(f"{path}:{n}: skipping {what} ({why})", RuntimeWarning, stacklevel=3)
+def skip_line(path: str, n: int, what: str, why: str) -> None:
+    """Warn that line ``n`` of ``path`` is skipped (``what``: e.g. "a corrupt record")."""
+    warnings.warn(f"{path}:{n}: skipping {what} ({why})", RuntimeWarning, stacklevel=4)
 
 
 def load_records(path: str | os.PathLike) -> list[tuple[MeasureInput, MeasureResult]]:

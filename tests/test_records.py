@@ -184,3 +184,114 @@ def test_distill_refuses_to_overwrite_its_input(tmp_path):
     with pytest.raises(ValueError, match="overwrite"):
         distill(path, link)
     assert path.read_bytes() == before
+
+
+def test_a_cost_model_reading_an_absurd_workload_skips_it_in_bounded_time(tmp_path):
+    import time
+
+    import ptxforge.cli.tune  # noqa: F401 - registers dense_bias
+    from ptxforge import autosched
+    from ptxforge.autosched.state import PAYLOAD_KIND
+
+    path = tmp_path / "t.log"
+    key = json.dumps(["dense_bias", 1, 3_000_000_000, 3_000_000_000])
+    task = TaskSpec(key, "cuda", "", 1.0, "dense_bias")
+    save_records(path, [MeasureInput(task, "p", {"kind": PAYLOAD_KIND, "sketch": "s",
+                                                 "state": {}})],
+                 [MeasureResult((1e-3,), 0, "", 1.0, 1.0)])
+    t0 = time.perf_counter()
+    with pytest.warns(RuntimeWarning, match="tilings"):
+        autosched.XGBModel().update_from_file(str(path))
+    assert time.perf_counter() - t0 < 5.0
+
+
+def _autotvm_line(autotvm) -> str:
+    d = json.loads(_line("p"))
+    d["payload"] = {"autotvm": autotvm}
+    return json.dumps(d)
+
+
+def test_malformed_autotvm_payloads_are_skipped_with_a_warning(tmp_path):
+    from ptxforge.autotvm.record import load_from_file
+
+    good_cfg = {"index": 0, "code_hash": None, "entity": []}
+    bad = [
+        {"args": [], "config": good_cfg},  # no template
+        {"template": "t", "config": good_cfg},  # no args
+        {"template": "t", "args": 5, "config": good_cfg},
+        {"template": 7, "args": [], "config": good_cfg},
+        {"template": "t", "args": [], "config": {"index": 0}},  # no entity
+        {"template": "t", "args": [], "config": {"index": "x", "entity": []}},
+        {"template": "t", "args": [], "config": {"index": 0, "entity": [["a", "zz", 1]]}},
+        {"template": "t", "args": [], "config": {"index": 0, "entity": [5]}},
+        {"template": "t", "args": [], "config": []},
+        "not an object",
+    ]
+    path = tmp_path / "t.log"
+    lines = [_autotvm_line({"template": "t", "args": [1], "config": good_cfg})]
+    lines += [_autotvm_line(b) for b in bad]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.warns(RuntimeWarning) as caught:
+        got = list(load_from_file(path))
+    assert len(got) == 1 and got[0][0].task.name == "t"
+    messages = [str(w.message) for w in caught]
+    for n in range(2, 2 + len(bad)):
+        assert any(m.startswith(f"{path}:{n}: skipping") for m in messages), (n, messages)
+
+
+def test_autotvm_falls_back_to_the_next_best_config_when_the_best_no_longer_fits(tmp_path):
+    from ptxforge import autotvm
+
+    @autotvm.template("test/records_fallback")
+    def knob_value(n):
+        cfg = autotvm.get_config()
+        return n * cfg["x"].val  # a config without knob "x" no longer fits
+
+    def line(entity, cost, estimated=False):
+        d = json.loads(_line("p", cost=cost, estimated=estimated))
+        d["payload"] = {"autotvm": {"template": "test/records_fallback", "args": [3],
+                                    "config": {"index": 0, "code_hash": None,
+                                               "entity": entity}}}
+        return json.dumps(d)
+
+    path = tmp_path / "t.log"
+    path.write_text("\n".join([line([["y", "ot", 9]], 1e-6),  # best, no longer fits
+                               line([["x", "ot", 5]], 2e-3),
+                               line([["x", "ot", 7]], 1e-3),
+                               line([["x", "ot", 11]], 1e-9, estimated=True)]) + "\n")
+    with autotvm.apply_history_best(str(path)):
+        with pytest.warns(RuntimeWarning, match="next best"):
+            assert knob_value(3) == 21
+    with autotvm.task.ApplyConfig(autotvm.space.ConfigEntity.from_json_dict(
+            {"index": 0, "entity": [["y", "ot", 1]]})):
+        with pytest.raises(KeyError):  # while tuning a config that does not fit is an error
+            knob_value(3)
+
+
+def test_autosched_falls_back_to_the_next_best_record_when_the_best_no_longer_applies(
+        tmp_path):
+    from ptxforge import autosched
+
+    a = te.placeholder((64,), name="A")
+    b = te.compute((64,), lambda i: a[i] + 1.0, name="B")
+
+    class Func:
+        workload_key = "fallback64"
+        name = "fallback64"
+
+        @staticmethod
+        def build_tensors():
+            return [a, b]
+
+    task = TaskSpec.from_tensors([a, b], "fallback64")
+    good = ('split(B.i, factors=[32]), bind(B.i.outer, "blockIdx.x"), '
+            'bind(B.i.inner, "threadIdx.x")')
+    pairs = [(MeasureInput(task, "split(B.nosuchloop, factors=[8])"),
+              MeasureResult((1e-6,), 0, "", 1.0, 1.0)),
+             (MeasureInput(task, good), MeasureResult((1e-3,), 0, "", 1.0, 1.0))]
+    path = tmp_path / "t.log"
+    save_records(path, *zip(*pairs))
+    ctx = autosched.ApplyHistoryBest(str(path))
+    with pytest.warns(RuntimeWarning, match="next best"):
+        got = ctx.schedule_fn(Func)
+    assert got is not None and ctx.applied["fallback64"] == good
