@@ -370,6 +370,24 @@ def as_target(target: str | Target | None) -> Target:
     )
 
 
+def arch_for_capability(major: int, minor: int) -> str:
+    """The sm name of a device's compute capability (9.0 -> ``"sm_90"``), or a
+    :class:`TargetError` naming the supported ones."""
+    for name, arch in ARCHS.items():
+        if arch.capability == (major, minor) and not name.endswith("a"):
+            return name
+    raise TargetError(
+        f"compute capability {major}.{minor} (sm_{major}{minor}) is not supported; "
+        f"supported: {', '.join(n for n in ARCHS if not n.endswith('a'))}"
+    )
+
+
+def arch_of(target: str | Target | None) -> str:
+    """The sm name ``target`` compiles for: ``"sm_80"`` for ``"cuda -arch=sm_80"``, a
+    :class:`Target` or a bare ``"sm_80"``."""
+    return as_target(target).arch
+
+
 def current_target() -> Target:
     """The target of the innermost ``with Target(...)`` block, else ``Target("cuda")``."""
     stack = _stack()
@@ -396,14 +414,16 @@ def _parse(spec: str) -> tuple[str, dict]:
     if not parts:
         raise TargetError("empty target string; use 'cuda' or 'cuda -arch=sm_90'")
     kind = parts[0]
+    opts: dict = {}
     if kind == "nvptx":
         kind = "cuda"
+    elif kind.startswith("sm_"):  # a bare architecture: "sm_80" is "cuda -arch=sm_80"
+        kind, opts["arch"] = "cuda", kind
     if kind not in KINDS:
         raise TargetError(
             f"unknown target kind {kind!r} in {spec!r}; this project compiles for 'cuda' "
             "(and runs 'sim', the CPU simulator of a GPU)"
         )
-    opts: dict = {}
     for part in parts[1:]:
         if not part.startswith("-") or "=" not in part:
             if part.startswith("-") and part.lstrip("-"):

@@ -14,10 +14,10 @@ class AsyncCopyCodegen:
     ``_s_AsyncWait`` as NVVM intrinsic calls."""
 
     def _need_cp_async(self, what: str) -> None:
-        if self.sm_info.capability < nvptx.CP_ASYNC_MIN_CAPABILITY:
+        if not self.target.has_cp_async:
             raise CodegenError(
                 f"kernel {self.func.name}: {what} needs sm_80 or later; the target is "
-                f"{self.sm_info.sm}. Drop async_copy / software_pipeline from the schedule "
+                f"{self.target.arch}. Drop async_copy / software_pipeline from the schedule "
                 "for this target")
 
     def _s_AsyncCopy(self, s: AsyncCopy) -> None:

@@ -53,6 +53,7 @@ from ..ir.stmt import (
     walk,
     walk_exprs,
 )
+from ..target import Target, as_target
 from . import nvptx
 from .async_copy import AsyncCopyCodegen
 from .exprgen import BufRef, CodegenError, ExprCodegen, llvm_type
@@ -105,18 +106,18 @@ def _launch_extents(func: PrimFunc, key: str) -> tuple[int, int, int]:
     return ext  # type: ignore[return-value]
 
 
-def _check_launch(func: PrimFunc, grid, block) -> None:
+def _check_launch(func: PrimFunc, grid, block, target: Target) -> None:
     n = block[0] * block[1] * block[2]
-    if n > nvptx.MAX_THREADS_PER_BLOCK:
+    if n > target.max_threads_per_block:
         raise CodegenError(
             f"kernel {func.name}: block {block} has {n} threads; a block holds at most "
-            f"{nvptx.MAX_THREADS_PER_BLOCK}"
+            f"{target.max_threads_per_block} on {target.label}"
         )
-    for axis, (b, lim) in enumerate(zip(block, nvptx.MAX_BLOCK_DIM)):
+    for axis, (b, lim) in enumerate(zip(block, target.max_block_dim)):
         if b > lim:
             raise CodegenError(
                 f"kernel {func.name}: block dimension {'xyz'[axis]} is {b}, at most {lim}")
-    for axis, (g, lim) in enumerate(zip(grid, nvptx.MAX_GRID_DIM)):
+    for axis, (g, lim) in enumerate(zip(grid, target.max_grid_dim)):
         if g > lim:
             raise CodegenError(
                 f"kernel {func.name}: grid dimension {'xyz'[axis]} is {g}, at most {lim}")
@@ -139,17 +140,17 @@ def _loop_steps(s: Stmt) -> int:
 class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
     """Emits one kernel. Use :func:`codegen_kernel`."""
 
-    def __init__(self, func: PrimFunc, sm: str):
+    def __init__(self, func: PrimFunc, target: Target | str | None = None):
         if func.attrs.get("kind") != "kernel":
             raise CodegenError(
                 f"function {func.name} is not a kernel (attrs['kind'] = "
                 f"{func.attrs.get('kind')!r}); lower the module to device IR first"
             )
         self.func = func
-        self.sm_info = nvptx.sm_info(sm)
+        self.target = as_target(target)
         self.grid = _launch_extents(func, "grid")
         self.block = _launch_extents(func, "block")
-        _check_launch(func, self.grid, self.block)
+        _check_launch(func, self.grid, self.block, self.target)
         self.parts = ModuleParts()
         self.w = FunctionWriter()
         self.allocas: list[str] = []
@@ -209,7 +210,7 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
 
         bx, by, bz = self.block
         fattrs = (f'nounwind "{nvptx.MAXNTID_ATTRIBUTE}"="{bx},{by},{bz}" '
-                  f'"target-cpu"="{self.sm_info.sm}"')
+                  f'"target-cpu"="{self.target.arch}"')
         min_blocks = func.attrs.get("min_blocks_per_sm")
         if min_blocks:
             fattrs += f' "{nvptx.MINCTASM_ATTRIBUTE}"="{int(min_blocks)}"'
@@ -238,12 +239,13 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         for b in shared:
             offsets[b] = total
             total += -(-max(b.size, 1) * dt.nbytes(b.dtype) // 16) * 16
-        if total > self.sm_info.max_shared_per_block:
+        limit = self.target.max_shared_memory_per_block_optin
+        if total > limit:
             raise CodegenError(
                 f"kernel {self.func.name}: shared buffers need {total} bytes; "
-                f"{self.sm_info.sm} allows {self.sm_info.max_shared_per_block} per block "
+                f"{self.target.arch} allows {limit} per block "
                 f"({', '.join(f'{b.name}: {b.size} x {b.dtype}' for b in shared)})")
-        if total > nvptx.MAX_STATIC_SHARED_BYTES:
+        if total > self.target.max_shared_memory_per_block:  # past the static limit
             self.dynamic_shared = total
             self.shared_offsets = offsets
             self.parts.globals.append(
@@ -423,6 +425,9 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
             self.stmt(s.body)
 
 
-def codegen_kernel(func: PrimFunc, sm: str = "sm_90") -> tuple[str, LaunchInfo]:
-    """LLVM IR text of one device-IR kernel, and what launching it needs."""
-    return KernelCodegen(func, sm).run()
+def codegen_kernel(func: PrimFunc, target: Target | str | None = None
+                   ) -> tuple[str, LaunchInfo]:
+    """LLVM IR text of one device-IR kernel for ``target`` (a :class:`~ptxforge.target.Target`,
+    a target string such as ``"cuda -arch=sm_80"`` or an sm name; default: the current
+    target), and what launching it needs."""
+    return KernelCodegen(func, target).run()

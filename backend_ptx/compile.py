@@ -17,6 +17,7 @@ import threading
 import time
 
 from ..ir.stmt import PrimFunc
+from ..target import Target, as_target
 from . import nvptx
 from .assemble import (
     ASSEMBLERS,
@@ -50,9 +51,10 @@ def llvm_binding():
     return llvm
 
 
-def target_machine(sm: str, features: str = ""):
-    """The (cached) LLVM target machine for ``sm`` at O3."""
-    nvptx.sm_info(sm)
+def target_machine(sm: str | Target, features: str = ""):
+    """The (cached) LLVM target machine at O3 for an sm name or a target's architecture
+    (``"sm_90a"``, ``Target("cuda -arch=sm_80")``)."""
+    sm = as_target(sm).arch
     key = (sm, features)
     tm = _target_machines.get(key)
     if tm is None:
@@ -123,7 +125,7 @@ def _print_device_ir(func: PrimFunc) -> str:
 
 def compile_kernel(
     kernel_func: PrimFunc,
-    target_sm: str = "sm_90",
+    target: Target | str | None = None,
     *,
     replace: dict | None = None,
     stop_after: str = "cubin",
@@ -132,11 +134,14 @@ def compile_kernel(
     dump_dir: str | None = None,
     cache: KernelCache | bool | None = True,
 ) -> CompiledKernel:
-    """Compile one device-IR kernel for ``target_sm``.
+    """Compile one device-IR kernel for ``target``.
 
     Args:
         kernel_func: a ``PrimFunc`` with ``attrs["kind"] == "kernel"``.
-        target_sm: ``"sm_90"`` etc. (see :data:`.nvptx.SM_TABLE`).
+        target: a :class:`~ptxforge.target.Target`, a target string
+            (``"cuda -arch=sm_90a"``) or an sm name (``"sm_80"``); default: the current
+            target. Its architecture sets LLVM's CPU (hence the PTX ``.target`` and
+            ``.version``) and the assembler's ``-arch``; its limits are checked.
         replace: at most one ``{stage: text}`` to start from instead of generating it
             (``"llvm_ir"``, ``"llvm_opt"``, ``"ptx"`` as text, ``"cubin"`` as bytes).
         stop_after: the last stage to run (``"ptx"`` skips assembling).
@@ -158,12 +163,16 @@ def compile_kernel(
     replacement = replace.get(next(iter(replace))) if replace else None
     asm = choose_assembler(assembler) if stop == "cubin" else None
 
+    target = as_target(target)
     device_ir = _print_device_ir(kernel_func)
     store = default_cache() if cache is True else (
         cache if isinstance(cache, KernelCache) else None)
     key = None
     if store is not None:
-        key = cache_key(device_ir, target_sm, start, replacement, stop, asm, tuple(ptxas_flags))
+        limits = (target.max_threads_per_block, target.max_shared_memory_per_block,
+                  target.max_shared_memory_per_block_optin)
+        key = cache_key(device_ir, target.arch, limits, start, replacement, stop, asm,
+                        tuple(ptxas_flags))
         hit = store.get(key)
         if hit is not None:
             hit = dataclasses.replace(hit, cache_hit=True, stage_seconds={})
@@ -173,9 +182,9 @@ def compile_kernel(
 
     seconds: dict = {}
     t0 = time.perf_counter()
-    llvm_text, launch = codegen_kernel(kernel_func, target_sm)
+    llvm_text, launch = codegen_kernel(kernel_func, target)
     seconds["llvm_ir"] = time.perf_counter() - t0
-    kernel = CompiledKernel(kernel_func.name, target_sm, launch, {"device_ir": device_ir},
+    kernel = CompiledKernel(kernel_func.name, target.arch, launch, {"device_ir": device_ir},
                             started_from=start, stage_seconds=seconds)
     what = f"kernel {kernel_func.name}"
     try:

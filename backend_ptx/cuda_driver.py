@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from . import nvptx
+from ..target import ARCHS, Target, arch_for_capability, as_target
 
 
 class CudaError(RuntimeError):
@@ -199,8 +199,25 @@ class Device:
 
     @property
     def sm(self) -> str:
-        """The sm name to compile for (``"sm_90"`` on an H100 or H200)."""
-        return nvptx.sm_for_capability(*self.compute_capability)
+        """The sm name of the device's compute capability (``"sm_90"`` on an H100 or
+        H200); cubins for it run here."""
+        return arch_for_capability(*self.compute_capability)
+
+    @property
+    def target(self) -> Target:
+        """This GPU as a :class:`~ptxforge.target.Target`: its architecture (``sm_90a``
+        on Hopper, whose every part has wgmma), SM count, launch and shared-memory limits,
+        registers and clock as the driver reports them."""
+        arch = self.sm + ("a" if self.sm + "a" in ARCHS else "")
+        figures = {
+            "num_sms": self.multiprocessor_count,
+            "max_threads_per_block": self.max_threads_per_block,
+            "max_shared_memory_per_block": self.attribute("max_shared_memory_per_block"),
+            "registers_per_block": self.attribute("max_registers_per_block"),
+            "clock_hz": self.attribute("clock_rate_khz") * 1000,
+        }
+        opts = " ".join(f"-{k}={v}" for k, v in figures.items())
+        return as_target(f"cuda -arch={arch} {opts}")
 
     @property
     def multiprocessor_count(self) -> int:

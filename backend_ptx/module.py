@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Callable
 
 from ..ir.stmt import Alloc, Launch, Module, PrimFunc, Seq, Stmt
+from ..target import Target, as_target
 from .codegen import LaunchInfo
 from .compile import compile_kernel
 from .cuda_driver import CudaError, Device, call, cuda, driver, release_failed
@@ -52,7 +53,7 @@ class LoadedKernel:
             if not _binary_compatible(compiled.target, device):
                 raise CompileError(
                     f"kernel {compiled.name} was assembled for {compiled.target}, which does not "
-                    f"run on {device} ({device.sm}); compile with target_sm={device.sm!r}")
+                    f"run on {device} ({device.sm}); compile with target={device.sm!r}")
             image = compiled.cubin
         else:
             image = compiled.get_source("ptx").encode() + b"\0"
@@ -169,6 +170,7 @@ class PtxModule:
     """Every kernel of a device-IR module compiled; load it on a device to run it."""
 
     def __init__(self, device_module: Module, kernels: dict, target: str, options: dict):
+        """``target``: the sm name the kernels were compiled for."""
         self.device_module = device_module
         self.kernels: dict[str, CompiledKernel] = kernels
         self.target = target
@@ -328,14 +330,17 @@ class LoadedModule:
         return f"<LoadedModule {list(self.kernels)} on {self.device}>"
 
 
-def compile_module(device_module: Module, target_sm: str = "sm_90", **options) -> PtxModule:
-    """Compile every kernel of a device-IR module (options as for ``compile_kernel``)."""
+def compile_module(device_module: Module, target: Target | str | None = None,
+                   **options) -> PtxModule:
+    """Compile every kernel of a device-IR module for ``target`` (a Target, a target string
+    or an sm name; default: the current target; options as for ``compile_kernel``)."""
+    target = as_target(target)
     kernels = {}
     for f in device_module.functions.values():
         if f.attrs.get("kind") == "kernel":
-            kernels[f.name] = compile_kernel(f, target_sm, **options)
+            kernels[f.name] = compile_kernel(f, target, **options)
     if not kernels:
         raise CompileError(
             "the module has no kernels (functions with attrs['kind'] == 'kernel'); lower it "
             "to device IR first")
-    return PtxModule(device_module, kernels, target_sm, options)
+    return PtxModule(device_module, kernels, target.arch, options)

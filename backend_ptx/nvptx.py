@@ -1,4 +1,8 @@
-"""Facts about the NVPTX target: triple, data layout, address spaces, intrinsics, sm table.
+"""Facts about LLVM's NVPTX target: triple, data layout, address spaces, intrinsics.
+
+What the GPU is (its architecture, PTX version, launch and shared-memory limits, features
+such as cp.async) comes from :mod:`ptxforge.target`; this module holds only what is
+LLVM's.
 
 Every other module of the backend takes these from here, so a new LLVM or CUDA release is
 absorbed in one place. The values were read off LLVM 22 (llvmlite 0.50) and CUDA 13:
@@ -18,8 +22,6 @@ absorbed in one place. The values were read off LLVM 22 (llvmlite 0.50) and CUDA
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 TRIPLE = "nvptx64-nvidia-cuda"
 """The LLVM target triple of 64-bit CUDA."""
@@ -49,13 +51,6 @@ KERNEL_CALLING_CONV = "ptx_kernel"
 MAXNTID_ATTRIBUTE = "nvvm.maxntid"
 MINCTASM_ATTRIBUTE = "nvvm.minctasm"
 
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK_DIM = (1024, 1024, 64)
-MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
-MAX_STATIC_SHARED_BYTES = 48 * 1024
-"""Largest ``.shared`` array a kernel may declare statically; more needs dynamic shared
-memory and an opt-in through ``cuFuncSetAttribute``."""
-
 PARAM_ALIGN = 16
 """Alignment promised on every buffer parameter (the runtime checks pointers against it)."""
 
@@ -73,10 +68,6 @@ SREG_INTRINSICS = {
 
 BARRIER_INTRINSIC = "llvm.nvvm.barrier.cta.sync.aligned.all"
 """``__syncthreads()`` (``bar.sync 0``); takes the barrier id as ``i32``."""
-
-
-CP_ASYNC_MIN_CAPABILITY = (8, 0)
-"""cp.async exists from sm_80 (Ampere) on."""
 
 
 def cp_async_intrinsic(nbytes: int, zero_fill: bool) -> str:
@@ -125,68 +116,3 @@ STORAGE_TYPES = dict(LLVM_TYPES, bool="i8")
 INTRINSIC_SUFFIX = {"i1": "i1", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64",
                     "half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}
 """Type suffix of overloaded intrinsics (``llvm.fabs.f32``, ``llvm.smax.i32``)."""
-
-
-# devices -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SMInfo:
-    """One GPU architecture: its sm name, the PTX ISA version LLVM 22 emits for it, and the
-    most shared memory one block may use (bytes, with the dynamic opt-in)."""
-
-    sm: str
-    capability: tuple[int, int]
-    ptx_version: tuple[int, int]
-    max_shared_per_block: int
-    name: str
-
-
-SM_TABLE = {
-    info.sm: info
-    for info in (
-        SMInfo("sm_75", (7, 5), (6, 3), 64 * 1024, "Turing (T4, RTX 20xx)"),
-        SMInfo("sm_80", (8, 0), (7, 0), 163 * 1024, "Ampere (A100)"),
-        SMInfo("sm_86", (8, 6), (7, 1), 99 * 1024, "Ampere (A10, RTX 30xx)"),
-        SMInfo("sm_87", (8, 7), (7, 4), 163 * 1024, "Ampere (Orin)"),
-        SMInfo("sm_89", (8, 9), (7, 8), 99 * 1024, "Ada (L4, L40, RTX 40xx)"),
-        SMInfo("sm_90", (9, 0), (7, 8), 227 * 1024, "Hopper (H100, H200)"),
-        SMInfo("sm_90a", (9, 0), (8, 0), 227 * 1024, "Hopper with wgmma/setmaxnreg"),
-        SMInfo("sm_100", (10, 0), (8, 6), 227 * 1024, "Blackwell (B200)"),
-        SMInfo("sm_103", (10, 3), (8, 8), 227 * 1024, "Blackwell (B300)"),
-        SMInfo("sm_120", (12, 0), (8, 7), 99 * 1024, "Blackwell (RTX 50xx)"),
-        SMInfo("sm_121", (12, 1), (8, 8), 99 * 1024, "Blackwell (DGX Spark)"),
-    )
-}
-"""Architectures both LLVM 22 and CUDA 13's ptxas accept (ptxas 13 dropped sm_70 and older)."""
-
-
-class TargetError(ValueError):
-    """An sm name or compute capability this backend cannot compile for."""
-
-
-def sm_info(sm: str) -> SMInfo:
-    """The table entry of ``sm`` (``"sm_90"``), or a :class:`TargetError` listing the known."""
-    try:
-        return SM_TABLE[sm]
-    except KeyError:
-        raise TargetError(
-            f"unknown target {sm!r}; known: {', '.join(SM_TABLE)}"
-        ) from None
-
-
-def sm_for_capability(major: int, minor: int) -> str:
-    """The sm name for a device's compute capability (9.0 -> ``"sm_90"``)."""
-    sm = f"sm_{major}{minor}"
-    if sm not in SM_TABLE:
-        raise TargetError(
-            f"compute capability {major}.{minor} ({sm}) is not supported; "
-            f"supported: {', '.join(s for s in SM_TABLE if not s.endswith('a'))}"
-        )
-    return sm
-
-
-def ptx_version_text(sm: str) -> str:
-    """The ``.version`` LLVM 22 writes for ``sm`` by default (``"7.8"`` for sm_90)."""
-    major, minor = sm_info(sm).ptx_version
-    return f"{major}.{minor}"

@@ -18,13 +18,13 @@ import weakref
 from dataclasses import dataclass
 
 from ..ir.expr import IRError
+from ..target import Target, as_target
 from .artifact import BuildArtifact
 from .measure import Builder
 from .pool import WorkerPool
 from .result import BuildResult, MeasureErrorNo, MeasureInput
 
 COMPILE_TO = ("cubin", "ptx", "ir")
-MAX_REGISTERS_PER_BLOCK = 65536
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,9 @@ class BuildOptions:
     and PTX text in the artifact. ``kernel_cache_dir``: a folder of compiled kernels
     shared by every process that builds with these options; a kernel some candidate
     already compiled (candidates often share one, e.g. the epilogue after a split
-    reduction) is loaded from it instead of compiled again.
+    reduction) is loaded from it instead of compiled again. ``target_sm``: what the kernels
+    are compiled for, an sm name (``"sm_90a"``) or a target string
+    (``"cuda -arch=sm_80"``); its limits are checked.
     """
 
     target_sm: str = "sm_90"
@@ -51,6 +53,11 @@ class BuildOptions:
     def __post_init__(self):
         if self.compile_to not in COMPILE_TO:
             raise ValueError(f"compile_to must be one of {COMPILE_TO}, got {self.compile_to!r}")
+        as_target(self.target_sm)  # a target this project cannot compile for fails here
+
+    @property
+    def target(self) -> Target:
+        return as_target(self.target_sm)
 
 
 _kernel_caches: dict = {}
@@ -117,7 +124,7 @@ def build_candidate(inp: MeasureInput, options: BuildOptions = BuildOptions()) -
     from ..ir.printer import print_func
 
     host = next(f for f in device.functions.values() if f.attrs.get("kind") == "host")
-    artifact = BuildArtifact(device_ir, kernels, stats, outputs, options.target_sm,
+    artifact = BuildArtifact(device_ir, kernels, stats, outputs, options.target.arch,
                              dict(stages), print_func(host))
     return BuildResult(artifact, int(MeasureErrorNo.NO_ERROR), "", time.perf_counter() - t0,
                        dict(stages))
@@ -141,7 +148,7 @@ def _compile(device, options: BuildOptions, kernels: dict, stages: dict):
     stop = "cubin" if options.compile_to == "cubin" else "ptx"
     for k in device.kernels():
         try:
-            ck = compile_kernel(k, options.target_sm, stop_after=stop,
+            ck = compile_kernel(k, options.target, stop_after=stop,
                                 assembler="ptxas" if stop == "cubin" else "auto",
                                 ptxas_flags=tuple(options.ptxas_flags),
                                 cache=_cache(options.kernel_cache_dir))
@@ -153,11 +160,12 @@ def _compile(device, options: BuildOptions, kernels: dict, stages: dict):
         if ck.resources is not None:
             threads = ck.launch.threads_per_block
             regs = ck.resources.registers
-            if regs * threads > MAX_REGISTERS_PER_BLOCK:
+            limit = options.target.registers_per_block
+            if regs * threads > limit:
                 return (MeasureErrorNo.INSTANTIATION_ERROR,
                         f"kernel {k.name} needs {regs} registers x {threads} threads = "
-                        f"{regs * threads} registers per block; the GPU has "
-                        f"{MAX_REGISTERS_PER_BLOCK}, so the launch would fail")
+                        f"{regs * threads} registers per block; {options.target.arch} has "
+                        f"{limit}, so the launch would fail")
         if not options.keep_sources:
             keep = {} if ck.cubin is not None else {"ptx": ck.sources["ptx"]}
             ck = _with_sources(ck, keep)

@@ -21,11 +21,11 @@ from ptxforge.backend_ptx import (
     empty,
     from_dlpack,
     nvjitlink_available,
-    nvptx,
     samples,
 )
 from ptxforge.ir.expr import FloatImm, Var
 from ptxforge.ir.stmt import Alloc, Barrier, Buffer, For, PrimFunc, Seq, Store
+from ptxforge.target import arch_for_capability
 
 pytestmark = pytest.mark.gpu
 
@@ -42,7 +42,10 @@ def rand(shape, seed=0, lo=-1.0, hi=1.0):
 def test_device_properties(dev):
     assert dev is cuda(0) and repr(dev) == "cuda(0)"
     major, minor = dev.compute_capability
-    assert dev.sm == nvptx.sm_for_capability(major, minor)
+    assert dev.sm == arch_for_capability(major, minor)
+    t = dev.target
+    assert t.capability == (major, minor) and t.num_sms == dev.multiprocessor_count
+    assert t.max_threads_per_block == dev.max_threads_per_block
     assert dev.multiprocessor_count > 0 and dev.max_threads_per_block == 1024
     assert dev.max_shared_memory_per_block >= 48 * 1024
     assert isinstance(dev.name, str) and dev.name

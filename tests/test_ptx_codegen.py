@@ -33,6 +33,7 @@ from ptxforge.backend_ptx.llvm_text import ModuleParts, float_literal
 from ptxforge.backend_ptx.mathlib import MATH_OPS, helper_name, math_call
 from ptxforge.ir.expr import Call, Cast, FloatImm, IntImm, Var, emax, emin, select
 from ptxforge.ir.stmt import Alloc, Barrier, Buffer, For, Let, PrimFunc, Seq, Store
+from ptxforge.target import Target, TargetError, arch_for_capability
 
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None,
                                  reason="ptxas (CUDA toolkit) is not installed here")
@@ -51,19 +52,51 @@ def kernel(name, params, body, grid=(1, 1, 1), block=(1, 1, 1), **attrs):
 # NVPTX facts
 
 
-def test_nvptx_facts_match_llvm():
-    tm = target_machine("sm_90")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_90a"])
+def test_nvptx_facts_match_llvm(arch):
+    tm = target_machine(arch)
     assert str(tm.target_data) == nvptx.DATA_LAYOUT
-    assert nvptx.sm_for_capability(9, 0) == "sm_90"
-    assert nvptx.sm_for_capability(8, 0) == "sm_80"
-    with pytest.raises(nvptx.TargetError, match="supported"):
-        nvptx.sm_for_capability(6, 1)
+    assert arch_for_capability(9, 0) == "sm_90"
+    assert arch_for_capability(8, 0) == "sm_80"
+    with pytest.raises(TargetError, match="supported"):
+        arch_for_capability(6, 1)
     llvm = llvm_binding()
     m = llvm.parse_assembly(f'target triple = "{nvptx.TRIPLE}"\n'
                             "define ptx_kernel void @k() { ret void }")
     ptx = tm.emit_assembly(m)
-    assert f".version {nvptx.ptx_version_text('sm_90')}" in ptx
-    assert ".target sm_90" in ptx
+    major, minor = Target(f"cuda -arch={arch}").ptx_version
+    assert f".version {major}.{minor}\n" in ptx
+    assert f".target {arch}\n" in ptx
+
+
+@needs_ptxas
+@pytest.mark.parametrize("spec", ["cuda -arch=sm_80", "cuda -arch=sm_90a", "sm_86"])
+def test_the_target_picks_the_sm_and_ptx_version(spec):
+    t = Target(spec)
+    mod, _ = samples.vector_add(1000, 256)
+    k = compile_kernel(kernel_of(mod), spec, cache=False)
+    ptx = k.get_source("ptx")
+    assert f".target {t.arch}\n" in ptx
+    assert ".version {}.{}\n".format(*t.ptx_version) in ptx
+    assert k.target == t.arch and k.cubin  # ptxas -arch=<the target's sm> assembled it
+    assert compile_module(mod, t).target == t.arch
+
+
+def test_codegen_checks_the_targets_limits():
+    A = Buffer("A", "float32", (512,))
+    tx = Var("tx")
+    body = For(tx, 512, Store(A, (tx,), FloatImm(1.0)), kind="thread", thread="threadIdx.x")
+    k = kernel("wide", [A], body, block=(512, 1, 1))
+    codegen_kernel(k, "cuda -arch=sm_80")
+    with pytest.raises(CodegenError, match="at most 256 on sm_80"):
+        codegen_kernel(k, "cuda -arch=sm_80 -max_threads_per_block=256")
+    # 200 KiB of shared memory: within sm_90's opt-in (227 KiB), past sm_80's (163 KiB)
+    S = Buffer("S", "float32", (50 * 1024,), "shared")
+    big = kernel("big", [A], Alloc(S, Store(A, (IntImm(0),), FloatImm(1.0))))
+    _, launch = codegen_kernel(big, "cuda -arch=sm_90")
+    assert launch.dynamic_shared_bytes == 200 * 1024
+    with pytest.raises(CodegenError, match="sm_80 allows 166912 per block"):
+        codegen_kernel(big, Target("cuda -arch=sm_80"))
 
 
 # ---------------------------------------------------------------------------------------
