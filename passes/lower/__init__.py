@@ -2,14 +2,15 @@
 
 The default pipeline, in order:
 
-``cross_thread_reduction, decompose_reduction, lower_blocks, compact_buffers,
-inject_vthread, merge_thread_loops, unroll_loops, simplify, split_host_device,
+``check_coverage, cross_thread_reduction, decompose_reduction, lower_blocks,
+compact_buffers, inject_vthread, merge_thread_loops, unroll_loops, simplify, split_host_device,
 flatten_buffers, simplify, inject_async_copy, cse, insert_barriers, validate_gpu``
 """
 
 from __future__ import annotations
 
 from . import (  # noqa: F401  (importing registers the passes)
+    check_coverage,
     compact_buffers,
     cross_thread_reduction,
     cse,
@@ -28,8 +29,8 @@ from . import (  # noqa: F401  (importing registers the passes)
 from .common import LoweringError
 
 LOWERING_PIPELINE = (
-    "cross_thread_reduction(), decompose_reduction(), lower_blocks(), compact_buffers(), "
-    "inject_vthread(), merge_thread_loops(), unroll_loops(), simplify(), "
+    "check_coverage(), cross_thread_reduction(), decompose_reduction(), lower_blocks(), "
+    "compact_buffers(), inject_vthread(), merge_thread_loops(), unroll_loops(), simplify(), "
     "split_host_device(), flatten_buffers(), simplify(), inject_async_copy(), cse(), "
     "insert_barriers(), "
     "validate_gpu()"

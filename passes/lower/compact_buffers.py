@@ -92,18 +92,33 @@ def _rebuffer(body: Stmt, old: Buffer, new: Buffer) -> Stmt:
     return replace_buffers(body, {old: new})
 
 
+def _scope_at(buf: Buffer, loops: list) -> str:
+    """The scope a buffer gets when every access sits under ``loops``: an intermediate in
+    global memory used under a threadIdx loop only is per thread (local), under a blockIdx
+    loop only per block (shared)."""
+    if buf.scope == "global":
+        if any(_is_thread(n) for n in loops):
+            return "local"
+        if any(n.kind == "thread" for n in loops):
+            return "shared"
+    return buf.scope
+
+
+def placed_scope(body: Stmt, buf: Buffer) -> str:
+    """The scope ``buf`` will have after this pass, for an intermediate allocated in
+    ``body``; a buffer nothing in ``body`` accesses keeps its own."""
+    if not buffer_accesses(body, buf):
+        return buf.scope
+    return _scope_at(buf, [n for n in _lca_path(body, buf) if isinstance(n, For)])
+
+
 def _place(body: Stmt, buf: Buffer, aligns=None):
     """Put ``buf``'s allocation at its use; returns (body, buffer to keep at top or None)."""
     if not buffer_accesses(body, buf):
         return body, None
     path = _lca_path(body, buf)
     loops = [n for n in path if isinstance(n, For)]
-    scope = buf.scope
-    if scope == "global":
-        if any(_is_thread(n) for n in loops):
-            scope = "local"
-        elif any(n.kind == "thread" for n in loops):
-            scope = "shared"
+    scope = _scope_at(buf, loops)
     if scope == "global":
         return body, buf
     # which loops are fixed for the region: all enclosing ones, except thread loops

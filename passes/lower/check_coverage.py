@@ -1,0 +1,197 @@
+"""check_coverage: reject thread bindings under which a kernel would not compute every output
+element exactly once.
+
+A GPU runs every (blockIdx, threadIdx) pair of a launch once, in parallel, with a barrier only
+among the threads of one block. Lowering maps a loop bound to a thread index onto that index
+(a nested loop bound to the same index shares it, guarded where shorter). The bindings below
+compile to kernels that skip or repeat work, or read what another block or thread wrote
+without a barrier, so they are rejected before lowering, naming the stage, the loop and the
+rule:
+
+* ``one tag per stage index``: two loops that both index a stage are bound to the same
+  thread index; after lowering they share it, and only the diagonal of the two is computed.
+* ``nested extent``: a loop bound to a thread index inside a loop bound to the same index
+  with fewer threads; the iterations past the outer extent would never run.
+* ``block index outermost``: a ``blockIdx`` loop nested in another loop of its kernel
+  (serial, unrolled, ``threadIdx``, ...). Blocks run once per launch, in parallel: the
+  enclosing loop's iterations are not ordered against other blocks.
+* ``no cross-block reduction``: a reduce loop bound to ``blockIdx``; blocks cannot combine
+  partial results (bind it to ``threadIdx`` for a cross-thread reduction, or ``rfactor``).
+* ``one reducing thread index``: reduce loops bound to two thread indices; the cross-thread
+  reduction combines over one.
+* ``reduction replicated``: a reduction that several threads (or blocks) would run into the
+  same elements of memory they share, because a thread index of the kernel does not index
+  it; their read-modify-write steps race.
+* ``producer visible to its readers``: a stage computed inside another stage's loops spreads
+  its work over a thread index its readers do not share: over ``blockIdx`` (no grid-wide
+  barrier), or over ``threadIdx`` into registers or global memory (only shared memory is
+  visible to the other threads of the block after a barrier).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.expr import free_vars
+from ...ir.stmt import Alloc, Block, For, PrimFunc, Seq, Stmt
+from ..base import Pass
+from ..registry import register_pass
+from ..schedule.common import block_paths
+from ..schedule.compute_at import output_buffer, reads_of
+from .common import LoweringError, on_prim
+from .compact_buffers import placed_scope
+
+
+def _thread_loops(path: list) -> list:
+    return [n for n in path if isinstance(n, For) and n.kind == "thread" and n.extent > 1]
+
+
+def _launch(kernel: Stmt, paths: dict) -> dict:
+    """``{tag: (extent, stage)}``: each hardware index of a kernel, its launch extent and a
+    stage that binds it at that extent."""
+    out: dict = {}
+    for name, path in paths.items():
+        for n in _thread_loops(path):
+            if n.extent > out.get(n.thread, (1, ""))[0]:
+                out[n.thread] = (n.extent, name)
+    return out
+
+
+def _fail(stage: str, loop: For, rule: str, message: str):
+    raise LoweringError(f"stage {stage}, loop {loop.var.name}: {message} [rule: {rule}]",
+                        stage=stage, axis=loop.var.name, limit=rule)
+
+
+def _check_nesting(name: str, loops: list, feeds: set) -> None:
+    for k, n in enumerate(loops):
+        if n.kind != "thread" or not n.thread.startswith("blockIdx") or n.extent <= 1:
+            continue
+        for m in loops[:k]:
+            if m.extent > 1 and not (m.kind == "thread" and m.thread.startswith("blockIdx")):
+                what = f"{m.kind} loop" if m.kind != "thread" else f"{m.thread} loop"
+                _fail(name, n, "block index outermost",
+                      f"bound to {n.thread} inside {what} {m.var.name} (extent {m.extent}) of "
+                      f"the same kernel; blocks run once per launch and in parallel, so a "
+                      f"block index must enclose every other loop of its kernel: reorder "
+                      f"{n.var.name} outward or give the stage its own kernel")
+    by_tag: dict = {}
+    for n in _thread_loops(loops):
+        for m in by_tag.get(n.thread, []):
+            if m.var in feeds and n.var in feeds:
+                _fail(name, n, "one tag per stage index",
+                      f"bound to {n.thread}, as is {m.var.name}, and both index the stage; "
+                      f"they would share one hardware index and compute only their diagonal: "
+                      f"bind one of them to another index, or fuse them first")
+            if n.extent > m.extent:
+                _fail(name, n, "nested extent",
+                      f"bound to {n.thread} with extent {n.extent} inside loop {m.var.name} "
+                      f"bound to the same index with only {m.extent}; the iterations past "
+                      f"{m.extent} would never run: split it so the bound part has at most "
+                      f"{m.extent}")
+        by_tag.setdefault(n.thread, []).append(n)
+
+
+def _check_reduction(name: str, block: Block, loops: list, scope: str, launch: dict) -> None:
+    reduce_feeds: set = set()
+    feeds: set = set()
+    for iv, b in zip(block.iter_vars, block.bindings):
+        free_vars(b, reduce_feeds if iv.kind == "R" else feeds)
+    feeds |= reduce_feeds
+    reducing = [n for n in _thread_loops(loops) if n.var in reduce_feeds]
+    for n in reducing:
+        if n.thread.startswith("blockIdx"):
+            _fail(name, n, "no cross-block reduction",
+                  f"a reduce loop bound to {n.thread}; blocks cannot combine partial results, "
+                  "so each would write its own partial sum: bind it to threadIdx (a "
+                  "cross-thread reduction) or rfactor it into a separate stage")
+    if len(reducing) > 1:
+        _fail(name, reducing[1], "one reducing thread index",
+              f"a reduce loop bound to {reducing[1].thread} while {reducing[0].var.name} "
+              f"reduces over {reducing[0].thread}; a cross-thread reduction combines over "
+              "one thread index: fuse the reduce loops before binding")
+    if scope == "local":
+        return
+    for tag, (extent, by) in sorted(launch.items()):
+        if scope == "shared" and tag.startswith("blockIdx"):
+            continue  # every block has its own shared memory
+        mine = [n for n in _thread_loops(loops) if n.thread == tag]
+        if any(n.var in feeds for n in mine):
+            continue
+        where = (f"its loop {mine[0].var.name} is bound to {tag} but does not index it"
+                 if mine else f"none of its loops is bound to {tag}")
+        loop = mine[0] if mine else loops[-1] if loops else None
+        message = (f"a reduction into {scope} memory, but {where} while the kernel runs "
+                   f"{extent} of {tag} (bound by stage {by}); that many copies would update "
+                   f"the same elements at once: bind a loop of {name} to {tag} or move it "
+                   "to its own kernel")
+        if loop is None:
+            raise LoweringError(f"stage {name}: {message} [rule: reduction replicated]",
+                                stage=name, limit="reduction replicated")
+        _fail(name, loop, "reduction replicated", message)
+
+
+def _check_producer(name: str, path: list, scope: str, readers: list) -> None:
+    block = path[-1]
+    feeds: set = set()
+    for b in block.bindings:
+        free_vars(b, feeds)
+    shared_loops = None
+    for rpath in readers:
+        ids = {id(n) for n in rpath}
+        shared_loops = ids if shared_loops is None else shared_loops & ids
+    for n in _thread_loops(path):
+        if id(n) in shared_loops or n.var not in feeds:
+            continue
+        if n.thread.startswith("blockIdx"):
+            why = "no barrier orders the blocks of one launch"
+        elif scope != "shared":
+            why = (f"the result lives in {scope} memory, which the other threads of the "
+                   "block cannot read after a barrier; cache it in shared memory")
+        else:
+            continue
+        _fail(name, n, "producer visible to its readers",
+              f"bound to {n.thread}, which spreads the stage's work over {n.extent} "
+              f"{'blocks' if n.thread.startswith('blockIdx') else 'threads'}, but its readers "
+              f"in the same kernel ({', '.join(r[-1].name for r in readers)}) do not share "
+              f"that loop; {why}")
+
+
+def check_coverage(func: PrimFunc) -> PrimFunc:
+    """Raise :class:`LoweringError` for the first binding that breaks a rule of this
+    module; return ``func`` unchanged otherwise."""
+    body = func.body
+    while isinstance(body, Alloc):
+        body = body.body
+    kernels = list(body.stmts) if isinstance(body, Seq) else [body]
+    params = set(func.params)
+    for kernel in kernels:
+        paths = block_paths(kernel)
+        launch = _launch(kernel, paths)
+        for name, path in paths.items():
+            block: Block = path[-1]
+            loops = [n for n in path if isinstance(n, For)]
+            feeds: set = set()
+            for b in block.bindings:
+                free_vars(b, feeds)
+            _check_nesting(name, loops, feeds)
+            buf = output_buffer(block)
+            scope = "global" if buf in params else placed_scope(func.body, buf)
+            if block.init is not None:
+                _check_reduction(name, block, loops, scope, launch)
+            readers = [p for other, p in paths.items()
+                       if other != name and reads_of(p[-1], buf)]
+            if readers:
+                _check_producer(name, path, scope, readers)
+    return func
+
+
+@register_pass
+@dataclass(frozen=True)
+class CheckCoverage(Pass):
+    """Reject thread bindings that would skip or repeat output elements (see the module
+    docstring for the rules); changes nothing."""
+
+    name = "check_coverage"
+
+    def apply(self, module, ctx):
+        return on_prim(module, check_coverage)
