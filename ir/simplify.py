@@ -43,7 +43,7 @@ from .expr import (
     children,
     rebuild,
 )
-from .stmt import Alloc, Block, For, If, Let, Seq, Stmt, Store
+from .stmt import Alloc, AsyncCopy, Block, For, If, Let, Seq, Stmt, Store, map_async_copy
 
 __all__ = ["Ranges", "const_bounds", "simplify", "prove", "simplify_stmt"]
 
@@ -1054,6 +1054,8 @@ class _StmtSimplifier:
             if _is_empty(body):
                 return Seq(())
             return s if (v is s.value and body is s.body) else Let(s.var, v, body)
+        if isinstance(s, AsyncCopy):
+            return map_async_copy(s, sim.run)
         return s
 
     def _seq(self, s: Seq, sim: _Simplifier) -> Stmt:

@@ -502,7 +502,7 @@ def map_stmt(s: Stmt, fstmt: Callable | None = None, fexpr: Callable | None = No
             v, b = fe(x.value), go(x.body)
             y = x if (v is x.value and b is x.body) else Let(x.var, v, b)
         elif isinstance(x, AsyncCopy):
-            y = _map_async_copy(x, fe)
+            y = map_async_copy(x, fe)
         else:
             y = x
         if fstmt is not None:
@@ -553,7 +553,8 @@ def replace_buffers(s: Stmt, bmap: dict) -> Stmt:
     return map_stmt(s, fstmt=fix_stmt, fexpr=fix_expr)
 
 
-def _map_async_copy(x: AsyncCopy, fe: Callable) -> AsyncCopy:
+def map_async_copy(x: AsyncCopy, fe: Callable) -> AsyncCopy:
+    """``x`` with ``fe`` applied to its index and zero-fill expressions."""
     d, sidx = fe(x.dst_index), fe(x.src_index)
     v = None if x.valid is None else fe(x.valid)
     if d is x.dst_index and sidx is x.src_index and v is x.valid:

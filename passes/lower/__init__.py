@@ -4,7 +4,8 @@ The default pipeline, in order:
 
 ``check_coverage, cross_thread_reduction, decompose_reduction, lower_blocks,
 compact_buffers, inject_vthread, merge_thread_loops, unroll_loops, simplify, split_host_device,
-flatten_buffers, simplify, inject_async_copy, cse, insert_barriers, validate_gpu``
+flatten_buffers, simplify, inject_async_copy, cse, insert_barriers, inject_software_pipeline,
+validate_gpu``
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from . import (  # noqa: F401  (importing registers the passes)
     decompose_reduction,
     flatten_buffers,
     inject_async_copy,
+    inject_software_pipeline,
     inject_vthread,
     insert_barriers,
     lower_blocks,
@@ -32,7 +34,7 @@ LOWERING_PIPELINE = (
     "check_coverage(), cross_thread_reduction(), decompose_reduction(), lower_blocks(), "
     "compact_buffers(), inject_vthread(), merge_thread_loops(), unroll_loops(), simplify(), "
     "split_host_device(), flatten_buffers(), simplify(), inject_async_copy(), cse(), "
-    "insert_barriers(), "
+    "insert_barriers(), inject_software_pipeline(), "
     "validate_gpu()"
 )
 

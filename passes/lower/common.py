@@ -144,6 +144,11 @@ def fresh_copy(s: Stmt) -> Stmt:
 
         if isinstance(x, Seq):
             return Seq([go(c) for c in x.stmts])
+        from ...ir.stmt import AsyncCopy
+
+        if isinstance(x, AsyncCopy):
+            return x.replace(dst_index=fe(x.dst_index), src_index=fe(x.src_index),
+                             valid=None if x.valid is None else fe(x.valid))
         return x
 
     return go(s)

@@ -1,6 +1,6 @@
 """Schedule primitives, one pass per file: split, fuse, reorder, bind, unroll, vectorize,
 pragma, compute_inline, compute_at, cache_read, cache_write, storage_align, rfactor,
-async_copy."""
+async_copy, software_pipeline."""
 
 from . import (  # noqa: F401  (importing registers the passes)
     async_copy,
@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (importing registers the passes)
     pragma,
     reorder,
     rfactor,
+    software_pipeline,
     split,
     storage_align,
     unroll,

@@ -188,6 +188,12 @@ class Stage:
         """Fill this shared-memory stage with cp.async (see the ``async_copy`` pass)."""
         self.schedule.apply(f"async_copy({self.block})", touches=(self.block,))
 
+    def pipeline(self, loop, stages: int):
+        """Software-pipeline ``loop`` with ``stages`` buffers per shared stage loaded in it
+        (see the ``software_pipeline`` pass)."""
+        self.schedule.apply(f"software_pipeline({self._ref(loop)}, {int(stages)})",
+                            touches=(self.block,))
+
     def __repr__(self):
         return f"Stage({self.block})"
 

@@ -1,0 +1,237 @@
+"""inject_software_pipeline: rewrite loops annotated ``software_pipeline`` (k stages) into a
+prologue, a multi-buffered steady state and a guarded tail.
+
+The loop body must be: statements that load shared buffers (the *fetch*: stores or
+cp.async copies into them, reading no such buffer), then statements that read them (the
+*compute*, writing none of them); barriers, commits and waits between them are dropped
+and placed anew. Each buffer loaded in the loop gets ``k`` slots; iteration ``i`` loads
+slot ``(i + k - 1) % k`` and reads slot ``i % k``::
+
+    fetch(0) -> slot 0; commit ... fetch(k-2) -> slot k-2; commit
+    for i in [0, n):
+        async_wait(k - 2)        # iteration i's copies have landed (this thread's)
+        barrier                  # ... every thread's; and slot (i - 1) % k is free
+        if i + k - 1 < n: fetch(i + k - 1) -> slot (i + k - 1) % k
+        commit                   # (an empty group at the tail keeps the count uniform)
+        compute(i) from slot i % k
+    async_wait(0)
+
+The pass runs after ``insert_barriers``, which has already put a barrier before the loop
+where an enclosing loop carries a dependence through the buffers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir import dtype as dt
+from ...ir.expr import IntImm, Load, children, floormod, rebuild, substitute
+from ...ir.simplify import simplify_stmt
+from ...ir.stmt import (
+    Alloc,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
+    Barrier,
+    Buffer,
+    For,
+    If,
+    Let,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    map_stmt,
+    stmt_exprs,
+    substitute_stmt,
+)
+from ..base import Pass
+from ..registry import register_pass
+from ..schedule.software_pipeline import ANNOTATION
+from .common import LoweringError, expr_reads, fresh_copy, on_kernels, walk_all
+
+SLOT_ALIGN_BYTES = 16
+"""Each slot of a multi-buffered stage starts 16-byte aligned (the widest cp.async)."""
+
+
+def _writes(s: Stmt) -> set:
+    """Shared buffers ``s`` stores or copies into."""
+    out = set()
+    for x in walk_all(s):
+        if isinstance(x, Store) and x.buffer.scope == "shared":
+            out.add(x.buffer)
+        elif isinstance(x, AsyncCopy):
+            out.add(x.dst)
+    return out
+
+
+def _reads_any(s: Stmt, bufs) -> set:
+    return {b for x in walk_all(s) for e in stmt_exprs(x) for b in bufs if expr_reads(e, b)}
+
+
+def _peel_lets(body: Stmt) -> Stmt:
+    """Substitute the lets that wrap the loop body (from cse) into it."""
+    while isinstance(body, Let):
+        inner = body.body
+        body = map_stmt(inner, fexpr=lambda e, v=body.var, x=body.value: substitute(e, {v: x}))
+    return body
+
+
+def _retarget(s: Stmt, slots: dict, slot) -> Stmt:
+    """Every access of a multi-buffered stage in ``s`` moved to slot ``slot``."""
+
+    def fe(e):
+        def go(x):
+            kids = children(x)
+            if kids:
+                x = rebuild(x, tuple(go(k) for k in kids))
+            if isinstance(x, Load) and x.buffer in slots:
+                new, stride = slots[x.buffer]
+                return Load(new, (x.indices[0] + slot * stride,))
+            return x
+
+        return go(e)
+
+    def fs(x):
+        if isinstance(x, Store) and x.buffer in slots:
+            new, stride = slots[x.buffer]
+            return Store(new, (x.indices[0] + slot * stride,), x.value)
+        if isinstance(x, AsyncCopy) and x.dst in slots:
+            new, stride = slots[x.dst]
+            return x.replace(dst=new, dst_index=x.dst_index + slot * stride)
+        return None
+
+    return map_stmt(s, fstmt=fs, fexpr=fe)
+
+
+class _Pipeliner:
+    def __init__(self, func: PrimFunc):
+        self.func = func
+        self.slots: dict = {}  # old buffer -> (multi-buffered buffer, slot stride)
+        self.pipelined = 0
+
+    def fail(self, loop: For, why: str):
+        raise LoweringError(f"software_pipeline of loop {loop.var.name} in kernel "
+                            f"{self.func.name}: {why}", axis=loop.var.name)
+
+    def run(self) -> PrimFunc:
+        body = self.visit(self.func.body)
+        if not self.pipelined:
+            return self.func
+
+        def realloc(x):
+            if isinstance(x, Alloc) and x.buffer in self.slots:
+                return Alloc(self.slots[x.buffer][0], x.body)
+            return None
+
+        body = map_stmt(body, fstmt=realloc)
+        self.check_shared(body)
+        return self.func.replace(body=body)
+
+    def check_shared(self, body: Stmt) -> None:
+        from ...target import current_target
+
+        limit = current_target().max_shared_memory_per_block_optin
+        total = sum(x.buffer.size * dt.nbytes(x.buffer.dtype) for x in walk_all(body)
+                    if isinstance(x, Alloc) and x.buffer.scope == "shared")
+        if total > limit:
+            names = ", ".join(f"{b.name} x{new.size // max(stride, 1)}"
+                              for b, (new, stride) in self.slots.items())
+            raise LoweringError(
+                f"software_pipeline in kernel {self.func.name}: the multi-buffered stages "
+                f"({names}) need {total} bytes of shared memory per block; the target allows "
+                f"{limit}. Use fewer stages or smaller tiles",
+                limit=f"max_shared_memory_per_block_optin={limit}")
+
+    def visit(self, s: Stmt) -> Stmt:
+        def f(x):
+            if isinstance(x, For) and ANNOTATION in x.annotations:
+                return self.pipeline(x)
+            return None
+
+        return map_stmt(s, fstmt=f)
+
+    def pipeline(self, loop: For) -> Stmt:
+        k = int(loop.annotations[ANNOTATION])
+        if any(isinstance(x, For) and ANNOTATION in x.annotations and x is not loop
+               for x in walk_all(loop.body)):
+            self.fail(loop, "it holds another pipelined loop; pipeline one loop of a nest")
+        body = _peel_lets(loop.body)
+        stmts = [c for c in (body.stmts if isinstance(body, Seq) else (body,))
+                 if not isinstance(c, (Barrier, AsyncCommit, AsyncWait))]
+        loaded = set().union(*(_writes(c) for c in stmts)) if stmts else set()
+        if not loaded:
+            self.fail(loop, "the loop loads no shared-memory stage; pipeline the loop that "
+                            "the shared stages are computed at (compute_at), around their "
+                            "loads and the computation that reads them")
+        for b in loaded:
+            if b in self.slots:
+                self.fail(loop, f"{b.name} is loaded in another pipelined loop too")
+        fetch, compute = [], []
+        for c in stmts:
+            w = _writes(c)
+            r = _reads_any(c, loaded)
+            if w and (r or compute):
+                what = "reads the stages it loads" if r else "comes after the computation"
+                self.fail(loop, f"a statement that loads {', '.join(sorted(b.name for b in w))}"
+                                f" {what}; the loop body must load its shared stages first, "
+                                "then compute from them")
+            if w and any(isinstance(x, Barrier) for x in walk_all(c)):
+                self.fail(loop, "the loads of the shared stages hold a barrier")
+            (fetch if w else compute).append(c)
+        if not compute:
+            self.fail(loop, "nothing in the loop reads the shared stages it loads")
+        for b in loaded:
+            stride = -(-b.size * dt.nbytes(b.dtype) // SLOT_ALIGN_BYTES) * SLOT_ALIGN_BYTES
+            stride //= dt.nbytes(b.dtype)
+            self.slots[b] = (Buffer(b.name, b.dtype, (stride * k,), "shared"), stride)
+        self.pipelined += 1
+        v, n = loop.var, loop.extent
+        ty = v.dtype
+        fetch_s = Seq(fetch)
+
+        def fetch_at(it, slot):
+            return _retarget(fresh_copy(substitute_stmt(fetch_s, {v: it})), self.slots, slot)
+
+        # plain shared stages are multi-buffered alike, without groups to commit or wait for
+        copies = any(isinstance(x, AsyncCopy) for x in walk_all(fetch_s))
+
+        def commit():
+            return [AsyncCommit()] if copies else []
+
+        prologue: list = []
+        for s in range(k - 1):
+            if s < n:
+                prologue.append(fetch_at(IntImm(s, ty), IntImm(s, ty)))
+            prologue += commit()
+        ahead = v + IntImm(k - 1, ty)
+        steady = ([AsyncWait(k - 2)] if copies else []) + [Barrier()]
+        if n > k - 1:
+            steady.append(If(ahead < IntImm(n, ty), fetch_at(ahead, floormod(ahead, k))))
+        steady += commit()
+        steady.append(_retarget(Seq(compute), self.slots, floormod(v, IntImm(k, ty))))
+        ann = {a: b for a, b in loop.annotations.items() if a != ANNOTATION}
+        new_loop = loop.replace(body=Seq(steady), annotations=ann)
+        out = Seq(prologue + [new_loop] + ([AsyncWait(0)] if copies else []))
+        return simplify_stmt(out, unwrap_unit_loops=False)
+
+
+def inject_software_pipeline(func: PrimFunc) -> PrimFunc:
+    if not any(isinstance(x, For) and ANNOTATION in x.annotations for x in walk_all(func.body)):
+        return func
+    return _Pipeliner(func).run()
+
+
+@register_pass
+@dataclass(frozen=True)
+class InjectSoftwarePipeline(Pass):
+    """Rewrite loops annotated by ``software_pipeline`` into a prologue and a multi-buffered
+    steady state whose loads run ``stages - 1`` iterations ahead."""
+
+    name = "inject_software_pipeline"
+
+    def apply(self, module, ctx):
+        return on_kernels(module, inject_software_pipeline)
+
+
+__all__ = ["InjectSoftwarePipeline", "inject_software_pipeline"]
