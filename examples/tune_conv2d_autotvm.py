@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 
@@ -191,6 +192,12 @@ def main(argv=None) -> int:
     # begin tuning, log records to file `conv2d.log`; many configs are invalid, and those
     # show up as errors: as long as some have non-zero GFLOPS, it is okay
     tuner = TUNERS[args.tuner](task, args.seed)
+    if os.path.exists(args.log):
+        # resume: the configs already in the log are not measured again
+        history = list(autotvm.record.load_from_file(args.log))
+        tuner.load_history(history)
+        print(f"resuming from {args.log}: {len(history)} records, their configs are not "
+              "measured again")
     callbacks = [autotvm.callback.log_to_file(args.log)]
     if args.quiet:
         callbacks.append(autotvm.callback.progress_bar(args.trials))

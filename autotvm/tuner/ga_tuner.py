@@ -31,6 +31,18 @@ class GATuner(Tuner):
             self.genes.append(gene)
             self.visited.add(self._point(gene))
 
+    def _mark_logged(self, index: int) -> None:
+        self.visited.add(index)
+        # a gene planned but not measured yet that an earlier run measured: draw a new one
+        for k in range(self.trial_pt, len(self.genes)):
+            if self._point(self.genes[k]) != index or len(self.visited) >= len(self.space):
+                continue
+            gene = self._random_gene()
+            while self._point(gene) in self.visited:
+                gene = self._random_gene()
+            self.genes[k] = gene
+            self.visited.add(self._point(gene))
+
     def _random_gene(self) -> list:
         return [int(self.rng.integers(d)) for d in self.dims]
 

@@ -21,6 +21,10 @@ class IndexBaseTuner(Tuner):
     def has_next(self) -> bool:
         return len(self.visited) < self.range_length
 
+    def _mark_logged(self, index: int) -> None:
+        if self.range_begin <= index < self.range_begin + self.range_length:
+            self.visited.add(index)
+
 
 class GridSearchTuner(IndexBaseTuner):
     """Configs in index order."""
@@ -34,6 +38,8 @@ class GridSearchTuner(IndexBaseTuner):
         while len(out) < batch_size and self.counter < self.range_length:
             index = self.range_begin + self.counter
             self.counter += 1
+            if index in self.visited:  # measured in an earlier run (load_history)
+                continue
             self.visited.add(index)
             out.append(self.space.get(index))
         return out

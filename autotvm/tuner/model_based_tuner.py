@@ -103,10 +103,18 @@ class ModelBasedTuner(Tuner):
         return self.model_optimizer.find_maximums(model, self.plan_size, self.visited)
 
     def load_history(self, data_set, min_seed_records: int = 500) -> None:
+        """Resume (see :meth:`Tuner.load_history`): this task's logged configs are never
+        proposed again and train the model like fresh measurements; with at least
+        ``min_seed_records`` records (of any task) a base model is fitted too (transfer
+        learning)."""
+        data_set = list(data_set)
         base = self.cost_model.spawn_base_model()
-        if not base.fit_log(list(data_set), self.plan_size, min_seed_records):
-            return
-        if not self.trials:
-            self.trials = self._plan(base)
-            self.trial_pt = 0
-        self.cost_model.load_basemodel(base)
+        if base.fit_log(data_set, self.plan_size, min_seed_records):
+            if not self.trials:
+                self.trials = self._plan(base)
+                self.trial_pt = 0
+            self.cost_model.load_basemodel(base)
+        own = self._own_records(data_set)
+        self._resume(own)
+        if own:
+            self.update([i for i, _ in own], [r for _, r in own])

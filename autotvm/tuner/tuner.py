@@ -58,8 +58,45 @@ class Tuner(abc.ABC):
         return None
 
     def load_history(self, data_set, min_seed_records: int = 500) -> None:
-        """Learn from earlier records (transfer learning; default: nothing)."""
-        return None
+        """Resume from earlier records (``autotvm.record.load_from_file(log)``): every
+        config of this task (same workload and target) in ``data_set`` is marked visited,
+        so it is never proposed again, and the best of them becomes the best so far.
+        Model-based tuners also learn from them (and from other tasks' records, transfer
+        learning, once there are ``min_seed_records``)."""
+        self._resume(self._own_records(data_set))
+
+    def _own_records(self, data_set) -> list:
+        """The ``(input, result)`` pairs of ``data_set`` that are configs of this task's
+        space (a config whose knobs no longer match the space at its index is left out)."""
+        from ..dispatch import _target_name
+
+        key, target = self.task.workload_key, _target_name(self.task.target)
+        own = []
+        for inp, res in data_set:
+            if inp.task.workload_key != key or _target_name(inp.target) != target:
+                continue
+            index = inp.config.index
+            if not 0 <= index < len(self.space) or self.space.get(index) != inp.config:
+                continue
+            own.append((MeasureInput(inp.target, self.task, self.space.get(index),
+                                     inp.pipeline), res))
+        return own
+
+    def _resume(self, own: list) -> None:
+        for inp, res in own:
+            self._mark_logged(inp.config.index)
+            flops = flops_of(inp, res)
+            if flops > self.best_flops:
+                self.best_flops = flops
+                self.best_config = inp.config
+                self.best_measure_pair = (inp, res)
+        if own:
+            logger.debug("resumed from %d records: their configs are not proposed again",
+                         len(own))
+
+    def _mark_logged(self, index: int) -> None:
+        """Never propose config ``index``: it was measured in an earlier run."""
+        self.visited.add(index)
 
     # -- the loop ----------------------------------------------------------------------------
 
