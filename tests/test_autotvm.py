@@ -446,7 +446,8 @@ def test_template_outside_any_context_uses_the_fallback():
 def test_transfer_learning_plans_from_history(matmul_task, tmp_path):
     records = []
     space = matmul_task.config_space
-    for i in range(len(space)):
+    # half the space: the logged configs are visited (resume), the plan covers the rest
+    for i in range(0, len(space), 2):
         cfg = space.get(i)
         threads = math.prod(cfg["tile_y"].size[1:] + cfg["tile_x"].size[1:])
         ok = threads <= 1024
@@ -457,7 +458,7 @@ def test_transfer_learning_plans_from_history(matmul_task, tmp_path):
     tuner.load_history(records, min_seed_records=10)
     assert tuner.cost_model.base_model is not None
     planned = [space.get(i) for i in tuner.trials]
-    assert planned
+    assert planned and not set(tuner.trials) & tuner.visited
     # the history says more threads is faster: the plan starts with big tiles
     assert np.mean([math.prod(c["tile_y"].size[1:] + c["tile_x"].size[1:])
                     for c in planned]) >= 256
