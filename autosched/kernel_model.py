@@ -73,8 +73,8 @@ def _occupancy(threads, regs, shared, blocks, hw: HardwareParams) -> dict:
 
 
 def tile_model(step: TileStep, V, hw: HardwareParams, n: int) -> dict:
-    sp = [V[f"{step.stage}.tile.{a}"] for a, _ in step.spatial]
-    rd = [V[f"{step.stage}.tile.{a}"] for a, _ in step.reduce]
+    sp = [V[step.slot("tile", a)] for a, _ in step.spatial]
+    rd = [V[step.slot("tile", a)] for a, _ in step.reduce]
     k_split = np.ones(n, dtype=np.int64)
     if step.split_k is not None:
         k_split = rd[step.split_k][:, 0]
@@ -93,7 +93,7 @@ def tile_model(step: TileStep, V, hw: HardwareParams, n: int) -> dict:
     r0 = _prod([f[:, 0] for f in rd], n)
     r2 = _prod([f[:, 2] for f in rd], n)
     fma_thread = accum * (reduce_size // k_split)
-    unroll = V[f"{step.stage}.unroll"]
+    unroll = V[step.slot("unroll")]
     inner_steps = inner * r2 * vthreads
     unrolled = inner_steps <= np.maximum(unroll, 32)
     block_tiles = [f[:, 1] * f[:, 2] * f[:, 3] * f[:, 4] for f in sp] + \
@@ -120,7 +120,7 @@ def tile_model(step: TileStep, V, hw: HardwareParams, n: int) -> dict:
         t_elems = np.max([_region(a, thread_tiles, n) for a in accs], axis=0)
         lds_thread = lds_thread + t_elems
         if x in step.shared:
-            vec = V[f"{step.stage}.vec.{x}"]
+            vec = V[step.slot("vec", x)]
             shared_bytes = shared_bytes + elems * F32
             fetch_iters = fetch_iters + -(-elems // (vec * threads))
             global_elems = global_elems + elems * r0
@@ -186,9 +186,9 @@ def tile_model(step: TileStep, V, hw: HardwareParams, n: int) -> dict:
 
 def simple_model(step: SimpleStep, V, hw: HardwareParams, n: int, work: float,
                  in_bytes: float) -> dict:
-    threads = V[f"{step.stage}.bind.threads"]
+    threads = V[step.slot("threads")]
     blocks = -(-step.size // threads)
-    unroll = V[f"{step.stage}.bind.unroll"] if (step.attach or step.reduce_loop) else \
+    unroll = V[step.slot("unroll")] if (step.attach or step.reduce_loop) else \
         np.zeros(n, dtype=np.int64)
     occ = _occupancy(threads, np.full(n, 32), np.zeros(n, dtype=np.int64), blocks, hw)
     mem = (in_bytes + step.size * F32) / hw.dram_bytes_per_s
@@ -202,7 +202,7 @@ def simple_model(step: SimpleStep, V, hw: HardwareParams, n: int, work: float,
 
 def cross_thread_model(step: CrossThreadStep, V, hw: HardwareParams, n: int,
                        space: int, in_bytes: float) -> dict:
-    threads = V[f"{step.stage}.xthread.threads"]
+    threads = V[step.slot("threads")]
     red = step.reduce_size
     blocks = np.full(n, space, dtype=np.int64)
     per_thread = -(-red // threads)
@@ -218,7 +218,7 @@ def cross_thread_model(step: CrossThreadStep, V, hw: HardwareParams, n: int,
     sync = per_sm * steps_tree * hw.barrier_cycles / hw.clock_hz
     est = np.maximum(issue, mem) + sync + hw.launch_s
     return {"valid": threads <= hw.max_threads_per_block, "blocks": blocks,
-            "threads": threads, "unroll": V[f"{step.stage}.xthread.unroll"],
+            "threads": threads, "unroll": V[step.slot("unroll")],
             "fma_thread": per_thread, "est": est, **occ}
 
 
@@ -265,7 +265,7 @@ class SketchModel:
                     # the final sum of a split-K reduction reads the partial sums
                     tile = next(s for s in self.sketch.steps
                                 if isinstance(s, TileStep) and s.stage == st.attach)
-                    ks = V[f"{tile.stage}.tile.{tile.reduce[tile.split_k][0]}"][:, 0]
+                    ks = V[tile.slot("tile", tile.reduce[tile.split_k][0])][:, 0]
                     out.append(("simple", simple_model(st, V, self.hw, n, st.size * ks,
                                                        st.size * ks * F32)))
                 else:

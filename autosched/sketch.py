@@ -1,10 +1,11 @@
 """Sketches: schedule structures with parameter slots.
 
 A sketch is what the sketch rules produce for a task: an ordered list of steps (tile this
-stage, bind that one, inline another), each of which writes pass text, plus the parameter
-slots its steps read (tile sizes, unroll steps, thread counts, vector widths). A search
-state is a sketch plus one value per slot; :meth:`Sketch.pipeline` turns it into the pass
-pipeline text that builders apply.
+stage, bind that one, inline another), each of which emits schedule passes, plus the
+parameter slots its steps read (tile sizes, unroll steps, thread counts, vector widths). A
+search state is a sketch plus one value per slot; :meth:`Sketch.pipeline` turns it into a
+:class:`~ptxforge.passes.pipeline.Pipeline`, :meth:`Sketch.pipeline_text` into the text
+that measure inputs and records carry.
 
 Slot values are small ints: for a :class:`TileSlot` the row of its
 :func:`~ptxforge.autosched.factorization.tile_table`, for a :class:`ChoiceSlot` the index
@@ -17,9 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..passes.pipeline import Pipeline
 from .factorization import TileTable, tile_table
 
-# pass text is emitted in phases so that steps of different stages interleave correctly:
+# passes are emitted in phases so that steps of different stages interleave correctly:
 # structure (cache_write, rfactor), tiling, early inlines, compute_at and cache_read,
 # bindings and fetches, pragmas, late inlines (of stages copied into shared memory)
 PHASES = ("structure", "tile", "inline", "attach", "bind", "pragma", "late_inline")
@@ -133,14 +135,18 @@ class Sketch:
     def __repr__(self):
         return f"Sketch({self.name}, {len(self.slots)} slots)"
 
-    # -- text -----------------------------------------------------------------------------
-    def pipeline(self, row) -> str:
-        """The pass pipeline text of the state ``row`` (one value per slot)."""
+    # -- passes ---------------------------------------------------------------------------
+    def pipeline(self, row) -> Pipeline:
+        """The schedule passes of the state ``row`` (one value per slot)."""
         vals = Values(self, row)
         out: dict = {p: [] for p in PHASES}
         for st in self.steps:
             st.emit(vals, out)
-        return ", ".join(t for p in PHASES for t in out[p])
+        return Pipeline([p for phase in PHASES for p in out[phase]])
+
+    def pipeline_text(self, row) -> str:
+        """The text of :meth:`pipeline` (what measure inputs and records carry)."""
+        return self.pipeline(row).text
 
     # -- state <-> JSON -------------------------------------------------------------------
     def describe(self, row) -> dict:

@@ -1,9 +1,9 @@
 """Search states: a sketch of the task plus one value per slot of the sketch.
 
-A state turns into pass pipeline text (:meth:`State.pipeline`), and into the JSON payload
-records store next to that text (:func:`state_payload`), from which
-:func:`state_from_payload` recovers it (by sketch name and explicit slot values, so records
-stay readable and survive reordering of sketches).
+A state turns into a pass pipeline (:meth:`State.pipeline`) or its text
+(:meth:`State.pipeline_text`), and into the JSON payload records store next to that text
+(:func:`state_payload`), from which :func:`state_from_payload` recovers it (by sketch name
+and explicit slot values, so records stay readable and survive reordering of sketches).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..passes.pipeline import Pipeline
 
 PAYLOAD_KIND = "autosched"
 
@@ -23,9 +25,13 @@ class State:
     sketch: int
     values: tuple
 
-    def pipeline(self, task) -> str:
-        """The pass pipeline text of this state for ``task``."""
+    def pipeline(self, task) -> Pipeline:
+        """The schedule passes of this state for ``task``."""
         return task.sketches[self.sketch].pipeline(self.values)
+
+    def pipeline_text(self, task) -> str:
+        """The text of :meth:`pipeline`, as measure inputs and records carry it."""
+        return task.sketches[self.sketch].pipeline_text(self.values)
 
     def row(self, width: int) -> np.ndarray:
         """This state as a population row (sketch index, then values, zero-padded)."""

@@ -1,17 +1,43 @@
 """The steps of a sketch: each schedules one stage (or a stage and its fused consumer) and
-writes its pass text from slot values.
+emits its schedule passes from slot values.
 
-Loop names follow the passes' naming: a two-way split of ``ff`` gives ``ff.outer`` and
-``ff.inner``, a fuse of ``a`` and ``b`` gives ``a.b.fused``, a cache copy of ``X`` is the
-stage ``X.shared`` with loops ``ax0, ax1, ...``. Splits are done one level at a time (as
-the tutorial's printed schedule does), so a five-level tiling of ``ff`` has loops
-``ff.outer.outer.outer.outer`` (blocks) ... ``ff.inner`` (innermost).
+The names of the loops and stages the passes create come from
+:mod:`~ptxforge.passes.schedule.names` (a two-way split of ``ff`` makes
+``split_outer(ff)`` and ``split_inner(ff)``, a cache copy of ``X`` is the stage
+``cache_name(X, "shared")`` with loops ``copy_axes(ndim)``, ...). Splits are done one level
+at a time (as the tutorial's printed schedule does), so a five-level tiling of ``ff`` has
+the loops ``level_names(ff, 5)``, blocks outermost.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..passes.schedule import (
+    Bind,
+    CacheRead,
+    CacheWrite,
+    ComputeAt,
+    ComputeInline,
+    Fuse,
+    Pragma,
+    Reorder,
+    RFactor,
+    Split,
+    Unroll,
+    Vectorize,
+)
+from ..passes.schedule.names import (
+    cache_name,
+    copy_axes,
+    fused_name,
+    level_names,
+    loop_ref,
+    rfactor_name,
+    slot_name,
+    split_inner,
+    split_outer,
+)
 from .sketch import ChoiceSlot, TileSlot
 
 UNROLL_CHOICES = (0, 16, 64, 512, 1024)
@@ -20,42 +46,32 @@ THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)
 XTHREAD_CHOICES = (32, 64, 128, 256, 512)
 
 
-def level_names(axis: str, levels: int) -> list:
-    """Loop names after splitting ``axis`` into ``levels`` loops, outermost first, by
-    successive two-way splits of the outer part."""
-    names = []
-    outer = axis
-    for _ in range(levels - 1):
-        names.append(outer + ".inner")
-        outer = outer + ".outer"
-    names.append(outer)
-    return names[::-1]
-
-
-def split_texts(stage: str, axis: str, factors) -> list:
+def split_passes(stage: str, axis: str, factors) -> list:
     """``split`` passes making ``len(factors)`` loops of ``axis`` with these extents (the
-    outermost extent is implied)."""
+    outermost extent is implied), one two-way split of the outer part at a time."""
     out = []
     cur = axis
     for f in reversed(factors[1:]):
-        out.append(f"split({stage}.{cur}, factors=[{int(f)}])")
-        cur = cur + ".outer"
+        out.append(Split(loop_ref(stage, cur), factors=(int(f),)))
+        cur = split_outer(cur)
     return out
 
 
-def fused_name(loops) -> str:
-    return loops[0] if len(loops) == 1 else ".".join(loops) + ".fused"
-
-
-def fuse_text(stage: str, loops) -> list:
+def fuse_passes(stage: str, loops) -> list:
+    """The ``fuse`` of ``loops`` of ``stage`` (none for a single loop)."""
     if len(loops) == 1:
         return []
-    return [f"fuse([{', '.join(f'{stage}.{x}' for x in loops)}])"]
+    return [Fuse(tuple(loop_ref(stage, x) for x in loops))]
 
 
-def pragma_texts(stage: str, loop: str, steps: int) -> list:
-    return [f'pragma({stage}.{loop}, "auto_unroll_max_step", {int(steps)})',
-            f'pragma({stage}.{loop}, "unroll_explicit", True)']
+def reorder_pass(stage: str, loops) -> Reorder:
+    return Reorder(tuple(loop_ref(stage, x) for x in loops))
+
+
+def pragma_passes(stage: str, loop: str, steps: int) -> list:
+    ref = loop_ref(stage, loop)
+    return [Pragma(ref, "auto_unroll_max_step", int(steps)),
+            Pragma(ref, "unroll_explicit", True)]
 
 
 @dataclass(frozen=True)
@@ -69,7 +85,7 @@ class InlineStep:
         return []
 
     def emit(self, vals, out) -> None:
-        out[self.phase].append(f"compute_inline({self.stage})")
+        out[self.phase].append(ComputeInline(self.stage))
 
 
 @dataclass(frozen=True)
@@ -106,11 +122,12 @@ class TileStep:
         c = self.stage
         if self.split_k is not None:
             r = self.reduce[self.split_k][0]
-            tiled, cons = f"{c}.rf.local", f"{c}.rf"
-            cons_axes = tuple(f"ax{k}" for k in range(len(self.spatial) + 1))
+            cons = rfactor_name(c)
+            tiled = cache_name(cons, "local")
+            cons_axes = tuple(copy_axes(len(self.spatial) + 1))
         elif self.consumer is None:
-            tiled, cons = f"{c}.local", c
-            cons_axes = tuple(f"ax{k}" for k in range(len(self.spatial)))
+            tiled, cons = cache_name(c, "local"), c
+            cons_axes = tuple(copy_axes(len(self.spatial)))
         else:
             tiled, cons, cons_axes = c, self.consumer, tuple(self.consumer_axes)
         self.names["tiled"] = tiled
@@ -119,14 +136,14 @@ class TileStep:
         # reduce axes as the tiled stage sees them (the split-K axis is its inner part)
         red = []
         for k, (name, _) in enumerate(self.reduce):
-            red.append(f"{name}.inner" if k == self.split_k else name)
+            red.append(split_inner(name) if k == self.split_k else name)
         self.names["reduce"] = red
         if self.split_k is not None:
-            self.names["k_axis"] = f"{r}.outer"
+            self.names["k_axis"] = split_outer(r)
 
     # -- slots ----------------------------------------------------------------------------
     def slot(self, kind: str, name: str = "") -> str:
-        return f"{self.stage}.{kind}" + (f".{name}" if name else "")
+        return slot_name(self.stage, kind, name)
 
     def slots(self) -> list:
         out = [TileSlot(self.slot("tile", a), e, 5) for a, e in self.spatial]
@@ -136,7 +153,7 @@ class TileStep:
         out.extend(ChoiceSlot(self.slot("vec", x), self.vector_choices) for x in self.shared)
         return out
 
-    # -- text -----------------------------------------------------------------------------
+    # -- passes ---------------------------------------------------------------------------
     def emit(self, vals, out) -> None:
         c = self.stage
         n = self.names
@@ -146,28 +163,28 @@ class TileStep:
         if self.split_k is not None:
             r, e = self.reduce[self.split_k]
             k_factors = rd[self.split_k]
-            out["structure"] += [f"split({c}.{r}, factors=[{e // k_factors[0]}])",
-                                 f"rfactor({c}.{r}.outer)",
-                                 f'cache_write({c}.rf, "local")']
+            out["structure"] += [Split(loop_ref(c, r), factors=(e // k_factors[0],)),
+                                 RFactor(loop_ref(c, split_outer(r))),
+                                 CacheWrite(rfactor_name(c), "local")]
             rd[self.split_k] = k_factors[1:]
         elif self.consumer is None:
-            out["structure"].append(f'cache_write({c}, "local")')
+            out["structure"].append(CacheWrite(c, "local"))
         tile = out["tile"]
         levels = [[] for _ in range(5)]
         if self.split_k is not None:
             levels[0].append(n["k_axis"])
         for (a, _), f in zip(self.spatial, sp):
-            tile += split_texts(t, a, f)
+            tile += split_passes(t, a, f)
             for k, name in enumerate(level_names(a, 5)):
                 levels[k].append(name)
         r_levels = [[] for _ in range(3)]
         for a, f in zip(n["reduce"], rd):
-            tile += split_texts(t, a, f)
+            tile += split_passes(t, a, f)
             for k, name in enumerate(level_names(a, 3)):
                 r_levels[k].append(name)
         order = (levels[0] + levels[1] + levels[2] + r_levels[0] + r_levels[1] + levels[3]
                  + r_levels[2] + levels[4])
-        tile.append(f"reorder([{', '.join(f'{t}.{x}' for x in order)}])")
+        tile.append(reorder_pass(t, order))
         # the consumer: block, vthread, thread, inner (the two inner levels together)
         d_levels = [[] for _ in range(4)]
         first = 0
@@ -175,34 +192,35 @@ class TileStep:
             d_levels[0].append(d_axes[0])
             first = 1
         for a, f in zip(d_axes[first:], sp):
-            tile += split_texts(d, a, (f[0], f[1], f[2], f[3] * f[4]))
+            tile += split_passes(d, a, (f[0], f[1], f[2], f[3] * f[4]))
             for k, name in enumerate(level_names(a, 4)):
                 d_levels[k].append(name)
-        tile.append(f"reorder([{', '.join(f'{d}.{x}' for x in sum(d_levels, []))}])")
-        out["attach"].append(f"compute_at({t}, {d}.{d_levels[2][-1]})")
+        tile.append(reorder_pass(d, sum(d_levels, [])))
+        out["attach"].append(ComputeAt(t, loop_ref(d, d_levels[2][-1])))
         for x in self.shared:
-            out["attach"].append(f'cache_read({x}, "shared", [{t}])')
+            out["attach"].append(CacheRead(x, "shared", (t,)))
         bind = out["bind"]
         for lv, tag in zip(d_levels[:3], ("blockIdx.x", "vthread", "threadIdx.x")):
-            bind += fuse_text(d, lv)
-            bind.append(f'bind({d}.{fused_name(lv)}, "{tag}")')
+            bind += fuse_passes(d, lv)
+            bind.append(Bind(loop_ref(d, fused_name(lv)), tag))
         # the consumer's per-thread loops read the local accumulators: unrolled, their
         # indices are constants and the accumulators stay in registers
-        bind += [f"unroll({d}.{x})" for x in d_levels[3]]
+        bind += [Unroll(loop_ref(d, x)) for x in d_levels[3]]
         nthreads = 1
         for f in sp:
             nthreads *= f[2]
         for x, ndim in zip(self.shared, self.shared_ndims):
-            s = f"{x}.shared"
-            bind.append(f"compute_at({s}, {t}.{r_levels[0][-1]})")
-            axes = [f"ax{k}" for k in range(ndim)]
-            bind += fuse_text(s, axes)
+            s = cache_name(x, "shared")
+            bind.append(ComputeAt(s, loop_ref(t, r_levels[0][-1])))
+            axes = copy_axes(ndim)
+            bind += fuse_passes(s, axes)
             fz = fused_name(axes)
             vec = vals[self.slot("vec", x)]
-            bind += [f"split({s}.{fz}, factors=[{vec}])", f"vectorize({s}.{fz}.inner)",
-                     f"split({s}.{fz}.outer, factors=[{nthreads}])",
-                     f'bind({s}.{fz}.outer.inner, "threadIdx.x")']
-        out["pragma"] += pragma_texts(t, order[0], vals[self.slot("unroll")])
+            bind += [Split(loop_ref(s, fz), factors=(vec,)),
+                     Vectorize(loop_ref(s, split_inner(fz))),
+                     Split(loop_ref(s, split_outer(fz)), factors=(nthreads,)),
+                     Bind(loop_ref(s, split_inner(split_outer(fz))), "threadIdx.x")]
+        out["pragma"] += pragma_passes(t, order[0], vals[self.slot("unroll")])
 
 
 @dataclass(frozen=True)
@@ -224,24 +242,29 @@ class SimpleStep:
         limit = max(32, 1 << max(self.size - 1, 0).bit_length())
         return tuple(t for t in self.thread_choices if t <= limit) or (self.thread_choices[0],)
 
+    def slot(self, kind: str) -> str:
+        return slot_name(self.stage, "bind", kind)
+
     def slots(self) -> list:
-        out = [ChoiceSlot(f"{self.stage}.bind.threads", self.threads())]
+        out = [ChoiceSlot(self.slot("threads"), self.threads())]
         if self.attach or self.reduce_loop:
-            out.append(ChoiceSlot(f"{self.stage}.bind.unroll", self.unroll_choices))
+            out.append(ChoiceSlot(self.slot("unroll"), self.unroll_choices))
         return out
 
     def emit(self, vals, out) -> None:
         d = self.stage
         bind = out["bind"]
-        bind += fuse_text(d, self.axes)
+        bind += fuse_passes(d, self.axes)
         f = fused_name(self.axes)
-        bind += [f"split({d}.{f}, factors=[{vals[d + '.bind.threads']}])",
-                 f'bind({d}.{f}.outer, "blockIdx.x")', f'bind({d}.{f}.inner, "threadIdx.x")']
+        bind += [Split(loop_ref(d, f), factors=(vals[self.slot("threads")],)),
+                 Bind(loop_ref(d, split_outer(f)), "blockIdx.x"),
+                 Bind(loop_ref(d, split_inner(f)), "threadIdx.x")]
         if self.attach:
-            bind.append(f"compute_at({self.attach}, {d}.{f}.inner)")
-            out["pragma"] += pragma_texts(self.attach, self.attach_loop, vals[d + ".bind.unroll"])
+            bind.append(ComputeAt(self.attach, loop_ref(d, split_inner(f))))
+            out["pragma"] += pragma_passes(self.attach, self.attach_loop,
+                                           vals[self.slot("unroll")])
         elif self.reduce_loop:
-            out["pragma"] += pragma_texts(d, self.reduce_loop, vals[d + ".bind.unroll"])
+            out["pragma"] += pragma_passes(d, self.reduce_loop, vals[self.slot("unroll")])
 
 
 @dataclass(frozen=True)
@@ -268,26 +291,30 @@ class CrossThreadStep:
     def threads(self) -> tuple:
         return tuple(t for t in self.thread_choices if t <= max(32, self.reduce_size)) or (32,)
 
+    def slot(self, kind: str) -> str:
+        return slot_name(self.stage, "xthread", kind)
+
     def slots(self) -> list:
-        return [ChoiceSlot(f"{self.stage}.xthread.threads", self.threads()),
-                ChoiceSlot(f"{self.stage}.xthread.unroll", self.unroll_choices)]
+        return [ChoiceSlot(self.slot("threads"), self.threads()),
+                ChoiceSlot(self.slot("unroll"), self.unroll_choices)]
 
     def emit(self, vals, out) -> None:
         c = self.stage
         red = [a for a, _ in self.reduce]
-        out["structure"] += fuse_text(c, red)
+        out["structure"] += fuse_passes(c, red)
         rf = fused_name(red)
-        out["structure"] += [f"split({c}.{rf}, factors=[{vals[c + '.xthread.threads']}])",
-                             f"rfactor({c}.{rf}.inner)"]
+        out["structure"] += [Split(loop_ref(c, rf), factors=(vals[self.slot("threads")],)),
+                             RFactor(loop_ref(c, split_inner(rf)))]
         bind = out["bind"]
-        bind.append(f'bind({c}.{rf}.inner, "threadIdx.x")')
+        bind.append(Bind(loop_ref(c, split_inner(rf)), "threadIdx.x"))
         if self.consumer:
             d = self.consumer
-            bind += fuse_text(d, self.consumer_axes)
-            bind += [f'bind({d}.{fused_name(self.consumer_axes)}, "blockIdx.x")',
-                     f"compute_at({c}, {d}.{fused_name(self.consumer_axes)})"]
+            fd = fused_name(self.consumer_axes)
+            bind += fuse_passes(d, self.consumer_axes)
+            bind += [Bind(loop_ref(d, fd), "blockIdx.x"), ComputeAt(c, loop_ref(d, fd))]
         else:
-            bind += fuse_text(c, self.spatial)
-            bind.append(f'bind({c}.{fused_name(self.spatial)}, "blockIdx.x")')
-        bind.append(f"compute_at({c}.rf, {c}.{rf}.inner)")
-        out["pragma"] += pragma_texts(f"{c}.rf", self.spatial[0], vals[c + ".xthread.unroll"])
+            bind += fuse_passes(c, self.spatial)
+            bind.append(Bind(loop_ref(c, fused_name(self.spatial)), "blockIdx.x"))
+        bind.append(ComputeAt(rfactor_name(c), loop_ref(c, split_inner(rf))))
+        out["pragma"] += pragma_passes(rfactor_name(c), self.spatial[0],
+                                       vals[self.slot("unroll")])

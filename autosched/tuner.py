@@ -60,7 +60,7 @@ def start_round(task, policy, n: int, stream, task_idx: int = 0,
     if len(rows):
         if can_search_ahead(policy):
             policy.mark_in_flight(rows)
-        inputs = [MeasureInput(task.task_spec, s.pipeline(task), state_payload(task, s))
+        inputs = [MeasureInput(task.task_spec, s.pipeline_text(task), state_payload(task, s))
                   for s in (State.from_row(r, task) for r in rows)]
     return PendingRound(rows, inputs,
                         stream.submit(inputs, streaming_hook(measure_callbacks)),

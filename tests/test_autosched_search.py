@@ -229,7 +229,7 @@ def test_print_best_schedule_replays_to_the_same_ir(tmp_path):
     task = seed_task()
     sk = task.sketches[0]
     st = autosched.State(0, sk.row_of(SEED_STATE))
-    text = st.pipeline(task)
+    text = st.pipeline_text(task)
     log = str(tmp_path / "best.json")
     inp = measure.MeasureInput(task.task_spec, text, autosched.state.state_payload(task, st))
     measure.save_records(log, [inp], [measure.MeasureResult((3.4e-4,), 0, "", 1.0, 0.0)])

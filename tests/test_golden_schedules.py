@@ -97,7 +97,7 @@ def generate() -> dict:
             st = State.from_row(row, task)
             p = state_payload(task, st)
             states.append({"sketch": p["sketch"], "state": p["state"],
-                           "pipeline": st.pipeline(task)})
+                           "pipeline": st.pipeline_text(task)})
         out["autosched"][name] = {"sketches": [sk.name for sk in task.sketches],
                                   "states": states}
     out["te"]["seed_schedule"] = workloads.seed_schedule()[0].pipeline.text
@@ -132,7 +132,7 @@ def write_record_logs(golden: dict) -> None:
         for k, s in enumerate(golden["autosched"][name]["states"][:4]):
             st = state_from_payload(task, {"kind": "autosched", "sketch": s["sketch"],
                                            "state": s["state"]})
-            inputs.append(measure.MeasureInput(task.task_spec, st.pipeline(task),
+            inputs.append(measure.MeasureInput(task.task_spec, st.pipeline_text(task),
                                                state_payload(task, st)))
             results.append(_result(1e-4 * (k + 2) if k != 1 else 5e-5))
         measure.save_records(AUTOSCHED_LOG, inputs, results)
@@ -161,7 +161,7 @@ def test_sketch_populations_keep_their_pipeline_text(name):
         st = state_from_payload(task, {"kind": "autosched", "sketch": s["sketch"],
                                        "state": s["state"]})
         assert st is not None, s
-        assert st.pipeline(task) == s["pipeline"]
+        assert st.pipeline_text(task) == s["pipeline"]
 
 
 def test_te_schedules_keep_their_pipeline_text():

@@ -77,7 +77,7 @@ def _write_records(tasks, log, skip_last=True):
     for k, task in enumerate(tasks[:-1] if skip_last else tasks):
         pol = autosched.SketchPolicy(task, autosched.RandomModel(seed=k), seed=k)
         rows = pol.sample_initial_population(2)
-        inputs = [measure.MeasureInput(task.task_spec, State.from_row(r, task).pipeline(task),
+        inputs = [measure.MeasureInput(task.task_spec, State.from_row(r, task).pipeline_text(task),
                                        state_payload(task, State.from_row(r, task)))
                   for r in rows]
         results = [measure.MeasureResult((2e-5,), 0, "", 0.1, 0.0),

@@ -1,6 +1,11 @@
 """Schedule primitives, one pass per file: split, fuse, reorder, bind, unroll, vectorize,
 pragma, compute_inline, compute_at, cache_read, cache_write, storage_align, rfactor,
-async_copy, software_pipeline."""
+async_copy, software_pipeline.
+
+Code that builds schedules (the te facade, the auto-scheduler's sketches, AutoTVM's
+templates, the reference schedule) builds these pass objects; the names of the loops and
+stages they create come from :mod:`.names`.
+"""
 
 from . import (  # noqa: F401  (importing registers the passes)
     async_copy,
@@ -19,6 +24,23 @@ from . import (  # noqa: F401  (importing registers the passes)
     unroll,
     vectorize,
 )
+from .async_copy import AsyncCopy
+from .bind import Bind
+from .cache_read import CacheRead
+from .cache_write import CacheWrite
 from .common import ScheduleError
+from .compute_at import ComputeAt
+from .compute_inline import ComputeInline
+from .fuse import Fuse
+from .pragma import Pragma
+from .reorder import Reorder
+from .rfactor import RFactor
+from .software_pipeline import SoftwarePipeline
+from .split import Split
+from .storage_align import StorageAlign
+from .unroll import Unroll
+from .vectorize import Vectorize
 
-__all__ = ["ScheduleError"]
+__all__ = ["AsyncCopy", "Bind", "CacheRead", "CacheWrite", "ComputeAt", "ComputeInline", "Fuse",
+           "Pragma", "RFactor", "Reorder", "ScheduleError", "SoftwarePipeline", "Split",
+           "StorageAlign", "Unroll", "Vectorize"]
