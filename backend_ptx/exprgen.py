@@ -348,6 +348,11 @@ class ExprCodegen:
                   "ceil": "ceil", "round": "round", "fma": "fma"}
         if op in simple:
             return self._intrinsic(simple[op], ty, args, name)
+        if op == "round_tf32":
+            # cvt.rna.tf32.f32: the TF32 value in a 32-bit register, low 13 bits zero
+            ref = self.parts.declare("llvm.nvvm.f2tf32.rna", "i32 (float)")
+            bits = self.w.value(f"call i32 {ref}(float {args[0]})", "tf32")
+            return self.w.value(f"bitcast i32 {bits} to float", name)
         if op == "rsqrt":
             root = self._intrinsic("sqrt", ty, args, "sqrt")
             return self.w.value(f"fdiv {ty} {float_literal(1.0, ty)}, {root}", name)

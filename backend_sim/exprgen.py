@@ -22,7 +22,8 @@ from .mathfns import int_range, wrap
 CMP_SYMBOL = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 ARITH_SYMBOL = {"add": "+", "sub": "-", "mul": "*"}
 NUMPY_UNARY = ("exp", "log", "sqrt", "sin", "cos", "tanh", "floor", "ceil")
-HELPER_UNARY = {"rsqrt": "_rsqrt", "sigmoid": "_sigmoid", "erf": "_erf", "round": "_round"}
+HELPER_UNARY = {"rsqrt": "_rsqrt", "sigmoid": "_sigmoid", "erf": "_erf", "round": "_round",
+                "round_tf32": "_tf32"}
 MAX_PARENS = 120
 """Parentheses in one generated expression before part of it goes to a temporary (the
 Python tokenizer stops at 200 nesting levels)."""

@@ -235,6 +235,9 @@ INTRINSICS = {
     "cos": 1,
     "pow": 2,
     "fma": 3,
+    # float32 rounded to TF32 (10-bit mantissa, ties away from zero; cvt.rna.tf32.f32):
+    # the inputs of a product computed at precision "tf32" on CUDA cores
+    "round_tf32": 1,
 }
 
 
@@ -431,6 +434,8 @@ def call(op: str, *args) -> Expr:
     if op in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "pow"):
         if not dt.is_float(dtype):
             raise IRError(f"{op} needs a float argument, got {dtype}")
+    if op == "round_tf32" and dtype != "float32":
+        raise IRError(f"round_tf32 rounds float32 values, got {dtype}")
     if len(args) > 1:
         a = args
         for x in a[1:]:

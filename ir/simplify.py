@@ -188,6 +188,7 @@ _FLOAT_FN = {
     "pow": math.pow,
     # exact product and sum, rounded once
     "fma": lambda a, b, c: float(Fraction(a) * Fraction(b) + Fraction(c)),
+    "round_tf32": lambda v: float(dt.round_to(np.float32(v), "tf32")),
 }
 # "round" is left alone: targets differ on halfway cases.
 

@@ -3,11 +3,12 @@
 Operators return te tensors whose stages carry TOPI's names, axis names and tags, so a
 ComputeDAG prints as it does in TVM. ``ops.nn`` holds the neural-network operators;
 element-wise, broadcast, reduction and layout operators live at the top level, as in
-``topi``; ``ops.testing`` holds numpy references. Importing this package makes
+``topi``; ``ops.testing`` holds numpy references; ``ops.precision`` the TF32 switch
+(``ops.tf32(True)`` as a context, ``ops.allow_tf32(True)`` process-wide). Importing this package makes
 ``Tensor + Tensor`` (and ``-``, ``*``, ``/``) build broadcast stages.
 """
 
-from . import broadcast, nn, reduction, tag, testing, transform
+from . import broadcast, nn, precision, reduction, tag, testing, transform
 from .broadcast import (
     add,
     divide,
@@ -20,11 +21,13 @@ from .broadcast import (
     subtract,
 )
 from .math import abs, cast, clip, erf, exp, log, negative, rsqrt, sigmoid, sqrt, tanh
+from .precision import allow_tf32, tf32
 from .reduction import max, mean, min, sum
 from .transform import concatenate, expand_dims, reshape, squeeze, transpose
 
 __all__ = [
-    "broadcast", "nn", "reduction", "tag", "testing", "transform",
+    "broadcast", "nn", "precision", "reduction", "tag", "testing", "transform",
+    "allow_tf32", "tf32",
     "add", "subtract", "multiply", "divide", "floor_divide", "floor_mod", "maximum",
     "minimum", "power",
     "abs", "cast", "clip", "erf", "exp", "log", "negative", "rsqrt", "sigmoid", "sqrt", "tanh",

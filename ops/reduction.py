@@ -11,7 +11,16 @@ from ..ir import te
 from ..ir.te import Tensor
 from . import tag
 from .broadcast import divide
-from .utils import ax_names, compute_named, expect_tensor, fail, normalize_axis
+from .utils import (
+    accumulate_dtype,
+    ax_names,
+    cast_output,
+    cast_to,
+    compute_named,
+    expect_tensor,
+    fail,
+    normalize_axis,
+)
 
 
 def _reduce_axes(op: str, data: Tensor, axis) -> list[int]:
@@ -25,7 +34,9 @@ def _reduce_axes(op: str, data: Tensor, axis) -> list[int]:
     return out
 
 
-def _comm_reduce(op: str, reducer, data: Tensor, axis, keepdims: bool) -> Tensor:
+def _comm_reduce(op: str, reducer, data: Tensor, axis, keepdims: bool,
+                 acc: str | None = None) -> Tensor:
+    """The reduction stage; ``acc``: the dtype it accumulates in (default: the data's)."""
     expect_tensor(op, "data", data)
     if data.dtype == "bool":
         fail(op, f"cannot reduce bool tensor {data.name}; cast it to a number type first")
@@ -45,7 +56,7 @@ def _comm_reduce(op: str, reducer, data: Tensor, axis, keepdims: bool) -> Tensor
             else:
                 idx.append(i[k])
                 k += 1
-        return reducer(data(*idx), axis=[raxes[d] for d in axes])
+        return reducer(cast_to(data(*idx), acc or data.dtype), axis=[raxes[d] for d in axes])
 
     return compute_named(
         shape, ax_names(len(shape)), fcompute, f"{data.name}_red", tag.COMM_REDUCE
@@ -53,8 +64,10 @@ def _comm_reduce(op: str, reducer, data: Tensor, axis, keepdims: bool) -> Tensor
 
 
 def sum(data: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
-    """Sum over ``axis`` (an int, ints, or None for all dimensions)."""
-    return _comm_reduce("sum", te.sum, data, axis, keepdims)
+    """Sum over ``axis`` (an int, ints, or None for all dimensions). float16 and bfloat16
+    sum in float32 and round once (a stage ``T_cast``)."""
+    acc = accumulate_dtype(data.dtype)
+    return cast_output(_comm_reduce("sum", te.sum, data, axis, keepdims, acc), data.dtype)
 
 
 def max(data: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
@@ -68,12 +81,18 @@ def min(data: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A00
 
 
 def mean(data: Tensor, axis=None, keepdims: bool = False) -> Tensor:
-    """Arithmetic mean over ``axis``: a sum stage, then ``T_divide`` by the count."""
+    """Arithmetic mean over ``axis``: a sum stage, then ``T_divide`` by the count (float16
+    and bfloat16: both in float32, rounded once at the end)."""
     expect_tensor("mean", "data", data)
     if not dt.is_float(data.dtype):
         fail("mean", f"needs a float tensor, got {data.name} with dtype {data.dtype}")
-    total = sum(data, axis, keepdims)
+    acc = accumulate_dtype(data.dtype)
+    total = _comm_reduce("sum", te.sum, data, axis, keepdims, acc)
     count = 1
     for d in _reduce_axes("mean", data, axis):
         count *= data.shape[d]
-    return divide(total, te.const(float(count), data.dtype))
+    if acc == data.dtype:
+        return divide(total, te.const(float(count), data.dtype))
+    return compute_named(total.shape, ax_names(total.ndim),
+                         lambda *i: cast_to(total(*i) / te.const(float(count), acc), data.dtype),
+                         "T_divide", tag.BROADCAST)

@@ -10,7 +10,33 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import dtype as dt
 from .nn.utils import get_pad_tuple
+
+
+def widen(x, dtype: str | None = None) -> np.ndarray:
+    """``x`` as float64 (exact for every float dtype). A bfloat16 host array converts
+    exactly too; give ``dtype="bfloat16"`` when it holds uint16 bit patterns (no
+    ``ml_dtypes``). Low-precision results are compared with references computed on these."""
+    x = np.asarray(x)
+    if dtype == "bfloat16" or x.dtype == dt.BFLOAT16_HOST and not dt.BFLOAT16_IS_BITS:
+        return dt.from_bfloat16(x).astype(np.float64)
+    return x.astype(np.float64)
+
+
+def tf32_inputs(*arrays) -> list[np.ndarray]:
+    """The inputs of a product at precision ``"tf32"``: float32 values rounded to TF32
+    (round to nearest, ties away), returned as float64 so the reference's products and
+    sums add no rounding of their own."""
+    return [dt.round_to(np.asarray(a, np.float32), "tf32").astype(np.float64) for a in arrays]
+
+
+def _at(precision: str, *arrays) -> list:
+    if precision == "float32":
+        return list(arrays)
+    if precision == "tf32":
+        return tf32_inputs(*arrays)
+    raise ValueError(f"precision must be 'float32' or 'tf32', got {precision!r}")
 
 
 def _pair(value) -> tuple[int, int]:
@@ -53,8 +79,11 @@ def _pad_nchw(a_np: np.ndarray, pads, extra=(0, 0), value=0) -> np.ndarray:
     )
 
 
-def conv2d_nchw_python(a_np, w_np, stride, padding, dilation=1) -> np.ndarray:
-    """Convolution of ``a_np`` [N, C, H, W] with ``w_np`` [K, C, KH, KW]: [N, K, OH, OW]."""
+def conv2d_nchw_python(a_np, w_np, stride, padding, dilation=1,
+                       precision: str = "float32") -> np.ndarray:
+    """Convolution of ``a_np`` [N, C, H, W] with ``w_np`` [K, C, KH, KW]: [N, K, OH, OW].
+    ``precision="tf32"`` rounds both inputs to TF32 first (and computes in float64)."""
+    a_np, w_np = _at(precision, a_np, w_np)
     n, c, h, w = a_np.shape
     k, c2, kh, kw = w_np.shape
     if c != c2:
@@ -69,10 +98,12 @@ def conv2d_nchw_python(a_np, w_np, stride, padding, dilation=1) -> np.ndarray:
     return out.transpose(1, 0, 2, 3)
 
 
-def conv2d_nhwc_python(a_np, w_np, stride, padding, dilation=1) -> np.ndarray:
+def conv2d_nhwc_python(a_np, w_np, stride, padding, dilation=1,
+                       precision: str = "float32") -> np.ndarray:
     """Convolution of ``a_np`` [N, H, W, C] with ``w_np`` [KH, KW, C, K]: [N, OH, OW, K]."""
     out = conv2d_nchw_python(
-        a_np.transpose(0, 3, 1, 2), w_np.transpose(3, 2, 0, 1), stride, padding, dilation
+        a_np.transpose(0, 3, 1, 2), w_np.transpose(3, 2, 0, 1), stride, padding, dilation,
+        precision,
     )
     return out.transpose(0, 2, 3, 1)
 
@@ -103,19 +134,24 @@ def depthwise_conv2d_nhwc_python(input_np, filter_np, stride, padding, dilation=
     return out.transpose(0, 2, 3, 1)
 
 
-def matmul_python(a_np, b_np, bias_np=None, transpose_a=False, transpose_b=False) -> np.ndarray:
-    """``op(a) @ op(b) (+ bias)``, ``op`` transposing where asked."""
+def matmul_python(a_np, b_np, bias_np=None, transpose_a=False, transpose_b=False,
+                  precision: str = "float32") -> np.ndarray:
+    """``op(a) @ op(b) (+ bias)``, ``op`` transposing where asked; ``precision="tf32"``
+    rounds both inputs to TF32 first (and computes in float64)."""
+    a_np, b_np = _at(precision, a_np, b_np)
     out = np.matmul(a_np.T if transpose_a else a_np, b_np.T if transpose_b else b_np)
     return out if bias_np is None else out + bias_np
 
 
-def dense_python(data_np, weight_np, bias_np=None) -> np.ndarray:
+def dense_python(data_np, weight_np, bias_np=None, precision: str = "float32") -> np.ndarray:
     """``data @ weight.T (+ bias)``: ``data`` [B, K], ``weight`` [N, K], ``bias`` [N]."""
-    return matmul_python(data_np, weight_np, bias_np, transpose_b=True)
+    return matmul_python(data_np, weight_np, bias_np, transpose_b=True, precision=precision)
 
 
-def batch_matmul_python(x_np, y_np, transpose_a=False, transpose_b=True) -> np.ndarray:
+def batch_matmul_python(x_np, y_np, transpose_a=False, transpose_b=True,
+                        precision: str = "float32") -> np.ndarray:
     """``x[b] @ y[b]`` per batch (a batch of 1 broadcasts); ``y`` is [B, N, K] by default."""
+    x_np, y_np = _at(precision, x_np, y_np)
     x = x_np.transpose(0, 2, 1) if transpose_a else x_np
     y = y_np.transpose(0, 2, 1) if transpose_b else y_np
     return np.matmul(x, y)

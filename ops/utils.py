@@ -17,6 +17,7 @@ from ..ir import dtype as dt
 from ..ir import te
 from ..ir.expr import Expr, IntImm, as_expr, const, floordiv, floormod
 from ..ir.te import TEError, Tensor
+from . import tag
 
 
 def fail(op: str, message: str) -> NoReturn:
@@ -138,6 +139,21 @@ def cast_to(x, dtype: str) -> Expr:
     """``x`` cast to ``dtype``; no cast node when it already has that dtype (TVM's astype)."""
     x = as_expr(x)
     return x if x.dtype == dtype else x.astype(dtype)
+
+
+def accumulate_dtype(dtype: str) -> str:
+    """The dtype sums and products of ``dtype`` values accumulate in: float32 for float16
+    and bfloat16 (a 16-bit running sum loses the small terms), else ``dtype`` itself."""
+    return "float32" if dt.is_half(dtype) else dtype
+
+
+def cast_output(t: Tensor, dtype: str) -> Tensor:
+    """``t`` itself when it has ``dtype``, else a stage ``T_cast`` (tag ``elemwise``)
+    rounding it to ``dtype``: how a float32 accumulation becomes a 16-bit output."""
+    if t.dtype == dtype:
+        return t
+    return compute_named(t.shape, ax_names(t.ndim), lambda *i: t(*i).astype(dtype), "T_cast",
+                         tag.ELEMWISE)
 
 
 # ---------------------------------------------------------------------------------------

@@ -3,14 +3,19 @@ step-by-step numpy / ml_dtypes), and PTX for sm_80 and sm_90 through ptxas."""
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import ptxforge
+import ptxforge.ops as ops
 import pytest
 from ptxforge import te
 from ptxforge.backend_ptx import compile_kernel, find_ptxas
 from ptxforge.ir import dtype as dt
 from ptxforge.ir.expr import call
+from ptxforge.ops import testing as ref
 from ptxforge.ops.schedules import default_schedule
+from ptxforge.ops.schedules.cases import SMALL, workload
 
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None,
                                  reason="ptxas (CUDA toolkit) is not installed here")
@@ -148,3 +153,172 @@ def test_half_kernels_assemble(d, sm):
     assert f"fma.rn.{suffix} " in ptx  # fma is native, one rounding
     assert ".approx" not in ptx
     assert k.cubin
+
+
+# ---------------------------------------------------------------------------------------
+# every operator in float16 and bfloat16, default schedule, against a float64 reference
+
+# relative to a float64 reference computed from the same (rounded) inputs; the absolute
+# part is a fraction of the largest reference value (sums of mixed signs cancel)
+TOLERANCE = {"float16": 2e-3, "bfloat16": 1.6e-2}
+INTEGER_CASES = ("floor_divide", "floor_mod")
+
+
+def _half_params(first_only: bool):
+    out = []
+    for case, shapes in SMALL.items():
+        if case in INTEGER_CASES:
+            continue
+        for k, shape in enumerate(shapes[:1] if first_only else shapes[1:]):
+            for d in HALF:
+                out.append(pytest.param(case, shape, d, id=f"{case}-{k}-{d}"))
+    return out
+
+
+def _check_half_op(case, shape, d):
+    w = workload(case, dtype=d, **shape)
+    assert w.inputs[0].dtype == d
+    s = default_schedule(w.output)
+    rng = np.random.default_rng(zlib.crc32(f"{case}{shape}{d}".encode()))
+    inputs = w.random_inputs(rng)
+    got = run_sim(w.tensors, inputs, w.output.dtype, s)
+    want = w.expected64(inputs)
+    got64 = ref.widen(got, w.output.dtype)
+    if not dt.is_float(w.output.dtype):  # cast to int32: exact
+        assert np.array_equal(got64, want)
+        return
+    tol = TOLERANCE[d] if dt.is_half(w.output.dtype) else TOLERANCE[d] / 2
+    scale = float(np.abs(want).max()) if want.size else 0.0
+    np.testing.assert_allclose(got64, want, rtol=tol, atol=tol * max(scale, 1e-6))
+    return got64, want
+
+
+@pytest.mark.parametrize("case,shape,d", _half_params(first_only=True))
+def test_operator_in_half_precision_matches_float64(case, shape, d):
+    _check_half_op(case, shape, d)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case,shape,d", _half_params(first_only=False))
+def test_operator_in_half_precision_every_shape(case, shape, d):
+    _check_half_op(case, shape, d)
+
+
+@pytest.mark.parametrize("d", HALF)
+def test_sums_accumulate_in_float32(d):
+    # 3000 x 0.1 in a 16-bit running sum stalls (float16 at 256: the ulp is 0.25)
+    x = te.placeholder((3000,), dtype=d, name="x")
+    total = ops.sum(x)
+    assert total.dtype == d
+    stages = {t.op.name: t.dtype for t in [total, total.op.input_tensors[0]]}
+    assert stages == {"T_cast": d, "x_red": "float32"}
+    X = host(np.full(3000, 0.1), d)
+    got = float(as_f64(run_sim([x, total], [X], d, default_schedule(total)), d))
+    assert abs(got - 3000 * float(as_f64(X, d)[0])) <= 300 * TOLERANCE[d]
+
+
+@pytest.mark.parametrize("d", HALF)
+def test_products_accumulate_in_float32_and_take_out_dtype(d):
+    a = te.placeholder((4, 64), dtype=d, name="a")
+    w = te.placeholder((5, 64), dtype=d, name="w")
+    out16 = ops.nn.dense(a, w)
+    assert out16.dtype == d and out16.op.name == "T_cast"
+    assert out16.op.input_tensors[0].dtype == "float32"
+    out32 = ops.nn.dense(a, w, out_dtype="float32")
+    assert out32.dtype == "float32" and out32.op.name == "T_matmul_NT"
+    assert out32.op.attrs["precision"] == "float32"
+    rng = np.random.default_rng(5)
+    A, W = host(rng.uniform(-1, 1, (4, 64)), d), host(rng.uniform(-1, 1, (5, 64)), d)
+    want = as_f64(A, d) @ as_f64(W, d).T
+    got32 = run_sim([a, w, out32], [A, W], "float32", default_schedule(out32))
+    np.testing.assert_allclose(got32, want, rtol=1e-5, atol=1e-5)
+    got16 = run_sim([a, w, out16], [A, W], d, default_schedule(out16))
+    # one rounding of the float32 sum
+    assert np.array_equal(as_f64(got16, d), dt.round_to(got32, d).astype(np.float64))
+
+
+# ---------------------------------------------------------------------------------------
+# TF32: explicit, attributed, and the same rounding on every unit
+
+
+def test_tf32_is_never_the_default():
+    a = te.placeholder((4, 8), name="a")
+    w = te.placeholder((3, 8), name="w")
+    assert ops.nn.dense(a, w).op.attrs["precision"] == "float32"
+    with ops.tf32(True):
+        assert ops.nn.dense(a, w).op.attrs["precision"] == "tf32"
+        with ops.tf32(False):
+            assert ops.nn.dense(a, w).op.attrs["precision"] == "float32"
+        assert ops.nn.dense(a, w, precision="float32").op.attrs["precision"] == "float32"
+    assert ops.nn.dense(a, w).op.attrs["precision"] == "float32"
+    ops.allow_tf32(True)
+    try:
+        assert ops.nn.batch_matmul(te.placeholder((1, 4, 8)), te.placeholder((1, 3, 8))
+                                   ).op.attrs["precision"] == "tf32"
+    finally:
+        ops.allow_tf32(False)
+    assert ops.nn.dense(a, w).op.attrs["precision"] == "float32"
+    h = te.placeholder((4, 8), dtype="float16", name="h")
+    with pytest.raises(te.TEError, match="tf32"):
+        ops.nn.dense(h, h, precision="tf32")
+    with pytest.raises(te.TEError, match="precision"):
+        ops.nn.dense(a, w, precision="fp8")
+
+
+def _tf32_cases():
+    rng = np.random.default_rng(7)
+    a = te.placeholder((6, 40), name="a")
+    w = te.placeholder((9, 40), name="w")
+    A, W = rng.uniform(-1, 1, (6, 40)).astype(np.float32), rng.uniform(-1, 1, (9, 40)).astype(
+        np.float32)
+    yield ("dense", [a, w], lambda p: ops.nn.dense(a, w, precision=p), [A, W],
+           lambda p: ref.dense_python(A.astype(np.float64), W.astype(np.float64), precision=p))
+    x = te.placeholder((2, 5, 12), name="x")
+    y = te.placeholder((2, 7, 12), name="y")
+    X, Y = rng.uniform(-1, 1, (2, 5, 12)).astype(np.float32), rng.uniform(
+        -1, 1, (2, 7, 12)).astype(np.float32)
+    yield ("batch_matmul", [x, y], lambda p: ops.nn.batch_matmul(x, y, precision=p), [X, Y],
+           lambda p: ref.batch_matmul_python(X.astype(np.float64), Y.astype(np.float64),
+                                             precision=p))
+    d = te.placeholder((1, 4, 6, 6), name="d")
+    k = te.placeholder((5, 4, 3, 3), name="k")
+    D, K = rng.uniform(-1, 1, (1, 4, 6, 6)).astype(np.float32), rng.uniform(
+        -1, 1, (5, 4, 3, 3)).astype(np.float32)
+    yield ("conv2d_nchw", [d, k], lambda p: ops.nn.conv2d_nchw(d, k, 1, 1, precision=p),
+           [D, K], lambda p: ref.conv2d_nchw_python(D.astype(np.float64), K.astype(np.float64),
+                                                    1, 1, precision=p))
+    dn = te.placeholder((1, 6, 6, 4), name="dn")
+    kn = te.placeholder((3, 3, 4, 5), name="kn")
+    yield ("conv2d_nhwc", [dn, kn], lambda p: ops.nn.conv2d_nhwc(dn, kn, 1, 1, precision=p),
+           [D.transpose(0, 2, 3, 1).copy(), K.transpose(2, 3, 1, 0).copy()],
+           lambda p: ref.conv2d_nhwc_python(D.transpose(0, 2, 3, 1).astype(np.float64),
+                                            K.transpose(2, 3, 1, 0).astype(np.float64), 1, 1,
+                                            precision=p))
+
+
+@pytest.mark.parametrize("name", ["dense", "batch_matmul", "conv2d_nchw", "conv2d_nhwc"])
+def test_tf32_matches_the_tf32_reference_and_not_float32(name):
+    case = next(c for c in _tf32_cases() if c[0] == name)
+    _, inputs, build, arrays, reference = case
+    out = build("tf32")
+    assert out.op.attrs["precision"] == "tf32"
+    got = run_sim(inputs + [out], arrays, "float32", default_schedule(out)).astype(np.float64)
+    want_tf32, want_f32 = reference("tf32"), reference("float32")
+    np.testing.assert_allclose(got, want_tf32, rtol=1e-5, atol=1e-5)
+    # TF32 inputs carry 10 mantissa bits: the float32 answer is far off, beyond the
+    # tolerance above (this fails if the precision were ignored)
+    assert np.abs(got - want_f32).max() > 1e-4
+    plain = run_sim(inputs + [build("float32")], arrays, "float32").astype(np.float64)
+    np.testing.assert_allclose(plain, want_f32, rtol=1e-5, atol=1e-5)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("sm", ["sm_80", "sm_90"])
+def test_tf32_rounds_with_cvt_rna_on_cuda_cores(sm):
+    a = te.placeholder((16, 32), name="a")
+    w = te.placeholder((8, 32), name="w")
+    out = ops.nn.dense(a, w, precision="tf32")
+    module = ptxforge.lower(default_schedule(out), [a, w, out])
+    ptx = "".join(compile_kernel(k, sm, cache=False).get_source("ptx")
+                  for k in module.kernels())
+    assert "cvt.rna.tf32.f32" in ptx

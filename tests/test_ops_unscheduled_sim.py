@@ -31,7 +31,8 @@ CASE_OF_OP = {
     "max_pool2d": "max_pool2d", "pad": "pad", "pool2d": "max_pool2d", "relu": "relu",
     "softmax": "softmax",
 }
-NOT_OPERATORS = {"broadcast", "nn", "reduction", "tag", "testing", "transform", "get_pad_tuple"}
+NOT_OPERATORS = {"broadcast", "nn", "reduction", "tag", "testing", "transform", "get_pad_tuple",
+                 "precision", "allow_tf32", "tf32"}
 
 PARAMS = [pytest.param(case, shape, id=f"{case}-{k}")
           for case, shapes in SMALL.items() for k, shape in enumerate(shapes)]

@@ -6,7 +6,15 @@ from ...ir import te
 from ...ir.expr import as_expr
 from ...ir.te import Tensor
 from .. import tag
-from ..utils import cast_to, check_dtype, expect_ndim, expect_same_dtype, fail
+from ..precision import check_precision, operand
+from ..utils import (
+    accumulate_dtype,
+    cast_output,
+    check_dtype,
+    expect_ndim,
+    expect_same_dtype,
+    fail,
+)
 
 
 def batch_matmul(
@@ -16,12 +24,15 @@ def batch_matmul(
     out_dtype: str | None = None,
     transpose_a: bool = False,
     transpose_b: bool = True,
+    precision: str | None = None,
 ) -> Tensor:
     """``x[b] @ y[b]`` for every batch ``b``, transposing where asked.
 
     ``x`` is [B, M, K] ([B, K, M] if ``transpose_a``); ``y`` is [B, N, K] by default
     (``transpose_b=True``, as in TOPI) or [B, K, N]. A batch of 1 on either side is
-    broadcast. Stage ``T_batch_matmul_<NN|NT|TN|TT>`` tagged ``batch_matmul``.
+    broadcast. Stage ``T_batch_matmul_<NN|NT|TN|TT>`` tagged ``batch_matmul``;
+    ``out_dtype`` (16-bit inputs accumulate in float32) and ``precision`` as
+    :func:`ptxforge.ops.nn.matmul`.
     """
     op = "batch_matmul"
     expect_ndim(op, "x", x, 3)
@@ -49,16 +60,18 @@ def batch_matmul(
         fail(op, f"batch sizes {xb} and {yb} differ and neither is 1")
     k = te.reduce_axis((0, xk), name="k")
     zero = as_expr(0)
+    acc = accumulate_dtype(out_dtype)
+    precision = check_precision(op, precision, x.dtype)
 
     def fcompute(b, i, j):
         bx = b if xb != 1 else zero
         by = b if yb != 1 else zero
         a_val = x[bx, k, i] if transpose_a else x[bx, i, k]
         b_val = y[by, j, k] if transpose_b else y[by, k, j]
-        return te.sum(cast_to(a_val, out_dtype) * cast_to(b_val, out_dtype), axis=k)
+        return te.sum(operand(a_val, acc, precision) * operand(b_val, acc, precision), axis=k)
 
     form = ("T" if transpose_a else "N") + ("T" if transpose_b else "N")
-    return te.compute(
+    return cast_output(te.compute(
         (max(xb, yb), xi, yj), fcompute, name=f"T_batch_matmul_{form}", tag=tag.BATCH_MATMUL,
-        attrs={"layout_free_placeholders": [y]},
-    )
+        attrs={"layout_free_placeholders": [y], "precision": precision},
+    ), out_dtype)

@@ -7,7 +7,9 @@ from ...ir.expr import const
 from ...ir.te import Tensor
 from .. import tag
 from ..utils import (
+    accumulate_dtype,
     ax_names,
+    cast_to,
     compute_named,
     expect_float,
     expect_ndim,
@@ -55,15 +57,20 @@ def batch_norm(
             fail(op, f"{what} has dtype {t.dtype} but data has dtype {data.dtype}")
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon < 0:
         fail(op, f"epsilon must be a non-negative number, got {epsilon!r}")
-    eps = const(float(epsilon), data.dtype)
+    acc = accumulate_dtype(data.dtype)  # 16-bit data: computed in float32, rounded once
+    eps = const(float(epsilon), acc)
 
     def fcompute(*i):
         c = i[axis]
-        out = (data(*i) - moving_mean[c]) / te.sqrt(moving_var[c] + eps)
+
+        def f(x):
+            return cast_to(x, acc)
+
+        out = (f(data(*i)) - f(moving_mean[c])) / te.sqrt(f(moving_var[c]) + eps)
         if scale:
-            out = out * gamma[c]
+            out = out * f(gamma[c])
         if center:
-            out = out + beta[c]
-        return out
+            out = out + f(beta[c])
+        return cast_to(out, data.dtype)
 
     return compute_named(data.shape, ax_names(data.ndim), fcompute, "T_batch_norm", tag.BROADCAST)

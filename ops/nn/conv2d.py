@@ -13,8 +13,10 @@ from __future__ import annotations
 from ...ir import te
 from ...ir.te import Tensor
 from .. import tag
+from ..precision import check_precision, operand
 from ..utils import (
-    cast_to,
+    accumulate_dtype,
+    cast_output,
     check_dtype,
     expect_ndim,
     expect_same_dtype,
@@ -46,13 +48,17 @@ def conv2d_nchw(
     padding,
     dilation=1,
     out_dtype: str | None = None,
+    precision: str | None = None,
 ) -> Tensor:
     """Convolution of ``data`` [N, C, H, W] with ``kernel`` [K, C, KH, KW]: [N, K, OH, OW].
 
     ``stride`` and ``dilation`` are an int or (height, width); ``padding`` an int,
     (height, width), (top, left, bottom, right), "SAME" or "VALID". Products and sums are
-    taken in ``out_dtype`` (default: the data's dtype). Stage ``compute``, tag
-    ``conv2d_nchw``, reduce axes ``rc, ry, rx``.
+    taken in ``out_dtype`` (default: the data's dtype; float16 and bfloat16 accumulate in
+    float32 and round once, in a stage ``T_cast``). ``precision`` is ``"float32"`` or
+    ``"tf32"`` for float32 inputs (None: :func:`ptxforge.ops.precision.default_precision`)
+    and is kept in ``attrs["precision"]``. Stage ``compute``, tag ``conv2d_nchw``, reduce
+    axes ``rc, ry, rx``.
     """
     op = "conv2d_nchw"
     expect_ndim(op, "data", data, 4, "NCHW")
@@ -70,15 +76,19 @@ def conv2d_nchw(
     rc = te.reduce_axis((0, in_channel), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
-    return te.compute(
+    acc = accumulate_dtype(out_dtype)
+    precision = check_precision(op, precision, data.dtype)
+    return cast_output(te.compute(
         (batch, num_filter, out_h, out_w),
         lambda nn, ff, yy, xx: te.sum(
-            cast_to(temp[nn, rc, _window(yy, sh, ry, dh), _window(xx, sw, rx, dw)], out_dtype)
-            * cast_to(kernel[ff, rc, ry, rx], out_dtype),
+            operand(temp[nn, rc, _window(yy, sh, ry, dh), _window(xx, sw, rx, dw)], acc,
+                    precision)
+            * operand(kernel[ff, rc, ry, rx], acc, precision),
             axis=[rc, ry, rx],
         ),
         tag=tag.CONV2D_NCHW,
-    )
+        attrs={"precision": precision},
+    ), out_dtype)
 
 
 def conv2d_nhwc(
@@ -88,6 +98,7 @@ def conv2d_nhwc(
     padding,
     dilation=1,
     out_dtype: str | None = "float32",
+    precision: str | None = None,
 ) -> Tensor:
     """Convolution of ``data`` [N, H, W, C] with ``kernel`` [KH, KW, C, K]: [N, OH, OW, K].
 
@@ -111,17 +122,20 @@ def conv2d_nhwc(
     rc = te.reduce_axis((0, in_channel), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
-    return te.compute(
+    acc = accumulate_dtype(out_dtype)
+    precision = check_precision(op, precision, data.dtype)
+    return cast_output(te.compute(
         (batch, out_h, out_w, num_filter),
         lambda nn, yy, xx, ff: te.sum(
-            cast_to(temp[nn, _window(yy, sh, ry, dh), _window(xx, sw, rx, dw), rc], out_dtype)
-            * cast_to(kernel[ry, rx, rc, ff], out_dtype),
+            operand(temp[nn, _window(yy, sh, ry, dh), _window(xx, sw, rx, dw), rc], acc,
+                    precision)
+            * operand(kernel[ry, rx, rc, ff], acc, precision),
             axis=[ry, rx, rc],
         ),
         name="conv2d_nhwc",
         tag=tag.CONV2D_NHWC,
-        attrs={"layout_free_placeholders": [kernel]},
-    )
+        attrs={"layout_free_placeholders": [kernel], "precision": precision},
+    ), out_dtype)
 
 
 def conv2d(
@@ -132,11 +146,12 @@ def conv2d(
     dilation=1,
     layout: str = "NCHW",
     out_dtype: str | None = None,
+    precision: str | None = None,
 ) -> Tensor:
     """:func:`conv2d_nchw` or :func:`conv2d_nhwc`, chosen by ``layout``; for both, an
     ``out_dtype`` of None means the data's dtype."""
     if layout == "NCHW":
-        return conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype)
+        return conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype, precision)
     if layout == "NHWC":
-        return conv2d_nhwc(data, kernel, strides, padding, dilation, out_dtype)
+        return conv2d_nhwc(data, kernel, strides, padding, dilation, out_dtype, precision)
     fail("conv2d", f"unknown layout {layout!r}; use 'NCHW' or 'NHWC'")

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from ...ir import te
+from ..precision import check_precision, operand
 from ...ir.te import Tensor
 from .. import tag
-from ..utils import cast_to, check_dtype, expect_ndim, expect_same_dtype, fail
+from ..utils import (
+    accumulate_dtype,
+    cast_output,
+    cast_to,
+    check_dtype,
+    expect_ndim,
+    expect_same_dtype,
+    fail,
+)
 
 # (transpose_a, transpose_b) -> (stage name, tag); TOPI still tags the NT form "dense"
 _FORMS = {
@@ -23,12 +32,19 @@ def matmul(
     out_dtype: str | None = None,
     transpose_a: bool = False,
     transpose_b: bool = False,
+    precision: str | None = None,
 ) -> Tensor:
     """``op(a) @ op(b) (+ bias)`` where ``op`` transposes when asked.
 
     ``a`` is [M, K] ([K, M] if ``transpose_a``), ``b`` is [K, N] ([N, K] if
     ``transpose_b``), ``bias`` is [N]. Stage ``T_matmul_<NN|NT|TN|TT>`` with reduce axis
     ``k``; a bias adds a stage ``compute`` tagged ``broadcast``. Arguments in TOPI's order.
+
+    ``out_dtype`` defaults to the inputs' dtype; float16 and bfloat16 products accumulate
+    in float32 and round once to a 16-bit output (stage ``T_cast``, or the bias stage).
+    ``precision`` (float32 inputs only) is ``"float32"`` or ``"tf32"`` (inputs rounded to
+    TF32 before the multiply); None takes the process default (:func:`ptxforge.ops.tf32`).
+    The product stage carries it as ``attrs["precision"]``.
     """
     op = "matmul"
     _check_bias(op, bias)
@@ -55,7 +71,7 @@ def matmul(
             f"{red_dim} (transpose_b={transpose_b})",
         )
     return _product(op, tensor_a, tensor_b, bias, out_dtype, transpose_a, transpose_b,
-                    batch, in_dim, out_dim)
+                    batch, in_dim, out_dim, precision)
 
 
 def dense(
@@ -63,9 +79,11 @@ def dense(
     weight: Tensor,
     bias: Tensor | None = None,
     out_dtype: str | None = None,
+    precision: str | None = None,
 ) -> Tensor:
     """Fully connected layer: ``data`` [B, K] times ``weight`` [N, K] transposed, plus
-    ``bias`` [N]: [B, N]. Stage ``T_matmul_NT`` tagged ``dense``."""
+    ``bias`` [N]: [B, N]. Stage ``T_matmul_NT`` tagged ``dense``; ``out_dtype`` and
+    ``precision`` as :func:`matmul`."""
     op = "dense"
     _check_bias(op, bias)
     expect_ndim(op, "data", data, 2, ("batch", "in_dim"))
@@ -76,7 +94,8 @@ def dense(
     out_dim, red_dim = weight.shape
     if in_dim != red_dim:
         fail(op, f"data has {in_dim} input features but weight expects {red_dim}")
-    return _product(op, data, weight, bias, out_dtype, False, True, batch, in_dim, out_dim)
+    return _product(op, data, weight, bias, out_dtype, False, True, batch, in_dim, out_dim,
+                    precision)
 
 
 def _check_bias(op: str, bias) -> None:
@@ -86,24 +105,29 @@ def _check_bias(op: str, bias) -> None:
         expect_ndim(op, "bias", bias, 1, "N")
 
 
-def _product(op, a, b, bias, out_dtype, ta, tb, batch, in_dim, out_dim) -> Tensor:
+def _product(op, a, b, bias, out_dtype, ta, tb, batch, in_dim, out_dim,
+             precision) -> Tensor:
     if bias is not None:
         if bias.shape[0] != out_dim:
             fail(op, f"bias has {bias.shape[0]} elements but the output has {out_dim} columns")
     k = te.reduce_axis((0, in_dim), name="k")
+    acc = accumulate_dtype(out_dtype)
+    precision = check_precision(op, precision, a.dtype)
 
     def fcompute(i, j):
         x = a[k, i] if ta else a[i, k]
         y = b[j, k] if tb else b[k, j]
-        return te.sum(cast_to(x, out_dtype) * cast_to(y, out_dtype), axis=k)
+        return te.sum(operand(x, acc, precision) * operand(y, acc, precision), axis=k)
 
     name, form_tag = _FORMS[(ta, tb)]
     mat = te.compute(
         (batch, out_dim), fcompute, name=name, tag=form_tag,
-        attrs={"layout_free_placeholders": [b]},
+        attrs={"layout_free_placeholders": [b], "precision": precision},
     )
     if bias is None:
-        return mat
+        return cast_output(mat, out_dtype)
+    # the bias is added before the one rounding to a 16-bit output
     return te.compute(
-        (batch, out_dim), lambda i, j: mat[i, j] + cast_to(bias[j], out_dtype), tag=tag.BROADCAST
+        (batch, out_dim), lambda i, j: cast_to(mat[i, j] + cast_to(bias[j], acc), out_dtype),
+        tag=tag.BROADCAST,
     )

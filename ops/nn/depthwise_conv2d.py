@@ -11,6 +11,8 @@ from ...ir import te
 from ...ir.te import Tensor
 from .. import tag
 from ..utils import (
+    accumulate_dtype,
+    cast_output,
     cast_to,
     check_dtype,
     expect_ndim,
@@ -58,7 +60,8 @@ def depthwise_conv2d_nchw(
     padded = pad(data, [0, 0, top, left], [0, 0, bottom, right], name="PaddedInput")
     di = te.reduce_axis((0, kh), name="di")
     dj = te.reduce_axis((0, kw), name="dj")
-    return te.compute(
+    acc = accumulate_dtype(out_dtype)  # 16-bit inputs sum in float32, round once
+    return cast_output(te.compute(
         (batch, in_channel * mult, out_h, out_w),
         lambda b, c, i, j: te.sum(
             cast_to(
@@ -68,14 +71,14 @@ def depthwise_conv2d_nchw(
                     offset(scale(i, sh), scale(di, dh)),
                     offset(scale(j, sw), scale(dj, dw)),
                 ],
-                out_dtype,
+                acc,
             )
-            * cast_to(kernel[idxdiv(c, mult), idxmod(c, mult), di, dj], out_dtype),
+            * cast_to(kernel[idxdiv(c, mult), idxmod(c, mult), di, dj], acc),
             axis=[di, dj],
         ),
         name="DepthwiseConv2d",
         tag=tag.DEPTHWISE_CONV2D_NCHW,
-    )
+    ), out_dtype)
 
 
 def depthwise_conv2d_nhwc(
@@ -104,7 +107,8 @@ def depthwise_conv2d_nhwc(
     padded = pad(data, [0, top, left, 0], [0, bottom, right, 0], name="PaddedInput")
     di = te.reduce_axis((0, kh), name="di")
     dj = te.reduce_axis((0, kw), name="dj")
-    return te.compute(
+    acc = accumulate_dtype(out_dtype)  # 16-bit inputs sum in float32, round once
+    return cast_output(te.compute(
         (batch, out_h, out_w, in_channel * mult),
         lambda b, i, j, c: te.sum(
             cast_to(
@@ -114,11 +118,11 @@ def depthwise_conv2d_nhwc(
                     offset(scale(j, sw), scale(dj, dw)),
                     idxdiv(c, mult),
                 ],
-                out_dtype,
+                acc,
             )
-            * cast_to(kernel[di, dj, idxdiv(c, mult), idxmod(c, mult)], out_dtype),
+            * cast_to(kernel[di, dj, idxdiv(c, mult), idxmod(c, mult)], acc),
             axis=[di, dj],
         ),
         name="DepthwiseConv2d",
         tag=tag.DEPTHWISE_CONV2D_NHWC,
-    )
+    ), out_dtype)

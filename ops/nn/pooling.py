@@ -16,7 +16,9 @@ from ...ir.expr import Expr, as_expr, const, emax, emin
 from ...ir.te import Tensor
 from .. import tag
 from ..utils import (
+    accumulate_dtype,
     ax_names,
+    cast_to,
     compute_named,
     expect_ndim,
     fail,
@@ -104,12 +106,14 @@ def pool2d(
     rv0 = te.reduce_axis((0, kh), name="rv0")
     rv1 = te.reduce_axis((0, kw), name="rv1")
     reducer = te.max_reduce if pool_type == "max" else te.sum
+    # averages of 16-bit data sum and divide in float32 and round once
+    acc = data.dtype if pool_type == "max" else accumulate_dtype(data.dtype)
 
     def fwindow(*i):
         idx = list(i)
         idx[h_axis] = offset(scale(i[h_axis], sh), scale(rv0, dh))
         idx[w_axis] = offset(scale(i[w_axis], sw), scale(rv1, dw))
-        return reducer(temp(*idx), axis=[rv0, rv1])
+        return reducer(cast_to(temp(*idx), acc), axis=[rv0, rv1])
 
     window_tag = tag.POOL_MAX if pool_type == "max" else tag.POOL_SUM
     pooled = compute_named(shape, ax_names(4), fwindow, "tensor", window_tag)
@@ -128,7 +132,7 @@ def pool2d(
         ch = count_h(i[h_axis])
         cw = count_w(i[w_axis])
         if isinstance(ch, int) and isinstance(cw, int):
-            return pooled(*i) / const(float(max(ch * cw, 1)), data.dtype)
+            return cast_to(pooled(*i) / const(float(max(ch * cw, 1)), acc), data.dtype)
         if isinstance(ch, int):
             total = scale(cw, ch)
         elif isinstance(cw, int):
@@ -137,7 +141,7 @@ def pool2d(
             total = ch * cw
         if count_h.may_be_zero or count_w.may_be_zero:
             total = emax(total, 1)
-        return pooled(*i) / total.astype(data.dtype)
+        return cast_to(pooled(*i) / total.astype(acc), data.dtype)
 
     return compute_named(shape, ax_names(4), fdivide, "tensor", tag.ELEMWISE)
 
@@ -232,18 +236,20 @@ def global_pool2d(data: Tensor, pool_type: str, layout: str = "NCHW") -> Tensor:
     rv0 = te.reduce_axis((0, in_h), name="rv0")
     rv1 = te.reduce_axis((0, in_w), name="rv1")
     reducer = te.max_reduce if pool_type == "max" else te.sum
+    acc = data.dtype if pool_type == "max" else accumulate_dtype(data.dtype)
 
     def fwindow(*i):
         idx = list(i)
         idx[h_axis], idx[w_axis] = rv0, rv1
-        return reducer(data(*idx), axis=[rv0, rv1])
+        return reducer(cast_to(data(*idx), acc), axis=[rv0, rv1])
 
     window_tag = tag.ADAPTIVE_POOL_MAX if pool_type == "max" else tag.ADAPTIVE_POOL_SUM
     pooled = compute_named(shape, ax_names(4), fwindow, "tensor", window_tag)
     if pool_type == "max":
         return pooled
-    size = const(float(in_h * in_w), data.dtype)
-    return compute_named(shape, ax_names(4), lambda *i: pooled(*i) / size, "tensor", tag.ELEMWISE)
+    size = const(float(in_h * in_w), acc)
+    return compute_named(shape, ax_names(4), lambda *i: cast_to(pooled(*i) / size, data.dtype),
+                         "tensor", tag.ELEMWISE)
 
 
 def global_avg_pool2d(data: Tensor, layout: str = "NCHW") -> Tensor:

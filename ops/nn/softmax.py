@@ -13,7 +13,16 @@ from __future__ import annotations
 from ...ir import te
 from ...ir.te import Tensor
 from .. import tag
-from ..utils import compute_named, expect_float, expect_tensor, fail, i_names, normalize_axis
+from ..utils import (
+    accumulate_dtype,
+    cast_to,
+    compute_named,
+    expect_float,
+    expect_tensor,
+    fail,
+    i_names,
+    normalize_axis,
+)
 
 
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
@@ -36,6 +45,8 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     def without_axis(indices):
         return tuple(v for d, v in enumerate(indices) if d != axis)
 
+    # the maximum is exact in any dtype; exp and the sum run in float32 for 16-bit inputs
+    acc = accumulate_dtype(x.dtype)
     max_elem = compute_named(
         reduced, i_names(len(reduced)),
         lambda *i: te.max(x[with_reduce(i, k1)], axis=k1),
@@ -43,7 +54,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     )
     exp = compute_named(
         shape, i_names(len(shape)),
-        lambda *i: te.exp(x[i] - max_elem[without_axis(i)]),
+        lambda *i: te.exp(cast_to(x[i], acc) - cast_to(max_elem[without_axis(i)], acc)),
         "T_softmax_exp", tag.SOFTMAX,
     )
     expsum = compute_named(
@@ -53,6 +64,6 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     )
     return compute_named(
         shape, i_names(len(shape)),
-        lambda *i: exp[i] / expsum[without_axis(i)],
+        lambda *i: cast_to(exp[i] / expsum[without_axis(i)], x.dtype),
         "T_softmax_norm", tag.SOFTMAX, attrs={"axis": axis},
     )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...ir import dtype as dt
 from ...ir import te
 from ...ir.te import Tensor
 from .. import nn
@@ -52,7 +53,7 @@ class Workload:
         tensors: the inputs, then the output (the argument list of ``ptxforge.build``).
         reference: numpy inputs -> numpy output.
         low, high: the range inputs are drawn from.
-        dtype: the inputs' dtype.
+        dtype: the dtype the builder was asked for (each input draws in its own dtype).
         nonzero: draw inputs away from zero (divisors).
     """
 
@@ -76,7 +77,7 @@ class Workload:
         """Fresh inputs in the operator's domain."""
         out = []
         for t in self.inputs:
-            if self.dtype.startswith("int"):
+            if t.dtype.startswith("int"):
                 x = rng.integers(int(self.low), int(self.high) + 1, size=t.shape)
                 if self.nonzero:
                     x = np.where(x == 0, 1, x)
@@ -84,12 +85,20 @@ class Workload:
                 x = rng.uniform(self.low, self.high, size=t.shape)
                 if self.nonzero:
                     x = np.where(np.abs(x) < 0.25, 0.25 + np.abs(x), x)
-            out.append(x.astype(self.dtype))
+            out.append(dt.to_bfloat16(x) if t.dtype == "bfloat16" else x.astype(t.dtype))
         return out
 
     def expected(self, inputs: list[np.ndarray]) -> np.ndarray:
         """The reference output for ``inputs``, in the output's dtype."""
+        if self.output.dtype == "bfloat16" or any(t.dtype == "bfloat16" for t in self.inputs):
+            return dt.to_bfloat16(self.expected64(inputs))
         return np.asarray(self.reference(*inputs)).astype(self.output.dtype)
+
+    def expected64(self, inputs: list[np.ndarray]) -> np.ndarray:
+        """The reference output computed in float64 from the (possibly 16-bit) float
+        inputs: what low-precision results are measured against."""
+        wide = [ref.widen(x, t.dtype) for x, t in zip(inputs, self.inputs)]
+        return np.asarray(self.reference(*wide), dtype=np.float64)
 
 
 def _ph(shape, name, dtype="float32"):
@@ -97,15 +106,19 @@ def _ph(shape, name, dtype="float32"):
 
 
 def _unary(name, op, npfn, low=-1.0, high=1.0):
-    def build(shape=(3, 5)):
-        x = _ph(shape, "x")
+    def build(shape=(3, 5), dtype="float32"):
+        x = _ph(shape, "x", dtype)
         return Workload(name, [x, op(x)], npfn, low, high)
 
     return build
 
 
 def _binary(name, op, npfn, dtype="float32", nonzero=False, low=-1.0, high=1.0):
-    def build(shape_a=(3, 5), shape_b=(3, 5)):
+    own = dtype
+
+    def build(shape_a=(3, 5), shape_b=(3, 5), dtype="float32"):
+        if own != "float32":
+            dtype = own  # the integer operators keep their dtype
         a = _ph(shape_a, "a", dtype)
         b = _ph(shape_b, "b", dtype)
         return Workload(name, [a, b, op(a, b)], npfn, low, high, dtype, nonzero)
@@ -118,14 +131,14 @@ def _erf(x):
 
 
 def conv2d_nchw(n=1, ci=3, h=6, w=6, co=4, k=3, stride=1, pad=1, dilation=1, bias=False,
-                relu=False) -> Workload:
+                relu=False, dtype="float32") -> Workload:
     """conv2d NCHW, optionally with a per-channel bias [1, CO, 1, 1] and a ReLU."""
-    data = _ph((n, ci, h, w), "data")
-    kernel = _ph((co, ci, k, k), "kernel")
+    data = _ph((n, ci, h, w), "data", dtype)
+    kernel = _ph((co, ci, k, k), "kernel", dtype)
     out = nn.conv2d_nchw(data, kernel, stride, pad, dilation)
     tensors = [data, kernel]
     if bias:
-        b = _ph((1, co, 1, 1), "bias")
+        b = _ph((1, co, 1, 1), "bias", dtype)
         tensors.append(b)
         out = out + b
     if relu:
@@ -141,14 +154,14 @@ def conv2d_nchw(n=1, ci=3, h=6, w=6, co=4, k=3, stride=1, pad=1, dilation=1, bia
 
 
 def conv2d_nhwc(n=1, ci=3, h=6, w=6, co=4, k=3, stride=1, pad=1, dilation=1, bias=False,
-                relu=False) -> Workload:
+                relu=False, dtype="float32") -> Workload:
     """conv2d NHWC (kernel HWIO), optionally with a bias [CO] (bias_add) and a ReLU."""
-    data = _ph((n, h, w, ci), "data")
-    kernel = _ph((k, k, ci, co), "kernel")
+    data = _ph((n, h, w, ci), "data", dtype)
+    kernel = _ph((k, k, ci, co), "kernel", dtype)
     out = nn.conv2d_nhwc(data, kernel, stride, pad, dilation)
     tensors = [data, kernel]
     if bias:
-        b = _ph((co,), "bias")
+        b = _ph((co,), "bias", out.dtype)  # the output's dtype (float32 by default)
         tensors.append(b)
         out = nn.bias_add(out, b, axis=3)
     if relu:
@@ -163,29 +176,29 @@ def conv2d_nhwc(n=1, ci=3, h=6, w=6, co=4, k=3, stride=1, pad=1, dilation=1, bia
     return Workload("conv2d_nhwc", tensors + [out], reference)
 
 
-def depthwise_nchw(n=1, c=4, h=6, w=6, m=1, k=3, stride=1, pad=1) -> Workload:
-    data = _ph((n, c, h, w), "data")
-    kernel = _ph((c, m, k, k), "kernel")
+def depthwise_nchw(n=1, c=4, h=6, w=6, m=1, k=3, stride=1, pad=1, dtype="float32") -> Workload:
+    data = _ph((n, c, h, w), "data", dtype)
+    kernel = _ph((c, m, k, k), "kernel", dtype)
     out = nn.depthwise_conv2d_nchw(data, kernel, stride, pad)
     return Workload("depthwise_conv2d_nchw", [data, kernel, out],
                     lambda d, kk: ref.depthwise_conv2d_nchw_python(d, kk, stride, pad))
 
 
-def depthwise_nhwc(n=1, c=4, h=6, w=6, m=1, k=3, stride=1, pad=1) -> Workload:
-    data = _ph((n, h, w, c), "data")
-    kernel = _ph((k, k, c, m), "kernel")
+def depthwise_nhwc(n=1, c=4, h=6, w=6, m=1, k=3, stride=1, pad=1, dtype="float32") -> Workload:
+    data = _ph((n, h, w, c), "data", dtype)
+    kernel = _ph((k, k, c, m), "kernel", dtype)
     out = nn.depthwise_conv2d_nhwc(data, kernel, stride, pad)
     return Workload("depthwise_conv2d_nhwc", [data, kernel, out],
                     lambda d, kk: ref.depthwise_conv2d_nhwc_python(d, kk, stride, pad))
 
 
-def dense(batch=3, in_dim=10, out_dim=7, bias=False, relu=False) -> Workload:
-    data = _ph((batch, in_dim), "data")
-    weight = _ph((out_dim, in_dim), "weight")
+def dense(batch=3, in_dim=10, out_dim=7, bias=False, relu=False, dtype="float32") -> Workload:
+    data = _ph((batch, in_dim), "data", dtype)
+    weight = _ph((out_dim, in_dim), "weight", dtype)
     tensors = [data, weight]
     b = None
     if bias:
-        b = _ph((out_dim,), "bias")
+        b = _ph((out_dim,), "bias", dtype)
         tensors.append(b)
     out = nn.dense(data, weight, b)
     if relu:
@@ -198,126 +211,126 @@ def dense(batch=3, in_dim=10, out_dim=7, bias=False, relu=False) -> Workload:
     return Workload("dense", tensors + [out], reference)
 
 
-def matmul(m=4, k=6, n=5, transpose_a=False, transpose_b=False) -> Workload:
-    a = _ph((k, m) if transpose_a else (m, k), "A")
-    b = _ph((n, k) if transpose_b else (k, n), "B")
+def matmul(m=4, k=6, n=5, transpose_a=False, transpose_b=False, dtype="float32") -> Workload:
+    a = _ph((k, m) if transpose_a else (m, k), "A", dtype)
+    b = _ph((n, k) if transpose_b else (k, n), "B", dtype)
     out = nn.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
     return Workload("matmul", [a, b, out], lambda x, y: ref.matmul_python(
         x, y, transpose_a=transpose_a, transpose_b=transpose_b))
 
 
 def batch_matmul(batch=2, m=4, k=6, n=5, batch_b=None, transpose_a=False,
-                 transpose_b=True) -> Workload:
+                 transpose_b=True, dtype="float32") -> Workload:
     bb = batch if batch_b is None else batch_b
-    x = _ph((batch, k, m) if transpose_a else (batch, m, k), "x")
-    y = _ph((bb, n, k) if transpose_b else (bb, k, n), "y")
+    x = _ph((batch, k, m) if transpose_a else (batch, m, k), "x", dtype)
+    y = _ph((bb, n, k) if transpose_b else (bb, k, n), "y", dtype)
     out = nn.batch_matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b)
     return Workload("batch_matmul", [x, y, out], lambda a, b: ref.batch_matmul_python(
         a, b, transpose_a, transpose_b))
 
 
 def max_pool2d(n=1, c=2, h=7, w=7, k=3, stride=2, pad=1, layout="NCHW",
-               ceil_mode=False) -> Workload:
+               ceil_mode=False, dtype="float32") -> Workload:
     shape = (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
-    x = _ph(shape, "data")
+    x = _ph(shape, "data", dtype)
     out = nn.max_pool2d(x, k, stride, pad, layout=layout, ceil_mode=ceil_mode)
     return Workload("max_pool2d", [x, out], lambda d: ref.pool2d_python(
         d, k, stride, 1, pad, "max", ceil_mode, layout))
 
 
 def avg_pool2d(n=1, c=2, h=6, w=6, k=3, stride=2, pad=1, layout="NCHW",
-               count_include_pad=False) -> Workload:
+               count_include_pad=False, dtype="float32") -> Workload:
     shape = (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
-    x = _ph(shape, "data")
+    x = _ph(shape, "data", dtype)
     out = nn.avg_pool2d(x, k, stride, pad, layout=layout, count_include_pad=count_include_pad)
     return Workload("avg_pool2d", [x, out], lambda d: ref.pool2d_python(
         d, k, stride, 1, pad, "avg", False, layout, count_include_pad))
 
 
-def global_pool2d(n=1, c=3, h=5, w=5, pool_type="avg", layout="NCHW") -> Workload:
+def global_pool2d(n=1, c=3, h=5, w=5, pool_type="avg", layout="NCHW", dtype="float32") -> Workload:
     shape = (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
-    x = _ph(shape, "data")
+    x = _ph(shape, "data", dtype)
     out = nn.global_pool2d(x, pool_type, layout)
     return Workload(f"global_{pool_type}_pool2d", [x, out],
                     lambda d: ref.global_pool2d_python(d, pool_type, layout))
 
 
-def softmax(shape=(3, 9), axis=-1) -> Workload:
-    x = _ph(shape, "x")
+def softmax(shape=(3, 9), axis=-1, dtype="float32") -> Workload:
+    x = _ph(shape, "x", dtype)
     return Workload("softmax", [x, nn.softmax(x, axis)],
                     lambda d: ref.softmax_python(d.astype(np.float64), axis), -3.0, 3.0)
 
 
-def batch_norm(shape=(2, 3, 4, 4), axis=1) -> Workload:
+def batch_norm(shape=(2, 3, 4, 4), axis=1, dtype="float32") -> Workload:
     c = shape[axis]
-    x = _ph(shape, "data")
-    params = [_ph((c,), name) for name in ("gamma", "beta", "mean", "var")]
+    x = _ph(shape, "data", dtype)
+    params = [_ph((c,), name, dtype) for name in ("gamma", "beta", "mean", "var")]
     out = nn.batch_norm(x, *params, axis=axis)
     # inputs in [0.5, 1.5] keep the variance positive
     return Workload("batch_norm", [x, *params, out], lambda d, g, b, m, v: ref.batch_norm_python(
         d, g, b, m, v, axis), 0.5, 1.5)
 
 
-def bias_add(shape=(2, 3, 4), axis=1) -> Workload:
-    x = _ph(shape, "data")
-    b = _ph((shape[axis],), "bias")
+def bias_add(shape=(2, 3, 4), axis=1, dtype="float32") -> Workload:
+    x = _ph(shape, "data", dtype)
+    b = _ph((shape[axis],), "bias", dtype)
     return Workload("bias_add", [x, b, nn.bias_add(x, b, axis)],
                     lambda d, bb: ref.bias_add_python(d, bb, axis))
 
 
-def relu(shape=(3, 5)) -> Workload:
-    x = _ph(shape, "x")
+def relu(shape=(3, 5), dtype="float32") -> Workload:
+    x = _ph(shape, "x", dtype)
     return Workload("relu", [x, nn.relu(x)], ref.relu_python)
 
 
-def leaky_relu(shape=(3, 5), alpha=0.1) -> Workload:
-    x = _ph(shape, "x")
+def leaky_relu(shape=(3, 5), alpha=0.1, dtype="float32") -> Workload:
+    x = _ph(shape, "x", dtype)
     return Workload("leaky_relu", [x, nn.leaky_relu(x, alpha)],
                     lambda d: np.where(d > 0, d, d * np.float32(alpha)))
 
 
-def pad(shape=(2, 3, 4), before=(0, 1, 2), after=(1, 0, 1), value=0.5) -> Workload:
-    x = _ph(shape, "x")
+def pad(shape=(2, 3, 4), before=(0, 1, 2), after=(1, 0, 1), value=0.5, dtype="float32") -> Workload:
+    x = _ph(shape, "x", dtype)
     return Workload("pad", [x, nn.pad(x, list(before), list(after), value)],
                     lambda d: ref.pad_python(d, before, after, value))
 
 
-def flatten(shape=(2, 3, 2, 2)) -> Workload:
-    x = _ph(shape, "x")
+def flatten(shape=(2, 3, 2, 2), dtype="float32") -> Workload:
+    x = _ph(shape, "x", dtype)
     return Workload("flatten", [x, nn.flatten(x)], lambda d: d.reshape(d.shape[0], -1))
 
 
-def reduce(kind="sum", shape=(3, 4, 5), axis=1, keepdims=False) -> Workload:
+def reduce(kind="sum", shape=(3, 4, 5), axis=1, keepdims=False, dtype="float32") -> Workload:
     fn = {"sum": r_sum, "max": r_max, "min": r_min, "mean": r_mean}[kind]
     npfn = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}[kind]
-    x = _ph(shape, "x")
+    x = _ph(shape, "x", dtype)
     return Workload(kind, [x, fn(x, axis, keepdims)],
                     lambda d: npfn(d.astype(np.float64), axis=axis, keepdims=keepdims))
 
 
-def reshape_case(shape=(2, 3, 4), newshape=(4, -1)) -> Workload:
-    x = _ph(shape, "x")
+def reshape_case(shape=(2, 3, 4), newshape=(4, -1), dtype="float32") -> Workload:
+    x = _ph(shape, "x", dtype)
     return Workload("reshape", [x, reshape(x, newshape)], lambda d: d.reshape(newshape))
 
 
-def transpose_case(shape=(2, 3, 4), axes=(2, 0, 1)) -> Workload:
-    x = _ph(shape, "x")
+def transpose_case(shape=(2, 3, 4), axes=(2, 0, 1), dtype="float32") -> Workload:
+    x = _ph(shape, "x", dtype)
     return Workload("transpose", [x, transpose(x, axes)], lambda d: d.transpose(axes))
 
 
-def concatenate_case(shapes=((2, 3), (2, 4), (2, 1)), axis=1) -> Workload:
-    xs = [_ph(s, f"x{k}") for k, s in enumerate(shapes)]
+def concatenate_case(shapes=((2, 3), (2, 4), (2, 1)), axis=1, dtype="float32") -> Workload:
+    xs = [_ph(s, f"x{k}", dtype) for k, s in enumerate(shapes)]
     return Workload("concatenate", xs + [concatenate(xs, axis)],
                     lambda *ds: np.concatenate(ds, axis))
 
 
-def squeeze_case(shape=(2, 1, 3, 1), axis=None) -> Workload:
-    x = _ph(shape, "x")
+def squeeze_case(shape=(2, 1, 3, 1), axis=None, dtype="float32") -> Workload:
+    x = _ph(shape, "x", dtype)
     return Workload("squeeze", [x, squeeze(x, axis)], lambda d: np.squeeze(d, axis))
 
 
-def expand_dims_case(shape=(2, 3), axis=1, num_newaxis=2) -> Workload:
-    x = _ph(shape, "x")
+def expand_dims_case(shape=(2, 3), axis=1, num_newaxis=2, dtype="float32") -> Workload:
+    x = _ph(shape, "x", dtype)
 
     def reference(d):
         for _ in range(num_newaxis):
@@ -327,21 +340,21 @@ def expand_dims_case(shape=(2, 3), axis=1, num_newaxis=2) -> Workload:
     return Workload("expand_dims", [x, expand_dims(x, axis, num_newaxis)], reference)
 
 
-def cast_case(shape=(3, 5), dtype="int32") -> Workload:
-    x = _ph(shape, "x")
-    return Workload("cast", [x, cast(x, dtype)], lambda d: d.astype(dtype), -9.0, 9.0)
+def cast_case(shape=(3, 5), to="int32", dtype="float32") -> Workload:
+    x = _ph(shape, "x", dtype)
+    return Workload("cast", [x, cast(x, to)], lambda d: d.astype(to), -9.0, 9.0)
 
 
-def clip_case(shape=(3, 5), a_min=-0.3, a_max=0.4) -> Workload:
-    x = _ph(shape, "x")
+def clip_case(shape=(3, 5), a_min=-0.3, a_max=0.4, dtype="float32") -> Workload:
+    x = _ph(shape, "x", dtype)
     return Workload("clip", [x, clip(x, a_min, a_max)],
                     lambda d: np.clip(d, np.float32(a_min), np.float32(a_max)))
 
 
-def chain(shape=(2, 3, 5)) -> Workload:
+def chain(shape=(2, 3, 5), dtype="float32") -> Workload:
     """An element-wise chain with a broadcast operand: ``relu(a * b + c)``."""
-    a, b = _ph(shape, "a"), _ph(shape, "b")
-    c = _ph(shape[-1:], "c")
+    a, b = _ph(shape, "a", dtype), _ph(shape, "b", dtype)
+    c = _ph(shape[-1:], "c", dtype)
     return Workload("chain", [a, b, c, nn.relu(multiply(a, b) + c)],
                     lambda x, y, z: np.maximum(x * y + z, 0))
 
