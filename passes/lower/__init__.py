@@ -4,8 +4,8 @@ The default pipeline, in order:
 
 ``check_coverage, cross_thread_reduction, decompose_reduction, lower_blocks,
 compact_buffers, inject_vthread, merge_thread_loops, unroll_loops, simplify, split_host_device,
-flatten_buffers, simplify, inject_async_copy, cse, insert_barriers, inject_software_pipeline,
-validate_gpu``
+flatten_buffers, simplify, inject_async_copy, swizzle_layout, cse, insert_barriers,
+inject_software_pipeline, validate_gpu``
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from . import (  # noqa: F401  (importing registers the passes)
     merge_thread_loops,
     simplify,
     split_host_device,
+    swizzle_layout,
     unroll_loops,
     validate_gpu,
 )
@@ -33,9 +34,8 @@ from .common import LoweringError
 LOWERING_PIPELINE = (
     "check_coverage(), cross_thread_reduction(), decompose_reduction(), lower_blocks(), "
     "compact_buffers(), inject_vthread(), merge_thread_loops(), unroll_loops(), simplify(), "
-    "split_host_device(), flatten_buffers(), simplify(), inject_async_copy(), cse(), "
-    "insert_barriers(), inject_software_pipeline(), "
-    "validate_gpu()"
+    "split_host_device(), flatten_buffers(), simplify(), inject_async_copy(), "
+    "swizzle_layout(), cse(), insert_barriers(), inject_software_pipeline(), validate_gpu()"
 )
 
 

@@ -99,6 +99,10 @@ def split_host_device(func: PrimFunc, host_params=None, order_params=None) -> Mo
         async_bufs = [b for b in func.attrs.get("async_copy", ()) if b in attrs["stages"]]
         if async_bufs:
             attrs["async_copy"] = async_bufs
+        swizzles = {b: n for b, n in func.attrs.get("swizzle", {}).items()
+                    if b in attrs["stages"]}
+        if swizzles:
+            attrs["swizzle"] = swizzles
         kernels.append(PrimFunc(name, args, st, attrs))
         launches.append(Launch(name, [to_host.get(a, a) for a in args]))
     host_body: Stmt = Seq(launches)

@@ -1,6 +1,6 @@
 """Schedule primitives, one pass per file: split, fuse, reorder, bind, unroll, vectorize,
 pragma, compute_inline, compute_at, cache_read, cache_write, storage_align, rfactor,
-async_copy, software_pipeline.
+async_copy, software_pipeline, swizzle.
 
 Code that builds schedules (the te facade, the auto-scheduler's sketches, AutoTVM's
 templates, the reference schedule) builds these pass objects; the names of the loops and
@@ -21,6 +21,7 @@ from . import (  # noqa: F401  (importing registers the passes)
     software_pipeline,
     split,
     storage_align,
+    swizzle,
     unroll,
     vectorize,
 )

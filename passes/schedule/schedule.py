@@ -188,6 +188,10 @@ class Stage:
         """Fill this shared-memory stage with cp.async (see the ``async_copy`` pass)."""
         self.schedule.apply(f"async_copy({self.block})", touches=(self.block,))
 
+    def swizzle(self, bits: int = 3):
+        """XOR-swizzle this shared stage's 16-byte chunks (see the ``swizzle`` pass)."""
+        self.schedule.apply(f"swizzle({self.block}, {int(bits)})", touches=(self.block,))
+
     def pipeline(self, loop, stages: int):
         """Software-pipeline ``loop`` with ``stages`` buffers per shared stage loaded in it
         (see the ``software_pipeline`` pass)."""
