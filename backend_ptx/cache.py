@@ -3,7 +3,10 @@
 Keys hash the printed device IR together with the target and every option that changes the
 output (see :func:`cache_key`), so a kernel met twice (re-measured configs, repeated tasks of
 a network) is compiled once. The disk form is one JSON file per kernel, written atomically,
-so several builder processes can share a folder.
+so several builder processes can share a folder. Each file holds its key and a digest of its
+contents; an entry that does not match its key or digest (stale, corrupt, or copied over
+another), or that does not have the expected shape, is ignored with a warning and the
+kernel is rebuilt (and the entry rewritten).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
 from collections import OrderedDict
 
 import llvmlite
@@ -21,7 +25,7 @@ from .assemble import ResourceUsage
 from .codegen import LaunchInfo, ParamInfo
 from .kernel import CompiledKernel
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def cache_key(device_ir_text: str, *parts) -> str:
@@ -83,7 +87,7 @@ class KernelCache:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         la = k.launch
         data = {
-            "format": FORMAT_VERSION, "name": k.name, "target": k.target,
+            "format": FORMAT_VERSION, "key": key, "name": k.name, "target": k.target,
             "launch": {"name": la.name, "symbol": la.symbol, "grid": la.grid,
                        "block": la.block, "static_shared_bytes": la.static_shared_bytes,
                        "dynamic_shared_bytes": la.dynamic_shared_bytes,
@@ -94,6 +98,7 @@ class KernelCache:
             "assembler": k.assembler, "assembler_log": k.assembler_log,
             "started_from": k.started_from,
         }
+        data["digest"] = _digest(data)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump(data, f)
@@ -106,25 +111,42 @@ class KernelCache:
                 data = json.load(f)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as e:
-            import warnings
+        except (OSError, ValueError, RecursionError) as e:
+            _ignore(path, f"unreadable: {e}")
+            return None
+        if not isinstance(data, dict) or data.get("format") != FORMAT_VERSION:
+            return None  # another version's entry: rebuilt and replaced
+        if data.get("key") != key or data.get("digest") != _digest(data):
+            _ignore(path, "its contents do not match its key")
+            return None
+        try:
+            la = data["launch"]
+            launch = LaunchInfo(la["name"], la["symbol"],
+                                tuple(ParamInfo(**p) for p in la["params"]),
+                                tuple(la["grid"]), tuple(la["block"]),
+                                la["static_shared_bytes"], la["dynamic_shared_bytes"])
+            res = data["resources"]
+            return CompiledKernel(
+                name=data["name"], target=data["target"], launch=launch,
+                sources=data["sources"],
+                cubin=None if data["cubin"] is None else base64.b64decode(data["cubin"]),
+                resources=None if res is None else ResourceUsage(**res),
+                assembler=data["assembler"], assembler_log=data["assembler_log"],
+                started_from=data["started_from"], cache_hit=True)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            _ignore(path, f"malformed ({type(e).__name__}: {e})")
+            return None
 
-            warnings.warn(f"ignoring unreadable kernel cache entry {path}: {e}", stacklevel=3)
-            return None
-        if data.get("format") != FORMAT_VERSION:
-            return None
-        la = data["launch"]
-        launch = LaunchInfo(la["name"], la["symbol"],
-                            tuple(ParamInfo(**p) for p in la["params"]),
-                            tuple(la["grid"]), tuple(la["block"]), la["static_shared_bytes"],
-                            la["dynamic_shared_bytes"])
-        res = data["resources"]
-        return CompiledKernel(
-            name=data["name"], target=data["target"], launch=launch, sources=data["sources"],
-            cubin=None if data["cubin"] is None else base64.b64decode(data["cubin"]),
-            resources=None if res is None else ResourceUsage(**res),
-            assembler=data["assembler"], assembler_log=data["assembler_log"],
-            started_from=data["started_from"], cache_hit=True)
+
+def _digest(data: dict) -> str:
+    """A digest of an entry's contents (everything but the digest itself)."""
+    body = {k: v for k, v in data.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _ignore(path: str, why: str) -> None:
+    warnings.warn(f"ignoring kernel cache entry {path} ({why}); the kernel is rebuilt",
+                  RuntimeWarning, stacklevel=4)
 
 
 _default = KernelCache(os.environ.get("PTXFORGE_KERNEL_CACHE") or None)
