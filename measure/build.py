@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 import traceback
 import weakref
@@ -222,6 +224,35 @@ def default_parallelism() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+_SIGNALS_PID: int | None = None
+
+
+def _exit_on_signal(signum, frame) -> None:
+    if os.getpid() != _SIGNALS_PID:  # a forked worker: die as the signal says
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    raise SystemExit(128 + signum)
+
+
+def exit_cleanly_on_sigterm() -> None:
+    """Make SIGTERM end this process like ``sys.exit`` (``finally`` blocks and exit
+    handlers run, so temporary folders are removed) when nothing else handles it and this
+    is the main thread. SIGINT already does (``KeyboardInterrupt``)."""
+    global _SIGNALS_PID
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        _SIGNALS_PID = os.getpid()
+        signal.signal(signal.SIGTERM, _exit_on_signal)
+
+
+def _use_scratch(folder: str) -> None:
+    # a worker's temporary files (the assembler's) go to a folder the parent removes, so a
+    # worker killed mid-build leaves nothing behind
+    tempfile.tempdir = folder
+
+
 class LocalBuilder(Builder):
     """Builds candidates in ``n_parallel`` forked worker processes (default: one per CPU;
     0 builds in the calling process, without timeouts). A build that takes longer than
@@ -231,7 +262,9 @@ class LocalBuilder(Builder):
     ``target_sm``, ``compile_to``, ``verify``, ``ptxas_flags``: see :class:`BuildOptions`.
     ``share_kernels``: the workers share the kernels they compile through a temporary
     folder (removed by :meth:`close`), so a kernel that several candidates have in common
-    is compiled once.
+    is compiled once. The workers' temporary files go to a folder of their own, removed
+    with the builder, at exit, on Ctrl-C and on SIGTERM (see
+    :func:`exit_cleanly_on_sigterm`), so a killed build leaves no ``/tmp/ptxforge-*``.
     """
 
     def __init__(self, timeout: float = 10, n_parallel: int | None = None,
@@ -258,7 +291,11 @@ class LocalBuilder(Builder):
             self._warm_up()
             if self.share_kernels and self.options.compile_to != "ir":
                 self._share()
-            self._pool = WorkerPool(self.n_parallel, "fork", name="ptxforge-builder")
+            exit_cleanly_on_sigterm()
+            self._scratch = tempfile.mkdtemp(prefix="ptxforge-build-")
+            self._unscratch = weakref.finalize(self, shutil.rmtree, self._scratch, True)
+            self._pool = WorkerPool(self.n_parallel, "fork", _use_scratch, (self._scratch,),
+                                    name="ptxforge-builder")
         self._pool.submit(key, build_candidate, (inp, self.options), self.timeout)
 
     def _share(self) -> None:
@@ -305,6 +342,7 @@ class LocalBuilder(Builder):
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+            self._unscratch()
         if self._shared_dir is not None:
             self._unshare()
             self._shared_dir = None

@@ -58,3 +58,41 @@ def test_a_cache_entry_that_does_not_match_its_key_is_rebuilt(tmp_path):
     with pytest.warns(RuntimeWarning, match="malformed"):
         got = compile_kernel(big, cache=KernelCache(str(tmp_path)))
     assert not got.cache_hit and got.cubin == b.cubin
+
+
+# -- temp folders -----------------------------------------------------------------------------
+
+_BUILD_FOREVER = textwrap.dedent("""
+    import sys
+    from ptxforge import te
+    from ptxforge.measure import LocalBuilder, MeasureInput, TaskSpec
+    a = te.placeholder((256,), name="A")
+    b = te.compute((256,), lambda i: a[i] + 1.0, name="B")
+    task = TaskSpec.from_tensors([a, b], "add_one")
+    pipes = ['split(B.i, factors=[%d]), bind(B.i.outer, "blockIdx.x"), '
+             'bind(B.i.inner, "threadIdx.x")' % f for f in (32, 64, 128, 256)]
+    builder = LocalBuilder(n_parallel=2)
+    n = 0
+    while True:
+        builder.build([MeasureInput(task, p) for p in pipes])
+        n += 1
+        print("built", n, flush=True)
+""")
+
+
+@needs_ptxas
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_temp_folders_are_removed_on_sigint_and_sigterm(tmp_path, sig):
+    env = {**os.environ, "PYTHONPATH": ROOT, "TMPDIR": str(tmp_path),
+           "PTXFORGE_KERNEL_CACHE": ""}
+    p = subprocess.Popen([sys.executable, "-c", _BUILD_FOREVER], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().startswith("built"), p.stderr.read()
+    time.sleep(0.3)  # builds in flight: the workers hold assembler temp folders
+    p.send_signal(sig)
+    try:
+        p.wait(timeout=30)
+    finally:
+        p.kill()
+    left = [x for x in os.listdir(tmp_path) if x.startswith("ptxforge-")]
+    assert p.returncode != 0 and not left, left
