@@ -152,6 +152,8 @@ def main(argv=None) -> int:
                         help="also debugging messages on stderr (e.g. the tasks' DAGs)")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="only warnings and errors on stderr")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error instead of one line")
     sub = parser.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="auto-schedule, check and compile the seed conv layer")
     d.add_argument("--sim", action="store_true", help="use the simulator even with a GPU")
@@ -188,7 +190,50 @@ def main(argv=None) -> int:
     add_bench_parser(sub)
     args = parser.parse_args(argv)
     setup_logging(-1 if args.quiet else args.verbose)
-    return args.fn(args)
+    return run_command(f"ptxforge {args.cmd}", args.fn, args, args.debug)
+
+
+def run_command(name: str, fn, args, debug: bool = False) -> int:
+    """Run a command: an error is one line on stderr (``debug``: the traceback), exit
+    status 1; Ctrl-C says how many records were saved where, exit status 130."""
+    try:
+        return fn(args)
+    except KeyboardInterrupt:
+        _report_saved()
+        if debug:
+            raise
+        return 130
+    except Exception as e:
+        if debug:
+            raise
+        print(f"{name}: {error_line(e)} (--debug shows the traceback)", file=sys.stderr)
+        return 1
+
+
+def error_line(e: BaseException) -> str:
+    """One line saying what went wrong: the message of a user error (a missing or busy
+    file, a bad value, a model that does not import), else the exception's type too."""
+    from ptxforge.graph.frontend_onnx import OnnxImportError
+    from ptxforge.measure.record import RecordFileBusy
+
+    if isinstance(e, OSError) and e.filename is not None:
+        msg = f"{e.filename}: {e.strerror or e}"
+    else:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, (OSError, ValueError, RecordFileBusy, OnnxImportError)):
+        return f"error: {msg}"
+    return f"internal error: {type(e).__name__}: {msg}"
+
+
+def _report_saved() -> None:
+    from ptxforge.measure.record import records_written
+
+    written = records_written()
+    if not written:
+        print("\ninterrupted; no records were written", file=sys.stderr)
+    for path, n in written.items():
+        print(f"\ninterrupted: {n} records of this run are saved in {path} (run the same "
+              "command again to resume)", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -42,8 +42,12 @@ def main(argv=None) -> int:
     s = sub.add_parser("show", help="print one line per record")
     s.add_argument("input", help="record file to read")
     s.set_defaults(fn=_show)
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error instead of one line")
     args = parser.parse_args(argv)
-    return args.fn(args)
+    from ..cli.main import run_command
+
+    return run_command(f"{parser.prog} {args.cmd}", args.fn, args, args.debug)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,19 @@ class _Log:
 
 _LOGS: dict[str, _Log] = {}
 _LOGS_MUTEX = threading.Lock()
+_WRITTEN: dict[str, int] = {}  # path -> records this process appended
+
+
+def records_written() -> dict[str, int]:
+    """``{path: records appended}`` by this process's writers (what a command reports when
+    it is interrupted)."""
+    with _LOGS_MUTEX:
+        return dict(_WRITTEN)
+
+
+def _count(path: str, n: int) -> None:
+    with _LOGS_MUTEX:
+        _WRITTEN[path] = _WRITTEN.get(path, 0) + n
 
 
 def _open_log(path: str) -> _Log:
@@ -207,6 +220,7 @@ class RecordWriter:
             log.write((encode(inp, res) + "\n").encode())
             self._written[id(res)] = res
             self.count += 1
+        _count(self.path, 1)
 
     def __call__(self, inputs, results) -> None:
         log = self._require()
@@ -220,6 +234,7 @@ class RecordWriter:
             if data:
                 log.write("".join(data).encode())
             os.fsync(log.fd)
+        _count(self.path, len(data))
 
     def sync(self) -> None:
         """``fsync`` the file."""

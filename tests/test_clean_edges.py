@@ -96,3 +96,71 @@ def test_temp_folders_are_removed_on_sigint_and_sigterm(tmp_path, sig):
         p.kill()
     left = [x for x in os.listdir(tmp_path) if x.startswith("ptxforge-")]
     assert p.returncode != 0 and not left, left
+
+
+# -- the CLI ----------------------------------------------------------------------------------
+
+
+def _cli(*args, env=None, **kw):
+    return subprocess.run([sys.executable, "-m", "ptxforge", *args], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT,
+                                                       **(env or {})}, **kw)
+
+
+def test_cli_user_errors_are_one_clear_line_and_debug_shows_the_traceback(tmp_path):
+    missing = tmp_path / "missing.log"
+    p = _cli("records", "list", str(missing))
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(missing) in lines[0] and "--debug" in lines[0], p.stderr
+    p = _cli("--debug", "records", "list", str(missing))
+    assert p.returncode != 0 and "Traceback" in p.stderr and "FileNotFoundError" in p.stderr
+    # distill onto its own input is refused, the log left as it was
+    from ptxforge.measure import save_records
+
+    from .test_records import _pair
+
+    log = tmp_path / "t.log"
+    save_records(log, *zip(_pair("a", 1e-3), _pair("b", 2e-3)))
+    before = log.read_bytes()
+    p = _cli("records", "distill", str(log), "-o", str(log))
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "overwrite" in p.stderr
+    assert log.read_bytes() == before
+
+
+def test_cli_two_runs_on_one_log_are_refused(tmp_path):
+    log = tmp_path / "t.json"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from ptxforge.measure import RecordWriter; "
+         f"w = RecordWriter({str(log)!r}); print('holding', flush=True); time.sleep(60)"],
+        env={**os.environ, "PYTHONPATH": ROOT}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().startswith("holding")
+        p = _cli("tune-op", "dense", "--trials", "4", "--per-round", "2", "--runner", "sim",
+                 "--model", "random", "--log", str(log))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "another process" in p.stderr and str(log) in p.stderr
+
+
+@pytest.mark.slow
+def test_cli_ctrl_c_says_how_many_records_are_saved_where(tmp_path):
+    from ptxforge.measure import load_records
+
+    log = tmp_path / "t.json"
+    p = subprocess.Popen([sys.executable, "-m", "ptxforge", "tune-op", "dense", "--trials",
+                          "2000", "--per-round", "4", "--runner", "sim", "--model", "random",
+                          "--log", str(log)], env={**os.environ, "PYTHONPATH": ROOT},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while not (log.exists() and len(log.read_text().splitlines()) >= 4):
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    n = len(load_records(log))
+    assert p.returncode == 130 and "Traceback" not in err, err
+    assert f"{n} records of this run are saved in {log}" in out + err, out + err
