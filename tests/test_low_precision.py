@@ -322,3 +322,46 @@ def test_tf32_rounds_with_cvt_rna_on_cuda_cores(sm):
     ptx = "".join(compile_kernel(k, sm, cache=False).get_source("ptx")
                   for k in module.kernels())
     assert "cvt.rna.tf32.f32" in ptx
+
+
+# ---------------------------------------------------------------------------------------
+# paired 16-bit arithmetic
+
+
+def _vectorized_elementwise(d: str, vector: int):
+    n = 2048
+    a = te.placeholder((n,), dtype=d, name="a")
+    b = te.placeholder((n,), dtype=d, name="b")
+    c = te.compute((n,), lambda i: a[i] * b[i] + a[i], name="c")
+    s = te.create_schedule(c.op)
+    io, ii = s[c].split(s[c].op.axis[0], factor=vector)
+    bo, ti = s[c].split(io, factor=64)
+    s[c].bind(bo, te.thread_axis("blockIdx.x"))
+    s[c].bind(ti, te.thread_axis("threadIdx.x"))
+    s[c].vectorize(ii)
+    return s, [a, b, c]
+
+
+@needs_ptxas
+@pytest.mark.parametrize("d", HALF)
+@pytest.mark.parametrize("sm", ["sm_80", "sm_90"])
+def test_vectorized_half_loops_use_paired_instructions(d, sm):
+    suffix = "f16x2" if d == "float16" else "bf16x2"
+    for vector, load in ((2, "ld.global.nc.b32"), (8, "ld.global.nc.v4.b32")):
+        s, args = _vectorized_elementwise(d, vector)
+        k = compile_kernel(ptxforge.lower(s, args).kernels()[0], sm, cache=False)
+        ptx = k.get_source("ptx")
+        assert f"fma.rn.{suffix}" in ptx, ptx
+        assert load in ptx and ("st.global.b32" in ptx or "st.global.v4.b32" in ptx)
+        assert "ld.global.nc.b16" not in ptx  # every element travels in a pair
+
+
+@pytest.mark.parametrize("d", HALF)
+def test_vectorized_half_loop_on_the_simulator(d):
+    s, args = _vectorized_elementwise(d, 4)
+    rng = np.random.default_rng(9)
+    A, B = host(rng.uniform(-2, 2, 2048), d), host(rng.uniform(-2, 2, 2048), d)
+    got = as_f64(run_sim(args, [A, B], d, s), d)
+    a64, b64 = as_f64(A, d), as_f64(B, d)
+    want = dt.round_to(dt.round_to(a64 * b64, d).astype(np.float64) + a64, d)
+    assert np.array_equal(got, np.asarray(want, np.float64))
