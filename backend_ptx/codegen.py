@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from ..ir import dtype as dt
 from ..ir.expr import Load, Var
+from ..ir.intrin import ANNOTATION
 from ..ir.stmt import (
     Alloc,
     AsyncCopy,
@@ -322,6 +323,12 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
                 ptr = "@" + gname
             self.bufs[b] = BufRef(ptr, nvptx.SCOPE_ADDRSPACE["shared"], elem,
                                   dt.nbytes(b.dtype))
+        elif b.scope == "warp":
+            # a fragment: size / 32 elements per lane (see backend_ptx/tensorcore.py)
+            name = "%" + self.w.names.fresh(b.name)
+            self.allocas.append(f"  {name} = alloca [{max(n // 32, 1)} x {elem}], align 16")
+            self.bufs[b] = BufRef(name, nvptx.SCOPE_ADDRSPACE["local"], elem,
+                                  dt.nbytes(b.dtype))
         elif b.scope == "local":
             name = "%" + self.w.names.fresh(b.name)
             self.allocas.append(f"  {name} = alloca [{n} x {elem}], align 16")
@@ -334,6 +341,11 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         self.stmt(s.body)
 
     def _s_For(self, s: For) -> None:
+        if ANNOTATION in s.annotations:
+            from .tensorcore import emit_tensor_intrin
+
+            emit_tensor_intrin(self, s)
+            return
         if s.kind == "thread":
             self._thread_loop(s)
             return

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..ir import dtype as dt
 from ..ir.expr import Bin, Cast, Cmp, Expr, IntImm, Load, Var, as_expr
+from ..ir.intrin import ANNOTATION, WARP
 from ..ir.stmt import (
     Alloc,
     AsyncCommit,
@@ -32,7 +33,7 @@ from ..ir.stmt import (
     Store,
     walk,
 )
-from . import mathfns, runtime
+from . import mathfns, runtime, tensorcore
 from .analysis import ARRAY, SCALAR, BufInfo, VarInfo
 from .async_copy import AsyncCopies, AsyncCopyEmitter
 from .emit import NEST_LIMIT, Block, Scope
@@ -65,6 +66,7 @@ _NAMESPACE = {
     "_f32": mathfns.to_f32,
     "_fma_wide": mathfns.fma_wide,
     "_AsyncCopies": AsyncCopies,
+    "_tc": tensorcore,
 }
 
 
@@ -203,6 +205,16 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
                 if self.races:
                     info.race = f"r{n}"
                     prelude.line(f"r{n} = _C.race({b.name!r}, {b.size})")
+            elif b.scope == "warp":
+                # a fragment: each lane holds size / 32 elements (shape (size / 32, lanes))
+                if self.threads % WARP or b.size % WARP:
+                    raise SimIRError(
+                        f"kernel {self.name}: fragment {b.name} ({b.size} elements) needs "
+                        f"a block of whole warps and a multiple of {WARP} elements; the "
+                        f"block has {self.threads} threads")
+                code = f"w{n}"
+                info = BufInfo(b.name, code, "warp", b.size // WARP, b.dtype, True)
+                prelude.line(f"{code} = _C.local({b.size // WARP}, {b.dtype!r}, True)")
             else:
                 code = f"l{n}"
                 info = BufInfo(b.name, code, "local", b.size, b.dtype, self.per_lane)
@@ -252,6 +264,11 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
         self.facts.bind(var, VarInfo(None, SCALAR, None, 0, alias=value))
 
     def loop(self, s: For, B: Block) -> None:
+        if ANNOTATION in s.annotations:
+            from .tensorcore_emit import emit_tensor_intrin
+
+            emit_tensor_intrin(self, s, B)
+            return
         if s.kind == "thread":
             self.thread_loop(s, B)
             return
@@ -478,7 +495,14 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
             return f"int({code})"
         return code
 
+    def not_fragment(self, buf, what: str) -> None:
+        if buf.scope == "warp":
+            raise SimIRError(f"kernel {self.name}: a plain {what} of fragment {buf.name}; "
+                             "fragments are accessed only by tensor intrinsics (tensorize "
+                             "the loop nest that touches it)")
+
     def load(self, e: Load, B: Block) -> str:
+        self.not_fragment(e.buffer, "load")
         b = self.facts.buffer(e.buffer)
         pos, kind = self.locate(b, self.flat_index(e.buffer, e.indices), B, "load")
         if b.scope == "local" and b.copies:
@@ -495,6 +519,7 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
         return self.scalar_read(f"{b.code}[{pos}]", b.dtype)
 
     def store(self, s: Store, B: Block) -> None:
+        self.not_fragment(s.buffer, "store")
         b = self.facts.buffer(s.buffer)
         vk = self.facts.kind(s.value)
         vc = self.ex(s.value, B)

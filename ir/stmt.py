@@ -23,7 +23,8 @@ from .expr import Expr, IRError, Load, Var
 from .expr import children as expr_children
 from .expr import rebuild as expr_rebuild
 
-SCOPES = ("global", "shared", "local")
+SCOPES = ("global", "shared", "local", "warp")
+"""``warp``: a matrix fragment owned by one warp (see ``ir/intrin``)."""
 FOR_KINDS = ("serial", "unroll", "vectorize", "thread", "vthread")
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
                "threadIdx.z", "vthread")

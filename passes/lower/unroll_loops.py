@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...ir.intrin import ANNOTATION
 from ...ir.stmt import For, PrimFunc, Stmt, stmt_children
 from ..base import Pass
 from ..registry import register_pass
@@ -21,6 +22,8 @@ def unroll_loops(func: PrimFunc) -> PrimFunc:
 
 
 def steps(s: Stmt) -> int:
+    if isinstance(s, For) and ANNOTATION in s.annotations:
+        return 1  # one tensor intrinsic
     if isinstance(s, For):
         return s.extent * steps(s.body)
     kids = stmt_children(s)
@@ -33,6 +36,8 @@ def _go(s: Stmt, max_step: int) -> Stmt:
     if isinstance(s, For):
         ms = s.annotations.get("auto_unroll_max_step", max_step)
         ms = int(ms) if ms else 0
+        if ANNOTATION in s.annotations:
+            return s  # the nest is one tensor intrinsic; its loops are not unrolled
         body = _go(s.body, ms)
         if s.kind == "serial" and ms > 0 and steps(s) <= ms:
             return s.replace(kind="unroll", body=body)

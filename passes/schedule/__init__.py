@@ -1,6 +1,7 @@
 """Schedule primitives, one pass per file: split, fuse, reorder, bind, unroll, vectorize,
 pragma, compute_inline, compute_at, cache_read, cache_write, storage_align, rfactor,
-async_copy, software_pipeline, swizzle.
+async_copy, software_pipeline, swizzle,
+tensorize.
 
 Code that builds schedules (the te facade, the auto-scheduler's sketches, AutoTVM's
 templates, the reference schedule) builds these pass objects; the names of the loops and
@@ -22,6 +23,7 @@ from . import (  # noqa: F401  (importing registers the passes)
     split,
     storage_align,
     swizzle,
+    tensorize,
     unroll,
     vectorize,
 )

@@ -87,8 +87,9 @@ def cache_read(func: PrimFunc, buffer: str, scope: str, readers) -> PrimFunc:
     """Readers ``readers`` (stage names) read ``buffer`` through a copy in ``scope`` named
     by :func:`~.names.cache_name` (made fresh if that stage exists); the copy stage has
     that name too."""
-    if scope not in ("shared", "local"):
-        raise ScheduleError(f"cache_read {buffer}: scope must be shared or local, got {scope!r}")
+    if scope not in ("shared", "local", "warp"):
+        raise ScheduleError(f"cache_read {buffer}: scope must be shared, local or warp (a "
+                            f"matrix fragment), got {scope!r}")
     src = find_buffer(func, buffer)
     readers = list(readers)
     if not readers:

@@ -18,8 +18,9 @@ def cache_write(func: PrimFunc, stage: str, scope: str) -> PrimFunc:
     """Stage ``stage`` writes a buffer in ``scope`` and is renamed to
     :func:`~.names.cache_name` of ``stage``; a new copy stage named ``stage`` writes the
     original buffer from it (TVM's ``s.cache_write``)."""
-    if scope not in ("local", "shared"):
-        raise ScheduleError(f"cache_write {stage}: scope must be local or shared, got {scope!r}")
+    if scope not in ("local", "shared", "warp"):
+        raise ScheduleError(f"cache_write {stage}: scope must be local, shared or warp (a "
+                            f"matrix fragment), got {scope!r}")
     path = find_block(func, stage)
     block = path[-1]
     out = output_buffer(block)

@@ -198,6 +198,14 @@ class Stage:
         self.schedule.apply(f"software_pipeline({self._ref(loop)}, {int(stages)})",
                             touches=(self.block,))
 
+    def tensorize(self, ivar, intrin: str):
+        """Run the nest under ``ivar`` as the tensor intrinsic ``intrin`` (its name in
+        ``ir/intrin``'s registry)."""
+        name = intrin if isinstance(intrin, str) else intrin.name
+        # the check needs the nest as it will be: pending inlines and compute_ats first
+        self.schedule._flush()
+        self.schedule.apply(f'tensorize({self._ref(ivar)}, "{name}")', touches=(self.block,))
+
     def __repr__(self):
         return f"Stage({self.block})"
 

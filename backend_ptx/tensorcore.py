@@ -1,0 +1,230 @@
+"""Code generation of tensorized loop nests: NVVM intrinsics for mma.sync and ldmatrix.
+
+A fragment buffer (``warp`` scope) is an ``alloca`` of ``size / 32`` elements per thread
+(SROA keeps it in registers once the warp-tile loops are unrolled); a tile occupies
+``per_lane`` consecutive elements in the PTX ISA's register order (``ir/intrin/layout.py``).
+The nest under a loop marked with an intrinsic becomes:
+
+* ``mma``: ``llvm.nvvm.mma.m16n8k16.row.col.{f32.f32,f16.f16,bf16}`` or
+  ``llvm.nvvm.mma.m16n8k8.row.col.tf32`` on the tiles' registers (pairs of 16-bit values
+  as ``<2 x half>`` or ``i32``);
+* ``ldmatrix``: ``llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].b16.p3``, each lane
+  giving the shared address of row ``lane % 8`` of matrix ``lane / 8``;
+* ``load`` / ``store`` / ``fill``: per-lane loads and stores of the lane's elements.
+"""
+
+from __future__ import annotations
+
+from ..ir.intrin import ANNOTATION, IntrinError
+from ..ir.intrin.match import match_nest
+from ..ir.stmt import For
+from .exprgen import CodegenError, llvm_type
+from .llvm_text import pointer_type
+
+LANEID = "llvm.nvvm.read.ptx.sreg.laneid"
+
+
+def _declare(cg, name: str, ret: str, args: str) -> str:
+    cg.parts.declarations.setdefault(name, f"declare {ret} @{name}({args})")
+    return "@" + name
+
+
+class _Emitter:
+    def __init__(self, cg, loop: For):
+        self.cg = cg
+        self.w = cg.w
+        name = loop.annotations[ANNOTATION]
+        try:
+            self.bound = match_nest(loop, name, f"kernel {cg.func.name}, loop "
+                                                f"{loop.var.name}", device=True)
+        except IntrinError as e:
+            raise CodegenError(str(e)) from None
+        self.spec = self.bound.intrin
+
+    # -- helpers -----------------------------------------------------------------------
+    def i32(self, e) -> str:
+        v = self.cg.expr(e)
+        ty = llvm_type(e.dtype)
+        if ty != "i32":
+            v = self.w.value(f"trunc {ty} {v} to i32", "idx")
+        return v
+
+    def lane(self) -> str:
+        ref = _declare(self.cg, LANEID, "i32", "")
+        return self.w.value(f"call range(i32 0, 32) i32 {ref}()", "lane")
+
+    def arith(self, op: str, a: str, b) -> str:
+        return self.w.value(f"{op} i32 {a}, {b}", op)
+
+    def frag_ptr(self, opname: str, slot: str, e: int) -> str:
+        op = self.bound.operands[opname]
+        ref = self.cg.bufs[op.buffer]
+        idx = slot if e == 0 else self.arith("add nsw", slot, e)
+        return self.w.value(f"getelementptr inbounds {ref.elem}, "
+                            f"{pointer_type(ref.addrspace)} {ref.ptr}, i32 {idx}", "frag")
+
+    def mem_ptr(self, opname: str, offset: str) -> tuple[str, object]:
+        op = self.bound.operands[opname]
+        ref = self.cg.bufs[op.buffer]
+        p = self.w.value(f"getelementptr inbounds {ref.elem}, "
+                         f"{pointer_type(ref.addrspace)} {ref.ptr}, i32 {offset}",
+                         op.buffer.name + ".addr")
+        return p, ref
+
+    def frag_ref(self, opname: str):
+        return self.cg.bufs[self.bound.operands[opname].buffer]
+
+    def lane_elements(self, role):
+        """Per element of the lane's fragment: (row, col) as (const, g-coef, t-coef)."""
+        out = []
+        for r0, c0 in role.blocks:
+            if role.kind == "b16":
+                out += [(r0, c0 + i, 2) for i in range(2)]
+            else:
+                out.append((r0, c0, 1))
+        return out
+
+    # -- intrinsics --------------------------------------------------------------------
+    def run(self) -> None:
+        getattr(self, self.spec.kind)()
+
+    def mma(self) -> None:
+        spec, w = self.spec, self.w
+        ab = spec.dtypes["A"]
+        acc = spec.dtypes["C"]
+        pair = "<2 x half>" if ab == "float16" else "i32"
+        args = []
+        for name in ("A", "B"):
+            slot = self.i32(self.bound.frag_slot(name))
+            role = spec.role(name)
+            step = 2 if role.kind == "b16" else 1
+            for e in range(0, role.per_lane, step):
+                p = self.frag_ptr(name, slot, e)
+                args.append(f"{pair} " + w.value(f"load {pair}, ptr {p}, align 4", name.lower()))
+        c_slot = self.i32(self.bound.frag_slot("C"))
+        n_c = spec.role("C").per_lane
+        if acc == "float32":
+            c_vals = [w.value(f"load float, ptr {self.frag_ptr('C', c_slot, e)}, align 4", "c")
+                      for e in range(n_c)]
+            args += [f"float {v}" for v in c_vals]
+            ret = "{float, float, float, float}"
+            outs = [("float", e) for e in range(n_c)]
+        else:
+            c_vals = [w.value(f"load <2 x half>, ptr {self.frag_ptr('C', c_slot, e)}, align 4",
+                              "c") for e in range(0, n_c, 2)]
+            args += [f"<2 x half> {v}" for v in c_vals]
+            ret = "{<2 x half>, <2 x half>}"
+            outs = [("<2 x half>", e) for e in range(0, n_c, 2)]
+        if spec.name.startswith("mma_m16n8k8_tf32"):
+            name = "llvm.nvvm.mma.m16n8k8.row.col.tf32"
+        elif ab == "bfloat16":
+            name = "llvm.nvvm.mma.m16n8k16.row.col.bf16"
+        elif acc == "float32":
+            name = "llvm.nvvm.mma.m16n8k16.row.col.f32.f32"
+        else:
+            name = "llvm.nvvm.mma.m16n8k16.row.col.f16.f16"
+        ref = _declare(self.cg, name, ret, ", ".join(a.split(" ", 1)[0]
+                                                      if not a.startswith("<") else
+                                                      "<2 x half>" for a in args))
+        d = w.value(f"call {ret} {ref}({', '.join(args)})", "mma")
+        for k, (ty, e) in enumerate(outs):
+            v = w.value(f"extractvalue {ret} {d}, {k}", "d")
+            w.op(f"store {ty} {v}, ptr {self.frag_ptr('C', c_slot, e)}, align 4")
+
+    def fill(self) -> None:
+        slot = self.i32(self.bound.frag_slot("C"))
+        ref = self.frag_ref("C")
+        for e in range(self.spec.role("C").per_lane):
+            zero = "0.0" if ref.elem == "float" else "0xH0000"
+            self.w.op(f"store {ref.elem} {zero}, ptr {self.frag_ptr('C', slot, e)}, "
+                      f"align {ref.align}")
+
+    def ldmatrix(self) -> None:
+        spec, w = self.spec, self.w
+        role = spec.role("F")
+        op = self.bound.operands["S"]
+        nb = len(role.blocks)
+        tab = []
+        for q in range(4):
+            qq = q % spec.num
+            t, p = divmod(qq, nb)
+            tab.append((t * role.rows + role.blocks[p][0], role.blocks[p][1]))
+        for k in range(2):
+            if tab[3][k] != tab[1][k] + tab[2][k] - tab[0][k]:
+                raise CodegenError(f"{spec.name}: matrix order is not bilinear in the lane")
+        lane = self.lane()
+        q = self.arith("and", self.arith("lshr", lane, 3), spec.num - 1)
+        q0 = self.arith("and", q, 1)
+        q1 = self.arith("lshr", q, 1)
+        rr = self.arith("and", lane, 7)
+
+        def coord(k):
+            v = self.arith("mul nsw", q0, tab[1][k] - tab[0][k])
+            v = self.arith("add nsw", v, self.arith("mul nsw", q1, tab[2][k] - tab[0][k]))
+            return self.arith("add nsw", v, tab[0][k]) if tab[0][k] else v
+
+        fr, fc = coord(0), coord(1)
+        row, col = (fc, fr) if spec.trans else (fr, fc)
+        off = self.arith("add nsw", self.arith("mul nsw", self.arith("add nsw", row, rr),
+                                               op.ld), col)
+        off = self.arith("add nsw", off, self.i32(op.base))
+        ptr, _ = self.mem_ptr("S", off)
+        ret = "i32" if spec.num == 1 else "{" + ", ".join(["i32"] * spec.num) + "}"
+        name = (f"llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{spec.num}"
+                f"{'.trans' if spec.trans else ''}.b16.p3")
+        ref = _declare(self.cg, name, ret, "ptr addrspace(3)")
+        r = w.value(f"call {ret} {ref}(ptr addrspace(3) {ptr})", "ldm")
+        per_tile = 2 * nb
+        slots = [self.i32(self.bound.frag_slot("F", t))
+                 for t in range(max(1, spec.num // nb))]
+        for m in range(spec.num):
+            v = r if spec.num == 1 else w.value(f"extractvalue {ret} {r}, {m}", "m")
+            t, p = divmod(m, nb)
+            w.op(f"store i32 {v}, ptr {self.frag_ptr('F', slots[t], 2 * p)}, align 4")
+        del per_tile
+
+    def _lane_offsets(self, opname: str, role):
+        """For each element of the lane: (memory offset value, element index)."""
+        op = self.bound.operands[opname]
+        lane = self.lane()
+        g = self.arith("lshr", lane, 2)
+        t = self.arith("and", lane, 3)
+        base = self.i32(op.base)
+        # row g, column t * step: the lane's position in each sub-matrix
+        rowpart = self.arith("mul nsw", g, op.ld)
+        out = []
+        for e, (r0, c0, step) in enumerate(self.lane_elements(role)):
+            tc = self.arith("mul nsw", t, step) if step != 1 else t
+            v = self.arith("add nsw", rowpart, tc)
+            v = self.arith("add nsw", v, r0 * op.ld + c0)
+            out.append((self.arith("add nsw", v, base), e))
+        return out
+
+    def load(self) -> None:
+        role = self.spec.role("F")
+        slot = self.i32(self.bound.frag_slot("F"))
+        fref = self.frag_ref("F")
+        for off, e in self._lane_offsets("M", role):
+            ptr, ref = self.mem_ptr("M", off)
+            v = self.w.value(f"load {ref.elem}, {pointer_type(ref.addrspace)} {ptr}, "
+                             f"align {ref.align}", "ld")
+            self.w.op(f"store {fref.elem} {v}, ptr {self.frag_ptr('F', slot, e)}, "
+                      f"align {fref.align}")
+
+    def store(self) -> None:
+        role = self.spec.role("F")
+        slot = self.i32(self.bound.frag_slot("F"))
+        fref = self.frag_ref("F")
+        for off, e in self._lane_offsets("M", role):
+            ptr, ref = self.mem_ptr("M", off)
+            v = self.w.value(f"load {fref.elem}, ptr {self.frag_ptr('F', slot, e)}, "
+                             f"align {fref.align}", "st")
+            if ref.elem != fref.elem:
+                v = self.w.value(f"fptrunc {fref.elem} {v} to {ref.elem}", "cvt")
+            self.w.op(f"store {ref.elem} {v}, {pointer_type(ref.addrspace)} {ptr}, "
+                      f"align {ref.align}")
+
+
+def emit_tensor_intrin(cg, loop: For) -> None:
+    """Emit the nest under ``loop`` (marked by ``tensorize``) as its intrinsic."""
+    _Emitter(cg, loop).run()

@@ -1,0 +1,10 @@
+"""Tensor intrinsics: fragment layouts, the registry, and matching loop nests to them."""
+
+from .layout import ROLES, WARP, FragmentRole, tile_slot
+from .registry import IntrinError, TensorIntrin, get_intrin, list_intrins, register
+
+ANNOTATION = "tensor_intrin"
+"""The loop annotation ``tensorize`` sets: the name of the intrinsic the nest becomes."""
+
+__all__ = ["ANNOTATION", "ROLES", "WARP", "FragmentRole", "IntrinError", "TensorIntrin",
+           "get_intrin", "list_intrins", "register", "tile_slot"]

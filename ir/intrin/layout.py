@@ -1,0 +1,81 @@
+"""The PTX ISA's fragment layouts of ``mma.sync``: which lane holds which matrix element.
+
+A warp's fragment of a matrix tile is spread over its 32 lanes, ``E`` elements per lane;
+``element_map(role)`` gives, for lane ``l`` and element ``e`` of that lane, the ``(row,
+col)`` of the tile it holds. Tiles are stored row-major as the IR sees them: operand A is
+``[m, k]``, operand B ``[n, k]`` (the ``.col`` layout of the ``k x n`` matrix) and the
+accumulator ``[m, n]``.
+
+16-bit operands (f16, bf16) and the accumulator are made of 8x8 sub-matrices; in each, lane
+``l`` holds row ``l // 4``, columns ``2 * (l % 4)`` and ``+ 1`` (the layout ``ldmatrix``
+delivers). Their order is the register order of the PTX ISA's figures (``a0..a7``,
+``b0..b3``, ``c0..c3``). TF32 operands (m16n8k8) hold one element per 8x4 sub-matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+WARP = 32
+
+
+@dataclass(frozen=True)
+class FragmentRole:
+    """A kind of fragment: its tile shape ``(rows, cols)`` and the lane -> element map."""
+
+    name: str
+    rows: int
+    cols: int
+    # ("b16", [(row0, col0), ...]) 8x8 sub-matrices of 16-bit pairs, or
+    # ("tf32", [(row0, col0), ...]) 8x4 sub-matrices of one 32-bit element per lane
+    kind: str
+    blocks: tuple
+
+    @property
+    def per_lane(self) -> int:
+        """Elements each lane holds."""
+        return self.rows * self.cols // WARP
+
+    @property
+    def tile_elems(self) -> int:
+        return self.rows * self.cols
+
+    def element_map(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, cols)``: int arrays of shape ``(32, per_lane)``."""
+        lane = np.arange(WARP)[:, None]
+        rows, cols = [], []
+        for r0, c0 in self.blocks:
+            if self.kind == "b16":
+                for i in range(2):
+                    rows.append(r0 + lane // 4)
+                    cols.append(c0 + 2 * (lane % 4) + i)
+            else:
+                rows.append(r0 + lane // 4)
+                cols.append(c0 + lane % 4)
+        r = np.concatenate(rows, axis=1)
+        c = np.concatenate(cols, axis=1)
+        return r, c
+
+
+ROLES = {
+    # m16n8k16, 16-bit inputs: a0a1 rows 0-7 cols 0-7, a2a3 rows 8-15, a4a5 cols 8-15, ...
+    "a16": FragmentRole("a16", 16, 16, "b16", ((0, 0), (8, 0), (0, 8), (8, 8))),
+    # B as [n, k]: b0b1 k 0-7, b2b3 k 8-15
+    "b16": FragmentRole("b16", 8, 16, "b16", ((0, 0), (0, 8))),
+    # accumulator [m, n]: c0c1 rows 0-7, c2c3 rows 8-15 (f32 and f16 alike)
+    "c": FragmentRole("c", 16, 8, "b16", ((0, 0), (8, 0))),
+    # one 8x8 16-bit matrix ([n, k] B of m16n8k8; what ldmatrix .x1 delivers)
+    "b8": FragmentRole("b8", 8, 8, "b16", ((0, 0),)),
+    # m16n8k8 tf32: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
+    "a_tf32": FragmentRole("a_tf32", 16, 8, "tf32", ((0, 0), (8, 0), (0, 4), (8, 4))),
+    # B as [n, k]: b0 (n = g, k = t), b1 (g, t + 4)
+    "b_tf32": FragmentRole("b_tf32", 8, 8, "tf32", ((0, 0), (0, 4))),
+}
+
+
+def tile_slot(role: FragmentRole, row0: int, col0: int, ld: int) -> int:
+    """First per-lane element of the tile at ``(row0, col0)`` of a fragment buffer whose
+    rows are ``ld`` elements long: tiles are numbered row-major, ``per_lane`` each."""
+    return ((row0 // role.rows) * (ld // role.cols) + col0 // role.cols) * role.per_lane

@@ -1,0 +1,289 @@
+"""Match a loop nest against a tensor intrinsic's declared computation.
+
+``match_nest(loop, intrin)`` takes the loop a ``tensorize`` names and checks that the
+perfect nest under it computes exactly the intrinsic's declaration: same operations
+(casts, products, the reduction), every declared axis carried by one loop of the same
+extent, and every operand accessed as a tile (the innermost declared dimension contiguous,
+the outer one with a constant row stride). It returns the operands: buffer, base element
+offset (an expression of the loops outside the nest) and row stride. The ``tensorize`` pass
+runs it on scheduled IR (blocks, n-D buffers); both backends run it again on device IR (flat
+buffers), where the nest is what they execute as the intrinsic.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ..expr import Bin, Cast, Expr, FloatImm, IntImm, Load, Reduce, TensorRead, Var, substitute
+from ..simplify import simplify
+from ..stmt import Block, For, Let, Seq, Store
+from .registry import IntrinError, TensorIntrin, get_intrin
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One operand of a matched intrinsic: ``buffer`` from element ``base`` (flat), rows
+    ``ld`` elements apart."""
+
+    name: str
+    buffer: object
+    base: Expr
+    ld: int
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A nest matched to ``intrin``: its operands by declared name, and the nest's loops."""
+
+    intrin: TensorIntrin
+    operands: dict
+    loops: tuple
+
+    def frag_slot(self, name: str, tile: int = 0) -> Expr:
+        """The first per-lane element of the operand's fragment tile (see
+        :func:`~.layout.tile_slot`), as an expression; ``tile`` counts tiles down the rows
+        (an ldmatrix .x4 of B fills two)."""
+        op = self.operands[name]
+        role = self.intrin.role(name)
+        base = op.base
+        if tile:
+            base = Bin("add", base, IntImm(tile * role.rows * op.ld, base.dtype))
+        row0 = Bin("floordiv", base, IntImm(op.ld))
+        col0 = Bin("floormod", base, IntImm(op.ld))
+        tiles_per_row = op.ld // role.cols
+        tile = Bin("add", Bin("mul", Bin("floordiv", row0, IntImm(role.rows)),
+                              IntImm(tiles_per_row)),
+                   Bin("floordiv", col0, IntImm(role.cols)))
+        return simplify(Bin("mul", tile, IntImm(role.per_lane)))
+
+
+def _fail(where: str, intrin: TensorIntrin, what: str):
+    raise IntrinError(f"tensorize {where} as {intrin.name}: {what}")
+
+
+def _nest(loop: For, where: str, intrin: TensorIntrin):
+    """(loops, block or None, the store, var substitutions of blocks and lets)."""
+    loops, vmap, block = [], {}, None
+    s = loop
+    while True:
+        if isinstance(s, For):
+            if s.kind not in ("serial", "unroll"):
+                _fail(where, intrin, f"loop {s.var.name} in the nest is a {s.kind} loop; the "
+                      "loops a tensor intrinsic replaces are serial (the warp runs them)")
+            loops.append(s)
+            s = s.body
+        elif isinstance(s, Let):
+            vmap[s.var] = substitute(s.value, vmap)
+            s = s.body
+        elif isinstance(s, Block) and block is None:
+            if s.predicate is not None:
+                _fail(where, intrin, f"stage {s.name} has a predicate ({s.predicate}) inside "
+                      "the nest: the tile is partial; choose tile sizes that divide the "
+                      "extents")
+            block = s
+            for iv, b in zip(s.iter_vars, s.bindings):
+                vmap[iv.var] = substitute(b, vmap)
+            s = s.body
+        elif isinstance(s, Seq) and len(s.stmts) == 1:
+            s = s.stmts[0]
+        elif isinstance(s, Store):
+            return loops, block, s, vmap
+        else:
+            found = (f"{len(s.stmts)} statements in sequence" if isinstance(s, Seq)
+                     else f"a {type(s).__name__}")
+            _fail(where, intrin, f"the body under loop {loop.var.name} is not a perfect loop "
+                  f"nest around one store (found {found})")
+
+
+def _match_expr(ir: Expr, te_e: Expr, acc: list) -> str | None:
+    """Match ``ir`` against the declaration ``te_e``; append the loads to ``acc``.
+    Returns None, or what differs."""
+    if isinstance(te_e, TensorRead):
+        if not isinstance(ir, Load):
+            return f"expected a load of {te_e.tensor.name}, found {ir}"
+        acc.append((te_e.tensor.name, te_e.indices, ir.buffer, ir.indices))
+        return None
+    if isinstance(te_e, Cast):
+        if not isinstance(ir, Cast) or ir.dtype != te_e.dtype:
+            return f"expected a cast to {te_e.dtype}, found {ir}"
+        return _match_expr(ir.value, te_e.value, acc)
+    if isinstance(te_e, Bin):
+        if not isinstance(ir, Bin) or ir.op != te_e.op:
+            return f"expected {te_e.op} ({te_e}), found {ir}"
+        n = len(acc)
+        err = _match_expr(ir.a, te_e.a, acc) or _match_expr(ir.b, te_e.b, acc)
+        if err and te_e.op in ("add", "mul"):
+            del acc[n:]
+            err2 = _match_expr(ir.a, te_e.b, acc) or _match_expr(ir.b, te_e.a, acc)
+            if err2 is None:
+                return None
+        return err
+    if isinstance(te_e, (FloatImm, IntImm)):
+        if type(ir) is not type(te_e) or ir.value != te_e.value or ir.dtype != te_e.dtype:
+            return f"expected the constant {te_e}, found {ir}"
+        return None
+    return f"unsupported declaration node {type(te_e).__name__}"
+
+
+def _flat(buf, indices) -> Expr:
+    off: Expr | None = None
+    for i, st in zip(indices, buf.compact_strides()):
+        term = i if st == 1 else Bin("mul", i, IntImm(st, i.dtype))
+        off = term if off is None else Bin("add", off, term)
+    return IntImm(0) if off is None else off
+
+
+def _coefficients(flat: Expr, nest_vars: list):
+    """(base, {var: int coefficient}) or None when ``flat`` is not affine in the vars."""
+    zero = {v: IntImm(0, v.dtype) for v in nest_vars}
+    base = simplify(substitute(flat, zero))
+    coef = {}
+    for v in nest_vars:
+        one = dict(zero)
+        one[v] = IntImm(1, v.dtype)
+        c = simplify(Bin("sub", substitute(flat, one), base))
+        if not isinstance(c, IntImm):
+            return None
+        coef[v] = c.value
+    rebuilt: Expr = base
+    for v, c in coef.items():
+        if c:
+            rebuilt = Bin("add", rebuilt, Bin("mul", v, IntImm(c, v.dtype)))
+    diff = simplify(Bin("sub", flat, rebuilt))
+    if not (isinstance(diff, IntImm) and diff.value == 0):
+        return None
+    return base, coef
+
+
+def match_nest(loop: For, intrin: TensorIntrin | str, where: str = "",
+               device: bool = False) -> Bound:
+    """Check the nest under ``loop`` against ``intrin``; raise :class:`IntrinError` naming
+    ``where`` (``"<stage>.<loop>"``) and the mismatch. With ``device``, the zeroing nest of
+    a reduction (its init, split off by lowering) matches the intrinsic's ``init``."""
+    if isinstance(intrin, str):
+        intrin = get_intrin(intrin)
+    where = where or loop.var.name
+    loops, block, store, vmap = _nest(loop, where, intrin)
+    value = substitute(store.value, vmap)
+    out_idx = tuple(substitute(i, vmap) for i in store.indices)
+    if (device and intrin.kind == "mma" and isinstance(value, (FloatImm, IntImm))):
+        intrin = get_intrin(intrin.init)
+    decl = intrin.declaration
+    op = decl.op
+    out_name = intrin.operands[0]
+    axes = list(op.axis) + list(op.reduce_axis)
+    if len(loops) != len(axes):
+        _fail(where, intrin, f"the nest has {len(loops)} loops "
+              f"({', '.join(f'{n.var.name}:{n.extent}' for n in loops)}); the intrinsic has "
+              f"{len(axes)} axes ({', '.join(f'{a.name}:{a.extent}' for a in axes)})")
+    accesses = [(out_name, tuple(a.var for a in op.axis), store.buffer, out_idx)]
+    body = op.body
+    if isinstance(body, Reduce):
+        if body.combiner != "sum":
+            _fail(where, intrin, f"unsupported reduction {body.combiner}")
+        upd = None
+        if isinstance(value, Bin) and value.op == "add":
+            for mine, other in ((value.a, value.b), (value.b, value.a)):
+                if (isinstance(mine, Load) and mine.buffer is store.buffer
+                        and all(repr(x) == repr(y) for x, y in
+                                zip(mine.indices, out_idx))):
+                    upd = other
+                    break
+        if upd is None:
+            _fail(where, intrin, f"the store {store.buffer.name} = {value} is not a sum "
+                  f"reduction into {store.buffer.name} (expected "
+                  f"{store.buffer.name} = {store.buffer.name} + {body.source})")
+        if block is not None:
+            init = block.init
+            ok = (isinstance(init, Store) and init.buffer is store.buffer
+                  and isinstance(init.value, (FloatImm, IntImm)) and init.value.value == 0)
+            if not ok:
+                _fail(where, intrin, f"stage {block.name} must start its reduction from zero "
+                      "(the intrinsic's init zeroes the accumulator)")
+        err = _match_expr(upd, body.source, accesses)
+    else:
+        if block is not None and block.init is not None:
+            _fail(where, intrin, f"stage {block.name} is a reduction; {intrin.name} is not")
+        err = _match_expr(value, body, accesses)
+    if err:
+        _fail(where, intrin, f"the computation differs from the declaration "
+              f"({out_name} = {body}): {err}")
+    if store.buffer.dtype != decl.dtype:
+        _fail(where, intrin, f"{store.buffer.name} is {store.buffer.dtype}; the intrinsic "
+              f"writes {decl.dtype}")
+    nest_vars = [n.var for n in loops]
+    per_access = []
+    for name, te_idx, buf, idx in accesses:
+        if buf.dtype != intrin.dtypes[name]:
+            _fail(where, intrin, f"operand {name} is {buf.name} of {buf.dtype}; the intrinsic "
+                  f"takes {intrin.dtypes[name]}")
+        co = _coefficients(_flat(buf, idx), nest_vars)
+        if co is None:
+            _fail(where, intrin, f"the access {buf.name}[{', '.join(map(str, idx))}] is not "
+                  "affine in the nest's loops")
+        per_access.append((name, te_idx, buf, co))
+    axis_names = [a.var for a in axes]
+    errors = []
+    for perm in itertools.permutations(range(len(loops))):
+        amap = {axes[k].var: loops[p] for k, p in enumerate(perm)}
+        bad = next((f"loop {amap[a.var].var.name} has extent {amap[a.var].extent}, axis "
+                    f"{a.name} {a.extent}" for a in axes
+                    if amap[a.var].extent != a.extent), None)
+        if bad is None:
+            operands, bad = _operands(per_access, amap, axis_names, intrin)
+        if bad is None:
+            _check_operands(operands, intrin, where)
+            return Bound(intrin, operands, tuple(loops))
+        errors.append(bad)
+    _fail(where, intrin, f"no assignment of the nest's loops "
+          f"({', '.join(f'{n.var.name}:{n.extent}' for n in loops)}) to the axes "
+          f"({', '.join(f'{a.name}:{a.extent}' for a in axes)}) fits; in loop order: "
+          f"{errors[0]}")
+    raise AssertionError("unreachable")
+
+
+def _operands(per_access, amap, axis_vars, intrin):
+    operands = {}
+    for name, te_idx, buf, (base, coef) in per_access:
+        used = [amap[v].var for v in te_idx]
+        for a in axis_vars:
+            lv = amap[a].var
+            if lv not in used and coef[lv] != 0:
+                return None, (f"{buf.name} (operand {name}) moves with loop {lv.name}, which "
+                              f"carries axis {a.name}, not one of its own")
+        if coef[used[-1]] != 1:
+            return None, (f"{buf.name} (operand {name}) is not contiguous along loop "
+                          f"{used[-1].name} (stride {coef[used[-1]]}, need 1)")
+        ld = coef[used[0]] if len(used) > 1 else 0
+        inner = amap[te_idx[-1]].extent
+        if len(used) > 1 and ld < inner:
+            return None, (f"{buf.name} (operand {name}): rows are {ld} elements apart, less "
+                          f"than a row ({inner})")
+        prev = operands.get(name)
+        if prev is not None and (prev.buffer is not buf or prev.ld != ld):
+            return None, f"operand {name} is read and written at different places"
+        operands[name] = Operand(name, buf, base, ld)
+    return operands, None
+
+
+def _check_operands(operands, intrin: TensorIntrin, where: str) -> None:
+    for name, op in operands.items():
+        buf = op.buffer
+        role = intrin.role(name)
+        if role is not None:
+            if buf.scope != "warp":
+                _fail(where, intrin, f"operand {name} is {buf.name} in {buf.scope} memory; it "
+                      "is a fragment: cache it in the warp scope (cache_read/cache_write "
+                      "with \"warp\")")
+            if op.ld % role.cols:
+                _fail(where, intrin, f"fragment {buf.name} has rows of {op.ld} elements, not a "
+                      f"multiple of the {role.cols}-column tile")
+        else:
+            if buf.scope == "warp":
+                _fail(where, intrin, f"operand {name} is the fragment {buf.name}; the "
+                      "intrinsic reads or writes memory there")
+            if intrin.kind == "ldmatrix" and buf.scope != "shared":
+                _fail(where, intrin, f"ldmatrix reads shared memory; {buf.name} is "
+                      f"{buf.scope} (cache_read it to shared first, or use a load_* "
+                      "intrinsic)")

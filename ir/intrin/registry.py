@@ -1,0 +1,188 @@
+"""The tensor intrinsics registry: each intrinsic's meaning as a small te computation.
+
+An intrinsic is a warp-collective operation on matrix fragments (buffers in the ``warp``
+scope, see :mod:`.layout`) and memory tiles. Its meaning is declared as a te compute over
+small tensors, e.g. ``C[i, j] += f32(A[i, k]) * f32(B[j, k])`` for ``mma.sync m16n8k16``;
+``tensorize`` checks a loop nest against that declaration, and both backends execute the
+nest as the intrinsic. Operands are named after the declaration's tensors; fragment
+operands carry a :class:`~.layout.FragmentRole`, the others are memory (shared or global;
+``ldmatrix`` reads shared memory only).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from ..expr import IRError
+from .layout import ROLES, FragmentRole
+
+KINDS = ("mma", "ldmatrix", "load", "store", "fill")
+
+
+class IntrinError(IRError):
+    """An unknown intrinsic, or a loop nest that does not match one."""
+
+
+@dataclass(frozen=True)
+class TensorIntrin:
+    """One registered intrinsic.
+
+    ``operands``: the declaration's tensor names, output first. ``roles``: operand ->
+    fragment role name, for the fragment operands. ``num``/``trans``: ldmatrix's count of
+    8x8 matrices and ``.trans``. ``init``: the intrinsic that zeroes the output of a
+    reduction (what its ``init`` nest becomes). ``dtypes``: operand -> element dtype.
+    """
+
+    name: str
+    kind: str
+    shapes: dict
+    dtypes: dict
+    roles: dict
+    operands: tuple
+    num: int = 0
+    trans: bool = False
+    init: str | None = None
+    ptx: str = ""
+    doc: str = ""
+    _decl: tuple = field(default=(), repr=False, compare=False)
+
+    def role(self, operand: str) -> FragmentRole | None:
+        r = self.roles.get(operand)
+        return None if r is None else ROLES[r]
+
+    @functools.cached_property
+    def declaration(self):
+        """The te tensor the intrinsic computes (its output operand)."""
+        return _declare(self)
+
+
+_REGISTRY: dict = {}
+
+
+def register(intrin: TensorIntrin) -> TensorIntrin:
+    if intrin.kind not in KINDS:
+        raise IntrinError(f"intrinsic {intrin.name}: unknown kind {intrin.kind!r}")
+    _REGISTRY[intrin.name] = intrin
+    return intrin
+
+
+def get_intrin(name: str) -> TensorIntrin:
+    """The registered intrinsic ``name``, or an error listing the close names."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise IntrinError(f"unknown tensor intrinsic {name!r}{hint} (known: "
+                          f"{', '.join(sorted(_REGISTRY))})") from None
+
+
+def list_intrins() -> list:
+    return sorted(_REGISTRY)
+
+
+def _declare(it: TensorIntrin):
+    from .. import te
+
+    sh, dts = it.shapes, it.dtypes
+    if it.kind == "mma":
+        a = te.placeholder(sh["A"], dts["A"], name="A")
+        b = te.placeholder(sh["B"], dts["B"], name="B")
+        m, n = sh["C"]
+        k = te.reduce_axis((0, sh["A"][1]), name="k")
+        acc = dts["C"]
+
+        def body(i, j):
+            x, y = a[i, k], b[j, k]
+            if x.dtype != acc:
+                x, y = x.astype(acc), y.astype(acc)
+            return te.sum(x * y, axis=k)
+
+        return te.compute((m, n), body, name="C")
+    if it.kind == "fill":
+        from ..expr import const
+
+        return te.compute(sh["C"], lambda i, j: const(0.0, dts["C"]), name="C")
+    src_name, dst_name = it.operands[1], it.operands[0]
+    src = te.placeholder(sh[src_name], dts[src_name], name=src_name)
+    out_dtype = dts[dst_name]
+
+    def copy(i, j):
+        v = src[j, i] if it.trans else src[i, j]
+        return v if v.dtype == out_dtype else v.astype(out_dtype)
+
+    return te.compute(sh[dst_name], copy, name=dst_name)
+
+
+def _b16(dtype: str) -> str:
+    return {"float16": "f16", "bfloat16": "bf16"}[dtype]
+
+
+def _register_all() -> None:
+    for ab in ("float16", "bfloat16"):
+        s = _b16(ab)
+        accs = ("float32", "float16") if ab == "float16" else ("float32",)
+        for acc in accs:
+            a = "f32" if acc == "float32" else "f16"
+            register(TensorIntrin(
+                f"mma_m16n8k16_{s}_{a}", "mma",
+                {"A": (16, 16), "B": (8, 16), "C": (16, 8)},
+                {"A": ab, "B": ab, "C": acc}, {"A": "a16", "B": "b16", "C": "c"},
+                ("C", "A", "B"), init=f"fill_m16n8_{a}",
+                ptx=f"mma.sync.aligned.m16n8k16.row.col.{a}.{s}.{s}.{a}",
+                doc=f"C[16,8] += A[16,16] * B[8,16]^T, {s} inputs, {a} accumulate"))
+        # ldmatrix: A tiles (x4), B tiles [n, k] (x2: one, x4: two), and B from a [k, n]
+        # tile in shared memory through .trans
+        for num, trans, rows, role in ((4, False, 16, "a16"), (2, False, 8, "b16"),
+                                       (4, False, 16, "b16"), (2, True, 8, "b16"),
+                                       (4, True, 16, "b16"), (1, False, 8, "b8"),
+                                       (1, True, 8, "b8")):
+            r = "a" if role == "a16" else "b"
+            cols = 16 if role != "b8" else 8
+            name = f"ldmatrix_{r}_x{num}{'_trans' if trans else ''}_{s}"
+            src = (cols, rows) if trans else (rows, cols)
+            register(TensorIntrin(
+                name, "ldmatrix", {"F": (rows, cols), "S": src}, {"F": ab, "S": ab},
+                {"F": role}, ("F", "S"), num=num, trans=trans,
+                ptx=f"ldmatrix.sync.aligned.m8n8.x{num}{'.trans' if trans else ''}"
+                    ".shared.b16",
+                doc=f"{'transposed ' if trans else ''}{rows}x{cols} {r.upper()} fragment "
+                    f"from shared memory, {num} 8x8 matrices"))
+        for r, role in (("a", "a16"), ("b", "b16")):
+            R = ROLES[role]
+            register(TensorIntrin(
+                f"load_{r}_{s}", "load", {"F": (R.rows, R.cols), "M": (R.rows, R.cols)},
+                {"F": ab, "M": ab}, {"F": role}, ("F", "M"),
+                doc=f"{r.upper()} fragment from shared or global memory, lane by lane"))
+    for r, role in (("a", "a_tf32"), ("b", "b_tf32")):
+        R = ROLES[role]
+        register(TensorIntrin(
+            f"load_{r}_tf32", "load", {"F": (R.rows, R.cols), "M": (R.rows, R.cols)},
+            {"F": "float32", "M": "float32"}, {"F": role}, ("F", "M"),
+            doc=f"{r.upper()} fragment of m16n8k8 tf32 from memory"))
+    register(TensorIntrin(
+        "mma_m16n8k8_tf32_f32", "mma", {"A": (16, 8), "B": (8, 8), "C": (16, 8)},
+        {"A": "float32", "B": "float32", "C": "float32"},
+        {"A": "a_tf32", "B": "b_tf32", "C": "c"}, ("C", "A", "B"), init="fill_m16n8_f32",
+        ptx="mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
+        doc="C[16,8] += A[16,8] * B[8,8]^T in TF32 (inputs keep 10 mantissa bits)"))
+    for acc in ("float32", "float16"):
+        a = "f32" if acc == "float32" else "f16"
+        register(TensorIntrin(f"fill_m16n8_{a}", "fill", {"C": (16, 8)}, {"C": acc},
+                              {"C": "c"}, ("C",), doc=f"zero a {a} accumulator tile"))
+        register(TensorIntrin(f"load_c_{a}", "load", {"F": (16, 8), "M": (16, 8)},
+                              {"F": acc, "M": acc}, {"F": "c"}, ("F", "M"),
+                              doc=f"{a} accumulator tile from memory"))
+        outs = ("float32", "float16", "bfloat16") if acc == "float32" else ("float16",)
+        for out in outs:
+            o = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[out]
+            name = f"store_c_{a}" if out == acc else f"store_c_{a}_{o}"
+            register(TensorIntrin(name, "store", {"M": (16, 8), "F": (16, 8)},
+                                  {"M": out, "F": acc}, {"F": "c"}, ("M", "F"),
+                                  doc=f"{a} accumulator tile to memory as {o}"))
+
+
+_register_all()

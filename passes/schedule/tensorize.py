@@ -1,0 +1,59 @@
+"""tensorize: the loop nest under a loop becomes a registered tensor intrinsic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.intrin import ANNOTATION, IntrinError, get_intrin
+from ...ir.intrin.match import match_nest
+from ...ir.stmt import PrimFunc
+from ..base import Pass
+from ..params import Ref, positional
+from ..registry import register_pass
+from .common import ScheduleError, find_loop, on_main, replace_at
+
+
+def tensorize(func: PrimFunc, loop: str, intrin: str) -> PrimFunc:
+    """Check the nest under ``loop`` against ``intrin``'s declared computation and mark the
+    loop with it; code generation then runs the intrinsic in place of the nest."""
+    try:
+        spec = get_intrin(intrin)
+    except IntrinError as e:
+        raise ScheduleError(f"tensorize {loop}: {e}") from None
+    path, _ = find_loop(func, loop)
+    node = path[-1]
+    if ANNOTATION in node.annotations:
+        raise ScheduleError(f"tensorize {loop}: the loop is already tensorized as "
+                            f"{node.annotations[ANNOTATION]}")
+    try:
+        match_nest(node, spec, loop)
+    except IntrinError as e:
+        raise ScheduleError(str(e)) from None
+    outer_thread = [n for n in path if getattr(n, "thread", "") == "threadIdx.x"]
+    if outer_thread:
+        raise ScheduleError(
+            f"tensorize {loop} as {spec.name}: the nest is inside loop "
+            f"{outer_thread[-1].var.name}, bound to threadIdx.x; a tensor intrinsic is run by "
+            "a whole warp: bind warps to threadIdx.y/z and leave threadIdx.x (32 lanes) "
+            "to the cooperative copies")
+    new = node.replace(annotations={**node.annotations, ANNOTATION: spec.name})
+    return func.replace(body=replace_at(path, new))
+
+
+@register_pass
+@dataclass(frozen=True)
+class Tensorize(Pass):
+    """Replace the loop nest under a loop by a tensor intrinsic (``ir/intrin``).
+
+    Parameters:
+        loop: the loop, ``<stage>.<loop>``; the perfect nest under it (this loop included)
+            must compute the intrinsic's declaration exactly.
+        intrin: the intrinsic's registered name, e.g. ``"mma_m16n8k16_f16_f32"``.
+    """
+
+    name = "tensorize"
+    loop: Ref = positional()
+    intrin: str = positional()
+
+    def apply(self, module, ctx):
+        return on_main(module, lambda f: tensorize(f, self.loop, self.intrin))
