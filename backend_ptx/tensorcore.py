@@ -75,13 +75,17 @@ class _Emitter:
         return self.cg.bufs[self.bound.operands[opname].buffer]
 
     def lane_elements(self, role):
-        """Per element of the lane's fragment: (row, col) as (const, g-coef, t-coef)."""
+        """Per element of the lane's fragment, its (row, col) from the lane's group ``g =
+        lane / 4`` and thread ``t = lane % 4``: ``(r0, c0, rg, rt, cg, ct)`` for
+        ``row = r0 + rg * g + rt * t`` and ``col = c0 + cg * g + ct * t``."""
         out = []
         for r0, c0 in role.blocks:
             if role.kind == "b16":
-                out += [(r0, c0 + i, 2) for i in range(2)]
+                out += [(r0, c0 + i, 1, 0, 0, 2) for i in range(2)]
+            elif role.kind == "b16t":
+                out += [(r0 + i, c0, 0, 2, 1, 0) for i in range(2)]
             else:
-                out.append((r0, c0, 1))
+                out.append((r0, c0, 1, 0, 0, 1))
         return out
 
     # -- intrinsics --------------------------------------------------------------------
@@ -97,7 +101,7 @@ class _Emitter:
         for name in ("A", "B"):
             slot = self.i32(self.bound.frag_slot(name))
             role = spec.role(name)
-            step = 2 if role.kind == "b16" else 1
+            step = 2 if role.kind in ("b16", "b16t") else 1
             for e in range(0, role.per_lane, step):
                 p = self.frag_ptr(name, slot, e)
                 args.append(f"{pair} " + w.value(f"load {pair}, ptr {p}, align 4", name.lower()))
@@ -145,10 +149,11 @@ class _Emitter:
         op = self.bound.operands["S"]
         nb = len(role.blocks)
         tab = []
+        dr, dc = spec.tile_step
         for q in range(4):
             qq = q % spec.num
             t, p = divmod(qq, nb)
-            tab.append((t * role.rows + role.blocks[p][0], role.blocks[p][1]))
+            tab.append((t * dr + role.blocks[p][0], t * dc + role.blocks[p][1]))
         for k in range(2):
             if tab[3][k] != tab[1][k] + tab[2][k] - tab[0][k]:
                 raise CodegenError(f"{spec.name}: matrix order is not bilinear in the lane")
@@ -163,10 +168,11 @@ class _Emitter:
             v = self.arith("add nsw", v, self.arith("mul nsw", q1, tab[2][k] - tab[0][k]))
             return self.arith("add nsw", v, tab[0][k]) if tab[0][k] else v
 
+        # the fragment tile is laid out as the memory tile: lane l points at row l % 8 of
+        # matrix l / 8 (.trans only changes which elements each lane receives)
         fr, fc = coord(0), coord(1)
-        row, col = (fc, fr) if spec.trans else (fr, fc)
-        off = self.arith("add nsw", self.arith("mul nsw", self.arith("add nsw", row, rr),
-                                               op.ld), col)
+        off = self.arith("add nsw", self.arith("mul nsw", self.arith("add nsw", fr, rr),
+                                               op.ld), fc)
         off = self.arith("add nsw", off, self.i32(op.base))
         ptr, _ = self.mem_ptr("S", off)
         ret = "i32" if spec.num == 1 else "{" + ", ".join(["i32"] * spec.num) + "}"
@@ -174,14 +180,12 @@ class _Emitter:
                 f"{'.trans' if spec.trans else ''}.b16.p3")
         ref = _declare(self.cg, name, ret, "ptr addrspace(3)")
         r = w.value(f"call {ret} {ref}(ptr addrspace(3) {ptr})", "ldm")
-        per_tile = 2 * nb
         slots = [self.i32(self.bound.frag_slot("F", t))
                  for t in range(max(1, spec.num // nb))]
         for m in range(spec.num):
             v = r if spec.num == 1 else w.value(f"extractvalue {ret} {r}, {m}", "m")
             t, p = divmod(m, nb)
             w.op(f"store i32 {v}, ptr {self.frag_ptr('F', slots[t], 2 * p)}, align 4")
-        del per_tile
 
     def _lane_offsets(self, opname: str, role):
         """For each element of the lane: (memory offset value, element index)."""
@@ -190,14 +194,16 @@ class _Emitter:
         g = self.arith("lshr", lane, 2)
         t = self.arith("and", lane, 3)
         base = self.i32(op.base)
-        # row g, column t * step: the lane's position in each sub-matrix
-        rowpart = self.arith("mul nsw", g, op.ld)
         out = []
-        for e, (r0, c0, step) in enumerate(self.lane_elements(role)):
-            tc = self.arith("mul nsw", t, step) if step != 1 else t
-            v = self.arith("add nsw", rowpart, tc)
-            v = self.arith("add nsw", v, r0 * op.ld + c0)
-            out.append((self.arith("add nsw", v, base), e))
+        memo: dict = {}
+        for e, (r0, c0, rg, rt, cg, ct) in enumerate(self.lane_elements(role)):
+            key = (rg, rt, cg, ct)
+            if key not in memo:  # the lane's position in a sub-matrix, shared by its elements
+                gm, tm = rg * op.ld + cg, rt * op.ld + ct
+                v = self.arith("add nsw", self.arith("mul nsw", g, gm),
+                               self.arith("mul nsw", t, tm))
+                memo[key] = self.arith("add nsw", v, base)
+            out.append((self.arith("add nsw", memo[key], r0 * op.ld + c0), e))
         return out
 
     def load(self) -> None:

@@ -154,9 +154,11 @@ def mma(chunk, mask, spec, c, c_slot, a, a_slot, b, b_slot) -> None:
         regs = frag[_regs(chunk, frag, name, slot, warps, n, what), lanes]
         vals[name] = _tile(regs, roles[name]).astype(np.float32)
     A, B, C = vals["A"], vals["B"], vals["C"]
+    if ROLES[roles["B"]].kind != "b16t":
+        B = B.transpose(0, 2, 1)  # [n, k] -> [k, n]
     if spec.dtypes["A"] == "float32":
         A, B = _tf32(A), _tf32(B)
-    D = np.matmul(A.astype(np.float64), B.astype(np.float64).transpose(0, 2, 1)) + C
+    D = np.matmul(A.astype(np.float64), B.astype(np.float64)) + C
     r, cc = _MAPS[roles["C"]]
     n = ROLES[roles["C"]].per_lane
     c[_regs(chunk, c, "C", c_slot, warps, n, what), lanes] = D[:, r, cc].astype(c.dtype)
@@ -181,13 +183,12 @@ def ldmatrix(chunk, mask, spec, frag, slots, mem: Mem, base, ld: int) -> None:
     # each lane's row address: lane l gives row l % 8 of matrix l // 8
     q = np.minimum(lane // 8, spec.num - 1)
     tile, blk = q // nb, q % nb
-    fr = tile * role.rows + np.array([role.blocks[p][0] for p in blk])
-    fc = np.array([role.blocks[p][1] for p in blk])
-    rr = lane % 8
-    if spec.trans:
-        row_off = (fc + rr) * ld + fr
-    else:
-        row_off = (fr + rr) * ld + fc
+    dr, dc = spec.tile_step
+    fr = tile * dr + np.array([role.blocks[p][0] for p in blk])
+    fc = tile * dc + np.array([role.blocks[p][1] for p in blk])
+    # the fragment tile is laid out as the memory tile (a .trans load only hands each
+    # lane a column pair instead of a row pair)
+    row_off = (fr + lane % 8) * ld + fc
     addr = mem.keys(chunk, base, warps, row_off[None, :, None], what)[:, :, 0]
     rel = addr - (0 if mem.offset is None else np.broadcast_to(
         np.asarray(mem.offset), (chunk.lanes,))[_lanes(warps)])

@@ -21,7 +21,6 @@ import sys
 import time
 
 import numpy as np
-
 import ptxforge
 from ptxforge.backend_ptx import array, compile_module, cuda, empty
 from ptxforge.ops.schedules.tensorcore import (
@@ -143,7 +142,7 @@ def main(argv=None) -> int:
         want = (ta.double() @ tb.double().T).cpu().numpy()
         tc = torch.matmul(ta, tb.T)
         torch_err = rel_err(tc.float().cpu().numpy(), want)
-        cublas_ms = torch_time(lambda: torch.matmul(ta, tb.T), args.number, args.repeat)
+        cublas_ms = torch_time(lambda x=ta, y=tb: torch.matmul(x, y.T), args.number, args.repeat)
         print(f"\n{M}x{N}x{K} fp16: torch.matmul (cuBLAS) {cublas_ms:.4f} ms, "
               f"{flop / cublas_ms / 1e9:.1f} TFLOP/s, rel err {torch_err:.2e}", flush=True)
         da, db = array(a, dev), array(b, dev)

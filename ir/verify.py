@@ -13,7 +13,10 @@ Checked at every level:
 * types: index count equals the buffer's rank, indices and bindings are integers, a store's
   value has the buffer's dtype, ``if`` and block predicates are bool, ``select`` branches and
   the operands of binary ops and comparisons agree; front-end nodes never appear;
-* a thread loop is bound to a hardware index (blockIdx.x/y/z, threadIdx.x/y/z).
+* a thread loop is bound to a hardware index (blockIdx.x/y/z, threadIdx.x/y/z);
+* fragments (``warp`` buffers) and tensorized loop nests follow the rules of
+  ``ir/intrin/verify.py`` (accessed only by tensor intrinsics, run by whole warps with
+  warp-uniform operands, shapes that match the intrinsic).
 
 Device level (``attrs["kind"] == "kernel"``): no blocks, no vthread loops, no global
 allocations, every buffer 1-D (unless the kernel carries ``attrs["flat"] = False``: split off
@@ -53,6 +56,8 @@ from .expr import (
     children,
 )
 from .exprprint import expr_str
+from .intrin import ANNOTATION
+from .intrin.verify import check_fragment_access, check_tensorized
 from .printer import FuncPrinter
 from .stmt import (
     Alloc,
@@ -137,6 +142,7 @@ class _FuncVerifier:
         self.hw_loops: dict[str, For] = {}  # hardware tag -> the enclosing loop bound to it
         self.launch: dict[str, int] = {}  # hardware tag -> launch extent (kernels)
         self.shared_bytes = 0
+        self.intrin_loop: For | None = None  # the enclosing tensorized loop, if any
         # pre-order numbers of the enclosing statements (they index FuncPrinter.spans) and
         # whether each is a Seq, which has no line of its own to show as context
         self.path: list[int] = []
@@ -325,7 +331,12 @@ class _FuncVerifier:
         outer = self.hw_loops.get(tag)
         if tag:
             self.hw_loops[tag] = s
+        outer_intrin = self.intrin_loop
+        if ANNOTATION in s.annotations:
+            check_tensorized(self, s)
+            self.intrin_loop = s
         self.stmt(s.body)
+        self.intrin_loop = outer_intrin
         if tag:
             if outer is None:
                 del self.hw_loops[tag]
@@ -422,6 +433,7 @@ class _FuncVerifier:
 
     def check_access(self, b: Buffer, indices: tuple, what: str) -> None:
         self.check_buffer_in_scope(b)
+        check_fragment_access(self, b, what)
         if len(indices) != b.ndim:
             self.fail(lambda n: f"{what} {n(b)}: {len(indices)} indices for a "
                                 f"{b.ndim}-d buffer of shape {list(b.shape)}")

@@ -115,7 +115,7 @@ def test_cache_read_and_write():
     ("split(C.i_1, factors=[2], nparts=2)", "exactly one of"),
     ('bind(C.i_1, "threadIdx.w")', "unknown thread tag"),
     ("fuse([C.j_1, C.i_1])", "is not the only statement directly inside"),
-    ('cache_read(A, "texture", [B])', "scope must be shared or local"),
+    ('cache_read(A, "texture", [B])', "scope must be shared, local or warp"),
     ('cache_read(A, "shared", [C])', "does not read A"),
     ("compute_inline(C)", "an argument of the function"),
     ('pragma(C.i_1, "unroll_everything", 1)', "unknown key"),

@@ -8,8 +8,10 @@ accumulator ``[m, n]``.
 
 16-bit operands (f16, bf16) and the accumulator are made of 8x8 sub-matrices; in each, lane
 ``l`` holds row ``l // 4``, columns ``2 * (l % 4)`` and ``+ 1`` (the layout ``ldmatrix``
-delivers). Their order is the register order of the PTX ISA's figures (``a0..a7``,
-``b0..b3``, ``c0..c3``). TF32 operands (m16n8k8) hold one element per 8x4 sub-matrix.
+delivers), or for B kept as ``[k, n]`` (kind ``b16t``, what ``ldmatrix .trans`` delivers
+from a row-major ``k x n`` tile) rows ``2 * (l % 4)`` and ``+ 1`` of column ``l // 4``.
+Their order is the register order of the PTX ISA's figures (``a0..a7``, ``b0..b3``,
+``c0..c3``). TF32 operands (m16n8k8) hold one element per 8x4 sub-matrix.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ class FragmentRole:
     name: str
     rows: int
     cols: int
-    # ("b16", [(row0, col0), ...]) 8x8 sub-matrices of 16-bit pairs, or
+    # ("b16", [(row0, col0), ...]) 8x8 sub-matrices of 16-bit pairs along a row,
+    # ("b16t", ...) the same with the pairs down a column, or
     # ("tf32", [(row0, col0), ...]) 8x4 sub-matrices of one 32-bit element per lane
     kind: str
     blocks: tuple
@@ -51,6 +54,10 @@ class FragmentRole:
                 for i in range(2):
                     rows.append(r0 + lane // 4)
                     cols.append(c0 + 2 * (lane % 4) + i)
+            elif self.kind == "b16t":
+                for i in range(2):
+                    rows.append(r0 + 2 * (lane % 4) + i)
+                    cols.append(c0 + lane // 4)
             else:
                 rows.append(r0 + lane // 4)
                 cols.append(c0 + lane % 4)
@@ -66,6 +73,10 @@ ROLES = {
     "b16": FragmentRole("b16", 8, 16, "b16", ((0, 0), (0, 8))),
     # accumulator [m, n]: c0c1 rows 0-7, c2c3 rows 8-15 (f32 and f16 alike)
     "c": FragmentRole("c", 16, 8, "b16", ((0, 0), (8, 0))),
+    # the same registers seen as B [k, n] (a row-major k x n tile in memory, loaded by
+    # ldmatrix .trans): b0b1 k 0-7, b2b3 k 8-15; each lane's pair runs down a column
+    "b16_kn": FragmentRole("b16_kn", 16, 8, "b16t", ((0, 0), (8, 0))),
+    "b8_kn": FragmentRole("b8_kn", 8, 8, "b16t", ((0, 0),)),
     # one 8x8 16-bit matrix ([n, k] B of m16n8k8; what ldmatrix .x1 delivers)
     "b8": FragmentRole("b8", 8, 8, "b16", ((0, 0),)),
     # m16n8k8 tf32: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)

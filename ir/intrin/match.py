@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ..expr import Bin, Cast, Expr, FloatImm, IntImm, Load, Reduce, TensorRead, Var, substitute
+from ..expr import Bin, Cast, Expr, FloatImm, IntImm, Load, Reduce, TensorRead, substitute
 from ..simplify import simplify
 from ..stmt import Block, For, Let, Seq, Store
 from .registry import IntrinError, TensorIntrin, get_intrin
@@ -42,13 +42,14 @@ class Bound:
 
     def frag_slot(self, name: str, tile: int = 0) -> Expr:
         """The first per-lane element of the operand's fragment tile (see
-        :func:`~.layout.tile_slot`), as an expression; ``tile`` counts tiles down the rows
-        (an ldmatrix .x4 of B fills two)."""
+        :func:`~.layout.tile_slot`), as an expression; ``tile`` counts the tiles one
+        intrinsic fills (an ldmatrix .x4 of B fills two, ``tile_step`` apart)."""
         op = self.operands[name]
         role = self.intrin.role(name)
         base = op.base
         if tile:
-            base = Bin("add", base, IntImm(tile * role.rows * op.ld, base.dtype))
+            dr, dc = self.intrin.tile_step
+            base = Bin("add", base, IntImm(tile * (dr * op.ld + dc), base.dtype))
         row0 = Bin("floordiv", base, IntImm(op.ld))
         col0 = Bin("floormod", base, IntImm(op.ld))
         tiles_per_row = op.ld // role.cols

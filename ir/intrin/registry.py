@@ -30,8 +30,9 @@ class TensorIntrin:
 
     ``operands``: the declaration's tensor names, output first. ``roles``: operand ->
     fragment role name, for the fragment operands. ``num``/``trans``: ldmatrix's count of
-    8x8 matrices and ``.trans``. ``init``: the intrinsic that zeroes the output of a
-    reduction (what its ``init`` nest becomes). ``dtypes``: operand -> element dtype.
+    8x8 matrices and ``.trans``, and ``tile_step`` the (rows, cols) from one fragment tile
+    it fills to the next. ``init``: the intrinsic that zeroes the output of a reduction
+    (what its ``init`` nest becomes). ``dtypes``: operand -> element dtype.
     """
 
     name: str
@@ -43,6 +44,7 @@ class TensorIntrin:
     num: int = 0
     trans: bool = False
     init: str | None = None
+    tile_step: tuple = (0, 0)
     ptx: str = ""
     doc: str = ""
     _decl: tuple = field(default=(), repr=False, compare=False)
@@ -95,8 +97,10 @@ def _declare(it: TensorIntrin):
         k = te.reduce_axis((0, sh["A"][1]), name="k")
         acc = dts["C"]
 
+        b_kn = it.roles["B"].endswith("_kn")
+
         def body(i, j):
-            x, y = a[i, k], b[j, k]
+            x, y = a[i, k], (b[k, j] if b_kn else b[j, k])
             if x.dtype != acc:
                 x, y = x.astype(acc), y.astype(acc)
             return te.sum(x * y, axis=k)
@@ -111,7 +115,7 @@ def _declare(it: TensorIntrin):
     out_dtype = dts[dst_name]
 
     def copy(i, j):
-        v = src[j, i] if it.trans else src[i, j]
+        v = src[i, j]
         return v if v.dtype == out_dtype else v.astype(out_dtype)
 
     return te.compute(sh[dst_name], copy, name=dst_name)
@@ -127,36 +131,43 @@ def _register_all() -> None:
         accs = ("float32", "float16") if ab == "float16" else ("float32",)
         for acc in accs:
             a = "f32" if acc == "float32" else "f16"
-            register(TensorIntrin(
-                f"mma_m16n8k16_{s}_{a}", "mma",
-                {"A": (16, 16), "B": (8, 16), "C": (16, 8)},
-                {"A": ab, "B": ab, "C": acc}, {"A": "a16", "B": "b16", "C": "c"},
-                ("C", "A", "B"), init=f"fill_m16n8_{a}",
-                ptx=f"mma.sync.aligned.m16n8k16.row.col.{a}.{s}.{s}.{a}",
-                doc=f"C[16,8] += A[16,16] * B[8,16]^T, {s} inputs, {a} accumulate"))
-        # ldmatrix: A tiles (x4), B tiles [n, k] (x2: one, x4: two), and B from a [k, n]
-        # tile in shared memory through .trans
-        for num, trans, rows, role in ((4, False, 16, "a16"), (2, False, 8, "b16"),
-                                       (4, False, 16, "b16"), (2, True, 8, "b16"),
-                                       (4, True, 16, "b16"), (1, False, 8, "b8"),
-                                       (1, True, 8, "b8")):
+            for kn in (False, True):
+                register(TensorIntrin(
+                    f"mma_m16n8k16_{s}_{a}{'_kn' if kn else ''}", "mma",
+                    {"A": (16, 16), "B": (16, 8) if kn else (8, 16), "C": (16, 8)},
+                    {"A": ab, "B": ab, "C": acc},
+                    {"A": "a16", "B": "b16_kn" if kn else "b16", "C": "c"},
+                    ("C", "A", "B"), init=f"fill_m16n8_{a}",
+                    ptx=f"mma.sync.aligned.m16n8k16.row.col.{a}.{s}.{s}.{a}",
+                    doc=f"C[16,8] += A[16,16] * {'B[16,8]' if kn else 'B[8,16]^T'}, {s} "
+                        f"inputs, {a} accumulate"))
+        # ldmatrix: A tiles (x4); B tiles [n, k] (x2: one, x4: two, x1: an 8x8 one); B
+        # kept [k, n] through .trans (the registers are the same B fragment)
+        for num, role, shape, step in ((4, "a16", (16, 16), (0, 0)),
+                                       (2, "b16", (8, 16), (0, 0)),
+                                       (4, "b16", (16, 16), (8, 0)),
+                                       (1, "b8", (8, 8), (0, 0)),
+                                       (2, "b16_kn", (16, 8), (0, 0)),
+                                       (4, "b16_kn", (16, 16), (0, 8)),
+                                       (1, "b8_kn", (8, 8), (0, 0))):
+            trans = ROLES[role].kind == "b16t"
             r = "a" if role == "a16" else "b"
-            cols = 16 if role != "b8" else 8
             name = f"ldmatrix_{r}_x{num}{'_trans' if trans else ''}_{s}"
-            src = (cols, rows) if trans else (rows, cols)
             register(TensorIntrin(
-                name, "ldmatrix", {"F": (rows, cols), "S": src}, {"F": ab, "S": ab},
-                {"F": role}, ("F", "S"), num=num, trans=trans,
+                name, "ldmatrix", {"F": shape, "S": shape}, {"F": ab, "S": ab},
+                {"F": role}, ("F", "S"), num=num, trans=trans, tile_step=step,
                 ptx=f"ldmatrix.sync.aligned.m8n8.x{num}{'.trans' if trans else ''}"
                     ".shared.b16",
-                doc=f"{'transposed ' if trans else ''}{rows}x{cols} {r.upper()} fragment "
-                    f"from shared memory, {num} 8x8 matrices"))
-        for r, role in (("a", "a16"), ("b", "b16")):
+                doc=f"{shape[0]}x{shape[1]} {r.upper()} fragment ({role}) from shared "
+                    f"memory, {num} 8x8 matrices"))
+        for r, role in (("a", "a16"), ("b", "b16"), ("b", "b16_kn")):
             R = ROLES[role]
             register(TensorIntrin(
-                f"load_{r}_{s}", "load", {"F": (R.rows, R.cols), "M": (R.rows, R.cols)},
+                f"load_{r}_{s}{'_kn' if role.endswith('_kn') else ''}", "load",
+                {"F": (R.rows, R.cols), "M": (R.rows, R.cols)},
                 {"F": ab, "M": ab}, {"F": role}, ("F", "M"),
-                doc=f"{r.upper()} fragment from shared or global memory, lane by lane"))
+                doc=f"{r.upper()} fragment ({role}) from shared or global memory, lane by "
+                    "lane"))
     for r, role in (("a", "a_tf32"), ("b", "b_tf32")):
         R = ROLES[role]
         register(TensorIntrin(

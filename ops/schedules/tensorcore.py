@@ -16,20 +16,21 @@ from dataclasses import dataclass
 from ... import te
 from ...passes.schedule.common import ScheduleError
 
-MMA_K = 16
-SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
+SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 
 @dataclass(frozen=True)
 class TensorCoreConfig:
-    """Tile sizes of :func:`schedule_dense_tensorcore`.
+    """Tile sizes and instruction choices of :func:`schedule_dense_tensorcore`.
 
     ``block_m x block_n`` outputs per thread block, ``block_k`` reduction columns per
     shared-memory stage, ``warps_m x warps_n`` warps per block (each owning a
     ``block_m / warps_m x block_n / warps_n`` warp tile), ``vec`` elements per copy of the
     cooperative global -> shared loads, ``pad`` elements added to each shared row (bank
     conflicts of ldmatrix; keeps rows 16-byte aligned when a multiple of 8), ``unroll``
-    the warp-tile loops.
+    the warp-tile loops. ``frag_load``: ``"ldmatrix"`` or ``"load"`` (lane by lane; the
+    only choice for TF32). ``tf32``: allow float32 inputs to be multiplied in TF32 (10
+    mantissa bits), which is never chosen silently.
     """
 
     block_m: int = 64
@@ -40,14 +41,16 @@ class TensorCoreConfig:
     vec: int = 8
     pad: int = 8
     unroll: bool = True
+    frag_load: str = "ldmatrix"
+    tf32: bool = False
 
-    def check(self, M: int, N: int, K: int) -> None:
+    def check(self, M: int, N: int, K: int, mma_k: int = 16) -> None:
         wm, wn = self.block_m // self.warps_m, self.block_n // self.warps_n
         rules = [
             (M % self.block_m == 0, f"block_m {self.block_m} divides M {M}"),
             (N % self.block_n == 0, f"block_n {self.block_n} divides N {N}"),
             (K % self.block_k == 0, f"block_k {self.block_k} divides K {K}"),
-            (self.block_k % MMA_K == 0, f"block_k {self.block_k} is a multiple of 16"),
+            (self.block_k % mma_k == 0, f"block_k {self.block_k} is a multiple of {mma_k}"),
             (self.block_m % self.warps_m == 0 and wm % 16 == 0,
              f"the warp tile's rows (block_m / warps_m = {self.block_m}/{self.warps_m}) "
              "are a multiple of 16"),
@@ -56,6 +59,8 @@ class TensorCoreConfig:
              "are a multiple of 8"),
             (self.warps_m * self.warps_n * 32 <= 1024, "at most 32 warps per block"),
             (self.pad % 8 == 0, f"pad {self.pad} is a multiple of 8 (16-byte rows)"),
+            (self.frag_load in ("ldmatrix", "load"),
+             f"frag_load is 'ldmatrix' or 'load', not {self.frag_load!r}"),
         ]
         for n_el in (self.block_m * self.block_k, self.block_n * self.block_k):
             rules.append((n_el % (32 * self.warps_m * self.warps_n * self.vec) == 0,
@@ -67,16 +72,25 @@ class TensorCoreConfig:
 
 
 def dense_tensorcore_compute(M: int, N: int, K: int, in_dtype: str = "float16",
-                             out_dtype: str = "float32"):
-    """``[A, B, out]`` for ``out = A x B^T`` accumulated in float32 (cast to
-    ``out_dtype`` when that is 16-bit)."""
+                             out_dtype: str = "float32", acc_dtype: str = "float32",
+                             b_layout: str = "nk"):
+    """``[A, B, out]`` for ``out = A x B^T`` (``b_layout="nk"``: B is ``[N, K]``) or
+    ``A x B`` (``"kn"``: B is ``[K, N]``), accumulated in ``acc_dtype`` and cast to
+    ``out_dtype`` when they differ."""
+    if b_layout not in ("nk", "kn"):
+        raise ScheduleError(f"b_layout is 'nk' or 'kn', got {b_layout!r}")
     a = te.placeholder((M, K), in_dtype, name="A")
-    b = te.placeholder((N, K), in_dtype, name="B")
+    b = te.placeholder((N, K) if b_layout == "nk" else (K, N), in_dtype, name="B")
     k = te.reduce_axis((0, K), name="k")
-    c = te.compute((M, N), lambda i, j: te.sum(a[i, k].astype("float32")
-                                                * b[j, k].astype("float32"), axis=k),
-                   name="C")
-    if out_dtype == "float32":
+
+    def body(i, j):
+        x, y = a[i, k], (b[j, k] if b_layout == "nk" else b[k, j])
+        if in_dtype != acc_dtype:
+            x, y = x.astype(acc_dtype), y.astype(acc_dtype)
+        return te.sum(x * y, axis=k)
+
+    c = te.compute((M, N), body, name="C")
+    if out_dtype == acc_dtype:
         return [a, b, c]
     d = te.compute((M, N), lambda i, j: c[i, j].astype(out_dtype), name="D")
     return [a, b, d]
@@ -87,14 +101,27 @@ def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
     cfg = cfg or TensorCoreConfig()
     a, b, out = tensors
     M, K = a.shape
-    N = b.shape[0]
-    cfg.check(M, N, K)
+    N = out.shape[1]
     s = te.create_schedule(out.op)
-    suffix = SUFFIX.get(a.dtype)
-    if suffix is None:
-        raise ScheduleError(f"tensor-core dense: inputs must be float16 or bfloat16, got "
-                            f"{a.dtype}")
-    c = out.op.input_tensors[0] if out.dtype != "float32" else out
+    c = out if not _is_cast(out) else out.op.input_tensors[0]
+    kn = _b_is_kn(c, b)
+    acc = c.dtype
+    ab = a.dtype
+    if ab == "float32":
+        if not cfg.tf32:
+            raise ScheduleError("tensor-core dense of float32 inputs multiplies them in TF32 "
+                                "(10 mantissa bits): ask for it with TensorCoreConfig(tf32="
+                                "True)")
+        if kn:
+            raise ScheduleError("tensor-core dense in TF32 takes B as [N, K]")
+        mma, mma_k = "mma_m16n8k8_tf32_f32", 8
+    elif ab in ("float16", "bfloat16"):
+        mma_k = 16
+        mma = f"mma_m16n8k16_{SUFFIX[ab]}_{SUFFIX[acc]}{'_kn' if kn else ''}"
+    else:
+        raise ScheduleError(f"tensor-core dense: inputs must be float16, bfloat16 or float32 "
+                            f"(TF32), got {ab}")
+    cfg.check(M, N, K, mma_k)
     cf = s.cache_write(c, "warp")
     if out is not c:
         s[c].compute_inline()
@@ -118,37 +145,55 @@ def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
     o.bind(bj, "blockIdx.x")
     o.bind(wi, "threadIdx.z")
     o.bind(wj, "threadIdx.y")
-    store = "store_c_f32" if out.dtype == "float32" else f"store_c_f32_{SUFFIX[out.dtype]}"
+    store = f"store_c_{SUFFIX[acc]}" + ("" if out.dtype == acc else f"_{SUFFIX[out.dtype]}")
     o.tensorize(ii, store)
     if cfg.unroll:
         o.unroll(ti)
         o.unroll(tj)
 
-    # the accumulators: one warp tile, k in block_k stages of 16
+    # the accumulators: one warp tile, k in block_k stages of mma_k
     s[cf].compute_at(o, wj)
     f = s[cf]
     ci, cj = f.op.axis
     (kr,) = f.op.reduce_axis
     ko, ki = f.split(kr, factor=cfg.block_k)
-    ki, kk = f.split(ki, factor=MMA_K)
+    ki, kk = f.split(ki, factor=mma_k)
     fti, fii = f.split(ci, factor=16)
     ftj, fjj = f.split(cj, factor=8)
     f.reorder(ko, ki, fti, ftj, fii, fjj, kk)
-    f.tensorize(fii, f"mma_m16n8k16_{suffix}_f32")
+    f.tensorize(fii, mma)
     if cfg.unroll:
         f.unroll(ki)
         f.unroll(fti)
         f.unroll(ftj)
 
-    # fragments: loaded from shared memory for each k step of 16
-    for fr, rows, intrin in ((a_fr, 16, f"ldmatrix_a_x4_{suffix}"),
-                             (b_fr, 16 if wn % 16 == 0 else 8,
-                              f"ldmatrix_b_x{4 if wn % 16 == 0 else 2}_{suffix}")):
+    # fragments: loaded from shared memory for each k step
+    sfx = SUFFIX[ab]
+    load = cfg.frag_load if ab != "float32" else "load"
+    if load == "ldmatrix":
+        a_plan = (16, 0, f"ldmatrix_a_x4_{sfx}")
+        if kn:
+            b_plan = (16 if wn % 16 == 0 else 8, 1,
+                      f"ldmatrix_b_x{4 if wn % 16 == 0 else 2}_trans_{sfx}")
+        else:
+            b_plan = (16 if wn % 16 == 0 else 8, 0,
+                      f"ldmatrix_b_x{4 if wn % 16 == 0 else 2}_{sfx}")
+    else:
+        a_plan = (16, 0, f"load_a_{sfx}" if ab != "float32" else "load_a_tf32")
+        b_plan = (8, 1 if kn else 0,
+                  f"load_b_{sfx}_kn" if kn else (f"load_b_{sfx}" if ab != "float32"
+                                                  else "load_b_tf32"))
+    for fr, (rows, axis, intrin) in ((a_fr, a_plan), (b_fr, b_plan)):
         s[fr].compute_at(f, ki)
         st = s[fr]
-        r, _ = st.op.axis
-        ro, ri = st.split(r, factor=rows)
-        st.tensorize(ri, intrin)
+        r0, r1 = st.op.axis
+        if axis == 0:
+            ro, ri = st.split(r0, factor=rows)
+            st.tensorize(ri, intrin)
+        else:  # B as [k, n]: tiles run along n, the nest is (k, n.inner)
+            ro, ri = st.split(r1, factor=rows)
+            st.reorder(ro, r0, ri)
+            st.tensorize(r0, intrin)
         if cfg.unroll:
             st.unroll(ro)
 
@@ -158,7 +203,8 @@ def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
         st = s[sh]
         r, col = st.op.axis
         if cfg.pad:
-            st.storage_align(r, cfg.block_k, cfg.pad)
+            st.storage_align(r, cfg.block_k if (sh is a_sh or not kn) else cfg.block_n,
+                             cfg.pad)
         fused = st.fuse(r, col)
         fused, v = st.split(fused, factor=cfg.vec)
         fused, tx = st.split(fused, factor=32)
@@ -169,3 +215,25 @@ def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
         st.bind(tz, "threadIdx.z")
         st.vectorize(v)
     return s
+
+
+def _is_cast(t) -> bool:
+    from ...ir.expr import Cast
+    from ...ir.te import ComputeOp
+
+    return (isinstance(t.op, ComputeOp) and isinstance(t.op.body, Cast)
+            and len(t.op.input_tensors) == 1)
+
+
+def _b_is_kn(c, b) -> bool:
+    """Whether the product reads B as ``[k, n]`` (its first index is the reduce axis)."""
+    from ...ir.expr import TensorRead, children
+
+    red = {ax.var for ax in c.op.reduce_axis}
+    stack = [c.op.body]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, TensorRead) and x.tensor is b:
+            return x.indices[0] in red
+        stack.extend(children(x))
+    raise ScheduleError(f"tensor-core dense: {c.name} does not read {b.name}")

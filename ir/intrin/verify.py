@@ -1,0 +1,62 @@
+"""The verifier's rules for fragments and tensorized loop nests (see ``ir/verify.py``).
+
+At every level: a tensorized loop names a registered intrinsic, and tensorized nests do not
+nest. In kernels (device IR), where the nests run as warp-collective instructions:
+
+* a fragment (``warp`` buffer) is loaded and stored only inside tensorized nests;
+* a tensorized nest is not inside a loop bound to ``threadIdx.x`` (the lanes of a warp):
+  all 32 lanes run it with the same operands;
+* the block's x extent is a multiple of 32, so every warp has one ``threadIdx.y/z``: the
+  warp index, and every operand computed from it, is uniform across the warp;
+* the nest matches its intrinsic and each fragment holds whole tiles of it.
+"""
+
+from __future__ import annotations
+
+from . import ANNOTATION, WARP
+from .match import match_nest
+from .registry import IntrinError, get_intrin
+
+
+def check_tensorized(v, s) -> None:
+    """Check the tensorized loop ``s`` for the verifier ``v`` (an ``_FuncVerifier``)."""
+    name = s.annotations[ANNOTATION]
+    try:
+        get_intrin(name)
+    except IntrinError:
+        v.fail(lambda n: f"loop {n(s.var)}: {e}")
+    if v.intrin_loop is not None:
+        outer = v.intrin_loop
+        v.fail(lambda n: f"tensorized loop {n(s.var)} is inside tensorized loop "
+                         f"{n(outer.var)}; a tensor intrinsic's nest holds no other")
+    if v.kind != "kernel":
+        return
+    lane_loop = v.hw_loops.get("threadIdx.x")
+    if lane_loop is not None:
+        v.fail(lambda n: f"tensorized loop {n(s.var)} ({name}) is inside loop "
+                         f"{n(lane_loop.var)}, bound to threadIdx.x: the lanes of a warp "
+                         "would run it with different operands; warp-collective intrinsics "
+                         "sit outside the threadIdx.x loops")
+    bx = v.launch.get("threadIdx.x", 1)
+    if bx % WARP:
+        v.fail(lambda n: f"tensorized loop {n(s.var)} ({name}) in a kernel whose blockDim.x "
+                         f"is {bx}; warp-collective intrinsics need blockDim.x to be a "
+                         f"multiple of {WARP} (so the warp index is uniform in a warp)")
+    try:
+        bound = match_nest(s, name, s.var.name, device=True)
+    except IntrinError:
+        v.fail(lambda n: str(e))
+    for opname, op in bound.operands.items():
+        role = bound.intrin.role(opname)
+        if role is not None and op.buffer.size % role.tile_elems:
+            v.fail(lambda n, op=op, role=role: f"fragment {n(op.buffer)} holds "
+                   f"{op.buffer.size} elements, not whole {role.rows}x{role.cols} tiles of "
+                   f"{bound.intrin.name}")
+
+
+def check_fragment_access(v, buf, what: str) -> None:
+    """A plain load or store of a fragment is allowed only inside a tensorized nest."""
+    if buf.scope == "warp" and v.kind == "kernel" and v.intrin_loop is None:
+        v.fail(lambda n: f"{what} fragment {n(buf)} outside a tensorized loop nest; "
+                         "fragments are accessed only by tensor intrinsics (tensorize the "
+                         "nest that touches it)")
