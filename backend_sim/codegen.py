@@ -214,7 +214,8 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
                         f"block has {self.threads} threads")
                 code = f"w{n}"
                 info = BufInfo(b.name, code, "warp", b.size // WARP, b.dtype, True)
-                prelude.line(f"{code} = _C.local({b.size // WARP}, {b.dtype!r}, True)")
+                prelude.line(f"{code} = _C.local({b.size // WARP}, "
+                             f"{storage_dtype(b.dtype)!r}, True)")
             else:
                 code = f"l{n}"
                 info = BufInfo(b.name, code, "local", b.size, b.dtype, self.per_lane)

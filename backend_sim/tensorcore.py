@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.dtype import round_to
 from ..ir.intrin import ROLES, WARP
 from .errors import SimError, SimMemoryError
 
@@ -192,7 +193,7 @@ def ldmatrix(chunk, mask, spec, frag, slots, mem: Mem, base, ld: int) -> None:
     addr = mem.keys(chunk, base, warps, row_off[None, :, None], what)[:, :, 0]
     rel = addr - (0 if mem.offset is None else np.broadcast_to(
         np.asarray(mem.offset), (chunk.lanes,))[_lanes(warps)])
-    itemsize = mem.array.dtype.itemsize
+    itemsize = 2  # ldmatrix moves 16-bit elements (bfloat16 is held in float32 here)
     bad = np.argwhere((rel * itemsize) % 16 != 0)
     if bad.size:
         w, ln = bad[0]
@@ -241,4 +242,6 @@ def store(chunk, mask, spec, mem: Mem, base, ld: int, frag, slot) -> None:
     n = ROLES[role].per_lane
     regs = frag[_regs(chunk, frag, "F", slot, warps, n, spec.name), _lanes(warps)[:, :, None]]
     keys = mem.keys(chunk, base, warps, (r * ld + c)[None], spec.name)
-    mem.write(chunk, keys, regs.astype(mem.array.dtype), warps)
+    out = spec.dtypes["M"]
+    values = round_to(regs, out) if out != spec.dtypes["F"] else regs
+    mem.write(chunk, keys, np.asarray(values).astype(mem.array.dtype), warps)

@@ -362,3 +362,34 @@ def test_gemm_on_the_gpu(variant):
     want = a.astype(np.float64) @ bt
     err = np.abs(c.numpy().astype(np.float64) - want).max() / np.abs(want).max()
     assert err < (2e-3 if t[2].dtype == "float16" or tf32 else 1e-5)
+
+
+def test_bf16_gemm_on_the_simulator():
+    from ptxforge.ir import dtype as dt
+
+    M, N, K = 64, 32, 32
+    t = dense_tensorcore_compute(M, N, K, "bfloat16", "bfloat16")
+    s = schedule_dense_tensorcore(t, TensorCoreConfig(64, 32, 32, 2, 2))
+    mod = ptxforge.build(s, t, target="sim")
+    a = dt.to_bfloat16(_random((M, K), "float32"))
+    b = dt.to_bfloat16(_random((N, K), "float32"))
+    c = dt.to_bfloat16(np.zeros((M, N), np.float32))
+    mod(a, b, c)
+    want = (dt.from_bfloat16(a).astype(np.float64) @ dt.from_bfloat16(b).astype(np.float64).T)
+    err = np.abs(dt.from_bfloat16(c) - want).max() / np.abs(want).max()
+    assert 0 < err < 8e-3  # bfloat16 output rounding (8 mantissa bits)
+
+
+def test_verifier_names_an_unknown_intrinsic():
+    from ptxforge.ir.intrin import ANNOTATION
+    from ptxforge.ir.stmt import For, map_stmt
+
+    kernel = _lowered_gemm().kernels()[0]
+
+    def rename(x):
+        if isinstance(x, For) and ANNOTATION in x.annotations:
+            return x.replace(annotations={ANNOTATION: "mma_m16n8k32_f16_f32"})
+        return None
+
+    with pytest.raises(IRVerifyError, match="unknown tensor intrinsic 'mma_m16n8k32_f16_f32'"):
+        verify(kernel.replace(body=map_stmt(kernel.body, rename)))

@@ -23,8 +23,9 @@ def check_tensorized(v, s) -> None:
     name = s.annotations[ANNOTATION]
     try:
         get_intrin(name)
-    except IntrinError:
-        v.fail(lambda n: f"loop {n(s.var)}: {e}")
+    except IntrinError as e:
+        msg = str(e)
+        v.fail(lambda n: f"loop {n(s.var)}: {msg}")
     if v.intrin_loop is not None:
         outer = v.intrin_loop
         v.fail(lambda n: f"tensorized loop {n(s.var)} is inside tensorized loop "
@@ -44,8 +45,9 @@ def check_tensorized(v, s) -> None:
                          f"multiple of {WARP} (so the warp index is uniform in a warp)")
     try:
         bound = match_nest(s, name, s.var.name, device=True)
-    except IntrinError:
-        v.fail(lambda n: str(e))
+    except IntrinError as e:
+        msg = str(e)
+        v.fail(lambda n: msg)
     for opname, op in bound.operands.items():
         role = bound.intrin.role(opname)
         if role is not None and op.buffer.size % role.tile_elems:
