@@ -31,7 +31,7 @@ from .build_module import (
     simple_schedule,
 )
 from .executor import BenchmarkResult, GraphModule
-from .frontend_onnx import from_onnx
+from .frontend_onnx import OnnxImportError, from_onnx
 from .fused import FusedFunction, extract_fused_functions, lower_function
 from .interpreter import evaluate, run_graph
 from .ir import (
@@ -93,7 +93,7 @@ def function(outputs, inputs=None, name: str = "main") -> Graph:
 
 __all__ = [
     "BenchmarkResult", "Call", "CompiledFunction", "Constant", "FusedFunction", "Graph",
-    "GraphError", "GraphLibrary", "GraphModule", "GraphPassContext", "GraphPipeline",
+    "GraphError", "OnnxImportError", "GraphLibrary", "GraphModule", "GraphPassContext", "GraphPipeline",
     "MemoryPlan", "Node", "NoTuningRecordWarning", "OpDef", "OpPattern", "TensorType", "Var",
     "add", "bind_params", "build", "clip", "concatenate", "const", "default_schedule_for",
     "divide", "erf", "evaluate", "exp", "expand_dims", "extract_fused_functions",

@@ -17,11 +17,13 @@ from . import opdefs as G
 from .ir import Constant, Graph, GraphError, Node, Var
 
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
-                9: "bool", 10: "float16", 11: "float64"}
+                9: "bool", 10: "float16", 11: "float64", 16: "bfloat16"}
 
 
 class OnnxImportError(GraphError):
-    """An ONNX model this importer cannot translate (the message names the node)."""
+    """An ONNX model this importer cannot read or translate: a file that cannot be read or
+    parsed, a model the ONNX checker rejects, or a node it cannot translate (the message
+    names the file and the node)."""
 
 
 def _attrs(node) -> dict:
@@ -48,8 +50,13 @@ class _Importer:
         self.params: dict[str, np.ndarray] = {}
         self.inputs: list[Var] = []
         self.param_vars: list[Var] = []
-        self.initializers = {init.name: numpy_helper.to_array(init)
-                             for init in self.graph.initializer}
+        self.initializers = {}
+        for init in self.graph.initializer:
+            try:
+                self.initializers[init.name] = numpy_helper.to_array(init)
+            except Exception as e:  # noqa: BLE001 - protobuf/numpy: the data is malformed
+                raise OnnxImportError(f"initializer {init.name!r}: its data cannot be read "
+                                      f"({type(e).__name__}: {e})") from e
         for name, value in self.initializers.items():
             self.static[name] = value
         for inp in self.graph.input:
@@ -65,6 +72,13 @@ class _Importer:
                         f"input {inp.name!r} has dynamic dimensions {dims}; give its shape in "
                         "shape_dict")
                 shape = dims
+            if ttype.elem_type and ttype.elem_type not in _ONNX_DTYPES:
+                from onnx import TensorProto
+
+                raise OnnxImportError(
+                    f"input {inp.name!r} has element type "
+                    f"{TensorProto.DataType.Name(ttype.elem_type)}, which is not supported; "
+                    f"supported: {', '.join(sorted(set(_ONNX_DTYPES.values())))}")
             in_dtype = _ONNX_DTYPES.get(ttype.elem_type, dtype)
             var = Var(inp.name, tuple(int(s) for s in shape), in_dtype)
             self.inputs.append(var)
@@ -111,34 +125,45 @@ class _Importer:
 
     def run(self) -> tuple[Graph, dict]:
         for node in self.graph.node:
-            if node.domain not in ("", "ai.onnx"):
-                raise OnnxImportError(f"node {node.name!r}: operator domain {node.domain!r} is "
-                                      "not supported")
-            handler = _HANDLERS.get(node.op_type)
-            if handler is None:
-                raise OnnxImportError(
-                    f"node {node.name or node.output[0]!r}: ONNX operator {node.op_type} is "
-                    f"not supported; supported: {', '.join(sorted(SUPPORTED))}")
-            ins = [i for i in node.input]
-            static = all(i == "" or self.is_static(i) for i in ins)
-            if node.op_type == "Shape" or (static and node.op_type in _STATIC):
-                outs = _STATIC[node.op_type](self, node, _attrs(node))
-                for name, val in zip(node.output, outs):
-                    self.static[name] = np.asarray(val)
-                continue
+            where = f"node {node.name or node.output[0]!r} ({node.op_type})"
             try:
-                outs = handler(self, node, _attrs(node))
-            except GraphError as e:
-                raise OnnxImportError(f"node {node.name or node.output[0]!r} "
-                                      f"({node.op_type}): {e}") from e
-            if isinstance(outs, Node):
-                outs = [outs]
-            for name, out in zip(node.output, outs):
-                if name:
-                    self.nodes[name] = out
+                self._translate(node)
+            except OnnxImportError as e:
+                if str(e).startswith("node "):
+                    raise
+                raise OnnxImportError(f"{where}: {e}") from e
+            except Exception as e:  # noqa: BLE001 - numpy, protobuf, a missing attribute
+                raise OnnxImportError(f"{where}: {type(e).__name__}: {e}") from e
         outputs = [self.tensor(o.name) for o in self.graph.output]
         net = Graph(self.inputs + self.param_vars, outputs)
         return net, self.params
+
+    def _translate(self, node) -> None:
+        if node.domain not in ("", "ai.onnx"):
+            raise OnnxImportError(f"node {node.name!r}: operator domain {node.domain!r} is "
+                                  "not supported")
+        handler = _HANDLERS.get(node.op_type)
+        if handler is None:
+            raise OnnxImportError(
+                f"node {node.name or node.output[0]!r}: ONNX operator {node.op_type} is "
+                f"not supported; supported: {', '.join(sorted(SUPPORTED))}")
+        ins = [i for i in node.input]
+        static = all(i == "" or self.is_static(i) for i in ins)
+        if node.op_type == "Shape" or (static and node.op_type in _STATIC):
+            outs = _STATIC[node.op_type](self, node, _attrs(node))
+            for name, val in zip(node.output, outs):
+                self.static[name] = np.asarray(val)
+            return
+        try:
+            outs = handler(self, node, _attrs(node))
+        except GraphError as e:
+            raise OnnxImportError(f"node {node.name or node.output[0]!r} "
+                                  f"({node.op_type}): {e}") from e
+        if isinstance(outs, Node):
+            outs = [outs]
+        for name, out in zip(node.output, outs):
+            if name:
+                self.nodes[name] = out
 
 
 # -- handlers: (importer, node, attrs) -> node(s) ---------------------------------------------
@@ -587,9 +612,44 @@ def from_onnx(model, shape_dict: dict | None = None, dtype: str = "float32"
     except ImportError as e:
         raise OnnxImportError("the onnx package is needed to import ONNX models "
                               "(pip install onnx)") from e
+    source = ""
     if isinstance(model, (str, os.PathLike)):
-        model = onnx.load(os.fspath(model))
+        source = os.fspath(model)
+        model = _load(onnx, source)
     if not isinstance(model, onnx.ModelProto):
         raise OnnxImportError(f"from_onnx takes an onnx.ModelProto or a path, got "
                               f"{type(model).__name__}")
-    return _Importer(model, shape_dict or {}, dtype).run()
+    prefix = f"{source}: " if source else ""
+    _check(onnx, model, source, prefix)
+    try:
+        return _Importer(model, shape_dict or {}, dtype).run()
+    except OnnxImportError as e:
+        if not prefix:
+            raise
+        raise OnnxImportError(f"{prefix}{e}") from e
+    except Exception as e:  # noqa: BLE001 - reading the model's inputs (protobuf, numpy)
+        raise OnnxImportError(f"{prefix}{type(e).__name__}: {e}") from e
+
+
+def _load(onnx, path: str):
+    try:
+        return onnx.load(path)
+    except OSError as e:
+        raise OnnxImportError(f"{path}: cannot read the model ({e.strerror or e})") from e
+    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and friends
+        raise OnnxImportError(f"{path}: not a readable ONNX model, truncated or corrupt "
+                              f"({type(e).__name__}: {e})") from e
+
+
+def _check(onnx, model, source: str, prefix: str) -> None:
+    """Reject what the ONNX checker rejects, and a model that declares no opset (a file cut
+    short can parse as one: it must not be imported as some default opset)."""
+    if not model.opset_import or not model.HasField("graph"):
+        what = "a truncated or corrupt file?" if source else "an incomplete ModelProto"
+        raise OnnxImportError(f"{prefix}the model has no graph or declares no opset ({what})")
+    try:
+        onnx.checker.check_model(source if source else model)
+    except Exception as e:  # noqa: BLE001 - ValidationError, or protobuf on a bad file
+        first = str(e).strip().splitlines()
+        raise OnnxImportError(f"{prefix}the ONNX checker rejects the model: "
+                              f"{' '.join(x.strip() for x in first[:4])}") from e

@@ -147,3 +147,60 @@ def test_dynamic_inputs_need_a_shape(tmp_path):
     onnx.save(model, str(path))
     net, params = graph.from_onnx(str(path), {"x": (4, 3)})
     assert net.outputs[0].shape == (4, 3) and params == {}
+
+
+# -- import failures: always an OnnxImportError naming the file and the node -----------------
+
+
+def _relu_model():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu1")]
+    return make_model(nodes, [tensor("x", [2, 3])], [tensor("y", [2, 3])], [])
+
+
+def test_file_errors_are_onnx_import_errors_naming_the_file(tmp_path):
+    missing = tmp_path / "missing.onnx"
+    with pytest.raises(graph.OnnxImportError, match="missing.onnx"):
+        graph.from_onnx(str(missing))
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\xff\x00 this is not a protobuf \x13\x99" * 10)
+    with pytest.raises(graph.OnnxImportError, match="garbage.onnx"):
+        graph.from_onnx(str(garbage))
+    good = tmp_path / "relu.onnx"
+    onnx.save(_relu_model(), str(good))
+    data = good.read_bytes()
+    for cut in range(1, len(data) - 1):  # a model cut anywhere is an error, never opset 13
+        (tmp_path / "cut.onnx").write_bytes(data[:cut])
+        with pytest.raises(graph.OnnxImportError, match="cut.onnx"):
+            graph.from_onnx(str(tmp_path / "cut.onnx"))
+
+
+def test_models_are_checked_with_the_onnx_checker(tmp_path):
+    nodes = [helper.make_node("Relu", ["nowhere"], ["y"], name="relu1")]
+    g = helper.make_graph(nodes, "test", [tensor("x", [2, 3])], [tensor("y", [2, 3])], [])
+    bad = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    path = tmp_path / "bad.onnx"
+    onnx.save(bad, str(path))
+    with pytest.raises(graph.OnnxImportError, match="bad.onnx.*(check|nowhere)"):
+        graph.from_onnx(str(path))
+
+
+def test_numpy_and_attribute_errors_name_the_node():
+    shape = numpy_helper.from_array(np.array([7, 5], dtype=np.int64), "shape")
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="bad_reshape")]
+    model = make_model(nodes, [tensor("x", [2, 3])], [tensor("y", [7, 5])], [shape])
+    with pytest.raises(graph.OnnxImportError, match="bad_reshape"):
+        graph.from_onnx(model)
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], name="pool_without_kernel",
+                              kernel_shape=[1, 1])]
+    model = make_model(nodes, [tensor("x", [1, 1, 4, 4])], [tensor("y", [1, 1, 4, 4])], [])
+    model.graph.node[0].ClearField("attribute")
+    with pytest.raises(graph.OnnxImportError, match="pool_without_kernel"):
+        graph.from_onnx(model)
+
+
+def test_a_bfloat16_input_is_bfloat16():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu1")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 3])],
+                       [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 3])], [])
+    net, _ = graph.from_onnx(model)
+    assert net.params[0].dtype == "bfloat16"
