@@ -24,18 +24,17 @@ class AsyncCopyCodegen:
         self._need_cp_async("cp.async")
         dptr, dref = self._address(s.dst, s.dst_index)
         src_index = s.src_index
-        if s.valid is not None:
+        if s.src_bytes is not None:
             # where nothing is read the address stays in the buffer all the same
-            src_index = Select(s.valid, src_index, IntImm(0, src_index.dtype))
+            src_index = Select(s.src_bytes > IntImm(0, "int32"), src_index,
+                               IntImm(0, src_index.dtype))
         sptr, sref = self._address(s.src, src_index)
         args = [f"{pointer_type(dref.addrspace)} {dptr}", f"{pointer_type(sref.addrspace)} {sptr}"]
         sig = f"void ({pointer_type(dref.addrspace)}, {pointer_type(sref.addrspace)}"
-        if s.valid is not None:
-            valid = self.expr(s.valid)
-            size = self.w.value(f"select i1 {valid}, i32 {s.bytes}, i32 0", "cp.size")
-            args.append(f"i32 {size}")
+        if s.src_bytes is not None:
+            args.append(f"i32 {self.expr(s.src_bytes)}")
             sig += ", i32"
-        ref = self.parts.declare(nvptx.cp_async_intrinsic(s.bytes, s.valid is not None),
+        ref = self.parts.declare(nvptx.cp_async_intrinsic(s.bytes, s.src_bytes is not None),
                                  sig + ")")
         self.w.op(f"call void {ref}({', '.join(args)})")
 

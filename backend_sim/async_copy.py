@@ -34,7 +34,7 @@ class AsyncCopies:
     # issue ------------------------------------------------------------------------------
     def copy(self, dname: str, dst: np.ndarray, race, dkey, dindex, dsize: int,
              sname: str, src: np.ndarray, sindex, ssize: int, lanes: int, nbytes: int,
-             valid, mask) -> None:
+             src_bytes, mask) -> None:
         """Issue ``cp.async`` of ``lanes`` elements for the lanes in ``mask``."""
         c = self.chunk
         act = np.arange(c.lanes) if mask is None else np.flatnonzero(mask)
@@ -42,18 +42,28 @@ class AsyncCopies:
             return
         dkey, dindex, sindex = (_per_lane(x, c.lanes).take(act).astype(np.int64)
                                 for x in (dkey, dindex, sindex))
-        ok = np.ones(act.size, bool) if valid is None else \
-            _per_lane(valid, c.lanes).take(act).astype(bool)
         esize = dst.dtype.itemsize
-        for what, name, index, size, check in (("destination", dname, dindex, dsize, None),
-                                               ("source", sname, sindex, ssize, ok)):
-            sel = np.ones(index.size, bool) if check is None else check
-            bad = sel & ((index < 0) | (index + lanes > size))
+        count = np.full(act.size, nbytes, np.int64) if src_bytes is None else \
+            _per_lane(src_bytes, c.lanes).take(act).astype(np.int64)
+        bad = (count < 0) | (count > nbytes) | (count % esize != 0)
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise SimMemoryError(
+                f"kernel {c.kernel}: cp.async of {nbytes} bytes to {dname} reads "
+                f"{int(count[j])} bytes; the src-size must be whole {dst.dtype} elements "
+                f"from 0 to {nbytes} ({c.where(act[j])})")
+        count //= esize
+        ok = count > 0
+        for what, name, index, size, n in (("destination", dname, dindex, dsize, lanes),
+                                           ("source", sname, sindex, ssize, count)):
+            sel = n > 0
+            bad = sel & ((index < 0) | (index + n > size))
             if bad.any():
                 j = int(np.argmax(bad))
                 raise SimMemoryError(
                     f"illegal memory access: kernel {c.kernel}, cp.async {what} {name}"
-                    f"[{int(index[j])}:{int(index[j]) + lanes}] outside [0, {size}) "
+                    f"[{int(index[j])}:{int(index[j] + np.broadcast_to(n, index.shape)[j])}] "
+                    f"outside [0, {size}) "
                     f"({c.where(act[j])})")
             bad = sel & (index * esize % nbytes != 0)
             if bad.any():
@@ -64,8 +74,9 @@ class AsyncCopies:
                     f"{int(index[j]) * esize}, not a multiple of {nbytes} ({c.where(act[j])})")
         step = np.arange(lanes, dtype=np.int64)
         keys = (dkey[:, None] + step).reshape(-1)
-        skeys = np.where(ok, sindex, 0)[:, None] + step
-        values = np.where(ok[:, None], src.take(skeys), np.zeros((), src.dtype)).reshape(-1)
+        read = step < count[:, None]
+        skeys = np.where(read, np.where(ok, sindex, 0)[:, None] + step, 0)
+        values = np.where(read, src.take(skeys), np.zeros((), src.dtype)).reshape(-1)
         if race is not None:
             self._check_unread(race, keys, np.repeat(act, lanes), "is the target of a cp.async")
         lane_of = np.repeat(act, lanes)
@@ -201,10 +212,10 @@ class AsyncCopyEmitter:
         key = di
         if d.copies:
             key = self.mat(self.ex(self.key_expr(d, s.dst_index), B), B)
-        valid = "None" if s.valid is None else self.mat(self.ex(s.valid, B), B)
+        part = "None" if s.src_bytes is None else self.mat(self.ex(s.src_bytes, B), B)
         B.line(f"_A.copy({s.dst.name!r}, {d.code}, {d.race or None}, {key}, {di}, {d.size}, "
                f"{s.src.name!r}, {src.code}, {si}, {src.size}, {s.lanes}, {s.bytes}, "
-               f"{valid}, {B.mask})")
+               f"{part}, {B.mask})")
 
     def async_check(self, buffer, code: str, pos: str, B, verb: str) -> None:
         if buffer in self.async_dsts:

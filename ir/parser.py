@@ -571,7 +571,7 @@ class _Parser:
                   f"a store 'buf[...] = value'), got {self.describe(tok)}")
 
     def async_stmt(self, tok: _Token) -> Stmt:
-        """``async_copy(dst[i], src[j], bytes[, valid])``, ``async_commit``,
+        """``async_copy(dst[i], src[j], bytes[, src_bytes])``, ``async_commit``,
         ``async_wait(N)``."""
         word = self.next().text
         if word == "async_commit":
@@ -590,14 +590,14 @@ class _Parser:
             ends.append(e)
             self.expect(",", f"after the {what} of async_copy")
         nbytes = self.int_literal("the bytes copied")
-        valid = None
+        src_bytes = None
         if self.at(","):
             self.next()
-            valid = self.expr()
+            src_bytes = self.expr()
         self.expect(")", "to close async_copy")
         (dst, src) = ends
         return self.build(tok, AsyncCopy, dst.buffer, dst.indices[0], src.buffer,
-                          src.indices[0], nbytes, valid)
+                          src.indices[0], nbytes, src_bytes)
 
     def for_stmt(self) -> Stmt:
         tok = self.next()

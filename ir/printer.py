@@ -269,8 +269,8 @@ class FuncPrinter:
             return f"async_wait({s.pending})"
         dst = f"{self.name(s.dst)}[{self.expr(s.dst_index)}]"
         src = f"{self.name(s.src)}[{self.expr(s.src_index)}]"
-        valid = "" if s.valid is None else f", {self.expr(s.valid)}"
-        return f"async_copy({dst}, {src}, {s.bytes}{valid})"
+        part = "" if s.src_bytes is None else f", {self.expr(s.src_bytes)}"
+        return f"async_copy({dst}, {src}, {s.bytes}{part})"
 
     def _for(self, s: For, depth: int) -> None:
         head = f"for {self.name(s.var)}{dtype_suffix(s.var)} in {s.extent}"

@@ -282,30 +282,31 @@ class AsyncCopy(Stmt):
 
     The copy joins the thread's open group; its data lands in ``dst`` only when an
     :class:`AsyncWait` covers the group (the thread's later ``AsyncCommit`` closed it).
-    ``valid`` (None: always) is a bool: where it is false nothing is read and the bytes are
-    zero-filled (cp.async's src-size operand of 0). Both addresses must be aligned to
-    ``bytes``.
+    ``src_bytes`` (None: all of them) is an int32 expression, the bytes actually read
+    (cp.async's src-size operand): the rest of the ``bytes`` are zero-filled, so padding and
+    tails copy zeros. It is a whole number of elements, from 0 to ``bytes``. Both
+    addresses must be aligned to ``bytes``.
     """
 
-    __slots__ = ("dst", "dst_index", "src", "src_index", "bytes", "valid")
+    __slots__ = ("dst", "dst_index", "src", "src_index", "bytes", "src_bytes")
 
     def __init__(self, dst: Buffer, dst_index: Expr, src: Buffer, src_index: Expr,
-                 nbytes: int, valid: Expr | None = None):
+                 nbytes: int, src_bytes: Expr | None = None):
         if nbytes not in ASYNC_COPY_BYTES:
             raise IRError(f"async_copy to {dst.name}: {nbytes} bytes; cp.async copies "
                           f"{', '.join(map(str, ASYNC_COPY_BYTES))} bytes")
         if dst.dtype != src.dtype:
             raise IRError(f"async_copy from {src.name} ({src.dtype}) to {dst.name} "
                           f"({dst.dtype}): the dtypes differ")
-        if valid is not None and valid.dtype != "bool":
-            raise IRError(f"async_copy to {dst.name}: the zero-fill condition must be bool, "
-                          f"got {valid.dtype}: {valid}")
+        if src_bytes is not None and src_bytes.dtype != "int32":
+            raise IRError(f"async_copy to {dst.name}: the bytes read must be int32, got "
+                          f"{src_bytes.dtype}: {src_bytes}")
         self.dst = dst
         self.dst_index = dst_index
         self.src = src
         self.src_index = src_index
         self.bytes = int(nbytes)
-        self.valid = valid
+        self.src_bytes = src_bytes
 
     @property
     def lanes(self) -> int:
@@ -315,7 +316,7 @@ class AsyncCopy(Stmt):
     def replace(self, **kw) -> AsyncCopy:
         return AsyncCopy(kw.get("dst", self.dst), kw.get("dst_index", self.dst_index),
                          kw.get("src", self.src), kw.get("src_index", self.src_index),
-                         kw.get("nbytes", self.bytes), kw.get("valid", self.valid))
+                         kw.get("nbytes", self.bytes), kw.get("src_bytes", self.src_bytes))
 
 
 class AsyncCommit(Stmt):
@@ -439,7 +440,7 @@ def stmt_exprs(s: Stmt) -> tuple:
     if isinstance(s, Block):
         return s.bindings + (() if s.predicate is None else (s.predicate,))
     if isinstance(s, AsyncCopy):
-        return (s.dst_index, s.src_index) + (() if s.valid is None else (s.valid,))
+        return (s.dst_index, s.src_index) + (() if s.src_bytes is None else (s.src_bytes,))
     return ()
 
 
@@ -557,7 +558,7 @@ def replace_buffers(s: Stmt, bmap: dict) -> Stmt:
 def map_async_copy(x: AsyncCopy, fe: Callable) -> AsyncCopy:
     """``x`` with ``fe`` applied to its index and zero-fill expressions."""
     d, sidx = fe(x.dst_index), fe(x.src_index)
-    v = None if x.valid is None else fe(x.valid)
-    if d is x.dst_index and sidx is x.src_index and v is x.valid:
+    n = None if x.src_bytes is None else fe(x.src_bytes)
+    if d is x.dst_index and sidx is x.src_index and n is x.src_bytes:
         return x
-    return x.replace(dst_index=d, src_index=sidx, valid=v)
+    return x.replace(dst_index=d, src_index=sidx, src_bytes=n)

@@ -298,9 +298,11 @@ class _FuncVerifier:
                 self.fail(lambda n, b=b, what=what, scope=scope: (
                     f"async_copy {what} {n(b)} is in {b.scope} memory; cp.async copies "
                     "global to shared"))
-        if s.valid is not None:
-            self.expr(s.valid)
-            self.need_bool(s.valid, "async_copy zero-fill condition")
+        if s.src_bytes is not None:
+            self.expr(s.src_bytes)
+            if s.src_bytes.dtype != "int32":
+                self.fail(lambda n: f"async_copy: the bytes read are {s.src_bytes.dtype}; "
+                                    "cp.async's src-size is int32")
 
     def check_for(self, s: For) -> None:
         v = s.var

@@ -95,7 +95,7 @@ KERNEL = '''@main(A: float32[128], B: float32[128]) attrs {"kind": "host"} {
       for t in 4 thread(threadIdx.x) {
         async_copy(S[(t * 4)], A[((b * 64) + (t * 4))], 16)
         async_commit
-        async_copy(S[((t * 4) + 16)], A[(((b * 64) + (t * 4)) + 16)], 16, (t < 2))
+        async_copy(S[((t * 4) + 16)], A[(((b * 64) + (t * 4)) + 16)], 16, select((t < 2), 16, 0))
         async_commit
         async_wait(0)
         barrier
@@ -115,7 +115,7 @@ def test_async_ops_print_parse_and_verify():
     roundtrip_check(mod)
     text = str(mod)
     assert "async_copy(S[(t * 4)], A[((b * 64) + (t * 4))], 16)" in text
-    assert "16, (t < 2))" in text and "async_commit" in text and "async_wait(0)" in text
+    assert "16, select((t < 2), 16, 0))" in text and "async_commit" in text and "async_wait(0)" in text
 
 
 def test_async_copy_rejects_bad_sizes_and_scopes():
@@ -159,7 +159,7 @@ def test_simulator_rejects_misaligned_and_out_of_bounds_copies():
                                              r"destination S\[1\]"):
         _run(KERNEL.replace("async_copy(S[(t * 4)]", "async_copy(S[((t * 4) + 1)]"))
     with pytest.raises(SimMemoryError, match=r"cp.async source A\[.*outside \[0, 128\)"):
-        _run(KERNEL.replace("A[(((b * 64) + (t * 4)) + 16)], 16, (t < 2)",
+        _run(KERNEL.replace("A[(((b * 64) + (t * 4)) + 16)], 16, select((t < 2), 16, 0)",
                             "A[(((b * 64) + (t * 4)) + 116)], 16"))
 
 
@@ -195,13 +195,26 @@ def test_async_copy_width_follows_the_vector_loop(vec, width):
     np.testing.assert_allclose(c, ref, rtol=1e-5)
 
 
-def test_async_copy_with_tails_predicates_each_element():
-    M, N, K = 60, 56, 44
-    s, args = matmul_schedule(M, N, K)
+@pytest.mark.parametrize("dtype,vec,bk,K", [("float32", 4, 8, 44), ("float16", 8, 16, 40)])
+def test_async_copy_tails_read_part_and_zero_fill_the_rest(dtype, vec, bk, K):
+    M, N = 60, 56  # rows of N and K elements stay 16-byte aligned
+    s, args = matmul_schedule(M, N, K, BK=bk, vec=vec, dtype=dtype)
+    text = flat(ptxforge.lower(s, args))
+    copies = [ln for ln in text.splitlines() if ln.startswith("async_copy(")]
+    # whole 16-byte copies whose src-size counts the elements inside the matrix
+    assert len(copies) == 2 and all(", 16, (max(min(" in ln for ln in copies)
     mod = ptxforge.lower(s, args)
-    assert "async_copy(" in str(mod)
-    c, ref = run_matmul(mod, M, N, K)
+    c, ref = run_matmul(mod, M, N, K, dtype)
     np.testing.assert_allclose(c, ref, rtol=1e-5)
+
+
+def test_partial_src_size_in_the_simulator():
+    text = KERNEL.replace("A[((b * 64) + (t * 4))], 16)", "A[((b * 64) + (t * 4))], 16, 8)")
+    a, b = _run(text)
+    assert list(b[:4]) == [1, 0, 0, 4]  # S[1..4]: element 1 read, 2 and 3 zero, 4 read
+    with pytest.raises(SimMemoryError, match="reads 6 bytes; the src-size must be whole "
+                                             "float32 elements from 0 to 16"):
+        _run(KERNEL.replace("A[((b * 64) + (t * 4))], 16)", "A[((b * 64) + (t * 4))], 16, 6)"))
 
 
 def test_async_copy_fp16_copies_16_bytes_or_refuses_2():

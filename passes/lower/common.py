@@ -148,7 +148,7 @@ def fresh_copy(s: Stmt) -> Stmt:
 
         if isinstance(x, AsyncCopy):
             return x.replace(dst_index=fe(x.dst_index), src_index=fe(x.src_index),
-                             valid=None if x.valid is None else fe(x.valid))
+                             src_bytes=None if x.src_bytes is None else fe(x.src_bytes))
         return x
 
     return go(s)

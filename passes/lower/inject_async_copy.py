@@ -4,8 +4,10 @@ and waited for before their first reader.
 A vectorized (or unrolled) innermost copy loop whose store and load are contiguous in the
 loop var becomes copies of 16 bytes where the extent, the alignment of both addresses and
 the dtype allow, else 8 or 4; any other store is one copy per element (4 or 8 bytes). A
-copied value ``select(c, src[i], 0)`` (padding) zero-fills where ``c`` fails. Alignment
-must be provable from the index expressions; where it is not, the copy is narrower.
+tail guard of the loop (``base + v < limit``) sets each copy's src-size to the bytes in
+bounds (the rest are zero-filled), and a copied value ``select(c, src[i], 0)`` (padding)
+reads nothing where ``c`` fails. Alignment must be provable from the index expressions;
+where it is not, the copy is narrower.
 """
 
 from __future__ import annotations
@@ -15,7 +17,22 @@ from math import gcd
 
 from ...ir import dtype as dt
 from ...ir.arith import affine_terms
-from ...ir.expr import Bin, Expr, FloatImm, IntImm, Load, Select, Var, substitute, uses_var
+from ...ir.expr import (
+    Bin,
+    Cast,
+    Cmp,
+    Expr,
+    FloatImm,
+    IntImm,
+    Load,
+    Select,
+    Var,
+    conjuncts,
+    emax,
+    emin,
+    substitute,
+    uses_var,
+)
 from ...ir.simplify import simplify
 from ...ir.stmt import (
     ASYNC_COPY_BYTES,
@@ -71,6 +88,29 @@ def _copy_source(value: Expr) -> tuple[Load, Expr | None] | None:
     return None
 
 
+def _fill(valid: Expr | None, nbytes: Expr) -> Expr | None:
+    """The src-size of a copy: ``nbytes``, or 0 where the padding condition fails."""
+    if valid is None:
+        return None if isinstance(nbytes, IntImm) else nbytes
+    return Select(valid, nbytes, IntImm(0, "int32"))
+
+
+def _tail_bound(cond: Expr, v: Var) -> tuple[Expr, Expr] | None:
+    """``(base, limit)`` if ``cond`` is ``base + v < limit`` (or ``<=``, or mirrored) with
+    ``base`` and ``limit`` free of ``v``."""
+    if not isinstance(cond, Cmp):
+        return None
+    a, b, op = cond.a, cond.b, cond.op
+    if op in ("gt", "ge"):
+        a, b, op = b, a, {"gt": "lt", "ge": "le"}[op]
+    if op not in ("lt", "le") or uses_var(b, v):
+        return None
+    base = _stride_one(a, v)
+    if base is None:
+        return None
+    return base, (b if op == "lt" else b + IntImm(1, b.dtype))
+
+
 def _stride_one(index: Expr, v: Var) -> Expr | None:
     """``index`` at ``v = 0`` if ``index`` is ``base + v`` with ``base`` free of ``v``."""
     base = simplify(substitute(index, {v: IntImm(0, v.dtype)}))
@@ -110,13 +150,25 @@ class _Injector:
                              "cp.async copies 4, 8 or 16; vectorize the copy's innermost loop "
                              "(contiguous, aligned) so elements are copied in groups")
         return AsyncCopy(store.buffer, store.indices[0], load.buffer, load.indices[0], esize,
-                         valid)
+                         _fill(valid, IntImm(esize, "int32")))
 
     def vector(self, loop: For) -> Stmt | None:
-        """The copies replacing a contiguous copy loop, or None if it is not one."""
-        guards, body = [], loop.body
-        while isinstance(body, If) and body.else_ is None and not uses_var(body.cond, loop.var):
-            guards.append(body.cond)
+        """The copies replacing a contiguous copy loop, or None if it is not one.
+
+        Guards free of the loop var stay around the copies; a guard ``base + v < limit``
+        (a tail) becomes each copy's src-size, so the copy reads the elements in bounds and
+        zero-fills the rest."""
+        v = loop.var
+        guards, bounds, body = [], [], loop.body
+        while isinstance(body, If) and body.else_ is None:
+            for c in conjuncts(body.cond):
+                if not uses_var(c, v):
+                    guards.append(c)
+                    continue
+                bound = _tail_bound(c, v)
+                if bound is None:
+                    return None
+                bounds.append(bound)
             body = body.then
         if not self.is_target(body):
             return None
@@ -124,7 +176,6 @@ class _Injector:
         load, valid = self.source(store)
         if valid is not None and uses_var(valid, loop.var):
             return None
-        v = loop.var
         dbase = _stride_one(store.indices[0], v)
         sbase = _stride_one(load.indices[0], v)
         if dbase is None or sbase is None:
@@ -137,13 +188,22 @@ class _Injector:
             if width % esize or total % width or (align * esize) % width:
                 continue
             n = total // width
-            if n == 1:
-                out: Stmt = AsyncCopy(store.buffer, dbase, load.buffer, sbase, width, valid)
-            else:
-                w = Var(v.name, v.dtype)
-                off = w * IntImm(per, v.dtype)
-                out = For(w, n, AsyncCopy(store.buffer, simplify(dbase + off), load.buffer,
-                                          simplify(sbase + off), width, valid), kind="unroll")
+            w = Var(v.name, v.dtype)
+            off = w * IntImm(per, v.dtype) if n > 1 else IntImm(0, v.dtype)
+            count = None
+            for base, limit in bounds:
+                left = emax(emin(limit - (base + off), IntImm(per, v.dtype)), IntImm(0, v.dtype))
+                count = left if count is None else emin(count, left)
+            nbytes = None
+            if count is not None:
+                nbytes = count * IntImm(esize, v.dtype)
+                if nbytes.dtype != "int32":
+                    nbytes = Cast("int32", nbytes)
+                nbytes = simplify(nbytes)
+            copy = AsyncCopy(store.buffer, simplify(dbase + off), load.buffer,
+                             simplify(sbase + off), width,
+                             _fill(valid, IntImm(width, "int32") if nbytes is None else nbytes))
+            out: Stmt = copy if n == 1 else For(w, n, copy, kind="unroll")
             for g in reversed(guards):
                 out = If(g, out)
             return out
