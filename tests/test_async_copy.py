@@ -115,7 +115,8 @@ def test_async_ops_print_parse_and_verify():
     roundtrip_check(mod)
     text = str(mod)
     assert "async_copy(S[(t * 4)], A[((b * 64) + (t * 4))], 16)" in text
-    assert "16, select((t < 2), 16, 0))" in text and "async_commit" in text and "async_wait(0)" in text
+    assert "16, select((t < 2), 16, 0))" in text
+    assert "async_commit" in text and "async_wait(0)" in text
 
 
 def test_async_copy_rejects_bad_sizes_and_scopes():
