@@ -1,22 +1,61 @@
-"""A schedule (pass pipeline text) as a ptxforge te schedule, and as Python schedule code in
+"""A schedule (a pass pipeline) as a ptxforge te schedule, and as Python schedule code in
 the style of the tutorial's "Equivalent python schedule".
 
 The printed code expects two names: ``te`` (``ptxforge.te``) and ``tensors`` (the task's
 tensors, inputs then outputs); it defines ``s``, the schedule. Executing it replays the
 same passes in the same order, so ``s.module`` is the IR the pipeline gives.
+
+The printer dispatches on pass classes, and every string it writes into the code (stage,
+loop and thread names, pragma keys, scopes) is written with ``repr``; variable names are
+sanitized identifiers. A record's pipeline is data, so nothing in it can become code.
 """
 
 from __future__ import annotations
 
-import re
+import keyword
 
+from ..passes.base import Pass
 from ..passes.pipeline import Pipeline
+from ..passes.schedule import (
+    AsyncCopy,
+    Bind,
+    CacheRead,
+    CacheWrite,
+    ComputeAt,
+    ComputeInline,
+    Fuse,
+    Pragma,
+    Reorder,
+    RFactor,
+    SoftwarePipeline,
+    Split,
+    Unroll,
+    Vectorize,
+)
+from ..passes.schedule.names import (
+    cache_name,
+    copy_axes,
+    fresh_name,
+    fused_name,
+    python_identifier,
+    resolve_ref,
+    rfactor_name,
+    split_inner,
+    split_outer,
+)
 from ..te import create_schedule
 
+# names the printed code itself uses; a stage or loop never takes one of them
+_RESERVED = {"s", "te", "tensors"}
 
-def schedule_from_pipeline(task, pipeline: str):
-    """A te schedule of ``task`` with the passes of ``pipeline`` applied (and recorded in
-    ``s.pipeline``)."""
+
+def _as_pipeline(pipeline: Pipeline | str) -> Pipeline:
+    return pipeline if isinstance(pipeline, Pipeline) else Pipeline.parse(pipeline)
+
+
+def schedule_from_pipeline(task, pipeline: Pipeline | str):
+    """A te schedule of ``task`` with the passes of ``pipeline`` (a Pipeline, or its text as
+    a record holds it) applied and recorded in ``s.pipeline``."""
     sch = create_schedule([t.op for t in task.ir_dag.outputs])
     want = set(task.analysis.stages) | set(task.analysis.placeholders)
     got = set(sch._names.values())
@@ -24,14 +63,13 @@ def schedule_from_pipeline(task, pipeline: str):
         raise ValueError(
             f"the schedule's stage names {sorted(got)} differ from the task's {sorted(want)}; "
             "give the task's tensors as inputs then outputs, in the workload's order")
-    sch.apply(pipeline)
+    sch.apply(_as_pipeline(pipeline))
     return sch
 
 
 def _var(name: str) -> str:
-    v = name.replace(".outer", "_o").replace(".inner", "_i").replace(".", "_")
-    v = re.sub(r"\W", "_", v)
-    return v if v.isidentifier() else "_" + v
+    v = python_identifier(name)
+    return "_" + v if keyword.iskeyword(v) or v in _RESERVED else v
 
 
 class _Printer:
@@ -45,19 +83,17 @@ class _Printer:
         self.ndims: dict = {}
 
     def split_ref(self, ref: str) -> tuple:
-        parts = ref.split(".")
-        for k in range(len(parts) - 1, 0, -1):
-            stage = ".".join(parts[:k])
-            if stage in self.stages:
-                return stage, ".".join(parts[k:])
-        raise ValueError(f"loop reference {ref!r} names no known stage")
+        got = resolve_ref(ref, self.stages)
+        if got is None:
+            raise ValueError(f"loop reference {ref!r} names no known stage")
+        return got
 
     def loop(self, ref: str) -> str:
         stage, name = self.split_ref(ref)
         key = (stage, name)
         if key not in self.loops:
             v = _var(ref)
-            self.lines.append(f'{v} = te.LoopHandle("{stage}", "{name}")')
+            self.lines.append(f"{v} = te.LoopHandle({stage!r}, {name!r})")
             self.loops[key] = v
         return self.loops[key]
 
@@ -92,91 +128,119 @@ class _Printer:
         inner = [n for n in an.order() if n not in args]
         if inner:
             comma = "," if len(inner) == 1 else ""
-            names = ", ".join(f'"{n}"' for n in inner)
+            names = ", ".join(repr(n) for n in inner)
             lhs = ", ".join(_var(n) for n in inner)
             self.lines.append(f"{lhs}{comma} = (s[n].op.output(0) for n in ({names}{comma}))")
         for n in an.order():
             st = an.stages[n]
             self.axes(n, [a for a, _ in st.spatial], [a for a, _ in st.reduce])
 
-    def emit(self, p) -> None:
-        name, a = p.pass_name(), p.params()
-        L = self.lines
-        if name == "split" and (a["nparts"] is not None or len(a["factors"]) == 1):
-            stage, loop = self.split_ref(a["loop"])
-            h = self.loop(a["loop"])
-            o, i = self.define(stage, loop + ".outer"), self.define(stage, loop + ".inner")
-            arg = f"nparts={a['nparts']}" if a["nparts"] is not None else \
-                f"factor={a['factors'][0]}"
-            L.append(f"{o}, {i} = s[{_var(stage)}].split({h}, {arg})")
-        elif name == "fuse":
-            refs = list(a["loops"])
-            stage, _ = self.split_ref(refs[0])
-            hs = [self.loop(r) for r in refs]
-            names = [self.split_ref(r)[1] for r in refs]
-            if len(refs) > 1:
-                v = self.define(stage, ".".join(names) + ".fused")
-                L.append(f"{v} = s[{_var(stage)}].fuse({', '.join(hs)})")
-        elif name == "reorder":
-            refs = list(a["order"])
-            stage, _ = self.split_ref(refs[0])
-            L.append(f"s[{_var(stage)}].reorder({', '.join(self.loop(r) for r in refs)})")
-        elif name == "bind":
-            stage, _ = self.split_ref(a["loop"])
-            L.append(f'{"s"}[{_var(stage)}].bind({self.loop(a["loop"])}, '
-                     f'te.thread_axis("{a["thread"]}"))')
-        elif name in ("unroll", "vectorize"):
-            stage, _ = self.split_ref(a["loop"])
-            L.append(f"s[{_var(stage)}].{name}({self.loop(a['loop'])})")
-        elif name == "pragma":
-            stage, _ = self.split_ref(a["loop"])
-            L.append(f's[{_var(stage)}].pragma({self.loop(a["loop"])}, "{a["key"]}", '
-                     f'{a["value"]!r})')
-        elif name == "compute_at":
-            target, _ = self.split_ref(a["loop"])
-            L.append(f"s[{_var(a['stage'])}].compute_at(s[{_var(target)}], "
-                     f"{self.loop(a['loop'])})")
-        elif name == "compute_inline":
-            L.append(f"s[{_var(a['stage'])}].compute_inline()")
-        elif name == "cache_read":
-            new = self._fresh(f"{a['buffer']}.{a['scope']}")
-            readers = ", ".join(_var(r) for r in a["readers"])
-            L.append(f'{_var(new)} = s.cache_read({_var(a["buffer"])}, "{a["scope"]}", '
-                     f"[{readers}])")
-            self.stages.add(new)
-            self.ndims[new] = self._ndim(a["buffer"])
-            self.axes(new, [f"ax{k}" for k in range(self.ndims[new])])
-        elif name == "cache_write":
-            stage = a["stage"]
-            new = f"{stage}.{a['scope']}"
-            L.append(f'{_var(new)} = s.cache_write({_var(stage)}, "{a["scope"]}")')
-            self.stages.add(new)
-            # the cache stage takes the stage's axes; the stage becomes a copy with ax0..
-            self.forget(stage)
-            if stage in self.axis_names:
-                self.axes(new, *self.axis_names[stage])
-            self.ndims[new] = self._ndim(stage)
-            self.axes(stage, [f"ax{k}" for k in range(self.ndims[new])])
-        elif name == "rfactor":
-            stage, _ = self.split_ref(a["loop"])
-            new = f"{stage}.rf"
-            L.append(f"{_var(new)} = s.rfactor({_var(stage)}, {self.loop(a['loop'])}, "
-                     f"factor_axis={a['factor_axis']})")
-            self.stages.add(new)
-            self.ndims[new] = self._ndim(stage) + 1
-            # both stages now have loops the printed code names on first use
-            self.forget(stage)
-        else:
+    # -- one method per pass class ---------------------------------------------------------
+    def emit(self, p: Pass) -> None:
+        handler = _HANDLERS.get(type(p))
+        if handler is None or not handler(self, p):
             # a pass without a te-schedule method: apply it by its pass text
-            L.append(f"s.apply({p.text!r})")
+            self.lines.append(f"s.apply({p.text!r})")
 
-    def _fresh(self, name: str) -> str:
-        if name not in self.stages:
-            return name
-        k = 1
-        while f"{name}_{k}" in self.stages:
-            k += 1
-        return f"{name}_{k}"
+    def split(self, p: Split) -> bool:
+        if p.nparts is None and len(p.factors) != 1:
+            return False
+        stage, loop = self.split_ref(p.loop)
+        h = self.loop(p.loop)
+        o, i = self.define(stage, split_outer(loop)), self.define(stage, split_inner(loop))
+        arg = f"nparts={p.nparts!r}" if p.nparts is not None else f"factor={p.factors[0]!r}"
+        self.lines.append(f"{o}, {i} = s[{_var(stage)}].split({h}, {arg})")
+        return True
+
+    def fuse(self, p: Fuse) -> bool:
+        refs = list(p.loops)
+        stage, _ = self.split_ref(refs[0])
+        hs = [self.loop(r) for r in refs]
+        if len(refs) > 1:
+            v = self.define(stage, fused_name([self.split_ref(r)[1] for r in refs]))
+            self.lines.append(f"{v} = s[{_var(stage)}].fuse({', '.join(hs)})")
+        return True
+
+    def reorder(self, p: Reorder) -> bool:
+        stage, _ = self.split_ref(p.order[0])
+        self.lines.append(
+            f"s[{_var(stage)}].reorder({', '.join(self.loop(r) for r in p.order)})")
+        return True
+
+    def bind(self, p: Bind) -> bool:
+        stage, _ = self.split_ref(p.loop)
+        self.lines.append(
+            f"s[{_var(stage)}].bind({self.loop(p.loop)}, te.thread_axis({p.thread!r}))")
+        return True
+
+    def unroll(self, p: Unroll) -> bool:
+        stage, _ = self.split_ref(p.loop)
+        self.lines.append(f"s[{_var(stage)}].unroll({self.loop(p.loop)})")
+        return True
+
+    def vectorize(self, p: Vectorize) -> bool:
+        stage, _ = self.split_ref(p.loop)
+        self.lines.append(f"s[{_var(stage)}].vectorize({self.loop(p.loop)})")
+        return True
+
+    def pragma(self, p: Pragma) -> bool:
+        stage, _ = self.split_ref(p.loop)
+        self.lines.append(
+            f"s[{_var(stage)}].pragma({self.loop(p.loop)}, {p.key!r}, {p.value!r})")
+        return True
+
+    def compute_at(self, p: ComputeAt) -> bool:
+        target, _ = self.split_ref(p.loop)
+        self.lines.append(f"s[{_var(p.stage)}].compute_at(s[{_var(target)}], "
+                          f"{self.loop(p.loop)})")
+        return True
+
+    def compute_inline(self, p: ComputeInline) -> bool:
+        self.lines.append(f"s[{_var(p.stage)}].compute_inline()")
+        return True
+
+    def cache_read(self, p: CacheRead) -> bool:
+        new = fresh_name(cache_name(p.buffer, p.scope), set(self.stages))
+        readers = ", ".join(_var(r) for r in p.readers)
+        self.lines.append(f"{_var(new)} = s.cache_read({_var(p.buffer)}, {p.scope!r}, "
+                          f"[{readers}])")
+        self.stages.add(new)
+        self.ndims[new] = self._ndim(p.buffer)
+        self.axes(new, copy_axes(self.ndims[new]))
+        return True
+
+    def cache_write(self, p: CacheWrite) -> bool:
+        stage = p.stage
+        new = cache_name(stage, p.scope)
+        self.lines.append(f"{_var(new)} = s.cache_write({_var(stage)}, {p.scope!r})")
+        self.stages.add(new)
+        # the cache stage takes the stage's axes; the stage becomes a copy with ax0..
+        self.forget(stage)
+        if stage in self.axis_names:
+            self.axes(new, *self.axis_names[stage])
+        self.ndims[new] = self._ndim(stage)
+        self.axes(stage, copy_axes(self.ndims[new]))
+        return True
+
+    def rfactor(self, p: RFactor) -> bool:
+        stage, _ = self.split_ref(p.loop)
+        new = rfactor_name(stage)
+        self.lines.append(f"{_var(new)} = s.rfactor({_var(stage)}, {self.loop(p.loop)}, "
+                          f"factor_axis={p.factor_axis!r})")
+        self.stages.add(new)
+        self.ndims[new] = self._ndim(stage) + 1
+        # both stages now have loops the printed code names on first use
+        self.forget(stage)
+        return True
+
+    def async_copy(self, p: AsyncCopy) -> bool:
+        self.lines.append(f"s[{_var(p.stage)}].async_copy()")
+        return True
+
+    def software_pipeline(self, p: SoftwarePipeline) -> bool:
+        stage, _ = self.split_ref(p.loop)
+        self.lines.append(f"s[{_var(stage)}].pipeline({self.loop(p.loop)}, {p.stages!r})")
+        return True
 
     def _ndim(self, name: str) -> int:
         an = self.task.analysis
@@ -187,10 +251,19 @@ class _Printer:
         return len(an.placeholders[name].shape)
 
 
-def python_schedule_code(task, pipeline: str) -> str:
-    """``pipeline`` as Python te schedule code (see the module docstring)."""
+_HANDLERS = {Split: _Printer.split, Fuse: _Printer.fuse, Reorder: _Printer.reorder,
+             Bind: _Printer.bind, Unroll: _Printer.unroll, Vectorize: _Printer.vectorize,
+             Pragma: _Printer.pragma, ComputeAt: _Printer.compute_at,
+             ComputeInline: _Printer.compute_inline, CacheRead: _Printer.cache_read,
+             CacheWrite: _Printer.cache_write, RFactor: _Printer.rfactor,
+             AsyncCopy: _Printer.async_copy, SoftwarePipeline: _Printer.software_pipeline}
+
+
+def python_schedule_code(task, pipeline: Pipeline | str) -> str:
+    """``pipeline`` (a Pipeline, or its text as a record holds it) as Python te schedule
+    code (see the module docstring)."""
     pr = _Printer(task)
     pr.prelude()
-    for p in Pipeline.parse(pipeline):
+    for p in _as_pipeline(pipeline):
         pr.emit(p)
     return "\n".join(pr.lines) + "\n"

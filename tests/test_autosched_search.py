@@ -236,7 +236,7 @@ def test_print_best_schedule_replays_to_the_same_ir(tmp_path):
     code = task.print_best(log, print_mode="schedule")
     assert "s[compute_1].split(compute_1_ff, factor=1)" in code
     assert re.search(r's\[compute\]\.bind\(compute_i0\w*_o_o_i_i1\w*_fused, '
-                     r'te\.thread_axis\("vthread"\)\)', code)
+                     r"te\.thread_axis\('vthread'\)\)", code)
     ns = {"te": te, "tensors": task.tensors}
     exec(code, ns)
     want = str(Pipeline.parse(text)(to_ir(task.ir_dag)))
@@ -245,6 +245,30 @@ def test_print_best_schedule_replays_to_the_same_ir(tmp_path):
     assert str(sch.module) == want
     with pytest.raises(ValueError, match="print_mode"):
         task.print_best(log, print_mode="opencl")
+
+
+def test_printed_schedules_write_record_strings_as_data_not_code(tmp_path):
+    """A record is data: names and strings from its pipeline reach the printed Python only
+    through repr, so a crafted record cannot run code when the printout is executed."""
+    import ast
+
+    task = seed_task()
+    evil = 'x"), __import__("builtins").setattr(__import__("builtins"), "pwned", 1), ("'
+    quoted = evil.replace('"', '\\"')
+    text = (f'pragma("compute.i1{quoted}", "auto_unroll_max_step", 4), '
+            f'bind(compute.i0, "{quoted}")')
+    log = str(tmp_path / "evil.json")
+    inp = measure.MeasureInput(task.task_spec, text, None)
+    measure.save_records(log, [inp], [measure.MeasureResult((1e-4,), 0, "", 1.0, 0.0)])
+    code = task.print_best(log, print_mode="schedule")
+    calls = {n.func.id for n in ast.walk(ast.parse(code))
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert "__import__" not in calls and "setattr" not in calls
+    import builtins
+
+    with pytest.raises(Exception):  # noqa: B017  (the schedule itself is wrong: any error)
+        exec(code, {"te": te, "tensors": task.tensors})
+    assert not hasattr(builtins, "pwned")
 
 
 def test_state_payloads_round_trip_and_foreign_payloads_are_ignored():

@@ -1,9 +1,9 @@
 """The schedule API users know from TVM's te, recording passes as it goes.
 
 ``s = te.create_schedule(out.op)`` makes the unscheduled tensor IR; every primitive
-(``s[C].split(...)``, ``s.cache_read(...)``, ...) applies the matching pass at once and
-appends it to ``s.pipeline``, whose text replays to the same IR. Loop handles are the
-``<stage>.<loop>`` names the passes use.
+(``s[C].split(...)``, ``s.cache_read(...)``, ...) builds the matching pass object, applies
+it at once and appends it to ``s.pipeline``, which replays to the same IR. Loop handles
+are the ``<stage>.<loop>`` references the passes use (:mod:`.names`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,25 @@ from __future__ import annotations
 from ...ir.compute_dag import ComputeDAG
 from ...ir.te import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 from ...ir.to_ir import to_ir_with_names
+from ..base import Pass
 from ..pipeline import Pipeline
+from .async_copy import AsyncCopy
+from .bind import Bind
+from .cache_read import CacheRead
+from .cache_write import CacheWrite
 from .common import ScheduleError, block_paths, enclosing_loops
+from .compute_at import ComputeAt
+from .compute_inline import ComputeInline
+from .fuse import Fuse
+from .names import cache_name, copy_axes, loop_ref, resolve_ref, rfactor_name
+from .pragma import Pragma
+from .reorder import Reorder
+from .rfactor import RFactor
+from .software_pipeline import SoftwarePipeline
+from .split import Split
+from .storage_align import StorageAlign
+from .unroll import Unroll
+from .vectorize import Vectorize
 
 
 class LoopHandle:
@@ -36,7 +53,7 @@ class LoopHandle:
 
     @property
     def ref(self) -> str:
-        return f"{self.stage}.{self.name}"
+        return loop_ref(self.stage, self.name)
 
     @property
     def var(self):
@@ -115,26 +132,30 @@ class Stage:
             raise ScheduleError(f"stage {self.block} no longer exists (was it inlined?)")
         return [n.var.name for n in enclosing_loops(paths[self.block])]
 
-    def _apply(self, text: str) -> list:
+    def _apply(self, p: Pass) -> list:
         """Apply a pass; return the loop names it created on this stage's path."""
         self.schedule.flush_touching((self.block,), structural=True)
         before = set(self._loop_names())
-        self.schedule.apply(text, touches=(self.block,), structural=True)
+        self.schedule.apply(p, touches=(self.block,), structural=True)
         return [n for n in self._loop_names() if n not in before]
 
     def _ref(self, h) -> str:
+        """The reference of a loop handle, or of a loop name (or reference) of this stage."""
         if isinstance(h, LoopHandle):
             return h.ref
         if isinstance(h, str):
-            return h if "." in h and h.startswith(self.block) else f"{self.block}.{h}"
+            return h if resolve_ref(h, (self.block,)) is not None else loop_ref(self.block, h)
         raise ScheduleError(f"expected a loop handle of stage {self.block}, got {h!r}")
 
     # -- primitives ----------------------------------------------------------------------
     def split(self, parent, factor: int | None = None, nparts: int | None = None):
         if (factor is None) == (nparts is None):
             raise ScheduleError("split needs exactly one of factor= or nparts=")
-        arg = f"factors=[{int(factor)}]" if factor is not None else f"nparts={int(nparts)}"
-        new = self._apply(f"split({self._ref(parent)}, {arg})")
+        if factor is not None:
+            p = Split(self._ref(parent), factors=(int(factor),))
+        else:
+            p = Split(self._ref(parent), nparts=int(nparts))
+        new = self._apply(p)
         return (LoopHandle(self.block, new[0], self.schedule),
                 LoopHandle(self.block, new[1], self.schedule))
 
@@ -143,50 +164,50 @@ class Stage:
             args = tuple(args[0])
         if len(args) == 1:
             return args[0]
-        new = self._apply(f"fuse([{', '.join(self._ref(a) for a in args)}])")
+        new = self._apply(Fuse(tuple(self._ref(a) for a in args)))
         return LoopHandle(self.block, new[0], self.schedule)
 
     def reorder(self, *args):
         if len(args) == 1 and isinstance(args[0], (list, tuple)):
             args = tuple(args[0])
-        self.schedule.apply(f"reorder([{', '.join(self._ref(a) for a in args)}])",
+        self.schedule.apply(Reorder(tuple(self._ref(a) for a in args)),
                             touches=(self.block,), structural=True)
 
     def bind(self, ivar, thread_ivar):
         tag = thread_ivar.thread_tag if isinstance(thread_ivar, IterVar) else str(thread_ivar)
-        self.schedule.apply(f'bind({self._ref(ivar)}, "{tag}")', touches=(self.block,))
+        self.schedule.apply(Bind(self._ref(ivar), tag), touches=(self.block,))
 
     def unroll(self, ivar):
-        self.schedule.apply(f"unroll({self._ref(ivar)})", touches=(self.block,))
+        self.schedule.apply(Unroll(self._ref(ivar)), touches=(self.block,))
 
     def vectorize(self, ivar):
-        self.schedule.apply(f"vectorize({self._ref(ivar)})", touches=(self.block,))
+        self.schedule.apply(Vectorize(self._ref(ivar)), touches=(self.block,))
 
     def pragma(self, ivar, key: str, value=True):
-        v = "True" if value is True else "False" if value is False else str(int(value))
-        self.schedule.apply(f'pragma({self._ref(ivar)}, "{key}", {v})', touches=(self.block,))
+        v = value if isinstance(value, bool) else int(value)
+        self.schedule.apply(Pragma(self._ref(ivar), key, v), touches=(self.block,))
 
     def compute_at(self, parent: Stage, ivar):
-        text = f"compute_at({self.block}, {parent._ref(ivar)})"
+        p = ComputeAt(self.block, parent._ref(ivar))
         readers = self.schedule.readers_of(self.block)
         if self.block in self.schedule._shared_stages:
-            self.schedule.defer(text, {self.block}, {parent.block})
+            self.schedule.defer(p, {self.block}, {parent.block})
         else:
-            self.schedule.apply(text, touches={self.block, parent.block} | readers)
+            self.schedule.apply(p, touches={self.block, parent.block} | readers)
 
     def compute_inline(self):
         # te schedules are declarative: a stage inlined here may still be cached
         # (cache_read) by a later primitive, so the inline waits until a primitive needs it
-        self.schedule.defer(f"compute_inline({self.block})", {self.block})
+        self.schedule.defer(ComputeInline(self.block), {self.block})
 
     def storage_align(self, axis, factor: int, offset: int):
         dim = self._axis_names.index(axis.name) if isinstance(axis, LoopHandle) else int(axis)
-        self.schedule.apply(f"storage_align({self.block}, {dim}, {int(factor)}, {int(offset)})",
+        self.schedule.apply(StorageAlign(self.block, dim, int(factor), int(offset)),
                             touches=(self.block,))
 
     def async_copy(self):
         """Fill this shared-memory stage with cp.async (see the ``async_copy`` pass)."""
-        self.schedule.apply(f"async_copy({self.block})", touches=(self.block,))
+        self.schedule.apply(AsyncCopy(self.block), touches=(self.block,))
 
     def swizzle(self, bits: int = 3):
         """XOR-swizzle this shared stage's 16-byte chunks (see the ``swizzle`` pass)."""
@@ -195,7 +216,7 @@ class Stage:
     def pipeline(self, loop, stages: int):
         """Software-pipeline ``loop`` with ``stages`` buffers per shared stage loaded in it
         (see the ``software_pipeline`` pass)."""
-        self.schedule.apply(f"software_pipeline({self._ref(loop)}, {int(stages)})",
+        self.schedule.apply(SoftwarePipeline(self._ref(loop), int(stages)),
                             touches=(self.block,))
 
     def tensorize(self, ivar, intrin: str):
@@ -274,25 +295,26 @@ class Schedule:
         self._flush()
         return self._pipeline
 
-    def apply(self, text: str, touches=(), only: str | None = None,
-              structural: bool = False):
-        """Apply one pass given as text and record it. ``touches`` names the stages it
-        involves: pending primitives on those stages are applied first (only those whose
-        pass is ``only``, when given). ``structural`` says it changes the loops of the
-        touched stages, which pending compute_ats into those loops must see first."""
+    def apply(self, passes: Pass | Pipeline | str, touches=(),
+              only: type[Pass] | None = None, structural: bool = False):
+        """Apply passes (a pass, a pipeline, or pipeline text as a user or a record gives
+        it) and record them. ``touches`` names the stages they involve: pending primitives
+        on those stages are applied first (only those that are ``only`` passes, when
+        given). ``structural`` says they change the loops of the touched stages, which
+        pending compute_ats into those loops must see first."""
         self.flush_touching(touches, only, structural)
-        self._apply_now(text)
+        self._apply_now(passes)
         return self
 
-    def flush_touching(self, touches, only: str | None = None,
+    def flush_touching(self, touches, only: type[Pass] | None = None,
                        structural: bool = False) -> None:
         """Apply the pending primitives (in order) up to the last one that involves any of
         the stages ``touches``."""
         touched = set(touches)
         upto = -1
-        for k, (text, stages, targets) in enumerate(self._pending):
+        for k, (p, stages, targets) in enumerate(self._pending):
             hit = stages & touched or (structural and targets & touched)
-            if hit and (only is None or text.startswith(only + "(")):
+            if hit and (only is None or isinstance(p, only)):
                 upto = k
         if upto >= 0:
             todo, self._pending = self._pending[: upto + 1], self._pending[upto + 1:]
@@ -311,17 +333,19 @@ class Schedule:
         return {b for b, p in block_paths(self._module.main.body).items()
                 if reads_of(p[-1], buf)}
 
-    def defer(self, text: str, stages, targets=()) -> None:
+    def defer(self, p: Pass, stages, targets=()) -> None:
         """Queue a primitive on ``stages`` whose loop references point into ``targets``."""
-        self._pending.append((text, set(stages), set(targets)))
+        self._pending.append((p, set(stages), set(targets)))
 
     def _flush(self) -> None:
         todo, self._pending = self._pending, []
-        for t, _, _ in todo:
-            self._apply_now(t)
+        for p, _, _ in todo:
+            self._apply_now(p)
 
-    def _apply_now(self, text: str) -> None:
-        pipe = Pipeline.parse(text)
+    def _apply_now(self, passes: Pass | Pipeline | str) -> None:
+        if isinstance(passes, str):
+            passes = Pipeline.parse(passes)
+        pipe = Pipeline([passes]) if isinstance(passes, Pass) else passes
         for p in pipe:
             self._module = p(self._module)
         self._pipeline = self._pipeline + pipe
@@ -365,27 +389,25 @@ class Schedule:
         # readers read ``buf`` directly (an inline of ``buf`` itself waits: its copy stage
         # computes it)
         touched = self.readers_of(buf) - {buf}
-        self.apply(f'cache_read({buf}, "{scope}", [{", ".join(names)}])', touches=touched,
-                   only="compute_inline")
+        self.apply(CacheRead(buf, scope, tuple(names)), touches=touched, only=ComputeInline)
         new = [b for b in block_paths(self._module.main.body) if b not in before][0]
         if scope == "shared":
             self._shared_stages.add(new)
         shape = tensor.shape
-        st = Stage(self, new, [f"ax{k}" for k in range(len(shape))], [])
+        st = Stage(self, new, copy_axes(len(shape)), [])
         self._by_block[new] = st
         return StageTensor(self, new, shape, tensor.dtype)
 
     def cache_write(self, tensor, scope: str) -> StageTensor:
         stage = self[tensor]
         old_block = stage.block
-        self.apply(f'cache_write({old_block}, "{scope}")', touches=(old_block,))
+        self.apply(CacheWrite(old_block, scope), touches=(old_block,))
+        new_name = cache_name(old_block, scope)
         if scope == "shared":
-            self._shared_stages.add(f"{old_block}.{scope}")
-        new_name = f"{old_block}.{scope}"
+            self._shared_stages.add(new_name)
         cached = Stage(self, new_name, stage._axis_names, stage._reduce_names)
         # the original stage is now the copy stage with plain axes ax0..
-        copy = Stage(self, old_block, [f"ax{k}" for k in range(len(tensor.shape))], [],
-                     stage._tensor)
+        copy = Stage(self, old_block, copy_axes(len(tensor.shape)), [], stage._tensor)
         self._by_block[new_name] = cached
         self._by_block[old_block] = copy
         for k, v in list(self._stages.items()):
@@ -395,14 +417,15 @@ class Schedule:
 
     def rfactor(self, tensor, axis, factor_axis: int = 0) -> StageTensor:
         """Factor the reduction of ``tensor`` over its reduce loop ``axis``: returns the
-        partial-result tensor (``<stage>.rf``); ``s[tensor]`` then reduces over the new
-        reduce axis (``s[tensor].op.reduce_axis``), which may be bound to threads."""
+        partial-result tensor (named by :func:`~.names.rfactor_name`); ``s[tensor]`` then
+        reduces over the new reduce axis (``s[tensor].op.reduce_axis``), which may be bound
+        to threads."""
         stage = self[tensor]
         ref = stage._ref(axis)
-        self.apply(f"rfactor({ref}, factor_axis={int(factor_axis)})", touches=(stage.block,),
+        self.apply(RFactor(ref, factor_axis=int(factor_axis)), touches=(stage.block,),
                    structural=True)
-        loop = ref[len(stage.block) + 1:]
-        rf_name = f"{stage.block}.rf"
+        loop = resolve_ref(ref, (stage.block,))[1]
+        rf_name = rfactor_name(stage.block)
         paths = block_paths(self._module.main.body)
         rf_loops = [n.var.name for n in enclosing_loops(paths[rf_name])]
         s_names = [n for n in stage._axis_names if n in rf_loops]
