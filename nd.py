@@ -2,6 +2,8 @@
 
 A simulator array holds a numpy array on the host; a CUDA array lives in GPU memory (see
 :mod:`ptxforge.backend_ptx`). Built modules accept either kind and run where the arrays are.
+bfloat16 host data is ``ml_dtypes.bfloat16`` (uint16 bit patterns without ``ml_dtypes``);
+:func:`to_bfloat16` and :func:`from_bfloat16` convert.
 """
 
 from __future__ import annotations
@@ -9,6 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from .ir import dtype as dt
+from .ir.dtype import from_bfloat16, to_bfloat16
+
+__all__ = ["SimDevice", "SimArray", "sim", "cuda", "gpu", "array", "empty", "to_bfloat16",
+           "from_bfloat16"]
 
 
 class SimDevice:

@@ -27,7 +27,15 @@ from .cuda_driver import CudaError, Device, NoGPUError, cuda, device_count
 from .dlpack import DLPackError
 from .kernel import STAGES, CompiledKernel, CompileError
 from .module import LoadedKernel, LoadedModule, PtxModule, compile_module
-from .ndarray import NDArray, array, empty, from_dlpack, from_numpy
+from .ndarray import (
+    NDArray,
+    array,
+    empty,
+    from_bfloat16,
+    from_dlpack,
+    from_numpy,
+    to_bfloat16,
+)
 from .timer import ProfileResult, time_evaluator
 
 __all__ = [
@@ -61,6 +69,8 @@ __all__ = [
     "find_ptxas",
     "from_dlpack",
     "from_numpy",
+    "to_bfloat16",
+    "from_bfloat16",
     "nvjitlink_available",
     "nvptx",
     "time_evaluator",

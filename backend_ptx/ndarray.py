@@ -3,6 +3,11 @@
 Arrays are compact row-major. Memory comes from ``cuMemAlloc`` (256-byte aligned) and is
 freed when the array is garbage-collected; arrays imported through DLPack borrow the
 producer's memory and release it through the producer's deleter instead.
+
+bfloat16 arrays copy to and from numpy as ``ml_dtypes.bfloat16`` arrays when ``ml_dtypes``
+is installed, else as uint16 bit patterns (:data:`ptxforge.ir.dtype.BFLOAT16_HOST`);
+:func:`to_bfloat16` / :func:`from_bfloat16` convert float arrays either way, and
+``copyfrom`` rounds float input to nearest even.
 """
 
 from __future__ import annotations
@@ -24,12 +29,22 @@ def _free(device: Device, ptr: int) -> None:
         release_failed(e)
 
 
+to_bfloat16 = dt.to_bfloat16
+from_bfloat16 = dt.from_bfloat16
+
+
 def _host_dtype(dtype: str) -> np.dtype:
-    if dtype == "bfloat16":
-        raise dt.DTypeError(
-            "bfloat16 arrays cannot be copied to or from numpy (numpy has no bfloat16); "
-            "share them with torch through DLPack instead")
     return dt.to_numpy(dtype)
+
+
+def _host_source(src: np.ndarray, dtype: str) -> np.ndarray:
+    """``src`` as a compact host array of ``dtype``'s host type; float data headed for a
+    bfloat16 array is rounded to nearest even (uint16 data is taken as bit patterns)."""
+    if dtype == "bfloat16" and src.dtype != dt.BFLOAT16_HOST:
+        if src.dtype == np.uint16:
+            return np.ascontiguousarray(src)
+        src = dt.to_bfloat16(src)
+    return np.ascontiguousarray(src, dtype=_host_dtype(dtype))
 
 
 class NDArray:
@@ -83,7 +98,7 @@ class NDArray:
         if tuple(src.shape) != self.shape:
             raise ValueError(
                 f"copyfrom: source shape {list(src.shape)} does not match {list(self.shape)}")
-        src = np.ascontiguousarray(src, dtype=_host_dtype(self.dtype))
+        src = _host_source(src, self.dtype)
         if self.nbytes:
             call("cuMemcpyHtoD", self.ptr, src.ctypes.data, self.nbytes)
         return self
@@ -143,7 +158,9 @@ def empty(shape, dtype: str = "float32", device: Device | None = None) -> NDArra
 
 
 def array(data, device: Device | None = None, dtype: str | None = None) -> NDArray:
-    """A GPU copy of ``data`` (a numpy array or anything numpy converts)."""
+    """A GPU copy of ``data`` (a numpy array or anything numpy converts). ``dtype`` defaults
+    to the data's (``ml_dtypes.bfloat16`` arrays give bfloat16); ``dtype="bfloat16"``
+    with float data rounds it, with uint16 data takes it as bit patterns."""
     src = np.asarray(data)
     dtype = dtype or dt.from_numpy(src.dtype)
     out = empty(src.shape, dtype, device)

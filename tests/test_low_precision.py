@@ -365,3 +365,14 @@ def test_vectorized_half_loop_on_the_simulator(d):
     a64, b64 = as_f64(A, d), as_f64(B, d)
     want = dt.round_to(dt.round_to(a64 * b64, d).astype(np.float64) + a64, d)
     assert np.array_equal(got, np.asarray(want, np.float64))
+
+
+def test_simulator_arrays_of_bfloat16():
+    a = ptxforge.nd.array(ptxforge.nd.to_bfloat16(np.array([1.0, 2.3, -0.1])))
+    assert a.dtype == "bfloat16" and a.numpy().dtype == dt.BFLOAT16_HOST
+    e = ptxforge.nd.empty((3,), "bfloat16")
+    assert np.isnan(ptxforge.nd.from_bfloat16(e.numpy())).all()  # poisoned like float32
+    e.copyfrom(np.array([1.0, 2.3, -0.1]))  # rounds to nearest even
+    assert np.array_equal(e.numpy().view(np.uint16), a.numpy().view(np.uint16))
+    assert np.array_equal(ptxforge.nd.from_bfloat16(e.numpy()),
+                          dt.round_to(np.array([1.0, 2.3, -0.1]), "bfloat16"))
