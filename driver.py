@@ -12,6 +12,7 @@ from .ir.stmt import Module, PrimFunc
 from .ir.te import Tensor
 from .ir.to_ir import to_ir
 from .nd import SimArray, SimDevice
+from .target import Target, as_target
 
 
 def _order_params(module: Module, args) -> Module:
@@ -94,19 +95,20 @@ class BuiltModule:
 
     entry_name = "main"
 
-    def __init__(self, device_module: Module, target: str):
+    def __init__(self, device_module: Module, target: Target | str = "cuda"):
         self.device_module = device_module
-        self.target = target
+        self.target = as_target(target)
         self._ptx = None
         self._loaded: dict = {}
-        if target == "cuda":
+        if not self.target.is_sim:
             self._compile()
 
     def _compile(self):
         if self._ptx is None:
             from .backend_ptx import compile_module
 
-            self._ptx = compile_module(self.device_module)
+            # the simulator models an sm_90 GPU: its PTX is that GPU's
+            self._ptx = compile_module(self.device_module, self.target)
         return self._ptx
 
     @property
@@ -183,9 +185,12 @@ def _sim_timer(mod: BuiltModule, number: int, repeat: int):
     return run
 
 
-def build(sch_or_dag, args=None, target: str = "cuda", ctx=None) -> BuiltModule:
-    """Lower and compile. ``target="cuda"`` also generates PTX (no GPU needed for that);
-    ``target="sim"`` only lowers. Both run on the simulator when given simulator arrays."""
-    if target not in ("cuda", "sim"):
-        raise ValueError(f"unknown target {target!r}; use 'cuda' or 'sim'")
-    return BuiltModule(lower(sch_or_dag, args, ctx), target)
+def build(sch_or_dag, args=None, target: Target | str = "cuda", ctx=None) -> BuiltModule:
+    """Lower and compile for ``target``: a string (``"cuda"``, ``"cuda -arch=sm_80"``,
+    ``"sim"``) or a :class:`~ptxforge.target.Target`. A cuda target also generates PTX for
+    its architecture (no GPU needed for that); ``"sim"`` only lowers. Lowering runs with
+    the target current, so what checks limits checks the target's. Both run on the
+    simulator when given simulator arrays."""
+    target = as_target(target)
+    with target:
+        return BuiltModule(lower(sch_or_dag, args, ctx), target)

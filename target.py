@@ -353,6 +353,13 @@ class Target:
     def is_sim(self) -> bool:
         return self.kind.name == "sim"
 
+    @property
+    def record_spec(self) -> str:
+        """The target string records store: ``"cuda"`` plus the options, for the simulator
+        too (a simulated candidate is one of the GPU it models), so logs written for
+        ``"cuda"`` match ``Target("cuda")`` and ``Target("sim")`` alike."""
+        return _unparse("cuda", dict(self.options))
+
     def __reduce__(self):
         return (Target, (self.spec,))
 

@@ -13,11 +13,13 @@ built.
 
 from __future__ import annotations
 
+from ..target import Target
 from .hardware import HardwareParams
 from .search_task import SearchTask
 
 
-def extract_tasks(net, params: dict | None = None, target="cuda", layout: str | None = None,
+def extract_tasks(net, params: dict | None = None, target: Target | str = "cuda",
+                  layout: str | None = None,
                   winograd: bool = False, hardware_params: HardwareParams | None = None,
                   include_simple_tasks: bool = True) -> tuple[list[SearchTask], list[int]]:
     """The search tasks of a network and their weights.
@@ -25,11 +27,14 @@ def extract_tasks(net, params: dict | None = None, target="cuda", layout: str | 
     Args:
         net: the network (a :class:`ptxforge.graph.Graph`).
         params: its weights by parameter name.
-        target: ``"cuda"`` (or ``"sim"``; records are written for ``cuda`` either way).
+        target: a string (``"cuda"``, ``"cuda -arch=sm_80"``, ``"sim"``) or a
+            :class:`~ptxforge.target.Target`; records are written for ``cuda`` for the
+            simulator too.
         layout: ``"NHWC"`` converts NCHW convolutions first; give :func:`ptxforge.graph.build`
             the same value.
         winograd: Winograd convolutions; give :func:`ptxforge.graph.build` the same value.
-        hardware_params: the GPU the search models (default: an H100-class GPU).
+        hardware_params: the GPU the search models (default: the target's figures,
+            :meth:`HardwareParams.from_target`).
         include_simple_tasks: also make tasks of functions without any reduction (purely
             element-wise or injective, such as a lone ``multiply + add + relu``). TVM leaves
             them out by default; here they are kept, because at batch 1 their memory

@@ -7,13 +7,17 @@ import functools
 import numpy as np
 
 from ..ir.compute_dag import ComputeDAG
+from ..target import Target, as_target
 from .dag_analysis import DAGAnalysis
 from .hardware import HardwareParams
 from .workload_registry import WORKLOADS, make_workload_key, register_workload, workload_tensors
 
 
 class SearchTask:
-    """A computation to tune for a target.
+    """A computation to tune for a target (a string such as ``"cuda"``,
+    ``"cuda -arch=sm_80"`` or ``"sim"``, or a :class:`~ptxforge.target.Target`; ``target``
+    is then the Target). Records name the target by :attr:`Target.record_spec`: ``"cuda"``
+    for ``"cuda"`` and ``"sim"`` alike, so logs written for ``"cuda"`` keep loading.
 
     Give ``func`` (a workload function, registered or not, or a registered name) and
     ``args``, as the tutorial does; or a ``compute_dag`` (with an optional
@@ -26,14 +30,10 @@ class SearchTask:
     """
 
     def __init__(self, func=None, args=None, compute_dag: ComputeDAG | None = None,
-                 workload_key: str | None = None, target="cuda",
+                 workload_key: str | None = None, target: Target | str = "cuda",
                  hardware_params: HardwareParams | None = None, desc: str = ""):
-        target = getattr(target, "kind", target)
-        target = str(getattr(target, "name", target))
-        if target not in ("cuda", "sim"):
-            raise ValueError(f"unknown target {target!r}; the auto-scheduler tunes for 'cuda'")
-        self.target = target
-        self.hardware_params = hardware_params or HardwareParams.from_target(target)
+        self.target = as_target(target)
+        self.hardware_params = hardware_params or HardwareParams.from_target(self.target)
         if func is not None:
             if isinstance(func, str):
                 if func not in WORKLOADS:
@@ -65,7 +65,7 @@ class SearchTask:
         self.ir_dag = ComputeDAG(self.tensors)
 
     def __repr__(self):
-        return f"SearchTask({self.workload_key}, target={self.target!r})"
+        return f"SearchTask({self.workload_key}, target={str(self.target)!r})"
 
     # -- derived, computed on first use ------------------------------------------------------
     @functools.cached_property
@@ -97,8 +97,7 @@ class SearchTask:
         from ..measure import TaskSpec
 
         return TaskSpec.from_tensors(self.tensors, self.workload_key,
-                                     "cuda" if self.target == "sim" else self.target,
-                                     name=self.desc)
+                                     self.target.record_spec, name=self.desc)
 
     def features(self, pop: np.ndarray) -> tuple:
         """``(features, valid, estimate)`` of a population (see
@@ -154,5 +153,8 @@ class SearchTask:
         from ..driver import build
 
         sch, args = self.apply_best(log_file)
-        target = "cuda" if modes[print_mode] != "ir" else "sim"
+        # PTX for the GPU the task targets; device IR needs only lowering, as for "sim"
+        target = self.target.record_spec
+        if modes[print_mode] == "ir":
+            target = target.replace("cuda", "sim", 1)
         return build(sch, args, target=target).get_source(modes[print_mode])

@@ -175,7 +175,7 @@ class LogEstimatedLatency(TaskSchedulerCallback):
 
 def _record_target(task) -> str:
     # the search task's measure spec says "cuda" for the simulator too
-    return "cuda" if task.target == "sim" else task.target
+    return task.target.record_spec
 
 
 def make_search_policies(search_policy, search_policy_params, tasks, num_measures_per_round,

@@ -16,6 +16,7 @@ import threading
 import warnings
 from collections.abc import Iterable
 
+from ..target import TargetError, as_target
 from .space import ConfigEntity, ConfigSpace, FallbackConfigEntity
 
 DEFAULT_TARGET = "cuda"
@@ -43,9 +44,14 @@ def _jsonable(x):
 
 
 def _target_name(target) -> str:
+    """The key configs are recorded and looked up under: the target's kind, ``"cuda"`` for
+    every architecture and for the simulator (templates query ``"cuda"``)."""
     if target is None:
         return DEFAULT_TARGET
-    return str(getattr(target, "kind", target))
+    try:
+        return as_target(target).record_spec.split()[0]
+    except TargetError:
+        return str(getattr(target, "kind", target))
 
 
 class DispatchContext(abc.ABC):

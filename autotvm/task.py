@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..measure.result import MeasureInput as RawInput
 from ..measure.result import TaskSpec
+from ..target import Target, as_target
 from .dispatch import DEFAULT_TARGET, ApplyConfig, DispatchContext, workload_key
 from .space import ConfigEntity, ConfigSpace, InstantiationError
 
@@ -168,19 +169,23 @@ class Task:
                 f"workload={self.workload})")
 
 
-def create(task_name: str, args, target: str = DEFAULT_TARGET, target_host=None) -> Task:
-    """Make the task of template ``task_name`` with ``args``: learn its config space (by
-    running it once) and its unscheduled IR and flop count."""
+def create(task_name: str, args, target: Target | str = DEFAULT_TARGET,
+           target_host=None) -> Task:
+    """Make the task of template ``task_name`` with ``args`` for ``target`` (a string such
+    as ``"cuda"`` or ``"cuda -arch=sm_80"``, or a :class:`~ptxforge.target.Target`): learn
+    its config space (by running it once, with the target current, so the template sees
+    its limits) and its unscheduled IR and flop count. ``task.target`` is the target's
+    record string (``"cuda"`` for ``"sim"`` too: measure without a GPU with
+    ``runner=autotvm.SimRunner()``)."""
     if task_name not in TEMPLATES:
         known = ", ".join(sorted(TEMPLATES)) or "none"
         raise KeyError(f"no template named {task_name!r} (registered: {known})")
-    target = str(getattr(target, "kind", target)).split()[0] if target else "cuda"
-    if target != "cuda":
-        raise ValueError(f"unknown target {target!r}; AutoTVM tasks target 'cuda' (measure "
-                         "without a GPU with runner=autotvm.SimRunner())")
+    t = as_target(target or DEFAULT_TARGET)
+    target = t.record_spec
     task = Task(task_name, args, target)
     space = ConfigSpace()
-    s, _ = task.instantiate(space)
+    with t:
+        s, _ = task.instantiate(space)
     space._collect = False
     task.config_space = space
     dag_tensors = s.dag.tensors

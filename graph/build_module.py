@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..ir.stmt import Module
 from ..ir.te import ComputeOp
+from ..target import Target, TargetError, as_target
 from .fused import FusedFunction, distinct_functions
 from .ir import Constant, Graph, GraphError, bind_params
 from .memory_plan import MemoryPlan, plan_memory
@@ -99,7 +100,8 @@ class GraphLibrary:
 
     Attributes:
         graph: the fused main graph.
-        target: ``"cuda"`` (PTX compiled, runs on a GPU or the simulator) or ``"sim"``.
+        target: the :class:`~ptxforge.target.Target` it was built for (a cuda target: PTX
+            compiled, runs on a GPU or the simulator; ``sim``: lowered only).
         functions: the compiled distinct functions, by workload key.
         call_keys: the workload key each step runs (None for reshape-only steps).
         plan: the memory plan.
@@ -107,7 +109,7 @@ class GraphLibrary:
     """
 
     graph: Graph
-    target: str
+    target: Target
     functions: dict[str, CompiledFunction]
     call_keys: list[str | None]
     plan: MemoryPlan
@@ -157,9 +159,17 @@ def _constant_names(graph: Graph) -> Callable[[Constant], str]:
     return name_of
 
 
-def compile_function(func: FusedFunction, target: str, schedule_fn: ScheduleFn | None
+def compile_function(func: FusedFunction, target: Target | str, schedule_fn: ScheduleFn | None
                      ) -> CompiledFunction:
-    """Schedule (``schedule_fn`` or the default), lower and, for ``cuda``, compile."""
+    """Schedule (``schedule_fn`` or the default), lower and, for a cuda target, compile;
+    all with ``target`` current, so the default schedules and the limits are its."""
+    target = as_target(target)
+    with target:
+        return _compile_function(func, target, schedule_fn)
+
+
+def _compile_function(func: FusedFunction, target: Target, schedule_fn: ScheduleFn | None
+                      ) -> CompiledFunction:
     from ..driver import lower
 
     t0 = time.perf_counter()
@@ -180,24 +190,26 @@ def compile_function(func: FusedFunction, target: str, schedule_fn: ScheduleFn |
                              f"{e}") from e
         raise GraphError(f"{func.name}: the default schedule does not lower: {e}") from e
     ptx = None
-    if target == "cuda":
+    if not target.is_sim:
         from ..backend_ptx import compile_module
 
-        ptx = compile_module(device_module)
+        ptx = compile_module(device_module, target)
     pipeline = getattr(getattr(sch, "pipeline", None), "text", "")
     return CompiledFunction(func, device_module, ptx, tuned, pipeline,
                             time.perf_counter() - t0)
 
 
-def build(net: Graph, target: str = "cuda", params: dict | None = None,
+def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
           schedule_fn: ScheduleFn | None = None, *, layout: str | None = None,
           winograd: bool = False, ctx: GraphPassContext | None = None) -> GraphLibrary:
     """Compile a network.
 
     Args:
         net: the network graph (weights as parameters or constants).
-        target: ``"cuda"`` compiles PTX for the GPU (no GPU needed to build); ``"sim"`` only
-            lowers, for the simulator. Both run on the simulator.
+        target: a string or a :class:`~ptxforge.target.Target`: ``"cuda"`` (or
+            ``"cuda -arch=sm_80"``) compiles PTX for that GPU (no GPU needed to build);
+            ``"sim"`` only lowers, for the simulator. Both run on the simulator. The
+            default schedules and the limits are the target's.
         params: weights by parameter name, bound as constants.
         schedule_fn: ``f(FusedFunction) -> (Schedule, args) | None`` (a tuner's
             history-best dispatch); functions it has no schedule for get the default one,
@@ -207,8 +219,10 @@ def build(net: Graph, target: str = "cuda", params: dict | None = None,
         winograd: compute eligible 3x3 convolutions with Winograd's algorithm.
         ctx: the graph pass context (printing, dumping, timing passes).
     """
-    if target not in ("cuda", "sim"):
-        raise GraphError(f"unknown target {target!r}; use 'cuda' or 'sim'")
+    try:
+        target = as_target(target)
+    except TargetError as e:
+        raise GraphError(str(e)) from None
     if schedule_fn is None:
         # inside ``with autosched.ApplyHistoryBest(log):`` the context supplies it
         from ..autosched.dispatch import current_schedule_fn

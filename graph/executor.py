@@ -88,7 +88,7 @@ class GraphModule:
         if self.is_sim:
             self._storages = [self._sim_storage(s.nbytes) for s in plan.storages]
         else:
-            if lib.target != "cuda":
+            if lib.target.is_sim:
                 raise GraphError("this network was built with target='sim'; build it with "
                                  "target='cuda' to run it on a GPU")
             from ..backend_ptx import empty

@@ -20,7 +20,7 @@ import weakref
 from dataclasses import dataclass
 
 from ..ir.expr import IRError
-from ..target import Target, as_target
+from ..target import Target, TargetError, as_target
 from .artifact import BuildArtifact
 from .measure import Builder
 from .pool import WorkerPool
@@ -42,10 +42,11 @@ class BuildOptions:
     already compiled (candidates often share one, e.g. the epilogue after a split
     reduction) is loaded from it instead of compiled again. ``target_sm``: what the kernels
     are compiled for, an sm name (``"sm_90a"``) or a target string
-    (``"cuda -arch=sm_80"``); its limits are checked.
+    (``"cuda -arch=sm_80"``); None (the default) compiles for each candidate's task
+    target (``"cuda"``: the present GPU, else sm_90). The target's limits are checked.
     """
 
-    target_sm: str = "sm_90"
+    target_sm: str | None = None
     compile_to: str = "cubin"
     verify: bool = False
     ptxas_flags: tuple = ()
@@ -55,11 +56,12 @@ class BuildOptions:
     def __post_init__(self):
         if self.compile_to not in COMPILE_TO:
             raise ValueError(f"compile_to must be one of {COMPILE_TO}, got {self.compile_to!r}")
-        as_target(self.target_sm)  # a target this project cannot compile for fails here
+        if self.target_sm is not None:
+            as_target(self.target_sm)  # a target this project cannot compile for fails here
 
-    @property
-    def target(self) -> Target:
-        return as_target(self.target_sm)
+    def target_for(self, task_target: str) -> Target:
+        """The target a candidate of a task for ``task_target`` is built for."""
+        return as_target(self.target_sm or task_target)
 
 
 _kernel_caches: dict = {}
@@ -81,13 +83,26 @@ def _fail(code: MeasureErrorNo, msg: str, t0: float, stages: dict) -> BuildResul
 
 
 def build_candidate(inp: MeasureInput, options: BuildOptions = BuildOptions()) -> BuildResult:
-    """Build one candidate; every failure comes back as an error code and message."""
-    from ..passes import PassContext, Pipeline
-    from ..passes.lower import lowering_pipeline
+    """Build one candidate for its task's target (or ``options.target_sm``); every failure
+    comes back as an error code and message."""
+    from ..passes import PassContext
 
     t0 = time.perf_counter()
     stages: dict = {}
     ctx = PassContext(verify=options.verify)
+    try:
+        target = options.target_for(inp.task.target)
+    except TargetError as e:
+        return _fail(MeasureErrorNo.COMPILE_DEVICE, str(e), t0, stages)
+    with target:  # lowering checks the target's limits
+        return _build(inp, options, target, ctx, t0, stages)
+
+
+def _build(inp: MeasureInput, options: BuildOptions, target: Target, ctx, t0: float,
+           stages: dict) -> BuildResult:
+    from ..passes import Pipeline
+    from ..passes.lower import lowering_pipeline
+
     try:
         t = time.perf_counter()
         module = inp.task.module()
@@ -119,14 +134,14 @@ def build_candidate(inp: MeasureInput, options: BuildOptions = BuildOptions()) -
     device_ir = str(device)
     kernels: dict = {}
     if options.compile_to != "ir":
-        result = _compile(device, options, kernels, stages)
+        result = _compile(device, options, target, kernels, stages)
         if result is not None:
             code, msg = result
             return _fail(code, msg, t0, stages)
     from ..ir.printer import print_func
 
     host = next(f for f in device.functions.values() if f.attrs.get("kind") == "host")
-    artifact = BuildArtifact(device_ir, kernels, stats, outputs, options.target.arch,
+    artifact = BuildArtifact(device_ir, kernels, stats, outputs, target.arch,
                              dict(stages), print_func(host))
     return BuildResult(artifact, int(MeasureErrorNo.NO_ERROR), "", time.perf_counter() - t0,
                        dict(stages))
@@ -136,7 +151,7 @@ _STAGE_NAMES = {"llvm_ir": "llvm_ir", "parse": "llvm_parse", "llvm_opt": "llvm_o
                 "ptx": "ptx", "cubin": "ptxas"}
 
 
-def _compile(device, options: BuildOptions, kernels: dict, stages: dict):
+def _compile(device, options: BuildOptions, target: Target, kernels: dict, stages: dict):
     """Compile every kernel into ``kernels``; (error code, message) on failure."""
     from ..backend_ptx.assemble import find_ptxas
     from ..backend_ptx.compile import compile_kernel
@@ -150,7 +165,7 @@ def _compile(device, options: BuildOptions, kernels: dict, stages: dict):
     stop = "cubin" if options.compile_to == "cubin" else "ptx"
     for k in device.kernels():
         try:
-            ck = compile_kernel(k, options.target, stop_after=stop,
+            ck = compile_kernel(k, target, stop_after=stop,
                                 assembler="ptxas" if stop == "cubin" else "auto",
                                 ptxas_flags=tuple(options.ptxas_flags),
                                 cache=_cache(options.kernel_cache_dir))
@@ -162,11 +177,11 @@ def _compile(device, options: BuildOptions, kernels: dict, stages: dict):
         if ck.resources is not None:
             threads = ck.launch.threads_per_block
             regs = ck.resources.registers
-            limit = options.target.registers_per_block
+            limit = target.registers_per_block
             if regs * threads > limit:
                 return (MeasureErrorNo.INSTANTIATION_ERROR,
                         f"kernel {k.name} needs {regs} registers x {threads} threads = "
-                        f"{regs * threads} registers per block; {options.target.arch} has "
+                        f"{regs * threads} registers per block; {target.arch} has "
                         f"{limit}, so the launch would fail")
         if not options.keep_sources:
             keep = {} if ck.cubin is not None else {"ptx": ck.sources["ptx"]}
@@ -268,7 +283,7 @@ class LocalBuilder(Builder):
     """
 
     def __init__(self, timeout: float = 10, n_parallel: int | None = None,
-                 target_sm: str = "sm_90", compile_to: str = "cubin", verify: bool = False,
+                 target_sm: str | None = None, compile_to: str = "cubin", verify: bool = False,
                  ptxas_flags: tuple = (), share_kernels: bool = True):
         self.timeout = timeout
         self.n_parallel = default_parallelism() if n_parallel is None else int(n_parallel)
@@ -357,7 +372,7 @@ class LocalBuilder(Builder):
         if self.options.compile_to != "ir":
             from ..backend_ptx.compile import target_machine
 
-            target_machine(self.options.target_sm)
+            target_machine(as_target(self.options.target_sm))
 
     # -- accounting --------------------------------------------------------------------------
 

@@ -286,7 +286,7 @@ class DaskBuilder(Builder):
     ``max_wait``, ``no_worker_timeout``: see :class:`FutureQueue`.
     """
 
-    def __init__(self, client_or_address, timeout: float = 10, target_sm: str = "sm_90",
+    def __init__(self, client_or_address, timeout: float = 10, target_sm: str | None = None,
                  compile_to: str = "cubin", verify: bool = False, ptxas_flags: tuple = (),
                  n_parallel: int | None = None, max_wait: float | None = None,
                  no_worker_timeout: float = 60.0):
