@@ -376,3 +376,19 @@ def test_simulator_arrays_of_bfloat16():
     assert np.array_equal(e.numpy().view(np.uint16), a.numpy().view(np.uint16))
     assert np.array_equal(ptxforge.nd.from_bfloat16(e.numpy()),
                           dt.round_to(np.array([1.0, 2.3, -0.1]), "bfloat16"))
+
+
+@pytest.mark.parametrize("d", HALF)
+def test_measure_checks_16bit_outputs(d):
+    from ptxforge.ir.stmt import Buffer
+    from ptxforge.measure.check import compare, poisoned, random_array
+
+    b = Buffer("x", d, (64,))
+    x = random_array(b, np.random.default_rng(0))
+    assert x.dtype == dt.to_numpy(d) and np.isnan(ref.widen(poisoned(b), d)).all()
+    # one unit in the last place passes (another summation order), a poisoned output not
+    ulp = 2.0 ** (-10 if d == "float16" else -7)
+    nudged = host(ref.widen(x, d) * (1 + ulp), d)
+    assert compare([nudged], [x], ["x"]) == ""
+    assert "differ" in compare([poisoned(b)], [x], ["x"])
+    assert "differ" in compare([host(ref.widen(x, d) * 1.1, d)], [x], ["x"])
