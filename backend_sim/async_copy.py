@@ -19,6 +19,7 @@ import numpy as np
 
 from ..ir.stmt import AsyncCommit, AsyncCopy, AsyncWait, Stmt
 from .errors import SimMemoryError, SimRaceError
+from .runtime import _differs
 
 
 class AsyncCopies:
@@ -106,8 +107,14 @@ class AsyncCopies:
             k, v, lanes = keys[done], values[done], lane_of[done]
             np.subtract.at(self.inflight[id(dst)][1], k, 1)
             if race is not None:
-                self._land(race, k, lanes)
+                self._land(race, dst, k, v, lanes)
             dst[k] = v
+            if race is not None and k.size > 1:
+                lost = _differs(dst.take(k), v)
+                if lost.any():  # two threads' copies land different values on one element
+                    j = int(np.argmax(lost))
+                    other = lanes[np.flatnonzero(k == k[j])[-1]]
+                    self._waw(race, k[j], lanes[j], other)
             if not done.all():
                 rest = ~done
                 keep.append((dst, race, keys[rest], values[rest], lane_of[rest], group[rest]))
@@ -127,7 +134,7 @@ class AsyncCopies:
             lane = 0 if mask is None else int(np.argmax(mask))
             k = int(key)
         else:
-            hit = count.take(key) > 0
+            hit = count.take(key, mode="clip") > 0  # inactive lanes may hold any key
             if mask is not None:
                 hit &= mask
             if not hit.any():
@@ -146,6 +153,14 @@ class AsyncCopies:
         if entry is None:
             entry = self.inflight[id(dst)] = (name, np.zeros(dst.size, np.int32), size)
         return entry[1]
+
+    def _waw(self, race, key, lane, other_lane, other: str = "") -> None:
+        c = self.chunk
+        other = other or c.where(other_lane)
+        raise SimRaceError(
+            f"conflicting writes: kernel {c.kernel}, a cp.async of {c.where(lane)} lands a "
+            f"different value on {race.name}[{int(key) % race.size}] than {other} wrote "
+            "in the same barrier interval")
 
     def _check_unread(self, race, keys, lanes, what: str) -> None:
         """Fail if another thread read one of ``keys`` in the current barrier interval."""
@@ -166,10 +181,20 @@ class AsyncCopies:
                 f"to {race.name}[{int(keys[j]) % race.size}], which "
                 f"{c.thread_of(int(rs[j]) - int(b))} read in the same barrier interval")
 
-    def _land(self, race, keys, lanes) -> None:
+    def _land(self, race, dst, keys, values, lanes) -> None:
         """Record the landing writes in the race tracker, as stores of the issuing lanes."""
         self._check_unread(race, keys, lanes, "lands")
-        stamp, _ = _stamps(race.sync, lanes)
+        stamp, base = _stamps(race.sync, lanes)
+        if race.wrote == race.sync.nbar:
+            ws = race.wstamp.take(keys)
+            bad = (ws >= base) & (ws != stamp)
+            if bad.any():
+                bad &= _differs(dst.take(keys), values)
+                if bad.any():
+                    j = int(np.argmax(bad))
+                    b = base if np.ndim(base) == 0 else base[j]
+                    tid = int(ws[j]) - int(b)
+                    self._waw(race, keys[j], lanes[j], None, self.chunk.thread_of(tid))
         race.wstamp[keys] = stamp
         race.wrote = race.sync.nbar
 

@@ -135,9 +135,13 @@ def _tile(s, stage, rng, spatial, reduce_, use_vthread):
     return t, r_outer, levels
 
 
-def random_schedule(tensors, rng):
+def random_schedule(tensors, rng, pipelines: bool = False):
     """A random valid-looking schedule of the computation of ``tensors[-1]``; the result
-    may still be rejected by lowering (over a GPU limit), which callers count as invalid."""
+    may still be rejected by lowering (over a GPU limit), which callers count as invalid.
+
+    ``pipelines`` also draws cp.async copies for the shared caches (some vectorized) and
+    software pipelining of the loop they are loaded in (draws from ``rng`` only then, so
+    the schedules drawn without it stay the same)."""
     out = tensors[-1]
     s = te.create_schedule(out.op)
     comp = [op for op in s.dag.ops if isinstance(op, ComputeOp)]
@@ -153,7 +157,7 @@ def random_schedule(tensors, rng):
             continue
         st = s[op]
         if op.reduce_axis:
-            _schedule_reduction(s, op, rng, handled, out)
+            _schedule_reduction(s, op, rng, handled, out, pipelines)
         else:
             _bind_injective(s, st, rng)
         handled.add(id(op))
@@ -174,8 +178,8 @@ def _cross_thread(s, op, rng):
     s[rf].compute_at(st, tx)
 
 
-def _schedule_reduction(s, op, rng, handled, out):
-    if rng.random() < 0.2:
+def _schedule_reduction(s, op, rng, handled, out, pipelines=False):
+    if not pipelines and rng.random() < 0.2:
         _cross_thread(s, op, rng)
         return
     use_cw = rng.random() < 0.5
@@ -202,16 +206,27 @@ def _schedule_reduction(s, op, rng, handled, out):
         reader, attach = stage, (r_outer[-1] if r_outer else None)
         nthreads = None
     # shared-memory caches of the inputs, fetched cooperatively
-    if attach is not None and rng.random() < 0.5:
+    cached_any = False
+    if attach is not None and (pipelines or rng.random() < 0.5):
         for t in op.input_tensors:
-            if rng.random() < 0.6:
+            if pipelines or rng.random() < 0.6:
                 cached = s.cache_read(t, "shared", [reader])
                 cs = s[cached]
                 cs.compute_at(reader, attach)
                 f = cs.fuse(*cs.op.axis)
                 nthreads = _threads_of(s, stage, op)
+                vec = _pick(rng, [1, 2, 4]) if pipelines else 1
+                if vec > 1:
+                    f, v = cs.split(f, factor=vec)
                 o, i = cs.split(f, factor=nthreads)
                 cs.bind(i, te.thread_axis("threadIdx.x"))
+                if vec > 1:
+                    cs.vectorize(v)
+                if pipelines and rng.random() < 0.8:
+                    cs.async_copy()
+                cached_any = True
+    if pipelines and cached_any and rng.random() < 0.8:
+        reader.pipeline(attach, stages=_pick(rng, [2, 3, 4]))
     if rng.random() < 0.3:
         stage.pragma(stage.leaf_iter_vars[0], "auto_unroll_max_step", _pick(rng, [4, 16, 64]))
 

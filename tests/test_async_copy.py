@@ -178,6 +178,14 @@ def test_copy_issued_over_an_unsynchronized_read_is_a_race():
         _run(KERNEL[:start] + body + KERNEL[end:])
 
 
+def test_two_threads_copying_different_values_to_one_element_conflict():
+    text = KERNEL.replace("async_copy(S[(t * 4)], A[((b * 64) + (t * 4))], 16)",
+                          "async_copy(S[0], A[((b * 64) + (t * 4))], 16)")
+    with pytest.raises(SimRaceError, match=r"conflicting writes: .* lands a different value on "
+                                           r"S\[0\]"):
+        _run(text)
+
+
 # ---------------------------------------------------------------------------------------
 # schedule and lowering
 

@@ -1,5 +1,6 @@
 """Property test: random schedules (random pass parameters) of conv2d, dense, pooling,
-softmax and an element-wise chain run on the simulator and match numpy."""
+softmax and an element-wise chain run on the simulator and match numpy; the reductions
+also with cp.async shared caches and software pipelining."""
 
 from __future__ import annotations
 
@@ -16,10 +17,22 @@ from .random_schedules import WORKLOADS, random_schedule
 N_SCHEDULES = int(os.environ.get("PTXFORGE_FUZZ_SCHEDULES", "300"))
 
 
+# schedules with cp.async and software pipelining, per reduction workload
+N_PIPELINED = int(os.environ.get("PTXFORGE_FUZZ_PIPELINED", "10"))
+
+
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
 def test_random_schedules_match_numpy(name):
-    per_workload = -(-N_SCHEDULES // len(WORKLOADS))
-    rng = np.random.default_rng(sorted(WORKLOADS).index(name) + 1234)
+    _check_random_schedules(name, -(-N_SCHEDULES // len(WORKLOADS)), 1234)
+
+
+@pytest.mark.parametrize("name", ["conv2d", "conv2d_relu", "dense"])
+def test_random_pipelined_schedules_match_numpy(name):
+    _check_random_schedules(name, N_PIPELINED, 4321, pipelines=True)
+
+
+def _check_random_schedules(name, per_workload, seed, pipelines=False):
+    rng = np.random.default_rng(sorted(WORKLOADS).index(name) + seed)
     valid = invalid = 0
     attempts = 0
     while valid < per_workload:
@@ -27,7 +40,7 @@ def test_random_schedules_match_numpy(name):
         assert attempts < 4 * per_workload, f"too many invalid schedules ({invalid})"
         tensors, reference = WORKLOADS[name]()
         try:
-            s = random_schedule(tensors, rng)
+            s = random_schedule(tensors, rng, pipelines)
             f = ptxforge.build(s, tensors, target="sim")
         except IRError as e:
             # a schedule over a GPU limit is invalid, not a failure; anything else is a bug

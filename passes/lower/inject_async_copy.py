@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from math import gcd
 
 from ...ir import dtype as dt
-from ...ir.arith import affine_terms
+from ...ir.arith import affine_terms, const_bounds
 from ...ir.expr import (
     Bin,
     Cast,
@@ -152,12 +152,14 @@ class _Injector:
         return AsyncCopy(store.buffer, store.indices[0], load.buffer, load.indices[0], esize,
                          _fill(valid, IntImm(esize, "int32")))
 
-    def vector(self, loop: For) -> Stmt | None:
+    def vector(self, loop: For, ranges: dict) -> Stmt | None:
         """The copies replacing a contiguous copy loop, or None if it is not one.
 
-        Guards free of the loop var stay around the copies; a guard ``base + v < limit``
-        (a tail) becomes each copy's src-size, so the copy reads the elements in bounds and
-        zero-fills the rest."""
+        Guards free of the loop var stay around the copies. A guard ``base + v < limit``
+        (a tail) guards each copy by its first element and becomes its src-size, so the
+        copy reads the elements in bounds and zero-fills the rest; that needs every copy
+        to stay inside the destination buffer (the zero-filled elements are the tile's
+        own, past the edge of the matrix), else the loop is copied element by element."""
         v = loop.var
         guards, bounds, body = [], [], loop.body
         while isinstance(body, If) and body.else_ is None:
@@ -190,8 +192,16 @@ class _Injector:
             n = total // width
             w = Var(v.name, v.dtype)
             off = w * IntImm(per, v.dtype) if n > 1 else IntImm(0, v.dtype)
+            if bounds:
+                inner = dict(ranges)
+                inner[w] = (0, n - 1)
+                hi = const_bounds(simplify(dbase + off), inner)
+                if hi is None or hi[1] + per > store.buffer.size:
+                    return None  # a zero-filled tail would spill past the buffer
             count = None
+            firsts = []
             for base, limit in bounds:
+                firsts.append(simplify(base + off < limit))
                 left = emax(emin(limit - (base + off), IntImm(per, v.dtype)), IntImm(0, v.dtype))
                 count = left if count is None else emin(count, left)
             nbytes = None
@@ -203,31 +213,38 @@ class _Injector:
             copy = AsyncCopy(store.buffer, simplify(dbase + off), load.buffer,
                              simplify(sbase + off), width,
                              _fill(valid, IntImm(width, "int32") if nbytes is None else nbytes))
-            out: Stmt = copy if n == 1 else For(w, n, copy, kind="unroll")
+            body_: Stmt = copy
+            for g in reversed(firsts):
+                body_ = If(g, body_)
+            out: Stmt = body_ if n == 1 else For(w, n, body_, kind="unroll")
             for g in reversed(guards):
                 out = If(g, out)
             return out
         return None
 
     def rewrite(self, s: Stmt) -> Stmt:
-        def f(x: Stmt):
+        def f(x: Stmt, ranges: dict):
             if isinstance(x, For) and x.kind in ("vectorize", "unroll", "serial"):
-                return self.vector(x)
+                return self.vector(x, ranges)
             if self.is_target(x):
                 return self.element(x)
             return None
 
         # bottom-up: an inner store becomes an element copy before its loop is seen, so
         # vector() looks at the original loops first
-        return _top_down(s, f)
+        return _top_down(s, f, {})
 
 
-def _top_down(s: Stmt, f) -> Stmt:
-    """Rebuild ``s``, replacing the first (outermost) statements where ``f`` answers."""
-    r = f(s)
+def _top_down(s: Stmt, f, ranges: dict) -> Stmt:
+    """Rebuild ``s``, replacing the first (outermost) statements where ``f(stmt, ranges)``
+    answers; ``ranges`` bounds the vars of the enclosing loops."""
+    r = f(s, ranges)
     if r is not None:
         return r
-    return map_stmt_children(s, lambda c: _top_down(c, f))
+    if isinstance(s, For):
+        ranges = dict(ranges)
+        ranges[s.var] = (0, max(s.extent - 1, 0))
+    return map_stmt_children(s, lambda c: _top_down(c, f, ranges))
 
 
 def map_stmt_children(s: Stmt, g) -> Stmt:

@@ -7,6 +7,7 @@ cp.async copies into them, reading no such buffer), then statements that read th
 and placed anew. Each buffer loaded in the loop gets ``k`` slots; iteration ``i`` loads
 slot ``(i + k - 1) % k`` and reads slot ``i % k``::
 
+    barrier
     fetch(0) -> slot 0; commit ... fetch(k-2) -> slot k-2; commit
     for i in [0, n):
         async_wait(k - 2)        # iteration i's copies have landed (this thread's)
@@ -16,8 +17,8 @@ slot ``(i + k - 1) % k`` and reads slot ``i % k``::
         compute(i) from slot i % k
     async_wait(0)
 
-The pass runs after ``insert_barriers``, which has already put a barrier before the loop
-where an enclosing loop carries a dependence through the buffers.
+The pass runs after ``insert_barriers``; the barrier before the prologue takes the place
+of the one that opened the loop body, which an enclosing loop's next iteration relied on.
 """
 
 from __future__ import annotations
@@ -199,7 +200,9 @@ class _Pipeliner:
         def commit():
             return [AsyncCommit()] if copies else []
 
-        prologue: list = []
+        # the old loop's first barrier guarded its loads; the prologue now comes before it
+        # (an enclosing loop's last iteration may still be reading the slots)
+        prologue: list = [Barrier()]
         for s in range(k - 1):
             if s < n:
                 prologue.append(fetch_at(IntImm(s, ty), IntImm(s, ty)))
