@@ -94,7 +94,8 @@ def _false() -> IntImm:
 def _fold_bin(op: str, x, y, dtype: str):
     """The value of ``x op y`` for constants, or None where it is not defined."""
     if dt.is_float(dtype):
-        x, y = float(x), float(y)
+        # a literal stands for the nearest value of its dtype, which the GPU computes with
+        x, y = _round_float(x, dtype), _round_float(y, dtype)
         if op == "add":
             return x + y
         if op == "sub":
@@ -198,6 +199,7 @@ def _fold_call(op: str, vals: list, dtype: str):
         fn = _FLOAT_FN.get(op)
         if fn is None or not all(math.isfinite(v) for v in vals):
             return None
+        vals = [_round_float(v, dtype) for v in vals]
         try:
             return fn(*vals)
         except (ValueError, OverflowError, ZeroDivisionError):

@@ -392,3 +392,13 @@ def test_measure_checks_16bit_outputs(d):
     assert compare([nudged], [x], ["x"]) == ""
     assert "differ" in compare([poisoned(b)], [x], ["x"])
     assert "differ" in compare([host(ref.widen(x, d) * 1.1, d)], [x], ["x"])
+
+
+@pytest.mark.parametrize("d", HALF)
+def test_constant_folding_rounds_the_literals_first(d):
+    from ptxforge.ir.expr import const
+    from ptxforge.ir.simplify import simplify
+
+    folded = simplify(const(0.1, d) + const(0.2, d))
+    r = np.float64(dt.round_to(np.float64(0.1), d)) + np.float64(dt.round_to(np.float64(0.2), d))
+    assert folded.dtype == d and folded.value == float(dt.round_to(r, d))
