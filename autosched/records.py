@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from ..target import Target, as_target
 from .state import state_from_payload
 
 
@@ -53,12 +54,16 @@ def load_records(filename: str, workload_key: str | None = None) -> list:
 
 
 def load_best_record(filename: str, workload_key: str | None = None,
-                     target: str | None = None) -> tuple:
+                     target: Target | str | None = None) -> tuple:
     """``(MeasureInput, MeasureResult)`` of the best successful record (of
-    ``workload_key`` and ``target`` when given) by the one rule of
+    ``workload_key`` and ``target`` when given: a string or a Target, matched by its
+    record string, so ``"sim"`` finds the ``"cuda"`` records) by the one rule of
     :func:`ptxforge.measure.record.rank` (a GPU measurement beats an estimate, then the
     lowest mean cost); ``(None, None)`` when there is none."""
     from ..measure.record import rank
+
+    if target is not None:
+        target = as_target(target).record_spec
 
     best = (None, None)
     for inp, res in load_records(filename, workload_key):

@@ -121,3 +121,19 @@ def test_graph_build_and_task_extraction_take_a_target():
     tasks, weights = autosched.extract_tasks(_net(), target="cuda -arch=sm_86")
     assert tasks and all(t.target.arch == "sm_86" for t in tasks)
     assert all(t.task_spec.target == "cuda -arch=sm_86" for t in tasks)
+
+
+def test_records_written_for_cuda_match_cuda_and_sim_targets(tmp_path):
+    from ptxforge.measure import MeasureResult, save_records
+
+    a, b, c = _matmul()
+    log = tmp_path / "old.json"
+    inputs = [MeasureInput(TaskSpec.from_tensors([a, b, c], "mm", target=t), "")
+              for t in ("cuda", "cuda -arch=sm_80")]
+    results = [MeasureResult((2e-3,), 0, "", 0.0, 0.0), MeasureResult((1e-3,), 0, "", 0.0, 0.0)]
+    save_records(log, inputs, results)
+    for target in ("cuda", "sim", Target("sim")):
+        inp, _ = autosched.load_best_record(str(log), "mm", target)
+        assert inp.task.target == "cuda"
+    inp, _ = autosched.load_best_record(str(log), "mm", "sm_80")
+    assert inp.task.target == "cuda -arch=sm_80"
