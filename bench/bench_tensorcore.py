@@ -30,13 +30,22 @@ from ptxforge.ops.schedules.tensorcore import (
 )
 
 CONFIGS = [
-    TensorCoreConfig(128, 128, 32, 2, 4),
-    TensorCoreConfig(128, 128, 32, 2, 2),
-    TensorCoreConfig(128, 256, 32, 2, 4),
-    TensorCoreConfig(256, 128, 32, 4, 2),
     TensorCoreConfig(128, 128, 64, 2, 4),
-    TensorCoreConfig(64, 128, 32, 2, 2),
+    TensorCoreConfig(128, 128, 32, 2, 4, async_copy=True, stages=2),
+    TensorCoreConfig(128, 128, 32, 2, 4, pad=0, async_copy=True, stages=3),
+    TensorCoreConfig(128, 128, 32, 2, 2, async_copy=True, stages=2),
+    TensorCoreConfig(64, 128, 32, 2, 2, async_copy=True, stages=3),
+    TensorCoreConfig(128, 64, 32, 2, 2, async_copy=True, stages=3),
+    TensorCoreConfig(128, 256, 32, 2, 4, async_copy=True),
+    TensorCoreConfig(128, 128, 64, 2, 4, async_copy=True),
+    TensorCoreConfig(128, 128, 32, 2, 4, async_copy=True, stages=2, frag_load="load"),
 ]
+
+
+def describe(cfg: TensorCoreConfig) -> str:
+    return (f"block {cfg.block_m}x{cfg.block_n}x{cfg.block_k} warps {cfg.warps_m}x"
+            f"{cfg.warps_n} pad {cfg.pad} stages {cfg.stages}"
+            f"{' cp.async' if cfg.async_copy else ''} {cfg.frag_load}")
 
 
 def compile_gemm(M, N, K, out_dtype, cfg):
@@ -116,6 +125,33 @@ def sanitize(M: int = 128, N: int = 128, K: int = 64) -> None:
         print(f"compute-sanitizer {check}: exit {r.returncode}; " + " | ".join(tail))
 
 
+def check_variants(dev, n: int = 512) -> None:
+    """Correctness of the other instruction paths on the GPU (random inputs, float64
+    reference)."""
+    rng = np.random.default_rng(3)
+    for kw, cfg in (
+            (dict(b_layout="kn"), TensorCoreConfig(128, 128, 32, 2, 4)),
+            (dict(b_layout="kn"), TensorCoreConfig(64, 32, 32, 2, 2)),
+            (dict(acc_dtype="float16", out_dtype="float16"), TensorCoreConfig(128, 128, 32, 2, 4)),
+            (dict(), TensorCoreConfig(128, 128, 32, 2, 4, frag_load="load")),
+            (dict(b_layout="kn"), TensorCoreConfig(128, 128, 32, 2, 4, frag_load="load")),
+            (dict(in_dtype="float32"), TensorCoreConfig(128, 128, 32, 2, 4, vec=4, tf32=True)),
+            (dict(), TensorCoreConfig(64, 64, 32, 2, 2, async_copy=True, stages=4))):
+        tensors = dense_tensorcore_compute(n, n, n, **kw)
+        s = schedule_dense_tensorcore(tensors, cfg)
+        loaded = compile_module(ptxforge.lower(s, tensors)).load(dev)
+        a = rng.uniform(-1, 1, tensors[0].shape).astype(tensors[0].dtype)
+        b = rng.uniform(-1, 1, tensors[1].shape).astype(tensors[1].dtype)
+        c = empty(tensors[2].shape, tensors[2].dtype, dev)
+        loaded(array(a, dev), array(b, dev), c)
+        bt = b.astype(np.float64) if kw.get("b_layout") == "kn" else b.astype(np.float64).T
+        err = rel_err(c.numpy(), a.astype(np.float64) @ bt)
+        tol = 4e-3 if tensors[2].dtype == "float16" or kw.get("in_dtype") == "float32" \
+            else 1e-5
+        print(f"variant {kw or 'nk'} {describe(cfg)}: rel err {err:.1e} "
+              f"{'ok' if err <= tol else 'WRONG'}", flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, nargs="+", default=[4096])
@@ -124,6 +160,9 @@ def main(argv=None) -> int:
     p.add_argument("--json")
     p.add_argument("--sanitize", action="store_true")
     p.add_argument("--configs", type=int, default=len(CONFIGS))
+    p.add_argument("--variants", action="store_true",
+                   help="first check B [k, n] (ldmatrix .trans), fp16 accumulation, "
+                        "lane-by-lane loads and TF32 at 512^3")
     args = p.parse_args(argv)
     import torch
 
@@ -132,6 +171,8 @@ def main(argv=None) -> int:
     major, minor = dev.compute_capability
     print(f"device: {dev.name} (sm_{major}{minor}); torch {torch.__version__}", flush=True)
     results = []
+    if args.variants:
+        check_variants(dev)
     for size in args.size:
         M = N = K = size
         flop = 2.0 * M * N * K
@@ -161,22 +202,20 @@ def main(argv=None) -> int:
                 ok = err <= tol
                 ms = loaded.time_evaluator("main", number=args.number, repeat=args.repeat,
                                            graph=True)(da, db, c).median * 1e3
-                row = dict(size=size, out=out_dtype, block=(cfg.block_m, cfg.block_n,
-                           cfg.block_k), warps=(cfg.warps_m, cfg.warps_n), ms=ms,
+                row = dict(size=size, out=out_dtype, config=describe(cfg), ms=ms,
                            tflops=flop / ms / 1e9, cublas_ms=cublas_ms,
                            ratio=cublas_ms / ms, rel_err=err, correct=ok,
                            compile_s=secs)
                 results.append(row)
-                print(f"  ours out={out_dtype:<8} block {cfg.block_m}x{cfg.block_n}x"
-                      f"{cfg.block_k} warps {cfg.warps_m}x{cfg.warps_n}: {ms:.4f} ms "
+                print(f"  ours out={out_dtype:<8} {describe(cfg)}: {ms:.4f} ms "
                       f"{flop / ms / 1e9:7.1f} TFLOP/s  cuBLAS/ours {cublas_ms / ms:.3f}  "
                       f"rel err {err:.1e} {'ok' if ok else 'WRONG'}  (compile {secs:.2f} s)",
                       flush=True)
         good = [r for r in results if r["size"] == size and r["correct"]]
         if good:
             best = min(good, key=lambda r: r["ms"])
-            print(f"best at {size}: {best['ms']:.4f} ms ({best['out']}, block {best['block']}, "
-                  f"warps {best['warps']}) = {best['ratio']:.3f}x cuBLAS "
+            print(f"best at {size}: {best['ms']:.4f} ms ({best['out']}, {best['config']}) = "
+                  f"{best['ratio']:.3f}x cuBLAS "
                   f"({cublas_ms:.4f} ms)", flush=True)
     if args.sanitize:
         sanitize()

@@ -13,9 +13,23 @@ buffers), where the nest is what they execute as the intrinsic.
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from dataclasses import dataclass
 
-from ..expr import Bin, Cast, Expr, FloatImm, IntImm, Load, Reduce, TensorRead, substitute
+from ..arith import affine_terms
+from ..expr import (
+    Bin,
+    Cast,
+    Expr,
+    FloatImm,
+    IntImm,
+    Load,
+    Reduce,
+    TensorRead,
+    Var,
+    free_vars,
+    substitute,
+)
 from ..simplify import simplify
 from ..stmt import Block, For, Let, Seq, Store
 from .registry import IntrinError, TensorIntrin, get_intrin
@@ -137,6 +151,23 @@ def _flat(buf, indices) -> Expr:
 
 def _coefficients(flat: Expr, nest_vars: list):
     """(base, {var: int coefficient}) or None when ``flat`` is not affine in the vars."""
+    c0, terms = affine_terms(flat)
+    nest = set(nest_vars)
+    coef = {v: 0 for v in nest_vars}
+    rest: Expr = IntImm(c0, flat.dtype)
+    for term, c in terms:
+        if isinstance(term, Var) and term in nest:
+            coef[term] += c
+        elif free_vars(term) & nest:
+            return _coefficients_slow(flat, nest_vars)
+        else:
+            rest = Bin("add", rest, Bin("mul", term, IntImm(c, flat.dtype)))
+    return simplify(rest), coef
+
+
+def _coefficients_slow(flat: Expr, nest_vars: list):
+    """``_coefficients`` by substitution, for indices the affine reading does not
+    separate (a floordiv of a nest var that cancels, say)."""
     zero = {v: IntImm(0, v.dtype) for v in nest_vars}
     base = simplify(substitute(flat, zero))
     coef = {}
@@ -157,6 +188,12 @@ def _coefficients(flat: Expr, nest_vars: list):
     return base, coef
 
 
+_CACHE: OrderedDict = OrderedDict()
+CACHE_SIZE = 1024
+"""Matches remembered (statements are immutable and passes share unchanged subtrees, so
+the verifier and both backends see the same loops again)."""
+
+
 def match_nest(loop: For, intrin: TensorIntrin | str, where: str = "",
                device: bool = False) -> Bound:
     """Check the nest under ``loop`` against ``intrin``; raise :class:`IntrinError` naming
@@ -164,6 +201,19 @@ def match_nest(loop: For, intrin: TensorIntrin | str, where: str = "",
     a reduction (its init, split off by lowering) matches the intrinsic's ``init``."""
     if isinstance(intrin, str):
         intrin = get_intrin(intrin)
+    key = (id(loop), intrin.name, device)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is loop:
+        _CACHE.move_to_end(key)
+        return hit[1]
+    bound = _match_nest(loop, intrin, where, device)
+    _CACHE[key] = (loop, bound)
+    if len(_CACHE) > CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return bound
+
+
+def _match_nest(loop: For, intrin: TensorIntrin, where: str, device: bool) -> Bound:
     where = where or loop.var.name
     loops, block, store, vmap = _nest(loop, where, intrin)
     value = substitute(store.value, vmap)

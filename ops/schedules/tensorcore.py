@@ -30,7 +30,9 @@ class TensorCoreConfig:
     conflicts of ldmatrix; keeps rows 16-byte aligned when a multiple of 8), ``unroll``
     the warp-tile loops. ``frag_load``: ``"ldmatrix"`` or ``"load"`` (lane by lane; the
     only choice for TF32). ``tf32``: allow float32 inputs to be multiplied in TF32 (10
-    mantissa bits), which is never chosen silently.
+    mantissa bits), which is never chosen silently. ``async_copy``: fill the shared tiles
+    with cp.async; ``stages`` (2 to 5): software-pipeline the ``block_k`` loop with that
+    many shared buffers per tile (1: none).
     """
 
     block_m: int = 64
@@ -43,8 +45,10 @@ class TensorCoreConfig:
     unroll: bool = True
     frag_load: str = "ldmatrix"
     tf32: bool = False
+    stages: int = 1
+    async_copy: bool = False
 
-    def check(self, M: int, N: int, K: int, mma_k: int = 16) -> None:
+    def check(self, M: int, N: int, K: int, mma_k: int = 16, elem_bytes: int = 2) -> None:
         wm, wn = self.block_m // self.warps_m, self.block_n // self.warps_n
         rules = [
             (M % self.block_m == 0, f"block_m {self.block_m} divides M {M}"),
@@ -59,6 +63,10 @@ class TensorCoreConfig:
              "are a multiple of 8"),
             (self.warps_m * self.warps_n * 32 <= 1024, "at most 32 warps per block"),
             (self.pad % 8 == 0, f"pad {self.pad} is a multiple of 8 (16-byte rows)"),
+            (self.stages == 1 or 2 <= self.stages <= 5, f"stages {self.stages} is 1 to 5"),
+            (not self.async_copy or self.vec * elem_bytes in (4, 8, 16),
+             f"vec {self.vec} elements of {elem_bytes} bytes make a cp.async of 4, 8 or 16 "
+             "bytes"),
             (self.frag_load in ("ldmatrix", "load"),
              f"frag_load is 'ldmatrix' or 'load', not {self.frag_load!r}"),
         ]
@@ -121,7 +129,7 @@ def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
     else:
         raise ScheduleError(f"tensor-core dense: inputs must be float16, bfloat16 or float32 "
                             f"(TF32), got {ab}")
-    cfg.check(M, N, K, mma_k)
+    cfg.check(M, N, K, mma_k, 4 if ab == "float32" else 2)
     cf = s.cache_write(c, "warp")
     if out is not c:
         s[c].compute_inline()
@@ -203,8 +211,9 @@ def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
         st = s[sh]
         r, col = st.op.axis
         if cfg.pad:
-            st.storage_align(r, cfg.block_k if (sh is a_sh or not kn) else cfg.block_n,
-                             cfg.pad)
+            # rows of row + pad elements (the smallest stride = 0 mod row + pad)
+            row = cfg.block_k if (sh is a_sh or not kn) else cfg.block_n
+            st.storage_align(r, row + cfg.pad, 0)
         fused = st.fuse(r, col)
         fused, v = st.split(fused, factor=cfg.vec)
         fused, tx = st.split(fused, factor=32)
@@ -214,6 +223,10 @@ def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
         st.bind(ty, "threadIdx.y")
         st.bind(tz, "threadIdx.z")
         st.vectorize(v)
+        if cfg.async_copy:
+            st.async_copy()
+    if cfg.stages > 1:
+        f.pipeline(ko, cfg.stages)
     return s
 
 
