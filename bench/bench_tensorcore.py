@@ -97,16 +97,19 @@ def sanitize(M: int = 128, N: int = 128, K: int = 64) -> None:
         "from ptxforge.backend_ptx import array, compile_module, cuda, empty\n"
         "from ptxforge.ops.schedules.tensorcore import *\n"
         f"t = dense_tensorcore_compute({M}, {N}, {K})\n"
-        "s = schedule_dense_tensorcore(t, TensorCoreConfig(64, 64, 32, 2, 2))\n"
         "dev = cuda(0)\n"
-        "mod = compile_module(ptxforge.lower(s, t)).load(dev)\n"
         "rng = np.random.default_rng(1)\n"
         f"a = rng.uniform(-1, 1, ({M}, {K})).astype(np.float16)\n"
         f"b = rng.uniform(-1, 1, ({N}, {K})).astype(np.float16)\n"
-        f"c = empty(({M}, {N}), 'float32', dev)\n"
-        "mod(array(a, dev), array(b, dev), c)\n"
         "want = a.astype(np.float64) @ b.astype(np.float64).T\n"
-        "print('sanitized gemm max abs err', float(np.abs(c.numpy() - want).max()))\n"
+        "for cfg in (TensorCoreConfig(64, 64, 32, 2, 2),\n"
+        "            TensorCoreConfig(64, 64, 16, 2, 2, async_copy=True, stages=3)):\n"
+        "    s = schedule_dense_tensorcore(t, cfg)\n"
+        "    mod = compile_module(ptxforge.lower(s, t)).load(dev)\n"
+        f"    c = empty(({M}, {N}), 'float32', dev)\n"
+        "    mod(array(a, dev), array(b, dev), c)\n"
+        "    print('sanitized gemm', cfg.stages, 'stages, max abs err',\n"
+        "          float(np.abs(c.numpy() - want).max()))\n"
     )
     import shutil
 
@@ -121,7 +124,7 @@ def sanitize(M: int = 128, N: int = 128, K: int = 64) -> None:
     for check in ("memcheck", "racecheck"):
         r = subprocess.run([tool, "--tool", check, "--error-exitcode", "3", sys.executable,
                             "-c", code], capture_output=True, text=True, timeout=240)
-        tail = (r.stdout + r.stderr).strip().splitlines()[-3:]
+        tail = (r.stdout + r.stderr).strip().splitlines()[-4:]
         print(f"compute-sanitizer {check}: exit {r.returncode}; " + " | ".join(tail))
 
 
