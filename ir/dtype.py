@@ -167,6 +167,8 @@ def promote(a: str, b: str) -> str:
         return a
     if is_float(a) != is_float(b):
         return a if is_float(a) else b
+    if is_float(a) and bits(a) == bits(b):
+        return "float32"  # float16 with bfloat16: neither holds the other
     if is_bool(a):
         return b
     if is_bool(b):

@@ -402,3 +402,40 @@ def test_constant_folding_rounds_the_literals_first(d):
     folded = simplify(const(0.1, d) + const(0.2, d))
     r = np.float64(dt.round_to(np.float64(0.1), d)) + np.float64(dt.round_to(np.float64(0.2), d))
     assert folded.dtype == d and folded.value == float(dt.round_to(r, d))
+
+
+REPRESENTATIVE = ("dense", "conv2d_nchw", "softmax", "sum", "avg_pool2d", "batch_norm", "erf",
+                  "cast", "max_pool2d")
+
+
+def _assemble_op(case, d, sm):
+    w = workload(case, dtype=d, **SMALL[case][0])
+    module = ptxforge.lower(default_schedule(w.output), w.tensors)
+    for k in module.kernels():
+        assert compile_kernel(k, sm, cache=False).cubin
+
+
+@needs_ptxas
+@pytest.mark.parametrize("d", HALF)
+@pytest.mark.parametrize("case", REPRESENTATIVE)
+def test_half_operators_assemble_for_sm80_and_sm90(case, d):
+    for sm in ("sm_80", "sm_90"):
+        _assemble_op(case, d, sm)
+
+
+@needs_ptxas
+@pytest.mark.slow
+@pytest.mark.parametrize("d", HALF)
+@pytest.mark.parametrize("case", [c for c in SMALL if c not in INTEGER_CASES
+                                  and c not in REPRESENTATIVE])
+def test_every_half_operator_assembles(case, d):
+    for sm in ("sm_80", "sm_90"):
+        _assemble_op(case, d, sm)
+
+
+def test_promotion_of_16bit_floats():
+    assert dt.promote("float16", "float32") == "float32"
+    assert dt.promote("bfloat16", "float16") == "float32"
+    assert dt.promote("float16", "int32") == "float16"
+    a = te.placeholder((4,), dtype="float16", name="a")
+    assert te.compute((4,), lambda i: a[i] + 0.5, name="b").dtype == "float16"
