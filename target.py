@@ -301,6 +301,29 @@ class Target:
     def max_warps_per_sm(self) -> int:
         return self.max_threads_per_sm // self.warp_size
 
+    def blocks_per_sm(self, threads, registers, shared_bytes):
+        """Blocks of a kernel resident on one SM at once (its occupancy): the least of the
+        SM's block slots and what its threads, registers and shared memory allow; 0 where
+        one block does not fit at all (too many threads, registers per thread or shared
+        memory per block). ``registers`` are per thread, allocated in units of 8 (256 per
+        warp). Works on ints and, elementwise, on numpy arrays."""
+        import numpy as np
+
+        threads, registers, shared = (np.asarray(x) for x in (threads, registers, shared_bytes))
+        warps = -(-threads // self.warp_size)
+        lanes = np.maximum(warps * self.warp_size, 1)
+        regs = -(-registers // 8) * 8
+        by_shared = np.where(shared > 0, self.shared_memory_per_sm // np.maximum(shared, 1),
+                             self.max_blocks_per_sm)
+        blocks = np.minimum(np.minimum(self.max_threads_per_sm // lanes, by_shared),
+                            np.minimum(self.registers_per_sm // np.maximum(regs * lanes, 1),
+                                       self.max_blocks_per_sm))
+        fits = ((threads <= self.max_threads_per_block)
+                & (registers <= self.max_registers_per_thread)
+                & (shared <= self.max_shared_memory_per_block_optin))
+        out = np.where(fits, np.maximum(blocks, 0), 0)
+        return int(out) if out.ndim == 0 else out
+
     @property
     def warps_to_hide_latency(self) -> int:
         """Resident warps per SM that keep every scheduler issuing (two per scheduler)."""

@@ -46,18 +46,8 @@ def blocks_per_sm(stats: KernelStats, registers: int | None,
                   target: Target | str | None = None) -> int:
     """Resident blocks per SM on ``target`` (0: the kernel cannot launch there: too many
     threads, registers or shared memory for one block)."""
-    t = as_target(target)
-    warps = -(-stats.threads // t.warp_size)
     regs = registers if registers else assumed_registers(stats)
-    if (stats.threads > t.max_threads_per_block or regs > t.max_registers_per_thread
-            or stats.shared_bytes > t.max_shared_memory_per_block_optin):
-        return 0
-    regs_alloc = -(-regs // 8) * 8
-    limits = [t.max_blocks_per_sm, t.max_threads_per_sm // (warps * t.warp_size),
-              t.registers_per_sm // (regs_alloc * warps * t.warp_size)]
-    if stats.shared_bytes:
-        limits.append(t.shared_memory_per_sm // stats.shared_bytes)
-    return max(0, min(limits))
+    return as_target(target).blocks_per_sm(stats.threads, regs, stats.shared_bytes)
 
 
 def kernel_seconds(stats: KernelStats, registers: int | None = None,

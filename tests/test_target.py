@@ -151,3 +151,16 @@ def ptxforge_root() -> str:
     import ptxforge
 
     return str(Path(ptxforge.__file__).parent)
+
+
+def test_occupancy_is_the_targets():
+    h100, a100 = Target("cuda -arch=sm_90"), Target("cuda -arch=sm_80")
+    assert h100.blocks_per_sm(128, 32, 0) == 16  # 2048 threads per SM
+    assert h100.blocks_per_sm(128, 255, 1024) == 2  # 256 registers x 128 threads: half an SM
+    assert h100.blocks_per_sm(1024, 32, 100 * 1024) == 2  # 228 KiB of shared memory
+    assert a100.blocks_per_sm(1024, 32, 100 * 1024) == 1  # 164 KiB
+    assert a100.blocks_per_sm(128, 32, 200 * 1024) == 0 < h100.blocks_per_sm(128, 32, 200 * 1024)
+    assert h100.blocks_per_sm(2048, 32, 0) == 0 and h100.blocks_per_sm(32, 256, 0) == 0
+    many = h100.blocks_per_sm(np.array([64, 256, 2048]), np.array([40, 64, 32]), 4096)
+    # 40 registers x 64 threads: 25 blocks fill the register file
+    assert many.tolist() == [25, 4, 0]

@@ -245,12 +245,7 @@ def rank_tilings(op: ComputeOp, target: Target | str | None = None, count: int =
         max_regs = gpu.max_registers_per_thread
         ok &= ((regs <= max_regs) & (fetch <= MAX_FETCH_PER_THREAD)) | (kc == 1)
         regs = np.minimum(regs, max_regs)
-        resident = np.minimum.reduce([
-            np.full(n, gpu.max_blocks_per_sm),
-            gpu.max_warps_per_sm // wpb,
-            gpu.registers_per_sm // (wpb * gpu.warp_size * regs),
-            gpu.shared_memory_per_sm // (smem + SHARED_MARGIN),
-        ])
+        resident = gpu.blocks_per_sm(t, regs, smem + SHARED_MARGIN)
         ok &= resident >= 1
         resident = np.maximum(resident, 1)
         rounds = -(-per_sm // resident)
