@@ -97,28 +97,25 @@ class _Emitter:
         ab = spec.dtypes["A"]
         acc = spec.dtypes["C"]
         pair = "<2 x half>" if ab == "float16" else "i32"
-        args = []
+        types, values = [], []
         for name in ("A", "B"):
             slot = self.i32(self.bound.frag_slot(name))
             role = spec.role(name)
             step = 2 if role.kind in ("b16", "b16t") else 1
             for e in range(0, role.per_lane, step):
                 p = self.frag_ptr(name, slot, e)
-                args.append(f"{pair} " + w.value(f"load {pair}, ptr {p}, align 4", name.lower()))
+                types.append(pair)
+                values.append(w.value(f"load {pair}, ptr {p}, align 4", name.lower()))
         c_slot = self.i32(self.bound.frag_slot("C"))
         n_c = spec.role("C").per_lane
-        if acc == "float32":
-            c_vals = [w.value(f"load float, ptr {self.frag_ptr('C', c_slot, e)}, align 4", "c")
-                      for e in range(n_c)]
-            args += [f"float {v}" for v in c_vals]
-            ret = "{float, float, float, float}"
-            outs = [("float", e) for e in range(n_c)]
-        else:
-            c_vals = [w.value(f"load <2 x half>, ptr {self.frag_ptr('C', c_slot, e)}, align 4",
-                              "c") for e in range(0, n_c, 2)]
-            args += [f"<2 x half> {v}" for v in c_vals]
-            ret = "{<2 x half>, <2 x half>}"
-            outs = [("<2 x half>", e) for e in range(0, n_c, 2)]
+        # f32 accumulators are 4 floats; f16 ones 2 pairs of halves
+        c_ty, c_step = ("float", 1) if acc == "float32" else ("<2 x half>", 2)
+        outs = list(range(0, n_c, c_step))
+        for e in outs:
+            p = self.frag_ptr("C", c_slot, e)
+            types.append(c_ty)
+            values.append(w.value(f"load {c_ty}, ptr {p}, align 4", "c"))
+        ret = "{" + ", ".join([c_ty] * len(outs)) + "}"
         if spec.name.startswith("mma_m16n8k8_tf32"):
             name = "llvm.nvvm.mma.m16n8k8.row.col.tf32"
         elif ab == "bfloat16":
@@ -127,13 +124,12 @@ class _Emitter:
             name = "llvm.nvvm.mma.m16n8k16.row.col.f32.f32"
         else:
             name = "llvm.nvvm.mma.m16n8k16.row.col.f16.f16"
-        ref = _declare(self.cg, name, ret, ", ".join(a.split(" ", 1)[0]
-                                                      if not a.startswith("<") else
-                                                      "<2 x half>" for a in args))
+        ref = _declare(self.cg, name, ret, ", ".join(types))
+        args = [f"{t} {v}" for t, v in zip(types, values)]
         d = w.value(f"call {ret} {ref}({', '.join(args)})", "mma")
-        for k, (ty, e) in enumerate(outs):
+        for k, e in enumerate(outs):
             v = w.value(f"extractvalue {ret} {d}, {k}", "d")
-            w.op(f"store {ty} {v}, ptr {self.frag_ptr('C', c_slot, e)}, align 4")
+            w.op(f"store {c_ty} {v}, ptr {self.frag_ptr('C', c_slot, e)}, align 4")
 
     def fill(self) -> None:
         slot = self.i32(self.bound.frag_slot("C"))

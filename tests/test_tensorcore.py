@@ -393,3 +393,19 @@ def test_verifier_names_an_unknown_intrinsic():
 
     with pytest.raises(IRVerifyError, match="unknown tensor intrinsic 'mma_m16n8k32_f16_f32'"):
         verify(kernel.replace(body=map_stmt(kernel.body, rename)))
+
+
+def test_schedule_text_replays_and_bf16_output_assembles():
+    from ptxforge.ir.to_ir import to_ir
+    from ptxforge.passes import Pipeline
+
+    t = dense_tensorcore_compute(64, 64, 32, "bfloat16", "bfloat16")
+    s = schedule_dense_tensorcore(t, TensorCoreConfig(64, 64, 32, 2, 2, async_copy=True,
+                                                      stages=2))
+    text = str(s.pipeline)
+    assert 'tensorize(' in text and '"mma_m16n8k16_bf16_f32")' in text
+    replayed = Pipeline.parse(text)(to_ir(t))
+    assert str(replayed) == str(s.module)
+    ptx = compile_module(ptxforge.lower(s, t), "sm_80").get_source("ptx")
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
+    assert "cp.async" in ptx
