@@ -57,7 +57,7 @@ from .expr import (
 )
 from .exprprint import expr_str
 from .intrin import ANNOTATION
-from .intrin.verify import check_fragment_access, check_tensorized
+from .intrin.verify import check_fragment_access, check_fragment_alloc, check_tensorized
 from .printer import FuncPrinter
 from .stmt import (
     Alloc,
@@ -376,6 +376,7 @@ class _FuncVerifier:
     def check_alloc(self, s: Alloc) -> None:
         b = s.buffer
         self.define(b, "buffer")
+        check_fragment_alloc(self, b)
         if self.kind == "kernel":
             if b.scope == "global":
                 self.fail(lambda n: f"kernel allocates global buffer {n(b)}; global "

@@ -3,7 +3,9 @@
 At every level: a tensorized loop names a registered intrinsic, and tensorized nests do not
 nest. In kernels (device IR), where the nests run as warp-collective instructions:
 
-* a fragment (``warp`` buffer) is loaded and stored only inside tensorized nests;
+* a fragment (``warp`` buffer) is owned by one warp: allocated outside ``threadIdx.x``
+  loops, in a block whose x extent is a multiple of 32, with whole registers per lane;
+* a fragment is loaded and stored only inside tensorized nests;
 * a tensorized nest is not inside a loop bound to ``threadIdx.x`` (the lanes of a warp):
   all 32 lanes run it with the same operands;
 * the block's x extent is a multiple of 32, so every warp has one ``threadIdx.y/z``: the
@@ -62,3 +64,22 @@ def check_fragment_access(v, buf, what: str) -> None:
         v.fail(lambda n: f"{what} fragment {n(buf)} outside a tensorized loop nest; "
                          "fragments are accessed only by tensor intrinsics (tensorize the "
                          "nest that touches it)")
+
+
+def check_fragment_alloc(v, buf) -> None:
+    """A kernel's fragment is held by whole warps: blockDim.x a multiple of 32 (one warp
+    index per warp) and whole registers per lane."""
+    if buf.scope != "warp" or v.kind != "kernel":
+        return
+    bx = v.launch.get("threadIdx.x", 1)
+    if bx % WARP:
+        v.fail(lambda n: f"fragment {n(buf)} in a kernel whose blockDim.x is {bx}; a "
+                         f"fragment is owned by one warp, which needs blockDim.x to be a "
+                         f"multiple of {WARP}")
+    if buf.size % WARP:
+        v.fail(lambda n: f"fragment {n(buf)} holds {buf.size} elements, not a multiple of "
+                         f"the warp's {WARP} lanes")
+    lane_loop = v.hw_loops.get("threadIdx.x")
+    if lane_loop is not None:
+        v.fail(lambda n: f"fragment {n(buf)} is allocated inside loop {n(lane_loop.var)}, "
+                         "bound to threadIdx.x; a fragment belongs to the whole warp")
