@@ -139,11 +139,12 @@ class ApplyHistoryBest(DispatchContext):
         super().__init__()
         self.best_by_workload: dict = {}
         self.best_results: dict = {}
-        self.ranked: dict = {}  # (target, workload key) -> [(rank, config)], best first
+        self.ranked: dict = {}  # (target, workload key) -> [(rank, config, result)], best first
         self.load(records)
 
     def load(self, records) -> None:
         """Add records (see the class docstring)."""
+        from ..measure.record import rank
         from .record import decode, load_from_file
 
         if isinstance(records, (str, os.PathLike)):
@@ -153,8 +154,6 @@ class ApplyHistoryBest(DispatchContext):
             pairs = [p for path in records for p in load_from_file(path)]
         else:
             pairs = records
-        from ..measure.record import rank
-
         n = 0
         touched = set()
         for inp, res in pairs:

@@ -239,27 +239,42 @@ def default_parallelism() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-_SIGNALS_PID: int | None = None
+_TEMP_FOLDERS: set = set()  # folders this process's builders made and still own
 
 
-def _exit_on_signal(signum, frame) -> None:
-    if os.getpid() != _SIGNALS_PID:  # a forked worker: die as the signal says
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-        return
-    raise SystemExit(128 + signum)
+def _remove_on_exit(folder: str) -> weakref.finalize:
+    """Remove ``folder`` when the builder owning it goes, at exit, and on SIGTERM."""
+    _TEMP_FOLDERS.add(folder)
+    return weakref.finalize(_TEMP_FOLDERS, _remove, folder)
 
 
-def exit_cleanly_on_sigterm() -> None:
-    """Make SIGTERM end this process like ``sys.exit`` (``finally`` blocks and exit
-    handlers run, so temporary folders are removed) when nothing else handles it and this
-    is the main thread. SIGINT already does (``KeyboardInterrupt``)."""
-    global _SIGNALS_PID
+def _remove(folder: str) -> None:
+    _TEMP_FOLDERS.discard(folder)
+    shutil.rmtree(folder, True)
+
+
+_SIGTERM_PID: int | None = None
+
+
+def _on_sigterm(signum, frame) -> None:
+    if os.getpid() == _SIGTERM_PID:  # not in a forked worker: its parent cleans up
+        for folder in list(_TEMP_FOLDERS):
+            shutil.rmtree(folder, True)
+    # then die of the signal as if nothing had caught it
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def remove_temp_folders_on_sigterm() -> None:
+    """On SIGTERM, remove the builders' temporary folders before the process dies of the
+    signal (installed when nothing else handles SIGTERM, from the main thread). Ctrl-C
+    needs nothing: ``KeyboardInterrupt`` unwinds and the exit handlers remove them."""
+    global _SIGTERM_PID
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        _SIGNALS_PID = os.getpid()
-        signal.signal(signal.SIGTERM, _exit_on_signal)
+        _SIGTERM_PID = os.getpid()
+        signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def _use_scratch(folder: str) -> None:
@@ -279,7 +294,8 @@ class LocalBuilder(Builder):
     folder (removed by :meth:`close`), so a kernel that several candidates have in common
     is compiled once. The workers' temporary files go to a folder of their own, removed
     with the builder, at exit, on Ctrl-C and on SIGTERM (see
-    :func:`exit_cleanly_on_sigterm`), so a killed build leaves no ``/tmp/ptxforge-*``.
+    :func:`remove_temp_folders_on_sigterm`), so a killed build leaves no
+    ``/tmp/ptxforge-*``.
     """
 
     def __init__(self, timeout: float = 10, n_parallel: int | None = None,
@@ -306,9 +322,10 @@ class LocalBuilder(Builder):
             self._warm_up()
             if self.share_kernels and self.options.compile_to != "ir":
                 self._share()
-            exit_cleanly_on_sigterm()
+            remove_temp_folders_on_sigterm()
             self._scratch = tempfile.mkdtemp(prefix="ptxforge-build-")
-            self._unscratch = weakref.finalize(self, shutil.rmtree, self._scratch, True)
+            self._unscratch = _remove_on_exit(self._scratch)
+            weakref.finalize(self, self._unscratch)
             self._pool = WorkerPool(self.n_parallel, "fork", _use_scratch, (self._scratch,),
                                     name="ptxforge-builder")
         self._pool.submit(key, build_candidate, (inp, self.options), self.timeout)
@@ -316,7 +333,8 @@ class LocalBuilder(Builder):
     def _share(self) -> None:
         self._shared_dir = tempfile.mkdtemp(prefix="ptxforge-kernels-")
         self.options = dataclasses.replace(self.options, kernel_cache_dir=self._shared_dir)
-        self._unshare = weakref.finalize(self, shutil.rmtree, self._shared_dir, True)
+        self._unshare = _remove_on_exit(self._shared_dir)
+        weakref.finalize(self, self._unshare)
 
     @property
     def pending(self) -> int:

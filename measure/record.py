@@ -167,22 +167,35 @@ def _open_log(path: str) -> _Log:
     key = os.path.realpath(path)
     with _LOGS_MUTEX:
         log = _LOGS.get(key)
-        if log is None:
+        if log is None or not _same_file(log.fd, path):  # none, or deleted/replaced since
             log = _LOGS[key] = _Log(path)
         log.users += 1
         return log
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _release_log(log: _Log) -> None:
     with _LOGS_MUTEX:
         log.users -= 1
         if log.users <= 0:
-            _LOGS.pop(os.path.realpath(log.path), None)
+            key = os.path.realpath(log.path)
+            if _LOGS.get(key) is log:
+                del _LOGS[key]
             log.close()
 
 
 def _forget_logs_in_child() -> None:
-    # a forked worker must not keep the parent's lock alive after the parent died
+    # a forked worker must not keep the parent's lock alive after the parent died (and a
+    # mutex another thread held at the fork would stay held in the child forever)
+    global _LOGS_MUTEX
+    _LOGS_MUTEX = threading.Lock()
     for log in list(_LOGS.values()):
         try:
             os.close(log.fd)

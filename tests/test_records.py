@@ -295,3 +295,15 @@ def test_autosched_falls_back_to_the_next_best_record_when_the_best_no_longer_ap
     with pytest.warns(RuntimeWarning, match="next best"):
         got = ctx.schedule_fn(Func)
     assert got is not None and ctx.applied["fallback64"] == good
+
+
+def test_a_writer_of_a_log_deleted_meanwhile_writes_the_new_file(tmp_path):
+    path = tmp_path / "t.log"
+    old = RecordWriter(path)
+    old.on_result(*_pair("p0"))
+    path.unlink()
+    new = RecordWriter(path)
+    new.on_result(*_pair("p1"))
+    assert [i.pipeline for i, _ in load_records(path)] == ["p1"]
+    old.close()
+    new.close()
