@@ -123,15 +123,31 @@ class SearchTask:
     def apply_best(self, log_file: str, layout_rewrite_option=None):
         """``(schedule, args)`` of the best record of this task in ``log_file``; the
         schedule is a ptxforge te schedule that ``ptxforge.build(sch, args, target)``
-        accepts."""
-        from .printer import schedule_from_pipeline
-        from .records import load_best_record
+        accepts. A best record whose pipeline no longer applies is skipped with a warning
+        for the next best (see :class:`~ptxforge.autosched.ApplyHistoryBest`)."""
+        import warnings
 
-        inp, _ = load_best_record(log_file, self.workload_key)
-        if inp is None:
+        from ..measure.record import ranked_records
+        from .dispatch import MAX_TRIED
+        from .printer import schedule_from_pipeline
+        from .records import load_records
+
+        ranked = ranked_records(load_records(log_file, self.workload_key),
+                                key=lambda inp, res: "all").get("all", [])
+        if not ranked:
             raise ValueError(f"{log_file} has no successful record of workload "
                              f"{self.workload_key}")
-        return schedule_from_pipeline(self, inp.pipeline), list(self.tensors)
+        errors = []
+        for n, (inp, _) in enumerate(ranked[:MAX_TRIED]):
+            try:
+                return schedule_from_pipeline(self, inp.pipeline), list(self.tensors)
+            except Exception as e:  # noqa: BLE001 - any failure means the record is unusable
+                errors.append(f"#{n + 1}: {type(e).__name__}: {e}")
+                warnings.warn(f"{self.workload_key}: record #{n + 1} of {log_file} does not "
+                              f"apply ({type(e).__name__}: {e}); trying the next best",
+                              RuntimeWarning, stacklevel=2)
+        raise ValueError(f"none of the {len(errors)} best records of {self.workload_key} in "
+                         f"{log_file} applies: " + "; ".join(errors))
 
     def print_best(self, log_file: str, print_mode: str = "schedule") -> str:
         """The best record of this task as Python schedule code (``"schedule"``), PTX

@@ -307,3 +307,25 @@ def test_a_writer_of_a_log_deleted_meanwhile_writes_the_new_file(tmp_path):
     assert [i.pipeline for i, _ in load_records(path)] == ["p1"]
     old.close()
     new.close()
+
+
+def test_apply_best_falls_back_to_the_next_best_record(tmp_path):
+    from ptxforge import autosched
+
+    @autosched.register_workload(override=True)
+    def records_add64():
+        a = te.placeholder((64,), name="A")
+        return [a, te.compute((64,), lambda i: a[i] + 1.0, name="B")]
+
+    task = autosched.SearchTask(func=records_add64, args=())
+    spec = TaskSpec.from_tensors(task.tensors, task.workload_key)
+    good = ('split(B.i, factors=[32]), bind(B.i.outer, "blockIdx.x"), '
+            'bind(B.i.inner, "threadIdx.x")')
+    path = tmp_path / "t.log"
+    save_records(path, [MeasureInput(spec, "split(B.gone, factors=[8])"),
+                        MeasureInput(spec, good)],
+                 [MeasureResult((1e-6,), 0, "", 1.0, 1.0),
+                  MeasureResult((1e-3,), 0, "", 1.0, 1.0)])
+    with pytest.warns(RuntimeWarning, match="next best"):
+        sch, args = task.apply_best(str(path))
+    assert len(args) == 2 and "blockIdx.x" in str(sch.pipeline)
