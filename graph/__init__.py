@@ -93,7 +93,8 @@ def function(outputs, inputs=None, name: str = "main") -> Graph:
 
 __all__ = [
     "BenchmarkResult", "Call", "CompiledFunction", "Constant", "FusedFunction", "Graph",
-    "GraphError", "OnnxImportError", "GraphLibrary", "GraphModule", "GraphPassContext", "GraphPipeline",
+    "GraphError", "GraphLibrary", "GraphModule", "GraphPassContext", "GraphPipeline",
+    "OnnxImportError",
     "MemoryPlan", "Node", "NoTuningRecordWarning", "OpDef", "OpPattern", "TensorType", "Var",
     "add", "bind_params", "build", "clip", "concatenate", "const", "default_schedule_for",
     "divide", "erf", "evaluate", "exp", "expand_dims", "extract_fused_functions",

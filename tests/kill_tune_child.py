@@ -2,9 +2,13 @@
 simulator runner, appending the payload of every result the runner hands back to a count
 file (before the tuning loop sees it). Usage: ``kill_tune_child.py LOG COUNTS TRIALS``."""
 
-import json, os, sys
+import json
+import os
+import sys
+
 from ptxforge import autosched, measure, te
 from ptxforge.autosched.search_policy import SketchPolicy
+
 
 @autosched.register_workload
 def kill_matmul(n):
