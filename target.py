@@ -386,6 +386,10 @@ class Target:
     def __reduce__(self):
         return (Target, (self.spec,))
 
+    def __hash__(self) -> int:
+        # the options mapping is not hashable; equal targets have equal strings
+        return hash(self.spec)
+
 
 def as_target(target: str | Target | None) -> Target:
     """``target`` as a :class:`Target`: a string is parsed, None is :func:`current_target`."""

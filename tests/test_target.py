@@ -62,6 +62,7 @@ def test_pickles_and_compares_by_value():
     assert pickle.loads(pickle.dumps(t)) == t
     assert as_target("cuda -arch=sm_90a") == t
     assert t.with_arch("sm_80").arch == "sm_80"
+    assert {t: 1}[Target("cuda -arch=sm_90a")] == 1 and len({t, as_target(t.spec)}) == 1
 
 
 def test_model_figures_are_per_architecture():
