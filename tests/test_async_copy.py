@@ -413,3 +413,33 @@ def test_pipelined_matmul_gpu_timing():
         print(f"matmul 2048^3 fp32 stages={stages} async={use_async}: {ms:.3f} ms, "
               f"{2 * M * N * K / ms / 1e9:.1f} TFLOP/s")
     assert all(t > 0 for t in times.values())
+
+
+# ---------------------------------------------------------------------------------------
+# tensor cores
+
+
+@pytest.mark.parametrize("stages", [0, 3])
+def test_tensor_core_dense_with_async_copies_and_pipelining(stages):
+    from ptxforge.ops.schedules.tensorcore import (
+        TensorCoreConfig,
+        dense_tensorcore_compute,
+        schedule_dense_tensorcore,
+    )
+
+    M = N = K = 128
+    A, B, C = dense_tensorcore_compute(M, N, K, "float16", out_dtype="float32")
+    s = schedule_dense_tensorcore([A, B, C], TensorCoreConfig(64, 64, 32, 2, 2))
+    s["A.shared"].async_copy()
+    s["B.shared"].async_copy()
+    if stages:
+        s["C.warp"].pipeline("C.warp.k.outer", stages)
+    mod = ptxforge.lower(s, [A, B, C])
+    copies = [ln for ln in flat(mod).splitlines() if ln.startswith("async_copy(")]
+    assert copies and all(ln.endswith(", 16)") for ln in copies)
+    rng = np.random.default_rng(3)
+    a = rng.random((M, K)).astype("float16")
+    b = rng.random((N, K)).astype("float16")
+    c = np.zeros((M, N), "float32")
+    backend_sim.run(mod, [a, b, c])
+    np.testing.assert_allclose(c, a.astype("f8") @ b.astype("f8").T, rtol=1e-5)

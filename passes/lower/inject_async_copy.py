@@ -117,7 +117,7 @@ def _stride_one(index: Expr, v: Var) -> Expr | None:
     if uses_var(base, v):
         return None
     diff = simplify(index - base)
-    return base if diff is v or (isinstance(diff, Var) and diff is v) else None
+    return base if diff is v else None
 
 
 class _Injector:

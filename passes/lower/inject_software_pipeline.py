@@ -220,7 +220,7 @@ class _Pipeliner:
 
 
 def inject_software_pipeline(func: PrimFunc) -> PrimFunc:
-    if not any(isinstance(x, For) and ANNOTATION in x.annotations for x in walk_all(func.body)):
+    if not func.attrs.get(ANNOTATION) or not any(isinstance(x, For) and ANNOTATION in x.annotations for x in walk_all(func.body)):
         return func
     return _Pipeliner(func).run()
 

@@ -103,6 +103,8 @@ def split_host_device(func: PrimFunc, host_params=None, order_params=None) -> Mo
                     if b in attrs["stages"]}
         if swizzles:
             attrs["swizzle"] = swizzles
+        if func.attrs.get("software_pipeline"):
+            attrs["software_pipeline"] = True
         kernels.append(PrimFunc(name, args, st, attrs))
         launches.append(Launch(name, [to_host.get(a, a) for a in args]))
     host_body: Stmt = Seq(launches)

@@ -27,7 +27,9 @@ def software_pipeline(func, loop: str, stages: int):
         raise ScheduleError(f"software_pipeline {loop}: the loop is {node.kind}; only a "
                             "sequential loop (the reduction loop the shared stages are "
                             "loaded in) can be pipelined")
-    return set_loop(func, loop, None, annotations={ANNOTATION: int(stages)})
+    func = set_loop(func, loop, None, annotations={ANNOTATION: int(stages)})
+    # a function attribute too, so lowering looks for pipelined loops only where there are
+    return func.replace(attrs={**func.attrs, ANNOTATION: True})
 
 
 @register_pass
