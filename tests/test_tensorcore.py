@@ -409,3 +409,13 @@ def test_schedule_text_replays_and_bf16_output_assembles():
     ptx = compile_module(ptxforge.lower(s, t), "sm_80").get_source("ptx")
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
     assert "cp.async" in ptx
+
+
+def test_swizzled_shared_tiles_are_rejected_not_miscompiled():
+    # ldmatrix addresses rows of a padded (affine) layout; an XOR swizzle is refused
+    t = dense_tensorcore_compute(64, 64, 32)
+    s = schedule_dense_tensorcore(t, TensorCoreConfig(64, 64, 32, 2, 2, pad=0))
+    s.apply("swizzle(A.shared, 2)")
+    with pytest.raises(IRVerifyError, match="ldmatrix_a_x4_f16: the access A.shared.* is not "
+                                            "affine"):
+        ptxforge.lower(s, t)
