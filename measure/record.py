@@ -122,6 +122,10 @@ class _Log:
             raise RecordFileBusy(
                 f"{path} is being written by another process (another tuning run on the same "
                 "log?); wait for it to finish or write to another log file") from None
+        except OSError as e:  # a file system without locks: append, but say so
+            warnings.warn(f"{path}: cannot lock the record file ({e.strerror or e}); a second "
+                          "run writing it at the same time would not be detected",
+                          RuntimeWarning, stacklevel=4)
         self._terminate_truncated_line()
 
     def _terminate_truncated_line(self) -> None:

@@ -329,3 +329,16 @@ def test_apply_best_falls_back_to_the_next_best_record(tmp_path):
     with pytest.warns(RuntimeWarning, match="next best"):
         sch, args = task.apply_best(str(path))
     assert len(args) == 2 and "blockIdx.x" in str(sch.pipeline)
+
+
+def test_a_file_system_without_locks_appends_with_a_warning(tmp_path, monkeypatch):
+    import errno
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(rec.fcntl, "flock", no_locks)
+    path = tmp_path / "t.log"
+    with pytest.warns(RuntimeWarning, match="cannot lock"):
+        save_records(path, *zip(_pair("p0")))
+    assert len(load_records(path)) == 1
