@@ -1,13 +1,15 @@
 """Device IR kernel -> LLVM IR text for NVPTX.
 
-One kernel (a ``PrimFunc`` with ``attrs["kind"] == "kernel"``) becomes one LLVM module:
+One kernel (a ``PrimFunc`` of level ``Level.KERNEL``) becomes one LLVM module:
 
 * an entry function with the ``ptx_kernel`` calling convention and ``nvvm.maxntid`` launch
-  bounds from ``attrs["block"]``; every buffer parameter is ``ptr addrspace(1) noalias
+  bounds from ``launch.block`` (``nvvm.minctasm`` from ``launch.min_blocks_per_sm``); every buffer parameter is ``ptr addrspace(1) noalias
   align 16 dereferenceable(bytes)``, plus ``readonly``/``writeonly`` where the body only
   loads or only stores it (read-only buffers then load through the non-coherent cache);
-* shared buffers as ``addrspace(3)`` globals (packed into one dynamic ``extern .shared``
-  array when they exceed the 48 KB static limit), local buffers as entry-block ``alloca`` s
+* shared buffers as ``addrspace(3)`` globals, or, where lowering placed them in dynamic
+  shared memory (``Alloc.dyn_offset``), as offsets into one ``extern .shared`` array (an
+  external ``addrspace(3)`` global ``[0 x i8]``, align 16) of ``launch.dynamic_shared_bytes``;
+  local buffers as entry-block ``alloca`` s
   that SROA promotes to registers once indices are constant;
 * ``For(kind="thread")`` binds its var to the special register (with a ``range``), guarded
   by ``if var < extent`` when the loop is shorter than the launch extent;
@@ -36,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import dtype as dt
+from ..ir.attrs import Level
 from ..ir.expr import Load, Var
 from ..ir.intrin import ANNOTATION
 from ..ir.stmt import (
@@ -50,6 +53,7 @@ from ..ir.stmt import (
     Seq,
     Stmt,
     Store,
+    shared_memory,
     stmt_exprs,
     walk,
     walk_exprs,
@@ -59,6 +63,10 @@ from . import nvptx
 from .async_copy import AsyncCopyCodegen
 from .exprgen import BufRef, CodegenError, ExprCodegen, llvm_type
 from .llvm_text import FunctionWriter, ModuleParts, int_literal, pointer_type, sanitize
+
+
+DYNAMIC_SHARED_SYMBOL = "__ptxforge_dyn_smem"
+"""The kernel's dynamic shared memory (``extern __shared__`` in CUDA C)."""
 
 
 @dataclass(frozen=True)
@@ -93,22 +101,10 @@ class LaunchInfo:
         return self.block[0] * self.block[1] * self.block[2]
 
 
-def _launch_extents(func: PrimFunc, key: str) -> tuple[int, int, int]:
-    value = func.attrs.get(key, (1, 1, 1))
-    try:
-        ext = tuple(int(v) for v in value)
-    except TypeError:
-        raise CodegenError(
-            f"kernel {func.name}: attrs[{key!r}] must be a tuple of ints, got {value!r}"
-        ) from None
-    ext = (ext + (1, 1, 1))[:3]
-    if any(e < 1 for e in ext):
-        raise CodegenError(f"kernel {func.name}: {key} extents must be positive, got {ext}")
-    return ext  # type: ignore[return-value]
-
-
-def _check_launch(func: PrimFunc, grid, block, target: Target) -> None:
-    n = block[0] * block[1] * block[2]
+def _check_launch(func: PrimFunc, target: Target) -> None:
+    launch = func.launch
+    grid, block = launch.grid, launch.block
+    n = launch.threads_per_block
     if n > target.max_threads_per_block:
         raise CodegenError(
             f"kernel {func.name}: block {block} has {n} threads; a block holds at most "
@@ -142,16 +138,16 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
     """Emits one kernel. Use :func:`codegen_kernel`."""
 
     def __init__(self, func: PrimFunc, target: Target | str | None = None):
-        if func.attrs.get("kind") != "kernel":
+        if func.level is not Level.KERNEL:
             raise CodegenError(
-                f"function {func.name} is not a kernel (attrs['kind'] = "
-                f"{func.attrs.get('kind')!r}); lower the module to device IR first"
+                f"function {func.name} is not a kernel (it is a {func.level.describe()} "
+                "function); lower the module to device IR first"
             )
         self.func = func
         self.target = as_target(target)
-        self.grid = _launch_extents(func, "grid")
-        self.block = _launch_extents(func, "block")
-        _check_launch(func, self.grid, self.block, self.target)
+        self.grid = func.launch.grid
+        self.block = func.launch.block
+        _check_launch(func, self.target)
         self.parts = ModuleParts()
         self.w = FunctionWriter()
         self.allocas: list[str] = []
@@ -162,7 +158,6 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         self.symbol = sanitize(func.name).replace(".", "_").replace("$", "_").replace("-", "_")
         self.static_shared = 0
         self.dynamic_shared = 0
-        self.shared_offsets: dict[Buffer, int] = {}
 
     # ------------------------------------------------------------------------------------
     # driver
@@ -212,7 +207,7 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         bx, by, bz = self.block
         fattrs = (f'nounwind "{nvptx.MAXNTID_ATTRIBUTE}"="{bx},{by},{bz}" '
                   f'"target-cpu"="{self.target.arch}"')
-        min_blocks = func.attrs.get("min_blocks_per_sm")
+        min_blocks = func.launch.min_blocks_per_sm
         if min_blocks:
             fattrs += f' "{nvptx.MINCTASM_ATTRIBUTE}"="{int(min_blocks)}"'
         define = (f"define {nvptx.KERNEL_CALLING_CONV} void @{self.symbol}"
@@ -234,25 +229,29 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         return "\n".join(out) + "\n", launch
 
     def _plan_shared(self, body: Stmt) -> None:
-        shared = [s.buffer for s in walk(body) if isinstance(s, Alloc)
-                  and s.buffer.scope == "shared"]
-        total, offsets = 0, {}
-        for b in shared:
-            offsets[b] = total
-            total += -(-max(b.size, 1) * dt.nbytes(b.dtype) // 16) * 16
-        limit = self.target.max_shared_memory_per_block_optin
-        if total > limit:
+        """Static shared buffers become ``addrspace(3)`` globals; buffers the IR places in
+        dynamic shared memory (``Alloc.dyn_offset``) address one ``extern .shared`` array."""
+        static, placed = shared_memory(self.func)
+        dynamic = self.func.launch.dynamic_shared_bytes
+        t = self.target
+        if static > t.max_shared_memory_per_block:
             raise CodegenError(
-                f"kernel {self.func.name}: shared buffers need {total} bytes; "
-                f"{self.target.arch} allows {limit} per block "
-                f"({', '.join(f'{b.name}: {b.size} x {b.dtype}' for b in shared)})")
-        if total > self.target.max_shared_memory_per_block:  # past the static limit
-            self.dynamic_shared = total
-            self.shared_offsets = offsets
+                f"kernel {self.func.name}: static shared buffers need {static} bytes; a block "
+                f"may declare at most {t.max_shared_memory_per_block} statically (place them "
+                "in dynamic shared memory: the plan_dynamic_shared lowering pass)")
+        if placed > dynamic:
+            raise CodegenError(
+                f"kernel {self.func.name}: shared buffers are placed up to byte {placed} of "
+                f"dynamic shared memory, but the kernel launches with {dynamic} bytes")
+        if static + dynamic > t.max_shared_memory_per_block_optin:
+            raise CodegenError(
+                f"kernel {self.func.name}: {static + dynamic} bytes of shared memory per "
+                f"block; {t.arch} allows at most {t.max_shared_memory_per_block_optin}")
+        self.static_shared = static
+        self.dynamic_shared = dynamic
+        if any(isinstance(s, Alloc) and s.dyn_offset is not None for s in walk(body)):
             self.parts.globals.append(
-                "@__ptxforge_dyn_smem = external addrspace(3) global [0 x i8], align 16")
-        else:
-            self.static_shared = total
+                f"@{DYNAMIC_SHARED_SYMBOL} = external addrspace(3) global [0 x i8], align 16")
 
     # ------------------------------------------------------------------------------------
     # statements
@@ -311,10 +310,9 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         elem = nvptx.STORAGE_TYPES[b.dtype]
         n = max(b.size, 1)
         if b.scope == "shared":
-            if self.dynamic_shared:
-                off = self.shared_offsets[b]
-                ptr = (f"getelementptr inbounds (i8, ptr addrspace(3) @__ptxforge_dyn_smem, "
-                       f"i64 {off})")
+            if s.dyn_offset is not None:
+                ptr = (f"getelementptr inbounds (i8, ptr addrspace(3) @{DYNAMIC_SHARED_SYMBOL}, "
+                       f"i64 {s.dyn_offset})")
             else:
                 gname = self.parts.global_names.fresh(
                     sanitize(b.name).replace(".", "_").replace("-", "_"))

@@ -148,7 +148,7 @@ def compile_kernel(
     """Compile one device-IR kernel for ``target``.
 
     Args:
-        kernel_func: a ``PrimFunc`` with ``attrs["kind"] == "kernel"``.
+        kernel_func: a ``PrimFunc`` of level ``Level.KERNEL``.
         target: a :class:`~ptxforge.target.Target`, a target string
             (``"cuda -arch=sm_90a"``) or an sm name (``"sm_80"``); default: the current
             target. Its architecture sets LLVM's CPU (hence the PTX ``.target`` and

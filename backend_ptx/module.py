@@ -175,8 +175,7 @@ class PtxModule:
         self.kernels: dict[str, CompiledKernel] = kernels
         self.target = target
         self.options = dict(options)
-        hosts = [f for f in device_module.functions.values() if f.attrs.get("kind") == "host"]
-        self.host: PrimFunc | None = hosts[0] if hosts else None
+        self.host: PrimFunc | None = device_module.host
 
     def get_source(self, fmt: str = "ptx") -> str:
         """``"ptx"``, ``"llvm"``/``"llvm_ir"``, ``"llvm_opt"`` of every kernel, or
@@ -336,11 +335,10 @@ def compile_module(device_module: Module, target: Target | str | None = None,
     or an sm name; default: the current target; options as for ``compile_kernel``)."""
     target = as_target(target)
     kernels = {}
-    for f in device_module.functions.values():
-        if f.attrs.get("kind") == "kernel":
-            kernels[f.name] = compile_kernel(f, target, **options)
+    for f in device_module.kernels():
+        kernels[f.name] = compile_kernel(f, target, **options)
     if not kernels:
         raise CompileError(
-            "the module has no kernels (functions with attrs['kind'] == 'kernel'); lower it "
+            "the module has no kernels (functions of level kernel); lower it "
             "to device IR first")
     return PtxModule(device_module, kernels, target.arch, options)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..ir.attrs import FuncAttrs
 from ..ir.expr import Call, Cast, FloatImm, IntImm, Var, select
 from ..ir.stmt import (
     Alloc,
@@ -37,7 +38,7 @@ def _host(params, kernels, temps=()) -> PrimFunc:
     body = Seq([Launch(k.name, args) for k, args in kernels])
     for t in reversed(temps):
         body = Alloc(t, body)
-    return PrimFunc("main", params, body, {"kind": "host"})
+    return PrimFunc("main", params, body, FuncAttrs.host())
 
 
 def vector_add(n: int = 1000, block: int = 256) -> tuple[Module, Callable]:
@@ -50,7 +51,7 @@ def vector_add(n: int = 1000, block: int = 256) -> tuple[Module, Callable]:
     body = _thread(bx, grid, "blockIdx.x", _thread(tx, block, "threadIdx.x", If(
         i < n, Store(C, (i,), A[i] + B[i] * FloatImm(2.0)))))
     k = PrimFunc("vector_add_kernel0", [A, B, C], body,
-                 {"kind": "kernel", "grid": (grid, 1, 1), "block": (block, 1, 1)})
+                 FuncAttrs.kernel(grid=(grid, 1, 1), block=(block, 1, 1)))
     return Module([_host([A, B, C], [(k, [A, B, C])]), k]), lambda a, b: a + 2 * b
 
 
@@ -94,8 +95,8 @@ def tiled_matmul(m: int = 128, n: int = 128, k: int = 64, tile: int = 32,
         ty, threads, "threadIdx.y", _thread(tx, threads, "threadIdx.x", Alloc(acc, Seq([
             init, Alloc(a_sh, Alloc(b_sh, kloop)), write]))))))
     kern = PrimFunc("matmul_kernel0", [A, B, C], body,
-                    {"kind": "kernel", "grid": (n // tile, m // tile, 1),
-                     "block": (threads, threads, 1)})
+                    FuncAttrs.kernel(grid=(n // tile, m // tile, 1),
+                                     block=(threads, threads, 1)))
     A2 = Buffer("A", "float32", (m, k))
     B2 = Buffer("B", "float32", (k, n))
     C2 = Buffer("C", "float32", (m, n))
@@ -143,7 +144,7 @@ def select_math(n: int = 500, pad: int = 3, div: int = 5, op: str = "tanh",
     body = _thread(bx, grid, "blockIdx.x", _thread(tx, block, "threadIdx.x", Let(
         j, i, If(j < IntImm(out_n), Store(O, (j,), value)))))
     kern = PrimFunc("select_math_kernel0", [A, O], body,
-                    {"kind": "kernel", "grid": (grid, 1, 1), "block": (block, 1, 1)})
+                    FuncAttrs.kernel(grid=(grid, 1, 1), block=(block, 1, 1)))
 
     def ref(a: np.ndarray) -> np.ndarray:
         idx = np.arange(out_n)
@@ -167,7 +168,7 @@ def two_stage(n: int = 4096, block: int = 256) -> tuple[Module, Callable]:
         body = _thread(bx, grid, "blockIdx.x", _thread(tx, block, "threadIdx.x",
                                                        store(bx * block + tx)))
         return PrimFunc(name, params, body,
-                        {"kind": "kernel", "grid": (grid, 1, 1), "block": (block, 1, 1)})
+                        FuncAttrs.kernel(grid=(grid, 1, 1), block=(block, 1, 1)))
 
     k0 = kern("two_stage_kernel0", [A, T], lambda i: Store(T, (i,), Call("exp", (A[i],),
                                                                          "float32")))
@@ -188,7 +189,7 @@ def unary_map(n: int = 4096, op: str = "exp", dtype: str = "float64",
     body = _thread(bx, grid, "blockIdx.x", _thread(tx, block, "threadIdx.x", If(
         i < n, Store(O, (i,), Call(op, args, dtype)))))
     kern = PrimFunc(f"{op}_kernel0", [A, O], body,
-                    {"kind": "kernel", "grid": (grid, 1, 1), "block": (block, 1, 1)})
+                    FuncAttrs.kernel(grid=(grid, 1, 1), block=(block, 1, 1)))
 
     def ref(a: np.ndarray) -> np.ndarray:
         wide = a.astype(np.float64)

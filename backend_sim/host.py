@@ -8,6 +8,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..ir import dtype as dt
+from ..ir.attrs import Level
 from ..ir.expr import IRError
 from ..ir.stmt import Alloc, Launch, Module, PrimFunc, Seq, Stmt
 from .codegen import CompiledKernel, compile_kernel
@@ -68,13 +69,13 @@ def run(module: Module, args: list, check_races: bool = True) -> None:
 
 def host_function(module: Module) -> PrimFunc:
     main = module.functions.get("main")
-    if main is not None and main.attrs.get("kind") == "host":
+    if main is not None and main.level is Level.HOST:
         return main
-    for f in module.functions.values():
-        if f.attrs.get("kind") == "host":
-            return f
+    host = module.host
+    if host is not None:
+        return host
     raise SimIRError(
-        "the module has no host function (attrs kind='host'); lower it to device IR first "
+        "the module has no host function (level host); lower it to device IR first "
         f"(functions: {', '.join(module.functions)})"
     )
 
@@ -152,9 +153,9 @@ def _launch(s: Launch, env: dict, module: Module, check_races: bool) -> None:
         func = module[s.kernel]
     except IRError as e:
         raise SimIRError(f"launch of {s.kernel}: {e}") from None
-    if func.attrs.get("kind") != "kernel":
+    if func.level is not Level.KERNEL:
         raise SimIRError(f"launch of {s.kernel}, which is not a kernel "
-                         f"(attrs kind={func.attrs.get('kind')!r})")
+                         f"(a {func.level.describe()} function)")
     if len(s.args) != len(func.params):
         raise SimIRError(f"launch of {s.kernel} passes {len(s.args)} buffers for "
                          f"{len(func.params)} params")

@@ -1,72 +1,68 @@
-"""Launch limits of the GPU, checked before a kernel runs (as the driver would)."""
+"""Launch limits of the GPU, checked before a kernel runs (as the driver would).
+
+The limits are the current target's (:func:`ptxforge.target.current_target`): threads and
+extents per block and grid, static shared memory up to the static limit, static plus dynamic
+shared memory up to the opt-in limit (the runtime opts in for a kernel that declares dynamic
+shared memory, as ``backend_ptx`` does).
+"""
 
 from __future__ import annotations
 
-from ..ir import dtype as dt
-from ..ir.stmt import Alloc, PrimFunc, walk
+from ..ir.attrs import Level
+from ..ir.stmt import PrimFunc, shared_memory
+from ..target import Target, as_target
 from .errors import SimIRError, SimLaunchError
 
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK = (1024, 1024, 64)
-MAX_GRID = (2**31 - 1, 65535, 65535)
-MAX_SHARED_BYTES = 48 * 1024
-"""Static shared memory per block (more needs dynamic shared memory and an opt-in)."""
 
-
-def launch_config(func: PrimFunc) -> tuple[tuple, tuple]:
-    """(grid, block) of a kernel, validated against the GPU's limits."""
+def launch_config(func: PrimFunc, target: str | Target | None = None) -> tuple[tuple, tuple]:
+    """(grid, block) of a kernel, validated against ``target``'s limits (default: the
+    current target)."""
+    t = as_target(target)
     name = func.name
-    grid = _extents(func, "grid")
-    block = _extents(func, "block")
-    threads = block[0] * block[1] * block[2]
-    if threads > MAX_THREADS_PER_BLOCK:
+    if func.level is not Level.KERNEL:
+        raise SimIRError(f"function {name} is a {func.level.describe()} function, not a "
+                         "kernel; lower the module to device IR first")
+    launch = func.launch
+    grid, block = launch.grid, launch.block
+    threads = launch.threads_per_block
+    if threads > t.max_threads_per_block:
         raise SimLaunchError(
             f"too many resources requested for launch: kernel {name} uses {threads} threads "
             f"per block ({block[0]}x{block[1]}x{block[2]}); the GPU allows at most "
-            f"{MAX_THREADS_PER_BLOCK}"
+            f"{t.max_threads_per_block}"
         )
-    for axis, (b, limit) in enumerate(zip(block, MAX_BLOCK)):
+    for axis, (b, limit) in enumerate(zip(block, t.max_block_dim)):
         if b > limit:
             raise SimLaunchError(
                 f"invalid launch configuration: kernel {name} has blockDim.{'xyz'[axis]} = "
                 f"{b}; the limit is {limit}"
             )
-    for axis, (g, limit) in enumerate(zip(grid, MAX_GRID)):
+    for axis, (g, limit) in enumerate(zip(grid, t.max_grid_dim)):
         if g > limit:
             raise SimLaunchError(
                 f"invalid launch configuration: kernel {name} has gridDim.{'xyz'[axis]} = "
                 f"{g}; the limit is {limit}"
             )
-    used = shared_bytes(func)
-    if used > MAX_SHARED_BYTES:
+    static, placed = shared_memory(func)
+    if static > t.max_shared_memory_per_block:
         raise SimLaunchError(
-            f"too many resources requested for launch: kernel {name} declares {used} bytes "
-            f"of shared memory per block; the GPU allows {MAX_SHARED_BYTES} bytes of static "
-            "shared memory"
+            f"too many resources requested for launch: kernel {name} declares {static} bytes "
+            f"of shared memory per block; the GPU allows {t.max_shared_memory_per_block} "
+            "bytes of static shared memory"
+        )
+    dynamic = launch.dynamic_shared_bytes
+    if placed > dynamic:
+        raise SimIRError(f"kernel {name} places shared buffers up to byte {placed} of dynamic "
+                         f"shared memory but launches with {dynamic} bytes")
+    if static + dynamic > t.max_shared_memory_per_block_optin:
+        raise SimLaunchError(
+            f"too many resources requested for launch: kernel {name} uses {static + dynamic} "
+            f"bytes of shared memory per block ({static} static, {dynamic} dynamic); "
+            f"{t.arch} allows at most {t.max_shared_memory_per_block_optin} with the opt-in"
         )
     return grid, block
 
 
 def shared_bytes(func: PrimFunc) -> int:
-    """Static shared memory of a kernel: every shared allocation in its body."""
-    seen = {}
-    for s in walk(func.body):
-        if isinstance(s, Alloc) and s.buffer.scope == "shared":
-            seen[id(s.buffer)] = s.buffer
-    return sum(b.size * dt.nbytes(b.dtype) for b in seen.values())
-
-
-def _extents(func: PrimFunc, key: str) -> tuple:
-    value = func.attrs.get(key)
-    ok = (isinstance(value, (tuple, list)) and len(value) == 3
-          and all(isinstance(v, int) and not isinstance(v, bool) for v in value))
-    if not ok:
-        raise SimIRError(
-            f"kernel {func.name}: attrs[{key!r}] must be three ints (x, y, z), got {value!r}"
-        )
-    if any(v < 1 for v in value):
-        raise SimLaunchError(
-            f"invalid launch configuration: kernel {func.name} has {key} {tuple(value)}; "
-            "every extent must be at least 1"
-        )
-    return tuple(value)
+    """Shared memory per block of a kernel: static allocations plus dynamic shared memory."""
+    return func.shared_bytes

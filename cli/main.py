@@ -51,8 +51,8 @@ def _demo(args) -> int:
     sch, tensors = task.apply_best(log)
     mod = ptxforge.lower(sch, tensors)
     for k in mod.kernels():
-        print(f"kernel {k.name}: grid {k.attrs['grid']}, block {k.attrs['block']}, shared "
-              f"memory {k.attrs.get('shared_bytes', 0)} bytes")
+        print(f"kernel {k.name}: grid {k.launch.grid}, block {k.launch.block}, shared "
+              f"memory {k.shared_bytes} bytes")
     if args.print_ir:
         print(mod)
     dev = ptxforge.cuda(0) if use_gpu else ptxforge.sim()

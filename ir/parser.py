@@ -36,6 +36,7 @@ from .expr import (
     Select,
     Var,
 )
+from .attrs import FuncAttrs
 from .printer import FLOAT_WORD_RE, is_reserved, print_func, print_module, print_stmt
 from .stmt import (
     FOR_KINDS,
@@ -529,7 +530,14 @@ class _Parser:
             name = self.ident("the name of the allocated buffer")
             self.expect(":", "after the buffer name")
             buf = self.buffer_type(name)
-            return Alloc(buf, self.region("to open the body of the alloc"))
+            offset = None
+            if self.at("dynamic"):
+                self.next()
+                self.expect("(", "after dynamic")
+                offset = self.int_literal("the dynamic shared-memory offset (bytes)")
+                self.expect(")", "to close the dynamic offset")
+            body = self.region("to open the body of the alloc")
+            return self.build(tok, Alloc, buf, body, offset)
         if word == "let":
             self.next()
             name = self.ident("the name of the let var")
@@ -700,7 +708,14 @@ class _Parser:
                 break
             self.next()
         self.expect(")", "to close the parameters")
-        attrs = self.json_object() if self._attrs() else {}
+        attrs = FuncAttrs()
+        if self._attrs():
+            tok = self.peek()
+            data = self.json_object()
+            try:
+                attrs = FuncAttrs.from_json(data)
+            except IRError as e:
+                self.fail(f"function {name}: {e}", tok)
         body = self.region("to open the function body")
         return PrimFunc(name, params, body, attrs)
 

@@ -29,14 +29,17 @@ Grammar, informally (``{...}`` is a region: statements, one a line):
   layouts, ``strides[...]``;
 * ``for v in N [serial|unroll|vectorize|thread(tag)|vthread(tag)] [attrs {json}] {...}``;
 * ``block name(v: S[N] = expr, r: R[N] = expr) [where cond] [attrs {json}] {[init {...}] ...}``;
-* ``if cond {...} [else {...}]``, ``alloc buf: type {...}``, ``let v = expr {...}``,
+* ``if cond {...} [else {...}]``, ``alloc buf: type [dynamic(offset)] {...}`` (a shared
+  buffer at a byte offset of the kernel's dynamic shared memory), ``let v = expr {...}``,
   ``buf[i, j] = expr``, ``barrier``, ``launch kernel(buf, ...)``.
 
 A var that is not int32 carries its dtype where it is defined (``for i: int64 in 8``,
 ``let x: float32 = ...``, ``v: int64 S[8] = ...``). Vars and buffers are SSA values equal by
 identity; names are hints, so the printer gives every distinct var and buffer of a function
 a distinct name (``i``, ``i_1``, ...), in order of first appearance.
-Attribute values are JSON; tuples print as lists (the parser reads lists back as tuples).
+Attribute values are JSON; tuples print as lists (the parser reads lists back as tuples). A
+function's attrs are its typed :class:`~ptxforge.ir.attrs.FuncAttrs` (``kind`` is the level;
+a kernel has ``grid``, ``block`` and its other launch facts).
 """
 
 from __future__ import annotations
@@ -209,7 +212,7 @@ class FuncPrinter:
 
     def func_header(self, func: PrimFunc) -> str:
         params = ", ".join(f"{self.name(b)}: {buffer_type(b, False)}" for b in func.params)
-        attrs = json_text(func.attrs, f"function {func.name}")
+        attrs = json_text(func.attrs.to_json(), f"function {func.name}")
         return f"@{label_text(func.name)}({params}) attrs {attrs} {{"
 
     def func(self, func: PrimFunc) -> None:
@@ -244,7 +247,8 @@ class FuncPrinter:
             self.emit(depth, "}")
         elif isinstance(s, Alloc):
             buf = s.buffer
-            self.emit(depth, f"alloc {self.name(buf)}: {buffer_type(buf, True)} {{")
+            dyn = "" if s.dyn_offset is None else f" dynamic({s.dyn_offset})"
+            self.emit(depth, f"alloc {self.name(buf)}: {buffer_type(buf, True)}{dyn} {{")
             self.region(s.body, depth)
             self.emit(depth, "}")
         elif isinstance(s, Let):

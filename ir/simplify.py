@@ -1045,7 +1045,7 @@ class _StmtSimplifier:
             body = self.visit(s.body, sim)
             if _is_empty(body):
                 return Seq(())
-            return s if body is s.body else Alloc(s.buffer, body)
+            return s if body is s.body else s.replace(body=body)
         if isinstance(s, Let):
             v = sim.run(s.value)
             inner = sim

@@ -9,8 +9,8 @@ The same node set serves three levels:
 * tensor IR, as made by ``to_ir``: loop nests over ``Block`` s (one instance of a stage,
   with iteration vars bound to loop expressions, an optional reduction ``init``);
 * scheduled IR: the same after schedule passes (split, reorder, bind, compute_at, ...);
-* device IR, after lowering: no blocks, every buffer flat (1-D), kernels as functions with
-  ``attrs["kind"] == "kernel"`` and a launch configuration, and a host function whose body
+* device IR, after lowering: no blocks, every buffer flat (1-D), kernels as functions of
+  level ``Level.KERNEL`` with a launch configuration (``func.launch``), and a host function whose body
   allocates global temporaries and ``Launch`` es the kernels in order.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from . import dtype as dt
+from .attrs import FuncAttrs, KernelAttrs, Level
 from .expr import Expr, IRError, Load, Var
 from .expr import children as expr_children
 from .expr import rebuild as expr_rebuild
@@ -219,13 +220,31 @@ class Block(Stmt):
 
 
 class Alloc(Stmt):
-    """Allocate ``buffer`` (in its scope) for the extent of ``body``."""
+    """Allocate ``buffer`` (in its scope) for the extent of ``body``.
 
-    __slots__ = ("buffer", "body")
+    ``dyn_offset`` (kernels only, shared buffers only) places the buffer in the kernel's
+    dynamic shared memory at that byte offset instead of declaring it statically; the kernel's
+    ``launch.dynamic_shared_bytes`` covers every such buffer.
+    """
 
-    def __init__(self, buffer: Buffer, body: Stmt):
+    __slots__ = ("buffer", "body", "dyn_offset")
+
+    def __init__(self, buffer: Buffer, body: Stmt, dyn_offset: int | None = None):
+        if dyn_offset is not None:
+            if buffer.scope != "shared":
+                raise IRError(f"alloc {buffer.name}: only shared buffers live in dynamic "
+                              f"shared memory, not {buffer.scope} ones")
+            if not isinstance(dyn_offset, int) or isinstance(dyn_offset, bool) \
+                    or dyn_offset < 0:
+                raise IRError(f"alloc {buffer.name}: dynamic offset must be a non-negative "
+                              f"int, got {dyn_offset!r}")
         self.buffer = buffer
         self.body = body
+        self.dyn_offset = dyn_offset
+
+    def replace(self, **kw) -> Alloc:
+        return Alloc(kw.get("buffer", self.buffer), kw.get("body", self.body),
+                     kw.get("dyn_offset", self.dyn_offset))
 
 
 class Store(Stmt):
@@ -342,20 +361,45 @@ ASYNC_COPY_BYTES = (4, 8, 16)
 
 
 class PrimFunc:
-    """A function: typed buffer parameters and a body.
+    """A function: typed buffer parameters, a body and typed attributes.
 
-    ``attrs["kind"]``: ``"prim"`` (tensor IR), ``"kernel"`` (device IR; with ``grid`` and
-    ``block`` launch extents, 3-tuples) or ``"host"``.
+    ``attrs`` is a :class:`~ptxforge.ir.attrs.FuncAttrs`: the function's level
+    (``Level.PRIM`` tensor IR, ``Level.KERNEL`` or ``Level.HOST`` device IR) and, for a
+    kernel, its launch and memory facts (``func.launch``).
     """
 
     __slots__ = ("name", "params", "body", "attrs")
 
-    def __init__(self, name: str, params, body: Stmt, attrs: dict | None = None):
+    def __init__(self, name: str, params, body: Stmt, attrs: FuncAttrs | None = None):
+        if attrs is None:
+            attrs = FuncAttrs()
+        if not isinstance(attrs, FuncAttrs):
+            raise IRError(
+                f"function {name}: attrs must be a FuncAttrs (FuncAttrs.prim(), "
+                f"FuncAttrs.kernel(grid, block), FuncAttrs.host()), got {attrs!r}")
         self.name = name
         self.params = tuple(params)
         self.body = body
-        self.attrs = dict(attrs or {})
-        self.attrs.setdefault("kind", "prim")
+        self.attrs = attrs
+
+    @property
+    def level(self) -> Level:
+        return self.attrs.level
+
+    @property
+    def launch(self) -> KernelAttrs:
+        """A kernel's launch and memory facts; an error for other levels."""
+        if self.attrs.launch is None:
+            raise IRError(f"function {self.name} is a {self.attrs.level.describe()} function, "
+                          "not a kernel; it has no launch configuration")
+        return self.attrs.launch
+
+    @property
+    def shared_bytes(self) -> int:
+        """Shared memory one block of this kernel uses: its static shared allocations plus
+        its dynamic shared memory."""
+        static, _ = shared_memory(self)
+        return static + self.launch.dynamic_shared_bytes
 
     def replace(self, **kw) -> PrimFunc:
         return PrimFunc(kw.get("name", self.name), kw.get("params", self.params),
@@ -402,7 +446,17 @@ class Module:
         return Module(list(fns.values()), self.attrs)
 
     def kernels(self) -> list:
-        return [f for f in self.functions.values() if f.attrs.get("kind") == "kernel"]
+        return self.at_level(Level.KERNEL)
+
+    def at_level(self, level: Level) -> list:
+        """The functions of one level, in order."""
+        return [f for f in self.functions.values() if f.attrs.level is level]
+
+    @property
+    def host(self) -> PrimFunc | None:
+        """The host function of a device module (None before split_host_device)."""
+        hosts = self.at_level(Level.HOST)
+        return hosts[0] if hosts else None
 
     def __str__(self):
         from .printer import print_module
@@ -414,6 +468,23 @@ class Module:
 
 # ---------------------------------------------------------------------------------------
 # traversal
+
+
+def shared_memory(func: PrimFunc) -> tuple[int, int]:
+    """``(static, dynamic)`` bytes of shared memory per block of a kernel: the static
+    shared allocations' total, and the end of the last buffer placed in dynamic shared
+    memory (``launch.dynamic_shared_bytes`` is at least that)."""
+    static = dynamic = 0
+    seen: set[int] = set()
+    for s in walk(func.body):
+        if isinstance(s, Alloc) and s.buffer.scope == "shared" and id(s.buffer) not in seen:
+            seen.add(id(s.buffer))
+            nbytes = s.buffer.size * dt.nbytes(s.buffer.dtype)
+            if s.dyn_offset is None:
+                static += nbytes
+            else:
+                dynamic = max(dynamic, s.dyn_offset + nbytes)
+    return static, dynamic
 
 
 def stmt_children(s: Stmt) -> tuple:
@@ -494,7 +565,7 @@ def map_stmt(s: Stmt, fstmt: Callable | None = None, fexpr: Callable | None = No
             y = x if same else x.replace(bindings=bind, predicate=pred, init=init, body=body)
         elif isinstance(x, Alloc):
             b = go(x.body)
-            y = x if b is x.body else Alloc(x.buffer, b)
+            y = x if b is x.body else x.replace(body=b)
         elif isinstance(x, Store):
             idx = tuple(fe(i) for i in x.indices)
             v = fe(x.value)
@@ -545,7 +616,7 @@ def replace_buffers(s: Stmt, bmap: dict) -> Stmt:
         if isinstance(x, Store) and x.buffer in bmap:
             return Store(bmap[x.buffer], x.indices, x.value)
         if isinstance(x, Alloc) and x.buffer in bmap:
-            return Alloc(bmap[x.buffer], x.body)
+            return x.replace(buffer=bmap[x.buffer])
         if isinstance(x, AsyncCopy) and (x.dst in bmap or x.src in bmap):
             return x.replace(dst=bmap.get(x.dst, x.dst), src=bmap.get(x.src, x.src))
         if isinstance(x, Launch) and any(a in bmap for a in x.args):

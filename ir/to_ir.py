@@ -9,6 +9,7 @@ references in pass text are ``<stage>.<loop>``.
 
 from __future__ import annotations
 
+from .attrs import FuncAttrs
 from .compute_dag import ComputeDAG
 from .expr import (
     Expr,
@@ -83,7 +84,7 @@ def to_ir_with_names(dag_or_tensors, name: str = "main") -> tuple:
     body = seq(*stages)
     for b in reversed(temps):
         body = Alloc(b, body)
-    return Module([PrimFunc(name, params, body, {"kind": "prim"})]), stage_names
+    return Module([PrimFunc(name, params, body, FuncAttrs.prim())]), stage_names
 
 
 def stage_nest(op: ComputeOp, block_name: str, buffers: dict, loop_names: set | None = None):

@@ -18,26 +18,30 @@ Checked at every level:
   ``ir/intrin/verify.py`` (accessed only by tensor intrinsics, run by whole warps with
   warp-uniform operands, shapes that match the intrinsic).
 
-Device level (``attrs["kind"] == "kernel"``): no blocks, no vthread loops, no global
-allocations, every buffer 1-D (unless the kernel carries ``attrs["flat"] = False``: split off
-from the host before its buffers are flattened), CUDA launch limits (see the constants
-below), no thread loop longer than the launch extent of its tag, and no thread loop nested in
+Device level (``Level.KERNEL``): no blocks, no vthread loops, no global allocations, every
+buffer 1-D (unless the kernel's ``launch.flat`` is False: split off from the host before its
+buffers are flattened), the launch and shared-memory limits of the current target
+(:func:`ptxforge.target.current_target`; shared memory, static plus dynamic up to the opt-in limit (the static limit is checked by ``validate_gpu`` once
+``plan_dynamic_shared`` has run), every dynamically placed buffer aligned to 16 bytes,
+inside ``launch.dynamic_shared_bytes`` and overlapping no other), no thread loop longer than
+the launch extent of its tag, and no thread loop nested in
 another loop bound to the same index. Scheduled IR may nest those: a cache stage computed
 inside a ``threadIdx.x`` loop and bound to ``threadIdx.x`` itself is cooperative fetching
 (TVM's ``threadIdx.x_1``), which the lowering pass ``merge_thread_loops`` folds into the
 outer loop.
 
-Host level (``"host"``): only ``alloc`` of global buffers and ``launch`` of kernels of the
+Host level (``Level.HOST``): only ``alloc`` of global buffers and ``launch`` of kernels of the
 module, with as many arguments as the kernel has parameters, each of the parameter's dtype
 and element count.
 """
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 
+from ..target import Target, as_target
 from . import dtype as dt
+from .attrs import Level
 from .expr import (
     Bin,
     Call,
@@ -78,15 +82,12 @@ from .stmt import (
     Store,
 )
 
-FUNC_KINDS = ("prim", "kernel", "host")
 HARDWARE_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z",
                  "threadIdx.x", "threadIdx.y", "threadIdx.z")
 
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK_DIM = (1024, 1024, 64)
-MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
-MAX_STATIC_SHARED_BYTES = 48 * 1024
-"""Static ``__shared__`` memory per block; more needs the dynamic opt-in."""
+DYNAMIC_SHARED_ALIGN = 16
+"""Byte alignment of every buffer placed in dynamic shared memory (a 16-byte vector access
+must not straddle a buffer's start)."""
 
 CONTEXT_LINES = 3
 """Lines shown before and after the faulty statement's first line."""
@@ -110,13 +111,16 @@ class IRVerifyError(IRError):
 Namer = Callable[[object], str]
 
 
-def verify(ir: Module | PrimFunc, pass_name: str | None = None) -> None:
+def verify(ir: Module | PrimFunc, pass_name: str | None = None,
+           target: str | Target | None = None) -> None:
     """Check ``ir`` (a module, or one function) and raise :class:`IRVerifyError` if broken.
 
     ``pass_name`` names the pass that produced ``ir``; it heads the error message. A lone
     function is checked without a module, so a host function's launches are checked only
-    for argument scoping, not against the kernels.
+    for argument scoping, not against the kernels. Kernels are checked against ``target``'s
+    limits (default: the current target).
     """
+    target = as_target(target)
     if isinstance(ir, Module):
         module, funcs = ir, list(ir.functions.values())
     elif isinstance(ir, PrimFunc):
@@ -125,17 +129,20 @@ def verify(ir: Module | PrimFunc, pass_name: str | None = None) -> None:
         reason = f"verify takes a Module or a PrimFunc, got {type(ir).__name__}"
         raise IRVerifyError(reason, reason, pass_name)
     for f in funcs:
-        _FuncVerifier(f, module, pass_name).run()
+        _FuncVerifier(f, module, pass_name, target).run()
 
 
 class _FuncVerifier:
-    def __init__(self, func: PrimFunc, module: Module | None, pass_name: str | None):
+    def __init__(self, func: PrimFunc, module: Module | None, pass_name: str | None,
+                 target: Target):
         self.func = func
         self.module = module
         self.pass_name = pass_name
-        self.kind = func.attrs.get("kind", "prim")
-        # a kernel split off before its buffers are flattened says so with "flat": False
-        self.flat = self.kind == "kernel" and func.attrs.get("flat") is not False
+        self.target = target
+        self.kind = func.level.value
+        # a kernel split off before its buffers are flattened says so with launch.flat
+        self.flat = self.kind == "kernel" and func.launch.flat
+        self.dyn_spans: list[tuple[int, int, Buffer]] = []  # dynamic shared placements
         self.vars: set[int] = set()  # ids of vars in scope
         self.bufs: set[int] = set()  # ids of buffers in scope
         self.defined: set[int] = set()  # ids of every var and buffer defined so far
@@ -175,9 +182,6 @@ class _FuncVerifier:
     # -- function level --------------------------------------------------------------------
     def run(self) -> None:
         f = self.func
-        if self.kind not in FUNC_KINDS:
-            self.fail(lambda n: f"attrs['kind'] is {self.kind!r}; expected one of "
-                                f"{', '.join(FUNC_KINDS)}", True)
         for b in f.params:
             if not isinstance(b, Buffer):
                 self.fail(lambda n, b=b: f"parameter {b!r} is not a Buffer", True)
@@ -194,26 +198,14 @@ class _FuncVerifier:
         self.stmt(f.body)
 
     def check_launch_config(self) -> None:
-        dims = {}
-        for key in ("grid", "block"):
-            v = self.func.attrs.get(key)
-            ok = (isinstance(v, (tuple, list)) and len(v) == 3
-                  and all(isinstance(x, numbers.Integral) and not isinstance(x, bool)
-                          for x in v))
-            if not ok:
-                self.fail(lambda n, key=key, v=v: f"kernel attrs[{key!r}] is {v!r}; a kernel "
-                          f"needs its {key} extents as three ints (x, y, z)", True)
-            if any(x < 1 for x in v):
-                self.fail(lambda n, key=key, v=v: f"kernel attrs[{key!r}] = {tuple(v)} has an "
-                          "extent below 1", True)
-            dims[key] = tuple(v)
-        grid, block = dims["grid"], dims["block"]
-        threads = block[0] * block[1] * block[2]
-        if threads > MAX_THREADS_PER_BLOCK:
+        launch, t = self.func.launch, self.target
+        grid, block = launch.grid, launch.block
+        threads = launch.threads_per_block
+        if threads > t.max_threads_per_block:
             self.fail(lambda n: f"launch limit exceeded: {threads} threads per block "
-                      f"(block = {block}); the limit is {MAX_THREADS_PER_BLOCK}", True)
-        for axis, (g, b, gmax, bmax) in enumerate(zip(grid, block, MAX_GRID_DIM,
-                                                      MAX_BLOCK_DIM)):
+                      f"(block = {block}); the limit is {t.max_threads_per_block}", True)
+        for axis, (g, b, gmax, bmax) in enumerate(zip(grid, block, t.max_grid_dim,
+                                                      t.max_block_dim)):
             xyz = "xyz"[axis]
             if b > bmax:
                 self.fail(lambda n, xyz=xyz, b=b, bmax=bmax: f"launch limit exceeded: "
@@ -223,6 +215,11 @@ class _FuncVerifier:
                           f"gridDim.{xyz} = {g}; the limit is {gmax}", True)
             self.launch[f"blockIdx.{xyz}"] = g
             self.launch[f"threadIdx.{xyz}"] = b
+        optin = t.max_shared_memory_per_block_optin
+        if launch.dynamic_shared_bytes > optin:
+            self.fail(lambda n: f"launch limit exceeded: {launch.dynamic_shared_bytes} bytes "
+                      f"of dynamic shared memory per block; {t.arch} allows at most {optin} "
+                      "(with the opt-in)", True)
 
     # -- statements ------------------------------------------------------------------------
     def define(self, obj, what: str, at_function: bool = False) -> None:
@@ -325,7 +322,7 @@ class _FuncVerifier:
                 key = "grid" if tag.startswith("block") else "block"
                 self.fail(lambda n: f"thread loop {n(v)} over {tag} has extent {s.extent}, "
                           f"above the launch extent {self.launch[tag]} "
-                          f"(attrs[{key!r}][{axis}])")
+                          f"(launch.{key}[{axis}])")
         elif s.kind == "vthread" and self.kind == "kernel":
             self.fail(lambda n: f"vthread loop {n(v)} in a kernel; lowering must remove "
                                 "virtual threads before device IR")
@@ -385,17 +382,43 @@ class _FuncVerifier:
                 self.fail(lambda n: f"buffer {n(b)} has shape {list(b.shape)}; device IR "
                                     "buffers are flat (1-D)")
             if b.scope == "shared":
-                self.shared_bytes += b.size * dt.nbytes(b.dtype)
-                if self.shared_bytes > MAX_STATIC_SHARED_BYTES:
-                    self.fail(lambda n: f"launch limit exceeded: static shared memory per "
-                              f"block reaches {self.shared_bytes} bytes with {n(b)}; the "
-                              f"limit is {MAX_STATIC_SHARED_BYTES} bytes (48 KiB)")
+                self.check_shared_alloc(s)
+        elif s.dyn_offset is not None:
+            self.fail(lambda n: f"buffer {n(b)} is placed in dynamic shared memory in a "
+                                f"{self.kind} function; only kernels have shared memory")
         elif self.kind == "host" and b.scope != "global":
             self.fail(lambda n: f"host function allocates {b.scope} buffer {n(b)}; the host "
                                 "allocates only global buffers")
         self.bufs.add(id(b))
         self.stmt(s.body)
         self.bufs.discard(id(b))
+
+    def check_shared_alloc(self, s: Alloc) -> None:
+        b, t = s.buffer, self.target
+        nbytes = b.size * dt.nbytes(b.dtype)
+        if s.dyn_offset is None:
+            # over the static limit is legal until plan_dynamic_shared places the buffers;
+            # validate_gpu, the simulator and codegen enforce it on finished kernels
+            self.shared_bytes += nbytes
+        else:
+            off, dyn = s.dyn_offset, self.func.launch.dynamic_shared_bytes
+            if off % DYNAMIC_SHARED_ALIGN:
+                self.fail(lambda n: f"buffer {n(b)} sits at dynamic shared offset {off}, "
+                          f"which is not a multiple of {DYNAMIC_SHARED_ALIGN} bytes")
+            if off + nbytes > dyn:
+                self.fail(lambda n: f"buffer {n(b)} ({nbytes} bytes at dynamic shared "
+                          f"offset {off}) ends past the kernel's dynamic_shared_bytes = {dyn}")
+            for lo, hi, other in self.dyn_spans:
+                if off < hi and lo < off + nbytes:
+                    self.fail(lambda n, other=other: f"buffer {n(b)} (dynamic shared bytes "
+                              f"{off}..{off + nbytes}) overlaps {n(other)}")
+            self.dyn_spans.append((off, off + nbytes, b))
+        optin = t.max_shared_memory_per_block_optin
+        total = self.shared_bytes + self.func.launch.dynamic_shared_bytes
+        if total > optin:
+            self.fail(lambda n: f"launch limit exceeded: shared memory per block reaches "
+                      f"{total} bytes with {n(b)}; {t.arch} allows at most {optin} (static "
+                      "plus dynamic, with the opt-in)")
 
     def check_launch(self, s: Launch) -> None:
         if self.kind != "host":
@@ -412,9 +435,9 @@ class _FuncVerifier:
         if kernel is None:
             self.fail(lambda n: f"launch of {s.kernel!r}, but the module has no such "
                                 f"function (it has {', '.join(self.module.functions)})")
-        if kernel.attrs.get("kind") != "kernel":
+        if kernel.level is not Level.KERNEL:
             self.fail(lambda n: f"launch of {s.kernel!r}, which is a "
-                                f"{kernel.attrs.get('kind')} function, not a kernel")
+                                f"{kernel.level.value} function, not a kernel")
         if len(s.args) != len(kernel.params):
             self.fail(lambda n: f"launch of {s.kernel} passes {len(s.args)} args; the kernel "
                                 f"takes {len(kernel.params)}")

@@ -140,7 +140,7 @@ def _build(inp: MeasureInput, options: BuildOptions, target: Target, ctx, t0: fl
             return _fail(code, msg, t0, stages)
     from ..ir.printer import print_func
 
-    host = next(f for f in device.functions.values() if f.attrs.get("kind") == "host")
+    host = device.host
     artifact = BuildArtifact(device_ir, kernels, stats, outputs, target.arch,
                              dict(stages), print_func(host))
     return BuildResult(artifact, int(MeasureErrorNo.NO_ERROR), "", time.perf_counter() - t0,
@@ -199,7 +199,7 @@ def check_host(device) -> tuple:
     arguments); return the indices of its parameters that kernels write."""
     from ..ir.stmt import Alloc, Launch, Seq, Store, walk
 
-    host = next((f for f in device.functions.values() if f.attrs.get("kind") == "host"), None)
+    host = device.host
     if host is None:
         raise ValueError("the lowered module has no host function")
     index = {b: i for i, b in enumerate(host.params)}

@@ -65,9 +65,8 @@ def analyze_module(module: Module) -> tuple[KernelStats, ...]:
 
 
 def analyze_kernel(func: PrimFunc) -> KernelStats:
-    """Statistics of one kernel (``attrs["kind"] == "kernel"``)."""
-    grid = tuple(int(v) for v in func.attrs.get("grid", (1, 1, 1)))
-    block = tuple(int(v) for v in func.attrs.get("block", (1, 1, 1)))
+    """Statistics of one kernel (a function of level ``Level.KERNEL``)."""
+    grid, block = func.launch.grid, func.launch.block
     w = _Walker(block)
     w.stmt(func.body, 1.0)
     footprint = sum(p.size * dt.nbytes(p.dtype) for p in func.params if p in w.touched)

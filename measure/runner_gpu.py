@@ -128,8 +128,7 @@ def gpu_run(req: RunRequest):
         return out
     try:
         module = req.artifact.host_module()
-        host_params = next(f for f in module.functions.values()
-                           if f.attrs.get("kind") == "host").params
+        host_params = module.host.params
         arrays = _task_arrays(req, host_params)
         outputs = req.artifact.output_params
         if req.reference is not None:

@@ -16,6 +16,7 @@ from .base import FunctionPass, Pass
 from .context import PassContext
 from .errors import (
     PassArgumentError,
+    PassLevelError,
     PassError,
     PassRegistryError,
     PipelineParseError,
@@ -54,6 +55,7 @@ __all__ = [
     "ParamSpec",
     "Pass",
     "PassArgumentError",
+    "PassLevelError",
     "PassContext",
     "PassError",
     "PassInstrument",

@@ -35,7 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .errors import PassArgumentError
+from ..ir.attrs import Level
+from .errors import PassArgumentError, PassLevelError
 from .params import ParamSpec, coerce, param_specs
 from .text import format_value
 
@@ -56,6 +57,9 @@ class Pass(abc.ABC):
     """
 
     name: ClassVar[str] = ""
+    levels: ClassVar[tuple[Level, ...]] = ()
+    """The function levels the pass works on (empty: any). A module without a function of
+    one of them is refused with :class:`~ptxforge.passes.errors.PassLevelError`."""
 
     def __post_init__(self):
         for spec in param_specs(type(self)):
@@ -152,6 +156,35 @@ class Pass(abc.ABC):
     def replace(self, **changes: Any) -> Pass:
         """A copy with some parameters changed (checked like any construction)."""
         return dataclasses.replace(self, **changes)
+
+    # -- levels -----------------------------------------------------------------------------
+
+    def check_levels(self, module: Module) -> None:
+        """Raise :class:`~ptxforge.passes.errors.PassLevelError` unless ``module`` holds a
+        function of a level this pass works on."""
+        if not self.levels:
+            return
+        have = [f.level for f in module.functions.values()]
+        if any(lv in self.levels for lv in have):
+            return
+        want = " or ".join(lv.describe() for lv in self.levels)
+        got = ", ".join(dict.fromkeys(lv.describe() for lv in have)) or "no functions"
+        hint = {Level.PRIM: "; it runs before split_host_device",
+                Level.KERNEL: "; lower the module to device IR first (split_host_device)",
+                Level.HOST: ""}[self.levels[0]]
+        raise PassLevelError(
+            f"pass {self.text} works on {want} functions, but the module holds {got}{hint}",
+            self.pass_name(), tuple(self.levels), tuple(dict.fromkeys(have)))
+
+    def map_functions(self, module: Module, fn: Callable[[Any], Any]) -> Module:
+        """A new module with ``fn(func) -> func`` applied to every function of the levels
+        this pass works on (checked first); the others are kept as they are."""
+        from ..ir.stmt import Module
+
+        self.check_levels(module)
+        levels = self.levels
+        return Module([fn(f) if not levels or f.level in levels else f
+                       for f in module.functions.values()], module.attrs)
 
     # -- running ----------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from ..ir.stmt import Module
+from ..target import Target, as_target
+from ..target import replace as replace_figures
 from .errors import PassError
 from .instruments import DumpIR, PassInstrument, PassTiming, PrintAfter, PrintBefore, Verify
 
@@ -115,7 +117,8 @@ class PassContext(InstrumentedContext):
     Parameters:
         instruments: extra :class:`~ptxforge.passes.instruments.PassInstrument` objects.
         verify: check every pass's output with the IR verifier (on by default).
-        config: free-form options passes read (``ctx.config.get("target")``).
+        config: free-form options passes read (``"target"``: the target lowering and the
+            verifier check against, see :attr:`target`; ``"gpu_limits"``).
         print_before: ``"all"`` or pass names: print the IR before those passes.
         print_after: ``"all"`` or pass names: print the IR after those passes.
         print_after_change: print after a pass only when the printed IR changed (with
@@ -182,6 +185,17 @@ class PassContext(InstrumentedContext):
         elif not on:
             self.instruments = [i for i in self.instruments if not isinstance(i, Verify)]
 
+    @property
+    def target(self) -> Target:
+        """The target passes check against: ``config["target"]`` (a string or a
+        :class:`~ptxforge.target.Target`), else the current target; ``config["gpu_limits"]``
+        (target figures by name) overrides some of its limits."""
+        target = as_target(self.config.get("target"))
+        limits = self.config.get("gpu_limits")
+        if limits:
+            target = replace_figures(target, **limits)
+        return target
+
     # -- running ----------------------------------------------------------------------------
 
     def run_pass(self, pass_: Pass, module: Module) -> Module:
@@ -197,4 +211,5 @@ class PassContext(InstrumentedContext):
             raise TypeError(f"run_pass needs a Pass, got {pass_!r}")
         if not isinstance(module, Module):
             raise TypeError(f"pass {pass_.text} needs a Module, got {type(module).__name__}")
+        pass_.check_levels(module)
         return self._run_instrumented(pass_, module)

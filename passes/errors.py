@@ -42,6 +42,18 @@ class PassArgumentError(IRError, TypeError):
         self.index = index
 
 
+class PassLevelError(IRError):
+    """A pass was given a module without a function of a level it works on (a lowering pass
+    on tensor IR, a schedule pass on device IR). ``pass_name``, the ``levels`` it takes and the
+    levels the module ``has`` say which."""
+
+    def __init__(self, message: str, pass_name: str = "", levels: tuple = (), has: tuple = ()):
+        super().__init__(message)
+        self.pass_name = pass_name
+        self.levels = tuple(levels)
+        self.has = tuple(has)
+
+
 class UnknownPassError(IRError, LookupError):
     """No pass is registered under a name. ``suggestions`` lists close matches."""
 

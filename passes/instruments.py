@@ -276,7 +276,9 @@ class Verify(PassInstrument):
     def run_after_pass(self, pass_: Pass, module_before: Module, module_after: Module) -> None:
         verify = load_verifier()
         if verify is not None:
-            verify(module_after, pass_name=pass_.text)
+            from .context import PassContext
+
+            verify(module_after, pass_name=pass_.text, target=PassContext.current().target)
 
 
 class CheckRoundTrip(PassInstrument):

@@ -303,7 +303,7 @@ def test_pipeline_ir_prologue_wait_barrier_fetch_ahead_compute():
                            "async_copy(B.shared[")
     assert "(floormod((k.outer + 2), 3) * 256)" in body and "floormod(k.outer, 3) * 256" in body
     assert body.count("barrier") == 1 and "}\nasync_wait(0)\n" in body
-    assert k.attrs["shared_bytes"] == 2 * 3 * 256 * 4
+    assert k.shared_bytes == 2 * 3 * 256 * 4
 
 
 def test_pipeline_of_plain_shared_stages_has_no_groups():

@@ -86,7 +86,7 @@ def test_the_tutorials_state_lowers_to_the_tutorials_kernel():
     assert len(extra) == 4 and all(t.startswith("unroll(compute.i") for t in extra)
     mod = ptxforge.lower(Pipeline.parse(text)(to_ir(task.ir_dag)))
     k = mod.kernels()[0]
-    assert k.attrs["grid"] == (64, 1, 1) and k.attrs["block"] == (98, 1, 1)
+    assert k.launch.grid == (64, 1, 1) and k.launch.block == (98, 1, 1)
     allocs = _allocs(mod)
     assert allocs["pad_temp.shared"] == (6272, "shared")
     assert allocs["kernel.shared"] == (1024, "shared")
@@ -95,7 +95,7 @@ def test_the_tutorials_state_lowers_to_the_tutorials_kernel():
     kernels = task.models[0].kernels(row[:, 1:])
     _, main = kernels[0]
     assert int(main["blocks"][0]) == 64 and int(main["threads"][0]) == 98
-    assert int(main["shared_bytes"][0]) == k.attrs["shared_bytes"]
+    assert int(main["shared_bytes"][0]) == k.shared_bytes
     assert int(main["accum"][0]) == 4
 
 
@@ -137,7 +137,7 @@ def _lower_and_compare(job):
         dev = ptxforge.lower(mod, ctx=ctx)
     except Exception as e:  # every state the search draws should lower: report it
         return f"{model.sketch.name}: does not lower: {str(e).splitlines()[0][:200]}"
-    got = sorted((k.attrs["grid"][0], k.attrs["block"][0], k.attrs["shared_bytes"])
+    got = sorted((k.launch.grid[0], k.launch.block[0], k.shared_bytes)
                  for k in dev.kernels())
     kernels = model.kernels(np.array([st.values]))
     if len(got) != len(kernels):

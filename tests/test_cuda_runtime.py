@@ -23,9 +23,11 @@ from ptxforge.backend_ptx import (
     nvjitlink_available,
     samples,
 )
+from ptxforge.ir.attrs import FuncAttrs
 from ptxforge.ir.expr import FloatImm, Var
 from ptxforge.ir.stmt import Alloc, Barrier, Buffer, For, PrimFunc, Seq, Store
-from ptxforge.target import arch_for_capability
+from ptxforge.passes.lower.plan_dynamic_shared import plan_dynamic_shared
+from ptxforge.target import arch_for_capability, as_target
 
 pytestmark = pytest.mark.gpu
 
@@ -120,8 +122,8 @@ def test_dynamic_shared_memory(dev):
         Barrier(),
         For(j, n // 256, Store(O, (j * 256 + tx,), S[n - 1 - (j * 256 + tx)] * FloatImm(3.0))),
     ])), kind="thread", thread="threadIdx.x")
-    f = PrimFunc("reverse", [A, O], body, {"kind": "kernel", "grid": (1, 1, 1),
-                                           "block": (256, 1, 1)})
+    f = PrimFunc("reverse", [A, O], body, FuncAttrs.kernel((1, 1, 1), (256, 1, 1)))
+    f = plan_dynamic_shared(f, as_target(f"cuda -arch={dev.sm}"))
     k = compile_kernel(f, dev.sm)
     assert k.launch.dynamic_shared_bytes == n * 4
     from ptxforge.backend_ptx import LoadedKernel

@@ -67,7 +67,7 @@ def test_default_schedule_matches_numpy(case, shape):
     module = ptxforge.lower(s, w.tensors)
     # the output is computed in parallel unless it is tiny
     last = module.kernels()[-1]
-    threads = int(np.prod(last.attrs["block"])) * int(np.prod(last.attrs["grid"]))
+    threads = int(np.prod(last.launch.block)) * int(np.prod(last.launch.grid))
     if _elements(w.output.shape) >= 32:
         assert threads >= 32
     got, want = _run_sim(w, s, np.random.default_rng(_seed(case, shape)))
@@ -200,15 +200,15 @@ def test_seed_layer_is_one_tiled_kernel_with_the_epilogue_fused():
     s = default_schedule(out)
     module = ptxforge.lower(s, [data, kernel, bias, out])
     (k,) = module.kernels()
-    assert set(k.attrs["stages"]) >= {"compute", "pad_temp.shared", "kernel.shared"}
+    assert set(k.launch.stages) >= {"compute", "pad_temp.shared", "kernel.shared"}
     allocs = _allocs(module)
     assert allocs["pad_temp.shared"][1] == "shared" and allocs["kernel.shared"][1] == "shared"
     assert [v for v in allocs.values() if v[1] == "local"], "no local accumulator"
     # enough blocks for most SMs of an H100, and each thread a few outputs at most
-    threads = int(np.prod(k.attrs["block"]))
-    assert int(np.prod(k.attrs["grid"])) >= 64
+    threads = int(np.prod(k.launch.block))
+    assert int(np.prod(k.launch.grid)) >= 64
     assert 64 <= threads <= 1024
-    assert k.attrs["shared_bytes"] <= MAX_SHARED
+    assert k.shared_bytes <= MAX_SHARED
     text = str(k)
     assert text.count("barrier") == 2
     assert "unroll" in text
@@ -242,10 +242,10 @@ def test_a_reduction_read_at_a_window_is_not_fused():
 def test_pooling_runs_one_output_per_thread_without_shared_memory():
     w = workload("max_pool2d", n=1, c=64, h=112, w=112, k=3, stride=2, pad=1)
     (k,) = ptxforge.lower(default_schedule(w.output), w.tensors).kernels()
-    assert k.attrs["shared_bytes"] == 0
-    assert int(np.prod(k.attrs["block"])) * int(np.prod(k.attrs["grid"])) >= _elements(
+    assert k.shared_bytes == 0
+    assert int(np.prod(k.launch.block)) * int(np.prod(k.launch.grid)) >= _elements(
         w.output.shape)
-    assert k.attrs["block"][0] == 256
+    assert k.launch.block[0] == 256
 
 
 def test_injective_block_size_shrinks_for_small_tensors():
@@ -253,8 +253,8 @@ def test_injective_block_size_shrinks_for_small_tensors():
     small = workload("relu", shape=(300,))
     (kb,) = ptxforge.lower(default_schedule(big.output), big.tensors).kernels()
     (ks,) = ptxforge.lower(default_schedule(small.output), small.tensors).kernels()
-    assert kb.attrs["block"] == (256, 1, 1)
-    assert ks.attrs["block"][0] < 256 and ks.attrs["grid"][0] >= 2
+    assert kb.launch.block == (256, 1, 1)
+    assert ks.launch.block[0] < 256 and ks.launch.grid[0] >= 2
 
 
 def test_schedules_respect_a_smaller_gpu():
@@ -266,8 +266,8 @@ def test_schedules_respect_a_smaller_gpu():
     module = ptxforge.lower(default_schedule(out, target=small), [data, kernel, bias, out],
                             ctx=ctx)
     for k in module.kernels():
-        assert int(np.prod(k.attrs["block"])) <= 128
-        assert k.attrs["shared_bytes"] <= 8 * 1024
+        assert int(np.prod(k.launch.block)) <= 128
+        assert k.shared_bytes <= 8 * 1024
 
 
 # ---------------------------------------------------------------------------------------
@@ -292,14 +292,14 @@ def test_realistic_layers_lower_within_the_gpu_limits(name):
     module = ptxforge.lower(s, w.tensors)
     tiled = [op for op in s.dag.ops if isinstance(op, ComputeOp) and op.tag in TILED_TAGS]
     for k in module.kernels():
-        assert int(np.prod(k.attrs["block"])) <= 1024
-        assert k.attrs["shared_bytes"] <= MAX_SHARED
+        assert int(np.prod(k.launch.block)) <= 1024
+        assert k.shared_bytes <= MAX_SHARED
     if tiled:
         (k,) = module.kernels()  # the epilogue is fused
         tiling = choose_tiling(tiled[0])
-        assert k.attrs["grid"][0] == tiling.blocks
-        assert int(np.prod(k.attrs["block"])) == tiling.num_threads
-        assert k.attrs["shared_bytes"] <= tiling.shared_bytes + SHARED_MARGIN
+        assert k.launch.grid[0] == tiling.blocks
+        assert int(np.prod(k.launch.block)) == tiling.num_threads
+        assert k.shared_bytes <= tiling.shared_bytes + SHARED_MARGIN
         # the work spreads over the GPU unless the layer is too small for it
         outputs = _elements(w.output.shape)
         assert tiling.blocks * tiling.num_threads * 8 >= min(outputs, 132 * 32)
@@ -315,8 +315,8 @@ def test_default_schedules_compile_to_ptx(name):
     lowered = built.device_module.kernels()
     assert ptx.count(".entry") == len(lowered)
     for k in lowered:
-        assert f".maxntid {k.attrs['block'][0]}, 1, 1" in ptx
-    if any(k.attrs["shared_bytes"] for k in lowered):
+        assert f".maxntid {k.launch.block[0]}, 1, 1" in ptx
+    if any(k.shared_bytes for k in lowered):
         assert "ld.shared" in ptx and "bar.sync" in ptx
 
 

@@ -6,6 +6,7 @@ import math
 
 import pytest
 from ptxforge.ir import dtype as dt
+from ptxforge.ir.attrs import FuncAttrs, Level
 from ptxforge.ir.expr import (
     BIN_OPS,
     Bin,
@@ -48,6 +49,7 @@ from ptxforge.ir.stmt import (
     PrimFunc,
     Seq,
     Store,
+    shared_memory,
     walk,
 )
 
@@ -113,7 +115,8 @@ def scheduled_ir() -> Module:
                                      "thread", "threadIdx.x"), "vthread", "vthread"),
                "thread", "blockIdx.x")
     body = Alloc(As, Alloc(Bl, Seq([load_loops, body])))
-    return Module([PrimFunc("main", [A, B], body, {"kind": "prim", "tag": "elemwise"})])
+    return Module([PrimFunc("main", [A, B], body,
+                             FuncAttrs(storage_align={"A.shared": [(0, 16, 1)]}))])
 
 
 def device_ir() -> Module:
@@ -126,7 +129,7 @@ def device_ir() -> Module:
     copy = PrimFunc("main_kernel0", [a, t],
                     For(bx, 2, For(tx, 128, Store(t, [bx * 128 + tx], a[bx * 128 + tx]),
                                    "thread", "threadIdx.x"), "thread", "blockIdx.x"),
-                    {"kind": "kernel", "grid": (2, 1, 1), "block": (128, 1, 1)})
+                    FuncAttrs.kernel((2, 1, 1), (128, 1, 1)))
     t2, c = Buffer("T", "float32", [256]), Buffer("C", "float32", [256])
     bx2, tx2, k = Var("blockIdx.x"), Var("threadIdx.x"), Var("k")
     acc = Buffer("acc", "float32", [1], "local")
@@ -141,11 +144,12 @@ def device_ir() -> Module:
     reduce_k = PrimFunc("main_kernel1", [t2, c],
                         For(bx2, 16, For(tx2, 16, body, "thread", "threadIdx.x"),
                             "thread", "blockIdx.x"),
-                        {"kind": "kernel", "grid": (16, 1, 1), "block": (16, 1, 1)})
+                        FuncAttrs.kernel((16, 1, 1), (16, 1, 1), stages=("C",),
+                                         min_blocks_per_sm=2))
     host = PrimFunc("main", [A, C],
                     Alloc(T, Seq([Launch("main_kernel0", [A, T]),
                                   Launch("main_kernel1", [T, C])])),
-                    {"kind": "host"})
+                    FuncAttrs.host())
     return Module([host, copy, reduce_k], {"target": "sm_90"})
 
 
@@ -211,7 +215,9 @@ def test_device_ir_text_and_launch_config():
     assert '"grid": [2, 1, 1], "block": [128, 1, 1]' in text
     parsed = parse_module(text)
     assert parsed.attrs == {"target": "sm_90"}
-    assert parsed["main_kernel0"].attrs["grid"] == (2, 1, 1)  # lists come back as tuples
+    assert parsed["main_kernel0"].launch.grid == (2, 1, 1)  # lists come back as tuples
+    assert parsed["main_kernel1"].launch.min_blocks_per_sm == 2
+    assert parsed["main"].level is Level.HOST
     launches = [s for s in walk(parsed["main"].body) if isinstance(s, Launch)]
     assert [s.kernel for s in launches] == ["main_kernel0", "main_kernel1"]
     host_params = parsed["main"].params
@@ -428,7 +434,7 @@ def test_illegal_and_reserved_hints_are_renamed():
 def test_block_and_kernel_labels_that_are_not_names_are_quoted():
     buf = Buffer("o", "float32", [1])
     f = PrimFunc("f", [buf], Block("my block", [], [], Store(buf, [const(0)], const(0.0))))
-    host = PrimFunc("h", [buf], Launch("odd kernel", [buf]), {"kind": "host"})
+    host = PrimFunc("h", [buf], Launch("odd kernel", [buf]), FuncAttrs.host())
     text = print_module(Module([f, host]))
     assert 'block "my block"() {' in text and 'launch "odd kernel"(o)' in text
     m = roundtrip_check(Module([f, host]))
@@ -450,20 +456,55 @@ def test_print_stmt_and_repr():
 # attributes
 
 
-def test_attrs_normalize_tuples_and_reject_non_json():
-    buf = Buffer("o", "float32", [1])
-    attrs = {"kind": "kernel", "grid": [1, 1, 1], "block": (32, 1, 1),
-             "nested": {"a": [(1, 2), [3]], "b": None, "c": False, "d": -1.5,
-                        "e": float("inf"), "f": 'q"uote\n'}}
-    f = PrimFunc("k", [buf], Barrier(), attrs)
+def test_annotations_normalize_tuples_and_reject_non_json():
+    buf = Buffer("o", "float32", [32])
+    v = Var("v")
+    ann = {"nested": {"a": [(1, 2), [3]], "b": None, "c": False, "d": -1.5,
+                      "e": float("inf"), "f": 'q"uote\n'}}
+    f = PrimFunc("k", [buf], For(v, 32, Store(buf, [v], const(0.0)), annotations=ann))
     g = roundtrip_check(f)
-    assert g.attrs["grid"] == (1, 1, 1) and g.attrs["block"] == (32, 1, 1)
-    assert g.attrs["nested"] == {"a": ((1, 2), (3,)), "b": None, "c": False, "d": -1.5,
-                                 "e": float("inf"), "f": 'q"uote\n'}
+    assert g.body.annotations["nested"] == {"a": ((1, 2), (3,)), "b": None, "c": False,
+                                            "d": -1.5, "e": float("inf"), "f": 'q"uote\n'}
     with pytest.raises(IRError, match="has no text form"):
-        print_func(PrimFunc("k", [buf], Barrier(), {"x": Var("v")}))
+        print_func(PrimFunc("k", [buf], For(v, 1, Barrier(), annotations={"x": Var("v")})))
     with pytest.raises(IRError, match="is not a string"):
-        print_func(PrimFunc("k", [buf], Barrier(), {"x": {1: 2}}))
+        print_func(PrimFunc("k", [buf], For(v, 1, Barrier(), annotations={"x": {1: 2}})))
+
+
+def test_function_attrs_are_typed_and_round_trip():
+    buf = Buffer("o", "float32", [32])
+    sh = Buffer("s", "float32", [16384], "shared")
+    tx = Var("tx")
+    body = For(tx, 32, Alloc(sh, Seq([Store(sh, [tx], const(1.0)), Barrier(),
+                                      Store(buf, [tx], sh[tx])]), dyn_offset=0),
+               "thread", "threadIdx.x")
+    attrs = FuncAttrs.kernel((1, 1, 1), [32, 1, 1], stages=("o",),
+                             dynamic_shared_bytes=65536, min_blocks_per_sm=1)
+    f = PrimFunc("k", [buf], body, attrs)
+    text = print_func(f)
+    assert text.startswith('@k(o: float32[32]) attrs {"kind": "kernel", "grid": [1, 1, 1], '
+                           '"block": [32, 1, 1], "stages": ["o"], "dynamic_shared_bytes": '
+                           '65536, "min_blocks_per_sm": 1} {')
+    assert "alloc s: float32[16384] shared dynamic(0) {" in text
+    g = roundtrip_check(f)
+    assert g.attrs == attrs and g.level is Level.KERNEL
+    assert g.launch.block == (32, 1, 1) and g.launch.threads_per_block == 32
+    assert g.body.body.dyn_offset == 0
+    assert shared_memory(g) == (0, 65536) and g.shared_bytes == 65536
+    # the protocol is the dataclass: a dict, an unknown key or a misplaced fact is an error
+    with pytest.raises(IRError, match="attrs must be a FuncAttrs"):
+        PrimFunc("k", [buf], body, {"kind": "kernel"})
+    with pytest.raises(IRError, match="unknown attribute 'gird' of a kernel function; did "
+                                      "you mean 'grid'"):
+        parse_func(text.replace('"grid"', '"gird"'))
+    with pytest.raises(IRError, match="unknown function level 'device'"):
+        parse_func(text.replace('"kernel"', '"device"'))
+    with pytest.raises(IRError, match="a kernel needs its 'grid' and 'block'"):
+        FuncAttrs.from_json({"kind": "kernel"})
+    with pytest.raises(IRError, match="function f is a prim .* not a kernel; it has no launch"):
+        PrimFunc("f", [buf], body).launch  # noqa: B018
+    with pytest.raises(IRError, match="only shared buffers live in dynamic shared memory"):
+        Alloc(Buffer("l", "float32", [4], "local"), Barrier(), dyn_offset=0)
 
 
 # ---------------------------------------------------------------------------------------

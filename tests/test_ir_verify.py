@@ -8,6 +8,7 @@ from ptxforge.ir.parser import parse_func, parse_module
 from ptxforge.ir.stmt import Alloc, Buffer, For, If, Module, PrimFunc, Seq, Store
 from ptxforge.ir.te import placeholder
 from ptxforge.ir.verify import IRVerifyError, verify
+from ptxforge.target import as_target, replace
 
 TENSOR = """@main(A: float32[16, 16], B: float32[16, 16], C: float32[16, 16])
     attrs {"kind": "prim"} {
@@ -86,9 +87,9 @@ def broken(text: str, old: str, new: str) -> Module:
     return parse_module(text.replace(old, new))
 
 
-def expect(ir, *fragments, pass_name=None) -> IRVerifyError:
+def expect(ir, *fragments, pass_name=None, target=None) -> IRVerifyError:
     with pytest.raises(IRVerifyError) as info:
-        verify(ir, pass_name)
+        verify(ir, pass_name, target)
     msg = str(info.value)
     for frag in fragments:
         assert frag in msg, f"{frag!r} not in:\n{msg}"
@@ -268,29 +269,68 @@ def test_kernel_has_no_vthreads_and_no_global_allocs():
     ('"grid": [16, 1, 65536], "block": [16, 1, 1]', "gridDim.z = 65536; the limit is 65535"),
     ('"grid": [2147483648, 1, 1], "block": [16, 1, 1]',
      "gridDim.x = 2147483648; the limit is 2147483647"),
-    ('"grid": [16, 1], "block": [16, 1, 1]', "kernel attrs['grid'] is (16, 1)"),
-    ('"grid": [16, 0, 1], "block": [16, 1, 1]', "has an extent below 1"),
 ])
 def test_launch_limits(launch, fragment):
     err = expect(broken(KERNEL1, '"grid": [16, 1, 1], "block": [16, 1, 1]', launch), fragment)
     assert "-->    1 | @k1(" in str(err)  # function-level faults point at the header
 
 
-def test_static_shared_memory_limit():
+@pytest.mark.parametrize("launch, fragment", [
+    ('"grid": [16, 1], "block": [16, 1, 1]', "kernel grid must be three ints (x, y, z)"),
+    ('"grid": [16, 0, 1], "block": [16, 1, 1]', "kernel grid (16, 0, 1) has an extent below 1"),
+])
+def test_malformed_launch_extents_are_refused_when_read(launch, fragment):
+    with pytest.raises(IRError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        broken(KERNEL1, '"grid": [16, 1, 1], "block": [16, 1, 1]', launch)
+
+
+def test_shared_memory_limit():
     k1 = parse_func(KERNEL1)  # its own shared buffer ts holds 16 floats (64 bytes)
-    over = k1.replace(body=Alloc(Buffer("big", "float32", [12285], "shared"), k1.body))
-    expect(over, "static shared memory per block reaches 49204 bytes with ts; the limit is "
-                 "49152 bytes (48 KiB)")
-    fits = k1.replace(body=Alloc(Buffer("big", "float32", [12272], "shared"), k1.body))
-    verify(fits)
+    # over the 48 KiB static limit is legal IR until plan_dynamic_shared places the buffers
+    verify(k1.replace(body=Alloc(Buffer("big", "float32", [16384], "shared"), k1.body)))
+    over = k1.replace(body=Alloc(Buffer("big", "float32", [58096], "shared"), k1.body))
+    expect(over, "shared memory per block reaches 232448 bytes with ts; sm_90 allows at most "
+                 "232384 (static plus dynamic, with the opt-in)",
+           target=replace(as_target("cuda -arch=sm_90"),
+                          max_shared_memory_per_block_optin=232384))
+    expect(over, "sm_86 allows at most 101376", target="cuda -arch=sm_86")
+    verify(over, target="cuda -arch=sm_90")
+
+
+def _dynamic(k1, placements, dynamic_bytes):
+    body = k1.body
+    for name, size, offset in placements:
+        body = Alloc(Buffer(name, "float32", [size], "shared"), body, dyn_offset=offset)
+    return k1.replace(body=body, attrs=k1.attrs.with_launch(dynamic_shared_bytes=dynamic_bytes))
+
+
+def test_dynamic_shared_memory_placement_and_opt_in_limit():
+    k1 = parse_func(KERNEL1)
+    verify(_dynamic(k1, [("sa", 16384, 0), ("sb", 16384, 65536)], 131072))  # 128 KiB: fine
+    expect(_dynamic(k1, [("a", 16384, 8)], 65600), "buffer a sits at dynamic shared offset 8, "
+                                                   "which is not a multiple of 16 bytes")
+    expect(_dynamic(k1, [("a", 16384, 0)], 32768), "buffer a (65536 bytes at dynamic shared "
+                                                   "offset 0) ends past the kernel's "
+                                                   "dynamic_shared_bytes = 32768")
+    expect(_dynamic(k1, [("sa", 16384, 0), ("sb", 16, 65520)], 131072),
+           "buffer sa (dynamic shared bytes 0..65536) overlaps sb")
+    # sm_90 opts in to 227 KiB per block, sm_86 to 99 KiB
+    big = _dynamic(k1, [("a", 32768, 0)], 131072)
+    verify(big, target="cuda -arch=sm_90")
+    expect(big, "sm_86 allows at most 101376", target="cuda -arch=sm_86")
+    expect(_dynamic(k1, [("a", 16, 0)], 300 * 1024),
+           "307200 bytes of dynamic shared memory per block; sm_90 allows at most 232448")
+    with pytest.raises(IRError, match="only kernels have shared memory"):
+        verify(parse_func(TENSOR.split("\n\n")[0]).replace(body=Alloc(
+            Buffer("s", "float32", [4], "shared"), Seq([]), dyn_offset=0)))
 
 
 def test_thread_loop_extent_within_launch_extent():
     m = broken(KERNEL1, "for tx in 16 thread(threadIdx.x)", "for tx in 32 thread(threadIdx.x)")
     expect(m, "thread loop tx over threadIdx.x has extent 32, above the launch extent 16 "
-              "(attrs['block'][0])")
+              "(launch.block[0])")
     m = broken(KERNEL1, "for bx in 16 thread(blockIdx.x)", "for bx in 17 thread(blockIdx.x)")
-    expect(m, "above the launch extent 16 (attrs['grid'][0])")
+    expect(m, "above the launch extent 16 (launch.grid[0])")
 
 
 # ---------------------------------------------------------------------------------------
@@ -323,7 +363,8 @@ def test_launch_only_in_host_functions():
 
 
 def test_unknown_function_kind_and_bad_argument():
-    expect(broken(TENSOR, '"kind": "prim"', '"kind": "device"'),
-           "attrs['kind'] is 'device'; expected one of prim, kernel, host")
+    with pytest.raises(IRError, match="unknown function level 'device'; expected one of "
+                                      "prim, kernel, host"):
+        broken(TENSOR, '"kind": "prim"', '"kind": "device"')
     with pytest.raises(IRVerifyError, match="verify takes a Module or a PrimFunc"):
         verify("not ir")

@@ -76,7 +76,7 @@ def test_inject_vthread_interleaves_and_expands_local_buffers():
     # of the reduction is replicated per virtual thread
     assert "alloc C.local: float32[8] local" in text
     assert "C.local[7] = (C.local[7] + " in text
-    assert k.attrs["block"] == (4, 1, 1)
+    assert k.launch.block == (4, 1, 1)
 
 
 def test_barriers_around_the_shared_fetch():
@@ -104,7 +104,7 @@ def test_merge_thread_loops_guards_shorter_loops():
     k = ptxforge.lower(s, [A, C]).kernels()[0]
     # the producer's thread loop (16) is shorter than the block (32): only the first 16
     # threads run it, and the barrier between the stages stays outside that loop
-    assert k.attrs["block"] == (32, 1, 1)
+    assert k.launch.block == (32, 1, 1)
     text = flat(k)
     assert "for i.inner in 16 thread(threadIdx.x)" in text
     assert text.index("barrier") > text.index("for i.inner in 16")
@@ -148,8 +148,9 @@ def test_gpu_limits_are_reported_with_stage_and_limit():
 
 
 def test_shared_memory_limit():
-    A = te.placeholder((128, 128), name="A")
-    k = te.reduce_axis((0, 128), name="k")
+    # 128 KiB: dynamic shared memory on sm_90 (227 KiB), too much for sm_86 (99 KiB)
+    A = te.placeholder((128, 256), name="A")
+    k = te.reduce_axis((0, 256), name="k")
     B = te.compute((128,), lambda i: te.sum(A[i, k], axis=k), name="B")
     s = te.create_schedule(B.op)
     AA = s.cache_read(A, "shared", [B])
@@ -157,5 +158,8 @@ def test_shared_memory_limit():
     s[B].bind(o, te.thread_axis("blockIdx.x"))
     s[B].bind(i, te.thread_axis("threadIdx.x"))
     s[AA].compute_at(s[B], o)
-    with pytest.raises(IRError, match="65536 bytes.*49152"):
-        ptxforge.lower(s, [A, B])
+    (kern,) = ptxforge.lower(s, [A, B],
+                             ctx=PassContext(config={"target": "cuda -arch=sm_90"})).kernels()
+    assert kern.launch.dynamic_shared_bytes == 131072
+    with pytest.raises(IRError, match="131072 bytes with A.shared; sm_86 allows at most 101376"):
+        ptxforge.lower(s, [A, B], ctx=PassContext(config={"target": "cuda -arch=sm_86"}))

@@ -58,8 +58,8 @@ def test_unscheduled_operator_matches_numpy(case, shape):
     w = workload(case, **shape)
     module = ptxforge.lower(w.tensors)
     for k in module.kernels():
-        assert k.attrs["grid"] == (1, 1, 1) and k.attrs["block"] == (1, 1, 1), (
-            f"an unscheduled DAG runs on one thread, got {k.attrs['grid']} x {k.attrs['block']}")
+        assert k.launch.grid == (1, 1, 1) and k.launch.block == (1, 1, 1), (
+            f"an unscheduled DAG runs on one thread, got {k.launch.grid} x {k.launch.block}")
     f = ptxforge.build(w.tensors, target="sim")
     rng = np.random.default_rng(zlib.crc32(f"{case}{shape}".encode()))
     inputs = w.random_inputs(rng)

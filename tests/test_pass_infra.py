@@ -880,11 +880,15 @@ def test_verify_hook_gets_the_pass_text(monkeypatch):
     import ptxforge.ir.verify as verify_module
 
     monkeypatch.setattr(verify_module, "verify",
-                        lambda module, pass_name=None: calls.append((module, pass_name)))
+                        lambda module, pass_name=None, target=None:
+                        calls.append((module, pass_name, target)))
     m = small_module()
     p = AnnotateLoops(key="v")
-    out = p(m)  # verification is on by default
-    assert calls == [(out, 'annotate_loops(key="v")')]
+    out = p(m)  # verification is on by default, against the context's target
+    assert calls == [(out, 'annotate_loops(key="v")', PassContext().target)]
+    calls.clear()
+    p(m, PassContext(config={"target": "cuda -arch=sm_80"}))
+    assert calls[0][2].arch == "sm_80"
     calls.clear()
     p(m, PassContext(verify=False))
     assert calls == []
@@ -892,7 +896,7 @@ def test_verify_hook_gets_the_pass_text(monkeypatch):
     ctx.verify = True
     assert ctx.verify and isinstance(ctx.instruments[0], type(PassContext().instruments[0]))
     noop()(m, ctx)
-    assert calls == [(m, "noop()")]
+    assert calls == [(m, "noop()", ctx.target)]
 
 
 def test_verifier_catches_a_broken_pass():

@@ -31,9 +31,12 @@ from ptxforge.backend_ptx.codegen import codegen_kernel
 from ptxforge.backend_ptx.compile import llvm_binding, parse_llvm, target_machine
 from ptxforge.backend_ptx.llvm_text import ModuleParts, float_literal
 from ptxforge.backend_ptx.mathlib import MATH_OPS, helper_name, math_call
+from ptxforge.ir.attrs import FuncAttrs
 from ptxforge.ir.expr import Call, Cast, FloatImm, IntImm, Var, emax, emin, select
 from ptxforge.ir.stmt import Alloc, Barrier, Buffer, For, Let, PrimFunc, Seq, Store
-from ptxforge.target import Target, TargetError, arch_for_capability
+from ptxforge.passes.lower import LoweringError
+from ptxforge.passes.lower.plan_dynamic_shared import plan_dynamic_shared
+from ptxforge.target import Target, TargetError, arch_for_capability, as_target
 
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None,
                                  reason="ptxas (CUDA toolkit) is not installed here")
@@ -44,8 +47,7 @@ def kernel_of(module):
 
 
 def kernel(name, params, body, grid=(1, 1, 1), block=(1, 1, 1), **attrs):
-    return PrimFunc(name, params, body, {"kind": "kernel", "grid": grid, "block": block,
-                                         **attrs})
+    return PrimFunc(name, params, body, FuncAttrs.kernel(grid, block, **attrs))
 
 
 # ---------------------------------------------------------------------------------------
@@ -233,14 +235,22 @@ def test_dynamic_shared_memory_over_48kb():
                                       Store(A, (tx,), S[(tx * 64 + 64) % 16384])])),
                kind="thread", thread="threadIdx.x")
     k = kernel("bigsmem", [A], body, block=(256, 1, 1))
-    text, info = codegen_kernel(k)
+    # codegen follows the IR: 64 KB declared statically is refused, placed dynamically it
+    # becomes offsets into one extern .shared array
+    with pytest.raises(CodegenError, match="static shared buffers need 65536 bytes; a block "
+                                           "may declare at most 49152 statically"):
+        codegen_kernel(k)
+    placed = plan_dynamic_shared(k, as_target("cuda -arch=sm_90"))
+    assert placed.launch.dynamic_shared_bytes == 65536
+    text, info = codegen_kernel(placed)
     parse_llvm(text, "bigsmem")
     assert info.dynamic_shared_bytes == 65536 and info.static_shared_bytes == 0
-    assert "@__ptxforge_dyn_smem = external addrspace(3) global [0 x i8]" in text
+    assert "@__ptxforge_dyn_smem = external addrspace(3) global [0 x i8], align 16" in text
     huge = Buffer("S", "float32", (70000,), "shared")
-    with pytest.raises(CodegenError, match="shared buffers need 280000 bytes"):
-        codegen_kernel(kernel("huge", [A], Alloc(huge, Store(huge, (IntImm(0),), A[0])),
-                              block=(1, 1, 1)))
+    with pytest.raises(LoweringError, match="needs 280000 bytes of shared memory per block "
+                                            r"\(S: 280000\); sm_90 allows at most 232448"):
+        plan_dynamic_shared(kernel("huge", [A], Alloc(huge, Store(huge, (IntImm(0),), A[0]))),
+                            as_target("cuda -arch=sm_90"))
 
 
 def test_codegen_errors_name_the_problem():

@@ -204,7 +204,7 @@ def test_rfactor_text_and_cross_thread_reduction():
     s[BF].compute_at(s[B], tx)
     mod = ptxforge.lower(s, [A, B])
     k = mod.kernels()[0]
-    assert k.attrs["block"] == (24, 1, 1)
+    assert k.launch.block == (24, 1, 1)
     assert "alloc B.red_shared: float32[24] shared" in str(k)
     a = np.random.default_rng(0).random((8, 100), dtype=np.float32)
     np.testing.assert_allclose(_run_sim(s, [A, B], [a]), a.sum(1), rtol=1e-5)

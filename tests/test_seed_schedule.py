@@ -25,8 +25,8 @@ def test_seed_schedule_lowers_to_the_tutorials_structure():
     kernels = mod.kernels()
     assert len(kernels) == 1
     k = kernels[0]
-    assert k.attrs["grid"] == (64, 1, 1)
-    assert k.attrs["block"] == (98, 1, 1)
+    assert k.launch.grid == (64, 1, 1)
+    assert k.launch.block == (98, 1, 1)
     allocs = _allocs(mod)
     assert allocs["pad_temp.shared"] == (6272, "shared")
     assert allocs["kernel.shared"] == (1024, "shared")
@@ -58,8 +58,8 @@ def test_autotvm_template_best_config_lowers_and_runs():
     s, tensors = workloads.conv2d_no_batching_schedule(args)
     mod = ptxforge.lower(s, tensors)
     k = mod.kernels()[0]
-    assert k.attrs["block"] == (1, 1, 16)   # threadIdx.z = tile_f[2]
-    assert k.attrs["grid"] == (7, 1, 1)
+    assert k.launch.block == (1, 1, 16)   # threadIdx.z = tile_f[2]
+    assert k.launch.grid == (7, 1, 1)
     allocs = _allocs(mod)
     assert {"pad_temp.shared", "kernel.shared", "compute.local"} <= set(allocs)
     assert allocs["compute.local"][1] == "local"
@@ -77,8 +77,8 @@ def test_autotvm_template_seed_layer_structure():
     s, tensors = workloads.conv2d_no_batching_schedule()
     k = ptxforge.lower(s, tensors).kernels()[0]
     # tile_f = [-1, 2, 16, 8]: 2 blocks on z, 16 threads on z; tile_y = [-1, 7, 1, 1]
-    assert k.attrs["grid"] == (7, 1, 2)
-    assert k.attrs["block"] == (1, 1, 16)
+    assert k.launch.grid == (7, 1, 2)
+    assert k.launch.block == (1, 1, 16)
 
 
 def test_lowering_the_seed_schedule_is_fast():

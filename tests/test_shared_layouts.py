@@ -57,7 +57,7 @@ def test_swizzled_matmul_matches_numpy(kw):
     s["B.shared"].swizzle(2)
     assert "swizzle(A.shared, 3)" in s.pipeline.text
     mod = ptxforge.lower(s, args)
-    assert mod.kernels()[0].attrs["swizzle"] == {"A.shared": 3, "B.shared": 2}
+    assert mod.kernels()[0].attrs.swizzle == {"A.shared": 3, "B.shared": 2}
     # the chunk XOR is spelled with power-of-two floordiv / floormod
     assert flat(mod).count("floormod(") > plain.count("floormod(") + 8
     M, K = (int(x) for x in args[0].shape)

@@ -8,12 +8,14 @@ import time
 import numpy as np
 import pytest
 from ptxforge import backend_sim as sim
+from ptxforge.ir.attrs import FuncAttrs
 from ptxforge.ir.expr import (
     Bin,
     Call,
     Cast,
     Cmp,
     FloatImm,
+    IRError,
     IntImm,
     Not,
     Select,
@@ -62,14 +64,14 @@ def i32(x: int) -> IntImm:
 
 
 def kernel(name: str, params: list, body, grid=(1, 1, 1), block=(1, 1, 1)) -> PrimFunc:
-    return PrimFunc(name, params, body, {"kind": "kernel", "grid": grid, "block": block})
+    return PrimFunc(name, params, body, FuncAttrs.kernel(grid, block))
 
 
 def single_kernel_module(k: PrimFunc, shapes: dict | None = None) -> Module:
     """A host function taking one buffer per kernel param (shaped as in ``shapes``)."""
     shapes = shapes or {}
     host = [Buffer(p.name, p.dtype, shapes.get(p.name, p.shape)) for p in k.params]
-    main = PrimFunc("main", host, Seq([Launch(k.name, host)]), {"kind": "host"})
+    main = PrimFunc("main", host, Seq([Launch(k.name, host)]), FuncAttrs.host())
     return Module([main, k])
 
 
@@ -203,7 +205,7 @@ def test_host_launches_two_kernels_through_a_global_temporary():
     HT = Buffer("tmp", "float32", (n,))
     main = PrimFunc("main", [HA, HC], Alloc(HT, Seq([Launch("k1", [HA, HT]),
                                                      Launch("k2", [HT, HC])])),
-                    {"kind": "host"})
+                    FuncAttrs.host())
     a = randn(10, 10)
     c = np.zeros((10, 10), np.float32)
     sim.run(Module([main, k1, k2]), [a, c])
@@ -623,13 +625,15 @@ def test_out_of_bounds_in_serial_loop_of_single_thread_kernel():
     ((1, 1, 1), (32, 33, 1), "1056 threads per block"),
     ((1, 1, 1), (1, 1, 65), r"blockDim.z = 65; the limit is 64"),
     ((1, 70000, 1), (1, 1, 1), r"gridDim.y = 70000; the limit is 65535"),
-    ((1, 1, 1), (0, 1, 1), "at least 1"),
 ])
 def test_launch_limits(grid, block, pattern):
     A = Buffer("A", "float32", (1,))
     k = kernel("big", [A], Store(A, [i32(0)], f32(1.0)), grid, block)
     with pytest.raises(sim.SimLaunchError, match=pattern):
         run_kernel(k, np.zeros(1, np.float32))
+    # an empty extent cannot even be written down: the kernel attributes refuse it
+    with pytest.raises(IRError, match=r"kernel block \(0, 1, 1\) has an extent below 1"):
+        kernel("empty", [A], Store(A, [i32(0)], f32(1.0)), (1, 1, 1), (0, 1, 1))
 
 
 def test_too_much_shared_memory():

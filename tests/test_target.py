@@ -129,8 +129,8 @@ def test_default_schedules_take_a_target():
     for spec in ("cuda -arch=sm_80", Target("cuda -arch=sm_90a")):
         module = ptxforge.lower(default_schedule(out, target=spec), [data, kernel, bias, out])
         (k,) = module.kernels()
-        assert int(np.prod(k.attrs["block"])) <= 1024
-        assert k.attrs["shared_bytes"] <= 48 * 1024
+        assert int(np.prod(k.launch.block)) <= 1024
+        assert k.shared_bytes <= 48 * 1024
     conv = out.op.input_tensors[0].op
     while not conv.reduce_axis:
         conv = conv.input_tensors[0].op

@@ -5,7 +5,7 @@ The default pipeline, in order:
 ``check_coverage, cross_thread_reduction, decompose_reduction, lower_blocks,
 compact_buffers, inject_vthread, merge_thread_loops, unroll_loops, simplify, split_host_device,
 flatten_buffers, simplify, inject_async_copy, swizzle_layout, cse, insert_barriers,
-inject_software_pipeline, validate_gpu``
+inject_software_pipeline, plan_dynamic_shared, validate_gpu``
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from . import (  # noqa: F401  (importing registers the passes)
     insert_barriers,
     lower_blocks,
     merge_thread_loops,
+    plan_dynamic_shared,
     simplify,
     split_host_device,
     swizzle_layout,
@@ -35,7 +36,8 @@ LOWERING_PIPELINE = (
     "check_coverage(), cross_thread_reduction(), decompose_reduction(), lower_blocks(), "
     "compact_buffers(), inject_vthread(), merge_thread_loops(), unroll_loops(), simplify(), "
     "split_host_device(), flatten_buffers(), simplify(), inject_async_copy(), "
-    "swizzle_layout(), cse(), insert_barriers(), inject_software_pipeline(), validate_gpu()"
+    "swizzle_layout(), cse(), insert_barriers(), inject_software_pipeline(), "
+    "plan_dynamic_shared(), validate_gpu()"
 )
 
 

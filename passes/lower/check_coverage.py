@@ -32,13 +32,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...ir.attrs import Level
 from ...ir.expr import free_vars
 from ...ir.stmt import Alloc, Block, For, PrimFunc, Seq, Stmt
 from ..base import Pass
 from ..registry import register_pass
 from ..schedule.common import block_paths
 from ..schedule.compute_at import output_buffer, reads_of
-from .common import LoweringError, on_prim
+from .common import LoweringError
 from .compact_buffers import placed_scope
 
 
@@ -194,6 +195,7 @@ class CheckCoverage(Pass):
     docstring for the rules); changes nothing."""
 
     name = "check_coverage"
+    levels = (Level.PRIM,)
 
     def apply(self, module, ctx):
-        return on_prim(module, check_coverage)
+        return self.map_functions(module, check_coverage)

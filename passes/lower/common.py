@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ...ir.expr import IRError, Load, Var, children, free_vars
 from ...ir.stmt import Block, For, If, Let, Stmt, Store, stmt_children, stmt_exprs
+from ...target import Target, as_target
 
 
 class LoweringError(IRError):
@@ -124,7 +125,7 @@ def fresh_copy(s: Stmt) -> Stmt:
             b = x.buffer
             nb = Buffer(b.name, b.dtype, b.shape, b.scope, b.strides)
             bmap[b] = nb
-            return Alloc(nb, go(x.body))
+            return x.replace(buffer=nb, body=go(x.body))
         if isinstance(x, Block):
             ivs = []
             bind = [fe(b) for b in x.bindings]
@@ -154,21 +155,7 @@ def fresh_copy(s: Stmt) -> Stmt:
     return go(s)
 
 
-def on_prim(module, fn):
-    """Apply ``fn(func) -> func`` to every tensor-IR function of the module."""
-    from ...ir.stmt import Module
-
-    out = []
-    for f in module.functions.values():
-        out.append(fn(f) if f.attrs.get("kind", "prim") == "prim" else f)
-    return Module(out, module.attrs)
-
-
-def on_kernels(module, fn):
-    """Apply ``fn(func) -> func`` to every kernel of a device module."""
-    from ...ir.stmt import Module
-
-    out = []
-    for f in module.functions.values():
-        out.append(fn(f) if f.attrs.get("kind") == "kernel" else f)
-    return Module(out, module.attrs)
+def lowering_target(ctx) -> Target:
+    """The target lowering checks against: the context's (:attr:`PassContext.target`), or
+    the current target without a context."""
+    return ctx.target if ctx is not None else as_target(None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...ir.attrs import Level
 from ...ir.expr import IntImm, Load, children, rebuild
 from ...ir.region import access_region
 from ...ir.simplify import simplify
@@ -14,7 +15,7 @@ from ...ir.stmt import Alloc, Buffer, For, PrimFunc, Stmt, Store, map_stmt, stmt
 from ..base import Pass
 from ..registry import register_pass
 from ..schedule.common import replace_at
-from .common import buffer_accesses, collect_accesses, on_prim
+from .common import buffer_accesses, collect_accesses
 
 
 def _is_thread(n) -> bool:
@@ -65,7 +66,7 @@ def compact_buffers(func: PrimFunc) -> PrimFunc:
     while isinstance(body, Alloc):
         allocs.append(body.buffer)
         body = body.body
-    aligns = func.attrs.get("storage_align", {})
+    aligns = func.attrs.storage_align
     kept = []
     for buf in allocs:
         body, stays = _place(body, buf, aligns.get(buf.name))
@@ -194,6 +195,7 @@ class CompactBuffers(Pass):
     """Allocate intermediates where used, shrunk to the region used; infer their scope."""
 
     name = "compact_buffers"
+    levels = (Level.PRIM,)
 
     def apply(self, module, ctx):
-        return on_prim(module, compact_buffers)
+        return self.map_functions(module, compact_buffers)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...ir.attrs import Level
 from ...ir.expr import (
     COMBINER_OF_OP,
     Bin,
@@ -26,7 +27,7 @@ from ...ir.stmt import Alloc, Barrier, Block, Buffer, For, If, PrimFunc, Seq, St
 from ..base import Pass
 from ..registry import register_pass
 from ..schedule.common import follow_path, replace_at
-from .common import LoweringError, on_prim
+from .common import LoweringError
 
 
 def _find(s, path):
@@ -142,6 +143,7 @@ class CrossThreadReduction(Pass):
     """Lower reductions over a threadIdx-bound loop to a shared-memory tree reduction."""
 
     name = "cross_thread_reduction"
+    levels = (Level.PRIM,)
 
     def apply(self, module, ctx):
-        return on_prim(module, cross_thread_reduction)
+        return self.map_functions(module, cross_thread_reduction)

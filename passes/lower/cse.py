@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir import dtype as dt
+from ...ir.attrs import Level
 from ...ir.expr import Bin, Var, children, expr_key, rebuild
 from ...ir.stmt import If, Let, PrimFunc, Store, map_stmt
 from ..base import Pass
 from ..registry import register_pass
-from .common import on_kernels
 
 _OPS = ("add", "sub", "mul", "floordiv", "floormod", "min", "max")
 
@@ -89,6 +89,7 @@ class CSE(Pass):
     """Bind integer subexpressions repeated within a statement to let vars."""
 
     name = "cse"
+    levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):
-        return on_kernels(module, cse)
+        return self.map_functions(module, cse)

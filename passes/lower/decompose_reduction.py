@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...ir.attrs import Level
 from ...ir.expr import Var, conjuncts, free_vars, logical_and, substitute
 from ...ir.stmt import Block, BlockVar, For, PrimFunc, Seq, Stmt, stmt_children, substitute_stmt
 from ..base import Pass
 from ..registry import register_pass
 from ..schedule.common import follow_path, replace_at
-from .common import on_prim
 
 
 def _first_block_with_init(s: Stmt, path: list):
@@ -97,6 +97,7 @@ class DecomposeReduction(Pass):
     """Move each reduction init in front of the outermost loop of its reduction."""
 
     name = "decompose_reduction"
+    levels = (Level.PRIM,)
 
     def apply(self, module, ctx):
-        return on_prim(module, decompose_reduction)
+        return self.map_functions(module, decompose_reduction)

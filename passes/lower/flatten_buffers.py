@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...ir.attrs import Level
 from ...ir.expr import IntImm, Load, children, rebuild
 from ...ir.simplify import simplify
 from ...ir.stmt import Alloc, Buffer, PrimFunc, Store, map_stmt
 from ..base import Pass
 from ..registry import register_pass
-from .common import on_kernels
 
 
 def flat_buffer(buf: Buffer) -> Buffer:
@@ -49,12 +49,12 @@ def flatten_buffers(func: PrimFunc) -> tuple:
         if isinstance(x, Store):
             return Store(get(x.buffer), flat_index(x.buffer, x.indices), x.value)
         if isinstance(x, Alloc):
-            return Alloc(get(x.buffer), x.body)
+            return x.replace(buffer=get(x.buffer))
         return None
 
     body = map_stmt(func.body, fstmt=fs, fexpr=fe)
     params = tuple(bmap[b] for b in func.params)
-    attrs = {k: v for k, v in func.attrs.items() if k != "flat"}
+    attrs = func.attrs.with_launch(flat=True) if func.attrs.launch else func.attrs
     return (func.replace(params=params, body=body, attrs=attrs),
             {bmap[b]: b for b in func.params})
 
@@ -65,6 +65,7 @@ class FlattenBuffers(Pass):
     """Make every buffer of every kernel 1-D (indices become offsets)."""
 
     name = "flatten_buffers"
+    levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):
-        return on_kernels(module, lambda f: flatten_buffers(f)[0])
+        return self.map_functions(module, lambda f: flatten_buffers(f)[0])

@@ -17,6 +17,7 @@ from math import gcd
 
 from ...ir import dtype as dt
 from ...ir.arith import affine_terms, const_bounds
+from ...ir.attrs import Level
 from ...ir.expr import (
     Bin,
     Cast,
@@ -50,9 +51,8 @@ from ...ir.stmt import (
 )
 from ..base import Pass
 from ..registry import register_pass
-from ..schedule.async_copy import ATTR
 from ..schedule.common import replace_child
-from .common import LoweringError, expr_reads, on_kernels, walk_all
+from .common import LoweringError, expr_reads, walk_all
 
 
 def known_divisor(e: Expr) -> int:
@@ -302,7 +302,7 @@ def _place(s: Stmt, dsts: set) -> tuple[Stmt, bool]:
 
 
 def inject_async_copy(func: PrimFunc) -> PrimFunc:
-    names = set(func.attrs.get(ATTR, ()))
+    names = set(func.attrs.async_copy)
     if not names:
         return func
     body = _Injector(func, names).rewrite(func.body)
@@ -319,9 +319,10 @@ class InjectAsyncCopy(Pass):
     committed and waited for before the first read of what they copy."""
 
     name = "inject_async_copy"
+    levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):
-        return on_kernels(module, inject_async_copy)
+        return self.map_functions(module, inject_async_copy)
 
 
 __all__ = ["InjectAsyncCopy", "inject_async_copy", "known_divisor", "map_stmt_children"]

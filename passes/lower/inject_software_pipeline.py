@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir import dtype as dt
+from ...ir.attrs import Level
 from ...ir.expr import IntImm, Load, children, floormod, rebuild, substitute
 from ...ir.simplify import simplify_stmt
 from ...ir.stmt import (
@@ -49,7 +50,7 @@ from ...ir.stmt import (
 from ..base import Pass
 from ..registry import register_pass
 from ..schedule.software_pipeline import ANNOTATION
-from .common import LoweringError, expr_reads, fresh_copy, on_kernels, walk_all
+from .common import LoweringError, expr_reads, fresh_copy, walk_all
 
 SLOT_ALIGN_BYTES = 16
 """Each slot of a multi-buffered stage starts 16-byte aligned (the widest cp.async)."""
@@ -220,7 +221,8 @@ class _Pipeliner:
 
 
 def inject_software_pipeline(func: PrimFunc) -> PrimFunc:
-    if not func.attrs.get(ANNOTATION) or not any(isinstance(x, For) and ANNOTATION in x.annotations for x in walk_all(func.body)):
+    if not func.attrs.software_pipeline or not any(
+            isinstance(x, For) and ANNOTATION in x.annotations for x in walk_all(func.body)):
         return func
     return _Pipeliner(func).run()
 
@@ -232,9 +234,10 @@ class InjectSoftwarePipeline(Pass):
     steady state whose loads run ``stages - 1`` iterations ahead."""
 
     name = "inject_software_pipeline"
+    levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):
-        return on_kernels(module, inject_software_pipeline)
+        return self.map_functions(module, inject_software_pipeline)
 
 
 __all__ = ["InjectSoftwarePipeline", "inject_software_pipeline"]

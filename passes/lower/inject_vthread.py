@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...ir.attrs import Level
 from ...ir.expr import IntImm, Load, children, rebuild
 from ...ir.stmt import (
     Alloc,
@@ -27,7 +28,7 @@ from ...ir.stmt import (
 )
 from ..base import Pass
 from ..registry import register_pass
-from .common import fresh_copy, on_prim, stmt_uses_var, walk_all
+from .common import fresh_copy, stmt_uses_var, walk_all
 
 
 def inject_vthread(func: PrimFunc) -> PrimFunc:
@@ -67,7 +68,7 @@ def _expand(s: Stmt, buf: Buffer, v, n) -> Stmt:
         if isinstance(x, Store) and x.buffer is buf:
             return Store(new, (v,) + x.indices, x.value)
         if isinstance(x, Alloc) and x.buffer is buf:
-            return Alloc(new, x.body)
+            return x.replace(buffer=new)
         return None
 
     return map_stmt(s, fstmt=fs, fexpr=fe)
@@ -85,7 +86,7 @@ def _push(s: Stmt, v, n) -> Stmt:
     if isinstance(s, For):
         return s.replace(body=_push(s.body, v, n))
     if isinstance(s, Alloc):
-        return Alloc(s.buffer, _push(s.body, v, n))
+        return s.replace(body=_push(s.body, v, n))
     if isinstance(s, If):
         from ...ir.expr import free_vars
 
@@ -111,6 +112,7 @@ class InjectVthread(Pass):
     """Replace virtual-thread loops by interleaved copies of their statements."""
 
     name = "inject_vthread"
+    levels = (Level.PRIM,)
 
     def apply(self, module, ctx):
-        return on_prim(module, inject_vthread)
+        return self.map_functions(module, inject_vthread)

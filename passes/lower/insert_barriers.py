@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...ir.attrs import Level
 from ...ir.expr import Load, children
 from ...ir.stmt import (
     AsyncCopy,
@@ -21,7 +22,7 @@ from ...ir.stmt import (
 from ..base import Pass
 from ..registry import register_pass
 from ..schedule.common import replace_child
-from .common import on_kernels, walk_all
+from .common import walk_all
 
 
 def _rw(s: Stmt) -> tuple:
@@ -115,6 +116,7 @@ class InsertBarriers(Pass):
     """Insert barriers between shared-memory writes and reads."""
 
     name = "insert_barriers"
+    levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):
-        return on_kernels(module, insert_barriers)
+        return self.map_functions(module, insert_barriers)

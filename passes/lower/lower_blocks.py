@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...ir.attrs import Level
 from ...ir.stmt import Block, If, PrimFunc, map_stmt, substitute_stmt
 from ..base import Pass
 from ..registry import register_pass
-from .common import LoweringError, on_prim
+from .common import LoweringError
 
 
 def lower_blocks(func: PrimFunc) -> PrimFunc:
@@ -34,6 +35,7 @@ class LowerBlocks(Pass):
     """Replace blocks by their bodies (iteration vars substituted, predicates as ifs)."""
 
     name = "lower_blocks"
+    levels = (Level.PRIM,)
 
     def apply(self, module, ctx):
-        return on_prim(module, lower_blocks)
+        return self.map_functions(module, lower_blocks)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...ir.attrs import Level
 from ...ir.expr import const
 from ...ir.stmt import For, If, PrimFunc, Stmt, stmt_children, substitute_stmt
 from ..base import Pass
 from ..registry import register_pass
-from .common import LoweringError, block_names_in, on_prim
+from .common import LoweringError, block_names_in
 
 
 def merge_thread_loops(func: PrimFunc) -> PrimFunc:
@@ -55,6 +56,7 @@ class MergeThreadLoops(Pass):
     """Nested loops bound to the same thread index share it."""
 
     name = "merge_thread_loops"
+    levels = (Level.PRIM,)
 
     def apply(self, module, ctx):
-        return on_prim(module, merge_thread_loops)
+        return self.map_functions(module, merge_thread_loops)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...ir.attrs import Level
 from ...ir.simplify import simplify_stmt
 from ..base import Pass
 from ..registry import register_pass
-from .common import on_kernels, on_prim
 
 
 @register_pass
@@ -17,9 +17,10 @@ class Simplify(Pass):
     remove ifs whose condition is provably true and unit loops."""
 
     name = "simplify"
+    levels = (Level.PRIM, Level.KERNEL)
 
     def apply(self, module, ctx):
         def fn(f):
             return f.replace(body=simplify_stmt(f.body))
 
-        return on_kernels(on_prim(module, fn), fn)
+        return self.map_functions(module, fn)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...ir.attrs import FuncAttrs, KernelAttrs, Level
 from ...ir.expr import Load, children
 from ...ir.stmt import (
     Alloc,
@@ -92,25 +93,20 @@ def split_host_device(func: PrimFunc, host_params=None, order_params=None) -> Mo
         args = sorted(_global_buffers(st), key=lambda b: order.get(b, len(order)))
         name = f"{func.name}_kernel{k}"
         # buffers are flattened by the next pass; until then the kernel says so
-        attrs = {"kind": "kernel", "grid": grid, "block": block, "flat": False,
-                 "stages": tuple(dict.fromkeys(
-                     x.buffer.name for x in walk_all(st) if isinstance(x, Store)))}
+        stages = tuple(dict.fromkeys(
+            x.buffer.name for x in walk_all(st) if isinstance(x, Store)))
         # schedule attributes that lowering reads later, kept for the kernels they concern
-        async_bufs = [b for b in func.attrs.get("async_copy", ()) if b in attrs["stages"]]
-        if async_bufs:
-            attrs["async_copy"] = async_bufs
-        swizzles = {b: n for b, n in func.attrs.get("swizzle", {}).items()
-                    if b in attrs["stages"]}
-        if swizzles:
-            attrs["swizzle"] = swizzles
-        if func.attrs.get("software_pipeline"):
-            attrs["software_pipeline"] = True
+        async_bufs = tuple(b for b in func.attrs.async_copy if b in stages)
+        swizzles = {b: n for b, n in func.attrs.swizzle.items() if b in stages}
+        attrs = FuncAttrs(Level.KERNEL, KernelAttrs(grid, block, stages, flat=False),
+                          async_copy=async_bufs, swizzle=swizzles,
+                          software_pipeline=func.attrs.software_pipeline)
         kernels.append(PrimFunc(name, args, st, attrs))
         launches.append(Launch(name, [to_host.get(a, a) for a in args]))
     host_body: Stmt = Seq(launches)
     for t in reversed(temps):
         host_body = Alloc(t, host_body)
-    host = PrimFunc(func.name, host_params, host_body, {"kind": "host"})
+    host = PrimFunc(func.name, host_params, host_body, FuncAttrs.host())
     return Module([host] + kernels)
 
 
@@ -121,9 +117,11 @@ class SplitHostDevice(Pass):
     function that allocates global temporaries and launches them."""
 
     name = "split_host_device"
+    levels = (Level.PRIM,)
 
     def apply(self, module, ctx):
-        funcs = [f for f in module.functions.values() if f.attrs.get("kind", "prim") == "prim"]
+        self.check_levels(module)
+        funcs = module.at_level(Level.PRIM)
         if len(funcs) != 1:
             from .common import LoweringError
 

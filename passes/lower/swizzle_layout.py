@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir import dtype as dt
+from ...ir.attrs import Level
 from ...ir.expr import Expr, IntImm, Load, children, floordiv, floormod, rebuild
 from ...ir.stmt import AsyncCopy, PrimFunc, Store, map_stmt, walk
 from ..base import Pass
 from ..registry import register_pass
-from ..schedule.swizzle import ATTR
-from .common import LoweringError, on_kernels
+from .common import LoweringError
 
 CHUNK_BYTES = 16
 
@@ -37,7 +37,7 @@ def swizzled(index: Expr, elems_per_chunk: int, bits: int) -> Expr:
 
 
 def swizzle_layout(func: PrimFunc) -> PrimFunc:
-    table = func.attrs.get(ATTR, {})
+    table = func.attrs.swizzle
     if not table:
         return func
     bufs = {}
@@ -89,9 +89,10 @@ class SwizzleLayout(Pass):
     """Rewrite the accesses of swizzled shared buffers (see the ``swizzle`` pass)."""
 
     name = "swizzle_layout"
+    levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):
-        return on_kernels(module, swizzle_layout)
+        return self.map_functions(module, swizzle_layout)
 
 
 __all__ = ["SwizzleLayout", "swizzle_layout", "swizzled", "xor_bits"]

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...ir.attrs import Level
 from ...ir.intrin import ANNOTATION
 from ...ir.stmt import For, PrimFunc, Stmt, stmt_children
 from ..base import Pass
 from ..registry import register_pass
 from ..schedule.common import replace_child
-from .common import on_prim
 
 
 def unroll_loops(func: PrimFunc) -> PrimFunc:
@@ -58,6 +58,7 @@ class UnrollLoops(Pass):
     """Mark loops unrolled per auto_unroll_max_step pragmas."""
 
     name = "unroll_loops"
+    levels = (Level.PRIM,)
 
     def apply(self, module, ctx):
-        return on_prim(module, unroll_loops)
+        return self.map_functions(module, unroll_loops)

@@ -1,69 +1,84 @@
-"""validate_gpu: reject kernels a GPU would refuse, naming the stage, axis and limit."""
+"""validate_gpu: reject kernels a GPU would refuse, naming the stage, axis and limit.
+
+The limits are the target's (``ctx.config["target"]``, else the current target); a dict
+``ctx.config["gpu_limits"]`` of target figures overrides some of them (a smaller GPU in
+tests). The pass only checks: it returns its input unchanged.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ...ir import dtype as dt
+from ...ir.attrs import Level
 from ...ir.expr import free_vars
-from ...ir.stmt import Alloc, Barrier, For, If, Module, Stmt, stmt_children
+from ...ir.stmt import Alloc, Barrier, For, If, Module, Stmt, shared_memory, stmt_children
+from ...target import Target
 from ..base import Pass
 from ..registry import register_pass
-from .common import LoweringError, walk_all
-
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK = (1024, 1024, 64)
-MAX_GRID = (2**31 - 1, 65535, 65535)
-MAX_SHARED_BYTES = 48 * 1024
-MAX_LOCAL_BYTES = 64 * 1024
+from .common import LoweringError, lowering_target, walk_all
 
 
-def validate_gpu(module: Module, limits: dict | None = None) -> Module:
-    limits = limits or {}
-    max_threads = limits.get("max_threads_per_block", MAX_THREADS_PER_BLOCK)
-    max_shared = limits.get("max_shared_memory_per_block", MAX_SHARED_BYTES)
-    max_local = limits.get("max_local_memory_per_thread", MAX_LOCAL_BYTES)
+def validate_gpu(module: Module, target: Target) -> Module:
+    """Check every kernel of ``module`` against ``target``'s limits; returns ``module``."""
     for k in module.kernels():
-        stages = ", ".join(k.attrs.get("stages", ())) or k.name
-        grid, block = k.attrs["grid"], k.attrs["block"]
-        nthreads = block[0] * block[1] * block[2]
+        launch = k.launch
+        stages = ", ".join(launch.stages) or k.name
+        grid, block = launch.grid, launch.block
+        nthreads = launch.threads_per_block
+        max_threads = target.max_threads_per_block
         if nthreads > max_threads:
             raise LoweringError(
                 f"kernel {k.name} (stages {stages}) uses {nthreads} threads per block "
                 f"({block[0]}x{block[1]}x{block[2]}); the GPU allows at most {max_threads}",
                 stage=stages, axis="threadIdx", limit=f"max_threads_per_block={max_threads}",
             )
-        for i, (b, m) in enumerate(zip(block, MAX_BLOCK)):
+        for i, (b, m) in enumerate(zip(block, target.max_block_dim)):
             if b > m:
                 tag = "xyz"[i]
                 raise LoweringError(
                     f"kernel {k.name} (stages {stages}): threadIdx.{tag} extent {b} exceeds "
                     f"the limit {m}", stage=stages, axis=f"threadIdx.{tag}",
                     limit=f"max_block_dim_{tag}={m}")
-        for i, (g, m) in enumerate(zip(grid, MAX_GRID)):
+        for i, (g, m) in enumerate(zip(grid, target.max_grid_dim)):
             if g > m:
                 tag = "xyz"[i]
                 raise LoweringError(
                     f"kernel {k.name} (stages {stages}): blockIdx.{tag} extent {g} exceeds "
                     f"the limit {m}", stage=stages, axis=f"blockIdx.{tag}",
                     limit=f"max_grid_dim_{tag}={m}")
-        shared = sum(a.buffer.size * dt.nbytes(a.buffer.dtype) for a in walk_all(k.body)
-                     if isinstance(a, Alloc) and a.buffer.scope == "shared")
-        if shared > max_shared:
-            raise LoweringError(
-                f"kernel {k.name} (stages {stages}) needs {shared} bytes of shared memory per "
-                f"block; the GPU allows at most {max_shared} (static)", stage=stages,
-                limit=f"max_shared_memory_per_block={max_shared}")
+        _check_shared(k, stages, target)
         local = sum(a.buffer.size * dt.nbytes(a.buffer.dtype) for a in walk_all(k.body)
                     if isinstance(a, Alloc) and a.buffer.scope == "local")
+        max_local = target.max_local_memory_per_thread
         if local > max_local:
             raise LoweringError(
                 f"kernel {k.name} (stages {stages}) needs {local} bytes of local memory per "
                 f"thread; the limit is {max_local}", stage=stages,
                 limit=f"max_local_memory_per_thread={max_local}")
         _check_barriers(k.body, block, stages, k.name)
-        k.attrs["shared_bytes"] = shared
     return module
+
+
+def _check_shared(k, stages: str, target: Target) -> None:
+    static, _ = shared_memory(k)
+    dynamic = k.launch.dynamic_shared_bytes
+    if static > target.max_shared_memory_per_block:
+        more = ("; run plan_dynamic_shared to place them in dynamic shared memory (up to "
+                f"{target.max_shared_memory_per_block_optin} bytes on {target.arch})"
+                if static <= target.max_shared_memory_per_block_optin else "")
+        raise LoweringError(
+            f"kernel {k.name} (stages {stages}) declares {static} bytes of static shared "
+            f"memory per block; the GPU allows at most {target.max_shared_memory_per_block} "
+            f"(static){more}", stage=stages,
+            limit=f"max_shared_memory_per_block={target.max_shared_memory_per_block}")
+    optin = target.max_shared_memory_per_block_optin
+    if static + dynamic > optin:
+        raise LoweringError(
+            f"kernel {k.name} (stages {stages}) needs {static + dynamic} bytes of shared "
+            f"memory per block; {target.arch} allows at most {optin} (with the dynamic "
+            "shared-memory opt-in): use smaller tiles", stage=stages,
+            limit=f"max_shared_memory_per_block_optin={optin}")
 
 
 def _check_barriers(s: Stmt, block: tuple, stages: str, kname: str,
@@ -95,11 +110,13 @@ def _check_barriers(s: Stmt, block: tuple, stages: str, kname: str,
 @register_pass
 @dataclass(frozen=True)
 class ValidateGPU(Pass):
-    """Check every kernel against the GPU's limits (threads, grid, shared and local memory,
-    barriers reached by all threads); the limits come from ``ctx.config["gpu_limits"]``.
-    """
+    """Check every kernel against the target's limits (threads, grid, static and dynamic
+    shared memory, local memory, barriers reached by all threads); the target is
+    ``ctx.config["target"]`` or the current one."""
 
     name = "validate_gpu"
+    levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):
-        return validate_gpu(module, (ctx.config or {}).get("gpu_limits") if ctx else None)
+        self.check_levels(module)
+        return validate_gpu(module, lowering_target(ctx))

@@ -11,8 +11,6 @@ from ..registry import register_pass
 from .common import ScheduleError, find_block, on_main
 from .compute_at import output_buffer
 
-ATTR = "async_copy"
-"""Function (and kernel) attribute: names of the shared buffers filled by cp.async."""
 
 
 def async_copy(func: PrimFunc, stage: str) -> PrimFunc:
@@ -22,11 +20,8 @@ def async_copy(func: PrimFunc, stage: str) -> PrimFunc:
         raise ScheduleError(
             f"async_copy {stage}: the stage writes {buf.name} in {buf.scope} memory; cp.async "
             "fills shared memory (use it on a cache_read(..., \"shared\") stage)")
-    names = set(func.attrs.get(ATTR, ()))
-    names.add(buf.name)
-    attrs = dict(func.attrs)
-    attrs[ATTR] = sorted(names)
-    return func.replace(attrs=attrs)
+    names = set(func.attrs.async_copy) | {buf.name}
+    return func.replace(attrs=func.attrs.replace(async_copy=tuple(names)))
 
 
 @register_pass

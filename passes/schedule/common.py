@@ -8,6 +8,7 @@ keep loop names unique along every path from the root to a block, so the referen
 
 from __future__ import annotations
 
+from ...ir.attrs import Level
 from ...ir.expr import IRError, Var, free_vars
 from ...ir.stmt import Alloc, Block, For, If, Let, PrimFunc, Seq, Stmt, stmt_children
 from .names import resolve_ref
@@ -109,7 +110,7 @@ def replace_child(parent: Stmt, old: Stmt, new: Stmt | None) -> Stmt:
             return parent.replace(init=new)
         return parent.replace(body=new)
     if isinstance(parent, Alloc):
-        return Alloc(parent.buffer, new)
+        return parent.replace(body=new)
     if isinstance(parent, Let):
         return Let(parent.var, parent.value, new)
     raise ScheduleError(f"cannot replace a child of {type(parent).__name__}")
@@ -187,9 +188,9 @@ def is_var(e, v: Var) -> bool:
 def on_main(module, fn):
     """Apply ``fn(func) -> func`` to the module's tensor-IR function (``main``)."""
     func = module.main
-    if func.attrs.get("kind", "prim") != "prim":
+    if func.level is not Level.PRIM:
         raise ScheduleError(
             f"schedule passes work on tensor IR; function {func.name} is already lowered "
-            f"({func.attrs.get('kind')})"
+            f"({func.level.describe()})"
         )
     return module.with_function(fn(func))

@@ -29,7 +29,7 @@ def software_pipeline(func, loop: str, stages: int):
                             "loaded in) can be pipelined")
     func = set_loop(func, loop, None, annotations={ANNOTATION: int(stages)})
     # a function attribute too, so lowering looks for pipelined loops only where there are
-    return func.replace(attrs={**func.attrs, ANNOTATION: True})
+    return func.replace(attrs=func.attrs.replace(software_pipeline=True))
 
 
 @register_pass

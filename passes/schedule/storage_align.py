@@ -40,13 +40,11 @@ def storage_align(func: PrimFunc, stage: str, axis: int, factor: int, offset: in
     if buf in func.params:
         raise ScheduleError(f"storage_align {stage}: {buf.name} is an argument of the function; "
                             "its layout is fixed by the caller")
-    aligns = dict(func.attrs.get("storage_align", {}))
-    entry = [list(x) for x in aligns.get(buf.name, ()) if x[0] != axis]
-    entry.append([axis, factor, offset])
-    aligns[buf.name] = sorted(entry)
-    attrs = dict(func.attrs)
-    attrs["storage_align"] = aligns
-    return func.replace(attrs=attrs)
+    aligns = dict(func.attrs.storage_align)
+    entry = [x for x in aligns.get(buf.name, ()) if x[0] != axis]
+    entry.append((axis, factor, offset))
+    aligns[buf.name] = tuple(sorted(entry))
+    return func.replace(attrs=func.attrs.replace(storage_align=aligns))
 
 
 @register_pass

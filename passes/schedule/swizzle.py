@@ -12,9 +12,6 @@ from ..registry import register_pass
 from .common import ScheduleError, find_block, on_main
 from .compute_at import output_buffer
 
-ATTR = "swizzle"
-"""Function (and kernel) attribute: ``{shared buffer name: bits}``."""
-
 MAX_BITS = 3
 """Eight 16-byte chunks make a 128-byte line, all 32 banks."""
 
@@ -27,11 +24,9 @@ def swizzle(func: PrimFunc, stage: str, bits: int) -> PrimFunc:
     if buf.scope != "shared":
         raise ScheduleError(f"swizzle {stage}: the stage writes {buf.name} in {buf.scope} "
                             "memory; swizzling spreads shared-memory banks")
-    table = dict(func.attrs.get(ATTR, {}))
+    table = dict(func.attrs.swizzle)
     table[buf.name] = int(bits)
-    attrs = dict(func.attrs)
-    attrs[ATTR] = table
-    return func.replace(attrs=attrs)
+    return func.replace(attrs=func.attrs.replace(swizzle=table))
 
 
 @register_pass
