@@ -94,10 +94,13 @@ def test_codegen_checks_the_targets_limits():
         codegen_kernel(k, "cuda -arch=sm_80 -max_threads_per_block=256")
     # 200 KiB of shared memory: within sm_90's opt-in (227 KiB), past sm_80's (163 KiB)
     S = Buffer("S", "float32", (50 * 1024,), "shared")
-    big = kernel("big", [A], Alloc(S, Store(A, (IntImm(0),), FloatImm(1.0))))
+    big = plan_dynamic_shared(kernel("big", [A], Alloc(S, Store(A, (IntImm(0),),
+                                                                FloatImm(1.0)))),
+                              as_target("cuda -arch=sm_90"))
     _, launch = codegen_kernel(big, "cuda -arch=sm_90")
     assert launch.dynamic_shared_bytes == 200 * 1024
-    with pytest.raises(CodegenError, match="sm_80 allows 166912 per block"):
+    with pytest.raises(CodegenError, match="204800 bytes of shared memory per block; sm_80 "
+                                           "allows at most 166912"):
         codegen_kernel(big, Target("cuda -arch=sm_80"))
 
 
