@@ -8,6 +8,7 @@ import sys
 import time
 
 from .bench import add_bench_parser
+from .opt import add_opt_parser
 from .progress import setup_logging
 from .tune import add_tune_network_parser, add_tune_op_parser
 
@@ -175,6 +176,7 @@ def main(argv=None) -> int:
     i.add_argument("--target", choices=("ir", "llvm", "ptx"), default="ir",
                    help="also print the LLVM IR or PTX of the result")
     i.set_defaults(fn=_inspect)
+    add_opt_parser(sub)
     r = sub.add_parser("records", help="list, show the best of, or distill a record file")
     r.add_argument("action", choices=("list", "best", "distill"))
     r.add_argument("log", help="a record file (JSON lines)")
