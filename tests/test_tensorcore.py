@@ -291,7 +291,7 @@ def test_verifier_rejects_plain_fragment_access_and_partial_warps():
     bad = kernel.replace(body=map_stmt(kernel.body, strip))
     with pytest.raises(IRVerifyError, match="load from fragment C.warp outside a tensorized"):
         verify(bad)
-    odd = kernel.replace(attrs={**kernel.attrs, "block": (16, 2, 2)})
+    odd = kernel.replace(attrs=kernel.attrs.with_launch(block=(16, 2, 2)))
     with pytest.raises(IRVerifyError, match="multiple of 32|above the launch extent"):
         verify(odd)
 
