@@ -66,3 +66,5 @@ def test_kill_9_loses_no_completed_measurement_and_resume_repeats_none(tmp_path)
         warnings.simplefilter("ignore")
         recs = load_records(log)
     assert len(recs) == len(counted)
+    print(f"\nkilled after {killed} completed measurements; {len(recs)} records on disk, "
+          f"{len(set(counted))} distinct states")
