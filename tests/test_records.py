@@ -342,3 +342,16 @@ def test_a_file_system_without_locks_appends_with_a_warning(tmp_path, monkeypatc
     with pytest.warns(RuntimeWarning, match="cannot lock"):
         save_records(path, *zip(_pair("p0")))
     assert len(load_records(path)) == 1
+
+
+def test_the_measure_stream_hands_each_result_to_on_result_as_it_arrives():
+    from ptxforge.measure.stream import MeasureStream
+
+    from .test_autotvm_resume import _Builder, _Runner
+
+    seen = []
+    inputs = [_pair(f"p{i}")[0] for i in range(5)]
+    with MeasureStream(_Builder(), _Runner()) as stream:
+        results = stream.submit(inputs, lambda i, r: seen.append((i.pipeline, r))).result()
+    assert sorted(p for p, _ in seen) == [f"p{i}" for i in range(5)]
+    assert {id(r) for _, r in seen} == {id(r) for r in results}

@@ -179,11 +179,11 @@ class Tuner(abc.ABC):
                     todo.append(k)
                     yield inp.to_measure()
 
-        t0 = time.perf_counter()
         def arrived(i: int, res) -> None:
             for hook in hooks:
                 hook(inputs[todo[i]], res)
 
+        t0 = time.perf_counter()
         measured = measure_batch(candidates(), builder, runner, arrived if hooks else None)
         for k, res in zip(todo, measured):
             results[k] = res
