@@ -7,10 +7,10 @@ import numpy as np
 from ..ir import dtype as dt
 
 RTOL = 1e-3
-ATOL_FRACTION = 1e-4
+ATOL_FRACTION = 1e-4  # absolute tolerance, as a fraction of the largest reference magnitude
 RTOL_16BIT = {"float16": 2e-3, "bfloat16": 1.6e-2}
 """Two units in the last place: schedules that sum in another order may round a 16-bit
-output to the neighbouring value."""  # absolute tolerance, as a fraction of the largest reference magnitude
+output to the neighbouring value."""
 
 
 def random_array(buffer, rng: np.random.Generator) -> np.ndarray:

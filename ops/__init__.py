@@ -4,8 +4,8 @@ Operators return te tensors whose stages carry TOPI's names, axis names and tags
 ComputeDAG prints as it does in TVM. ``ops.nn`` holds the neural-network operators;
 element-wise, broadcast, reduction and layout operators live at the top level, as in
 ``topi``; ``ops.testing`` holds numpy references; ``ops.precision`` the TF32 switch
-(``ops.tf32(True)`` as a context, ``ops.allow_tf32(True)`` process-wide). Importing this package makes
-``Tensor + Tensor`` (and ``-``, ``*``, ``/``) build broadcast stages.
+(``ops.tf32(True)`` as a context, ``ops.allow_tf32(True)`` process-wide). Importing this
+package makes ``Tensor + Tensor`` (and ``-``, ``*``, ``/``) build broadcast stages.
 """
 
 from . import broadcast, nn, precision, reduction, tag, testing, transform

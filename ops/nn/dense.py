@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ...ir import te
-from ..precision import check_precision, operand
 from ...ir.te import Tensor
 from .. import tag
+from ..precision import check_precision, operand
 from ..utils import (
     accumulate_dtype,
     cast_output,
