@@ -439,3 +439,24 @@ def test_promotion_of_16bit_floats():
     assert dt.promote("float16", "int32") == "float16"
     a = te.placeholder((4,), dtype="float16", name="a")
     assert te.compute((4,), lambda i: a[i] + 0.5, name="b").dtype == "float16"
+
+
+@pytest.mark.parametrize("d", HALF)
+def test_layer_norm_in_half_precision_computes_in_float32(d):
+    from ptxforge.graph.op import get_op
+
+    x = te.placeholder((3, 40), dtype=d, name="x")
+    g = te.placeholder((40,), dtype=d, name="g")
+    b = te.placeholder((40,), dtype=d, name="b")
+    out = get_op("nn.layer_norm").lower([x, g, b], {"axis": -1, "epsilon": 1e-5})
+    assert out.dtype == d
+    rng = np.random.default_rng(8)
+    # a large common offset: a 16-bit mean or variance would lose the signal
+    X = host(100 + rng.uniform(-1, 1, (3, 40)), d)
+    G, B = host(rng.uniform(0.5, 1.5, 40), d), host(rng.uniform(-1, 1, 40), d)
+    got = as_f64(run_sim([x, g, b, out], [X, G, B], d, default_schedule(out)), d)
+    x64 = as_f64(X, d)
+    mean = x64.mean(-1, keepdims=True)
+    want = (x64 - mean) / np.sqrt(((x64 - mean) ** 2).mean(-1, keepdims=True) + 1e-5) \
+        * as_f64(G, d) + as_f64(B, d)
+    np.testing.assert_allclose(got, want, rtol=TOLERANCE[d], atol=TOLERANCE[d] * 3)

@@ -7,6 +7,7 @@ import numpy as np
 from ... import ops
 from ...ir import te
 from ...ops import testing
+from ...ops.utils import accumulate_dtype, cast_to
 from ..ir import Call, Node
 from ..op import OpDef, OpPattern, register_op
 from .common import axis_index, expect_float, expect_rank, fail
@@ -69,13 +70,17 @@ def _ln_infer(types, attrs):
 def _ln_lower(a, attrs):
     x, gamma, beta = a
     last = x.ndim - 1
-    mean = ops.mean(x, last, keepdims=True)
-    centered = ops.subtract(x, mean)
+    # 16-bit data: statistics and normalization in float32, one rounding at the end
+    acc = accumulate_dtype(x.dtype)
+    xa = x if acc == x.dtype else ops.cast(x, acc)
+    mean = ops.mean(xa, last, keepdims=True)
+    centered = ops.subtract(xa, mean)
     var = ops.mean(ops.multiply(centered, centered), last, keepdims=True)
-    eps = te.const(float(attrs["epsilon"]), x.dtype)
+    eps = te.const(float(attrs["epsilon"]), acc)
     norm = te.compute(
         x.shape,
-        lambda *i: centered(*i) * te.rsqrt(var(*i[:-1], 0) + eps) * gamma[i[-1]] + beta[i[-1]],
+        lambda *i: cast_to(centered(*i) * te.rsqrt(var(*i[:-1], 0) + eps)
+                           * cast_to(gamma[i[-1]], acc) + cast_to(beta[i[-1]], acc), x.dtype),
         name="T_layer_norm", tag="injective")
     return norm
 
