@@ -351,6 +351,14 @@ def test_pipeline_shared_memory_limit():
             ptxforge.lower(s, args)
 
 
+def test_pipeline_above_48k_takes_dynamic_shared_memory():
+    s, args = matmul_schedule(BM=32, BN=32, BK=64, stages=5, M=64, N=64, K=320)
+    mod = ptxforge.lower(s, args)
+    assert mod.kernels()[0].attrs.launch.dynamic_shared_bytes == 2 * 5 * 32 * 64 * 4
+    c, ref = run_matmul(mod, 64, 64, 320)
+    np.testing.assert_allclose(c, ref, rtol=1e-5)
+
+
 @needs_ptxas
 def test_pipelined_ptx_assembles_for_sm80_and_sm90():
     s, args = matmul_schedule(M=60, N=56, K=44, stages=3)
