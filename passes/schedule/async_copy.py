@@ -12,7 +12,6 @@ from .common import ScheduleError, find_block, on_main
 from .compute_at import output_buffer
 
 
-
 def async_copy(func: PrimFunc, stage: str) -> PrimFunc:
     path = find_block(func, stage)
     buf = output_buffer(path[-1])
