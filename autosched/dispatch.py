@@ -111,7 +111,7 @@ class ApplyHistoryBest:
         name = getattr(func, "name", key)
         for n, (inp, _) in enumerate(ranked):
             try:
-                sch = schedule_from_pipeline(task, inp.pipeline)
+                sch = schedule_from_pipeline(task, inp.pipeline_text)
             except Exception as e:  # noqa: BLE001 - any failure means the record is unusable
                 then = ("trying the next best" if n + 1 < len(ranked)
                         else "no record is left; ignoring them")
@@ -119,7 +119,7 @@ class ApplyHistoryBest:
                               f"schedule does not apply ({type(e).__name__}: {e}); {then}",
                               RuntimeWarning, stacklevel=2)
                 continue
-            self.applied[key] = inp.pipeline
+            self.applied[key] = inp.pipeline_text
             return sch, list(task.tensors)
         return None
 

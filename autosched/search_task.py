@@ -140,7 +140,7 @@ class SearchTask:
         errors = []
         for n, (inp, _) in enumerate(ranked[:MAX_TRIED]):
             try:
-                return schedule_from_pipeline(self, inp.pipeline), list(self.tensors)
+                return schedule_from_pipeline(self, inp.pipeline_text), list(self.tensors)
             except Exception as e:  # noqa: BLE001 - any failure means the record is unusable
                 errors.append(f"#{n + 1}: {type(e).__name__}: {e}")
                 warnings.warn(f"{self.workload_key}: record #{n + 1} of {log_file} does not "
@@ -161,7 +161,7 @@ class SearchTask:
             raise ValueError(f"{log_file} has no successful record of workload "
                              f"{self.workload_key}")
         if print_mode == "schedule":
-            return python_schedule_code(self, inp.pipeline)
+            return python_schedule_code(self, inp.pipeline_text)
         modes = {"ptx": "ptx", "cuda": "ptx", "llvm": "llvm", "ir": "ir"}
         if print_mode not in modes:
             raise ValueError(f"print_mode must be one of schedule, ptx, llvm, ir (or cuda, "

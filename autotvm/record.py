@@ -36,7 +36,7 @@ def decode(inp, res) -> tuple[MeasureInput, MeasureResult] | None:
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise ValueError(f"a malformed AutoTVM payload ({type(e).__name__}: {e})") from None
     task.flop = inp.task.flop
-    return MeasureInput(inp.task.target, task, config, inp.pipeline), res
+    return MeasureInput(inp.task.target, task, config, inp.pipeline_text), res
 
 
 def load_from_file(path: str | os.PathLike) -> Iterator[tuple[MeasureInput, MeasureResult]]:
@@ -54,7 +54,7 @@ def load_from_file(path: str | os.PathLike) -> Iterator[tuple[MeasureInput, Meas
         ainp, res = got
         key = (ainp.task.name, repr(ainp.task.args), ainp.target)
         task = tasks.setdefault(key, ainp.task)
-        yield MeasureInput(ainp.target, task, ainp.config, ainp.pipeline), res
+        yield MeasureInput(ainp.target, task, ainp.config, ainp.pipeline_text), res
 
 
 def save(path: str | os.PathLike, inputs, results) -> None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..measure.result import MeasureInput as RawInput
 from ..measure.result import TaskSpec
+from ..passes.pipeline import Pipeline
 from ..target import Target, as_target
 from .dispatch import DEFAULT_TARGET, ApplyConfig, DispatchContext, workload_key
 from .space import ConfigEntity, ConfigSpace, InstantiationError
@@ -80,13 +81,15 @@ def _as_args(args) -> tuple:
 
 @dataclass(frozen=True)
 class MeasureInput:
-    """An AutoTVM candidate: the task and one config (``pipeline``: its schedule as pass
-    text, empty when the template could not be instantiated)."""
+    """An AutoTVM candidate: the task and one config (``pipeline_text``: its schedule as
+    pass text, empty when the template could not be instantiated; ``scheduled_text``: the
+    IR that schedule gives, which the builder takes instead of applying it again)."""
 
     target: str
     task: Task
     config: ConfigEntity
-    pipeline: str = ""
+    pipeline_text: str = ""
+    scheduled_text: str = field(default="", compare=False, repr=False)
 
     def payload(self) -> dict:
         """What a record stores to rebuild this input."""
@@ -96,7 +99,7 @@ class MeasureInput:
 
     def to_measure(self) -> RawInput:
         """The builder's and runner's view of this candidate."""
-        return RawInput(self.task.spec, self.pipeline, self.payload())
+        return RawInput(self.task.spec, self.pipeline_text, self.payload(), self.scheduled_text)
 
 
 def _jsonable_args(args):
@@ -116,7 +119,6 @@ class Task:
         self.config_space: ConfigSpace | None = None
         self.flop = 0.0
         self.spec: TaskSpec | None = None
-        self._pipelines: dict = {}
 
     @property
     def workload(self) -> tuple:
@@ -146,23 +148,18 @@ class Task:
         with PassContext(verify=False), ApplyConfig(config):
             return func(*self.args)
 
-    def pipeline(self, config: ConfigEntity) -> str:
-        """The schedule of ``config`` as pass pipeline text (remembered per config)."""
-        key = getattr(config, "index", None)
-        if key is not None and key in self._pipelines:
-            return self._pipelines[key]
+    def pipeline(self, config: ConfigEntity) -> Pipeline:
+        """The schedule passes of ``config`` (instantiates the template)."""
         s, _ = self.instantiate(config)
-        text = str(s.pipeline)
-        if key is not None:
-            if len(self._pipelines) > 4096:
-                self._pipelines.clear()
-            self._pipelines[key] = text
-        return text
+        return s.pipeline
 
     def measure_input(self, config: ConfigEntity) -> MeasureInput:
-        """The candidate for ``config``; raises :class:`InstantiationError` (or an
-        ``IRError``) when the template rejects the config."""
-        return MeasureInput(self.target, self, config, self.pipeline(config))
+        """The candidate for ``config``: the template runs once, and the input carries both
+        its pipeline (for records) and the IR it gave (for the builder). Raises
+        :class:`InstantiationError` (or an ``IRError``) when the template rejects the
+        config."""
+        s, _ = self.instantiate(config)
+        return MeasureInput(self.target, self, config, str(s.pipeline), str(s.module))
 
     def __repr__(self):
         return (f"Task(func_name={self.name}, args={self.args}, kwargs={{}}, "

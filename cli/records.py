@@ -38,5 +38,5 @@ def records_command(args) -> int:
         est = " (estimated)" if res.estimated else ""
         print(f"{inp.task.name or key}: {t:.4f} ms, {_gflops(inp, res):.1f} GFLOP/s{est}")
         print(f"  workload {key}")
-        print(f"  pipeline {inp.pipeline}")
+        print(f"  pipeline {inp.pipeline_text}")
     return 0

@@ -90,7 +90,7 @@ class CompiledFunction:
     device_module: Module | None
     ptx: object | None = None
     tuned: bool = False
-    pipeline: str = ""
+    pipeline_text: str = ""
     seconds: float = 0.0
 
 
@@ -194,8 +194,8 @@ def _compile_function(func: FusedFunction, target: Target, schedule_fn: Schedule
         from ..backend_ptx import compile_module
 
         ptx = compile_module(device_module, target)
-    pipeline = getattr(getattr(sch, "pipeline", None), "text", "")
-    return CompiledFunction(func, device_module, ptx, tuned, pipeline,
+    pipeline_text = getattr(getattr(sch, "pipeline", None), "text", "")
+    return CompiledFunction(func, device_module, ptx, tuned, pipeline_text,
                             time.perf_counter() - t0)
 
 

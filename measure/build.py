@@ -106,11 +106,23 @@ def _build(inp: MeasureInput, options: BuildOptions, target: Target, ctx, t0: fl
     try:
         t = time.perf_counter()
         module = inp.task.module()
-        pipeline = Pipeline.parse(inp.pipeline) if inp.pipeline.strip() else Pipeline([])
-        stages["parse"] = time.perf_counter() - t
-        t = time.perf_counter()
-        scheduled = pipeline(module, ctx)
-        stages["apply"] = time.perf_counter() - t
+        if inp.scheduled_text:
+            # the tuner applied the schedule already: its result, not a second application
+            from ..ir.parser import parse_module
+
+            scheduled = parse_module(inp.scheduled_text)
+            stages["parse"] = time.perf_counter() - t
+            if options.verify:
+                from ..ir.verify import verify
+
+                verify(scheduled)
+        else:
+            text = inp.pipeline_text
+            pipeline = Pipeline.parse(text) if text.strip() else Pipeline([])
+            stages["parse"] = time.perf_counter() - t
+            t = time.perf_counter()
+            scheduled = pipeline(module, ctx)
+            stages["apply"] = time.perf_counter() - t
         t = time.perf_counter()
         device = lowering_pipeline()(scheduled, ctx)
         stages["lower"] = time.perf_counter() - t

@@ -46,7 +46,7 @@ class RecordFileBusy(RuntimeError):
 def encode(inp: MeasureInput, res: MeasureResult) -> str:
     """One record as a JSON line (without the newline)."""
     return json.dumps({"v": FORMAT_VERSION, "task": inp.task.to_json(),
-                       "pipeline": inp.pipeline, "payload": inp.payload,
+                       "pipeline": inp.pipeline_text, "payload": inp.payload,
                        "result": res.to_json()}, separators=(",", ":"))
 
 

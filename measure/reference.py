@@ -9,41 +9,42 @@ enough to trust, fast enough to run once per task.
 
 from __future__ import annotations
 
+from ..passes.pipeline import Pipeline
 from .result import TaskSpec
 
 THREADS = 256
 
 
-def default_reference_pipeline(module, threads: int = THREADS) -> str:
-    """Pass text of the one-thread-per-output schedule of an unscheduled module."""
+def default_reference_pipeline(module, threads: int = THREADS) -> Pipeline:
+    """The one-thread-per-output schedule of an unscheduled module."""
+    from ..passes.schedule import Bind, Fuse, Split
     from ..passes.schedule.common import block_paths, enclosing_loops
+    from ..passes.schedule.names import fused_name, loop_ref, split_inner, split_outer
 
     out = []
     for name, path in block_paths(module.main.body).items():
         block = path[-1]
         loops = enclosing_loops(path)
         n_spatial = sum(1 for iv in block.iter_vars if iv.kind == "S")
-        spatial = loops[:n_spatial]
+        spatial = [lp.var.name for lp in loops[:n_spatial]]
         if not spatial:
             raise ValueError(
                 f"stage {name} has no spatial loop to spread over threads; give the task a "
-                "reference_pipeline for correctness checks")
+                "reference_pipeline_text for correctness checks")
         extent = 1
-        for loop in spatial:
+        for loop in loops[:n_spatial]:
             extent *= loop.extent
         if len(spatial) > 1:
-            out.append(f"fuse([{', '.join(f'{name}.{lp.var.name}' for lp in spatial)}])")
-            fused = ".".join(lp.var.name for lp in spatial) + ".fused"
-        else:
-            fused = spatial[0].var.name
-        out.append(f"split({name}.{fused}, factors=[{min(threads, extent)}])")
-        out.append(f'bind({name}.{fused}.outer, "blockIdx.x")')
-        out.append(f'bind({name}.{fused}.inner, "threadIdx.x")')
-    return ", ".join(out)
+            out.append(Fuse(tuple(loop_ref(name, x) for x in spatial)))
+        fused = fused_name(spatial)
+        out.append(Split(loop_ref(name, fused), factors=(min(threads, extent),)))
+        out.append(Bind(loop_ref(name, split_outer(fused)), "blockIdx.x"))
+        out.append(Bind(loop_ref(name, split_inner(fused)), "threadIdx.x"))
+    return Pipeline(out)
 
 
-def reference_pipeline(task: TaskSpec) -> str:
-    """The task's own reference schedule, or the default one."""
-    if task.reference_pipeline.strip():
-        return task.reference_pipeline
+def reference_pipeline(task: TaskSpec) -> Pipeline:
+    """The task's own reference schedule (``reference_pipeline_text``), or the default one."""
+    if task.reference_pipeline_text.strip():
+        return Pipeline.parse(task.reference_pipeline_text)
     return default_reference_pipeline(task.module())

@@ -43,7 +43,7 @@ class TaskSpec:
     """An unscheduled computation to tune, in a form any process can rebuild.
 
     ``module_text`` is the printed tensor IR from ``to_ir`` (parsing it back is exact);
-    ``flop`` the floating-point work of one run; ``reference_pipeline`` an optional schedule
+    ``flop`` the floating-point work of one run; ``reference_pipeline_text`` an optional schedule
     (pass text) whose results the runners take as the right answer when they check
     correctness (empty: a plain one-thread-per-output schedule, see
     :func:`ptxforge.measure.reference.default_reference_pipeline`).
@@ -54,11 +54,11 @@ class TaskSpec:
     module_text: str
     flop: float
     name: str = ""
-    reference_pipeline: str = ""
+    reference_pipeline_text: str = ""
 
     @classmethod
     def from_tensors(cls, tensors, workload_key: str | None = None, target: str = "cuda",
-                     name: str = "", reference_pipeline: str = "") -> TaskSpec:
+                     name: str = "", reference_pipeline_text: str = "") -> TaskSpec:
         """A task from the argument tensors of a compute declaration (inputs and outputs,
         in parameter order). ``workload_key`` defaults to the DAG's structural key."""
         from ..ir.compute_dag import ComputeDAG
@@ -71,7 +71,7 @@ class TaskSpec:
             module_text=str(to_ir(dag)),
             flop=dag.flop_count(),
             name=name or dag.outputs[-1].name,
-            reference_pipeline=reference_pipeline,
+            reference_pipeline_text=reference_pipeline_text,
         )
 
     @property
@@ -102,15 +102,23 @@ class TaskSpec:
 
 @dataclass(frozen=True)
 class MeasureInput:
-    """One candidate: a task plus a schedule (pass pipeline text).
+    """One candidate: a task plus a schedule as pass pipeline text (``pipeline_text``: the
+    form in which a candidate crosses process boundaries and is stored in records; builders
+    parse it with :meth:`~ptxforge.passes.pipeline.Pipeline.parse`).
 
     ``payload`` is what the tuner stores in the record next to the pipeline (AutoTVM: the
     config entity; the auto-scheduler: its state); it must be JSON-able.
+
+    ``scheduled_text``: the scheduled tensor IR as text, when the tuner has it already
+    (AutoTVM runs its template, which applies the schedule, to learn the pipeline); the
+    builder then parses it instead of applying the pipeline a second time. Records do not
+    store it, and it takes no part in comparisons.
     """
 
     task: TaskSpec
-    pipeline: str
+    pipeline_text: str
     payload: dict | None = None
+    scheduled_text: str = field(default="", compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -202,7 +202,7 @@ class LocalRunner(PooledRunner):
         if key not in self._references:
             try:
                 pipe = reference_pipeline(task)
-                b = build_candidate(MeasureInput(task, pipe),
+                b = build_candidate(MeasureInput(task, pipe.text),
                                     BuildOptions(target_sm=target_sm, compile_to="cubin"))
                 self._references[key] = b.artifact if not b.error_no else (
                     f"skipped: the reference schedule did not build: {b.error_msg[:300]}")

@@ -127,7 +127,7 @@ class SimRunner(PooledRunner):
         key = (task.workload_key, task.text_hash)
         if key not in self._references:
             try:
-                b = build_candidate(MeasureInput(task, reference_pipeline(task)),
+                b = build_candidate(MeasureInput(task, reference_pipeline(task).text),
                                     BuildOptions(compile_to="ir"))
                 self._references[key] = (
                     f"skipped: the reference schedule did not build: {b.error_msg[:300]}"

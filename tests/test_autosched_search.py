@@ -80,8 +80,8 @@ class FakeRunner(measure.Runner):
         return float(fake_costs(self.task, st.row(self.task.state_width)[None])[0])
 
     def submit(self, key, inp, build):
-        self.seen.append(inp.pipeline)
-        if "vthread" in inp.pipeline and "factors=[8]" in inp.pipeline:
+        self.seen.append(inp.pipeline_text)
+        if "vthread" in inp.pipeline_text and "factors=[8]" in inp.pipeline_text:
             res = measure.MeasureResult((measure.ERROR_COST,), 4, "fake fault", 0.0, 0.0,
                                         estimated=self.estimated)
         else:
@@ -207,7 +207,7 @@ def test_tune_apply_best_and_resume_without_remeasuring(tmp_path, capsys):
     inp, res = autosched.load_best_record(log, task.workload_key)
     assert res.mean == pytest.approx(summary.best_cost)
     sch, args = task.apply_best(log)
-    assert sch.pipeline.text == Pipeline.parse(inp.pipeline).text
+    assert sch.pipeline.text == Pipeline.parse(inp.pipeline_text).text
     f = ptxforge.build(sch, args, target="sim")
     assert f.device_module.kernels()
     # resume: a trained model and the measured states; nothing is measured twice

@@ -188,7 +188,37 @@ def test_template_matches_the_fixed_knob_schedule(conv_task):
         values = {k: (v.size if hasattr(v, "size") else v.val)
                   for k, v in cfg._entity_map.items()}
         s, _ = workloads.conv2d_no_batching_schedule(SEED_ARGS, cfg=values)
-        assert conv_task.pipeline(cfg) == str(s.pipeline)
+        assert conv_task.pipeline(cfg) == s.pipeline
+
+
+COUNTED_CALLS = []
+
+
+@autotvm.template("test/counted_matmul")
+def counted_matmul(N, L, M):
+    """``test/matmul`` that counts its instantiations."""
+    COUNTED_CALLS.append(1)
+    return matmul.func(N, L, M)
+
+
+def test_a_candidate_is_instantiated_once_and_built_from_its_ir():
+    from ptxforge.measure import MeasureInput as RawInput
+    from ptxforge.measure.build import BuildOptions, build_candidate
+
+    task = autotvm.task.create("test/counted_matmul", args=(64, 32, 64), target="cuda")
+    cfg = task.config_space.get(5)
+    COUNTED_CALLS.clear()
+    inp = task.measure_input(cfg).to_measure()
+    assert len(COUNTED_CALLS) == 1 and inp.scheduled_text
+    opts = BuildOptions(compile_to="ir")
+    built = build_candidate(inp, opts)
+    assert len(COUNTED_CALLS) == 1 and built.error_no == 0
+    assert "apply" not in built.stage_seconds
+    # the same IR as applying the recorded pipeline, which is what a record replays
+    replayed = build_candidate(RawInput(inp.task, inp.pipeline_text, inp.payload), opts)
+    assert replayed.stage_seconds["apply"] >= 0
+    assert built.artifact.device_ir == replayed.artifact.device_ir
+    assert inp == RawInput(inp.task, inp.pipeline_text, inp.payload)
 
 
 @pytest.mark.parametrize("policy, n, outputs", [
@@ -421,7 +451,7 @@ def test_tune_records_errors_and_goes_on(matmul_task, tmp_path):
     assert cfg == tuner.best_config
     with autotvm.apply_history_best(str(log)):
         s, _ = matmul(64, 32, 64)
-    assert str(s.pipeline) == matmul_task.pipeline(tuner.best_config)
+    assert s.pipeline == matmul_task.pipeline(tuner.best_config)
 
 
 def test_apply_history_best_falls_back_with_a_warning(tmp_path):

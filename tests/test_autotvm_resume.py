@@ -45,7 +45,7 @@ class _Runner(Runner):
         self._done = []
 
     def submit(self, key, inp, build):
-        cost = 1e-4 * (1 + hash(inp.pipeline) % 97)
+        cost = 1e-4 * (1 + hash(inp.pipeline_text) % 97)
         self._done.append((key, MeasureResult((cost,), 0, "", 0.0, 0.0)))
 
     def collect(self, timeout=0.0):

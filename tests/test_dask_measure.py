@@ -75,7 +75,7 @@ def test_tuning_on_a_dask_cluster_survives_a_dying_worker(cluster, tmp_path):
     assert runner.killed is not None
     recs = measure.load_records(log)
     assert summary.trials == 8 and len(recs) == 8
-    assert len({inp.pipeline for inp, _ in recs}) == 8
+    assert len({inp.pipeline_text for inp, _ in recs}) == 8
     ok = [r for _, r in recs if r.ok]
     assert ok and all(r.estimated for r in ok)
     for _, r in recs:  # a lost candidate is retried, or recorded as lost: never missing

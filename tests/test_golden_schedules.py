@@ -79,7 +79,7 @@ def _autotvm_task(name: str):
 
 def _autotvm_text(task, index: int) -> str:
     try:
-        return task.measure_input(task.config_space.get(index)).to_measure().pipeline
+        return task.measure_input(task.config_space.get(index)).to_measure().pipeline_text
     except Exception as e:  # a config the template rejects: its error is frozen too
         return f"error: {type(e).__name__}"
 
@@ -195,9 +195,9 @@ def test_old_autosched_records_load_and_replay():
         best, res = autosched.load_best_record(AUTOSCHED_LOG, task.workload_key)
         assert res.mean == pytest.approx(5e-5)
         sch, args = task.apply_best(AUTOSCHED_LOG)
-        assert sch.pipeline.text == best.pipeline
+        assert sch.pipeline.text == best.pipeline_text
         ctx = PassContext(verify=False)
-        want = str(Pipeline.parse(best.pipeline)(to_ir(task.ir_dag), ctx))
+        want = str(Pipeline.parse(best.pipeline_text)(to_ir(task.ir_dag), ctx))
         assert str(sch.module) == want
         code = task.print_best(AUTOSCHED_LOG, print_mode="schedule")
         ns = {"te": te, "tensors": task.tensors}
@@ -215,7 +215,7 @@ def test_old_autotvm_records_load_and_replay():
         cfg = ctx.query("cuda", workload)
         assert not cfg.is_fallback and cfg.index == inp.config.index
         s, _ = autotvm.task.TEMPLATES[template](*args)
-    assert s.pipeline.text == Pipeline.parse(inp.to_measure().pipeline).text
+    assert s.pipeline.text == Pipeline.parse(inp.to_measure().pipeline_text).text
 
 
 if __name__ == "__main__":

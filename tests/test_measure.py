@@ -257,7 +257,6 @@ def test_sim_runner_catches_wrong_answers():
 def test_default_reference_pipeline_matches_numpy():
     from ptxforge import backend_sim, ops
     from ptxforge.ops.testing import conv2d_nchw_python
-    from ptxforge.passes import Pipeline
     from ptxforge.passes.lower import lowering_pipeline
 
     data = te.placeholder((1, 3, 6, 6), name="data")
@@ -265,7 +264,7 @@ def test_default_reference_pipeline_matches_numpy():
     out = ops.nn.conv2d_nchw(data, kernel, 1, 1)
     task = TaskSpec.from_tensors([data, kernel, out], "conv")
     pipe = default_reference_pipeline(task.module())
-    dev = lowering_pipeline()(Pipeline.parse(pipe)(task.module()))
+    dev = lowering_pipeline()(pipe(task.module()))
     assert len(dev.kernels()) == 2  # padding, then the convolution
     rng = np.random.default_rng(0)
     d, w = rng.random((1, 3, 6, 6), "float32"), rng.random((4, 3, 3, 3), "float32")
@@ -342,8 +341,8 @@ def test_records_round_trip(tmp_path):
     assert len(lines) == 4 and all(json.loads(x)["v"] == 1 for x in lines)
     loaded = load_records(path)
     assert [r for _, r in loaded] == results
-    assert [(i.pipeline, i.payload, i.task.workload_key) for i, _ in loaded] == [
-        (i.pipeline, i.payload, i.task.workload_key) for i in inputs]
+    assert [(i.pipeline_text, i.payload, i.task.workload_key) for i, _ in loaded] == [
+        (i.pipeline_text, i.payload, i.task.workload_key) for i in inputs]
     assert loaded[0][0].task.flop == inputs[0].task.flop
 
 
@@ -363,10 +362,10 @@ def test_distill_keeps_the_best_per_workload(tmp_path, capsys):
     path, inputs, _ = _records(tmp_path)
     best = best_records(path)
     # a measured result beats an estimated one, whatever the numbers
-    assert best[("add_one", "cuda")][0].pipeline == "p1"
+    assert best[("add_one", "cuda")][0].pipeline_text == "p1"
     out = tmp_path / "best.log"
     assert distill(path, out) == 2
-    assert sorted(i.pipeline for i, _ in load_records(out)) == ["p1", "p3"]
+    assert sorted(i.pipeline_text for i, _ in load_records(out)) == ["p1", "p3"]
     out2 = tmp_path / "best2.log"
     assert measure_cli.main(["distill", str(path), str(out2)]) == 0
     assert out2.read_text() == out.read_text()
@@ -482,7 +481,7 @@ def test_local_runner_checks_correctness():
     c = te.compute((64, 64), lambda i, j: te.sum(a[i, k] * b[j, k], axis=k), name="C")
     other = TaskSpec.from_tensors([a, b, c], "transposed")
     good = build_candidate(inp)
-    wrong = build_candidate(MeasureInput(other, inp.pipeline))
+    wrong = build_candidate(MeasureInput(other, inp.pipeline_text))
     runner = LocalRunner(check_correctness=True, timeout=30)
     try:
         res = runner.run([inp, inp], [good, wrong])

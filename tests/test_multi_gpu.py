@@ -112,7 +112,7 @@ def test_every_gpu_measures_the_seed_schedule():
     task = autosched.SearchTask(func=workloads.conv2d_layer, args=workloads.SEED_ARGS)
     from ptxforge.measure.reference import reference_pipeline
 
-    inp = measure.MeasureInput(task.task_spec, reference_pipeline(task.task_spec))
+    inp = measure.MeasureInput(task.task_spec, reference_pipeline(task.task_spec).text)
     n = 2 * len(runner.devices)
     results = measure.measure_batch([inp] * n, measure.LocalBuilder(), runner)
     runner.close()

@@ -104,8 +104,8 @@ def test_apply_history_best_compiles_the_best_records_and_matches_numpy(tmp_path
     assert set(ctx.applied) == set(chosen)
     for key, inp in chosen.items():
         f = lib.functions[key]
-        assert f.tuned and f.pipeline == Pipeline.parse(inp.pipeline).text
-        assert ctx.applied[key] == inp.pipeline
+        assert f.tuned and f.pipeline_text == Pipeline.parse(inp.pipeline_text).text
+        assert ctx.applied[key] == inp.pipeline_text
     assert not lib.functions[untuned].tuned
 
     x = np.random.default_rng(1).standard_normal(in_shape).astype("float32")
@@ -133,8 +133,8 @@ def test_apply_history_best_contexts_nest_and_report_missing_files(tmp_path):
     chosen.update(_write_records(tasks[2:], log_b, skip_last=False))
     with autosched.ApplyHistoryBest(log_a), autosched.ApplyHistoryBest(log_b) as inner:
         lib = graph.build(net, "sim", params)
-        assert inner.query(tasks[0].workload_key)[0].pipeline == \
-            chosen[tasks[0].workload_key].pipeline
+        assert inner.query(tasks[0].workload_key)[0].pipeline_text == \
+            chosen[tasks[0].workload_key].pipeline_text
     assert all(f.tuned for f in lib.functions.values())
     with pytest.raises(FileNotFoundError, match="no record file"):
         autosched.ApplyHistoryBest(str(tmp_path / "missing.json"))

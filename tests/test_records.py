@@ -57,7 +57,7 @@ def test_each_result_is_on_disk_as_it_arrives_and_the_round_call_does_not_repeat
     w.on_result(*pairs[1])
     assert len(path.read_text().splitlines()) == 2
     w([p[0] for p in pairs], [p[1] for p in pairs])  # the round: writes only what is new
-    assert [i.pipeline for i, _ in load_records(path)] == ["p0", "p1", "p2"]
+    assert [i.pipeline_text for i, _ in load_records(path)] == ["p0", "p1", "p2"]
     assert synced, "a round must end with an fsync"
     w.close()
 
@@ -69,7 +69,7 @@ def test_a_truncated_last_line_is_terminated_before_appending(tmp_path):
         save_records(path, *zip(*[_pair("p2")]))
     with pytest.warns(RuntimeWarning, match=r"t\.log:2: skipping"):
         loaded = load_records(path)
-    assert [i.pipeline for i, _ in loaded] == ["p0", "p2"]
+    assert [i.pipeline_text for i, _ in loaded] == ["p0", "p2"]
 
 
 def test_a_second_process_writing_the_same_log_is_refused(tmp_path):
@@ -147,7 +147,7 @@ def test_loaders_skip_every_bad_line_with_a_warning_naming_file_and_line(tmp_pat
         f.write(_line("last").encode() + b"\n")
     with pytest.warns(RuntimeWarning) as caught:
         loaded = load_records(path)
-    assert [i.pipeline for i, _ in loaded] == ["first", "last"]
+    assert [i.pipeline_text for i, _ in loaded] == ["first", "last"]
     messages = [str(w.message) for w in caught]
     for n in range(2, 2 + len(bad)):
         assert any(m.startswith(f"{path}:{n}: skipping") for m in messages), (n, messages)
@@ -155,7 +155,7 @@ def test_loaders_skip_every_bad_line_with_a_warning_naming_file_and_line(tmp_pat
     from ptxforge.autotvm.record import load_from_file
 
     with pytest.warns(RuntimeWarning):
-        assert load_best_record(str(path))[0].pipeline in ("first", "last")
+        assert load_best_record(str(path))[0].pipeline_text in ("first", "last")
         assert list(load_from_file(path)) == []
 
 
@@ -166,11 +166,11 @@ def test_one_best_rule_a_measurement_beats_an_estimate_everywhere(tmp_path):
     path = tmp_path / "t.log"
     save_records(path, *zip(_pair("estimated", 1e-6, estimated=True), _pair("measured", 1e-3),
                             _pair("failed", 1e-9, error_no=4)))
-    assert load_best_record(str(path))[0].pipeline == "measured"
-    assert best_records(path)[("add16", "cuda")][0].pipeline == "measured"
-    assert ApplyHistoryBest(str(path)).query("add16")[0].pipeline == "measured"
+    assert load_best_record(str(path))[0].pipeline_text == "measured"
+    assert best_records(path)[("add16", "cuda")][0].pipeline_text == "measured"
+    assert ApplyHistoryBest(str(path)).query("add16")[0].pipeline_text == "measured"
     ranked = rec.ranked_records(load_records(path))
-    assert [i.pipeline for i, _ in ranked[("add16", "cuda")]] == ["measured", "estimated"]
+    assert [i.pipeline_text for i, _ in ranked[("add16", "cuda")]] == ["measured", "estimated"]
 
 
 def test_distill_refuses_to_overwrite_its_input(tmp_path):

@@ -56,3 +56,34 @@ def test_the_passes_name_what_they_make_as_names_predicts():
     assert names.fused_name([o, i]) in loops
     assert [n.var.name for n in enclosing_loops(paths[names.cache_name("A", "shared")])] == \
         names.copy_axes(2)
+
+
+def _package_sources():
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in ("tests", "__pycache__") and not d.startswith(".")]
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                with open(path, encoding="utf-8") as fh:
+                    yield os.path.relpath(path, root), fh.read()
+
+
+def test_no_code_spells_a_generated_name_or_builds_pass_text():
+    import re
+
+    literals = [f'"{names.SEP}{x}"' for x in (names.OUTER, names.INNER, names.FUSED,
+                                               names.RFACTOR)]
+    fstring = re.compile(
+        r"f['\"](split|fuse|reorder|bind|compute_at|compute_inline|cache_read|cache_write|"
+        r"pragma|unroll|vectorize|rfactor|storage_align|swizzle|tensorize|"
+        r"software_pipeline)\(")
+    spelled, built = [], []
+    for path, text in _package_sources():
+        if path != "passes/schedule/names.py":
+            spelled += [f"{path}: {lit}" for lit in literals if lit in text]
+        built += [f"{path}: {m.group(0)}" for m in fstring.finditer(text)]
+    assert not spelled, spelled
+    assert not built, built

@@ -58,7 +58,7 @@ class TaskRunner(measure.Runner):
 
     def submit(self, key, inp, build):
         i = self.index[inp.task.workload_key]
-        self.seen.append((i, inp.pipeline))
+        self.seen.append((i, inp.pipeline_text))
         if i in self.failing:
             res = measure.MeasureResult((measure.ERROR_COST,), 4, "fake fault", 0.0, 0.0)
         else:
@@ -283,7 +283,7 @@ def test_search_ahead_overlaps_rounds_within_the_budget_and_is_reproducible(tmp_
         assert order.ids[:3] == [0, 1, 2] and ts.ct == 8 * 15 == sum(ts.task_trials)
         records = measure.load_records(log)
         assert len(records) == 8 * 15
-        keys = [(inp.task.workload_key, inp.pipeline) for inp, _ in records]
+        keys = [(inp.task.workload_key, inp.pipeline_text) for inp, _ in records]
         assert len(set(keys)) == len(keys), "a state was measured twice"
         runs.append((order.ids, keys))
     assert runs[0] == runs[1]  # the same rounds learn from the same results: reproducible

@@ -79,7 +79,7 @@ class Tuner(abc.ABC):
             if not 0 <= index < len(self.space) or self.space.get(index) != inp.config:
                 continue
             own.append((MeasureInput(inp.target, self.task, self.space.get(index),
-                                     inp.pipeline), res))
+                                     inp.pipeline_text), res))
         return own
 
     def _resume(self, own: list) -> None:

@@ -41,9 +41,11 @@ from .rfactor import RFactor
 from .software_pipeline import SoftwarePipeline
 from .split import Split
 from .storage_align import StorageAlign
+from .swizzle import Swizzle
+from .tensorize import Tensorize
 from .unroll import Unroll
 from .vectorize import Vectorize
 
 __all__ = ["AsyncCopy", "Bind", "CacheRead", "CacheWrite", "ComputeAt", "ComputeInline", "Fuse",
            "Pragma", "RFactor", "Reorder", "ScheduleError", "SoftwarePipeline", "Split",
-           "StorageAlign", "Unroll", "Vectorize"]
+           "StorageAlign", "Swizzle", "Tensorize", "Unroll", "Vectorize"]

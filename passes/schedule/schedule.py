@@ -28,6 +28,8 @@ from .rfactor import RFactor
 from .software_pipeline import SoftwarePipeline
 from .split import Split
 from .storage_align import StorageAlign
+from .swizzle import Swizzle
+from .tensorize import Tensorize
 from .unroll import Unroll
 from .vectorize import Vectorize
 
@@ -211,7 +213,7 @@ class Stage:
 
     def swizzle(self, bits: int = 3):
         """XOR-swizzle this shared stage's 16-byte chunks (see the ``swizzle`` pass)."""
-        self.schedule.apply(f"swizzle({self.block}, {int(bits)})", touches=(self.block,))
+        self.schedule.apply(Swizzle(self.block, int(bits)), touches=(self.block,))
 
     def pipeline(self, loop, stages: int):
         """Software-pipeline ``loop`` with ``stages`` buffers per shared stage loaded in it
@@ -225,7 +227,7 @@ class Stage:
         name = intrin if isinstance(intrin, str) else intrin.name
         # the check needs the nest as it will be: pending inlines and compute_ats first
         self.schedule._flush()
-        self.schedule.apply(f'tensorize({self._ref(ivar)}, "{name}")', touches=(self.block,))
+        self.schedule.apply(Tensorize(self._ref(ivar), name), touches=(self.block,))
 
     def __repr__(self):
         return f"Stage({self.block})"
