@@ -128,7 +128,7 @@ def tuned_schedule(path: str, tensors):
                              f"{len(best)} workloads")
         matching = best
     inp, res = next(iter(matching.values()))
-    module = Pipeline.parse(inp.pipeline)(to_ir(tensors))
+    module = Pipeline.parse(inp.pipeline_text)(to_ir(tensors))
     return module, f"record {res.mean * 1e3:.4f} ms when tuned"
 
 

@@ -70,7 +70,7 @@ def build_ceiling(log: str, args) -> dict:
     how many candidates per second the host's cores can build (the most any number of
     GPUs can measure)."""
     task = autosched.SearchTask(func=conv2d_bias_relu, args=LAYERS[args.layer], target="cuda")
-    inputs = [measure.MeasureInput(task.task_spec, inp.pipeline, inp.payload)
+    inputs = [measure.MeasureInput(task.task_spec, inp.pipeline_text, inp.payload)
               for inp, _ in measure.load_records(log)]
     builder = measure.LocalBuilder(timeout=args.build_timeout, n_parallel=args.builders)
     t0 = time.perf_counter()
