@@ -304,7 +304,7 @@ def test_a_writer_of_a_log_deleted_meanwhile_writes_the_new_file(tmp_path):
     path.unlink()
     new = RecordWriter(path)
     new.on_result(*_pair("p1"))
-    assert [i.pipeline for i, _ in load_records(path)] == ["p1"]
+    assert [i.pipeline_text for i, _ in load_records(path)] == ["p1"]
     old.close()
     new.close()
 
