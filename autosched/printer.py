@@ -37,6 +37,7 @@ from ..passes.schedule.names import (
     copy_axes,
     fresh_name,
     fused_name,
+    loop_ref,
     python_identifier,
     resolve_ref,
     rfactor_name,
@@ -103,7 +104,7 @@ class _Printer:
         self.axis_names.pop(stage, None)
 
     def define(self, stage: str, name: str) -> str:
-        v = _var(f"{stage}.{name}")
+        v = _var(loop_ref(stage, name))
         self.loops[(stage, name)] = v
         return v
 
