@@ -162,10 +162,7 @@ def workload_too_large(dag) -> str | None:
     """Why reading records of ``dag`` would take unbounded work (an extent over
     :data:`MAX_EXTENT`, or an axis with more tilings than :data:`MAX_TILE_CHOICES`), or
     None. Checked before anything is built from a workload named in a record file."""
-    from math import comb
-
     from ..ir.expr import Reduce
-    from .factorization import prime_factors
 
     extents = []
     for op in dag.ops:
@@ -174,17 +171,30 @@ def workload_too_large(dag) -> str | None:
         if isinstance(getattr(op, "body", None), Reduce):
             extents += [(f"{op.name}.{a.var.name}", a.extent) for a in op.body.axis]
     for where, e in extents:
-        if not isinstance(e, int) or e < 1:
-            continue
-        if e > MAX_EXTENT:
-            return f"{where} has extent {e}, over {MAX_EXTENT}"
-        choices = 1
-        primes = prime_factors(e)
-        for p in set(primes):
-            choices *= comb(primes.count(p) + _DEEPEST_TILING - 1, _DEEPEST_TILING - 1)
-        if choices > MAX_TILE_CHOICES:
-            return (f"{where} (extent {e}) has {choices} tilings, over "
-                    f"{MAX_TILE_CHOICES}")
+        why = extent_too_large(e, _DEEPEST_TILING, MAX_TILE_CHOICES)
+        if why:
+            return f"{where} {why}"
+    return None
+
+
+def extent_too_large(extent, levels: int, max_choices: int) -> str | None:
+    """Why splitting a loop of ``extent`` into ``levels`` loops in every exact way would be
+    unbounded work (an extent over :data:`MAX_EXTENT`, or more than ``max_choices``
+    splits), or None (also for anything that is not a positive int)."""
+    from math import comb
+
+    from .factorization import prime_factors
+
+    if not isinstance(extent, int) or isinstance(extent, bool) or extent < 1:
+        return None
+    if extent > MAX_EXTENT:
+        return f"has extent {extent}, over {MAX_EXTENT}"
+    choices = 1
+    primes = prime_factors(extent)
+    for p in set(primes):
+        choices *= comb(primes.count(p) + levels - 1, levels - 1)
+    if choices > max_choices:
+        return f"(extent {extent}) has {choices} tilings into {levels}, over {max_choices}"
     return None
 
 

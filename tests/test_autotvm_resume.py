@@ -103,3 +103,22 @@ def test_the_tutorial_run_twice_on_one_log_measures_nothing_twice(tmp_path):
     idx = [inp.payload["autotvm"]["config"]["index"] for inp, _ in load_records(log)]
     assert len(idx) == 4 and len(set(idx)) == 4, idx
     assert "resuming from" in p.stdout
+
+
+def test_transfer_learning_skips_a_workload_too_large_to_rebuild():
+    import time
+
+    from ptxforge.autotvm.space import ConfigEntity
+
+    task = autotvm.task.create("test/matmul", args=(64, 32, 64), target="cuda")
+    absurd = autotvm.task.Task("test/conv2d_no_batching",
+                               (1, 7, 7, 3_000_000_000, 512, 3, 3, (1, 1), (1, 1)), "cuda")
+    cfg = ConfigEntity.from_json_dict({"index": 0, "entity": []})
+    records = [(autotvm.MeasureInput("cuda", absurd, cfg),
+                MeasureResult((1e-3,), 0, "", 0.0, 0.0))]
+    tuner = XGBTuner(task, plan_size=4, feature_type="itervar", seed=0, sa_options=FAST_SA)
+    base = tuner.cost_model.spawn_base_model()
+    t0 = time.perf_counter()
+    with pytest.warns(RuntimeWarning, match="too large"):
+        assert not base.fit_log(records, 4, min_seed_records=1)
+    assert time.perf_counter() - t0 < 5.0

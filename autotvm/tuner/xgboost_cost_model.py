@@ -11,12 +11,34 @@ predictions become the new model's starting margin (transfer learning).
 from __future__ import annotations
 
 import logging
+import warnings
 
 import numpy as np
 
 from ..feature import FeatureCache
 
 logger = logging.getLogger("autotvm")
+
+MAX_SPLIT_CHOICES = 20_000
+"""A template argument with more 4-way splits than this makes rebuilding its config space
+(transfer learning from another task's records) take minutes: such records are skipped."""
+
+
+def _args_too_large(args) -> str | None:
+    """Why the template arguments ``args`` (numbers, nested tuples) name a workload too large
+    to rebuild with bounded work, or None."""
+    from ...autosched.cost_model import extent_too_large
+
+    stack = list(args)
+    while stack:
+        a = stack.pop()
+        if isinstance(a, (list, tuple)):
+            stack.extend(a)
+            continue
+        why = extent_too_large(a, 4, MAX_SPLIT_CHOICES)
+        if why:
+            return f"argument {a}: {why}"
+    return None
 
 INVALID_SCORE = -1e9
 
@@ -97,6 +119,13 @@ class XGBoostCostModel:
                     rows.append(self.features.get([index])[0][0])
                     flops.append(inp.task.flop / res.mean if res.error_no == 0 else 0.0)
             else:
+                why = _args_too_large(pairs[0][0].task.args)
+                if why:
+                    warnings.warn(f"skipping {len(pairs)} record(s) of {name}"
+                                  f"{pairs[0][0].task.args}: the workload is too large to "
+                                  f"rebuild with bounded work ({why})", RuntimeWarning,
+                                  stacklevel=2)
+                    continue
                 try:
                     task = create(name, pairs[0][0].task.args, target)
                 except Exception as e:  # a template we cannot rebuild: skip its records
