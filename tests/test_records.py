@@ -352,6 +352,6 @@ def test_the_measure_stream_hands_each_result_to_on_result_as_it_arrives():
     seen = []
     inputs = [_pair(f"p{i}")[0] for i in range(5)]
     with MeasureStream(_Builder(), _Runner()) as stream:
-        results = stream.submit(inputs, lambda i, r: seen.append((i.pipeline, r))).result()
+        results = stream.submit(inputs, lambda i, r: seen.append((i.pipeline_text, r))).result()
     assert sorted(p for p, _ in seen) == [f"p{i}" for i in range(5)]
     assert {id(r) for _, r in seen} == {id(r) for r in results}
