@@ -460,3 +460,13 @@ def test_layer_norm_in_half_precision_computes_in_float32(d):
     want = (x64 - mean) / np.sqrt(((x64 - mean) ** 2).mean(-1, keepdims=True) + 1e-5) \
         * as_f64(G, d) + as_f64(B, d)
     np.testing.assert_allclose(got, want, rtol=TOLERANCE[d], atol=TOLERANCE[d] * 3)
+
+
+@pytest.mark.parametrize("d", HALF)
+def test_workload_expected_rounds_a_float64_reference(d):
+    w = workload("dense", dtype=d, batch=2, in_dim=300, out_dim=3)
+    inputs = w.random_inputs(np.random.default_rng(1))
+    want = w.expected(inputs)
+    assert want.dtype == dt.to_numpy(d)
+    assert np.array_equal(ref.widen(want, d),
+                          np.asarray(dt.round_to(w.expected64(inputs), d), np.float64))
