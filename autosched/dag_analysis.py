@@ -139,7 +139,7 @@ class DAGAnalysis:
         module, names = to_ir_with_names(dag)
         self.names = names
         # loop names as to_ir gives them (unique in the function: i0, i0_1, ...)
-        from ..passes.schedule.common import block_paths, enclosing_loops
+        from ..ir.traversal import block_paths, enclosing_loops
 
         paths = block_paths(module.main.body)
         outputs = {id(t.op) for t in dag.tensors if isinstance(t.op, ComputeOp)}

@@ -88,7 +88,7 @@ def _loop_handle_extent(handle) -> int | None:
 
 
 def _extent_in(s, handle) -> int | None:
-    from ..passes.schedule.common import block_paths, enclosing_loops
+    from ..ir.traversal import block_paths, enclosing_loops
 
     try:
         stage = s[handle.stage]

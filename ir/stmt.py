@@ -20,9 +20,8 @@ from collections.abc import Callable, Iterator
 
 from . import dtype as dt
 from .attrs import FuncAttrs, KernelAttrs, Level
-from .expr import Expr, IRError, Load, Var
+from .expr import Expr, IRError, Load, Var, transform
 from .expr import children as expr_children
-from .expr import rebuild as expr_rebuild
 
 SCOPES = ("global", "shared", "local", "warp")
 """``warp``: a matrix fragment owned by one warp (see ``ir/intrin``)."""
@@ -602,15 +601,8 @@ def replace_buffers(s: Stmt, bmap: dict) -> Stmt:
         return s
 
     def fix_expr(e):
-        def go(x):
-            kids = expr_children(x)
-            if kids:
-                x = expr_rebuild(x, tuple(go(k) for k in kids))
-            if isinstance(x, Load) and x.buffer in bmap:
-                return Load(bmap[x.buffer], x.indices)
-            return x
-
-        return go(e)
+        return transform(e, lambda x: Load(bmap[x.buffer], x.indices)
+                         if isinstance(x, Load) and x.buffer in bmap else None)
 
     def fix_stmt(x):
         if isinstance(x, Store) and x.buffer in bmap:

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from ...ir.attrs import Level
 from ...ir.expr import free_vars
 from ...ir.stmt import Alloc, Block, For, PrimFunc, Seq, Stmt
+from ...ir.traversal import block_paths
 from ..base import Pass
 from ..registry import register_pass
-from ..schedule.common import block_paths
 from ..schedule.compute_at import output_buffer, reads_of
 from .common import LoweringError
 from .compact_buffers import placed_scope

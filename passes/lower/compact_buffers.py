@@ -8,14 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.attrs import Level
-from ...ir.expr import IntImm, Load, children, rebuild
+from ...ir.expr import IntImm, Load
 from ...ir.region import access_region
 from ...ir.simplify import simplify
 from ...ir.stmt import Alloc, Buffer, For, PrimFunc, Stmt, Store, map_stmt, stmt_children
+from ...ir.traversal import accesses_buffer, collect_accesses, replace_at, rewrite_loads
 from ..base import Pass
 from ..registry import register_pass
-from ..schedule.common import replace_at
-from .common import buffer_accesses, collect_accesses
 
 
 def _is_thread(n) -> bool:
@@ -52,11 +51,11 @@ def _lca_path(root: Stmt, buf) -> list:
 def _own_access(s, buf) -> bool:
     """Whether ``s`` itself (not its children) accesses ``buf``."""
     from ...ir.stmt import stmt_exprs
-    from .common import expr_reads
+    from ...ir.traversal import reads_buffer
 
     if isinstance(s, Store) and s.buffer is buf:
         return True
-    return any(expr_reads(e, buf) for e in stmt_exprs(s))
+    return any(reads_buffer(e, buf) for e in stmt_exprs(s))
 
 
 def compact_buffers(func: PrimFunc) -> PrimFunc:
@@ -108,14 +107,14 @@ def _scope_at(buf: Buffer, loops: list) -> str:
 def placed_scope(body: Stmt, buf: Buffer) -> str:
     """The scope ``buf`` will have after this pass, for an intermediate allocated in
     ``body``; a buffer nothing in ``body`` accesses keeps its own."""
-    if not buffer_accesses(body, buf):
+    if not accesses_buffer(body, buf):
         return buf.scope
     return _scope_at(buf, [n for n in _lca_path(body, buf) if isinstance(n, For)])
 
 
 def _place(body: Stmt, buf: Buffer, aligns=None):
     """Put ``buf``'s allocation at its use; returns (body, buffer to keep at top or None)."""
-    if not buffer_accesses(body, buf):
+    if not accesses_buffer(body, buf):
         return body, None
     path = _lca_path(body, buf)
     loops = [n for n in path if isinstance(n, For)]
@@ -158,15 +157,12 @@ def _place(body: Stmt, buf: Buffer, aligns=None):
         )
 
     def fix_expr(e):
-        def go(x):
-            kids = children(x)
-            if kids:
-                x = rebuild(x, tuple(go(k) for k in kids))
-            if isinstance(x, Load) and x.buffer is buf:
+        def load(x):
+            if x.buffer is buf:
                 return Load(new_buf, shift(x.indices))
-            return x
+            return None
 
-        return go(e)
+        return rewrite_loads(e, load)
 
     def fix_stmt(x):
         if isinstance(x, Store) and x.buffer is buf:

@@ -24,9 +24,9 @@ from ...ir.expr import (
     substitute,
 )
 from ...ir.stmt import Alloc, Barrier, Block, Buffer, For, If, PrimFunc, Seq, Store, stmt_children
+from ...ir.traversal import follow_path, replace_at
 from ..base import Pass
 from ..registry import register_pass
-from ..schedule.common import follow_path, replace_at
 from .common import LoweringError
 
 

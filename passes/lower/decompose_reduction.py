@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from ...ir.attrs import Level
 from ...ir.expr import Var, conjuncts, free_vars, logical_and, substitute
 from ...ir.stmt import Block, BlockVar, For, PrimFunc, Seq, Stmt, stmt_children, substitute_stmt
+from ...ir.traversal import follow_path, replace_at
 from ..base import Pass
 from ..registry import register_pass
-from ..schedule.common import follow_path, replace_at
 
 
 def _first_block_with_init(s: Stmt, path: list):

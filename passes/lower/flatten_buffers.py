@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.attrs import Level
-from ...ir.expr import IntImm, Load, children, rebuild
+from ...ir.expr import IntImm, Load
 from ...ir.simplify import simplify
 from ...ir.stmt import Alloc, Buffer, PrimFunc, Store, map_stmt
+from ...ir.traversal import rewrite_loads
 from ..base import Pass
 from ..registry import register_pass
 
@@ -35,15 +36,7 @@ def flatten_buffers(func: PrimFunc) -> tuple:
         return bmap[b]
 
     def fe(e):
-        def go(x):
-            kids = children(x)
-            if kids:
-                x = rebuild(x, tuple(go(k) for k in kids))
-            if isinstance(x, Load):
-                return Load(get(x.buffer), flat_index(x.buffer, x.indices))
-            return x
-
-        return go(e)
+        return rewrite_loads(e, lambda x: Load(get(x.buffer), flat_index(x.buffer, x.indices)))
 
     def fs(x):
         if isinstance(x, Store):

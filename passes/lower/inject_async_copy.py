@@ -49,10 +49,10 @@ from ...ir.stmt import (
     stmt_children,
     stmt_exprs,
 )
+from ...ir.traversal import reads_buffer, replace_child, walk
 from ..base import Pass
 from ..registry import register_pass
-from ..schedule.common import replace_child
-from .common import LoweringError, expr_reads, walk_all
+from .common import LoweringError
 
 
 def known_divisor(e: Expr) -> int:
@@ -270,7 +270,7 @@ def place_waits(s: Stmt, dsts: set) -> Stmt:
 
 
 def _reads(s: Stmt, dsts: set) -> bool:
-    return any(expr_reads(e, b) for x in walk_all(s) for e in stmt_exprs(x) for b in dsts)
+    return any(reads_buffer(e, b) for x in walk(s) for e in stmt_exprs(x) for b in dsts)
 
 
 def _place(s: Stmt, dsts: set) -> tuple[Stmt, bool]:
@@ -306,7 +306,7 @@ def inject_async_copy(func: PrimFunc) -> PrimFunc:
     if not names:
         return func
     body = _Injector(func, names).rewrite(func.body)
-    dsts = {x.dst for x in walk_all(body) if isinstance(x, AsyncCopy)}
+    dsts = {x.dst for x in walk(body) if isinstance(x, AsyncCopy)}
     if not dsts:
         return func
     return func.replace(body=place_waits(body, dsts))

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ...ir import dtype as dt
 from ...ir.attrs import Level
-from ...ir.expr import IntImm, Load, children, floormod, rebuild, substitute
+from ...ir.expr import IntImm, Load, floormod, substitute
 from ...ir.simplify import simplify_stmt
 from ...ir.stmt import (
     Alloc,
@@ -47,10 +47,11 @@ from ...ir.stmt import (
     stmt_exprs,
     substitute_stmt,
 )
+from ...ir.traversal import reads_buffer, rewrite_loads, walk
 from ..base import Pass
 from ..registry import register_pass
 from ..schedule.software_pipeline import ANNOTATION
-from .common import LoweringError, expr_reads, fresh_copy, walk_all
+from .common import LoweringError, fresh_copy
 
 SLOT_ALIGN_BYTES = 16
 """Each slot of a multi-buffered stage starts 16-byte aligned (the widest cp.async)."""
@@ -59,7 +60,7 @@ SLOT_ALIGN_BYTES = 16
 def _writes(s: Stmt) -> set:
     """Shared buffers ``s`` stores or copies into."""
     out = set()
-    for x in walk_all(s):
+    for x in walk(s):
         if isinstance(x, Store) and x.buffer.scope == "shared":
             out.add(x.buffer)
         elif isinstance(x, AsyncCopy):
@@ -68,7 +69,7 @@ def _writes(s: Stmt) -> set:
 
 
 def _reads_any(s: Stmt, bufs) -> set:
-    return {b for x in walk_all(s) for e in stmt_exprs(x) for b in bufs if expr_reads(e, b)}
+    return {b for x in walk(s) for e in stmt_exprs(x) for b in bufs if reads_buffer(e, b)}
 
 
 def _peel_lets(body: Stmt) -> Stmt:
@@ -83,16 +84,13 @@ def _retarget(s: Stmt, slots: dict, slot) -> Stmt:
     """Every access of a multi-buffered stage in ``s`` moved to slot ``slot``."""
 
     def fe(e):
-        def go(x):
-            kids = children(x)
-            if kids:
-                x = rebuild(x, tuple(go(k) for k in kids))
-            if isinstance(x, Load) and x.buffer in slots:
+        def load(x):
+            if x.buffer in slots:
                 new, stride = slots[x.buffer]
                 return Load(new, (x.indices[0] + slot * stride,))
-            return x
+            return None
 
-        return go(e)
+        return rewrite_loads(e, load)
 
     def fs(x):
         if isinstance(x, Store) and x.buffer in slots:
@@ -134,7 +132,7 @@ class _Pipeliner:
         from ...target import current_target
 
         limit = current_target().max_shared_memory_per_block_optin
-        total = sum(x.buffer.size * dt.nbytes(x.buffer.dtype) for x in walk_all(body)
+        total = sum(x.buffer.size * dt.nbytes(x.buffer.dtype) for x in walk(body)
                     if isinstance(x, Alloc) and x.buffer.scope == "shared")
         if total > limit:
             names = ", ".join(f"{b.name} x{new.size // max(stride, 1)}"
@@ -156,7 +154,7 @@ class _Pipeliner:
     def pipeline(self, loop: For) -> Stmt:
         k = int(loop.annotations[ANNOTATION])
         if any(isinstance(x, For) and ANNOTATION in x.annotations and x is not loop
-               for x in walk_all(loop.body)):
+               for x in walk(loop.body)):
             self.fail(loop, "it holds another pipelined loop; pipeline one loop of a nest")
         body = _peel_lets(loop.body)
         stmts = [c for c in (body.stmts if isinstance(body, Seq) else (body,))
@@ -178,7 +176,7 @@ class _Pipeliner:
                 self.fail(loop, f"a statement that loads {', '.join(sorted(b.name for b in w))}"
                                 f" {what}; the loop body must load its shared stages first, "
                                 "then compute from them")
-            if w and any(isinstance(x, Barrier) for x in walk_all(c)):
+            if w and any(isinstance(x, Barrier) for x in walk(c)):
                 self.fail(loop, "the loads of the shared stages hold a barrier")
             (fetch if w else compute).append(c)
         if not compute:
@@ -196,7 +194,7 @@ class _Pipeliner:
             return _retarget(fresh_copy(substitute_stmt(fetch_s, {v: it})), self.slots, slot)
 
         # plain shared stages are multi-buffered alike, without groups to commit or wait for
-        copies = any(isinstance(x, AsyncCopy) for x in walk_all(fetch_s))
+        copies = any(isinstance(x, AsyncCopy) for x in walk(fetch_s))
 
         def commit():
             return [AsyncCommit()] if copies else []
@@ -222,7 +220,7 @@ class _Pipeliner:
 
 def inject_software_pipeline(func: PrimFunc) -> PrimFunc:
     if not func.attrs.software_pipeline or not any(
-            isinstance(x, For) and ANNOTATION in x.annotations for x in walk_all(func.body)):
+            isinstance(x, For) and ANNOTATION in x.annotations for x in walk(func.body)):
         return func
     return _Pipeliner(func).run()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.attrs import Level
-from ...ir.expr import IntImm, Load, children, rebuild
+from ...ir.expr import IntImm, Load
 from ...ir.stmt import (
     Alloc,
     Barrier,
@@ -26,9 +26,10 @@ from ...ir.stmt import (
     map_stmt,
     substitute_stmt,
 )
+from ...ir.traversal import rewrite_loads, uses_var, walk
 from ..base import Pass
 from ..registry import register_pass
-from .common import fresh_copy, stmt_uses_var, walk_all
+from .common import fresh_copy
 
 
 def inject_vthread(func: PrimFunc) -> PrimFunc:
@@ -44,7 +45,7 @@ def _inject(loop: For) -> Stmt:
     v, n = loop.var, loop.extent
     body = loop.body
     # one copy of each inner allocation per virtual thread: index [v, ...]
-    for node in list(walk_all(body)):
+    for node in list(walk(body)):
         if isinstance(node, Alloc):
             body = _expand(body, node.buffer, v, n)
     return _push(body, v, n)
@@ -54,15 +55,12 @@ def _expand(s: Stmt, buf: Buffer, v, n) -> Stmt:
     new = Buffer(buf.name, buf.dtype, (n,) + buf.shape, buf.scope)
 
     def fe(e):
-        def go(x):
-            kids = children(x)
-            if kids:
-                x = rebuild(x, tuple(go(k) for k in kids))
-            if isinstance(x, Load) and x.buffer is buf:
+        def load(x):
+            if x.buffer is buf:
                 return Load(new, (v,) + x.indices)
-            return x
+            return None
 
-        return go(e)
+        return rewrite_loads(e, load)
 
     def fs(x):
         if isinstance(x, Store) and x.buffer is buf:
@@ -79,7 +77,7 @@ def _replicate(s: Stmt, v, n) -> Stmt:
 
 
 def _push(s: Stmt, v, n) -> Stmt:
-    if not stmt_uses_var(s, v):
+    if not uses_var(s, v):
         return s
     if isinstance(s, Seq):
         return Seq([_push(c, v, n) for c in s.stmts])
@@ -103,7 +101,7 @@ def _push(s: Stmt, v, n) -> Stmt:
 
 
 def _has_barrier(s: Stmt) -> bool:
-    return any(isinstance(x, Barrier) for x in walk_all(s))
+    return any(isinstance(x, Barrier) for x in walk(s))
 
 
 @register_pass

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.attrs import Level
-from ...ir.expr import Load, children
+from ...ir.expr import Load
 from ...ir.stmt import (
     AsyncCopy,
     Barrier,
@@ -19,27 +19,22 @@ from ...ir.stmt import (
     stmt_children,
     stmt_exprs,
 )
+from ...ir.traversal import replace_child, walk, walk_exprs
 from ..base import Pass
 from ..registry import register_pass
-from ..schedule.common import replace_child
-from .common import walk_all
 
 
 def _rw(s: Stmt) -> tuple:
     """(shared buffers written, shared buffers read) anywhere in ``s``."""
     w, r = set(), set()
-    for x in walk_all(s):
+    for x in walk(s):
         if isinstance(x, Store) and x.buffer.scope == "shared":
             w.add(x.buffer)
         elif isinstance(x, AsyncCopy):
             w.add(x.dst)  # lands by the wait before the reads, which this barrier follows
         for e in stmt_exprs(x):
-            stack = [e]
-            while stack:
-                y = stack.pop()
-                if isinstance(y, Load) and y.buffer.scope == "shared":
-                    r.add(y.buffer)
-                stack.extend(children(y))
+            r.update(y.buffer for y in walk_exprs(e)
+                     if isinstance(y, Load) and y.buffer.scope == "shared")
     return w, r
 
 

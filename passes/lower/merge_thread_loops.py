@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from ...ir.attrs import Level
 from ...ir.expr import const
 from ...ir.stmt import For, If, PrimFunc, Stmt, stmt_children, substitute_stmt
+from ...ir.traversal import block_names, replace_child
 from ..base import Pass
 from ..registry import register_pass
-from .common import LoweringError, block_names_in
+from .common import LoweringError
 
 
 def merge_thread_loops(func: PrimFunc) -> PrimFunc:
@@ -25,7 +26,7 @@ def _go(s: Stmt, bound: dict) -> Stmt:
                 raise LoweringError(
                     f"loop {s.var.name} is bound to {s.thread} with extent {s.extent}, but "
                     f"the enclosing {s.thread} loop {outer.var.name} has only {outer.extent} "
-                    f"threads (stages {', '.join(block_names_in(s)) or '?'}); split it so the "
+                    f"threads (stages {', '.join(block_names(s)) or '?'}); split it so the "
                     f"bound part has at most {outer.extent}",
                     axis=s.var.name, limit=f"{s.thread} extent {outer.extent}",
                 )
@@ -40,8 +41,7 @@ def _go(s: Stmt, bound: dict) -> Stmt:
     kids = stmt_children(s)
     if not kids:
         return s
-    from ..schedule.common import replace_child
-
+    
     out = s
     for c in kids:
         nc = _go(c, bound)

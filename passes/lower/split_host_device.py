@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.attrs import FuncAttrs, KernelAttrs, Level
-from ...ir.expr import Load, children
+from ...ir.expr import Load
 from ...ir.stmt import (
     Alloc,
     For,
@@ -23,9 +23,9 @@ from ...ir.stmt import (
     map_stmt,
     stmt_exprs,
 )
+from ...ir.traversal import walk, walk_exprs
 from ..base import Pass
 from ..registry import register_pass
-from .common import walk_all
 
 GRID_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 BLOCK_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -33,7 +33,7 @@ BLOCK_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
 def launch_extents(s: Stmt) -> tuple:
     ext: dict = {}
-    for x in walk_all(s):
+    for x in walk(s):
         if isinstance(x, For) and x.kind == "thread":
             ext[x.thread] = max(ext.get(x.thread, 1), x.extent)
     grid = tuple(ext.get(t, 1) for t in GRID_TAGS)
@@ -45,18 +45,15 @@ def _global_buffers(s: Stmt) -> list:
     """Global buffers accessed in ``s`` (first-use order), excluding those allocated in it."""
     seen: dict = {}
     local_allocs = set()
-    for x in walk_all(s):
+    for x in walk(s):
         if isinstance(x, Alloc):
             local_allocs.add(x.buffer)
         if isinstance(x, Store) and x.buffer.scope == "global":
             seen.setdefault(x.buffer, None)
         for e in stmt_exprs(x):
-            stack = [e]
-            while stack:
-                y = stack.pop()
+            for y in walk_exprs(e):
                 if isinstance(y, Load) and y.buffer.scope == "global":
                     seen.setdefault(y.buffer, None)
-                stack.extend(children(y))
     return [b for b in seen if b not in local_allocs]
 
 
@@ -94,7 +91,7 @@ def split_host_device(func: PrimFunc, host_params=None, order_params=None) -> Mo
         name = f"{func.name}_kernel{k}"
         # buffers are flattened by the next pass; until then the kernel says so
         stages = tuple(dict.fromkeys(
-            x.buffer.name for x in walk_all(st) if isinstance(x, Store)))
+            x.buffer.name for x in walk(st) if isinstance(x, Store)))
         # schedule attributes that lowering reads later, kept for the kernels they concern
         async_bufs = tuple(b for b in func.attrs.async_copy if b in stages)
         swizzles = {b: n for b, n in func.attrs.swizzle.items() if b in stages}

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from ...ir import dtype as dt
 from ...ir.attrs import Level
-from ...ir.expr import Expr, IntImm, Load, children, floordiv, floormod, rebuild
-from ...ir.stmt import AsyncCopy, PrimFunc, Store, map_stmt, walk
+from ...ir.expr import Expr, IntImm, Load, floordiv, floormod
+from ...ir.stmt import AsyncCopy, PrimFunc, Store
+from ...ir.traversal import map_loads, walk
 from ..base import Pass
 from ..registry import register_pass
 from .common import LoweringError
@@ -62,16 +63,10 @@ def swizzle_layout(func: PrimFunc) -> PrimFunc:
     def fix(i: Expr, b) -> Expr:
         return swizzled(i, *bufs[b])
 
-    def fe(e):
-        def go(x):
-            kids = children(x)
-            if kids:
-                x = rebuild(x, tuple(go(k) for k in kids))
-            if isinstance(x, Load) and x.buffer in bufs:
-                return Load(x.buffer, (fix(x.indices[0], x.buffer),))
-            return x
-
-        return go(e)
+    def load(x):
+        if x.buffer in bufs:
+            return Load(x.buffer, (fix(x.indices[0], x.buffer),))
+        return None
 
     def fs(x):
         if isinstance(x, Store) and x.buffer in bufs:
@@ -80,7 +75,7 @@ def swizzle_layout(func: PrimFunc) -> PrimFunc:
             return x.replace(dst_index=fix(x.dst_index, x.dst))
         return None
 
-    return func.replace(body=map_stmt(func.body, fstmt=fs, fexpr=fe))
+    return func.replace(body=map_loads(func.body, load, fstmt=fs))
 
 
 @register_pass

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from ...ir.attrs import Level
 from ...ir.intrin import ANNOTATION
 from ...ir.stmt import For, PrimFunc, Stmt, stmt_children
+from ...ir.traversal import replace_child
 from ..base import Pass
 from ..registry import register_pass
-from ..schedule.common import replace_child
 
 
 def unroll_loops(func: PrimFunc) -> PrimFunc:

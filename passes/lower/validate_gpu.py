@@ -13,10 +13,11 @@ from ...ir import dtype as dt
 from ...ir.attrs import Level
 from ...ir.expr import free_vars
 from ...ir.stmt import Alloc, Barrier, For, If, Module, Stmt, shared_memory, stmt_children
+from ...ir.traversal import walk
 from ...target import Target
 from ..base import Pass
 from ..registry import register_pass
-from .common import LoweringError, lowering_target, walk_all
+from .common import LoweringError, lowering_target
 
 
 def validate_gpu(module: Module, target: Target) -> Module:
@@ -48,7 +49,7 @@ def validate_gpu(module: Module, target: Target) -> Module:
                     f"the limit {m}", stage=stages, axis=f"blockIdx.{tag}",
                     limit=f"max_grid_dim_{tag}={m}")
         _check_shared(k, stages, target)
-        local = sum(a.buffer.size * dt.nbytes(a.buffer.dtype) for a in walk_all(k.body)
+        local = sum(a.buffer.size * dt.nbytes(a.buffer.dtype) for a in walk(k.body)
                     if isinstance(a, Alloc) and a.buffer.scope == "local")
         max_local = target.max_local_memory_per_thread
         if local > max_local:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ir.expr import Load, Var, children, rebuild
+from ...ir.expr import Load, Var
 from ...ir.stmt import Alloc, Block, BlockVar, Buffer, For, PrimFunc, Seq, Store, map_stmt
+from ...ir.traversal import rewrite_loads
 from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
@@ -44,15 +45,12 @@ def copy_block(name: str, src: Buffer, dst: Buffer) -> tuple:
 
 def redirect_loads(s, old: Buffer, new: Buffer):
     def fix(e):
-        def go(x):
-            kids = children(x)
-            if kids:
-                x = rebuild(x, tuple(go(k) for k in kids))
-            if isinstance(x, Load) and x.buffer is old:
+        def load(x):
+            if x.buffer is old:
                 return Load(new, x.indices)
-            return x
+            return None
 
-        return go(e)
+        return rewrite_loads(e, load)
 
     return map_stmt(s, fexpr=fix)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ir.expr import Load, children, rebuild, substitute
+from ...ir.expr import substitute
 from ...ir.stmt import Alloc, Block, PrimFunc, Store, map_stmt, walk
+from ...ir.traversal import rewrite_loads
 from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
@@ -58,15 +59,12 @@ def compute_inline(func: PrimFunc, stage: str) -> PrimFunc:
     body = replace_at(path[: top + 1], None)
 
     def rewrite(e):
-        def go(x):
-            kids = children(x)
-            if kids:
-                x = rebuild(x, tuple(go(k) for k in kids))
-            if isinstance(x, Load) and x.buffer is buf:
+        def load(x):
+            if x.buffer is buf:
                 return substitute(value, dict(zip(ivs, x.indices)))
-            return x
+            return None
 
-        return go(e)
+        return rewrite_loads(e, load)
 
     def drop_alloc(x):
         if isinstance(x, Alloc) and x.buffer is buf:
