@@ -3,7 +3,8 @@
 One kernel (a ``PrimFunc`` of level ``Level.KERNEL``) becomes one LLVM module:
 
 * an entry function with the ``ptx_kernel`` calling convention and ``nvvm.maxntid`` launch
-  bounds from ``launch.block`` (``nvvm.minctasm`` from ``launch.min_blocks_per_sm``); every buffer parameter is ``ptr addrspace(1) noalias
+  bounds from ``launch.block`` (``nvvm.minctasm`` from ``launch.min_blocks_per_sm``); every
+  buffer parameter is ``ptr addrspace(1) noalias
   align 16 dereferenceable(bytes)``, plus ``readonly``/``writeonly`` where the body only
   loads or only stores it (read-only buffers then load through the non-coherent cache);
 * shared buffers as ``addrspace(3)`` globals, or, where lowering placed them in dynamic

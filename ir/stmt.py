@@ -10,8 +10,8 @@ The same node set serves three levels:
   with iteration vars bound to loop expressions, an optional reduction ``init``);
 * scheduled IR: the same after schedule passes (split, reorder, bind, compute_at, ...);
 * device IR, after lowering: no blocks, every buffer flat (1-D), kernels as functions of
-  level ``Level.KERNEL`` with a launch configuration (``func.launch``), and a host function whose body
-  allocates global temporaries and ``Launch`` es the kernels in order.
+  level ``Level.KERNEL`` with a launch configuration (``func.launch``), and a host function
+  whose body allocates global temporaries and ``Launch`` es the kernels in order.
 """
 
 from __future__ import annotations

@@ -21,8 +21,9 @@ Checked at every level:
 Device level (``Level.KERNEL``): no blocks, no vthread loops, no global allocations, every
 buffer 1-D (unless the kernel's ``launch.flat`` is False: split off from the host before its
 buffers are flattened), the launch and shared-memory limits of the current target
-(:func:`ptxforge.target.current_target`; shared memory, static plus dynamic up to the opt-in limit (the static limit is checked by ``validate_gpu`` once
-``plan_dynamic_shared`` has run), every dynamically placed buffer aligned to 16 bytes,
+(:func:`ptxforge.target.current_target`; shared memory, static plus dynamic, up to the
+opt-in limit (the static limit is checked by ``validate_gpu`` once ``plan_dynamic_shared``
+has run), every dynamically placed buffer aligned to 16 bytes,
 inside ``launch.dynamic_shared_bytes`` and overlapping no other), no thread loop longer than
 the launch extent of its tag, and no thread loop nested in
 another loop bound to the same index. Scheduled IR may nest those: a cache stage computed

@@ -16,8 +16,8 @@ from .base import FunctionPass, Pass
 from .context import PassContext
 from .errors import (
     PassArgumentError,
-    PassLevelError,
     PassError,
+    PassLevelError,
     PassRegistryError,
     PipelineParseError,
     UnknownPassError,
@@ -55,10 +55,10 @@ __all__ = [
     "ParamSpec",
     "Pass",
     "PassArgumentError",
-    "PassLevelError",
     "PassContext",
     "PassError",
     "PassInstrument",
+    "PassLevelError",
     "PassRegistry",
     "PassRegistryError",
     "PassTiming",

@@ -192,9 +192,16 @@ class PassContext(InstrumentedContext):
         (target figures by name) overrides some of its limits."""
         target = as_target(self.config.get("target"))
         limits = self.config.get("gpu_limits")
-        if limits:
-            target = replace_figures(target, **limits)
-        return target
+        if not limits:
+            return target
+        # a Target with changed figures is built once per context and setting (the Verify
+        # instrument asks after every pass)
+        key = (target, tuple(sorted(limits.items())))
+        cached = getattr(self, "_limited_target", None)
+        if cached is None or cached[0] != key:
+            cached = (key, replace_figures(target, **limits))
+            self._limited_target = cached
+        return cached[1]
 
     # -- running ----------------------------------------------------------------------------
 

@@ -163,3 +163,26 @@ def test_shared_memory_limit():
     assert kern.launch.dynamic_shared_bytes == 131072
     with pytest.raises(IRError, match="131072 bytes with A.shared; sm_86 allows at most 101376"):
         ptxforge.lower(s, [A, B], ctx=PassContext(config={"target": "cuda -arch=sm_86"}))
+
+
+def test_passes_refuse_functions_of_the_wrong_level():
+    from ptxforge.passes import PassLevelError
+    from ptxforge.passes.lower.flatten_buffers import FlattenBuffers
+    from ptxforge.passes.lower.split_host_device import SplitHostDevice
+    from ptxforge.passes.lower.validate_gpu import ValidateGPU
+
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    prim = s.module
+    with pytest.raises(PassLevelError, match=r"pass flatten_buffers\(\) works on kernel "
+                                             r"\(device IR\) functions, but the module holds "
+                                             r"prim \(tensor/scheduled IR\)"):
+        FlattenBuffers()(prim)
+    with pytest.raises(PassLevelError):
+        FlattenBuffers().apply(prim, PassContext())  # also when called without a context
+    device = ptxforge.lower(s, [A, B])
+    with pytest.raises(PassLevelError, match="split_host_device.*holds host .*kernel"):
+        SplitHostDevice()(device)
+    # validate_gpu only checks: it hands back its input, untouched
+    assert ValidateGPU()(device) is device
