@@ -17,8 +17,8 @@ THREADS = 256
 
 def default_reference_pipeline(module, threads: int = THREADS) -> Pipeline:
     """The one-thread-per-output schedule of an unscheduled module."""
-    from ..passes.schedule import Bind, Fuse, Split
     from ..ir.traversal import block_paths, enclosing_loops
+    from ..passes.schedule import Bind, Fuse, Split
     from ..passes.schedule.names import fused_name, loop_ref, split_inner, split_outer
 
     out = []
