@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.stmt import PrimFunc
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import ScheduleError, find_block, on_main
+from .common import ScheduleError, SchedulePass, find_block, on_main
 from .compute_at import output_buffer
 
 
@@ -25,7 +24,7 @@ def async_copy(func: PrimFunc, stage: str) -> PrimFunc:
 
 @register_pass
 @dataclass(frozen=True)
-class AsyncCopy(Pass):
+class AsyncCopy(SchedulePass):
     """Copy a shared-memory stage from global memory with ``cp.async`` (sm_80 and later).
 
     Lowering (``inject_async_copy``) turns the stage's stores into copies of 16 bytes where

@@ -5,16 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.stmt import THREAD_TAGS
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
 from .annotate import set_loop
-from .common import ScheduleError, on_main
+from .common import ScheduleError, SchedulePass, on_main
 
 
 @register_pass
 @dataclass(frozen=True)
-class Bind(Pass):
+class Bind(SchedulePass):
     """Bind a loop to a thread index.
 
     Parameters:

@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from ...ir.expr import Load, Var
 from ...ir.stmt import Alloc, Block, BlockVar, Buffer, For, PrimFunc, Seq, Store, map_stmt
 from ...ir.traversal import rewrite_loads
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import ScheduleError, block_names, block_paths, on_main, replace_at
+from .common import ScheduleError, SchedulePass, block_names, block_paths, on_main, replace_at
 from .compute_at import reads_of
 from .names import cache_name, copy_axes, fresh_name
 
@@ -116,7 +115,7 @@ def cache_read(func: PrimFunc, buffer: str, scope: str, readers) -> PrimFunc:
 
 @register_pass
 @dataclass(frozen=True)
-class CacheRead(Pass):
+class CacheRead(SchedulePass):
     """Readers read a buffer through a copy in shared or local memory.
 
     Parameters:

@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.stmt import Buffer, PrimFunc, replace_buffers
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
 from .cache_read import copy_block, top_level_index, wrap_allocs
-from .common import ScheduleError, find_block, on_main, replace_at
+from .common import ScheduleError, SchedulePass, find_block, on_main, replace_at
 from .compute_at import output_buffer
 from .names import cache_name
 
@@ -35,7 +34,7 @@ def cache_write(func: PrimFunc, stage: str, scope: str) -> PrimFunc:
 
 @register_pass
 @dataclass(frozen=True)
-class CacheWrite(Pass):
+class CacheWrite(SchedulePass):
     """A stage computes into a local (or shared) buffer; a copy stage writes the result.
 
     Parameters:

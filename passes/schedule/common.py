@@ -21,11 +21,18 @@ from ...ir.traversal import (  # noqa: F401  (the schedule passes import them fr
     replace_at,
     replace_child,
 )
+from ..base import Pass
 from .names import resolve_ref
 
 
 class ScheduleError(IRError):
     """A schedule primitive that cannot be applied (names the stage, loop and reason)."""
+
+
+class SchedulePass(Pass):
+    """Base of the schedule primitives: they work on tensor (and scheduled) IR only."""
+
+    levels = (Level.PRIM,)
 
 
 def find_block(func: PrimFunc, name: str) -> list:

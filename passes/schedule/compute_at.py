@@ -17,11 +17,11 @@ from ...ir.expr import Bin, IntImm, Load, Var, conjuncts, const, free_vars, logi
 from ...ir.region import access_region
 from ...ir.simplify import const_bounds, prove, simplify
 from ...ir.stmt import Block, For, If, PrimFunc, Seq, Store, walk
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
 from .common import (
     ScheduleError,
+    SchedulePass,
     block_paths,
     blocks_under,
     find_block,
@@ -249,7 +249,7 @@ def _guard_shape(binding, iv, start, ext, buf, ranges, preds, k):
 
 @register_pass
 @dataclass(frozen=True)
-class ComputeAt(Pass):
+class ComputeAt(SchedulePass):
     """Compute a producer stage inside a loop of its consumer.
 
     Parameters:

@@ -7,10 +7,17 @@ from dataclasses import dataclass
 from ...ir.expr import substitute
 from ...ir.stmt import Alloc, Block, PrimFunc, Store, map_stmt, walk
 from ...ir.traversal import rewrite_loads
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import ScheduleError, block_paths, find_block, on_main, own_loop_top, replace_at
+from .common import (
+    ScheduleError,
+    SchedulePass,
+    block_paths,
+    find_block,
+    on_main,
+    own_loop_top,
+    replace_at,
+)
 
 
 def inline_body(block: Block):
@@ -77,7 +84,7 @@ def compute_inline(func: PrimFunc, stage: str) -> PrimFunc:
 
 @register_pass
 @dataclass(frozen=True)
-class ComputeInline(Pass):
+class ComputeInline(SchedulePass):
     """Inline an element-wise or injective stage into its readers.
 
     Parameters:

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 from ...ir.expr import IntImm, Var, floordiv, floormod
 from ...ir.stmt import For, PrimFunc, substitute_stmt
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
 from .common import (
     ScheduleError,
+    SchedulePass,
     find_loop,
     loop_names_on_path,
     on_main,
@@ -58,7 +58,7 @@ def fuse(func: PrimFunc, loops) -> PrimFunc:
 
 @register_pass
 @dataclass(frozen=True)
-class Fuse(Pass):
+class Fuse(SchedulePass):
     """Fuse adjacent, perfectly nested loops (outermost first) into one.
 
     Parameters:

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
 from .annotate import set_loop
-from .common import ScheduleError, on_main
+from .common import ScheduleError, SchedulePass, on_main
 
 KNOWN = ("auto_unroll_max_step", "unroll_explicit")
 
 
 @register_pass
 @dataclass(frozen=True)
-class Pragma(Pass):
+class Pragma(SchedulePass):
     """Annotate a loop with a pragma.
 
     Parameters:

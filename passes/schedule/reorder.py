@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.stmt import For, PrimFunc
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import ScheduleError, find_loop, on_main, replace_at
+from .common import ScheduleError, SchedulePass, find_loop, on_main, replace_at
 
 
 def reorder(func: PrimFunc, loops) -> PrimFunc:
@@ -59,7 +58,7 @@ def reorder(func: PrimFunc, loops) -> PrimFunc:
 
 @register_pass
 @dataclass(frozen=True)
-class Reorder(Pass):
+class Reorder(SchedulePass):
     """Reorder loops of one perfect nest into the given order.
 
     Parameters:

@@ -16,11 +16,10 @@ from ...ir.expr import (
     substitute,
 )
 from ...ir.stmt import Block, BlockVar, Buffer, For, If, PrimFunc, Store
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
 from .cache_read import top_level_index, wrap_allocs
-from .common import ScheduleError, enclosing_loops, find_loop, on_main, replace_at
+from .common import ScheduleError, SchedulePass, enclosing_loops, find_loop, on_main, replace_at
 from .compute_at import output_buffer
 from .names import rfactor_name
 
@@ -133,7 +132,7 @@ def rfactor(func: PrimFunc, loop: str, factor_axis: int = 0) -> PrimFunc:
 
 @register_pass
 @dataclass(frozen=True)
-class RFactor(Pass):
+class RFactor(SchedulePass):
     """Factor a reduction: a partial-result stage (:func:`~.names.rfactor_name`) indexed
     by the reduce loop ``loop`` (at dimension ``factor_axis``), and the stage itself
     reducing over it.

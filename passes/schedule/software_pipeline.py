@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
 from .annotate import set_loop
-from .common import ScheduleError, find_loop, on_main
+from .common import ScheduleError, SchedulePass, find_loop, on_main
 
 ANNOTATION = "software_pipeline"
 """Loop annotation: the number of pipeline stages (shared-memory buffers per stage)."""
@@ -34,7 +33,7 @@ def software_pipeline(func, loop: str, stages: int):
 
 @register_pass
 @dataclass(frozen=True)
-class SoftwarePipeline(Pass):
+class SoftwarePipeline(SchedulePass):
     """Pipeline a loop whose body loads shared-memory stages, then computes from them.
 
     Lowering (``inject_software_pipeline``) gives each stage loaded in the loop ``stages``

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 from ...ir.expr import IntImm, Var, const, logical_and
 from ...ir.stmt import Block, For, PrimFunc, map_stmt, substitute_stmt
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
 from .common import (
     ScheduleError,
+    SchedulePass,
     find_loop,
     loop_names_on_path,
     on_main,
@@ -102,7 +102,7 @@ def _add_predicate(body, cond):
 
 @register_pass
 @dataclass(frozen=True)
-class Split(Pass):
+class Split(SchedulePass):
     """Split a loop into nested loops.
 
     Parameters:

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.stmt import PrimFunc
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import ScheduleError, find_block, on_main
+from .common import ScheduleError, SchedulePass, find_block, on_main
 from .compute_at import output_buffer
 
 
@@ -49,7 +48,7 @@ def storage_align(func: PrimFunc, stage: str, axis: int, factor: int, offset: in
 
 @register_pass
 @dataclass(frozen=True)
-class StorageAlign(Pass):
+class StorageAlign(SchedulePass):
     """Pad the buffer a stage writes so that the stride of dimension ``axis`` is
     ``k * factor + offset``; applied when the buffer is allocated (compact_buffers).
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.stmt import PrimFunc
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import ScheduleError, find_block, on_main
+from .common import ScheduleError, SchedulePass, find_block, on_main
 from .compute_at import output_buffer
 
 MAX_BITS = 3
@@ -31,7 +30,7 @@ def swizzle(func: PrimFunc, stage: str, bits: int) -> PrimFunc:
 
 @register_pass
 @dataclass(frozen=True)
-class Swizzle(Pass):
+class Swizzle(SchedulePass):
     """XOR swizzle of a shared stage's layout, applied to every access by lowering
     (``swizzle_layout``, after the buffer is flat).
 

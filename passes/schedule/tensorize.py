@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from ...ir.intrin import ANNOTATION, IntrinError, get_intrin
 from ...ir.intrin.match import match_nest
 from ...ir.stmt import PrimFunc
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import ScheduleError, find_loop, on_main, replace_at
+from .common import ScheduleError, SchedulePass, find_loop, on_main, replace_at
 
 
 def tensorize(func: PrimFunc, loop: str, intrin: str) -> PrimFunc:
@@ -42,7 +41,7 @@ def tensorize(func: PrimFunc, loop: str, intrin: str) -> PrimFunc:
 
 @register_pass
 @dataclass(frozen=True)
-class Tensorize(Pass):
+class Tensorize(SchedulePass):
     """Replace the loop nest under a loop by a tensor intrinsic (``ir/intrin``).
 
     Parameters:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..base import Pass
 from ..params import Ref, positional
 from ..registry import register_pass
 from .annotate import set_loop
-from .common import on_main
+from .common import SchedulePass, on_main
 
 
 @register_pass
 @dataclass(frozen=True)
-class Vectorize(Pass):
+class Vectorize(SchedulePass):
     """Mark a loop vectorize.
 
     Parameters:
