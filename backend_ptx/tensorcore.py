@@ -7,7 +7,7 @@ The nest under a loop marked with an intrinsic becomes:
 
 * ``mma``: ``llvm.nvvm.mma.m16n8k16.row.col.{f32.f32,f16.f16,bf16}`` or
   ``llvm.nvvm.mma.m16n8k8.row.col.tf32`` on the tiles' registers (pairs of 16-bit values
-  as ``<2 x half>`` or ``i32``);
+  as ``<2 x half>`` or ``i32``; fp32 operands of TF32 rounded by ``cvt.rna.tf32.f32``);
 * ``ldmatrix``: ``llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].b16.p3``, each lane
   giving the shared address of row ``lane % 8`` of matrix ``lane / 8``;
 * ``load`` / ``store`` / ``fill``: per-lane loads and stores of the lane's elements.
@@ -105,7 +105,14 @@ class _Emitter:
             for e in range(0, role.per_lane, step):
                 p = self.frag_ptr(name, slot, e)
                 types.append(pair)
-                values.append(w.value(f"load {pair}, ptr {p}, align 4", name.lower()))
+                if ab == "float32":
+                    # cvt.rna.tf32.f32, as the CUDA-core path rounds TF32 (the tensor
+                    # cores would otherwise drop the low mantissa bits: truncation)
+                    x = w.value(f"load float, ptr {p}, align 4", name.lower())
+                    cvt = _declare(self.cg, "llvm.nvvm.f2tf32.rna", "i32", "float")
+                    values.append(w.value(f"call i32 {cvt}(float {x})", "tf32"))
+                else:
+                    values.append(w.value(f"load {pair}, ptr {p}, align 4", name.lower()))
         c_slot = self.i32(self.bound.frag_slot("C"))
         n_c = spec.role("C").per_lane
         # f32 accumulators are 4 floats; f16 ones 2 pairs of halves

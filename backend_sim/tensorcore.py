@@ -128,9 +128,10 @@ class Mem:
 
 
 def _tf32(x: np.ndarray) -> np.ndarray:
-    """What the tensor cores read of an fp32 operand: sign, exponent, 10 mantissa bits."""
-    bits = np.asarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
-    return bits.view(np.float32)
+    """What the tensor cores read of an fp32 operand: the codegen converts it with
+    ``cvt.rna.tf32.f32`` first (round to nearest, ties away), as the CUDA-core path's TF32
+    does, so both units give the same products."""
+    return round_to(np.asarray(x, np.float32), "tf32")
 
 
 def _tile(regs: np.ndarray, role: str) -> np.ndarray:

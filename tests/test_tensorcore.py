@@ -212,6 +212,16 @@ def test_gemm_variants_on_the_simulator(b_layout, frag_load, acc, out):
         assert err < (2e-3 if out == "float16" else 1e-6), (cfg, err)
 
 
+def test_tensor_core_tf32_rounds_like_the_cuda_core_path():
+    from ptxforge.ir.dtype import round_to
+
+    # 1 + 2^-11 + 2^-12 lies above the midpoint of two TF32 values: truncation would drop it
+    x = np.array([1 + 2**-11 + 2**-12, -(1 + 2**-11), 3.0, 1 + 2**-10], np.float32)
+    np.testing.assert_array_equal(simtc._tf32(x), round_to(x, "tf32"))
+    assert simtc._tf32(x)[0] == np.float32(1 + 2**-10)
+    assert simtc._tf32(x)[1] == np.float32(-(1 + 2**-10))  # a tie: away from zero
+
+
 def test_tf32_is_explicit():
     t = dense_tensorcore_compute(32, 32, 16, "float32", "float32")
     with pytest.raises(ScheduleError, match="TF32"):
@@ -316,6 +326,8 @@ def test_ptx_has_mma_and_ldmatrix_and_assembles(variant):
         ptx = mod.get_source("ptx")
         mma = get_intrin(next(v for k, v in _intrins(dev).items() if k == "mma")).ptx
         assert mma in ptx
+        if tf32:  # rounded to nearest as the CUDA-core path's TF32, never truncated
+            assert "cvt.rna.tf32.f32" in ptx
         if not tf32:
             assert re.search(r"ldmatrix\.sync\.aligned\.m8n8\.x[124](\.trans)?\.shared\.b16",
                              ptx)
