@@ -21,7 +21,8 @@ from .search_task import SearchTask
 def extract_tasks(net, params: dict | None = None, target: Target | str = "cuda",
                   layout: str | None = None,
                   winograd: bool = False, hardware_params: HardwareParams | None = None,
-                  include_simple_tasks: bool = True) -> tuple[list[SearchTask], list[int]]:
+                  include_simple_tasks: bool = True, precision: str | None = None
+                  ) -> tuple[list[SearchTask], list[int]]:
     """The search tasks of a network and their weights.
 
     Args:
@@ -40,6 +41,10 @@ def extract_tasks(net, params: dict | None = None, target: Target | str = "cuda"
             them out by default; here they are kept, because at batch 1 their memory
             traffic is a visible share of the network's time and their search spaces are
             small.
+        precision: ``"float32"``, ``"tf32"``, ``"float16"`` or ``"bfloat16"``; give
+            :func:`ptxforge.graph.build` the same value. The dtypes (and the TF32
+            rounding) are part of each task's workload key, so the records of one
+            precision are never applied to another.
 
     Returns:
         ``(tasks, task_weights)``: one task per distinct fused function, in the order of
@@ -51,7 +56,8 @@ def extract_tasks(net, params: dict | None = None, target: Target | str = "cuda"
 
     tasks: list[SearchTask] = []
     weights: list[int] = []
-    for func in extract_fused_functions(net, params, layout=layout, winograd=winograd):
+    for func in extract_fused_functions(net, params, layout=layout, winograd=winograd,
+                                        precision=precision):
         if not include_simple_tasks and not _has_reduction(func):
             continue
         key = func.register_workload()

@@ -49,6 +49,7 @@ from .memory_plan import MemoryPlan, plan_memory
 from .op import OpDef, OpPattern, get_op, list_ops, register_op
 from .opdefs import (
     add,
+    cast,
     clip,
     concatenate,
     divide,
@@ -71,7 +72,7 @@ from .opdefs import (
     tanh,
     transpose,
 )
-from .passes import GraphPassContext, GraphPipeline
+from .passes import PRECISIONS, GraphPassContext, GraphPipeline
 from .zoo import get_network, list_networks
 
 
@@ -94,9 +95,9 @@ def function(outputs, inputs=None, name: str = "main") -> Graph:
 __all__ = [
     "BenchmarkResult", "Call", "CompiledFunction", "Constant", "FusedFunction", "Graph",
     "GraphError", "GraphLibrary", "GraphModule", "GraphPassContext", "GraphPipeline",
-    "OnnxImportError",
+    "OnnxImportError", "PRECISIONS",
     "MemoryPlan", "Node", "NoTuningRecordWarning", "OpDef", "OpPattern", "TensorType", "Var",
-    "add", "bind_params", "build", "clip", "concatenate", "const", "default_schedule_for",
+    "add", "bind_params", "build", "cast", "clip", "concatenate", "const", "default_schedule_for",
     "divide", "erf", "evaluate", "exp", "expand_dims", "extract_fused_functions",
     "from_onnx", "function", "get_network", "get_op", "graph_from_outputs", "list_networks",
     "list_ops", "log", "lower_function", "maximum", "mean", "minimum", "multiply",

@@ -35,12 +35,13 @@ class NoTuningRecordWarning(UserWarning):
 
 def optimize(net: Graph, params: dict | None = None, *, layout: str | None = None,
              winograd: bool = False, fuse: bool = True,
-             ctx: GraphPassContext | None = None) -> Graph:
+             ctx: GraphPassContext | None = None, precision: str | None = None) -> Graph:
     """Bind ``params`` and run the optimization pipeline (see
     :func:`~ptxforge.graph.passes.optimization_pipeline`); the result calls fused functions
-    unless ``fuse`` is False."""
+    unless ``fuse`` is False. ``precision`` as :func:`build`."""
+    pipeline = optimization_pipeline(layout, winograd, fuse, precision)
     graph = bind_params(net, params)
-    return optimization_pipeline(layout, winograd, fuse)(graph, ctx)
+    return pipeline(graph, ctx)
 
 
 def default_schedule_for(func: FusedFunction):
@@ -201,7 +202,8 @@ def _compile_function(func: FusedFunction, target: Target, schedule_fn: Schedule
 
 def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
           schedule_fn: ScheduleFn | None = None, *, layout: str | None = None,
-          winograd: bool = False, ctx: GraphPassContext | None = None) -> GraphLibrary:
+          winograd: bool = False, ctx: GraphPassContext | None = None,
+          precision: str | None = None) -> GraphLibrary:
     """Compile a network.
 
     Args:
@@ -218,6 +220,13 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
         layout: ``"NHWC"`` converts NCHW convolutions and pools first.
         winograd: compute eligible 3x3 convolutions with Winograd's algorithm.
         ctx: the graph pass context (printing, dumping, timing passes).
+        precision: ``"float32"`` (default), ``"tf32"`` (float32 matrix products and
+            convolutions with TF32 inputs, pass ``use_tf32``), ``"float16"`` or
+            ``"bfloat16"`` (pass ``to_mixed_precision``: convolutions and matrix products
+            in that dtype with float32 accumulation, softmax, norms and reductions in
+            float32, weights converted here once). Inputs and outputs keep their dtypes.
+            The dtypes and the TF32 rounding are part of every workload key, so records of
+            one precision never apply to another.
     """
     try:
         target = as_target(target)
@@ -228,7 +237,8 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
         from ..autosched.dispatch import current_schedule_fn
 
         schedule_fn = current_schedule_fn()
-    fused = optimize(net, params, layout=layout, winograd=winograd, ctx=ctx)
+    fused = optimize(net, params, layout=layout, winograd=winograd, ctx=ctx,
+                     precision=precision)
     consts = _constant_names(fused)
     plan = plan_memory(fused, consts)
     _, of_call = distinct_functions(fused, include_views=True)

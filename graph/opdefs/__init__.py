@@ -4,6 +4,7 @@ from . import conv, elemwise, linear, norm, pool, transform, winograd
 from .conv import conv2d
 from .elemwise import (
     add,
+    cast,
     clip,
     divide,
     erf,
@@ -40,7 +41,8 @@ from .winograd import conv2d_winograd, winograd_weight_transform
 
 __all__ = [
     "VIEW_OPS", "conv", "linear", "elemwise", "norm", "pool", "transform", "winograd",
-    "add", "avg_pool2d", "batch_flatten", "batch_matmul", "batch_norm", "bias_add", "clip",
+    "add", "avg_pool2d", "batch_flatten", "batch_matmul", "batch_norm", "bias_add", "cast",
+    "clip",
     "concatenate", "conv2d", "conv2d_winograd", "dense", "divide", "erf", "exp", "expand_dims",
     "global_avg_pool2d", "global_max_pool2d", "layer_norm", "leaky_relu", "log", "matmul",
     "max_pool2d", "maximum", "mean", "minimum", "multiply", "negative", "pad", "power",

@@ -88,3 +88,35 @@ def broadcast_shapes(op: str, a: tuple, b: tuple) -> tuple:
                      f"in one and {db} in the other")
         out.append(db if da == 1 else da)
     return tuple(reversed(out))
+
+
+MATRIX_PRECISIONS = ("", "float32", "tf32")
+"""Values of the ``precision`` attribute of the matrix operators ("": the process default
+of :func:`ptxforge.ops.precision.default_precision`, read when the function is lowered)."""
+
+
+def check_matrix_precision(op: str, attrs: dict, in_dtype: str) -> None:
+    """Fail unless ``attrs["precision"]`` is known and fits inputs of ``in_dtype``."""
+    p = attrs["precision"]
+    if p not in MATRIX_PRECISIONS:
+        fail(op, f"precision must be one of {MATRIX_PRECISIONS[1:]} (or empty), got {p!r}")
+    if p == "tf32" and in_dtype != "float32":
+        fail(op, f"precision 'tf32' rounds float32 inputs, but the inputs are {in_dtype}")
+
+
+def precision_arg(attrs: dict) -> str | None:
+    """The ``precision=`` argument of the te operator for these attributes."""
+    return attrs["precision"] or None
+
+
+def with_precision(ref):
+    """A reference of a product whose inputs are first rounded to TF32 at ``"tf32"``."""
+    def run(a, attrs):
+        if attrs["precision"] == "tf32":
+            from ...ops import testing
+
+            a = testing.tf32_inputs(a[0], a[1]) + list(a[2:])
+            out = ref(a, attrs)
+            return out.astype(attrs["out_dtype"] or "float32")
+        return ref(a, attrs)
+    return run

@@ -14,7 +14,17 @@ from ...ir import te
 from ...ops import tag as optag
 from ..ir import Call, Node, TensorType
 from ..op import OpDef, OpPattern, register_op
-from .common import expect_rank, fail, padding4, pair, same_dtype, window_out
+from .common import (
+    check_matrix_precision,
+    expect_rank,
+    fail,
+    padding4,
+    pair,
+    precision_arg,
+    same_dtype,
+    window_out,
+    with_precision,
+)
 
 KERNEL_LAYOUT = {"NCHW": "OIHW", "NHWC": "HWIO"}
 """The kernel layout that goes with each data layout."""
@@ -69,6 +79,10 @@ def _infer(types: list[TensorType], attrs: dict) -> TensorType:
     top, left, bottom, right = attrs["padding"]
     oh = window_out(op, h, kh, sh, dh, top, bottom, "height")
     ow = window_out(op, w, kw, sw, dw, left, right, "width")
+    check_matrix_precision(op, attrs, dtype)
+    if attrs["precision"] == "tf32" and g != 1:
+        fail(op, "precision 'tf32' is for dense convolutions (groups=1); grouped and "
+                 "depthwise ones run on CUDA cores in float32")
     out_dtype = attrs["out_dtype"] or dtype
     shape = (n, o, oh, ow) if layout == "NCHW" else (n, oh, ow, o)
     return TensorType(shape, out_dtype)
@@ -88,8 +102,10 @@ def _lower(args: list, attrs: dict):
     wty = TensorType(weight.shape, weight.dtype)
     if attrs["groups"] == 1:
         if layout == "NCHW":
-            return ops.nn.conv2d_nchw(data, weight, strides, pad, dil, out_dtype)
-        return ops.nn.conv2d_nhwc(data, weight, strides, pad, dil, out_dtype or data.dtype)
+            return ops.nn.conv2d_nchw(data, weight, strides, pad, dil, out_dtype,
+                                      precision_arg(attrs))
+        return ops.nn.conv2d_nhwc(data, weight, strides, pad, dil, out_dtype or data.dtype,
+                                  precision_arg(attrs))
     n, c, h, w, o, i, kh, kw = conv_dims(dty, wty, attrs)
     if is_depthwise(dty, wty, attrs):
         mult = o // c
@@ -167,20 +183,21 @@ def conv2d_reference(data: np.ndarray, weight: np.ndarray, attrs: dict) -> np.nd
 
 register_op(OpDef(
     name="nn.conv2d", num_inputs=2, infer=_infer, lower=_lower,
-    ref=lambda a, attrs: conv2d_reference(a[0], a[1], attrs),
+    ref=with_precision(lambda a, attrs: conv2d_reference(a[0], a[1], attrs)),
     pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
     defaults={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
-              "data_layout": "NCHW", "kernel_layout": "", "out_dtype": ""},
+              "data_layout": "NCHW", "kernel_layout": "", "out_dtype": "", "precision": ""},
     normalize=_normalize,
 ))
 
 
 def conv2d(data: Node, weight: Node, strides=(1, 1), padding=(0, 0), dilation=(1, 1),
            groups: int = 1, data_layout: str = "NCHW", kernel_layout: str = "",
-           out_dtype: str = "") -> Call:
+           out_dtype: str = "", precision: str = "") -> Call:
     """2-D convolution. ``data_layout`` NCHW takes an OIHW weight ``[O, C/groups, KH, KW]``,
     NHWC an HWIO weight ``[KH, KW, C/groups, O]``; ``padding`` is an int, (height, width) or
     (top, left, bottom, right). ``groups`` equal to the channels is a depthwise conv."""
     return Call("nn.conv2d", [data, weight], {
         "strides": strides, "padding": padding, "dilation": dilation, "groups": groups,
-        "data_layout": data_layout, "kernel_layout": kernel_layout, "out_dtype": out_dtype})
+        "data_layout": data_layout, "kernel_layout": kernel_layout, "out_dtype": out_dtype,
+        "precision": precision})

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ... import ops
+from ...ir import dtype as dt
 from ..ir import Call, Constant, Node, TensorType
 from ..op import OpDef, OpPattern, register_op
 from .common import broadcast_shapes, expect_float, fail
@@ -180,3 +181,41 @@ register_op(OpDef(
 def leaky_relu(x: Node, alpha: float = 0.01) -> Call:
     """``x`` where positive, ``alpha * x`` elsewhere."""
     return Call("nn.leaky_relu", [x], {"alpha": float(alpha)})
+
+
+def _cast_infer(types, attrs):
+    return TensorType(types[0].shape, attrs["dtype"])
+
+
+def _cast_ref(a, attrs):
+    """Round to the target dtype once, through float64 (as the GPU's ``cvt.rn``)."""
+    x, dtype = np.asarray(a[0]), attrs["dtype"]
+    if x.dtype == dt.BFLOAT16_HOST:
+        x = dt.from_bfloat16(x)
+    if dtype == "bfloat16":
+        return dt.to_bfloat16(x)
+    return x.astype(dt.to_numpy(dtype))
+
+
+def _cast_normalize(attrs):
+    dtype = attrs["dtype"]
+    if not isinstance(dtype, str):
+        fail("cast", f"dtype must be a dtype name, got {dtype!r}")
+    try:
+        dt.check(dtype)
+    except dt.DTypeError as e:
+        fail("cast", str(e))
+    return {"dtype": dtype}
+
+
+register_op(OpDef(
+    name="cast", num_inputs=1, infer=_cast_infer,
+    lower=lambda a, attrs: ops.cast(a[0], attrs["dtype"]),
+    ref=_cast_ref, pattern=OpPattern.ELEMWISE, defaults={"dtype": None},
+    normalize=_cast_normalize,
+))
+
+
+def cast(data: Node, dtype: str) -> Call:
+    """Every element converted to ``dtype`` (floats round to nearest even)."""
+    return Call("cast", [data], {"dtype": dtype})

@@ -6,7 +6,15 @@ from ... import ops
 from ...ops import testing
 from ..ir import Call, Node, TensorType
 from ..op import OpDef, OpPattern, register_op
-from .common import axis_index, expect_rank, fail, same_dtype
+from .common import (
+    axis_index,
+    check_matrix_precision,
+    expect_rank,
+    fail,
+    precision_arg,
+    same_dtype,
+    with_precision,
+)
 
 
 def _dense_infer(types, attrs):
@@ -20,21 +28,26 @@ def _dense_infer(types, attrs):
                  f"{weight.shape[1]}")
     if attrs["units"] is not None and attrs["units"] != weight.shape[0]:
         fail(op, f"units={attrs['units']} but the weight has {weight.shape[0]} rows")
+    check_matrix_precision(op, attrs, dtype)
     return TensorType((data.shape[0], weight.shape[0]), attrs["out_dtype"] or dtype)
 
 
 register_op(OpDef(
     name="nn.dense", num_inputs=2, infer=_dense_infer,
-    lower=lambda a, attrs: ops.nn.dense(a[0], a[1], out_dtype=attrs["out_dtype"] or None),
-    ref=lambda a, attrs: testing.dense_python(a[0], a[1]).astype(attrs["out_dtype"] or a[0].dtype),
+    lower=lambda a, attrs: ops.nn.dense(a[0], a[1], out_dtype=attrs["out_dtype"] or None,
+                                        precision=precision_arg(attrs)),
+    ref=with_precision(lambda a, attrs: testing.dense_python(a[0], a[1]).astype(
+        attrs["out_dtype"] or a[0].dtype)),
     pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
-    defaults={"units": None, "out_dtype": ""},
+    defaults={"units": None, "out_dtype": "", "precision": ""},
 ))
 
 
-def dense(data: Node, weight: Node, units: int | None = None, out_dtype: str = "") -> Call:
+def dense(data: Node, weight: Node, units: int | None = None, out_dtype: str = "",
+          precision: str = "") -> Call:
     """``data [B, K] @ weight [N, K]^T``: [B, N]."""
-    return Call("nn.dense", [data, weight], {"units": units, "out_dtype": out_dtype})
+    return Call("nn.dense", [data, weight], {"units": units, "out_dtype": out_dtype,
+                                        "precision": precision})
 
 
 def _matmul_infer(types, attrs):
@@ -49,6 +62,7 @@ def _matmul_infer(types, attrs):
         fail(op, f"inner dimensions differ: tensor_a {list(a.shape)} gives {k1}, tensor_b "
                  f"{list(b.shape)} gives {k2} (transpose_a={attrs['transpose_a']}, "
                  f"transpose_b={attrs['transpose_b']})")
+    check_matrix_precision(op, attrs, dtype)
     return TensorType((m, n), attrs["out_dtype"] or dtype)
 
 
@@ -56,20 +70,22 @@ register_op(OpDef(
     name="nn.matmul", num_inputs=2, infer=_matmul_infer,
     lower=lambda a, attrs: ops.nn.matmul(a[0], a[1], out_dtype=attrs["out_dtype"] or None,
                                          transpose_a=attrs["transpose_a"],
-                                         transpose_b=attrs["transpose_b"]),
-    ref=lambda a, attrs: testing.matmul_python(
+                                         transpose_b=attrs["transpose_b"],
+                                         precision=precision_arg(attrs)),
+    ref=with_precision(lambda a, attrs: testing.matmul_python(
         a[0], a[1], transpose_a=attrs["transpose_a"], transpose_b=attrs["transpose_b"]).astype(
-            attrs["out_dtype"] or a[0].dtype),
+            attrs["out_dtype"] or a[0].dtype)),
     pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
-    defaults={"transpose_a": False, "transpose_b": False, "out_dtype": ""},
+    defaults={"transpose_a": False, "transpose_b": False, "out_dtype": "", "precision": ""},
 ))
 
 
 def matmul(tensor_a: Node, tensor_b: Node, transpose_a: bool = False,
-           transpose_b: bool = False, out_dtype: str = "") -> Call:
+           transpose_b: bool = False, out_dtype: str = "", precision: str = "") -> Call:
     """``op(a) @ op(b)`` for 2-D tensors, ``op`` transposing where asked."""
     return Call("nn.matmul", [tensor_a, tensor_b], {
-        "transpose_a": transpose_a, "transpose_b": transpose_b, "out_dtype": out_dtype})
+        "transpose_a": transpose_a, "transpose_b": transpose_b, "out_dtype": out_dtype,
+        "precision": precision})
 
 
 def _bmm_dims(types, attrs):
@@ -95,6 +111,7 @@ def _bmm_infer(types, attrs):
                  f"transpose_b={attrs['transpose_b']})")
     if b1 != b2 and 1 not in (b1, b2):
         fail(op, f"batch sizes {b1} and {b2} differ and neither is 1")
+    check_matrix_precision(op, attrs, dtype)
     return TensorType((max(b1, b2), m, n), attrs["out_dtype"] or dtype)
 
 
@@ -102,20 +119,21 @@ register_op(OpDef(
     name="nn.batch_matmul", num_inputs=2, infer=_bmm_infer,
     lower=lambda a, attrs: ops.nn.batch_matmul(
         a[0], a[1], out_dtype=attrs["out_dtype"] or None, transpose_a=attrs["transpose_a"],
-        transpose_b=attrs["transpose_b"]),
-    ref=lambda a, attrs: testing.batch_matmul_python(
+        transpose_b=attrs["transpose_b"], precision=precision_arg(attrs)),
+    ref=with_precision(lambda a, attrs: testing.batch_matmul_python(
         a[0], a[1], attrs["transpose_a"], attrs["transpose_b"]).astype(
-            attrs["out_dtype"] or a[0].dtype),
+            attrs["out_dtype"] or a[0].dtype)),
     pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
-    defaults={"transpose_a": False, "transpose_b": True, "out_dtype": ""},
+    defaults={"transpose_a": False, "transpose_b": True, "out_dtype": "", "precision": ""},
 ))
 
 
 def batch_matmul(x: Node, y: Node, transpose_a: bool = False, transpose_b: bool = True,
-                 out_dtype: str = "") -> Call:
+                 out_dtype: str = "", precision: str = "") -> Call:
     """``x[b] @ y[b]`` per batch; ``y`` is [B, N, K] by default (``transpose_b=True``)."""
     return Call("nn.batch_matmul", [x, y], {"transpose_a": transpose_a,
-                                            "transpose_b": transpose_b, "out_dtype": out_dtype})
+                                            "transpose_b": transpose_b, "out_dtype": out_dtype,
+                                            "precision": precision})
 
 
 def _bias_infer(types, attrs):

@@ -1,7 +1,9 @@
 """Graph passes: inference simplification, constant folding, folding scales into weights,
-layout conversion, Winograd convolution and operator fusion, on the infrastructure of
+layout conversion, mixed precision (float16/bfloat16, TF32), Winograd convolution and
+operator fusion, on the infrastructure of
 :mod:`ptxforge.graph.passes.base`."""
 
+from ..ir import GraphError
 from .base import (
     GRAPH_PASSES,
     GraphPass,
@@ -15,26 +17,53 @@ from .fold_constant import FoldConstant
 from .fold_scale_axis import FoldScaleAxis
 from .fuse_ops import FuseOps
 from .simplify_inference import SimplifyInference
+from .to_mixed_precision import MIXED_PRECISION_POLICY, MixedPolicy, ToMixedPrecision
+from .use_tf32 import UseTF32
 from .winograd import Winograd
 
+PRECISIONS = ("float32", "tf32", "float16", "bfloat16")
+"""The precisions a network is built in (``graph.build(..., precision=)``)."""
+
 __all__ = [
-    "GRAPH_PASSES", "ConvertLayout", "FoldConstant", "FoldScaleAxis", "FuseOps", "GraphPass",
-    "GraphPassContext", "GraphPipeline", "GraphVerify", "SimplifyInference", "Winograd",
-    "optimization_pipeline", "register_graph_pass",
+    "GRAPH_PASSES", "MIXED_PRECISION_POLICY", "PRECISIONS", "ConvertLayout", "FoldConstant",
+    "FoldScaleAxis", "FuseOps", "GraphPass", "GraphPassContext", "GraphPipeline", "GraphVerify",
+    "MixedPolicy", "SimplifyInference", "ToMixedPrecision", "UseTF32", "Winograd",
+    "check_precision", "optimization_pipeline", "register_graph_pass",
 ]
 
 
+def check_precision(precision: str | None, winograd: bool = False) -> str:
+    """``precision`` (None: ``"float32"``) after checking it is one of :data:`PRECISIONS`."""
+    precision = precision or "float32"
+    if precision not in PRECISIONS:
+        raise GraphError(f"precision must be one of {', '.join(PRECISIONS)}, got "
+                         f"{precision!r}")
+    if winograd and precision in ("float16", "bfloat16"):
+        raise GraphError(f"winograd=True with precision={precision!r}: Winograd's transforms "
+                         "lose too much accuracy in 16 bits; build without winograd")
+    return precision
+
+
 def optimization_pipeline(layout: str | None = None, winograd: bool = False,
-                          fuse: bool = True) -> GraphPipeline:
+                          fuse: bool = True, precision: str | None = None) -> GraphPipeline:
     """The passes a network goes through before compilation::
 
         simplify_inference, fold_constant, [convert_layout, fold_constant,]
-        fold_scale_axis, fold_constant, [winograd, fold_constant,] fuse_ops
+        fold_scale_axis, fold_constant, [to_mixed_precision(dtype), fold_constant |
+        use_tf32,] [winograd, fold_constant,] fuse_ops
+
+    The batch norm statistics and scales are folded into the weights in float32, before
+    the weights are converted to a 16-bit ``precision``.
     """
+    precision = check_precision(precision, winograd)
     passes: list[GraphPass] = [SimplifyInference(), FoldConstant()]
     if layout:
         passes += [ConvertLayout(layout), FoldConstant()]
     passes += [FoldScaleAxis(), FoldConstant()]
+    if precision in ("float16", "bfloat16"):
+        passes += [ToMixedPrecision(precision), FoldConstant()]
+    elif precision == "tf32":
+        passes.append(UseTF32())
     if winograd:
         passes += [Winograd(), FoldConstant()]
     if fuse:
