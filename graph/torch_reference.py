@@ -93,9 +93,30 @@ def time_cuda(torch, fn, min_repeat_ms: float = 500.0, repeat: int = 3) -> float
     return float(np.median([timed(number) / number for _ in range(repeat)])) / 1e3
 
 
+TORCH_DTYPES = {"float32": "float32", "tf32": "float32", "float16": "float16",
+                "bfloat16": "bfloat16"}
+"""The torch dtype a model runs in for each precision of ``graph.build``."""
+
+
+def set_torch_precision(torch, precision: str) -> None:
+    """PyTorch's TF32 switches as ``precision`` asks (on for ``"tf32"`` only), and
+    ``cudnn.benchmark`` on."""
+    tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True
+
+
+def to_precision(torch, model, precision: str, channels_last: bool = False):
+    """``model`` on the GPU in the dtype of ``precision`` (``channels_last`` for CNNs)."""
+    model = model.to(getattr(torch, TORCH_DTYPES[precision])).cuda()
+    return model.to(memory_format=torch.channels_last) if channels_last else model
+
+
 def compare_with_torch(args, params, x: np.ndarray, ours: np.ndarray, ours_s: float) -> None:
-    """Run the same weights in PyTorch (eager, and captured in a CUDA graph), check its output
-    against ``ours`` and print both times and their ratios."""
+    """Run the same weights in PyTorch (eager, and captured in a CUDA graph) in the
+    precision ``args.dtype`` (default float32), check its output against ``ours`` and print
+    both times and their ratios."""
     try:
         import torch
     except ImportError:
@@ -104,15 +125,18 @@ def compare_with_torch(args, params, x: np.ndarray, ours: np.ndarray, ours_s: fl
     if not torch.cuda.is_available():
         print("PyTorch comparison: torch sees no CUDA device; skipped")
         return
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True
+    precision = getattr(args, "dtype", "float32")
+    set_torch_precision(torch, precision)
     num_layers = int(args.network.split("-")[1])
-    model = torch_resnet_v1(torch, params, num_layers, args.layout).cuda()
+    low = precision in ("float16", "bfloat16")
+    model = to_precision(torch, torch_resnet_v1(torch, params, num_layers, args.layout),
+                         precision, channels_last=low)
     xt = torch.from_numpy(x.transpose(0, 3, 1, 2) if args.layout == "NHWC" else x)
-    xt = xt.contiguous().cuda()
+    xt = xt.contiguous().cuda().to(getattr(torch, TORCH_DTYPES[precision]))
+    if low:
+        xt = xt.to(memory_format=torch.channels_last)
     with torch.no_grad():
-        ref = model(xt).cpu().numpy()
+        ref = model(xt).float().cpu().numpy()
         err = float(np.abs(ref - ours).max() / max(np.abs(ref).max(), 1e-30))
         eager_s = time_cuda(torch, lambda: model(xt))
         stream = torch.cuda.Stream()
@@ -125,8 +149,9 @@ def compare_with_torch(args, params, x: np.ndarray, ours: np.ndarray, ours_s: fl
         with torch.cuda.graph(g):
             model(xt)
         graph_s = time_cuda(torch, g.replay)
-    print(f"PyTorch {torch.__version__} (cuDNN {torch.backends.cudnn.version()}, TF32 off, "
-          f"cudnn.benchmark on), torchvision's {args.network} with the same weights, NCHW; "
+    print(f"PyTorch {torch.__version__} (cuDNN {torch.backends.cudnn.version()}, {precision}, "
+          f"cudnn.benchmark on), torchvision's {args.network} with the same weights, "
+          f"{'channels_last' if low else 'NCHW'}; "
           f"largest difference of the outputs from ptxforge's: {err:.2e} of the largest")
     print(f"  ptxforge (CUDA graph)   {ours_s * 1e3:8.4f} ms")
     for what, s in (("PyTorch eager", eager_s), ("PyTorch CUDA graph", graph_s)):

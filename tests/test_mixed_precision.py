@@ -136,3 +136,19 @@ def test_bad_precisions_are_errors():
     w16 = graph.const(rand(3, 4).astype("float16"))
     with pytest.raises(GraphError, match="tf32"):
         nn.dense(x16, w16, precision="tf32")
+
+
+def test_tune_network_dtype_flag():
+    import argparse
+
+    from ptxforge.cli.tune import NETWORK_TOLERANCE, add_tune_network_parser
+
+    parser = argparse.ArgumentParser()
+    add_tune_network_parser(parser.add_subparsers(dest="cmd"))
+    common = ["tune-network", "resnet_v1-18", "--trials", "4", "--log", "x.json"]
+    assert parser.parse_args(common).dtype == "float32"
+    for dtype in ("float16", "bfloat16", "tf32"):
+        assert parser.parse_args(common + ["--dtype", dtype]).dtype == dtype
+        assert NETWORK_TOLERANCE[dtype] > NETWORK_TOLERANCE["float32"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(common + ["--dtype", "fp8"])
