@@ -156,3 +156,128 @@ def compare_with_torch(args, params, x: np.ndarray, ours: np.ndarray, ours_s: fl
     print(f"  ptxforge (CUDA graph)   {ours_s * 1e3:8.4f} ms")
     for what, s in (("PyTorch eager", eager_s), ("PyTorch CUDA graph", graph_s)):
         print(f"  {what:22s}  {s * 1e3:8.4f} ms   PyTorch / ptxforge = {s / ours_s:.2f}")
+
+
+def _sym_padding(torch, x, padding: tuple, value: float = 0.0):
+    """(x, (pad_h, pad_w)) for torch's symmetric padding argument; asymmetric padding is
+    applied to ``x`` first."""
+    top, left, bottom, right = padding
+    if top == bottom and left == right:
+        return x, (top, left)
+    return torch.nn.functional.pad(x, (left, right, top, bottom), value=value), (0, 0)
+
+
+def torch_twin(torch, net, params: dict | None = None):
+    """A ``torch.nn.Module`` that computes the graph ``net`` (NCHW convolutions and pools,
+    before fusion) op by op with PyTorch's functional operators (cuDNN convolutions,
+    cuBLAS products), its weights (``params`` and the graph's constants) as buffers, so
+    ``.half()``, ``.to(memory_format=...)`` and ``torch.compile`` apply as to any model.
+    The forward takes the graph's inputs positionally."""
+    from .ir import Call, Constant, Var
+
+    F = torch.nn.functional
+    params = params or {}
+    nodes = net.nodes()
+    inputs = [p for p in net.params if p.name not in params]
+
+    class Twin(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.slots: dict[int, str | float] = {}
+            for k, n in enumerate(nodes):
+                value = None
+                if isinstance(n, Var) and n.name in params:
+                    value = np.asarray(params[n.name])
+                elif isinstance(n, Constant):
+                    if n.value.size == 1:
+                        self.slots[id(n)] = float(n.value.reshape(()))
+                        continue
+                    value = n.value
+                if value is not None:
+                    name = f"w{k}"
+                    self.register_buffer(name, torch.from_numpy(
+                        np.ascontiguousarray(value, dtype=np.float32)))
+                    self.slots[id(n)] = name
+
+        def forward(self, *xs):
+            env: dict[int, object] = {id(p): x for p, x in zip(inputs, xs)}
+            for n in nodes:
+                if id(n) in env:
+                    continue
+                if id(n) in self.slots:
+                    s = self.slots[id(n)]
+                    env[id(n)] = getattr(self, s) if isinstance(s, str) else s
+                    continue
+                if isinstance(n, Call):
+                    env[id(n)] = _torch_op(torch, F, n, [env[id(a)] for a in n.args])
+            outs = [env[id(o)] for o in net.outputs]
+            return outs[0] if len(outs) == 1 else tuple(outs)
+
+    return Twin().eval()
+
+
+def _torch_op(torch, F, call, a):
+    op, at = call.op, call.attrs
+    if op == "nn.conv2d":
+        if at["data_layout"] != "NCHW":
+            raise ValueError("torch_twin takes NCHW networks (build ours with layout='NHWC')")
+        x, pad = _sym_padding(torch, a[0], at["padding"])
+        return F.conv2d(x, a[1], None, at["strides"], pad, at["dilation"], at["groups"])
+    if op == "nn.batch_norm":
+        if at["axis"] % call.ndim != 1:
+            raise ValueError("torch_twin: batch norm along the channel axis 1 only")
+        gamma = a[1] if at["scale"] else None
+        beta = a[2] if at["center"] else None
+        return F.batch_norm(a[0], a[3], a[4], gamma, beta, False, 0.0, at["epsilon"])
+    if op in ("nn.max_pool2d", "nn.avg_pool2d"):
+        x, pad = _sym_padding(torch, a[0], at["padding"],
+                              float("-inf") if op == "nn.max_pool2d" else 0.0)
+        if op == "nn.max_pool2d":
+            return F.max_pool2d(x, at["pool_size"], at["strides"], pad, at["dilation"],
+                                ceil_mode=at["ceil_mode"])
+        return F.avg_pool2d(x, at["pool_size"], at["strides"], pad, ceil_mode=at["ceil_mode"],
+                            count_include_pad=at["count_include_pad"])
+    if op == "nn.global_avg_pool2d":
+        return F.adaptive_avg_pool2d(a[0], 1)
+    if op == "nn.global_max_pool2d":
+        return F.adaptive_max_pool2d(a[0], 1)
+    if op == "nn.dense":
+        return F.linear(a[0], a[1])
+    if op == "nn.bias_add":
+        shape = [1] * call.ndim
+        shape[at["axis"] % call.ndim] = -1
+        return a[0] + a[1].reshape(shape)
+    if op == "nn.batch_matmul":
+        x = a[0].transpose(1, 2) if at["transpose_a"] else a[0]
+        y = a[1].transpose(1, 2) if at["transpose_b"] else a[1]
+        return torch.bmm(x, y)
+    if op == "nn.matmul":
+        x = a[0].t() if at["transpose_a"] else a[0]
+        y = a[1].t() if at["transpose_b"] else a[1]
+        return x @ y
+    if op == "nn.softmax":
+        return torch.softmax(a[0], at["axis"])
+    if op == "nn.layer_norm":
+        if at["axis"] % call.ndim != call.ndim - 1:
+            raise ValueError("torch_twin: layer norm over the last axis only")
+        return F.layer_norm(a[0], (call.shape[-1],), a[1], a[2], at["epsilon"])
+    simple = {
+        "add": lambda: a[0] + a[1], "subtract": lambda: a[0] - a[1],
+        "multiply": lambda: a[0] * a[1], "divide": lambda: a[0] / a[1],
+        "maximum": lambda: torch.maximum(a[0], torch.as_tensor(a[1]).to(a[0])),
+        "minimum": lambda: torch.minimum(a[0], torch.as_tensor(a[1]).to(a[0])),
+        "nn.relu": lambda: F.relu(a[0]), "clip": lambda: a[0].clamp(at["a_min"], at["a_max"]),
+        "erf": lambda: torch.erf(a[0]), "tanh": lambda: torch.tanh(a[0]),
+        "sigmoid": lambda: torch.sigmoid(a[0]), "exp": lambda: torch.exp(a[0]),
+        "sqrt": lambda: torch.sqrt(a[0]), "rsqrt": lambda: torch.rsqrt(a[0]),
+        "negative": lambda: -a[0], "nn.leaky_relu": lambda: F.leaky_relu(a[0], at["alpha"]),
+        "reshape": lambda: a[0].reshape(call.shape),
+        "nn.batch_flatten": lambda: a[0].reshape(call.shape),
+        "squeeze": lambda: a[0].reshape(call.shape),
+        "expand_dims": lambda: a[0].reshape(call.shape),
+        "transpose": lambda: a[0].permute(*(at["axes"] or range(call.ndim - 1, -1, -1))),
+        "concatenate": lambda: torch.cat(a, at["axis"]),
+    }
+    if op not in simple:
+        raise ValueError(f"torch_twin has no PyTorch form of {op}")
+    return simple[op]()

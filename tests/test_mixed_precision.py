@@ -152,3 +152,20 @@ def test_tune_network_dtype_flag():
         assert NETWORK_TOLERANCE[dtype] > NETWORK_TOLERANCE["float32"]
     with pytest.raises(SystemExit):
         parser.parse_args(common + ["--dtype", "fp8"])
+
+
+def test_bert_encoder_stacks_layers_with_their_own_weights():
+    from ptxforge.graph.zoo.bert import bert_encoder
+
+    out, params, shape = bert_encoder(1, "float32", layers=2, seq_len=4, hidden=16, heads=2,
+                                      intermediate=32)
+    one, one_params, _ = bert_layer(1, "float32", seq_len=4, hidden=16, heads=2,
+                                    intermediate=32)
+    assert set(one_params) < set(params) and len(params) == 2 * len(one_params)
+    assert all(f"layer1_{k}" in params for k in one_params)
+    net = graph.function(out)
+    assert sum(c.op == "nn.layer_norm" for c in net.calls()) == 4
+    x = rand(*shape)
+    ref = graph.evaluate(net, {"data": x}, params)
+    got = run_sim(graph.build(net, "sim", params, precision="float16"), {"data": x})
+    np.testing.assert_allclose(got, ref, atol=1e-2 * np.abs(ref).max(), rtol=0)

@@ -14,7 +14,7 @@ Names: ``resnet-18``, ``resnet-34``, ``resnet-50`` (relay.testing's ResNet),
 from __future__ import annotations
 
 from ..ir import Graph, GraphError, graph_from_outputs
-from .bert import bert_layer
+from .bert import bert_encoder, bert_layer
 from .inception import inception_v3
 from .layers import NetBuilder
 from .mobilenet import mobilenet, mobilenet_v2

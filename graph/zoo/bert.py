@@ -27,14 +27,29 @@ def _heads(x: Node, batch: int, seq: int, heads: int, head_dim: int) -> Node:
 def bert_layer(batch: int, dtype: str, seq_len: int = 128, hidden: int = 768, heads: int = 12,
                intermediate: int = 3072, seed: int = 0):
     """One encoder layer over ``data`` [batch, seq_len, hidden]; output of the same shape."""
+    return bert_encoder(batch, dtype, 1, seq_len, hidden, heads, intermediate, seed)
+
+
+def bert_encoder(batch: int, dtype: str, layers: int = 12, seq_len: int = 128,
+                 hidden: int = 768, heads: int = 12, intermediate: int = 3072, seed: int = 0):
+    """``layers`` encoder layers (BERT-base: 12) over ``data`` [batch, seq_len, hidden];
+    output of the same shape. Layer ``k > 0``'s weights are named ``layer<k>_...``."""
     b = NetBuilder("NCHW", dtype, seed)
-    head_dim = hidden // heads
     shape = (batch, seq_len, hidden)
     data = Var("data", shape, dtype)
     x = G.reshape(data, (batch * seq_len, hidden))
+    for k in range(layers):
+        x = _encoder_layer(b, x, batch, seq_len, hidden, heads, intermediate,
+                           f"layer{k}_" if k else "")
+    return G.reshape(x, shape), b.params, shape
+
+
+def _encoder_layer(b: NetBuilder, x: Node, batch: int, seq_len: int, hidden: int, heads: int,
+                   intermediate: int, prefix: str) -> Node:
+    head_dim = hidden // heads
 
     def proj(inp, name, units):
-        return b.dense(inp, name, units, std=0.02)
+        return b.dense(inp, prefix + name, units, std=0.02)
 
     q = _heads(proj(x, "attention_query", hidden), batch, seq_len, heads, head_dim)
     k = _heads(proj(x, "attention_key", hidden), batch, seq_len, heads, head_dim)
@@ -45,10 +60,10 @@ def bert_layer(batch: int, dtype: str, seq_len: int = 128, hidden: int = 768, he
     ctx = G.reshape(ctx, (batch, heads, seq_len, head_dim))
     ctx = G.reshape(G.transpose(ctx, (0, 2, 1, 3)), (batch * seq_len, hidden))
     attn = G.add(proj(ctx, "attention_output", hidden), x)
-    attn = G.layer_norm(attn, b.param("attention_ln_gamma", np.ones(hidden)),
-                        b.param("attention_ln_beta", np.zeros(hidden)), epsilon=1e-12)
+    attn = G.layer_norm(attn, b.param(prefix + "attention_ln_gamma", np.ones(hidden)),
+                        b.param(prefix + "attention_ln_beta", np.zeros(hidden)), epsilon=1e-12)
     inter = _gelu(proj(attn, "intermediate", intermediate))
     out = G.add(proj(inter, "output", hidden), attn)
-    out = G.layer_norm(out, b.param("output_ln_gamma", b.rng.uniform(0.9, 1.1, hidden)),
-                       b.param("output_ln_beta", b.rng.normal(0, 0.02, hidden)), epsilon=1e-12)
-    return G.reshape(out, shape), b.params, shape
+    return G.layer_norm(
+        out, b.param(prefix + "output_ln_gamma", b.rng.uniform(0.9, 1.1, hidden)),
+        b.param(prefix + "output_ln_beta", b.rng.normal(0, 0.02, hidden)), epsilon=1e-12)
