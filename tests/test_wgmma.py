@@ -186,3 +186,32 @@ def test_wgmma_ptx_assembles_for_sm_90a_only():
         run_ptxas(ptx, "sm_90")
     with pytest.raises(WgmmaError, match="wgmma needs sm_90a"):
         tile_kernel_ptx(get_wgmma(128), "128B", target="cuda -arch=sm_90")
+
+
+@pytest.mark.parametrize("ab,bn,stages,in_flight", [("float16", 256, 4, 1),
+                                                    ("bfloat16", 128, 3, 0)])
+def test_wgmma_gemm_kernel_assembles(ab, bn, stages, in_flight):
+    from ptxforge.backend_ptx.assemble import find_ptxas, run_ptxas
+    from ptxforge.backend_ptx.wgmma import gemm_kernel_ptx
+
+    ptx = gemm_kernel_ptx(512, 512, 512, ab, bn, stages, in_flight=in_flight)
+    assert ptx.count(get_wgmma(bn, ab).ptx) == 4  # four k16 steps per 64-wide K tile
+    assert f"wgmma.wait_group.sync.aligned \t{in_flight};" in ptx
+    assert "cp.async.cg.shared.global" in ptx and "fence.proxy.async.shared::cta" in ptx
+    if find_ptxas() is not None:
+        _, log = run_ptxas(ptx, "sm_90a")
+        assert "0 bytes spill stores" in log and "serialized" not in log
+
+
+def test_wgmma_gemm_kernel_rejects_what_it_cannot_run():
+    from ptxforge.backend_ptx.wgmma import gemm_kernel_ptx
+
+    with pytest.raises(WgmmaError, match="multiples of 128"):
+        gemm_kernel_ptx(100, 256, 64)
+    with pytest.raises(WgmmaError, match="block N"):
+        gemm_kernel_ptx(128, 192, 64, bn=192)
+    with pytest.raises(WgmmaError, match="stages"):
+        gemm_kernel_ptx(128, 256, 64, stages=2, in_flight=1)
+    for t in ("cuda -arch=sm_90", "cuda -arch=sm_80"):
+        with pytest.raises(WgmmaError, match="wgmma needs sm_90a"):
+            gemm_kernel_ptx(128, 256, 64, target=t)
