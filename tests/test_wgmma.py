@@ -215,3 +215,16 @@ def test_wgmma_gemm_kernel_rejects_what_it_cannot_run():
     for t in ("cuda -arch=sm_90", "cuda -arch=sm_80"):
         with pytest.raises(WgmmaError, match="wgmma needs sm_90a"):
             gemm_kernel_ptx(128, 256, 64, target=t)
+
+
+def test_wgmma_dense_entry_point():
+    from ptxforge.ops.schedules.wgmma import WgmmaConfig, compile_wgmma_dense
+
+    k = compile_wgmma_dense(256, 512, 128, "bfloat16", WgmmaConfig(256, 3, 1))
+    assert k.grid == (2, 2, 1) and k.block == (256, 1, 1)
+    assert k.dynamic_shared_bytes == 3 * (128 + 256) * 64 * 2
+    assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in k.ptx
+    with pytest.raises(WgmmaError, match="wgmma needs sm_90a"):
+        compile_wgmma_dense(256, 512, 128, target="cuda -arch=sm_80")
+    with pytest.raises(WgmmaError, match="float16 or bfloat16"):
+        compile_wgmma_dense(256, 512, 128, "float32")
