@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from ..ir import dtype as dt
 from . import opdefs as G
 from .ir import Constant, Graph, GraphError, Node, Var
 
@@ -37,6 +38,14 @@ def _ints(v) -> list[int]:
 
 
 class _Importer:
+    def weight(self, value: np.ndarray) -> np.ndarray:
+        """A float initializer as a weight: float16 and bfloat16 ones (a model exported in
+        half precision) keep their dtype, so the network imports as it was saved; others
+        become ``dtype``."""
+        if dt.from_numpy(value.dtype) in ("float16", "bfloat16"):
+            return value
+        return value.astype(dt.to_numpy(self.dtype))
+
     def __init__(self, model, shape_dict: dict, dtype: str):
         from onnx import numpy_helper
 
@@ -98,8 +107,8 @@ class _Importer:
             raise OnnxImportError(f"value {name!r} is used before it is defined")
         value = self.static[name]
         if name in self.initializers and value.dtype.kind == "f":
-            value = value.astype(self.dtype)
-            var = Var(name, value.shape, self.dtype)
+            value = self.weight(value)
+            var = Var(name, value.shape, dt.from_numpy(value.dtype))
             self.params[name] = value
             self.param_vars.append(var)
             node: Node = var
@@ -283,8 +292,8 @@ def _transposed(im: _Importer, name: str) -> Node:
     if name in im.initializers and value.dtype.kind == "f":
         tname = f"{name}_T"
         if tname not in im.nodes:
-            value = np.ascontiguousarray(value.T.astype(im.dtype))
-            var = Var(tname, value.shape, im.dtype)
+            value = np.ascontiguousarray(im.weight(value).T)
+            var = Var(tname, value.shape, dt.from_numpy(value.dtype))
             im.params[tname] = value
             im.param_vars.append(var)
             im.nodes[tname] = var
@@ -442,9 +451,9 @@ def _gelu(im, node, a):
 def _cast(im, node, a):
     x = im.tensor(node.input[0])
     to = _ONNX_DTYPES.get(int(a["to"]))
-    if to != x.dtype:
-        raise OnnxImportError(f"Cast {node.name!r} from {x.dtype} to {to} is not supported")
-    return x
+    if to is None:
+        raise OnnxImportError(f"Cast {node.name!r} to ONNX type {int(a['to'])} is not supported")
+    return x if to == x.dtype else G.cast(x, to)
 
 
 _HANDLERS = {

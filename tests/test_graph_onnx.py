@@ -204,3 +204,25 @@ def test_a_bfloat16_input_is_bfloat16():
                        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 3])], [])
     net, _ = graph.from_onnx(model)
     assert net.params[0].dtype == "bfloat16"
+
+
+def test_a_float16_model_imports_in_float16_and_casts_are_kept():
+    w = numpy_helper.from_array(RNG.uniform(-0.4, 0.4, (8, 4)).astype(np.float16), "w")
+    b = numpy_helper.from_array(RNG.uniform(-0.4, 0.4, (4,)).astype(np.float16), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]),
+             helper.make_node("Add", ["mm", "b"], ["y0"]),
+             helper.make_node("Cast", ["y0"], ["y32"], to=TensorProto.FLOAT),
+             helper.make_node("Softmax", ["y32"], ["y"], axis=-1)]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 8])],
+                       [tensor("y", [2, 4])], [w, b])
+    net, params = graph.from_onnx(model)
+    assert params["w_T"].dtype == np.float16 and params["b"].dtype == np.float16
+    dense = [c for c in net.calls() if c.op == "nn.dense"]
+    assert dense and dense[0].dtype == "float16"
+    assert [c.dtype for c in net.calls() if c.op == "cast"] == ["float32"]
+    x = RNG.standard_normal((2, 8)).astype(np.float16)
+    ref = onnxruntime_output(model, {"x": x})
+    out = graph.GraphModule(graph.build(net, "sim", params), ptxforge.sim())
+    out.set_input(x=x)
+    out.run()
+    np.testing.assert_allclose(out.get_output(0).numpy(), ref, atol=2e-3)
