@@ -158,3 +158,19 @@ def test_pytorch_resnet18_through_onnx_matches_pytorch(tmp_path):
         scale = np.abs(expected).max()
         np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3 * scale)
         assert got.argmax() == expected.argmax()
+
+
+@pytest.mark.parametrize("precision,tol", [("float16", 1e-2), ("bfloat16", 4e-2),
+                                           ("tf32", 5e-3)])
+def test_resnet18_in_each_precision_on_the_gpu_matches_float32(resnet18, precision, tol):
+    net, params, in_shape = resnet18
+    lib = graph.build(net, "cuda", params, precision=precision)
+    module = graph.GraphModule(lib, ptxforge.cuda(0))
+    x = np.random.default_rng(15).standard_normal(in_shape).astype("float32")
+    module.set_input("data", x)
+    module.run()
+    out = module.get_output(0).numpy()
+    ref = graph.evaluate(net, {"data": x}, params)
+    assert out.dtype == np.float32
+    assert np.abs(out - ref).max() <= tol * np.abs(ref).max()
+    assert (out.argmax(-1) == ref.argmax(-1)).all()
