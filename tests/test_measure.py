@@ -290,7 +290,7 @@ def test_kernel_stats_see_coalescing_and_work():
     ir = BuildOptions(compile_to="ir")
     coalesced = build_candidate(MeasureInput(task, MATMUL_PIPE), ir)
     strided = build_candidate(MeasureInput(
-        task, 'bind(C.j, "blockIdx.x"), bind(C.i, "threadIdx.x")'), ir)
+        task, 'reorder([C.j, C.i]), bind(C.j, "blockIdx.x"), bind(C.i, "threadIdx.x")'), ir)
     (a,) = coalesced.artifact.stats
     (b,) = strided.artifact.stats
     assert a.total_flops == b.total_flops == 2 * 256**3
