@@ -147,6 +147,16 @@ class Stage:
             return h.ref
         if isinstance(h, str):
             return h if resolve_ref(h, (self.block,)) is not None else loop_ref(self.block, h)
+        if isinstance(h, IterVar):
+            # the tensor's own axes (``C.op.axis[0]``) name the stage's loops by position
+            op = getattr(self._tensor, "op", None)
+            for axes, names in ((getattr(op, "axis", ()), self._axis_names),
+                                (getattr(op, "reduce_axis", ()), self._reduce_names)):
+                for i, ax in enumerate(axes):
+                    if ax is h and i < len(names):
+                        return loop_ref(self.block, names[i])
+            raise ScheduleError(f"{h!r} is not an axis of stage {self.block}'s tensor; pass an "
+                                f"axis of s[{self.block}].op or of the tensor it computes")
         raise ScheduleError(f"expected a loop handle of stage {self.block}, got {h!r}")
 
     # -- primitives ----------------------------------------------------------------------

@@ -1,0 +1,66 @@
+"""``ptxforge.tvm``: TVM code runs with the import prefix changed only."""
+
+import numpy as np
+import pytest
+
+import ptxforge.tvm as tvm
+import ptxforge.tvm.relay.testing
+from ptxforge.passes.schedule.common import ScheduleError
+from ptxforge.tvm import auto_scheduler, autotvm, te, topi
+from ptxforge.tvm.contrib import graph_executor
+
+
+def _double():
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] * 2, name="B")
+    return A, B
+
+
+def test_tensor_axis_as_loop_argument_build_lower_nd():
+    A, B = _double()
+    s = te.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B].bind(xi, te.thread_axis("threadIdx.x"))
+    assert "blockIdx.x" in str(tvm.lower(s, [A, B], simple_mode=True))
+    f = tvm.build(s, [A, B], target="sim", name="double")
+    dev = tvm.device("sim", 0)
+    a = tvm.nd.array(np.arange(64, dtype="float32"), ctx=dev)
+    b = tvm.nd.empty((64,), "float32", device=dev)
+    f(a, b)
+    tvm.testing.assert_allclose(b.numpy(), a.numpy() * 2)
+
+
+def test_foreign_axis_is_a_clear_error():
+    A, B = _double()
+    _, C = _double()
+    s = te.create_schedule(B.op)
+    with pytest.raises(ScheduleError, match="not an axis of stage B"):
+        s[B].split(C.op.axis[0], factor=32)
+
+
+def test_names_map():
+    with tvm.transform.PassContext(opt_level=3, config={}):
+        pass
+    assert tvm.target.Target("cuda").kind.name == "cuda"
+    assert tvm.tir.const(1, "int32") is not None
+    assert topi.nn.conv2d_nchw is not None and topi.testing.conv2d_nchw_python is not None
+    assert auto_scheduler.SearchTask is not None and autotvm.LocalRunner is not None
+    assert callable(graph_executor.GraphModule)
+    assert callable(ptxforge.tvm.relay.testing.resnet.get_workload)
+    with pytest.raises(ValueError, match="unknown device kind"):
+        tvm.device("rocm")
+
+
+def test_relay_build_and_graph_executor():
+    from ptxforge import graph
+
+    x = graph.var("data", (1, 8))
+    net = graph.function([graph.sigmoid(x)])
+    lib = tvm.relay.build({"main": net}, target="sim")
+    dev = tvm.device("sim", 0)
+    m = graph_executor.GraphModule(lib["default"](dev))
+    data = np.linspace(-2, 2, 8, dtype="float32").reshape(1, 8)
+    m.set_input("data", data)
+    m.run()
+    tvm.testing.assert_allclose(m.get_output(0).numpy(), 1 / (1 + np.exp(-data)), rtol=1e-5)

@@ -1,0 +1,3 @@
+"""``tvm.contrib``: ``graph_executor``."""
+
+from . import graph_executor  # noqa: F401
