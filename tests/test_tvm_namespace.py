@@ -64,3 +64,26 @@ def test_relay_build_and_graph_executor():
     m.set_input("data", data)
     m.run()
     tvm.testing.assert_allclose(m.get_output(0).numpy(), 1 / (1 + np.exp(-data)), rtol=1e-5)
+
+
+def test_tile_and_parallel_error():
+    A = te.placeholder((64, 64), name="A")
+    B = te.compute((64, 64), lambda i, j: A[i, j] + 1, name="B")
+    s = te.create_schedule(B.op)
+    with pytest.raises(ScheduleError, match="bind the loop"):
+        s[B].parallel(B.op.axis[0])
+    xo, yo, xi, yi = s[B].tile(B.op.axis[0], B.op.axis[1], 8, 8)
+    s[B].bind(s[B].fuse(xo, yo), te.thread_axis("blockIdx.x"))
+    s[B].bind(s[B].fuse(xi, yi), te.thread_axis("threadIdx.x"))
+    f = tvm.build(s, [A, B], target="sim")
+    a = tvm.nd.array(np.random.rand(64, 64).astype("float32"))
+    b = tvm.nd.empty((64, 64), "float32")
+    f(a, b)
+    tvm.testing.assert_allclose(b.numpy(), a.numpy() + 1)
+
+
+def test_var_and_extern_are_clear_errors():
+    with pytest.raises(te.TEError, match="shapes are static"):
+        te.var("n")
+    with pytest.raises(te.TEError, match="te.compute"):
+        te.extern((4,), [], lambda ins, outs: None)

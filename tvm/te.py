@@ -2,3 +2,20 @@
 
 from ptxforge.te import *  # noqa: F401,F403
 from ptxforge.te import __all__  # noqa: F401
+
+
+def var(name: str = "tindex", dtype: str = "int32", span=None):
+    """Symbolic shapes do not exist here: raises, saying what to do instead."""
+    from ptxforge.te import TEError
+
+    raise TEError(f"te.var({name!r}): shapes are static in ptxforge; declare the tensor with a "
+                  f"concrete shape (an int per dimension) and build one kernel per shape")
+
+
+def extern(shape, inputs, fcompute, name: str = "extern", **kwargs):
+    """External calls are not compiled here: raises, saying what to do instead."""
+    from ptxforge.te import TEError
+
+    raise TEError(f"te.extern({name!r}): ptxforge compiles only te.compute stages; write the "
+                  f"computation with te.compute, or run the external function in numpy on "
+                  f"the host between kernels")

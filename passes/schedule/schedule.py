@@ -185,6 +185,20 @@ class Stage:
         self.schedule.apply(Reorder(tuple(self._ref(a) for a in args)),
                             touches=(self.block,), structural=True)
 
+    def tile(self, x_parent, y_parent, x_factor: int, y_factor: int):
+        """Split two loops and reorder to ``(xo, yo, xi, yi)``, as TVM's ``tile``."""
+        xo, xi = self.split(x_parent, factor=x_factor)
+        yo, yi = self.split(y_parent, factor=y_factor)
+        self.reorder(xo, yo, xi, yi)
+        return xo, yo, xi, yi
+
+    def parallel(self, ivar):
+        """Not a GPU loop kind: raises, saying to bind instead."""
+        raise ScheduleError(
+            f"stage {self.block}: parallel({self._ref(ivar)}) has no meaning in a GPU kernel "
+            f"(a kernel has no parallel loops); bind the loop to blockIdx.x or threadIdx.x "
+            f"with s[{self.block}].bind(loop, te.thread_axis(\"blockIdx.x\")) instead")
+
     def bind(self, ivar, thread_ivar):
         tag = thread_ivar.thread_tag if isinstance(thread_ivar, IterVar) else str(thread_ivar)
         self.schedule.apply(Bind(self._ref(ivar), tag), touches=(self.block,))
