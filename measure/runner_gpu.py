@@ -13,6 +13,7 @@ worker at the time limit.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 
@@ -161,6 +162,31 @@ def gpu_run(req: RunRequest):
     return out if _healthy() else Retire(out)
 
 
+_NO_GPU_SAID = False
+
+
+def _say_if_no_gpu() -> None:
+    """Say on the console, once per process and before any tuning starts, that this machine
+    has no GPU (every measurement would fail) and how to measure on the simulator instead."""
+    global _NO_GPU_SAID
+    if _NO_GPU_SAID:
+        return
+    from ..backend_ptx.cuda_driver import NoGPUError, device_count
+
+    try:
+        device_count()
+        return
+    except NoGPUError as e:
+        reason = str(e)
+    _NO_GPU_SAID = True
+    print(f"ptxforge: no GPU on this machine ({reason}); LocalRunner's measurements will all "
+          f"fail. To tune without a GPU use the simulator runner, which checks each candidate "
+          f"on the CPU simulator and reports estimated GPU times: "
+          f"runner=ptxforge.measure.SimRunner() (autotvm.measure_option(runner=\"sim\") or "
+          f"auto_scheduler.TuningOptions(runner=ptxforge.measure.SimRunner()))",
+          file=sys.stderr, flush=True)
+
+
 class LocalRunner(PooledRunner):
     """Times built candidates on GPU ``device_id`` in one worker process.
 
@@ -182,6 +208,7 @@ class LocalRunner(PooledRunner):
             raise ValueError(f"start_method must be 'exec' or 'spawn', got {start_method!r}")
         if number < 1 or repeat < 1:
             raise ValueError(f"number and repeat must be at least 1, got {number}, {repeat}")
+        _say_if_no_gpu()
         self.number = number
         self.repeat = repeat
         self.min_repeat_ms = min_repeat_ms
