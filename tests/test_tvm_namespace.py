@@ -87,3 +87,18 @@ def test_var_and_extern_are_clear_errors():
         te.var("n")
     with pytest.raises(te.TEError, match="te.compute"):
         te.extern((4,), [], lambda ins, outs: None)
+
+
+def test_time_evaluator_on_the_simulator_is_a_labelled_estimate_after_one_run():
+    A, B = _double()
+    s = te.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B].bind(xi, te.thread_axis("threadIdx.x"))
+    f = tvm.build(s, [A, B], target="sim")
+    a = tvm.nd.array(np.arange(64, dtype="float32"))
+    b = tvm.nd.empty((64,), "float32")
+    res = f.time_evaluator("main", tvm.sim(), number=400, repeat=3)(a, b)
+    tvm.testing.assert_allclose(b.numpy(), a.numpy() * 2)
+    assert len(res.results) == 3 and 0 < res.mean < 1e-3
+    assert "estimated GPU time" in repr(res)
