@@ -102,3 +102,16 @@ def test_time_evaluator_on_the_simulator_is_a_labelled_estimate_after_one_run():
     tvm.testing.assert_allclose(b.numpy(), a.numpy() * 2)
     assert len(res.results) == 3 and 0 < res.mean < 1e-3
     assert "estimated GPU time" in repr(res)
+
+
+def test_graph_benchmark_on_the_simulator_is_a_labelled_estimate():
+    from ptxforge import graph
+
+    x = graph.var("data", (1, 8))
+    lib = tvm.relay.build({"main": graph.function([graph.sigmoid(x)])}, target="sim")
+    m = graph_executor.GraphModule(lib["default"](tvm.device("sim", 0)))
+    m.set_input("data", np.zeros((1, 8), "float32"))
+    res = m.benchmark(tvm.sim(), repeat=3, min_repeat_ms=500)
+    assert len(res.results) == 3 and 0 < res.mean < 1e-3
+    assert "estimated GPU time" in res.kind
+    tvm.testing.assert_allclose(m.get_output(0).numpy(), np.full((1, 8), 0.5, "float32"))
