@@ -115,3 +115,10 @@ def test_graph_benchmark_on_the_simulator_is_a_labelled_estimate():
     assert len(res.results) == 3 and 0 < res.mean < 1e-3
     assert "estimated GPU time" in res.kind
     tvm.testing.assert_allclose(m.get_output(0).numpy(), np.full((1, 8), 0.5, "float32"))
+
+
+def test_set_scope_is_a_clear_error():
+    A, B = _double()
+    s = te.create_schedule(B.op)
+    with pytest.raises(ScheduleError, match="cache_read"):
+        s[B].set_scope("shared")

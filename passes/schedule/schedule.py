@@ -199,6 +199,13 @@ class Stage:
             f"(a kernel has no parallel loops); bind the loop to blockIdx.x or threadIdx.x "
             f"with s[{self.block}].bind(loop, te.thread_axis(\"blockIdx.x\")) instead")
 
+    def set_scope(self, scope: str):
+        """Not supported on a stage: raises, saying to stage the tensor through a cache."""
+        raise ScheduleError(
+            f"stage {self.block}: set_scope({scope!r}) is not supported; stage the tensor "
+            f"through {scope!r} memory with s.cache_read(tensor, {scope!r}, [readers]) or "
+            f"s.cache_write(tensor, {scope!r}) instead")
+
     def bind(self, ivar, thread_ivar):
         tag = thread_ivar.thread_tag if isinstance(thread_ivar, IterVar) else str(thread_ivar)
         self.schedule.apply(Bind(self._ref(ivar), tag), touches=(self.block,))
