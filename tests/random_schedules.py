@@ -4,6 +4,8 @@ unrolling, vectorization) over small workloads with numpy references."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from ptxforge import ops, te
 from ptxforge.ir.te import ComputeOp
@@ -73,6 +75,44 @@ WORKLOADS = {
     "avgpool": w_avgpool,
     "softmax": w_softmax,
     "elemwise": w_elemwise,
+}
+
+
+# more of the op library for the mutation fuzzer (WORKLOADS keeps the property test's seeds)
+
+
+def w_depthwise():
+    data = te.placeholder((1, 3, 6, 6), name="data")
+    kernel = te.placeholder((3, 1, 3, 3), name="kernel")
+    out = ops.nn.depthwise_conv2d_nchw(data, kernel, 1, 1)
+    return [data, kernel, out], lambda d, k: ref.depthwise_conv2d_nchw_python(d, k, 1, 1)
+
+
+def w_batch_matmul():
+    x = te.placeholder((2, 5, 6), name="X")
+    y = te.placeholder((2, 4, 6), name="Y")
+    out = ops.nn.batch_matmul(x, y)
+    return [x, y, out], lambda a, b: ref.batch_matmul_python(a, b)
+
+
+def w_global_pool():
+    a = te.placeholder((2, 3, 5, 5), name="A")
+    out = ops.nn.global_pool2d(a, "avg")
+    return [a, out], lambda x: ref.global_pool2d_python(x, "avg")
+
+
+def w_row_sum():
+    a = te.placeholder((6, 11), name="A")
+    out = ops.sum(ops.exp(a), axis=1)
+    return [a, out], lambda x: np.exp(x).sum(axis=1)
+
+
+FUZZ_WORKLOADS = {
+    **WORKLOADS,
+    "depthwise": w_depthwise,
+    "batch_matmul": w_batch_matmul,
+    "global_pool": w_global_pool,
+    "row_sum": w_row_sum,
 }
 
 
@@ -239,3 +279,139 @@ def _threads_of(s, stage, op) -> int:
         if getattr(n, "thread", "") == "threadIdx.x":
             return n.extent
     return 1
+
+
+# --- mutation: valid schedules changed at random, as a careless user or a buggy search would
+
+_TAGS = ("blockIdx.x", "blockIdx.y", "threadIdx.x", "threadIdx.y", "vthread")
+_REF = re.compile(r"[A-Za-z_][\w]*(?:\.[\w]+)+")
+MUTATIONS = ("retag", "duplicate_bind", "drop_bind", "split_factor", "move_compute_at",
+             "bind_reduce", "bind_any", "swap_steps", "drop_step")
+
+
+def loop_refs(steps: list, module) -> list:
+    """Every ``stage.loop`` reference the steps name, plus every loop of the scheduled IR."""
+    from ptxforge.ir.stmt import For
+    from ptxforge.passes.schedule.common import block_paths
+
+    refs = set()
+    for step in steps:
+        if not step.startswith(("cache_read", "cache_write", "compute_inline", "rfactor")):
+            refs.update(_REF.findall(step))
+    for name, path in block_paths(module.main.body).items():
+        refs.update(f"{name}.{n.var.name}" for n in path if isinstance(n, For))
+    return sorted(refs)
+
+
+def reduce_refs(module) -> list:
+    """Loops of reduction stages that feed a reduce index (``stage.loop``)."""
+    from ptxforge.ir.expr import free_vars
+    from ptxforge.ir.stmt import For
+    from ptxforge.passes.schedule.common import block_paths
+
+    out = []
+    for name, path in block_paths(module.main.body).items():
+        block = path[-1]
+        rv: set = set()
+        for iv, b in zip(block.iter_vars, block.bindings):
+            if iv.kind == "R":
+                free_vars(b, rv)
+        out += [f"{name}.{n.var.name}" for n in path if isinstance(n, For) and n.var in rv]
+    return sorted(out)
+
+
+def mutate(steps: list, refs: list, reduce_loops: list, rng) -> tuple:
+    """``(new steps, description)``: one or two random mutations of a valid pipeline."""
+    steps = list(steps)
+    done = []
+    for _ in range(1 + int(rng.random() < 0.3)):
+        kind = _pick(rng, MUTATIONS)
+        binds = [k for k, s in enumerate(steps) if s.startswith("bind(")]
+        splits = [k for k, s in enumerate(steps) if s.startswith("split(") and "factors" in s]
+        cats = [k for k, s in enumerate(steps) if s.startswith("compute_at(")]
+        if kind == "retag" and binds:
+            k = _pick(rng, binds)
+            steps[k] = re.sub(r'"[^"]+"\)$', f'"{_pick(rng, _TAGS)}")', steps[k])
+        elif kind == "duplicate_bind" and binds:
+            k = _pick(rng, binds)
+            tag = re.search(r'"([^"]+)"\)$', steps[k]).group(1)
+            stage = steps[k][5:].split(".")[0]
+            mine = [r for r in refs if r.startswith(stage + ".")] or refs
+            steps.insert(k + 1, f'bind({_pick(rng, mine)}, "{tag}")')
+        elif kind == "drop_bind" and binds:
+            del steps[_pick(rng, binds)]
+        elif kind == "split_factor" and splits:
+            k = _pick(rng, splits)
+            steps[k] = re.sub(r"factors=\[\d+\]",
+                              f"factors=[{_pick(rng, [1, 2, 3, 4, 5, 7, 8, 16, 32, 64])}]",
+                              steps[k])
+        elif kind == "move_compute_at" and cats:
+            k = _pick(rng, cats)
+            head, _, loop = steps[k][len("compute_at("):-1].partition(", ")
+            stage = loop.split(".")[0]
+            mine = [r for r in refs if r.startswith(stage + ".")] or refs
+            steps[k] = f"compute_at({head}, {_pick(rng, mine)})"
+        elif kind == "bind_reduce" and reduce_loops:
+            steps.append(f'bind({_pick(rng, reduce_loops)}, "{_pick(rng, _TAGS)}")')
+        elif kind == "bind_any" and refs:
+            k = int(rng.integers(len(steps) + 1))
+            steps.insert(k, f'bind({_pick(rng, refs)}, "{_pick(rng, _TAGS)}")')
+        elif kind == "swap_steps" and len(steps) > 1:
+            k = int(rng.integers(len(steps) - 1))
+            steps[k], steps[k + 1] = steps[k + 1], steps[k]
+        elif kind == "drop_step" and steps:
+            del steps[int(rng.integers(len(steps)))]
+        else:
+            continue
+        done.append(kind)
+    return steps, "+".join(done) or "none"
+
+
+def fuzz_one(name: str, rng) -> tuple:
+    """Mutate a random valid schedule of workload ``name``, build it for the simulator and
+    run it. Returns ``(outcome, detail)``: ``"built"`` (matches numpy), ``"rejected"`` (an
+    :class:`IRError`, with its first line), ``"wrong"`` (built, but its output differs from
+    numpy or the simulator faulted; the mutated pipeline)."""
+    import ptxforge
+    from ptxforge.backend_sim.errors import SimError
+    from ptxforge.ir.expr import IRError
+    from ptxforge.passes.pipeline import Pipeline
+
+    tensors, reference = FUZZ_WORKLOADS[name]()
+    s = random_schedule(tensors, rng)
+    base = [p.text for p in s.pipeline.passes]
+    steps, how = mutate(base, loop_refs(base, s.module), reduce_refs(s.module), rng)
+    fresh = te.create_schedule(tensors[-1].op)
+    text = ", ".join(steps)
+    try:
+        module = Pipeline.parse(text)(fresh.module)
+        f = ptxforge.build(module, None, target="sim")
+    except IRError as e:
+        return "rejected", f"{how}: {str(e).splitlines()[0]}"
+    data = np.random.default_rng(int(rng.integers(1 << 30)))
+    by_tensor = {id(t): data.uniform(-1, 1, size=t.shape).astype("float32")
+                 for t in tensors[:-1]}
+    dev = ptxforge.sim()
+    out_t = tensors[-1]
+    out = ptxforge.nd.array(np.full(out_t.shape, np.nan, "float32"), dev)
+    arrays = []
+    for t in fresh.args:
+        if t.op is out_t.op:
+            arrays.append(out)
+        else:
+            arrays.append(ptxforge.nd.array(
+                next(v for k, v in by_tensor.items() if _same(tensors, k, t)), dev))
+    try:
+        f(*arrays)
+    except SimError as e:
+        return "wrong", f"{how}: simulator: {e}; pipeline: {text}"
+    want = reference(*[by_tensor[id(t)] for t in tensors[:-1]])
+    got = out.numpy()
+    if not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+        bad = int((~np.isclose(got, want, rtol=1e-4, atol=1e-5)).sum())
+        return "wrong", f"{how}: {bad} of {got.size} elements differ; pipeline: {text}"
+    return "built", how
+
+
+def _same(tensors, key, t) -> bool:
+    return any(id(x) == key and x.op is t.op for x in tensors)

@@ -76,19 +76,25 @@ def _check_nesting(name: str, loops: list, feeds: set) -> None:
                       f"block index must enclose every other loop of its kernel: reorder "
                       f"{n.var.name} outward or give the stage its own kernel")
     by_tag: dict = {}
-    for n in _thread_loops(loops):
+    for n in loops:
+        if n.kind != "thread":
+            continue
+        # lowering gives a nested loop the enclosing loop's index, guarded by its extent:
+        # the body runs where outer == inner < inner extent, whatever the extents
         for m in by_tag.get(n.thread, []):
             if m.var in feeds and n.var in feeds:
                 _fail(name, n, "one tag per stage index",
                       f"bound to {n.thread}, as is {m.var.name}, and both index the stage; "
                       f"they would share one hardware index and compute only their diagonal: "
                       f"bind one of them to another index, or fuse them first")
-            if n.extent > m.extent:
+            if n.extent > m.extent or (m.var in feeds and n.extent < m.extent):
+                cut = m.var.name if n.extent < m.extent else n.var.name
                 _fail(name, n, "nested extent",
                       f"bound to {n.thread} with extent {n.extent} inside loop {m.var.name} "
-                      f"bound to the same index with only {m.extent}; the iterations past "
-                      f"{m.extent} would never run: split it so the bound part has at most "
-                      f"{m.extent}")
+                      f"bound to the same index with extent {m.extent}; they share one "
+                      f"hardware index, so the iterations of {cut} past "
+                      f"{min(n.extent, m.extent)} would never run: split so the bound parts "
+                      f"match, or bind {n.var.name} to another index")
         by_tag.setdefault(n.thread, []).append(n)
 
 
@@ -133,7 +139,7 @@ def _check_reduction(name: str, block: Block, loops: list, scope: str, launch: d
         _fail(name, loop, "reduction replicated", message)
 
 
-def _check_producer(name: str, path: list, scope: str, readers: list) -> None:
+def _check_producer(name: str, path: list, scope: str, readers: list, launch: dict) -> None:
     block = path[-1]
     feeds: set = set()
     for b in block.bindings:
@@ -142,21 +148,27 @@ def _check_producer(name: str, path: list, scope: str, readers: list) -> None:
     for rpath in readers:
         ids = {id(n) for n in rpath}
         shared_loops = ids if shared_loops is None else shared_loops & ids
-    for n in _thread_loops(path):
-        if id(n) in shared_loops or n.var not in feeds:
+    for n in path:
+        if not isinstance(n, For) or n.kind != "thread" or id(n) in shared_loops:
             continue
-        if n.thread.startswith("blockIdx"):
+        full = launch.get(n.thread, (1, ""))[0]
+        if n.var not in feeds and n.extent >= full:
+            continue  # every thread runs it alike: repeated, not split
+        blocks = n.thread.startswith("blockIdx")
+        if blocks:
             why = "no barrier orders the blocks of one launch"
         elif scope != "shared":
             why = (f"the result lives in {scope} memory, which the other threads of the "
                    "block cannot read after a barrier; cache it in shared memory")
         else:
             continue
+        spread = (f"spreads the stage's work over {n.extent} {'blocks' if blocks else 'threads'}"
+                  if n.var in feeds else
+                  f"runs the stage on {n.extent} of the kernel's {full} "
+                  f"{'blocks' if blocks else 'threads'} only")
         _fail(name, n, "producer visible to its readers",
-              f"bound to {n.thread}, which spreads the stage's work over {n.extent} "
-              f"{'blocks' if n.thread.startswith('blockIdx') else 'threads'}, but its readers "
-              f"in the same kernel ({', '.join(r[-1].name for r in readers)}) do not share "
-              f"that loop; {why}")
+              f"bound to {n.thread}, which {spread}, but its readers in the same kernel "
+              f"({', '.join(r[-1].name for r in readers)}) do not share that loop; {why}")
 
 
 def check_coverage(func: PrimFunc) -> PrimFunc:
@@ -184,7 +196,7 @@ def check_coverage(func: PrimFunc) -> PrimFunc:
             readers = [p for other, p in paths.items()
                        if other != name and reads_of(p[-1], buf)]
             if readers:
-                _check_producer(name, path, scope, readers)
+                _check_producer(name, path, scope, readers, launch)
     return func
 
 
