@@ -62,7 +62,7 @@ class LocalRPCMeasureContext:
     def __init__(self, priority: int = 1, n_parallel: int = 1, timeout: float = 10,
                  number: int = 3, repeat: int = 1, min_repeat_ms: float = 0,
                  cooldown_interval: float = 0.0, enable_cpu_cache_flush: bool = False,
-                 device: int = 0, check_correctness: bool = False,
+                 device: int = 0, check_correctness: bool | str = "best",
                  enable_cuda_graph: bool = True):
         from .. import measure
 

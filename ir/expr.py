@@ -332,8 +332,23 @@ def as_expr(value, like: Expr | None = None) -> Expr:
         return value.as_expr()
     if like is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
         if dt.is_float(like.dtype) or (isinstance(value, int) and dt.is_int(like.dtype)):
+            if isinstance(value, int) and dt.is_int(like.dtype):
+                check_int_fits(value, like.dtype, f"next to {like}")
             return const(value, like.dtype)
     return const(value)
+
+
+def check_int_fits(value: int, dtype: str, where: str = "") -> None:
+    """Raise :class:`IRError` when the integer ``value`` is outside ``dtype``'s range (it
+    would wrap silently in the kernel)."""
+    import numpy as np
+
+    info = np.iinfo(dt.to_numpy(dtype))
+    if not info.min <= value <= info.max:
+        raise IRError(
+            f"the constant {value} does not fit {dtype} ({info.min} to {info.max})"
+            f"{' ' + where if where else ''}; cast the other operand to a wider integer "
+            f"type (te.cast) or use a smaller constant")
 
 
 def _coerce(a, b) -> tuple[Expr, Expr]:

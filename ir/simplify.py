@@ -37,6 +37,7 @@ from .expr import (
     Expr,
     FloatImm,
     IntImm,
+    IRError,
     Not,
     Select,
     Var,
@@ -81,6 +82,11 @@ def _const(v, dtype: str) -> Expr:
     if dt.is_float(dtype):
         return FloatImm(_round_float(v, dtype), dtype)
     return IntImm(_wrap(int(v), dtype), dtype)
+
+
+def _fits(v: int, dtype: str) -> bool:
+    info = np.iinfo(dt.to_numpy(dtype))
+    return int(info.min) <= v <= int(info.max)
 
 
 def _true() -> IntImm:
@@ -478,9 +484,14 @@ class _Simplifier(Analyzer):
         op, dtype = x.op, x.dtype
         ca = isinstance(a, (IntImm, FloatImm))
         cb = isinstance(b, (IntImm, FloatImm))
+        if cb and op in ("div", "floordiv", "floormod") and dt.is_int(dtype) and b.value == 0:
+            raise IRError(f"integer {op} by zero in {x}: a GPU gives an undefined value; "
+                          "divide by a non-zero constant or guard the division")
         if ca and cb:
             v = _fold_bin(op, a.value, b.value, dtype)
-            if v is not None:
+            # an integer result beyond its dtype is left to the index widening (or to the
+            # kernel's own arithmetic) rather than wrapped here
+            if v is not None and (not dt.is_int(dtype) or _fits(int(v), dtype)):
                 return _const(v, dtype)
         if dtype in INDEX_DTYPES:
             if op in ("floordiv", "floormod"):

@@ -4,8 +4,8 @@ The default pipeline, in order:
 
 ``check_coverage, cross_thread_reduction, decompose_reduction, lower_blocks,
 compact_buffers, inject_vthread, merge_thread_loops, unroll_loops, simplify, split_host_device,
-flatten_buffers, simplify, inject_async_copy, swizzle_layout, cse, insert_barriers,
-inject_software_pipeline, plan_dynamic_shared, validate_gpu``
+flatten_buffers, widen_index, simplify, inject_async_copy, swizzle_layout, cse,
+insert_barriers, inject_software_pipeline, plan_dynamic_shared, validate_gpu``
 """
 
 from __future__ import annotations
@@ -29,13 +29,14 @@ from . import (  # noqa: F401  (importing registers the passes)
     swizzle_layout,
     unroll_loops,
     validate_gpu,
+    widen_index,
 )
 from .common import LoweringError
 
 LOWERING_PIPELINE = (
     "check_coverage(), cross_thread_reduction(), decompose_reduction(), lower_blocks(), "
     "compact_buffers(), inject_vthread(), merge_thread_loops(), unroll_loops(), simplify(), "
-    "split_host_device(), flatten_buffers(), simplify(), inject_async_copy(), "
+    "split_host_device(), flatten_buffers(), widen_index(), simplify(), inject_async_copy(), "
     "swizzle_layout(), cse(), insert_barriers(), inject_software_pipeline(), "
     "plan_dynamic_shared(), validate_gpu()"
 )

@@ -171,9 +171,33 @@ def _check_producer(name: str, path: list, scope: str, readers: list, launch: di
               f"({', '.join(r[-1].name for r in readers)}) do not share that loop; {why}")
 
 
+def check_global_memory(func: PrimFunc) -> None:
+    """Raise :class:`LoweringError` when the function's buffers (parameters and global
+    intermediates) cannot all be in the target GPU's memory at once."""
+    from ...ir import dtype as dt
+    from ...target import current_target
+
+    target = current_target()
+    body, buffers = func.body, list(func.params)
+    while isinstance(body, Alloc):
+        if body.buffer.scope == "global":
+            buffers.append(body.buffer)
+        body = body.body
+    total = sum(b.size * dt.nbytes(b.dtype) for b in buffers)
+    if total > target.global_memory_bytes:
+        big = max(buffers, key=lambda b: b.size * dt.nbytes(b.dtype))
+        raise LoweringError(
+            f"the buffers of {func.name} need {total} bytes of global memory (the largest, "
+            f"{big.name}, {big.size * dt.nbytes(big.dtype)} bytes); the target "
+            f"{target.label} has {target.global_memory_bytes}: split the work into smaller "
+            "tensors", stage=big.name, limit=f"global_memory_bytes={target.global_memory_bytes}")
+
+
 def check_coverage(func: PrimFunc) -> PrimFunc:
     """Raise :class:`LoweringError` for the first binding that breaks a rule of this
-    module; return ``func`` unchanged otherwise."""
+    module, or for buffers beyond the target's memory; return ``func`` unchanged
+    otherwise."""
+    check_global_memory(func)
     body = func.body
     while isinstance(body, Alloc):
         body = body.body
