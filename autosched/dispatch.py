@@ -99,6 +99,7 @@ class ApplyHistoryBest:
         pipeline no longer applies to the function is reported with a warning and the next
         best is tried; with none left, the function is treated as having no record."""
         from ..ir.compute_dag import ComputeDAG
+        from ..passes.lower.check_coverage import check_coverage
         from .printer import schedule_from_pipeline
         from .search_task import SearchTask
 
@@ -112,6 +113,10 @@ class ApplyHistoryBest:
         for n, (inp, _) in enumerate(ranked):
             try:
                 sch = schedule_from_pipeline(task, inp.pipeline_text)
+                # records are not re-measured here: one whose schedule cannot compute each
+                # output once (claiming a tiny cost, say) is refused like one that does not
+                # apply
+                check_coverage(sch.module.main)
             except Exception as e:  # noqa: BLE001 - any failure means the record is unusable
                 then = ("trying the next best" if n + 1 < len(ranked)
                         else "no record is left; ignoring them")

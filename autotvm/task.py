@@ -43,7 +43,9 @@ class TemplateFunction:
         for n, cfg in enumerate(configs):
             try:
                 with ApplyConfig(cfg):
-                    return self.func(*args)
+                    out = self.func(*args)
+                _check_legal(out)
+                return out
             except Exception as e:
                 if n + 1 == len(configs):
                     raise
@@ -55,6 +57,17 @@ class TemplateFunction:
 
     def __repr__(self):
         return f"<autotvm template {self.name!r}>"
+
+
+def _check_legal(instance) -> None:
+    """Refuse a template instance whose schedule cannot compute each output once (a record
+    is not re-measured when dispatched, so this is where a bad best is caught)."""
+    from ..passes.lower.check_coverage import check_coverage
+    from ..passes.schedule.schedule import Schedule
+
+    sch = instance[0] if isinstance(instance, tuple) and instance else instance
+    if isinstance(sch, Schedule):
+        check_coverage(sch.module.main)
 
 
 def template(name: str, func=None):

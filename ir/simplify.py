@@ -37,7 +37,6 @@ from .expr import (
     Expr,
     FloatImm,
     IntImm,
-    IRError,
     Not,
     Select,
     Var,
@@ -484,9 +483,6 @@ class _Simplifier(Analyzer):
         op, dtype = x.op, x.dtype
         ca = isinstance(a, (IntImm, FloatImm))
         cb = isinstance(b, (IntImm, FloatImm))
-        if cb and op in ("div", "floordiv", "floormod") and dt.is_int(dtype) and b.value == 0:
-            raise IRError(f"integer {op} by zero in {x}: a GPU gives an undefined value; "
-                          "divide by a non-zero constant or guard the division")
         if ca and cb:
             v = _fold_bin(op, a.value, b.value, dtype)
             # an integer result beyond its dtype is left to the index widening (or to the

@@ -6,7 +6,7 @@ WRONG_ANSWER and never wins, on the simulator runner and on a GPU (LocalRunner's
 from __future__ import annotations
 
 import pytest
-from ptxforge import te
+from ptxforge import autotvm, te
 from ptxforge.measure import LocalRunner, SimRunner
 from ptxforge.measure.build import BuildOptions, build_candidate
 from ptxforge.measure.result import MeasureErrorNo, MeasureInput, TaskSpec
@@ -83,3 +83,39 @@ def test_planted_wrong_fast_candidate_never_becomes_best_on_the_gpu():
     assert _best(res) == 2
     # a candidate slower than the checked best is timed without the extra run
     assert slow_again[0].error_no == 0 and slow_again[0].correctness == ""
+
+
+@autotvm.template("test/legality_knob")
+def _scale(n):
+    a = te.placeholder((n,), name="A")
+    b = te.compute((n,), lambda i: a[i] * 2.0, name="B")
+    s = te.create_schedule(b.op)
+    cfg = autotvm.get_config()
+    cfg.define_knob("same_tag", [0, 1])
+    xo, xi = s[b].split(s[b].op.axis[0], factor=8)
+    s[b].bind(xo, te.thread_axis("blockIdx.x"))
+    # same_tag=1 binds both loops to blockIdx.x: only their diagonal would be computed
+    s[b].bind(xi, te.thread_axis("blockIdx.x" if cfg["same_tag"].val else "threadIdx.x"))
+    return s, [a, b]
+
+
+def test_a_record_claiming_a_tiny_cost_for_an_illegal_config_is_not_dispatched():
+    import numpy as np
+    import ptxforge
+    from ptxforge.measure.result import MeasureResult
+
+    task = autotvm.task.create("test/legality_knob", args=(64,), target="cuda")
+    configs = {task.config_space.get(k)["same_tag"].val: task.config_space.get(k)
+               for k in range(len(task.config_space))}
+    records = [(autotvm.MeasureInput("cuda", task, configs[1]),
+                MeasureResult((1e-9,), 0, "", 0.0, 0.0)),
+               (autotvm.MeasureInput("cuda", task, configs[0]),
+                MeasureResult((1e-3,), 0, "", 0.0, 0.0))]
+    with autotvm.apply_history_best(records), pytest.warns(RuntimeWarning, match="diagonal"):
+        s, args = _scale(64)
+    f = ptxforge.build(s, args, target="sim")
+    x = np.arange(64, dtype="float32")
+    dev = ptxforge.sim()
+    out = ptxforge.nd.empty((64,), "float32", dev)
+    f(ptxforge.nd.array(x, dev), out)
+    np.testing.assert_array_equal(out.numpy(), 2 * x)

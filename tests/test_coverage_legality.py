@@ -140,3 +140,24 @@ def test_reduction_replicated_over_the_threads_of_its_kernel():
     s[b].bind(s[b].op.axis[1], te.thread_axis("threadIdx.x"))
     s[t].compute_at(s[b], s[b].op.axis[0])
     _rejected(s, [a, b], "T", "k", "reduction replicated")
+
+
+def test_cross_thread_reduction_keeps_the_guard_of_a_non_dividing_split():
+    # found by the mutation fuzzer: the write-back of the tree reduction ignored the guard
+    # of the spatial split (6 rows by 2x4) and stored past the end of the output
+    from ptxforge import ops
+    from ptxforge.passes.pipeline import Pipeline
+
+    a = te.placeholder((6, 11), name="A")
+    out = ops.sum(ops.exp(a), axis=1)
+    s = te.create_schedule(out.op)
+    text = ('split(compute_red.ax0, factors=[2]), split(compute_red.ax0.outer, factors=[4]), '
+            'split(compute_red.k1, factors=[2]), '
+            'bind(compute_red.ax0.outer.outer, "blockIdx.x"), '
+            'bind(compute_red.k1.outer, "threadIdx.y"), '
+            'bind(compute_red.ax0.outer.inner, "threadIdx.x"), compute_inline(compute)')
+    f = ptxforge.build(Pipeline.parse(text)(s.module), None, target="sim")
+    x = np.random.default_rng(2).uniform(size=(6, 11)).astype("float32")
+    got = np.full(6, np.nan, "float32")
+    f(x, got)
+    np.testing.assert_allclose(got, np.exp(x).sum(axis=1), rtol=1e-5)

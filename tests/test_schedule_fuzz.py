@@ -31,10 +31,19 @@ def _fuzz(total: int, seed: int) -> collections.Counter:
     return counts
 
 
+@pytest.fixture(autouse=True)
+def _no_roundtrip(monkeypatch):
+    # the print/parse round trip of every pass is checked elsewhere; here it would take
+    # most of the time
+    monkeypatch.setenv("PTXFORGE_CHECK_ROUNDTRIP", "0")
+
+
 def test_mutated_schedules_build_right_or_are_rejected():
     _fuzz(int(os.environ.get("PTXFORGE_FUZZ_MUTATIONS", "300")), seed=16)
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("PTXFORGE_FUZZ_SOAK") != "1",
+                    reason="3,000 mutations take minutes: set PTXFORGE_FUZZ_SOAK=1")
 def test_mutated_schedules_soak():
     _fuzz(3000, seed=1616)

@@ -193,11 +193,47 @@ def check_global_memory(func: PrimFunc) -> None:
             "tensors", stage=big.name, limit=f"global_memory_bytes={target.global_memory_bytes}")
 
 
+def check_division_by_zero(func: PrimFunc) -> None:
+    """Raise :class:`LoweringError` for an integer division or modulo whose divisor is a
+    constant zero (a GPU computes an undefined value; numpy raises or warns)."""
+    from ...ir import dtype as dt
+    from ...ir.expr import Bin, IntImm
+    from ...ir.simplify import simplify
+    from ...ir.stmt import stmt_exprs, walk_exprs
+    from ...ir.stmt import walk as walk_all
+
+    for node in walk_all(func.body):
+        for e in stmt_exprs(node):
+            for x in walk_exprs(e):
+                if not (isinstance(x, Bin) and x.op in ("div", "floordiv", "floormod")
+                        and dt.is_int(x.dtype)):
+                    continue
+                b = x.b if isinstance(x.b, IntImm) or free_vars(x.b) else simplify(x.b)
+                if isinstance(b, IntImm) and b.value == 0:
+                    stage = next((n.name for n in _blocks_holding(func.body, node)), "")
+                    raise LoweringError(
+                        f"{'stage ' + stage + ': ' if stage else ''}integer {x.op} by zero in "
+                        f"{x}; a GPU computes an undefined value: divide by a non-zero "
+                        "constant or guard the division", stage=stage,
+                        limit="division by zero")
+
+
+def _blocks_holding(root: Stmt, node: Stmt) -> list:
+    return [p[-1] for p in block_paths(root).values() if _holds(p[-1], node)]
+
+
+def _holds(block: Block, node: Stmt) -> bool:
+    from ...ir.stmt import walk as walk_all
+
+    return any(n is node for n in walk_all(block))
+
+
 def check_coverage(func: PrimFunc) -> PrimFunc:
     """Raise :class:`LoweringError` for the first binding that breaks a rule of this
     module, or for buffers beyond the target's memory; return ``func`` unchanged
     otherwise."""
     check_global_memory(func)
+    check_division_by_zero(func)
     body = func.body
     while isinstance(body, Alloc):
         body = body.body

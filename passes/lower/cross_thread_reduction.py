@@ -18,6 +18,7 @@ from ...ir.expr import (
     Bin,
     IntImm,
     Load,
+    conjuncts,
     const,
     free_vars,
     reducer_identity,
@@ -122,7 +123,14 @@ def _rewrite(path):
         stride //= 2
     vmap = {iv.var: b for iv, b in zip(block.iter_vars, block.bindings) if iv.kind == "S"}
     out_idx = tuple(substitute(i, vmap) for i in st.indices)
-    steps.append(If(tid == const(0), Store(out, out_idx, Load(red, (base,)))))
+    # the block's guards on loops outside the thread loop (a non-dividing split of a
+    # spatial axis) also guard the write-back; those on reduce loops guarded the partials
+    outside = {n.var for k, n in loops if k < tk}
+    write = If(tid == const(0), Store(out, out_idx, Load(red, (base,))))
+    for term in conjuncts(block.predicate):
+        if free_vars(term) <= outside:
+            write = If(term, write)
+    steps.append(write)
     # rebuild: find the thread loop in the new tree by following the old path positions
     tpath = follow_path(body, path, tk)
     t_new = tpath[-1]

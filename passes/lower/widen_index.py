@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.expr import Bin, Cast, Cmp, Expr, IntImm, Load, Select, Var, children, rebuild
-from ...ir.stmt import Alloc, For, Let, PrimFunc, Store, map_stmt
+from ...ir.attrs import Level
+from ...ir.stmt import Alloc, For, Let, PrimFunc, Store, map_stmt, walk
 from ..base import Pass
 from ..registry import register_pass
-from .common import on_kernels, walk_all
 
 INT32_MAX = 2**31 - 1
 
@@ -27,12 +27,13 @@ def needs_64bit(kernel: PrimFunc) -> bool:
     """Whether a 32-bit offset could overflow in ``kernel`` (see the module docstring)."""
     buffers = list(kernel.params)
     threads = 1
-    for x in walk_all(kernel.body):
+    for x in walk(kernel.body):
         if isinstance(x, Alloc):
             buffers.append(x.buffer)
         elif isinstance(x, For) and x.extent > INT32_MAX:
             return True
-    for tag_extents in (kernel.attrs.get("grid", ()), kernel.attrs.get("block", ())):
+    launch = kernel.attrs.launch
+    for tag_extents in (launch.grid, launch.block):
         for e in tag_extents:
             threads *= int(e)
     return threads > INT32_MAX or any(b.size > INT32_MAX for b in buffers)
@@ -97,10 +98,10 @@ class _Widen:
 
 
 def widen_index(func: PrimFunc) -> PrimFunc:
-    if func.attrs.get("kind") != "kernel" or not needs_64bit(func):
+    if func.level is not Level.KERNEL or not needs_64bit(func):
         return func
     vmap = {}
-    for x in walk_all(func.body):
+    for x in walk(func.body):
         if isinstance(x, (For, Let)) and x.var.dtype == "int32":
             vmap[x.var] = Var(x.var.name, "int64")
     widen = _Widen(vmap)
@@ -128,6 +129,7 @@ class WidenIndex(Pass):
     """Do the index arithmetic of kernels that could overflow 32-bit offsets in int64."""
 
     name = "widen_index"
+    levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):
-        return on_kernels(module, widen_index)
+        return self.map_functions(module, widen_index)
