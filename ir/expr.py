@@ -333,18 +333,21 @@ def as_expr(value, like: Expr | None = None) -> Expr:
     if like is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
         if dt.is_float(like.dtype) or (isinstance(value, int) and dt.is_int(like.dtype)):
             if isinstance(value, int) and dt.is_int(like.dtype):
-                check_int_fits(value, like.dtype, f"next to {like}")
+                check_int_fits(value, like.dtype, like)
             return const(value, like.dtype)
     return const(value)
 
 
-def check_int_fits(value: int, dtype: str, where: str = "") -> None:
+def check_int_fits(value: int, dtype: str, where: str | Expr = "") -> None:
     """Raise :class:`IRError` when the integer ``value`` is outside ``dtype``'s range (it
-    would wrap silently in the kernel)."""
+    would wrap silently in the kernel). ``where`` is text, or the expression the constant
+    joins (printed only in the error: printing it on every call would be quadratic)."""
     import numpy as np
 
     info = np.iinfo(dt.to_numpy(dtype))
     if not info.min <= value <= info.max:
+        if isinstance(where, Expr):
+            where = f"next to {where}"
         raise IRError(
             f"the constant {value} does not fit {dtype} ({info.min} to {info.max})"
             f"{' ' + where if where else ''}; cast the other operand to a wider integer "
