@@ -1,6 +1,7 @@
 """A tuning run for tests/test_records_kill.py to kill: tunes a small matmul with the
-simulator runner, appending the payload of every result the runner hands back to a count
-file (before the tuning loop sees it). Usage: ``kill_tune_child.py LOG COUNTS TRIALS``."""
+simulator runner, appending the payloads of every batch of results the runner hands back
+to a count file, one JSON list per batch (before the tuning loop sees them).
+Usage: ``kill_tune_child.py LOG COUNTS TRIALS``."""
 
 import json
 import os
@@ -31,8 +32,9 @@ class CountingRunner(measure.SimRunner):
         super().submit(key, inp, build)
     def collect(self, timeout=0.0):
         out = super().collect(timeout)
-        for key, _ in out:
-            os.write(self._fd, (json.dumps(self._inputs.pop(key).payload) + "\n").encode())
+        if out:  # one line per batch handed back, written in one call
+            batch = [self._inputs.pop(key).payload for key, _ in out]
+            os.write(self._fd, (json.dumps(batch) + "\n").encode())
         return out
 
 task = autosched.SearchTask(func=kill_matmul, args=(16,))

@@ -85,14 +85,24 @@ class Tuner(abc.ABC):
     def _resume(self, own: list) -> None:
         for inp, res in own:
             self._mark_logged(inp.config.index)
-            flops = flops_of(inp, res)
-            if flops > self.best_flops:
-                self.best_flops = flops
+            if self._beats_best(res):
+                self.best_flops = flops_of(inp, res)
                 self.best_config = inp.config
                 self.best_measure_pair = (inp, res)
         if own:
             logger.debug("resumed from %d records: their configs are not proposed again",
                          len(own))
+
+    def _beats_best(self, res) -> bool:
+        """Whether a result replaces the best so far, by the one rule for "best" that
+        :class:`~ptxforge.autotvm.ApplyHistoryBest` also follows (measured beats estimated,
+        then the lower cost, then the earlier timestamp), so that the tuner and its log
+        agree on ties whatever order results arrived in."""
+        from ...measure.record import rank
+
+        if res.error_no != MeasureErrorNo.NO_ERROR:
+            return False
+        return self.best_measure_pair is None or rank(res) < rank(self.best_measure_pair[1])
 
     def _mark_logged(self, index: int) -> None:
         """Never propose config ``index``: it was measured in an earlier run."""
@@ -124,7 +134,7 @@ class Tuner(abc.ABC):
                 inputs, results = self._measure(configs, builder, runner, callbacks)
                 for k, (inp, res) in enumerate(zip(inputs, results)):
                     flops = inp.task.flop / res.mean if res.error_no == 0 else 0.0
-                    if flops > self.best_flops:
+                    if self._beats_best(res):
                         self.best_flops = flops
                         self.best_config = inp.config
                         self.best_measure_pair = (inp, res)
