@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..ir.arith import affine_in
 from ..ir.compute_dag import ComputeDAG
-from ..ir.expr import Bin, Expr, IntImm, Reduce, TensorRead, Var, children, substitute
+from ..ir.expr import Expr, Reduce, TensorRead, children, substitute
 from ..ir.te import ComputeOp, PlaceholderOp
 from ..ir.to_ir import to_ir_with_names
 
@@ -92,31 +93,9 @@ class StageInfo:
 
 def affine_coeffs(e: Expr, index: dict) -> tuple | None:
     """``(coefficients by axis position, constant)`` when ``e`` is affine in the vars of
-    ``index`` (var -> position), else None."""
-    coef: dict = {}
-
-    def go(x, scale) -> int | None:
-        if isinstance(x, Var):
-            if x not in index:
-                return None
-            coef[index[x]] = coef.get(index[x], 0) + scale
-            return 0
-        if isinstance(x, IntImm):
-            return x.value * scale
-        if isinstance(x, Bin):
-            if x.op in ("add", "sub"):
-                a = go(x.a, scale)
-                b = go(x.b, -scale if x.op == "sub" else scale)
-                return None if a is None or b is None else a + b
-            if x.op == "mul":
-                if isinstance(x.b, IntImm):
-                    return go(x.a, scale * x.b.value)
-                if isinstance(x.a, IntImm):
-                    return go(x.b, scale * x.a.value)
-        return None
-
-    c = go(e, 1)
-    return None if c is None else (coef, c)
+    ``index`` (var -> position), else None; see :func:`ir.arith.affine_in`."""
+    form = affine_in(e, index)
+    return None if form is None else ({index[v]: c for v, c in form[0].items()}, form[1])
 
 
 def _reads(e: Expr) -> list:

@@ -459,5 +459,27 @@ def affine_terms(e: Expr) -> tuple[int, list[tuple[Expr, int]]]:
     return lin.c, [(an.atoms[k], v) for k, v in lin.terms.items()]
 
 
-__all__ = ["Ranges", "Analyzer", "Lin", "const_bounds", "affine_terms", "INDEX_DTYPES",
-           "int_range", "is_affine_node", "LEAF_TYPES"]
+def affine_in(e: Expr, variables, others: bool = False) -> tuple[dict, int] | None:
+    """``e`` as ``c0 + sum(ci * v_i)`` over the vars of ``variables``: ``({v_i: ci}, c0)``,
+    or None when it is not affine in them. The one affine analysis of index expressions
+    that the default schedules, the auto-scheduler's DAG analysis and ``compute_at`` share.
+
+    A term that is not a plain var (a floordiv, a product of two non-constants, a load, ...)
+    makes ``e`` non-affine. A var outside ``variables`` is an additive term when ``others``
+    is true (it is left out of the result), and makes ``e`` non-affine otherwise.
+    Terms that cancel are left out.
+    """
+    c0, terms = affine_terms(e)
+    coeffs: dict = {}
+    for term, c in terms:
+        if not isinstance(term, Var):
+            return None
+        if term in variables:
+            coeffs[term] = coeffs.get(term, 0) + c
+        elif not others:
+            return None
+    return coeffs, c0
+
+
+__all__ = ["Ranges", "Analyzer", "Lin", "const_bounds", "affine_terms", "affine_in",
+           "INDEX_DTYPES", "int_range", "is_affine_node", "LEAF_TYPES"]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ptxforge.ir.arith import Analyzer, affine_terms
+from ptxforge.ir.arith import Analyzer, affine_in, affine_terms
 from ptxforge.ir.expr import (
     Bin,
     Cast,
@@ -520,6 +520,15 @@ def test_affine_terms():
     c, terms = affine_terms(i * 4 + floordiv(j, 2) * 3 - i + 7)
     assert c == 7
     assert [(expr_str(t), v) for t, v in terms] == [("i", 3), ("floordiv(j, 2)", 3)]
+
+
+def test_affine_in_is_the_one_affine_analysis():
+    assert affine_in(i * 4 - i + j * 2 + 5, {i, j}) == ({i: 3, j: 2}, 5)
+    assert affine_in(i * 2 + j, {i}) is None  # a var outside the set
+    assert affine_in(i * 2 + j, {i}, others=True) == ({i: 2}, 0)
+    assert affine_in(floordiv(i, 2) + j, {i, j}, others=True) is None  # not a plain var
+    assert affine_in(i * j, {i, j}) is None
+    assert affine_in(i - i + 3, {i}) == ({}, 3)  # cancelled terms are left out
 
 
 def test_keys_ignore_sum_order_and_commutativity():

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...ir.expr import Bin, Expr, IntImm, Reduce, TensorRead, Var, children, free_vars, substitute
+from ...ir.arith import affine_in
+from ...ir.expr import Expr, Reduce, TensorRead, children, free_vars, substitute
 from ...ir.simplify import simplify
 from ...ir.te import ComputeOp, Tensor
 
@@ -160,32 +161,10 @@ class InputAccess:
 
 
 def affine_coeffs(e: Expr, variables: set) -> dict | None:
-    """``{var: coefficient}`` when ``e`` is affine in ``variables`` (other vars or
-    constants only as additive terms), else None."""
-    coeffs: dict = {}
-
-    def go(x, scale) -> bool:
-        if isinstance(x, Var):
-            if x in variables:
-                coeffs[x] = coeffs.get(x, 0) + scale
-            return True
-        if isinstance(x, IntImm):
-            return True
-        if isinstance(x, Bin):
-            if x.op == "add":
-                return go(x.a, scale) and go(x.b, scale)
-            if x.op == "sub":
-                return go(x.a, scale) and go(x.b, -scale)
-            if x.op == "mul":
-                if isinstance(x.b, IntImm):
-                    return go(x.a, scale * x.b.value)
-                if isinstance(x.a, IntImm):
-                    return go(x.b, scale * x.a.value)
-        return False
-
-    if not go(e, 1):
-        return None
-    return {v: c for v, c in coeffs.items() if c != 0}
+    """``{var: coefficient}`` (nonzero ones) when ``e`` is affine in ``variables`` (other
+    vars or constants only as additive terms), else None; see :func:`ir.arith.affine_in`."""
+    form = affine_in(e, variables, others=True)
+    return None if form is None else {v: c for v, c in form[0].items() if c != 0}
 
 
 def input_accesses(op: ComputeOp, inlined: set = frozenset()) -> list[InputAccess]:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ir.expr import Bin, IntImm, Load, Var, conjuncts, const, free_vars, logical_and, substitute
+from ...ir.arith import affine_in
+from ...ir.expr import Load, Var, conjuncts, const, free_vars, logical_and, substitute
 from ...ir.region import access_region
 from ...ir.simplify import const_bounds, prove, simplify
 from ...ir.stmt import Block, For, If, PrimFunc, Seq, Store, walk
@@ -70,27 +71,10 @@ def reads_of(block: Block, buf) -> list:
 
 
 def _affine_coeffs(e, loop_vars: set):
-    """``{var: coeff}`` if ``e`` is a sum of ``coeff * loop var`` terms (no constant)."""
-    e = simplify(e)
-    coeffs: dict = {}
-
-    def go(x, scale):
-        if isinstance(x, Var) and x in loop_vars:
-            coeffs[x] = coeffs.get(x, 0) + scale
-            return True
-        if isinstance(x, IntImm):
-            return x.value == 0
-        if isinstance(x, Bin):
-            if x.op == "add":
-                return go(x.a, scale) and go(x.b, scale)
-            if x.op == "mul":
-                if isinstance(x.b, IntImm):
-                    return go(x.a, scale * x.b.value)
-                if isinstance(x.a, IntImm):
-                    return go(x.b, scale * x.a.value)
-        return False
-
-    return coeffs if go(e, 1) else None
+    """``{var: coeff}`` if ``e`` simplifies to a sum of ``coeff * loop var`` terms (no
+    constant); see :func:`ir.arith.affine_in`."""
+    form = affine_in(simplify(e), loop_vars)
+    return None if form is None or form[1] != 0 else form[0]
 
 
 def compute_at(func: PrimFunc, stage: str, loop: str) -> PrimFunc:
