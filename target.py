@@ -112,6 +112,30 @@ DEFAULT_ARCH = "sm_90"
 KINDS = ("cuda", "sim")
 
 
+def resident_blocks(threads, registers, shared_bytes, *, warp_size: int,
+                    max_threads_per_sm: int, registers_per_sm: int, shared_memory_per_sm: int,
+                    max_blocks_per_sm: int, max_threads_per_block: int,
+                    max_registers_per_thread: int, max_shared_per_block: int):
+    """The occupancy rule, the one place it is written: blocks resident on an SM with these
+    figures (see :meth:`Target.blocks_per_sm`, which passes its own). Elementwise on numpy
+    arrays; 0 where one block does not fit."""
+    import numpy as np
+
+    threads, registers, shared = (np.asarray(x) for x in (threads, registers, shared_bytes))
+    warps = -(-threads // warp_size)
+    lanes = np.maximum(warps * warp_size, 1)
+    regs = -(-registers // 8) * 8
+    by_shared = np.where(shared > 0, shared_memory_per_sm // np.maximum(shared, 1),
+                         max_blocks_per_sm)
+    blocks = np.minimum(np.minimum(max_threads_per_sm // lanes, by_shared),
+                        np.minimum(registers_per_sm // np.maximum(regs * lanes, 1),
+                                   max_blocks_per_sm))
+    fits = ((threads <= max_threads_per_block) & (registers <= max_registers_per_thread)
+            & (shared <= max_shared_per_block))
+    out = np.where(fits, np.maximum(blocks, 0), 0)
+    return int(out) if out.ndim == 0 else out
+
+
 @dataclass(frozen=True)
 class TargetKind:
     """The kind of a target, as TVM's ``target.kind`` (``.name`` is ``"cuda"`` or ``"sim"``)."""
@@ -307,22 +331,14 @@ class Target:
         one block does not fit at all (too many threads, registers per thread or shared
         memory per block). ``registers`` are per thread, allocated in units of 8 (256 per
         warp). Works on ints and, elementwise, on numpy arrays."""
-        import numpy as np
-
-        threads, registers, shared = (np.asarray(x) for x in (threads, registers, shared_bytes))
-        warps = -(-threads // self.warp_size)
-        lanes = np.maximum(warps * self.warp_size, 1)
-        regs = -(-registers // 8) * 8
-        by_shared = np.where(shared > 0, self.shared_memory_per_sm // np.maximum(shared, 1),
-                             self.max_blocks_per_sm)
-        blocks = np.minimum(np.minimum(self.max_threads_per_sm // lanes, by_shared),
-                            np.minimum(self.registers_per_sm // np.maximum(regs * lanes, 1),
-                                       self.max_blocks_per_sm))
-        fits = ((threads <= self.max_threads_per_block)
-                & (registers <= self.max_registers_per_thread)
-                & (shared <= self.max_shared_memory_per_block_optin))
-        out = np.where(fits, np.maximum(blocks, 0), 0)
-        return int(out) if out.ndim == 0 else out
+        return resident_blocks(
+            threads, registers, shared_bytes, warp_size=self.warp_size,
+            max_threads_per_sm=self.max_threads_per_sm, registers_per_sm=self.registers_per_sm,
+            shared_memory_per_sm=self.shared_memory_per_sm,
+            max_blocks_per_sm=self.max_blocks_per_sm,
+            max_threads_per_block=self.max_threads_per_block,
+            max_registers_per_thread=self.max_registers_per_thread,
+            max_shared_per_block=self.max_shared_memory_per_block_optin)
 
     @property
     def warps_to_hide_latency(self) -> int:

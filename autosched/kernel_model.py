@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..target import resident_blocks
 from .hardware import HardwareParams
 from .sketch import Sketch
 from .steps import CrossThreadStep, InlineStep, SimpleStep, TileStep
@@ -58,12 +59,15 @@ def _region_dims(access, tiles: list, n: int) -> list:
 
 def _occupancy(threads, regs, shared, blocks, hw: HardwareParams) -> dict:
     warps = -(-threads // hw.warp_size)
-    by_threads = hw.max_threads_per_sm // np.maximum(warps * hw.warp_size, 1)
-    regs_r = -(-np.minimum(regs, 255) // 8) * 8
-    by_regs = hw.max_registers_per_sm // np.maximum(regs_r * warps * hw.warp_size, 1)
-    by_smem = hw.max_shared_memory_per_sm // (shared + 1024)
-    bps = np.maximum(np.minimum(np.minimum(by_threads, by_regs),
-                                np.minimum(by_smem, hw.max_blocks_per_sm)), 1)
+    # the target's occupancy rule with the search's figures; 1 KiB of shared memory per
+    # block is the driver's reservation; a block that does not fit counts as one (the
+    # limits are checked before a state is measured, not here)
+    bps = np.maximum(resident_blocks(
+        threads, np.minimum(regs, 255), shared + 1024, warp_size=hw.warp_size,
+        max_threads_per_sm=hw.max_threads_per_sm, registers_per_sm=hw.max_registers_per_sm,
+        shared_memory_per_sm=hw.max_shared_memory_per_sm,
+        max_blocks_per_sm=hw.max_blocks_per_sm, max_threads_per_block=hw.max_threads_per_sm,
+        max_registers_per_thread=255, max_shared_per_block=hw.max_shared_memory_per_sm), 1)
     slots = hw.num_sms * bps
     waves = -(-blocks // slots)
     wave_eff = blocks / (waves * slots)
