@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+
 from ptxforge import ops, te
 from ptxforge.ir.te import ComputeOp
 from ptxforge.ops import testing as ref
@@ -272,7 +273,7 @@ def _schedule_reduction(s, op, rng, handled, out, pipelines=False):
 
 
 def _threads_of(s, stage, op) -> int:
-    from ptxforge.passes.schedule.common import block_paths
+    from ptxforge.ir.traversal import block_paths
 
     paths = block_paths(s.module.main.body)
     for n in paths[stage.block]:
@@ -292,7 +293,7 @@ MUTATIONS = ("retag", "duplicate_bind", "drop_bind", "split_factor", "move_compu
 def loop_refs(steps: list, module) -> list:
     """Every ``stage.loop`` reference the steps name, plus every loop of the scheduled IR."""
     from ptxforge.ir.stmt import For
-    from ptxforge.passes.schedule.common import block_paths
+    from ptxforge.ir.traversal import block_paths
 
     refs = set()
     for step in steps:
@@ -307,7 +308,7 @@ def reduce_refs(module) -> list:
     """Loops of reduction stages that feed a reduce index (``stage.loop``)."""
     from ptxforge.ir.expr import free_vars
     from ptxforge.ir.stmt import For
-    from ptxforge.passes.schedule.common import block_paths
+    from ptxforge.ir.traversal import block_paths
 
     out = []
     for name, path in block_paths(module.main.body).items():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from ptxforge import te
 from ptxforge.ir.to_ir import to_ir
+from ptxforge.ir.traversal import block_paths, enclosing_loops
 from ptxforge.passes.pipeline import Pipeline
 from ptxforge.passes.schedule import names
-from ptxforge.passes.schedule.common import block_paths, enclosing_loops
 
 
 def test_references_resolve_at_the_longest_stage_prefix():

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ...ir.stmt import PrimFunc
-from .common import ScheduleError, find_loop, replace_at
+from ...ir.traversal import replace_at
+from .common import ScheduleError, find_loop
 
 
 def set_loop(func: PrimFunc, loop: str, kind: str | None = None, thread: str = "",

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from ...ir.expr import Load, Var
 from ...ir.stmt import Alloc, Block, BlockVar, Buffer, For, PrimFunc, Seq, Store, map_stmt
-from ...ir.traversal import rewrite_loads
+from ...ir.traversal import block_names, block_paths, replace_at, rewrite_loads
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import ScheduleError, SchedulePass, block_names, block_paths, on_main, replace_at
+from .common import ScheduleError, SchedulePass, on_main
 from .compute_at import reads_of
 from .names import cache_name, copy_axes, fresh_name
 

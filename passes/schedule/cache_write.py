@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.stmt import Buffer, PrimFunc, replace_buffers
+from ...ir.traversal import replace_at
 from ..params import Ref, positional
 from ..registry import register_pass
 from .cache_read import copy_block, top_level_index, wrap_allocs
-from .common import ScheduleError, SchedulePass, find_block, on_main, replace_at
+from .common import ScheduleError, SchedulePass, find_block, on_main
 from .compute_at import output_buffer
 from .names import cache_name
 

@@ -1,6 +1,6 @@
 """What the schedule passes share: finding blocks and loops by name and the loops that
 belong to one stage. Walking and rewriting trees (paths, ``replace_at``, ...) is
-:mod:`ptxforge.ir.traversal`'s; its names are imported here for the schedule passes.
+:mod:`ptxforge.ir.traversal`'s: import those from there.
 
 Loops are referred to as ``<stage>.<loop>`` (see :mod:`.names`): the block named
 ``<stage>`` and, among the loops enclosing it, the one whose var is named ``<loop>``. Passes
@@ -12,14 +12,11 @@ from __future__ import annotations
 from ...ir.attrs import Level
 from ...ir.expr import IRError, Var, free_vars
 from ...ir.stmt import Block, For, PrimFunc, Stmt
-from ...ir.traversal import (  # noqa: F401  (the schedule passes import them from here)
+from ...ir.traversal import (
     block_names,
     block_paths,
     blocks_under,
     enclosing_loops,
-    follow_path,
-    replace_at,
-    replace_child,
 )
 from ..base import Pass
 from .names import resolve_ref

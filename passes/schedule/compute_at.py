@@ -18,19 +18,17 @@ from ...ir.expr import Load, Var, conjuncts, const, free_vars, logical_and, subs
 from ...ir.region import access_region
 from ...ir.simplify import const_bounds, prove, simplify
 from ...ir.stmt import Block, For, If, PrimFunc, Seq, Store, walk
+from ...ir.traversal import block_paths, blocks_under, replace_at
 from ..params import Ref, positional
 from ..registry import register_pass
 from .common import (
     ScheduleError,
     SchedulePass,
-    block_paths,
-    blocks_under,
     find_block,
     find_loop,
     loop_names_on_path,
     on_main,
     own_loop_top,
-    replace_at,
 )
 from .names import copy_axis, fresh_name
 

@@ -6,18 +6,10 @@ from dataclasses import dataclass
 
 from ...ir.expr import substitute
 from ...ir.stmt import Alloc, Block, PrimFunc, Store, map_stmt, walk
-from ...ir.traversal import rewrite_loads
+from ...ir.traversal import block_paths, replace_at, rewrite_loads
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import (
-    ScheduleError,
-    SchedulePass,
-    block_paths,
-    find_block,
-    on_main,
-    own_loop_top,
-    replace_at,
-)
+from .common import ScheduleError, SchedulePass, find_block, on_main, own_loop_top
 
 
 def inline_body(block: Block):

@@ -6,16 +6,10 @@ from dataclasses import dataclass
 
 from ...ir.expr import IntImm, Var, floordiv, floormod
 from ...ir.stmt import For, PrimFunc, substitute_stmt
+from ...ir.traversal import replace_at
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import (
-    ScheduleError,
-    SchedulePass,
-    find_loop,
-    loop_names_on_path,
-    on_main,
-    replace_at,
-)
+from .common import ScheduleError, SchedulePass, find_loop, loop_names_on_path, on_main
 from .names import fresh_name, fused_name
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.stmt import For, PrimFunc
+from ...ir.traversal import replace_at
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import ScheduleError, SchedulePass, find_loop, on_main, replace_at
+from .common import ScheduleError, SchedulePass, find_loop, on_main
 
 
 def reorder(func: PrimFunc, loops) -> PrimFunc:

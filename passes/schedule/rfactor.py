@@ -16,10 +16,11 @@ from ...ir.expr import (
     substitute,
 )
 from ...ir.stmt import Block, BlockVar, Buffer, For, If, PrimFunc, Store
+from ...ir.traversal import enclosing_loops, replace_at
 from ..params import Ref, positional
 from ..registry import register_pass
 from .cache_read import top_level_index, wrap_allocs
-from .common import ScheduleError, SchedulePass, enclosing_loops, find_loop, on_main, replace_at
+from .common import ScheduleError, SchedulePass, find_loop, on_main
 from .compute_at import output_buffer
 from .names import rfactor_name
 
@@ -44,7 +45,7 @@ def _reduction_parts(block: Block, out: Buffer):
 def rfactor(func: PrimFunc, loop: str, factor_axis: int = 0) -> PrimFunc:
     lpath, stage = find_loop(func, loop)
     target: For = lpath[-1]
-    from .common import block_paths
+    from ...ir.traversal import block_paths
 
     bpath = block_paths(func.body)[stage]
     block: Block = bpath[-1]

@@ -11,13 +11,14 @@ from __future__ import annotations
 from ...ir.compute_dag import ComputeDAG
 from ...ir.te import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 from ...ir.to_ir import to_ir_with_names
+from ...ir.traversal import block_paths, enclosing_loops
 from ..base import Pass
 from ..pipeline import Pipeline
 from .async_copy import AsyncCopy
 from .bind import Bind
 from .cache_read import CacheRead
 from .cache_write import CacheWrite
-from .common import ScheduleError, block_paths, enclosing_loops
+from .common import ScheduleError
 from .compute_at import ComputeAt
 from .compute_inline import ComputeInline
 from .fuse import Fuse

@@ -6,16 +6,10 @@ from dataclasses import dataclass
 
 from ...ir.expr import IntImm, Var, const, logical_and
 from ...ir.stmt import Block, For, PrimFunc, map_stmt, substitute_stmt
+from ...ir.traversal import replace_at
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import (
-    ScheduleError,
-    SchedulePass,
-    find_loop,
-    loop_names_on_path,
-    on_main,
-    replace_at,
-)
+from .common import ScheduleError, SchedulePass, find_loop, loop_names_on_path, on_main
 from .names import fresh_name, split_names
 
 

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from ...ir.intrin import ANNOTATION, IntrinError, get_intrin
 from ...ir.intrin.match import match_nest
 from ...ir.stmt import PrimFunc
+from ...ir.traversal import replace_at
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import ScheduleError, SchedulePass, find_loop, on_main, replace_at
+from .common import ScheduleError, SchedulePass, find_loop, on_main
 
 
 def tensorize(func: PrimFunc, loop: str, intrin: str) -> PrimFunc:
