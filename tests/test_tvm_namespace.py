@@ -122,3 +122,47 @@ def test_set_scope_is_a_clear_error():
     s = te.create_schedule(B.op)
     with pytest.raises(ScheduleError, match="cache_read"):
         s[B].set_scope("shared")
+
+
+def test_op_input_tensors_and_topi_testing_module():
+    from ptxforge.tvm.topi.testing import conv2d_nchw_python
+
+    data = te.placeholder((1, 4, 6, 6), name="data")
+    kernel = te.placeholder((8, 4, 3, 3), name="kernel")
+    conv = topi.nn.conv2d_nchw(data, kernel, 1, 1, dilation=1, out_dtype="float32")
+    s = te.create_schedule([conv.op])
+    pad = s[conv].op.input_tensors[0]  # the AutoTVM tutorial's own line
+    assert pad.op.input_tensors == [data] and s[conv].op.input_tensors[1] is kernel
+    s[pad].compute_inline()
+    f = tvm.build(s, [data, kernel, conv], "sim")
+    a = np.random.default_rng(0).standard_normal((1, 4, 6, 6)).astype("float32")
+    w = np.random.default_rng(1).standard_normal((8, 4, 3, 3)).astype("float32")
+    dev = tvm.sim()
+    c = tvm.nd.empty((1, 8, 6, 6), device=dev)
+    f(tvm.nd.array(a, device=dev), tvm.nd.array(w, device=dev), c)
+    np.testing.assert_allclose(c.numpy(), conv2d_nchw_python(a, w, 1, 1), rtol=1e-4, atol=1e-4)
+    OL = s.cache_write(conv, "local")
+    with pytest.raises(ScheduleError, match="made by the schedule"):
+        s[OL].op.input_tensors
+    with pytest.raises(ScheduleError, match="one output"):
+        s[conv].op.output(1)
+
+
+def test_auto_scheduler_has_the_measure_names():
+    from ptxforge import measure
+
+    assert auto_scheduler.SimRunner is measure.SimRunner
+    assert auto_scheduler.LocalRunner is measure.LocalRunner
+    assert auto_scheduler.LocalBuilder is measure.LocalBuilder
+
+
+def test_tuner_seed_from_the_environment(monkeypatch):
+    from ptxforge.autotvm.tuner.tuner import default_seed
+
+    monkeypatch.setenv("PTXFORGE_SEED", "7")
+    assert default_seed(None) == 7 and default_seed(3) == 3
+    monkeypatch.setenv("PTXFORGE_SEED", "x")
+    with pytest.raises(ValueError, match="PTXFORGE_SEED"):
+        default_seed(None)
+    monkeypatch.delenv("PTXFORGE_SEED")
+    assert default_seed(None) is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import os
 import time
 
 import numpy as np
@@ -24,6 +25,22 @@ logger = logging.getLogger("autotvm")
 ERROR_STREAK_WARNING = 150
 
 
+def default_seed(seed: int | None) -> int | None:
+    """``seed``, or when it is None the integer in the ``PTXFORGE_SEED`` environment
+    variable (unset: None, a fresh random seed): makes the tuners of a script that
+    passes no seed (such as TVM's tutorials) reproducible without editing it."""
+    if seed is not None:
+        return seed
+    env = os.environ.get("PTXFORGE_SEED", "").strip()
+    if not env:
+        return None
+    try:
+        return int(env)
+    except ValueError:
+        raise ValueError(f"PTXFORGE_SEED={env!r} is not an integer; set it to a whole number "
+                         "or unset it") from None
+
+
 class Tuner(abc.ABC):
     """Base class of the tuners. ``seed`` makes proposals reproducible."""
 
@@ -33,7 +50,7 @@ class Tuner(abc.ABC):
         self.param = kwargs
         self.task = task
         self.space = task.config_space
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(default_seed(seed))
         self.best_config = None
         self.best_flops = 0.0
         self.best_measure_pair = None

@@ -34,6 +34,9 @@ class XGBTuner(ModelBasedTuner):
                  seed: int | None = None, sa_options: dict | None = None):
         import numpy as np
 
+        from .tuner import default_seed
+
+        seed = default_seed(seed)
         rng = np.random.default_rng(seed)
         model = XGBoostCostModel(task, feature_type, loss_type, num_threads,
                                  seed=int(rng.integers(2**31)))

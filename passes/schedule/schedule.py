@@ -77,7 +77,19 @@ class _OpView:
         self._tensor = tensor
 
     def output(self, index: int = 0):
+        if index != 0:
+            raise ScheduleError(f"stage {self.name} has one output; asked for output {index}")
         return self._tensor
+
+    @property
+    def input_tensors(self) -> list:
+        """The tensors the stage's computation reads, in order of first appearance (as
+        ``te.Tensor.op.input_tensors``)."""
+        op = getattr(self._tensor, "op", None)
+        if op is None or op is self:
+            raise ScheduleError(f"stage {self.name} was made by the schedule (a cache stage); "
+                                "its input is the tensor given to cache_read / cache_write")
+        return list(op.input_tensors)
 
     def __repr__(self):
         return f"op({self.name})"
