@@ -143,7 +143,7 @@ def test_op_input_tensors_and_topi_testing_module():
     np.testing.assert_allclose(c.numpy(), conv2d_nchw_python(a, w, 1, 1), rtol=1e-4, atol=1e-4)
     OL = s.cache_write(conv, "local")
     with pytest.raises(ScheduleError, match="made by the schedule"):
-        s[OL].op.input_tensors
+        _ = s[OL].op.input_tensors
     with pytest.raises(ScheduleError, match="one output"):
         s[conv].op.output(1)
 
