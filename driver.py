@@ -93,7 +93,12 @@ class BuiltModule:
 
     entry_name = "main"
 
-    def __init__(self, device_module: Module, target: Target | str = "cuda"):
+    def __init__(self, device_module: Module, target: Target | str = "cuda",
+                 name: str = "main"):
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"build(name={name!r}): the function name must be a Python-style "
+                             "identifier (letters, digits, underscores)")
+        self.entry_name = name
         self.device_module = device_module
         self.target = as_target(target)
         self._ptx = None
@@ -138,10 +143,19 @@ class BuiltModule:
             return str(self.device_module)
         return self._compile().get_source(fmt)
 
+    def get_function(self, name: str) -> BuiltModule:
+        """The module's one function by its name (``build(name=)``; ``module[name]``)."""
+        if name != self.entry_name:
+            raise KeyError(f"the module has one function, {self.entry_name!r}, not {name!r}")
+        return self
+
+    __getitem__ = get_function
+
     def time_evaluator(self, func_name: str, dev, number: int = 10, repeat: int = 1,
                        min_repeat_ms: float = 0):
         """A function timing the module on ``dev``: CUDA events on a GPU; on the simulator
         one checked run, then the analytical estimate of the GPU time, labelled as such."""
+        self.get_function(func_name)
         if isinstance(dev, SimDevice):
             return _sim_timer(self, number, repeat)
         key = repr(dev)
@@ -187,7 +201,8 @@ def _sim_timer(mod: BuiltModule, number: int, repeat: int):
     return run
 
 
-def build(sch_or_dag, args=None, target: Target | str = "cuda", ctx=None) -> BuiltModule:
+def build(sch_or_dag, args=None, target: Target | str = "cuda", ctx=None,
+          name: str = "main") -> BuiltModule:
     """Lower and compile for ``target``: a string (``"cuda"``, ``"cuda -arch=sm_80"``,
     ``"sim"``) or a :class:`~ptxforge.target.Target`. A cuda target also generates PTX for
     its architecture (no GPU needed for that); ``"sim"`` only lowers. Lowering runs with
@@ -195,4 +210,4 @@ def build(sch_or_dag, args=None, target: Target | str = "cuda", ctx=None) -> Bui
     simulator when given simulator arrays."""
     target = as_target(target)
     with target:
-        return BuiltModule(lower(sch_or_dag, args, ctx), target)
+        return BuiltModule(lower(sch_or_dag, args, ctx), target, name)

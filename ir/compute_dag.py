@@ -93,6 +93,26 @@ class ComputeDAG:
 
     __repr__ = __str__
 
+    def get_init_state(self):
+        """The unscheduled state: an empty schedule (pass pipeline)."""
+        from ..passes.pipeline import Pipeline
+
+        return Pipeline([])
+
+    def print_python_code_from_state(self, state) -> str:
+        """The te schedule code of ``state``: a pass pipeline or its text, a record's input
+        (``inp.state`` or the input itself), or :meth:`get_init_state`, as TVM prints it
+        (``s = te.create_schedule(...)``, then one line per primitive)."""
+        from ..autosched.printer import python_schedule_code
+        from ..autosched.search_task import SearchTask
+
+        text = getattr(state, "pipeline_text", state)
+        if not isinstance(text, str) and not hasattr(text, "passes"):
+            raise TypeError("print_python_code_from_state takes a pass pipeline (or its text) "
+                            f"or a record's input, got {type(state).__name__}; an auto-"
+                            "scheduler State needs its task: use state.pipeline(task)")
+        return python_schedule_code(SearchTask(compute_dag=self), text)
+
     def flop_count(self) -> float:
         """Floating-point (and integer value) operations, not counting index arithmetic."""
         total = 0.0

@@ -120,6 +120,14 @@ class MeasureInput:
     payload: dict | None = None
     scheduled_text: str = field(default="", compare=False, repr=False)
 
+    @property
+    def state(self):
+        """The candidate's schedule as a pass pipeline (TVM's ``inp.state``; what
+        ``ComputeDAG.print_python_code_from_state`` prints)."""
+        from ..passes.pipeline import Pipeline
+
+        return Pipeline.parse(self.pipeline_text)
+
 
 @dataclass(frozen=True)
 class BuildResult:

@@ -166,3 +166,90 @@ def test_tuner_seed_from_the_environment(monkeypatch):
         default_seed(None)
     monkeypatch.delenv("PTXFORGE_SEED")
     assert default_seed(None) is None
+
+
+def _add_mul():
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] * 2, name="B")
+    C = te.compute((64,), lambda i: B[i] + 1, name="C")
+    return A, B, C
+
+
+def _run_add_mul(s, A, C):
+    a = np.random.default_rng(3).standard_normal(64).astype("float32")
+    f = tvm.build(s, [A, C], "sim")
+    dev = tvm.sim()
+    c = tvm.nd.empty((64,), device=dev)
+    f(tvm.nd.array(a, device=dev), c)
+    np.testing.assert_allclose(c.numpy(), a * 2 + 1, rtol=1e-6)
+
+
+def _bind_all(s, *tensors):
+    for t in tensors:
+        xo, xi = s[t].split(s[t].leaf_iter_vars[0], factor=32)
+        s[t].bind(xo, te.thread_axis("blockIdx.x"))
+        s[t].bind(xi, te.thread_axis("threadIdx.x"))
+
+
+def test_compute_root_undoes_a_pending_inline_and_an_applied_compute_at():
+    A, B, C = _add_mul()
+    s = te.create_schedule(C.op)
+    s[B].compute_inline()
+    s[B].compute_root()
+    assert s.pipeline.text == ""  # the inline is gone: B is its own kernel again
+    _bind_all(s, B, C)
+    _run_add_mul(s, A, C)
+    assert "alloc B: float32[64] global" in str(tvm.lower(s, [A, C]))  # B is materialised
+
+    A, B, C = _add_mul()
+    s = te.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=32)
+    s[B].compute_at(s[C], xo)
+    assert "compute_at" in s.pipeline.text
+    s[B].compute_root()
+    assert s.pipeline.text == "split(C.i_1, factors=[32])"
+    s[C].bind(xo, te.thread_axis("blockIdx.x"))
+    s[C].bind(xi, te.thread_axis("threadIdx.x"))
+    _bind_all(s, B)
+    _run_add_mul(s, A, C)
+
+
+def test_create_prim_func_and_build_name():
+    A, B, C = _add_mul()
+    f = te.create_prim_func([A, C])
+    text = str(f)
+    assert "block B" in text and "block C" in text and text.startswith("@main(")
+    with pytest.raises(te.TEError, match="argument tensors"):
+        te.create_prim_func([])
+    s = te.create_schedule(C.op)
+    _bind_all(s, B, C)
+    mod = tvm.build(s, [A, C], "sim", name="add_mul")
+    assert mod.entry_name == "add_mul" and mod["add_mul"] is mod
+    with pytest.raises(KeyError, match="one function"):
+        mod.time_evaluator("main", tvm.sim())
+    with pytest.raises(ValueError, match="identifier"):
+        tvm.build(s, [A, C], "sim", name="add mul")
+
+
+def test_print_python_code_from_state(tmp_path):
+    @auto_scheduler.register_workload
+    def idiom_matmul(n):
+        a = te.placeholder((n, n), name="a")
+        b = te.placeholder((n, n), name="b")
+        k = te.reduce_axis((0, n), name="k")
+        return [a, b, te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k),
+                                 name="c")]
+
+    task = auto_scheduler.SearchTask(func=idiom_matmul, args=(16,), target="sim")
+    dag = task.compute_dag
+    init = dag.print_python_code_from_state(dag.get_init_state())
+    assert "create_schedule" in init and ".split(" not in init
+    log = str(tmp_path / "mm.json")
+    task.tune(auto_scheduler.TuningOptions(num_measure_trials=2,
+                                           runner=auto_scheduler.SimRunner(), verbose=0,
+                                           measure_callbacks=[auto_scheduler.RecordToFile(log)]))
+    inp, _ = auto_scheduler.load_best_record(log, task.workload_key)
+    code = dag.print_python_code_from_state(inp.state)
+    assert ".split(" in code and code == task.print_best(log)
+    with pytest.raises(TypeError, match="pipeline"):
+        dag.print_python_code_from_state(42)

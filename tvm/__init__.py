@@ -32,9 +32,10 @@ def lower(sch, args=None, name: str | None = None, simple_mode: bool = False, **
 
 
 def build(sch, args=None, target="cuda", target_host=None, name: str | None = None):
-    """``tvm.build``: compile for ``target`` (``"cuda"`` or ``"sim"``). ``target_host`` has no
-    meaning (the host side is Python) and is ignored."""
-    return _driver.build(sch, args, target=target)
+    """``tvm.build``: compile for ``target`` (``"cuda"`` or ``"sim"``); ``name`` (default
+    ``"main"``) is the function's ``entry_name``. ``target_host`` has no meaning (the host
+    side is Python) and is ignored."""
+    return _driver.build(sch, args, target=target, name=name or "main")
 
 
 __all__ = ["te", "topi", "autotvm", "auto_scheduler", "relay", "contrib", "target", "transform",

@@ -246,6 +246,13 @@ class Stage:
         # (cache_read) by a later primitive, so the inline waits until a primitive needs it
         self.schedule.defer(ComputeInline(self.block), {self.block})
 
+    def compute_root(self):
+        """Compute this stage at the root again, in its own loop nest: undoes its
+        ``compute_inline`` or ``compute_at`` (TVM's ``compute_root``); a stage never attached
+        is already at the root. Undoing one already applied replays the schedule without it;
+        a later primitive that needed the attachment is reported."""
+        self.schedule.uncompute(self.block)
+
     def storage_align(self, axis, factor: int, offset: int):
         dim = self._axis_names.index(axis.name) if isinstance(axis, LoopHandle) else int(axis)
         self.schedule.apply(StorageAlign(self.block, dim, int(factor), int(offset)),
@@ -378,6 +385,28 @@ class Schedule:
             return set()
         return {b for b, p in block_paths(self._module.main.body).items()
                 if reads_of(p[-1], buf)}
+
+    def uncompute(self, block: str) -> None:
+        """Drop every ``compute_inline`` / ``compute_at`` of stage ``block`` (pending or
+        applied), so that it is computed at the root (see :meth:`Stage.compute_root`)."""
+        def attaches(p) -> bool:
+            return isinstance(p, (ComputeAt, ComputeInline)) and str(p.stage) == block
+
+        self._pending = [entry for entry in self._pending if not attaches(entry[0])]
+        if not any(attaches(p) for p in self._pipeline):
+            return
+        kept = [p for p in self._pipeline if not attaches(p)]
+        module = to_ir_with_names(self.dag)[0]
+        for p in kept:
+            try:
+                module = p(module)
+            except Exception as e:
+                raise ScheduleError(
+                    f"compute_root({block}): {p.text} was applied after the stage was attached "
+                    f"and does not apply without the attachment ({e}); call compute_root "
+                    "before scheduling the loops it made") from e
+        self._module = module
+        self._pipeline = Pipeline(kept)
 
     def defer(self, p: Pass, stages, targets=()) -> None:
         """Queue a primitive on ``stages`` whose loop references point into ``targets``."""
