@@ -18,14 +18,13 @@ Stages (:data:`STAGES`): ``device_ir``, ``llvm_ir``, ``llvm_opt``, ``ptx``, ``cu
 is kept on the compiled kernel, can be dumped (``dump_dir=``) and replaced (``replace=``).
 """
 
-from . import nvptx
+import importlib
+
 from .assemble import AssemblerError, ResourceUsage, find_ptxas, nvjitlink_available
-from .cache import KernelCache, default_cache
-from .codegen import CodegenError, LaunchInfo, ParamInfo, codegen_kernel
-from .compile import assemble, compile_kernel
 from .cuda_driver import CudaError, Device, NoGPUError, cuda, device_count
 from .dlpack import DLPackError
 from .kernel import STAGES, CompiledKernel, CompileError
+from .launch import LaunchInfo, ParamInfo
 from .module import LoadedKernel, LoadedModule, PtxModule, compile_module
 from .ndarray import (
     NDArray,
@@ -37,6 +36,23 @@ from .ndarray import (
     to_bfloat16,
 )
 from .timer import ProfileResult, time_evaluator
+
+# the compiler (LLVM through llvmlite) is imported when first used, so that loading and
+# running exported kernels (ptxforge.runtime) needs only the CUDA driver
+_COMPILER = {"nvptx": (".nvptx", None), "KernelCache": (".cache", "KernelCache"),
+             "default_cache": (".cache", "default_cache"),
+             "CodegenError": (".exprgen", "CodegenError"),
+             "codegen_kernel": (".codegen", "codegen_kernel"),
+             "assemble": (".compile", "assemble"), "compile_kernel": (".compile", "compile_kernel")}
+
+
+def __getattr__(name: str):
+    if name in _COMPILER:
+        module, attr = _COMPILER[name]
+        mod = importlib.import_module(module, __name__)
+        return mod if attr is None else getattr(mod, attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "STAGES",

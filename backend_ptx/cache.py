@@ -22,8 +22,8 @@ from collections import OrderedDict
 import llvmlite
 
 from .assemble import ResourceUsage
-from .codegen import LaunchInfo, ParamInfo
 from .kernel import CompiledKernel
+from .launch import LaunchInfo, ParamInfo
 
 FORMAT_VERSION = 2
 

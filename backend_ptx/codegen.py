@@ -36,8 +36,6 @@ One kernel (a ``PrimFunc`` of level ``Level.KERNEL``) becomes one LLVM module:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..ir import dtype as dt
 from ..ir.attrs import Level
 from ..ir.expr import Load, Var
@@ -63,43 +61,11 @@ from ..target import Target, as_target
 from . import nvptx
 from .async_copy import AsyncCopyCodegen
 from .exprgen import BufRef, CodegenError, ExprCodegen, llvm_type
+from .launch import LaunchInfo, ParamInfo
 from .llvm_text import FunctionWriter, ModuleParts, int_literal, pointer_type, sanitize
-
 
 DYNAMIC_SHARED_SYMBOL = "__ptxforge_dyn_smem"
 """The kernel's dynamic shared memory (``extern __shared__`` in CUDA C)."""
-
-
-@dataclass(frozen=True)
-class ParamInfo:
-    """One buffer parameter of a compiled kernel."""
-
-    name: str
-    dtype: str
-    size: int
-    readonly: bool
-    writeonly: bool
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * dt.nbytes(self.dtype)
-
-
-@dataclass(frozen=True)
-class LaunchInfo:
-    """What launching a kernel needs: its PTX symbol, parameters and launch extents."""
-
-    name: str
-    symbol: str
-    params: tuple[ParamInfo, ...]
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    static_shared_bytes: int
-    dynamic_shared_bytes: int
-
-    @property
-    def threads_per_block(self) -> int:
-        return self.block[0] * self.block[1] * self.block[2]
 
 
 def _check_launch(func: PrimFunc, target: Target) -> None:

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from .assemble import ResourceUsage
-from .codegen import LaunchInfo
+from .launch import LaunchInfo
 
 STAGES = ("device_ir", "llvm_ir", "llvm_opt", "ptx", "cubin")
 """The backend's stages, in order. Each one's output can be dumped or replaced."""

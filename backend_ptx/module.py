@@ -15,10 +15,9 @@ from collections.abc import Callable
 
 from ..ir.stmt import Alloc, Launch, Module, PrimFunc, Seq, Stmt
 from ..target import Target, as_target
-from .codegen import LaunchInfo
-from .compile import compile_kernel
 from .cuda_driver import CudaError, Device, call, cuda, driver, release_failed
 from .kernel import CompiledKernel, CompileError, stage_name
+from .launch import LaunchInfo
 from .ndarray import NDArray, empty, from_dlpack
 from .timer import ProfileResult, time_evaluator
 
@@ -333,6 +332,8 @@ def compile_module(device_module: Module, target: Target | str | None = None,
                    **options) -> PtxModule:
     """Compile every kernel of a device-IR module for ``target`` (a Target, a target string
     or an sm name; default: the current target; options as for ``compile_kernel``)."""
+    from .compile import compile_kernel  # the compiler (LLVM) only where compiling
+
     target = as_target(target)
     kernels = {}
     for f in device_module.kernels():

@@ -11,7 +11,20 @@ This package only maps names and arguments; docs/porting.md lists what maps to w
 from ptxforge import driver as _driver
 from ptxforge.nd import cuda, gpu, sim
 
-from . import auto_scheduler, autotvm, contrib, nd, relay, target, te, testing, tir, topi, transform
+from . import (
+    auto_scheduler,
+    autotvm,
+    contrib,
+    nd,
+    relay,
+    runtime,
+    target,
+    te,
+    testing,
+    tir,
+    topi,
+    transform,
+)
 
 cpu = sim
 
@@ -39,4 +52,5 @@ def build(sch, args=None, target="cuda", target_host=None, name: str | None = No
 
 
 __all__ = ["te", "topi", "autotvm", "auto_scheduler", "relay", "contrib", "target", "transform",
+           "runtime",
            "testing", "tir", "nd", "cuda", "gpu", "cpu", "sim", "device", "lower", "build"]

@@ -1,0 +1,41 @@
+"""What launching a compiled kernel needs (its symbol, parameters and extents): plain data,
+shared by the code generator that makes it and the runtime that launches it (which needs
+no compiler)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir import dtype as dt
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """One buffer parameter of a compiled kernel."""
+
+    name: str
+    dtype: str
+    size: int
+    readonly: bool
+    writeonly: bool
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * dt.nbytes(self.dtype)
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """What launching a kernel needs: its PTX symbol, parameters and launch extents."""
+
+    name: str
+    symbol: str
+    params: tuple[ParamInfo, ...]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    static_shared_bytes: int
+    dynamic_shared_bytes: int
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]

@@ -1,0 +1,154 @@
+"""export_library / runtime.load_module: one file of data, loaded and run in a process that
+cannot import llvmlite and imports none of the compiler, with results equal to the built
+module's, bit for bit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+import ptxforge.tvm as tvm
+from ptxforge import runtime
+from ptxforge.tvm import te
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# the loading process: llvmlite cannot be imported there, and afterwards none of the
+# compiler's modules may have been imported
+CHILD = r"""
+import sys
+sys.modules["llvmlite"] = None
+import numpy as np
+from ptxforge import runtime
+path, inputs, out, device = sys.argv[1:5]
+f = runtime.load_module(path)
+args = [np.load(p) for p in inputs.split(",")]
+if device == "sim":
+    from ptxforge.nd import array, sim
+    arrays = [array(a, device=sim()) for a in args]
+    f(*arrays)
+    result = arrays[-1].numpy()
+else:
+    from ptxforge.backend_ptx import array, cuda
+    arrays = [array(a, cuda(0)) for a in args]
+    f(*arrays)
+    result = arrays[-1].numpy()
+np.save(out, result)
+compiler = [m for m in sys.modules if m.startswith(("llvmlite", "ptxforge.passes",
+            "ptxforge.autosched", "ptxforge.autotvm", "ptxforge.ops", "ptxforge.measure",
+            "ptxforge.graph", "ptxforge.backend_ptx.codegen", "ptxforge.backend_ptx.nvptx",
+            "ptxforge.backend_ptx.compile", "ptxforge.driver", "ptxforge.te"))
+            and sys.modules[m] is not None]
+assert not compiler, compiler
+print("LOADED", f.entry_name)
+"""
+
+
+def _matmul_relu(n=32, k=16):
+    A = te.placeholder((n, k), name="A")
+    B = te.placeholder((k, n), name="B")
+    r = te.reduce_axis((0, k), name="r")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    D = te.compute((n, n), lambda i, j: te.max(C[i, j], te.const(0.0, "float32")), name="D")
+    s = te.create_schedule(D.op)
+    i, j = s[D].op.axis
+    s[D].bind(i, te.thread_axis("blockIdx.x"))
+    s[D].bind(j, te.thread_axis("threadIdx.x"))
+    i, j = s[C].op.axis
+    s[C].bind(i, te.thread_axis("blockIdx.x"))
+    s[C].bind(j, te.thread_axis("threadIdx.x"))
+    return s, [A, B, D]
+
+
+def _inputs(tmp_path, shapes):
+    rng = np.random.default_rng(0)
+    paths, arrays = [], []
+    for k, shape in enumerate(shapes):
+        a = rng.standard_normal(shape).astype("float32")
+        p = str(tmp_path / f"in{k}.npy")
+        np.save(p, a)
+        paths.append(p)
+        arrays.append(a)
+    return paths, arrays
+
+
+def _load_in_child(path, inputs, out, device):
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(ROOT)}
+    p = subprocess.run([sys.executable, "-c", CHILD, path, ",".join(inputs), out, device],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "LOADED" in p.stdout, p.stdout + p.stderr
+    return np.load(out)
+
+
+@pytest.mark.parametrize("target", ["sim", "cuda"])
+def test_exported_kernel_runs_without_the_compiler_and_matches(tmp_path, target):
+    s, args = _matmul_relu()
+    f = tvm.build(s, args, target, name="mm_relu")
+    path = f.export_library(str(tmp_path / "mm.ptxf"))
+    with zipfile.ZipFile(path) as zf:
+        names = set(zf.namelist())
+        manifest = json.loads(zf.read("manifest.json"))
+    assert manifest["kind"] == "kernel" and manifest["entry_name"] == "mm_relu"
+    assert "device_ir.txt" in names and not any(n.endswith((".pkl", ".pickle", ".py"))
+                                                for n in names)
+    assert bool(manifest["kernels"]) == (target == "cuda")  # PTX only for a cuda target
+    inputs, arrays = _inputs(tmp_path, [(32, 16), (16, 32)])
+    dev = tvm.sim()
+    out = tvm.nd.empty((32, 32), device=dev)
+    f(*[tvm.nd.array(a, device=dev) for a in arrays], out)
+    inputs.append(str(tmp_path / "out0.npy"))
+    np.save(inputs[-1], np.zeros((32, 32), "float32"))
+    got = _load_in_child(path, inputs, str(tmp_path / "got.npy"), "sim")
+    assert np.array_equal(got, out.numpy())
+    np.testing.assert_allclose(got, np.maximum(arrays[0] @ arrays[1], 0), rtol=1e-5, atol=1e-5)
+    loaded = runtime.load_module(path)
+    assert loaded.entry_name == "mm_relu" and "block" in loaded.get_source("ir")
+    if target == "cuda":
+        assert ".entry" in loaded.get_source("ptx")
+
+
+def test_bad_files_are_clear_errors(tmp_path):
+    bad = tmp_path / "bad.ptxf"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(runtime.ModuleFormatError, match="not an exported ptxforge module"):
+        runtime.load_module(str(bad))
+    s, args = _matmul_relu()
+    path = tvm.build(s, args, "sim").export_library(str(tmp_path / "ok.ptxf"))
+    with zipfile.ZipFile(path) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    manifest = json.loads(members["manifest.json"])
+    manifest["version"] = 99
+    with zipfile.ZipFile(tmp_path / "v99.ptxf", "w") as zf:
+        zf.writestr("manifest.json", json.dumps(manifest))
+        zf.writestr("device_ir.txt", members["device_ir.txt"])
+    with pytest.raises(runtime.ModuleFormatError, match="version 99"):
+        tvm.runtime.load_module(str(tmp_path / "v99.ptxf"))
+    with zipfile.ZipFile(tmp_path / "cut.ptxf", "w") as zf:
+        zf.writestr("manifest.json", members["manifest.json"])
+    with pytest.raises(runtime.ModuleFormatError, match="device_ir.txt is missing"):
+        runtime.load_module(str(tmp_path / "cut.ptxf"))
+    with pytest.raises(FileNotFoundError):
+        runtime.load_module(str(tmp_path / "none.ptxf"))
+
+
+@pytest.mark.gpu
+def test_exported_kernel_runs_on_the_gpu_in_a_fresh_process(tmp_path):
+    from ptxforge.backend_ptx import array, cuda, empty
+
+    s, args = _matmul_relu()
+    f = tvm.build(s, args, "cuda")
+    path = f.export_library(str(tmp_path / "mm.ptxf"))
+    inputs, arrays = _inputs(tmp_path, [(32, 16), (16, 32)])
+    out = empty((32, 32), "float32", cuda(0))
+    f(*[array(a, cuda(0)) for a in arrays], out)
+    inputs.append(str(tmp_path / "out0.npy"))
+    np.save(inputs[-1], np.zeros((32, 32), "float32"))
+    got = _load_in_child(path, inputs, str(tmp_path / "got.npy"), "cuda")
+    assert np.array_equal(got, out.numpy())
