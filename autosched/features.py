@@ -21,6 +21,10 @@ FEATURE_NAMES = (
     "blocks_per_sm", "log_waves", "wave_eff", "log_warps_per_sm", "sm_fraction",
     "log_main_est", "extra_kernels", "log_extra_est", "log_total_est", "log_flop",
     "log_arith_intensity", "threads_mod_warp",
+    # tensor-core states: intrinsic k, warps per block, pipeline stages, bytes of fragments
+    # loaded per MMA, the ldmatrix bank-conflict ways, blocks resident per SM
+    "is_tensor_core", "tc_mma_k", "log_tc_warps", "tc_stages", "log_tc_bytes_per_mma",
+    "log_tc_conflict", "tc_occupancy",
 )
 
 _LOG_KEYS = {
@@ -45,6 +49,14 @@ def kernel_features(kernels: list, n: int, flop: float, num_sms: int) -> np.ndar
     out[:, _COL["is_tile"]] = kind == "tile"
     out[:, _COL["is_cross_thread"]] = kind == "cross_thread"
     out[:, _COL["is_simple"]] = kind == "simple"
+    if kind == "tensorcore":
+        out[:, _COL["is_tensor_core"]] = 1.0
+        out[:, _COL["tc_mma_k"]] = main["tc_mma_k"]
+        out[:, _COL["log_tc_warps"]] = np.log2(main["tc_warps"])
+        out[:, _COL["tc_stages"]] = main["tc_stages"]
+        out[:, _COL["log_tc_bytes_per_mma"]] = np.log2(main["tc_bytes_per_mma"] + 1.0)
+        out[:, _COL["log_tc_conflict"]] = np.log2(main["conflict"])
+        out[:, _COL["tc_occupancy"]] = main["blocks_per_sm"]
     if "split_k" in main:
         out[:, _COL["is_split_k"]] = main["split_k"] > 1
     for col, key in _LOG_KEYS.items():

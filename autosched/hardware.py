@@ -38,6 +38,10 @@ def _default(name: str):
     return field(default_factory=lambda: getattr(as_target(None), _FROM_TARGET[name]))
 
 
+def _tensor_rate(t: Target) -> float:
+    return t.peak_flops("float16", tensor_core=True) / (t.num_sms * t.clock_hz)
+
+
 @dataclass(frozen=True)
 class HardwareParams:
     """Per-GPU limits (checked before measuring) and rough rates (for the features and
@@ -68,6 +72,9 @@ class HardwareParams:
     launch_s: float = _default("launch_s")
     global_latency_cycles: int = _default("global_latency_cycles")
     barrier_cycles: int = _default("barrier_cycles")
+    tensor_flops_per_sm_per_clock: float = field(
+        default_factory=lambda: _tensor_rate(as_target(None)))
+    """Dense fp16 / bf16 tensor-core FLOP per SM per clock (0 without mma.sync)."""
 
     @classmethod
     def from_target(cls, target: Target | str | None = None, **overrides) -> HardwareParams:
@@ -80,5 +87,6 @@ class HardwareParams:
             raise TypeError(f"HardwareParams has no figure {', '.join(unknown)}; "
                             f"known: {', '.join(sorted(known))}")
         figures = {name: getattr(t, attr) for name, attr in _FROM_TARGET.items()}
+        figures["tensor_flops_per_sm_per_clock"] = _tensor_rate(t)
         figures.update(overrides)
         return cls(**figures)

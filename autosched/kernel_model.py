@@ -16,6 +16,7 @@ from ..target import resident_blocks
 from .hardware import HardwareParams
 from .sketch import Sketch
 from .steps import CrossThreadStep, InlineStep, SimpleStep, TileStep
+from .tensorcore import TensorCoreStep, tensorcore_model
 
 F32 = 4
 
@@ -258,7 +259,9 @@ class SketchModel:
             if isinstance(st, InlineStep):
                 continue
             in_bytes, work, space = self._in_bytes[st.stage]
-            if isinstance(st, TileStep):
+            if isinstance(st, TensorCoreStep):
+                out.insert(0, ("tensorcore", tensorcore_model(st, V, self.hw, n)))
+            elif isinstance(st, TileStep):
                 out.insert(0, ("tile", tile_model(st, V, self.hw, n)))
             elif isinstance(st, CrossThreadStep):
                 out.insert(0, ("cross_thread", cross_thread_model(st, V, self.hw, n, space,

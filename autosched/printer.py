@@ -29,6 +29,9 @@ from ..passes.schedule import (
     RFactor,
     SoftwarePipeline,
     Split,
+    StorageAlign,
+    Swizzle,
+    Tensorize,
     Unroll,
     Vectorize,
 )
@@ -243,6 +246,20 @@ class _Printer:
         self.lines.append(f"s[{_var(stage)}].pipeline({self.loop(p.loop)}, {p.stages!r})")
         return True
 
+    def storage_align(self, p: StorageAlign) -> bool:
+        self.lines.append(f"s[{_var(p.stage)}].storage_align({p.axis!r}, {p.factor!r}, "
+                          f"{p.offset!r})")
+        return True
+
+    def swizzle(self, p: Swizzle) -> bool:
+        self.lines.append(f"s[{_var(p.stage)}].swizzle({p.bits!r})")
+        return True
+
+    def tensorize(self, p: Tensorize) -> bool:
+        stage, _ = self.split_ref(p.loop)
+        self.lines.append(f"s[{_var(stage)}].tensorize({self.loop(p.loop)}, {p.intrin!r})")
+        return True
+
     def _ndim(self, name: str) -> int:
         an = self.task.analysis
         if name in self.ndims:
@@ -257,7 +274,9 @@ _HANDLERS = {Split: _Printer.split, Fuse: _Printer.fuse, Reorder: _Printer.reord
              Pragma: _Printer.pragma, ComputeAt: _Printer.compute_at,
              ComputeInline: _Printer.compute_inline, CacheRead: _Printer.cache_read,
              CacheWrite: _Printer.cache_write, RFactor: _Printer.rfactor,
-             AsyncCopy: _Printer.async_copy, SoftwarePipeline: _Printer.software_pipeline}
+             AsyncCopy: _Printer.async_copy, SoftwarePipeline: _Printer.software_pipeline,
+             StorageAlign: _Printer.storage_align, Swizzle: _Printer.swizzle,
+             Tensorize: _Printer.tensorize}
 
 
 def python_schedule_code(task, pipeline: Pipeline | str) -> str:

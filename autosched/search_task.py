@@ -77,7 +77,9 @@ class SearchTask:
         """The sketches the GPU rules generate for this computation."""
         from .sketch_rules import generate_sketches
 
-        return generate_sketches(self.analysis)
+        from .tensorcore import tensorcore_sketches
+
+        return generate_sketches(self.analysis) + tensorcore_sketches(self)
 
     @functools.cached_property
     def models(self) -> list:
