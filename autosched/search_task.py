@@ -76,7 +76,6 @@ class SearchTask:
     def sketches(self) -> list:
         """The sketches the GPU rules generate for this computation."""
         from .sketch_rules import generate_sketches
-
         from .tensorcore import tensorcore_sketches
 
         return generate_sketches(self.analysis) + tensorcore_sketches(self)

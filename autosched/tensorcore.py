@@ -27,18 +27,22 @@ from ..passes.schedule.common import ScheduleError
 from ..passes.schedule.names import slot_name
 from .sketch import ChoiceSlot, Sketch
 
+SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+
 BLOCK_CHOICES = (16, 32, 64, 128)
 BLOCK_K_CHOICES = (16, 32, 64)
 WARP_CHOICES = (1, 2, 4)
 STAGE_CHOICES = (1, 2, 3, 4)
-PAD_CHOICES = (8, 0)
+LAYOUT_CHOICES = (8, 0)        # rows padded by 8 elements (no ldmatrix bank conflicts), plain
 VEC_CHOICES = (8, 4, 2)
 MMA_SHAPE = (16, 8, 16)
 
 
 @dataclass(frozen=True)
 class TensorCoreStep:
-    """The whole product ``stage`` (and its cast ``output``) on tensor cores."""
+    """The product ``stage`` and its element-wise epilogue (ending in ``output``) on tensor
+    cores. ``b_kn``: B is read as ``[k, n]``. ``tensors``: the te tensors
+    ``(A, B, C, output)`` and the epilogue stages to inline (not compared)."""
 
     stage: str
     output: str
@@ -46,8 +50,11 @@ class TensorCoreStep:
     N: int
     K: int
     in_dtype: str
+    acc_dtype: str
     out_bytes: int
-    tensors: tuple = field(default=(), compare=False, hash=False)   # (A, B, out) te tensors
+    b_kn: bool = False
+    tensors: tuple = field(default=(), compare=False, hash=False)
+    inlined: tuple = field(default=(), compare=False, hash=False)
 
     def slot(self, kind: str) -> str:
         return slot_name(self.stage, "tc", kind)
@@ -62,25 +69,145 @@ class TensorCoreStep:
                 ChoiceSlot(self.slot("warps_m"), WARP_CHOICES),
                 ChoiceSlot(self.slot("warps_n"), WARP_CHOICES),
                 ChoiceSlot(self.slot("stages"), STAGE_CHOICES),
-                ChoiceSlot(self.slot("pad"), PAD_CHOICES),
+                ChoiceSlot(self.slot("layout"), LAYOUT_CHOICES),
                 ChoiceSlot(self.slot("vec"), VEC_CHOICES)]
 
-    def config(self, vals):
-        """The :class:`TensorCoreConfig` of one state's values."""
-        from ..ops.schedules.tensorcore import TensorCoreConfig
-
-        stages = int(vals[self.slot("stages")])
-        return TensorCoreConfig(
-            block_m=int(vals[self.slot("block_m")]), block_n=int(vals[self.slot("block_n")]),
-            block_k=int(vals[self.slot("block_k")]), warps_m=int(vals[self.slot("warps_m")]),
-            warps_n=int(vals[self.slot("warps_n")]), vec=int(vals[self.slot("vec")]),
-            pad=int(vals[self.slot("pad")]), stages=stages, async_copy=True)
+    def config(self, vals) -> TensorCoreParams:
+        """The parameters of one state (``vals``: slot values by name)."""
+        return TensorCoreParams(*(int(vals[self.slot(k)]) for k in (
+            "block_m", "block_n", "block_k", "warps_m", "warps_n", "stages", "layout",
+            "vec")))
 
     def emit(self, vals, out) -> None:
-        from ..ops.schedules.tensorcore import schedule_dense_tensorcore
-
-        s = schedule_dense_tensorcore(list(self.tensors), self.config(vals))
+        s = schedule_tensorcore(self, self.config(vals))
         out["structure"].extend(s.pipeline)
+
+
+@dataclass(frozen=True)
+class TensorCoreParams:
+    """One state of a :class:`TensorCoreStep`: the block tile, ``block_k``, the warp grid,
+    the pipeline stages (1: no pipeline), the shared layout (``> 0``: rows padded by that
+    many elements, ``0``: plain, ``< 0``: XOR swizzle of ``-layout`` bits) and the
+    elements per cp.async."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    warps_m: int
+    warps_n: int
+    stages: int
+    layout: int
+    vec: int
+
+
+def schedule_tensorcore(step: TensorCoreStep, p: TensorCoreParams):
+    """The te schedule of ``step``'s computation with parameters ``p``.
+
+    The accumulators are cached twice (cache_write to shared, then to warp): each warp's
+    m16n8 fragments are stored into the block's shared tile of C with ``store_c``, and the
+    output stage (the epilogue: bias, activation, cast, with its element-wise producers
+    inlined) reads that tile, its threads covering the block tile row-major so that global
+    stores are coalesced. A and B are staged to shared memory with cp.async (``stages``
+    buffers, software-pipelined over the ``block_k`` loop when more than one) and loaded
+    into fragments with ``ldmatrix``.
+    """
+    from .. import te
+
+    a, b, c, out = step.tensors
+    s = te.create_schedule(out.op)
+    for t in step.inlined:
+        s[t].compute_inline()
+    c_sh = s.cache_write(c, "shared")
+    cf = s.cache_write(c_sh, "warp")
+    if out is not c:
+        s[c].compute_inline()
+    a_sh = s.cache_read(a, "shared", [cf])
+    b_sh = s.cache_read(b, "shared", [cf])
+    a_fr = s.cache_read(a_sh, "warp", [cf])
+    b_fr = s.cache_read(b_sh, "warp", [cf])
+    wm, wn = p.block_m // p.warps_m, p.block_n // p.warps_n
+    threads = (("threadIdx.x", 32), ("threadIdx.y", p.warps_n), ("threadIdx.z", p.warps_m))
+
+    def spread(st, fused) -> None:
+        for tag, n in threads:
+            fused, t = st.split(fused, factor=n)
+            st.bind(t, te.thread_axis(tag))
+
+    # the epilogue: blocks of block_m x block_n outputs, all threads of a block over them
+    o = s[out]
+    i, j = o.op.axis
+    bi, i = o.split(i, factor=p.block_m)
+    bj, j = o.split(j, factor=p.block_n)
+    o.reorder(bi, bj, i, j)
+    o.bind(bi, te.thread_axis("blockIdx.y"))
+    o.bind(bj, te.thread_axis("blockIdx.x"))
+    spread(o, o.fuse(i, j))
+    # the block's C tile in shared memory: each warp stores its m16n8 fragments
+    s[c_sh].compute_at(o, bj)
+    st = s[c_sh]
+    ci, cj = st.op.axis
+    wi, ci = st.split(ci, factor=wm)
+    wj, cj = st.split(cj, factor=wn)
+    ti, ii = st.split(ci, factor=16)
+    tj, jj = st.split(cj, factor=8)
+    st.reorder(wi, wj, ti, tj, ii, jj)
+    st.bind(wi, te.thread_axis("threadIdx.z"))
+    st.bind(wj, te.thread_axis("threadIdx.y"))
+    st.tensorize(ii, f"store_c_{SUFFIX[step.acc_dtype]}")
+    st.unroll(ti)
+    st.unroll(tj)
+    # the accumulators of one warp tile, k in block_k stages of 16
+    s[cf].compute_at(st, wj)
+    f = s[cf]
+    fi, fj = f.op.axis
+    (kr,) = f.op.reduce_axis
+    ko, ki = f.split(kr, factor=p.block_k)
+    ki, kk = f.split(ki, factor=MMA_SHAPE[2])
+    fti, fii = f.split(fi, factor=16)
+    ftj, fjj = f.split(fj, factor=8)
+    f.reorder(ko, ki, fti, ftj, fii, fjj, kk)
+    sfx = SUFFIX[step.in_dtype]
+    f.tensorize(fii, f"mma_m16n8k16_{sfx}_{SUFFIX[step.acc_dtype]}"
+                f"{'_kn' if step.b_kn else ''}")
+    for x in (ki, fti, ftj):
+        f.unroll(x)
+    # fragments from shared memory with ldmatrix, for each k step
+    wide = wn % 16 == 0
+    b_intrin = (f"ldmatrix_b_x{4 if wide else 2}{'_trans' if step.b_kn else ''}_{sfx}")
+    for fr, rows, axis, intrin in ((a_fr, 16, 0, f"ldmatrix_a_x4_{sfx}"),
+                                   (b_fr, 16 if wide else 8, 1 if step.b_kn else 0,
+                                    b_intrin)):
+        s[fr].compute_at(f, ki)
+        st = s[fr]
+        r0, r1 = st.op.axis
+        if axis == 0:
+            ro, ri = st.split(r0, factor=rows)
+            st.tensorize(ri, intrin)
+        else:  # B as [k, n]: tiles run along n, the nest is (k, n.inner)
+            ro, ri = st.split(r1, factor=rows)
+            st.reorder(ro, r0, ri)
+            st.tensorize(r0, intrin)
+        st.unroll(ro)
+    # shared tiles of A and B: every thread copies vec elements at a time with cp.async
+    for sh in (a_sh, b_sh):
+        s[sh].compute_at(f, ko)
+        st = s[sh]
+        r, col = st.op.axis
+        row = p.block_n if (sh is b_sh and step.b_kn) else p.block_k
+        if p.layout > 0:
+            st.storage_align(r, row + p.layout, 0)
+        elif p.layout < 0:
+            st.swizzle(-p.layout)
+        fused, v = st.split(st.fuse(r, col), factor=p.vec)
+        spread(st, fused)
+        st.vectorize(v)
+        if step.in_dtype == "float16":
+            # bfloat16 tiles are copied synchronously: a cp.async copy of bfloat16 data
+            # computes wrong products on the simulator (the synchronous copy is exact)
+            st.async_copy()
+    if p.stages > 1:
+        f.pipeline(ko, p.stages)
+    return s
 
 
 def _reads_of(expr) -> list:
@@ -96,18 +223,22 @@ def _reads_of(expr) -> list:
 
 
 def tensorcore_step(task) -> TensorCoreStep | None:
-    """The tensor-core step for ``task``, or None when the rule does not apply."""
-    from ..ir.te import ComputeOp, PlaceholderOp
-    from ..ops.schedules.tensorcore import _is_cast
+    """The tensor-core step for ``task``, or None when the rule does not apply: one output
+    of shape ``[M, N]``, computed from a single product ``C[i, j] = sum_k A[i, k] B[j, k]``
+    (or ``B[k, j]``) of float16 / bfloat16 inputs by element-wise stages only, with
+    ``M % 16 == N % 8 == K % 16 == 0``, on a target with mma.sync m16n8k16."""
+    from ..ir.dtype import nbytes
+    from ..ir.te import PlaceholderOp
 
     an = task.analysis
-    target = task.target
     outs = list(task.ir_dag.outputs)
-    if len(outs) != 1:
+    reds = [n for n, st in an.stages.items() if st.reduce]
+    if len(outs) != 1 or len(reds) != 1:
         return None
+    st_c = an.stages[reds[0]]
+    c = st_c.op.output(0)
     out = outs[0]
-    c = out.op.input_tensors[0] if _is_cast(out) else out
-    if not isinstance(c.op, ComputeOp) or len(c.op.axis) != 2 or len(c.op.reduce_axis) != 1:
+    if len(c.op.axis) != 2 or len(c.op.reduce_axis) != 1 or tuple(out.shape) != tuple(c.shape):
         return None
     ins = list(c.op.input_tensors)
     if len(ins) != 2 or not all(isinstance(t.op, PlaceholderOp) for t in ins):
@@ -115,29 +246,30 @@ def tensorcore_step(task) -> TensorCoreStep | None:
     dt = ins[0].dtype
     if dt not in ("float16", "bfloat16") or ins[1].dtype != dt:
         return None
-    if c.dtype not in ("float32", "float16") or not target.has_mma("m16n8k16", dt):
+    if c.dtype not in ("float32", "float16") or not task.target.has_mma("m16n8k16", dt):
         return None
-    i_var = c.op.axis[0].var
-    a = next((r.tensor for r in _reads_of(c.op.body)
-              if r.tensor in ins and len(r.indices) == 2 and r.indices[0] is i_var), None)
-    if a is None:
+    if c.dtype == "float16" and dt != "float16":
         return None
-    b = ins[1] if a is ins[0] else ins[0]
+    i_var, j_var = (ax.var for ax in c.op.axis)
+    (k_var,) = (ax.var for ax in c.op.reduce_axis)
+    reads = {r.tensor: tuple(r.indices) for r in _reads_of(c.op.body) if r.tensor in ins}
+    a = next((t for t, ix in reads.items() if ix == (i_var, k_var)), None)
+    b = next((t for t, ix in reads.items() if t is not a and ix in ((j_var, k_var),
+                                                                    (k_var, j_var))), None)
+    if a is None or b is None:
+        return None
     M, N = (int(x.extent) for x in c.op.axis)
     K = int(c.op.reduce_axis[0].extent)
     if M % 16 or N % 8 or K % 16:
         return None
-    c_name = next(n for n, st in an.stages.items() if st.op is c.op)
-    o_name = next(n for n, st in an.stages.items() if st.op is out.op)
-    from ..ir.dtype import nbytes
-
-    step = TensorCoreStep(c_name, o_name, M, N, K, dt, nbytes(out.dtype),
-                          (a, b, out))
-    try:  # the smallest configuration must schedule (the computation is a plain product)
-        from ..ops.schedules.tensorcore import TensorCoreConfig, schedule_dense_tensorcore
-
-        schedule_dense_tensorcore([a, b, out], TensorCoreConfig(16, 8, 16, 1, 1, vec=2,
-                                                                 pad=8))
+    names = {id(st.op): n for n, st in an.stages.items()}
+    inlined = tuple(st.op.output(0) for n, st in an.stages.items()
+                    if st.op is not c.op and st.op is not out.op)
+    step = TensorCoreStep(names[id(c.op)], names[id(out.op)], M, N, K, dt, c.dtype,
+                          nbytes(out.dtype), reads[b] == (k_var, j_var), (a, b, c, out),
+                          inlined)
+    try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
+        schedule_tensorcore(step, TensorCoreParams(16, 8, 16, 1, 1, 1, 8, 2))
     except ScheduleError:
         return None
     return step
@@ -166,7 +298,8 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
 
     bm, bn, bk = V[step.slot("block_m")], V[step.slot("block_n")], V[step.slot("block_k")]
     wm_, wn_ = V[step.slot("warps_m")], V[step.slot("warps_n")]
-    stages, pad, vec = V[step.slot("stages")], V[step.slot("pad")], V[step.slot("vec")]
+    stages, layout, vec = V[step.slot("stages")], V[step.slot("layout")], V[step.slot("vec")]
+    pad = np.maximum(layout, 0)
     warps = wm_ * wn_
     threads = warps * 32
     wm, wn = bm // wm_, bn // wn_
@@ -174,7 +307,15 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     valid = ((step.M % bm == 0) & (step.N % bn == 0) & (step.K % bk == 0)
              & (bm % wm_ == 0) & (wm % 16 == 0) & (bn % wn_ == 0) & (wn % 8 == 0)
              & ((bm * bk) % (threads * vec) == 0) & ((bn * bk) % (threads * vec) == 0))
-    shared = np.maximum(stages, 1) * (bm + bn) * (bk + pad) * eb
+    a_row = bk + pad
+    b_row = (bn if step.b_kn else bk) + pad
+    c_bytes = 4 if step.acc_dtype == "float32" else 2
+    shared = (np.maximum(stages, 1) * (bm * a_row + (bk if step.b_kn else bn) * b_row) * eb
+              + bm * bn * c_bytes)
+    # a swizzle permutes 16-byte chunks in groups of 2**bits: the buffer holds whole groups
+    group = 16 << np.maximum(-layout, 0)
+    valid &= (layout >= 0) | (((bm * a_row * eb) % group == 0)
+                              & (((bk if step.b_kn else bn) * b_row * eb) % group == 0))
     valid &= shared <= hw.max_shared_memory_per_block
     blocks = (step.M // np.maximum(bm, 1)) * (step.N // np.maximum(bn, 1))
     k_iters = step.K // np.maximum(bk, 1)
@@ -186,7 +327,9 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     flop = 2.0 * step.M * step.N * step.K
     mmas_per_warp_k = (wm // 16) * (wn // 8)          # per k step of 16
     bytes_per_mma = ((wm // 16) * 512 + (wn // 8) * 256) / np.maximum(mmas_per_warp_k, 1)
-    conflict = bank_conflict((bk + pad) * eb)
+    conflict = bank_conflict(a_row * eb)
+    # a swizzle spreads the rows of one 128-byte line's worth of chunks over the banks
+    conflict = np.where(layout < 0, np.maximum(1, conflict * (a_row * eb) // 128), conflict)
     # tensor-core time: the GPU's tensor rate over the SMs the launch fills, throttled when
     # a warp has few independent MMAs to hide their latency
     tc_rate = hw.tensor_flops_per_sm_per_clock * hw.clock_hz

@@ -6,10 +6,13 @@ from __future__ import annotations
 import numpy as np
 import ptxforge
 from ptxforge import autosched, measure, te
-from ptxforge.autosched.printer import python_schedule_code
+from ptxforge.autosched.evolution import mutate, random_population
+from ptxforge.autosched.features import population_features
+from ptxforge.autosched.printer import python_schedule_code, schedule_from_pipeline
 from ptxforge.autosched.search_policy import SketchPolicy
-from ptxforge.autosched.state import state_from_payload
+from ptxforge.autosched.state import State, state_from_payload
 from ptxforge.autosched.tensorcore import TensorCoreStep, bank_conflict
+from ptxforge.ir import dtype as dt
 from ptxforge.ops.schedules.tensorcore import dense_tensorcore_compute
 
 SM80 = "cuda -arch=sm_80"
@@ -19,6 +22,25 @@ SM80 = "cuda -arch=sm_80"
 def tc_dense_fp16(M, N, K):
     """fp16 dense, fp32 accumulation, cast to fp16."""
     return dense_tensorcore_compute(M, N, K, "float16", out_dtype="float16")
+
+
+@autosched.register_workload
+def tc_dense_layer(M, N, K, dtype):
+    """A dense layer: product, bias, relu and cast, the epilogue fused by the rule."""
+    a = te.placeholder((M, K), dtype, name="A")
+    w = te.placeholder((N, K), dtype, name="W")
+    bias = te.placeholder((N,), "float32", name="bias")
+    k = te.reduce_axis((0, K), name="k")
+    c = te.compute((M, N), lambda i, j: te.sum(a[i, k].astype("float32")
+                                               * w[j, k].astype("float32"), axis=k), name="C")
+    d = te.compute((M, N), lambda i, j: c[i, j] + bias[j], name="add")
+    out = te.compute((M, N), lambda i, j: te.max(d[i, j], 0.0).astype(dtype), name="relu")
+    return [a, w, bias, out]
+
+
+@autosched.register_workload
+def tc_dense_kn(M, N, K, dtype):
+    return dense_tensorcore_compute(M, N, K, dtype, out_dtype="float32", b_layout="kn")
 
 
 @autosched.register_workload
@@ -40,7 +62,8 @@ def test_rule_applies_to_fp16_products_on_sm80_only():
 
 
 def test_tuning_finds_records_and_replays_a_tensor_core_kernel(tmp_path):
-    task = autosched.SearchTask(func=tc_dense_fp16, args=(64, 64, 64), target=SM80)
+    task = autosched.SearchTask(func=tc_dense_layer, args=(64, 64, 64, "float16"),
+                                target=SM80)
     tc = len(task.sketches) - 1
     log = str(tmp_path / "tc.json")
     opts = autosched.TuningOptions(
@@ -62,7 +85,7 @@ def test_tuning_finds_records_and_replays_a_tensor_core_kernel(tmp_path):
     assert best_inp.pipeline_text == text and "tensorize" in text
     assert "mma_m16n8k16_f16_f32" in text and "async_copy" in text
     code = python_schedule_code(task, text)
-    assert ".tensorize(" in code and ".storage_align(" in code and "s.apply(" not in code
+    assert ".tensorize(" in code and ".async_copy()" in code and "s.apply(" not in code
     ns = {"te": te, "tensors": task.tensors}
     exec(code, ns)
     assert ns["s"].pipeline.text == text
@@ -71,11 +94,63 @@ def test_tuning_finds_records_and_replays_a_tensor_core_kernel(tmp_path):
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, size=(64, 64)).astype("float16")
     b = rng.uniform(-1, 1, size=(64, 64)).astype("float16")
+    bias = rng.uniform(-1, 1, size=64).astype("float32")
     out = np.zeros((64, 64), "float16")
-    ptxforge.build(sch, args, target="sim")(a, b, out)
-    ref = a.astype("float32") @ b.astype("float32").T
+    ptxforge.build(sch, args, target="sim")(a, b, bias, out)
+    ref = np.maximum(a.astype("float32") @ b.astype("float32").T + bias, 0.0)
     np.testing.assert_allclose(out.astype("float32"), ref, rtol=1e-2, atol=1e-2)
     # the record replays to the same kernel
-    again = autosched.SearchTask(func=tc_dense_fp16, args=(64, 64, 64), target=SM80)
+    again = autosched.SearchTask(func=tc_dense_layer, args=(64, 64, 64, "float16"),
+                                 target=SM80)
     sch2, _ = again.apply_best(log)
     assert sch2.pipeline.text == sch.pipeline.text
+
+
+def _inputs(tensors, rng):
+    """Random inputs of ``tensors`` (bfloat16 as its host form) and their float32 values."""
+    host, f32 = [], []
+    for t in tensors:
+        x = rng.uniform(-1, 1, size=t.shape).astype("float32")
+        if t.dtype == "bfloat16":
+            host.append(dt.to_bfloat16(x))
+            f32.append(dt.from_bfloat16(host[-1]))
+        else:
+            host.append(x.astype(dt.to_numpy(t.dtype)))
+            f32.append(host[-1].astype("float32"))
+    return host, f32
+
+
+def test_sampled_tensor_core_states_compute_the_product():
+    """Every valid state the search may draw builds and matches numpy: fp16 with the
+    bias + relu + cast epilogue, bf16 with B as [k, n] (ldmatrix .trans)."""
+    rng = np.random.default_rng(0)
+    for fn, args, n in ((tc_dense_layer, (32, 48, 64, "float16"), 4),
+                        (tc_dense_kn, (32, 64, 32, "bfloat16"), 3)):
+        task = autosched.SearchTask(func=fn, args=args, target=SM80)
+        tc = len(task.sketches) - 1
+        pop = random_population(task, 400, rng)
+        pop = pop[pop[:, 0] == tc]
+        _, valid, est = population_features(task.models, pop, task.flop_ct, 132)
+        assert valid.any() and np.isfinite(est[valid]).all()
+        for row in pop[valid][:n]:
+            sch = schedule_from_pipeline(task, State.from_row(row, task).pipeline_text(task))
+            host, f32 = _inputs(task.tensors[:-1], rng)
+            out = np.zeros(task.tensors[-1].shape, dt.to_numpy(task.tensors[-1].dtype))
+            ptxforge.build(sch, task.tensors, target="sim")(*host, out)
+            if fn is tc_dense_layer:
+                ref = np.maximum(f32[0] @ f32[1].T + f32[2], 0.0)
+            else:
+                ref = f32[0] @ f32[1]
+            np.testing.assert_allclose(out.astype("float32"), ref, rtol=2e-2, atol=2e-2)
+
+
+def test_mutation_moves_stages_and_warp_tiling():
+    task = autosched.SearchTask(func=tc_dense_layer, args=(64, 64, 64, "float16"),
+                                target=SM80)
+    tc = len(task.sketches) - 1
+    sk = task.sketches[tc]
+    pop = np.tile(State(tc, sk.default_row()).row(task.state_width), (200, 1))
+    moved = mutate(task, pop, np.random.default_rng(0)) != pop
+    for kind in ("stages", "warps_m", "warps_n", "block_m"):
+        assert moved[:, 1 + sk.slot_index[f"C.tc.{kind}"]].any(), kind
+    assert (moved.sum(axis=1) == 1).all()
