@@ -3,8 +3,12 @@ records and replays a tensor-core kernel; the rule stays off where it does not a
 
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 import ptxforge
+import pytest
 from ptxforge import autosched, measure, te
 from ptxforge.autosched.evolution import mutate, random_population
 from ptxforge.autosched.features import population_features
@@ -154,3 +158,45 @@ def test_mutation_moves_stages_and_warp_tiling():
     for kind in ("stages", "warps_m", "warps_n", "block_m"):
         assert moved[:, 1 + sk.slot_index[f"C.tc.{kind}"]].any(), kind
     assert (moved.sum(axis=1) == 1).all()
+
+
+@pytest.mark.gpu
+def test_tensor_core_search_on_the_gpu(tmp_path):
+    """An fp16 dense layer (1024^3, bias, relu, cast) tuned with the GPU runner: the best
+    record is a tensor-core kernel, it matches numpy, and its time is printed next to the
+    best CUDA-core record's."""
+    task = autosched.SearchTask(func=tc_dense_layer, args=(1024, 1024, 1024, "float16"),
+                                target="cuda")
+    tc = len(task.sketches) - 1
+    log = str(tmp_path / "tc_gpu.json")
+    ctx = autosched.LocalRPCMeasureContext(min_repeat_ms=10, repeat=3, timeout=10,
+                                           check_correctness=True)
+    trials = int(os.environ.get("PTXFORGE_AUTOSCHED_TRIALS", "64"))
+    opts = autosched.TuningOptions(num_measure_trials=trials, num_measures_per_round=32,
+                                   runner=ctx.runner,
+                                   measure_callbacks=[autosched.RecordToFile(log)], verbose=1)
+    t0 = time.perf_counter()
+    summary = task.tune(opts, search_policy=SketchPolicy(task, autosched.XGBModel(), seed=0))
+    elapsed = time.perf_counter() - t0
+    ctx.close()
+    best = {}
+    for inp, res in measure.load_records(log):
+        st = state_from_payload(task, inp.payload)
+        if res.ok and st is not None:
+            kind = "tensorcore" if st.sketch == tc else "cuda-core"
+            best[kind] = min(best.get(kind, np.inf), res.mean)
+    print(f"fp16 dense 1024^3: best {summary.best_cost * 1e3:.4f} ms, per kind (ms) "
+          f"{ {k: round(v * 1e3, 4) for k, v in best.items()} }, {summary.trials} trials in "
+          f"{elapsed:.1f} s, {summary.errors} errors")
+    best_inp, _ = autosched.ApplyHistoryBest(log).best[task.workload_key]
+    assert state_from_payload(task, best_inp.payload).sketch == tc
+    sch, args = task.apply_best(log)
+    f = ptxforge.build(sch, args, target="cuda")
+    dev = ptxforge.cuda(0)
+    rng = np.random.default_rng(0)
+    host, f32 = _inputs(args[:3], rng)
+    arrays = [ptxforge.nd.array(h, dev) for h in host]
+    out = ptxforge.nd.empty(args[3].shape, "float16", dev)
+    f(*arrays, out)
+    ref = np.maximum(f32[0] @ f32[1].T + f32[2], 0.0)
+    np.testing.assert_allclose(out.numpy().astype("float32"), ref, rtol=2e-2, atol=5e-2)
