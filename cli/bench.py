@@ -6,7 +6,9 @@ against cuDNN (cuBLAS for dense) through PyTorch; both sides are CUDA-graph time
 launches captured in one graph, replayed ``repeat`` times between CUDA events), TF32 off and
 ``cudnn.benchmark`` on, and both results are checked against numpy (float64) first.
 ``bench network`` builds a zoo network from its records and compares it with PyTorch (eager
-and CUDA graph) for ``resnet_v1-*``, torchvision's ResNet on the same weights.
+and CUDA graph) for ``resnet_v1-*``, torchvision's ResNet on the same weights, in the
+precision ``--dtype`` gives (float32, or float16 / bfloat16 mixed precision, or TF32) on both
+sides.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import statistics
 import numpy as np
 
 from .progress import logger
-from .tune import BUILTIN_WORKLOADS, gpu_present
+from .tune import BUILTIN_WORKLOADS, NETWORK_TOLERANCE, gpu_present
 
 
 def require_gpu_and_torch(what: str, need_torch: bool = True):
@@ -214,13 +216,14 @@ def bench_network_command(args) -> int:
     net, params, input_shape, _ = graph.get_network(
         args.network, args.batch_size, args.layout, image_size=args.image_size)
     with autosched.ApplyHistoryBest(args.log):
-        lib = graph.build(net, target="cuda", params=params)
+        lib = graph.build(net, target="cuda", params=params, precision=args.dtype)
     tuned = sum(1 for f in lib.functions.values() if f.tuned)
-    print(f"{args.network}: {tuned} of {len(lib.functions)} functions from {args.log}")
+    print(f"{args.network} ({args.dtype}): {tuned} of {len(lib.functions)} functions from "
+          f"{args.log}")
     if tuned < len(lib.functions):
         logger.warning(f"{len(lib.functions) - tuned} functions have no record in {args.log} "
                        "and use default schedules; tune the network with the same --layout, "
-                       "--batch-size and --image-size")
+                       "--batch-size, --image-size and --dtype")
     dev = ptxforge.cuda(0)
     module = graph.GraphModule(lib, dev)
     x = np.random.default_rng(0).uniform(size=input_shape).astype("float32")
@@ -228,13 +231,16 @@ def bench_network_command(args) -> int:
     module.run()
     out = module.get_output(0).numpy()
     ref = graph.evaluate(net, {"data": x}, params)
-    if not np.allclose(out, ref, rtol=1e-3, atol=1e-4 * float(np.abs(ref).max())):
-        print("the compiled network DIFFERS from the numpy reference executor")
+    err = float(np.abs(out - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+    if err > NETWORK_TOLERANCE[args.dtype]:
+        print(f"the compiled network DIFFERS from the numpy reference executor (largest "
+              f"difference {err:.2e} of the largest output)")
         return 1
     result = module.benchmark(dev, repeat=3, min_repeat_ms=500)
     print(f"ptxforge: {result}")
     if twin:
-        compare_with_torch(argparse.Namespace(network=args.network, layout=args.layout),
+        compare_with_torch(argparse.Namespace(network=args.network, layout=args.layout,
+                                              dtype=args.dtype),
                            params, x, out, result.median)
     else:
         print(f"PyTorch comparison: {args.network} has no PyTorch twin here; tune and bench "
@@ -260,4 +266,10 @@ def add_bench_parser(sub) -> None:
     n.add_argument("--layout", choices=("NHWC", "NCHW"), default="NHWC")
     n.add_argument("--batch-size", type=int, default=1)
     n.add_argument("--image-size", type=int, default=None)
+    from ..graph.passes import PRECISIONS
+
+    n.add_argument("--dtype", choices=PRECISIONS, default="float32",
+                   help="the precision to build the network in, as tune-network --dtype "
+                        "(float16/bfloat16: mixed precision; tf32: TF32 matrix products); "
+                        "PyTorch runs in the same precision")
     n.set_defaults(fn=bench_network_command)

@@ -85,7 +85,8 @@ def test_bench_refuses_without_a_gpu(tmp_path):
     if gpu_present():
         pytest.skip("a GPU is present: bench does not refuse")
     for args in (("bench", "op", "--log", str(tmp_path / "op.json")),
-                 ("bench", "network", "resnet_v1-18", "--log", str(tmp_path / "net.json"))):
+                 ("bench", "network", "resnet_v1-18", "--log", str(tmp_path / "net.json"),
+                  "--dtype", "float16")):
         proc = run_cli(*args, ok=False)
         assert proc.returncode != 0
         assert "needs an NVIDIA GPU" in proc.stderr and "Traceback" not in proc.stderr
