@@ -40,8 +40,8 @@ MMA_SHAPE = (16, 8, 16)
 
 @dataclass(frozen=True)
 class TensorCoreStep:
-    """The product ``stage`` and its element-wise epilogue (ending in ``output``) on tensor
-    cores. ``b_kn``: B is read as ``[k, n]``. ``tensors``: the te tensors
+    """The product ``stage`` (``batch`` products of ``M x N x K``) and its element-wise
+    epilogue (ending in ``output``) on tensor cores. ``b_kn``: B is read as ``[k, n]``. ``tensors``: the te tensors
     ``(A, B, C, output)`` and the epilogue stages to inline (not compared)."""
 
     stage: str
@@ -53,6 +53,7 @@ class TensorCoreStep:
     acc_dtype: str
     out_bytes: int
     b_kn: bool = False
+    batch: int = 1                # products in the batch (batch_matmul), 1 for dense
     tensors: tuple = field(default=(), compare=False, hash=False)
     inlined: tuple = field(default=(), compare=False, hash=False)
 
@@ -135,22 +136,24 @@ def schedule_tensorcore(step: TensorCoreStep, p: TensorCoreParams):
 
     # the epilogue: blocks of block_m x block_n outputs, all threads of a block over them
     o = s[out]
-    i, j = o.op.axis
+    *lead, i, j = o.op.axis
     bi, i = o.split(i, factor=p.block_m)
     bj, j = o.split(j, factor=p.block_n)
-    o.reorder(bi, bj, i, j)
+    o.reorder(*lead, bi, bj, i, j)
+    if lead:  # a batch of products: one grid layer per batch index
+        o.bind(lead[0], te.thread_axis("blockIdx.z"))
     o.bind(bi, te.thread_axis("blockIdx.y"))
     o.bind(bj, te.thread_axis("blockIdx.x"))
     spread(o, o.fuse(i, j))
     # the block's C tile in shared memory: each warp stores its m16n8 fragments
     s[c_sh].compute_at(o, bj)
     st = s[c_sh]
-    ci, cj = st.op.axis
+    *c_lead, ci, cj = st.op.axis
     wi, ci = st.split(ci, factor=wm)
     wj, cj = st.split(cj, factor=wn)
     ti, ii = st.split(ci, factor=16)
     tj, jj = st.split(cj, factor=8)
-    st.reorder(wi, wj, ti, tj, ii, jj)
+    st.reorder(*c_lead, wi, wj, ti, tj, ii, jj)
     st.bind(wi, te.thread_axis("threadIdx.z"))
     st.bind(wj, te.thread_axis("threadIdx.y"))
     st.tensorize(ii, f"store_c_{SUFFIX[step.acc_dtype]}")
@@ -159,13 +162,13 @@ def schedule_tensorcore(step: TensorCoreStep, p: TensorCoreParams):
     # the accumulators of one warp tile, k in block_k stages of 16
     s[cf].compute_at(st, wj)
     f = s[cf]
-    fi, fj = f.op.axis
+    *f_lead, fi, fj = f.op.axis
     (kr,) = f.op.reduce_axis
     ko, ki = f.split(kr, factor=p.block_k)
     ki, kk = f.split(ki, factor=MMA_SHAPE[2])
     fti, fii = f.split(fi, factor=16)
     ftj, fjj = f.split(fj, factor=8)
-    f.reorder(ko, ki, fti, ftj, fii, fjj, kk)
+    f.reorder(*f_lead, ko, ki, fti, ftj, fii, fjj, kk)
     sfx = SUFFIX[step.in_dtype]
     f.tensorize(fii, f"mma_m16n8k16_{sfx}_{SUFFIX[step.acc_dtype]}"
                 f"{'_kn' if step.b_kn else ''}")
@@ -179,7 +182,7 @@ def schedule_tensorcore(step: TensorCoreStep, p: TensorCoreParams):
                                     b_intrin)):
         s[fr].compute_at(f, ki)
         st = s[fr]
-        r0, r1 = st.op.axis
+        *_, r0, r1 = st.op.axis
         if axis == 0:
             ro, ri = st.split(r0, factor=rows)
             st.tensorize(ri, intrin)
@@ -192,13 +195,13 @@ def schedule_tensorcore(step: TensorCoreStep, p: TensorCoreParams):
     for sh in (a_sh, b_sh):
         s[sh].compute_at(f, ko)
         st = s[sh]
-        r, col = st.op.axis
+        *s_lead, r, col = st.op.axis
         row = p.block_n if (sh is b_sh and step.b_kn) else p.block_k
         if p.layout > 0:
             st.storage_align(r, row + p.layout, 0)
         elif p.layout < 0:
             st.swizzle(-p.layout)
-        fused, v = st.split(st.fuse(r, col), factor=p.vec)
+        fused, v = st.split(st.fuse(*s_lead, r, col), factor=p.vec)
         spread(st, fused)
         st.vectorize(v)
         if step.in_dtype == "float16":
@@ -224,8 +227,9 @@ def _reads_of(expr) -> list:
 
 def tensorcore_step(task) -> TensorCoreStep | None:
     """The tensor-core step for ``task``, or None when the rule does not apply: one output
-    of shape ``[M, N]``, computed from a single product ``C[i, j] = sum_k A[i, k] B[j, k]``
-    (or ``B[k, j]``) of float16 / bfloat16 inputs by element-wise stages only, with
+    of shape ``[M, N]`` (or ``[batch, M, N]``), computed from a single product
+    ``C[i, j] = sum_k A[i, k] B[j, k]`` (or ``B[k, j]``; batch_matmul: ``A[b, i, k]`` and
+    ``B[b, j, k]`` or ``B[b, k, j]``) of float16 / bfloat16 inputs by element-wise stages only, with
     ``M % 16 == N % 8 == K % 16 == 0``, on a target with mma.sync m16n8k16."""
     from ..ir.dtype import nbytes
     from ..ir.te import PlaceholderOp
@@ -238,7 +242,8 @@ def tensorcore_step(task) -> TensorCoreStep | None:
     st_c = an.stages[reds[0]]
     c = st_c.op.output(0)
     out = outs[0]
-    if len(c.op.axis) != 2 or len(c.op.reduce_axis) != 1 or tuple(out.shape) != tuple(c.shape):
+    if (len(c.op.axis) not in (2, 3) or len(c.op.reduce_axis) != 1
+            or tuple(out.shape) != tuple(c.shape)):
         return None
     ins = list(c.op.input_tensors)
     if len(ins) != 2 or not all(isinstance(t.op, PlaceholderOp) for t in ins):
@@ -250,15 +255,18 @@ def tensorcore_step(task) -> TensorCoreStep | None:
         return None
     if c.dtype == "float16" and dt != "float16":
         return None
-    i_var, j_var = (ax.var for ax in c.op.axis)
+    *lead, i_var, j_var = (ax.var for ax in c.op.axis)
     (k_var,) = (ax.var for ax in c.op.reduce_axis)
+    lead = tuple(lead)            # batch_matmul: the batch index leads every read
     reads = {r.tensor: tuple(r.indices) for r in _reads_of(c.op.body) if r.tensor in ins}
-    a = next((t for t, ix in reads.items() if ix == (i_var, k_var)), None)
-    b = next((t for t, ix in reads.items() if t is not a and ix in ((j_var, k_var),
-                                                                    (k_var, j_var))), None)
+    a = next((t for t, ix in reads.items() if ix == lead + (i_var, k_var)), None)
+    b = next((t for t, ix in reads.items() if t is not a and ix in (lead + (j_var, k_var),
+                                                                    lead + (k_var, j_var))),
+             None)
     if a is None or b is None:
         return None
-    M, N = (int(x.extent) for x in c.op.axis)
+    batch = int(c.op.axis[0].extent) if lead else 1
+    M, N = (int(x.extent) for x in c.op.axis[-2:])
     K = int(c.op.reduce_axis[0].extent)
     if M % 16 or N % 8 or K % 16:
         return None
@@ -266,8 +274,8 @@ def tensorcore_step(task) -> TensorCoreStep | None:
     inlined = tuple(st.op.output(0) for n, st in an.stages.items()
                     if st.op is not c.op and st.op is not out.op)
     step = TensorCoreStep(names[id(c.op)], names[id(out.op)], M, N, K, dt, c.dtype,
-                          nbytes(out.dtype), reads[b] == (k_var, j_var), (a, b, c, out),
-                          inlined)
+                          nbytes(out.dtype), reads[b] == lead + (k_var, j_var), batch,
+                          (a, b, c, out), inlined)
     try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
         schedule_tensorcore(step, TensorCoreParams(16, 8, 16, 1, 1, 1, 8, 2))
     except ScheduleError:
@@ -317,14 +325,14 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     valid &= (layout >= 0) | (((bm * a_row * eb) % group == 0)
                               & (((bk if step.b_kn else bn) * b_row * eb) % group == 0))
     valid &= shared <= hw.max_shared_memory_per_block
-    blocks = (step.M // np.maximum(bm, 1)) * (step.N // np.maximum(bn, 1))
+    blocks = step.batch * (step.M // np.maximum(bm, 1)) * (step.N // np.maximum(bn, 1))
     k_iters = step.K // np.maximum(bk, 1)
     valid &= (stages == 1) | (k_iters >= stages)
     accum = (wm * wn) // 32               # fp32 accumulators per lane
     regs = 32 + accum + (wm // 16) * 4 + (wn // 8) * 2
     valid &= accum <= hw.max_accumulators_per_thread
     occ = _occupancy(threads, regs, shared, blocks, hw)
-    flop = 2.0 * step.M * step.N * step.K
+    flop = 2.0 * step.batch * step.M * step.N * step.K
     mmas_per_warp_k = (wm // 16) * (wn // 8)          # per k step of 16
     bytes_per_mma = ((wm // 16) * 512 + (wn // 8) * 256) / np.maximum(mmas_per_warp_k, 1)
     conflict = bank_conflict(a_row * eb)
@@ -342,7 +350,7 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     lds = per_sm_blocks * lds_bytes * conflict / (hw.shared_words_per_sm_per_clock * 4.0
                                                   * hw.clock_hz)
     global_bytes = blocks * (bm + bn) * step.K * eb
-    unique = (step.M + step.N) * step.K * eb + step.M * step.N * step.out_bytes
+    unique = step.batch * ((step.M + step.N) * step.K * eb + step.M * step.N * step.out_bytes)
     mem = np.maximum(unique / hw.dram_bytes_per_s, global_bytes / hw.l2_bytes_per_s)
     # each k step waits for its tiles unless the pipeline keeps stages - 1 loads in flight
     latency = hw.global_latency_cycles / np.maximum(stages - 1, 1) + hw.barrier_cycles

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import ptxforge
 import pytest
-from ptxforge import autosched, measure, te
+from ptxforge import autosched, measure, ops, te
 from ptxforge.autosched.evolution import mutate, random_population
 from ptxforge.autosched.features import population_features
 from ptxforge.autosched.printer import python_schedule_code, schedule_from_pipeline
@@ -45,6 +45,13 @@ def tc_dense_layer(M, N, K, dtype):
 @autosched.register_workload
 def tc_dense_kn(M, N, K, dtype):
     return dense_tensorcore_compute(M, N, K, dtype, out_dtype="float32", b_layout="kn")
+
+
+@autosched.register_workload
+def tc_batch_matmul(batch, M, N, K, dtype):
+    x = te.placeholder((batch, M, K), dtype, name="x")
+    y = te.placeholder((batch, N, K), dtype, name="y")
+    return [x, y, ops.nn.batch_matmul(x, y, out_dtype="float32")]
 
 
 @autosched.register_workload
@@ -126,10 +133,12 @@ def _inputs(tensors, rng):
 
 def test_sampled_tensor_core_states_compute_the_product():
     """Every valid state the search may draw builds and matches numpy: fp16 with the
-    bias + relu + cast epilogue, bf16 with B as [k, n] (ldmatrix .trans)."""
+    bias + relu + cast epilogue, bf16 with B as [k, n] (ldmatrix .trans), and
+    batch_matmul (the batch on blockIdx.z)."""
     rng = np.random.default_rng(0)
-    for fn, args, n in ((tc_dense_layer, (32, 48, 64, "float16"), 4),
-                        (tc_dense_kn, (32, 64, 32, "bfloat16"), 3)):
+    for fn, args, n in ((tc_dense_layer, (32, 48, 64, "float16"), 3),
+                        (tc_dense_kn, (32, 64, 32, "bfloat16"), 2),
+                        (tc_batch_matmul, (3, 32, 16, 32, "float16"), 2)):
         task = autosched.SearchTask(func=fn, args=args, target=SM80)
         tc = len(task.sketches) - 1
         pop = random_population(task, 400, rng)
@@ -141,7 +150,9 @@ def test_sampled_tensor_core_states_compute_the_product():
             host, f32 = _inputs(task.tensors[:-1], rng)
             out = np.zeros(task.tensors[-1].shape, dt.to_numpy(task.tensors[-1].dtype))
             ptxforge.build(sch, task.tensors, target="sim")(*host, out)
-            if fn is tc_dense_layer:
+            if fn is tc_batch_matmul:
+                ref = np.einsum("bik,bjk->bij", f32[0], f32[1])
+            elif fn is tc_dense_layer:
                 ref = np.maximum(f32[0] @ f32[1].T + f32[2], 0.0)
             else:
                 ref = f32[0] @ f32[1]
