@@ -18,7 +18,6 @@ from ptxforge import runtime
 from ptxforge.tvm import te
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 
 # the loading process: llvmlite cannot be imported there, and afterwards none of the
 # compiler's modules may have been imported
@@ -51,6 +50,15 @@ print("LOADED", f.entry_name)
 """
 
 
+def _import_root() -> str:
+    """The folder the child process imports ``ptxforge`` from: this one's (the checkout's
+    folder may have another name than the package)."""
+    import ptxforge
+
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(ptxforge.__file__)))
+    return os.pathsep.join(filter(None, [parent, os.environ.get("PYTHONPATH", "")]))
+
+
 def _matmul_relu(n=32, k=16):
     A = te.placeholder((n, k), name="A")
     B = te.placeholder((k, n), name="B")
@@ -80,7 +88,7 @@ def _inputs(tmp_path, shapes):
 
 
 def _load_in_child(path, inputs, out, device):
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(ROOT)}
+    env = {**os.environ, "PYTHONPATH": _import_root()}
     p = subprocess.run([sys.executable, "-c", CHILD, path, ",".join(inputs), out, device],
                        env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and "LOADED" in p.stdout, p.stdout + p.stderr

@@ -18,8 +18,17 @@ ROOT = os.path.dirname(HERE)
 TUTORIALS = os.path.join(ROOT, "examples", "tvm_tutorials")
 
 
+def _import_root() -> str:
+    """The folder the child process imports ``ptxforge`` from: this one's (the checkout's
+    folder may have another name than the package)."""
+    import ptxforge
+
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(ptxforge.__file__)))
+    return os.pathsep.join(filter(None, [parent, os.environ.get("PYTHONPATH", "")]))
+
+
 def _run(name: str, cwd) -> str:
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(ROOT), "PTXFORGE_SEED": "0"}
+    env = {**os.environ, "PYTHONPATH": _import_root(), "PTXFORGE_SEED": "0"}
     p = subprocess.run([sys.executable, os.path.join(TUTORIALS, name)], cwd=cwd, env=env,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
