@@ -1,19 +1,20 @@
 """The tensor-core sketch rule: matrix products of float16 / bfloat16 inputs on sm_80+.
 
-A task whose computation is a dense product ``C[i, j] = sum(A[i, k] * B[j, k])`` (or
-``B[k, j]``), accumulated in float32 (or float16) and optionally cast, gets one extra
-sketch, ``tensorcore(C)``, next to the CUDA-core ones (which stay and compete). Its one
-step, :class:`TensorCoreStep`, samples the block tile (``block_m x block_n``), the warp
-grid (``warps_m x warps_n``: the warp tile is their quotient), ``block_k`` (a multiple of
-the intrinsic's k = 16), the number of cp.async pipeline stages, the shared-row padding
-(0 or 8 elements: 8 removes ldmatrix bank conflicts) and the copy width; the intrinsic
-level is ``mma.sync m16n8k16``. It emits the passes of
-:func:`~ptxforge.ops.schedules.tensorcore.schedule_dense_tensorcore` (cache_read /
-cache_write to shared and warp scope, split, bind, storage_align, async_copy,
-software_pipeline, tensorize), so a state is recorded, printed and replayed like any other.
+A task whose computation is one product ``C[i, j] = sum(A[i, k] * B[j, k])`` (or
+``B[k, j]``; batch_matmul with a leading batch index), accumulated in float32 (or float16),
+followed only by element-wise stages (bias, activation, cast), gets one extra sketch,
+``tensorcore(C)``, next to the CUDA-core ones (which stay and compete). Its one step,
+:class:`TensorCoreStep`, samples the block tile (``block_m x block_n``), the warp grid
+(``warps_m x warps_n``: the warp tile is their quotient), ``block_k`` (a multiple of the
+intrinsic's k = 16), the number of pipeline stages, the shared layout (rows padded by 8
+elements, which removes ldmatrix bank conflicts, or plain) and the copy width; the
+intrinsic level is ``mma.sync m16n8k16`` fed by ``ldmatrix``. Its passes
+(:func:`schedule_tensorcore`: cache_read / cache_write to shared and warp scope, split,
+bind, storage_align, async_copy, software_pipeline, tensorize) are ordinary schedule
+passes, so a state is recorded, printed and replayed like any other.
 
-Tasks with awkward extents (M or K not a multiple of 16, N of 8), other epilogues, other
-dtypes (float32 / TF32 is never chosen silently) or targets without mma.sync get no
+Tasks with awkward extents (M or K not a multiple of 16, N of 8), other shapes of
+computation, float32 (TF32 is never chosen silently) or targets without mma.sync get no
 tensor-core sketch.
 """
 
@@ -41,8 +42,9 @@ MMA_SHAPE = (16, 8, 16)
 @dataclass(frozen=True)
 class TensorCoreStep:
     """The product ``stage`` (``batch`` products of ``M x N x K``) and its element-wise
-    epilogue (ending in ``output``) on tensor cores. ``b_kn``: B is read as ``[k, n]``. ``tensors``: the te tensors
-    ``(A, B, C, output)`` and the epilogue stages to inline (not compared)."""
+    epilogue (ending in ``output``) on tensor cores. ``b_kn``: B is read as ``[k, n]``.
+    ``tensors``: the te tensors ``(A, B, C, output)``; ``inlined``: the epilogue stages to
+    inline (neither is compared)."""
 
     stage: str
     output: str
