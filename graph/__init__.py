@@ -76,6 +76,19 @@ from .passes import PRECISIONS, GraphPassContext, GraphPipeline
 from .zoo import get_network, list_networks
 
 
+def load(path):
+    """A network written by ``lib.export_library(path)``: run it with
+    ``GraphModule(graph.load(path), dev)`` (this is :func:`ptxforge.runtime.load_module`,
+    which a process without the compiler can import on its own)."""
+    from ..runtime import LoadedNetwork, ModuleFormatError, load_module
+
+    got = load_module(path)
+    if not isinstance(got, LoadedNetwork):
+        raise ModuleFormatError(f"{path} holds a kernel module, not a network; load it with "
+                                "ptxforge.runtime.load_module")
+    return got
+
+
 def var(name: str, shape, dtype: str = "float32") -> Var:
     """A graph parameter (network input or weight)."""
     return Var(name, shape, dtype)
@@ -100,7 +113,7 @@ __all__ = [
     "add", "bind_params", "build", "cast", "clip", "concatenate", "const", "default_schedule_for",
     "divide", "erf", "evaluate", "exp", "expand_dims", "extract_fused_functions",
     "from_onnx", "function", "get_network", "get_op", "graph_from_outputs", "list_networks",
-    "list_ops", "log", "lower_function", "maximum", "mean", "minimum", "multiply",
+    "list_ops", "load", "log", "lower_function", "maximum", "mean", "minimum", "multiply",
     "negative", "nn", "opdefs", "optimize", "passes", "plan_memory", "power",
     "register_op", "reshape", "rsqrt", "run_graph", "sigmoid", "simple_schedule", "sqrt",
     "squeeze", "subtract", "tanh", "transpose", "var",

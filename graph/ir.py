@@ -25,10 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import dtype as dt
-
-
-class GraphError(ValueError):
-    """A graph that does not make sense: shapes, dtypes, arities, unknown operators."""
+from ..runtime import GraphError  # defined with the runtime, which raises it too
 
 
 @dataclass(frozen=True)

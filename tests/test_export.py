@@ -160,3 +160,92 @@ def test_exported_kernel_runs_on_the_gpu_in_a_fresh_process(tmp_path):
     np.save(inputs[-1], np.zeros((32, 32), "float32"))
     got = _load_in_child(path, inputs, str(tmp_path / "got.npy"), "cuda")
     assert np.array_equal(got, out.numpy())
+
+
+def _small_network():
+    from ptxforge import graph
+
+    x = graph.var("data", (1, 8, 8, 4))
+    w = graph.const(np.random.default_rng(5).standard_normal((3, 3, 4, 8)).astype("float32"),
+                    "w")
+    y = graph.nn.relu(graph.nn.conv2d(x, w, padding=(1, 1), data_layout="NHWC",
+                                      kernel_layout="HWIO"))
+    z = graph.nn.dense(graph.reshape(y, (1, 512)), graph.const(
+        np.random.default_rng(6).standard_normal((10, 512)).astype("float32"), "fc"))
+    return graph.function(z)
+
+
+NET_CHILD = r"""
+import sys
+sys.modules["llvmlite"] = None
+import numpy as np
+from ptxforge import runtime
+from ptxforge.runtime.graph_executor import GraphModule
+path, data, out = sys.argv[1:4]
+lib = runtime.load_module(path)
+m = lib["default"]()
+m.set_input("data", np.load(data))
+m.run()
+np.save(out, m.get_output(0).numpy())
+compiler = [k for k in sys.modules if k.startswith(("llvmlite", "ptxforge.passes",
+            "ptxforge.autosched", "ptxforge.ops", "ptxforge.graph", "ptxforge.measure",
+            "ptxforge.backend_ptx.codegen", "ptxforge.driver", "ptxforge.te"))
+            and sys.modules[k] is not None]
+assert not compiler, compiler
+print("LOADED network")
+"""
+
+
+@pytest.mark.parametrize("target", ["sim", "cuda"])
+def test_exported_network_runs_without_the_compiler_and_matches(tmp_path, target):
+    from ptxforge import graph
+
+    lib = graph.build(_small_network(), target)
+    path = lib.export_library(str(tmp_path / "net.ptxf"))
+    data = np.random.default_rng(7).standard_normal((1, 8, 8, 4)).astype("float32")
+    m = graph.GraphModule(lib, tvm.sim())
+    m.set_input("data", data)
+    m.run()
+    want = m.get_output(0).numpy()
+    np.save(tmp_path / "data.npy", data)
+    env = {**os.environ, "PYTHONPATH": _import_root()}
+    p = subprocess.run([sys.executable, "-c", NET_CHILD, path, str(tmp_path / "data.npy"),
+                        str(tmp_path / "got.npy")], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and "LOADED network" in p.stdout, p.stdout + p.stderr
+    assert np.array_equal(np.load(tmp_path / "got.npy"), want)
+    # in this process too, through the graph layer and TVM's names
+    loaded = graph.load(path)
+    assert loaded.input_names == lib.input_names and set(loaded.params) == set(lib.params)
+    from ptxforge.tvm.contrib import graph_executor
+
+    g = graph_executor.GraphModule(tvm.runtime.load_module(path)["default"](tvm.sim()))
+    g.set_input("data", data)
+    g.run()
+    assert np.array_equal(g.get_output(0).numpy(), want)
+    with pytest.raises(runtime.ModuleFormatError, match="not a network"):
+        s, args = _matmul_relu()
+        graph.load(tvm.build(s, args, "sim").export_library(str(tmp_path / "k.ptxf")))
+
+
+@pytest.mark.gpu
+def test_exported_network_runs_on_the_gpu_in_a_fresh_process(tmp_path):
+    from ptxforge import graph
+    from ptxforge.backend_ptx import cuda
+
+    lib = graph.build(_small_network(), "cuda")
+    path = lib.export_library(str(tmp_path / "net.ptxf"))
+    data = np.random.default_rng(7).standard_normal((1, 8, 8, 4)).astype("float32")
+    m = graph.GraphModule(lib, cuda(0))
+    m.set_input("data", data)
+    m.run()
+    want = m.get_output(0).numpy()
+    np.save(tmp_path / "data.npy", data)
+    child = NET_CHILD.replace('lib["default"]()', 'lib["default"](__import__('
+                              '"ptxforge.backend_ptx", fromlist=["cuda"]).cuda(0))')
+    env = {**os.environ, "PYTHONPATH": _import_root()}
+    p = subprocess.run([sys.executable, "-c", child, path, str(tmp_path / "data.npy"),
+                        str(tmp_path / "got.npy")], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and "LOADED network" in p.stdout, p.stdout + p.stderr
+    assert np.array_equal(np.load(tmp_path / "got.npy"), want)

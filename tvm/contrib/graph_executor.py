@@ -8,6 +8,8 @@ def GraphModule(factory, dev=None) -> _GraphModule:
     ``GraphModule(lib, dev)``."""
     from ..relay import _BoundFactory, _Factory
 
+    if isinstance(factory, _GraphModule):  # lib["default"](dev) of a loaded network
+        return factory
     if isinstance(factory, _BoundFactory):
         return _GraphModule(factory.lib, factory.dev)
     if isinstance(factory, _Factory):
