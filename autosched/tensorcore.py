@@ -206,10 +206,7 @@ def schedule_tensorcore(step: TensorCoreStep, p: TensorCoreParams):
         fused, v = st.split(st.fuse(*s_lead, r, col), factor=p.vec)
         spread(st, fused)
         st.vectorize(v)
-        if step.in_dtype == "float16":
-            # bfloat16 tiles are copied synchronously: a cp.async copy of bfloat16 data
-            # computes wrong products on the simulator (the synchronous copy is exact)
-            st.async_copy()
+        st.async_copy()
     if p.stages > 1:
         f.pipeline(ko, p.stages)
     return s

@@ -43,7 +43,9 @@ class AsyncCopies:
             return
         dkey, dindex, sindex = (_per_lane(x, c.lanes).take(act).astype(np.int64)
                                 for x in (dkey, dindex, sindex))
-        esize = dst.dtype.itemsize
+        # the element's size in the device IR (a bfloat16 buffer is held in a float32
+        # array on the host, so the array's itemsize is not the copy's)
+        esize = nbytes // lanes
         count = np.full(act.size, nbytes, np.int64) if src_bytes is None else \
             _per_lane(src_bytes, c.lanes).take(act).astype(np.int64)
         bad = (count < 0) | (count > nbytes) | (count % esize != 0)

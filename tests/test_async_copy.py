@@ -451,3 +451,22 @@ def test_tensor_core_dense_with_async_copies_and_pipelining(stages):
     c = np.zeros((M, N), "float32")
     backend_sim.run(mod, [a, b, c])
     np.testing.assert_allclose(c, a.astype("f8") @ b.astype("f8").T, rtol=1e-5)
+
+
+def test_cp_async_of_bfloat16_tiles_on_the_simulator():
+    """A bfloat16 buffer lives in a float32 host array: a cp.async of 16 bytes still moves
+    eight elements (the element size is the IR's, not the host array's)."""
+    from ptxforge.ir import dtype as dt
+    from ptxforge.ops.schedules.tensorcore import (TensorCoreConfig, dense_tensorcore_compute,
+                                                   schedule_dense_tensorcore)
+
+    t = dense_tensorcore_compute(32, 32, 32, "bfloat16", "float32")
+    rng = np.random.default_rng(0)
+    a = dt.to_bfloat16(rng.uniform(-1, 1, (32, 32)).astype("float32"))
+    b = dt.to_bfloat16(rng.uniform(-1, 1, (32, 32)).astype("float32"))
+    s = schedule_dense_tensorcore(t, TensorCoreConfig(32, 32, 16, 1, 1, async_copy=True,
+                                                      stages=2))
+    c = np.zeros((32, 32), "float32")
+    ptxforge.build(s, t, target="sim")(a, b, c)
+    np.testing.assert_allclose(c, dt.from_bfloat16(a) @ dt.from_bfloat16(b).T,
+                               rtol=1e-5, atol=1e-5)
