@@ -68,6 +68,13 @@ class XGBModel(CostModel):
     def __init__(self, num_warmup_sample: int = 32, seed: int = 0, num_rounds: int = 120,
                  max_depth: int = 8, eta: float = 0.2, nthread: int | None = None,
                  verbose_eval: int = 0):
+        try:  # fail here, not after the warm-up trials when the first trees are trained
+            import xgboost  # noqa: F401
+        except ImportError as e:
+            raise ImportError(
+                f"autosched.XGBModel needs the xgboost package ({e}): install it with "
+                "python3 -m pip install xgboost (ptxforge declares it as a dependency), or "
+                "search with autosched.RandomModel() instead") from e
         self.min_train = num_warmup_sample
         self.seed = seed
         self.num_rounds = num_rounds

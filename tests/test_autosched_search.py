@@ -315,3 +315,11 @@ def test_tuning_with_the_builder_and_the_simulator_runner(tmp_path, capsys):
     out = np.zeros(args[3].shape, "float32")
     ptxforge.build(sch, args, target="sim")(*ins, out)
     np.testing.assert_allclose(out, workloads.reference(*ins), rtol=1e-4, atol=1e-5)
+
+
+def test_xgb_model_without_xgboost_fails_at_once(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "xgboost", None)
+    with pytest.raises(ImportError, match="pip install xgboost"):
+        autosched.XGBModel()
