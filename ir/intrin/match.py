@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ..arith import affine_terms
 from ..expr import (
     Bin,
+    Call,
     Cast,
     Expr,
     FloatImm,
@@ -111,10 +112,14 @@ def _nest(loop: For, where: str, intrin: TensorIntrin):
                   f"nest around one store (found {found})")
 
 
-def _match_expr(ir: Expr, te_e: Expr, acc: list) -> str | None:
+def _match_expr(ir: Expr, te_e: Expr, acc: list, tf32: bool = False) -> str | None:
     """Match ``ir`` against the declaration ``te_e``; append the loads to ``acc``.
-    Returns None, or what differs."""
+    Returns None, or what differs. ``tf32``: the intrinsic rounds its inputs to TF32 (as
+    ``cvt.rna.tf32.f32``), so an input read through ``round_tf32`` (a product declared with
+    ``precision="tf32"``) matches it too."""
     if isinstance(te_e, TensorRead):
+        if tf32 and isinstance(ir, Call) and ir.op == "round_tf32":
+            ir = ir.args[0]
         if not isinstance(ir, Load):
             return f"expected a load of {te_e.tensor.name}, found {ir}"
         acc.append((te_e.tensor.name, te_e.indices, ir.buffer, ir.indices))
@@ -122,15 +127,16 @@ def _match_expr(ir: Expr, te_e: Expr, acc: list) -> str | None:
     if isinstance(te_e, Cast):
         if not isinstance(ir, Cast) or ir.dtype != te_e.dtype:
             return f"expected a cast to {te_e.dtype}, found {ir}"
-        return _match_expr(ir.value, te_e.value, acc)
+        return _match_expr(ir.value, te_e.value, acc, tf32)
     if isinstance(te_e, Bin):
         if not isinstance(ir, Bin) or ir.op != te_e.op:
             return f"expected {te_e.op} ({te_e}), found {ir}"
         n = len(acc)
-        err = _match_expr(ir.a, te_e.a, acc) or _match_expr(ir.b, te_e.b, acc)
+        err = _match_expr(ir.a, te_e.a, acc, tf32) or _match_expr(ir.b, te_e.b, acc, tf32)
         if err and te_e.op in ("add", "mul"):
             del acc[n:]
-            err2 = _match_expr(ir.a, te_e.b, acc) or _match_expr(ir.b, te_e.a, acc)
+            err2 = (_match_expr(ir.a, te_e.b, acc, tf32)
+                    or _match_expr(ir.b, te_e.a, acc, tf32))
             if err2 is None:
                 return None
         return err
@@ -252,7 +258,8 @@ def _match_nest(loop: For, intrin: TensorIntrin, where: str, device: bool) -> Bo
             if not ok:
                 _fail(where, intrin, f"stage {block.name} must start its reduction from zero "
                       "(the intrinsic's init zeroes the accumulator)")
-        err = _match_expr(upd, body.source, accesses)
+        tf32 = intrin.kind == "mma" and intrin.roles.get("A") == "a_tf32"
+        err = _match_expr(upd, body.source, accesses, tf32)
     else:
         if block is not None and block.init is not None:
             _fail(where, intrin, f"stage {block.name} is a reduction; {intrin.name} is not")

@@ -17,6 +17,7 @@ from ...ir.te import ComputeOp
 from .. import tag as _tag
 from .injective import schedule_injective
 from .reduction import schedule_reduce
+from .tensorcore_conv import schedule_conv2d_nhwc
 from .tiled import schedule_tiled
 
 StageSchedule = Callable[..., object]
@@ -60,9 +61,11 @@ def default_schedule_for(tag: str) -> StageSchedule:
     return _schedule_any
 
 
-for _t in (_tag.CONV2D_NCHW, _tag.CONV2D_NHWC, _tag.DEPTHWISE_CONV2D_NCHW,
+for _t in (_tag.CONV2D_NCHW, _tag.DEPTHWISE_CONV2D_NCHW,
            _tag.DEPTHWISE_CONV2D_NHWC, _tag.DENSE, _tag.MATMUL, _tag.BATCH_MATMUL):
     register_schedule(_t, schedule_tiled)
+# tensor cores where the dtypes and the target allow, else schedule_tiled
+register_schedule(_tag.CONV2D_NHWC, schedule_conv2d_nhwc)
 for _t in (_tag.POOL_MAX, _tag.POOL_SUM, _tag.ADAPTIVE_POOL_MAX, _tag.ADAPTIVE_POOL_SUM,
            _tag.COMM_REDUCE):
     register_schedule(_t, schedule_reduce)

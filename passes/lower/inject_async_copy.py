@@ -31,6 +31,7 @@ from ...ir.expr import (
     conjuncts,
     emax,
     emin,
+    logical_and,
     substitute,
     uses_var,
 )
@@ -78,13 +79,18 @@ def known_divisor(e: Expr) -> int:
 
 
 def _copy_source(value: Expr) -> tuple[Load, Expr | None] | None:
-    """``(global load, zero-fill condition or None)`` of a copyable value, else None."""
+    """``(global load, zero-fill condition or None)`` of a copyable value, else None.
+    Nested padding selects (an implicit GEMM's padded tile of a padded input) fill zeros
+    where any of their conditions fails."""
     if isinstance(value, Load) and value.buffer.scope == "global":
         return value, None
-    if isinstance(value, Select) and isinstance(value.t, Load) \
-            and value.t.buffer.scope == "global" and isinstance(value.f, (IntImm, FloatImm)) \
+    if isinstance(value, Select) and isinstance(value.f, (IntImm, FloatImm)) \
             and value.f.value == 0:
-        return value.t, value.cond
+        inner = _copy_source(value.t)
+        if inner is None:
+            return None
+        load, cond = inner
+        return load, value.cond if cond is None else logical_and(value.cond, cond)
     return None
 
 

@@ -1,7 +1,7 @@
 """Schedule primitives, one pass per file: split, fuse, reorder, bind, unroll, vectorize,
 pragma, compute_inline, compute_at, cache_read, cache_write, storage_align, rfactor,
 async_copy, software_pipeline, swizzle,
-tensorize.
+tensorize, implicit_gemm.
 
 Code that builds schedules (the te facade, the auto-scheduler's sketches, AutoTVM's
 templates, the reference schedule) builds these pass objects; the names of the loops and
@@ -16,6 +16,7 @@ from . import (  # noqa: F401  (importing registers the passes)
     compute_at,
     compute_inline,
     fuse,
+    implicit_gemm,
     pragma,
     reorder,
     rfactor,
@@ -35,6 +36,7 @@ from .common import ScheduleError
 from .compute_at import ComputeAt
 from .compute_inline import ComputeInline
 from .fuse import Fuse
+from .implicit_gemm import ImplicitGemm
 from .pragma import Pragma
 from .reorder import Reorder
 from .rfactor import RFactor
@@ -47,5 +49,5 @@ from .unroll import Unroll
 from .vectorize import Vectorize
 
 __all__ = ["AsyncCopy", "Bind", "CacheRead", "CacheWrite", "ComputeAt", "ComputeInline", "Fuse",
-           "Pragma", "RFactor", "Reorder", "ScheduleError", "SoftwarePipeline", "Split",
-           "StorageAlign", "Swizzle", "Tensorize", "Unroll", "Vectorize"]
+           "ImplicitGemm", "Pragma", "RFactor", "Reorder", "ScheduleError", "SoftwarePipeline",
+           "Split", "StorageAlign", "Swizzle", "Tensorize", "Unroll", "Vectorize"]

@@ -14,7 +14,8 @@ decided in exactly one place.
 * ``cache_read`` / ``cache_write`` make the stage ``<X>.<scope>`` (``X.shared``,
   ``X.local``; :func:`cache_name`); a copy stage's loops are ``ax0, ax1, ...``
   (:func:`copy_axes`). ``rfactor`` makes the stage and buffer ``<X>.rf``
-  (:func:`rfactor_name`).
+  (:func:`rfactor_name`). ``implicit_gemm`` makes ``<X>.A``, ``<X>.B`` and ``<X>.gemm``
+  (:func:`implicit_gemm_names`).
 * A name that is already taken where the new one must be unique gets ``_1``, ``_2``, ...
   appended (:func:`fresh_name`); the passes document where that can happen.
 * The auto-scheduler's tuning slots are named ``<stage>.<kind>[.<what>]``
@@ -31,6 +32,7 @@ OUTER = "outer"
 INNER = "inner"
 FUSED = "fused"
 RFACTOR = "rf"
+GEMM = "gemm"
 COPY_AXIS = "ax"
 
 
@@ -98,6 +100,12 @@ def cache_name(name: str, scope: str) -> str:
 def rfactor_name(name: str) -> str:
     """The partial-result stage (and buffer) of factoring the reduction ``name``."""
     return f"{name}{SEP}{RFACTOR}"
+
+
+def implicit_gemm_names(name: str) -> tuple[str, str, str]:
+    """The stages (and buffers) ``implicit_gemm`` makes of reduction ``name``: its row
+    operand ``<name>.A``, its column operand ``<name>.B`` and the product ``<name>.gemm``."""
+    return f"{name}{SEP}A", f"{name}{SEP}B", f"{name}{SEP}{GEMM}"
 
 
 def copy_axis(k: int) -> str:

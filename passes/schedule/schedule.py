@@ -490,6 +490,34 @@ class Schedule:
                 self._stages[k] = copy
         return StageTensor(self, new_name, tensor.shape, tensor.dtype)
 
+    def implicit_gemm(self, tensor, pad_m: int = 1, pad_n: int = 1, pad_k: int = 1,
+                      b_layout: str = "kn") -> tuple:
+        """Compute the reduction of ``tensor`` (a convolution) as a matrix product (the
+        ``implicit_gemm`` pass); returns the stage tensors ``(A, B, gemm)``: the operands
+        as matrices (to inline into their shared copies) and the product, whose axes are
+        ``m, n`` and reduce axis ``k``. ``s[tensor]`` is then a copy of the product."""
+        from ...ir.traversal import block_names
+        from .implicit_gemm import ImplicitGemm
+
+        stage = self[tensor]
+        before = set(block_paths(self._module.main.body))
+        self.apply(ImplicitGemm(stage.block, int(pad_m), int(pad_n), int(pad_k), b_layout),
+                   touches=(stage.block,), structural=True)
+        body = self._module.main.body
+        paths = block_paths(body)
+        new = [b for b in block_names(body) if b not in before]
+        out = []
+        for name in new:
+            loops = [n.var.name for n in enclosing_loops(paths[name])]
+            red = ["k"] if name == new[-1] else []
+            st = Stage(self, name, [x for x in loops if x not in red], red)
+            self._by_block[name] = st
+            blk = paths[name][-1]
+            out.append(StageTensor(self, name, blk.body.buffer.shape, blk.body.buffer.dtype))
+        stage._axis_names = [n.var.name for n in enclosing_loops(paths[stage.block])]
+        stage._reduce_names = []
+        return tuple(out)
+
     def rfactor(self, tensor, axis, factor_axis: int = 0) -> StageTensor:
         """Factor the reduction of ``tensor`` over its reduce loop ``axis``: returns the
         partial-result tensor (named by :func:`~.names.rfactor_name`); ``s[tensor]`` then

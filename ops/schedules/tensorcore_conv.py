@@ -1,0 +1,326 @@
+"""conv2d NHWC on tensor cores, as an implicit GEMM.
+
+The convolution ``out[n, oh, ow, co] = sum(pad[n, oh*s + ry, ow*s + rx, rc] * W[ry, rx, rc,
+co])`` is the matrix product ``C[M, N] = A[M, K] x B[K, N]`` with ``M = N*OH*OW`` output
+pixels, ``N`` output channels and ``K = KH*KW*C_in`` (the ``implicit_gemm`` schedule pass):
+row ``m`` of ``A`` is the window of pixel ``m``, which the block's shared-memory copy gathers
+straight from the (padded) input (no im2col matrix in global memory); the copies run along
+the channels, vectorized (and with cp.async) as wide as ``C_in`` allows. ``M``, ``N`` and
+``K`` are padded to multiples of the block tile with zeros, so 49 output pixels (7x7),
+3 input channels (the stem) or 1x1 windows need no special case.
+
+The rest is the tensor-core GEMM of :mod:`.tensorcore` (its :class:`TensorCoreConfig`):
+each warp's m16n8 accumulators (``mma.sync``, fragments from ``ldmatrix``) are stored into
+the block's C tile in shared memory, and the output stage, which is the epilogue a network
+fuses (bias, ReLU, residual add, cast to float16) with the convolution's copy inlined,
+reads that tile with all threads, row-major, so its global stores are coalesced.
+
+float16 and bfloat16 inputs accumulate in float32; float32 inputs use the TF32 mma
+(m16n8k8) only when the convolution was declared with ``precision="tf32"``.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+from ...ir import te
+from ...ir.dtype import nbytes
+from ...ir.te import ComputeOp
+from ...passes.schedule.common import ScheduleError
+from ...passes.schedule.schedule import Schedule
+from ...target import Target, as_target
+from .. import tag as _tag
+from .tensorcore import SUFFIX, TensorCoreConfig
+from .tiled import schedule_tiled
+
+BLOCK_CHOICES = (128, 64, 32, 16)
+C_TILE_BYTES = 4
+"""Bytes per element of the block's accumulator tile in shared memory (float32)."""
+
+
+def conv_gemm_shape(op: ComputeOp) -> tuple[int, int, int, int]:
+    """``(M, N, K, C_in)`` of a conv2d NHWC stage as a matrix product."""
+    n, oh, ow, co = (int(x) for x in op.shape)
+    kh, kw, ci = (int(a.extent) for a in op.reduce_axis)
+    return n * oh * ow, co, kh * kw * ci, ci
+
+
+def _in_dtype(op: ComputeOp) -> str:
+    return op.input_tensors[0].dtype
+
+
+def _is_tf32(op: ComputeOp) -> bool:
+    return (op.attrs or {}).get("precision") == "tf32"
+
+
+def tensorcore_conv_unsupported(op: ComputeOp, target: Target | str | None = None
+                                ) -> str | None:
+    """Why conv stage ``op`` cannot run on tensor cores on ``target``, or None when it can:
+    a plain (not grouped or depthwise) conv2d NHWC of float16 / bfloat16 inputs accumulated
+    in float32, or of float32 inputs declared with ``precision="tf32"``, on a GPU with
+    mma.sync (sm_80 and later)."""
+    target = as_target(target)
+    if op.tag != _tag.CONV2D_NHWC or len(op.reduce_axis) != 3 or len(op.shape) != 4:
+        return f"stage {op.name} (tag {op.tag!r}) is not a conv2d NHWC"
+    ins = op.input_tensors
+    if len(ins) != 2 or ins[0].dtype != ins[1].dtype:
+        return f"conv {op.name} does not read two inputs of one dtype"
+    dt = ins[0].dtype
+    if op.dtype != "float32":
+        return f"conv {op.name} accumulates in {op.dtype}; the tensor-core path needs float32"
+    if dt in ("float16", "bfloat16"):
+        if not target.has_mma("m16n8k16", dt):
+            return f"target {target.arch} has no mma.sync m16n8k16 for {dt} (needs sm_80+)"
+        return None
+    if dt == "float32":
+        if not _is_tf32(op):
+            return (f"conv {op.name} is float32; tensor cores multiply float32 only in TF32, "
+                    "which must be asked for (precision='tf32')")
+        if not target.has_mma("m16n8k8", "tf32"):
+            return f"target {target.arch} has no TF32 mma.sync (needs sm_80+)"
+        return None
+    return f"conv {op.name} has {dt} inputs; tensor cores take float16, bfloat16 or TF32"
+
+
+def shared_bytes(cfg: TensorCoreConfig, elem_bytes: int) -> int:
+    """Shared memory one block uses: ``stages`` buffers of the A and B tiles (rows padded
+    by ``cfg.pad``) and the float32 C tile."""
+    a = cfg.block_m * (cfg.block_k + cfg.pad)
+    b = cfg.block_k * (cfg.block_n + cfg.pad)
+    return (max(cfg.stages, 1) * (a + b) * elem_bytes
+            + cfg.block_m * cfg.block_n * C_TILE_BYTES)
+
+
+def copy_vectors(cfg: TensorCoreConfig, C_in: int, N: int, tf32: bool) -> tuple[int, int]:
+    """Elements per copy of the A tile (along channels: as many of ``cfg.vec`` as divide
+    ``C_in``) and of the B tile (along output channels; TF32 keeps B as ``[n, k]``, whose
+    rows are not contiguous in the kernel: one element)."""
+    a_vec = gcd(cfg.vec, C_in)
+    b_vec = 1 if tf32 else gcd(cfg.vec, N)
+    return a_vec, b_vec
+
+
+def check_conv_config(cfg: TensorCoreConfig, op: ComputeOp,
+                      target: Target | str | None = None) -> None:
+    """Raise ScheduleError naming the rule ``cfg`` breaks for conv stage ``op`` (the rules
+    of :meth:`TensorCoreConfig.check` on the padded product, the shared memory of the
+    target, the pipeline depth)."""
+    target = as_target(target)
+    M, N, K, _ = conv_gemm_shape(op)
+    tf32 = _in_dtype(op) == "float32"
+    mma_k, eb = (8, 4) if tf32 else (16, 2)
+    where = f"tensor-core conv2d {op.name} (GEMM {M}x{N}x{K}) with {cfg}"
+    for v, what in ((cfg.block_m, "block_m"), (cfg.block_n, "block_n"),
+                    (cfg.block_k, "block_k")):
+        if not isinstance(v, int) or v < 1:
+            raise ScheduleError(f"{where}: need {what} to be a positive int")
+    Mp, Np, Kp = (-(-x // b) * b for x, b in ((M, cfg.block_m), (N, cfg.block_n),
+                                               (K, cfg.block_k)))
+    try:
+        cfg.check(Mp, Np, Kp, mma_k, eb)
+    except ScheduleError as e:
+        raise ScheduleError(f"{where}: {str(e).split(': need ', 1)[-1]}") from None
+    if tf32 and cfg.frag_load != "load":
+        raise ScheduleError(f"{where}: need frag_load='load' (TF32 fragments are loaded lane "
+                            "by lane)")
+    smem = shared_bytes(cfg, eb)
+    if smem > target.max_shared_memory_per_block:
+        raise ScheduleError(f"{where}: need the A, B and C tiles ({smem} bytes of shared "
+                            f"memory) to fit the block's {target.max_shared_memory_per_block}")
+    if cfg.stages > 1 and Kp // cfg.block_k < cfg.stages:
+        raise ScheduleError(f"{where}: need at least {cfg.stages} block_k steps for "
+                            f"{cfg.stages} pipeline stages (K = {Kp} gives "
+                            f"{Kp // cfg.block_k})")
+
+
+def choose_conv_config(op: ComputeOp, target: Target | str | None = None) -> TensorCoreConfig:
+    """A default configuration for conv stage ``op`` on ``target``: the block tile that
+    minimizes an estimate of waves x (tile work + tile loads) over the padded product, so
+    that small layers (7x7 pixels) still spread over the SMs; warps of 16 to 64 rows and 8
+    to 64 columns; a 2- or 3-stage cp.async pipeline over the reduction; the widest copies
+    that the tiles allow. Every candidate passes :func:`check_conv_config`."""
+    target = as_target(target)
+    M, N, K, _ = conv_gemm_shape(op)
+    tf32 = _in_dtype(op) == "float32"
+    eb = 4 if tf32 else 2
+    best = None
+    for bm in BLOCK_CHOICES:
+        for bn in BLOCK_CHOICES:
+            if bn > max(16, 2 * N) or bm > max(16, 2 * M):
+                continue
+            cfg = _valid_config(op, target, bm, bn, K, tf32)
+            if cfg is None:
+                continue
+            smem = shared_bytes(cfg, eb)
+            per_sm = max(1, min(4, target.max_shared_memory_per_block * 2 // smem))
+            blocks = -(-M // bm) * -(-N // bn)
+            waves = -(-blocks // (target.num_sms * per_sm))
+            cost = waves * (bm * bn + 32 * (bm + bn)) * per_sm
+            key = (cost, -bm * bn)
+            if best is None or key < best[0]:
+                best = (key, cfg)
+    if best is None:
+        raise ScheduleError(f"tensor-core conv2d {op.name}: no configuration fits target "
+                            f"{target.arch}")
+    return best[1]
+
+
+def _valid_config(op, target, bm: int, bn: int, K: int, tf32: bool):
+    """The first legal configuration of a ``bm x bn`` block tile, widest copies first."""
+    bk = 16 if K <= 16 else 32
+    wm = 2 if bm >= 32 else 1
+    wn = 4 if bn >= 128 else (2 if bn >= 16 else 1)
+    steps = -(-K // bk)
+    stages = 3 if steps >= 8 else (2 if steps >= 2 else 1)
+    for vec in ((4, 2, 1) if tf32 else (8, 4, 2, 1)):
+        cfg = TensorCoreConfig(bm, bn, bk, wm, wn, vec=vec, stages=stages,
+                               async_copy=vec * (4 if tf32 else 2) in (4, 8, 16),
+                               frag_load="load" if tf32 else "ldmatrix", tf32=tf32)
+        try:
+            check_conv_config(cfg, op, target)
+        except ScheduleError:
+            continue
+        return cfg
+    return None
+
+
+def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
+                                    epilogue: ComputeOp | None = None,
+                                    target: Target | str | None = None,
+                                    cfg: TensorCoreConfig | None = None) -> TensorCoreConfig:
+    """Schedule conv2d NHWC stage ``op`` of ``s`` (and its fused element-wise
+    ``epilogue``) on tensor cores; returns the configuration used (``cfg``, else
+    :func:`choose_conv_config`). The padding stage it reads is left to the caller to
+    inline (``default_schedule`` does). Raises ScheduleError when the stage or ``cfg`` does
+    not qualify, naming the rule."""
+    target = as_target(target)
+    why = tensorcore_conv_unsupported(op, target)
+    if why is not None:
+        raise ScheduleError(f"tensor-core conv2d: {why}")
+    tf32 = _in_dtype(op) == "float32"
+    cfg = cfg or choose_conv_config(op, target)
+    check_conv_config(cfg, op, target)
+    M, N, K, C_in = conv_gemm_shape(op)
+    ab = _in_dtype(op)
+    sfx = SUFFIX[ab]
+    mma_k = 8 if tf32 else 16
+    eb = nbytes(ab)
+    a_vec, b_vec = copy_vectors(cfg, C_in, N, tf32)
+
+    a, b, g = s.implicit_gemm(op.output(0), cfg.block_m, cfg.block_n, cfg.block_k,
+                              "nk" if tf32 else "kn")
+    c_sh = s.cache_write(g, "shared")
+    cf = s.cache_write(c_sh, "warp")
+    s[g].compute_inline()
+    if epilogue is not None:
+        s[op].compute_inline()
+        o = s[epilogue]
+    else:
+        o = s[op]
+    a_sh = s.cache_read(a, "shared", [cf])
+    b_sh = s.cache_read(b, "shared", [cf])
+    s[a].compute_inline()
+    s[b].compute_inline()
+    a_fr = s.cache_read(a_sh, "warp", [cf])
+    b_fr = s.cache_read(b_sh, "warp", [cf])
+    wm, wn = cfg.block_m // cfg.warps_m, cfg.block_n // cfg.warps_n
+    threads = (("threadIdx.x", 32), ("threadIdx.y", cfg.warps_n),
+               ("threadIdx.z", cfg.warps_m))
+
+    def spread(st, fused) -> None:
+        for tag, n in threads:
+            fused, t = st.split(fused, factor=n)
+            st.bind(t, te.thread_axis(tag))
+
+    # the output (epilogue): pixel blocks on blockIdx.x, channel blocks on blockIdx.y,
+    # every thread of the block over its block_m x block_n tile, row-major
+    n_, y_, x_, c_ = o.op.axis
+    pix = o.fuse(n_, y_, x_)
+    bi, i = o.split(pix, factor=cfg.block_m)
+    bj, j = o.split(c_, factor=cfg.block_n)
+    o.reorder(bi, bj, i, j)
+    o.bind(bi, te.thread_axis("blockIdx.x"))
+    o.bind(bj, te.thread_axis("blockIdx.y"))
+    spread(o, o.fuse(i, j))
+
+    # the block's C tile in shared memory, each warp storing its m16n8 fragments
+    s[c_sh].compute_at(o, bj)
+    st = s[c_sh]
+    ci, cj = st.op.axis
+    wi, ci = st.split(ci, factor=wm)
+    wj, cj = st.split(cj, factor=wn)
+    ti, ii = st.split(ci, factor=16)
+    tj, jj = st.split(cj, factor=8)
+    st.reorder(wi, wj, ti, tj, ii, jj)
+    st.bind(wi, te.thread_axis("threadIdx.z"))
+    st.bind(wj, te.thread_axis("threadIdx.y"))
+    st.tensorize(ii, "store_c_f32")
+    if cfg.unroll:
+        st.unroll(ti)
+        st.unroll(tj)
+
+    # the accumulators of one warp tile, the reduction in block_k steps of mma_k
+    s[cf].compute_at(st, wj)
+    f = s[cf]
+    fi, fj = f.op.axis
+    (kr,) = f.op.reduce_axis
+    ko, ki = f.split(kr, factor=cfg.block_k)
+    ki, kk = f.split(ki, factor=mma_k)
+    fti, fii = f.split(fi, factor=16)
+    ftj, fjj = f.split(fj, factor=8)
+    f.reorder(ko, ki, fti, ftj, fii, fjj, kk)
+    f.tensorize(fii, "mma_m16n8k8_tf32_f32" if tf32 else f"mma_m16n8k16_{sfx}_f32_kn")
+    if cfg.unroll:
+        for x in (ki, fti, ftj):
+            f.unroll(x)
+
+    # fragments from shared memory at every mma_k step
+    if tf32:
+        plans = ((a_fr, 16, 0, "load_a_tf32"), (b_fr, 8, 0, "load_b_tf32"))
+    elif cfg.frag_load == "ldmatrix":
+        wide = wn % 16 == 0
+        plans = ((a_fr, 16, 0, f"ldmatrix_a_x4_{sfx}"),
+                 (b_fr, 16 if wide else 8, 1, f"ldmatrix_b_x{4 if wide else 2}_trans_{sfx}"))
+    else:
+        plans = ((a_fr, 16, 0, f"load_a_{sfx}"), (b_fr, 8, 1, f"load_b_{sfx}_kn"))
+    for fr, rows, axis, intrin in plans:
+        s[fr].compute_at(f, ki)
+        st = s[fr]
+        r0, r1 = st.op.axis
+        if axis == 0:
+            ro, ri = st.split(r0, factor=rows)
+            st.tensorize(ri, intrin)
+        else:  # B as [k, n]: tiles run along n, the nest is (k, n.inner)
+            ro, ri = st.split(r1, factor=rows)
+            st.reorder(ro, r0, ri)
+            st.tensorize(r0, intrin)
+        if cfg.unroll:
+            st.unroll(ro)
+
+    # shared tiles: the A tile gathered from the input window by window, the B tile from
+    # the kernel; every thread copies vec elements at a time
+    for sh, vec, row in ((a_sh, a_vec, cfg.block_k),
+                         (b_sh, b_vec, cfg.block_k if tf32 else cfg.block_n)):
+        s[sh].compute_at(f, ko)
+        st = s[sh]
+        r, col = st.op.axis
+        if cfg.pad:
+            st.storage_align(r, row + cfg.pad, 0)
+        fused, v = st.split(st.fuse(r, col), factor=vec)
+        spread(st, fused)
+        if vec > 1:
+            st.vectorize(v)
+        if cfg.async_copy and vec * eb in (4, 8, 16):
+            st.async_copy()
+    if cfg.stages > 1:
+        f.pipeline(ko, cfg.stages)
+    return cfg
+
+
+def schedule_conv2d_nhwc(s: Schedule, op: ComputeOp, epilogue: ComputeOp | None = None,
+                         target: Target | str | None = None):
+    """The default schedule of conv2d NHWC stages: tensor cores where the dtypes and the
+    target allow (:func:`tensorcore_conv_unsupported`), else the tiled CUDA-core schedule."""
+    if tensorcore_conv_unsupported(op, target) is None:
+        return schedule_conv2d_nhwc_tensorcore(s, op, epilogue, target)
+    return schedule_tiled(s, op, epilogue, target=target)
