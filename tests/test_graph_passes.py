@@ -158,6 +158,20 @@ def test_winograd_replaces_eligible_convolutions_only():
                                rtol=1e-4, atol=1e-4)
 
 
+def test_winograd_keeps_tf32_convolutions_direct():
+    # a TF32 conv replaced by the (float32-only) Winograd one would silently drop TF32
+    x = graph.var("x", (1, 8, 8, 8))
+    y = nn.conv2d(x, const(3, 3, 8, 8), padding=1, data_layout="NHWC")
+    net = graph.function(nn.conv2d(y, const(3, 3, 8, 8), padding=1, data_layout="NHWC",
+                                   precision="tf32"))
+    out = passes.Winograd()(net)
+    assert ops_of(out) == ["nn.conv2d_winograd", "nn.conv2d"]
+    assert out.calls()[1].attrs["precision"] == "tf32"
+    tf32 = passes.optimization_pipeline(winograd=True, precision="tf32", fuse=False)(
+        graph.function(y))
+    assert ops_of(tf32) == ["nn.conv2d"] and tf32.calls()[0].attrs["precision"] == "tf32"
+
+
 def _fused_functions(g: Graph) -> list[Graph]:
     return [c.op for c in g.calls()]
 

@@ -6,9 +6,8 @@ against float64 numpy, its rule errors, PTX, and a mixed-precision network."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import ptxforge
+import pytest
 from ptxforge import te
 from ptxforge.backend_ptx import compile_module, find_ptxas
 from ptxforge.ir import dtype as dt

@@ -5,7 +5,10 @@ Each eligible ``nn.conv2d`` (3x3 kernel, stride 1, no dilation, no groups) becom
 constant weights the transform is folded at compile time. The tile size follows TVM: 4x4
 output tiles where the output height is a multiple of 8, else 2x2, unless ``tile_size``
 fixes it. The pass is not part of the default build: it pays off where its schedules beat
-the direct convolution's (``graph.build(..., winograd=True)`` turns it on).
+the direct convolution's (``graph.build(..., winograd=True)`` turns it on). A convolution
+asked to run in TF32 (``precision="tf32"``) is left alone: the Winograd convolution has no
+TF32 form, and replacing it would compute in float32 against the user's explicit choice (the
+direct convolution keeps TF32, on tensor cores in NHWC).
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ from .fold_constant import fold_call
 
 
 def eligible(call: Call) -> bool:
-    """True for a conv2d Winograd can compute: 3x3, stride 1, no dilation, one group."""
+    """True for a conv2d Winograd can compute: 3x3, stride 1, no dilation, one group, not
+    in TF32."""
     if call.op != "nn.conv2d":
         return False
     a = call.attrs
+    if a.get("precision") == "tf32":
+        return False
     _, _, _, _, _, _, kh, kw = conv_dims(call.args[0].ty, call.args[1].ty, a)
     return ((kh, kw) == (3, 3) and a["strides"] == (1, 1) and a["dilation"] == (1, 1)
             and a["groups"] == 1)
