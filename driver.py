@@ -143,13 +143,14 @@ class BuiltModule:
             return str(self.device_module)
         return self._compile().get_source(fmt)
 
-    def export_library(self, path) -> str:
-        """Write this module to ``path`` as one file of data (device IR, and for a cuda target
-        each kernel's PTX, cubin and launch), loadable without the compiler by
+    def export_library(self, path, archs=None) -> str:
+        """Write this module to ``path`` as one file of data (device IR, and each kernel's
+        PTX, cubin and launch for each of ``archs``: default the cuda target's architecture,
+        none for a ``"sim"`` target), loadable without the compiler by
         :func:`ptxforge.runtime.load_module`; returns the path."""
         from .runtime import export_kernel_module
 
-        return export_kernel_module(self, path)
+        return export_kernel_module(self, path, archs)
 
     def get_function(self, name: str) -> BuiltModule:
         """The module's one function by its name (``build(name=)``; ``module[name]``)."""

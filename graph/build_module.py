@@ -134,13 +134,14 @@ class GraphLibrary:
             parts.append(f"// ==== {f.func.name} {key}\n{text}")
         return "\n".join(parts)
 
-    def export_library(self, path) -> str:
-        """Write the network to ``path`` as one file of data (plan, device IR, kernels,
+    def export_library(self, path, archs=None) -> str:
+        """Write the network to ``path`` as one file of data (plan, device IR, kernels for
+        each of ``archs``: default the cuda target's architecture, none for ``"sim"``;
         weights), loadable without the compiler by :func:`ptxforge.runtime.load_module`
         (or :func:`ptxforge.graph.load`); returns the path."""
         from ..runtime import export_network
 
-        return export_network(self, path)
+        return export_network(self, path, archs)
 
     def summary(self) -> str:
         lines = [f"{len(self.functions)} compiled functions, {self.plan.summary()}"]

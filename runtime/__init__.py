@@ -9,10 +9,11 @@ imports neither LLVM (llvmlite) nor the schedule and lowering passes::
     f(a, b)                      # simulator arrays (or numpy): runs the device IR on the CPU
     f(a_gpu, b_gpu)              # GPU arrays: launches the exported PTX / cubin
 
-The file is a zip archive of data only (no pickle, no code): ``manifest.json`` (format,
-version, kind, entry name, target, parameters, the launch of every kernel), the device IR
-as text (what the simulator runs) and, for a cuda target, each kernel's PTX and cubin. A
-network's file (``lib.export_library`` of ``graph.build``'s result) also holds its memory
+The file is a zip archive of data only (no pickle, no code; see :mod:`.archive`):
+``manifest.json`` (format, version, kind, entry name, target, parameters, the launch of
+every kernel, the SHA-256 of every member), the device IR as text (what the simulator runs)
+and each kernel's PTX and cubin for every architecture exported (``archs=``; default the
+cuda target's, none for ``"sim"``); on a GPU the build that fits it runs. A network's file (``lib.export_library`` of ``graph.build``'s result) also holds its memory
 plan and its weights as ``.npy``; ``load_module`` gives a :class:`LoadedNetwork` that
 :class:`~ptxforge.runtime.graph_executor.GraphModule` runs as it runs a built one.
 """
@@ -20,14 +21,18 @@ plan and its weights as ``.npy``; ``load_module`` gives a :class:`LoadedNetwork`
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import zipfile
 
 import numpy as np
 
-FORMAT = "ptxforge-module"
-VERSION = 1
+from .archive import FORMAT, VERSION, Archive, ModuleFormatError, array_member, write_archive
+from .kernels import (
+    ExportedPtx,
+    choose_build,
+    code_entry,
+    compile_builds,
+    default_archs,
+    read_code,
+)
 
 
 class GraphError(ValueError):
@@ -35,88 +40,24 @@ class GraphError(ValueError):
     network run that cannot be done as asked."""
 
 
-class ModuleFormatError(ValueError):
-    """An exported module that cannot be read: not one, another version, or damaged."""
-
-
-def _read(path) -> tuple[dict, zipfile.ZipFile]:
-    try:
-        zf = zipfile.ZipFile(path)
-    except FileNotFoundError:
-        raise
-    except (zipfile.BadZipFile, OSError) as e:
-        raise ModuleFormatError(f"{path} is not an exported ptxforge module ({e}); write one "
-                                "with module.export_library(path)") from None
-    try:
-        manifest = json.loads(zf.read("manifest.json").decode("utf-8"))
-    except (KeyError, UnicodeDecodeError, json.JSONDecodeError, zipfile.BadZipFile) as e:
-        zf.close()
-        raise ModuleFormatError(f"{path}: no readable manifest.json ({e}); the file is not an "
-                                "exported ptxforge module or is damaged") from None
-    fmt = manifest.get("format") if isinstance(manifest, dict) else None
-    if fmt != FORMAT:
-        zf.close()
-        raise ModuleFormatError(f"{path}: not an exported ptxforge module (format {fmt!r})")
-    if manifest.get("version") != VERSION:
-        zf.close()
-        raise ModuleFormatError(f"{path}: format version {manifest.get('version')!r}; this "
-                                f"ptxforge reads version {VERSION}: export it again")
-    return manifest, zf
-
-
-def _member(zf: zipfile.ZipFile, name: str, path) -> bytes:
-    try:
-        return zf.read(name)
-    except (KeyError, zipfile.BadZipFile) as e:
-        raise ModuleFormatError(f"{path}: {name} is missing or damaged ({e}); export the "
-                                "module again") from None
-
-
-class ExportedPtx:
-    """The exported kernels of one device-IR module: ``load(device)`` gives the launchable
-    module (the cubins where they fit the GPU, else the driver compiles the PTX)."""
-
-    def __init__(self, device_module, kernels: dict):
-        self.device_module = device_module
-        self.kernels = kernels  # name -> (launch dict, ptx text, cubin bytes | None)
-
-    def load(self, device):
-        from ..backend_ptx.kernel import CompiledKernel
-        from ..backend_ptx.launch import LaunchInfo, ParamInfo
-        from ..backend_ptx.module import LoadedModule, PtxModule, _binary_compatible
-
-        compiled = {}
-        for name, (launch, ptx, cubin) in self.kernels.items():
-            info = LaunchInfo(
-                launch["name"], launch["symbol"],
-                tuple(ParamInfo(**p) for p in launch["params"]), tuple(launch["grid"]),
-                tuple(launch["block"]), int(launch["static_shared_bytes"]),
-                int(launch["dynamic_shared_bytes"]))
-            arch = launch["arch"]
-            if cubin is not None and not _binary_compatible(arch, device):
-                cubin = None  # the driver compiles the PTX for this GPU instead
-            compiled[name] = CompiledKernel(name, arch, info, {"ptx": ptx}, cubin,
-                                            started_from="export")
-        arch = next(iter(self.kernels.values()))[0]["arch"]
-        return LoadedModule(PtxModule(self.device_module, compiled, arch, {}), device)
-
-
 class RuntimeModule:
     """An exported kernel module, loaded: call it with one array per parameter, as the
     built module it was exported from."""
 
-    def __init__(self, manifest: dict, device_ir: str, kernels: dict, path: str = ""):
-        from ..ir.parser import parse_module
-
+    def __init__(self, manifest: dict, device_module, ptx: ExportedPtx | None, path: str = ""):
         self.path = path
         self.manifest = manifest
         self.entry_name: str = manifest["entry_name"]
         self.target: str = manifest["target"]
         self.params: list = [dict(p) for p in manifest["params"]]
-        self.device_module = parse_module(device_ir)
-        self._kernels = kernels  # name -> (launch dict, ptx text, cubin bytes | None)
-        self._ptx = ExportedPtx(self.device_module, kernels) if kernels else None
+        self.device_module = device_module
+        self._ptx = ptx
         self._loaded: dict = {}
+
+    @property
+    def archs(self) -> list[str]:
+        """The architectures the file holds GPU code for."""
+        return [] if self._ptx is None else self._ptx.archs
 
     def get_function(self, name: str) -> RuntimeModule:
         if name != self.entry_name:
@@ -125,15 +66,16 @@ class RuntimeModule:
 
     __getitem__ = get_function
 
-    def get_source(self, fmt: str = "ir") -> str:
-        """``"ir"`` (device IR) or ``"ptx"`` (every kernel's, as exported)."""
+    def get_source(self, fmt: str = "ir", arch: str | None = None) -> str:
+        """``"ir"`` (device IR) or ``"ptx"`` (every kernel's, as exported for ``arch``;
+        default: the first architecture exported)."""
         if fmt == "ir":
             return str(self.device_module)
         if fmt == "ptx":
-            if not self._kernels:
-                raise ValueError(f"{self.path}: exported for {self.target}, without PTX")
-            return "\n\n".join(f"// ---- kernel {n} ----\n{k[1]}"
-                               for n, k in self._kernels.items())
+            if self._ptx is None:
+                raise ValueError(f"{self.path}: exported without GPU code (no PTX); export "
+                                 "with archs=['sm_90', ...] or from a cuda build")
+            return self._ptx.get_source(arch)
         raise ValueError(f"fmt is 'ir' or 'ptx', not {fmt!r}")
 
     def __call__(self, *arrays) -> None:
@@ -155,8 +97,8 @@ class RuntimeModule:
 
     def _load_on(self, device):
         if self._ptx is None:
-            raise ValueError(f"{self.path} was exported for {self.target}: it has no GPU code; "
-                             "build with target='cuda' and export again to run on a GPU")
+            raise ValueError(f"{self.path} was exported without GPU code; export it from a "
+                             "cuda build, or with archs=[...], to run it on a GPU")
         return self._ptx.load(device)
 
     def time_evaluator(self, func_name: str, dev, number: int = 10, repeat: int = 1,
@@ -176,33 +118,30 @@ class RuntimeModule:
         return f"<RuntimeModule {self.entry_name} for {self.target} from {self.path}>"
 
 
-def _read_kernels(zf, entry: dict, path) -> dict:
-    kernels = {}
-    for name, k in (entry.get("kernels") or {}).items():
-        ptx = _member(zf, k["ptx"], path).decode("utf-8")
-        cubin = _member(zf, k["cubin"], path) if k.get("cubin") else None
-        kernels[name] = (k["launch"], ptx, cubin)
-    return kernels
-
-
 def load_module(path):
     """Load what ``export_library`` wrote (TVM's ``tvm.runtime.load_module``): a kernel
     module (:class:`RuntimeModule`) or a network (:class:`LoadedNetwork`, run it with
-    :class:`~ptxforge.runtime.graph_executor.GraphModule`)."""
-    manifest, zf = _read(path)
-    with zf:
+    :class:`~ptxforge.runtime.graph_executor.GraphModule`). Every member is checked against
+    its digest and the GPU code against the device IR; :class:`ModuleFormatError` says what
+    is wrong with a file that is not a module, is damaged, or has another format version."""
+    with Archive(path) as archive:
+        manifest = archive.manifest
         kind = manifest.get("kind")
         if kind not in ("kernel", "network"):
             raise ModuleFormatError(f"{path}: unknown kind {kind!r} (kernel or network)")
+        if kind == "network":
+            return _load_network(archive)
         try:
-            if kind == "network":
-                return _load_network(zf, manifest, path)
-            device_ir = _member(zf, manifest["device_ir"], path).decode("utf-8")
-            kernels = _read_kernels(zf, manifest, path)
+            module, ptx = read_code(archive, manifest["code"], "the kernel module")
+            want = [(list(p["shape"]), p["dtype"]) for p in manifest["params"]]
+            manifest["entry_name"], manifest["target"]
         except (KeyError, TypeError) as e:
-            raise ModuleFormatError(f"{path}: the manifest lacks {e}; export the module "
-                                    "again") from None
-    return RuntimeModule(manifest, device_ir, kernels, str(path))
+            raise archive.malformed(f"{type(e).__name__}: {e}") from None
+        have = [(list(b.shape), b.dtype) for b in module.host.params]
+        if have != want:
+            raise ModuleFormatError(f"{path}: the device IR takes {have}, the manifest lists "
+                                    f"{want}")
+    return RuntimeModule(manifest, module, ptx, archive.path)
 
 
 # -- networks ---------------------------------------------------------------------------------
@@ -276,6 +215,12 @@ class LoadedNetwork:
     def input_names(self) -> list:
         return list(self.plan.inputs)
 
+    @property
+    def archs(self) -> list[str]:
+        """The architectures the file holds GPU code for (for every function)."""
+        codes = [[] if f.ptx is None else f.ptx.archs for f in self.functions.values()]
+        return [a for a in codes[0] if all(a in c for c in codes)] if codes else []
+
     def __getitem__(self, name: str):
         if name != "default":
             raise KeyError(f"a network has only the 'default' entry, not {name!r}")
@@ -287,79 +232,93 @@ class LoadedNetwork:
         return f"<LoadedNetwork for {self.target} from {self.path}>"
 
 
-def _load_network(zf, manifest: dict, path) -> LoadedNetwork:
-    import io
-
-    from ..ir.parser import parse_module
-
-    p = manifest["plan"]
-    plan = LoadedPlan(
-        [PlanSlot(SlotType(tuple(s["shape"]), s["dtype"], int(s["nbytes"])), int(s["storage"]),
-                  s["kind"], s.get("name", "")) for s in p["slots"]],
-        [PlanStorage(int(s["nbytes"]), s["kind"]) for s in p["storages"]],
-        [PlanStep(tuple(s["args"]), int(s["out"]), bool(s.get("view"))) for s in p["steps"]],
-        {k: int(v) for k, v in p["inputs"].items()},
-        {k: int(v) for k, v in p["params"].items()}, [int(v) for v in p["outputs"]])
-    functions = {}
-    for key, f in manifest["functions"].items():
-        module = parse_module(_member(zf, f["device_ir"], path).decode("utf-8"))
-        kernels = _read_kernels(zf, f, path)
-        functions[key] = LoadedFunction(module, ExportedPtx(module, kernels) if kernels else None)
-    params = {}
-    for name, member in manifest["params"].items():
-        try:
-            params[name] = np.load(io.BytesIO(_member(zf, member, path)), allow_pickle=False)
-        except ValueError as e:
-            raise ModuleFormatError(f"{path}: weight {name} ({member}) is damaged: {e}") from None
-    target = LoadedTarget(manifest["target"], bool(manifest["is_sim"]))
-    return LoadedNetwork(target, plan, functions, list(manifest["call_keys"]), params,
-                         str(path))
-
-
-def _kernel_entries(ptx_module, prefix: str, files: dict) -> dict:
-    """The manifest entries of a compiled module's kernels; their PTX and cubins go into
-    ``files`` under ``prefix``."""
-    out = {}
-    for name, k in ptx_module.kernels.items():
-        launch = k.launch
-        out[name] = {
-            "ptx": f"{prefix}{name}.ptx",
-            "cubin": f"{prefix}{name}.cubin" if k.cubin is not None else None,
-            "launch": {"name": launch.name, "symbol": launch.symbol, "arch": k.target,
-                       "params": [dataclasses.asdict(p) for p in launch.params],
-                       "grid": list(launch.grid), "block": list(launch.block),
-                       "static_shared_bytes": launch.static_shared_bytes,
-                       "dynamic_shared_bytes": launch.dynamic_shared_bytes}}
-        files[f"{prefix}{name}.ptx"] = k.get_source("ptx").encode("utf-8")
-        if k.cubin is not None:
-            files[f"{prefix}{name}.cubin"] = bytes(k.cubin)
-    return out
+def _load_network(archive: Archive) -> LoadedNetwork:
+    manifest = archive.manifest
+    try:
+        p = manifest["plan"]
+        plan = LoadedPlan(
+            [PlanSlot(SlotType(tuple(s["shape"]), s["dtype"], int(s["nbytes"])),
+                      int(s["storage"]), s["kind"], s.get("name", "")) for s in p["slots"]],
+            [PlanStorage(int(s["nbytes"]), s["kind"]) for s in p["storages"]],
+            [PlanStep(tuple(s["args"]), int(s["out"]), bool(s.get("view")))
+             for s in p["steps"]],
+            {k: int(v) for k, v in p["inputs"].items()},
+            {k: int(v) for k, v in p["params"].items()}, [int(v) for v in p["outputs"]])
+        functions = {}
+        for key, f in manifest["functions"].items():
+            module, ptx = read_code(archive, f, f"function {key}")
+            functions[key] = LoadedFunction(module, ptx)
+        params = {name: archive.array(manifest["params"][name], f"weight {name}")
+                  for name in plan.params}
+        call_keys = list(manifest["call_keys"])
+        target = LoadedTarget(manifest["target"], bool(manifest["is_sim"]))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, ModuleFormatError):
+            raise
+        raise archive.malformed(f"network: {type(e).__name__}: {e}") from None
+    lib = LoadedNetwork(target, plan, functions, call_keys, params, archive.path)
+    _check_plan(archive, lib)
+    return lib
 
 
-def export_network(lib, path) -> str:
+def _check_plan(archive: Archive, lib: LoadedNetwork) -> None:
+    """Indices in range, every slot fits its storage, every step passes its function the
+    arrays it takes, every weight has its slot's shape and dtype."""
+    from ..ir import dtype as dt
+
+    plan = lib.plan
+
+    def fail(what: str):
+        raise ModuleFormatError(f"{archive.path}: the network's memory plan is inconsistent: "
+                                f"{what}")
+
+    if len(lib.call_keys) != len(plan.steps):
+        fail(f"{len(plan.steps)} steps but {len(lib.call_keys)} call keys")
+    n_slots, n_storages = len(plan.slots), len(plan.storages)
+    for k, t in enumerate(plan.slots):
+        if not 0 <= t.storage < n_storages:
+            fail(f"slot {k} is in storage {t.storage} of {n_storages}")
+        if t.ty.nbytes > plan.storages[t.storage].nbytes:
+            fail(f"slot {k} ({t.ty.nbytes} bytes) does not fit storage {t.storage}")
+    used = [*plan.inputs.values(), *plan.params.values(), *plan.outputs]
+    for step in plan.steps:
+        used += [*step.args, step.out]
+    if any(not 0 <= s < n_slots for s in used):
+        fail(f"a slot index is outside [0, {n_slots})")
+    for i, (step, key) in enumerate(zip(plan.steps, lib.call_keys)):
+        if key is None:
+            continue
+        if key not in lib.functions:
+            fail(f"step {i} calls {key}, which the file has no function for")
+        have = [(list(plan.slots[s].ty.shape), plan.slots[s].ty.dtype)
+                for s in (*step.args, step.out)]
+        want = [(list(b.shape), b.dtype) for b in lib.functions[key].device_module.host.params]
+        if have != want:
+            fail(f"step {i} passes {have} to a function that takes {want}")
+    for name, slot in plan.params.items():
+        ty, value = plan.slots[slot].ty, lib.params[name]
+        if value.shape != tuple(ty.shape) or value.dtype != dt.to_numpy(ty.dtype):
+            fail(f"weight {name} is {list(value.shape)} {value.dtype}, its slot "
+                 f"{list(ty.shape)} {ty.dtype}")
+
+
+def export_network(lib, path, archs=None) -> str:
     """Write a built network (``graph.build``'s result) to ``path`` as one file: the memory
-    plan, each function's device IR and kernels, and the weights as ``.npy`` (no pickle).
-    Called as ``lib.export_library(path)``."""
-    import io
-
+    plan, each function's device IR and its kernels for each of ``archs`` (default: the
+    target's; none for a ``"sim"`` target), and the weights as ``.npy`` (no pickle). Called
+    as ``lib.export_library(path, archs=None)``."""
+    archs = default_archs(lib.target, archs)
     plan = lib.plan
     files: dict = {}
     functions = {}
     for i, (key, f) in enumerate(lib.functions.items()):
-        prefix = f"functions/{i}/"
-        files[prefix + "device_ir.txt"] = str(f.device_module).encode("utf-8")
-        functions[key] = {"device_ir": prefix + "device_ir.txt",
-                          "kernels": _kernel_entries(f.ptx, prefix, files) if f.ptx else {}}
-    params = {}
-    for i, (name, value) in enumerate(lib.params.items()):
-        buf = io.BytesIO()
-        arr = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-        np.save(buf, arr, allow_pickle=False)
-        params[name] = f"params/{i}.npy"
-        files[params[name]] = buf.getvalue()
+        builds = compile_builds(f.device_module, archs, f.ptx)
+        functions[key] = code_entry(f.device_module, builds, f"functions/{i}/", files)
+    params = {name: array_member(files, f"params/{i}.npy", lib.params[name])
+              for i, name in enumerate(plan.params)}
     manifest = {
         "format": FORMAT, "version": VERSION, "kind": "network",
-        "target": lib.target.record_spec, "is_sim": bool(lib.target.is_sim),
+        "target": lib.target.record_spec, "is_sim": not archs,
         "plan": {"slots": [{"shape": list(s.ty.shape), "dtype": s.ty.dtype,
                             "nbytes": int(s.ty.nbytes), "storage": s.storage, "kind": s.kind,
                             "name": s.name} for s in plan.slots],
@@ -369,31 +328,26 @@ def export_network(lib, path) -> str:
                  "inputs": dict(plan.inputs), "params": dict(plan.params),
                  "outputs": list(plan.outputs)},
         "call_keys": list(lib.call_keys), "functions": functions, "params": params}
-    return _write(path, manifest, files)
+    return write_archive(path, manifest, files)
 
 
-def export_kernel_module(built, path) -> str:
+def export_kernel_module(built, path, archs=None) -> str:
     """Write ``built`` (a ``ptxforge.build`` result) to ``path`` as one file (see the module
-    doc); return the path. Called as ``built.export_library(path)``."""
+    doc) with its kernels for each of ``archs`` (default: the target's; none for a
+    ``"sim"`` target); return the path. Called as ``built.export_library(path)``."""
+    archs = default_archs(built.target, archs)
+    built_ptx = None if built.target.is_sim else built._compile()
+    files: dict = {}
     params = [{"name": p.name, "dtype": p.dtype, "shape": list(p.shape)} for p in built.params]
     manifest = {"format": FORMAT, "version": VERSION, "kind": "kernel",
                 "entry_name": built.entry_name, "target": built.target.record_spec,
-                "params": params, "device_ir": "device_ir.txt", "kernels": {}}
-    files = {"device_ir.txt": str(built.device_module).encode("utf-8")}
-    if not built.target.is_sim:
-        manifest["kernels"] = _kernel_entries(built._compile(), "kernels/", files)
-    return _write(path, manifest, files)
-
-
-def _write(path, manifest: dict, files: dict) -> str:
-    tmp = os.fspath(path) + ".tmp"
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("manifest.json", json.dumps(manifest, indent=1))
-        for name, data in files.items():
-            zf.writestr(name, data)
-    os.replace(tmp, path)
-    return os.fspath(path)
+                "params": params,
+                "code": code_entry(built.device_module,
+                                   compile_builds(built.device_module, archs, built_ptx), "",
+                                   files)}
+    return write_archive(path, manifest, files)
 
 
 __all__ = ["load_module", "RuntimeModule", "LoadedNetwork", "ModuleFormatError", "GraphError",
-           "ExportedPtx", "export_kernel_module", "export_network", "FORMAT", "VERSION"]
+           "ExportedPtx", "choose_build", "export_kernel_module", "export_network", "FORMAT",
+           "VERSION"]

@@ -13,9 +13,13 @@ import zipfile
 import numpy as np
 import pytest
 
+import ptxforge
 import ptxforge.tvm as tvm
-from ptxforge import runtime
+from ptxforge import autosched, graph, measure, runtime
+from ptxforge.autosched.state import State, state_payload
 from ptxforge.tvm import te
+
+from .test_network_tuning import _write_records, two_conv_net
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -106,7 +110,8 @@ def test_exported_kernel_runs_without_the_compiler_and_matches(tmp_path, target)
     assert manifest["kind"] == "kernel" and manifest["entry_name"] == "mm_relu"
     assert "device_ir.txt" in names and not any(n.endswith((".pkl", ".pickle", ".py"))
                                                 for n in names)
-    assert bool(manifest["kernels"]) == (target == "cuda")  # PTX only for a cuda target
+    # PTX and cubins for a cuda target's architecture only, by default
+    assert list(manifest["code"]["builds"]) == (["sm_90"] if target == "cuda" else [])
     inputs, arrays = _inputs(tmp_path, [(32, 16), (16, 32)])
     dev = tvm.sim()
     out = tvm.nd.empty((32, 32), device=dev)
@@ -249,3 +254,169 @@ def test_exported_network_runs_on_the_gpu_in_a_fresh_process(tmp_path):
                        timeout=300)
     assert p.returncode == 0 and "LOADED network" in p.stdout, p.stdout + p.stderr
     assert np.array_equal(np.load(tmp_path / "got.npy"), want)
+
+
+# -- tuned modules, several architectures, weights of every dtype, damaged files -------------
+
+@autosched.register_workload
+def export_matmul_relu(N, M, K):
+    A = te.placeholder((N, K), name="A")
+    B = te.placeholder((K, M), name="B")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((N, M), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    D = te.compute((N, M), lambda i, j: te.max(C[i, j], 0.0), name="D")
+    return [A, B, D]
+
+
+def _tuned_kernel(folder, target: str):
+    """A matmul + relu built from the best record of a small log (sampled sketches with
+    made-up costs), as ``apply_best`` gives it after tuning."""
+    task = autosched.SearchTask(func=export_matmul_relu, args=(64, 64, 32), target="cuda")
+    policy = autosched.SketchPolicy(task, autosched.RandomModel(seed=0), seed=0)
+    log = str(folder / "kernel_records.json")
+    for i, row in enumerate(policy.sample_initial_population(4)):
+        state = State.from_row(row, task)
+        inp = measure.MeasureInput(task.task_spec, state.pipeline_text(task),
+                                   state_payload(task, state))
+        measure.save_records(log, [inp], [measure.MeasureResult((1e-5 * (i + 1),), 0, "",
+                                                                0.1, 0.0)])
+    sch, args = task.apply_best(log)
+    return ptxforge.build(sch, args, target=target)
+
+
+def _tuned_network(folder, target: str):
+    """A two-convolution network compiled from records of every one of its tasks."""
+    net, params, in_shape = two_conv_net()
+    tasks, _ = autosched.extract_tasks(net, params)
+    log = str(folder / "net_records.json")
+    _write_records(tasks, log, skip_last=False)
+    with autosched.ApplyHistoryBest(log):
+        lib = graph.build(net, target, params)
+    assert all(f.tuned for f in lib.functions.values())
+    return lib, in_shape
+
+
+@pytest.mark.parametrize("device", ["sim", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_tuned_kernel_and_network_run_without_the_compiler_and_match(tmp_path, device):
+    from ptxforge.nd import array, cuda, empty, sim
+
+    dev = sim() if device == "sim" else cuda(0)
+    kernel = _tuned_kernel(tmp_path, "cuda")
+    path = kernel.export_library(str(tmp_path / "kernel.ptxf"))
+    inputs, arrays = _inputs(tmp_path, [(64, 32), (32, 64)])
+    out = empty((64, 64), "float32", dev)
+    kernel(*[array(a, dev) for a in arrays], out)
+    inputs.append(str(tmp_path / "out0.npy"))
+    np.save(inputs[-1], np.zeros((64, 64), "float32"))
+    got = _load_in_child(path, inputs, str(tmp_path / "got.npy"), device)
+    assert np.array_equal(got, out.numpy())
+
+    lib, in_shape = _tuned_network(tmp_path, "cuda")
+    path = lib.export_library(str(tmp_path / "net.ptxf"))
+    data = np.random.default_rng(7).standard_normal(in_shape).astype("float32")
+    m = graph.GraphModule(lib, dev)
+    m.set_input("data", data)
+    m.run()
+    np.save(tmp_path / "data.npy", data)
+    child = NET_CHILD if device == "sim" else NET_CHILD.replace(
+        'lib["default"]()', 'lib["default"](__import__("ptxforge.backend_ptx", '
+                            'fromlist=["cuda"]).cuda(0))')
+    p = subprocess.run([sys.executable, "-c", child, path, str(tmp_path / "data.npy"),
+                        str(tmp_path / "got.npy")], env={**os.environ,
+                                                         "PYTHONPATH": _import_root()},
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "LOADED network" in p.stdout, p.stdout + p.stderr
+    assert np.array_equal(np.load(tmp_path / "got.npy"), m.get_output(0).numpy())
+
+
+def test_several_architectures_and_the_build_a_gpu_runs(tmp_path):
+    s, args = _matmul_relu()
+    built = tvm.build(s, args, "sim")
+    path = built.export_library(str(tmp_path / "two.ptxf"), archs=["sm_80", "sm_90"])
+    loaded = runtime.load_module(path)
+    assert loaded.archs == ["sm_80", "sm_90"]
+    assert ".target sm_80" in loaded.get_source("ptx", "sm_80")
+    assert ".target sm_90" in loaded.get_source("ptx", "sm_90")
+    assert runtime.load_module(built.export_library(str(tmp_path / "none.ptxf"))).archs == []
+    lib = graph.build(_small_network(), "sim")
+    net = runtime.load_module(lib.export_library(str(tmp_path / "net.ptxf"), archs=["sm_86"]))
+    assert net.archs == ["sm_86"] and not net.target.is_sim
+    with pytest.raises(ValueError, match="'sm_9' is not an architecture name"):
+        built.export_library(str(tmp_path / "bad.ptxf"), archs=["sm_9"])
+
+    builds = {"sm_80": True, "sm_90": True}
+    assert runtime.choose_build(builds, (9, 0)) == ("sm_90", True)
+    assert runtime.choose_build(builds, (8, 6)) == ("sm_80", True)
+    assert runtime.choose_build(builds, (12, 0)) == ("sm_90", False)  # the driver's JIT
+    assert runtime.choose_build({"sm_90": False}, (9, 0)) == ("sm_90", False)
+    assert runtime.choose_build({"sm_90a": True, "sm_80": True}, (9, 0)) == ("sm_90a", True)
+    with pytest.raises(ValueError, match=r"compute capability 7\.5: the module's builds are for "
+                                         r"sm_80, sm_90; export it with archs="):
+        runtime.choose_build(builds, (7, 5))
+    with pytest.raises(ValueError, match="builds are for sm_90a"):
+        runtime.choose_build({"sm_90a": True}, (10, 0))
+
+
+def test_bfloat16_weights_load_as_bfloat16(tmp_path):
+    x = graph.var("data", (1, 16))
+    w = graph.var("w", (8, 16))
+    params = {"w": np.random.default_rng(0).standard_normal((8, 16)).astype("float32")}
+    lib = graph.build(graph.function(graph.nn.relu(graph.nn.dense(x, w))), "sim", params,
+                      precision="bfloat16")
+    loaded = graph.load(lib.export_library(str(tmp_path / "bf16.ptxf")))
+    assert loaded.params["w"].dtype == lib.params["w"].dtype
+    assert np.array_equal(loaded.params["w"].view("u2"), lib.params["w"].view("u2"))
+    data = np.random.default_rng(1).standard_normal((1, 16)).astype("float32")
+    outs = []
+    for library in (lib, loaded):
+        m = graph.GraphModule(library, tvm.sim())
+        m.run(data=data)
+        outs.append(m.get_output(0).numpy())
+    assert np.array_equal(*outs)
+
+
+def _rewrite(src, dst, edit_manifest=None, members=None) -> str:
+    """A copy of module file ``src`` with its manifest edited and members replaced."""
+    with zipfile.ZipFile(src) as zf:
+        contents = {n: zf.read(n) for n in zf.namelist()}
+    manifest = json.loads(contents["manifest.json"])
+    if edit_manifest:
+        edit_manifest(manifest)
+    contents["manifest.json"] = json.dumps(manifest).encode()
+    contents.update(members or {})
+    with zipfile.ZipFile(dst, "w") as zf:
+        for name, data in contents.items():
+            zf.writestr(name, data)
+    return str(dst)
+
+
+def test_changed_or_inconsistent_files_are_refused_with_the_reason(tmp_path):
+    s, args = _matmul_relu()
+    kernel = tvm.build(s, args, "cuda").export_library(str(tmp_path / "k.ptxf"))
+    net = graph.build(_small_network(), "cuda").export_library(str(tmp_path / "n.ptxf"))
+
+    def refused(path, match):
+        with pytest.raises(runtime.ModuleFormatError, match=match):
+            runtime.load_module(path)
+
+    ptx = next(n for n in zipfile.ZipFile(kernel).namelist() if n.endswith(".ptx"))
+    refused(_rewrite(kernel, tmp_path / "ptx", members={ptx: b"// edited\n"}),
+            f"{ptx} does not match its digest")
+    refused(_rewrite(kernel, tmp_path / "v3", lambda m: m.update(version=3)),
+            "format version 3; this ptxforge reads version 2: upgrade ptxforge")
+
+    def grid(m):
+        next(iter(m["code"]["builds"]["sm_90"].values()))["launch"]["grid"] = [7, 1, 1]
+
+    refused(_rewrite(kernel, tmp_path / "grid", grid), "launch of kernel .* does not match")
+
+    def swap(m):
+        step = m["plan"]["steps"][0]
+        step["args"][0], step["out"] = step["out"], step["args"][0]
+
+    refused(_rewrite(net, tmp_path / "plan", swap), "memory plan is inconsistent: step 0")
+
+    def weight(m):
+        next(iter(m["params"].values()))["shape"] = [1]
+
+    refused(_rewrite(net, tmp_path / "weight", weight), "weight .* has shape")
