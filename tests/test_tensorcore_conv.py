@@ -163,7 +163,6 @@ LAYERS = {
     # name: (n, h, w, ci, co, k, stride, pad, epilogue)
     "stem_7x7_s2_3ch": (1, 16, 16, 3, 64, 7, 2, 3, "bias_relu"),
     "layer1_3x3_residual": (1, 8, 8, 64, 64, 3, 1, 1, "bias_add_relu"),
-    "layer2_3x3_s2": (1, 8, 8, 64, 128, 3, 2, 1, "bias_relu"),
     "layer2_down_1x1_s2": (1, 8, 8, 64, 128, 1, 2, 0, "bias"),
     "layer4_down_1x1_s2_7x7x512": (1, 14, 14, 64, 512, 1, 2, 0, "bias"),
     "layer4_3x3_7x7": (1, 7, 7, 64, 64, 3, 1, 1, "bias_add_relu"),
@@ -276,16 +275,14 @@ def test_mixed_precision_network_runs_its_convolutions_on_tensor_cores():
     x = graph.var("data", (1, 3, 14, 14))  # NCHW in; the build converts to NHWC
     w1, b1 = graph.const(rand(16, 3, 3, 3, scale=0.3), "w1"), graph.const(rand(16), "b1")
     w2 = graph.const(rand(16, 16, 3, 3, scale=0.1), "w2")
-    w3 = graph.const(rand(32, 16, 1, 1, scale=0.2), "w3")
     y = gnn.relu(gnn.bias_add(gnn.conv2d(x, w1, strides=2, padding=1), b1))
     y = gnn.relu(graph.add(gnn.conv2d(y, w2, padding=1), y))
-    y = gnn.conv2d(y, w3, strides=2)
     net = graph.function(gnn.batch_flatten(gnn.global_avg_pool2d(y)))
     data = rand(1, 3, 14, 14)
     want = graph.evaluate(net, {"data": data})
     lib = graph.build(net, "sim", layout="NHWC", precision="float16")
     convs = [f for f in lib.functions.values() if "conv2d" in f.func.name]
-    assert len(convs) == 3
+    assert len(convs) == 2
     for f in convs:
         assert "mma_m16n8k16_f16_f32_kn" in intrins(f.device_module), f.func.name
     m = graph.GraphModule(lib, ptxforge.sim())
@@ -293,3 +290,50 @@ def test_mixed_precision_network_runs_its_convolutions_on_tensor_cores():
     m.run()
     got = m.get_output(0).numpy()
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max())
+
+
+# ---------------------------------------------------------------------------------------
+# the AutoTVM template
+
+
+def test_autotvm_template_rejects_illegal_knobs_tunes_and_dispatches(tmp_path):
+    from ptxforge import autotvm
+    from ptxforge.autotvm import tensorcore_conv as template
+    from ptxforge.autotvm.space import InstantiationError
+    from ptxforge.autotvm.tuner import RandomTuner
+    from ptxforge.measure import LocalBuilder, load_records
+
+    args = (1, 7, 7, 16, 32, 3, 3, 1, 1, "float16")
+    task = autotvm.task.create(template.NAME, args=args, target=SM80)
+    space = task.config_space
+    assert list(space.space_map) == ["block_m", "block_n", "block_k", "warps_m", "warps_n",
+                                     "stages", "vec"]
+    assert task.flop == 2 * 49 * 32 * 144
+    # block_m 16 over 2 warps: 8-row warp tiles are no m16n8 fragments
+    assert space.dims == [3, 2, 3, 3, 3, 4, 3]  # block_m <= 64 (49 pixels), block_n <= 32
+    bad = space.get(space.knob2point([0, 0, 0, 1, 0, 0, 0]))
+    with pytest.raises(InstantiationError, match="warp tile's rows .* a multiple of 16"):
+        task.instantiate(bad)
+    # 4 stages of block_k 64 over K = 144 (-> 192): only 3 steps
+    with pytest.raises(InstantiationError, match="at least 4 block_k steps"):
+        task.instantiate(space.get(space.knob2point([0, 0, 2, 0, 0, 3, 0])))
+    log = str(tmp_path / "conv.log")
+    option = autotvm.measure_option(builder=LocalBuilder(n_parallel=2, compile_to="ir"),
+                                    runner=autotvm.SimRunner(max_sim_seconds=2.0))
+    tuner = RandomTuner(task, seed=3)
+    tuner.tune(n_trial=4, measure_option=option,
+               callbacks=[autotvm.callback.log_to_file(log)])
+    records = load_records(log)
+    ok = [r.correctness for _, r in records if r.error_no == 0]
+    assert len(records) == 4 and "passed" in ok
+    assert all(c == "passed" or c.startswith("skipped") for c in ok)  # none failed
+    with autotvm.apply_history_best(log):
+        s, tensors = template.conv2d_nhwc_tensorcore(*args)
+    assert s.pipeline == task.pipeline(tuner.best_config)
+    d, k, out = tensors
+    x = RNG.standard_normal((1, 7, 7, 16)).astype("float16")
+    w = (RNG.standard_normal((3, 3, 16, 32)) / 12).astype("float16")
+    mod, got = run(tensors, [x, w], s)
+    assert "mma_m16n8k16_f16_f32_kn" in intrins(mod.device_module)
+    check(got, ref.conv2d_nhwc_python(x.astype(np.float64), w.astype(np.float64), 1, 1),
+          "float16")
