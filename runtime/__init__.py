@@ -13,8 +13,9 @@ The file is a zip archive of data only (no pickle, no code; see :mod:`.archive`)
 ``manifest.json`` (format, version, kind, entry name, target, parameters, the launch of
 every kernel, the SHA-256 of every member), the device IR as text (what the simulator runs)
 and each kernel's PTX and cubin for every architecture exported (``archs=``; default the
-cuda target's, none for ``"sim"``); on a GPU the build that fits it runs. A network's file (``lib.export_library`` of ``graph.build``'s result) also holds its memory
-plan and its weights as ``.npy``; ``load_module`` gives a :class:`LoadedNetwork` that
+cuda target's, none for ``"sim"``); on a GPU the build that fits it runs. A network's file
+(``lib.export_library`` of ``graph.build``'s result) also holds its memory plan and its
+weights as ``.npy``; ``load_module`` gives a :class:`LoadedNetwork` that
 :class:`~ptxforge.runtime.graph_executor.GraphModule` runs as it runs a built one.
 """
 

@@ -47,7 +47,8 @@ np.save(out, result)
 compiler = [m for m in sys.modules if m.startswith(("llvmlite", "ptxforge.passes",
             "ptxforge.autosched", "ptxforge.autotvm", "ptxforge.ops", "ptxforge.measure",
             "ptxforge.graph", "ptxforge.backend_ptx.codegen", "ptxforge.backend_ptx.nvptx",
-            "ptxforge.backend_ptx.compile", "ptxforge.driver", "ptxforge.te"))
+            "ptxforge.backend_ptx.compile", "ptxforge.driver", "ptxforge.te", "ptxforge.ir.te",
+            "ptxforge.ir.compute_dag"))
             and sys.modules[m] is not None]
 assert not compiler, compiler
 print("LOADED", f.entry_name)
@@ -194,7 +195,8 @@ m.run()
 np.save(out, m.get_output(0).numpy())
 compiler = [k for k in sys.modules if k.startswith(("llvmlite", "ptxforge.passes",
             "ptxforge.autosched", "ptxforge.ops", "ptxforge.graph", "ptxforge.measure",
-            "ptxforge.backend_ptx.codegen", "ptxforge.driver", "ptxforge.te"))
+            "ptxforge.backend_ptx.codegen", "ptxforge.driver", "ptxforge.te", "ptxforge.ir.te",
+            "ptxforge.ir.compute_dag"))
             and sys.modules[k] is not None]
 assert not compiler, compiler
 print("LOADED network")
