@@ -422,3 +422,23 @@ def test_changed_or_inconsistent_files_are_refused_with_the_reason(tmp_path):
         next(iter(m["params"].values()))["shape"] = [1]
 
     refused(_rewrite(net, tmp_path / "weight", weight), "weight .* has shape")
+
+
+@pytest.mark.gpu
+def test_code_for_an_older_architecture_runs_through_the_drivers_jit(tmp_path):
+    from ptxforge.backend_ptx import array, cuda, empty
+
+    dev = cuda(0)
+    s, args = _matmul_relu()
+    built = tvm.build(s, args, "cuda")
+    older = runtime.load_module(built.export_library(str(tmp_path / "old.ptxf"),
+                                                     archs=["sm_80"]))
+    inputs = [array(a, dev) for a in _inputs(tmp_path, [(32, 16), (16, 32)])[1]]
+    want, got = empty((32, 32), "float32", dev), empty((32, 32), "float32", dev)
+    built(*inputs, want)
+    older(*inputs, got)
+    assert np.array_equal(got.numpy(), want.numpy())
+    major, minor = dev.compute_capability
+    loaded = older._loaded[repr(dev)]
+    # an sm_80 cubin does not run on another major version: the driver compiled the PTX
+    assert all((k.compiled.cubin is None) == (major != 8) for k in loaded.kernels.values())
