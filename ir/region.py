@@ -105,34 +105,45 @@ def access_region(accesses, shape, inner: dict, outer: dict | None = None) -> li
     """Per dimension ``(start_expr, extent)`` covering every access.
 
     ``accesses`` is a list of index tuples. The region is clamped to ``shape`` (a whole
-    dimension when no better bound is found).
+    dimension when no better bound is found). A dimension whose indices as written give no
+    bound tighter than the whole is tried again on the simplified indices: an index that
+    recombines a fused loop's pieces (``floordiv(f, c)*c + floormod(f, c)``, as a
+    convolution's row ``(n*OH + y)*OW + x`` read over fused output pixels is) is bounded
+    only once those merge back into ``f``.
     """
     outer = outer or {}
     ranges = _all_ranges(inner, outer)
     out = []
     for d, size in enumerate(shape):
-        los, his = [], []
-        ok = True
-        for idx in accesses:
-            lo = bound_of(idx[d], inner, outer, True)
-            hi = bound_of(idx[d], inner, outer, False)
-            if lo is None or hi is None:
-                ok = False
-                break
-            los.append(simplify(lo, ranges))
-            his.append(simplify(hi, ranges))
-        if not ok or not los:
-            out.append((IntImm(0), size))
-            continue
-        start = _fold_extreme(los, ranges, lower=True)
-        stop = _fold_extreme(his, ranges, lower=False)
-        span = simplify(stop - start, ranges)
-        sb = const_bounds(span, ranges)
-        if sb is None or sb[1] + 1 >= size:
-            out.append((IntImm(0), size))
-            continue
-        out.append((start, max(1, sb[1] + 1)))
+        idxs = [idx[d] for idx in accesses]
+        region = _dim_region(idxs, size, inner, outer, ranges)
+        if region is None and any(_uses(e, inner) for e in idxs):
+            region = _dim_region([simplify(e, ranges) for e in idxs], size, inner, outer,
+                                 ranges)
+        out.append(region or (IntImm(0), size))
     return out
+
+
+def _dim_region(idxs: list, size: int, inner: dict, outer: dict, ranges: dict):
+    """``(start_expr, extent)`` of one dimension's indices ``idxs``, or None when no bound
+    smaller than the whole dimension (``size``) is found."""
+    los, his = [], []
+    for e in idxs:
+        lo = bound_of(e, inner, outer, True)
+        hi = bound_of(e, inner, outer, False)
+        if lo is None or hi is None:
+            return None
+        los.append(simplify(lo, ranges))
+        his.append(simplify(hi, ranges))
+    if not los:
+        return None
+    start = _fold_extreme(los, ranges, lower=True)
+    stop = _fold_extreme(his, ranges, lower=False)
+    span = simplify(stop - start, ranges)
+    sb = const_bounds(span, ranges)
+    if sb is None or sb[1] + 1 >= size:
+        return None
+    return start, max(1, sb[1] + 1)
 
 
 def _fold_extreme(exprs: list, ranges: dict, lower: bool) -> Expr:

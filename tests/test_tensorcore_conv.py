@@ -239,6 +239,24 @@ def test_illegal_configurations_name_the_rule(cfg, rule):
         schedule_conv2d_nhwc_tensorcore(s, conv, out.op, SM80, cfg)
 
 
+@pytest.mark.parametrize("shape", [(1, 7, 7, 512, 512, 3, 1, 1), (1, 28, 28, 128, 128, 3, 1, 1),
+                                   (1, 224, 224, 3, 64, 7, 2, 3)],
+                         ids=["seed_7x7", "layer2_28x28", "stem_224"])
+def test_a_block_computes_only_its_own_pixels(shape):
+    # A block tile of pixels that does not start a row of the image (16 of 7x7, 16 of 28x28,
+    # 64 of 112x112) must still bound the block's C tile to block_m rows: one warp per
+    # warps_m x warps_n, not the whole product once per block (which is slow, or over the
+    # launch limits at full ResNet-18 size).
+    (d, k, out), _, _ = conv_layer(*shape)
+    conv = out.op.input_tensors[0].op
+    cfg = choose_conv_config(conv, SM80)
+    (kern,) = ptxforge.lower(default_schedule(out, target=SM80), [d, k, out]).kernels()
+    assert tuple(kern.attrs.launch.block) == (32, cfg.warps_n, cfg.warps_m)
+    n, h, w, _, co, kk, stride, pad = shape
+    pixels = n * ((h + 2 * pad - kk) // stride + 1) * ((w + 2 * pad - kk) // stride + 1)
+    assert tuple(kern.attrs.launch.grid)[:2] == (-(-pixels // cfg.block_m), -(-co // cfg.block_n))
+
+
 def test_default_configuration_spreads_small_layers_over_the_sms():
     d = te.placeholder((1, 7, 7, 512), "float16", name="d")
     k = te.placeholder((3, 3, 512, 512), "float16", name="k")
