@@ -386,7 +386,10 @@ def test_a_matrix_vector_product_reads_its_weights_directly():
 
 def test_registry_maps_tags_to_stage_schedules():
     assert default_schedule_for("conv2d_nchw") is schedule_tiled
-    assert default_schedule_for("dense") is schedule_tiled
+    from ptxforge.ops.schedules.tensorcore_gemm import schedule_matmul
+
+    # products: tensor cores where they apply, else schedule_tiled
+    assert default_schedule_for("dense") is schedule_matmul
     assert default_schedule_for("pool_max") is schedule_reduce
     assert default_schedule_for("injective,pad") is schedule_injective
     assert default_schedule_for("elemwise") is schedule_injective

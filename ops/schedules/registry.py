@@ -18,6 +18,7 @@ from .. import tag as _tag
 from .injective import schedule_injective
 from .reduction import schedule_reduce
 from .tensorcore_conv import schedule_conv2d_nhwc
+from .tensorcore_gemm import schedule_matmul
 from .tiled import schedule_tiled
 
 StageSchedule = Callable[..., object]
@@ -61,11 +62,12 @@ def default_schedule_for(tag: str) -> StageSchedule:
     return _schedule_any
 
 
-for _t in (_tag.CONV2D_NCHW, _tag.DEPTHWISE_CONV2D_NCHW,
-           _tag.DEPTHWISE_CONV2D_NHWC, _tag.DENSE, _tag.MATMUL, _tag.BATCH_MATMUL):
+for _t in (_tag.CONV2D_NCHW, _tag.DEPTHWISE_CONV2D_NCHW, _tag.DEPTHWISE_CONV2D_NHWC):
     register_schedule(_t, schedule_tiled)
-# tensor cores where the dtypes and the target allow, else schedule_tiled
+# tensor cores where the dtypes, the target and the shapes allow, else schedule_tiled
 register_schedule(_tag.CONV2D_NHWC, schedule_conv2d_nhwc)
+for _t in (_tag.DENSE, _tag.MATMUL, _tag.BATCH_MATMUL):
+    register_schedule(_t, schedule_matmul)
 for _t in (_tag.POOL_MAX, _tag.POOL_SUM, _tag.ADAPTIVE_POOL_MAX, _tag.ADAPTIVE_POOL_SUM,
            _tag.COMM_REDUCE):
     register_schedule(_t, schedule_reduce)

@@ -1,0 +1,417 @@
+"""Tensor cores in the default schedules of dense, matmul and batch_matmul.
+
+:func:`gemm_form` recognizes a matrix-product stage the tensor cores can run: inputs
+float16 or bfloat16 (float32 only at ``precision="tf32"``, which the user chooses), read
+as ``A[(b,) i, k]`` and ``B[(b,) j, k]`` or ``B[(b,) k, j]``, a float32 accumulator, an
+``sm_80`` or newer target, and the rule for shapes: ``M`` and ``N`` multiples of 16, ``K``
+a multiple of the mma's k (16; 8 for TF32). Anything else (``M = 1``, ``M = 49``, an A read
+transposed) stays on the CUDA cores (:func:`~ptxforge.ops.schedules.tiled.schedule_tiled`):
+the tensorized nests need whole tiles, and nothing pads the tensors yet.
+
+:func:`schedule_gemm_tensorcore` schedules such a stage as
+:func:`~ptxforge.ops.schedules.tensorcore.schedule_dense_tensorcore` does (shared tiles
+filled with ``cp.async`` and software-pipelined, ldmatrix, mma.sync into warp fragments).
+Without an epilogue, or with only the cast to a 16-bit output, each warp stores its
+accumulators to global memory; any other fused epilogue (bias, activation, residual add,
+then the cast) runs on all threads of the block over a copy of the block's accumulators
+in shared memory.
+
+:func:`choose_gemm_config` picks the tiles from a table (:func:`gemm_configs`): the
+largest block tile that still gives every SM a block (4096^3: 128x128x32, 2x2 warps, 2
+stages); a small ``M`` gets thin tiles (M = 16: 16x16x128, 4 stages, 256 blocks) since
+its product is bound by reading B.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.expr import Bin, Call, Cast, Reduce, TensorRead, Var, children
+from ...ir.te import ComputeOp, PlaceholderOp
+from ...passes.schedule.common import ScheduleError
+from ...target import Target, as_target
+from .tensorcore import SUFFIX, TensorCoreConfig
+from .tiled import schedule_tiled
+
+GEMM_TAGS = ("dense", "matmul", "batch_matmul")
+
+
+@dataclass(frozen=True)
+class GemmForm:
+    """A matrix-product stage the tensor cores can run (see :func:`gemm_form`)."""
+
+    batch: int
+    M: int
+    N: int
+    K: int
+    in_dtype: str
+    acc_dtype: str
+    b_kn: bool
+    tf32: bool
+
+    @property
+    def mma_k(self) -> int:
+        return 8 if self.tf32 else 16
+
+    @property
+    def elem_bytes(self) -> int:
+        return 4 if self.tf32 else 2
+
+
+def _operand_read(x):
+    """The tensor read of one factor of the product: ``A[..]``, a cast of it, or
+    ``round_tf32`` of it (the TF32 rounding the mma does itself)."""
+    while True:
+        if isinstance(x, TensorRead):
+            return x
+        if isinstance(x, Cast):
+            x = x.value
+        elif isinstance(x, Call) and x.op == "round_tf32" and len(x.args) == 1:
+            x = x.args[0]
+        else:
+            return None
+
+
+def gemm_form(op: ComputeOp, target: Target | str | None = None) -> GemmForm | None:
+    """The :class:`GemmForm` of stage ``op`` when the tensor cores of ``target`` can run it
+    with :func:`schedule_gemm_tensorcore`, else None (the CUDA-core schedule runs it)."""
+    target = as_target(target)
+    if not isinstance(op, ComputeOp) or op.tag not in GEMM_TAGS or len(op.reduce_axis) != 1:
+        return None
+    if len(op.axis) not in (2, 3) or not isinstance(op.body, Reduce):
+        return None
+    body = op.body
+    if body.combiner != "sum" or body.where is not None:
+        return None
+    src = body.source
+    if not isinstance(src, Bin) or src.op != "mul":
+        return None
+    ra, rb = _operand_read(src.a), _operand_read(src.b)
+    if ra is None or rb is None or ra.tensor.dtype != rb.tensor.dtype:
+        return None
+    if ra.tensor is rb.tensor:
+        return None  # x x^T: one tensor cannot be staged as both operands
+    ab, acc = ra.tensor.dtype, op.dtype
+    precision = (op.attrs or {}).get("precision", "float32")
+    tf32 = ab == "float32" and precision == "tf32"
+    if ab in ("float16", "bfloat16"):
+        if acc != "float32" or not target.has_mma("m16n8k16", ab):
+            return None
+    elif tf32:
+        if acc != "float32" or not target.has_mma("m16n8k8", "tf32"):
+            return None
+    else:
+        return None
+    if not target.has_ldmatrix or target.sm < 80:
+        return None
+    k = op.reduce_axis[0].var
+    axes = [a.var for a in op.axis]
+    i, j = axes[-2], axes[-1]
+    bvar = axes[0] if len(axes) == 3 else None
+
+    def lead_ok(r) -> bool:  # the batch index: b, or 0 for a broadcast batch of one
+        if bvar is None:
+            return len(r.indices) == 2
+        if len(r.indices) != 3:
+            return False
+        lead = r.indices[0]
+        return lead is bvar or (r.tensor.shape[0] == 1 and not _has_var(lead))
+
+    if not (lead_ok(ra) and lead_ok(rb)):
+        return None
+    if not (ra.indices[-2] is i and ra.indices[-1] is k):
+        return None  # A read as [k, i] (transpose_a): no ldmatrix of that layout here
+    if rb.indices[-2] is j and rb.indices[-1] is k:
+        kn = False
+    elif rb.indices[-2] is k and rb.indices[-1] is j:
+        kn = True
+    else:
+        return None
+    if tf32 and kn:
+        return None  # the TF32 fragment loads take B as [N, K]
+    shape = [int(x) for x in op.shape]
+    K = int(op.reduce_axis[0].extent)
+    form = GemmForm(shape[0] if bvar is not None else 1, shape[-2], shape[-1], K, ab, acc,
+                    kn, tf32)
+    if form.M % 16 or form.N % 16 or K % form.mma_k:
+        return None  # no padding yet: the smallest tile (16x16) must divide the shape
+    return form
+
+
+def _has_var(e) -> bool:
+    if isinstance(e, Var):
+        return True
+    return any(_has_var(c) for c in children(e))
+
+
+def _inputs(op: ComputeOp):
+    """The tensors of the two factors (A, B) of product stage ``op``."""
+    src = op.body.source
+    return _operand_read(src.a).tensor, _operand_read(src.b).tensor
+
+
+def check_gemm_config(cfg: TensorCoreConfig, form: GemmForm, where: str = "") -> None:
+    """Raise :class:`ScheduleError` naming the rule ``cfg`` breaks for ``form`` (the tiles
+    divide ``M``, ``N`` and ``K``; see :meth:`TensorCoreConfig.check`)."""
+    where = where or "tensor-core GEMM"
+    if form.tf32 and not cfg.tf32:
+        raise ScheduleError(f"{where}: float32 inputs are multiplied in TF32 only with "
+                            "TensorCoreConfig(tf32=True)")
+    if form.tf32 and cfg.frag_load != "load":
+        raise ScheduleError(f"{where}: TF32 fragments are loaded lane by lane: "
+                            "frag_load='load'")
+    try:
+        cfg.check(form.M, form.N, form.K, form.mma_k, form.elem_bytes)
+    except ScheduleError as e:
+        raise ScheduleError(f"{where}: {e}") from None
+
+
+def _is_cast_of(epilogue: ComputeOp, op: ComputeOp) -> bool:
+    """Whether ``epilogue`` only casts ``op``'s output (``T_cast`` of a 16-bit output)."""
+    body = epilogue.body
+    if not isinstance(body, Cast) or not isinstance(body.value, TensorRead):
+        return False
+    r = body.value
+    return r.tensor.op is op and all(x is a.var for x, a in zip(r.indices, epilogue.axis))
+
+
+def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None,
+                             cfg: TensorCoreConfig | None = None,
+                             target: Target | str | None = None,
+                             form: GemmForm | None = None) -> TensorCoreConfig:
+    """Schedule product stage ``op`` (and its fused element-wise ``epilogue``) on the
+    tensor cores; returns the config used (``cfg`` overrides the chooser). Raises
+    :class:`ScheduleError` when ``op`` is not a product the tensor cores run or ``cfg``
+    does not fit it.
+
+    Without an epilogue, or with only the cast to a 16-bit output, each warp writes its
+    accumulators straight to global memory (``store_c_*``); any other epilogue reads
+    them from a shared-memory copy of the block tile, all threads of the block."""
+    form = form or gemm_form(op, target)
+    if form is None:
+        raise ScheduleError(f"stage {op.name} is not a product the tensor cores of "
+                            f"{as_target(target).arch} run (see gemm_form)")
+    cfg = cfg or choose_gemm_config(form, target)
+    check_gemm_config(cfg, form, f"stage {op.name}")
+    a, b = _inputs(op)
+    ab, acc = form.in_dtype, form.acc_dtype
+    kn = form.b_kn
+    if form.tf32:
+        mma = "mma_m16n8k8_tf32_f32"
+    else:
+        mma = f"mma_m16n8k16_{SUFFIX[ab]}_{SUFFIX[acc]}{'_kn' if kn else ''}"
+    c = op.output(0)
+    direct = epilogue is None or _is_cast_of(epilogue, op)
+    cf = s.cache_write(c, "warp")
+    cs = None if direct else s.cache_read(cf, "shared", [c])
+    if epilogue is not None:
+        s[c].compute_inline()
+        o = s[epilogue]
+    else:
+        o = s[c]
+    a_sh = s.cache_read(a, "shared", [cf])
+    b_sh = s.cache_read(b, "shared", [cf])
+    a_fr = s.cache_read(a_sh, "warp", [cf])
+    b_fr = s.cache_read(b_sh, "warp", [cf])
+    wm, wn = cfg.block_m // cfg.warps_m, cfg.block_n // cfg.warps_n
+    axes = list(o.op.axis)
+    batch = axes[:-2]
+    bi, i = o.split(axes[-2], factor=cfg.block_m)
+    bj, j = o.split(axes[-1], factor=cfg.block_n)
+    for x in batch:
+        o.bind(x, "blockIdx.z")
+    o.bind(bi, "blockIdx.y")
+    o.bind(bj, "blockIdx.x")
+    if direct:
+        # each warp stores its m16n8 accumulator tiles (with the cast) to global memory
+        wi, i = o.split(i, factor=wm)
+        wj, j = o.split(j, factor=wn)
+        ti, ii = o.split(i, factor=16)
+        tj, jj = o.split(j, factor=8)
+        o.reorder(*batch, bi, bj, wi, wj, ti, tj, ii, jj)
+        o.bind(wi, "threadIdx.z")
+        o.bind(wj, "threadIdx.y")
+        out_dt = o.op.output(0).dtype
+        o.tensorize(ii, f"store_c_{SUFFIX[acc]}"
+                    + ("" if out_dt == acc else f"_{SUFFIX[out_dt]}"))
+        if cfg.unroll:
+            o.unroll(ti)
+            o.unroll(tj)
+        s[cf].compute_at(o, wj)
+    else:
+        # every thread of the block runs the epilogue over the tile in shared memory
+        o.reorder(*batch, bi, bj, i, j)
+        nthreads = 32 * cfg.warps_m * cfg.warps_n
+        vec_out = 4 if cfg.block_m * cfg.block_n % (4 * nthreads) == 0 else 1
+        fused = o.fuse(i, j)
+        if vec_out > 1:
+            fused, v = o.split(fused, factor=vec_out)
+        fused, tx = o.split(fused, factor=32)
+        fused, ty = o.split(fused, factor=cfg.warps_n)
+        fused, tz = o.split(fused, factor=cfg.warps_m)
+        o.bind(tx, "threadIdx.x")
+        o.bind(ty, "threadIdx.y")
+        o.bind(tz, "threadIdx.z")
+        if vec_out > 1:
+            o.vectorize(v)
+        s[cs].compute_at(o, bj)
+        st = s[cs]
+        sax = list(st.op.axis)
+        r, col = sax[-2], sax[-1]
+        st.storage_align(r, cfg.block_n + 4, 0)  # rows 4 banks apart: fewer conflicts
+        wi, r = st.split(r, factor=wm)
+        wj, col = st.split(col, factor=wn)
+        ti, ii = st.split(r, factor=16)
+        tj, jj = st.split(col, factor=8)
+        st.reorder(*sax[:-2], wi, wj, ti, tj, ii, jj)
+        st.bind(wi, "threadIdx.z")
+        st.bind(wj, "threadIdx.y")
+        st.tensorize(ii, f"store_c_{SUFFIX[acc]}")
+        if cfg.unroll:
+            st.unroll(ti)
+            st.unroll(tj)
+        s[cf].compute_at(st, wj)
+
+    # the product of one warp tile, k in block_k stages of mma_k
+    f = s[cf]
+    fax = list(f.op.axis)
+    ci, cj = fax[-2], fax[-1]
+    (kr,) = f.op.reduce_axis
+    ko, ki = f.split(kr, factor=cfg.block_k)
+    ki, kk = f.split(ki, factor=form.mma_k)
+    fti, fii = f.split(ci, factor=16)
+    ftj, fjj = f.split(cj, factor=8)
+    f.reorder(*fax[:-2], ko, ki, fti, ftj, fii, fjj, kk)
+    f.tensorize(fii, mma)
+    if cfg.unroll:
+        f.unroll(ki)
+        f.unroll(fti)
+        f.unroll(ftj)
+
+    # fragments from shared memory at every k step
+    sfx = SUFFIX[ab]
+    if form.tf32:
+        a_plan, b_plan = (16, 0, "load_a_tf32"), (8, 0, "load_b_tf32")
+    elif cfg.frag_load == "ldmatrix":
+        x4 = wn % 16 == 0
+        a_plan = (16, 0, f"ldmatrix_a_x4_{sfx}")
+        b_plan = (16 if x4 else 8, 1 if kn else 0,
+                  f"ldmatrix_b_x{4 if x4 else 2}{'_trans' if kn else ''}_{sfx}")
+    else:
+        a_plan = (16, 0, f"load_a_{sfx}")
+        b_plan = (8, 1 if kn else 0, f"load_b_{sfx}{'_kn' if kn else ''}")
+    for fr, (rows, axis, intrin) in ((a_fr, a_plan), (b_fr, b_plan)):
+        s[fr].compute_at(f, ki)
+        st = s[fr]
+        rax = list(st.op.axis)
+        r0, r1 = rax[-2], rax[-1]
+        if axis == 0:
+            ro, ri = st.split(r0, factor=rows)
+            st.tensorize(ri, intrin)
+        else:  # B as [k, n]: tiles run along n, the nest is (k, n.inner)
+            ro, ri = st.split(r1, factor=rows)
+            st.reorder(*rax[:-2], ro, r0, ri)
+            st.tensorize(r0, intrin)
+        if cfg.unroll:
+            st.unroll(ro)
+
+    # shared tiles: every thread of the block copies vec elements at a time
+    for sh, src in ((a_sh, a), (b_sh, b)):
+        s[sh].compute_at(f, ko)
+        st = s[sh]
+        rax = list(st.op.axis)
+        r, col = rax[-2], rax[-1]
+        if cfg.pad:
+            row = cfg.block_k if (sh is a_sh or not kn) else cfg.block_n
+            st.storage_align(r, row + cfg.pad, 0)
+        fused = st.fuse(*rax)
+        fused, v = st.split(fused, factor=cfg.vec)
+        fused, tx = st.split(fused, factor=32)
+        fused, ty = st.split(fused, factor=cfg.warps_n)
+        fused, tz = st.split(fused, factor=cfg.warps_m)
+        st.bind(tx, "threadIdx.x")
+        st.bind(ty, "threadIdx.y")
+        st.bind(tz, "threadIdx.z")
+        st.vectorize(v)
+        if cfg.async_copy and isinstance(src.op, PlaceholderOp):
+            st.async_copy()
+    if cfg.stages > 1:
+        f.pipeline(ko, cfg.stages)
+    return cfg
+
+
+_BLOCKS = (  # (block_m, block_n, warps_m, warps_n): warp tiles of 16..64 x 8..64
+    (128, 128, 2, 2), (128, 64, 2, 2), (64, 128, 2, 2), (64, 64, 2, 2), (128, 32, 4, 1),
+    (64, 32, 2, 1), (32, 64, 1, 2), (128, 16, 4, 1), (32, 32, 1, 2), (64, 16, 4, 1),
+    (16, 64, 1, 4), (32, 16, 2, 1), (16, 32, 1, 2), (16, 16, 1, 2),
+)
+
+
+def gemm_configs(form: GemmForm, target: Target | str | None = None) -> list:
+    """Every config of the default's candidate table that fits ``form``: block tiles
+    dividing M and N, and per tile the largest ``block_k`` (of 128, 64, 32, 16) that
+    divides K and keeps a stage's tiles within 16 KiB, with 2 stages for tiles of 64x64
+    and more (4 below: a small tile needs more copies in flight)."""
+    target = as_target(target)
+    vec = 16 // form.elem_bytes
+    out = []
+    for bm, bn, wm, wn in _BLOCKS:
+        if form.M % bm or form.N % bn:
+            continue
+        for bk in (128, 64, 32, 16, 8):
+            if form.K % bk or bk < form.mma_k or (bm + bn) * bk * form.elem_bytes > 16384:
+                continue
+            big = bm * bn >= 64 * 64
+            if big and bk > 32:
+                continue  # 32 columns are enough to hide a big tile's copies
+            stages = min(2 if big else 4, form.K // bk)
+            cfg = TensorCoreConfig(
+                bm, bn, bk, wm, wn, vec=vec, pad=8,
+                frag_load="load" if form.tf32 else "ldmatrix", tf32=form.tf32,
+                async_copy=target.has_cp_async, stages=stages if stages > 1 else 1)
+            for v in (vec, vec // 2, vec // 4):  # a small tile may need a narrower copy
+                c = cfg if v == vec else _replace(cfg, vec=v)
+                try:
+                    check_gemm_config(c, form)
+                except ScheduleError:
+                    continue
+                out.append(c)
+                break
+            else:
+                continue
+            break
+    return out
+
+
+def _replace(cfg: TensorCoreConfig, **kw) -> TensorCoreConfig:
+    from dataclasses import replace
+
+    return replace(cfg, **kw)
+
+
+def choose_gemm_config(form: GemmForm, target: Target | str | None = None) -> TensorCoreConfig:
+    """The default tiles of ``form`` on ``target``: of :func:`gemm_configs`, the largest
+    block tile (then the tallest) that still gives every SM a block; when none does (a
+    small product), the one with the most blocks."""
+    target = as_target(target)
+    cands = gemm_configs(form, target)
+    if not cands:
+        raise ScheduleError(f"no tensor-core tiles of the default table fit {form}")
+
+    def blocks(c):
+        return form.batch * (form.M // c.block_m) * (form.N // c.block_n)
+
+    full = [c for c in cands if blocks(c) >= target.num_sms]
+    if full:
+        return max(full, key=lambda c: (c.block_m * c.block_n, c.block_m))
+    return max(cands, key=lambda c: (blocks(c), c.block_m * c.block_n))
+
+
+def schedule_matmul(s, op: ComputeOp, epilogue: ComputeOp | None = None,
+                    target: Target | str | None = None):
+    """The default stage schedule of dense, matmul and batch_matmul: on the tensor cores
+    when :func:`gemm_form` accepts the stage, else :func:`schedule_tiled` (CUDA cores)."""
+    form = gemm_form(op, target)
+    if form is None:
+        return schedule_tiled(s, op, epilogue, target=target)
+    return schedule_gemm_tensorcore(s, op, epilogue, target=target, form=form)
