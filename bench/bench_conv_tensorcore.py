@@ -1,0 +1,269 @@
+"""conv2d NHWC in float16 on tensor cores against cuDNN (fp16, channels_last) in one process.
+
+Layers: the seed layer of the tutorials (batch 1, 7x7, 512 -> 512, 3x3, stride 1, pad 1)
+and the convolutions of ResNet-18 at batch 1 (224x224 input). Ours: the default schedule
+(the implicit-GEMM tensor-core schedule of ``ops/schedules/tensorcore_conv.py``) for every
+layer, and for the seed layer also the best of a short AutoTVM tuning (``--trials``) of the
+template ``conv2d_nhwc_tensorcore.cuda`` on this GPU. Theirs: ``torch.nn.functional.conv2d``
+on float16 channels_last tensors (cuDNN, ``cudnn.benchmark`` on). Both compute the
+convolution alone, summed in float32 and written as float16.
+
+Every kernel is first checked on random inputs against PyTorch's float64 convolution of the
+same float16 inputs (and PyTorch's fp16 result is checked the same way); then both sides
+are graph-timed: ``--number`` launches captured in one CUDA graph, replayed ``--repeat``
+times between CUDA events, the median per launch (ours through ``time_evaluator(...,
+graph=True)``, cuDNN through ``bench_tensorcore.torch_time``).
+
+    python3 bench/bench_conv_tensorcore.py [--trials 32] [--layers "seed (layer4 3x3)"] [--json out]
+    python3 bench/bench_conv_tensorcore.py --dry-run   # no GPU: build every kernel (PTX,
+                                                       # ptxas) and instantiate the template
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+import ptxforge
+from ptxforge import autotvm
+from ptxforge.autotvm import tensorcore_conv as template
+from ptxforge.backend_ptx import compile_module
+from ptxforge.ops.schedules import default_schedule
+
+SEED = (1, 7, 7, 512, 512, 3, 1, 1)
+# name: (N, H, W, CI, CO, K, stride, pad); ResNet-18's convolutions at batch 1
+LAYERS = {
+    "seed (layer4 3x3)": SEED,
+    "conv1 7x7/2": (1, 224, 224, 3, 64, 7, 2, 3),
+    "layer1 3x3": (1, 56, 56, 64, 64, 3, 1, 1),
+    "layer2 3x3/2": (1, 56, 56, 64, 128, 3, 2, 1),
+    "layer2 3x3": (1, 28, 28, 128, 128, 3, 1, 1),
+    "layer2 down 1x1/2": (1, 56, 56, 64, 128, 1, 2, 0),
+    "layer3 3x3/2": (1, 28, 28, 128, 256, 3, 2, 1),
+    "layer3 3x3": (1, 14, 14, 256, 256, 3, 1, 1),
+    "layer3 down 1x1/2": (1, 28, 28, 128, 256, 1, 2, 0),
+    "layer4 3x3/2": (1, 14, 14, 256, 512, 3, 2, 1),
+    "layer4 down 1x1/2": (1, 14, 14, 256, 512, 1, 2, 0),
+}
+TOLERANCE = 4e-3  # of the largest output: fp16 inputs exact, fp32 sums, fp16 rounding
+ANCHOR_SEED_MS = 0.0153  # cuDNN fp16 NHWC on an H100 (issue 14)
+
+
+def template_args(shape) -> tuple:
+    n, h, w, ci, co, k, stride, pad = shape
+    return (n, h, w, ci, co, k, k, stride, pad, "float16")
+
+
+def flop(shape) -> float:
+    n, h, w, ci, co, k, stride, pad = shape
+    oh = (h + 2 * pad - k) // stride + 1
+    ow = (w + 2 * pad - k) // stride + 1
+    return 2.0 * n * oh * ow * co * k * k * ci
+
+
+def build_default(shape, target):
+    """``(compiled module, tensors, seconds, config)`` of the default schedule."""
+    from ptxforge.ops.schedules.tensorcore_conv import choose_conv_config
+
+    data, kernel, out, conv = template.conv2d_nhwc_declaration(*template_args(shape))
+    t0 = time.perf_counter()
+    with ptxforge.target.as_target(target):
+        s = default_schedule(out, target=target)
+        mod = compile_module(ptxforge.lower(s, [data, kernel, out]), target)
+        cfg = choose_conv_config(conv, target)
+    return mod, [data, kernel, out], time.perf_counter() - t0, cfg
+
+
+def build_tuned(shape, log: str, target):
+    """The template with the best config of ``log`` (or its fallback)."""
+    t0 = time.perf_counter()
+    with ptxforge.target.as_target(target), autotvm.apply_history_best(log):
+        s, tensors = template.conv2d_nhwc_tensorcore(*template_args(shape))
+        mod = compile_module(ptxforge.lower(s, tensors), target)
+    return mod, tensors, time.perf_counter() - t0
+
+
+def make_tuner(task, seed: int):
+    """XGBoost's tuner where xgboost is importable, else random search."""
+    try:
+        import xgboost  # noqa: F401
+
+        return autotvm.tuner.XGBTuner(task, seed=seed), "xgb"
+    except ImportError:
+        return autotvm.tuner.RandomTuner(task, seed=seed), "random (xgboost missing)"
+
+
+def tune_seed(trials: int, log: str, target, args) -> dict:
+    task = autotvm.task.create(template.NAME, args=template_args(SEED), target=target)
+    tuner, kind = make_tuner(task, args.seed)
+    option = autotvm.measure_option(
+        builder=autotvm.LocalBuilder(),
+        runner=autotvm.LocalRunner(number=20, repeat=3, timeout=20))
+    t0 = time.perf_counter()
+    tuner.tune(n_trial=trials, measure_option=option,
+               callbacks=[autotvm.callback.log_to_file(log)])
+    secs = time.perf_counter() - t0
+    print(f"tuned the seed layer: {trials} trials ({kind}) in {secs:.0f} s "
+          f"({trials / secs:.2f} trials/s); space {len(task.config_space)}; best "
+          f"{tuner.best_config}", flush=True)
+    return {"trials": trials, "tuner": kind, "seconds": secs, "best": str(tuner.best_config)}
+
+
+def rel_err(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
+
+
+def dry_run(args) -> int:
+    """No GPU: build every kernel of the run for ``args.target`` (lower, LLVM, PTX and ptxas
+    where installed) and instantiate the template on a few configs of its space."""
+    from ptxforge.backend_ptx import find_ptxas
+
+    print(f"dry run for {args.target} (ptxas: {find_ptxas() or 'not installed'})")
+    for name in args.layers:
+        shape = LAYERS[name]
+        mod, _, secs, cfg = build_default(shape, args.target)
+        ptx = mod.get_source("ptx")
+        assert "mma.sync.aligned.m16n8k16" in ptx, name
+        print(f"  {name:20s} default {describe(cfg)}: built in {secs:.2f} s")
+    task = autotvm.task.create(template.NAME, args=template_args(SEED), target=args.target)
+    rng = np.random.default_rng(args.seed)
+    built = rejected = 0
+    for index in rng.choice(len(task.config_space), size=24, replace=False):
+        cfg = task.config_space.get(int(index))
+        try:
+            s, tensors = task.instantiate(cfg)
+        except autotvm.InstantiationError:
+            rejected += 1
+            continue
+        if built < 2:
+            compile_module(ptxforge.lower(s, tensors), args.target)
+        built += 1
+    print(f"  template: space {len(task.config_space)}, 24 random configs: {built} "
+          f"instantiated, {rejected} rejected by a rule")
+    with tempfile.TemporaryDirectory() as d:
+        empty = os.path.join(d, "empty.log")
+        open(empty, "w").close()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            build_tuned(SEED, empty, args.target)
+    print("  template fallback (no record): built")
+    return 0
+
+
+def describe(cfg) -> str:
+    return (f"block {cfg.block_m}x{cfg.block_n}x{cfg.block_k} warps {cfg.warps_m}x"
+            f"{cfg.warps_n} stages {cfg.stages} vec {cfg.vec}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--layers", default=",".join(LAYERS),
+                   help="comma-separated layer names (default: all): " + ", ".join(LAYERS))
+    p.add_argument("--trials", type=int, default=0, help="AutoTVM trials on the seed layer "
+                   "(default 0: the default schedule only; about 1 to 2 trials/s)")
+    p.add_argument("--log", help="tuning record file (default: a temporary one); an existing "
+                   "file is extended")
+    p.add_argument("--number", type=int, default=200)
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--target", default="cuda", help="for --dry-run (default: cuda)")
+    p.add_argument("--json")
+    p.add_argument("--dry-run", action="store_true",
+                   help="no GPU: build every kernel and instantiate the template only")
+    args = p.parse_args(argv)
+    args.layers = [x.strip() for x in args.layers.split(",") if x.strip()]
+    unknown = [x for x in args.layers if x not in LAYERS]
+    if unknown:
+        p.error(f"unknown layers {unknown}; known: {', '.join(LAYERS)}")
+    if args.dry_run:
+        return dry_run(args)
+    return run_gpu(args)
+
+
+def run_gpu(args) -> int:
+    import torch
+    from bench_tensorcore import torch_time
+    from ptxforge.backend_ptx import array, cuda, empty
+
+    dev = cuda(0)
+    target = ptxforge.target.as_target("cuda")  # the device's facts (SMs, limits)
+    torch.backends.cudnn.benchmark = True
+    major, minor = dev.compute_capability
+    print(f"device: {dev.name} (sm_{major}{minor}); torch {torch.__version__}, cuDNN "
+          f"{torch.backends.cudnn.version()}", flush=True)
+    ok_tuning = True
+    log = args.log or os.path.join(tempfile.mkdtemp(), "conv_tc.log")
+    tuning = None
+    if args.trials and "seed (layer4 3x3)" in args.layers:
+        try:
+            tuning = tune_seed(args.trials, log, target, args)
+        except Exception as e:  # report it and still measure the default schedule
+            print(f"tuning failed: {type(e).__name__}: {e}", flush=True)
+            tuning, ok_tuning = None, False
+    rows, ok_all = [], ok_tuning
+    rng = np.random.default_rng(args.seed)
+    for name in args.layers:
+        shape = LAYERS[name]
+        n, h, w, ci, co, k, stride, pad = shape
+        x = (rng.standard_normal((n, h, w, ci)) * 0.5).astype(np.float16)
+        wt = (rng.standard_normal((k, k, ci, co)) / np.sqrt(k * k * ci)).astype(np.float16)
+        # torch: NCHW views with channels_last memory (exactly our NHWC arrays)
+        tx = torch.from_numpy(x).cuda().permute(0, 3, 1, 2)
+        tw = torch.from_numpy(wt).cuda().permute(3, 2, 0, 1).contiguous(
+            memory_format=torch.channels_last)
+        want = torch.nn.functional.conv2d(tx.double(), tw.double(), None, stride, pad)
+        want = want.permute(0, 2, 3, 1).cpu().numpy()
+
+        def cudnn(tx=tx, tw=tw, stride=stride, pad=pad):
+            return torch.nn.functional.conv2d(tx, tw, None, stride, pad)
+
+        theirs = cudnn().permute(0, 2, 3, 1).float().cpu().numpy()
+        cudnn_err = rel_err(theirs, want)
+        cudnn_ms = torch_time(cudnn, args.number, args.repeat)
+        builds = []
+        try:
+            builds.append(("default",) + build_default(shape, target)[:3])
+            if name == "seed (layer4 3x3)" and tuning is not None:
+                builds.append(("autotvm best",) + build_tuned(shape, log, target))
+        except Exception as e:  # one layer's failure must not hide the others' figures
+            print(f"{name:20s} build failed: {type(e).__name__}: {str(e)[:400]}", flush=True)
+            rows.append(dict(layer=name, shape=shape, error=f"{type(e).__name__}: {e}"))
+            ok_all = False
+        for kind, mod, tensors, secs in builds:
+            loaded = mod.load(dev)
+            arrays = [array(x, dev), array(wt, dev)]
+            out = empty(tensors[-1].shape, "float16", dev)
+            loaded(*arrays, out)
+            err = rel_err(out.numpy(), want)
+            ok = err <= TOLERANCE
+            ok_all &= ok
+            ms = loaded.time_evaluator("main", number=args.number, repeat=args.repeat,
+                                       graph=True)(*arrays, out).median * 1e3
+            row = dict(layer=name, shape=shape, ours=kind, ms=ms,
+                       tflops=flop(shape) / ms / 1e9, cudnn_ms=cudnn_ms,
+                       cudnn_over_ours=cudnn_ms / ms, rel_err=err, cudnn_rel_err=cudnn_err,
+                       correct=ok, compile_s=secs)
+            rows.append(row)
+            print(f"{name:20s} {kind:13s} ours {ms:.4f} ms ({row['tflops']:6.1f} TFLOP/s)  "
+                  f"cuDNN {cudnn_ms:.4f} ms  cuDNN/ours {cudnn_ms / ms:.3f}  rel err "
+                  f"{err:.1e} {'ok' if ok else 'WRONG'} (cuDNN {cudnn_err:.1e}; compile "
+                  f"{secs:.2f} s)", flush=True)
+    seed = [r for r in rows if r["layer"] == "seed (layer4 3x3)" and "ms" in r]
+    if seed:
+        best = min(seed, key=lambda r: r["ms"])
+        print(f"seed layer: best ours {best['ms']:.4f} ms ({best['ours']}) against cuDNN "
+              f"{best['cudnn_ms']:.4f} ms in this run (anchor {ANCHOR_SEED_MS} ms on an H100)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": dev.name, "tuning": tuning, "results": rows}, f, indent=1)
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
