@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..ops.schedules.tensorcore import SUFFIX, tile_warp_product
 from ..passes.schedule.common import ScheduleError
 from ..passes.schedule.names import slot_name
 from .sketch import ChoiceSlot, Sketch
-
-SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 BLOCK_CHOICES = (16, 32, 64, 128)
 BLOCK_K_CHOICES = (16, 32, 64)
@@ -164,18 +163,10 @@ def schedule_tensorcore(step: TensorCoreStep, p: TensorCoreParams):
     # the accumulators of one warp tile, k in block_k stages of 16
     s[cf].compute_at(st, wj)
     f = s[cf]
-    *f_lead, fi, fj = f.op.axis
-    (kr,) = f.op.reduce_axis
-    ko, ki = f.split(kr, factor=p.block_k)
-    ki, kk = f.split(ki, factor=MMA_SHAPE[2])
-    fti, fii = f.split(fi, factor=16)
-    ftj, fjj = f.split(fj, factor=8)
-    f.reorder(*f_lead, ko, ki, fti, ftj, fii, fjj, kk)
     sfx = SUFFIX[step.in_dtype]
-    f.tensorize(fii, f"mma_m16n8k16_{sfx}_{SUFFIX[step.acc_dtype]}"
-                f"{'_kn' if step.b_kn else ''}")
-    for x in (ki, fti, ftj):
-        f.unroll(x)
+    ko, ki = tile_warp_product(f, p.block_k, MMA_SHAPE[2],
+                               f"mma_m16n8k16_{sfx}_{SUFFIX[step.acc_dtype]}"
+                               f"{'_kn' if step.b_kn else ''}")
     # fragments from shared memory with ldmatrix, for each k step
     wide = wn % 16 == 0
     b_intrin = (f"ldmatrix_b_x{4 if wide else 2}{'_trans' if step.b_kn else ''}_{sfx}")

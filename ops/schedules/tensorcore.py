@@ -104,6 +104,27 @@ def dense_tensorcore_compute(M: int, N: int, K: int, in_dtype: str = "float16",
     return [a, b, d]
 
 
+def tile_warp_product(f, block_k: int, mma_k: int, intrin: str, unroll: bool = True):
+    """Tile the accumulator stage ``f`` of one warp (its last two axes the warp tile's rows
+    and columns, any axes before them leading): the reduction in ``block_k`` stages of
+    ``mma_k``, m16n8 fragments, the innermost nest run as the mma ``intrin``. Returns
+    ``(ko, ki)``: the stage loop (shared tiles attach there, the pipeline runs over it)
+    and the step loop (fragments attach there). The one tiling every tensor-core
+    schedule here uses (dense, batch_matmul, implicit-GEMM conv, the auto-scheduler's)."""
+    *lead, ci, cj = f.op.axis
+    (kr,) = f.op.reduce_axis
+    ko, ki = f.split(kr, factor=block_k)
+    ki, kk = f.split(ki, factor=mma_k)
+    fti, fii = f.split(ci, factor=16)
+    ftj, fjj = f.split(cj, factor=8)
+    f.reorder(*lead, ko, ki, fti, ftj, fii, fjj, kk)
+    f.tensorize(fii, intrin)
+    if unroll:
+        for x in (ki, fti, ftj):
+            f.unroll(x)
+    return ko, ki
+
+
 def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
     """The schedule of ``tensors`` (from :func:`dense_tensorcore_compute`)."""
     cfg = cfg or TensorCoreConfig()
@@ -162,18 +183,7 @@ def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
     # the accumulators: one warp tile, k in block_k stages of mma_k
     s[cf].compute_at(o, wj)
     f = s[cf]
-    ci, cj = f.op.axis
-    (kr,) = f.op.reduce_axis
-    ko, ki = f.split(kr, factor=cfg.block_k)
-    ki, kk = f.split(ki, factor=mma_k)
-    fti, fii = f.split(ci, factor=16)
-    ftj, fjj = f.split(cj, factor=8)
-    f.reorder(ko, ki, fti, ftj, fii, fjj, kk)
-    f.tensorize(fii, mma)
-    if cfg.unroll:
-        f.unroll(ki)
-        f.unroll(fti)
-        f.unroll(ftj)
+    ko, ki = tile_warp_product(f, cfg.block_k, mma_k, mma, cfg.unroll)
 
     # fragments: loaded from shared memory for each k step
     sfx = SUFFIX[ab]

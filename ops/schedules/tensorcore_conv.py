@@ -30,7 +30,7 @@ from ...passes.schedule.common import ScheduleError
 from ...passes.schedule.schedule import Schedule
 from ...target import Target, as_target
 from .. import tag as _tag
-from .tensorcore import SUFFIX, TensorCoreConfig
+from .tensorcore import SUFFIX, TensorCoreConfig, tile_warp_product
 from .tiled import schedule_tiled
 
 BLOCK_CHOICES = (128, 64, 32, 16)
@@ -262,17 +262,9 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
     # the accumulators of one warp tile, the reduction in block_k steps of mma_k
     s[cf].compute_at(st, wj)
     f = s[cf]
-    fi, fj = f.op.axis
-    (kr,) = f.op.reduce_axis
-    ko, ki = f.split(kr, factor=cfg.block_k)
-    ki, kk = f.split(ki, factor=mma_k)
-    fti, fii = f.split(fi, factor=16)
-    ftj, fjj = f.split(fj, factor=8)
-    f.reorder(ko, ki, fti, ftj, fii, fjj, kk)
-    f.tensorize(fii, "mma_m16n8k8_tf32_f32" if tf32 else f"mma_m16n8k16_{sfx}_f32_kn")
-    if cfg.unroll:
-        for x in (ki, fti, ftj):
-            f.unroll(x)
+    ko, ki = tile_warp_product(
+        f, cfg.block_k, mma_k,
+        "mma_m16n8k8_tf32_f32" if tf32 else f"mma_m16n8k16_{sfx}_f32_kn", cfg.unroll)
 
     # fragments from shared memory at every mma_k step
     if tf32:

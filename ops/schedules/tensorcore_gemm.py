@@ -30,7 +30,7 @@ from ...ir.expr import Bin, Call, Cast, Reduce, TensorRead, Var, children
 from ...ir.te import ComputeOp, PlaceholderOp
 from ...passes.schedule.common import ScheduleError
 from ...target import Target, as_target
-from .tensorcore import SUFFIX, TensorCoreConfig
+from .tensorcore import SUFFIX, TensorCoreConfig, tile_warp_product
 from .tiled import schedule_tiled
 
 GEMM_TAGS = ("dense", "matmul", "batch_matmul")
@@ -274,19 +274,7 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
 
     # the product of one warp tile, k in block_k stages of mma_k
     f = s[cf]
-    fax = list(f.op.axis)
-    ci, cj = fax[-2], fax[-1]
-    (kr,) = f.op.reduce_axis
-    ko, ki = f.split(kr, factor=cfg.block_k)
-    ki, kk = f.split(ki, factor=form.mma_k)
-    fti, fii = f.split(ci, factor=16)
-    ftj, fjj = f.split(cj, factor=8)
-    f.reorder(*fax[:-2], ko, ki, fti, ftj, fii, fjj, kk)
-    f.tensorize(fii, mma)
-    if cfg.unroll:
-        f.unroll(ki)
-        f.unroll(fti)
-        f.unroll(ftj)
+    ko, ki = tile_warp_product(f, cfg.block_k, form.mma_k, mma, cfg.unroll)
 
     # fragments from shared memory at every k step
     sfx = SUFFIX[ab]
