@@ -105,8 +105,8 @@ def access_region(accesses, shape, inner: dict, outer: dict | None = None) -> li
     """Per dimension ``(start_expr, extent)`` covering every access.
 
     ``accesses`` is a list of index tuples. The region is clamped to ``shape`` (a whole
-    dimension when no better bound is found). A dimension whose indices as written give no
-    bound tighter than the whole is tried again on the simplified indices: an index that
+    dimension when no better bound is found). A dimension is also bounded through its
+    simplified indices, and the tighter of the two regions is kept: an index that
     recombines a fused loop's pieces (``floordiv(f, c)*c + floormod(f, c)``, as a
     convolution's row ``(n*OH + y)*OW + x`` read over fused output pixels is) is bounded
     only once those merge back into ``f``.
@@ -117,9 +117,11 @@ def access_region(accesses, shape, inner: dict, outer: dict | None = None) -> li
     for d, size in enumerate(shape):
         idxs = [idx[d] for idx in accesses]
         region = _dim_region(idxs, size, inner, outer, ranges)
-        if region is None and any(_uses(e, inner) for e in idxs):
-            region = _dim_region([simplify(e, ranges) for e in idxs], size, inner, outer,
-                                 ranges)
+        if (region is None or region[1] > 1) and any(_uses(e, inner) for e in idxs):
+            tight = _dim_region([simplify(e, ranges) for e in idxs], size, inner, outer,
+                                ranges)
+            if tight is not None and (region is None or tight[1] < region[1]):
+                region = tight
         out.append(region or (IntImm(0), size))
     return out
 

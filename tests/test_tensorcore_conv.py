@@ -240,13 +240,16 @@ def test_illegal_configurations_name_the_rule(cfg, rule):
 
 
 @pytest.mark.parametrize("shape", [(1, 7, 7, 512, 512, 3, 1, 1), (1, 28, 28, 128, 128, 3, 1, 1),
-                                   (1, 224, 224, 3, 64, 7, 2, 3)],
-                         ids=["seed_7x7", "layer2_28x28", "stem_224"])
+                                   (1, 224, 224, 3, 64, 7, 2, 3), (2, 28, 28, 128, 128, 3, 1, 1),
+                                   (16, 224, 224, 3, 64, 7, 2, 3)],
+                         ids=["seed_7x7", "layer2_28x28", "stem_224", "batch2_28x28",
+                              "stem_224_batch16"])
 def test_a_block_computes_only_its_own_pixels(shape):
     # A block tile of pixels that does not start a row of the image (16 of 7x7, 16 of 28x28,
     # 64 of 112x112) must still bound the block's C tile to block_m rows: one warp per
     # warps_m x warps_n, not the whole product once per block (which is slow, or over the
-    # launch limits at full ResNet-18 size).
+    # launch limits at full ResNet-18 size). With a batch the row (n*OH + y)*OW + x has a
+    # loose bound (one image) as written; the tight one comes from its simplified form.
     (d, k, out), _, _ = conv_layer(*shape)
     conv = out.op.input_tensors[0].op
     cfg = choose_conv_config(conv, SM80)
