@@ -13,7 +13,17 @@ intrinsic level is ``mma.sync m16n8k16`` fed by ``ldmatrix``. Its passes
 bind, storage_align, async_copy, software_pipeline, tensorize) are ordinary schedule
 passes, so a state is recorded, printed and replayed like any other.
 
-Tasks with awkward extents (M or K not a multiple of 16, N of 8), other shapes of
+A conv2d NHWC (not grouped or depthwise) of float16 / bfloat16 inputs summed in float32,
+or of float32 inputs declared with ``precision="tf32"``, followed by element-wise stages
+(bias, residual add, activation, cast), gets the sketch ``tensorcore_conv(conv)``: its
+step, :class:`TensorCoreConvStep`, samples the same levels and runs the default
+tensor-core conv schedule (:func:`~ptxforge.ops.schedules.tensorcore_conv.
+schedule_conv2d_nhwc_tensorcore`: the ``implicit_gemm`` pass gathers the windows of the
+input into the A tile, ``M = N*OH*OW`` output pixels by ``K = KH*KW*C_in`` columns) with
+the sampled configuration; M, N and K are padded to the block tile, so 49 output pixels or
+3 input channels need no special case.
+
+Dense tasks with awkward extents (M or K not a multiple of 16, N of 8), other shapes of
 computation, float32 (TF32 is never chosen silently) or targets without mma.sync get no
 tensor-core sketch.
 """
@@ -24,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ops.schedules.tensorcore import SUFFIX, tile_warp_product
+from ..ops.schedules.tensorcore import SUFFIX, TensorCoreConfig, tile_warp_product
 from ..passes.schedule.common import ScheduleError
 from ..passes.schedule.names import slot_name
 from .sketch import ChoiceSlot, Sketch
@@ -203,6 +213,75 @@ def schedule_tensorcore(step: TensorCoreStep, p: TensorCoreParams):
     return s
 
 
+@dataclass(frozen=True)
+class TensorCoreConvStep(TensorCoreStep):
+    """The conv2d NHWC ``stage`` (the product ``M x N x K`` of an implicit GEMM:
+    ``M = N*OH*OW`` pixels, ``N`` output channels, ``K = KH*KW*C_in``) and its element-wise
+    epilogue (ending in ``output``) on tensor cores. ``tf32``: float32 inputs multiplied in
+    TF32 (the convolution asked for it). ``unique``: bytes the kernel must move at least
+    (input, kernel, output). ``late``: the stages to inline after the schedule (the padding,
+    which the A tile's copy computes); ``target``: the task's (not compared)."""
+
+    C_in: int = 1
+    tf32: bool = False
+    unique: float = 0.0
+    late: tuple = field(default=(), compare=False, hash=False)
+    target: object = field(default=None, compare=False, hash=False)
+
+    @property
+    def mma_k(self) -> int:
+        return 8 if self.tf32 else 16
+
+    @property
+    def elem_bytes(self) -> int:
+        return 4 if self.tf32 else 2
+
+    def slots(self) -> list:
+        def upto(choices, extent):
+            return tuple(c for c in choices if c < 2 * extent) or (choices[0],)
+
+        return [ChoiceSlot(self.slot("block_m"), upto(BLOCK_CHOICES, self.M)),
+                ChoiceSlot(self.slot("block_n"), upto(BLOCK_CHOICES, self.N)),
+                ChoiceSlot(self.slot("block_k"), upto(BLOCK_K_CHOICES, self.K)),
+                ChoiceSlot(self.slot("warps_m"), WARP_CHOICES),
+                ChoiceSlot(self.slot("warps_n"), WARP_CHOICES),
+                ChoiceSlot(self.slot("stages"), STAGE_CHOICES),
+                ChoiceSlot(self.slot("layout"), LAYOUT_CHOICES),
+                ChoiceSlot(self.slot("vec"), (4, 2, 1) if self.tf32 else VEC_CHOICES)]
+
+    def conv_config(self, vals) -> TensorCoreConfig:
+        """The conv schedule's configuration of one state."""
+        p = self.config(vals)
+        return TensorCoreConfig(p.block_m, p.block_n, p.block_k, p.warps_m, p.warps_n,
+                                vec=p.vec, pad=p.layout, stages=p.stages,
+                                async_copy=p.vec * self.elem_bytes in (4, 8, 16),
+                                frag_load="load" if self.tf32 else "ldmatrix",
+                                tf32=self.tf32)
+
+    def emit(self, vals, out) -> None:
+        s = schedule_tensorcore_conv(self, self.conv_config(vals), self.target)
+        out["structure"].extend(s.pipeline)
+
+
+def schedule_tensorcore_conv(step: TensorCoreConvStep, cfg: TensorCoreConfig,
+                             target=None):
+    """The te schedule of ``step``'s convolution with configuration ``cfg``: the epilogue's
+    element-wise producers inlined, the default tensor-core conv schedule with ``cfg``, then
+    the padding inlined into the A tile's copy."""
+    from .. import te
+    from ..ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_tensorcore
+
+    conv, out = step.tensors
+    s = te.create_schedule(out.op)
+    for t in step.inlined:
+        s[t].compute_inline()
+    schedule_conv2d_nhwc_tensorcore(s, conv.op, None if out is conv else out.op,
+                                    target, cfg)
+    for t in step.late:
+        s[t].compute_inline()
+    return s
+
+
 def _reads_of(expr) -> list:
     from ..ir.expr import TensorRead, children
 
@@ -273,12 +352,65 @@ def tensorcore_step(task) -> TensorCoreStep | None:
     return step
 
 
+def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
+    """The tensor-core conv step for ``task``, or None when the rule does not apply: one
+    output computed from a single conv2d NHWC stage that can run on tensor cores on the
+    task's target (:func:`~ptxforge.ops.schedules.tensorcore_conv.
+    tensorcore_conv_unsupported`) by element-wise stages only, its inputs read directly or
+    through a padding stage."""
+    from ..ir.dtype import nbytes
+    from ..ops.schedules.tensorcore_conv import (
+        conv_gemm_shape,
+        tensorcore_conv_unsupported,
+    )
+
+    an = task.analysis
+    outs = list(task.ir_dag.outputs)
+    reds = [n for n, st in an.stages.items() if st.reduce]
+    if len(outs) != 1 or len(reds) != 1:
+        return None
+    conv_op = an.stages[reds[0]].op
+    if tensorcore_conv_unsupported(conv_op, task.target) is not None:
+        return None
+    conv, out = conv_op.output(0), outs[0]
+    if tuple(out.shape) != tuple(conv.shape):
+        return None
+    M, N, K, C_in = conv_gemm_shape(conv_op)
+    ins = list(conv_op.input_tensors)
+    late = tuple(t for t in ins if any(t.op is st.op for st in an.stages.values()))
+    inlined = tuple(st.op.output(0) for st in an.stages.values()
+                    if st.op is not conv_op and st.op is not out.op
+                    and not any(st.op is t.op for t in late))
+    in_dt = ins[0].dtype
+    placeholders = sum(float(np.prod(op.shape)) * nbytes(op.dtype)
+                       for op in an.placeholders.values())
+    unique = placeholders + float(np.prod(out.shape)) * nbytes(out.dtype)
+    names = {id(st.op): n for n, st in an.stages.items()}
+    tf32 = in_dt == "float32"
+    step = TensorCoreConvStep(names[id(conv_op)], names[id(out.op)], M, N, K, in_dt,
+                              "float32", nbytes(out.dtype), b_kn=not tf32, batch=1,
+                              tensors=(conv, out), inlined=inlined, C_in=C_in, tf32=tf32,
+                              unique=unique, late=late, target=task.target)
+    try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
+        schedule_tensorcore_conv(step, TensorCoreConfig(16, 8, 16, 1, 1, vec=1, pad=8,
+                                                        stages=1, tf32=tf32,
+                                                        frag_load="load" if tf32
+                                                        else "ldmatrix"),
+                                 task.target)
+    except ScheduleError:
+        return None
+    return step
+
+
 def tensorcore_sketches(task) -> list:
     """The tensor-core sketches of ``task`` (empty when the rule does not apply)."""
     step = tensorcore_step(task)
-    if step is None:
-        return []
-    return [Sketch(f"tensorcore({step.stage})", [step])]
+    if step is not None:
+        return [Sketch(f"tensorcore({step.stage})", [step])]
+    conv = tensorcore_conv_step(task)
+    if conv is not None:
+        return [Sketch(f"tensorcore_conv({conv.stage})", [conv])]
+    return []
 
 
 def bank_conflict(row_bytes) -> np.ndarray:
@@ -291,20 +423,29 @@ def bank_conflict(row_bytes) -> np.ndarray:
 
 
 def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
-    """Validity, resource use and an analytical time of tensor-core states (vectorized)."""
+    """Validity, resource use and an analytical time of tensor-core states (vectorized).
+    A conv step's product is padded to the block tile (its extents need not divide); a
+    dense step's must divide."""
     from .kernel_model import _occupancy
 
     bm, bn, bk = V[step.slot("block_m")], V[step.slot("block_n")], V[step.slot("block_k")]
     wm_, wn_ = V[step.slot("warps_m")], V[step.slot("warps_n")]
     stages, layout, vec = V[step.slot("stages")], V[step.slot("layout")], V[step.slot("vec")]
+    conv = isinstance(step, TensorCoreConvStep)
     pad = np.maximum(layout, 0)
     warps = wm_ * wn_
     threads = warps * 32
     wm, wn = bm // wm_, bn // wn_
-    eb = 2
-    valid = ((step.M % bm == 0) & (step.N % bn == 0) & (step.K % bk == 0)
-             & (bm % wm_ == 0) & (wm % 16 == 0) & (bn % wn_ == 0) & (wn % 8 == 0)
-             & ((bm * bk) % (threads * vec) == 0) & ((bn * bk) % (threads * vec) == 0))
+    if conv:
+        eb, mma_k = step.elem_bytes, step.mma_k
+        M, N, K = (-(-x // b) * b for x, b in ((step.M, bm), (step.N, bn), (step.K, bk)))
+        valid = (layout >= 0) & (warps <= 32)
+    else:
+        eb, mma_k = 2, MMA_SHAPE[2]
+        M, N, K = step.M, step.N, step.K
+        valid = (step.M % bm == 0) & (step.N % bn == 0) & (step.K % bk == 0)
+    valid = valid & ((bm % wm_ == 0) & (wm % 16 == 0) & (bn % wn_ == 0) & (wn % 8 == 0)
+                     & ((bm * bk) % (threads * vec) == 0) & ((bn * bk) % (threads * vec) == 0))
     a_row = bk + pad
     b_row = (bn if step.b_kn else bk) + pad
     c_bytes = 4 if step.acc_dtype == "float32" else 2
@@ -315,32 +456,36 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     valid &= (layout >= 0) | (((bm * a_row * eb) % group == 0)
                               & (((bk if step.b_kn else bn) * b_row * eb) % group == 0))
     valid &= shared <= hw.max_shared_memory_per_block
-    blocks = step.batch * (step.M // np.maximum(bm, 1)) * (step.N // np.maximum(bn, 1))
-    k_iters = step.K // np.maximum(bk, 1)
+    blocks = step.batch * (M // np.maximum(bm, 1)) * (N // np.maximum(bn, 1))
+    k_iters = K // np.maximum(bk, 1)
     valid &= (stages == 1) | (k_iters >= stages)
     accum = (wm * wn) // 32               # fp32 accumulators per lane
     regs = 32 + accum + (wm // 16) * 4 + (wn // 8) * 2
     valid &= accum <= hw.max_accumulators_per_thread
     occ = _occupancy(threads, regs, shared, blocks, hw)
     flop = 2.0 * step.batch * step.M * step.N * step.K
-    mmas_per_warp_k = (wm // 16) * (wn // 8)          # per k step of 16
+    mmas_per_warp_k = (wm // 16) * (wn // 8) * (16 // mma_k)   # per k step of 16
     bytes_per_mma = ((wm // 16) * 512 + (wn // 8) * 256) / np.maximum(mmas_per_warp_k, 1)
     conflict = bank_conflict(a_row * eb)
     # a swizzle spreads the rows of one 128-byte line's worth of chunks over the banks
     conflict = np.where(layout < 0, np.maximum(1, conflict * (a_row * eb) // 128), conflict)
     # tensor-core time: the GPU's tensor rate over the SMs the launch fills, throttled when
-    # a warp has few independent MMAs to hide their latency
-    tc_rate = hw.tensor_flops_per_sm_per_clock * hw.clock_hz
+    # a warp has few independent MMAs to hide their latency (TF32 at half the rate)
+    tc_rate = hw.tensor_flops_per_sm_per_clock * hw.clock_hz / (2.0 if eb == 4 else 1.0)
     per_sm_blocks = -(-blocks // hw.num_sms)
-    per_block_flop = 2.0 * bm * bn * step.K
+    per_block_flop = 2.0 * bm * bn * K
     ilp = np.minimum(1.0, occ["warps_per_sm"] * np.minimum(mmas_per_warp_k, 8) / 32.0)
     mma = per_sm_blocks * per_block_flop / (tc_rate * np.maximum(ilp, 0.05))
     # fragments from shared memory: ldmatrix bytes per block, serialized by bank conflicts
     lds_bytes = per_block_flop / 2.0 / 16.0 * (1.0 / wn + 1.0 / wm) * 16.0 * eb
     lds = per_sm_blocks * lds_bytes * conflict / (hw.shared_words_per_sm_per_clock * 4.0
                                                   * hw.clock_hz)
-    global_bytes = blocks * (bm + bn) * step.K * eb
-    unique = step.batch * ((step.M + step.N) * step.K * eb + step.M * step.N * step.out_bytes)
+    global_bytes = blocks * (bm + bn) * K * eb
+    if conv:
+        unique = step.unique
+    else:
+        unique = step.batch * ((step.M + step.N) * step.K * eb
+                               + step.M * step.N * step.out_bytes)
     mem = np.maximum(unique / hw.dram_bytes_per_s, global_bytes / hw.l2_bytes_per_s)
     # each k step waits for its tiles unless the pipeline keeps stages - 1 loads in flight
     latency = hw.global_latency_cycles / np.maximum(stages - 1, 1) + hw.barrier_cycles
@@ -349,6 +494,6 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     return {"valid": valid, "blocks": blocks, "threads": threads, "accum": accum,
             "shared_bytes": shared, "global_bytes": global_bytes,
             "unique_bytes": np.full(n, float(unique)), "conflict": conflict,
-            "regs": regs, "r0": k_iters, "est": est, "tc_mma_k": np.full(n, MMA_SHAPE[2]),
+            "regs": regs, "r0": k_iters, "est": est, "tc_mma_k": np.full(n, mma_k),
             "tc_warps": warps, "tc_stages": stages, "tc_bytes_per_mma": bytes_per_mma,
             "tc_flop": np.full(n, flop), **occ}

@@ -211,3 +211,120 @@ def test_tensor_core_search_on_the_gpu(tmp_path):
     f(*arrays, out)
     ref = np.maximum(f32[0] @ f32[1].T + f32[2], 0.0)
     np.testing.assert_allclose(out.numpy().astype("float32"), ref, rtol=2e-2, atol=5e-2)
+
+
+# -- conv2d NHWC as an implicit GEMM ------------------------------------------------------
+
+@autosched.register_workload
+def tc_conv_layer(n, h, ci, co, k, stride, pad, dtype, epilogue="bias_relu", precision=None):
+    """conv2d NHWC summed in float32, then bias (+ a residual) + relu and a cast back."""
+    d = te.placeholder((n, h, h, ci), dtype, name="data")
+    w = te.placeholder((k, k, ci, co), dtype, name="kernel")
+    b = te.placeholder((co,), "float32", name="bias")
+    c = ops.nn.conv2d_nhwc(d, w, stride, pad, out_dtype="float32", precision=precision)
+    args = [d, w, b]
+    if epilogue == "bias_add_relu":
+        r = te.placeholder(c.shape, dtype, name="residual")
+        args.append(r)
+        y = te.compute(c.shape, lambda a, i, j, f: c[a, i, j, f] + b[f]
+                       + r[a, i, j, f].astype("float32"), name="add")
+    else:
+        y = te.compute(c.shape, lambda a, i, j, f: c[a, i, j, f] + b[f], name="add")
+    out = te.compute(c.shape, lambda a, i, j, f: te.max(y[a, i, j, f], 0.0).astype(dtype),
+                     name="relu")
+    return args + [out]
+
+
+def _conv_reference(f32, k, stride, pad, out_shape, residual):
+    x, w, b = f32[:3]
+    n, oh, ow, _ = out_shape
+    xp = np.pad(x.astype("float64"), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    ref = np.zeros(out_shape)
+    for ky in range(k):
+        for kx in range(k):
+            win = xp[:, ky:ky + stride * (oh - 1) + 1:stride, kx:kx + stride * (ow - 1) + 1:stride]
+            ref += np.einsum("nhwc,cf->nhwf", win, w[ky, kx].astype("float64"))
+    ref += b
+    if residual:
+        ref += f32[3]
+    return np.maximum(ref, 0.0)
+
+
+def test_conv_rule_applies_to_low_precision_and_explicit_tf32_nhwc_convolutions():
+    def names(args, target=SM80, **kw):
+        task = autosched.SearchTask(func=tc_conv_layer, args=args, target=target, **kw)
+        return [s.name for s in task.sketches]
+
+    assert names((1, 7, 16, 24, 3, 1, 1, "float16"))[-1] == "tensorcore_conv(conv2d_nhwc)"
+    assert names((1, 9, 3, 16, 7, 2, 3, "bfloat16"))[-1] == "tensorcore_conv(conv2d_nhwc)"
+    tf32 = (1, 7, 8, 16, 3, 1, 1, "float32", "bias_relu", "tf32")
+    assert names(tf32)[-1] == "tensorcore_conv(conv2d_nhwc)"
+    # float32 without TF32 asked for, a GPU without mma.sync: the CUDA-core sketches only
+    for args, target in (((1, 7, 8, 16, 3, 1, 1, "float32"), SM80),
+                         ((1, 7, 16, 24, 3, 1, 1, "float16"), "cuda -arch=sm_75")):
+        assert not any(n.startswith("tensorcore") for n in names(args, target))
+
+
+@pytest.mark.parametrize("args", [
+    (1, 7, 16, 24, 3, 1, 1, "float16"),                   # 49 pixels, padded to the tile
+    (1, 9, 3, 16, 7, 2, 3, "float16"),                    # the stem: 3 channels, stride 2
+    (2, 5, 16, 16, 3, 1, 1, "bfloat16", "bias_add_relu"),  # a batch and a residual
+    (1, 6, 8, 16, 1, 2, 0, "float32", "bias_relu", "tf32"),  # 1x1 strided, TF32
+], ids=["fp16_7x7", "stem_3ch", "bf16_residual", "tf32_1x1"])
+def test_sampled_tensor_core_conv_states_compute_the_convolution(args):
+    """The states the search may draw for a convolution: the model's validity agrees with
+    the schedule's rules on every sampled state, and valid ones build and match numpy."""
+    from ptxforge.passes.schedule.common import ScheduleError
+
+    task = autosched.SearchTask(func=tc_conv_layer, args=args, target=SM80)
+    tc = len(task.sketches) - 1
+    rng = np.random.default_rng(1)
+    pop = random_population(task, 300, rng)
+    pop = pop[pop[:, 0] == tc]
+    _, valid, est = population_features(task.models, pop, task.flop_ct, 132)
+    assert valid.any() and np.isfinite(est[valid]).all()
+    for row in pop[valid][:12]:  # the states the model accepts schedule
+        State.from_row(row, task).pipeline_text(task)
+    rejected = 0
+    for row in pop[~valid][:12]:
+        try:
+            State.from_row(row, task).pipeline_text(task)
+        except ScheduleError:
+            rejected += 1
+    assert rejected >= 0.9 * min(12, (~valid).sum())  # almost all it rejects are illegal
+    n, h, ci, co, k, stride, pad = args[:7]
+    residual = len(args) > 8 and args[8] == "bias_add_relu"
+    tol = 2e-2 if args[7] != "float32" else 5e-3
+    for row in pop[valid][:2]:
+        text = State.from_row(row, task).pipeline_text(task)
+        assert "implicit_gemm" in text and "tensorize" in text
+        sch = schedule_from_pipeline(task, text)
+        host, f32 = _inputs(task.tensors[:-1], rng)
+        out_t = task.tensors[-1]
+        out = np.zeros(out_t.shape, dt.to_numpy(out_t.dtype))
+        ptxforge.build(sch, task.tensors, target="sim")(*host, out)
+        got = dt.from_bfloat16(out) if out_t.dtype == "bfloat16" else out.astype("float32")
+        ref = _conv_reference(f32, k, stride, pad, out_t.shape, residual)
+        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, np.abs(ref).max()))
+
+
+def test_tuning_a_convolution_records_tensor_core_kernels(tmp_path):
+    task = autosched.SearchTask(func=tc_conv_layer, args=(1, 7, 16, 32, 3, 1, 1, "float16"),
+                                target=SM80)
+    tc = len(task.sketches) - 1
+    log = str(tmp_path / "conv.json")
+    opts = autosched.TuningOptions(
+        num_measure_trials=8, num_measures_per_round=4,
+        builder=measure.LocalBuilder(n_parallel=1, compile_to="ir"),
+        runner=measure.SimRunner(), measure_callbacks=[autosched.RecordToFile(log)])
+    pol = SketchPolicy(task, autosched.XGBModel(), {"evolutionary_search_population": 128,
+                                                    "evolutionary_search_num_iters": 1},
+                       seed=0)
+    task.tune(opts, search_policy=pol)
+    tc_recs = [(inp, res) for inp, res in measure.load_records(log)
+               if res.ok and state_from_payload(task, inp.payload).sketch == tc]
+    assert tc_recs and all(res.correctness == "passed" for _, res in tc_recs)
+    best = min(tc_recs, key=lambda r: r[1].mean)[0]
+    assert "implicit_gemm" in best.pipeline_text
+    sch = schedule_from_pipeline(task, best.pipeline_text)
+    assert sch.pipeline.text == best.pipeline_text
