@@ -80,15 +80,17 @@ class ComputeDAG:
                 lines.append(f"{op.name} = PLACEHOLDER {list(op.shape)}")
                 continue
             axes = ", ".join(a.var.name for a in op.axis)
-            body = op.body
-            if isinstance(body, Reduce):
-                assign = {"sum": "+=", "max": "max=", "min": "min="}[body.combiner]
-                text = f"{op.name}({axes}) {assign} {expr_str(body.source)}"
-                if body.where is not None:
-                    text += f" where {expr_str(body.where)}"
-            else:
-                text = f"{op.name}({axes}) = {expr_str(body)}"
-            lines.append(text)
+            for k, body in enumerate(op.bodies):
+                # a tuple compute prints one line per output, named as its tensor (B.v0)
+                lhs = op.output(k).name
+                if isinstance(body, Reduce):
+                    assign = {"sum": "+=", "max": "max=", "min": "min="}[body.combiner]
+                    text = f"{lhs}({axes}) {assign} {expr_str(body.source)}"
+                    if body.where is not None:
+                        text += f" where {expr_str(body.where)}"
+                else:
+                    text = f"{lhs}({axes}) = {expr_str(body)}"
+                lines.append(text)
         return "\n".join(lines) + "\n"
 
     __repr__ = __str__
@@ -120,24 +122,25 @@ class ComputeDAG:
             n = 1
             for a in op.axis:
                 n *= a.extent
-            body = op.body
-            if isinstance(body, Reduce):
-                r = 1
-                for a in body.axis:
-                    r *= a.extent
-                per = 1 + _count_ops(body.source)
-                if body.where is not None:
-                    per += _count_ops(body.where)
-                total += n * r * per
-            else:
-                total += n * _count_ops(body)
+            for body in op.bodies:
+                if isinstance(body, Reduce):
+                    r = 1
+                    for a in body.axis:
+                        r *= a.extent
+                    per = 1 + _count_ops(body.source)
+                    if body.where is not None:
+                        per += _count_ops(body.where)
+                    total += n * r * per
+                else:
+                    total += n * _count_ops(body)
         return float(total)
 
     def structural_hash(self) -> str:
         """A hash of the DAG text plus every shape and dtype: equal DAGs hash equal."""
         parts = [str(self)]
         for op in self.ops:
-            parts.append(f"{op.name}:{list(op.shape)}:{op.dtype}:{op.tag}")
+            dts = op.dtype if len(op.dtypes) == 1 else ",".join(op.dtypes)
+            parts.append(f"{op.name}:{list(op.shape)}:{dts}:{op.tag}")
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
     def workload_key(self) -> str:

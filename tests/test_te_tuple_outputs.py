@@ -1,0 +1,277 @@
+"""Tuple computes: ``te.compute`` whose fcompute returns several expressions is one op (one
+stage, one block) with one output tensor per expression."""
+
+import numpy as np
+import pytest
+
+import ptxforge
+from ptxforge import nd, te
+from ptxforge.ir.compute_dag import ComputeDAG
+from ptxforge.ir.parser import parse_module
+from ptxforge.ir.printer import print_module
+from ptxforge.ir.to_ir import to_ir
+from ptxforge.passes.errors import PassError
+from ptxforge.passes.schedule.common import ScheduleError
+
+N, M = 8, 12
+
+
+def _pair(dtype="float32"):
+    A = te.placeholder((N, M), dtype, name="A")
+    B0, B1 = te.compute((N, M), lambda i, j: (A[i, j] + 1, A[i, j] * 2), name="B")
+    return A, B0, B1
+
+
+def _data(dtype="float32"):
+    return np.random.default_rng(0).uniform(-1, 1, (N, M)).astype(dtype)
+
+
+def _run(s, args, *inputs):
+    """Build ``s`` for the simulator, run it on ``inputs`` and return every other
+    argument's array."""
+    f = ptxforge.build(s, args, target="sim")
+    ins = [nd.array(x) for x in inputs]
+    outs = [nd.empty(t.shape, t.dtype) for t in args[len(inputs):]]
+    f(*ins, *outs)
+    return [o.numpy() for o in outs]
+
+
+# -- declaration ----------------------------------------------------------------------------
+def test_declaration_one_op_two_outputs():
+    A, B0, B1 = _pair()
+    assert B0.op is B1.op
+    op = B0.op
+    assert op.num_outputs == 2
+    assert op.output(0) is B0 and op.output(1) is B1
+    assert (B0.value_index, B1.value_index) == (0, 1)
+    assert B0.name == "B.v0" and B1.name == "B.v1" and op.name == "B"
+    assert B0.shape == B1.shape == (N, M)
+    assert len(op.axis) == 2 and op.reduce_axis == ()
+    assert isinstance(op.body, tuple) and len(op.body) == 2 and op.bodies == op.body
+    assert op.input_tensors == [A]
+    # a single output keeps its plain name, one body and value index 0
+    C = te.compute((N, M), lambda i, j: A[i, j] - 1, name="C")
+    assert C.op.num_outputs == 1 and C.value_index == 0 and C.name == "C"
+    assert not isinstance(C.op.body, tuple)
+    with pytest.raises(te.TEError, match="2 outputs"):
+        op.output(2)
+    with pytest.raises(te.TEError, match="one output"):
+        C.op.output(1)
+
+
+def test_one_element_tuple_is_a_single_tensor():
+    A = te.placeholder((N,), name="A")
+    B = te.compute((N,), lambda i: (A[i] + 1,), name="B")
+    assert isinstance(B, te.Tensor) and B.op.num_outputs == 1
+    B2 = te.compute((N,), lambda i: [A[i] * 3], name="B2")
+    assert isinstance(B2, te.Tensor)
+
+
+def test_outputs_may_have_different_dtypes():
+    A = te.placeholder((N, M), name="A")
+    outs = te.compute((N, M), lambda i, j: (te.cast("int32", A[i, j] * 4), A[i, j] > 0,
+                                            A[i, j]), name="B")
+    assert isinstance(outs, list) and len(outs) == 3
+    assert [t.dtype for t in outs] == ["int32", "bool", "float32"]
+    assert outs[0].op.dtypes == ("int32", "bool", "float32")
+
+
+def test_dag_prints_each_output_and_counts_both():
+    A, B0, B1 = _pair()
+    dag = ComputeDAG([A, B0, B1])
+    text = str(dag)
+    assert "B.v0(i, j) = (A[i, j] + 1f)" in text
+    assert "B.v1(i, j) = (A[i, j]*2f)" in text
+    assert dag.flop_count() == 2 * N * M
+    # the hash tells the tuple compute from its first output alone
+    A2 = te.placeholder((N, M), name="A")
+    B2 = te.compute((N, M), lambda i, j: A2[i, j] + 1, name="B")
+    assert ComputeDAG([A2, B2]).structural_hash() != dag.structural_hash()
+
+
+def test_to_ir_one_block_stores_every_output_and_round_trips():
+    A, B0, B1 = _pair()
+    mod = to_ir([A, B0, B1])
+    func = mod.main
+    assert [p.name for p in func.params] == ["A", "B_v0", "B_v1"]
+    text = print_module(mod)
+    assert text.count("block B(") == 1
+    assert "B_v0[vi, vj] = (A[vi, vj] + 1f32)" in text
+    assert "B_v1[vi, vj] = (A[vi, vj] * 2f32)" in text
+    assert print_module(parse_module(text)) == text
+
+
+def test_an_output_left_out_of_the_arguments_is_a_temporary():
+    A, B0, B1 = _pair()
+    func = to_ir([A, B1]).main
+    assert [p.name for p in func.params] == ["A", "B_v1"]
+    assert "alloc B_v0: float32[8, 12] global" in print_module(to_ir([A, B1]))
+    a = _data()
+    (b1,) = _run([A, B1], [A, B1], a)
+    np.testing.assert_allclose(b1, a * 2)
+    # a schedule of the op has every output as an argument
+    with pytest.raises(ValueError, match="missing B_v0"):
+        ptxforge.build(te.create_schedule(B1.op), [A, B1], target="sim")
+
+
+# -- running on the simulator ---------------------------------------------------------------
+def test_plain_tuple_compute_runs():
+    A, B0, B1 = _pair()
+    s = te.create_schedule(B0.op)
+    a = _data()
+    b0, b1 = _run(s, [A, B0, B1], a)
+    np.testing.assert_allclose(b0, a + 1)
+    np.testing.assert_allclose(b1, a * 2)
+
+
+def test_scheduled_tuple_compute_is_one_kernel():
+    A, B0, B1 = _pair()
+    s = te.create_schedule([B0.op])
+    assert s[B0] is s[B1]
+    xo, xi = s[B0].split(B0.op.axis[0], 4)
+    s[B1].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B0].bind(xi, te.thread_axis("threadIdx.x"))
+    dev = ptxforge.lower(s, [A, B0, B1])
+    kernels = dev.kernels()
+    assert len(kernels) == 1
+    assert kernels[0].launch.grid[0] == 2 and kernels[0].launch.block[0] == 4
+    a = _data()
+    b0, b1 = _run(s, [A, B0, B1], a)
+    np.testing.assert_allclose(b0, a + 1)
+    np.testing.assert_allclose(b1, a * 2)
+
+
+def test_fuse_reorder_unroll_on_the_shared_stage():
+    A, B0, B1 = _pair()
+    s = te.create_schedule(B1.op)
+    i, j = B1.op.axis
+    s[B0].reorder(j, i)
+    f = s[B1].fuse(j, i)
+    xo, xi = s[B0].split(f, 16)
+    xi, xu = s[B1].split(xi, 4)
+    s[B0].unroll(xu)
+    s[B0].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B1].bind(xi, te.thread_axis("threadIdx.x"))
+    a = _data()
+    b0, b1 = _run(s, [A, B0, B1], a)
+    np.testing.assert_allclose(b0, a + 1)
+    np.testing.assert_allclose(b1, a * 2)
+
+
+def test_different_dtypes_run():
+    A = te.placeholder((N, M), name="A")
+    B0, B1 = te.compute((N, M), lambda i, j: (te.cast("int32", A[i, j] * 4), A[i, j] > 0),
+                        name="B")
+    s = te.create_schedule(B0.op)
+    xo, xi = s[B0].split(B0.op.axis[0], 4)
+    s[B0].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B0].bind(xi, te.thread_axis("threadIdx.x"))
+    a = _data()
+    b0, b1 = _run(s, [A, B0, B1], a)
+    assert b0.dtype == np.int32 and b1.dtype == np.bool_
+    np.testing.assert_array_equal(b0, (a * 4).astype("int32"))
+    np.testing.assert_array_equal(b1, a > 0)
+
+
+def test_consumer_reads_both_outputs():
+    A, B0, B1 = _pair()
+    C = te.compute((N, M), lambda i, j: B0[i, j] - B1[i, j] * 3, name="C")
+    s = te.create_schedule(C.op)
+    a = _data()
+    (c,) = _run(s, [A, C], a)
+    np.testing.assert_allclose(c, (a + 1) - (a * 2) * 3, rtol=1e-6)
+
+
+def test_compute_at_and_cache_read_into_a_consumer():
+    A, B0, B1 = _pair()
+    C = te.compute((N, M), lambda i, j: B0[i, j] + B1[i, j] * 3, name="C")
+    s = te.create_schedule(C.op)
+    AA = s.cache_read(A, "shared", [B0])
+    xo, xi = s[C].split(C.op.axis[0], 4)
+    s[B0].compute_at(s[C], xo)
+    s[AA].compute_at(s[C], xo)
+    s[C].bind(xo, te.thread_axis("blockIdx.x"))
+    s[C].bind(xi, te.thread_axis("threadIdx.x"))
+    text = print_module(s.module)
+    # the tuple stage moved inside C's block loop and covers only that block's rows
+    assert "for i in 4" in text
+    a = _data()
+    (c,) = _run(s, [A, C], a)
+    np.testing.assert_allclose(c, (a + 1) + (a * 2) * 3, rtol=1e-6)
+
+
+def test_consumer_of_one_output_and_all_outputs_as_arguments():
+    A, B0, B1 = _pair()
+    C = te.compute((N, M), lambda i, j: B1[i, j] + 1, name="C")
+    s = te.create_schedule([C.op, B0.op])
+    xo, xi = s[C].split(C.op.axis[0], 2)
+    s[C].bind(xo, te.thread_axis("blockIdx.x"))
+    s[C].bind(xi, te.thread_axis("threadIdx.x"))
+    a = _data()
+    b0, b1, c = _run(s, [A, B0, B1, C], a)
+    np.testing.assert_allclose(b0, a + 1)
+    np.testing.assert_allclose(b1, a * 2)
+    np.testing.assert_allclose(c, a * 2 + 1, rtol=1e-6)
+
+
+def test_cache_write_of_all_outputs():
+    A, B0, B1 = _pair()
+    s = te.create_schedule(B0.op)
+    L0, L1 = s.cache_write([B0, B1], "local")
+    assert s[L0] is s[L1] and (L0.dtype, L1.dtype) == ("float32", "float32")
+    xo, xi = s[B0].split(B0.op.axis[0], 4)
+    s[B0].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B0].bind(xi, te.thread_axis("threadIdx.x"))
+    s[L0].compute_at(s[B0], xi)
+    text = print_module(s.module)
+    assert "alloc B_v0.local" in text and "alloc B_v1.local" in text
+    a = _data()
+    b0, b1 = _run(s, [A, B0, B1], a)
+    np.testing.assert_allclose(b0, a + 1)
+    np.testing.assert_allclose(b1, a * 2)
+
+
+# -- clear errors ---------------------------------------------------------------------------
+def test_compute_inline_of_a_tuple_compute_is_a_clear_error():
+    A, B0, B1 = _pair()
+    C = te.compute((N, M), lambda i, j: B0[i, j] + B1[i, j], name="C")
+    s = te.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="several outputs cannot be inlined"):
+        s[B0].compute_inline()
+    with pytest.raises(PassError, match="several outputs cannot be inlined"):
+        s.apply("compute_inline(B)")
+
+
+def test_cache_write_of_one_output_is_a_clear_error():
+    A, B0, B1 = _pair()
+    s = te.create_schedule(B0.op)
+    with pytest.raises(ScheduleError, match=r"pass the list of all of them"):
+        s.cache_write(B0, "local")
+    with pytest.raises(ScheduleError, match="pass all 2 of its outputs"):
+        s.cache_write([B1], "local")
+
+
+def test_reduction_in_a_tuple_compute_is_a_clear_error():
+    A = te.placeholder((N, M), name="A")
+    k = te.reduce_axis((0, M), name="k")
+    with pytest.raises(te.TEError, match="must be element-wise.*own stage"):
+        te.compute((N,), lambda i: (te.sum(A[i, k], axis=k), A[i, 0]), name="B")
+    with pytest.raises(te.TEError, match="output 1 of the tuple is a reduction"):
+        te.compute((N,), lambda i: (A[i, 0], te.max(A[i, k], axis=k) + 1), name="B")
+
+
+def test_mismatched_tuple_bodies_are_clear_errors():
+    A = te.placeholder((N, M), name="A")
+    with pytest.raises(te.TEError, match="empty"):
+        te.compute((N, M), lambda i, j: (), name="B")
+    with pytest.raises(te.TEError, match="output 1 of the tuple is not an expression"):
+        te.compute((N, M), lambda i, j: (A[i, j], A), name="B")
+    with pytest.raises(te.TEError, match="2 dimensions"):
+        te.compute((N, M), lambda i: (A[i, 0], A[i, 1]), name="B")
+
+
+def test_primitives_that_need_one_buffer_say_so():
+    A, B0, B1 = _pair()
+    s = te.create_schedule(B0.op)
+    with pytest.raises(PassError, match="writes 2 buffers.*tuple compute"):
+        s.apply("storage_align(B, 0, 32, 1)")
