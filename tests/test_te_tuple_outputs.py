@@ -275,3 +275,117 @@ def test_primitives_that_need_one_buffer_say_so():
     s = te.create_schedule(B0.op)
     with pytest.raises(PassError, match="writes 2 buffers.*tuple compute"):
         s.apply("storage_align(B, 0, 32, 1)")
+
+
+def test_auto_scheduler_refuses_a_tuple_compute_clearly():
+    from ptxforge.autosched.search_task import SearchTask
+    from ptxforge.ir.compute_dag import ComputeDAG
+
+    A, B0, B1 = _pair()
+    with pytest.raises(ValueError, match="does not search tuple computes: stage B has 2"):
+        SearchTask(compute_dag=ComputeDAG([A, B0, B1]), target="cuda")
+
+
+def test_stage_op_view_gives_every_output():
+    A, B0, B1 = _pair()
+    s = te.create_schedule(B0.op)
+    assert s[B1].op.num_outputs == 2
+    assert s[B1].op.output(0) is B0 and s[B0].op.output(1) is B1
+    with pytest.raises(te.TEError, match="2 outputs"):
+        s[B0].op.output(2)
+
+
+def test_default_schedule_of_a_graph_with_tuple_computes():
+    from ptxforge.ops.schedules import default_schedule
+    from ptxforge.ops.schedules.default import plan
+
+    K = 32
+    A = te.placeholder((N, M), name="A")
+    W = te.placeholder((N, K), name="W")
+    P = te.compute((N, M), lambda i, j: A[i, j] * 0.5, name="P")
+    B0, B1 = te.compute((N, M), lambda i, j: (P[i, j] + 1, P[i, j] * P[i, j]), name="B")
+    k = te.reduce_axis((0, K), name="k")
+    R = te.compute((N,), lambda i: te.sum(W[i, k], axis=k), name="R")
+    D0, D1 = te.compute((N, M), lambda i, j: (R[i] + B0[i, j], te.max(B1[i, j], R[i])),
+                        name="D")
+    C = te.compute((N, M), lambda i, j: D0[i, j] - D1[i, j], name="C")
+    p = plan([C, D1])
+    # P is inlined into B; B (not an output) keeps its stage; R is not fused into D
+    assert p.inlined == {id(P.op)} and p.epilogue == {}
+    s = default_schedule([C, D1], "sim")
+    dev = ptxforge.lower(s, [A, W, C, D0, D1])
+    assert len(dev.kernels()) == 4  # R, B, D and C
+    a = _data()
+    w = np.random.default_rng(1).uniform(-1, 1, (N, K)).astype("float32")
+    f = ptxforge.build(s, [A, W, C, D0, D1], target="sim")
+    outs = [nd.empty((N, M)) for _ in range(3)]
+    f(nd.array(a), nd.array(w), *outs)
+    b0, b1, r = a * 0.5 + 1, (a * 0.5) ** 2, w.sum(1)[:, None]
+    d0, d1 = r + b0, np.maximum(b1, r)
+    for got, want in zip(outs, [d0 - d1, d0, d1]):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_tvm_namespace_builds_a_tuple_compute():
+    import ptxforge.tvm as tvm
+    from ptxforge.tvm import te as tvm_te
+
+    A = tvm_te.placeholder((N, M), name="A")
+    B0, B1 = tvm_te.compute((N, M), lambda i, j: (A[i, j] + 1, A[i, j] * 2), name="B")
+    s = tvm_te.create_schedule(B0.op)
+    xo, xi = s[B0].split(B0.op.axis[0], factor=4)
+    s[B0].bind(xo, tvm_te.thread_axis("blockIdx.x"))
+    s[B1].bind(xi, tvm_te.thread_axis("threadIdx.x"))
+    f = tvm.build(s, [A, B0, B1], target="sim")
+    a = tvm.nd.array(_data())
+    b0, b1 = tvm.nd.empty((N, M)), tvm.nd.empty((N, M))
+    f(a, b0, b1)
+    tvm.testing.assert_allclose(b0.numpy(), a.numpy() + 1)
+    tvm.testing.assert_allclose(b1.numpy(), a.numpy() * 2)
+    with pytest.raises(te.TEError, match="tuple reduction.*not supported"):
+        tvm_te.comm_reducer(lambda x, y: x + y, lambda t: 0, name="argmax")
+
+
+def test_ptx_stores_every_output_in_one_kernel():
+    from ptxforge.backend_ptx import compile_module, find_ptxas
+
+    A = te.placeholder((64, 64), name="A")
+    B0, B1 = te.compute((64, 64), lambda i, j: (te.cast("int32", A[i, j] * 4), A[i, j] > 0),
+                        name="B")
+    s = te.create_schedule(B0.op)
+    xo, xi = s[B0].split(s[B0].fuse(*B0.op.axis), 128)
+    s[B0].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B0].bind(xi, te.thread_axis("threadIdx.x"))
+    ptx = compile_module(ptxforge.lower(s, [A, B0, B1]), "cuda")
+    src = ptx.get_source("ptx")
+    assert src.count(".entry") == 1
+    assert "st.global.b32" in src or "st.global.u32" in src  # the int32 output
+    assert "st.global.b8" in src or "st.global.u8" in src  # the bool output
+    if find_ptxas() is not None:
+        assert ptx.kernels["main_kernel0"].cubin
+
+
+@pytest.mark.gpu
+def test_tuple_compute_on_the_gpu():
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+
+    n, m = 256, 384
+    A = te.placeholder((n, m), name="A")
+    B0, B1 = te.compute((n, m), lambda i, j: (A[i, j] * A[i, j], te.cast("int32", A[i, j] * 8)),
+                        name="B")
+    C = te.compute((n, m), lambda i, j: B0[i, j] + te.cast("float32", B1[i, j]), name="C")
+    s = te.create_schedule([C.op, B0.op])
+    for t in (B0, C):
+        xo, xi = s[t].split(s[t].fuse(*t.op.axis), 128)
+        s[t].bind(xo, te.thread_axis("blockIdx.x"))
+        s[t].bind(xi, te.thread_axis("threadIdx.x"))
+    dev = cuda(0)
+    loaded = compile_module(ptxforge.lower(s, [A, B0, B1, C])).load(dev)
+    a = np.random.default_rng(2).uniform(-4, 4, (n, m)).astype("float32")
+    outs = [empty((n, m), "float32", dev), empty((n, m), "int32", dev),
+            empty((n, m), "float32", dev)]
+    loaded(array(a, dev), *outs)
+    b0, b1, c = (o.numpy() for o in outs)
+    np.testing.assert_allclose(b0, a * a, rtol=1e-6)
+    np.testing.assert_array_equal(b1, (a * 8).astype("int32"))
+    np.testing.assert_allclose(c, a * a + (a * 8).astype("int32"), rtol=1e-6)

@@ -76,7 +76,17 @@ class _OpView:
         self.name = name
         self._tensor = tensor
 
+    @property
+    def num_outputs(self) -> int:
+        """The outputs of the stage: several for a tuple compute's stage, else one."""
+        op = getattr(self._tensor, "op", None)
+        return op.num_outputs if isinstance(op, ComputeOp) else 1
+
     def output(self, index: int = 0):
+        """The stage's ``index``-th output tensor (as ``te.Tensor.op.output``)."""
+        op = getattr(self._tensor, "op", None)
+        if isinstance(op, ComputeOp) and op.num_outputs > 1:
+            return op.output(index)
         if index != 0:
             raise ScheduleError(f"stage {self.name} has one output; asked for output {index}")
         return self._tensor
