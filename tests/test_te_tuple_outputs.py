@@ -231,6 +231,59 @@ def test_cache_write_of_all_outputs():
     np.testing.assert_allclose(b1, a * 2)
 
 
+def test_cache_read_of_one_output_for_its_reader():
+    A, B0, B1 = _pair()
+    C = te.compute((N, M), lambda i, j: B0[i, j] + B1[i, j], name="C")
+    s = te.create_schedule(C.op)
+    BB = s.cache_read(B1, "shared", [C])
+    assert BB.name == "B_v1.shared"
+    xo, xi = s[C].split(C.op.axis[0], 4)
+    s[C].bind(xo, te.thread_axis("blockIdx.x"))
+    s[C].bind(xi, te.thread_axis("threadIdx.x"))
+    s[BB].compute_at(s[C], xo)
+    text = print_module(s.module)
+    assert "B_v1.shared[v0, v1] = B_v1[v0, v1]" in text
+    assert "(B_v0[vi_1, vj_1] + B_v1.shared[vi_1, vj_1])" in text
+    a = _data()
+    (c,) = _run(s, [A, C], a)
+    np.testing.assert_allclose(c, (a + 1) + a * 2, rtol=1e-6)
+
+
+def test_producer_inlined_into_a_tuple_compute_and_vectorized():
+    A = te.placeholder((N, M), name="A")
+    P = te.compute((N, M), lambda i, j: A[i, j] * 3, name="P")
+    B0, B1 = te.compute((N, M), lambda i, j: (P[i, j] + 1, P[i, j] * 2), name="B")
+    s = te.create_schedule(B0.op)
+    s[P].compute_inline()
+    xo, xi = s[B0].split(B0.op.axis[0], 4)
+    jo, ji = s[B0].split(B0.op.axis[1], 4)
+    s[B0].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B0].bind(xi, te.thread_axis("threadIdx.x"))
+    s[B1].vectorize(ji)
+    text = print_module(ptxforge.lower(s, [A, B0, B1]))
+    assert "P[" not in text and "vectorize" in text
+    a = _data()
+    b0, b1 = _run(s, [A, B0, B1], a)
+    np.testing.assert_allclose(b0, a * 3 + 1, rtol=1e-6)
+    np.testing.assert_allclose(b1, a * 6, rtol=1e-6)
+
+
+def test_compute_at_waits_for_a_pending_inline_of_the_reader():
+    A, B0, B1 = _pair()
+    C = te.compute((N, M), lambda i, j: B0[i, j] + B1[i, j], name="C")
+    D = te.compute((N, M), lambda i, j: C[i, j] * 2, name="D")
+    s = te.create_schedule(D.op)
+    s[C].compute_inline()
+    xo, xi = s[D].split(D.op.axis[0], 4)
+    s[D].bind(xo, te.thread_axis("blockIdx.x"))
+    s[D].bind(xi, te.thread_axis("threadIdx.x"))
+    # B's readers are C's, and C is inlined into D: B goes under D's block loop
+    s[B0].compute_at(s[D], xo)
+    a = _data()
+    (d,) = _run(s, [A, D], a)
+    np.testing.assert_allclose(d, ((a + 1) + a * 2) * 2, rtol=1e-6)
+
+
 # -- clear errors ---------------------------------------------------------------------------
 def test_compute_inline_of_a_tuple_compute_is_a_clear_error():
     A, B0, B1 = _pair()
@@ -273,8 +326,13 @@ def test_mismatched_tuple_bodies_are_clear_errors():
 def test_primitives_that_need_one_buffer_say_so():
     A, B0, B1 = _pair()
     s = te.create_schedule(B0.op)
-    with pytest.raises(PassError, match="writes 2 buffers.*tuple compute"):
-        s.apply("storage_align(B, 0, 32, 1)")
+    for text in ("storage_align(B, 0, 32, 1)", "swizzle(B, 3)", "async_copy(B)"):
+        name = text.split("(")[0]
+        with pytest.raises(PassError, match=f"{name} B: it writes 2 buffers .B_v0, B_v1., "
+                                            f"the outputs of a tuple compute"):
+            s.apply(text)
+    with pytest.raises(PassError, match="stage B is not a reduction"):
+        s.rfactor(B0, B0.op.axis[1])
 
 
 def test_auto_scheduler_refuses_a_tuple_compute_clearly():

@@ -395,16 +395,19 @@ class Schedule:
                 self._apply_now(t)
 
     def readers_of(self, name: str) -> set:
-        """Names of the stages that read the buffer ``name`` in the current IR."""
+        """Names of the stages that read the buffer ``name`` in the current IR (for a tuple
+        compute's stage, any of the buffers it writes)."""
         from .cache_read import find_buffer
-        from .compute_at import reads_of
+        from .compute_at import output_buffers, reads_of
 
+        paths = block_paths(self._module.main.body)
         try:
-            buf = find_buffer(self._module.main, name)
+            bufs = [find_buffer(self._module.main, name)]
         except ScheduleError:
-            return set()
-        return {b for b, p in block_paths(self._module.main.body).items()
-                if reads_of(p[-1], buf)}
+            if name not in paths:
+                return set()
+            bufs = output_buffers(paths[name][-1])
+        return {b for b, p in paths.items() if any(reads_of(p[-1], x) for x in bufs)}
 
     def uncompute(self, block: str) -> None:
         """Drop every ``compute_inline`` / ``compute_at`` of stage ``block`` (pending or
