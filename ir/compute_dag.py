@@ -31,7 +31,9 @@ class ComputeDAG:
         consumers = {id(op): [] for op in self.ops}
         for op in self.ops:
             for t in op.input_tensors:
-                consumers[id(t.op)].append(op)
+                # a reader of several outputs of a tuple compute is one consumer of it
+                if not any(c is op for c in consumers[id(t.op)]):
+                    consumers[id(t.op)].append(op)
         self._consumers = consumers
         # outputs: computed tensors among the arguments that nothing else inside reads,
         # plus any computed argument explicitly listed

@@ -167,6 +167,12 @@ class ComputeOp(Operation):
         bodies = tuple(body) if isinstance(body, (list, tuple)) else (body,)
         if not bodies:
             raise TEError(f"compute {name}: no body")
+        for k, b in enumerate(bodies):
+            if not isinstance(b, Expr):
+                raise TEError(f"compute {name}: body {k} is not an expression: {b!r}")
+        if len(bodies) > 1 and (reduce_axis or builtins.any(_has_reduce(b) for b in bodies)):
+            raise TEError(f"compute {name}: a tuple compute's bodies must be element-wise "
+                          "(no reduction); compute each reduction in its own stage")
         self.name = name
         self.tag = tag
         self.attrs = dict(attrs or {})

@@ -87,6 +87,11 @@ def test_dag_prints_each_output_and_counts_both():
     A2 = te.placeholder((N, M), name="A")
     B2 = te.compute((N, M), lambda i, j: A2[i, j] + 1, name="B")
     assert ComputeDAG([A2, B2]).structural_hash() != dag.structural_hash()
+    # a reader of both outputs is one consumer of the op
+    C = te.compute((N, M), lambda i, j: B0[i, j] * B1[i, j], name="C")
+    dag = ComputeDAG([A, C])
+    assert dag.consumers(B0.op) == [C.op]
+    assert [op.name for op in dag.ops] == ["A", "B", "C"]
 
 
 def test_to_ir_one_block_stores_every_output_and_round_trips():
@@ -311,6 +316,25 @@ def test_reduction_in_a_tuple_compute_is_a_clear_error():
         te.compute((N,), lambda i: (te.sum(A[i, k], axis=k), A[i, 0]), name="B")
     with pytest.raises(te.TEError, match="output 1 of the tuple is a reduction"):
         te.compute((N,), lambda i: (A[i, 0], te.max(A[i, k], axis=k) + 1), name="B")
+
+
+def test_tuple_compute_op_checks_its_bodies():
+    A = te.placeholder((N,), name="A")
+    i = te.IterVar(te.Var("i"), N, "spatial")
+    k = te.reduce_axis((0, N), name="k")
+    with pytest.raises(te.TEError, match="must be element-wise"):
+        te.ComputeOp("B", "", None, (i,), (k,), (A[i.var] + 1, A[i.var] * 2))
+    with pytest.raises(te.TEError, match="body 1 is not an expression"):
+        te.ComputeOp("B", "", None, (i,), (), (A[i.var], 3))
+
+
+def test_schedule_of_both_outputs_or_ops_is_one_stage():
+    A, B0, B1 = _pair()
+    for outs in ([B0.op, B1.op], [B1, B0], B1):
+        s = te.create_schedule(outs)
+        # every output of the op, in output order, whichever were named
+        assert [t.name for t in s.outputs] == ["B.v0", "B.v1"]
+        assert repr(s) == "Schedule(B)" and s[B0] is s[B1]
 
 
 def test_mismatched_tuple_bodies_are_clear_errors():
