@@ -110,6 +110,11 @@ class ComputeDAG:
         from ..autosched.printer import python_schedule_code
         from ..autosched.search_task import SearchTask
 
+        tuples = [op.name for op in self.compute_ops if op.num_outputs > 1]
+        if tuples:
+            raise TEError(f"print_python_code_from_state: stage {tuples[0]} is a tuple compute, "
+                          "which the schedule-code printer does not write; print the "
+                          "pipeline's text (s.pipeline.text) instead")
         text = getattr(state, "pipeline_text", state)
         if not isinstance(text, str) and not hasattr(text, "passes"):
             raise TypeError("print_python_code_from_state takes a pass pipeline (or its text) "

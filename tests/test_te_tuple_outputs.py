@@ -359,6 +359,15 @@ def test_primitives_that_need_one_buffer_say_so():
         s.rfactor(B0, B0.op.axis[1])
 
 
+def test_schedule_code_printer_refuses_a_tuple_compute_clearly():
+    A, B0, B1 = _pair()
+    s = te.create_schedule(B0.op)
+    s[B0].split(B0.op.axis[0], 4)
+    assert s.pipeline.text.startswith("split(B.i")
+    with pytest.raises(te.TEError, match="tuple compute.*s.pipeline.text"):
+        s.dag.print_python_code_from_state(s.pipeline)
+
+
 def test_auto_scheduler_refuses_a_tuple_compute_clearly():
     from ptxforge.autosched.search_task import SearchTask
     from ptxforge.ir.compute_dag import ComputeDAG
