@@ -140,6 +140,10 @@ def test_scheduled_tuple_compute_is_one_kernel():
     kernels = dev.kernels()
     assert len(kernels) == 1
     assert kernels[0].launch.grid[0] == 2 and kernels[0].launch.block[0] == 4
+    # both stores share one computation of the element's offset
+    text = print_module(dev)
+    assert text.count("let cse") == 1
+    assert "B_v0[cse0] = (A[cse0] + 1f32)" in text and "B_v1[cse0] = (A[cse0] * 2f32)" in text
     a = _data()
     b0, b1 = _run(s, [A, B0, B1], a)
     np.testing.assert_allclose(b0, a + 1)
@@ -480,3 +484,22 @@ def test_tuple_compute_on_the_gpu():
     np.testing.assert_allclose(b0, a * a, rtol=1e-6)
     np.testing.assert_array_equal(b1, (a * 8).astype("int32"))
     np.testing.assert_allclose(c, a * a + (a * 8).astype("int32"), rtol=1e-6)
+
+
+def test_cse_shares_only_load_free_subexpressions_across_a_run_of_stores():
+    from ptxforge.ir.attrs import FuncAttrs
+    from ptxforge.ir.expr import Var
+    from ptxforge.ir.printer import print_func
+    from ptxforge.ir.stmt import Buffer, PrimFunc, Seq, Store
+    from ptxforge.passes.lower.cse import cse
+
+    x = Buffer("x", "int32", (64,))
+    y = Buffer("y", "int32", (64,))
+    i = Var("i")
+    # the second store's value reads x[0], which the first store may have written: it must
+    # not be computed before the first store
+    body = Seq([Store(x, [i * 2 + 1], x[0] * 3 + 1), Store(y, [i * 2 + 1], x[0] * 3 + 1)])
+    text = print_func(cse(PrimFunc("k", [x, y], body, FuncAttrs.kernel((1, 1, 1), (1, 1, 1)))))
+    assert "let cse0 = ((i * 2) + 1)" in text
+    assert text.count("let ") == 1
+    assert "x[cse0] = ((x[0] * 3) + 1)" in text and "y[cse0] = ((x[0] * 3) + 1)" in text

@@ -1,9 +1,10 @@
 """``default_schedule``: a hand-written GPU schedule for any DAG of the operator library.
 
-1. Every injective stage that is not an output (nor a tuple compute, which computes
-   several outputs in one stage) is inlined into its readers (padding into
+1. Every injective stage that is not an output is inlined into its readers (padding into
    the shared-memory fetch of the convolution that reads it, bias and batch-norm
-   arithmetic into the epilogue, softmax's exponential into its sum and normalization).
+   arithmetic into the epilogue, softmax's exponential into its sum and normalization),
+   except a tuple compute: it computes several outputs in one stage, which stays a stage
+   (scheduled flat as an injective stage) and is never an epilogue.
 2. A reduction whose only reader is an element-wise stage of the same shape, reading it
    at its own index, is fused with it: that epilogue stage is tiled and the reduction is
    computed per thread (conv2d + bias + relu is one kernel).
