@@ -503,3 +503,32 @@ def test_cse_shares_only_load_free_subexpressions_across_a_run_of_stores():
     assert "let cse0 = ((i * 2) + 1)" in text
     assert text.count("let ") == 1
     assert "x[cse0] = ((x[0] * 3) + 1)" in text and "y[cse0] = ((x[0] * 3) + 1)" in text
+
+
+def test_autotvm_tunes_a_tuple_compute_on_the_simulator(tmp_path):
+    from ptxforge import autotvm
+    from ptxforge.measure import LocalBuilder, load_records
+
+    @autotvm.template("test/tuple_pair_square")
+    def pair(n, m):
+        A = te.placeholder((n, m), name="A")
+        B0, B1 = te.compute((n, m), lambda i, j: (A[i, j] + 1, A[i, j] * A[i, j]), name="B")
+        s = te.create_schedule(B0.op)
+        cfg = autotvm.get_config()
+        cfg.define_split("tile", n * m, num_outputs=2)
+        bx, tx = cfg["tile"].apply(s, B0, s[B0].fuse(*B0.op.axis))
+        s[B0].bind(bx, te.thread_axis("blockIdx.x"))
+        s[B1].bind(tx, te.thread_axis("threadIdx.x"))
+        return s, [A, B0, B1]
+
+    task = autotvm.task.create("test/tuple_pair_square", args=(16, 8), target="cuda")
+    assert task.flop == 2 * 16 * 8
+    log = tmp_path / "pair.log"
+    option = autotvm.measure_option(builder=LocalBuilder(n_parallel=1, compile_to="ir"),
+                                    runner=autotvm.SimRunner(max_sim_seconds=1.0))
+    autotvm.tuner.GridSearchTuner(task).tune(
+        n_trial=3, measure_option=option, callbacks=[autotvm.callback.log_to_file(log)])
+    records = load_records(log)
+    assert len(records) == 3
+    # every candidate ran and matched the unscheduled computation of both outputs
+    assert all(r.error_no == 0 and r.correctness == "passed" for _, r in records)
