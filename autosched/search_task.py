@@ -58,6 +58,12 @@ class SearchTask:
         else:
             raise TypeError("SearchTask needs func= and args=, a compute_dag=, or a "
                             "workload_key= of a registered workload")
+        for op in self.compute_dag.compute_ops:
+            if op.num_outputs > 1:
+                raise ValueError(
+                    f"the auto-scheduler does not search tuple computes: stage {op.name} has "
+                    f"{op.num_outputs} outputs; schedule it by hand (te.create_schedule) or "
+                    "declare one compute per output")
         self.desc = desc or self.compute_dag.outputs[-1].name
         self.flop_ct = self.compute_dag.flop_count()
         # the DAG schedules are written for (to_ir gives its loops names that the IR's text

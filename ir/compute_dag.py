@@ -31,7 +31,9 @@ class ComputeDAG:
         consumers = {id(op): [] for op in self.ops}
         for op in self.ops:
             for t in op.input_tensors:
-                consumers[id(t.op)].append(op)
+                # a reader of several outputs of a tuple compute is one consumer of it
+                if not any(c is op for c in consumers[id(t.op)]):
+                    consumers[id(t.op)].append(op)
         self._consumers = consumers
         # outputs: computed tensors among the arguments that nothing else inside reads,
         # plus any computed argument explicitly listed
@@ -80,15 +82,17 @@ class ComputeDAG:
                 lines.append(f"{op.name} = PLACEHOLDER {list(op.shape)}")
                 continue
             axes = ", ".join(a.var.name for a in op.axis)
-            body = op.body
-            if isinstance(body, Reduce):
-                assign = {"sum": "+=", "max": "max=", "min": "min="}[body.combiner]
-                text = f"{op.name}({axes}) {assign} {expr_str(body.source)}"
-                if body.where is not None:
-                    text += f" where {expr_str(body.where)}"
-            else:
-                text = f"{op.name}({axes}) = {expr_str(body)}"
-            lines.append(text)
+            for k, body in enumerate(op.bodies):
+                # a tuple compute prints one line per output, named as its tensor (B.v0)
+                lhs = op.output(k).name
+                if isinstance(body, Reduce):
+                    assign = {"sum": "+=", "max": "max=", "min": "min="}[body.combiner]
+                    text = f"{lhs}({axes}) {assign} {expr_str(body.source)}"
+                    if body.where is not None:
+                        text += f" where {expr_str(body.where)}"
+                else:
+                    text = f"{lhs}({axes}) = {expr_str(body)}"
+                lines.append(text)
         return "\n".join(lines) + "\n"
 
     __repr__ = __str__
@@ -106,6 +110,11 @@ class ComputeDAG:
         from ..autosched.printer import python_schedule_code
         from ..autosched.search_task import SearchTask
 
+        tuples = [op.name for op in self.compute_ops if op.num_outputs > 1]
+        if tuples:
+            raise TEError(f"print_python_code_from_state: stage {tuples[0]} is a tuple compute, "
+                          "which the schedule-code printer does not write; print the "
+                          "pipeline's text (s.pipeline.text) instead")
         text = getattr(state, "pipeline_text", state)
         if not isinstance(text, str) and not hasattr(text, "passes"):
             raise TypeError("print_python_code_from_state takes a pass pipeline (or its text) "
@@ -120,24 +129,25 @@ class ComputeDAG:
             n = 1
             for a in op.axis:
                 n *= a.extent
-            body = op.body
-            if isinstance(body, Reduce):
-                r = 1
-                for a in body.axis:
-                    r *= a.extent
-                per = 1 + _count_ops(body.source)
-                if body.where is not None:
-                    per += _count_ops(body.where)
-                total += n * r * per
-            else:
-                total += n * _count_ops(body)
+            for body in op.bodies:
+                if isinstance(body, Reduce):
+                    r = 1
+                    for a in body.axis:
+                        r *= a.extent
+                    per = 1 + _count_ops(body.source)
+                    if body.where is not None:
+                        per += _count_ops(body.where)
+                    total += n * r * per
+                else:
+                    total += n * _count_ops(body)
         return float(total)
 
     def structural_hash(self) -> str:
         """A hash of the DAG text plus every shape and dtype: equal DAGs hash equal."""
         parts = [str(self)]
         for op in self.ops:
-            parts.append(f"{op.name}:{list(op.shape)}:{op.dtype}:{op.tag}")
+            dts = op.dtype if len(op.dtypes) == 1 else ",".join(op.dtypes)
+            parts.append(f"{op.name}:{list(op.shape)}:{dts}:{op.tag}")
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
     def workload_key(self) -> str:

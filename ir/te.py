@@ -112,12 +112,26 @@ class IterVar:
 
 
 class Operation:
+    """An operation: a placeholder (an input) or a compute; its results are
+    :meth:`output` ``(0)`` .. ``(num_outputs - 1)``."""
+
     name: str
+    _outputs: tuple = ()
+
+    @property
+    def num_outputs(self) -> int:
+        """How many tensors the operation produces (a tuple compute has several)."""
+        return len(self._outputs)
 
     def output(self, index: int = 0) -> Tensor:
-        if index != 0:
-            raise TEError(f"{self.name} has one output; asked for output {index}")
-        return self._output
+        """The ``index``-th output tensor (``value_index`` ``index``)."""
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TEError(f"{self.name}: output index must be an int, got {index!r}")
+        if not 0 <= index < len(self._outputs):
+            n = len(self._outputs)
+            has = "one output" if n == 1 else f"{n} outputs (0 to {n - 1})"
+            raise TEError(f"{self.name} has {has}; asked for output {index}")
+        return self._outputs[index]
 
     @property
     def input_tensors(self) -> list:
@@ -129,37 +143,59 @@ class PlaceholderOp(Operation):
         self.name = name
         self.shape = shape
         self.dtype = dtype
+        self.dtypes = (dtype,)
         self.tag = ""
         self.attrs: dict = {}
         self.axis: tuple = ()
         self.reduce_axis: tuple = ()
-        self._output = Tensor(self)
+        self._outputs = (Tensor(self, 0),)
 
     def __repr__(self):
         return f"placeholder({self.name}, {list(self.shape)}, {self.dtype})"
 
 
 class ComputeOp(Operation):
+    """A compute: one body per output over the same spatial ``axis``.
+
+    ``bodies`` holds the expression of each output (a single-output compute has one, which
+    may be a reduction; a tuple compute's bodies are element-wise). ``body`` is that one
+    expression for a single output and the tuple of them for several, as in TVM.
+    ``dtypes`` are the outputs' dtypes (they may differ); ``dtype`` is output 0's.
+    """
+
     def __init__(self, name, tag, attrs, axis, reduce_axis, body):
+        bodies = tuple(body) if isinstance(body, (list, tuple)) else (body,)
+        if not bodies:
+            raise TEError(f"compute {name}: no body")
+        for k, b in enumerate(bodies):
+            if not isinstance(b, Expr):
+                raise TEError(f"compute {name}: body {k} is not an expression: {b!r}")
+        if len(bodies) > 1 and (reduce_axis or builtins.any(_has_reduce(b) for b in bodies)):
+            raise TEError(f"compute {name}: a tuple compute's bodies must be element-wise "
+                          "(no reduction); compute each reduction in its own stage")
         self.name = name
         self.tag = tag
         self.attrs = dict(attrs or {})
         self.axis = tuple(axis)
         self.reduce_axis = tuple(reduce_axis)
-        self.body = body
+        self.bodies = bodies
         self.shape = tuple(a.extent for a in axis)
-        self.dtype = body.dtype
-        self._output = Tensor(self)
+        self.dtypes = tuple(b.dtype for b in bodies)
+        self.dtype = self.dtypes[0]
+        self._outputs = tuple(Tensor(self, k) for k in range(len(bodies)))
         self._inputs: list | None = None
 
     @property
+    def body(self):
+        return self.bodies[0] if len(self.bodies) == 1 else self.bodies
+
+    @property
     def input_tensors(self) -> list:
-        """Tensors read by the body, in order of first appearance."""
+        """Tensors read by the bodies, in order of first appearance."""
         if self._inputs is None:
             seen: dict = {}
-            stack = [self.body]
             order = []
-            # depth-first, left to right, so the order matches reading the body as text
+            # depth-first, left to right, so the order matches reading the bodies as text
             def visit(e):
                 if isinstance(e, TensorRead):
                     if id(e.tensor) not in seen:
@@ -168,24 +204,29 @@ class ComputeOp(Operation):
                 for c in children(e):
                     visit(c)
 
-            del stack
-            visit(self.body)
+            for b in self.bodies:
+                visit(b)
             self._inputs = order
         return self._inputs
 
     def __repr__(self):
-        return f"compute({self.name}, {list(self.shape)}, {self.dtype})"
+        dts = self.dtype if len(self.dtypes) == 1 else f"({', '.join(self.dtypes)})"
+        return f"compute({self.name}, {list(self.shape)}, {dts})"
 
 
 class Tensor:
     """The output of an operation; index it (``A[i, j]`` or ``A(i, j)``) to read it."""
 
-    def __init__(self, op: Operation):
+    def __init__(self, op: Operation, value_index: int = 0):
         self.op = op
+        self.value_index = value_index
 
     @property
     def name(self) -> str:
-        return self.op.name
+        """The op's name; ``<op>.v<k>`` for output ``k`` of a tuple compute (as in TVM)."""
+        if self.op.num_outputs == 1:
+            return self.op.name
+        return f"{self.op.name}.v{self.value_index}"
 
     @property
     def shape(self) -> tuple:
@@ -193,7 +234,7 @@ class Tensor:
 
     @property
     def dtype(self) -> str:
-        return self.op.dtype
+        return self.op.dtypes[self.value_index]
 
     @property
     def ndim(self) -> int:
@@ -348,15 +389,39 @@ def _axis_names(fcompute, ndim: int) -> list[str]:
     return [p.name for p in params]
 
 
-def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "", attrs=None) -> Tensor:
-    """A tensor whose element at each index is ``fcompute(*index)``."""
+def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "", attrs=None):
+    """A tensor whose element at each index is ``fcompute(*index)``.
+
+    When ``fcompute`` returns a tuple (or list) of several expressions, the compute has one
+    output per expression over the same axes (a tuple compute, one stage that writes them
+    all) and the list of its output tensors is returned; their dtypes may differ. A tuple
+    compute's bodies must be element-wise: a reduction goes in its own stage.
+    """
     shape = _check_shape(shape, f"compute {name}")
     names = _axis_names(fcompute, len(shape))
     axis = tuple(IterVar(Var(n), e, "spatial") for n, e in zip(names, shape))
     body = fcompute(*[a.var for a in axis])
     if isinstance(body, (list, tuple)):
-        if len(body) != 1:
-            raise TEError(f"compute {name}: multiple outputs are not supported; return one expr")
+        if not body:
+            raise TEError(f"compute {name}: fcompute returned an empty {type(body).__name__}; "
+                          "return an expression, or a tuple of them for several outputs")
+        if len(body) > 1:
+            bodies = []
+            for k, b in enumerate(body):
+                try:
+                    b = as_expr(b)
+                except Exception as e:
+                    raise TEError(f"compute {name}: output {k} of the tuple is not an "
+                                  f"expression ({b!r}): {e}") from None
+                if _has_reduce(b):
+                    raise TEError(
+                        f"compute {name}: output {k} of the tuple is a reduction; the bodies "
+                        "of a tuple compute must be element-wise (no te.sum/te.max/te.min: "
+                        "ptxforge has no te.comm_reducer for tuple reductions). Compute each "
+                        "reduction in its own stage and combine them in the tuple compute")
+                bodies.append(b)
+            op = ComputeOp(name, tag, attrs, axis, (), tuple(bodies))
+            return [op.output(k) for k in range(op.num_outputs)]
         body = body[0]
     body = as_expr(body)
     reduce_axes: tuple = ()
@@ -366,6 +431,16 @@ def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "", att
     else:
         _check_no_nested_reduce(body, name)
     return ComputeOp(name, tag, attrs, axis, reduce_axes, body).output(0)
+
+
+def _has_reduce(e: Expr) -> bool:
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Reduce):
+            return True
+        stack.extend(children(x))
+    return False
 
 
 def _check_no_nested_reduce(e: Expr, name: str) -> None:

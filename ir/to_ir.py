@@ -43,8 +43,20 @@ def to_ir(dag_or_tensors, name: str = "main") -> Module:
     return to_ir_with_names(dag_or_tensors, name)[0]
 
 
-def to_ir_with_names(dag_or_tensors, name: str = "main") -> tuple:
-    """``(module, {id(op): stage name})``: :func:`to_ir` plus the unique stage names."""
+def output_buffer_name(stage: str, op, index: int) -> str:
+    """The IR name of output ``index`` of ``op`` computed by stage ``stage``: the stage's
+    name for a single output, ``<stage>_v<index>`` for each output of a tuple compute (the
+    te tensor is ``<op>.v<index>``, as in TVM; a dot separates stage and loop in pass
+    text, so buffers use an underscore)."""
+    return stage if op.num_outputs == 1 else f"{stage}_v{index}"
+
+
+def to_ir_with_names(dag_or_tensors, name: str = "main", buffer_names: dict | None = None
+                      ) -> tuple:
+    """``(module, {id(op): stage name})``: :func:`to_ir` plus the unique stage names.
+
+    ``buffer_names``, when given, is filled with ``{(id(op), value_index): buffer name}``
+    for every tensor (an op's buffer is named as its stage, except a tuple compute's)."""
     dag = dag_or_tensors if isinstance(dag_or_tensors, ComputeDAG) else ComputeDAG(
         dag_or_tensors)
     taken: set = set()
@@ -57,22 +69,36 @@ def to_ir_with_names(dag_or_tensors, name: str = "main") -> tuple:
     for op in dag.ops:
         if id(op) not in stage_names:
             stage_names[id(op)] = unique_name(op.name, taken)
+    # the buffers of a tuple compute's outputs are named after its stage
+    if buffer_names is None:
+        buffer_names = {}
+    for op in dag.ops:
+        if op.num_outputs > 1:
+            for k in range(op.num_outputs):
+                buffer_names[(id(op), k)] = unique_name(
+                    output_buffer_name(stage_names[id(op)], op, k), taken)
+        else:
+            buffer_names[(id(op), 0)] = stage_names[id(op)]
     params = []
     for t in dag.tensors:
-        if id(t.op) in buffers:
+        key = (id(t.op), t.value_index)
+        if key in buffers:
             raise IRError(f"tensor {t.name} is listed twice among the arguments")
-        b = Buffer(stage_names[id(t.op)], t.dtype, t.shape, "global")
-        buffers[id(t.op)] = b
+        b = Buffer(buffer_names[key], t.dtype, t.shape, "global")
+        buffers[key] = b
         params.append(b)
     temps = []
     for op in dag.ops:
-        if id(op) not in buffers:
+        for k in range(op.num_outputs):
+            if (id(op), k) in buffers:
+                continue
             if isinstance(op, PlaceholderOp):
                 raise IRError(
                     f"placeholder {op.name} is read but not among the arguments; add it"
                 )
-            b = Buffer(stage_names[id(op)], op.dtype, op.shape, "global")
-            buffers[id(op)] = b
+            # an intermediate, or an output of a tuple compute the arguments leave out
+            b = Buffer(buffer_names[(id(op), k)], op.dtypes[k], op.shape, "global")
+            buffers[(id(op), k)] = b
             temps.append(b)
     # loop names are unique in the whole function, so the printed text keeps them and a
     # pipeline written against this module applies to the module parsed from its text
@@ -89,8 +115,9 @@ def to_ir_with_names(dag_or_tensors, name: str = "main") -> tuple:
 
 def stage_nest(op: ComputeOp, block_name: str, buffers: dict, loop_names: set | None = None):
     """The loop nest and block of one compute stage (loop names made unique in
-    ``loop_names``, which records them)."""
-    out = buffers[id(op)]
+    ``loop_names``, which records them). ``buffers`` maps ``(id(op), value_index)`` to the
+    buffer of that tensor; a tuple compute's block stores every output, in order."""
+    outs = [buffers[(id(op), k)] for k in range(op.num_outputs)]
     axes = list(op.axis) + list(op.reduce_axis)
     taken = set() if loop_names is None else loop_names
     loop_vars = [Var(unique_name(a.var.name, taken)) for a in axes]
@@ -107,7 +134,7 @@ def stage_nest(op: ComputeOp, block_name: str, buffers: dict, loop_names: set | 
             return vmap.get(e, e)
         if isinstance(e, TensorRead):
             idx = tuple(convert(i) for i in e.indices)
-            return Load(buffers[id(e.tensor.op)], idx)
+            return Load(buffers[(id(e.tensor.op), e.tensor.value_index)], idx)
         if isinstance(e, Reduce):
             raise IRError(f"stage {op.name}: a reduction nested inside an expression")
         kids = children(e)
@@ -115,9 +142,10 @@ def stage_nest(op: ComputeOp, block_name: str, buffers: dict, loop_names: set | 
             return e
         return rebuild(e, tuple(convert(k) for k in kids))
 
-    body_expr = op.body
     init = None
-    if isinstance(body_expr, Reduce):
+    if len(op.bodies) == 1 and isinstance(op.bodies[0], Reduce):
+        body_expr = op.bodies[0]
+        out = outs[0]
         src = convert(body_expr.source)
         acc = Load(out, spatial_idx)
         value = reducer_combine(body_expr.combiner, acc, src)
@@ -126,7 +154,7 @@ def stage_nest(op: ComputeOp, block_name: str, buffers: dict, loop_names: set | 
             body = If(convert(body_expr.where), body)
         init = Store(out, spatial_idx, reducer_identity(body_expr.combiner, out.dtype))
     else:
-        body = Store(out, spatial_idx, convert(body_expr))
+        body = seq(*[Store(out, spatial_idx, convert(b)) for out, b in zip(outs, op.bodies)])
     stmt = Block(block_name, block_vars, loop_vars, body, init=init)
     for lv, a in reversed(list(zip(loop_vars, axes))):
         stmt = For(lv, a.extent, stmt)

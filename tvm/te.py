@@ -19,3 +19,14 @@ def extern(shape, inputs, fcompute, name: str = "extern", **kwargs):
     raise TEError(f"te.extern({name!r}): ptxforge compiles only te.compute stages; write the "
                   f"computation with te.compute, or run the external function in numpy on "
                   f"the host between kernels")
+
+
+def comm_reducer(fcombine, fidentity, name: str = "reduce"):
+    """Custom (and tuple) reducers are not compiled here: raises, saying what to do
+    instead."""
+    from ptxforge.te import TEError
+
+    raise TEError(f"te.comm_reducer({name!r}): ptxforge reduces with te.sum, te.max and "
+                  f"te.min only, over one value; a tuple reduction (argmax-style) is not "
+                  f"supported: compute each reduction in its own stage (a tuple te.compute "
+                  f"may combine their element-wise results)")

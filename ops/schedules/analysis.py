@@ -1,6 +1,7 @@
 """What the default schedules need to know about a DAG before scheduling it.
 
-* which stages are inlined (every injective stage that is not an output),
+* which stages are inlined (every injective stage that is not an output and has one
+  output: a tuple compute cannot be inlined, it gets a stage of its own),
 * which reduction is fused into which element-wise consumer (its epilogue),
 * for a reduction, how each input is indexed by the output and reduce axes, so the tile
   chooser can estimate shared-memory footprints and per-thread loads.
@@ -47,13 +48,15 @@ def reads_through(op: ComputeOp, inlined: set) -> list[tuple[Tensor, tuple]]:
         for r in tensor_reads(expr):
             t = r.tensor
             if id(t.op) in inlined and isinstance(t.op, ComputeOp):
-                inner = t.op.body.source if isinstance(t.op.body, Reduce) else t.op.body
+                body = t.op.bodies[t.value_index]
+                inner = body.source if isinstance(body, Reduce) else body
                 vmap = {a.var: i for a, i in zip(t.op.axis, r.indices)}
                 visit(substitute(inner, vmap))
             else:
                 out.append((t, r.indices))
 
-    visit(op.body)
+    for body in op.bodies:
+        visit(body)
     return out
 
 
@@ -84,7 +87,8 @@ def plan_dag(compute_ops: list, outputs: list) -> DagPlan:
     """Decide inlining and epilogue fusion for the stages ``compute_ops`` (topological
     order) computing ``outputs``."""
     out_ids = {id(t.op) for t in outputs}
-    inlined = {id(op) for op in compute_ops if id(op) not in out_ids and not op.reduce_axis}
+    inlined = {id(op) for op in compute_ops
+               if id(op) not in out_ids and not op.reduce_axis and op.num_outputs == 1}
     readers: dict = {id(op): [] for op in compute_ops}
     for op in compute_ops:
         if id(op) in inlined:
@@ -116,6 +120,8 @@ def is_epilogue_of(consumer: ComputeOp, producer: ComputeOp, inlined: set) -> bo
     computing the producer per consumer element recomputes nothing."""
     if consumer.reduce_axis or tuple(consumer.shape) != tuple(producer.shape):
         return False
+    if consumer.num_outputs != 1:
+        return False  # a tuple compute is scheduled on its own (flat over its elements)
     axis_vars = [a.var for a in consumer.axis]
     found = False
     for t, indices in reads_through(consumer, inlined):

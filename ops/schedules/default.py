@@ -2,7 +2,9 @@
 
 1. Every injective stage that is not an output is inlined into its readers (padding into
    the shared-memory fetch of the convolution that reads it, bias and batch-norm
-   arithmetic into the epilogue, softmax's exponential into its sum and normalization).
+   arithmetic into the epilogue, softmax's exponential into its sum and normalization),
+   except a tuple compute: it computes several outputs in one stage, which stays a stage
+   (scheduled flat as an injective stage) and is never an epilogue.
 2. A reduction whose only reader is an element-wise stage of the same shape, reading it
    at its own index, is fused with it: that epilogue stage is tiled and the reduction is
    computed per thread (conv2d + bias + relu is one kernel).
@@ -29,7 +31,10 @@ def _as_tensors(outputs) -> list[Tensor]:
         if not isinstance(t, Tensor) or not isinstance(t.op, ComputeOp):
             raise TypeError(f"default_schedule takes computed te tensors (or a list of them), "
                             f"got {o!r}")
-        tensors.append(t)
+        # an op (or any output of a tuple compute) stands for all its outputs
+        for k in range(t.op.num_outputs):
+            if t.op.output(k) not in tensors:
+                tensors.append(t.op.output(k))
     if not tensors:
         raise ValueError("default_schedule needs at least one output tensor")
     return tensors

@@ -38,7 +38,7 @@ from ...ir.stmt import Alloc, Block, For, PrimFunc, Seq, Stmt
 from ...ir.traversal import block_paths
 from ..base import Pass
 from ..registry import register_pass
-from ..schedule.compute_at import output_buffer, reads_of
+from ..schedule.compute_at import output_buffers, reads_of
 from .common import LoweringError
 from .compact_buffers import placed_scope
 
@@ -249,14 +249,15 @@ def check_coverage(func: PrimFunc) -> PrimFunc:
             for b in block.bindings:
                 free_vars(b, feeds)
             _check_nesting(name, loops, feeds)
-            buf = output_buffer(block)
-            scope = "global" if buf in params else placed_scope(func.body, buf)
-            if block.init is not None:
-                _check_reduction(name, block, loops, scope, launch)
-            readers = [p for other, p in paths.items()
-                       if other != name and reads_of(p[-1], buf)]
-            if readers:
-                _check_producer(name, path, scope, readers, launch)
+            # a tuple compute's stage writes one buffer per output; each may have readers
+            for k, buf in enumerate(output_buffers(block)):
+                scope = "global" if buf in params else placed_scope(func.body, buf)
+                if k == 0 and block.init is not None:
+                    _check_reduction(name, block, loops, scope, launch)
+                readers = [p for other, p in paths.items()
+                           if other != name and reads_of(p[-1], buf)]
+                if readers:
+                    _check_producer(name, path, scope, readers, launch)
     return func
 
 

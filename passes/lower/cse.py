@@ -2,8 +2,11 @@
 
 Within one store (its indices and value) or one condition, an integer subexpression that
 occurs more than once and is not a var or constant is bound to a new var around the
-statement. LLVM would find most of these too; doing it here keeps the device IR readable
-and the simulator fast, and leaves LLVM less to do.
+statement. A run of consecutive stores (a tuple compute's block stores each output at the
+same index) shares its bindings: one ``let`` around the run, for subexpressions that load
+nothing (a load could read what an earlier store of the run wrote). LLVM would find most
+of these too; doing it here keeps the device IR readable and the simulator fast, and leaves
+LLVM less to do.
 """
 
 from __future__ import annotations
@@ -12,12 +15,22 @@ from dataclasses import dataclass
 
 from ...ir import dtype as dt
 from ...ir.attrs import Level
-from ...ir.expr import Bin, Var, children, expr_key, rebuild
-from ...ir.stmt import If, Let, PrimFunc, Store, map_stmt
+from ...ir.expr import Bin, Load, Var, children, expr_key, rebuild
+from ...ir.stmt import Let, PrimFunc, Seq, Store, map_stmt, seq
 from ..base import Pass
 from ..registry import register_pass
 
 _OPS = ("add", "sub", "mul", "floordiv", "floormod", "min", "max")
+
+
+def _loads_nothing(e) -> bool:
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Load):
+            return False
+        stack.extend(children(x))
+    return True
 
 
 def _candidates(exprs) -> list:
@@ -54,9 +67,13 @@ def _replace(e, table: dict):
     return rebuild(e, tuple(_replace(c, table) for c in kids))
 
 
-def _cse_store(s: Store):
-    exprs = list(s.indices) + [s.value]
+def _cse_stores(stores: list, shared: bool = False):
+    """The stores with their repeated subexpressions bound once around them all (only
+    those that load nothing when ``shared``: several stores), or None if none repeat."""
+    exprs = [e for s in stores for e in (*s.indices, s.value)]
     cands = _candidates(exprs)
+    if shared:
+        cands = [(k, e) for k, e in cands if _loads_nothing(e)]
     if not cands:
         return None
     table: dict = {}
@@ -66,27 +83,63 @@ def _cse_store(s: Store):
         # earlier (bigger or earlier-seen) bindings may occur inside later ones
         lets.append((v, _replace(e, table)))
         table[k] = v
-    out = Store(s.buffer, [_replace(i, table) for i in s.indices], _replace(s.value, table))
+    out = seq(*[Store(s.buffer, [_replace(i, table) for i in s.indices],
+                      _replace(s.value, table)) for s in stores])
     for v, e in reversed(lets):
         out = Let(v, e, out)
     return out
 
 
+def _cse_store(s: Store):
+    return _cse_stores([s])
+
+
+def _cse_runs(x: Seq):
+    """Bind what runs of consecutive stores of ``x`` repeat around each run (None if
+    nothing changes); stores alone are left to :func:`_cse_store`."""
+    out, run, changed = [], [], False
+
+    def flush():
+        nonlocal changed
+        if len(run) > 1:
+            got = _cse_stores(run, shared=True)
+            if got is not None:
+                out.append(got)
+                changed = True
+                run.clear()
+                return
+        out.extend(run)
+        run.clear()
+
+    for st in x.stmts:
+        if isinstance(st, Store):
+            run.append(st)
+            continue
+        flush()
+        out.append(st)
+    flush()
+    return Seq(out) if changed else None
+
+
 def cse(func: PrimFunc) -> PrimFunc:
+    def runs(x):
+        return _cse_runs(x) if isinstance(x, Seq) else None
+
     def fix(x):
         if isinstance(x, Store):
             return _cse_store(x)
-        if isinstance(x, If):
-            return None
         return None
 
-    return func.replace(body=map_stmt(func.body, fstmt=fix))
+    # first what runs of stores share, then what is left repeated within each store
+    body = map_stmt(func.body, fstmt=runs)
+    return func.replace(body=map_stmt(body, fstmt=fix))
 
 
 @register_pass
 @dataclass(frozen=True)
 class CSE(Pass):
-    """Bind integer subexpressions repeated within a statement to let vars."""
+    """Bind integer subexpressions repeated within a statement (or a run of consecutive
+    stores) to let vars."""
 
     name = "cse"
     levels = (Level.KERNEL,)

@@ -13,7 +13,7 @@ from .compute_at import output_buffer
 
 def async_copy(func: PrimFunc, stage: str) -> PrimFunc:
     path = find_block(func, stage)
-    buf = output_buffer(path[-1])
+    buf = output_buffer(path[-1], "async_copy")
     if buf.scope != "shared":
         raise ScheduleError(
             f"async_copy {stage}: the stage writes {buf.name} in {buf.scope} memory; cp.async "

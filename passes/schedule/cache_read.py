@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.expr import Load, Var
-from ...ir.stmt import Alloc, Block, BlockVar, Buffer, For, PrimFunc, Seq, Store, map_stmt
+from ...ir.stmt import Alloc, Block, BlockVar, Buffer, For, PrimFunc, Seq, Store, map_stmt, seq
 from ...ir.traversal import block_names, block_paths, replace_at, rewrite_loads
 from ..params import Ref, positional
 from ..registry import register_pass
@@ -30,12 +30,17 @@ def find_buffer(func: PrimFunc, name: str):
     raise ScheduleError(f"no buffer named {name!r}")
 
 
-def copy_block(name: str, src: Buffer, dst: Buffer) -> tuple:
-    """A loop nest copying ``src`` to ``dst`` element-wise (same shape)."""
+def copy_block(name: str, src, dst):
+    """A loop nest copying ``src`` to ``dst`` element-wise (same shape); lists of buffers
+    (a tuple compute's outputs) copy pairwise in one block."""
+    srcs = list(src) if isinstance(src, (list, tuple)) else [src]
+    dsts = list(dst) if isinstance(dst, (list, tuple)) else [dst]
+    src = srcs[0]
     loop_vars = [Var(n) for n in copy_axes(src.ndim)]
     ivs = [BlockVar(Var(f"v{k}"), e, "S") for k, e in enumerate(src.shape)]
     idx = tuple(iv.var for iv in ivs)
-    blk = Block(name, ivs, loop_vars, Store(dst, idx, Load(src, idx)))
+    blk = Block(name, ivs, loop_vars,
+                seq(*[Store(d, idx, Load(s, idx)) for s, d in zip(srcs, dsts)]))
     stmt = blk
     for v, e in reversed(list(zip(loop_vars, src.shape))):
         stmt = For(v, e, stmt)

@@ -33,17 +33,29 @@ from .common import (
 from .names import copy_axis, fresh_name
 
 
-def output_buffer(block: Block):
-    st = block.body
-    while not isinstance(st, Store):
-        if isinstance(st, Seq) and len(st.stmts) == 1:
-            st = st.stmts[0]
-            continue
-        stores = [s for s in walk(block.body) if isinstance(s, Store)]
-        if len({id(s.buffer) for s in stores}) == 1:
-            return stores[0].buffer
-        raise ScheduleError(f"stage {block.name} does not write a single buffer")
-    return st.buffer
+def output_buffers(block: Block) -> list:
+    """The buffers ``block`` stores to, in order of their first store: one for most stages,
+    one per output for a tuple compute's stage."""
+    out: list = []
+    for s in walk(block.body):
+        if isinstance(s, Store) and not any(b is s.buffer for b in out):
+            out.append(s.buffer)
+    if not out:
+        raise ScheduleError(f"stage {block.name} stores to no buffer")
+    return out
+
+
+def output_buffer(block: Block, primitive: str = ""):
+    """The one buffer ``block`` writes; a clear error for a tuple compute's stage (it
+    writes one buffer per output), naming ``primitive`` when given."""
+    bufs = output_buffers(block)
+    if len(bufs) != 1:
+        what = f"{primitive} {block.name}: " if primitive else f"stage {block.name} "
+        raise ScheduleError(
+            f"{what}{'it ' if primitive else ''}writes {len(bufs)} buffers "
+            f"({', '.join(b.name for b in bufs)}), the outputs of a tuple compute; "
+            f"{primitive or 'this'} needs a stage that writes a single buffer")
+    return bufs[0]
 
 
 def reads_of(block: Block, buf) -> list:
@@ -78,7 +90,9 @@ def _affine_coeffs(e, loop_vars: set):
 def compute_at(func: PrimFunc, stage: str, loop: str) -> PrimFunc:
     ppath = find_block(func, stage)
     producer: Block = ppath[-1]
-    buf = output_buffer(producer)
+    # a tuple compute's stage writes one buffer per output: its readers are those of any
+    bufs = output_buffers(producer)
+    names = ", ".join(b.name for b in bufs)
     lpath, _ = find_loop(func, loop)
     target: For = lpath[-1]
     if any(n is producer for n in blocks_under(target)):
@@ -87,15 +101,15 @@ def compute_at(func: PrimFunc, stage: str, loop: str) -> PrimFunc:
         raise ScheduleError(f"compute_at {stage}: {loop} is one of its own loops")
     consumers = [
         (name, p[-1]) for name, p in block_paths(func.body).items()
-        if name != stage and reads_of(p[-1], buf)
+        if name != stage and any(reads_of(p[-1], b) for b in bufs)
     ]
     if not consumers:
-        raise ScheduleError(f"compute_at {stage}: no stage reads {buf.name}")
+        raise ScheduleError(f"compute_at {stage}: no stage reads {names}")
     inside = {id(b) for b in blocks_under(target)}
     outside = [name for name, b in consumers if id(b) not in inside]
     if outside:
         raise ScheduleError(
-            f"compute_at {stage}: {', '.join(outside)} also read {buf.name} but are not inside "
+            f"compute_at {stage}: {', '.join(outside)} also read {names} but are not inside "
             f"{loop}; a stage can only be computed inside a loop that holds all its readers"
         )
     # 1. take the producer's own nest out
@@ -106,7 +120,7 @@ def compute_at(func: PrimFunc, stage: str, loop: str) -> PrimFunc:
     lpath, _ = find_loop(func1, loop)
     target = lpath[-1]
     # 2. the region one iteration of the target loop reads
-    shared = buf.scope == "shared"
+    shared = any(b.scope == "shared" for b in bufs)
     fixed_ranges = {}
     for n in lpath:
         if isinstance(n, For):
@@ -124,13 +138,16 @@ def compute_at(func: PrimFunc, stage: str, loop: str) -> PrimFunc:
         for n in cp[1:-1]:
             if isinstance(n, For):
                 inner[n.var] = (0, n.extent - 1)
-        accesses.extend(reads_of(cp[-1], buf))
-    region = access_region(accesses, buf.shape, inner, fixed_ranges)
+        for b in bufs:
+            accesses.extend(reads_of(cp[-1], b))
+    # every output of a tuple compute has the stage's shape and is stored at its axes: the
+    # union of the regions read of each is the region of the stage to compute
+    region = access_region(accesses, bufs[0].shape, inner, fixed_ranges)
     # 3. the producer's nest over that region
     taken = loop_names_on_path(lpath) | {
         n.var.name for b in blocks_under(target) for n in _loops_above(target, b)
     }
-    nest = _restructure(producer, own_loops, region, buf, taken, fixed_ranges)
+    nest = _restructure(producer, own_loops, region, taken, fixed_ranges)
     new_target = target.replace(body=Seq([nest, target.body]))
     return func1.replace(body=replace_at(lpath, new_target))
 
@@ -140,16 +157,22 @@ def _loops_above(root, block) -> list:
     return [n for n in paths[block.name] if isinstance(n, For)]
 
 
-def _restructure(producer: Block, own_loops: list, region: list, buf, taken: set,
-                 fixed_ranges: dict):
-    loop_vars = {n.var for n in own_loops}
-    spatial = [(k, iv) for k, iv in enumerate(producer.iter_vars) if iv.kind == "S"]
+def _stores_at_own_axes(producer: Block, spatial: list) -> bool:
+    """Whether the producer's body is its store (a tuple compute: its stores, one per output)
+    at its own spatial axes in order, under an optional guard."""
     st = producer.body
     while isinstance(st, If) and st.else_ is None:
         st = st.then
-    if not (isinstance(st, Store) and len(st.indices) == len(spatial) and all(
-        i is iv.var for i, (_, iv) in zip(st.indices, spatial)
-    )):
+    stores = list(st.stmts) if isinstance(st, Seq) else [st]
+    return all(isinstance(x, Store) and len(x.indices) == len(spatial) and all(
+        i is iv.var for i, (_, iv) in zip(x.indices, spatial)) for x in stores)
+
+
+def _restructure(producer: Block, own_loops: list, region: list, taken: set,
+                 fixed_ranges: dict):
+    loop_vars = {n.var for n in own_loops}
+    spatial = [(k, iv) for k, iv in enumerate(producer.iter_vars) if iv.kind == "S"]
+    if not _stores_at_own_axes(producer, spatial):
         raise ScheduleError(
             f"compute_at {producer.name}: it must store at its own spatial axes in order"
         )
@@ -184,7 +207,7 @@ def _restructure(producer: Block, own_loops: list, region: list, buf, taken: set
             bindings[k] = simplify(start + offset)
             if span + 1 > ext:
                 preds.append(offset < const(ext))
-            _guard_shape(bindings[k], iv, start, ext, buf, ranges, preds, k)
+            _guard_shape(bindings[k], iv, start, ext, ranges, preds, k)
         loops = [(n.var, new_extents[n.var]) for n in own_loops]
         # the reduce loops and the shrunk spatial loops keep their names
     else:
@@ -195,7 +218,7 @@ def _restructure(producer: Block, own_loops: list, region: list, buf, taken: set
             v = Var(name)
             loops.append((v, ext))
             bindings[k] = simplify(start + v)
-            _guard_shape(bindings[k], iv, start, ext, buf, ranges, preds, k)
+            _guard_shape(bindings[k], iv, start, ext, ranges, preds, k)
         for k, iv in enumerate(producer.iter_vars):
             if iv.kind == "R":
                 name = fresh_name(iv.var.name.lstrip("v") or "r", taken)
@@ -218,7 +241,7 @@ def _restructure(producer: Block, own_loops: list, region: list, buf, taken: set
     return stmt
 
 
-def _guard_shape(binding, iv, start, ext, buf, ranges, preds, k):
+def _guard_shape(binding, iv, start, ext, ranges, preds, k):
     """Add ``binding < extent`` unless the region provably stays inside the axis."""
     limit = iv.extent
     b = const_bounds(simplify(start), ranges)

@@ -12,6 +12,21 @@ from ..registry import register_pass
 from .common import ScheduleError, SchedulePass, find_block, on_main, own_loop_top
 
 
+def check_single_output(block: Block, primitive: str) -> None:
+    """Raise a clear ScheduleError when ``block`` is a tuple compute's stage (it stores more
+    than one buffer): ``primitive`` cannot take a stage with several outputs."""
+    bufs = []
+    for x in walk(block.body):
+        if isinstance(x, Store) and not any(b is x.buffer for b in bufs):
+            bufs.append(x.buffer)
+    if len(bufs) > 1:
+        raise ScheduleError(
+            f"{primitive} {block.name}: it computes {len(bufs)} outputs "
+            f"({', '.join(b.name for b in bufs)}), a tuple compute; a stage with several "
+            "outputs cannot be inlined (each reader would recompute all of them, and TVM "
+            "refuses it too): keep it at the root or compute_at it into its reader")
+
+
 def inline_body(block: Block):
     """``(buffer, iter vars, value)`` of an inlinable block, or raise ScheduleError."""
     if block.init is not None:
@@ -28,6 +43,7 @@ def inline_body(block: Block):
         )
     st = block.body
     if not isinstance(st, Store):
+        check_single_output(block, "compute_inline")
         raise ScheduleError(f"compute_inline {block.name}: its body is not a single store")
     ivs = [iv.var for iv in block.iter_vars]
     if len(st.indices) != len(ivs) or any(i is not v for i, v in zip(st.indices, ivs)):

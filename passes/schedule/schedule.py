@@ -76,7 +76,17 @@ class _OpView:
         self.name = name
         self._tensor = tensor
 
+    @property
+    def num_outputs(self) -> int:
+        """The outputs of the stage: several for a tuple compute's stage, else one."""
+        op = getattr(self._tensor, "op", None)
+        return op.num_outputs if isinstance(op, ComputeOp) else 1
+
     def output(self, index: int = 0):
+        """The stage's ``index``-th output tensor (as ``te.Tensor.op.output``)."""
+        op = getattr(self._tensor, "op", None)
+        if isinstance(op, ComputeOp) and op.num_outputs > 1:
+            return op.output(index)
         if index != 0:
             raise ScheduleError(f"stage {self.name} has one output; asked for output {index}")
         return self._tensor
@@ -242,6 +252,12 @@ class Stage:
             self.schedule.apply(p, touches={self.block, parent.block} | readers)
 
     def compute_inline(self):
+        # a tuple compute cannot be inlined: say so now, not when the inline is applied
+        from .compute_inline import check_single_output
+
+        paths = block_paths(self.schedule._module.main.body)
+        if self.block in paths:
+            check_single_output(paths[self.block][-1], "compute_inline")
         # te schedules are declarative: a stage inlined here may still be cached
         # (cache_read) by a later primitive, so the inline waits until a primitive needs it
         self.schedule.defer(ComputeInline(self.block), {self.block})
@@ -291,11 +307,14 @@ class Schedule:
         outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
         tensors = []
         for o in outs:
-            if isinstance(o, Operation):
-                o = o.output(0)
-            if not isinstance(o, Tensor) or not isinstance(o.op, ComputeOp):
+            op = o if isinstance(o, Operation) else getattr(o, "op", None)
+            if not isinstance(o, (Tensor, Operation)) or not isinstance(op, ComputeOp):
                 raise ScheduleError(f"create_schedule takes computed tensors or ops, got {o!r}")
-            tensors.append(o)
+            # every output of a tuple compute is an output of the schedule: its one stage
+            # writes them all
+            for k in range(op.num_outputs):
+                if op.output(k) not in tensors:
+                    tensors.append(op.output(k))
         inputs = []
         seen = set()
 
@@ -312,7 +331,8 @@ class Schedule:
             visit(t.op)
         self.outputs = tensors
         self.dag = ComputeDAG(inputs + tensors)
-        self._module, names = to_ir_with_names(self.dag)
+        self._buffer_names: dict = {}
+        self._module, names = to_ir_with_names(self.dag, buffer_names=self._buffer_names)
         self._names = names
         self._pipeline = Pipeline([])
         # compute_at of shared-memory stages waits until the stage itself or its target
@@ -375,16 +395,19 @@ class Schedule:
                 self._apply_now(t)
 
     def readers_of(self, name: str) -> set:
-        """Names of the stages that read the buffer ``name`` in the current IR."""
+        """Names of the stages that read the buffer ``name`` in the current IR (for a tuple
+        compute's stage, any of the buffers it writes)."""
         from .cache_read import find_buffer
-        from .compute_at import reads_of
+        from .compute_at import output_buffers, reads_of
 
+        paths = block_paths(self._module.main.body)
         try:
-            buf = find_buffer(self._module.main, name)
+            bufs = [find_buffer(self._module.main, name)]
         except ScheduleError:
-            return set()
-        return {b for b, p in block_paths(self._module.main.body).items()
-                if reads_of(p[-1], buf)}
+            if name not in paths:
+                return set()
+            bufs = output_buffers(paths[name][-1])
+        return {b for b, p in paths.items() if any(reads_of(p[-1], x) for x in bufs)}
 
     def uncompute(self, block: str) -> None:
         """Drop every ``compute_inline`` / ``compute_at`` of stage ``block`` (pending or
@@ -473,7 +496,41 @@ class Schedule:
         self._by_block[new] = st
         return StageTensor(self, new, shape, tensor.dtype)
 
-    def cache_write(self, tensor, scope: str) -> StageTensor:
+    def cache_write(self, tensor, scope: str):
+        """The stage of ``tensor`` computes into a ``scope`` buffer and a copy stage (which
+        keeps the stage's name) writes ``tensor`` from it; returns the cache's tensor.
+
+        For a tuple compute pass the list of all its outputs (as in TVM): the stage caches
+        each in its own buffer, one copy stage writes them all, and the list of the
+        caches' tensors is returned."""
+        if isinstance(tensor, (list, tuple)):
+            tensors = list(tensor)
+            if not tensors:
+                raise ScheduleError("cache_write takes a tensor or a list of tensors, got []")
+            ops = {id(getattr(t, "op", None)) for t in tensors}
+            op = getattr(tensors[0], "op", None)
+            if len(ops) != 1 or not isinstance(op, ComputeOp):
+                raise ScheduleError("cache_write of a list takes the outputs of one tuple "
+                                    f"compute, got {tensors!r}")
+            if sorted(t.value_index for t in tensors) != list(range(op.num_outputs)):
+                raise ScheduleError(
+                    f"cache_write of {op.name}: pass all {op.num_outputs} of its outputs "
+                    f"(as a list), got {len(tensors)}")
+        else:
+            op = getattr(tensor, "op", None)
+            if isinstance(op, Operation) and op.num_outputs > 1:
+                names = ", ".join(op.output(k).name for k in range(op.num_outputs))
+                raise ScheduleError(
+                    f"cache_write of {tensor.name}: {op.name} is a tuple compute with "
+                    f"{op.num_outputs} outputs, which one stage computes together; pass the "
+                    f"list of all of them: s.cache_write([{names}], {scope!r})")
+            tensors = [tensor]
+        cached_tensors = self._cache_write(tensors[0], scope)
+        if len(tensors) == 1 and not isinstance(tensor, (list, tuple)):
+            return cached_tensors[0]
+        return [cached_tensors[t.value_index] for t in tensors]
+
+    def _cache_write(self, tensor, scope: str) -> list:
         stage = self[tensor]
         old_block = stage.block
         self.apply(CacheWrite(old_block, scope), touches=(old_block,))
@@ -488,7 +545,9 @@ class Schedule:
         for k, v in list(self._stages.items()):
             if v is stage:
                 self._stages[k] = copy
-        return StageTensor(self, new_name, tensor.shape, tensor.dtype)
+        op = getattr(tensor, "op", None)
+        dtypes = op.dtypes if isinstance(op, ComputeOp) else (tensor.dtype,)
+        return [StageTensor(self, new_name, tensor.shape, d) for d in dtypes]
 
     def implicit_gemm(self, tensor, pad_m: int = 1, pad_n: int = 1, pad_k: int = 1,
                       b_layout: str = "kn") -> tuple:
@@ -556,6 +615,10 @@ def _loop_extent(path, name) -> int:
 
 
 def _param_or_stage_name(s: Schedule, t: Tensor) -> str:
+    """The IR buffer of a te tensor: its stage's name, or for an output of a tuple compute
+    that output's buffer (``<stage>_v<k>``)."""
+    if t.op.num_outputs > 1 and (id(t.op), t.value_index) in s._buffer_names:
+        return s._buffer_names[(id(t.op), t.value_index)]
     if id(t.op) in s._stages:
         return s._stages[id(t.op)].block
     if id(t.op) in s._names:

@@ -29,7 +29,7 @@ def aligned_strides(shape, aligns) -> tuple:
 
 def storage_align(func: PrimFunc, stage: str, axis: int, factor: int, offset: int) -> PrimFunc:
     path = find_block(func, stage)
-    buf = output_buffer(path[-1])
+    buf = output_buffer(path[-1], "storage_align")
     if not 0 <= axis < buf.ndim:
         raise ScheduleError(f"storage_align {stage}: axis {axis} out of range for "
                             f"{buf.ndim}-d buffer {buf.name}")

@@ -19,7 +19,7 @@ def swizzle(func: PrimFunc, stage: str, bits: int) -> PrimFunc:
     if not 1 <= bits <= MAX_BITS:
         raise ScheduleError(f"swizzle {stage}: bits={bits}; use 1 to {MAX_BITS} (a group of "
                             f"2**bits 16-byte chunks, at most a 128-byte line)")
-    buf = output_buffer(find_block(func, stage)[-1])
+    buf = output_buffer(find_block(func, stage)[-1], "swizzle")
     if buf.scope != "shared":
         raise ScheduleError(f"swizzle {stage}: the stage writes {buf.name} in {buf.scope} "
                             "memory; swizzling spreads shared-memory banks")
