@@ -4,7 +4,9 @@ Layers: the seed layer of the tutorials (batch 1, 7x7, 512 -> 512, 3x3, stride 1
 and the convolutions of ResNet-18 at batch 1 (224x224 input). Ours: the default schedule
 (the implicit-GEMM tensor-core schedule of ``ops/schedules/tensorcore_conv.py``) for every
 layer, and for the seed layer also the best of a short AutoTVM tuning (``--trials``) of the
-template ``conv2d_nhwc_tensorcore.cuda`` on this GPU. Theirs: ``torch.nn.functional.conv2d``
+template ``conv2d_nhwc_tensorcore.cuda`` on this GPU and, with ``--autosched N``, the best of N
+auto-scheduler trials from an empty log (its tensor-core conv sketch competing with the
+CUDA-core sketches). Theirs: ``torch.nn.functional.conv2d``
 on float16 channels_last tensors (cuDNN, ``cudnn.benchmark`` on). Both compute the
 convolution alone, summed in float32 and written as float16.
 
@@ -14,7 +16,8 @@ are graph-timed: ``--number`` launches captured in one CUDA graph, replayed ``--
 times between CUDA events, the median per launch (ours through ``time_evaluator(...,
 graph=True)``, cuDNN through ``bench_tensorcore.torch_time``).
 
-    python3 bench/bench_conv_tensorcore.py [--trials 32] [--layers "seed (layer4 3x3)"] [--json out]
+    python3 bench/bench_conv_tensorcore.py [--trials 32] [--autosched 200]
+        [--layers "seed (layer4 3x3)"] [--json out]
     python3 bench/bench_conv_tensorcore.py --dry-run   # no GPU: build every kernel (PTX,
                                                        # ptxas) and instantiate the template
 """
@@ -31,7 +34,8 @@ import warnings
 
 import numpy as np
 import ptxforge
-from ptxforge import autotvm
+from ptxforge import autosched, autotvm
+from ptxforge.autosched.state import state_from_payload
 from ptxforge.autotvm import tensorcore_conv as template
 from ptxforge.backend_ptx import compile_module
 from ptxforge.ops.schedules import default_schedule
@@ -115,6 +119,49 @@ def tune_seed(trials: int, log: str, target, args) -> dict:
     return {"trials": trials, "tuner": kind, "seconds": secs, "best": str(tuner.best_config)}
 
 
+@autosched.register_workload
+def conv2d_nhwc_fp16(N, H, W, CI, CO, KH, KW, stride, padding, dtype):
+    """The template's computation, for the auto-scheduler (conv summed in float32, cast)."""
+    return list(template.conv2d_nhwc_declaration(N, H, W, CI, CO, KH, KW, stride, padding,
+                                                 dtype)[:3])
+
+
+def autosched_seed(trials: int, log: str, args) -> dict:
+    """Auto-schedule the seed layer from an empty log on this GPU (the tensor-core conv
+    sketch competes with the CUDA-core ones)."""
+    task = autosched.SearchTask(func=conv2d_nhwc_fp16, args=template_args(SEED),
+                                target="cuda")
+    if os.path.exists(log):
+        os.remove(log)
+    ctx = autosched.LocalRPCMeasureContext(min_repeat_ms=10, repeat=3, timeout=20,
+                                           check_correctness=True)
+    opts = autosched.TuningOptions(num_measure_trials=trials, num_measures_per_round=64,
+                                   runner=ctx.runner,
+                                   measure_callbacks=[autosched.RecordToFile(log)])
+    t0 = time.perf_counter()
+    try:
+        task.tune(opts, search_policy=autosched.SketchPolicy(task, autosched.XGBModel(),
+                                                            seed=args.seed))
+    finally:
+        ctx.close()
+    secs = time.perf_counter() - t0
+    inp, res = autosched.ApplyHistoryBest(log).best[task.workload_key]
+    sketch = task.sketches[state_from_payload(task, inp.payload).sketch].name
+    print(f"auto-scheduled the seed layer: {trials} trials in {secs:.0f} s "
+          f"({trials / secs:.2f} trials/s); best {res.mean * 1e3:.4f} ms, sketch {sketch}",
+          flush=True)
+    return {"trials": trials, "seconds": secs, "best_ms": res.mean * 1e3, "sketch": sketch,
+            "task": task}
+
+
+def build_autosched(task, log: str, target):
+    t0 = time.perf_counter()
+    with ptxforge.target.as_target(target):
+        s, tensors = task.apply_best(log)
+        mod = compile_module(ptxforge.lower(s, tensors), target)
+    return mod, tensors, time.perf_counter() - t0
+
+
 def rel_err(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
 
@@ -167,6 +214,8 @@ def main(argv=None) -> int:
                    help="comma-separated layer names (default: all): " + ", ".join(LAYERS))
     p.add_argument("--trials", type=int, default=0, help="AutoTVM trials on the seed layer "
                    "(default 0: the default schedule only; about 1 to 2 trials/s)")
+    p.add_argument("--autosched", type=int, default=0, help="auto-scheduler trials on the "
+                   "seed layer from an empty log (default 0: none)")
     p.add_argument("--log", help="tuning record file (default: a temporary one); an existing "
                    "file is extended")
     p.add_argument("--number", type=int, default=200)
@@ -206,6 +255,13 @@ def run_gpu(args) -> int:
         except Exception as e:  # report it and still measure the default schedule
             print(f"tuning failed: {type(e).__name__}: {e}", flush=True)
             tuning, ok_tuning = None, False
+    searched = None
+    if args.autosched and "seed (layer4 3x3)" in args.layers:
+        try:
+            searched = autosched_seed(args.autosched, log + ".autosched.json", args)
+        except Exception as e:
+            print(f"auto-scheduling failed: {type(e).__name__}: {e}", flush=True)
+            ok_tuning = False
     rows, ok_all = [], ok_tuning
     rng = np.random.default_rng(args.seed)
     for name in args.layers:
@@ -231,6 +287,9 @@ def run_gpu(args) -> int:
             builds.append(("default",) + build_default(shape, target)[:3])
             if name == "seed (layer4 3x3)" and tuning is not None:
                 builds.append(("autotvm best",) + build_tuned(shape, log, target))
+            if name == "seed (layer4 3x3)" and searched is not None:
+                builds.append(("autosched best",) + build_autosched(
+                    searched["task"], log + ".autosched.json", target))
         except Exception as e:  # one layer's failure must not hide the others' figures
             print(f"{name:20s} build failed: {type(e).__name__}: {str(e)[:400]}", flush=True)
             rows.append(dict(layer=name, shape=shape, error=f"{type(e).__name__}: {e}"))
@@ -261,7 +320,10 @@ def run_gpu(args) -> int:
               f"{best['cudnn_ms']:.4f} ms in this run (anchor {ANCHOR_SEED_MS} ms on an H100)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": dev.name, "tuning": tuning, "results": rows}, f, indent=1)
+            if searched is not None:
+                searched = {k: v for k, v in searched.items() if k != "task"}
+            json.dump({"device": dev.name, "tuning": tuning, "autosched": searched,
+                       "results": rows}, f, indent=1)
     return 0 if ok_all else 1
 
 
