@@ -260,3 +260,45 @@ def test_cross_thread_reduction_needs_reduce_loops_inside_the_thread_loop():
     s[B].bind(ki, te.thread_axis("threadIdx.x"))
     with pytest.raises(IRError, match="is outside the thread loop"):
         ptxforge.lower(s, [A, B])
+
+
+def test_row_reductions_computed_inside_the_rows_block_make_one_kernel():
+    """Layer norm as TVM users write its schedule: the mean and the variance (cross-thread
+    reductions) computed at the output's row loop, the element-wise stages inlined first:
+    an inline of a reader is applied before compute_at checks the readers, transitively
+    (the centered value, once inlined, makes the variance a reader of the sum)."""
+    import numpy as np
+    import ptxforge
+
+    R, C, T = 6, 40, 16
+    x = te.placeholder((R, C), "float32", name="x")
+    k1 = te.reduce_axis((0, C), name="k1")
+    s1 = te.compute((R,), lambda i: te.sum(x[i, k1], axis=k1), name="s1")
+    mean = te.compute((R,), lambda i: s1[i] / float(C), name="mean")
+    d = te.compute((R, C), lambda i, j: x[i, j] - mean[i], name="d")
+    k2 = te.reduce_axis((0, C), name="k2")
+    s2 = te.compute((R,), lambda i: te.sum(d[i, k2] * d[i, k2], axis=k2), name="s2")
+    out = te.compute((R, C), lambda i, j: d[i, j] * te.rsqrt(s2[i] / float(C) + 1e-5),
+                     name="out")
+    s = te.create_schedule(out.op)
+    s[mean].compute_inline()
+    s[d].compute_inline()
+    o = s[out]
+    i, j = o.op.axis
+    o.bind(i, te.thread_axis("blockIdx.x"))
+    jo, ji = o.split(j, factor=T)
+    o.bind(ji, te.thread_axis("threadIdx.x"))
+    for red in (s2, s1):  # the consumer first: s2 reads s1 once d is inlined
+        st = s[red]
+        st.compute_at(o, i)
+        ko, ki = st.split(st.op.reduce_axis[0], factor=T)
+        st.reorder(ki, ko)
+        st.bind(ki, te.thread_axis("threadIdx.x"))
+    (kern,) = ptxforge.lower(s, [x, out]).kernels()
+    assert tuple(kern.attrs.launch.grid)[0] == R and tuple(kern.attrs.launch.block)[0] == T
+    xx = np.random.default_rng(0).standard_normal((R, C)).astype("float32")
+    got = np.zeros((R, C), "float32")
+    ptxforge.build(s, [x, out], target="sim")(xx, got)
+    mu = xx.mean(1, keepdims=True)
+    want = (xx - mu) / np.sqrt(((xx - mu) ** 2).mean(1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -245,6 +245,16 @@ class Stage:
 
     def compute_at(self, parent: Stage, ivar):
         p = ComputeAt(self.block, parent._ref(ivar))
+        # the readers as they will be: a pending inline of a reader makes the readers of
+        # that reader read this stage (softmax's exp inlined into the sum and the
+        # normalization), so those inlines go first, transitively
+        readers: set = set()
+        while True:
+            now = self.schedule.readers_of(self.block)
+            if now <= readers:
+                break
+            readers |= now
+            self.schedule.flush_touching(now, only=ComputeInline)
         readers = self.schedule.readers_of(self.block)
         if self.block in self.schedule._shared_stages:
             self.schedule.defer(p, {self.block}, {parent.block})
