@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..target import resident_blocks
+from .fused_rows import FusedRowsStep, fused_rows_model
 from .hardware import HardwareParams
 from .sketch import Sketch
 from .steps import CrossThreadStep, InlineStep, SimpleStep, TileStep
@@ -259,7 +260,9 @@ class SketchModel:
             if isinstance(st, InlineStep):
                 continue
             in_bytes, work, space = self._in_bytes[st.stage]
-            if isinstance(st, TensorCoreStep):
+            if isinstance(st, FusedRowsStep):
+                out.insert(0, ("fused_rows", fused_rows_model(st, V, self.hw, n)))
+            elif isinstance(st, TensorCoreStep):
                 out.insert(0, ("tensorcore", tensorcore_model(st, V, self.hw, n)))
             elif isinstance(st, TileStep):
                 out.insert(0, ("tile", tile_model(st, V, self.hw, n)))

@@ -81,10 +81,12 @@ class SearchTask:
     @functools.cached_property
     def sketches(self) -> list:
         """The sketches the GPU rules generate for this computation."""
+        from .fused_rows import fused_rows_sketches
         from .sketch_rules import generate_sketches
         from .tensorcore import tensorcore_sketches
 
-        return generate_sketches(self.analysis) + tensorcore_sketches(self)
+        return (generate_sketches(self.analysis) + tensorcore_sketches(self)
+                + fused_rows_sketches(self))
 
     @functools.cached_property
     def models(self) -> list:

@@ -1,0 +1,95 @@
+"""The fused-rows sketch: softmax and layer norm as one kernel, a block per row."""
+
+from __future__ import annotations
+
+import numpy as np
+import ptxforge
+import pytest
+from ptxforge import autosched, ops, te
+from ptxforge.autosched.evolution import random_population
+from ptxforge.autosched.features import population_features
+from ptxforge.autosched.fused_rows import FusedRowsStep
+from ptxforge.autosched.printer import schedule_from_pipeline
+from ptxforge.autosched.state import State
+
+SM80 = "cuda -arch=sm_80"
+
+
+@autosched.register_workload
+def fr_softmax(a, b, n):
+    x = te.placeholder((a, b, n), "float32", name="x")
+    return [x, ops.nn.softmax(x)]
+
+
+@autosched.register_workload
+def fr_layer_norm(rows, cols):
+    """Layer norm as the network's lowering writes it: mean and variance of shape
+    [rows, 1], then the scaled, shifted centered value."""
+    x = te.placeholder((rows, cols), "float32", name="x")
+    g = te.placeholder((cols,), "float32", name="g")
+    b = te.placeholder((cols,), "float32", name="b")
+    k1 = te.reduce_axis((0, cols), name="k1")
+    s1 = te.compute((rows, 1), lambda i, z: te.sum(x[i, k1], axis=k1), name="s1")
+    mean = te.compute((rows, 1), lambda i, z: s1[i, z] / float(cols), name="mean")
+    d = te.compute((rows, cols), lambda i, j: x[i, j] - mean[i, 0], name="d")
+    k2 = te.reduce_axis((0, cols), name="k2")
+    s2 = te.compute((rows, 1), lambda i, z: te.sum(d[i, k2] * d[i, k2], axis=k2), name="s2")
+    out = te.compute((rows, cols), lambda i, j: d[i, j] * te.rsqrt(s2[i, 0] / float(cols)
+                                                                   + 1e-5) * g[j] + b[j],
+                     name="out")
+    return [x, g, b, out]
+
+
+@autosched.register_workload
+def fr_matmul(n):
+    a = te.placeholder((n, n), "float32", name="a")
+    b = te.placeholder((n, n), "float32", name="b")
+    k = te.reduce_axis((0, n), name="k")
+    return [a, b, te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k),
+                             name="c")]
+
+
+def _reference(fn, arrays):
+    if fn is fr_softmax:
+        (x,) = arrays
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    x, g, b = arrays
+    mu = x.mean(1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(1, keepdims=True) + 1e-5) * g + b
+
+
+def test_rule_applies_to_row_normalizations_only():
+    for fn, args in ((fr_softmax, (2, 3, 40)), (fr_layer_norm, (6, 72))):
+        task = autosched.SearchTask(func=fn, args=args, target=SM80)
+        assert task.sketches[-1].name.startswith("fused_rows(")
+        assert isinstance(task.sketches[-1].steps[0], FusedRowsStep)
+    task = autosched.SearchTask(func=fr_matmul, args=(32,), target=SM80)
+    assert not any(s.name.startswith("fused_rows") for s in task.sketches)
+
+
+@pytest.mark.parametrize("fn,args", [(fr_softmax, (2, 3, 40)), (fr_layer_norm, (6, 72))],
+                         ids=["softmax", "layer_norm"])
+def test_every_thread_count_makes_one_correct_kernel(fn, args):
+    task = autosched.SearchTask(func=fn, args=args, target=SM80)
+    fr = len(task.sketches) - 1
+    rng = np.random.default_rng(0)
+    pop = random_population(task, 200, rng)
+    pop = pop[pop[:, 0] == fr]
+    _, valid, est = population_features(task.models, pop, task.flop_ct, 132)
+    assert valid.all() and np.isfinite(est).all()
+    step = task.sketches[fr].steps[0]
+    seen = set()
+    for row in pop:
+        text = State.from_row(row, task).pipeline_text(task)
+        if text in seen:
+            continue
+        seen.add(text)
+        sch = schedule_from_pipeline(task, text)
+        (kern,) = ptxforge.lower(sch, task.tensors).kernels()  # one kernel per task
+        assert tuple(kern.attrs.launch.grid)[0] == step.rows
+        arrays = [rng.standard_normal(t.shape).astype("float32") for t in task.tensors[:-1]]
+        out = np.zeros(task.tensors[-1].shape, "float32")
+        ptxforge.build(sch, task.tensors, target="sim")(*arrays, out)
+        np.testing.assert_allclose(out, _reference(fn, arrays), rtol=1e-4, atol=1e-5)
+    assert len(seen) >= 4
