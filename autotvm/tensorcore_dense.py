@@ -17,13 +17,11 @@ template's name asks for tensor cores, so here float32 inputs are multiplied in 
 Both run the default schedule of these products,
 :func:`~ptxforge.ops.schedules.tensorcore_gemm.schedule_gemm_tensorcore`, with the
 configuration the knobs give: the block tile (``block_m x block_n``, each at most its
-extent rounded up to a power of two; for a batch, the tiles that divide it), ``block_k``
-(for a batch, those dividing ``K``), the warp grid (``warps_m x warps_n``),
+extent rounded up to a power of two), ``block_k``, the warp grid (``warps_m x warps_n``),
 the pipeline ``stages`` (1: none; else that many cp.async buffers), ``vec`` (elements per
 global -> shared copy) and ``layout`` (``"pad"``: shared rows padded by 8 elements against
-ldmatrix bank conflicts; ``"plain"``: unpadded rows, less shared memory). A dense product
-whose extents the block tile does not divide is padded with zeros (``implicit_gemm``); a
-batch of products is not, so there the tiles must divide ``M``, ``N`` and ``K``. A
+ldmatrix bank conflicts; ``"plain"``: unpadded rows, less shared memory). A product
+whose extents the block tile does not divide is padded with zeros (``implicit_gemm``). A
 combination that breaks a rule of the schedule
 (:func:`~ptxforge.ops.schedules.tensorcore_gemm.check_gemm_config`: warp tiles of whole
 m16n8 fragments, copies that do not straddle rows, enough ``block_k`` steps for the
@@ -107,17 +105,13 @@ def _schedule(name, a, b, out, mm, flop):
             f"{name}: {mm.name} {[int(x) for x in mm.shape]} x K={int(mm.reduce_axis[0].extent)}"
             f" of {a.dtype} is not a product the tensor cores of {target.arch} run "
             "(gemm_form: float16 / bfloat16 / TF32 inputs on sm_80+, N >= 16 and K >= the "
-            "mma's k; a batch needs M and N multiples of 16 and K of the mma's k)")
+            "mma's k)")
     tf32 = form.tf32
     cfg = get_config()
-    if form.batched:  # not padded: only tiles that divide the extents
-        cfg.define_knob("block_m", [x for x in BLOCKS if form.M % x == 0])
-        cfg.define_knob("block_n", [x for x in BLOCKS if form.N % x == 0])
-        cfg.define_knob("block_k", [x for x in BLOCK_K if form.K % x == 0])
-    else:  # padded: tiles beyond an extent (to a power of two) would only add zeros
-        cfg.define_knob("block_m", [x for x in BLOCKS if x <= max(16, _pow2(form.M))])
-        cfg.define_knob("block_n", [x for x in BLOCKS if x <= max(16, _pow2(form.N))])
-        cfg.define_knob("block_k", list(BLOCK_K))
+    # tiles beyond an extent rounded up to a power of two would only multiply zeros
+    cfg.define_knob("block_m", [x for x in BLOCKS if x <= max(16, _pow2(form.M))])
+    cfg.define_knob("block_n", [x for x in BLOCKS if x <= max(16, _pow2(form.N))])
+    cfg.define_knob("block_k", list(BLOCK_K))
     cfg.define_knob("warps_m", list(WARPS))
     cfg.define_knob("warps_n", list(WARPS))
     cfg.define_knob("stages", list(STAGES))

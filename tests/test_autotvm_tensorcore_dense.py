@@ -95,8 +95,8 @@ def test_dense_space_and_illegal_knobs_name_the_rule():
 def test_templates_refuse_products_the_tensor_cores_do_not_run():
     with pytest.raises(Exception, match="not a product the tensor cores"):
         autotvm.task.create(template.NAME, args=(64, 8, 64, "float16"), target=SM80)
-    with pytest.raises(Exception, match="not a product the tensor cores"):  # not padded
-        autotvm.task.create(template.BATCH_NAME, args=(2, 49, 32, 64, "float16"),
+    with pytest.raises(Exception, match="not a product the tensor cores"):
+        autotvm.task.create(template.BATCH_NAME, args=(2, 32, 8, 64, "float16"),
                             target=SM80)
 
 
@@ -154,20 +154,20 @@ def test_tf32_float32_output_and_grid_search(tmp_path):
 
 
 def test_batch_matmul_template_tunes_and_dispatches(tmp_path):
-    args = (2, 32, 48, 64, "float16")
+    args = (2, 49, 40, 72, "float16")  # every extent padded, per batch
     task = autotvm.task.create(template.BATCH_NAME, args=args, target=SM80)
     space = task.config_space
-    assert list(space.space_map) == KNOBS and task.flop == 2 * 2 * 32 * 48 * 64
-    # a batch is not padded: only block tiles dividing M = 32, N = 48 and K = 64
-    assert space.dims[:3] == [2, 1, 3]
+    assert list(space.space_map) == KNOBS and task.flop == 2 * 2 * 49 * 40 * 72
+    assert space.dims[:3] == [3, 3, 3]  # block_m, block_n <= 64
     bad = space.get(space.knob2point([0, 0, 0, 0, 2, 0, 0, 0]))
     with pytest.raises(InstantiationError, match="warp tile's columns .* multiple of 8"):
         task.instantiate(bad)  # 16 columns over 4 warps
     log = str(tmp_path / "bmm.log")
-    tune(task, log, 8, seed=2)
+    tune(task, log, 6, seed=2)
     assert any(r.error_no == 0 and r.correctness == "passed" for _, r in load_records(log))
     with autotvm.apply_history_best(log), as_target(SM80):
         s, tensors = template.batch_matmul_tensorcore(*args)
+    assert "implicit_gemm" in str(s.pipeline)
     mod, (x, y), got = run(s, tensors)
     assert any(i.startswith("mma_m16n8k16_") for i in intrins(mod.device_module))
     assert rel(got, x @ y.transpose(0, 2, 1)) < TOL["float16"]

@@ -156,8 +156,23 @@ def test_slivers_stay_on_cuda_cores_and_are_correct(M, N, K):
     assert _rel(got, _dense_ref(vals, True, True, False)) < 2e-3
 
 
-def test_batched_products_are_not_padded():
-    x = te.placeholder((2, 49, 64), "float16", name="x")
+@pytest.mark.parametrize("B,M,N,K,tb,xb", [
+    (2, 49, 24, 72, True, 2),            # Q x K^T of 49 tokens, padded per batch
+    (3, 7, 40, 64, False, 3),            # attention x V: B as [k, n]
+    (1, 49, 24, 64, True, 1),            # a batch of one: an axis neither operand reads
+])
+def test_padded_batch_matmul_on_tensor_cores(B, M, N, K, tb, xb):
+    x = te.placeholder((xb, M, K), "float16", name="x")
+    y = te.placeholder((B, N, K) if tb else (B, K, N), "float16", name="y")
+    z = ops.nn.batch_matmul(x, y, transpose_b=tb)
+    s, (xv, yv), got = _run(z, [x, y])
+    assert _uses_tensor_cores(s) and "implicit_gemm" in str(s.pipeline)
+    assert _rel(got, xv @ (yv.transpose(0, 2, 1) if tb else yv)) < 2e-3
+
+
+def test_a_broadcast_batch_is_not_padded():
+    # A of batch 1 against B of batch 2: the batch is no batch axis of implicit_gemm
+    x = te.placeholder((1, 49, 64), "float16", name="x")
     y = te.placeholder((2, 32, 64), "float16", name="y")
     z = ops.nn.batch_matmul(x, y)
     assert gemm_form(z.op.input_tensors[0].op, SM90) is None
@@ -239,9 +254,9 @@ def test_tiles_fill_the_sms_for_small_m():
      "at least 3 block_k steps"),
 ])
 def test_configs_that_do_not_fit_are_rejected_with_the_rule(shape, cfg, rule):
-    if len(shape) == 4:  # a batch of products is never padded: the tiles divide it
+    if len(shape) == 4:  # a broadcast batch is never padded: the tiles divide it
         B, M, N, K = shape
-        y = ops.nn.batch_matmul(te.placeholder((B, M, K), "float16"),
+        y = ops.nn.batch_matmul(te.placeholder((1, M, K), "float16"),
                                 te.placeholder((B, N, K), "float16"))
     else:
         M, N, K = shape
@@ -282,7 +297,7 @@ def test_epilogue_kernel_assembles_for_sm80_and_sm90():
 @pytest.mark.parametrize("seq_len", [16, 7])
 def test_mixed_precision_bert_layer_uses_tensor_cores(seq_len):
     # 7 tokens: the dense layers are padded to 16 rows; the attention products (7 x 7 per
-    # head, a batch) stay on the CUDA cores
+    # head: N = 7 < 16 for scores) stay on the CUDA cores
     from ptxforge.graph.zoo.bert import bert_layer
 
     out, params, shape = bert_layer(1, "float32", seq_len=seq_len, hidden=32, heads=2,

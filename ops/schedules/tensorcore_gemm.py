@@ -5,18 +5,19 @@ float16 or bfloat16 (float32 only at ``precision="tf32"``, which the user choose
 as ``A[(b,) i, k]`` and ``B[(b,) j, k]`` or ``B[(b,) k, j]``, a float32 accumulator, an
 ``sm_80`` or newer target, and the rule for shapes:
 
-- dense and matmul (no batch): any ``M`` (1, 7, 49, 100 ...), ``N >= 16`` (:data:`MIN_N`)
-  and ``K`` at least the mma's k (16; 8 for TF32). Extents the block tile does not divide
-  are padded with zeros: the schedule computes the product through ``implicit_gemm``
-  (the pass the tensor-core convolution uses for its 49 output pixels), whose operand
-  views read zeros past the real extents (``cp.async`` zero-fill) and whose copy to the
-  output, fused with the epilogue, stores only the real rows and columns. A single row
-  (``M = 1``) wastes 15 of the tile's 16 rows, but such a product is bound by reading B,
-  which both kinds of core read once. A narrower ``N`` or shorter ``K`` (``N = 8``: one
-  output column of fragments half empty) would leave most of every mma multiplying
-  zeros, and stays on the CUDA cores;
-- batch_matmul: ``M`` and ``N`` multiples of 16 and ``K`` of the mma's k (a batch of
-  products is not padded: ``implicit_gemm`` takes no batch axis).
+- any ``M`` (1, 7, 49, 100 ...), ``N >= 16`` (:data:`MIN_N`) and ``K`` at least the
+  mma's k (16; 8 for TF32). Extents the block tile does not divide are padded with zeros:
+  the schedule computes the product through ``implicit_gemm`` (the pass the tensor-core
+  convolution uses for its 49 output pixels; a batch_matmul's batch is its leading batch
+  axis), whose operand views read zeros past the real extents (``cp.async`` zero-fill)
+  and whose copy to the output, fused with the epilogue, stores only the real rows and
+  columns. A single row (``M = 1``) wastes 15 of the tile's 16 rows, but such a product
+  is bound by reading B, which both kinds of core read once. A narrower ``N`` or shorter
+  ``K`` (``N = 8``: one output column of fragments half empty) would leave most of every
+  mma multiplying zeros, and stays on the CUDA cores;
+- a batch_matmul over a broadcast batch (one operand of batch 1, the other of more):
+  ``M`` and ``N`` multiples of 16 and ``K`` of the mma's k (it is not padded: the batch
+  index is no batch axis of ``implicit_gemm`` there).
 
 Anything else (an A read transposed, float32 without TF32) stays on the CUDA cores
 (:func:`~ptxforge.ops.schedules.tiled.schedule_tiled`).
@@ -67,6 +68,12 @@ class GemmForm:
     b_kn: bool
     tf32: bool
     batched: bool = False  # a batch_matmul stage (axes b, i, j)
+    broadcast: bool = False  # a batch of more than one over an operand of batch 1
+
+    @property
+    def paddable(self) -> bool:
+        """Whether ``implicit_gemm`` can pad the product (not across a broadcast batch)."""
+        return not self.broadcast
 
     @property
     def mma_k(self) -> int:
@@ -150,11 +157,15 @@ def gemm_form(op: ComputeOp, target: Target | str | None = None) -> GemmForm | N
         return None  # the TF32 fragment loads take B as [N, K]
     shape = [int(x) for x in op.shape]
     K = int(op.reduce_axis[0].extent)
+    # a batch one operand broadcasts (read at 0 by it, b by the other) is no batch axis
+    # of implicit_gemm: such a product is not padded
+    bcast = bvar is not None and shape[0] > 1 and not (ra.indices[0] is bvar
+                                                       and rb.indices[0] is bvar)
     form = GemmForm(shape[0] if bvar is not None else 1, shape[-2], shape[-1], K, ab, acc,
-                    kn, tf32, bvar is not None)
-    if form.batched:
+                    kn, tf32, bvar is not None, bcast)
+    if bcast:
         if form.M % 16 or form.N % 16 or K % form.mma_k:
-            return None  # a batch is not padded: the smallest tile (16x16) divides it
+            return None  # not padded: the smallest tile (16x16) must divide it
     elif form.N < MIN_N or K < form.mma_k:
         return None  # a sliver of a product: padded mmas would mostly multiply zeros
     return form
@@ -196,11 +207,11 @@ def gemm_shared_bytes(cfg: TensorCoreConfig, form: GemmForm, c_tile: bool = True
 def check_gemm_config(cfg: TensorCoreConfig, form: GemmForm, where: str = "",
                       target: Target | str | None = None, c_tile: bool = True) -> None:
     """Raise :class:`ScheduleError` naming the rule ``cfg`` breaks for ``form``: the rules
-    of :meth:`TensorCoreConfig.check` on the product padded to the block tile (a batched
-    product is not padded: there the tiles divide ``M``, ``N`` and ``K``), copies of
-    ``vec`` elements that do not straddle two rows of an input, at least ``stages``
-    ``block_k`` steps, and the block's shared memory (:func:`gemm_shared_bytes`) within
-    the target's opt-in limit."""
+    of :meth:`TensorCoreConfig.check` on the product padded to the block tile (a product
+    over a broadcast batch is not padded: there the tiles divide ``M``, ``N`` and ``K``),
+    copies of ``vec`` elements that do not straddle two rows of an input, at least
+    ``stages`` ``block_k`` steps, and the block's shared memory
+    (:func:`gemm_shared_bytes`) within the target's opt-in limit."""
     where = where or "tensor-core GEMM"
     target = as_target(target)
     if form.tf32 and not cfg.tf32:
@@ -213,8 +224,8 @@ def check_gemm_config(cfg: TensorCoreConfig, form: GemmForm, where: str = "",
                     (cfg.block_k, "block_k"), (cfg.vec, "vec")):
         if not isinstance(v, int) or v < 1:
             raise ScheduleError(f"{where}: {what} must be a positive int, got {v!r}")
-    if form.batched:
-        Mp, Np, Kp = form.M, form.N, form.K  # no padding of a batch of products
+    if not form.paddable:
+        Mp, Np, Kp = form.M, form.N, form.K  # a broadcast batch is not padded
     else:
         Mp, Np, Kp = padded_extents(cfg, form)
     try:
@@ -263,7 +274,7 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     :class:`ScheduleError` when ``op`` is not a product the tensor cores run or ``cfg``
     does not fit it.
 
-    When ``cfg``'s block tile does not divide the product (dense and matmul only), the
+    When ``cfg``'s block tile does not divide the product (and no batch is broadcast), the
     stage is first rewritten by ``implicit_gemm`` into a product of operand views padded
     with zeros to whole tiles; the views are inlined into their shared-memory copies.
 
@@ -277,7 +288,7 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
         raise ScheduleError(f"stage {op.name} is not a product the tensor cores of "
                             f"{target.arch} run (see gemm_form)")
     cfg = cfg or choose_gemm_config(form, target)
-    padded = not form.batched and needs_padding(cfg, form)
+    padded = form.paddable and needs_padding(cfg, form)
     direct = not padded and (epilogue is None or _is_cast_of(epilogue, op))
     check_gemm_config(cfg, form, f"stage {op.name}", target, c_tile=not direct)
     a, b = _inputs(op)
@@ -485,7 +496,7 @@ def choose_gemm_config(form: GemmForm, target: Target | str | None = None) -> Te
     takes :func:`padded_gemm_config`."""
     target = as_target(target)
     cands = gemm_configs(form, target)
-    if not cands and not form.batched:
+    if not cands and form.paddable:
         return padded_gemm_config(form, target)
     if not cands:
         raise ScheduleError(f"no tensor-core tiles of the default table fit {form}")
@@ -524,7 +535,7 @@ def padded_gemm_config(form: GemmForm, target: Target | str | None = None
             cfg = _first_legal(form, target, bm, bn, bk, wm, wn, stages if stages > 1 else 1)
             if cfg is None:
                 continue
-            blocks = -(-M // bm) * -(-N // bn)
+            blocks = form.batch * -(-M // bm) * -(-N // bn)
             waves = -(-blocks // target.num_sms)
             cost = waves * (bm * bn + 32 * (bm + bn))
             key = (cost, -bm * bn, -bk)
