@@ -6,7 +6,8 @@ A padded with zero rows (the schedule's smallest warp tile is 16 rows), which th
 says. ``padded``: dense layers whose shapes no tensor-core tile divides (ResNet's
 classifier, N = 1000 and K = 512, at M = 1, 49 and 100; M = 1 of 4096^2 without the
 hand-made padding), built with the default schedule of ``ops.nn.dense``, which pads them
-to whole tiles itself (``implicit_gemm``) and picks its tiles. Every kernel is checked on
+to whole tiles itself (``implicit_gemm``) and picks its tiles, and with the CUDA-core
+schedule these shapes fell back to before. Every kernel is checked on
 random inputs against a float64 reference first, then timed as in ``bench_tensorcore.py``
 (CUDA graph of ``--number`` launches, median of ``--repeat``); the compile time of each
 candidate is printed.
@@ -52,22 +53,33 @@ PADDED_SHAPES = ((1, 1000, 512), (49, 1000, 512), (100, 1000, 512), (1, 4096, 40
 """(M, N, K) of the ``padded`` cases: M or N not a multiple of 16."""
 
 
+CUDA_CORES = "cuda_cores"
+"""The candidate of a ``padded`` case that runs the CUDA-core schedule (``schedule_tiled``,
+what these shapes got before the tensor-core default padded them)."""
+
+
 def build(M, N, K, in_dtype, out_dtype, cfg):
     """(compiled module, seconds): lower, LLVM, PTX, ptxas of one candidate; ``cfg`` None:
-    the default schedule of ``ops.nn.dense`` (padded to whole tiles where it must be)."""
+    the default schedule of ``ops.nn.dense`` (padded to whole tiles where it must be);
+    :data:`CUDA_CORES`: the CUDA-core schedule of the same dense layer."""
     from ptxforge.backend_ptx import compile_module
 
-    if cfg is None:
+    if cfg is None or cfg == CUDA_CORES:
         from ptxforge import ops, te
         from ptxforge.ops.schedules import default_schedule
+        from ptxforge.ops.schedules.tiled import schedule_tiled
 
         a = te.placeholder((M, K), in_dtype, name="A")
         b = te.placeholder((N, K), in_dtype, name="B")
         out = ops.nn.dense(a, b, out_dtype=out_dtype)
         t0 = time.perf_counter()
-        s = default_schedule(out, "cuda")
-        if "tensorize" not in str(s.pipeline):
-            raise RuntimeError(f"{M}x{N}x{K} fell back to the CUDA cores")
+        if cfg is None:
+            s = default_schedule(out, "cuda")
+            if "tensorize" not in str(s.pipeline):
+                raise RuntimeError(f"{M}x{N}x{K} fell back to the CUDA cores")
+        else:
+            s = te.create_schedule(out.op)
+            schedule_tiled(s, out.op.input_tensors[0].op, out.op, target="cuda")
         mod = compile_module(ptxforge.lower(s, [a, b, out]))
         return mod, time.perf_counter() - t0
     tensors = dense_tensorcore_compute(M, N, K, in_dtype, out_dtype)
@@ -78,6 +90,8 @@ def build(M, N, K, in_dtype, out_dtype, cfg):
 
 
 def label_of(cfg) -> str:
+    if cfg == CUDA_CORES:
+        return "CUDA cores (schedule_tiled)"
     return "default schedule (padded)" if cfg is None else describe(cfg)
 
 
@@ -95,7 +109,7 @@ def cases(only: set):
     if "padded" in only:
         for m, n, k in PADDED_SHAPES:
             yield (f"fp16 M={m}, N={n}, K={k} (default, padded)", m, m, n, k, "float16",
-                   "float16", [None], 3e-3)
+                   "float16", [None, CUDA_CORES], 3e-3)
 
 
 def main(argv=None) -> int:
