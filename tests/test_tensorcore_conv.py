@@ -148,11 +148,28 @@ def test_implicit_gemm_rejects_what_is_not_a_fresh_product():
         s.implicit_gemm(out)
     with pytest.raises(REJECTED, match="pad_k must be a positive int"):
         s.implicit_gemm(conv, pad_k=0)
-    x = te.placeholder((2, 16, 16), "float16", name="x")
-    y = te.placeholder((2, 16, 16), "float16", name="y")
+    a = te.placeholder((16, 16), "float16", name="a")
+    b = te.placeholder((16, 16), "float16", name="b")
+    r = te.reduce_axis((0, 16), name="r")
+    unused = te.compute((2, 16, 16), lambda z, i, j: te.sum(
+        a[i, r].astype("float32") * b[j, r].astype("float32"), axis=r), name="unused")
+    with pytest.raises(REJECTED, match="read by neither operand"):
+        te.create_schedule(unused.op).implicit_gemm(unused)
+
+
+def test_implicit_gemm_takes_a_leading_batch_axis():
+    x = te.placeholder((2, 20, 24), "float16", name="x")
+    y = te.placeholder((2, 12, 24), "float16", name="y")
     bmm = nn.batch_matmul(x, y, out_dtype="float32")
-    with pytest.raises(REJECTED, match="read by both operands \\(a batch axis\\)"):
-        te.create_schedule(bmm.op).implicit_gemm(bmm)
+    s = te.create_schedule(bmm.op)
+    a, b, g = s.implicit_gemm(bmm, pad_m=16, pad_n=16, pad_k=16)
+    assert (a.shape, b.shape, g.shape) == ((2, 32, 32), (2, 32, 16), (2, 32, 16))
+    assert [x.name for x in s[g].op.axis] == ["b", "m", "n"]
+    xv = RNG.standard_normal((2, 20, 24)).astype("float16")
+    yv = RNG.standard_normal((2, 12, 24)).astype("float16")
+    _, got = run([x, y, bmm], [xv, yv], s)
+    want = xv.astype(np.float64) @ yv.astype(np.float64).transpose(0, 2, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
 # ---------------------------------------------------------------------------------------

@@ -97,15 +97,100 @@ def test_dense_fp16_runs_on_tensor_cores_with_its_epilogue(M, N, K, bias, act, r
     assert _rel(got, _dense_ref(vals, bias, act, residual)) < 2e-3  # fp16 output rounding
 
 
-@pytest.mark.parametrize("M,N,K", [(1, 64, 64), (49, 64, 64), (64, 40, 64), (64, 64, 24)])
-def test_awkward_shapes_stay_on_cuda_cores_and_are_correct(M, N, K):
-    # the rule: M, N multiples of 16 and K of the mma's k; otherwise CUDA cores
+@pytest.mark.parametrize("M,N,K,dtype,bias", [
+    (1, 24, 64, "float16", True),        # a single row: 15 zero rows in the tile
+    (7, 1000, 64, "float16", False),     # ResNet's classifier width, the bare cast
+    (49, 24, 72, "float16", True),       # K not a multiple of 16 either
+    (100, 1000, 72, "bfloat16", True),
+    (49, 64, 64, "bfloat16", False),
+    (1, 1000, 64, "bfloat16", False),
+    (100, 24, 64, "float16", False),
+    (64, 40, 64, "float16", True),       # only N padded
+    (64, 64, 24, "float16", True),       # only K padded
+    (7, 24, 70, "float16", True),        # K = 70: copies of 2 elements
+])
+def test_padded_shapes_run_on_tensor_cores(M, N, K, dtype, bias):
+    # the operands are read through zero-padded views (implicit_gemm) and only the real
+    # rows and columns are stored; the simulator rejects any access out of bounds, and
+    # the NaN-filled output shows every element is written
+    y, args = _dense_net(M, N, K, dtype, bias=bias, act=bias)
+    s, vals, got = _run(y, args, dtype=dtype)
+    assert _uses_tensor_cores(s) and "implicit_gemm" in str(s.pipeline)
+    tol = 2e-3 if dtype == "float16" else 8e-3
+    assert _rel(got, _dense_ref(vals, bias, bias, False)) < tol
+
+
+def test_padded_product_with_a_residual_add():
+    y, args = _dense_net(49, 40, 64, residual=True)
+    s, vals, got = _run(y, args)
+    assert _uses_tensor_cores(s) and "implicit_gemm" in str(s.pipeline)
+    assert _rel(got, _dense_ref(vals, True, True, True)) < 2e-3
+
+
+def test_padded_matmul_with_b_as_k_n_and_tf32():
+    a = te.placeholder((49, 72), "float16", name="a")
+    b = te.placeholder((72, 40), "float16", name="b")  # [K, N]: ldmatrix .trans
+    mm = ops.nn.matmul(a, b)
+    s, (av, bv), got = _run(mm, [a, b])
+    assert "implicit_gemm" in str(s.pipeline) and "mma_m16n8k16_f16_f32_kn" in str(s.pipeline)
+    assert _rel(got, av @ bv) < 2e-3
+    x = te.placeholder((7, 20), "float32", name="x")
+    w = te.placeholder((24, 20), "float32", name="w")
+    y = ops.nn.dense(x, w, precision="tf32")
+    s, (xv, wv), got = _run(y, [x, w])
+    assert _uses_tensor_cores(s) and "implicit_gemm" in str(s.pipeline)
+    want = dt.round_to(xv.astype(np.float32), "tf32").astype(np.float64) @ dt.round_to(
+        wv.astype(np.float32), "tf32").astype(np.float64).T
+    assert _rel(got, want) < 1e-6
+
+
+@pytest.mark.parametrize("M,N,K", [(64, 8, 64), (1, 8, 64), (64, 64, 8)])
+def test_slivers_stay_on_cuda_cores_and_are_correct(M, N, K):
+    # the rule: N of at least 16 and K of at least the mma's k; below that a padded mma
+    # would mostly multiply zeros
     y, args = _dense_net(M, N, K)
     mm = y.op.input_tensors[0].op.input_tensors[0].op
     assert mm.tag == "dense" and gemm_form(mm, SM90) is None
     s, vals, got = _run(y, args)
     assert not _uses_tensor_cores(s)
     assert _rel(got, _dense_ref(vals, True, True, False)) < 2e-3
+
+
+@pytest.mark.parametrize("B,M,N,K,tb,xb", [
+    (2, 49, 24, 72, True, 2),            # Q x K^T of 49 tokens, padded per batch
+    (3, 7, 40, 64, False, 3),            # attention x V: B as [k, n]
+    (1, 49, 24, 64, True, 1),            # a batch of one: an axis neither operand reads
+])
+def test_padded_batch_matmul_on_tensor_cores(B, M, N, K, tb, xb):
+    x = te.placeholder((xb, M, K), "float16", name="x")
+    y = te.placeholder((B, N, K) if tb else (B, K, N), "float16", name="y")
+    z = ops.nn.batch_matmul(x, y, transpose_b=tb)
+    s, (xv, yv), got = _run(z, [x, y])
+    assert _uses_tensor_cores(s) and "implicit_gemm" in str(s.pipeline)
+    assert _rel(got, xv @ (yv.transpose(0, 2, 1) if tb else yv)) < 2e-3
+
+
+def test_a_broadcast_batch_is_not_padded():
+    # A of batch 1 against B of batch 2: the batch is no batch axis of implicit_gemm
+    x = te.placeholder((1, 49, 64), "float16", name="x")
+    y = te.placeholder((2, 32, 64), "float16", name="y")
+    z = ops.nn.batch_matmul(x, y)
+    assert gemm_form(z.op.input_tensors[0].op, SM90) is None
+    s, (xv, yv), got = _run(z, [x, y])
+    assert not _uses_tensor_cores(s)
+    assert _rel(got, xv @ yv.transpose(0, 2, 1)) < 2e-3
+
+
+def test_default_tiles_of_padded_products():
+    for M, N, K, want in ((1, 1000, 512, (16, 16, 128)), (49, 1000, 512, (32, 16, 128)),
+                          (49, 24, 72, (16, 16, 16)), (1, 4096, 4096, (16, 32, 128))):
+        x = te.placeholder((M, K), "float16")
+        w = te.placeholder((N, K), "float16")
+        form = gemm_form(ops.nn.dense(x, w).op.input_tensors[0].op, SM90)
+        cfg = choose_gemm_config(form, SM90)
+        assert (cfg.block_m, cfg.block_n, cfg.block_k) == want, (M, N, K, cfg)
+        # a padded K (72 -> 80) stays within 16 of the real one
+        assert -(-K // cfg.block_k) * cfg.block_k - K < 16 or K % cfg.block_k == 0
 
 
 @pytest.mark.parametrize("tb,xb,dtype,out_dtype", [
@@ -162,14 +247,42 @@ def test_tiles_fill_the_sms_for_small_m():
             assert (cfg.block_m, cfg.block_n, cfg.stages) == (128, 128, 2) and cfg.async_copy
 
 
-def test_configs_that_do_not_fit_are_rejected_with_the_rule():
-    x = te.placeholder((64, 64), "float16")
-    w = te.placeholder((64, 64), "float16")
-    y = ops.nn.dense(x, w)
+@pytest.mark.parametrize("shape,cfg,rule", [
+    ((2, 64, 64, 64), TensorCoreConfig(48, 64, 32, 1, 2), "block_m 48 divides M 64"),
+    ((70, 64, 70), TensorCoreConfig(16, 16, 16, 1, 2, vec=4), "vec 4 to divide K = 70"),
+    ((64, 64, 64), TensorCoreConfig(16, 16, 32, 1, 2, vec=4, stages=3),
+     "at least 3 block_k steps"),
+])
+def test_configs_that_do_not_fit_are_rejected_with_the_rule(shape, cfg, rule):
+    if len(shape) == 4:  # a broadcast batch is never padded: the tiles divide it
+        B, M, N, K = shape
+        y = ops.nn.batch_matmul(te.placeholder((1, M, K), "float16"),
+                                te.placeholder((B, N, K), "float16"))
+    else:
+        M, N, K = shape
+        y = ops.nn.dense(te.placeholder((M, K), "float16"), te.placeholder((N, K), "float16"))
     mm = y.op.input_tensors[0].op
     s = te.create_schedule(y.op)
-    with pytest.raises(ScheduleError, match="block_m 48 divides M 64"):
-        schedule_gemm_tensorcore(s, mm, y.op, TensorCoreConfig(48, 64, 32, 1, 2), SM90)
+    with pytest.raises(ScheduleError, match=rule):
+        schedule_gemm_tensorcore(s, mm, y.op, cfg, SM90)
+
+
+def test_unpadded_shared_rows_match_numpy():
+    # pad=0: plain rows of block_k elements (the tuner's other shared layout)
+    y, args = _dense_net(64, 64, 64, act=False)  # the bias stage reads the product
+    mm = next(t.op for t in y.op.input_tensors if t.op.tag == "dense")
+    cfg = TensorCoreConfig(32, 32, 32, 2, 2, vec=8, pad=0, stages=2, async_copy=True)
+    s = te.create_schedule(y.op)
+    schedule_gemm_tensorcore(s, mm, y.op, cfg, SM90)
+    text = str(s.pipeline)
+    assert "storage_align(T_matmul_NT.warp.shared" in text  # the epilogue's C tile only
+    assert "storage_align(x.shared" not in text and "storage_align(w.shared" not in text
+    mod = ptxforge.build(s, args + [y], target="sim")
+    vals = [_rand(a.shape, a.dtype) for a in args]
+    res = np.full(y.shape, np.nan, "float16")
+    mod(*vals, res)
+    want = _dense_ref([v.astype(np.float64) for v in vals], True, False, False)
+    assert _rel(res.astype(np.float64), want) < 2e-3
 
 
 def test_epilogue_kernel_assembles_for_sm80_and_sm90():
@@ -181,10 +294,13 @@ def test_epilogue_kernel_assembles_for_sm80_and_sm90():
         assert "cp.async" in ptx and "ld.local" not in ptx
 
 
-def test_mixed_precision_bert_layer_uses_tensor_cores():
+@pytest.mark.parametrize("seq_len", [16, 7])
+def test_mixed_precision_bert_layer_uses_tensor_cores(seq_len):
+    # 7 tokens: the dense layers are padded to 16 rows; the attention products (7 x 7 per
+    # head: N = 7 < 16 for scores) stay on the CUDA cores
     from ptxforge.graph.zoo.bert import bert_layer
 
-    out, params, shape = bert_layer(1, "float32", seq_len=16, hidden=32, heads=2,
+    out, params, shape = bert_layer(1, "float32", seq_len=seq_len, hidden=32, heads=2,
                                     intermediate=64)
     net = graph.function(out)
     x = RNG.standard_normal(shape).astype(np.float32)
@@ -192,7 +308,11 @@ def test_mixed_precision_bert_layer_uses_tensor_cores():
     lib = graph.build(net, "sim", params, precision="float16")
     products = [f for f in lib.functions.values()
                 if any(c.op in ("nn.dense", "nn.batch_matmul") for c in f.func.func.calls())]
-    assert len(products) >= 6 and all("tensorize" in f.pipeline_text for f in products)
+    dense = [f for f in products
+             if any(c.op == "nn.dense" for c in f.func.func.calls())]
+    assert len(products) >= 6 and len(dense) >= 4
+    tc = products if seq_len % 16 == 0 else dense
+    assert all("tensorize" in f.pipeline_text for f in tc)
     m = graph.GraphModule(lib, ptxforge.sim())
     m.set_input(data=x)
     m.run()

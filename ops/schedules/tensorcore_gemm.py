@@ -3,23 +3,40 @@
 :func:`gemm_form` recognizes a matrix-product stage the tensor cores can run: inputs
 float16 or bfloat16 (float32 only at ``precision="tf32"``, which the user chooses), read
 as ``A[(b,) i, k]`` and ``B[(b,) j, k]`` or ``B[(b,) k, j]``, a float32 accumulator, an
-``sm_80`` or newer target, and the rule for shapes: ``M`` and ``N`` multiples of 16, ``K``
-a multiple of the mma's k (16; 8 for TF32). Anything else (``M = 1``, ``M = 49``, an A read
-transposed) stays on the CUDA cores (:func:`~ptxforge.ops.schedules.tiled.schedule_tiled`):
-the tensorized nests need whole tiles, and nothing pads the tensors yet.
+``sm_80`` or newer target, and the rule for shapes:
+
+- any ``M`` (1, 7, 49, 100 ...), ``N >= 16`` (:data:`MIN_N`) and ``K`` at least the
+  mma's k (16; 8 for TF32). Extents the block tile does not divide are padded with zeros:
+  the schedule computes the product through ``implicit_gemm`` (the pass the tensor-core
+  convolution uses for its 49 output pixels; a batch_matmul's batch is its leading batch
+  axis), whose operand views read zeros past the real extents (``cp.async`` zero-fill)
+  and whose copy to the output, fused with the epilogue, stores only the real rows and
+  columns. A single row (``M = 1``) wastes 15 of the tile's 16 rows, but such a product
+  is bound by reading B, which both kinds of core read once. A narrower ``N`` or shorter
+  ``K`` (``N = 8``: one output column of fragments half empty) would leave most of every
+  mma multiplying zeros, and stays on the CUDA cores;
+- a batch_matmul over a broadcast batch (one operand of batch 1, the other of more):
+  ``M`` and ``N`` multiples of 16 and ``K`` of the mma's k (it is not padded: the batch
+  index is no batch axis of ``implicit_gemm`` there).
+
+Anything else (an A read transposed, float32 without TF32) stays on the CUDA cores
+(:func:`~ptxforge.ops.schedules.tiled.schedule_tiled`).
 
 :func:`schedule_gemm_tensorcore` schedules such a stage as
 :func:`~ptxforge.ops.schedules.tensorcore.schedule_dense_tensorcore` does (shared tiles
 filled with ``cp.async`` and software-pipelined, ldmatrix, mma.sync into warp fragments).
 Without an epilogue, or with only the cast to a 16-bit output, each warp stores its
 accumulators to global memory; any other fused epilogue (bias, activation, residual add,
-then the cast) runs on all threads of the block over a copy of the block's accumulators
-in shared memory.
+then the cast), and every padded product, runs on all threads of the block over a copy of
+the block's accumulators in shared memory.
 
 :func:`choose_gemm_config` picks the tiles from a table (:func:`gemm_configs`): the
 largest block tile that still gives every SM a block (4096^3: 128x128x32, 2x2 warps, 2
 stages); a small ``M`` gets thin tiles (M = 16: 16x16x128, 4 stages, 256 blocks) since
-its product is bound by reading B.
+its product is bound by reading B. A shape no tile of the table divides takes
+:func:`padded_gemm_config` (``M = 1, N = 1000, K = 512``: 16x16x128 tiles, 63 blocks).
+AutoTVM tunes the same schedule through the templates of
+:mod:`ptxforge.autotvm.tensorcore_dense`, whose knobs :func:`check_gemm_config` checks.
 """
 
 from __future__ import annotations
@@ -34,6 +51,8 @@ from .tensorcore import SUFFIX, TensorCoreConfig, tile_warp_product
 from .tiled import schedule_tiled
 
 GEMM_TAGS = ("dense", "matmul", "batch_matmul")
+MIN_N = 16
+"""The fewest output columns a (padded) product needs to run on the tensor cores."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,13 @@ class GemmForm:
     acc_dtype: str
     b_kn: bool
     tf32: bool
+    batched: bool = False  # a batch_matmul stage (axes b, i, j)
+    broadcast: bool = False  # a batch of more than one over an operand of batch 1
+
+    @property
+    def paddable(self) -> bool:
+        """Whether ``implicit_gemm`` can pad the product (not across a broadcast batch)."""
+        return not self.broadcast
 
     @property
     def mma_k(self) -> int:
@@ -131,10 +157,17 @@ def gemm_form(op: ComputeOp, target: Target | str | None = None) -> GemmForm | N
         return None  # the TF32 fragment loads take B as [N, K]
     shape = [int(x) for x in op.shape]
     K = int(op.reduce_axis[0].extent)
+    # a batch one operand broadcasts (read at 0 by it, b by the other) is no batch axis
+    # of implicit_gemm: such a product is not padded
+    bcast = bvar is not None and shape[0] > 1 and not (ra.indices[0] is bvar
+                                                       and rb.indices[0] is bvar)
     form = GemmForm(shape[0] if bvar is not None else 1, shape[-2], shape[-1], K, ab, acc,
-                    kn, tf32)
-    if form.M % 16 or form.N % 16 or K % form.mma_k:
-        return None  # no padding yet: the smallest tile (16x16) must divide the shape
+                    kn, tf32, bvar is not None, bcast)
+    if bcast:
+        if form.M % 16 or form.N % 16 or K % form.mma_k:
+            return None  # not padded: the smallest tile (16x16) must divide it
+    elif form.N < MIN_N or K < form.mma_k:
+        return None  # a sliver of a product: padded mmas would mostly multiply zeros
     return form
 
 
@@ -150,20 +183,77 @@ def _inputs(op: ComputeOp):
     return _operand_read(src.a).tensor, _operand_read(src.b).tensor
 
 
-def check_gemm_config(cfg: TensorCoreConfig, form: GemmForm, where: str = "") -> None:
-    """Raise :class:`ScheduleError` naming the rule ``cfg`` breaks for ``form`` (the tiles
-    divide ``M``, ``N`` and ``K``; see :meth:`TensorCoreConfig.check`)."""
+def padded_extents(cfg: TensorCoreConfig, form: GemmForm) -> tuple[int, int, int]:
+    """``(Mp, Np, Kp)``: the product's extents rounded up to ``cfg``'s block tile."""
+    return (_round_up(form.M, cfg.block_m), _round_up(form.N, cfg.block_n),
+            _round_up(form.K, cfg.block_k))
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def gemm_shared_bytes(cfg: TensorCoreConfig, form: GemmForm, c_tile: bool = True) -> int:
+    """Shared memory of one block: ``stages`` buffers of the A and B tiles (rows padded by
+    ``cfg.pad``) and, when the epilogue reads it (``c_tile``), the float32 C tile (rows
+    padded by 4)."""
+    a = cfg.block_m * (cfg.block_k + cfg.pad)
+    b = (cfg.block_k * (cfg.block_n + cfg.pad) if form.b_kn
+         else cfg.block_n * (cfg.block_k + cfg.pad))
+    c = cfg.block_m * (cfg.block_n + 4) * 4 if c_tile else 0
+    return max(cfg.stages, 1) * (a + b) * form.elem_bytes + c
+
+
+def check_gemm_config(cfg: TensorCoreConfig, form: GemmForm, where: str = "",
+                      target: Target | str | None = None, c_tile: bool = True) -> None:
+    """Raise :class:`ScheduleError` naming the rule ``cfg`` breaks for ``form``: the rules
+    of :meth:`TensorCoreConfig.check` on the product padded to the block tile (a product
+    over a broadcast batch is not padded: there the tiles divide ``M``, ``N`` and ``K``),
+    copies of ``vec`` elements that do not straddle two rows of an input, at least
+    ``stages`` ``block_k`` steps, and the block's shared memory
+    (:func:`gemm_shared_bytes`) within the target's opt-in limit."""
     where = where or "tensor-core GEMM"
+    target = as_target(target)
     if form.tf32 and not cfg.tf32:
         raise ScheduleError(f"{where}: float32 inputs are multiplied in TF32 only with "
                             "TensorCoreConfig(tf32=True)")
     if form.tf32 and cfg.frag_load != "load":
         raise ScheduleError(f"{where}: TF32 fragments are loaded lane by lane: "
                             "frag_load='load'")
+    for v, what in ((cfg.block_m, "block_m"), (cfg.block_n, "block_n"),
+                    (cfg.block_k, "block_k"), (cfg.vec, "vec")):
+        if not isinstance(v, int) or v < 1:
+            raise ScheduleError(f"{where}: {what} must be a positive int, got {v!r}")
+    if not form.paddable:
+        Mp, Np, Kp = form.M, form.N, form.K  # a broadcast batch is not padded
+    else:
+        Mp, Np, Kp = padded_extents(cfg, form)
     try:
-        cfg.check(form.M, form.N, form.K, form.mma_k, form.elem_bytes)
+        cfg.check(Mp, Np, Kp, form.mma_k, form.elem_bytes)
     except ScheduleError as e:
-        raise ScheduleError(f"{where}: {e}") from None
+        rule = str(e).split(": need ", 1)[-1]
+        raise ScheduleError(f"{where}: need {rule}") from None
+    rows = (("K", form.K, "A"), ("N" if form.b_kn else "K", form.N if form.b_kn else form.K,
+                                 "B"))
+    for name, n, t in rows:
+        if n % cfg.vec:
+            raise ScheduleError(f"{where}: need vec {cfg.vec} to divide {name} = {n} (a copy "
+                                f"of vec elements must not straddle two rows of {t})")
+    if cfg.stages > 1 and Kp // cfg.block_k < cfg.stages:
+        raise ScheduleError(f"{where}: need at least {cfg.stages} block_k steps for "
+                            f"{cfg.stages} pipeline stages (K = {Kp} gives "
+                            f"{Kp // cfg.block_k})")
+    smem = gemm_shared_bytes(cfg, form, c_tile)
+    limit = target.max_shared_memory_per_block_optin
+    if smem > limit:
+        raise ScheduleError(f"{where}: need the block's shared tiles ({smem} bytes) to fit "
+                            f"the {limit} bytes a block of {target.arch} may use")
+
+
+def needs_padding(cfg: TensorCoreConfig, form: GemmForm) -> bool:
+    """Whether ``cfg``'s block tile leaves part of a tile outside ``form``'s product (the
+    schedule then pads the operands with zeros through ``implicit_gemm``)."""
+    return padded_extents(cfg, form) != (form.M, form.N, form.K)
 
 
 def _is_cast_of(epilogue: ComputeOp, op: ComputeOp) -> bool:
@@ -184,15 +274,23 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     :class:`ScheduleError` when ``op`` is not a product the tensor cores run or ``cfg``
     does not fit it.
 
+    When ``cfg``'s block tile does not divide the product (and no batch is broadcast), the
+    stage is first rewritten by ``implicit_gemm`` into a product of operand views padded
+    with zeros to whole tiles; the views are inlined into their shared-memory copies.
+
     Without an epilogue, or with only the cast to a 16-bit output, each warp writes its
-    accumulators straight to global memory (``store_c_*``); any other epilogue reads
-    them from a shared-memory copy of the block tile, all threads of the block."""
+    accumulators straight to global memory (``store_c_*``); any other epilogue, and any
+    padded product, reads them from a shared-memory copy of the block tile, all threads of
+    the block, which store only the output's real rows and columns."""
+    target = as_target(target)
     form = form or gemm_form(op, target)
     if form is None:
         raise ScheduleError(f"stage {op.name} is not a product the tensor cores of "
-                            f"{as_target(target).arch} run (see gemm_form)")
+                            f"{target.arch} run (see gemm_form)")
     cfg = cfg or choose_gemm_config(form, target)
-    check_gemm_config(cfg, form, f"stage {op.name}")
+    padded = form.paddable and needs_padding(cfg, form)
+    direct = not padded and (epilogue is None or _is_cast_of(epilogue, op))
+    check_gemm_config(cfg, form, f"stage {op.name}", target, c_tile=not direct)
     a, b = _inputs(op)
     ab, acc = form.in_dtype, form.acc_dtype
     kn = form.b_kn
@@ -201,16 +299,28 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     else:
         mma = f"mma_m16n8k16_{SUFFIX[ab]}_{SUFFIX[acc]}{'_kn' if kn else ''}"
     c = op.output(0)
-    direct = epilogue is None or _is_cast_of(epilogue, op)
-    cf = s.cache_write(c, "warp")
-    cs = None if direct else s.cache_read(cf, "shared", [c])
+    if padded:
+        # the product of zero-padded operand views (the conv's implicit GEMM): loads past
+        # the real extents read zeros, and the copy to the output covers the real ones
+        a_src, b_src, g = s.implicit_gemm(c, cfg.block_m, cfg.block_n, cfg.block_k,
+                                          "kn" if kn else "nk")
+        cs = s.cache_write(g, "shared")
+        cf = s.cache_write(cs, "warp")
+        s[g].compute_inline()
+    else:
+        a_src, b_src = a, b
+        cf = s.cache_write(c, "warp")
+        cs = None if direct else s.cache_read(cf, "shared", [c])
     if epilogue is not None:
         s[c].compute_inline()
         o = s[epilogue]
     else:
         o = s[c]
-    a_sh = s.cache_read(a, "shared", [cf])
-    b_sh = s.cache_read(b, "shared", [cf])
+    a_sh = s.cache_read(a_src, "shared", [cf])
+    b_sh = s.cache_read(b_src, "shared", [cf])
+    if padded:
+        s[a_src].compute_inline()
+        s[b_src].compute_inline()
     a_fr = s.cache_read(a_sh, "warp", [cf])
     b_fr = s.cache_read(b_sh, "warp", [cf])
     wm, wn = cfg.block_m // cfg.warps_m, cfg.block_n // cfg.warps_n
@@ -239,10 +349,12 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
             o.unroll(tj)
         s[cf].compute_at(o, wj)
     else:
-        # every thread of the block runs the epilogue over the tile in shared memory
+        # every thread of the block runs the epilogue over the tile in shared memory (a
+        # padded tile: over its rows and columns inside the output)
         o.reorder(*batch, bi, bj, i, j)
         nthreads = 32 * cfg.warps_m * cfg.warps_n
-        vec_out = 4 if cfg.block_m * cfg.block_n % (4 * nthreads) == 0 else 1
+        vec_out = 4 if (cfg.block_m * cfg.block_n % (4 * nthreads) == 0
+                        and form.N % 4 == 0) else 1
         fused = o.fuse(i, j)
         if vec_out > 1:
             fused, v = o.split(fused, factor=vec_out)
@@ -360,7 +472,7 @@ def gemm_configs(form: GemmForm, target: Target | str | None = None) -> list:
             for v in (vec, vec // 2, vec // 4):  # a small tile may need a narrower copy
                 c = cfg if v == vec else _replace(cfg, vec=v)
                 try:
-                    check_gemm_config(c, form)
+                    check_gemm_config(c, form, target=target)
                 except ScheduleError:
                     continue
                 out.append(c)
@@ -380,9 +492,12 @@ def _replace(cfg: TensorCoreConfig, **kw) -> TensorCoreConfig:
 def choose_gemm_config(form: GemmForm, target: Target | str | None = None) -> TensorCoreConfig:
     """The default tiles of ``form`` on ``target``: of :func:`gemm_configs`, the largest
     block tile (then the tallest) that still gives every SM a block; when none does (a
-    small product), the one with the most blocks."""
+    small product), the one with the most blocks. A product no tile of the table divides
+    takes :func:`padded_gemm_config`."""
     target = as_target(target)
     cands = gemm_configs(form, target)
+    if not cands and form.paddable:
+        return padded_gemm_config(form, target)
     if not cands:
         raise ScheduleError(f"no tensor-core tiles of the default table fit {form}")
 
@@ -393,6 +508,68 @@ def choose_gemm_config(form: GemmForm, target: Target | str | None = None) -> Te
     if full:
         return max(full, key=lambda c: (c.block_m * c.block_n, c.block_m))
     return max(cands, key=lambda c: (blocks(c), c.block_m * c.block_n))
+
+
+def padded_gemm_config(form: GemmForm, target: Target | str | None = None
+                       ) -> TensorCoreConfig:
+    """The default tiles of a product padded to them (``M = 49``, ``N = 1000``, ``K = 72``):
+    of the table's block tiles no larger than each extent rounded up to a power of two, the
+    one that minimizes waves x (tile work + tile loads), as the implicit-GEMM convolution
+    does; per tile the largest ``block_k`` that pads ``K`` by at most an eighth (or no more
+    than 16 would), the stages of :func:`gemm_configs`, and the widest copies that do not
+    straddle rows of the inputs."""
+    target = as_target(target)
+    eb, M, N, K = form.elem_bytes, form.M, form.N, form.K
+    k_slack = max(_round_up(K, 16) - K, K // 8)
+    best = None
+    for bm, bn, wm, wn in _BLOCKS:
+        if bm > max(16, _pow2(M)) or bn > max(16, _pow2(N)):
+            continue
+        big = bm * bn >= 64 * 64
+        for bk in (128, 64, 32, 16, 8):
+            if (bk < form.mma_k or (bm + bn) * bk * eb > 16384 or (big and bk > 32)
+                    or _round_up(K, bk) - K > k_slack):
+                continue
+            steps = _round_up(K, bk) // bk
+            stages = min(2 if big else 4, steps)
+            cfg = _first_legal(form, target, bm, bn, bk, wm, wn, stages if stages > 1 else 1)
+            if cfg is None:
+                continue
+            blocks = form.batch * -(-M // bm) * -(-N // bn)
+            waves = -(-blocks // target.num_sms)
+            cost = waves * (bm * bn + 32 * (bm + bn))
+            key = (cost, -bm * bn, -bk)
+            if best is None or key < best[0]:
+                best = (key, cfg)
+            break
+    if best is None:
+        raise ScheduleError(f"no tensor-core tiles of the default table fit {form}")
+    return best[1]
+
+
+def _first_legal(form, target, bm, bn, bk, wm, wn, stages):
+    """The legal config of these tiles with the widest copies, or None."""
+    vec = 16 // form.elem_bytes
+    for v in (vec, vec // 2, vec // 4, vec // 8):
+        if v < 1:
+            continue
+        cfg = TensorCoreConfig(
+            bm, bn, bk, wm, wn, vec=v, pad=8, frag_load="load" if form.tf32 else "ldmatrix",
+            tf32=form.tf32, stages=stages,
+            async_copy=target.has_cp_async and v * form.elem_bytes in (4, 8, 16))
+        try:
+            check_gemm_config(cfg, form, target=target)
+        except ScheduleError:
+            continue
+        return cfg
+    return None
+
+
+def _pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
 
 
 def schedule_matmul(s, op: ComputeOp, epilogue: ComputeOp | None = None,

@@ -10,12 +10,16 @@ columns, ``n``) is rewritten into four stages (``X`` the stage)::
     X[s...]      = X.gemm[m(s), n(s)]
 
 ``m``, ``n`` and ``k`` are the row-major fusions of their vars, in the stage's order (for
-``conv2d_nhwc``: ``m = (nn, yy, xx)``, ``n = ff``, ``k = (ry, rx, rc)``). Each extent is
+``conv2d_nhwc``: ``m = (nn, yy, xx)``, ``n = ff``, ``k = (ry, rx, rc)``). Leading spatial
+vars that both operands read (a batch_matmul's ``b``; or that neither reads, of extent 1)
+are batch axes: they fuse into one leading axis ``b`` of every stage (``X.A[b, m, k]``,
+``X.B[b, k, n]``, ``X.gemm[b, m, n]``), which is not padded. Each extent is
 rounded up to a multiple of its ``pad_*`` with zeros in ``X.A`` and ``X.B`` (a padded row or
 column of the product is never read back), so tiles of those sizes divide the product.
 The operand stages are meant to be inlined into their shared-memory copies, so no matrix is
 ever built in global memory (an implicit GEMM); the product is then scheduled as a dense
-one (tensor cores: ``ops/schedules/tensorcore_conv.py``), and ``X`` is a copy inlined into
+one (tensor cores: ``ops/schedules/tensorcore_conv.py``; dense, matmul and batch_matmul
+of awkward sizes: ``ops/schedules/tensorcore_gemm.py``), and ``X`` is a copy inlined into
 the epilogue.
 """
 
@@ -74,6 +78,7 @@ class GemmView:
     k_vars: tuple
     sizes: tuple            # (M, N, K)
     padded: tuple           # (Mp, Np, Kp)
+    b_vars: tuple = ()      # leading batch axes: read by both operands (or an extent 1)
 
 
 def _extent(ivs) -> int:
@@ -116,19 +121,25 @@ def gemm_view(block: Block, pads=(1, 1, 1)) -> GemmView:
                             f"{', '.join(b.name for b in bufs) or 'none'}")
     uses = [set().union(*(free_vars(i) for i in x.indices)) for x in loads]
 
-    def group(pred):
-        return tuple(iv for iv in spatial if pred(iv.var))
+    def batch_axis(iv) -> bool:  # both operands read it, or neither does and it is 1
+        in0, in1 = iv.var in uses[0], iv.var in uses[1]
+        return (in0 and in1) or (not in0 and not in1 and iv.extent == 1)
 
-    a_idx = 0 if spatial[0].var in uses[0] else 1
+    nb = 0
+    while nb < len(spatial) - 1 and batch_axis(spatial[nb]):
+        nb += 1
+    b_vars, rest = tuple(spatial[:nb]), spatial[nb:]
+    a_idx = 0 if rest[0].var in uses[0] else 1
     ua, ub = uses[a_idx], uses[1 - a_idx]
-    m_vars = group(lambda x: x in ua and x not in ub)
-    n_vars = group(lambda x: x in ub and x not in ua)
-    for iv in spatial:
+    m_vars = tuple(iv for iv in rest if iv.var in ua and iv.var not in ub)
+    n_vars = tuple(iv for iv in rest if iv.var in ub and iv.var not in ua)
+    for iv in rest:
         if (iv.var in ua) == (iv.var in ub):
             raise ScheduleError(
                 f"{where}: spatial axis {iv.var.name} is read by "
-                f"{'both operands (a batch axis)' if iv.var in ua else 'neither operand'}; "
-                "each spatial axis must index exactly one operand")
+                f"{'both operands (a batch axis)' if iv.var in ua else 'neither operand'}"
+                f"{' after a row or column axis' if iv.var in ua else ''}; each spatial "
+                "axis must index exactly one operand, except batch axes, which lead")
     for ivs, buf in ((m_vars, bufs[a_idx]), (n_vars, bufs[1 - a_idx])):
         if not ivs:
             raise ScheduleError(f"{where}: no spatial axis indexes only {buf.name}")
@@ -138,7 +149,7 @@ def gemm_view(block: Block, pads=(1, 1, 1)) -> GemmView:
     sizes = (_extent(m_vars), _extent(n_vars), _extent(reduce))
     padded = tuple(_round_up(s, p) for s, p in zip(sizes, pads))
     return GemmView(bufs[a_idx], bufs[1 - a_idx], m_vars, n_vars, tuple(reduce), sizes,
-                    padded)
+                    padded, b_vars)
 
 
 def _loads(e) -> list:
@@ -231,11 +242,17 @@ def implicit_gemm(func: PrimFunc, stage: str, pad_m: int = 1, pad_n: int = 1, pa
     taken = set(block_paths(func.body))
     a_name, b_name, g_name = (fresh_name(n, taken) for n in implicit_gemm_names(stage))
     out = block.body.buffer
-    a_buf = Buffer(a_name, view.a.dtype, (Mp, Kp))
-    b_buf = Buffer(b_name, view.b.dtype, (Kp, Np) if b_layout == "kn" else (Np, Kp))
-    g_buf = Buffer(g_name, out.dtype, (Mp, Np))
+    # batch axes (if any) fuse into one leading axis of every stage
+    vb = Var("vb")
+    lead_n = (_extent(view.b_vars),) if view.b_vars else ()
+    lead = (vb,) if view.b_vars else ()
+    lead_ivs = [BlockVar(vb, lead_n[0], "S")] if view.b_vars else []
+    lead_loops = ("b",) if view.b_vars else ()
+    a_buf = Buffer(a_name, view.a.dtype, lead_n + (Mp, Kp))
+    b_buf = Buffer(b_name, view.b.dtype, lead_n + ((Kp, Np) if b_layout == "kn" else (Np, Kp)))
+    g_buf = Buffer(g_name, out.dtype, lead_n + (Mp, Np))
     vm, vn, vk = Var("vm"), Var("vn"), Var("vk")
-    vmap = {**_unfuse(vm, view.m_vars), **_unfuse(vn, view.n_vars),
+    vmap = {**_unfuse(vb, view.b_vars), **_unfuse(vm, view.m_vars), **_unfuse(vn, view.n_vars),
             **_unfuse(vk, view.k_vars)}
     gm, gn, gk = _guard(vm, M, Mp), _guard(vn, N, Np), _guard(vk, K, Kp)
 
@@ -246,33 +263,34 @@ def implicit_gemm(func: PrimFunc, stage: str, pad_m: int = 1, pad_n: int = 1, pa
             value = Select(cond, value, const(0, buf.dtype))
         return value
 
-    a_ivs = [BlockVar(vm, Mp, "S"), BlockVar(vk, Kp, "S")]
-    a_nest = _nest(a_name, ("m", "k"), a_ivs,
-                   Store(a_buf, (vm, vk), operand(view.a, _and([gm, gk]))))
-    b_idx = (vk, vn) if b_layout == "kn" else (vn, vk)
+    a_ivs = lead_ivs + [BlockVar(vm, Mp, "S"), BlockVar(vk, Kp, "S")]
+    a_nest = _nest(a_name, lead_loops + ("m", "k"), a_ivs,
+                   Store(a_buf, lead + (vm, vk), operand(view.a, _and([gm, gk]))))
+    b_idx = lead + ((vk, vn) if b_layout == "kn" else (vn, vk))
     b_ivs = [BlockVar(vk, Kp, "S"), BlockVar(vn, Np, "S")]
     if b_layout == "nk":
         b_ivs.reverse()
-    b_nest = _nest(b_name, ("k", "n") if b_layout == "kn" else ("n", "k"), b_ivs,
-                   Store(b_buf, b_idx, operand(view.b, _and([gk, gn]))))
+    b_nest = _nest(b_name, lead_loops + (("k", "n") if b_layout == "kn" else ("n", "k")),
+                   lead_ivs + b_ivs, Store(b_buf, b_idx, operand(view.b, _and([gk, gn]))))
 
     def redirect(x):
         if x.buffer is view.a:
-            return Load(a_buf, (vm, vk))
+            return Load(a_buf, lead + (vm, vk))
         if x.buffer is view.b:
             return Load(b_buf, b_idx)
         return None
 
     src = substitute(rewrite_loads(block.body.value.b, redirect), vmap)
-    acc = Load(g_buf, (vm, vn))
-    g_ivs = [BlockVar(vm, Mp, "S"), BlockVar(vn, Np, "S"), BlockVar(vk, Kp, "R")]
-    g_nest = _nest(g_name, ("m", "n", "k"), g_ivs,
-                   Store(g_buf, (vm, vn), Bin("add", acc, src)),
-                   init=Store(g_buf, (vm, vn), block.init.value))
+    acc = Load(g_buf, lead + (vm, vn))
+    g_ivs = lead_ivs + [BlockVar(vm, Mp, "S"), BlockVar(vn, Np, "S"), BlockVar(vk, Kp, "R")]
+    g_nest = _nest(g_name, lead_loops + ("m", "n", "k"), g_ivs,
+                   Store(g_buf, lead + (vm, vn), Bin("add", acc, src)),
+                   init=Store(g_buf, lead + (vm, vn), block.init.value))
     # the stage itself: a copy of the product's true rows and columns
     spatial = [iv for iv in block.iter_vars if iv.kind == "S"]
     values = {iv.var: iv.var for iv in spatial}
-    read = Load(g_buf, (_fuse(view.m_vars, values), _fuse(view.n_vars, values)))
+    lead_read = (_fuse(view.b_vars, values),) if view.b_vars else ()
+    read = Load(g_buf, lead_read + (_fuse(view.m_vars, values), _fuse(view.n_vars, values)))
     copy = _nest(stage, [lp.var.name for lp in loops[:len(spatial)]], spatial,
                  Store(out, tuple(iv.var for iv in spatial), read))
     body = replace_at(path[: top + 1], Seq([a_nest, b_nest, g_nest, copy]))

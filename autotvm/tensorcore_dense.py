@@ -1,0 +1,161 @@
+"""AutoTVM templates for dense and batch_matmul on tensor cores.
+
+Importing this module registers ``dense_tensorcore.cuda`` and
+``batch_matmul_tensorcore.cuda``::
+
+    import ptxforge.autotvm.tensorcore_dense  # noqa: F401  (registers the templates)
+
+    task = autotvm.task.create("dense_tensorcore.cuda", args=(49, 1000, 512, "float16"),
+                               target="cuda")
+
+Arguments: ``M, N, K, dtype[, out_dtype]`` (``data [M, K] x weight [N, K]^T``) and
+``B, M, N, K, dtype[, out_dtype]`` (``x [B, M, K] x y [B, N, K]^T``). ``dtype`` is
+``float16`` or ``bfloat16`` (float32 sums, the output cast to ``dtype`` unless
+``out_dtype="float32"`` keeps the sums) or ``float32``, which means TF32 products: the
+template's name asks for tensor cores, so here float32 inputs are multiplied in TF32.
+
+Both run the default schedule of these products,
+:func:`~ptxforge.ops.schedules.tensorcore_gemm.schedule_gemm_tensorcore`, with the
+configuration the knobs give: the block tile (``block_m x block_n``, each at most its
+extent rounded up to a power of two), ``block_k``, the warp grid (``warps_m x warps_n``),
+the pipeline ``stages`` (1: none; else that many cp.async buffers), ``vec`` (elements per
+global -> shared copy) and ``layout`` (``"pad"``: shared rows padded by 8 elements against
+ldmatrix bank conflicts; ``"plain"``: unpadded rows, less shared memory). A product
+whose extents the block tile does not divide is padded with zeros (``implicit_gemm``). A
+combination that breaks a rule of the schedule
+(:func:`~ptxforge.ops.schedules.tensorcore_gemm.check_gemm_config`: warp tiles of whole
+m16n8 fragments, copies that do not straddle rows, enough ``block_k`` steps for the
+stages, the target's shared memory) is rejected at instantiation with an
+:class:`~ptxforge.autotvm.space.InstantiationError` naming the rule. Without a tuned record
+the templates use the default schedule's configuration
+(:func:`~ptxforge.ops.schedules.tensorcore_gemm.choose_gemm_config`).
+
+An XOR-swizzled shared layout is not a knob: the fragment loads (ldmatrix and the
+lane-by-lane loads) need shared addresses affine in their loops, which a swizzle is not.
+"""
+
+from __future__ import annotations
+
+from .. import te
+from ..ops import nn
+from ..ops.schedules.tensorcore import TensorCoreConfig
+from ..ops.schedules.tensorcore_gemm import (
+    choose_gemm_config,
+    gemm_form,
+    schedule_gemm_tensorcore,
+)
+from ..passes.schedule.common import ScheduleError
+from ..target import as_target
+from .dispatch import get_config
+from .task import template
+
+NAME = "dense_tensorcore.cuda"
+BATCH_NAME = "batch_matmul_tensorcore.cuda"
+BLOCKS = (16, 32, 64, 128)
+BLOCK_K = (16, 32, 64)
+WARPS = (1, 2, 4)
+STAGES = (1, 2, 3, 4)
+LAYOUTS = ("pad", "plain")
+LAYOUT_PAD = {"pad": 8, "plain": 0}
+"""Elements added to each shared row of the A and B tiles, by layout knob value."""
+
+
+def _precision(dtype: str):
+    return "tf32" if dtype == "float32" else None
+
+
+def dense_declaration(M, N, K, dtype="float16", out_dtype=None):
+    """``(data, weight, out, product stage)`` of ``dense_tensorcore.cuda``."""
+    data = te.placeholder((M, K), dtype, name="data")
+    weight = te.placeholder((N, K), dtype, name="weight")
+    out = nn.dense(data, weight, out_dtype=out_dtype, precision=_precision(dtype))
+    return data, weight, out, _product(out)
+
+
+def batch_matmul_declaration(B, M, N, K, dtype="float16", out_dtype=None):
+    """``(x, y, out, product stage)`` of ``batch_matmul_tensorcore.cuda``."""
+    x = te.placeholder((B, M, K), dtype, name="x")
+    y = te.placeholder((B, N, K), dtype, name="y")
+    out = nn.batch_matmul(x, y, out_dtype=out_dtype, precision=_precision(dtype))
+    return x, y, out, _product(out)
+
+
+def _product(out):
+    """The reduction stage of ``out`` (``out`` itself, or the stage its cast reads)."""
+    op = out.op
+    while not op.reduce_axis:
+        op = op.input_tensors[0].op
+    return op
+
+
+def _pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _schedule(name, a, b, out, mm, flop):
+    """Define the knobs, build the configuration and schedule the product (see the module
+    doc)."""
+    target = as_target(None)
+    form = gemm_form(mm, target)
+    if form is None:
+        raise ScheduleError(
+            f"{name}: {mm.name} {[int(x) for x in mm.shape]} x K={int(mm.reduce_axis[0].extent)}"
+            f" of {a.dtype} is not a product the tensor cores of {target.arch} run "
+            "(gemm_form: float16 / bfloat16 / TF32 inputs on sm_80+, N >= 16 and K >= the "
+            "mma's k)")
+    tf32 = form.tf32
+    cfg = get_config()
+    # tiles beyond an extent rounded up to a power of two would only multiply zeros
+    cfg.define_knob("block_m", [x for x in BLOCKS if x <= max(16, _pow2(form.M))])
+    cfg.define_knob("block_n", [x for x in BLOCKS if x <= max(16, _pow2(form.N))])
+    cfg.define_knob("block_k", list(BLOCK_K))
+    cfg.define_knob("warps_m", list(WARPS))
+    cfg.define_knob("warps_n", list(WARPS))
+    cfg.define_knob("stages", list(STAGES))
+    cfg.define_knob("vec", [4, 2, 1] if tf32 else [8, 4, 2])
+    cfg.define_knob("layout", list(LAYOUTS))
+    cfg.add_flop(flop)
+    if cfg.is_fallback:
+        tc = choose_gemm_config(form, target)
+    else:
+        tc = TensorCoreConfig(
+            cfg["block_m"].val, cfg["block_n"].val, cfg["block_k"].val, cfg["warps_m"].val,
+            cfg["warps_n"].val, vec=cfg["vec"].val, pad=LAYOUT_PAD[cfg["layout"].val],
+            stages=cfg["stages"].val, async_copy=target.has_cp_async,
+            frag_load="load" if tf32 else "ldmatrix", tf32=tf32)
+    s = te.create_schedule(out.op)
+    epilogue = None if out.op is mm else out.op
+    try:
+        schedule_gemm_tensorcore(s, mm, epilogue, cfg=tc, target=target, form=form)
+    except ScheduleError as e:
+        if cfg.is_fallback:
+            raise
+        cfg.raise_error(str(e))
+    return s
+
+
+@template(NAME)
+def dense_tensorcore(M, N, K, dtype="float16", out_dtype=None):
+    """The tensor-core dense template (see the module doc)."""
+    data, weight, out, mm = dense_declaration(M, N, K, dtype, out_dtype)
+    s = _schedule(NAME, data, weight, out, mm, 2.0 * M * N * K)
+    return s, [data, weight, out]
+
+
+@template(BATCH_NAME)
+def batch_matmul_tensorcore(B, M, N, K, dtype="float16", out_dtype=None):
+    """The tensor-core batch_matmul template (see the module doc)."""
+    x, y, out, mm = batch_matmul_declaration(B, M, N, K, dtype, out_dtype)
+    s = _schedule(BATCH_NAME, x, y, out, mm, 2.0 * B * M * N * K)
+    return s, [x, y, out]
+
+
+def knob_values(tc: TensorCoreConfig) -> dict:
+    """The templates' knob values of a tensor-core configuration."""
+    layout = next(k for k, v in LAYOUT_PAD.items() if v == tc.pad)
+    return {"block_m": tc.block_m, "block_n": tc.block_n, "block_k": tc.block_k,
+            "warps_m": tc.warps_m, "warps_n": tc.warps_n, "stages": tc.stages,
+            "vec": tc.vec, "layout": layout}
