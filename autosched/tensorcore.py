@@ -45,6 +45,7 @@ WARP_CHOICES = (1, 2, 4)
 STAGE_CHOICES = (1, 2, 3, 4)
 LAYOUT_CHOICES = (8, 0)        # rows padded by 8 elements (no ldmatrix bank conflicts), plain
 VEC_CHOICES = (8, 4, 2)
+SPLIT_K_CHOICES = (1, 2, 4, 8)  # conv: the reduction over that many blocks (partial sums)
 MMA_SHAPE = (16, 8, 16)
 
 
@@ -247,7 +248,9 @@ class TensorCoreConvStep(TensorCoreStep):
                 ChoiceSlot(self.slot("warps_n"), WARP_CHOICES),
                 ChoiceSlot(self.slot("stages"), STAGE_CHOICES),
                 ChoiceSlot(self.slot("layout"), LAYOUT_CHOICES),
-                ChoiceSlot(self.slot("vec"), (4, 2, 1) if self.tf32 else VEC_CHOICES)]
+                ChoiceSlot(self.slot("vec"), (4, 2, 1) if self.tf32 else VEC_CHOICES),
+                ChoiceSlot(self.slot("split_k"),
+                           tuple(p for p in SPLIT_K_CHOICES if p == 1 or self.K >= 16 * p))]
 
     def conv_config(self, vals) -> TensorCoreConfig:
         """The conv schedule's configuration of one state."""
@@ -256,7 +259,7 @@ class TensorCoreConvStep(TensorCoreStep):
                                 vec=p.vec, pad=p.layout, stages=p.stages,
                                 async_copy=p.vec * self.elem_bytes in (4, 8, 16),
                                 frag_load="load" if self.tf32 else "ldmatrix",
-                                tf32=self.tf32)
+                                tf32=self.tf32, split_k=int(vals[self.slot("split_k")]))
 
     def emit(self, vals, out) -> None:
         s = schedule_tensorcore_conv(self, self.conv_config(vals), self.target)
@@ -438,10 +441,13 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     wm, wn = bm // wm_, bn // wn_
     if conv:
         eb, mma_k = step.elem_bytes, step.mma_k
-        M, N, K = (-(-x // b) * b for x, b in ((step.M, bm), (step.N, bn), (step.K, bk)))
+        split = V[step.slot("split_k")]
+        M, N = (-(-x // b) * b for x, b in ((step.M, bm), (step.N, bn)))
+        K = -(-step.K // (bk * split)) * bk   # per split-K part
         valid = (layout >= 0) & (warps <= 32)
     else:
         eb, mma_k = 2, MMA_SHAPE[2]
+        split = np.ones(n, dtype=np.int64)
         M, N, K = step.M, step.N, step.K
         valid = (step.M % bm == 0) & (step.N % bn == 0) & (step.K % bk == 0)
     valid = valid & ((bm % wm_ == 0) & (wm % 16 == 0) & (bn % wn_ == 0) & (wn % 8 == 0)
@@ -456,7 +462,7 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     valid &= (layout >= 0) | (((bm * a_row * eb) % group == 0)
                               & (((bk if step.b_kn else bn) * b_row * eb) % group == 0))
     valid &= shared <= hw.max_shared_memory_per_block
-    blocks = step.batch * (M // np.maximum(bm, 1)) * (N // np.maximum(bn, 1))
+    blocks = step.batch * split * (M // np.maximum(bm, 1)) * (N // np.maximum(bn, 1))
     k_iters = K // np.maximum(bk, 1)
     valid &= (stages == 1) | (k_iters >= stages)
     accum = (wm * wn) // 32               # fp32 accumulators per lane
@@ -491,6 +497,9 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     latency = hw.global_latency_cycles / np.maximum(stages - 1, 1) + hw.barrier_cycles
     sync = occ["waves"] * k_iters * latency / hw.clock_hz
     est = np.maximum(np.maximum(mma, lds), mem) + sync + hw.launch_s
+    # split-K: the partial sums go through global memory to a second kernel
+    partial = np.where(split > 1, split * M * N * 4.0, 0.0)
+    est = est + np.where(split > 1, hw.launch_s + 2.0 * partial / hw.dram_bytes_per_s, 0.0)
     return {"valid": valid, "blocks": blocks, "threads": threads, "accum": accum,
             "shared_bytes": shared, "global_bytes": global_bytes,
             "unique_bytes": np.full(n, float(unique)), "conflict": conflict,

@@ -12,8 +12,10 @@ Arguments: ``N, H, W, CI, CO, KH, KW, stride, padding, dtype`` (``float16`` or
 which the template's name asks for explicitly). Knobs: the block tile (``block_m`` output
 pixels x ``block_n`` output channels, each at most the product's extent rounded up to a
 power of two), ``block_k``, the warp grid (``warps_m x warps_n``),
-the pipeline ``stages`` (1: none; else cp.async into that many buffers) and ``vec``
-(elements per copy). A combination that breaks a rule of the schedule
+the pipeline ``stages`` (1: none; else cp.async into that many buffers), ``vec``
+(elements per copy) and ``split_k`` (the reduction split over that many blocks into
+float32 partial sums, which a second kernel adds up with the epilogue: for layers with few
+output tiles, such as 7x7 pixels). A combination that breaks a rule of the schedule
 (:func:`~ptxforge.ops.schedules.tensorcore_conv.check_conv_config`: warp tiles of whole
 m16n8 fragments, shared memory of the target, enough reduction steps for the stages, copy
 widths) is rejected at instantiation with an :class:`InstantiationError` naming the rule.
@@ -40,6 +42,7 @@ BLOCKS = (16, 32, 64, 128)
 BLOCK_K = (16, 32, 64)
 WARPS = (1, 2, 4)
 STAGES = (1, 2, 3, 4)
+SPLIT_K = (1, 2, 4, 8)
 
 
 def conv2d_nhwc_declaration(N, H, W, CI, CO, KH, KW, stride, padding, dtype="float16"):
@@ -89,6 +92,7 @@ def conv2d_nhwc_tensorcore(N, H, W, CI, CO, KH, KW, stride, padding, dtype="floa
     cfg.define_knob("warps_n", list(WARPS))
     cfg.define_knob("stages", list(STAGES))
     cfg.define_knob("vec", [4, 2, 1] if tf32 else [8, 4, 2])
+    cfg.define_knob("split_k", [p for p in SPLIT_K if p == 1 or K >= 16 * p])
     cfg.add_flop(2.0 * M * CO * K)
     if cfg.is_fallback:
         tc = choose_conv_config(conv)
@@ -98,7 +102,8 @@ def conv2d_nhwc_tensorcore(N, H, W, CI, CO, KH, KW, stride, padding, dtype="floa
             cfg["block_m"].val, cfg["block_n"].val, cfg["block_k"].val, cfg["warps_m"].val,
             cfg["warps_n"].val, vec=vec, stages=cfg["stages"].val,
             async_copy=cfg["stages"].val > 1 or vec * (4 if tf32 else 2) in (4, 8, 16),
-            frag_load="load" if tf32 else "ldmatrix", tf32=tf32)
+            frag_load="load" if tf32 else "ldmatrix", tf32=tf32,
+            split_k=cfg["split_k"].val)
         try:
             check_conv_config(tc, conv)
         except ScheduleError as e:
@@ -118,4 +123,4 @@ def knob_values(tc: TensorCoreConfig) -> dict:
     """The template's knob values of a tensor-core configuration."""
     return {"block_m": tc.block_m, "block_n": tc.block_n, "block_k": tc.block_k,
             "warps_m": tc.warps_m, "warps_n": tc.warps_n, "stages": tc.stages,
-            "vec": tc.vec}
+            "vec": tc.vec, "split_k": tc.split_k}

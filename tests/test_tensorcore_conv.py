@@ -18,6 +18,7 @@ from ptxforge.ops import testing as ref
 from ptxforge.ops.schedules import default_schedule
 from ptxforge.ops.schedules.tensorcore import TensorCoreConfig
 from ptxforge.ops.schedules.tensorcore_conv import (
+    check_conv_config,
     choose_conv_config,
     schedule_conv2d_nhwc_tensorcore,
     tensorcore_conv_unsupported,
@@ -220,6 +221,42 @@ def test_explicit_configurations(cfg):
     check(got, reference(), "float16")
 
 
+@pytest.mark.parametrize("shape,epilogue,dtype,precision,split", [
+    ((1, 7, 7, 64, 32, 3, 1, 1), "bias_add_relu", "float16", None, 2),
+    ((2, 5, 5, 24, 16, 3, 1, 1), "", "float16", None, 3),       # K padded to 3 parts
+    ((1, 7, 7, 128, 16, 1, 1, 0), "bias", "bfloat16", None, 2),
+    ((1, 6, 6, 16, 16, 3, 1, 1), "bias_relu", "float32", "tf32", 4),
+], ids=["residual_split2", "batch2_split3", "bf16_1x1_split2", "tf32_split4"])
+def test_split_k_sums_partial_products_in_a_second_kernel(shape, epilogue, dtype, precision,
+                                                          split):
+    """split_k > 1: blockIdx.z computes a part of the reduction into float32 partial sums,
+    and the second kernel adds them up with the epilogue; the result is the convolution."""
+    tensors, arrays, reference = conv_layer(*shape, dtype, epilogue, precision)
+    s, conv = inlined_schedule(tensors[-1])
+    tf32 = precision == "tf32"
+    cfg = TensorCoreConfig(16, 16, 16 if tf32 else 32, 1, 2, vec=4, stages=2,
+                           async_copy=True, frag_load="load" if tf32 else "ldmatrix",
+                           tf32=tf32, split_k=split)
+    epi = None if tensors[-1].op is conv else tensors[-1].op
+    schedule_conv2d_nhwc_tensorcore(s, conv, epi, SM80, cfg)
+    mod, got = run(tensors, arrays, s)
+    product, total = mod.device_module.kernels()
+    assert tuple(product.attrs.launch.grid)[2] == split
+    check(got, reference(), dtype)
+
+
+def test_split_k_rules():
+    tensors, _, _ = conv_layer(1, 7, 7, 16, 16, 3, 1, 1, epilogue="bias")
+    out = tensors[-1]
+    s, conv = inlined_schedule(out)
+    # K = 144 padded to 4 parts of 2 block_k steps of 32: too few for 3 stages
+    cfg = TensorCoreConfig(16, 16, 32, 1, 2, vec=8, stages=3, async_copy=True, split_k=4)
+    with pytest.raises(ScheduleError, match="per split_k part"):
+        schedule_conv2d_nhwc_tensorcore(s, conv, out.op, SM80, cfg)
+    with pytest.raises(ScheduleError, match="split_k to be a positive int"):
+        check_conv_config(TensorCoreConfig(16, 16, 32, 1, 2, split_k=0), conv, SM80)
+
+
 # ---------------------------------------------------------------------------------------
 # what stays on CUDA cores, and the rules
 
@@ -345,19 +382,20 @@ def test_autotvm_template_rejects_illegal_knobs_tunes_and_dispatches(tmp_path):
     task = autotvm.task.create(template.NAME, args=args, target=SM80)
     space = task.config_space
     assert list(space.space_map) == ["block_m", "block_n", "block_k", "warps_m", "warps_n",
-                                     "stages", "vec"]
+                                     "stages", "vec", "split_k"]
     assert task.flop == 2 * 49 * 32 * 144
     # block_m 16 over 2 warps: 8-row warp tiles are no m16n8 fragments
-    assert space.dims == [3, 2, 3, 3, 3, 4, 3]  # block_m <= 64 (49 pixels), block_n <= 32
-    bad = space.get(space.knob2point([0, 0, 0, 1, 0, 0, 0]))
+    # block_m <= 64 (49 pixels), block_n <= 32, split_k 1-8 (K = 144 is at least 16 x 8)
+    assert space.dims == [3, 2, 3, 3, 3, 4, 3, 4]
+    bad = space.get(space.knob2point([0, 0, 0, 1, 0, 0, 0, 0]))
     with pytest.raises(InstantiationError, match="warp tile's rows .* a multiple of 16"):
         task.instantiate(bad)
     # 4 stages of block_k 64 over K = 144 (-> 192): only 3 steps
     with pytest.raises(InstantiationError, match="at least 4 block_k steps"):
-        task.instantiate(space.get(space.knob2point([0, 0, 2, 0, 0, 3, 0])))
+        task.instantiate(space.get(space.knob2point([0, 0, 2, 0, 0, 3, 0, 0])))
     log = str(tmp_path / "conv.log")
     option = autotvm.measure_option(builder=LocalBuilder(n_parallel=2, compile_to="ir"),
-                                    runner=autotvm.SimRunner(max_sim_seconds=2.0))
+                                    runner=autotvm.SimRunner(max_sim_seconds=5.0))
     tuner = RandomTuner(task, seed=3)
     tuner.tune(n_trial=4, measure_option=option,
                callbacks=[autotvm.callback.log_to_file(log)])

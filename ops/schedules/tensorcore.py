@@ -32,7 +32,9 @@ class TensorCoreConfig:
     only choice for TF32). ``tf32``: allow float32 inputs to be multiplied in TF32 (10
     mantissa bits), which is never chosen silently. ``async_copy``: fill the shared tiles
     with cp.async; ``stages`` (2 to 5): software-pipeline the ``block_k`` loop with that
-    many shared buffers per tile (1: none).
+    many shared buffers per tile (1: none). ``split_k``: the reduction split into that many
+    parts computed by different blocks (``blockIdx.z``) into float32 partial sums, which a
+    second kernel adds up with the epilogue (schedules that support it say so; 1: none).
     """
 
     block_m: int = 64
@@ -47,10 +49,14 @@ class TensorCoreConfig:
     tf32: bool = False
     stages: int = 1
     async_copy: bool = False
+    split_k: int = 1
 
-    def check(self, M: int, N: int, K: int, mma_k: int = 16, elem_bytes: int = 2) -> None:
+    def check(self, M: int, N: int, K: int, mma_k: int = 16, elem_bytes: int = 2,
+              split_k_ok: bool = False) -> None:
         wm, wn = self.block_m // self.warps_m, self.block_n // self.warps_n
         rules = [
+            (self.split_k == 1 or split_k_ok,
+             f"split_k 1 (split_k {self.split_k}: this schedule has no split-K)"),
             (M % self.block_m == 0, f"block_m {self.block_m} divides M {M}"),
             (N % self.block_n == 0, f"block_n {self.block_n} divides N {N}"),
             (K % self.block_k == 0, f"block_k {self.block_k} divides K {K}"),

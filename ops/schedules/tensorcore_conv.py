@@ -114,10 +114,13 @@ def check_conv_config(cfg: TensorCoreConfig, op: ComputeOp,
                     (cfg.block_k, "block_k")):
         if not isinstance(v, int) or v < 1:
             raise ScheduleError(f"{where}: need {what} to be a positive int")
+    split = getattr(cfg, "split_k", 1)
+    if not isinstance(split, int) or split < 1:
+        raise ScheduleError(f"{where}: need split_k to be a positive int")
     Mp, Np, Kp = (-(-x // b) * b for x, b in ((M, cfg.block_m), (N, cfg.block_n),
-                                               (K, cfg.block_k)))
+                                               (K, cfg.block_k * split)))
     try:
-        cfg.check(Mp, Np, Kp, mma_k, eb)
+        cfg.check(Mp, Np, Kp, mma_k, eb, split_k_ok=True)
     except ScheduleError as e:
         raise ScheduleError(f"{where}: {str(e).split(': need ', 1)[-1]}") from None
     if tf32 and cfg.frag_load != "load":
@@ -127,10 +130,11 @@ def check_conv_config(cfg: TensorCoreConfig, op: ComputeOp,
     if smem > target.max_shared_memory_per_block:
         raise ScheduleError(f"{where}: need the A, B and C tiles ({smem} bytes of shared "
                             f"memory) to fit the block's {target.max_shared_memory_per_block}")
-    if cfg.stages > 1 and Kp // cfg.block_k < cfg.stages:
+    steps = Kp // (cfg.block_k * split)
+    if cfg.stages > 1 and steps < cfg.stages:
         raise ScheduleError(f"{where}: need at least {cfg.stages} block_k steps for "
-                            f"{cfg.stages} pipeline stages (K = {Kp} gives "
-                            f"{Kp // cfg.block_k})")
+                            f"{cfg.stages} pipeline stages (K = {Kp} gives {steps}"
+                            f"{f' per split_k part' if split > 1 else ''})")
 
 
 def choose_conv_config(op: ComputeOp, target: Target | str | None = None) -> TensorCoreConfig:
@@ -207,16 +211,28 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
     eb = nbytes(ab)
     a_vec, b_vec = copy_vectors(cfg, C_in, N, tf32)
 
-    a, b, g = s.implicit_gemm(op.output(0), cfg.block_m, cfg.block_n, cfg.block_k,
-                              "nk" if tf32 else "kn")
+    split = cfg.split_k
+    a, b, g = s.implicit_gemm(op.output(0), cfg.block_m, cfg.block_n,
+                              cfg.block_k * split, "nk" if tf32 else "kn")
+    final = None
+    if split > 1:
+        # split-K: partial products gp[part, m, n] from blockIdx.z, summed by the epilogue
+        gst = s[g]
+        part, _ = gst.split(gst.op.reduce_axis[0], nparts=split)
+        gp = s.rfactor(g, part)
+        final, g = g, gp
     c_sh = s.cache_write(g, "shared")
     cf = s.cache_write(c_sh, "warp")
-    s[g].compute_inline()
+    if final is None:
+        s[g].compute_inline()
     if epilogue is not None:
         s[op].compute_inline()
         o = s[epilogue]
     else:
         o = s[op]
+    if final is not None:
+        _schedule_split_sum(s, o, final, target)
+        o = s[g]
     a_sh = s.cache_read(a, "shared", [cf])
     b_sh = s.cache_read(b, "shared", [cf])
     s[a].compute_inline()
@@ -232,13 +248,21 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
             fused, t = st.split(fused, factor=n)
             st.bind(t, te.thread_axis(tag))
 
-    # the output (epilogue): pixel blocks on blockIdx.x, channel blocks on blockIdx.y,
-    # every thread of the block over its block_m x block_n tile, row-major
-    n_, y_, x_, c_ = o.op.axis
-    pix = o.fuse(n_, y_, x_)
+    # the output (epilogue, or the partial sums of split-K): pixel blocks on blockIdx.x,
+    # channel blocks on blockIdx.y (the split-K part on blockIdx.z), every thread of the
+    # block over its block_m x block_n tile, row-major
+    if final is None:
+        n_, y_, x_, c_ = o.op.axis
+        pix = o.fuse(n_, y_, x_)
+    else:
+        part, pix, c_ = o.op.axis
     bi, i = o.split(pix, factor=cfg.block_m)
     bj, j = o.split(c_, factor=cfg.block_n)
-    o.reorder(bi, bj, i, j)
+    if final is None:
+        o.reorder(bi, bj, i, j)
+    else:
+        o.reorder(part, bi, bj, i, j)
+        o.bind(part, te.thread_axis("blockIdx.z"))
     o.bind(bi, te.thread_axis("blockIdx.x"))
     o.bind(bj, te.thread_axis("blockIdx.y"))
     spread(o, o.fuse(i, j))
@@ -246,7 +270,7 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
     # the block's C tile in shared memory, each warp storing its m16n8 fragments
     s[c_sh].compute_at(o, bj)
     st = s[c_sh]
-    ci, cj = st.op.axis
+    *_, ci, cj = st.op.axis
     wi, ci = st.split(ci, factor=wm)
     wj, cj = st.split(cj, factor=wn)
     ti, ii = st.split(ci, factor=16)
@@ -307,6 +331,20 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
     if cfg.stages > 1:
         f.pipeline(ko, cfg.stages)
     return cfg
+
+
+SPLIT_SUM_THREADS = 256
+
+
+def _schedule_split_sum(s: Schedule, o, final, target) -> None:
+    """The second kernel of split-K: the output (``o``: the epilogue, or the conv's copy)
+    flat over its elements in blocks of :data:`SPLIT_SUM_THREADS` threads, each thread
+    adding up the partial sums of its element (``final``) before the epilogue."""
+    fused = o.fuse(*o.op.axis)
+    bx, tx = o.split(fused, factor=SPLIT_SUM_THREADS)
+    o.bind(bx, te.thread_axis("blockIdx.x"))
+    o.bind(tx, te.thread_axis("threadIdx.x"))
+    s[final].compute_at(o, tx)
 
 
 def schedule_conv2d_nhwc(s: Schedule, op: ComputeOp, epilogue: ComputeOp | None = None,
