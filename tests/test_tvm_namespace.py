@@ -1,10 +1,12 @@
 """``ptxforge.tvm``: TVM code runs with the import prefix changed only."""
 
 import numpy as np
+import ptxforge
 import pytest
 
 import ptxforge.tvm as tvm
 import ptxforge.tvm.relay.testing
+from ptxforge.passes.errors import PassError
 from ptxforge.passes.schedule.common import ScheduleError
 from ptxforge.tvm import auto_scheduler, autotvm, te, topi
 from ptxforge.tvm.contrib import graph_executor
@@ -117,11 +119,44 @@ def test_graph_benchmark_on_the_simulator_is_a_labelled_estimate():
     tvm.testing.assert_allclose(m.get_output(0).numpy(), np.full((1, 8), 0.5, "float32"))
 
 
-def test_set_scope_is_a_clear_error():
-    A, B = _double()
-    s = te.create_schedule(B.op)
-    with pytest.raises(ScheduleError, match="cache_read"):
-        s[B].set_scope("shared")
+def _reversed_blocks(n=256, block=64):
+    """C reads B in reverse within each block of ``block``: the threads of a block read
+    each other's B."""
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((n,), lambda i: B[(i // block) * block + block - 1 - i % block] + 1.0,
+                   name="C")
+    s = te.create_schedule(C.op)
+    bx, tx = s[C].split(C.op.axis[0], factor=block)
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    s[B].compute_at(s[C], bx)
+    return A, B, C, s
+
+
+def test_set_scope_keeps_an_intermediate_in_shared_or_local_memory():
+    A, B, C, s = _reversed_blocks()
+    s[B].set_scope("shared")
+    s[B].bind(s[B].op.axis[0], te.thread_axis("threadIdx.x"))
+    assert 'set_scope(B, "shared")' in s.pipeline.text
+    text = str(tvm.lower(s, [A, C]))
+    assert "alloc B: float32[64] shared" in text and "barrier" in text
+    a = np.random.default_rng(0).random(256).astype("float32")
+    c = np.zeros(256, "float32")
+    ptxforge.build(s, [A, C], target="sim")(a, c)
+    np.testing.assert_allclose(c, a.reshape(4, 64)[:, ::-1].reshape(-1) * 2 + 1, rtol=1e-6)
+    # per thread: the threads read each other's values, which local memory cannot hold
+    A, B, C, s = _reversed_blocks()
+    s[B].set_scope("local")
+    s[B].bind(s[B].op.axis[0], te.thread_axis("threadIdx.x"))
+    with pytest.raises(Exception, match="local memory"):
+        tvm.lower(s, [A, C])
+    # the errors: an unknown or global scope, an argument of the function
+    A, B, C, s = _reversed_blocks()
+    with pytest.raises(PassError, match="'shared' or 'local'.*global memory already"):
+        s[B].set_scope("global")
+    with pytest.raises(PassError, match="argument of the function"):
+        s[C].set_scope("shared")
 
 
 def test_op_input_tensors_and_topi_testing_module():

@@ -1,5 +1,5 @@
 """Schedule primitives, one pass per file: split, fuse, reorder, bind, unroll, vectorize,
-pragma, compute_inline, compute_at, cache_read, cache_write, storage_align, rfactor,
+pragma, compute_inline, compute_at, cache_read, cache_write, set_scope, storage_align, rfactor,
 async_copy, software_pipeline, swizzle,
 tensorize, implicit_gemm.
 
@@ -20,6 +20,7 @@ from . import (  # noqa: F401  (importing registers the passes)
     pragma,
     reorder,
     rfactor,
+    set_scope,
     software_pipeline,
     split,
     storage_align,
@@ -41,6 +42,7 @@ from .pragma import Pragma
 from .reorder import Reorder
 from .rfactor import RFactor
 from .software_pipeline import SoftwarePipeline
+from .set_scope import SetScope
 from .split import Split
 from .storage_align import StorageAlign
 from .swizzle import Swizzle
@@ -49,5 +51,5 @@ from .unroll import Unroll
 from .vectorize import Vectorize
 
 __all__ = ["AsyncCopy", "Bind", "CacheRead", "CacheWrite", "ComputeAt", "ComputeInline", "Fuse",
-           "ImplicitGemm", "Pragma", "RFactor", "Reorder", "ScheduleError", "SoftwarePipeline",
-           "Split", "StorageAlign", "Swizzle", "Tensorize", "Unroll", "Vectorize"]
+           "ImplicitGemm", "Pragma", "RFactor", "Reorder", "ScheduleError", "SetScope",
+           "SoftwarePipeline", "Split", "StorageAlign", "Swizzle", "Tensorize", "Unroll", "Vectorize"]

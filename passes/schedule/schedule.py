@@ -27,6 +27,7 @@ from .pragma import Pragma
 from .reorder import Reorder
 from .rfactor import RFactor
 from .software_pipeline import SoftwarePipeline
+from .set_scope import SetScope
 from .split import Split
 from .storage_align import StorageAlign
 from .swizzle import Swizzle
@@ -223,11 +224,9 @@ class Stage:
             f"with s[{self.block}].bind(loop, te.thread_axis(\"blockIdx.x\")) instead")
 
     def set_scope(self, scope: str):
-        """Not supported on a stage: raises, saying to stage the tensor through a cache."""
-        raise ScheduleError(
-            f"stage {self.block}: set_scope({scope!r}) is not supported; stage the tensor "
-            f"through {scope!r} memory with s.cache_read(tensor, {scope!r}, [readers]) or "
-            f"s.cache_write(tensor, {scope!r}) instead")
+        """Keep this intermediate stage's buffer in ``scope`` ("shared" or "local"; see the
+        ``set_scope`` pass), as TVM's ``s[B].set_scope`` does."""
+        self.schedule.apply(SetScope(self.block, str(scope)), touches=(self.block,))
 
     def bind(self, ivar, thread_ivar):
         tag = thread_ivar.thread_tag if isinstance(thread_ivar, IterVar) else str(thread_ivar)
