@@ -23,9 +23,14 @@ input into the A tile, ``M = N*OH*OW`` output pixels by ``K = KH*KW*C_in`` colum
 the sampled configuration; M, N and K are padded to the block tile, so 49 output pixels or
 3 input channels need no special case.
 
-Dense tasks with awkward extents (M or K not a multiple of 16, N of 8), other shapes of
-computation, float32 (TF32 is never chosen silently) or targets without mma.sync get no
-tensor-core sketch.
+A dense / matmul / batch_matmul stage that ``tensorcore(C)`` does not take (extents no tile
+divides, or float32 declared with ``precision="tf32"``) gets ``tensorcore_gemm(C)``: its
+step, :class:`TensorCoreGemmStep`, samples the same levels and runs the default tensor-core
+GEMM schedule with them (zero padding through ``implicit_gemm``, TF32 fragments loaded lane
+by lane).
+
+Other shapes of computation, float32 products not declared TF32 (TF32 is never chosen
+silently) or targets without mma.sync get no tensor-core sketch.
 """
 
 from __future__ import annotations
@@ -285,6 +290,110 @@ def schedule_tensorcore_conv(step: TensorCoreConvStep, cfg: TensorCoreConfig,
     return s
 
 
+@dataclass(frozen=True)
+class TensorCoreGemmStep(TensorCoreStep):
+    """A dense / matmul / batch_matmul ``stage`` that the sampled-ldmatrix step does not
+    take (TF32 products, extents no tile divides) and its element-wise epilogue, on the
+    default tensor-core GEMM schedule with the sampled configuration
+    (:func:`~ptxforge.ops.schedules.tensorcore_gemm.schedule_gemm_tensorcore`: padding
+    through ``implicit_gemm``, lane-by-lane TF32 fragments). ``form``: the product's
+    :class:`~ptxforge.ops.schedules.tensorcore_gemm.GemmForm`."""
+
+    form: object = field(default=None, compare=False, hash=False)
+    late: tuple = field(default=(), compare=False, hash=False)
+    target: object = field(default=None, compare=False, hash=False)
+
+    @property
+    def mma_k(self) -> int:
+        return self.form.mma_k
+
+    @property
+    def elem_bytes(self) -> int:
+        return self.form.elem_bytes
+
+    def slots(self) -> list:
+        def upto(choices, extent):
+            return tuple(c for c in choices if c < 2 * extent) or (choices[0],)
+
+        vec = (4, 2, 1) if self.form.tf32 else VEC_CHOICES
+        return [ChoiceSlot(self.slot("block_m"), upto(BLOCK_CHOICES, self.M)),
+                ChoiceSlot(self.slot("block_n"), upto(BLOCK_CHOICES, self.N)),
+                ChoiceSlot(self.slot("block_k"), upto(BLOCK_K_CHOICES, self.K)),
+                ChoiceSlot(self.slot("warps_m"), WARP_CHOICES),
+                ChoiceSlot(self.slot("warps_n"), WARP_CHOICES),
+                ChoiceSlot(self.slot("stages"), STAGE_CHOICES),
+                ChoiceSlot(self.slot("layout"), LAYOUT_CHOICES),
+                ChoiceSlot(self.slot("vec"), vec)]
+
+    def gemm_config(self, vals) -> TensorCoreConfig:
+        """The GEMM schedule's configuration of one state."""
+        p = self.config(vals)
+        return TensorCoreConfig(p.block_m, p.block_n, p.block_k, p.warps_m, p.warps_n,
+                                vec=p.vec, pad=p.layout, stages=p.stages,
+                                async_copy=p.vec * self.elem_bytes in (4, 8, 16),
+                                frag_load="load" if self.form.tf32 else "ldmatrix",
+                                tf32=self.form.tf32)
+
+    def emit(self, vals, out) -> None:
+        s = schedule_tensorcore_gemm(self, self.gemm_config(vals), self.target)
+        out["structure"].extend(s.pipeline)
+
+
+def schedule_tensorcore_gemm(step: TensorCoreGemmStep, cfg: TensorCoreConfig, target=None):
+    """The te schedule of ``step``'s product with configuration ``cfg``: the epilogue's
+    element-wise producers inlined, the default tensor-core GEMM schedule with ``cfg``,
+    then the stages the product reads inlined into its copies."""
+    from .. import te
+    from ..ops.schedules.tensorcore_gemm import schedule_gemm_tensorcore
+
+    c, out = step.tensors
+    s = te.create_schedule(out.op)
+    for t in step.inlined:
+        s[t].compute_inline()
+    schedule_gemm_tensorcore(s, c.op, None if out is c else out.op, cfg, target, step.form)
+    for t in step.late:
+        s[t].compute_inline()
+    return s
+
+
+def tensorcore_gemm_step(task) -> TensorCoreGemmStep | None:
+    """The tensor-core GEMM step for ``task``, or None when the rule does not apply: one
+    output computed from a single product that the default tensor-core GEMM schedule runs
+    on the task's target (:func:`~ptxforge.ops.schedules.tensorcore_gemm.gemm_form`: fp16 /
+    bf16, or float32 declared TF32; padded when no tile divides it) by element-wise stages
+    only."""
+    from ..ir.dtype import nbytes
+    from ..ops.schedules.tensorcore_gemm import gemm_form
+
+    an = task.analysis
+    outs = list(task.ir_dag.outputs)
+    reds = [n for n, st in an.stages.items() if st.reduce]
+    if len(outs) != 1 or len(reds) != 1:
+        return None
+    op = an.stages[reds[0]].op
+    form = gemm_form(op, task.target)
+    c, out = op.output(0), outs[0]
+    if form is None or tuple(out.shape) != tuple(c.shape):
+        return None
+    late = tuple(t for t in op.input_tensors
+                 if any(t.op is st.op for st in an.stages.values()))
+    inlined = tuple(st.op.output(0) for st in an.stages.values()
+                    if st.op is not op and st.op is not out.op
+                    and not any(st.op is t.op for t in late))
+    names = {id(st.op): n for n, st in an.stages.items()}
+    step = TensorCoreGemmStep(names[id(op)], names[id(out.op)], form.M, form.N, form.K,
+                              form.in_dtype, form.acc_dtype, nbytes(out.dtype),
+                              b_kn=form.b_kn, batch=form.batch, tensors=(c, out),
+                              inlined=inlined, form=form, late=late, target=task.target)
+    smallest = TensorCoreConfig(16, 16, 16, 1, 1, vec=1, pad=8, stages=1, tf32=form.tf32,
+                                frag_load="load" if form.tf32 else "ldmatrix")
+    try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
+        schedule_tensorcore_gemm(step, smallest, task.target)
+    except ScheduleError:
+        return None
+    return step
+
+
 def _reads_of(expr) -> list:
     from ..ir.expr import TensorRead, children
 
@@ -410,6 +519,9 @@ def tensorcore_sketches(task) -> list:
     step = tensorcore_step(task)
     if step is not None:
         return [Sketch(f"tensorcore({step.stage})", [step])]
+    gemm = tensorcore_gemm_step(task)
+    if gemm is not None:
+        return [Sketch(f"tensorcore_gemm({gemm.stage})", [gemm])]
     conv = tensorcore_conv_step(task)
     if conv is not None:
         return [Sketch(f"tensorcore_conv({conv.stage})", [conv])]
@@ -435,6 +547,7 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     wm_, wn_ = V[step.slot("warps_m")], V[step.slot("warps_n")]
     stages, layout, vec = V[step.slot("stages")], V[step.slot("layout")], V[step.slot("vec")]
     conv = isinstance(step, TensorCoreConvStep)
+    gemm = isinstance(step, TensorCoreGemmStep)
     pad = np.maximum(layout, 0)
     warps = wm_ * wn_
     threads = warps * 32
@@ -445,6 +558,19 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
         M, N = (-(-x // b) * b for x, b in ((step.M, bm), (step.N, bn)))
         K = -(-step.K // (bk * split)) * bk   # per split-K part
         valid = (layout >= 0) & (warps <= 32)
+    elif gemm:
+        eb, mma_k = step.elem_bytes, step.mma_k
+        split = np.ones(n, dtype=np.int64)
+        if step.form.paddable:
+            M, N, K = (-(-x // b) * b for x, b in ((step.M, bm), (step.N, bn), (step.K, bk)))
+            valid = np.ones(n, dtype=bool)
+        else:
+            M, N, K = step.M, step.N, step.K
+            valid = (step.M % bm == 0) & (step.N % bn == 0) & (step.K % bk == 0)
+        # a copy of vec elements must not straddle two rows of an input
+        valid = valid & (layout >= 0) & (step.K % vec == 0)
+        if step.b_kn:
+            valid = valid & (step.N % vec == 0)
     else:
         eb, mma_k = 2, MMA_SHAPE[2]
         split = np.ones(n, dtype=np.int64)
@@ -455,8 +581,9 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     a_row = bk + pad
     b_row = (bn if step.b_kn else bk) + pad
     c_bytes = 4 if step.acc_dtype == "float32" else 2
+    c_cols = bn + 4 if gemm else bn     # the GEMM schedule pads its C tile's rows by 4
     shared = (np.maximum(stages, 1) * (bm * a_row + (bk if step.b_kn else bn) * b_row) * eb
-              + bm * bn * c_bytes)
+              + bm * c_cols * c_bytes)
     # a swizzle permutes 16-byte chunks in groups of 2**bits: the buffer holds whole groups
     group = 16 << np.maximum(-layout, 0)
     valid &= (layout >= 0) | (((bm * a_row * eb) % group == 0)
@@ -489,6 +616,9 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     global_bytes = blocks * (bm + bn) * K * eb
     if conv:
         unique = step.unique
+    elif gemm:
+        unique = step.batch * ((step.M + step.N) * step.K * eb
+                               + step.M * step.N * step.out_bytes)
     else:
         unique = step.batch * ((step.M + step.N) * step.K * eb
                                + step.M * step.N * step.out_bytes)

@@ -63,10 +63,12 @@ def test_rule_applies_to_fp16_products_on_sm80_only():
     names = [s.name for s in autosched.SearchTask(func=tc_dense_fp16, args=(64, 64, 64),
                                                   target=SM80).sketches]
     assert names[-1] == "tensorcore(C)" and "tile(C)" in names
-    # float32 (TF32 is never chosen silently), awkward extents, a target without mma.sync
+    # a target without mma.sync; awkward extents of a product that is no operator of the
+    # library (the padded GEMM sketch takes dense / matmul / batch_matmul stages)
     for args, target in (((64, 64, 64), "cuda -arch=sm_75"), ((48, 64, 24), SM80)):
         task = autosched.SearchTask(func=tc_dense_fp16, args=args, target=target)
         assert not any(s.name.startswith("tensorcore") for s in task.sketches)
+    # float32: TF32 is never chosen silently
     task = autosched.SearchTask(func=tc_dense_fp32, args=(64, 64, 64), target=SM80)
     assert not any(s.name.startswith("tensorcore") for s in task.sketches)
     assert list(bank_conflict([128, 144, 64])) == [8, 1, 4]
@@ -328,3 +330,55 @@ def test_tuning_a_convolution_records_tensor_core_kernels(tmp_path):
     assert "implicit_gemm" in best.pipeline_text
     sch = schedule_from_pipeline(task, best.pipeline_text)
     assert sch.pipeline.text == best.pipeline_text
+
+
+# -- the padded / TF32 GEMM sketch ---------------------------------------------------------
+
+@autosched.register_workload
+def tc_gemm_layer(M, N, K, dtype, precision=None):
+    """A dense layer (bias, relu, cast back) whose extents no tile needs to divide."""
+    a = te.placeholder((M, K), dtype, name="A")
+    w = te.placeholder((N, K), dtype, name="W")
+    bias = te.placeholder((N,), "float32", name="bias")
+    c = ops.nn.dense(a, w, out_dtype="float32", precision=precision)
+    out = te.compute((M, N), lambda i, j: te.max(c[i, j] + bias[j], 0.0).astype(dtype),
+                     name="relu")
+    return [a, w, bias, out]
+
+
+@pytest.mark.parametrize("args", [(49, 24, 40, "float16"), (7, 40, 72, "bfloat16"),
+                                  (16, 24, 24, "float32", "tf32")],
+                         ids=["fp16_padded", "bf16_padded", "tf32"])
+def test_gemm_sketch_pads_awkward_and_tf32_products(args):
+    """Products the ldmatrix sketch does not take (no tile divides them, or TF32 declared)
+    get ``tensorcore_gemm``: the model's valid states schedule, and they match numpy."""
+    from ptxforge.autosched.tensorcore import TensorCoreGemmStep
+
+    task = autosched.SearchTask(func=tc_gemm_layer, args=args, target=SM80)
+    tc = len(task.sketches) - 1
+    fp32 = autosched.SearchTask(func=tc_gemm_layer, args=(16, 24, 24, "float32"), target=SM80)
+    assert not any(s.name.startswith("tensorcore") for s in fp32.sketches)  # not declared
+    assert task.sketches[tc].name.startswith("tensorcore_gemm(")
+    assert isinstance(task.sketches[tc].steps[0], TensorCoreGemmStep)
+    rng = np.random.default_rng(2)
+    pop = random_population(task, 300, rng)
+    pop = pop[pop[:, 0] == tc]
+    _, valid, est = population_features(task.models, pop, task.flop_ct, 132)
+    assert valid.any() and np.isfinite(est[valid]).all()
+    for row in pop[valid][:10]:
+        State.from_row(row, task).pipeline_text(task)
+    want = "mma_m16n8k8_tf32_f32" if args[3] == "float32" else "mma_m16n8k16"
+    for row in pop[valid][:2]:
+        text = State.from_row(row, task).pipeline_text(task)
+        assert want in text
+        sch = schedule_from_pipeline(task, text)
+        host, f32 = _inputs(task.tensors[:-1], rng)
+        out_t = task.tensors[-1]
+        out = np.zeros(out_t.shape, dt.to_numpy(out_t.dtype))
+        ptxforge.build(sch, task.tensors, target="sim")(*host, out)
+        got = dt.from_bfloat16(out) if out_t.dtype == "bfloat16" else out.astype("float32")
+        a, w = f32[0], f32[1]
+        if args[3] == "float32":
+            a, w = dt.round_to(a, "tf32"), dt.round_to(w, "tf32")
+        ref = np.maximum(a.astype(np.float64) @ w.astype(np.float64).T + f32[2], 0.0)
+        np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2)
