@@ -30,7 +30,16 @@ class TemplateFunction:
     def __init__(self, name: str, func):
         self.name = name
         self.func = func
+        self.default_knobs = None
         functools.update_wrapper(self, func)
+
+    def defaults(self, fn):
+        """Declare the knob values the template uses without a tuned record (its fallback
+        configuration): ``fn(*args) -> {knob: value}``. Tuners measure that configuration
+        first, so a tuned record is never one the untuned template beats. Use as a
+        decorator: ``@my_template.defaults``."""
+        self.default_knobs = fn
+        return fn
 
     def __call__(self, *args, **kwargs):
         if kwargs:
@@ -160,6 +169,26 @@ class Task:
         # either, so skip the per-pass verifier while tuning
         with PassContext(verify=False), ApplyConfig(config):
             return func(*self.args)
+
+    def default_config(self) -> ConfigEntity | None:
+        """The configuration the template uses without a record, when it declares one
+        (:meth:`TemplateFunction.defaults`) and the space holds it; else None."""
+        t = TEMPLATES.get(self.name)
+        fn = getattr(t, "default_knobs", None)
+        if fn is None or self.config_space is None:
+            return None
+        from .space import AnnotateEntity, OtherOptionEntity, ReorderEntity, SplitEntity
+
+        values = fn(*self.args)
+        if set(values) != set(self.config_space.space_map):
+            return None
+        entities = {k: v if isinstance(v, (SplitEntity, ReorderEntity, AnnotateEntity,
+                                           OtherOptionEntity)) else OtherOptionEntity(v)
+                    for k, v in values.items()}
+        try:
+            return self.config_space.get(self.config_space.index_of(entities))
+        except ValueError:  # a default outside the knobs' candidates
+            return None
 
     def pipeline(self, config: ConfigEntity) -> Pipeline:
         """The schedule passes of ``config`` (instantiates the template)."""

@@ -112,6 +112,12 @@ def conv2d_nhwc_tensorcore(N, H, W, CI, CO, KH, KW, stride, padding, dtype="floa
     return s, [data, kernel, out]
 
 
+@conv2d_nhwc_tensorcore.defaults
+def _conv_defaults(N, H, W, CI, CO, KH, KW, stride, padding, dtype="float16"):
+    conv = conv2d_nhwc_declaration(N, H, W, CI, CO, KH, KW, stride, padding, dtype)[3]
+    return knob_values(choose_conv_config(conv))
+
+
 def _pow2(n: int) -> int:
     p = 1
     while p < n:

@@ -153,6 +153,22 @@ def batch_matmul_tensorcore(B, M, N, K, dtype="float16", out_dtype=None):
     return s, [x, y, out]
 
 
+def _default_knobs(mm) -> dict | None:
+    target = as_target(None)
+    form = gemm_form(mm, target)
+    return None if form is None else knob_values(choose_gemm_config(form, target))
+
+
+@dense_tensorcore.defaults
+def _dense_defaults(M, N, K, dtype="float16", out_dtype=None):
+    return _default_knobs(dense_declaration(M, N, K, dtype, out_dtype)[3]) or {}
+
+
+@batch_matmul_tensorcore.defaults
+def _batch_matmul_defaults(B, M, N, K, dtype="float16", out_dtype=None):
+    return _default_knobs(batch_matmul_declaration(B, M, N, K, dtype, out_dtype)[3]) or {}
+
+
 def knob_values(tc: TensorCoreConfig) -> dict:
     """The templates' knob values of a tensor-core configuration."""
     layout = next(k for k, v in LAYOUT_PAD.items() if v == tc.pad)

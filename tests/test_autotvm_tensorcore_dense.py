@@ -171,3 +171,27 @@ def test_batch_matmul_template_tunes_and_dispatches(tmp_path):
     mod, (x, y), got = run(s, tensors)
     assert any(i.startswith("mma_m16n8k16_") for i in intrins(mod.device_module))
     assert rel(got, x @ y.transpose(0, 2, 1)) < TOL["float16"]
+
+
+@pytest.mark.parametrize("tuner_cls", [RandomTuner, GridSearchTuner])
+def test_tuners_measure_the_default_configuration_first(tmp_path, tuner_cls):
+    """A template that declares its untuned configuration has it measured first, once, so
+    a tuned record is never one the untuned template beats."""
+    from ptxforge.autotvm import tensorcore_conv
+
+    for name, args in ((template.NAME, (64, 48, 64, "float16")),
+                       (tensorcore_conv.NAME, (1, 7, 7, 16, 32, 3, 3, 1, 1, "float16"))):
+        with as_target(SM80):
+            task = autotvm.task.create(name, args=args, target=SM80)
+            default = task.default_config()
+        assert default is not None
+        log = str(tmp_path / f"{tuner_cls.__name__}_{name}.log")
+        tuner = tuner_cls(task)
+        with as_target(SM80):
+            tuner.tune(n_trial=3, measure_option=autotvm.measure_option(
+                builder=LocalBuilder(n_parallel=1, compile_to="ir"),
+                runner=autotvm.SimRunner(max_sim_seconds=2.0)),
+                callbacks=[autotvm.callback.log_to_file(log)])
+        indices = [inp.payload["autotvm"]["config"]["index"] for inp, _ in load_records(log)]
+        assert indices[0] == default.index and indices.count(default.index) == 1
+        assert len(indices) == 3

@@ -141,10 +141,14 @@ class Tuner(abc.ABC):
         streak = 0
         warned = False
         i = 0
+        first = self._default_first()
         try:
-            while i < n_trial and self.has_next():
+            while i < n_trial and (first or self.has_next()):
                 t0 = time.perf_counter()
-                configs = self.next_batch(min(batch, n_trial - i))
+                want = min(batch, n_trial - i)
+                configs, first = first[:want], first[want:]
+                if len(configs) < want and self.has_next():
+                    configs = configs + self.next_batch(want - len(configs))
                 self.timing["propose"] += time.perf_counter() - t0
                 if not configs:
                     break
@@ -179,6 +183,17 @@ class Tuner(abc.ABC):
             runner.close()
             logger.debug("Tuned %d trials: %s", i, ", ".join(
                 f"{k} {v:.2f} s" for k, v in self.timing.items()))
+
+    def _default_first(self) -> list:
+        """``[the template's default configuration]`` when the template declares one that
+        was not measured yet (it is then marked visited), else ``[]``."""
+        getter = getattr(self.task, "default_config", None)
+        cfg = getter() if callable(getter) else None
+        visited = getattr(self, "visited", None)
+        if cfg is None or visited is None or cfg.index in visited:
+            return []
+        visited.add(cfg.index)
+        return [cfg]
 
     def _measure(self, configs, builder, runner, callbacks=()) -> tuple[list, list]:
         """Instantiate and measure a batch; inputs and results in the order of configs.
