@@ -31,8 +31,9 @@ def extract_tasks(net, params: dict | None = None, target: Target | str = "cuda"
         target: a string (``"cuda"``, ``"cuda -arch=sm_80"``, ``"sim"``) or a
             :class:`~ptxforge.target.Target`; records are written for ``cuda`` for the
             simulator too.
-        layout: ``"NHWC"`` converts NCHW convolutions first; give :func:`ptxforge.graph.build`
-            the same value.
+        layout: ``"NHWC"`` converts NCHW convolutions first (None: as
+            :func:`ptxforge.graph.build` decides for the precision); give
+            :func:`ptxforge.graph.build` the same value.
         winograd: Winograd convolutions; give :func:`ptxforge.graph.build` the same value.
         hardware_params: the GPU the search models (default: the target's figures,
             :meth:`HardwareParams.from_target`).

@@ -226,7 +226,9 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
             history-best dispatch); functions it has no schedule for get the default one,
             with a :class:`NoTuningRecordWarning`. Default: that of the active
             ``autosched.ApplyHistoryBest`` context, if any.
-        layout: ``"NHWC"`` converts NCHW convolutions and pools first.
+        layout: ``"NHWC"`` converts NCHW convolutions and pools first; ``"NCHW"`` keeps
+            them; None (default): ``"NHWC"`` for ``float16``, ``bfloat16`` and ``tf32``
+            (the tensor cores run NHWC convolutions), else the network's own.
         winograd: compute eligible 3x3 convolutions with Winograd's algorithm.
         ctx: the graph pass context (printing, dumping, timing passes).
         precision: ``"float32"`` (default), ``"tf32"`` (float32 matrix products and

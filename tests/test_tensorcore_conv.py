@@ -340,7 +340,11 @@ def test_ptx_has_mma_ldmatrix_and_cp_async_and_assembles():
         assert "ld.local" not in ptx and "st.local" not in ptx
 
 
-def test_mixed_precision_network_runs_its_convolutions_on_tensor_cores():
+@pytest.mark.parametrize("layout", ["NHWC", None], ids=["NHWC", "layout_not_given"])
+def test_mixed_precision_network_runs_its_convolutions_on_tensor_cores(layout):
+    """An NCHW network in float16 runs its convolutions as NHWC implicit GEMMs on the
+    tensor cores, asked for (layout="NHWC") or not (a low precision converts the layout
+    unless layout="NCHW" keeps it)."""
     from ptxforge import graph
     from ptxforge.graph import nn as gnn
 
@@ -355,11 +359,15 @@ def test_mixed_precision_network_runs_its_convolutions_on_tensor_cores():
     net = graph.function(gnn.batch_flatten(gnn.global_avg_pool2d(y)))
     data = rand(1, 3, 14, 14)
     want = graph.evaluate(net, {"data": data})
-    lib = graph.build(net, "sim", layout="NHWC", precision="float16")
+    lib = graph.build(net, "sim", layout=layout, precision="float16")
     convs = [f for f in lib.functions.values() if "conv2d" in f.func.name]
     assert len(convs) == 2
     for f in convs:
         assert "mma_m16n8k16_f16_f32_kn" in intrins(f.device_module), f.func.name
+    if layout is None:  # layout="NCHW" keeps the network's convolutions in NCHW
+        kept = graph.build(net, "sim", layout="NCHW", precision="float16")
+        assert not any("mma" in str(intrins(f.device_module))
+                       for f in kept.functions.values() if "conv2d" in f.func.name)
     m = graph.GraphModule(lib, ptxforge.sim())
     m.set_input(data=data)
     m.run()

@@ -54,10 +54,17 @@ def optimization_pipeline(layout: str | None = None, winograd: bool = False,
 
     The batch norm statistics and scales are folded into the weights in float32, before
     the weights are converted to a 16-bit ``precision``.
+
+    Without a ``layout``, a network in ``float16``, ``bfloat16`` or ``tf32`` runs its
+    convolutions in NHWC (``convert_layout``, transposes only where the data enters and
+    leaves the converted region): the tensor cores run NHWC convolutions as implicit GEMMs.
+    ``layout="NCHW"`` keeps an NCHW network as it is.
     """
     precision = check_precision(precision, winograd)
     passes: list[GraphPass] = [SimplifyInference(), FoldConstant()]
-    if layout:
+    if layout is None and precision in ("float16", "bfloat16", "tf32"):
+        layout = "NHWC"
+    if layout and layout != "NCHW":  # NCHW: the network's own layout, kept
         passes += [ConvertLayout(layout), FoldConstant()]
     passes += [FoldScaleAxis(), FoldConstant()]
     if precision in ("float16", "bfloat16"):
