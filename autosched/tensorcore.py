@@ -219,6 +219,32 @@ def schedule_tensorcore(step: TensorCoreStep, p: TensorCoreParams):
     return s
 
 
+def _padded_slots(step: TensorCoreStep, tf32: bool) -> list:
+    """The slots of a step whose product is padded to the block tile: tiles up to each
+    extent rounded up to a power of two (larger ones would multiply only zeros)."""
+    def upto(choices, extent):
+        return tuple(c for c in choices if c < 2 * extent) or (choices[0],)
+
+    return [ChoiceSlot(step.slot("block_m"), upto(BLOCK_CHOICES, step.M)),
+            ChoiceSlot(step.slot("block_n"), upto(BLOCK_CHOICES, step.N)),
+            ChoiceSlot(step.slot("block_k"), upto(BLOCK_K_CHOICES, step.K)),
+            ChoiceSlot(step.slot("warps_m"), WARP_CHOICES),
+            ChoiceSlot(step.slot("warps_n"), WARP_CHOICES),
+            ChoiceSlot(step.slot("stages"), STAGE_CHOICES),
+            ChoiceSlot(step.slot("layout"), LAYOUT_CHOICES),
+            ChoiceSlot(step.slot("vec"), (4, 2, 1) if tf32 else VEC_CHOICES)]
+
+
+def _padded_config(step: TensorCoreStep, vals, tf32: bool, **extra) -> TensorCoreConfig:
+    """The :class:`TensorCoreConfig` of one state of such a step (TF32 fragments are loaded
+    lane by lane; cp.async where a copy is 4, 8 or 16 bytes)."""
+    p = step.config(vals)
+    return TensorCoreConfig(p.block_m, p.block_n, p.block_k, p.warps_m, p.warps_n,
+                            vec=p.vec, pad=p.layout, stages=p.stages,
+                            async_copy=p.vec * step.elem_bytes in (4, 8, 16),
+                            frag_load="load" if tf32 else "ldmatrix", tf32=tf32, **extra)
+
+
 @dataclass(frozen=True)
 class TensorCoreConvStep(TensorCoreStep):
     """The conv2d NHWC ``stage`` (the product ``M x N x K`` of an implicit GEMM:
@@ -243,28 +269,13 @@ class TensorCoreConvStep(TensorCoreStep):
         return 4 if self.tf32 else 2
 
     def slots(self) -> list:
-        def upto(choices, extent):
-            return tuple(c for c in choices if c < 2 * extent) or (choices[0],)
-
-        return [ChoiceSlot(self.slot("block_m"), upto(BLOCK_CHOICES, self.M)),
-                ChoiceSlot(self.slot("block_n"), upto(BLOCK_CHOICES, self.N)),
-                ChoiceSlot(self.slot("block_k"), upto(BLOCK_K_CHOICES, self.K)),
-                ChoiceSlot(self.slot("warps_m"), WARP_CHOICES),
-                ChoiceSlot(self.slot("warps_n"), WARP_CHOICES),
-                ChoiceSlot(self.slot("stages"), STAGE_CHOICES),
-                ChoiceSlot(self.slot("layout"), LAYOUT_CHOICES),
-                ChoiceSlot(self.slot("vec"), (4, 2, 1) if self.tf32 else VEC_CHOICES),
-                ChoiceSlot(self.slot("split_k"),
-                           tuple(p for p in SPLIT_K_CHOICES if p == 1 or self.K >= 16 * p))]
+        return _padded_slots(self, self.tf32) + [
+            ChoiceSlot(self.slot("split_k"),
+                       tuple(p for p in SPLIT_K_CHOICES if p == 1 or self.K >= 16 * p))]
 
     def conv_config(self, vals) -> TensorCoreConfig:
         """The conv schedule's configuration of one state."""
-        p = self.config(vals)
-        return TensorCoreConfig(p.block_m, p.block_n, p.block_k, p.warps_m, p.warps_n,
-                                vec=p.vec, pad=p.layout, stages=p.stages,
-                                async_copy=p.vec * self.elem_bytes in (4, 8, 16),
-                                frag_load="load" if self.tf32 else "ldmatrix",
-                                tf32=self.tf32, split_k=int(vals[self.slot("split_k")]))
+        return _padded_config(self, vals, self.tf32, split_k=int(vals[self.slot("split_k")]))
 
     def emit(self, vals, out) -> None:
         s = schedule_tensorcore_conv(self, self.conv_config(vals), self.target)
@@ -312,27 +323,11 @@ class TensorCoreGemmStep(TensorCoreStep):
         return self.form.elem_bytes
 
     def slots(self) -> list:
-        def upto(choices, extent):
-            return tuple(c for c in choices if c < 2 * extent) or (choices[0],)
-
-        vec = (4, 2, 1) if self.form.tf32 else VEC_CHOICES
-        return [ChoiceSlot(self.slot("block_m"), upto(BLOCK_CHOICES, self.M)),
-                ChoiceSlot(self.slot("block_n"), upto(BLOCK_CHOICES, self.N)),
-                ChoiceSlot(self.slot("block_k"), upto(BLOCK_K_CHOICES, self.K)),
-                ChoiceSlot(self.slot("warps_m"), WARP_CHOICES),
-                ChoiceSlot(self.slot("warps_n"), WARP_CHOICES),
-                ChoiceSlot(self.slot("stages"), STAGE_CHOICES),
-                ChoiceSlot(self.slot("layout"), LAYOUT_CHOICES),
-                ChoiceSlot(self.slot("vec"), vec)]
+        return _padded_slots(self, self.form.tf32)
 
     def gemm_config(self, vals) -> TensorCoreConfig:
         """The GEMM schedule's configuration of one state."""
-        p = self.config(vals)
-        return TensorCoreConfig(p.block_m, p.block_n, p.block_k, p.warps_m, p.warps_n,
-                                vec=p.vec, pad=p.layout, stages=p.stages,
-                                async_copy=p.vec * self.elem_bytes in (4, 8, 16),
-                                frag_load="load" if self.form.tf32 else "ldmatrix",
-                                tf32=self.form.tf32)
+        return _padded_config(self, vals, self.form.tf32)
 
     def emit(self, vals, out) -> None:
         s = schedule_tensorcore_gemm(self, self.gemm_config(vals), self.target)

@@ -59,6 +59,18 @@ def tc_dense_fp32(M, N, K):
     return dense_tensorcore_compute(M, N, K, "float32", out_dtype="float32")
 
 
+def short_tune(task, log: str, trials: int, per_round: int) -> None:
+    """A short search on the simulator runner (small population, one generation)."""
+    opts = autosched.TuningOptions(
+        num_measure_trials=trials, num_measures_per_round=per_round,
+        builder=measure.LocalBuilder(n_parallel=1, compile_to="ir"),
+        runner=measure.SimRunner(), measure_callbacks=[autosched.RecordToFile(log)])
+    pol = SketchPolicy(task, autosched.XGBModel(), {"evolutionary_search_population": 128,
+                                                    "evolutionary_search_num_iters": 1},
+                       seed=0)
+    task.tune(opts, search_policy=pol)
+
+
 def test_rule_applies_to_fp16_products_on_sm80_only():
     names = [s.name for s in autosched.SearchTask(func=tc_dense_fp16, args=(64, 64, 64),
                                                   target=SM80).sketches]
@@ -79,14 +91,7 @@ def test_tuning_finds_records_and_replays_a_tensor_core_kernel(tmp_path):
                                 target=SM80)
     tc = len(task.sketches) - 1
     log = str(tmp_path / "tc.json")
-    opts = autosched.TuningOptions(
-        num_measure_trials=6, num_measures_per_round=3,
-        builder=measure.LocalBuilder(n_parallel=1, compile_to="ir"),
-        runner=measure.SimRunner(), measure_callbacks=[autosched.RecordToFile(log)])
-    pol = SketchPolicy(task, autosched.XGBModel(), {"evolutionary_search_population": 128,
-                                                    "evolutionary_search_num_iters": 1},
-                       seed=0)
-    task.tune(opts, search_policy=pol)
+    short_tune(task, log, 6, 3)
     recs = measure.load_records(log)
     ok = [(i, r) for i, r in recs if r.ok]
     assert ok and all(r.correctness == "passed" for _, r in ok)
@@ -315,14 +320,7 @@ def test_tuning_a_convolution_records_tensor_core_kernels(tmp_path):
                                 target=SM80)
     tc = len(task.sketches) - 1
     log = str(tmp_path / "conv.json")
-    opts = autosched.TuningOptions(
-        num_measure_trials=8, num_measures_per_round=4,
-        builder=measure.LocalBuilder(n_parallel=1, compile_to="ir"),
-        runner=measure.SimRunner(), measure_callbacks=[autosched.RecordToFile(log)])
-    pol = SketchPolicy(task, autosched.XGBModel(), {"evolutionary_search_population": 128,
-                                                    "evolutionary_search_num_iters": 1},
-                       seed=0)
-    task.tune(opts, search_policy=pol)
+    short_tune(task, log, 8, 4)
     tc_recs = [(inp, res) for inp, res in measure.load_records(log)
                if res.ok and state_from_payload(task, inp.payload).sketch == tc]
     assert tc_recs and all(res.correctness == "passed" for _, res in tc_recs)
