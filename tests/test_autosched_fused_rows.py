@@ -93,3 +93,26 @@ def test_every_thread_count_makes_one_correct_kernel(fn, args):
         ptxforge.build(sch, task.tensors, target="sim")(*arrays, out)
         np.testing.assert_allclose(out, _reference(fn, arrays), rtol=1e-4, atol=1e-5)
     assert len(seen) >= 4
+
+
+@pytest.mark.parametrize("precision", ["float16", "tf32"])
+def test_a_bert_layer_gets_its_sketches(precision):
+    """The tasks of a BERT encoder layer as the network tuner extracts them: softmax and
+    layer norm get the fused-rows sketch, the dense layers a tensor-core sketch (the
+    ldmatrix one in float16, the GEMM one in TF32)."""
+    from ptxforge import graph
+    from ptxforge.graph.zoo.bert import bert_encoder
+
+    out, params, _ = bert_encoder(1, "float32", layers=1, seq_len=32)
+    tasks, _ = autosched.extract_tasks(graph.function(out), params, SM80,
+                                       precision=precision)
+    by_desc = {t.desc: [s.name for s in t.sketches] for t in tasks}
+    norms = [d for d in by_desc if d.endswith(("softmax", "layer_norm"))]
+    assert len(norms) == 2
+    for d in norms:
+        assert any(n.startswith("fused_rows(") for n in by_desc[d]), d
+    dense = [d for d in by_desc if "dense" in d]
+    assert dense
+    want = "tensorcore(" if precision == "float16" else "tensorcore_gemm("
+    for d in dense:
+        assert any(n.startswith(want) for n in by_desc[d]), (d, by_desc[d])
