@@ -380,3 +380,19 @@ def test_gemm_sketch_pads_awkward_and_tf32_products(args):
             a, w = dt.round_to(a, "tf32"), dt.round_to(w, "tf32")
         ref = np.maximum(a.astype(np.float64) @ w.astype(np.float64).T + f32[2], 0.0)
         np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2)
+
+
+def test_every_convolution_of_resnet18_in_fp16_gets_the_tensor_core_sketch():
+    """ResNet-18's tasks in float16 (an NCHW network: the build converts it to NHWC): every
+    convolution task gets ``tensorcore_conv`` and the classifier (1 x 1000 x 512)
+    ``tensorcore_gemm``."""
+    from ptxforge import graph
+
+    net, params, _, _ = graph.get_network("resnet_v1-18", 1, "NCHW")
+    tasks, _ = autosched.extract_tasks(net, params, SM80, precision="float16")
+    convs = [t for t in tasks if "conv2d" in t.desc]
+    assert len(convs) >= 10
+    for t in convs:
+        assert t.sketches[-1].name.startswith("tensorcore_conv("), t.desc
+    (dense,) = [t for t in tasks if "dense" in t.desc]
+    assert dense.sketches[-1].name.startswith("tensorcore_gemm("), dense.desc
