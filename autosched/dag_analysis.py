@@ -163,6 +163,15 @@ class DAGAnalysis:
         return Access(name, tuple(r.tensor.shape), coef, affine)
 
     # ------------------------------------------------------------------------------------
+    def io_bytes(self, out) -> float:
+        """Bytes a kernel of this DAG moves at least: every placeholder read once and the
+        output tensor ``out`` written once."""
+        from ..ir.dtype import nbytes
+
+        total = sum(float(np.prod(op.shape)) * nbytes(op.dtype)
+                    for op in self.placeholders.values())
+        return total + float(np.prod(out.shape)) * nbytes(out.dtype)
+
     def order(self) -> list:
         """Stage names in topological order."""
         return [self.names[id(op)] for op in self.dag.ops if isinstance(op, ComputeOp)]

@@ -94,7 +94,6 @@ def fused_rows_step(task) -> FusedRowsStep | None:
     """The fused-rows step of ``task``, or None when the rule does not apply (see the
     module's docstring); the smallest state must lower, else the rule stays off."""
     from .. import lower
-    from ..ir.dtype import nbytes
 
     an = task.analysis
     outs = list(task.ir_dag.outputs)
@@ -122,11 +121,8 @@ def fused_rows_step(task) -> FusedRowsStep | None:
     if not reds:
         return None
     rows = int(np.prod(lead))
-    unique = sum(float(np.prod(op.shape)) * nbytes(op.dtype)
-                 for op in an.placeholders.values())
-    unique += float(np.prod(out.shape)) * nbytes(out.dtype)
-    step = FusedRowsStep(out_name, rows, cols, tuple(names[id(r.op)] for r in reds), unique,
-                         len(reds) + 1, (out, tuple(reds), tuple(inlined)))
+    step = FusedRowsStep(out_name, rows, cols, tuple(names[id(r.op)] for r in reds),
+                         an.io_bytes(out), len(reds) + 1, (out, tuple(reds), tuple(inlined)))
     try:
         lower(schedule_fused_rows(step, min(step.threads())), list(task.tensors))
     except Exception:  # noqa: BLE001 - any refusal (schedule, lowering) keeps the rule off

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ops.schedules.tensorcore import SUFFIX, TensorCoreConfig, tile_warp_product
+from ..ops.schedules.tensorcore import SUFFIX, TensorCoreConfig, tile_limit, tile_warp_product
 from ..passes.schedule.common import ScheduleError
 from ..passes.schedule.names import slot_name
 from .sketch import ChoiceSlot, Sketch
@@ -221,9 +221,9 @@ def schedule_tensorcore(step: TensorCoreStep, p: TensorCoreParams):
 
 def _padded_slots(step: TensorCoreStep, tf32: bool) -> list:
     """The slots of a step whose product is padded to the block tile: tiles up to each
-    extent rounded up to a power of two (larger ones would multiply only zeros)."""
+    extent's :func:`~ptxforge.ops.schedules.tensorcore.tile_limit`."""
     def upto(choices, extent):
-        return tuple(c for c in choices if c < 2 * extent) or (choices[0],)
+        return tuple(c for c in choices if c <= tile_limit(extent))
 
     return [ChoiceSlot(step.slot("block_m"), upto(BLOCK_CHOICES, step.M)),
             ChoiceSlot(step.slot("block_n"), upto(BLOCK_CHOICES, step.N)),
@@ -284,18 +284,26 @@ class TensorCoreConvStep(TensorCoreStep):
 
 def schedule_tensorcore_conv(step: TensorCoreConvStep, cfg: TensorCoreConfig,
                              target=None):
-    """The te schedule of ``step``'s convolution with configuration ``cfg``: the epilogue's
-    element-wise producers inlined, the default tensor-core conv schedule with ``cfg``, then
-    the padding inlined into the A tile's copy."""
-    from .. import te
+    """The te schedule of ``step``'s convolution with configuration ``cfg``: the default
+    tensor-core conv schedule between the inlines of :func:`_schedule_product`."""
     from ..ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_tensorcore
 
-    conv, out = step.tensors
+    return _schedule_product(step, lambda s, c, epi: schedule_conv2d_nhwc_tensorcore(
+        s, c.op, epi, target, cfg))
+
+
+def _schedule_product(step: TensorCoreStep, schedule):
+    """A te schedule of a padded step's computation: the epilogue's element-wise producers
+    inlined, ``schedule(s, product tensor, epilogue op or None)`` (a default tensor-core
+    schedule with the state's configuration), then the stages the product reads (a
+    convolution's padding) inlined into its copies."""
+    from .. import te
+
+    c, out = step.tensors
     s = te.create_schedule(out.op)
     for t in step.inlined:
         s[t].compute_inline()
-    schedule_conv2d_nhwc_tensorcore(s, conv.op, None if out is conv else out.op,
-                                    target, cfg)
+    schedule(s, c, None if out is c else out.op)
     for t in step.late:
         s[t].compute_inline()
     return s
@@ -335,20 +343,12 @@ class TensorCoreGemmStep(TensorCoreStep):
 
 
 def schedule_tensorcore_gemm(step: TensorCoreGemmStep, cfg: TensorCoreConfig, target=None):
-    """The te schedule of ``step``'s product with configuration ``cfg``: the epilogue's
-    element-wise producers inlined, the default tensor-core GEMM schedule with ``cfg``,
-    then the stages the product reads inlined into its copies."""
-    from .. import te
+    """The te schedule of ``step``'s product with configuration ``cfg``: the default
+    tensor-core GEMM schedule between the inlines of :func:`_schedule_product`."""
     from ..ops.schedules.tensorcore_gemm import schedule_gemm_tensorcore
 
-    c, out = step.tensors
-    s = te.create_schedule(out.op)
-    for t in step.inlined:
-        s[t].compute_inline()
-    schedule_gemm_tensorcore(s, c.op, None if out is c else out.op, cfg, target, step.form)
-    for t in step.late:
-        s[t].compute_inline()
-    return s
+    return _schedule_product(step, lambda s, c, epi: schedule_gemm_tensorcore(
+        s, c.op, epi, cfg, target, step.form))
 
 
 def tensorcore_gemm_step(task) -> TensorCoreGemmStep | None:
@@ -360,25 +360,16 @@ def tensorcore_gemm_step(task) -> TensorCoreGemmStep | None:
     from ..ir.dtype import nbytes
     from ..ops.schedules.tensorcore_gemm import gemm_form
 
-    an = task.analysis
-    outs = list(task.ir_dag.outputs)
-    reds = [n for n, st in an.stages.items() if st.reduce]
-    if len(outs) != 1 or len(reds) != 1:
+    prod = _single_product(task)
+    if prod is None:
         return None
-    op = an.stages[reds[0]].op
+    op, out, stage, output, inlined, late = prod
     form = gemm_form(op, task.target)
-    c, out = op.output(0), outs[0]
-    if form is None or tuple(out.shape) != tuple(c.shape):
+    if form is None:
         return None
-    late = tuple(t for t in op.input_tensors
-                 if any(t.op is st.op for st in an.stages.values()))
-    inlined = tuple(st.op.output(0) for st in an.stages.values()
-                    if st.op is not op and st.op is not out.op
-                    and not any(st.op is t.op for t in late))
-    names = {id(st.op): n for n, st in an.stages.items()}
-    step = TensorCoreGemmStep(names[id(op)], names[id(out.op)], form.M, form.N, form.K,
-                              form.in_dtype, form.acc_dtype, nbytes(out.dtype),
-                              b_kn=form.b_kn, batch=form.batch, tensors=(c, out),
+    step = TensorCoreGemmStep(stage, output, form.M, form.N, form.K, form.in_dtype,
+                              form.acc_dtype, nbytes(out.dtype), b_kn=form.b_kn,
+                              batch=form.batch, tensors=(op.output(0), out),
                               inlined=inlined, form=form, late=late, target=task.target)
     smallest = TensorCoreConfig(16, 16, 16, 1, 1, vec=1, pad=8, stages=1, tf32=form.tf32,
                                 frag_load="load" if form.tf32 else "ldmatrix")
@@ -387,6 +378,27 @@ def tensorcore_gemm_step(task) -> TensorCoreGemmStep | None:
     except ScheduleError:
         return None
     return step
+
+
+def _single_product(task):
+    """``(product op, output tensor, product stage name, output stage name, epilogue
+    stages to inline, stages the product reads)`` of a task with one output computed from
+    one reduction of the same shape (through element-wise stages, if any), else None."""
+    an = task.analysis
+    outs = list(task.ir_dag.outputs)
+    reds = [n for n, st in an.stages.items() if st.reduce]
+    if len(outs) != 1 or len(reds) != 1:
+        return None
+    op, out = an.stages[reds[0]].op, outs[0]
+    if tuple(out.shape) != tuple(op.output(0).shape):
+        return None
+    late = tuple(t for t in op.input_tensors
+                 if any(t.op is st.op for st in an.stages.values()))
+    inlined = tuple(st.op.output(0) for st in an.stages.values()
+                    if st.op is not op and st.op is not out.op
+                    and not any(st.op is t.op for t in late))
+    names = {id(st.op): n for n, st in an.stages.items()}
+    return op, out, names[id(op)], names[id(out.op)], inlined, late
 
 
 def _reads_of(expr) -> list:
@@ -471,33 +483,20 @@ def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
         tensorcore_conv_unsupported,
     )
 
-    an = task.analysis
-    outs = list(task.ir_dag.outputs)
-    reds = [n for n, st in an.stages.items() if st.reduce]
-    if len(outs) != 1 or len(reds) != 1:
+    prod = _single_product(task)
+    if prod is None:
         return None
-    conv_op = an.stages[reds[0]].op
+    conv_op, out, stage, output, inlined, late = prod
     if tensorcore_conv_unsupported(conv_op, task.target) is not None:
         return None
-    conv, out = conv_op.output(0), outs[0]
-    if tuple(out.shape) != tuple(conv.shape):
-        return None
     M, N, K, C_in = conv_gemm_shape(conv_op)
-    ins = list(conv_op.input_tensors)
-    late = tuple(t for t in ins if any(t.op is st.op for st in an.stages.values()))
-    inlined = tuple(st.op.output(0) for st in an.stages.values()
-                    if st.op is not conv_op and st.op is not out.op
-                    and not any(st.op is t.op for t in late))
-    in_dt = ins[0].dtype
-    placeholders = sum(float(np.prod(op.shape)) * nbytes(op.dtype)
-                       for op in an.placeholders.values())
-    unique = placeholders + float(np.prod(out.shape)) * nbytes(out.dtype)
-    names = {id(st.op): n for n, st in an.stages.items()}
+    in_dt = conv_op.input_tensors[0].dtype
     tf32 = in_dt == "float32"
-    step = TensorCoreConvStep(names[id(conv_op)], names[id(out.op)], M, N, K, in_dt,
-                              "float32", nbytes(out.dtype), b_kn=not tf32, batch=1,
-                              tensors=(conv, out), inlined=inlined, C_in=C_in, tf32=tf32,
-                              unique=unique, late=late, target=task.target)
+    step = TensorCoreConvStep(stage, output, M, N, K, in_dt, "float32", nbytes(out.dtype),
+                              b_kn=not tf32, batch=1, tensors=(conv_op.output(0), out),
+                              inlined=inlined, C_in=C_in, tf32=tf32,
+                              unique=task.analysis.io_bytes(out), late=late,
+                              target=task.target)
     try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
         schedule_tensorcore_conv(step, TensorCoreConfig(16, 8, 16, 1, 1, vec=1, pad=8,
                                                         stages=1, tf32=tf32,
@@ -611,9 +610,6 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     global_bytes = blocks * (bm + bn) * K * eb
     if conv:
         unique = step.unique
-    elif gemm:
-        unique = step.batch * ((step.M + step.N) * step.K * eb
-                               + step.M * step.N * step.out_bytes)
     else:
         unique = step.batch * ((step.M + step.N) * step.K * eb
                                + step.M * step.N * step.out_bytes)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from .. import te
 from ..ir.te import ComputeOp
 from ..ops import nn
-from ..ops.schedules.tensorcore import TensorCoreConfig
+from ..ops.schedules.tensorcore import TensorCoreConfig, tile_limit
 from ..ops.schedules.tensorcore_conv import (
     check_conv_config,
     choose_conv_config,
@@ -85,8 +85,8 @@ def conv2d_nhwc_tensorcore(N, H, W, CI, CO, KH, KW, stride, padding, dtype="floa
     M, K = N * out.shape[1] * out.shape[2], KH * KW * CI
     cfg = get_config()
     # tiles beyond the product (padded to a power of two) would only compute zeros
-    cfg.define_knob("block_m", [b for b in BLOCKS if b <= max(16, _pow2(M))])
-    cfg.define_knob("block_n", [b for b in BLOCKS if b <= max(16, _pow2(CO))])
+    cfg.define_knob("block_m", [b for b in BLOCKS if b <= tile_limit(M)])
+    cfg.define_knob("block_n", [b for b in BLOCKS if b <= tile_limit(CO)])
     cfg.define_knob("block_k", list(BLOCK_K))
     cfg.define_knob("warps_m", list(WARPS))
     cfg.define_knob("warps_n", list(WARPS))
@@ -116,13 +116,6 @@ def conv2d_nhwc_tensorcore(N, H, W, CI, CO, KH, KW, stride, padding, dtype="floa
 def _conv_defaults(N, H, W, CI, CO, KH, KW, stride, padding, dtype="float16"):
     conv = conv2d_nhwc_declaration(N, H, W, CI, CO, KH, KW, stride, padding, dtype)[3]
     return knob_values(choose_conv_config(conv))
-
-
-def _pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
 
 
 def knob_values(tc: TensorCoreConfig) -> dict:

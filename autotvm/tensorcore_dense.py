@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from .. import te
 from ..ops import nn
-from ..ops.schedules.tensorcore import TensorCoreConfig
+from ..ops.schedules.tensorcore import TensorCoreConfig, tile_limit
 from ..ops.schedules.tensorcore_gemm import (
     choose_gemm_config,
     gemm_form,
@@ -88,13 +88,6 @@ def _product(out):
     return op
 
 
-def _pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
-
-
 def _schedule(name, a, b, out, mm, flop):
     """Define the knobs, build the configuration and schedule the product (see the module
     doc)."""
@@ -109,8 +102,8 @@ def _schedule(name, a, b, out, mm, flop):
     tf32 = form.tf32
     cfg = get_config()
     # tiles beyond an extent rounded up to a power of two would only multiply zeros
-    cfg.define_knob("block_m", [x for x in BLOCKS if x <= max(16, _pow2(form.M))])
-    cfg.define_knob("block_n", [x for x in BLOCKS if x <= max(16, _pow2(form.N))])
+    cfg.define_knob("block_m", [x for x in BLOCKS if x <= tile_limit(form.M)])
+    cfg.define_knob("block_n", [x for x in BLOCKS if x <= tile_limit(form.N)])
     cfg.define_knob("block_k", list(BLOCK_K))
     cfg.define_knob("warps_m", list(WARPS))
     cfg.define_knob("warps_n", list(WARPS))

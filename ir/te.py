@@ -31,6 +31,7 @@ from .expr import (
     logical_or,
     select,
 )
+from .stmt import walk_exprs
 
 
 class TEError(IRError):
@@ -434,25 +435,15 @@ def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "", att
 
 
 def _has_reduce(e: Expr) -> bool:
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, Reduce):
-            return True
-        stack.extend(children(x))
-    return False
+    return builtins.any(isinstance(x, Reduce) for x in walk_exprs(e))
 
 
 def _check_no_nested_reduce(e: Expr, name: str) -> None:
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, Reduce):
-            raise TEError(
-                f"compute {name}: a reduction must be the whole body (te.sum(...)), not nested "
-                "inside another expression; compute it in its own stage"
-            )
-        stack.extend(children(x))
+    if _has_reduce(e):
+        raise TEError(
+            f"compute {name}: a reduction must be the whole body (te.sum(...)), not nested "
+            "inside another expression; compute it in its own stage"
+        )
 
 
 def _reducer(combiner: str):

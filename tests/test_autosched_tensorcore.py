@@ -153,17 +153,14 @@ def test_sampled_tensor_core_states_compute_the_product():
         _, valid, est = population_features(task.models, pop, task.flop_ct, 132)
         assert valid.any() and np.isfinite(est[valid]).all()
         for row in pop[valid][:n]:
-            sch = schedule_from_pipeline(task, State.from_row(row, task).pipeline_text(task))
-            host, f32 = _inputs(task.tensors[:-1], rng)
-            out = np.zeros(task.tensors[-1].shape, dt.to_numpy(task.tensors[-1].dtype))
-            ptxforge.build(sch, task.tensors, target="sim")(*host, out)
+            got, f32 = _run_on_sim(task, State.from_row(row, task).pipeline_text(task), rng)
             if fn is tc_batch_matmul:
                 ref = np.einsum("bik,bjk->bij", f32[0], f32[1])
             elif fn is tc_dense_layer:
                 ref = np.maximum(f32[0] @ f32[1].T + f32[2], 0.0)
             else:
                 ref = f32[0] @ f32[1]
-            np.testing.assert_allclose(out.astype("float32"), ref, rtol=2e-2, atol=2e-2)
+            np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2)
 
 
 def test_mutation_moves_stages_and_warp_tiling():
@@ -242,6 +239,18 @@ def tc_conv_layer(n, h, ci, co, k, stride, pad, dtype, epilogue="bias_relu", pre
     return args + [out]
 
 
+def _run_on_sim(task, text: str, rng):
+    """The output (as float32) of the schedule ``text`` of ``task`` run on the simulator on
+    random inputs, and those inputs as float32."""
+    sch = schedule_from_pipeline(task, text)
+    host, f32 = _inputs(task.tensors[:-1], rng)
+    out_t = task.tensors[-1]
+    out = np.zeros(out_t.shape, dt.to_numpy(out_t.dtype))
+    ptxforge.build(sch, task.tensors, target="sim")(*host, out)
+    got = dt.from_bfloat16(out) if out_t.dtype == "bfloat16" else out.astype("float32")
+    return got, f32
+
+
 def _conv_reference(f32, k, stride, pad, out_shape, residual):
     x, w, b = f32[:3]
     n, oh, ow, _ = out_shape
@@ -305,13 +314,8 @@ def test_sampled_tensor_core_conv_states_compute_the_convolution(args):
     for row in pop[valid][:2]:
         text = State.from_row(row, task).pipeline_text(task)
         assert "implicit_gemm" in text and "tensorize" in text
-        sch = schedule_from_pipeline(task, text)
-        host, f32 = _inputs(task.tensors[:-1], rng)
-        out_t = task.tensors[-1]
-        out = np.zeros(out_t.shape, dt.to_numpy(out_t.dtype))
-        ptxforge.build(sch, task.tensors, target="sim")(*host, out)
-        got = dt.from_bfloat16(out) if out_t.dtype == "bfloat16" else out.astype("float32")
-        ref = _conv_reference(f32, k, stride, pad, out_t.shape, residual)
+        got, f32 = _run_on_sim(task, text, rng)
+        ref = _conv_reference(f32, k, stride, pad, got.shape, residual)
         np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, np.abs(ref).max()))
 
 
@@ -369,12 +373,7 @@ def test_gemm_sketch_pads_awkward_and_tf32_products(args):
     for row in pop[valid][:2]:
         text = State.from_row(row, task).pipeline_text(task)
         assert want in text
-        sch = schedule_from_pipeline(task, text)
-        host, f32 = _inputs(task.tensors[:-1], rng)
-        out_t = task.tensors[-1]
-        out = np.zeros(out_t.shape, dt.to_numpy(out_t.dtype))
-        ptxforge.build(sch, task.tensors, target="sim")(*host, out)
-        got = dt.from_bfloat16(out) if out_t.dtype == "bfloat16" else out.astype("float32")
+        got, f32 = _run_on_sim(task, text, rng)
         a, w = f32[0], f32[1]
         if args[3] == "float32":
             a, w = dt.round_to(a, "tf32"), dt.round_to(w, "tf32")

@@ -85,6 +85,13 @@ class TensorCoreConfig:
                 raise ScheduleError(f"tensor-core dense {M}x{N}x{K} with {self}: need {rule}")
 
 
+def tile_limit(extent: int) -> int:
+    """The largest block tile worth trying along an extent: the extent rounded up to a
+    power of two, at least 16 (the smallest tile); a larger tile would only multiply the
+    zeros it is padded with."""
+    return max(16, 1 << max(int(extent) - 1, 0).bit_length())
+
+
 def dense_tensorcore_compute(M: int, N: int, K: int, in_dtype: str = "float16",
                              out_dtype: str = "float32", acc_dtype: str = "float32",
                              b_layout: str = "nk"):

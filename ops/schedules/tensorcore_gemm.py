@@ -47,7 +47,7 @@ from ...ir.expr import Bin, Call, Cast, Reduce, TensorRead, Var, children
 from ...ir.te import ComputeOp, PlaceholderOp
 from ...passes.schedule.common import ScheduleError
 from ...target import Target, as_target
-from .tensorcore import SUFFIX, TensorCoreConfig, tile_warp_product
+from .tensorcore import SUFFIX, TensorCoreConfig, tile_limit, tile_warp_product
 from .tiled import schedule_tiled
 
 GEMM_TAGS = ("dense", "matmul", "batch_matmul")
@@ -523,7 +523,7 @@ def padded_gemm_config(form: GemmForm, target: Target | str | None = None
     k_slack = max(_round_up(K, 16) - K, K // 8)
     best = None
     for bm, bn, wm, wn in _BLOCKS:
-        if bm > max(16, _pow2(M)) or bn > max(16, _pow2(N)):
+        if bm > tile_limit(M) or bn > tile_limit(N):
             continue
         big = bm * bn >= 64 * 64
         for bk in (128, 64, 32, 16, 8):
@@ -563,13 +563,6 @@ def _first_legal(form, target, bm, bn, bk, wm, wn, stages):
             continue
         return cfg
     return None
-
-
-def _pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
 
 
 def schedule_matmul(s, op: ComputeOp, epilogue: ComputeOp | None = None,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ...ir import dtype as dt
 from ...ir.attrs import Level
 from ...ir.expr import Bin, Load, Var, children, expr_key, rebuild
-from ...ir.stmt import Let, PrimFunc, Seq, Store, map_stmt, seq
+from ...ir.stmt import Let, PrimFunc, Seq, Store, map_stmt, seq, walk_exprs
 from ..base import Pass
 from ..registry import register_pass
 
@@ -24,13 +24,7 @@ _OPS = ("add", "sub", "mul", "floordiv", "floormod", "min", "max")
 
 
 def _loads_nothing(e) -> bool:
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, Load):
-            return False
-        stack.extend(children(x))
-    return True
+    return not any(isinstance(x, Load) for x in walk_exprs(e))
 
 
 def _candidates(exprs) -> list:

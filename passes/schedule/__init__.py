@@ -1,7 +1,6 @@
 """Schedule primitives, one pass per file: split, fuse, reorder, bind, unroll, vectorize,
-pragma, compute_inline, compute_at, cache_read, cache_write, set_scope, storage_align, rfactor,
-async_copy, software_pipeline, swizzle,
-tensorize, implicit_gemm.
+pragma, compute_inline, compute_at, cache_read, cache_write, set_scope, storage_align,
+rfactor, async_copy, software_pipeline, swizzle, tensorize, implicit_gemm.
 
 Code that builds schedules (the te facade, the auto-scheduler's sketches, AutoTVM's
 templates, the reference schedule) builds these pass objects; the names of the loops and
@@ -52,4 +51,5 @@ from .vectorize import Vectorize
 
 __all__ = ["AsyncCopy", "Bind", "CacheRead", "CacheWrite", "ComputeAt", "ComputeInline", "Fuse",
            "ImplicitGemm", "Pragma", "RFactor", "Reorder", "ScheduleError", "SetScope",
-           "SoftwarePipeline", "Split", "StorageAlign", "Swizzle", "Tensorize", "Unroll", "Vectorize"]
+           "SoftwarePipeline", "Split", "StorageAlign", "Swizzle", "Tensorize", "Unroll",
+           "Vectorize"]

@@ -247,14 +247,13 @@ class Stage:
         # the readers as they will be: a pending inline of a reader makes the readers of
         # that reader read this stage (softmax's exp inlined into the sum and the
         # normalization), so those inlines go first, transitively
-        readers: set = set()
+        seen: set = set()
         while True:
-            now = self.schedule.readers_of(self.block)
-            if now <= readers:
+            readers = self.schedule.readers_of(self.block)
+            if readers <= seen:
                 break
-            readers |= now
-            self.schedule.flush_touching(now, only=ComputeInline)
-        readers = self.schedule.readers_of(self.block)
+            seen |= readers
+            self.schedule.flush_touching(readers, only=ComputeInline)
         if self.block in self.schedule._shared_stages:
             self.schedule.defer(p, {self.block}, {parent.block})
         else:
