@@ -68,6 +68,7 @@ from .opdefs import (
     sigmoid,
     sqrt,
     squeeze,
+    strided_slice,
     subtract,
     tanh,
     transpose,
@@ -116,5 +117,5 @@ __all__ = [
     "list_ops", "load", "log", "lower_function", "maximum", "mean", "minimum", "multiply",
     "negative", "nn", "opdefs", "optimize", "passes", "plan_memory", "power",
     "register_op", "reshape", "rsqrt", "run_graph", "sigmoid", "simple_schedule", "sqrt",
-    "squeeze", "subtract", "tanh", "transpose", "var",
+    "squeeze", "strided_slice", "subtract", "tanh", "transpose", "var",
 ]

@@ -499,7 +499,7 @@ _HANDLERS = {
     "Cast": _cast,
     "Shape": lambda im, node, a: _static_only(node),
     "Gather": lambda im, node, a: _static_only(node),
-    "Slice": lambda im, node, a: _static_only(node),
+    "Slice": lambda im, node, a: _slice(im, node, a),
 }
 
 
@@ -546,18 +546,33 @@ def _static_squeeze(im, node, a):
     return [np.squeeze(x, axis=None if axes is None else tuple(axes))]
 
 
-def _static_slice(im, node, a):
-    x = _s(im, node)
+def _slice_args(im, node, a):
+    """``(starts, ends, axes, steps)`` of a Slice node (attributes before opset 10, inputs
+    known at import time after)."""
     if im.opset < 10:
         starts, ends = _ints(a["starts"]), _ints(a["ends"])
         axes = _ints(a.get("axes", range(len(starts))))
-        steps = [1] * len(starts)
-    else:
-        starts, ends = _ints(_s(im, node, 1)), _ints(_s(im, node, 2))
-        axes = _ints(_s(im, node, 3)) if len(node.input) > 3 and node.input[3] else list(
-            range(len(starts)))
-        steps = _ints(_s(im, node, 4)) if len(node.input) > 4 and node.input[4] else [1] * len(
-            starts)
+        return starts, ends, axes, [1] * len(starts)
+    for k in range(1, len(node.input)):
+        if node.input[k] and not im.is_static(node.input[k]):
+            raise OnnxImportError(f"Slice {node.name!r}: its starts, ends, axes and steps must "
+                                  "be known at import time (shapes are static)")
+    starts, ends = _ints(_s(im, node, 1)), _ints(_s(im, node, 2))
+    axes = _ints(_s(im, node, 3)) if len(node.input) > 3 and node.input[3] else list(
+        range(len(starts)))
+    steps = _ints(_s(im, node, 4)) if len(node.input) > 4 and node.input[4] else [1] * len(
+        starts)
+    return starts, ends, axes, steps
+
+
+def _slice(im, node, a):
+    starts, ends, axes, steps = _slice_args(im, node, a)
+    return G.strided_slice(im.tensor(node.input[0]), starts, ends, steps, axes)
+
+
+def _static_slice(im, node, a):
+    x = _s(im, node)
+    starts, ends, axes, steps = _slice_args(im, node, a)
     index = [slice(None)] * x.ndim
     for s, e, ax, st in zip(starts, ends, axes, steps):
         index[ax % x.ndim] = slice(s, e, st)

@@ -23,7 +23,7 @@ from .broadcast import (
 from .math import abs, cast, clip, erf, exp, log, negative, rsqrt, sigmoid, sqrt, tanh
 from .precision import allow_tf32, tf32
 from .reduction import max, mean, min, sum
-from .transform import concatenate, expand_dims, reshape, squeeze, transpose
+from .transform import concatenate, expand_dims, reshape, squeeze, strided_slice, transpose
 
 __all__ = [
     "broadcast", "nn", "precision", "reduction", "tag", "testing", "transform",
@@ -32,5 +32,5 @@ __all__ = [
     "minimum", "power",
     "abs", "cast", "clip", "erf", "exp", "log", "negative", "rsqrt", "sigmoid", "sqrt", "tanh",
     "sum", "max", "min", "mean",
-    "reshape", "transpose", "concatenate", "squeeze", "expand_dims",
+    "reshape", "transpose", "concatenate", "strided_slice", "squeeze", "expand_dims",
 ]

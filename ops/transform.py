@@ -1,7 +1,9 @@
-"""Injective layout operators: reshape, transpose, concatenate, squeeze, expand_dims.
+"""Injective layout operators: reshape, transpose, concatenate, strided_slice, squeeze,
+expand_dims.
 
 Stage names and tags follow TOPI's ``transform.h`` (``T_reshape``, ``T_transpose``,
-``T_concat``, ``T_squeeze``, ``T_expand_dims``; axes ``ax0, ax1, ...``).
+``T_concat``, ``T_strided_slice``, ``T_squeeze``, ``T_expand_dims``; axes
+``ax0, ax1, ...``).
 """
 
 from __future__ import annotations
@@ -161,6 +163,55 @@ def concatenate(tensors, axis: int = 0) -> Tensor:
         return value
 
     return compute_named(shape, ax_names(n), fcompute, "T_concat", tag.INJECTIVE)
+
+
+def slice_ranges(op: str, shape, begin, end, strides=None, axes=None) -> list:
+    """``(start, step, count)`` for every dimension of ``shape`` sliced as numpy's
+    ``x[begin:end:strides]`` along ``axes`` (default: the first ``len(begin)`` dimensions;
+    the others are kept whole). Negative ``begin`` / ``end`` count from the end and are
+    clipped to the dimension, as in numpy; ``strides`` are positive (default 1)."""
+    n = len(shape)
+    try:
+        begin = [int(b) for b in begin]
+        end = [int(e) for e in end]
+        strides = [1] * len(begin) if strides is None else [int(s) for s in strides]
+        axes = list(range(len(begin))) if axes is None else [int(a) for a in axes]
+    except (TypeError, ValueError):
+        fail(op, f"begin, end, strides and axes must be lists of ints, got {begin!r}, "
+                 f"{end!r}, {strides!r}, {axes!r}")
+    if not (len(begin) == len(end) == len(strides) == len(axes)):
+        fail(op, f"begin {begin}, end {end}, strides {strides} and axes {axes} must have "
+                 "the same length")
+    if len(axes) > n:
+        fail(op, f"{len(axes)} sliced dimensions for a {n}-D tensor")
+    axes = [normalize_axis(op, a, n) for a in axes]
+    if len(set(axes)) != len(axes):
+        fail(op, f"axes {axes} name a dimension twice")
+    out = [(0, 1, int(d)) for d in shape]
+    for a, b, e, st in zip(axes, begin, end, strides):
+        if st < 1:
+            fail(op, f"stride {st} along axis {a}: only positive strides are supported")
+        start, stop, _ = slice(b, e, st).indices(int(shape[a]))
+        count = max(0, -(-(stop - start) // st))
+        if count == 0:
+            fail(op, f"the slice {b}:{e}:{st} of axis {a} (extent {shape[a]}) is empty")
+        out[a] = (start, st, count)
+    return out
+
+
+def strided_slice(data: Tensor, begin, end, strides=None, axes=None) -> Tensor:
+    """``data[begin:end:strides]`` along ``axes`` (see :func:`slice_ranges`), as TOPI's
+    ``strided_slice``: output element ``i`` reads input element ``begin + i * strides``."""
+    op = "strided_slice"
+    expect_tensor(op, "data", data)
+    ranges = slice_ranges(op, data.shape, begin, end, strides, axes)
+    shape = tuple(c for _, _, c in ranges)
+
+    def fcompute(*i):
+        return data(*(offset(scale(x, st), b) for x, (b, st, _) in zip(i, ranges)))
+
+    return compute_named(shape, ax_names(data.ndim), fcompute, "T_strided_slice",
+                         tag.INJECTIVE)
 
 
 def squeeze(data: Tensor, axis=None) -> Tensor:

@@ -226,3 +226,22 @@ def test_a_float16_model_imports_in_float16_and_casts_are_kept():
     out.set_input(x=x)
     out.run()
     np.testing.assert_allclose(out.get_output(0).numpy(), ref, atol=2e-3)
+
+
+def test_slice_of_a_tensor_is_a_strided_slice():
+    """A Slice of a computed tensor (the query, key and value columns of a fused projection)
+    imports as ``strided_slice``; its bounds must be known at import time."""
+    inits = [ints("starts", [1, 4]), ints("ends", [-1, 100]), ints("axes", [0, 1]),
+             ints("steps", [2, 1])]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Slice", ["r", "starts", "ends", "axes", "steps"], ["y"])]
+    model = make_model(nodes, [tensor("x", [7, 12])], [tensor("y", [3, 8])], inits)
+    net, _ = check(model, {"x": RNG.standard_normal((7, 12)).astype(np.float32)},
+                   layouts=(None,))
+    assert "strided_slice" in [c.op_name for c in net.calls()]
+    dyn = [helper.make_node("Slice", ["x", "starts", "e"], ["y"])]
+    model = make_model(dyn, [tensor("x", [7, 12]),
+                             helper.make_tensor_value_info("e", TensorProto.INT64, [2])],
+                       [tensor("y", [None, None])], inits[:1])
+    with pytest.raises(graph.OnnxImportError, match="known at import time"):
+        graph.from_onnx(model, {"x": (7, 12), "e": (2,)})

@@ -35,6 +35,7 @@ from .transform import (
     pad,
     reshape,
     squeeze,
+    strided_slice,
     transpose,
 )
 from .winograd import conv2d_winograd, winograd_weight_transform
@@ -46,6 +47,7 @@ __all__ = [
     "concatenate", "conv2d", "conv2d_winograd", "dense", "divide", "erf", "exp", "expand_dims",
     "global_avg_pool2d", "global_max_pool2d", "layer_norm", "leaky_relu", "log", "matmul",
     "max_pool2d", "maximum", "mean", "minimum", "multiply", "negative", "pad", "power",
-    "relu", "reshape", "rsqrt", "sigmoid", "softmax", "sqrt", "squeeze", "subtract", "tanh",
+    "relu", "reshape", "rsqrt", "sigmoid", "softmax", "sqrt", "squeeze", "strided_slice",
+    "subtract", "tanh",
     "transpose", "winograd_weight_transform",
 ]

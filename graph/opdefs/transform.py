@@ -1,12 +1,13 @@
 """Layout operators: ``reshape``, ``nn.batch_flatten``, ``squeeze``, ``expand_dims``,
-``transpose``, ``concatenate``, ``nn.pad``, and the reduction ``mean``."""
+``transpose``, ``concatenate``, ``strided_slice``, ``nn.pad``, and the reduction
+``mean``."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ... import ops
-from ..ir import Call, Node, TensorType
+from ..ir import Call, GraphError, Node, TensorType
 from ..op import OpDef, OpPattern, register_op
 from .common import axis_index, fail
 
@@ -207,6 +208,51 @@ register_op(OpDef(
 def concatenate(data, axis: int = 0) -> Call:
     """Join a list of tensors along ``axis``."""
     return Call("concatenate", list(data), {"axis": axis})
+
+
+def _slice_ranges(types, attrs):
+    from ...ir.te import TEError
+    from ...ops.transform import slice_ranges
+
+    try:
+        return slice_ranges("strided_slice", types[0].shape, attrs["begin"], attrs["end"],
+                            attrs["strides"], attrs["axes"])
+    except TEError as e:
+        raise GraphError(str(e)) from None
+
+
+def _slice_infer(types, attrs):
+    return TensorType(tuple(c for _, _, c in _slice_ranges(types, attrs)), types[0].dtype)
+
+
+def _slice_ref(a, attrs):
+    ranges = _slice_ranges([TensorType(a[0].shape, "float32")], attrs)
+    return np.ascontiguousarray(a[0][tuple(slice(b, b + st * (c - 1) + 1, st)
+                                           for b, st, c in ranges)])
+
+
+def _slice_normalize(attrs):
+    def ints(v):
+        return None if v is None else tuple(int(x) for x in v)
+
+    return {k: ints(attrs[k]) for k in ("begin", "end", "strides", "axes")}
+
+
+register_op(OpDef(
+    name="strided_slice", num_inputs=1, infer=_slice_infer,
+    lower=lambda a, attrs: ops.strided_slice(a[0], attrs["begin"], attrs["end"],
+                                             attrs["strides"], attrs["axes"]),
+    ref=_slice_ref, pattern=OpPattern.INJECTIVE,
+    defaults={"begin": None, "end": None, "strides": None, "axes": None},
+    normalize=_slice_normalize,
+))
+
+
+def strided_slice(data: Node, begin, end, strides=None, axes=None) -> Call:
+    """``data[begin:end:strides]`` along ``axes`` (default: the leading dimensions), as
+    Relay's ``strided_slice``: negative bounds count from the end, strides are positive."""
+    return Call("strided_slice", [data], {"begin": begin, "end": end, "strides": strides,
+                                          "axes": axes})
 
 
 def _pad_normalize(attrs):

@@ -1,5 +1,5 @@
 """Graph passes: inference simplification, constant folding, folding scales into weights,
-layout conversion, mixed precision (float16/bfloat16, TF32), Winograd convolution and
+combining parallel dense layers, layout conversion, mixed precision (float16/bfloat16, TF32), Winograd convolution and
 operator fusion, on the infrastructure of
 :mod:`ptxforge.graph.passes.base`."""
 
@@ -12,6 +12,7 @@ from .base import (
     GraphVerify,
     register_graph_pass,
 )
+from .combine_parallel_dense import CombineParallelDense
 from .convert_layout import ConvertLayout
 from .fold_constant import FoldConstant
 from .fold_scale_axis import FoldScaleAxis
@@ -25,7 +26,8 @@ PRECISIONS = ("float32", "tf32", "float16", "bfloat16")
 """The precisions a network is built in (``graph.build(..., precision=)``)."""
 
 __all__ = [
-    "GRAPH_PASSES", "MIXED_PRECISION_POLICY", "PRECISIONS", "ConvertLayout", "FoldConstant",
+    "GRAPH_PASSES", "MIXED_PRECISION_POLICY", "PRECISIONS", "CombineParallelDense",
+    "ConvertLayout", "FoldConstant",
     "FoldScaleAxis", "FuseOps", "GraphPass", "GraphPassContext", "GraphPipeline", "GraphVerify",
     "MixedPolicy", "SimplifyInference", "ToMixedPrecision", "UseTF32", "Winograd",
     "check_precision", "optimization_pipeline", "register_graph_pass",
@@ -49,11 +51,13 @@ def optimization_pipeline(layout: str | None = None, winograd: bool = False,
     """The passes a network goes through before compilation::
 
         simplify_inference, fold_constant, [convert_layout, fold_constant,]
-        fold_scale_axis, fold_constant, [to_mixed_precision(dtype), fold_constant |
-        use_tf32,] [winograd, fold_constant,] fuse_ops
+        fold_scale_axis, fold_constant, combine_parallel_dense,
+        [to_mixed_precision(dtype), fold_constant | use_tf32,] [winograd, fold_constant,]
+        fuse_ops
 
     The batch norm statistics and scales are folded into the weights in float32, before
-    the weights are converted to a 16-bit ``precision``.
+    the weights are converted to a 16-bit ``precision``. Three or more dense layers of one
+    input (a transformer's query, key and value projections) become one product.
 
     Without a ``layout``, a network in ``float16``, ``bfloat16`` or ``tf32`` runs its
     convolutions in NHWC (``convert_layout``, transposes only where the data enters and
@@ -66,7 +70,7 @@ def optimization_pipeline(layout: str | None = None, winograd: bool = False,
         layout = "NHWC"
     if layout and layout != "NCHW":  # NCHW: the network's own layout, kept
         passes += [ConvertLayout(layout), FoldConstant()]
-    passes += [FoldScaleAxis(), FoldConstant()]
+    passes += [FoldScaleAxis(), FoldConstant(), CombineParallelDense()]
     if precision in ("float16", "bfloat16"):
         passes += [ToMixedPrecision(precision), FoldConstant()]
     elif precision == "tf32":

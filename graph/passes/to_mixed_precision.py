@@ -45,7 +45,7 @@ _FOLLOW = (
     "add", "subtract", "multiply", "divide", "maximum", "minimum", "negative", "nn.relu",
     "nn.leaky_relu", "clip", "tanh", "sigmoid", "erf", "nn.bias_add", "nn.max_pool2d",
     "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d", "nn.pad", "reshape",
-    "nn.batch_flatten", "squeeze", "expand_dims", "transpose", "concatenate",
+    "nn.batch_flatten", "squeeze", "expand_dims", "transpose", "concatenate", "strided_slice",
 )
 _NEVER = (
     "nn.softmax", "nn.layer_norm", "nn.batch_norm", "mean", "exp", "log", "power", "sqrt",
