@@ -1,6 +1,6 @@
 """Graph passes: inference simplification, constant folding, folding scales into weights,
-layout conversion, mixed precision (float16/bfloat16, TF32), Winograd convolution and
-operator fusion, on the infrastructure of
+layout conversion, mixed precision (float16/bfloat16, TF32), folding output casts into
+softmax and layer norm, Winograd convolution and operator fusion, on the infrastructure of
 :mod:`ptxforge.graph.passes.base`."""
 
 from ..ir import GraphError
@@ -14,6 +14,7 @@ from .base import (
 )
 from .convert_layout import ConvertLayout
 from .fold_constant import FoldConstant
+from .fold_output_cast import FoldOutputCast
 from .fold_scale_axis import FoldScaleAxis
 from .fuse_ops import FuseOps
 from .simplify_inference import SimplifyInference
@@ -26,7 +27,8 @@ PRECISIONS = ("float32", "tf32", "float16", "bfloat16")
 
 __all__ = [
     "GRAPH_PASSES", "MIXED_PRECISION_POLICY", "PRECISIONS", "ConvertLayout", "FoldConstant",
-    "FoldScaleAxis", "FuseOps", "GraphPass", "GraphPassContext", "GraphPipeline", "GraphVerify",
+    "FoldOutputCast", "FoldScaleAxis", "FuseOps", "GraphPass", "GraphPassContext",
+    "GraphPipeline", "GraphVerify",
     "MixedPolicy", "SimplifyInference", "ToMixedPrecision", "UseTF32", "Winograd",
     "check_precision", "optimization_pipeline", "register_graph_pass",
 ]
@@ -50,10 +52,12 @@ def optimization_pipeline(layout: str | None = None, winograd: bool = False,
 
         simplify_inference, fold_constant, [convert_layout, fold_constant,]
         fold_scale_axis, fold_constant, [to_mixed_precision(dtype), fold_constant |
-        use_tf32,] [winograd, fold_constant,] fuse_ops
+        use_tf32,] fold_output_cast, [winograd, fold_constant,] [fuse_ops]
 
     The batch norm statistics and scales are folded into the weights in float32, before
-    the weights are converted to a 16-bit ``precision``.
+    the weights are converted to a 16-bit ``precision``. ``fold_output_cast`` then lets a
+    float32 softmax or layer norm whose result is only cast down write the 16-bit result
+    itself, so the cast is no kernel of its own after fusion.
 
     Without a ``layout``, a network in ``float16``, ``bfloat16`` or ``tf32`` runs its
     convolutions in NHWC (``convert_layout``, transposes only where the data enters and
@@ -71,6 +75,7 @@ def optimization_pipeline(layout: str | None = None, winograd: bool = False,
         passes += [ToMixedPrecision(precision), FoldConstant()]
     elif precision == "tf32":
         passes.append(UseTF32())
+    passes.append(FoldOutputCast())
     if winograd:
         passes += [Winograd(), FoldConstant()]
     if fuse:
