@@ -24,7 +24,7 @@ def _round_output(value: np.ndarray, data: np.ndarray, attrs: dict) -> np.ndarra
     with an ``out_dtype``, once more to it: a rounding of the data-dtype result, exactly
     what a kernel that computes in the data's dtype and converts at its store gives."""
     value = value.astype(data.dtype)
-    out = attrs["out_dtype"]
+    out = attrs.get("out_dtype")
     return cast_array(value, out) if out else value
 
 
@@ -96,7 +96,7 @@ def _ln_lower(a, attrs):
         x.shape,
         lambda *i: cast_to(centered(*i) * te.rsqrt(var(*i[:-1], 0) + eps)
                            * cast_to(gamma[i[-1]], acc) + cast_to(beta[i[-1]], acc),
-                           attrs["out_dtype"] or x.dtype),
+                           attrs.get("out_dtype") or x.dtype),
         name="T_layer_norm", tag="injective")
     return norm
 
@@ -133,7 +133,8 @@ def _softmax_infer(types, attrs):
 
 register_op(OpDef(
     name="nn.softmax", num_inputs=1, infer=_softmax_infer,
-    lower=lambda a, attrs: ops.nn.softmax(a[0], attrs["axis"], attrs["out_dtype"] or None),
+    lower=lambda a, attrs: ops.nn.softmax(a[0], attrs["axis"],
+                                            attrs.get("out_dtype") or None),
     ref=lambda a, attrs: _round_output(testing.softmax_python(a[0], attrs["axis"]), a[0],
                                        attrs),
     pattern=OpPattern.OPAQUE, defaults={"axis": -1, "out_dtype": ""},
