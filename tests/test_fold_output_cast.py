@@ -186,3 +186,35 @@ def test_a_float16_bert_layer_has_no_cast_after_softmax():
     lns = [c for c in calls if "nn.layer_norm" in ops_of[id(c)]]
     assert [c.dtype for c in lns] == ["float32", "float32"]
     assert sum(ops_of[id(c)] == ["cast"] for c in calls) == 2  # the input and that one
+
+
+@pytest.mark.gpu
+def test_attention_in_float16_on_the_gpu_keeps_every_bit(monkeypatch):
+    """On the GPU too the folded softmax (float32 arithmetic, one ``cvt.rn.f16.f32`` at its
+    store) gives the bits of the float32 softmax kernel followed by the cast kernel."""
+    from ptxforge.graph import build_module
+    from ptxforge.graph.passes import optimization_pipeline
+
+    net = attention(seq=128, hidden=64)
+    x = rand(128, 64)
+    dev = ptxforge.cuda(0)
+
+    def run_gpu(lib):
+        m = graph.GraphModule(lib, dev)
+        m.set_input(x=x)
+        m.run()
+        return m.get_output(0).numpy()
+
+    lib = graph.build(net, "cuda", precision="float16")
+    got = run_gpu(lib)
+
+    def without_fold(*args, **kw):
+        full = optimization_pipeline(*args, **kw)
+        return graph.GraphPipeline([p for p in full if not isinstance(p, FoldOutputCast)])
+
+    monkeypatch.setattr(build_module, "optimization_pipeline", without_fold)
+    unfolded = graph.build(net, "cuda", precision="float16")
+    assert kernels(unfolded) == kernels(lib) + 1
+    assert run_gpu(unfolded).tobytes() == got.tobytes()
+    ref = graph.evaluate(net, {"x": x})
+    np.testing.assert_allclose(got, ref, atol=1e-2 * np.abs(ref).max(), rtol=0)
