@@ -216,6 +216,12 @@ def torch_twin(torch, net, params: dict | None = None):
     return Twin().eval()
 
 
+def _to_out_dtype(torch, x, attrs):
+    """``x`` rounded to the operator's ``out_dtype`` (softmax, layer norm), if it has one."""
+    out = attrs.get("out_dtype")
+    return x.to(getattr(torch, out)) if out else x
+
+
 def _torch_op(torch, F, call, a):
     op, at = call.op, call.attrs
     if op == "nn.conv2d":
@@ -256,11 +262,12 @@ def _torch_op(torch, F, call, a):
         y = a[1].t() if at["transpose_b"] else a[1]
         return x @ y
     if op == "nn.softmax":
-        return torch.softmax(a[0], at["axis"])
+        return _to_out_dtype(torch, torch.softmax(a[0], at["axis"]), at)
     if op == "nn.layer_norm":
         if at["axis"] % call.ndim != call.ndim - 1:
             raise ValueError("torch_twin: layer norm over the last axis only")
-        return F.layer_norm(a[0], (call.shape[-1],), a[1], a[2], at["epsilon"])
+        return _to_out_dtype(torch, F.layer_norm(a[0], (call.shape[-1],), a[1], a[2],
+                                                 at["epsilon"]), at)
     simple = {
         "add": lambda: a[0] + a[1], "subtract": lambda: a[0] - a[1],
         "multiply": lambda: a[0] * a[1], "divide": lambda: a[0] / a[1],

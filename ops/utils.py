@@ -68,6 +68,35 @@ def check_dtype(op: str, dtype: str | None, default: str) -> str:
         fail(op, str(err))
 
 
+def rounded_output_error(in_dtype: str, out_dtype: str) -> str | None:
+    """Why ``out_dtype`` cannot be the output dtype of a float operator on ``in_dtype`` data
+    that computes in (at least) ``in_dtype`` and rounds once at its output (softmax, layer
+    norm), or None when it can: a known float dtype no wider than ``in_dtype``. A wider
+    one would claim digits the computation does not have; cast the result up instead."""
+    if not isinstance(out_dtype, str):
+        return f"out_dtype must be a dtype name, got {out_dtype!r}"
+    try:
+        dt.check(out_dtype)
+    except dt.DTypeError as err:
+        return f"out_dtype: {err}"
+    if not dt.is_float(out_dtype):
+        return f"out_dtype must be a float dtype, got {out_dtype}"
+    if dt.bits(out_dtype) > dt.bits(in_dtype):
+        return (f"out_dtype {out_dtype} is wider than the data's {in_dtype}: the output only "
+                f"rounds down; cast the {in_dtype} result up instead")
+    return None
+
+
+def rounded_output_dtype(op: str, in_dtype: str, out_dtype: str | None) -> str:
+    """``out_dtype`` (None or "": ``in_dtype``) after :func:`rounded_output_error`'s check."""
+    if not out_dtype:
+        return in_dtype
+    err = rounded_output_error(in_dtype, out_dtype)
+    if err:
+        fail(op, err)
+    return out_dtype
+
+
 def positive_int(op: str, what: str, value) -> int:
     """``value`` as an int, or a TEError unless it is an int of at least 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -116,3 +116,40 @@ def test_a_bert_layer_gets_its_sketches(precision):
     want = "tensorcore(" if precision == "float16" else "tensorcore_gemm("
     for d in dense:
         assert any(n.startswith(want) for n in by_desc[d]), (d, by_desc[d])
+
+
+@autosched.register_workload
+def fr_softmax_out(rows, n, out_dtype):
+    """A float32 softmax that rounds its output to ``out_dtype`` (as ``fold_output_cast``
+    leaves it in a mixed-precision network)."""
+    x = te.placeholder((rows, n), "float32", name="x")
+    return [x, ops.nn.softmax(x, out_dtype=out_dtype or None)]
+
+
+def test_sampled_states_of_a_softmax_with_a_float16_output():
+    """The fused-rows states build and round the float32 kernel's result once: the same
+    state on the float32 task gives the same values before the rounding."""
+    task = autosched.SearchTask(func=fr_softmax_out, args=(6, 48, "float16"), target=SM80)
+    wide = autosched.SearchTask(func=fr_softmax_out, args=(6, 48, ""), target=SM80)
+    assert task.tensors[-1].dtype == "float16"
+    assert task.workload_key != wide.workload_key
+    assert task.compute_dag.structural_hash() != wide.compute_dag.structural_hash()
+    fr = len(task.sketches) - 1
+    assert task.sketches[fr].name.startswith("fused_rows(")
+    rng = np.random.default_rng(1)
+    pop = random_population(task, 64, rng)
+    pop = pop[pop[:, 0] == fr]
+    _, valid, est = population_features(task.models, pop, task.flop_ct, 132)
+    assert valid.all() and np.isfinite(est).all()
+    x = rng.standard_normal((6, 48)).astype("float32") * 3
+    e = np.exp(x - x.max(-1, keepdims=True))
+    ref = e / e.sum(-1, keepdims=True)
+    texts = list(dict.fromkeys(State.from_row(row, task).pipeline_text(task) for row in pop))
+    assert len(texts) >= 3
+    for text in texts[:3]:
+        out16 = np.zeros((6, 48), "float16")
+        ptxforge.build(schedule_from_pipeline(task, text), task.tensors, target="sim")(x, out16)
+        np.testing.assert_allclose(out16, ref, rtol=1e-3, atol=1e-4)
+        out32 = np.zeros((6, 48), "float32")
+        ptxforge.build(schedule_from_pipeline(wide, text), wide.tensors, target="sim")(x, out32)
+        assert out16.tobytes() == out32.astype("float16").tobytes()

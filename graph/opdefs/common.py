@@ -50,6 +50,28 @@ def expect_float(op: str, what: str, ty: TensorType) -> None:
         fail(op, f"{what} must have a float dtype, got {ty.dtype}")
 
 
+def rounded_output(op: str, data: TensorType, attrs: dict) -> str:
+    """The output dtype of a row normalization (softmax, layer norm) on ``data``:
+    ``attrs["out_dtype"]`` when set (a float dtype no wider than the data's; the operator
+    computes as before and rounds once at its output), else the data's dtype."""
+    from ...ops.utils import rounded_output_error
+
+    out = attrs["out_dtype"]
+    if not out:
+        return data.dtype
+    err = rounded_output_error(data.dtype, out)
+    if err:
+        fail(op, err)
+    return out
+
+
+def empty_out_dtype(attrs: dict) -> dict:
+    """Attribute normalization: ``out_dtype=None`` means the default, ``""``."""
+    if attrs.get("out_dtype") is None:
+        attrs = {**attrs, "out_dtype": ""}
+    return attrs
+
+
 def same_dtype(op: str, types: list[TensorType]) -> str:
     dtypes = {t.dtype for t in types}
     if len(dtypes) != 1:

@@ -188,8 +188,13 @@ def _cast_infer(types, attrs):
 
 
 def _cast_ref(a, attrs):
-    """Round to the target dtype once, through float64 (as the GPU's ``cvt.rn``)."""
-    x, dtype = np.asarray(a[0]), attrs["dtype"]
+    return cast_array(a[0], attrs["dtype"])
+
+
+def cast_array(x, dtype: str) -> np.ndarray:
+    """A host array of ``dtype`` holding ``x`` rounded once (as the GPU's ``cvt.rn``);
+    bfloat16 input is read exactly first."""
+    x = np.asarray(x)
     if x.dtype == dt.BFLOAT16_HOST:
         x = dt.from_bfloat16(x)
     if dtype == "bfloat16":

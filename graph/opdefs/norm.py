@@ -1,4 +1,9 @@
-"""Normalizations: ``nn.batch_norm`` (inference), ``nn.layer_norm`` and ``nn.softmax``."""
+"""Normalizations: ``nn.batch_norm`` (inference), ``nn.layer_norm`` and ``nn.softmax``.
+
+Layer norm and softmax take ``out_dtype`` (default ``""``: the data's dtype): a float dtype
+no wider than the data's, to which the operator rounds its result once at the end while
+computing exactly as without it. ``fold_output_cast`` sets it where a cast down is the
+only reader of their float32 result in a mixed-precision network."""
 
 from __future__ import annotations
 
@@ -8,9 +13,19 @@ from ... import ops
 from ...ir import te
 from ...ops import testing
 from ...ops.utils import accumulate_dtype, cast_to
-from ..ir import Call, Node
+from ..ir import Call, Node, TensorType
 from ..op import OpDef, OpPattern, register_op
-from .common import axis_index, expect_float, expect_rank, fail
+from .common import axis_index, empty_out_dtype, expect_float, expect_rank, fail, rounded_output
+from .elemwise import cast_array
+
+
+def _round_output(value: np.ndarray, data: np.ndarray, attrs: dict) -> np.ndarray:
+    """A reference result rounded to the data's dtype (the operator's arithmetic), then,
+    with an ``out_dtype``, once more to it: a rounding of the data-dtype result, exactly
+    what a kernel that computes in the data's dtype and converts at its store gives."""
+    value = value.astype(data.dtype)
+    out = attrs.get("out_dtype")
+    return cast_array(value, out) if out else value
 
 
 def _bn_infer(types, attrs):
@@ -64,7 +79,7 @@ def _ln_infer(types, attrs):
     for what, t in (("gamma", gamma), ("beta", beta)):
         if t.shape != (data.shape[-1],):
             fail(op, f"{what} must have shape [{data.shape[-1]}], got {list(t.shape)}")
-    return data
+    return TensorType(data.shape, rounded_output(op, data, attrs))
 
 
 def _ln_lower(a, attrs):
@@ -80,7 +95,8 @@ def _ln_lower(a, attrs):
     norm = te.compute(
         x.shape,
         lambda *i: cast_to(centered(*i) * te.rsqrt(var(*i[:-1], 0) + eps)
-                           * cast_to(gamma[i[-1]], acc) + cast_to(beta[i[-1]], acc), x.dtype),
+                           * cast_to(gamma[i[-1]], acc) + cast_to(beta[i[-1]], acc),
+                           attrs.get("out_dtype") or x.dtype),
         name="T_layer_norm", tag="injective")
     return norm
 
@@ -90,37 +106,44 @@ def _ln_ref(a, attrs):
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
     out = (x - mean) / np.sqrt(var + np.asarray(attrs["epsilon"], x.dtype)) * gamma + beta
-    return out.astype(x.dtype)
+    return _round_output(out, x, attrs)
 
 
 register_op(OpDef(
     name="nn.layer_norm", num_inputs=3, infer=_ln_infer, lower=_ln_lower, ref=_ln_ref,
-    pattern=OpPattern.OPAQUE, defaults={"axis": -1, "epsilon": 1e-5},
+    pattern=OpPattern.OPAQUE, defaults={"axis": -1, "epsilon": 1e-5, "out_dtype": ""},
+    normalize=empty_out_dtype,
 ))
 
 
 def layer_norm(data: Node, gamma: Node, beta: Node, axis: int = -1,
-               epsilon: float = 1e-5) -> Call:
-    """Layer normalization over the last axis, then ``* gamma + beta``."""
-    return Call("nn.layer_norm", [data, gamma, beta], {"axis": axis, "epsilon": float(epsilon)})
+               epsilon: float = 1e-5, out_dtype: str = "") -> Call:
+    """Layer normalization over the last axis, then ``* gamma + beta``; the result in
+    ``out_dtype`` (default: the data's dtype; see the module's docstring)."""
+    return Call("nn.layer_norm", [data, gamma, beta],
+                {"axis": axis, "epsilon": float(epsilon), "out_dtype": out_dtype})
 
 
 def _softmax_infer(types, attrs):
     (data,) = types
     expect_float("nn.softmax", "data", data)
     axis_index("nn.softmax", attrs["axis"], data.ndim)
-    return data
+    return TensorType(data.shape, rounded_output("nn.softmax", data, attrs))
 
 
 register_op(OpDef(
     name="nn.softmax", num_inputs=1, infer=_softmax_infer,
-    lower=lambda a, attrs: ops.nn.softmax(a[0], attrs["axis"]),
-    ref=lambda a, attrs: testing.softmax_python(a[0], attrs["axis"]).astype(a[0].dtype),
-    pattern=OpPattern.OPAQUE, defaults={"axis": -1},
+    lower=lambda a, attrs: ops.nn.softmax(a[0], attrs["axis"],
+                                            attrs.get("out_dtype") or None),
+    ref=lambda a, attrs: _round_output(testing.softmax_python(a[0], attrs["axis"]), a[0],
+                                       attrs),
+    pattern=OpPattern.OPAQUE, defaults={"axis": -1, "out_dtype": ""},
+    normalize=empty_out_dtype,
 ))
 
 
-def softmax(data: Node, axis: int = -1) -> Call:
-    """``exp(x - max) / sum(exp(x - max))`` along ``axis``."""
-    return Call("nn.softmax", [data], {"axis": axis})
+def softmax(data: Node, axis: int = -1, out_dtype: str = "") -> Call:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``; the result in ``out_dtype``
+    (default: the data's dtype; see the module's docstring)."""
+    return Call("nn.softmax", [data], {"axis": axis, "out_dtype": out_dtype})
 

@@ -1,6 +1,7 @@
 """Graph passes: inference simplification, constant folding, folding scales into weights,
-combining parallel dense layers, layout conversion, mixed precision (float16/bfloat16, TF32), Winograd convolution and
-operator fusion, on the infrastructure of
+combining parallel dense layers, layout conversion, mixed precision (float16/bfloat16, TF32),
+folding output casts into softmax and layer norm, Winograd convolution and operator fusion,
+on the infrastructure of
 :mod:`ptxforge.graph.passes.base`."""
 
 from ..ir import GraphError
@@ -15,6 +16,7 @@ from .base import (
 from .combine_parallel_dense import CombineParallelDense
 from .convert_layout import ConvertLayout
 from .fold_constant import FoldConstant
+from .fold_output_cast import FoldOutputCast
 from .fold_scale_axis import FoldScaleAxis
 from .fuse_ops import FuseOps
 from .simplify_inference import SimplifyInference
@@ -27,8 +29,8 @@ PRECISIONS = ("float32", "tf32", "float16", "bfloat16")
 
 __all__ = [
     "GRAPH_PASSES", "MIXED_PRECISION_POLICY", "PRECISIONS", "CombineParallelDense",
-    "ConvertLayout", "FoldConstant",
-    "FoldScaleAxis", "FuseOps", "GraphPass", "GraphPassContext", "GraphPipeline", "GraphVerify",
+    "ConvertLayout", "FoldConstant", "FoldOutputCast", "FoldScaleAxis", "FuseOps", "GraphPass",
+    "GraphPassContext", "GraphPipeline", "GraphVerify",
     "MixedPolicy", "SimplifyInference", "ToMixedPrecision", "UseTF32", "Winograd",
     "check_precision", "optimization_pipeline", "register_graph_pass",
 ]
@@ -52,12 +54,15 @@ def optimization_pipeline(layout: str | None = None, winograd: bool = False,
 
         simplify_inference, fold_constant, [convert_layout, fold_constant,]
         fold_scale_axis, fold_constant, combine_parallel_dense,
-        [to_mixed_precision(dtype), fold_constant | use_tf32,] [winograd, fold_constant,]
-        fuse_ops
+        [to_mixed_precision(dtype), fold_constant | use_tf32,] fold_output_cast,
+        [winograd, fold_constant,] [fuse_ops]
 
     The batch norm statistics and scales are folded into the weights in float32, before
     the weights are converted to a 16-bit ``precision``. Three or more dense layers of one
     input (a transformer's query, key and value projections) become one product.
+    ``fold_output_cast`` then lets a float32 softmax or layer norm whose result is only
+    cast down write the 16-bit result itself, so the cast is no kernel of its own after
+    fusion.
 
     Without a ``layout``, a network in ``float16``, ``bfloat16`` or ``tf32`` runs its
     convolutions in NHWC (``convert_layout``, transposes only where the data enters and
@@ -75,6 +80,7 @@ def optimization_pipeline(layout: str | None = None, winograd: bool = False,
         passes += [ToMixedPrecision(precision), FoldConstant()]
     elif precision == "tf32":
         passes.append(UseTF32())
+    passes.append(FoldOutputCast())
     if winograd:
         passes += [Winograd(), FoldConstant()]
     if fuse:

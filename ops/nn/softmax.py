@@ -22,18 +22,25 @@ from ..utils import (
     fail,
     i_names,
     normalize_axis,
+    rounded_output_dtype,
 )
 
 
-def softmax(x: Tensor, axis: int = -1) -> Tensor:
+def softmax(x: Tensor, axis: int = -1, out_dtype: str | None = None) -> Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``; every stage is tagged
-    ``softmax_output`` and the last carries ``attrs["axis"]``."""
+    ``softmax_output`` and the last carries ``attrs["axis"]``.
+
+    ``out_dtype`` (default: ``x``'s dtype) is the output's dtype, a float dtype no wider
+    than ``x``'s: the stages compute exactly as for ``x``'s dtype and the last one rounds
+    its quotient once to ``out_dtype`` (float32 data, float16 output: the same bits as a
+    float32 softmax followed by a cast, in one stage)."""
     op = "softmax"
     expect_tensor(op, "x", x)
     if x.ndim == 0:
         fail(op, "x must have at least one dimension")
     expect_float(op, "x", x)
     axis = normalize_axis(op, axis, x.ndim)
+    out_dtype = rounded_output_dtype(op, x.dtype, out_dtype)
     shape = tuple(x.shape)
     reduced = tuple(s for d, s in enumerate(shape) if d != axis)
     k1 = te.reduce_axis((0, shape[axis]), name="k")
@@ -64,6 +71,6 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     )
     return compute_named(
         shape, i_names(len(shape)),
-        lambda *i: cast_to(exp[i] / expsum[without_axis(i)], x.dtype),
+        lambda *i: cast_to(exp[i] / expsum[without_axis(i)], out_dtype),
         "T_softmax_norm", tag.SOFTMAX, attrs={"axis": axis},
     )
