@@ -527,15 +527,16 @@ def choose_gemm_config(form: GemmForm, target: Target | str | None = None) -> Te
     split-K configuration of :func:`split_k_gemm_config` replaces it when
     :func:`gemm_time` expects it to be faster."""
     target = as_target(target)
-    base = _unsplit_gemm_config(form, target)
+    base = unsplit_gemm_config(form, target)
     split = split_k_gemm_config(form, target)
     if split is not None and gemm_time(split, form, target) < gemm_time(base, form, target):
         return split
     return base
 
 
-def _unsplit_gemm_config(form: GemmForm, target: Target | str | None = None
-                         ) -> TensorCoreConfig:
+def unsplit_gemm_config(form: GemmForm, target: Target | str | None = None
+                        ) -> TensorCoreConfig:
+    """The default tiles of ``form`` without split-K (see :func:`choose_gemm_config`)."""
     target = as_target(target)
     cands = gemm_configs(form, target)
     if not cands and form.paddable:
