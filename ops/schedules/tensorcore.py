@@ -34,7 +34,9 @@ class TensorCoreConfig:
     with cp.async; ``stages`` (2 to 5): software-pipeline the ``block_k`` loop with that
     many shared buffers per tile (1: none). ``split_k``: the reduction split into that many
     parts computed by different blocks (``blockIdx.z``) into float32 partial sums, which a
-    second kernel adds up with the epilogue (schedules that support it say so; 1: none).
+    second kernel adds up with the epilogue (the conv and GEMM schedules of
+    :mod:`.tensorcore_conv` and :mod:`.tensorcore_gemm` have it, through
+    :func:`split_k_partials` and :func:`schedule_split_sum`; 1: none).
     """
 
     block_m: int = 64

@@ -30,11 +30,21 @@ accumulators to global memory; any other fused epilogue (bias, activation, resid
 then the cast), and every padded product, runs on all threads of the block over a copy of
 the block's accumulators in shared memory.
 
+Split-K (``cfg.split_k > 1``): the product goes through ``implicit_gemm`` with ``K``
+padded to whole parts of ``block_k`` steps, and ``rfactor`` over the outer part of the
+reduction gives float32 partial sums ``[part, (b,) m, n]``: the tensor-core kernel
+computes them with the part (fused with the batch) on ``blockIdx.z``, storing each block
+tile through the shared C tile; a second kernel adds up the parts of each output element
+and runs the fused epilogue once (the helpers of :mod:`.tensorcore` that the conv schedule
+shares). A broadcast batch, which is not padded, has no split-K.
+
 :func:`choose_gemm_config` picks the tiles from a table (:func:`gemm_configs`): the
 largest block tile that still gives every SM a block (4096^3: 128x128x32, 2x2 warps, 2
 stages); a small ``M`` gets thin tiles (M = 16: 16x16x128, 4 stages, 256 blocks) since
 its product is bound by reading B. A shape no tile of the table divides takes
 :func:`padded_gemm_config` (``M = 1, N = 1000, K = 512``: 16x16x128 tiles, 63 blocks).
+Where few blocks meet a long reduction it takes split-K instead when the estimate
+:func:`gemm_time` says so (``128 x 768 x 3072`` on 132 SMs: 64x32x64 tiles in 8 parts).
 AutoTVM tunes the same schedule through the templates of
 :mod:`ptxforge.autotvm.tensorcore_dense`, whose knobs :func:`check_gemm_config` checks.
 """
