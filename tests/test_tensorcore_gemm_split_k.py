@@ -10,6 +10,7 @@ import pytest
 
 import ptxforge
 from ptxforge import ops, te
+from ptxforge.backend_ptx import compile_module, find_ptxas
 from ptxforge.ir import dtype as dt
 from ptxforge.ops.schedules import default_schedule
 from ptxforge.ops.schedules.tensorcore import SPLIT_SUM_THREADS, TensorCoreConfig
@@ -222,3 +223,27 @@ def test_default_split_k_schedule_matches_numpy():
     mod, (xv, wv, bv), got = _run(s, [x, w, b], y)
     assert _grid(mod)[0][2] == cfg.split_k
     assert _rel(got, np.maximum(xv @ wv.T + bv, 0)) < 2e-3
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) is not installed here")
+def test_bert_ffn2_split_k_kernels_assemble_for_sm90():
+    # 128 x 768 x 3072 + bias + residual add in fp16: the default splits K; both kernels
+    # assemble with ptxas, the product's with mma.sync and cp.async and no spills
+    x = te.placeholder((128, 3072), "float16", name="x")
+    w = te.placeholder((768, 3072), "float16", name="w")
+    b = te.placeholder((768,), "float16", name="b")
+    r = te.placeholder((128, 768), "float16", name="r")
+    y = ops.add(ops.nn.dense(x, w, b), r)
+    _, form = _dense_form(128, 768, 3072)
+    cfg = choose_gemm_config(form, SM90)
+    dev = ptxforge.lower(default_schedule(y, SM90), [x, w, b, r, y])
+    grids = [tuple(k.attrs.launch.grid) for k in dev.kernels()]
+    assert grids == [(768 // cfg.block_n, 128 // cfg.block_m, cfg.split_k),
+                     (128 * 768 // SPLIT_SUM_THREADS, 1, 1)]
+    mod = compile_module(dev, "sm_90")
+    product, total = mod.kernels.values()
+    ptx = product.get_source("ptx")
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx and "cp.async" in ptx
+    assert product.cubin and total.cubin
+    for k in (product, total):
+        assert "ld.local" not in k.get_source("ptx")
