@@ -247,3 +247,26 @@ def test_bert_ffn2_split_k_kernels_assemble_for_sm90():
     assert product.cubin and total.cubin
     for k in (product, total):
         assert "ld.local" not in k.get_source("ptx")
+
+
+def test_mixed_precision_bert_layer_with_a_split_k_ffn():
+    """A BERT layer built in float16 through the graph layer: its long-K FFN2 (16 tokens,
+    2048 -> 64, bias and the residual add fused) takes split-K by default, and the network
+    still matches the float32 evaluation."""
+    from ptxforge import graph
+    from ptxforge.graph.zoo.bert import bert_layer
+
+    out, params, shape = bert_layer(1, "float32", seq_len=16, hidden=64, heads=2,
+                                    intermediate=2048)
+    net = graph.function(out)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    ref = graph.evaluate(net, {"data": x}, params)
+    lib = graph.build(net, "sim", params, precision="float16")
+    split = [f for f in lib.functions.values() if "rfactor" in f.pipeline_text]
+    assert len(split) == 1
+    assert {c.op for c in split[0].func.func.calls()} >= {"nn.dense", "add"}
+    m = graph.GraphModule(lib, ptxforge.sim())
+    m.set_input(data=x)
+    m.run()
+    got = m.get_output(0).numpy()
+    np.testing.assert_allclose(got, ref, atol=1e-2 * np.abs(ref).max(), rtol=0)
