@@ -21,7 +21,7 @@ extent rounded up to a power of two), ``block_k``, the warp grid (``warps_m x wa
 the pipeline ``stages`` (1: none; else that many cp.async buffers), ``vec`` (elements per
 global -> shared copy), ``layout`` (``"pad"``: shared rows padded by 8 elements against
 ldmatrix bank conflicts; ``"plain"``: unpadded rows, less shared memory) and ``split_k``
-(1, 2, 4, 8 up to ``K / 16``: the reduction split over that many blocks on ``blockIdx.z``
+(1, 2, 4, 8, 16 up to ``K / 16``: the reduction split over that many blocks on ``blockIdx.z``
 into float32 partial sums, which a second kernel adds up with the epilogue; for products
 with few block tiles and a long reduction, such as BERT's dense layers at batch 1). A
 product whose extents the block tile does not divide is padded with zeros
@@ -60,7 +60,7 @@ BLOCK_K = (16, 32, 64)
 WARPS = (1, 2, 4)
 STAGES = (1, 2, 3, 4)
 LAYOUTS = ("pad", "plain")
-SPLIT_K = (1, 2, 4, 8)
+SPLIT_K = (1, 2, 4, 8, 16)
 LAYOUT_PAD = {"pad": 8, "plain": 0}
 """Elements added to each shared row of the A and B tiles, by layout knob value."""
 

@@ -115,6 +115,19 @@ def test_split_k_knob_runs_the_parts_on_blockidx_z(name, args):
     assert rel(got, want) < TOL[args[-1]]
 
 
+def test_a_split_k_default_is_a_point_of_the_space():
+    # BERT-base's FFN2 at batch 1: the default splits K, and the tuners can measure it
+    with as_target(SM80):
+        task = autotvm.task.create(template.NAME, args=(128, 768, 3072, "float16"),
+                                   target=SM80)
+        default = task.default_config()
+    want = choose_gemm_config(gemm_form(template.dense_declaration(
+        128, 768, 3072)[3], SM80), SM80)
+    assert want.split_k > 1
+    assert default is not None and default["split_k"].val == want.split_k
+    assert template.knob_values(want) == {k: default[k].val for k in KNOBS}
+
+
 def test_templates_refuse_products_the_tensor_cores_do_not_run():
     with pytest.raises(Exception, match="not a product the tensor cores"):
         autotvm.task.create(template.NAME, args=(64, 8, 64, "float16"), target=SM80)

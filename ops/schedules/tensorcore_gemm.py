@@ -563,7 +563,7 @@ def unsplit_gemm_config(form: GemmForm, target: Target | str | None = None
     return max(cands, key=lambda c: (blocks(c), c.block_m * c.block_n))
 
 
-SPLIT_K_CHOICES = (2, 3, 4, 6, 8, 12, 16)
+SPLIT_K_CHOICES = (2, 4, 8, 16)
 """The split-K parts the default chooser tries."""
 
 
