@@ -71,6 +71,8 @@ class Arch:
     """Clocks from a global load (an L2 hit or a DRAM access) to its use."""
     barrier_cycles: int = 40
     """Clocks one ``__syncthreads()`` costs a block whose warps arrive together."""
+    mma_latency_cycles: int = 32
+    """Clocks from an ``mma.sync`` to the next one that accumulates into its result."""
 
 
 _MMA_SM80 = ("m16n8k16.f16", "m16n8k16.bf16", "m16n8k8.tf32", "m16n8k8.f16")
@@ -156,7 +158,7 @@ _TENSOR_CORE_FLOPS = {  # FLOP per SM per clock on tensor cores, dense
 _AMPERE_TENSOR_SCALE = 0.5  # an sm_8x tensor core does half of Hopper's work per clock
 _MODEL_FIGURES = ("fp32_lanes_per_sm", "int32_lanes_per_sm", "schedulers_per_sm",
                   "shared_bytes_per_clock", "l2_to_sm_bytes_per_clock",
-                  "global_latency_cycles", "barrier_cycles")
+                  "global_latency_cycles", "barrier_cycles", "mma_latency_cycles")
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,10 @@ class Target:
     global_memory_bytes: int = field(init=False)
     launch_seconds: float = field(init=False, default=2.5e-6)
     """What the driver and the GPU spend to start one kernel (an empty kernel's time)."""
+    dependent_launch_seconds: float = field(init=False, default=1.0e-6)
+    """What one more kernel adds right behind another in the same stream or CUDA graph
+    (the first drains, the second fills the SMs); the host's share of ``launch_seconds``
+    overlaps the first kernel."""
     fp32_lanes_per_sm: int = field(init=False)
     int32_lanes_per_sm: int = field(init=False)
     schedulers_per_sm: int = field(init=False)
@@ -203,6 +209,7 @@ class Target:
     l2_to_sm_bytes_per_clock: int = field(init=False)
     global_latency_cycles: int = field(init=False)
     barrier_cycles: int = field(init=False)
+    mma_latency_cycles: int = field(init=False)
     options: MappingProxyType = field(init=False)
 
     def __post_init__(self):

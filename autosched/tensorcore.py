@@ -23,11 +23,14 @@ input into the A tile, ``M = N*OH*OW`` output pixels by ``K = KH*KW*C_in`` colum
 the sampled configuration; M, N and K are padded to the block tile, so 49 output pixels or
 3 input channels need no special case.
 
-A dense / matmul / batch_matmul stage that ``tensorcore(C)`` does not take (extents no tile
-divides, or float32 declared with ``precision="tf32"``) gets ``tensorcore_gemm(C)``: its
-step, :class:`TensorCoreGemmStep`, samples the same levels and runs the default tensor-core
-GEMM schedule with them (zero padding through ``implicit_gemm``, TF32 fragments loaded lane
-by lane).
+A dense / matmul / batch_matmul stage (float16 / bfloat16, or float32 declared with
+``precision="tf32"``; any extents) gets ``tensorcore_gemm(C)``: its step,
+:class:`TensorCoreGemmStep`, samples the same levels plus ``split_k`` (the reduction in
+that many parts on ``blockIdx.z``, float32 partial sums that a second kernel adds up with
+the epilogue: for products with few block tiles and a long reduction) and runs the default
+tensor-core GEMM schedule with them (zero padding through ``implicit_gemm``, TF32 fragments
+loaded lane by lane). Where ``tensorcore(C)`` takes the stage too, both sketches compete,
+``tensorcore(C)`` first.
 
 Other shapes of computation, float32 products not declared TF32 (TF32 is never chosen
 silently) or targets without mma.sync get no tensor-core sketch.
@@ -50,7 +53,7 @@ WARP_CHOICES = (1, 2, 4)
 STAGE_CHOICES = (1, 2, 3, 4)
 LAYOUT_CHOICES = (8, 0)        # rows padded by 8 elements (no ldmatrix bank conflicts), plain
 VEC_CHOICES = (8, 4, 2)
-SPLIT_K_CHOICES = (1, 2, 4, 8)  # conv: the reduction over that many blocks (partial sums)
+SPLIT_K_CHOICES = (1, 2, 4, 8)  # the reduction over that many blocks (partial sums)
 MMA_SHAPE = (16, 8, 16)
 
 
@@ -311,12 +314,11 @@ def _schedule_product(step: TensorCoreStep, schedule):
 
 @dataclass(frozen=True)
 class TensorCoreGemmStep(TensorCoreStep):
-    """A dense / matmul / batch_matmul ``stage`` that the sampled-ldmatrix step does not
-    take (TF32 products, extents no tile divides) and its element-wise epilogue, on the
+    """A dense / matmul / batch_matmul ``stage`` and its element-wise epilogue, on the
     default tensor-core GEMM schedule with the sampled configuration
     (:func:`~ptxforge.ops.schedules.tensorcore_gemm.schedule_gemm_tensorcore`: padding
-    through ``implicit_gemm``, lane-by-lane TF32 fragments). ``form``: the product's
-    :class:`~ptxforge.ops.schedules.tensorcore_gemm.GemmForm`."""
+    through ``implicit_gemm``, lane-by-lane TF32 fragments, split-K). ``form``: the
+    product's :class:`~ptxforge.ops.schedules.tensorcore_gemm.GemmForm`."""
 
     form: object = field(default=None, compare=False, hash=False)
     late: tuple = field(default=(), compare=False, hash=False)
@@ -331,11 +333,16 @@ class TensorCoreGemmStep(TensorCoreStep):
         return self.form.elem_bytes
 
     def slots(self) -> list:
-        return _padded_slots(self, self.form.tf32)
+        # split-K parts of at least one mma_k step each; none over a broadcast batch
+        parts = tuple(p for p in SPLIT_K_CHOICES
+                      if p == 1 or (self.form.paddable and self.K >= 16 * p))
+        return _padded_slots(self, self.form.tf32) + [
+            ChoiceSlot(self.slot("split_k"), parts)]
 
     def gemm_config(self, vals) -> TensorCoreConfig:
         """The GEMM schedule's configuration of one state."""
-        return _padded_config(self, vals, self.form.tf32)
+        return _padded_config(self, vals, self.form.tf32,
+                              split_k=int(vals[self.slot("split_k")]))
 
     def emit(self, vals, out) -> None:
         s = schedule_tensorcore_gemm(self, self.gemm_config(vals), self.target)
@@ -509,13 +516,18 @@ def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
 
 
 def tensorcore_sketches(task) -> list:
-    """The tensor-core sketches of ``task`` (empty when the rule does not apply)."""
+    """The tensor-core sketches of ``task`` (empty when the rule does not apply): the
+    ldmatrix sketch and the GEMM sketch (split-K among its slots) where each applies,
+    in that order, else the conv sketch."""
+    out = []
     step = tensorcore_step(task)
     if step is not None:
-        return [Sketch(f"tensorcore({step.stage})", [step])]
+        out.append(Sketch(f"tensorcore({step.stage})", [step]))
     gemm = tensorcore_gemm_step(task)
     if gemm is not None:
-        return [Sketch(f"tensorcore_gemm({gemm.stage})", [gemm])]
+        out.append(Sketch(f"tensorcore_gemm({gemm.stage})", [gemm]))
+    if out:
+        return out
     conv = tensorcore_conv_step(task)
     if conv is not None:
         return [Sketch(f"tensorcore_conv({conv.stage})", [conv])]
@@ -533,8 +545,11 @@ def bank_conflict(row_bytes) -> np.ndarray:
 
 def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     """Validity, resource use and an analytical time of tensor-core states (vectorized).
-    A conv step's product is padded to the block tile (its extents need not divide); a
-    dense step's must divide."""
+    A conv or GEMM step's product is padded to the block tile (its extents need not
+    divide; a GEMM over a broadcast batch must divide), a dense step's must divide. With
+    split-K (conv and GEMM steps) each block runs one part of the padded reduction, the
+    parts are more blocks, and the partial sums cost a second launch and their float32
+    traffic (written, then read by the summing kernel)."""
     from .kernel_model import _occupancy
 
     bm, bn, bk = V[step.slot("block_m")], V[step.slot("block_n")], V[step.slot("block_k")]
@@ -554,9 +569,10 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
         valid = (layout >= 0) & (warps <= 32)
     elif gemm:
         eb, mma_k = step.elem_bytes, step.mma_k
-        split = np.ones(n, dtype=np.int64)
+        split = V[step.slot("split_k")]
         if step.form.paddable:
-            M, N, K = (-(-x // b) * b for x, b in ((step.M, bm), (step.N, bn), (step.K, bk)))
+            M, N = (-(-x // b) * b for x, b in ((step.M, bm), (step.N, bn)))
+            K = -(-step.K // (bk * split)) * bk   # per split-K part
             valid = np.ones(n, dtype=bool)
         else:
             M, N, K = step.M, step.N, step.K
@@ -619,7 +635,7 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     sync = occ["waves"] * k_iters * latency / hw.clock_hz
     est = np.maximum(np.maximum(mma, lds), mem) + sync + hw.launch_s
     # split-K: the partial sums go through global memory to a second kernel
-    partial = np.where(split > 1, split * M * N * 4.0, 0.0)
+    partial = np.where(split > 1, step.batch * split * M * N * 4.0, 0.0)
     est = est + np.where(split > 1, hw.launch_s + 2.0 * partial / hw.dram_bytes_per_s, 0.0)
     return {"valid": valid, "blocks": blocks, "threads": threads, "accum": accum,
             "shared_bytes": shared, "global_bytes": global_bytes,

@@ -19,13 +19,17 @@ Both run the default schedule of these products,
 configuration the knobs give: the block tile (``block_m x block_n``, each at most its
 extent rounded up to a power of two), ``block_k``, the warp grid (``warps_m x warps_n``),
 the pipeline ``stages`` (1: none; else that many cp.async buffers), ``vec`` (elements per
-global -> shared copy) and ``layout`` (``"pad"``: shared rows padded by 8 elements against
-ldmatrix bank conflicts; ``"plain"``: unpadded rows, less shared memory). A product
-whose extents the block tile does not divide is padded with zeros (``implicit_gemm``). A
-combination that breaks a rule of the schedule
+global -> shared copy), ``layout`` (``"pad"``: shared rows padded by 8 elements against
+ldmatrix bank conflicts; ``"plain"``: unpadded rows, less shared memory) and ``split_k``
+(1, 2, 4, 8, 16 up to ``K / 16``: the reduction split over that many blocks on ``blockIdx.z``
+into float32 partial sums, which a second kernel adds up with the epilogue; for products
+with few block tiles and a long reduction, such as BERT's dense layers at batch 1). A
+product whose extents the block tile does not divide is padded with zeros
+(``implicit_gemm``). A combination that breaks a rule of the schedule
 (:func:`~ptxforge.ops.schedules.tensorcore_gemm.check_gemm_config`: warp tiles of whole
 m16n8 fragments, copies that do not straddle rows, enough ``block_k`` steps for the
-stages, the target's shared memory) is rejected at instantiation with an
+stages in each split-K part, the target's shared memory) is rejected at instantiation
+with an
 :class:`~ptxforge.autotvm.space.InstantiationError` naming the rule. Without a tuned record
 the templates use the default schedule's configuration
 (:func:`~ptxforge.ops.schedules.tensorcore_gemm.choose_gemm_config`).
@@ -56,6 +60,7 @@ BLOCK_K = (16, 32, 64)
 WARPS = (1, 2, 4)
 STAGES = (1, 2, 3, 4)
 LAYOUTS = ("pad", "plain")
+SPLIT_K = (1, 2, 4, 8, 16)
 LAYOUT_PAD = {"pad": 8, "plain": 0}
 """Elements added to each shared row of the A and B tiles, by layout knob value."""
 
@@ -110,6 +115,9 @@ def _schedule(name, a, b, out, mm, flop):
     cfg.define_knob("stages", list(STAGES))
     cfg.define_knob("vec", [4, 2, 1] if tf32 else [8, 4, 2])
     cfg.define_knob("layout", list(LAYOUTS))
+    # split-K parts of at least one mma_k step each; a broadcast batch has none
+    cfg.define_knob("split_k", [p for p in SPLIT_K if p == 1 or (form.paddable
+                                                                and form.K >= 16 * p)])
     cfg.add_flop(flop)
     if cfg.is_fallback:
         tc = choose_gemm_config(form, target)
@@ -118,7 +126,8 @@ def _schedule(name, a, b, out, mm, flop):
             cfg["block_m"].val, cfg["block_n"].val, cfg["block_k"].val, cfg["warps_m"].val,
             cfg["warps_n"].val, vec=cfg["vec"].val, pad=LAYOUT_PAD[cfg["layout"].val],
             stages=cfg["stages"].val, async_copy=target.has_cp_async,
-            frag_load="load" if tf32 else "ldmatrix", tf32=tf32)
+            frag_load="load" if tf32 else "ldmatrix", tf32=tf32,
+            split_k=cfg["split_k"].val)
     s = te.create_schedule(out.op)
     epilogue = None if out.op is mm else out.op
     try:
@@ -167,4 +176,4 @@ def knob_values(tc: TensorCoreConfig) -> dict:
     layout = next(k for k, v in LAYOUT_PAD.items() if v == tc.pad)
     return {"block_m": tc.block_m, "block_n": tc.block_n, "block_k": tc.block_k,
             "warps_m": tc.warps_m, "warps_n": tc.warps_n, "stages": tc.stages,
-            "vec": tc.vec, "layout": layout}
+            "vec": tc.vec, "layout": layout, "split_k": tc.split_k}

@@ -141,26 +141,36 @@ def _inputs(tensors, rng):
 def test_sampled_tensor_core_states_compute_the_product():
     """Every valid state the search may draw builds and matches numpy: fp16 with the
     bias + relu + cast epilogue, bf16 with B as [k, n] (ldmatrix .trans), and
-    batch_matmul (the batch on blockIdx.z)."""
+    batch_matmul (the batch on blockIdx.z; a library operator, so both the ldmatrix
+    sketch and the GEMM sketch take it, and both are checked)."""
     rng = np.random.default_rng(0)
     for fn, args, n in ((tc_dense_layer, (32, 48, 64, "float16"), 3),
                         (tc_dense_kn, (32, 64, 32, "bfloat16"), 2),
                         (tc_batch_matmul, (3, 32, 16, 32, "float16"), 2)):
         task = autosched.SearchTask(func=fn, args=args, target=SM80)
-        tc = len(task.sketches) - 1
-        pop = random_population(task, 400, rng)
-        pop = pop[pop[:, 0] == tc]
-        _, valid, est = population_features(task.models, pop, task.flop_ct, 132)
-        assert valid.any() and np.isfinite(est[valid]).all()
-        for row in pop[valid][:n]:
-            got, f32 = _run_on_sim(task, State.from_row(row, task).pipeline_text(task), rng)
-            if fn is tc_batch_matmul:
-                ref = np.einsum("bik,bjk->bij", f32[0], f32[1])
-            elif fn is tc_dense_layer:
-                ref = np.maximum(f32[0] @ f32[1].T + f32[2], 0.0)
-            else:
-                ref = f32[0] @ f32[1]
-            np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2)
+        tcs = [k for k, s in enumerate(task.sketches) if s.name.startswith("tensorcore")]
+        want = (["tensorcore(C)"] if fn is not tc_batch_matmul else
+                ["tensorcore(T_batch_matmul_NT)", "tensorcore_gemm(T_batch_matmul_NT)"])
+        assert [task.sketches[k].name for k in tcs] == want
+        pop = random_population(task, 400 * len(tcs), rng)
+        for tc in tcs:
+            _check_sampled_states(task, fn, pop[pop[:, 0] == tc], n, rng)
+
+
+def _check_sampled_states(task, fn, pop, n, rng):
+    """The model finds valid states among ``pop`` (one sketch's) and ``n`` of them build
+    and match numpy."""
+    _, valid, est = population_features(task.models, pop, task.flop_ct, 132)
+    assert valid.any() and np.isfinite(est[valid]).all()
+    for row in pop[valid][:n]:
+        got, f32 = _run_on_sim(task, State.from_row(row, task).pipeline_text(task), rng)
+        if fn is tc_batch_matmul:
+            ref = np.einsum("bik,bjk->bij", f32[0], f32[1])
+        elif fn is tc_dense_layer:
+            ref = np.maximum(f32[0] @ f32[1].T + f32[2], 0.0)
+        else:
+            ref = f32[0] @ f32[1]
+        np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2)
 
 
 def test_mutation_moves_stages_and_warp_tiling():
@@ -379,6 +389,46 @@ def test_gemm_sketch_pads_awkward_and_tf32_products(args):
             a, w = dt.round_to(a, "tf32"), dt.round_to(w, "tf32")
         ref = np.maximum(a.astype(np.float64) @ w.astype(np.float64).T + f32[2], 0.0)
         np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2)
+
+
+def test_gemm_sketch_split_k_states_compute_the_product():
+    """An fp16 dense layer both tensor-core sketches take: the GEMM sketch's ``split_k``
+    slot, the model's estimate of its states (valid ones schedule), and sampled states
+    with split_k > 1 build (the parts on blockIdx.z) and match numpy."""
+    from ptxforge.autosched.tensorcore import SPLIT_K_CHOICES, TensorCoreGemmStep
+
+    task = autosched.SearchTask(func=tc_gemm_layer, args=(32, 32, 256, "float16"),
+                                target=SM80)
+    names = [s.name for s in task.sketches]
+    assert names[-2:] == ["tensorcore(T_matmul_NT)", "tensorcore_gemm(T_matmul_NT)"]
+    tc = len(names) - 1
+    sk = task.sketches[tc]
+    step = sk.steps[0]
+    assert isinstance(step, TensorCoreGemmStep)
+    col = 1 + sk.slot_index[step.slot("split_k")]
+    assert sk.slots[col - 1].choices == SPLIT_K_CHOICES  # K = 256: up to 8 parts
+    rng = np.random.default_rng(4)
+    pop = random_population(task, 1200, rng)
+    pop = pop[(pop[:, 0] == tc) & (pop[:, col] > 0)]
+    _, valid, est = population_features(task.models, pop, task.flop_ct, 132)
+    assert valid.any() and np.isfinite(est[valid]).all()
+    for row in pop[valid][:8]:  # the states the model accepts schedule
+        State.from_row(row, task).pipeline_text(task)
+    for row in pop[valid][:2]:
+        state = State.from_row(row, task)
+        split = SPLIT_K_CHOICES[row[col]]
+        text = state.pipeline_text(task)
+        assert "rfactor" in text and "implicit_gemm" in text
+        sch = schedule_from_pipeline(task, text)
+        mod = ptxforge.build(sch, task.tensors, target="sim")
+        product = mod.device_module.kernels()[0]
+        assert tuple(product.attrs.launch.grid)[2] == split
+        host, f32 = _inputs(task.tensors[:-1], rng)
+        out = np.zeros(task.tensors[-1].shape, "float16")
+        mod(*host, out)
+        ref = np.maximum(f32[0].astype(np.float64) @ f32[1].astype(np.float64).T + f32[2],
+                         0.0)
+        np.testing.assert_allclose(out.astype(np.float64), ref, rtol=2e-2, atol=2e-2)
 
 
 def test_every_convolution_of_resnet18_in_fp16_gets_the_tensor_core_sketch():

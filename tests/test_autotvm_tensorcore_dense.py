@@ -24,7 +24,8 @@ from ptxforge.target import as_target
 SM80 = "cuda -arch=sm_80"
 RNG = np.random.default_rng(21)
 TOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 1e-5}
-KNOBS = ["block_m", "block_n", "block_k", "warps_m", "warps_n", "stages", "vec", "layout"]
+KNOBS = ["block_m", "block_n", "block_k", "warps_m", "warps_n", "stages", "vec", "layout",
+         "split_k"]
 
 
 def intrins(device_module) -> set:
@@ -72,24 +73,59 @@ def test_dense_space_and_illegal_knobs_name_the_rule():
     space = task.config_space
     assert list(space.space_map) == KNOBS
     # block tiles up to the extents (64), block_k 16..64, warps 1..4 each, 4 depths,
-    # three copy widths, two shared layouts
-    assert space.dims == [3, 3, 3, 3, 3, 4, 3, 2] and len(space) == 5832
+    # three copy widths, two shared layouts, split-K in 1, 2 or 4 parts (K = 64)
+    assert space.dims == [3, 3, 3, 3, 3, 4, 3, 2, 3] and len(space) == 17496
     assert task.flop == 2 * 64 ** 3
     cases = [
         # block_m 16 over 2 warps: warp tiles of 8 rows are no m16n8 fragments
-        ([0, 0, 0, 1, 0, 0, 0, 0], "warp tile's rows .* a multiple of 16"),
+        ([0, 0, 0, 1, 0, 0, 0, 0, 0], "warp tile's rows .* a multiple of 16"),
         # block_k 64 over K = 64 is one step: no room for 2 pipeline stages
-        ([2, 2, 2, 1, 1, 1, 0, 0], "at least 2 block_k steps"),
+        ([2, 2, 2, 1, 1, 1, 0, 0, 0], "at least 2 block_k steps"),
         # a 16x16x16 tile has 256 elements, fewer than 64 threads x 8
-        ([0, 0, 0, 0, 1, 0, 0, 0], "threads x vec .* divide a shared tile"),
+        ([0, 0, 0, 0, 1, 0, 0, 0, 0], "threads x vec .* divide a shared tile"),
+        # block_k 32 in 2 split-K parts of K = 64: one step each, 2 stages need two
+        ([0, 0, 1, 0, 0, 1, 0, 0, 1], "at least 2 block_k steps .* per split_k part"),
     ]
     for knobs, rule in cases:
         with pytest.raises(InstantiationError, match=rule):
             task.instantiate(space.get(space.knob2point(knobs)))
     # a legal point instantiates: 64x64 tiles of 2x2 warps, 2 stages of 32, unpadded rows
-    s, _ = task.instantiate(space.get(space.knob2point([2, 2, 1, 1, 1, 1, 0, 1])))
+    s, _ = task.instantiate(space.get(space.knob2point([2, 2, 1, 1, 1, 1, 0, 1, 0])))
     text = str(s.pipeline)
     assert "software_pipeline(" in text and "storage_align(data.shared" not in text
+
+
+@pytest.mark.parametrize("name,args", [
+    (template.NAME, (32, 32, 128, "float16")),
+    (template.BATCH_NAME, (2, 16, 32, 128, "bfloat16")),
+], ids=["dense", "batch_matmul"])
+def test_split_k_knob_runs_the_parts_on_blockidx_z(name, args):
+    task = autotvm.task.create(name, args=args, target=SM80)
+    space = task.config_space
+    assert [e.val for e in space.space_map["split_k"].entities] == [1, 2, 4, 8]
+    # 16x32 tiles of 1x2 warps, block_k 32, 2 stages, vec 8, padded rows, 2 parts
+    with as_target(SM80):
+        s, tensors = task.instantiate(space.get(space.knob2point([0, 1, 1, 0, 1, 1, 0, 0, 1])))
+    assert "rfactor" in str(s.pipeline)
+    mod, (a, b), got = run(s, tensors)
+    batch = args[0] if name == template.BATCH_NAME else 1
+    product, total = mod.device_module.kernels()
+    assert tuple(product.attrs.launch.grid)[2] == 2 * batch
+    want = a @ (b.transpose(0, 2, 1) if batch > 1 else b.T)
+    assert rel(got, want) < TOL[args[-1]]
+
+
+def test_a_split_k_default_is_a_point_of_the_space():
+    # BERT-base's FFN2 at batch 1: the default splits K, and the tuners can measure it
+    with as_target(SM80):
+        task = autotvm.task.create(template.NAME, args=(128, 768, 3072, "float16"),
+                                   target=SM80)
+        default = task.default_config()
+    want = choose_gemm_config(gemm_form(template.dense_declaration(
+        128, 768, 3072)[3], SM80), SM80)
+    assert want.split_k > 1
+    assert default is not None and default["split_k"].val == want.split_k
+    assert template.knob_values(want) == {k: default[k].val for k in KNOBS}
 
 
 def test_templates_refuse_products_the_tensor_cores_do_not_run():
@@ -159,7 +195,7 @@ def test_batch_matmul_template_tunes_and_dispatches(tmp_path):
     space = task.config_space
     assert list(space.space_map) == KNOBS and task.flop == 2 * 2 * 49 * 40 * 72
     assert space.dims[:3] == [3, 3, 3]  # block_m, block_n <= 64
-    bad = space.get(space.knob2point([0, 0, 0, 0, 2, 0, 0, 0]))
+    bad = space.get(space.knob2point([0, 0, 0, 0, 2, 0, 0, 0, 0]))
     with pytest.raises(InstantiationError, match="warp tile's columns .* multiple of 8"):
         task.instantiate(bad)  # 16 columns over 4 warps
     log = str(tmp_path / "bmm.log")

@@ -241,7 +241,8 @@ def test_tiles_fill_the_sms_for_small_m():
         mm = ops.nn.dense(x, w).op.input_tensors[0].op
         form = gemm_form(mm, SM90)
         cfg = choose_gemm_config(form, SM90)
-        blocks = (M // cfg.block_m) * (4096 // cfg.block_n)
+        # the split-K parts are blocks too (128 x 4096 x 4096 may split its reduction)
+        blocks = (M // cfg.block_m) * (4096 // cfg.block_n) * cfg.split_k
         assert blocks >= want_blocks, (M, cfg)
         if M == 4096:
             assert (cfg.block_m, cfg.block_n, cfg.stages) == (128, 128, 2) and cfg.async_copy

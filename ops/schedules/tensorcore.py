@@ -34,7 +34,9 @@ class TensorCoreConfig:
     with cp.async; ``stages`` (2 to 5): software-pipeline the ``block_k`` loop with that
     many shared buffers per tile (1: none). ``split_k``: the reduction split into that many
     parts computed by different blocks (``blockIdx.z``) into float32 partial sums, which a
-    second kernel adds up with the epilogue (schedules that support it say so; 1: none).
+    second kernel adds up with the epilogue (the conv and GEMM schedules of
+    :mod:`.tensorcore_conv` and :mod:`.tensorcore_gemm` have it, through
+    :func:`split_k_partials` and :func:`schedule_split_sum`; 1: none).
     """
 
     block_m: int = 64
@@ -115,6 +117,49 @@ def dense_tensorcore_compute(M: int, N: int, K: int, in_dtype: str = "float16",
         return [a, b, c]
     d = te.compute((M, N), lambda i, j: c[i, j].astype(out_dtype), name="D")
     return [a, b, d]
+
+
+SPLIT_SUM_THREADS = 256
+"""Threads per block of split-K's second kernel (one output element per thread)."""
+
+
+def split_k_rule(cfg: TensorCoreConfig, K: int) -> str | None:
+    """The split-K rule ``cfg`` breaks for a reduction of ``K`` (K padded to whole
+    ``block_k * split_k`` parts), as the end of a "need ..." sentence, or None: ``split_k``
+    a positive int, and at least ``stages`` ``block_k`` steps in each part when pipelined."""
+    split = cfg.split_k
+    if not isinstance(split, int) or isinstance(split, bool) or split < 1:
+        return f"split_k to be a positive int, got {split!r}"
+    part = cfg.block_k * split
+    steps = -(-K // part)  # block_k steps per part
+    if cfg.stages > 1 and steps < cfg.stages:
+        return (f"at least {cfg.stages} block_k steps for {cfg.stages} pipeline stages (K = "
+                f"{K} padded to {steps * part} gives {steps}"
+                f"{' per split_k part' if split > 1 else ''})")
+    return None
+
+
+def split_k_partials(s, g, split: int):
+    """Split-K on the product stage ``g`` of ``s`` (its one reduce axis a whole number of
+    ``split`` parts): ``rfactor`` over the outer part of the reduction. Returns
+    ``(partial, final)``: ``partial[part, ...]`` the float32 partial sums that the
+    tensor-core kernel computes (one ``blockIdx.z`` layer per part), ``final`` the stage
+    adding them up, to compute inside the epilogue's kernel (:func:`schedule_split_sum`)."""
+    gst = s[g]
+    part, _ = gst.split(gst.op.reduce_axis[0], nparts=split)
+    return s.rfactor(g, part), g
+
+
+def schedule_split_sum(s, o, final) -> None:
+    """The second kernel of split-K: the output stage ``o`` (the epilogue, or the copy of
+    the product) flat over its elements in blocks of :data:`SPLIT_SUM_THREADS` threads,
+    each thread adding up the partial sums of its element (``final``) before the epilogue
+    (bias, activation, residual add, cast), which thus runs once per element."""
+    fused = o.fuse(*o.op.axis)
+    bx, tx = o.split(fused, factor=SPLIT_SUM_THREADS)
+    o.bind(bx, te.thread_axis("blockIdx.x"))
+    o.bind(tx, te.thread_axis("threadIdx.x"))
+    s[final].compute_at(o, tx)
 
 
 def tile_warp_product(f, block_k: int, mma_k: int, intrin: str, unroll: bool = True):

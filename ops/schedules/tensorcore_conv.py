@@ -30,7 +30,14 @@ from ...passes.schedule.common import ScheduleError
 from ...passes.schedule.schedule import Schedule
 from ...target import Target, as_target
 from .. import tag as _tag
-from .tensorcore import SUFFIX, TensorCoreConfig, tile_warp_product
+from .tensorcore import (
+    SUFFIX,
+    TensorCoreConfig,
+    schedule_split_sum,
+    split_k_partials,
+    split_k_rule,
+    tile_warp_product,
+)
 from .tiled import schedule_tiled
 
 BLOCK_CHOICES = (128, 64, 32, 16)
@@ -114,9 +121,9 @@ def check_conv_config(cfg: TensorCoreConfig, op: ComputeOp,
                     (cfg.block_k, "block_k")):
         if not isinstance(v, int) or v < 1:
             raise ScheduleError(f"{where}: need {what} to be a positive int")
-    split = getattr(cfg, "split_k", 1)
-    if not isinstance(split, int) or split < 1:
-        raise ScheduleError(f"{where}: need split_k to be a positive int")
+    split = cfg.split_k
+    if not isinstance(split, int) or isinstance(split, bool) or split < 1:
+        raise ScheduleError(f"{where}: need {split_k_rule(cfg, K)}")
     Mp, Np, Kp = (-(-x // b) * b for x, b in ((M, cfg.block_m), (N, cfg.block_n),
                                                (K, cfg.block_k * split)))
     try:
@@ -130,11 +137,9 @@ def check_conv_config(cfg: TensorCoreConfig, op: ComputeOp,
     if smem > target.max_shared_memory_per_block:
         raise ScheduleError(f"{where}: need the A, B and C tiles ({smem} bytes of shared "
                             f"memory) to fit the block's {target.max_shared_memory_per_block}")
-    steps = Kp // (cfg.block_k * split)
-    if cfg.stages > 1 and steps < cfg.stages:
-        raise ScheduleError(f"{where}: need at least {cfg.stages} block_k steps for "
-                            f"{cfg.stages} pipeline stages (K = {Kp} gives {steps}"
-                            f"{f' per split_k part' if split > 1 else ''})")
+    rule = split_k_rule(cfg, K)
+    if rule is not None:
+        raise ScheduleError(f"{where}: need {rule}")
 
 
 def choose_conv_config(op: ComputeOp, target: Target | str | None = None) -> TensorCoreConfig:
@@ -217,10 +222,7 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
     final = None
     if split > 1:
         # split-K: partial products gp[part, m, n] from blockIdx.z, summed by the epilogue
-        gst = s[g]
-        part, _ = gst.split(gst.op.reduce_axis[0], nparts=split)
-        gp = s.rfactor(g, part)
-        final, g = g, gp
+        g, final = split_k_partials(s, g, split)
     c_sh = s.cache_write(g, "shared")
     cf = s.cache_write(c_sh, "warp")
     if final is None:
@@ -231,7 +233,7 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
     else:
         o = s[op]
     if final is not None:
-        _schedule_split_sum(s, o, final, target)
+        schedule_split_sum(s, o, final)
         o = s[g]
     a_sh = s.cache_read(a, "shared", [cf])
     b_sh = s.cache_read(b, "shared", [cf])
@@ -331,20 +333,6 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
     if cfg.stages > 1:
         f.pipeline(ko, cfg.stages)
     return cfg
-
-
-SPLIT_SUM_THREADS = 256
-
-
-def _schedule_split_sum(s: Schedule, o, final, target) -> None:
-    """The second kernel of split-K: the output (``o``: the epilogue, or the conv's copy)
-    flat over its elements in blocks of :data:`SPLIT_SUM_THREADS` threads, each thread
-    adding up the partial sums of its element (``final``) before the epilogue."""
-    fused = o.fuse(*o.op.axis)
-    bx, tx = o.split(fused, factor=SPLIT_SUM_THREADS)
-    o.bind(bx, te.thread_axis("blockIdx.x"))
-    o.bind(tx, te.thread_axis("threadIdx.x"))
-    s[final].compute_at(o, tx)
 
 
 def schedule_conv2d_nhwc(s: Schedule, op: ComputeOp, epilogue: ComputeOp | None = None,

@@ -30,11 +30,21 @@ accumulators to global memory; any other fused epilogue (bias, activation, resid
 then the cast), and every padded product, runs on all threads of the block over a copy of
 the block's accumulators in shared memory.
 
+Split-K (``cfg.split_k > 1``): the product goes through ``implicit_gemm`` with ``K``
+padded to whole parts of ``block_k`` steps, and ``rfactor`` over the outer part of the
+reduction gives float32 partial sums ``[part, (b,) m, n]``: the tensor-core kernel
+computes them with the part (fused with the batch) on ``blockIdx.z``, storing each block
+tile through the shared C tile; a second kernel adds up the parts of each output element
+and runs the fused epilogue once (the helpers of :mod:`.tensorcore` that the conv schedule
+shares). A broadcast batch, which is not padded, has no split-K.
+
 :func:`choose_gemm_config` picks the tiles from a table (:func:`gemm_configs`): the
 largest block tile that still gives every SM a block (4096^3: 128x128x32, 2x2 warps, 2
 stages); a small ``M`` gets thin tiles (M = 16: 16x16x128, 4 stages, 256 blocks) since
 its product is bound by reading B. A shape no tile of the table divides takes
 :func:`padded_gemm_config` (``M = 1, N = 1000, K = 512``: 16x16x128 tiles, 63 blocks).
+Where few blocks meet a long reduction it takes split-K instead when the estimate
+:func:`gemm_time` says so (``128 x 768 x 3072`` on 132 SMs: 64x32x64 tiles in 8 parts).
 AutoTVM tunes the same schedule through the templates of
 :mod:`ptxforge.autotvm.tensorcore_dense`, whose knobs :func:`check_gemm_config` checks.
 """
@@ -47,7 +57,15 @@ from ...ir.expr import Bin, Call, Cast, Reduce, TensorRead, Var, children
 from ...ir.te import ComputeOp, PlaceholderOp
 from ...passes.schedule.common import ScheduleError
 from ...target import Target, as_target
-from .tensorcore import SUFFIX, TensorCoreConfig, tile_limit, tile_warp_product
+from .tensorcore import (
+    SUFFIX,
+    TensorCoreConfig,
+    schedule_split_sum,
+    split_k_partials,
+    split_k_rule,
+    tile_limit,
+    tile_warp_product,
+)
 from .tiled import schedule_tiled
 
 GEMM_TAGS = ("dense", "matmul", "batch_matmul")
@@ -184,9 +202,10 @@ def _inputs(op: ComputeOp):
 
 
 def padded_extents(cfg: TensorCoreConfig, form: GemmForm) -> tuple[int, int, int]:
-    """``(Mp, Np, Kp)``: the product's extents rounded up to ``cfg``'s block tile."""
+    """``(Mp, Np, Kp)``: the product's extents rounded up to ``cfg``'s block tile (``K`` to
+    ``split_k`` parts of whole ``block_k`` steps)."""
     return (_round_up(form.M, cfg.block_m), _round_up(form.N, cfg.block_n),
-            _round_up(form.K, cfg.block_k))
+            _round_up(form.K, cfg.block_k * max(cfg.split_k, 1)))
 
 
 def _round_up(x: int, m: int) -> int:
@@ -210,8 +229,12 @@ def check_gemm_config(cfg: TensorCoreConfig, form: GemmForm, where: str = "",
     of :meth:`TensorCoreConfig.check` on the product padded to the block tile (a product
     over a broadcast batch is not padded: there the tiles divide ``M``, ``N`` and ``K``),
     copies of ``vec`` elements that do not straddle two rows of an input, at least
-    ``stages`` ``block_k`` steps, and the block's shared memory
-    (:func:`gemm_shared_bytes`) within the target's opt-in limit."""
+    ``stages`` ``block_k`` steps (in each split-K part), and the block's shared memory
+    (:func:`gemm_shared_bytes`) within the target's opt-in limit.
+
+    Split-K (``split_k > 1``): a positive int of parts, ``K`` padded to whole parts of
+    ``block_k`` steps, at least ``stages`` steps per part, and no broadcast batch (the
+    parts are computed through ``implicit_gemm``, which cannot pad such a product)."""
     where = where or "tensor-core GEMM"
     target = as_target(target)
     if form.tf32 and not cfg.tf32:
@@ -224,12 +247,19 @@ def check_gemm_config(cfg: TensorCoreConfig, form: GemmForm, where: str = "",
                     (cfg.block_k, "block_k"), (cfg.vec, "vec")):
         if not isinstance(v, int) or v < 1:
             raise ScheduleError(f"{where}: {what} must be a positive int, got {v!r}")
+    if not isinstance(cfg.split_k, int) or cfg.split_k < 1:
+        raise ScheduleError(f"{where}: need {split_k_rule(cfg, form.K)}")
+    if cfg.split_k > 1 and not form.paddable:
+        raise ScheduleError(
+            f"{where}: need split_k 1 on a broadcast batch (split_k {cfg.split_k}: the "
+            "split-K parts are computed through implicit_gemm, whose batch axis both "
+            "operands must read; one operand here has batch 1)")
     if not form.paddable:
         Mp, Np, Kp = form.M, form.N, form.K  # a broadcast batch is not padded
     else:
         Mp, Np, Kp = padded_extents(cfg, form)
     try:
-        cfg.check(Mp, Np, Kp, form.mma_k, form.elem_bytes)
+        cfg.check(Mp, Np, Kp, form.mma_k, form.elem_bytes, split_k_ok=True)
     except ScheduleError as e:
         rule = str(e).split(": need ", 1)[-1]
         raise ScheduleError(f"{where}: need {rule}") from None
@@ -239,10 +269,9 @@ def check_gemm_config(cfg: TensorCoreConfig, form: GemmForm, where: str = "",
         if n % cfg.vec:
             raise ScheduleError(f"{where}: need vec {cfg.vec} to divide {name} = {n} (a copy "
                                 f"of vec elements must not straddle two rows of {t})")
-    if cfg.stages > 1 and Kp // cfg.block_k < cfg.stages:
-        raise ScheduleError(f"{where}: need at least {cfg.stages} block_k steps for "
-                            f"{cfg.stages} pipeline stages (K = {Kp} gives "
-                            f"{Kp // cfg.block_k})")
+    rule = split_k_rule(cfg, form.K)  # enough block_k steps (per part) for the stages
+    if rule is not None:
+        raise ScheduleError(f"{where}: need {rule}")
     smem = gemm_shared_bytes(cfg, form, c_tile)
     limit = target.max_shared_memory_per_block_optin
     if smem > limit:
@@ -288,7 +317,8 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
         raise ScheduleError(f"stage {op.name} is not a product the tensor cores of "
                             f"{target.arch} run (see gemm_form)")
     cfg = cfg or choose_gemm_config(form, target)
-    padded = form.paddable and needs_padding(cfg, form)
+    split = cfg.split_k if isinstance(cfg.split_k, int) and cfg.split_k > 1 else 1
+    padded = form.paddable and (needs_padding(cfg, form) or split > 1)
     direct = not padded and (epilogue is None or _is_cast_of(epilogue, op))
     check_gemm_config(cfg, form, f"stage {op.name}", target, c_tile=not direct)
     a, b = _inputs(op)
@@ -302,11 +332,16 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     if padded:
         # the product of zero-padded operand views (the conv's implicit GEMM): loads past
         # the real extents read zeros, and the copy to the output covers the real ones
-        a_src, b_src, g = s.implicit_gemm(c, cfg.block_m, cfg.block_n, cfg.block_k,
+        a_src, b_src, g = s.implicit_gemm(c, cfg.block_m, cfg.block_n, cfg.block_k * split,
                                           "kn" if kn else "nk")
+        if split > 1:
+            # split-K: partial sums g[part, (b,) m, n] from the blockIdx.z layers, added up
+            # by a second kernel (final) that also runs the epilogue
+            g, final = split_k_partials(s, g, split)
         cs = s.cache_write(g, "shared")
         cf = s.cache_write(cs, "warp")
-        s[g].compute_inline()
+        if split == 1:
+            s[g].compute_inline()
     else:
         a_src, b_src = a, b
         cf = s.cache_write(c, "warp")
@@ -316,6 +351,9 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
         o = s[epilogue]
     else:
         o = s[c]
+    if split > 1:
+        schedule_split_sum(s, o, final)
+        o = s[g]  # the tensor-core kernel stores the partial sums
     a_sh = s.cache_read(a_src, "shared", [cf])
     b_sh = s.cache_read(b_src, "shared", [cf])
     if padded:
@@ -325,7 +363,8 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     b_fr = s.cache_read(b_sh, "warp", [cf])
     wm, wn = cfg.block_m // cfg.warps_m, cfg.block_n // cfg.warps_n
     axes = list(o.op.axis)
-    batch = axes[:-2]
+    # the batch and the split-K part (both, fused) on blockIdx.z
+    batch = [o.fuse(*axes[:-2])] if len(axes) > 3 else axes[:-2]
     bi, i = o.split(axes[-2], factor=cfg.block_m)
     bj, j = o.split(axes[-1], factor=cfg.block_n)
     for x in batch:
@@ -354,7 +393,7 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
         o.reorder(*batch, bi, bj, i, j)
         nthreads = 32 * cfg.warps_m * cfg.warps_n
         vec_out = 4 if (cfg.block_m * cfg.block_n % (4 * nthreads) == 0
-                        and form.N % 4 == 0) else 1
+                        and (form.N % 4 == 0 or split > 1)) else 1
         fused = o.fuse(i, j)
         if vec_out > 1:
             fused, v = o.split(fused, factor=vec_out)
@@ -493,7 +532,21 @@ def choose_gemm_config(form: GemmForm, target: Target | str | None = None) -> Te
     """The default tiles of ``form`` on ``target``: of :func:`gemm_configs`, the largest
     block tile (then the tallest) that still gives every SM a block; when none does (a
     small product), the one with the most blocks. A product no tile of the table divides
-    takes :func:`padded_gemm_config`."""
+    takes :func:`padded_gemm_config`. Where that leaves SMs idle through a long reduction
+    (``128 x 768 x 3072``: 192 blocks of 32 x 16 over 3072 columns each), the
+    split-K configuration of :func:`split_k_gemm_config` replaces it when
+    :func:`gemm_time` expects it to be faster."""
+    target = as_target(target)
+    base = unsplit_gemm_config(form, target)
+    split = split_k_gemm_config(form, target)
+    if split is not None and gemm_time(split, form, target) < gemm_time(base, form, target):
+        return split
+    return base
+
+
+def unsplit_gemm_config(form: GemmForm, target: Target | str | None = None
+                        ) -> TensorCoreConfig:
+    """The default tiles of ``form`` without split-K (see :func:`choose_gemm_config`)."""
     target = as_target(target)
     cands = gemm_configs(form, target)
     if not cands and form.paddable:
@@ -508,6 +561,99 @@ def choose_gemm_config(form: GemmForm, target: Target | str | None = None) -> Te
     if full:
         return max(full, key=lambda c: (c.block_m * c.block_n, c.block_m))
     return max(cands, key=lambda c: (blocks(c), c.block_m * c.block_n))
+
+
+SPLIT_K_CHOICES = (2, 4, 8, 16)
+"""The split-K parts the default chooser tries."""
+
+
+def gemm_time(cfg: TensorCoreConfig, form: GemmForm, target: Target | str | None = None
+              ) -> float:
+    """A rough estimate in seconds of ``cfg`` on ``form``, to rank the default chooser's
+    candidates (not a prediction of measured times):
+
+    - the blocks (the batch x the block tiles of the padded product x the split-K parts)
+      run in waves of ``num_sms`` x the blocks resident on an SM (threads, registers,
+      shared memory), the ``r`` blocks sharing an SM dividing its throughput;
+    - each ``block_k`` step of a block costs the largest of its mma work (the SM's
+      tensor-core rate, of which a warp issues to one of 4 sub-cores, so a block of fewer
+      warps than 4 uses that fraction), its tile loads (``(block_m + block_n) x block_k``
+      elements at the SM's L2 bandwidth) and the latency of a global load that the
+      ``stages - 1`` loads in flight hide (plus a barrier), and then the step's chain of
+      ``block_k / mma_k`` dependent mmas into each accumulator (the target's
+      ``mma_latency_cycles`` each), which waits for the step's tiles; a wave costs the
+      steps of one part of the reduction;
+    - at least the inputs are read from DRAM once, and one launch;
+    - split-K adds a second kernel right behind the first (the target's
+      ``dependent_launch_seconds``) and the partial sums' float32 traffic: written once by
+      the product, read once by the summing kernel (``2 x split_k x Mp x Np x 4`` bytes,
+      at L2 bandwidth while they fit half the L2, else at DRAM bandwidth).
+    """
+    target = as_target(target)
+    split = max(cfg.split_k, 1)
+    if form.paddable:
+        Mp, Np, Kp = padded_extents(cfg, form)
+    else:
+        Mp, Np, Kp = form.M, form.N, form.K
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    warps = cfg.warps_m * cfg.warps_n
+    eb = form.elem_bytes
+    blocks = form.batch * (Mp // bm) * (Np // bn) * split
+    accum = bm * bn // (32 * warps)  # float32 accumulators per thread
+    regs = min(255, 40 + accum + 8 * (bm // cfg.warps_m // 16) + 4 * (bn // cfg.warps_n // 8))
+    per_sm = max(1, target.blocks_per_sm(32 * warps, regs,
+                                         gemm_shared_bytes(cfg, form) + 1024))
+    waves = -(-blocks // (target.num_sms * per_sm))
+    r = min(per_sm, -(-blocks // target.num_sms))
+    tc_sm = target.peak_flops("tf32" if form.tf32 else form.in_dtype, tensor_core=True) / (
+        target.num_sms * target.clock_hz)
+    mma = r * 2.0 * bm * bn * bk / (tc_sm * min(1.0, r * warps / 4.0))
+    load = r * (bm + bn) * bk * eb / target.l2_to_sm_bytes_per_clock
+    latency = target.global_latency_cycles / max(cfg.stages - 1, 1) + target.barrier_cycles
+    chain = bk // form.mma_k * target.mma_latency_cycles
+    steps = Kp // (bk * split)
+    t = waves * steps * (max(mma, load, latency) + chain) / target.clock_hz
+    t = max(t, form.batch * (form.M + form.N) * form.K * eb / target.dram_bytes_per_s)
+    t += target.launch_seconds
+    if split > 1:
+        partial = split * form.batch * Mp * Np * 4
+        rate = target.l2_bytes_per_s if 2 * partial <= target.l2_bytes else target.dram_bytes_per_s
+        t += target.dependent_launch_seconds + 2.0 * partial / rate
+    return t
+
+
+def split_k_gemm_config(form: GemmForm, target: Target | str | None = None
+                        ) -> TensorCoreConfig | None:
+    """The split-K configuration :func:`gemm_time` expects fastest for ``form``, or None
+    (a broadcast batch, or a reduction too short to split): of the block tiles of the
+    table up to each extent's :func:`~.tensorcore.tile_limit`, ``block_k`` of 32 or more,
+    parts of :data:`SPLIT_K_CHOICES` that give each part at least 4 ``block_k`` steps and
+    pad ``K`` by at most an eighth, the stages of :func:`gemm_configs` and the widest
+    legal copies."""
+    target = as_target(target)
+    if not form.paddable:
+        return None
+    best = None
+    for bm, bn, wm, wn in _BLOCKS:
+        if bm > tile_limit(form.M) or bn > tile_limit(form.N):
+            continue
+        big = bm * bn >= 64 * 64
+        for bk in (128, 64, 32):
+            if (bk < form.mma_k or (bm + bn) * bk * form.elem_bytes > 16384
+                    or (big and bk > 32)):
+                continue
+            for split in SPLIT_K_CHOICES:
+                steps = -(-form.K // (bk * split))
+                if steps < 4 or _round_up(form.K, bk * split) - form.K > form.K // 8:
+                    continue
+                cfg = _first_legal(form, target, bm, bn, bk, wm, wn,
+                                   min(2 if big else 4, steps), split)
+                if cfg is None:
+                    continue
+                key = (gemm_time(cfg, form, target), split, -bm * bn)
+                if best is None or key < best[0]:
+                    best = (key, cfg)
+    return None if best is None else best[1]
 
 
 def padded_gemm_config(form: GemmForm, target: Target | str | None = None
@@ -547,7 +693,7 @@ def padded_gemm_config(form: GemmForm, target: Target | str | None = None
     return best[1]
 
 
-def _first_legal(form, target, bm, bn, bk, wm, wn, stages):
+def _first_legal(form, target, bm, bn, bk, wm, wn, stages, split_k=1):
     """The legal config of these tiles with the widest copies, or None."""
     vec = 16 // form.elem_bytes
     for v in (vec, vec // 2, vec // 4, vec // 8):
@@ -556,7 +702,8 @@ def _first_legal(form, target, bm, bn, bk, wm, wn, stages):
         cfg = TensorCoreConfig(
             bm, bn, bk, wm, wn, vec=v, pad=8, frag_load="load" if form.tf32 else "ldmatrix",
             tf32=form.tf32, stages=stages,
-            async_copy=target.has_cp_async and v * form.elem_bytes in (4, 8, 16))
+            async_copy=target.has_cp_async and v * form.elem_bytes in (4, 8, 16),
+            split_k=split_k)
         try:
             check_gemm_config(cfg, form, target=target)
         except ScheduleError:
