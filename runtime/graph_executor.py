@@ -7,6 +7,14 @@ per-kernel Python work. Where capture fails the kernels are launched one by one 
 module says which in ``uses_cuda_graph``). Graph launches go to the default stream, so
 ``set_input`` copies and ``get_output`` reads are ordered with them without extra
 synchronization.
+
+The captured graph keeps only the dependencies the network has (:func:`step_dependencies`:
+a kernel waits for the kernels that wrote what it reads, and for the earlier readers and
+writer of every storage it overwrites, since the memory plan reuses storages in the
+serial order), so independent kernels run side by side: the query, key and value head
+transposes of an attention block, a residual block's downsampling convolution next to its
+main path. The capture spreads the kernels over up to :data:`CAPTURE_STREAMS` streams
+(:func:`assign_streams`) joined by events where a dependency crosses streams.
 """
 
 from __future__ import annotations
@@ -86,6 +94,7 @@ class GraphModule:
         self._graph = None
         self.uses_cuda_graph = False
         self.capture_error: str = ""
+        self.capture_streams = 1  # how many streams the captured graph's kernels use
         plan = lib.plan
         if self.is_sim:
             self._storages = [self._sim_storage(s.nbytes) for s in plan.storages]
@@ -132,13 +141,20 @@ class GraphModule:
 
     def _prepare_steps(self) -> None:
         lib = self.lib
+        plan = lib.plan
         self._steps = []
+        self._accesses: list[tuple[set, set]] = []
         loaded: dict[str, object] = {}
-        for step, key in zip(lib.plan.steps, lib.call_keys):
+        for step, key in zip(plan.steps, lib.call_keys):
             if key is None:
                 continue
             fn = lib.functions[key]
             arrays = [self._slots[a] for a in step.args] + [self._slots[step.out]]
+            reads = {plan.slots[a].storage for a in step.args}
+            # a function's scratch buffers (split-K partial sums) are one per loaded module:
+            # two calls of it must not overlap
+            writes = {plan.slots[step.out].storage, ("scratch", key)}
+            self._accesses.append((reads, writes))
             if self.is_sim:
                 self._steps.append((fn.device_module, [a.host_view for a in arrays]))
             else:
@@ -155,18 +171,50 @@ class GraphModule:
         from ..backend_ptx.cuda_driver import CudaError, call, driver
 
         d = driver()
-        stream = call("cuStreamCreate", d.CUstream_flags.CU_STREAM_NON_BLOCKING)
+        flags = d.CUstream_flags.CU_STREAM_NON_BLOCKING
+        deps = step_dependencies(self._accesses)
+        assign = assign_streams(deps, CAPTURE_STREAMS)
+        n_streams = max(assign, default=0) + 1
+        streams = [call("cuStreamCreate", flags) for _ in range(n_streams)]
+        events: list = []
+
+        def event():
+            events.append(call("cuEventCreate",
+                               d.CUevent_flags.CU_EVENT_DISABLE_TIMING))
+            return events[-1]
+
         graph = None
         try:
-            call("cuStreamBeginCapture", stream,
+            origin = streams[0]
+            call("cuStreamBeginCapture", origin,
                  d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             try:
-                self._launch_all(stream)
+                fork = event()
+                call("cuEventRecord", fork, origin)
+                for st in streams[1:]:  # the side streams join the capture
+                    call("cuStreamWaitEvent", st, fork, 0)
+                needed = {d_ for i, ds in enumerate(deps) for d_ in ds
+                          if assign[d_] != assign[i]}
+                done: dict[int, object] = {}
+                for i, (fn, arrays) in enumerate(self._steps):
+                    st = streams[assign[i]]
+                    for d_ in sorted(deps[i]):
+                        if assign[d_] != assign[i]:
+                            call("cuStreamWaitEvent", st, done[d_], 0)
+                    fn(*arrays, stream=st)
+                    if i in needed:
+                        done[i] = event()
+                        call("cuEventRecord", done[i], st)
+                for st in streams[1:]:  # ... and join it again before it ends
+                    join = event()
+                    call("cuEventRecord", join, st)
+                    call("cuStreamWaitEvent", origin, join, 0)
             finally:
-                graph = call("cuStreamEndCapture", stream)
+                graph = call("cuStreamEndCapture", origin)
             exec_ = call("cuGraphInstantiate", graph, 0)
             self._graph = _CapturedGraph(graph, exec_)
             self.uses_cuda_graph = True
+            self.capture_streams = n_streams
         except CudaError as e:
             self.capture_error = str(e)
             self.use_cuda_graph = False
@@ -176,7 +224,10 @@ class GraphModule:
                 except CudaError:
                     pass
         finally:
-            call("cuStreamDestroy", stream)
+            for ev in events:
+                call("cuEventDestroy", ev)
+            for st in streams:
+                call("cuStreamDestroy", st)
 
     # -- the user interface -----------------------------------------------------------------
 
@@ -268,6 +319,52 @@ class GraphModule:
     def __repr__(self):
         mode = "cuda graph" if self.uses_cuda_graph else "launches"
         return f"<GraphModule: {len(self._steps)} kernel steps on {self.device} ({mode})>"
+
+
+CAPTURE_STREAMS = 4
+"""The most streams a captured network's kernels are spread over."""
+
+
+def step_dependencies(accesses: list[tuple[set, set]]) -> list[set[int]]:
+    """For each step (``(storages read, storages written)``, in the serial order), the
+    earlier steps it must wait for: the last writer of each storage it reads or writes
+    (read after write, write after write) and every reader of a storage it overwrites since
+    that storage was last written (write after read)."""
+    last_write: dict = {}
+    readers: dict = {}
+    deps: list[set[int]] = []
+    for i, (reads, writes) in enumerate(accesses):
+        d: set[int] = set()
+        for s in reads | writes:
+            if s in last_write:
+                d.add(last_write[s])
+        for s in writes:
+            d.update(readers.get(s, ()))
+        d.discard(i)
+        deps.append(d)
+        for s in reads:
+            readers.setdefault(s, []).append(i)
+        for s in writes:
+            last_write[s] = i
+            readers[s] = []
+    return deps
+
+
+def assign_streams(deps: list[set[int]], n_streams: int = CAPTURE_STREAMS) -> list[int]:
+    """A stream for each step: the stream whose last step it depends on (a chain stays on
+    one stream), else an unused stream, else the stream whose last step is the oldest.
+    Dependencies on other streams are joined by events when the steps are captured."""
+    tail: list[int | None] = [None] * max(1, n_streams)
+    out: list[int] = []
+    for i, d in enumerate(deps):
+        pick = next((k for k, t in enumerate(tail) if t is not None and t in d), None)
+        if pick is None:
+            pick = next((k for k, t in enumerate(tail) if t is None), None)
+        if pick is None:
+            pick = min(range(len(tail)), key=lambda k: tail[k])
+        out.append(pick)
+        tail[pick] = i
+    return out
 
 
 class _CapturedGraph:

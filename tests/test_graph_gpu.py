@@ -40,6 +40,7 @@ def test_resnet18_nhwc_on_the_gpu_matches_the_reference(resnet18, resnet18_lib):
         np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-5)
         assert got.argmax() == ref.argmax()
     assert m.uses_cuda_graph, m.capture_error
+    assert m.capture_streams > 1  # the downsampling convolutions beside the main path
     plain = graph.GraphModule(resnet18_lib, dev, use_cuda_graph=False)
     plain.set_input("data", x)
     plain.run()
@@ -78,6 +79,7 @@ def test_bert_layer_on_the_gpu():
     m.run()
     ref = graph.evaluate(net, {"data": x}, params)
     np.testing.assert_allclose(m.get_output(0).numpy(), ref, rtol=1e-3, atol=1e-4)
+    assert m.uses_cuda_graph and m.capture_streams > 1  # q, k and v side by side
 
 
 def _torch_resnet18(torch):
