@@ -41,7 +41,7 @@ from ..reduction import max as r_max
 from ..reduction import mean as r_mean
 from ..reduction import min as r_min
 from ..reduction import sum as r_sum
-from ..transform import concatenate, expand_dims, reshape, squeeze, transpose
+from ..transform import concatenate, expand_dims, reshape, squeeze, strided_slice, transpose
 
 
 @dataclass
@@ -328,6 +328,17 @@ def concatenate_case(shapes=((2, 3), (2, 4), (2, 1)), axis=1, dtype="float32") -
                     lambda *ds: np.concatenate(ds, axis))
 
 
+def strided_slice_case(shape=(4, 10), begin=(1, 2), end=(4, 9), strides=(1, 3), axes=None,
+                       dtype="float32") -> Workload:
+    x = _ph(shape, "x", dtype)
+    ax = range(len(begin)) if axes is None else axes
+    index = [slice(None)] * len(shape)
+    for a, b, e, st in zip(ax, begin, end, strides):
+        index[a] = slice(b, e, st)
+    return Workload("strided_slice", [x, strided_slice(x, begin, end, strides, axes)],
+                    lambda d: np.ascontiguousarray(d[tuple(index)]))
+
+
 def squeeze_case(shape=(2, 1, 3, 1), axis=None, dtype="float32") -> Workload:
     x = _ph(shape, "x", dtype)
     return Workload("squeeze", [x, squeeze(x, axis)], lambda d: np.squeeze(d, axis))
@@ -394,6 +405,7 @@ CASES: dict[str, Callable[..., Workload]] = {
     "reshape": reshape_case,
     "transpose": transpose_case,
     "concatenate": concatenate_case,
+    "strided_slice": strided_slice_case,
     "squeeze": squeeze_case,
     "expand_dims": expand_dims_case,
     "chain": chain,
@@ -444,6 +456,8 @@ SMALL: dict[str, list[dict]] = {
     "reshape": [{}],
     "transpose": [{}],
     "concatenate": [{}, {"shapes": ((1, 2, 3), (2, 2, 3)), "axis": 0}],
+    "strided_slice": [{}, {"shape": (2, 6, 5), "begin": (-4,), "end": (6,), "strides": (2,),
+                           "axes": (1,)}],
     "squeeze": [{}],
     "expand_dims": [{}],
     "chain": [{}],
