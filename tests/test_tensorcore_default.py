@@ -21,17 +21,14 @@ from ptxforge.ops.schedules.tensorcore_gemm import (
 )
 from ptxforge.passes.schedule.common import ScheduleError
 
+from .lowp import host, run_sim
+
 RNG = np.random.default_rng(14)
 SM90 = "cuda -arch=sm_90"
 
 
 def _rand(shape, dtype):
-    x = RNG.uniform(-1, 1, shape).astype(np.float32)
-    return dt.to_bfloat16(x) if dtype == "bfloat16" else x.astype(dtype)
-
-
-def _f64(x, dtype):
-    return (dt.from_bfloat16(x) if dtype == "bfloat16" else x).astype(np.float64)
+    return host(RNG, shape, dtype)
 
 
 def _uses_tensor_cores(s) -> bool:
@@ -42,12 +39,8 @@ def _run(out, args, target=SM90, dtype="float16"):
     """Build ``out`` with the default schedule on the simulator, run it on random inputs;
     returns (schedule, inputs as float64, output as float64)."""
     s = default_schedule(out, target)
-    mod = ptxforge.build(s, args + [out], target="sim")
-    vals = [_rand(a.shape, a.dtype) for a in args]
-    res = (dt.to_bfloat16(np.full(out.shape, np.nan, np.float32)) if out.dtype == "bfloat16"
-           else np.full(out.shape, np.nan, out.dtype))
-    mod(*vals, res)
-    return s, [_f64(v, a.dtype) for v, a in zip(vals, args)], _f64(res, out.dtype)
+    _, vals, res = run_sim(s, args, out, RNG)
+    return s, vals, res
 
 
 def _rel(got, want) -> float:

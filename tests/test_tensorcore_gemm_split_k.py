@@ -24,18 +24,11 @@ from ptxforge.ops.schedules.tensorcore_gemm import (
 )
 from ptxforge.passes.schedule.common import ScheduleError
 
+from .lowp import run_sim
+
 RNG = np.random.default_rng(21)
 SM90 = "cuda -arch=sm_90"
 TOL = {"float16": 2e-3, "bfloat16": 8e-3, "float32": 1e-5}
-
-
-def _rand(shape, dtype):
-    x = RNG.uniform(-1, 1, shape).astype(np.float32)
-    return dt.to_bfloat16(x) if dtype == "bfloat16" else x.astype(dtype)
-
-
-def _f64(x, dtype):
-    return (dt.from_bfloat16(x) if dtype == "bfloat16" else x).astype(np.float64)
 
 
 def _schedule(out, cfg):
@@ -62,12 +55,7 @@ def _schedule(out, cfg):
 
 
 def _run(s, args, out):
-    mod = ptxforge.build(s, args + [out], target="sim")
-    vals = [_rand(a.shape, a.dtype) for a in args]
-    res = (dt.to_bfloat16(np.full(out.shape, np.nan, np.float32)) if out.dtype == "bfloat16"
-           else np.full(out.shape, np.nan, out.dtype))
-    mod(*vals, res)
-    return mod, [_f64(v, a.dtype) for v, a in zip(vals, args)], _f64(res, out.dtype)
+    return run_sim(s, args, out, RNG)
 
 
 def _rel(got, want) -> float:
