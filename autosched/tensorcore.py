@@ -239,13 +239,13 @@ def _padded_slots(step: TensorCoreStep, tf32: bool) -> list:
 
 
 def _padded_config(step: TensorCoreStep, vals, tf32: bool, **extra) -> TensorCoreConfig:
-    """The :class:`TensorCoreConfig` of one state of such a step (TF32 fragments are loaded
-    lane by lane; cp.async where a copy is 4, 8 or 16 bytes)."""
+    """The :class:`TensorCoreConfig` of one state of such a step (fragments from ldmatrix,
+    TF32's too; cp.async where a copy is 4, 8 or 16 bytes)."""
     p = step.config(vals)
     return TensorCoreConfig(p.block_m, p.block_n, p.block_k, p.warps_m, p.warps_n,
                             vec=p.vec, pad=p.layout, stages=p.stages,
                             async_copy=p.vec * step.elem_bytes in (4, 8, 16),
-                            frag_load="load" if tf32 else "ldmatrix", tf32=tf32, **extra)
+                            frag_load="ldmatrix", tf32=tf32, **extra)
 
 
 @dataclass(frozen=True)
@@ -378,8 +378,7 @@ def tensorcore_gemm_step(task) -> TensorCoreGemmStep | None:
                               form.acc_dtype, nbytes(out.dtype), b_kn=form.b_kn,
                               batch=form.batch, tensors=(op.output(0), out),
                               inlined=inlined, form=form, late=late, target=task.target)
-    smallest = TensorCoreConfig(16, 16, 16, 1, 1, vec=1, pad=8, stages=1, tf32=form.tf32,
-                                frag_load="load" if form.tf32 else "ldmatrix")
+    smallest = TensorCoreConfig(16, 16, 16, 1, 1, vec=1, pad=8, stages=1, tf32=form.tf32)
     try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
         schedule_tensorcore_gemm(step, smallest, task.target)
     except ScheduleError:
@@ -506,10 +505,7 @@ def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
                               target=task.target)
     try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
         schedule_tensorcore_conv(step, TensorCoreConfig(16, 8, 16, 1, 1, vec=1, pad=8,
-                                                        stages=1, tf32=tf32,
-                                                        frag_load="load" if tf32
-                                                        else "ldmatrix"),
-                                 task.target)
+                                                        stages=1, tf32=tf32), task.target)
     except ScheduleError:
         return None
     return step

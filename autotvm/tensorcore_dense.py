@@ -126,7 +126,7 @@ def _schedule(name, a, b, out, mm, flop):
             cfg["block_m"].val, cfg["block_n"].val, cfg["block_k"].val, cfg["warps_m"].val,
             cfg["warps_n"].val, vec=cfg["vec"].val, pad=LAYOUT_PAD[cfg["layout"].val],
             stages=cfg["stages"].val, async_copy=target.has_cp_async,
-            frag_load="load" if tf32 else "ldmatrix", tf32=tf32,
+            frag_load="ldmatrix", tf32=tf32,
             split_k=cfg["split_k"].val)
     s = te.create_schedule(out.op)
     epilogue = None if out.op is mm else out.op

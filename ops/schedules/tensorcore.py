@@ -28,8 +28,9 @@ class TensorCoreConfig:
     ``block_m / warps_m x block_n / warps_n`` warp tile), ``vec`` elements per copy of the
     cooperative global -> shared loads, ``pad`` elements added to each shared row (bank
     conflicts of ldmatrix; keeps rows 16-byte aligned when a multiple of 8), ``unroll``
-    the warp-tile loops. ``frag_load``: ``"ldmatrix"`` or ``"load"`` (lane by lane; the
-    only choice for TF32). ``tf32``: allow float32 inputs to be multiplied in TF32 (10
+    the warp-tile loops. ``frag_load``: ``"ldmatrix"`` or ``"load"`` (lane by lane);
+    TF32 takes both (its ldmatrix reads 8 rows of 4 fp32 values per matrix, B as
+    ``[N, K]`` only). ``tf32``: allow float32 inputs to be multiplied in TF32 (10
     mantissa bits), which is never chosen silently. ``async_copy``: fill the shared tiles
     with cp.async; ``stages`` (2 to 5): software-pipeline the ``block_k`` loop with that
     many shared buffers per tile (1: none). ``split_k``: the reduction split into that many
@@ -245,8 +246,12 @@ def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
 
     # fragments: loaded from shared memory for each k step
     sfx = SUFFIX[ab]
-    load = cfg.frag_load if ab != "float32" else "load"
-    if load == "ldmatrix":
+    load = cfg.frag_load
+    if load == "ldmatrix" and ab == "float32":  # 32-bit elements, 4 to a 16-byte row
+        a_plan = (16, 0, "ldmatrix_a_x4_tf32")
+        b_plan = (16 if wn % 16 == 0 else 8, 0,
+                  f"ldmatrix_b_x{4 if wn % 16 == 0 else 2}_tf32")
+    elif load == "ldmatrix":
         a_plan = (16, 0, f"ldmatrix_a_x4_{sfx}")
         if kn:
             b_plan = (16 if wn % 16 == 0 else 8, 1,
