@@ -139,6 +139,7 @@ def test_padded_matmul_with_b_as_k_n_and_tf32():
     y = ops.nn.dense(x, w, precision="tf32")
     s, (xv, wv), got = _run(y, [x, w])
     assert _uses_tensor_cores(s) and "implicit_gemm" in str(s.pipeline)
+    assert "ldmatrix_a_x4_tf32" in str(s.pipeline)  # the default's TF32 fragment loads
     want = dt.round_to(xv.astype(np.float32), "tf32").astype(np.float64) @ dt.round_to(
         wv.astype(np.float32), "tf32").astype(np.float64).T
     assert _rel(got, want) < 1e-6
@@ -220,6 +221,8 @@ def test_tf32_only_when_asked_and_float32_elsewhere():
     y = ops.nn.dense(x, w, precision="tf32")
     s, (xv, wv), got = _run(y, [x, w])
     assert _uses_tensor_cores(s)
+    assert choose_gemm_config(gemm_form(y.op, SM90), SM90).frag_load == "ldmatrix"
+    assert "ldmatrix_a_x4_tf32" in str(s.pipeline)
     want = dt.round_to(xv.astype(np.float32), "tf32").astype(np.float64) @ dt.round_to(
         wv.astype(np.float32), "tf32").astype(np.float64).T
     assert _rel(got, want) < 1e-6  # the same products as the CUDA-core TF32 path
