@@ -29,8 +29,8 @@ A dense / matmul / batch_matmul stage (float16 / bfloat16, or float32 declared w
 that many parts on ``blockIdx.z``, float32 partial sums that a second kernel adds up with
 the epilogue: for products with few block tiles and a long reduction) and runs the default
 tensor-core GEMM schedule with them (zero padding through ``implicit_gemm``, TF32 fragments
-loaded lane by lane). Where ``tensorcore(C)`` takes the stage too, both sketches compete,
-``tensorcore(C)`` first.
+loaded with ldmatrix as the 16-bit ones). Where ``tensorcore(C)`` takes the stage too,
+both sketches compete, ``tensorcore(C)`` first.
 
 Other shapes of computation, float32 products not declared TF32 (TF32 is never chosen
 silently) or targets without mma.sync get no tensor-core sketch.

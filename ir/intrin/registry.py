@@ -31,8 +31,9 @@ class TensorIntrin:
     ``operands``: the declaration's tensor names, output first. ``roles``: operand ->
     fragment role name, for the fragment operands. ``num``/``trans``: ldmatrix's count of
     8x8 16-bit matrices (8 rows of 16 bytes: 8x4 for 32-bit elements) and ``.trans``,
-    and ``tile_step`` the (rows, cols) from one fragment tile it fills to the next. ``init``: the intrinsic that zeroes the output of a reduction
-    (what its ``init`` nest becomes). ``dtypes``: operand -> element dtype.
+    and ``tile_step`` the (rows, cols) from one fragment tile it fills to the next.
+    ``init``: the intrinsic that zeroes the output of a reduction (what its ``init`` nest
+    becomes). ``dtypes``: operand -> element dtype.
     """
 
     name: str

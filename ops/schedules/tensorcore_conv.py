@@ -198,7 +198,9 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
     ``epilogue``) on tensor cores; returns the configuration used (``cfg``, else
     :func:`choose_conv_config`). The padding stage it reads is left to the caller to
     inline (``default_schedule`` does). Raises ScheduleError when the stage or ``cfg`` does
-    not qualify, naming the rule."""
+    not qualify, naming the rule. TF32 keeps B as ``[n, k]`` and, with
+    ``cfg.frag_load="ldmatrix"`` (the default), loads its fragments with
+    ``ldmatrix_a_x4_tf32`` and ``ldmatrix_b_x{2,4}_tf32``."""
     target = as_target(target)
     why = tensorcore_conv_unsupported(op, target)
     if why is not None:

@@ -307,7 +307,11 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     Without an epilogue, or with only the cast to a 16-bit output, each warp writes its
     accumulators straight to global memory (``store_c_*``); any other epilogue, and any
     padded product, reads them from a shared-memory copy of the block tile, all threads of
-    the block, which store only the output's real rows and columns."""
+    the block, which store only the output's real rows and columns.
+
+    Fragments come from shared memory through ``ldmatrix`` (``cfg.frag_load="ldmatrix"``,
+    TF32's too: ``ldmatrix_{a_x4,b_x2,b_x4}_tf32``, 16-byte rows of 4 fp32) or lane by
+    lane (``"load"``)."""
     target = as_target(target)
     form = form or gemm_form(op, target)
     if form is None:
