@@ -52,6 +52,7 @@ BLOCK_K_CHOICES = (16, 32, 64)
 WARP_CHOICES = (1, 2, 4)
 STAGE_CHOICES = (1, 2, 3, 4)
 LAYOUT_CHOICES = (8, 0)        # rows padded by 8 elements (no ldmatrix bank conflicts), plain
+TF32_LAYOUT_CHOICES = (4, 0)   # the same 16 bytes of padding in fp32 elements
 VEC_CHOICES = (8, 4, 2)
 SPLIT_K_CHOICES = (1, 2, 4, 8)  # the reduction over that many blocks (partial sums)
 MMA_SHAPE = (16, 8, 16)
@@ -234,7 +235,7 @@ def _padded_slots(step: TensorCoreStep, tf32: bool) -> list:
             ChoiceSlot(step.slot("warps_m"), WARP_CHOICES),
             ChoiceSlot(step.slot("warps_n"), WARP_CHOICES),
             ChoiceSlot(step.slot("stages"), STAGE_CHOICES),
-            ChoiceSlot(step.slot("layout"), LAYOUT_CHOICES),
+            ChoiceSlot(step.slot("layout"), TF32_LAYOUT_CHOICES if tf32 else LAYOUT_CHOICES),
             ChoiceSlot(step.slot("vec"), (4, 2, 1) if tf32 else VEC_CHOICES)]
 
 

@@ -27,7 +27,9 @@ class TensorCoreConfig:
     shared-memory stage, ``warps_m x warps_n`` warps per block (each owning a
     ``block_m / warps_m x block_n / warps_n`` warp tile), ``vec`` elements per copy of the
     cooperative global -> shared loads, ``pad`` elements added to each shared row (bank
-    conflicts of ldmatrix; keeps rows 16-byte aligned when a multiple of 8), ``unroll``
+    conflicts of ldmatrix; a multiple of 16 bytes, which keeps rows 16-byte aligned: 8
+    16-bit elements, 4 fp32, the defaults' choice; 8 fp32 would leave TF32's ldmatrix
+    2-way conflicts), ``unroll``
     the warp-tile loops. ``frag_load``: ``"ldmatrix"`` or ``"load"`` (lane by lane);
     TF32 takes both (its ldmatrix reads 8 rows of 4 fp32 values per matrix, B as
     ``[N, K]`` only). ``tf32``: allow float32 inputs to be multiplied in TF32 (10
@@ -71,7 +73,10 @@ class TensorCoreConfig:
              f"the warp tile's columns (block_n / warps_n = {self.block_n}/{self.warps_n}) "
              "are a multiple of 8"),
             (self.warps_m * self.warps_n * 32 <= 1024, "at most 32 warps per block"),
-            (self.pad % 8 == 0, f"pad {self.pad} is a multiple of 8 (16-byte rows)"),
+            (isinstance(self.pad, int) and self.pad >= 0
+             and (self.pad * elem_bytes) % 16 == 0,
+             f"pad {self.pad} is a multiple of {16 // elem_bytes} elements of {elem_bytes} "
+             "bytes (16-byte rows)"),
             (self.stages == 1 or 2 <= self.stages <= 5, f"stages {self.stages} is 1 to 5"),
             (not self.async_copy or self.vec * elem_bytes in (4, 8, 16),
              f"vec {self.vec} elements of {elem_bytes} bytes make a cp.async of 4, 8 or 16 "

@@ -179,7 +179,8 @@ def _valid_config(op, target, bm: int, bn: int, K: int, tf32: bool):
     steps = -(-K // bk)
     stages = 3 if steps >= 8 else (2 if steps >= 2 else 1)
     for vec in ((4, 2, 1) if tf32 else (8, 4, 2, 1)):
-        cfg = TensorCoreConfig(bm, bn, bk, wm, wn, vec=vec, stages=stages,
+        cfg = TensorCoreConfig(bm, bn, bk, wm, wn, vec=vec, pad=4 if tf32 else 8,
+                               stages=stages,
                                async_copy=vec * (4 if tf32 else 2) in (4, 8, 16),
                                frag_load="ldmatrix", tf32=tf32)
         try:

@@ -510,7 +510,7 @@ def gemm_configs(form: GemmForm, target: Target | str | None = None) -> list:
                 continue  # 32 columns are enough to hide a big tile's copies
             stages = min(2 if big else 4, form.K // bk)
             cfg = TensorCoreConfig(
-                bm, bn, bk, wm, wn, vec=vec, pad=8,
+                bm, bn, bk, wm, wn, vec=vec, pad=16 // form.elem_bytes,
                 frag_load="ldmatrix", tf32=form.tf32,
                 async_copy=target.has_cp_async, stages=stages if stages > 1 else 1)
             for v in (vec, vec // 2, vec // 4):  # a small tile may need a narrower copy
@@ -705,7 +705,7 @@ def _first_legal(form, target, bm, bn, bk, wm, wn, stages, split_k=1):
         if v < 1:
             continue
         cfg = TensorCoreConfig(
-            bm, bn, bk, wm, wn, vec=v, pad=8, frag_load="ldmatrix",
+            bm, bn, bk, wm, wn, vec=v, pad=16 // form.elem_bytes, frag_load="ldmatrix",
             tf32=form.tf32, stages=stages,
             async_copy=target.has_cp_async and v * form.elem_bytes in (4, 8, 16),
             split_k=split_k)
