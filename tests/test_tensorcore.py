@@ -222,6 +222,28 @@ def test_sim_ldmatrix_tf32_rejects_misaligned_rows():
     assert frag[0, 0] == mem[4] and frag[1, 0] == mem[4 + 8 * 12]
 
 
+def test_misaligned_tf32_shared_rows_are_refused_before_running():
+    # shared rows of 18 fp32 (72 bytes): every other ldmatrix row address would be
+    # misaligned; the nest's match (the verifier's, after each lowering pass) refuses it
+    from ptxforge.passes import Pipeline
+
+    t = dense_tensorcore_compute(32, 32, 16, "float32", "float32")
+    cfg = TensorCoreConfig(32, 32, 16, 2, 2, vec=2, pad=4, tf32=True)
+    text = str(schedule_dense_tensorcore(t, cfg).pipeline)
+    assert text.count(", 20, 0)") == 2  # rows of 16 + 4 fp32 for A and B
+    bad = text.replace("storage_align(A.shared, 0, 20, 0)", "storage_align(A.shared, 0, 18, 0)")
+    module = Pipeline.parse(bad)(te.create_schedule(t[2].op).module)
+    with pytest.raises(IRVerifyError, match=r"ldmatrix_a_x4_tf32: ldmatrix reads rows of 16 "
+                                            r"bytes.*A\.shared are 18 elements of 4 bytes"):
+        ptxforge.build(module, None, target="sim")
+    # the aligned rows of the schedule itself build
+    good = Pipeline.parse(text)(te.create_schedule(t[2].op).module)
+    ptxforge.build(good, None, target="sim")
+    with pytest.raises(ScheduleError, match="pad 2 is a multiple of 4 elements of 4 bytes"):
+        schedule_dense_tensorcore(t, TensorCoreConfig(32, 32, 16, 2, 2, vec=2, pad=2,
+                                                      tf32=True))
+
+
 def test_sim_rejects_partial_warps_non_uniform_operands_and_bad_slots():
     spec = get_intrin("fill_m16n8_f32")
     frag = np.zeros((8, 64), np.float32)
