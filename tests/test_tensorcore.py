@@ -86,7 +86,8 @@ def test_registry_declares_every_intrinsic():
     for n in ("mma_m16n8k16_f16_f32", "mma_m16n8k16_f16_f16", "mma_m16n8k16_bf16_f32",
               "mma_m16n8k8_tf32_f32", "ldmatrix_a_x4_f16", "ldmatrix_b_x1_f16",
               "ldmatrix_b_x2_f16", "ldmatrix_b_x4_trans_f16", "load_a_f16", "store_c_f32",
-              "store_c_f32_f16", "fill_m16n8_f32"):
+              "store_c_f32_f16", "fill_m16n8_f32", "ldmatrix_a_x4_tf32",
+              "ldmatrix_b_x2_tf32", "ldmatrix_b_x4_tf32"):
         assert n in names
     for n in names:
         decl = get_intrin(n).declaration
@@ -304,10 +305,13 @@ def test_tf32_dense_fragment_loads_on_the_simulator(frag_load):
                           (TensorCoreConfig(32, 16, 16, 2, 2, vec=2, pad=0, tf32=True,
                                             frag_load=frag_load), "ldmatrix_b_x2_tf32")):
         t = dense_tensorcore_compute(64, 32, 32, "float32", "float32")
-        used = set(_intrins_all(ptxforge.lower(schedule_dense_tensorcore(t, cfg), t)))
+        dev = ptxforge.lower(schedule_dense_tensorcore(t, cfg), t)
+        used = set(_intrins_all(dev))
         if frag_load == "ldmatrix":
             assert {"ldmatrix_a_x4_tf32", b_intrin} <= used
             assert not used & {"load_a_tf32", "load_b_tf32"}
+            ptx = compile_module(dev, "sm_80").get_source("ptx")
+            assert get_intrin(b_intrin).ptx in ptx and "ld.shared" not in ptx
         else:
             assert {"load_a_tf32", "load_b_tf32"} <= used
         err = run_gemm(64, 32, 32, cfg, in_dtype="float32", tf32_ref=True)
