@@ -26,13 +26,12 @@ class TensorCoreConfig:
     ``block_m x block_n`` outputs per thread block, ``block_k`` reduction columns per
     shared-memory stage, ``warps_m x warps_n`` warps per block (each owning a
     ``block_m / warps_m x block_n / warps_n`` warp tile), ``vec`` elements per copy of the
-    cooperative global -> shared loads, ``pad`` elements added to each shared row (bank
-    conflicts of ldmatrix; a multiple of 16 bytes, which keeps rows 16-byte aligned: 8
-    16-bit elements, 4 fp32, the defaults' choice; 8 fp32 would leave TF32's ldmatrix
-    2-way conflicts), ``unroll``
-    the warp-tile loops. ``frag_load``: ``"ldmatrix"`` or ``"load"`` (lane by lane);
-    TF32 takes both (its ldmatrix reads 8 rows of 4 fp32 values per matrix, B as
-    ``[N, K]`` only). ``tf32``: allow float32 inputs to be multiplied in TF32 (10
+    cooperative global -> shared loads, ``pad`` elements added to each shared row (against
+    ldmatrix bank conflicts; a multiple of 16 bytes, which keeps rows 16-byte aligned: the
+    defaults take 8 16-bit elements or 4 fp32, as 8 fp32 would leave TF32's ldmatrix 2-way
+    conflicts), ``unroll`` the warp-tile loops. ``frag_load``: ``"ldmatrix"`` or
+    ``"load"`` (lane by lane); TF32 takes both (its ldmatrix reads 8 rows of 4 fp32 values
+    per matrix, B as ``[N, K]`` only). ``tf32``: allow float32 inputs to be multiplied in TF32 (10
     mantissa bits), which is never chosen silently. ``async_copy``: fill the shared tiles
     with cp.async; ``stages`` (2 to 5): software-pipeline the ``block_k`` loop with that
     many shared buffers per tile (1: none). ``split_k``: the reduction split into that many
