@@ -29,8 +29,8 @@ A dense / matmul / batch_matmul stage (float16 / bfloat16, or float32 declared w
 that many parts on ``blockIdx.z``, float32 partial sums that a second kernel adds up with
 the epilogue: for products with few block tiles and a long reduction) and runs the default
 tensor-core GEMM schedule with them (zero padding through ``implicit_gemm``, TF32 fragments
-loaded lane by lane). Where ``tensorcore(C)`` takes the stage too, both sketches compete,
-``tensorcore(C)`` first.
+loaded with ldmatrix as the 16-bit ones). Where ``tensorcore(C)`` takes the stage too,
+both sketches compete, ``tensorcore(C)`` first.
 
 Other shapes of computation, float32 products not declared TF32 (TF32 is never chosen
 silently) or targets without mma.sync get no tensor-core sketch.
@@ -52,6 +52,7 @@ BLOCK_K_CHOICES = (16, 32, 64)
 WARP_CHOICES = (1, 2, 4)
 STAGE_CHOICES = (1, 2, 3, 4)
 LAYOUT_CHOICES = (8, 0)        # rows padded by 8 elements (no ldmatrix bank conflicts), plain
+TF32_LAYOUT_CHOICES = (4, 0)   # the same 16 bytes of padding in fp32 elements
 VEC_CHOICES = (8, 4, 2)
 SPLIT_K_CHOICES = (1, 2, 4, 8)  # the reduction over that many blocks (partial sums)
 MMA_SHAPE = (16, 8, 16)
@@ -234,18 +235,18 @@ def _padded_slots(step: TensorCoreStep, tf32: bool) -> list:
             ChoiceSlot(step.slot("warps_m"), WARP_CHOICES),
             ChoiceSlot(step.slot("warps_n"), WARP_CHOICES),
             ChoiceSlot(step.slot("stages"), STAGE_CHOICES),
-            ChoiceSlot(step.slot("layout"), LAYOUT_CHOICES),
+            ChoiceSlot(step.slot("layout"), TF32_LAYOUT_CHOICES if tf32 else LAYOUT_CHOICES),
             ChoiceSlot(step.slot("vec"), (4, 2, 1) if tf32 else VEC_CHOICES)]
 
 
 def _padded_config(step: TensorCoreStep, vals, tf32: bool, **extra) -> TensorCoreConfig:
-    """The :class:`TensorCoreConfig` of one state of such a step (TF32 fragments are loaded
-    lane by lane; cp.async where a copy is 4, 8 or 16 bytes)."""
+    """The :class:`TensorCoreConfig` of one state of such a step (fragments from ldmatrix,
+    TF32's too; cp.async where a copy is 4, 8 or 16 bytes)."""
     p = step.config(vals)
     return TensorCoreConfig(p.block_m, p.block_n, p.block_k, p.warps_m, p.warps_n,
                             vec=p.vec, pad=p.layout, stages=p.stages,
                             async_copy=p.vec * step.elem_bytes in (4, 8, 16),
-                            frag_load="load" if tf32 else "ldmatrix", tf32=tf32, **extra)
+                            frag_load="ldmatrix", tf32=tf32, **extra)
 
 
 @dataclass(frozen=True)
@@ -378,8 +379,7 @@ def tensorcore_gemm_step(task) -> TensorCoreGemmStep | None:
                               form.acc_dtype, nbytes(out.dtype), b_kn=form.b_kn,
                               batch=form.batch, tensors=(op.output(0), out),
                               inlined=inlined, form=form, late=late, target=task.target)
-    smallest = TensorCoreConfig(16, 16, 16, 1, 1, vec=1, pad=8, stages=1, tf32=form.tf32,
-                                frag_load="load" if form.tf32 else "ldmatrix")
+    smallest = TensorCoreConfig(16, 16, 16, 1, 1, vec=1, pad=8, stages=1, tf32=form.tf32)
     try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
         schedule_tensorcore_gemm(step, smallest, task.target)
     except ScheduleError:
@@ -506,10 +506,7 @@ def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
                               target=task.target)
     try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
         schedule_tensorcore_conv(step, TensorCoreConfig(16, 8, 16, 1, 1, vec=1, pad=8,
-                                                        stages=1, tf32=tf32,
-                                                        frag_load="load" if tf32
-                                                        else "ldmatrix"),
-                                 task.target)
+                                                        stages=1, tf32=tf32), task.target)
     except ScheduleError:
         return None
     return step

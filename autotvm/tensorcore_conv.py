@@ -100,9 +100,9 @@ def conv2d_nhwc_tensorcore(N, H, W, CI, CO, KH, KW, stride, padding, dtype="floa
         vec = cfg["vec"].val
         tc = TensorCoreConfig(
             cfg["block_m"].val, cfg["block_n"].val, cfg["block_k"].val, cfg["warps_m"].val,
-            cfg["warps_n"].val, vec=vec, stages=cfg["stages"].val,
+            cfg["warps_n"].val, vec=vec, pad=4 if tf32 else 8, stages=cfg["stages"].val,
             async_copy=cfg["stages"].val > 1 or vec * (4 if tf32 else 2) in (4, 8, 16),
-            frag_load="load" if tf32 else "ldmatrix", tf32=tf32,
+            frag_load="ldmatrix", tf32=tf32,
             split_k=cfg["split_k"].val)
         try:
             check_conv_config(tc, conv)

@@ -19,13 +19,13 @@ Both run the default schedule of these products,
 configuration the knobs give: the block tile (``block_m x block_n``, each at most its
 extent rounded up to a power of two), ``block_k``, the warp grid (``warps_m x warps_n``),
 the pipeline ``stages`` (1: none; else that many cp.async buffers), ``vec`` (elements per
-global -> shared copy), ``layout`` (``"pad"``: shared rows padded by 8 elements against
-ldmatrix bank conflicts; ``"plain"``: unpadded rows, less shared memory) and ``split_k``
-(1, 2, 4, 8, 16 up to ``K / 16``: the reduction split over that many blocks on ``blockIdx.z``
-into float32 partial sums, which a second kernel adds up with the epilogue; for products
-with few block tiles and a long reduction, such as BERT's dense layers at batch 1). A
-product whose extents the block tile does not divide is padded with zeros
-(``implicit_gemm``). A combination that breaks a rule of the schedule
+global -> shared copy), ``layout`` (``"pad"``: shared rows padded by 16 bytes, 8 16-bit
+elements or 4 fp32, against ldmatrix bank conflicts; ``"plain"``: unpadded rows, less
+shared memory) and ``split_k`` (1, 2, 4, 8, 16 up to ``K / 16``: the reduction split
+over that many blocks on ``blockIdx.z`` into float32 partial sums, which a second kernel
+adds up with the epilogue; for products with few block tiles and a long reduction, such as
+BERT's dense layers at batch 1). A product whose extents the block tile does not divide
+is padded with zeros (``implicit_gemm``). A combination that breaks a rule of the schedule
 (:func:`~ptxforge.ops.schedules.tensorcore_gemm.check_gemm_config`: warp tiles of whole
 m16n8 fragments, copies that do not straddle rows, enough ``block_k`` steps for the
 stages in each split-K part, the target's shared memory) is rejected at instantiation
@@ -61,8 +61,9 @@ WARPS = (1, 2, 4)
 STAGES = (1, 2, 3, 4)
 LAYOUTS = ("pad", "plain")
 SPLIT_K = (1, 2, 4, 8, 16)
-LAYOUT_PAD = {"pad": 8, "plain": 0}
-"""Elements added to each shared row of the A and B tiles, by layout knob value."""
+LAYOUT_PAD = {"pad": 16, "plain": 0}
+"""Bytes added to each shared row of the A and B tiles, by layout knob value (8 16-bit
+elements, 4 fp32)."""
 
 
 def _precision(dtype: str):
@@ -124,9 +125,9 @@ def _schedule(name, a, b, out, mm, flop):
     else:
         tc = TensorCoreConfig(
             cfg["block_m"].val, cfg["block_n"].val, cfg["block_k"].val, cfg["warps_m"].val,
-            cfg["warps_n"].val, vec=cfg["vec"].val, pad=LAYOUT_PAD[cfg["layout"].val],
-            stages=cfg["stages"].val, async_copy=target.has_cp_async,
-            frag_load="load" if tf32 else "ldmatrix", tf32=tf32,
+            cfg["warps_n"].val, vec=cfg["vec"].val,
+            pad=LAYOUT_PAD[cfg["layout"].val] // form.elem_bytes, stages=cfg["stages"].val,
+            async_copy=target.has_cp_async, frag_load="ldmatrix", tf32=tf32,
             split_k=cfg["split_k"].val)
     s = te.create_schedule(out.op)
     epilogue = None if out.op is mm else out.op
@@ -173,7 +174,8 @@ def _batch_matmul_defaults(B, M, N, K, dtype="float16", out_dtype=None):
 
 def knob_values(tc: TensorCoreConfig) -> dict:
     """The templates' knob values of a tensor-core configuration."""
-    layout = next(k for k, v in LAYOUT_PAD.items() if v == tc.pad)
+    eb = 4 if tc.tf32 else 2
+    layout = next(k for k, v in LAYOUT_PAD.items() if v == tc.pad * eb)
     return {"block_m": tc.block_m, "block_n": tc.block_n, "block_k": tc.block_k,
             "warps_m": tc.warps_m, "warps_n": tc.warps_n, "stages": tc.stages,
             "vec": tc.vec, "layout": layout, "split_k": tc.split_k}

@@ -9,7 +9,8 @@ The nest under a loop marked with an intrinsic becomes:
   ``llvm.nvvm.mma.m16n8k8.row.col.tf32`` on the tiles' registers (pairs of 16-bit values
   as ``<2 x half>`` or ``i32``; fp32 operands of TF32 rounded by ``cvt.rna.tf32.f32``);
 * ``ldmatrix``: ``llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].b16.p3``, each lane
-  giving the shared address of row ``lane % 8`` of matrix ``lane / 8``;
+  giving the shared address of row ``lane % 8`` of matrix ``lane / 8`` (for the tf32 roles
+  a matrix is 8 rows of 4 fp32 values and each register the bits of one fp32 element);
 * ``load`` / ``store`` / ``fill``: per-lane loads and stores of the lane's elements.
 """
 
@@ -185,10 +186,16 @@ class _Emitter:
         r = w.value(f"call {ret} {ref}(ptr addrspace(3) {ptr})", "ldm")
         slots = [self.i32(self.bound.frag_slot("F", t))
                  for t in range(max(1, spec.num // nb))]
+        # register m: a pair of 16-bit elements, or (tf32 roles) the bits of one fp32
+        wide = role.kind == "tf32"
         for m in range(spec.num):
             v = r if spec.num == 1 else w.value(f"extractvalue {ret} {r}, {m}", "m")
             t, p = divmod(m, nb)
-            w.op(f"store i32 {v}, ptr {self.frag_ptr('F', slots[t], 2 * p)}, align 4")
+            if wide:
+                x = w.value(f"bitcast i32 {v} to float", "f")
+                w.op(f"store float {x}, ptr {self.frag_ptr('F', slots[t], p)}, align 4")
+            else:
+                w.op(f"store i32 {v}, ptr {self.frag_ptr('F', slots[t], 2 * p)}, align 4")
 
     def _lane_offsets(self, opname: str, role):
         """For each element of the lane: (memory offset value, element index)."""

@@ -194,7 +194,10 @@ def ldmatrix(chunk, mask, spec, frag, slots, mem: Mem, base, ld: int) -> None:
     addr = mem.keys(chunk, base, warps, row_off[None, :, None], what)[:, :, 0]
     rel = addr - (0 if mem.offset is None else np.broadcast_to(
         np.asarray(mem.offset), (chunk.lanes,))[_lanes(warps)])
-    itemsize = 2  # ldmatrix moves 16-bit elements (bfloat16 is held in float32 here)
+    # ldmatrix moves rows of 16 bytes: 8 16-bit elements (bfloat16 is held in float32
+    # here) or 4 32-bit ones (the tf32 roles)
+    wide = role.kind == "tf32"
+    itemsize = 4 if wide else 2
     bad = np.argwhere((rel * itemsize) % 16 != 0)
     if bad.size:
         w, ln = bad[0]
@@ -202,11 +205,17 @@ def ldmatrix(chunk, mask, spec, frag, slots, mem: Mem, base, ld: int) -> None:
             f"kernel {chunk.kernel}: {what}: the row address of "
             f"{chunk.where(int(warps[w]) * WARP + int(ln))} is {mem.name}[{int(rel[w, ln])}] "
             f"(byte {int(rel[w, ln]) * itemsize}), not 16-byte aligned; ldmatrix needs every "
-            "row of 8 elements 16-byte aligned: pad rows to a multiple of 8 elements")
-    # each lane's elements: register pair p comes from matrix p
+            f"row of 16 bytes ({16 // itemsize} elements) 16-byte aligned: pad rows to a "
+            f"multiple of {16 // itemsize} elements")
+    # each lane's elements: register p (a pair of 16-bit elements, or one 32-bit one)
+    # comes from matrix p, row l / 4
     g, t = lane // 4, lane % 4
-    src = np.empty((warps.size, WARP, 2 * spec.num), np.int64)
+    per = 1 if wide else 2
+    src = np.empty((warps.size, WARP, per * spec.num), np.int64)
     for p in range(spec.num):
+        if wide:
+            src[:, :, p] = addr[:, 8 * p + g] + t
+            continue
         for i in range(2):
             if spec.trans:
                 src[:, :, 2 * p + i] = addr[:, 8 * p + 2 * t + i] + g
@@ -214,7 +223,7 @@ def ldmatrix(chunk, mask, spec, frag, slots, mem: Mem, base, ld: int) -> None:
                 src[:, :, 2 * p + i] = addr[:, 8 * p + g] + 2 * t + i
     values = mem.read(chunk, src, warps)
     lanes = _lanes(warps)[:, :, None]
-    per_tile = 2 * nb
+    per_tile = per * nb
     for k, slot in enumerate(slots):
         idx = _regs(chunk, frag, "F", slot, warps, per_tile, what)
         frag[idx, lanes] = values[:, :, k * per_tile:(k + 1) * per_tile]

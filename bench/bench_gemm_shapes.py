@@ -31,6 +31,11 @@ from ptxforge.ops.schedules.tensorcore import (
 )
 
 TF32_CONFIGS = [
+    # fragments through ldmatrix (rows padded by 4 fp32: no bank conflicts), then the
+    # lane-by-lane loads of before (rows padded by 8) for comparison
+    TensorCoreConfig(128, 128, 32, 2, 4, vec=4, pad=4, tf32=True),
+    TensorCoreConfig(128, 128, 32, 2, 4, vec=4, pad=4, tf32=True, async_copy=True, stages=3),
+    TensorCoreConfig(128, 128, 16, 2, 4, vec=4, pad=4, tf32=True, async_copy=True, stages=4),
     TensorCoreConfig(128, 128, 32, 2, 4, vec=4, tf32=True, frag_load="load"),
     TensorCoreConfig(128, 128, 32, 2, 4, vec=4, tf32=True, frag_load="load",
                      async_copy=True, stages=3),

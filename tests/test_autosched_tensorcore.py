@@ -324,6 +324,8 @@ def test_sampled_tensor_core_conv_states_compute_the_convolution(args):
     for row in pop[valid][:2]:
         text = State.from_row(row, task).pipeline_text(task)
         assert "implicit_gemm" in text and "tensorize" in text
+        if args[7] == "float32":  # TF32 fragments from ldmatrix
+            assert "ldmatrix_a_x4_tf32" in text and "load_a_tf32" not in text
         got, f32 = _run_on_sim(task, text, rng)
         ref = _conv_reference(f32, k, stride, pad, got.shape, residual)
         np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, np.abs(ref).max()))
@@ -383,6 +385,8 @@ def test_gemm_sketch_pads_awkward_and_tf32_products(args):
     for row in pop[valid][:2]:
         text = State.from_row(row, task).pipeline_text(task)
         assert want in text
+        if args[3] == "float32":  # TF32 fragments from ldmatrix
+            assert "ldmatrix_a_x4_tf32" in text and "load_a_tf32" not in text
         got, f32 = _run_on_sim(task, text, rng)
         a, w = f32[0], f32[1]
         if args[3] == "float32":

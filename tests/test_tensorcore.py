@@ -37,7 +37,9 @@ def _random(shape, dtype):
 
 
 def run_gemm(M, N, K, cfg=None, in_dtype="float16", out_dtype="float32",
-             acc_dtype="float32", b_layout="nk"):
+             acc_dtype="float32", b_layout="nk", tf32_ref=False):
+    """The relative error of the scheduled product against float64 numpy (of the inputs
+    rounded to TF32 first with ``tf32_ref``)."""
     t = dense_tensorcore_compute(M, N, K, in_dtype, out_dtype, acc_dtype, b_layout)
     s = schedule_dense_tensorcore(t, cfg or TensorCoreConfig())
     mod = ptxforge.build(s, t, target="sim")
@@ -45,6 +47,8 @@ def run_gemm(M, N, K, cfg=None, in_dtype="float16", out_dtype="float32",
     b = _random((N, K) if b_layout == "nk" else (K, N), in_dtype)
     c = np.full((M, N), np.nan, out_dtype)
     mod(a, b, c)
+    if tf32_ref:
+        a, b = simtc._tf32(a), simtc._tf32(b)
     bt = b.astype(np.float64).T if b_layout == "nk" else b.astype(np.float64)
     want = a.astype(np.float64) @ bt
     return float(np.abs(c.astype(np.float64) - want).max() / np.abs(want).max())
@@ -82,7 +86,8 @@ def test_registry_declares_every_intrinsic():
     for n in ("mma_m16n8k16_f16_f32", "mma_m16n8k16_f16_f16", "mma_m16n8k16_bf16_f32",
               "mma_m16n8k8_tf32_f32", "ldmatrix_a_x4_f16", "ldmatrix_b_x1_f16",
               "ldmatrix_b_x2_f16", "ldmatrix_b_x4_trans_f16", "load_a_f16", "store_c_f32",
-              "store_c_f32_f16", "fill_m16n8_f32"):
+              "store_c_f32_f16", "fill_m16n8_f32", "ldmatrix_a_x4_tf32",
+              "ldmatrix_b_x2_tf32", "ldmatrix_b_x4_tf32"):
         assert n in names
     for n in names:
         decl = get_intrin(n).declaration
@@ -170,6 +175,76 @@ def test_sim_ldmatrix_rejects_misaligned_rows():
         simtc.ldmatrix(_chunk(), None, spec, frag, [0], m, 0, 36)  # rows 72 bytes apart
 
 
+@pytest.mark.parametrize("name", ["ldmatrix_a_x4_tf32", "ldmatrix_b_x2_tf32",
+                                  "ldmatrix_b_x4_tf32"])
+def test_sim_ldmatrix_tf32_delivers_the_role_layout(name):
+    # 16-byte rows of 4 fp32 values: lane l gets row l / 4, column l % 4 of each matrix,
+    # which is the role's element map (A: a0..a3; B [n, k]: b0, b1, per n8 tile)
+    spec = get_intrin(name)
+    rows, cols = spec.shapes["S"]
+    assert spec.dtypes == {"F": "float32", "S": "float32"}
+    assert spec.ptx == f"ldmatrix.sync.aligned.m8n8.x{spec.num}.shared.b16"
+    ld = cols + 4  # 48-byte rows: still 16-byte aligned, not the tile's width
+    mem = _random((rows + 3) * ld, "float32")
+    base = 2 * ld + 4
+    role = spec.role("F")
+    ntiles = max(1, spec.num // len(role.blocks))
+    assert ntiles * role.rows == rows and role.cols == cols
+    frag = np.full((role.per_lane * ntiles + 3, 32), np.nan, np.float32)
+    slots = [3 + k * role.per_lane for k in range(ntiles)]
+    simtc.ldmatrix(_chunk(), None, spec, frag, slots,
+                   simtc.Mem(mem, None, None, mem.size, "S", "shared"), base, ld)
+    tile = mem[base:base + rows * ld].reshape(rows, ld)[:, :cols]
+    r, c = role.element_map()
+    for k, slot in enumerate(slots):
+        want = tile[k * role.rows:(k + 1) * role.rows]
+        got = frag[slot:slot + role.per_lane].T  # (lane, element)
+        np.testing.assert_array_equal(got, want[r, c])  # the exact bits, no rounding
+    assert np.isnan(frag[:3]).all()  # the other slots are untouched
+    lane = 13  # g = 3, t = 1
+    if name.startswith("ldmatrix_a"):
+        assert frag[3:7, lane].tolist() == [tile[3, 1], tile[11, 1], tile[3, 5], tile[11, 5]]
+    else:
+        assert frag[3:5, lane].tolist() == [tile[3, 1], tile[3, 5]]
+
+
+def test_sim_ldmatrix_tf32_rejects_misaligned_rows():
+    spec = get_intrin("ldmatrix_a_x4_tf32")
+    mem = _random(40 * 20, "float32")
+    frag = np.zeros((4, 32), np.float32)
+    m = simtc.Mem(mem, None, None, mem.size, "A.shared", "shared")
+    with pytest.raises(simtc.SimTensorCoreError, match="byte 8.*not 16-byte aligned.*4 "
+                                                       "elements"):
+        simtc.ldmatrix(_chunk(), None, spec, frag, [0], m, 2, 12)  # 8-byte offset
+    with pytest.raises(simtc.SimTensorCoreError, match="not 16-byte aligned"):
+        simtc.ldmatrix(_chunk(), None, spec, frag, [0], m, 0, 10)  # rows 40 bytes apart
+    # 4 fp32 elements are 16 bytes: an offset of 4 elements and rows of 12 are aligned
+    simtc.ldmatrix(_chunk(), None, spec, frag, [0], m, 4, 12)
+    assert frag[0, 0] == mem[4] and frag[1, 0] == mem[4 + 8 * 12]
+
+
+def test_misaligned_tf32_shared_rows_are_refused_before_running():
+    # shared rows of 18 fp32 (72 bytes): every other ldmatrix row address would be
+    # misaligned; the nest's match (the verifier's, after each lowering pass) refuses it
+    from ptxforge.passes import Pipeline
+
+    t = dense_tensorcore_compute(32, 32, 16, "float32", "float32")
+    cfg = TensorCoreConfig(32, 32, 16, 2, 2, vec=2, pad=4, tf32=True)
+    text = str(schedule_dense_tensorcore(t, cfg).pipeline)
+    assert text.count(", 20, 0)") == 2  # rows of 16 + 4 fp32 for A and B
+    bad = text.replace("storage_align(A.shared, 0, 20, 0)", "storage_align(A.shared, 0, 18, 0)")
+    module = Pipeline.parse(bad)(te.create_schedule(t[2].op).module)
+    with pytest.raises(IRVerifyError, match=r"ldmatrix_a_x4_tf32: ldmatrix reads rows of 16 "
+                                            r"bytes.*A\.shared are 18 elements of 4 bytes"):
+        ptxforge.build(module, None, target="sim")
+    # the aligned rows of the schedule itself build
+    good = Pipeline.parse(text)(te.create_schedule(t[2].op).module)
+    ptxforge.build(good, None, target="sim")
+    with pytest.raises(ScheduleError, match="pad 2 is a multiple of 4 elements of 4 bytes"):
+        schedule_dense_tensorcore(t, TensorCoreConfig(32, 32, 16, 2, 2, vec=2, pad=2,
+                                                      tf32=True))
+
+
 def test_sim_rejects_partial_warps_non_uniform_operands_and_bad_slots():
     spec = get_intrin("fill_m16n8_f32")
     frag = np.zeros((8, 64), np.float32)
@@ -220,6 +295,33 @@ def test_tensor_core_tf32_rounds_like_the_cuda_core_path():
     np.testing.assert_array_equal(simtc._tf32(x), round_to(x, "tf32"))
     assert simtc._tf32(x)[0] == np.float32(1 + 2**-10)
     assert simtc._tf32(x)[1] == np.float32(-(1 + 2**-10))  # a tie: away from zero
+
+
+@pytest.mark.parametrize("frag_load", ["ldmatrix", "load"])
+def test_tf32_dense_fragment_loads_on_the_simulator(frag_load):
+    # warp tiles 32x16 (ldmatrix .x4 of B: two n8 tiles) and 16x8 (.x2)
+    for cfg, b_intrin in ((TensorCoreConfig(64, 32, 32, 2, 2, vec=4, tf32=True,
+                                            frag_load=frag_load), "ldmatrix_b_x4_tf32"),
+                          (TensorCoreConfig(32, 16, 16, 2, 2, vec=2, pad=0, tf32=True,
+                                            frag_load=frag_load), "ldmatrix_b_x2_tf32")):
+        t = dense_tensorcore_compute(64, 32, 32, "float32", "float32")
+        dev = ptxforge.lower(schedule_dense_tensorcore(t, cfg), t)
+        used = set(_intrins_all(dev))
+        if frag_load == "ldmatrix":
+            assert {"ldmatrix_a_x4_tf32", b_intrin} <= used
+            assert not used & {"load_a_tf32", "load_b_tf32"}
+            ptx = compile_module(dev, "sm_80").get_source("ptx")
+            assert get_intrin(b_intrin).ptx in ptx and "ld.shared" not in ptx
+        else:
+            assert {"load_a_tf32", "load_b_tf32"} <= used
+        err = run_gemm(64, 32, 32, cfg, in_dtype="float32", tf32_ref=True)
+        assert err < 1e-6, (cfg, err)
+
+
+def test_tf32_b_as_k_n_has_no_ldmatrix():
+    t = dense_tensorcore_compute(32, 32, 16, "float32", "float32", b_layout="kn")
+    with pytest.raises(ScheduleError, match=r"TF32 takes B as \[N, K\]"):
+        schedule_dense_tensorcore(t, TensorCoreConfig(32, 32, 16, 2, 2, vec=2, tf32=True))
 
 
 def test_tf32_is_explicit():
@@ -328,12 +430,23 @@ def test_ptx_has_mma_and_ldmatrix_and_assembles(variant):
         assert mma in ptx
         if tf32:  # rounded to nearest as the CUDA-core path's TF32, never truncated
             assert "cvt.rna.tf32.f32" in ptx
+            # fragments from ldmatrix (16-byte rows of 4 fp32), no scalar shared loads
+            assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
+            assert "ld.shared" not in ptx
         if not tf32:
             assert re.search(r"ldmatrix\.sync\.aligned\.m8n8\.x[124](\.trans)?\.shared\.b16",
                              ptx)
             if variant.get("b_layout") == "kn":
                 assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
         assert "ld.local" not in ptx and "st.local" not in ptx  # fragments in registers
+
+
+def _intrins_all(module) -> list:
+    from ptxforge.ir.intrin import ANNOTATION
+    from ptxforge.ir.stmt import For, walk
+
+    return [s.annotations[ANNOTATION] for k in module.kernels() for s in walk(k.body)
+            if isinstance(s, For) and ANNOTATION in s.annotations]
 
 
 def _intrins(module) -> dict:

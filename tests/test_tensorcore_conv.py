@@ -204,7 +204,11 @@ def test_bfloat16_and_explicit_tf32(dtype, precision):
                                             precision)
     mod, got = run(tensors, arrays, default_schedule(tensors[-1], target=SM80))
     want = "mma_m16n8k8_tf32_f32" if precision else "mma_m16n8k16_bf16_f32_kn"
-    assert want in intrins(mod.device_module)
+    used = intrins(mod.device_module)
+    assert want in used
+    if precision:  # the default loads TF32 fragments with ldmatrix (B kept [n, k])
+        assert "ldmatrix_a_x4_tf32" in used and not any("load_" in n for n in used
+                                                          if n.endswith("tf32"))
     check(got, reference(), dtype)
 
 
@@ -226,22 +230,29 @@ def test_explicit_configurations(cfg):
     ((2, 5, 5, 24, 16, 3, 1, 1), "", "float16", None, 3),       # K padded to 3 parts
     ((1, 7, 7, 128, 16, 1, 1, 0), "bias", "bfloat16", None, 2),
     ((1, 6, 6, 16, 16, 3, 1, 1), "bias_relu", "float32", "tf32", 4),
-], ids=["residual_split2", "batch2_split3", "bf16_1x1_split2", "tf32_split4"])
+    ((1, 6, 6, 16, 16, 3, 1, 1), "bias_relu", "float32", "tf32_load", 4),
+], ids=["residual_split2", "batch2_split3", "bf16_1x1_split2", "tf32_split4",
+        "tf32_lane_loads_split4"])
 def test_split_k_sums_partial_products_in_a_second_kernel(shape, epilogue, dtype, precision,
                                                           split):
     """split_k > 1: blockIdx.z computes a part of the reduction into float32 partial sums,
-    and the second kernel adds them up with the epilogue; the result is the convolution."""
+    and the second kernel adds them up with the epilogue; the result is the convolution.
+    TF32 fragments come from ldmatrix, or lane by lane (``tf32_load``)."""
+    load = "load" if precision == "tf32_load" else "ldmatrix"
+    precision = "tf32" if precision == "tf32_load" else precision
     tensors, arrays, reference = conv_layer(*shape, dtype, epilogue, precision)
     s, conv = inlined_schedule(tensors[-1])
     tf32 = precision == "tf32"
     cfg = TensorCoreConfig(16, 16, 16 if tf32 else 32, 1, 2, vec=4, stages=2,
-                           async_copy=True, frag_load="load" if tf32 else "ldmatrix",
-                           tf32=tf32, split_k=split)
+                           async_copy=True, frag_load=load, tf32=tf32, split_k=split)
     epi = None if tensors[-1].op is conv else tensors[-1].op
     schedule_conv2d_nhwc_tensorcore(s, conv, epi, SM80, cfg)
     mod, got = run(tensors, arrays, s)
     product, total = mod.device_module.kernels()
     assert tuple(product.attrs.launch.grid)[2] == split
+    if tf32:
+        assert ("ldmatrix_a_x4_tf32" if load == "ldmatrix" else "load_a_tf32") in \
+            intrins(mod.device_module)
     check(got, reference(), dtype)
 
 

@@ -132,6 +132,7 @@ def test_padded_matmul_with_b_as_k_n_and_tf32():
     y = ops.nn.dense(x, w, precision="tf32")
     s, (xv, wv), got = _run(y, [x, w])
     assert _uses_tensor_cores(s) and "implicit_gemm" in str(s.pipeline)
+    assert "ldmatrix_a_x4_tf32" in str(s.pipeline)  # the default's TF32 fragment loads
     want = dt.round_to(xv.astype(np.float32), "tf32").astype(np.float64) @ dt.round_to(
         wv.astype(np.float32), "tf32").astype(np.float64).T
     assert _rel(got, want) < 1e-6
@@ -213,6 +214,8 @@ def test_tf32_only_when_asked_and_float32_elsewhere():
     y = ops.nn.dense(x, w, precision="tf32")
     s, (xv, wv), got = _run(y, [x, w])
     assert _uses_tensor_cores(s)
+    assert choose_gemm_config(gemm_form(y.op, SM90), SM90).frag_load == "ldmatrix"
+    assert "ldmatrix_a_x4_tf32" in str(s.pipeline)
     want = dt.round_to(xv.astype(np.float32), "tf32").astype(np.float64) @ dt.round_to(
         wv.astype(np.float32), "tf32").astype(np.float64).T
     assert _rel(got, want) < 1e-6  # the same products as the CUDA-core TF32 path
@@ -312,3 +315,27 @@ def test_mixed_precision_bert_layer_uses_tensor_cores(seq_len):
     m.run()
     got = m.get_output(0).numpy()
     np.testing.assert_allclose(got, ref, atol=1e-2 * np.abs(ref).max(), rtol=0)
+
+
+@pytest.mark.parametrize("sm", ["sm_80", "sm_90"])
+def test_tf32_gemm_ptx_loads_fragments_with_ldmatrix(sm):
+    from ptxforge.backend_ptx import compile_kernel, find_ptxas
+
+    # a padded TF32 product with a fused bias: the GEMM schedule with its default config
+    x = te.placeholder((49, 200), "float32", name="x")
+    w = te.placeholder((96, 200), "float32", name="w")
+    b = te.placeholder((96,), "float32", name="b")
+    y = ops.nn.dense(x, w, b, precision="tf32")
+    s = default_schedule(y, f"cuda -arch={sm}")
+    assert "ldmatrix_a_x4_tf32" in str(s.pipeline) and "load_a_tf32" not in str(s.pipeline)
+    dev = ptxforge.lower(s, [x, w, b, y])
+    (kernel,) = dev.kernels()
+    asm = "ptxas" if find_ptxas() else None
+    k = compile_kernel(kernel, sm, cache=False, **({"assembler": asm} if asm else
+                                                    {"stop_after": "ptx"}))
+    ptx = k.get_source("ptx")
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
+    assert ".trans" not in ptx and "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
+    assert "ld.local" not in ptx and "st.local" not in ptx  # fragments stay in registers
+    if asm:  # assembled by ptxas (skipped where the CUDA toolkit is not installed)
+        assert k.cubin[:4] == b"\x7fELF"

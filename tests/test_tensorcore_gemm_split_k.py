@@ -90,13 +90,17 @@ def _grid(mod):
      TensorCoreConfig(16, 16, 32, 1, 2, vec=8, stages=3, async_copy=True)),
     (32, 32, 128, "bfloat16", "bias", 2,
      TensorCoreConfig(16, 32, 32, 1, 2, vec=8, stages=2, async_copy=True)),
-    (16, 24, 64, "float32", "bias", 2,           # TF32
+    (16, 24, 64, "float32", "bias", 2,           # TF32, fragments from ldmatrix (.x2 of B)
+     TensorCoreConfig(16, 16, 16, 1, 2, vec=4, stages=2, async_copy=True, tf32=True)),
+    (20, 40, 72, "float32", "bias", 3,           # TF32 padded, ldmatrix .x4 of B
+     TensorCoreConfig(16, 32, 16, 1, 2, vec=4, stages=2, async_copy=True, tf32=True)),
+    (16, 24, 64, "float32", "bias", 2,           # TF32, fragments loaded lane by lane
      TensorCoreConfig(16, 16, 16, 1, 2, vec=4, stages=2, async_copy=True, frag_load="load",
                       tf32=True)),
     (16, 32, 96, "float16", "", 3,               # no epilogue but the cast
      TensorCoreConfig(16, 16, 32, 1, 2, vec=8, stages=1)),
 ], ids=["bias_gelu_split4", "residual_cast_split2", "padded_split3", "bf16_split2",
-        "tf32_split2", "cast_only_split3"])
+        "tf32_split2", "tf32_padded_x4_split3", "tf32_lane_loads_split2", "cast_only_split3"])
 def test_split_k_dense_sums_parts_in_a_second_kernel(M, N, K, dtype, epilogue, split, cfg):
     from dataclasses import replace
 
@@ -119,6 +123,9 @@ def test_split_k_dense_sums_parts_in_a_second_kernel(M, N, K, dtype, epilogue, s
             y = _gelu(y)
     s = _schedule(y, replace(cfg, split_k=split))
     assert "rfactor" in str(s.pipeline)
+    if tf32:  # the fragments come the way the config asks
+        want_a = "ldmatrix_a_x4_tf32" if cfg.frag_load == "ldmatrix" else "load_a_tf32"
+        assert want_a in str(s.pipeline)
     mod, vals, got = _run(s, args, y)
     product, total = _grid(mod)
     Mp, Np = -(-M // cfg.block_m) * cfg.block_m, -(-N // cfg.block_n) * cfg.block_n

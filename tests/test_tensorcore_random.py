@@ -1,7 +1,7 @@
 """Random tensor-core GEMM schedules on the simulator: random block and warp tiles,
 k stages, copy widths, padding, fragment loads (ldmatrix or lane by lane), B layouts,
-accumulator and output types, cp.async and software pipelining, all against numpy.
-Every schedule that builds must be correct (zero mismatches)."""
+accumulator and output types, float16 and TF32 inputs, cp.async and software pipelining,
+all against numpy. Every schedule that builds must be correct (zero mismatches)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 import numpy as np
 
 import ptxforge
+from ptxforge.ir.dtype import round_to
 from ptxforge.ops.schedules.tensorcore import (
     TensorCoreConfig,
     dense_tensorcore_compute,
@@ -21,8 +22,10 @@ from ptxforge.passes.schedule.common import ScheduleError
 
 
 def random_case(rng):
-    """(M, N, K, config, dtypes) of a valid random schedule."""
+    """(M, N, K, config, dtypes) of a valid random schedule: float16 inputs, or (one case
+    in four) float32 ones multiplied in TF32 with B as [N, K]."""
     while True:
+        tf32 = rng.integers(4) == 0
         wm, wn = int(rng.choice([1, 2])), int(rng.choice([1, 2]))
         bm = wm * int(rng.choice([16, 32]))
         bn = wn * int(rng.choice([8, 16, 32]))
@@ -31,14 +34,17 @@ def random_case(rng):
             bm, bn, bk, wm, wn, vec=int(rng.choice([1, 2, 4, 8])),
             pad=int(rng.choice([0, 8])), unroll=bool(rng.integers(2)),
             frag_load=str(rng.choice(["ldmatrix", "load"])),
-            stages=int(rng.choice([1, 1, 2, 3])), async_copy=bool(rng.integers(2)))
+            stages=int(rng.choice([1, 1, 2, 3])), async_copy=bool(rng.integers(2)),
+            tf32=bool(tf32))
         M, N, K = (bm * int(rng.integers(1, 3)), bn * int(rng.integers(1, 3)),
                    bk * int(rng.integers(1, 3)))
         acc, out = [("float32", "float32"), ("float32", "float16"),
                     ("float16", "float16")][int(rng.integers(3))]
         layout = str(rng.choice(["nk", "kn"]))
+        if tf32:
+            acc, out, layout = "float32", "float32", "nk"
         try:
-            cfg.check(M, N, K)
+            cfg.check(M, N, K, 8 if tf32 else 16, 4 if tf32 else 2)
         except ScheduleError:
             continue
         return M, N, K, cfg, acc, out, layout
@@ -46,7 +52,8 @@ def random_case(rng):
 
 def check_case(rng):
     M, N, K, cfg, acc, out, layout = random_case(rng)
-    tensors = dense_tensorcore_compute(M, N, K, "float16", out, acc, layout)
+    ab = "float32" if cfg.tf32 else "float16"
+    tensors = dense_tensorcore_compute(M, N, K, ab, out, acc, layout)
     try:
         s = schedule_dense_tensorcore(tensors, cfg)
         mod = ptxforge.build(s, tensors, target="sim")
@@ -54,10 +61,12 @@ def check_case(rng):
         # a schedule may be rejected (say, shared memory over the limit), never miscompiled
         assert "exceeded" in str(e) or "limit" in str(e), (cfg, str(e)[:400])
         return False
-    a = rng.uniform(-1, 1, (M, K)).astype(np.float16)
-    b = rng.uniform(-1, 1, (N, K) if layout == "nk" else (K, N)).astype(np.float16)
+    a = rng.uniform(-1, 1, (M, K)).astype(ab)
+    b = rng.uniform(-1, 1, (N, K) if layout == "nk" else (K, N)).astype(ab)
     c = np.full((M, N), np.nan, out)
     mod(a, b, c)
+    if cfg.tf32:  # the products of TF32-rounded inputs, summed in float32
+        a, b = round_to(a, "tf32"), round_to(b, "tf32")
     bt = b.astype(np.float64).T if layout == "nk" else b.astype(np.float64)
     want = a.astype(np.float64) @ bt
     err = np.abs(c.astype(np.float64) - want).max() / np.abs(want).max()

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..arith import affine_terms
+from ..dtype import nbytes
 from ..expr import (
     Bin,
     Call,
@@ -345,3 +346,10 @@ def _check_operands(operands, intrin: TensorIntrin, where: str) -> None:
                 _fail(where, intrin, f"ldmatrix reads shared memory; {buf.name} is "
                       f"{buf.scope} (cache_read it to shared first, or use a load_* "
                       "intrinsic)")
+            if intrin.kind == "ldmatrix" and (op.ld * nbytes(buf.dtype)) % 16:
+                # each matrix row is 16 bytes (8 16-bit or 4 fp32 elements) read at its own
+                # 16-byte aligned address: rows a whole number of 16 bytes apart
+                _fail(where, intrin, f"ldmatrix reads rows of 16 bytes, each 16-byte "
+                      f"aligned; the rows of {buf.name} are {op.ld} elements of "
+                      f"{nbytes(buf.dtype)} bytes apart ({op.ld * nbytes(buf.dtype)} "
+                      "bytes): pad them to a multiple of 16 bytes (storage_align)")

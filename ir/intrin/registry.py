@@ -30,9 +30,10 @@ class TensorIntrin:
 
     ``operands``: the declaration's tensor names, output first. ``roles``: operand ->
     fragment role name, for the fragment operands. ``num``/``trans``: ldmatrix's count of
-    8x8 matrices and ``.trans``, and ``tile_step`` the (rows, cols) from one fragment tile
-    it fills to the next. ``init``: the intrinsic that zeroes the output of a reduction
-    (what its ``init`` nest becomes). ``dtypes``: operand -> element dtype.
+    8x8 16-bit matrices (8 rows of 16 bytes: 8x4 for 32-bit elements) and ``.trans``,
+    and ``tile_step`` the (rows, cols) from one fragment tile it fills to the next.
+    ``init``: the intrinsic that zeroes the output of a reduction (what its ``init`` nest
+    becomes). ``dtypes``: operand -> element dtype.
     """
 
     name: str
@@ -174,6 +175,21 @@ def _register_all() -> None:
             f"load_{r}_tf32", "load", {"F": (R.rows, R.cols), "M": (R.rows, R.cols)},
             {"F": "float32", "M": "float32"}, {"F": role}, ("F", "M"),
             doc=f"{r.upper()} fragment of m16n8k8 tf32 from memory"))
+    # ldmatrix of 32-bit elements: an "8x8 b16 matrix" is 8 rows of 16 bytes, i.e. 8 rows
+    # of 4 fp32 values, and lane l receives row l / 4, 32-bit column l % 4 of each: one
+    # element of an 8x4 sub-matrix of the tf32 roles. A: one x4 (rows 0-7 / 8-15, cols
+    # 0-3 / 4-7); B as [n, k]: x2 for one n8 tile, x4 for two (n 0-7, 8-15). The
+    # registers hold the fp32 bit patterns (the mma rounds them to TF32). There is no
+    # .trans of 32-bit elements: B kept as [k, n] has no ldmatrix here.
+    for num, r, role, shape, step in ((4, "a", "a_tf32", (16, 8), (0, 0)),
+                                      (2, "b", "b_tf32", (8, 8), (0, 0)),
+                                      (4, "b", "b_tf32", (16, 8), (8, 0))):
+        register(TensorIntrin(
+            f"ldmatrix_{r}_x{num}_tf32", "ldmatrix", {"F": shape, "S": shape},
+            {"F": "float32", "S": "float32"}, {"F": role}, ("F", "S"), num=num,
+            tile_step=step, ptx=f"ldmatrix.sync.aligned.m8n8.x{num}.shared.b16",
+            doc=f"{shape[0]}x{shape[1]} fp32 {r.upper()} fragment ({role}) of m16n8k8 tf32 "
+                f"from shared memory, {num} matrices of 8 rows x 4 fp32 (16 bytes)"))
     register(TensorIntrin(
         "mma_m16n8k8_tf32_f32", "mma", {"A": (16, 8), "B": (8, 8), "C": (16, 8)},
         {"A": "float32", "B": "float32", "C": "float32"},

@@ -26,10 +26,12 @@ class TensorCoreConfig:
     ``block_m x block_n`` outputs per thread block, ``block_k`` reduction columns per
     shared-memory stage, ``warps_m x warps_n`` warps per block (each owning a
     ``block_m / warps_m x block_n / warps_n`` warp tile), ``vec`` elements per copy of the
-    cooperative global -> shared loads, ``pad`` elements added to each shared row (bank
-    conflicts of ldmatrix; keeps rows 16-byte aligned when a multiple of 8), ``unroll``
-    the warp-tile loops. ``frag_load``: ``"ldmatrix"`` or ``"load"`` (lane by lane; the
-    only choice for TF32). ``tf32``: allow float32 inputs to be multiplied in TF32 (10
+    cooperative global -> shared loads, ``pad`` elements added to each shared row (against
+    ldmatrix bank conflicts; a multiple of 16 bytes, which keeps rows 16-byte aligned: the
+    defaults take 8 16-bit elements or 4 fp32, as 8 fp32 would leave TF32's ldmatrix 2-way
+    conflicts), ``unroll`` the warp-tile loops. ``frag_load``: ``"ldmatrix"`` or
+    ``"load"`` (lane by lane); TF32 takes both (its ldmatrix reads 8 rows of 4 fp32 values
+    per matrix, B as ``[N, K]`` only). ``tf32``: allow float32 inputs to be multiplied in TF32 (10
     mantissa bits), which is never chosen silently. ``async_copy``: fill the shared tiles
     with cp.async; ``stages`` (2 to 5): software-pipeline the ``block_k`` loop with that
     many shared buffers per tile (1: none). ``split_k``: the reduction split into that many
@@ -70,7 +72,10 @@ class TensorCoreConfig:
              f"the warp tile's columns (block_n / warps_n = {self.block_n}/{self.warps_n}) "
              "are a multiple of 8"),
             (self.warps_m * self.warps_n * 32 <= 1024, "at most 32 warps per block"),
-            (self.pad % 8 == 0, f"pad {self.pad} is a multiple of 8 (16-byte rows)"),
+            (isinstance(self.pad, int) and self.pad >= 0
+             and (self.pad * elem_bytes) % 16 == 0,
+             f"pad {self.pad} is a multiple of {16 // elem_bytes} elements of {elem_bytes} "
+             "bytes (16-byte rows)"),
             (self.stages == 1 or 2 <= self.stages <= 5, f"stages {self.stages} is 1 to 5"),
             (not self.async_copy or self.vec * elem_bytes in (4, 8, 16),
              f"vec {self.vec} elements of {elem_bytes} bytes make a cp.async of 4, 8 or 16 "
@@ -245,8 +250,12 @@ def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
 
     # fragments: loaded from shared memory for each k step
     sfx = SUFFIX[ab]
-    load = cfg.frag_load if ab != "float32" else "load"
-    if load == "ldmatrix":
+    load = cfg.frag_load
+    if load == "ldmatrix" and ab == "float32":  # 32-bit elements, 4 to a 16-byte row
+        a_plan = (16, 0, "ldmatrix_a_x4_tf32")
+        b_plan = (16 if wn % 16 == 0 else 8, 0,
+                  f"ldmatrix_b_x{4 if wn % 16 == 0 else 2}_tf32")
+    elif load == "ldmatrix":
         a_plan = (16, 0, f"ldmatrix_a_x4_{sfx}")
         if kn:
             b_plan = (16 if wn % 16 == 0 else 8, 1,

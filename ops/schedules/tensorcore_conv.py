@@ -130,9 +130,6 @@ def check_conv_config(cfg: TensorCoreConfig, op: ComputeOp,
         cfg.check(Mp, Np, Kp, mma_k, eb, split_k_ok=True)
     except ScheduleError as e:
         raise ScheduleError(f"{where}: {str(e).split(': need ', 1)[-1]}") from None
-    if tf32 and cfg.frag_load != "load":
-        raise ScheduleError(f"{where}: need frag_load='load' (TF32 fragments are loaded lane "
-                            "by lane)")
     smem = shared_bytes(cfg, eb)
     if smem > target.max_shared_memory_per_block:
         raise ScheduleError(f"{where}: need the A, B and C tiles ({smem} bytes of shared "
@@ -182,9 +179,10 @@ def _valid_config(op, target, bm: int, bn: int, K: int, tf32: bool):
     steps = -(-K // bk)
     stages = 3 if steps >= 8 else (2 if steps >= 2 else 1)
     for vec in ((4, 2, 1) if tf32 else (8, 4, 2, 1)):
-        cfg = TensorCoreConfig(bm, bn, bk, wm, wn, vec=vec, stages=stages,
+        cfg = TensorCoreConfig(bm, bn, bk, wm, wn, vec=vec, pad=4 if tf32 else 8,
+                               stages=stages,
                                async_copy=vec * (4 if tf32 else 2) in (4, 8, 16),
-                               frag_load="load" if tf32 else "ldmatrix", tf32=tf32)
+                               frag_load="ldmatrix", tf32=tf32)
         try:
             check_conv_config(cfg, op, target)
         except ScheduleError:
@@ -201,7 +199,9 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
     ``epilogue``) on tensor cores; returns the configuration used (``cfg``, else
     :func:`choose_conv_config`). The padding stage it reads is left to the caller to
     inline (``default_schedule`` does). Raises ScheduleError when the stage or ``cfg`` does
-    not qualify, naming the rule."""
+    not qualify, naming the rule. TF32 keeps B as ``[n, k]`` and, with
+    ``cfg.frag_load="ldmatrix"`` (the default), loads its fragments with
+    ``ldmatrix_a_x4_tf32`` and ``ldmatrix_b_x{2,4}_tf32``."""
     target = as_target(target)
     why = tensorcore_conv_unsupported(op, target)
     if why is not None:
@@ -293,7 +293,11 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
         "mma_m16n8k8_tf32_f32" if tf32 else f"mma_m16n8k16_{sfx}_f32_kn", cfg.unroll)
 
     # fragments from shared memory at every mma_k step
-    if tf32:
+    if tf32 and cfg.frag_load == "ldmatrix":  # B kept [n, k]: no .trans of 32 bits
+        wide = wn % 16 == 0
+        plans = ((a_fr, 16, 0, "ldmatrix_a_x4_tf32"),
+                 (b_fr, 16 if wide else 8, 0, f"ldmatrix_b_x{4 if wide else 2}_tf32"))
+    elif tf32:
         plans = ((a_fr, 16, 0, "load_a_tf32"), (b_fr, 8, 0, "load_b_tf32"))
     elif cfg.frag_load == "ldmatrix":
         wide = wn % 16 == 0

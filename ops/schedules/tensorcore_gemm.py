@@ -240,9 +240,6 @@ def check_gemm_config(cfg: TensorCoreConfig, form: GemmForm, where: str = "",
     if form.tf32 and not cfg.tf32:
         raise ScheduleError(f"{where}: float32 inputs are multiplied in TF32 only with "
                             "TensorCoreConfig(tf32=True)")
-    if form.tf32 and cfg.frag_load != "load":
-        raise ScheduleError(f"{where}: TF32 fragments are loaded lane by lane: "
-                            "frag_load='load'")
     for v, what in ((cfg.block_m, "block_m"), (cfg.block_n, "block_n"),
                     (cfg.block_k, "block_k"), (cfg.vec, "vec")):
         if not isinstance(v, int) or v < 1:
@@ -310,7 +307,11 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     Without an epilogue, or with only the cast to a 16-bit output, each warp writes its
     accumulators straight to global memory (``store_c_*``); any other epilogue, and any
     padded product, reads them from a shared-memory copy of the block tile, all threads of
-    the block, which store only the output's real rows and columns."""
+    the block, which store only the output's real rows and columns.
+
+    Fragments come from shared memory through ``ldmatrix`` (``cfg.frag_load="ldmatrix"``,
+    TF32's too: ``ldmatrix_{a_x4,b_x2,b_x4}_tf32``, 16-byte rows of 4 fp32) or lane by
+    lane (``"load"``)."""
     target = as_target(target)
     form = form or gemm_form(op, target)
     if form is None:
@@ -429,7 +430,11 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
 
     # fragments from shared memory at every k step
     sfx = SUFFIX[ab]
-    if form.tf32:
+    if form.tf32 and cfg.frag_load == "ldmatrix":  # B is [n, k] (no .trans of 32 bits)
+        x4 = wn % 16 == 0
+        a_plan = (16, 0, "ldmatrix_a_x4_tf32")
+        b_plan = (16 if x4 else 8, 0, f"ldmatrix_b_x{4 if x4 else 2}_tf32")
+    elif form.tf32:
         a_plan, b_plan = (16, 0, "load_a_tf32"), (8, 0, "load_b_tf32")
     elif cfg.frag_load == "ldmatrix":
         x4 = wn % 16 == 0
@@ -505,8 +510,8 @@ def gemm_configs(form: GemmForm, target: Target | str | None = None) -> list:
                 continue  # 32 columns are enough to hide a big tile's copies
             stages = min(2 if big else 4, form.K // bk)
             cfg = TensorCoreConfig(
-                bm, bn, bk, wm, wn, vec=vec, pad=8,
-                frag_load="load" if form.tf32 else "ldmatrix", tf32=form.tf32,
+                bm, bn, bk, wm, wn, vec=vec, pad=16 // form.elem_bytes,
+                frag_load="ldmatrix", tf32=form.tf32,
                 async_copy=target.has_cp_async, stages=stages if stages > 1 else 1)
             for v in (vec, vec // 2, vec // 4):  # a small tile may need a narrower copy
                 c = cfg if v == vec else _replace(cfg, vec=v)
@@ -700,7 +705,7 @@ def _first_legal(form, target, bm, bn, bk, wm, wn, stages, split_k=1):
         if v < 1:
             continue
         cfg = TensorCoreConfig(
-            bm, bn, bk, wm, wn, vec=v, pad=8, frag_load="load" if form.tf32 else "ldmatrix",
+            bm, bn, bk, wm, wn, vec=v, pad=16 // form.elem_bytes, frag_load="ldmatrix",
             tf32=form.tf32, stages=stages,
             async_copy=target.has_cp_async and v * form.elem_bytes in (4, 8, 16),
             split_k=split_k)
