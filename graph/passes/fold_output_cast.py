@@ -9,21 +9,15 @@ attention softmax). This pass folds ``cast(op(x), dtype)`` into ``op(x, out_dtyp
 when:
 
 - ``op`` is ``nn.softmax`` or ``nn.layer_norm`` (:data:`ROUNDING_OPS`);
-- the cast is the only reader of the operator's result, which is not a graph output;
+- the cast is the only reader of the operator's result, which is not a graph output
+  (a layer norm that also feeds a float32 residual add keeps its float32 result and its
+  cast);
 - the cast goes to a float dtype narrower than the result's (float32 to float16 or
   bfloat16), and the operator has no ``out_dtype`` of its own yet.
 
 The operator computes exactly as before and rounds once at its store, so the result has
-the same bits as the float32 operator followed by the cast, in one kernel fewer.
-
-A layer norm whose float32 result is read by other operators too (a transformer's layer
-norm feeds the next matrix product through a cast and the residual add in float32) keeps
-its float32 result; with ``recompute=True`` (the default) the casts' readers get a copy of
-the operator with ``out_dtype`` instead, computed from the same input. The two kernels
-depend on the same input only, so the executor runs them side by side (the product waits
-for the low-precision copy alone), where the cast had to wait for the float32 kernel:
-one step less on the critical path, same bits. The build pipeline runs this pass after the
-precision passes and before ``fuse_ops``.
+the same bits as the float32 operator followed by the cast, in one kernel fewer. The build
+pipeline runs this pass after the precision passes and before ``fuse_ops``.
 """
 
 from __future__ import annotations
@@ -49,7 +43,6 @@ class FoldOutputCast(GraphPass):
     operator's ``out_dtype`` (see the module's docstring)."""
 
     name = "fold_output_cast"
-    recompute: bool = True
 
     def apply(self, graph: Graph, ctx) -> Graph:
         nodes = graph.nodes()
@@ -60,12 +53,10 @@ class FoldOutputCast(GraphPass):
             if not (isinstance(call.op, str) and call.op == "cast"):
                 return False
             src = call.args[0]
-            if not (isinstance(src, Call) and isinstance(src.op, str)
+            return (isinstance(src, Call) and isinstance(src.op, str)
                     and src.op in ROUNDING_OPS and not src.attrs.get("out_dtype")
-                    and _narrower_float(src.dtype, call.dtype)):
-                return False
-            alone = id(src) not in outputs and len(readers[id(src)]) == 1
-            return alone or self.recompute
+                    and id(src) not in outputs and len(readers[id(src)]) == 1
+                    and _narrower_float(src.dtype, call.dtype))
 
         def fold(call: Call, args: tuple) -> Node | None:
             if not foldable(call):
