@@ -239,6 +239,13 @@ def _padded_slots(step: TensorCoreStep, tf32: bool) -> list:
             ChoiceSlot(step.slot("vec"), (4, 2, 1) if tf32 else VEC_CHOICES)]
 
 
+def _split_k_slot(step: TensorCoreStep, allowed: bool = True) -> ChoiceSlot:
+    """The split-K parts a padded step may sample: 1, and where ``allowed`` those of
+    :data:`SPLIT_K_CHOICES` that leave each part at least 16 reduction columns."""
+    return ChoiceSlot(step.slot("split_k"), tuple(
+        p for p in SPLIT_K_CHOICES if p == 1 or (allowed and step.K >= 16 * p)))
+
+
 def _padded_config(step: TensorCoreStep, vals, tf32: bool, **extra) -> TensorCoreConfig:
     """The :class:`TensorCoreConfig` of one state of such a step (fragments from ldmatrix,
     TF32's too; cp.async where a copy is 4, 8 or 16 bytes)."""
@@ -273,9 +280,7 @@ class TensorCoreConvStep(TensorCoreStep):
         return 4 if self.tf32 else 2
 
     def slots(self) -> list:
-        return _padded_slots(self, self.tf32) + [
-            ChoiceSlot(self.slot("split_k"),
-                       tuple(p for p in SPLIT_K_CHOICES if p == 1 or self.K >= 16 * p))]
+        return _padded_slots(self, self.tf32) + [_split_k_slot(self)]
 
     def conv_config(self, vals) -> TensorCoreConfig:
         """The conv schedule's configuration of one state."""
@@ -334,11 +339,8 @@ class TensorCoreGemmStep(TensorCoreStep):
         return self.form.elem_bytes
 
     def slots(self) -> list:
-        # split-K parts of at least one mma_k step each; none over a broadcast batch
-        parts = tuple(p for p in SPLIT_K_CHOICES
-                      if p == 1 or (self.form.paddable and self.K >= 16 * p))
-        return _padded_slots(self, self.form.tf32) + [
-            ChoiceSlot(self.slot("split_k"), parts)]
+        # no split-K over a broadcast batch (implicit_gemm cannot pad it)
+        return _padded_slots(self, self.form.tf32) + [_split_k_slot(self, self.form.paddable)]
 
     def gemm_config(self, vals) -> TensorCoreConfig:
         """The GEMM schedule's configuration of one state."""

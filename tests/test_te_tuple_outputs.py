@@ -36,6 +36,14 @@ def _run(s, args, *inputs):
     return [o.numpy() for o in outs]
 
 
+def _check_pair(s, A, B0, B1):
+    """``s`` of :func:`_pair`'s tensors computes ``A + 1`` and ``A * 2``."""
+    a = _data()
+    b0, b1 = _run(s, [A, B0, B1], a)
+    np.testing.assert_allclose(b0, a + 1)
+    np.testing.assert_allclose(b1, a * 2)
+
+
 # -- declaration ----------------------------------------------------------------------------
 def test_declaration_one_op_two_outputs():
     A, B0, B1 = _pair()
@@ -123,10 +131,7 @@ def test_an_output_left_out_of_the_arguments_is_a_temporary():
 def test_plain_tuple_compute_runs():
     A, B0, B1 = _pair()
     s = te.create_schedule(B0.op)
-    a = _data()
-    b0, b1 = _run(s, [A, B0, B1], a)
-    np.testing.assert_allclose(b0, a + 1)
-    np.testing.assert_allclose(b1, a * 2)
+    _check_pair(s, A, B0, B1)
 
 
 def test_scheduled_tuple_compute_is_one_kernel():
@@ -144,10 +149,7 @@ def test_scheduled_tuple_compute_is_one_kernel():
     text = print_module(dev)
     assert text.count("let cse") == 1
     assert "B_v0[cse0] = (A[cse0] + 1f32)" in text and "B_v1[cse0] = (A[cse0] * 2f32)" in text
-    a = _data()
-    b0, b1 = _run(s, [A, B0, B1], a)
-    np.testing.assert_allclose(b0, a + 1)
-    np.testing.assert_allclose(b1, a * 2)
+    _check_pair(s, A, B0, B1)
 
 
 def test_fuse_reorder_unroll_on_the_shared_stage():
@@ -161,10 +163,7 @@ def test_fuse_reorder_unroll_on_the_shared_stage():
     s[B0].unroll(xu)
     s[B0].bind(xo, te.thread_axis("blockIdx.x"))
     s[B1].bind(xi, te.thread_axis("threadIdx.x"))
-    a = _data()
-    b0, b1 = _run(s, [A, B0, B1], a)
-    np.testing.assert_allclose(b0, a + 1)
-    np.testing.assert_allclose(b1, a * 2)
+    _check_pair(s, A, B0, B1)
 
 
 def test_different_dtypes_run():
@@ -234,10 +233,7 @@ def test_cache_write_of_all_outputs():
     s[L0].compute_at(s[B0], xi)
     text = print_module(s.module)
     assert "alloc B_v0.local" in text and "alloc B_v1.local" in text
-    a = _data()
-    b0, b1 = _run(s, [A, B0, B1], a)
-    np.testing.assert_allclose(b0, a + 1)
-    np.testing.assert_allclose(b1, a * 2)
+    _check_pair(s, A, B0, B1)
 
 
 def test_cache_read_of_one_output_for_its_reader():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import NoReturn
 
 from ..ir import GraphError, TensorType
@@ -50,19 +51,26 @@ def expect_float(op: str, what: str, ty: TensorType) -> None:
         fail(op, f"{what} must have a float dtype, got {ty.dtype}")
 
 
+@contextmanager
+def as_graph_error():
+    """Re-raise the ``TEError`` of a check the ops layer makes (``"<op>: <message>"``) as the
+    ``GraphError`` the operator definitions raise, with the same message."""
+    from ...ir.te import TEError
+
+    try:
+        yield
+    except TEError as e:
+        raise GraphError(str(e)) from None
+
+
 def rounded_output(op: str, data: TensorType, attrs: dict) -> str:
     """The output dtype of a row normalization (softmax, layer norm) on ``data``:
     ``attrs["out_dtype"]`` when set (a float dtype no wider than the data's; the operator
     computes as before and rounds once at its output), else the data's dtype."""
-    from ...ops.utils import rounded_output_error
+    from ...ops.utils import rounded_output_dtype
 
-    out = attrs["out_dtype"]
-    if not out:
-        return data.dtype
-    err = rounded_output_error(data.dtype, out)
-    if err:
-        fail(op, err)
-    return out
+    with as_graph_error():
+        return rounded_output_dtype(op, data.dtype, attrs["out_dtype"])
 
 
 def empty_out_dtype(attrs: dict) -> dict:

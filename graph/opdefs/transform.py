@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from ... import ops
-from ..ir import Call, GraphError, Node, TensorType
+from ..ir import Call, Node, TensorType
 from ..op import OpDef, OpPattern, register_op
-from .common import axis_index, fail
+from .common import as_graph_error, axis_index, fail
 
 VIEW_OPS = frozenset({"reshape", "nn.batch_flatten", "squeeze", "expand_dims"})
 """Operators that only reinterpret the shape: compiled networks run them as aliases of
@@ -211,14 +211,11 @@ def concatenate(data, axis: int = 0) -> Call:
 
 
 def _slice_ranges(types, attrs):
-    from ...ir.te import TEError
     from ...ops.transform import slice_ranges
 
-    try:
+    with as_graph_error():
         return slice_ranges("strided_slice", types[0].shape, attrs["begin"], attrs["end"],
                             attrs["strides"], attrs["axes"])
-    except TEError as e:
-        raise GraphError(str(e)) from None
 
 
 def _slice_infer(types, attrs):

@@ -44,8 +44,7 @@ class _Branches:
 
     denses: list
     biases: list
-    combined: Node | None = None
-    tails: dict | None = None
+    tails: dict | None = None  # the slice replacing each branch, once combined
 
 
 @register_graph_pass
@@ -97,7 +96,7 @@ class CombineParallelDense(GraphPass):
             br = branch_of.get(id(call))
             if br is None:
                 return None
-            if br.combined is None:
+            if br.tails is None:
                 self._combine(br, call, args)
             return br.tails[id(call)]
 
@@ -117,7 +116,6 @@ class CombineParallelDense(GraphPass):
             bias = Constant(np.concatenate([b.args[1].value for b in br.biases]),
                             f"{br.biases[0].args[1].name or 'bias'}_combined{len(weights)}")
             y = G.bias_add(y, bias, axis=-1)
-        br.combined = y
         br.tails = {}
         start = 0
         for d, b in zip(br.denses, br.biases):
