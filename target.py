@@ -71,8 +71,15 @@ class Arch:
     """Clocks from a global load (an L2 hit or a DRAM access) to its use."""
     barrier_cycles: int = 40
     """Clocks one ``__syncthreads()`` costs a block whose warps arrive together."""
-    mma_latency_cycles: int = 32
-    """Clocks from an ``mma.sync`` to the next one that accumulates into its result."""
+    tile_copy_bytes_per_clock: int = 26
+    """What the ``cp.async`` copies of one SM's GEMM tiles receive from L2 in a clock
+    (below ``l2_to_sm_bytes_per_clock``: the copies of a block's stage are issued together
+    and wait together). Fitted with ``mma_sync_peak_fraction`` to 2,300 measured
+    tensor-core GEMM configurations on an H200 (see ``gemm_time``)."""
+    mma_sync_peak_fraction: float = 1.0
+    """The share of the tensor-core peak (:meth:`Target.peak_flops`, Hopper's counting
+    wgmma) that ``mma.sync`` reaches in a block of 4 warps. Hopper: 0.2 (the fit above;
+    the best mma.sync 4096^3 fp16 GEMM, with blocks sharing each SM, reaches 0.3)."""
 
 
 _MMA_SM80 = ("m16n8k16.f16", "m16n8k16.bf16", "m16n8k8.tf32", "m16n8k8.f16")
@@ -92,10 +99,10 @@ ARCHS = MappingProxyType({
         Arch("sm_89", (8, 9), (7, 8), 99 * 1024, 100 * 1024, 1536, 24,
              "Ada (L4, L40, RTX 40xx)", _MMA_SM80, cp_async=True, ldmatrix=True),
         Arch("sm_90", (9, 0), (7, 8), 227 * 1024, 228 * 1024, 2048, 32, "Hopper (H100, H200)",
-             _MMA_SM80, tma=True, cp_async=True, ldmatrix=True),
+             _MMA_SM80, tma=True, cp_async=True, ldmatrix=True, mma_sync_peak_fraction=0.2),
         Arch("sm_90a", (9, 0), (8, 0), 227 * 1024, 228 * 1024, 2048, 32,
              "Hopper with wgmma and setmaxnreg", _MMA_SM80, wgmma=True, tma=True,
-             cp_async=True, ldmatrix=True),
+             cp_async=True, ldmatrix=True, mma_sync_peak_fraction=0.2),
         Arch("sm_100", (10, 0), (8, 6), 227 * 1024, 228 * 1024, 2048, 32, "Blackwell (B200)",
              _MMA_SM80, tma=True, cp_async=True, ldmatrix=True),
         Arch("sm_103", (10, 3), (8, 8), 227 * 1024, 228 * 1024, 2048, 32, "Blackwell (B300)",
@@ -158,7 +165,8 @@ _TENSOR_CORE_FLOPS = {  # FLOP per SM per clock on tensor cores, dense
 _AMPERE_TENSOR_SCALE = 0.5  # an sm_8x tensor core does half of Hopper's work per clock
 _MODEL_FIGURES = ("fp32_lanes_per_sm", "int32_lanes_per_sm", "schedulers_per_sm",
                   "shared_bytes_per_clock", "l2_to_sm_bytes_per_clock",
-                  "global_latency_cycles", "barrier_cycles", "mma_latency_cycles")
+                  "global_latency_cycles", "barrier_cycles", "tile_copy_bytes_per_clock",
+                  "mma_sync_peak_fraction")
 
 
 @dataclass(frozen=True)
@@ -198,7 +206,7 @@ class Target:
     global_memory_bytes: int = field(init=False)
     launch_seconds: float = field(init=False, default=2.5e-6)
     """What the driver and the GPU spend to start one kernel (an empty kernel's time)."""
-    dependent_launch_seconds: float = field(init=False, default=1.0e-6)
+    dependent_launch_seconds: float = field(init=False, default=0.3e-6)
     """What one more kernel adds right behind another in the same stream or CUDA graph
     (the first drains, the second fills the SMs); the host's share of ``launch_seconds``
     overlaps the first kernel."""
@@ -209,7 +217,8 @@ class Target:
     l2_to_sm_bytes_per_clock: int = field(init=False)
     global_latency_cycles: int = field(init=False)
     barrier_cycles: int = field(init=False)
-    mma_latency_cycles: int = field(init=False)
+    tile_copy_bytes_per_clock: int = field(init=False)
+    mma_sync_peak_fraction: float = field(init=False)
     options: MappingProxyType = field(init=False)
 
     def __post_init__(self):
