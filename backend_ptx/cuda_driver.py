@@ -8,6 +8,8 @@ arrays and modules can be shared with other libraries in the same process.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import threading
 
 from ..target import ARCHS, Target, arch_for_capability, as_target
@@ -260,3 +262,19 @@ def cuda(device_id: int = 0) -> Device:
     if dev is None:
         dev = _devices.setdefault(device_id, Device(device_id))
     return dev
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Hold off Python's cyclic garbage collector (a stream capture runs inside): an
+    object it collects may free device memory (``cuMemFree`` through an array's
+    finalizer) or unload a module, calls that are illegal while a stream is captured and
+    invalidate the capture (``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED``) at whatever
+    point the collector happens to run."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .cuda_driver import Device, call, cuda, driver
+from .cuda_driver import Device, call, cuda, driver, gc_paused
 
 
 @dataclass(frozen=True)
@@ -65,13 +65,14 @@ class _Graph:
 
     def __init__(self, fn: Callable, args: tuple, n: int, stream):
         d = driver()
-        call("cuStreamBeginCapture", stream,
-             d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        try:
-            for _ in range(n):
-                fn(*args, stream=stream)
-        finally:
-            graph = call("cuStreamEndCapture", stream)
+        with gc_paused():
+            call("cuStreamBeginCapture", stream,
+                 d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            try:
+                for _ in range(n):
+                    fn(*args, stream=stream)
+            finally:
+                graph = call("cuStreamEndCapture", stream)
         self.graph = graph
         self.exec = call("cuGraphInstantiate", graph, 0)
 

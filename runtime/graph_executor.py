@@ -168,7 +168,7 @@ class GraphModule:
             fn(*arrays, stream=stream)
 
     def _capture(self) -> None:
-        from ..backend_ptx.cuda_driver import CudaError, call, driver
+        from ..backend_ptx.cuda_driver import CudaError, call, driver, gc_paused
 
         d = driver()
         flags = d.CUstream_flags.CU_STREAM_NON_BLOCKING
@@ -186,31 +186,32 @@ class GraphModule:
         graph = None
         try:
             origin = streams[0]
-            call("cuStreamBeginCapture", origin,
-                 d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            try:
-                fork = event()
-                call("cuEventRecord", fork, origin)
-                for st in streams[1:]:  # the side streams join the capture
-                    call("cuStreamWaitEvent", st, fork, 0)
-                needed = {d_ for i, ds in enumerate(deps) for d_ in ds
-                          if assign[d_] != assign[i]}
-                done: dict[int, object] = {}
-                for i, (fn, arrays) in enumerate(self._steps):
-                    st = streams[assign[i]]
-                    for d_ in sorted(deps[i]):
-                        if assign[d_] != assign[i]:
-                            call("cuStreamWaitEvent", st, done[d_], 0)
-                    fn(*arrays, stream=st)
-                    if i in needed:
-                        done[i] = event()
-                        call("cuEventRecord", done[i], st)
-                for st in streams[1:]:  # ... and join it again before it ends
-                    join = event()
-                    call("cuEventRecord", join, st)
-                    call("cuStreamWaitEvent", origin, join, 0)
-            finally:
-                graph = call("cuStreamEndCapture", origin)
+            with gc_paused():  # a collection could free device memory mid-capture
+                call("cuStreamBeginCapture", origin,
+                     d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                try:
+                    fork = event()
+                    call("cuEventRecord", fork, origin)
+                    for st in streams[1:]:  # the side streams join the capture
+                        call("cuStreamWaitEvent", st, fork, 0)
+                    needed = {d_ for i, ds in enumerate(deps) for d_ in ds
+                              if assign[d_] != assign[i]}
+                    done: dict[int, object] = {}
+                    for i, (fn, arrays) in enumerate(self._steps):
+                        st = streams[assign[i]]
+                        for d_ in sorted(deps[i]):
+                            if assign[d_] != assign[i]:
+                                call("cuStreamWaitEvent", st, done[d_], 0)
+                        fn(*arrays, stream=st)
+                        if i in needed:
+                            done[i] = event()
+                            call("cuEventRecord", done[i], st)
+                    for st in streams[1:]:  # ... and join it again before it ends
+                        join = event()
+                        call("cuEventRecord", join, st)
+                        call("cuStreamWaitEvent", origin, join, 0)
+                finally:
+                    graph = call("cuStreamEndCapture", origin)
             exec_ = call("cuGraphInstantiate", graph, 0)
             self._graph = _CapturedGraph(graph, exec_)
             self.uses_cuda_graph = True

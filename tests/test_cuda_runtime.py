@@ -165,6 +165,30 @@ def test_graph_timing_removes_launch_overhead(dev):
     assert grown.number > 1
 
 
+def test_graph_capture_survives_a_collection_of_device_arrays(dev):
+    # device arrays kept alive only by reference cycles are freed (cuMemFree) when the
+    # cyclic collector runs; during a stream capture that would invalidate it. With the
+    # collector's threshold at 1 it would run at the capture's first allocations.
+    mod, _ = samples.vector_add(256, 256)
+    loaded = compile_module(mod, dev.sm).load(dev)
+    arrays = [empty(256, "float32", dev) for _ in range(3)]
+    old = gc.get_threshold()
+    try:
+        for _ in range(3):
+            for _ in range(20):  # garbage: cycles that own device memory
+                a, b = [empty(1024, "float32", dev)], []
+                a.append(b)
+                b.append(a)
+            del a, b
+            gc.set_threshold(1)
+            graphed = loaded.time_evaluator(number=20, repeat=2, graph=True)(*arrays)
+            gc.set_threshold(*old)
+            assert len(graphed.results) == 2 and all(t > 0 for t in graphed.results)
+    finally:
+        gc.set_threshold(*old)
+    gc.collect()
+
+
 def test_graph_replays_of_a_chunk_time_like_one_graph_of_every_call(dev):
     from ptxforge.backend_ptx.cuda_driver import call
     from ptxforge.backend_ptx.timer import MAX_GRAPH_CHUNK, EventPair, _Graph
