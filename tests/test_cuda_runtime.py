@@ -167,25 +167,35 @@ def test_graph_timing_removes_launch_overhead(dev):
 
 def test_graph_capture_survives_a_collection_of_device_arrays(dev):
     # device arrays kept alive only by reference cycles are freed (cuMemFree) when the
-    # cyclic collector runs; during a stream capture that would invalidate it. With the
-    # collector's threshold at 1 it would run at the capture's first allocations.
+    # cyclic collector runs; during a stream capture that would invalidate it. Each call
+    # below drops one such cycle and, with the collector's threshold at 1, allocates
+    # enough to set it off inside the capture.
+    from ptxforge.backend_ptx.timer import time_evaluator
+
     mod, _ = samples.vector_add(256, 256)
     loaded = compile_module(mod, dev.sm).load(dev)
     arrays = [empty(256, "float32", dev) for _ in range(3)]
+    held = []
+    for _ in range(200):
+        a, b = [empty(1024, "float32", dev)], []
+        a.append(b)
+        b.append(a)
+        held.append(a)
+    del a, b
+
+    def call_dropping_garbage(stream=0):
+        if held:
+            held.pop()
+        _ = [[] for _ in range(4)]
+        loaded(*arrays, stream=stream)
+
     old = gc.get_threshold()
+    gc.set_threshold(1)
     try:
-        for _ in range(3):
-            for _ in range(20):  # garbage: cycles that own device memory
-                a, b = [empty(1024, "float32", dev)], []
-                a.append(b)
-                b.append(a)
-            del a, b
-            gc.set_threshold(1)
-            graphed = loaded.time_evaluator(number=20, repeat=2, graph=True)(*arrays)
-            gc.set_threshold(*old)
-            assert len(graphed.results) == 2 and all(t > 0 for t in graphed.results)
+        res = time_evaluator(call_dropping_garbage, dev, number=20, repeat=2, graph=True)()
     finally:
         gc.set_threshold(*old)
+    assert len(res.results) == 2 and all(t > 0 for t in res.results)
     gc.collect()
 
 
