@@ -342,3 +342,19 @@ def test_tf32_gemm_ptx_loads_fragments_with_ldmatrix(sm):
     assert "ld.local" not in ptx and "st.local" not in ptx  # fragments stay in registers
     if asm:  # assembled by ptxas (skipped where the CUDA toolkit is not installed)
         assert k.cubin[:4] == b"\x7fELF"
+
+
+def test_default_chooser_against_the_measured_sweep():
+    # every configuration the chooser ranks, timed on an H200 (bench/calibrate_gemm_chooser.py
+    # measure): its picks stay within 1.15x of the fastest measured, geometric mean (the
+    # fixed tile table it replaced was at 1.26x)
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "bench"
+    spec = importlib.util.spec_from_file_location("calibrate_gemm_chooser",
+                                                  root / "calibrate_gemm_chooser.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    gm = bench.evaluate(str(root / "results" / "gemm_chooser_sweep_h200.jsonl"), quiet=True)
+    assert 1.0 <= gm < 1.15, gm
