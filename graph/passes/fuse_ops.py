@@ -28,8 +28,10 @@ from ..ir import Call, Constant, Graph, GraphError, Node, Var, consumers
 from ..op import OpPattern, get_op
 from ..opdefs.transform import VIEW_OPS
 from .base import GraphPass, register_graph_pass
+from .layout_view import LAYOUT_OPS, chain_view, copyable_rows, layout_chain
 
 MAX_NAME = 80
+PRODUCT_OPS = ("nn.dense", "nn.matmul", "nn.batch_matmul")
 
 
 class _Groups:
@@ -136,7 +138,69 @@ def partition(graph: Graph) -> tuple[list[Node], _Groups]:
         for m in path:
             groups.merge_into(m, root)
         groups.output[root] = dom
+    _fuse_operand_layouts(nodes, groups, cons, {id(o) for o in graph.outputs})
     return nodes, groups
+
+
+def _members(nodes: list[Node], groups: _Groups) -> dict[int, list[Call]]:
+    out: dict[int, list[Call]] = {}
+    for n in nodes:
+        if isinstance(n, Call):
+            out.setdefault(groups.root(id(n)), []).append(n)
+    return out
+
+
+def tensor_core_product(call: Node) -> bool:
+    """Whether ``call`` is a matrix product the tensor cores may run: a dense, matmul or
+    batch_matmul of 16-bit inputs, or of float32 ones at TF32 precision."""
+    if not (isinstance(call, Call) and isinstance(call.op, str) and call.op in PRODUCT_OPS):
+        return False
+    dtype = call.args[0].dtype
+    return dtype in ("float16", "bfloat16") or (
+        dtype == "float32" and call.attrs.get("precision") == "tf32")
+
+
+def _layout_group(members: list[Call], output: Call) -> tuple[Node, list[Call]] | None:
+    """``(source, chain)`` when the group ``members`` (output ``output``) is one chain of
+    layout calls that needs a kernel (not reshapes only), else None."""
+    source, chain = layout_chain(output)
+    inside = {id(m) for m in members}
+    while chain and id(chain[0]) not in inside:  # the chain may start in another group
+        source, chain = chain[0], chain[1:]
+    if len(chain) != len(members) or any(id(c) not in inside for c in chain):
+        return None
+    if all(c.op in VIEW_OPS for c in chain):
+        return None  # an alias of its input already: no kernel to save
+    return source, chain
+
+
+def _fuse_operand_layouts(nodes: list[Node], groups: _Groups, cons: dict,
+                          outputs: set) -> None:
+    """Prologue fusion: a group that only moves the elements of one tensor (a chain of
+    :data:`~.layout_view.LAYOUT_OPS` calls, such as the slice and head transpose of an
+    attention's query) and whose only reader is one operand of a tensor-core product joins
+    the product's group, when the product's shared-memory copies can read the chain's
+    source directly (:func:`~.layout_view.copyable_rows`). Its kernel disappears: the
+    product's operand copies compute the remapped index instead."""
+    members = _members(nodes, groups)
+    for node in nodes:
+        if not tensor_core_product(node) or groups.root(id(node)) != id(node):
+            continue
+        for arg in node.args:
+            if not isinstance(arg, Call) or sum(a is arg for a in node.args) != 1:
+                continue
+            r = groups.root(id(arg))
+            if (groups.output[r] is not arg or id(arg) in outputs
+                    or len(cons[id(arg)]) != 1 or isinstance(arg.op, Graph)):
+                continue
+            found = _layout_group(members[r], arg)
+            if found is None:
+                continue
+            view = chain_view(*found)
+            if view is None or not copyable_rows(view, arg.dtype):
+                continue  # the separate kernel stays (today's layout copy)
+            groups.parent[r] = id(node)
+            groups.size[id(node)] += groups.size[r]
 
 
 def _immediate(const: Constant, call: Call, index: int) -> bool:
@@ -150,6 +214,13 @@ def _immediate(const: Constant, call: Call, index: int) -> bool:
 
 
 def _function_name(members: list[Call]) -> str:
+    # layout calls fused ahead of a product (its operands' slices and transposes) are named
+    # after it, so that the name starts with the operator that makes the kernel
+    lead = 0
+    while lead < len(members) and members[lead].op in LAYOUT_OPS:
+        lead += 1
+    if lead < len(members):
+        members = members[lead:] + members[:lead]
     name = "fused_" + "_".join(m.op.replace(".", "_") for m in members)
     if len(name) > MAX_NAME:
         name = name[:MAX_NAME].rstrip("_")

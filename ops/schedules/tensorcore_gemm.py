@@ -189,6 +189,23 @@ def gemm_form(op: ComputeOp, target: Target | str | None = None) -> GemmForm | N
     return form
 
 
+def copies_from_memory(t) -> bool:
+    """Whether the shared-memory copy of operand ``t`` only moves elements of an input: ``t``
+    is a placeholder, or a chain of stages each reading one element of the next and
+    computing nothing (a slice, reshape or transpose that the graph fused into the
+    product), which the default schedule inlines into the copy. Such a copy can be a
+    ``cp.async`` (16 bytes wide where the remapped index is contiguous and aligned,
+    narrower where that is not provable)."""
+    while isinstance(t.op, ComputeOp):
+        op = t.op
+        if op.reduce_axis or op.num_outputs != 1 or not isinstance(op.body, TensorRead):
+            return False
+        if op.body.tensor.dtype != t.dtype:
+            return False
+        t = op.body.tensor
+    return isinstance(t.op, PlaceholderOp)
+
+
 def _has_var(e) -> bool:
     if isinstance(e, Var):
         return True
@@ -477,7 +494,7 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
         st.bind(ty, "threadIdx.y")
         st.bind(tz, "threadIdx.z")
         st.vectorize(v)
-        if cfg.async_copy and isinstance(src.op, PlaceholderOp):
+        if cfg.async_copy and copies_from_memory(src):
             st.async_copy()
     if cfg.stages > 1:
         f.pipeline(ko, cfg.stages)
