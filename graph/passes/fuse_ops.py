@@ -28,7 +28,7 @@ from ..ir import Call, Constant, Graph, GraphError, Node, Var, consumers
 from ..op import OpPattern, get_op
 from ..opdefs.transform import VIEW_OPS
 from .base import GraphPass, register_graph_pass
-from .layout_view import LAYOUT_OPS, chain_view, copyable_rows, layout_chain
+from .layout_view import LAYOUT_OPS, chain_view, copyable_rows, layout_chain, stored_view
 
 MAX_NAME = 80
 PRODUCT_OPS = ("nn.dense", "nn.matmul", "nn.batch_matmul")
@@ -138,7 +138,9 @@ def partition(graph: Graph) -> tuple[list[Node], _Groups]:
         for m in path:
             groups.merge_into(m, root)
         groups.output[root] = dom
-    _fuse_operand_layouts(nodes, groups, cons, {id(o) for o in graph.outputs})
+    outputs = {id(o) for o in graph.outputs}
+    _fuse_operand_layouts(nodes, groups, cons, outputs)
+    _fuse_output_layouts(nodes, groups, cons, outputs)
     return nodes, groups
 
 
@@ -172,6 +174,34 @@ def _layout_group(members: list[Call], output: Call) -> tuple[Node, list[Call]] 
     if all(c.op in VIEW_OPS for c in chain):
         return None  # an alias of its input already: no kernel to save
     return source, chain
+
+
+def _fuse_output_layouts(nodes: list[Node], groups: _Groups, cons: dict,
+                         outputs: set) -> None:
+    """Epilogue fusion: a group that only moves the elements of a tensor-core product's
+    result (a reshape and transpose chain, such as an attention's head transpose back),
+    its only reader, joins the product's group when every axis of the product lands in one
+    digit of one axis of the chain's result (:func:`~.layout_view.stored_view`). The
+    product's epilogue then stores each element at its place in that layout."""
+    members = _members(nodes, groups)
+    for node in nodes:
+        if not tensor_core_product(node) or groups.root(id(node)) != id(node):
+            continue
+        out = groups.output[id(node)]
+        if id(out) in outputs or len(cons[id(out)]) != 1:
+            continue
+        reader = cons[id(out)][0]
+        r = groups.root(id(reader))
+        if r != id(reader) or not (isinstance(reader.op, str) and reader.op in LAYOUT_OPS):
+            continue
+        found = _layout_group(members[r], groups.output[r])
+        if found is None or found[0] is not out:
+            continue
+        if stored_view(found[1]) is None:
+            continue
+        groups.parent[r] = id(node)
+        groups.size[id(node)] += groups.size[r]
+        groups.output[id(node)] = groups.output[r]
 
 
 def _fuse_operand_layouts(nodes: list[Node], groups: _Groups, cons: dict,

@@ -158,3 +158,60 @@ def copyable_rows(view: StridedView, dtype: str) -> bool:
     if view.offset % vec:
         return False
     return all(s % vec == 0 for n, s in zip(view.shape[:-1], view.strides[:-1]) if n > 1)
+
+
+def stored_view(chain: list[Call]) -> StridedView | None:
+    """Where a chain of layout calls puts each element of its source, when every source
+    axis lands in one digit of one output axis: the source as a strided view of the
+    chain's (contiguous) result, with each source axis's extent times its stride within
+    one output axis's span and the source axes of each output axis tiling it exactly
+    (the head transpose back of an attention block: ``[12, 128, 64]`` into ``[128, 768]``
+    is the view of strides ``(64, 768, 1)``). None for a slice (not every element is
+    kept) or a chain whose source axes straddle output axes.
+
+    A product's epilogue can then store the source's elements straight into the result
+    (:mod:`ptxforge.ops.schedules.remap` finds the same digits in the te stages)."""
+    if not chain or any(not (isinstance(c.op, str) and c.op in LAYOUT_OPS)
+                        or c.op == "strided_slice" for c in chain):
+        return None
+    out = chain[-1]
+    view = StridedView.contiguous(tuple(out.shape))
+    for call in reversed(chain):  # undo each call, from the result back to the source
+        src_shape = tuple(int(n) for n in call.args[0].shape)
+        if call.op == "transpose":
+            from ..opdefs.transform import _transpose_axes
+
+            axes = _transpose_axes(len(src_shape), call.attrs["axes"])
+            inverse = [0] * len(axes)
+            for k, a in enumerate(axes):
+                inverse[a] = k
+            view = StridedView(tuple(view.shape[a] for a in inverse),
+                               tuple(view.strides[a] for a in inverse), view.offset)
+        else:
+            view = _reshape(view, src_shape)
+        if view is None:
+            return None
+    return view if _digits_tile(view, tuple(int(n) for n in out.shape)) else None
+
+
+def _digits_tile(view: StridedView, out_shape: tuple) -> bool:
+    out_strides = StridedView.contiguous(out_shape).strides
+    per_axis: dict[int, list] = {}
+    for n, s in zip(view.shape, view.strides):
+        if n == 1:
+            continue
+        for a, (m, t) in enumerate(zip(out_shape, out_strides)):
+            if s % t == 0 and t <= s and s * n <= t * m:
+                per_axis.setdefault(a, []).append((s // t, n))
+                break
+        else:
+            return False
+    for a, m in enumerate(out_shape):
+        step = 1
+        for inner, n in sorted(per_axis.get(a, [])):
+            if inner != step:
+                return False
+            step *= n
+        if step != m:
+            return False
+    return True

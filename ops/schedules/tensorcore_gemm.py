@@ -66,6 +66,7 @@ from .tensorcore import (
     tile_limit,
     tile_warp_product,
 )
+from .remap import epilogue_remap
 from .tiled import schedule_tiled
 
 GEMM_TAGS = ("dense", "matmul", "batch_matmul")
@@ -334,8 +335,15 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     if form is None:
         raise ScheduleError(f"stage {op.name} is not a product the tensor cores of "
                             f"{target.arch} run (see gemm_form)")
-    cfg = cfg or choose_gemm_config(form, target)
+    remap = epilogue_remap(op, epilogue)
+    # the split-K sum kernel runs the epilogue over the output's own axes: a remapped
+    # epilogue keeps the product in one kernel
+    cfg = cfg or (unsplit_gemm_config(form, target) if remap else
+                  choose_gemm_config(form, target))
     split = cfg.split_k if isinstance(cfg.split_k, int) and cfg.split_k > 1 else 1
+    if remap is not None and split > 1:
+        raise ScheduleError(f"stage {op.name}: split_k {split} with an epilogue that stores "
+                            f"the product in another layout ({epilogue.name}); use split_k 1")
     padded = form.paddable and (needs_padding(cfg, form) or split > 1)
     direct = not padded and (epilogue is None or _is_cast_of(epilogue, op))
     check_gemm_config(cfg, form, f"stage {op.name}", target, c_tile=not direct)
@@ -380,7 +388,8 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     a_fr = s.cache_read(a_sh, "warp", [cf])
     b_fr = s.cache_read(b_sh, "warp", [cf])
     wm, wn = cfg.block_m // cfg.warps_m, cfg.block_n // cfg.warps_n
-    axes = list(o.op.axis)
+    # a remapped epilogue's axes split and reordered into the product's (b, i, j)
+    axes = list(o.op.axis) if remap is None else remap.product_loops(o)
     # the batch and the split-K part (both, fused) on blockIdx.z
     batch = [o.fuse(*axes[:-2])] if len(axes) > 3 else axes[:-2]
     bi, i = o.split(axes[-2], factor=cfg.block_m)
@@ -411,7 +420,8 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
         o.reorder(*batch, bi, bj, i, j)
         nthreads = 32 * cfg.warps_m * cfg.warps_n
         vec_out = 4 if (cfg.block_m * cfg.block_n % (4 * nthreads) == 0
-                        and (form.N % 4 == 0 or split > 1)) else 1
+                        and (form.N % 4 == 0 or split > 1)
+                        and (remap is None or remap.contiguous_columns)) else 1
         fused = o.fuse(i, j)
         if vec_out > 1:
             fused, v = o.split(fused, factor=vec_out)
