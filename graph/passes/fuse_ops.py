@@ -12,6 +12,23 @@ fits the group:
   transpose, pad, concatenate chains);
 * opaque operators (softmax, layer norm) stay alone.
 
+Then two rules for the matrix products the tensor cores may run (16-bit inputs, or
+float32 at TF32 precision; ``layouts=False`` turns them off), which move a group of
+layout operators (slices, reshapes, transposes: :mod:`.layout_view`) into the product's:
+
+* prologue: a layout chain whose only reader is one operand of the product, when the
+  chain is a strided view of its source whose last axis is contiguous and 16 bytes
+  aligned (an attention's query, key and value, sliced out of the combined projection and
+  split into heads). The product's shared-memory copies read the source through the
+  remapped index, with ``cp.async`` as from any input;
+* epilogue: a layout chain that is the only reader of the product's group, when each axis
+  of the product lands in one digit of one axis of the chain's result (the head transpose
+  back, ``[heads, seq, dim]`` into ``[seq, heads * dim]``). The product stores each
+  element at its place in that layout.
+
+A chain that fits neither (a slice whose rows start off a 16-byte boundary, a transposed
+reduction axis, arithmetic on the way) stays a kernel of its own.
+
 Groups are extended as long as possible. Every call ends up in exactly one group; each
 group becomes a :class:`~ptxforge.graph.ir.Graph` with ``attrs["primitive"] = True``,
 called from the new main graph with its external inputs as arguments. Constant weights
@@ -98,9 +115,10 @@ def _fits(group_pattern: OpPattern, anchor_shape: tuple, node: Node) -> bool:
     return False
 
 
-def partition(graph: Graph) -> tuple[list[Node], _Groups]:
-    """Group the calls of ``graph`` (see the module doc); returns the nodes in topological
-    order and the groups."""
+def partition(graph: Graph, layouts: bool = True) -> tuple[list[Node], _Groups]:
+    """Group the calls of ``graph`` (see the module doc; ``layouts``: with the layout
+    chains of tensor-core products); returns the nodes in topological order and the
+    groups."""
     nodes = graph.nodes()
     calls = [n for n in nodes if isinstance(n, Call)]
     for c in calls:
@@ -138,9 +156,10 @@ def partition(graph: Graph) -> tuple[list[Node], _Groups]:
         for m in path:
             groups.merge_into(m, root)
         groups.output[root] = dom
-    outputs = {id(o) for o in graph.outputs}
-    _fuse_operand_layouts(nodes, groups, cons, outputs)
-    _fuse_output_layouts(nodes, groups, cons, outputs)
+    if layouts:
+        outputs = {id(o) for o in graph.outputs}
+        _fuse_operand_layouts(nodes, groups, cons, outputs)
+        _fuse_output_layouts(nodes, groups, cons, outputs)
     return nodes, groups
 
 
@@ -291,12 +310,22 @@ def build_function(members: list[Call], output: Call) -> tuple[Graph, list[Node]
 @register_graph_pass
 @dataclass(frozen=True)
 class FuseOps(GraphPass):
-    """Fuse operators into primitive functions (see the module doc)."""
+    """Fuse operators into primitive functions (see the module doc).
+
+    Parameters:
+        layouts: fuse layout chains into the tensor-core products that read them or whose
+            result they rearrange (``False``: they stay kernels of their own).
+    """
 
     name = "fuse_ops"
+    layouts: bool = True
+
+    def __post_init__(self):
+        if not isinstance(self.layouts, bool):
+            raise GraphError(f"fuse_ops: layouts must be a bool, got {self.layouts!r}")
 
     def apply(self, graph: Graph, ctx) -> Graph:
-        nodes, groups = partition(graph)
+        nodes, groups = partition(graph, self.layouts)
         members: dict[int, list[Call]] = {}
         for n in nodes:
             if isinstance(n, Call):
