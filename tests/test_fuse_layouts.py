@@ -272,3 +272,25 @@ def test_layout_chain_stops_at_the_first_operator_that_computes():
     y = graph.reshape(graph.exp(graph.transpose(x, (1, 0))), (32,))
     src, chain = layout_chain(y)
     assert isinstance(src, Call) and src.op == "exp" and [c.op for c in chain] == ["reshape"]
+
+
+def test_the_epilogue_rule_takes_only_products_the_tensor_core_gemm_schedules():
+    from ptxforge.graph.passes.fuse_ops import tensor_core_product
+
+    def bmm(dtype, a, b, **kw):
+        return nn.batch_matmul(graph.var("a", a, dtype), graph.var("b", b, dtype), **kw)
+
+    assert tensor_core_product(bmm("float16", (2, 32, 16), (2, 16, 16), transpose_b=False),
+                               shapes=True)
+    assert tensor_core_product(bmm("float32", (2, 32, 16), (2, 16, 16), transpose_b=False,
+                                   precision="tf32"))
+    for call in (
+        bmm("float32", (2, 32, 16), (2, 16, 16), transpose_b=False, precision="tf32"),  # kn
+        bmm("float16", (2, 16, 32), (2, 16, 16), transpose_a=True),  # A read as [k, m]
+        bmm("float16", (2, 32, 16), (2, 8, 16)),  # 8 columns
+        bmm("float16", (2, 32, 8), (2, 16, 8)),  # shorter than one mma
+        bmm("float16", (2, 32, 16), (1, 24, 16)),  # a broadcast batch of 24 columns
+    ):
+        assert tensor_core_product(call)  # the prologue rule's test: dtype and precision
+        assert not tensor_core_product(call, shapes=True), call.attrs
+    assert not tensor_core_product(bmm("float32", (2, 32, 16), (2, 16, 16)))

@@ -171,14 +171,36 @@ def _members(nodes: list[Node], groups: _Groups) -> dict[int, list[Call]]:
     return out
 
 
-def tensor_core_product(call: Node) -> bool:
+def tensor_core_product(call: Node, shapes: bool = False) -> bool:
     """Whether ``call`` is a matrix product the tensor cores may run: a dense, matmul or
-    batch_matmul of 16-bit inputs, or of float32 ones at TF32 precision."""
+    batch_matmul of 16-bit inputs, or of float32 ones at TF32 precision. With ``shapes``,
+    also in the layouts and sizes the tensor-core GEMM schedule takes
+    (:func:`~ptxforge.ops.schedules.tensorcore_gemm.gemm_form`: A not transposed, TF32's B
+    as ``[n, k]``, at least 16 columns and one mma's depth, whole tiles of 16 over a
+    broadcast batch); the target's own tensor cores are for the schedule to find."""
     if not (isinstance(call, Call) and isinstance(call.op, str) and call.op in PRODUCT_OPS):
         return False
     dtype = call.args[0].dtype
-    return dtype in ("float16", "bfloat16") or (
-        dtype == "float32" and call.attrs.get("precision") == "tf32")
+    tf32 = dtype == "float32" and call.attrs.get("precision") == "tf32"
+    if not (dtype in ("float16", "bfloat16") or tf32):
+        return False
+    if not shapes:
+        return True
+    a, b = (tuple(x.shape) for x in call.args)
+    if call.op == "nn.dense":
+        (m, k), (n, _), b_kn = a, b, False
+    else:
+        if call.attrs.get("transpose_a"):
+            return False
+        b_kn = not call.attrs.get("transpose_b")
+        m, k = a[-2:]
+        n = b[-1] if b_kn else b[-2]
+    if tf32 and b_kn:
+        return False
+    mma_k = 8 if tf32 else 16
+    if call.op == "nn.batch_matmul" and a[0] != b[0]:  # a broadcast batch is not padded
+        return m % 16 == 0 and n % 16 == 0 and k % mma_k == 0
+    return n >= 16 and k >= mma_k
 
 
 def _layout_group(members: list[Call], output: Call) -> tuple[Node, list[Call]] | None:
@@ -204,7 +226,7 @@ def _fuse_output_layouts(nodes: list[Node], groups: _Groups, cons: dict,
     product's epilogue then stores each element at its place in that layout."""
     members = _members(nodes, groups)
     for node in nodes:
-        if not tensor_core_product(node) or groups.root(id(node)) != id(node):
+        if not tensor_core_product(node, shapes=True) or groups.root(id(node)) != id(node):
             continue
         out = groups.output[id(node)]
         if id(out) in outputs or len(cons[id(out)]) != 1:
