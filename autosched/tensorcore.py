@@ -342,9 +342,13 @@ class TensorCoreGemmStep(TensorCoreStep):
 
     def slots(self) -> list:
         # no split-K over a broadcast batch (implicit_gemm cannot pad it) nor into an
-        # epilogue that stores the product in another layout
-        return _padded_slots(self, self.form.tf32) + [
-            _split_k_slot(self, self.form.paddable and not self.remapped)]
+        # epilogue that stores the product in another layout, which also needs tiles that
+        # divide the product
+        slots = _padded_slots(self, self.form.tf32)
+        if self.remapped:
+            whole = {sl.name: sl for sl in TensorCoreStep.slots(self)[:3]}
+            slots = [whole.get(sl.name, sl) for sl in slots]
+        return slots + [_split_k_slot(self, self.form.paddable and not self.remapped)]
 
     def gemm_config(self, vals) -> TensorCoreConfig:
         """The GEMM schedule's configuration of one state."""

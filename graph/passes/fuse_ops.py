@@ -174,10 +174,11 @@ def _members(nodes: list[Node], groups: _Groups) -> dict[int, list[Call]]:
 def tensor_core_product(call: Node, shapes: bool = False) -> bool:
     """Whether ``call`` is a matrix product the tensor cores may run: a dense, matmul or
     batch_matmul of 16-bit inputs, or of float32 ones at TF32 precision. With ``shapes``,
-    also in the layouts and sizes the tensor-core GEMM schedule takes
-    (:func:`~ptxforge.ops.schedules.tensorcore_gemm.gemm_form`: A not transposed, TF32's B
-    as ``[n, k]``, at least 16 columns and one mma's depth, whole tiles of 16 over a
-    broadcast batch); the target's own tensor cores are for the schedule to find."""
+    also in the layouts and sizes the tensor-core GEMM schedule stores through a remapped
+    epilogue (:func:`~ptxforge.ops.schedules.tensorcore_gemm.gemm_form` and
+    :func:`~ptxforge.ops.schedules.tensorcore_gemm.remap_config`: A not transposed, TF32's
+    B as ``[n, k]``, ``M`` and ``N`` whole tiles of 16 and ``K`` of one mma's depth); the
+    target's own tensor cores are for the schedule to find."""
     if not (isinstance(call, Call) and isinstance(call.op, str) and call.op in PRODUCT_OPS):
         return False
     dtype = call.args[0].dtype
@@ -197,10 +198,9 @@ def tensor_core_product(call: Node, shapes: bool = False) -> bool:
         n = b[-1] if b_kn else b[-2]
     if tf32 and b_kn:
         return False
-    mma_k = 8 if tf32 else 16
-    if call.op == "nn.batch_matmul" and a[0] != b[0]:  # a broadcast batch is not padded
-        return m % 16 == 0 and n % 16 == 0 and k % mma_k == 0
-    return n >= 16 and k >= mma_k
+    # whole tiles of 16: the epilogue runs over the product's loops, which a zero-padded
+    # tile's partial copy does not keep
+    return m % 16 == 0 and n % 16 == 0 and k % (8 if tf32 else 16) == 0
 
 
 def _layout_group(members: list[Call], output: Call) -> tuple[Node, list[Call]] | None:

@@ -45,10 +45,14 @@ def _as_tensors(outputs) -> list[Tensor]:
 
 def _stores_through_remap(op: ComputeOp, target: Target) -> bool:
     """Whether the default schedule of reduction ``op`` can store its result through a
-    remapped epilogue (:mod:`.remap`): the tensor-core GEMM's can."""
-    from .tensorcore_gemm import GEMM_TAGS, gemm_form
+    remapped epilogue (:mod:`.remap`): the tensor-core GEMM's can, where its tiles divide
+    the product (no zero padding)."""
+    from .tensorcore_gemm import GEMM_TAGS, gemm_form, remap_config
 
-    return op.tag in GEMM_TAGS and gemm_form(op, target) is not None
+    if op.tag not in GEMM_TAGS:
+        return False
+    form = gemm_form(op, target)
+    return form is not None and remap_config(form, target) is not None
 
 
 def plan(outputs) -> DagPlan:

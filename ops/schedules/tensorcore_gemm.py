@@ -336,14 +336,20 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
         raise ScheduleError(f"stage {op.name} is not a product the tensor cores of "
                             f"{target.arch} run (see gemm_form)")
     remap = epilogue_remap(op, epilogue)
-    # the split-K sum kernel runs the epilogue over the output's own axes: a remapped
-    # epilogue keeps the product in one kernel
-    cfg = cfg or (unsplit_gemm_config(form, target) if remap else
-                  choose_gemm_config(form, target))
+    if remap is not None and cfg is None:
+        cfg = remap_config(form, target)
+        if cfg is None:
+            raise ScheduleError(f"stage {op.name}: no tiles of the default table divide "
+                                f"{form.M} x {form.N} x {form.K}, which an epilogue that "
+                                f"stores the product in another layout ({epilogue.name}) "
+                                "needs")
+    cfg = cfg or choose_gemm_config(form, target)
     split = cfg.split_k if isinstance(cfg.split_k, int) and cfg.split_k > 1 else 1
-    if remap is not None and split > 1:
-        raise ScheduleError(f"stage {op.name}: split_k {split} with an epilogue that stores "
-                            f"the product in another layout ({epilogue.name}); use split_k 1")
+    if remap is not None and (split > 1 or (form.paddable and needs_padding(cfg, form))):
+        raise ScheduleError(f"stage {op.name}: an epilogue that stores the product in another "
+                            f"layout ({epilogue.name}) needs split_k 1 and tiles that divide "
+                            f"the product ({form.M} x {form.N} x {form.K}), got "
+                            f"{cfg.block_m} x {cfg.block_n} x {cfg.block_k}, split_k {split}")
     padded = form.paddable and (needs_padding(cfg, form) or split > 1)
     direct = not padded and (epilogue is None or _is_cast_of(epilogue, op))
     check_gemm_config(cfg, form, f"stage {op.name}", target, c_tile=not direct)
@@ -593,6 +599,19 @@ def unsplit_gemm_config(form: GemmForm, target: Target | str | None = None
     if full:
         return max(full, key=lambda c: (c.block_m * c.block_n, c.block_m))
     return max(cands, key=lambda c: (blocks(c), c.block_m * c.block_n))
+
+
+def remap_config(form: GemmForm, target: Target | str | None = None
+                 ) -> TensorCoreConfig | None:
+    """The default tiles of ``form`` for an epilogue that stores the product in another
+    layout (:mod:`.remap`): :func:`unsplit_gemm_config` when its tiles divide the product,
+    else None. Such an epilogue runs over the product's own loops, which neither split-K's
+    sum kernel nor a zero-padded tile's partial copy keeps."""
+    cands = gemm_configs(form, target)
+    if not cands:
+        return None
+    cfg = unsplit_gemm_config(form, target)
+    return None if form.paddable and needs_padding(cfg, form) else cfg
 
 
 SPLIT_K_CHOICES = (2, 4, 8, 16)
