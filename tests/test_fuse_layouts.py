@@ -5,6 +5,7 @@ and a float16 attention block that builds with fewer kernels and keeps its value
 from __future__ import annotations
 
 import numpy as np
+import ptxforge
 import pytest
 from ptxforge import graph, ops, te
 from ptxforge.graph import nn, passes
@@ -151,9 +152,11 @@ def test_what_stays_a_kernel_of_its_own(case):
     assert len(laid) == left, [f.name for f in kernels]
 
 
-def test_fuse_ops_layouts_must_be_a_bool():
+def test_fuse_ops_layouts_must_be_a_bool_and_reads_back_from_text():
     with pytest.raises(graph.GraphError, match="layouts must be a bool"):
         passes.FuseOps(layouts="no")
+    pipeline = passes.GraphPipeline.parse("fold_constant, fuse_ops(layouts=False)")
+    assert pipeline.text.endswith("fuse_ops(layouts=False)")
 
 
 @pytest.mark.parametrize("dtype,seq,saved", [
@@ -246,6 +249,8 @@ def test_a_tensor_core_product_stores_through_the_head_transpose_in_one_kernel()
     assert text.count('"kind": "kernel"') == 1
     want = np.matmul(av, bv).transpose(1, 0, 2).reshape(32, 32)
     np.testing.assert_allclose(got, want, rtol=0, atol=4e-3 * np.abs(want).max())
+    ptx = ptxforge.build(s, [a, b, y], target="cuda -arch=sm_80").get_source("ptx")
+    assert "mma.sync" in ptx and "cp.async" in ptx
 
 
 @pytest.mark.parametrize("layout", [
