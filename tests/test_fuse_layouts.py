@@ -253,6 +253,25 @@ def test_a_tensor_core_product_stores_through_the_head_transpose_in_one_kernel()
     assert "mma.sync" in ptx and "cp.async" in ptx
 
 
+@pytest.mark.parametrize("layout,numpy_layout,contiguous", [
+    (lambda c: ops.transpose(ops.reshape(c, (1, 2, 32, 16)), [0, 2, 1, 3]),
+     lambda r: r.reshape(1, 2, 32, 16).transpose(0, 2, 1, 3), True),
+    (lambda c: ops.reshape(ops.transpose(ops.reshape(ops.nn.relu(c), (1, 2, 32, 16)),
+                                         [0, 2, 1, 3]), (32, 32)),
+     lambda r: np.maximum(r, 0).transpose(1, 0, 2).reshape(32, 32), True),
+    (lambda c: ops.transpose(c, [0, 2, 1]), lambda r: r.transpose(0, 2, 1), False),
+], ids=["transpose_4d", "relu_then_back", "columns_as_rows"])
+def test_remapped_epilogues_keep_the_values(layout, numpy_layout, contiguous):
+    a, b, product, y = _bmm_then(layout)
+    remap = epilogue_remap(product, y.op)
+    assert remap is not None and remap.contiguous_columns == contiguous
+    s = default_schedule(y, "sim")
+    mod, (av, bv), got = run_sim(s, [a, b], y, RNG)
+    assert str(mod.device_module).count('"kind": "kernel"') == 1
+    want = numpy_layout(np.matmul(av, bv))
+    np.testing.assert_allclose(got, want, rtol=0, atol=4e-3 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("layout", [
     lambda c: te.compute(c.shape, lambda b, i, j: c[b, i, 15 - j]),  # reversed columns
     lambda c: ops.strided_slice(c, [0, 0, 1], [2, 32, 16]),  # a slice: not every element
