@@ -290,7 +290,7 @@ def _function_name(members: list[Call]) -> str:
     lead = 0
     while lead < len(members) and members[lead].op in LAYOUT_OPS:
         lead += 1
-    if lead < len(members):
+    if lead and any(m.op in PRODUCT_OPS for m in members[lead:]):
         members = members[lead:] + members[:lead]
     name = "fused_" + "_".join(m.op.replace(".", "_") for m in members)
     if len(name) > MAX_NAME:
