@@ -329,6 +329,8 @@ class TensorCoreGemmStep(TensorCoreStep):
     form: object = field(default=None, compare=False, hash=False)
     late: tuple = field(default=(), compare=False, hash=False)
     target: object = field(default=None, compare=False, hash=False)
+    remapped: bool = field(default=False, compare=False, hash=False)
+    """The output stores the product in another layout (no split-K there)."""
 
     @property
     def mma_k(self) -> int:
@@ -339,8 +341,14 @@ class TensorCoreGemmStep(TensorCoreStep):
         return self.form.elem_bytes
 
     def slots(self) -> list:
-        # no split-K over a broadcast batch (implicit_gemm cannot pad it)
-        return _padded_slots(self, self.form.tf32) + [_split_k_slot(self, self.form.paddable)]
+        # no split-K over a broadcast batch (implicit_gemm cannot pad it) nor into an
+        # epilogue that stores the product in another layout, which also needs tiles that
+        # divide the product
+        slots = _padded_slots(self, self.form.tf32)
+        if self.remapped:
+            whole = {sl.name: sl for sl in TensorCoreStep.slots(self)[:3]}
+            slots = [whole.get(sl.name, sl) for sl in slots]
+        return slots + [_split_k_slot(self, self.form.paddable and not self.remapped)]
 
     def gemm_config(self, vals) -> TensorCoreConfig:
         """The GEMM schedule's configuration of one state."""
@@ -380,7 +388,8 @@ def tensorcore_gemm_step(task) -> TensorCoreGemmStep | None:
     step = TensorCoreGemmStep(stage, output, form.M, form.N, form.K, form.in_dtype,
                               form.acc_dtype, nbytes(out.dtype), b_kn=form.b_kn,
                               batch=form.batch, tensors=(op.output(0), out),
-                              inlined=inlined, form=form, late=late, target=task.target)
+                              inlined=inlined, form=form, late=late, target=task.target,
+                              remapped=tuple(out.shape) != tuple(op.output(0).shape))
     smallest = TensorCoreConfig(16, 16, 16, 1, 1, vec=1, pad=8, stages=1, tf32=form.tf32)
     try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
         schedule_tensorcore_gemm(step, smallest, task.target)
@@ -392,7 +401,9 @@ def tensorcore_gemm_step(task) -> TensorCoreGemmStep | None:
 def _single_product(task):
     """``(product op, output tensor, product stage name, output stage name, epilogue
     stages to inline, stages the product reads)`` of a task with one output computed from
-    one reduction of the same shape (through element-wise stages, if any), else None."""
+    one reduction of the same shape (through element-wise stages, if any) or stored by
+    the output in another layout (:func:`~ptxforge.ops.schedules.remap.epilogue_remap`),
+    else None."""
     an = task.analysis
     outs = list(task.ir_dag.outputs)
     reds = [n for n, st in an.stages.items() if st.reduce]
@@ -400,7 +411,10 @@ def _single_product(task):
         return None
     op, out = an.stages[reds[0]].op, outs[0]
     if tuple(out.shape) != tuple(op.output(0).shape):
-        return None
+        from ..ops.schedules.remap import epilogue_remap
+
+        if out.op is op or epilogue_remap(op, out.op) is None:
+            return None  # not an epilogue that stores the product in another layout
     late = tuple(t for t in op.input_tensors
                  if any(t.op is st.op for st in an.stages.values()))
     inlined = tuple(st.op.output(0) for st in an.stages.values()

@@ -61,7 +61,9 @@ def test_any_order_the_dependencies_allow_gives_the_serial_result(name):
 
         out, params, shape = bert_layer(1, "float32", seq_len=8, hidden=32, heads=4,
                                         intermediate=64)
-        net, precision = graph.function(out), "float16"
+        # float32: in float16 the query, key and value slices join the attention's
+        # tensor-core products, and the layer's steps form one chain
+        net, precision = graph.function(out), None
     lib = graph.build(net, "sim", params, precision=precision)
     x = np.random.default_rng(1).standard_normal(shape).astype("float32")
     m = graph.GraphModule(lib)

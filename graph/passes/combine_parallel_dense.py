@@ -11,8 +11,9 @@ are concatenated too and the one bias add joins the combined product's epilogue.
 The attention block of a transformer is the case it is for: the query, key and value
 projections of the same hidden states (three 128 x 768 x 768 products in BERT-base at
 sequence length 128) become one 128 x 2304 x 768 product, one kernel instead of three,
-with three times the blocks to spread over the SMs; the slices fuse into the head
-transposes that follow them, so they add no kernel. The weights are concatenated when the
+with three times the blocks to spread over the SMs; in 16 bits the slices and the head
+transposes that follow them join the attention's products (``fuse_ops``), so they add no
+kernel. The weights are concatenated when the
 network is built (constant folding), so nothing is copied at run time.
 """
 

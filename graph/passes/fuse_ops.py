@@ -12,6 +12,23 @@ fits the group:
   transpose, pad, concatenate chains);
 * opaque operators (softmax, layer norm) stay alone.
 
+Then two rules for the matrix products the tensor cores may run (16-bit inputs, or
+float32 at TF32 precision; ``layouts=False`` turns them off), which move a group of
+layout operators (slices, reshapes, transposes: :mod:`.layout_view`) into the product's:
+
+* prologue: a layout chain whose only reader is one operand of the product, when the
+  chain is a strided view of its source whose last axis is contiguous and 16 bytes
+  aligned (an attention's query, key and value, sliced out of the combined projection and
+  split into heads). The product's shared-memory copies read the source through the
+  remapped index, with ``cp.async`` as from any input;
+* epilogue: a layout chain that is the only reader of the product's group, when each axis
+  of the product lands in one digit of one axis of the chain's result (the head transpose
+  back, ``[heads, seq, dim]`` into ``[seq, heads * dim]``). The product stores each
+  element at its place in that layout.
+
+A chain that fits neither (a slice whose rows start off a 16-byte boundary, a transposed
+reduction axis, arithmetic on the way) stays a kernel of its own.
+
 Groups are extended as long as possible. Every call ends up in exactly one group; each
 group becomes a :class:`~ptxforge.graph.ir.Graph` with ``attrs["primitive"] = True``,
 called from the new main graph with its external inputs as arguments. Constant weights
@@ -28,8 +45,10 @@ from ..ir import Call, Constant, Graph, GraphError, Node, Var, consumers
 from ..op import OpPattern, get_op
 from ..opdefs.transform import VIEW_OPS
 from .base import GraphPass, register_graph_pass
+from .layout_view import LAYOUT_OPS, chain_view, copyable_rows, layout_chain, stored_view
 
 MAX_NAME = 80
+PRODUCT_OPS = ("nn.dense", "nn.matmul", "nn.batch_matmul")
 
 
 class _Groups:
@@ -96,9 +115,10 @@ def _fits(group_pattern: OpPattern, anchor_shape: tuple, node: Node) -> bool:
     return False
 
 
-def partition(graph: Graph) -> tuple[list[Node], _Groups]:
-    """Group the calls of ``graph`` (see the module doc); returns the nodes in topological
-    order and the groups."""
+def partition(graph: Graph, layouts: bool = True) -> tuple[list[Node], _Groups]:
+    """Group the calls of ``graph`` (see the module doc; ``layouts``: with the layout
+    chains of tensor-core products); returns the nodes in topological order and the
+    groups."""
     nodes = graph.nodes()
     calls = [n for n in nodes if isinstance(n, Call)]
     for c in calls:
@@ -136,7 +156,122 @@ def partition(graph: Graph) -> tuple[list[Node], _Groups]:
         for m in path:
             groups.merge_into(m, root)
         groups.output[root] = dom
+    if layouts:
+        outputs = {id(o) for o in graph.outputs}
+        _fuse_operand_layouts(nodes, groups, cons, outputs)
+        _fuse_output_layouts(nodes, groups, cons, outputs)
     return nodes, groups
+
+
+def _members(nodes: list[Node], groups: _Groups) -> dict[int, list[Call]]:
+    out: dict[int, list[Call]] = {}
+    for n in nodes:
+        if isinstance(n, Call):
+            out.setdefault(groups.root(id(n)), []).append(n)
+    return out
+
+
+def tensor_core_product(call: Node, shapes: bool = False) -> bool:
+    """Whether ``call`` is a matrix product the tensor cores may run: a dense, matmul or
+    batch_matmul of 16-bit inputs, or of float32 ones at TF32 precision. With ``shapes``,
+    also in the layouts and sizes the tensor-core GEMM schedule stores through a remapped
+    epilogue (:func:`~ptxforge.ops.schedules.tensorcore_gemm.gemm_form` and
+    :func:`~ptxforge.ops.schedules.tensorcore_gemm.remap_config`: A not transposed, TF32's
+    B as ``[n, k]``, ``M`` and ``N`` whole tiles of 16 and ``K`` of one mma's depth); the
+    target's own tensor cores are for the schedule to find."""
+    if not (isinstance(call, Call) and isinstance(call.op, str) and call.op in PRODUCT_OPS):
+        return False
+    dtype = call.args[0].dtype
+    tf32 = dtype == "float32" and call.attrs.get("precision") == "tf32"
+    if not (dtype in ("float16", "bfloat16") or tf32):
+        return False
+    if not shapes:
+        return True
+    a, b = (tuple(x.shape) for x in call.args)
+    if call.op == "nn.dense":
+        (m, k), (n, _), b_kn = a, b, False
+    else:
+        if call.attrs.get("transpose_a"):
+            return False
+        b_kn = not call.attrs.get("transpose_b")
+        m, k = a[-2:]
+        n = b[-1] if b_kn else b[-2]
+    if tf32 and b_kn:
+        return False
+    # whole tiles of 16: the epilogue runs over the product's loops, which a zero-padded
+    # tile's partial copy does not keep
+    return m % 16 == 0 and n % 16 == 0 and k % (8 if tf32 else 16) == 0
+
+
+def _layout_group(members: list[Call], output: Call) -> tuple[Node, list[Call]] | None:
+    """``(source, chain)`` when the group ``members`` (output ``output``) is one chain of
+    layout calls that needs a kernel (not reshapes only), else None."""
+    source, chain = layout_chain(output)
+    inside = {id(m) for m in members}
+    while chain and id(chain[0]) not in inside:  # the chain may start in another group
+        source, chain = chain[0], chain[1:]
+    if len(chain) != len(members) or any(id(c) not in inside for c in chain):
+        return None
+    if all(c.op in VIEW_OPS for c in chain):
+        return None  # an alias of its input already: no kernel to save
+    return source, chain
+
+
+def _fuse_output_layouts(nodes: list[Node], groups: _Groups, cons: dict,
+                         outputs: set) -> None:
+    """Epilogue fusion: a group that only moves the elements of a tensor-core product's
+    result (a reshape and transpose chain, such as an attention's head transpose back),
+    its only reader, joins the product's group when every axis of the product lands in one
+    digit of one axis of the chain's result (:func:`~.layout_view.stored_view`). The
+    product's epilogue then stores each element at its place in that layout."""
+    members = _members(nodes, groups)
+    for node in nodes:
+        if not tensor_core_product(node, shapes=True) or groups.root(id(node)) != id(node):
+            continue
+        out = groups.output[id(node)]
+        if id(out) in outputs or len(cons[id(out)]) != 1:
+            continue
+        reader = cons[id(out)][0]
+        r = groups.root(id(reader))
+        if r != id(reader) or not (isinstance(reader.op, str) and reader.op in LAYOUT_OPS):
+            continue
+        found = _layout_group(members[r], groups.output[r])
+        if found is None or found[0] is not out:
+            continue
+        if stored_view(found[1]) is None:
+            continue
+        groups.parent[r] = id(node)
+        groups.size[id(node)] += groups.size[r]
+        groups.output[id(node)] = groups.output[r]
+
+
+def _fuse_operand_layouts(nodes: list[Node], groups: _Groups, cons: dict,
+                          outputs: set) -> None:
+    """Prologue fusion: a group that only moves the elements of one tensor (a chain of
+    :data:`~.layout_view.LAYOUT_OPS` calls, such as the slice and head transpose of an
+    attention's query) and whose only reader is one operand of a tensor-core product joins
+    the product's group, when the product's shared-memory copies can read the chain's
+    source directly (:func:`~.layout_view.copyable_rows`). Its kernel disappears: the
+    product's operand copies compute the remapped index instead."""
+    members = _members(nodes, groups)
+    for node in nodes:
+        if not tensor_core_product(node) or groups.root(id(node)) != id(node):
+            continue
+        for arg in node.args:
+            if not isinstance(arg, Call) or sum(a is arg for a in node.args) != 1:
+                continue
+            r = groups.root(id(arg))
+            if (groups.output[r] is not arg or id(arg) in outputs
+                    or len(cons[id(arg)]) != 1 or isinstance(arg.op, Graph)):
+                continue
+            found = _layout_group(members[r], arg)
+            if found is None:
+                continue
+            view = chain_view(*found)
+            if view is None or not copyable_rows(view, arg.dtype):
+                continue  # the separate kernel stays (today's layout copy)
+            groups.parent[r] = id(node)
+            groups.size[id(node)] += groups.size[r]
 
 
 def _immediate(const: Constant, call: Call, index: int) -> bool:
@@ -150,6 +285,13 @@ def _immediate(const: Constant, call: Call, index: int) -> bool:
 
 
 def _function_name(members: list[Call]) -> str:
+    # layout calls fused ahead of a product (its operands' slices and transposes) are named
+    # after it, so that the name starts with the operator that makes the kernel
+    lead = 0
+    while lead < len(members) and members[lead].op in LAYOUT_OPS:
+        lead += 1
+    if lead and any(m.op in PRODUCT_OPS for m in members[lead:]):
+        members = members[lead:] + members[:lead]
     name = "fused_" + "_".join(m.op.replace(".", "_") for m in members)
     if len(name) > MAX_NAME:
         name = name[:MAX_NAME].rstrip("_")
@@ -190,12 +332,22 @@ def build_function(members: list[Call], output: Call) -> tuple[Graph, list[Node]
 @register_graph_pass
 @dataclass(frozen=True)
 class FuseOps(GraphPass):
-    """Fuse operators into primitive functions (see the module doc)."""
+    """Fuse operators into primitive functions (see the module doc).
+
+    Parameters:
+        layouts: fuse layout chains into the tensor-core products that read them or whose
+            result they rearrange (``False``: they stay kernels of their own).
+    """
 
     name = "fuse_ops"
+    layouts: bool = True
+
+    def __post_init__(self):
+        if not isinstance(self.layouts, bool):
+            raise GraphError(f"fuse_ops: layouts must be a bool, got {self.layouts!r}")
 
     def apply(self, graph: Graph, ctx) -> Graph:
-        nodes, groups = partition(graph)
+        nodes, groups = partition(graph, self.layouts)
         members: dict[int, list[Call]] = {}
         for n in nodes:
             if isinstance(n, Call):

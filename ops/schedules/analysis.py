@@ -83,9 +83,15 @@ class DagPlan:
         return {id(c) for c in self.epilogue.values()}
 
 
-def plan_dag(compute_ops: list, outputs: list) -> DagPlan:
+def plan_dag(compute_ops: list, outputs: list, remap_ok=None) -> DagPlan:
     """Decide inlining and epilogue fusion for the stages ``compute_ops`` (topological
-    order) computing ``outputs``."""
+    order) computing ``outputs``.
+
+    ``remap_ok(op)``, where given, says whether reduction ``op``'s schedule stores through
+    an epilogue that reads it at permuted digits of its own axes
+    (:func:`~ptxforge.ops.schedules.remap.output_remap`: a transpose or reshape of the
+    product, such as an attention's head transpose back); such a consumer then is its
+    epilogue too."""
     out_ids = {id(t.op) for t in outputs}
     inlined = {id(op) for op in compute_ops
                if id(op) not in out_ids and not op.reduce_axis and op.num_outputs == 1}
@@ -107,8 +113,15 @@ def plan_dag(compute_ops: list, outputs: list) -> DagPlan:
         if len(consumers) != 1:
             continue
         c = consumers[0]
-        if id(c) in claimed or not is_epilogue_of(c, op, inlined):
+        if id(c) in claimed:
             continue
+        if not is_epilogue_of(c, op, inlined):
+            if remap_ok is None or not remap_ok(op):
+                continue
+            from .remap import output_remap
+
+            if output_remap(c, op, inlined) is None:
+                continue
         epilogue[id(op)] = c
         claimed.add(id(c))
     return DagPlan(list(compute_ops), out_ids, inlined, epilogue)

@@ -7,7 +7,10 @@
    (scheduled flat as an injective stage) and is never an epilogue.
 2. A reduction whose only reader is an element-wise stage of the same shape, reading it
    at its own index, is fused with it: that epilogue stage is tiled and the reduction is
-   computed per thread (conv2d + bias + relu is one kernel).
+   computed per thread (conv2d + bias + relu is one kernel). A tensor-core matrix
+   product's only reader may also be a stage that stores it in another layout (a
+   transpose or reshape whose loops, split at the product's extents, are the product's:
+   :mod:`~ptxforge.ops.schedules.remap`): the product stores each element there itself.
 3. Every other stage gets the schedule registered for its tag
    (:func:`~ptxforge.ops.schedules.registry.default_schedule_for`): tiled with
    shared-memory staging for convolutions and matrix products, one output per thread for
@@ -40,6 +43,18 @@ def _as_tensors(outputs) -> list[Tensor]:
     return tensors
 
 
+def _stores_through_remap(op: ComputeOp, target: Target) -> bool:
+    """Whether the default schedule of reduction ``op`` can store its result through a
+    remapped epilogue (:mod:`.remap`): the tensor-core GEMM's can, where its tiles divide
+    the product (no zero padding)."""
+    from .tensorcore_gemm import GEMM_TAGS, gemm_form, remap_config
+
+    if op.tag not in GEMM_TAGS:
+        return False
+    form = gemm_form(op, target)
+    return form is not None and remap_config(form, target) is not None
+
+
 def plan(outputs) -> DagPlan:
     """How :func:`default_schedule` would treat each stage of the DAG of ``outputs``."""
     tensors = _as_tensors(outputs)
@@ -55,7 +70,7 @@ def default_schedule(outputs, target: Target | str | None = None) -> Schedule:
     tensors = _as_tensors(outputs)
     s = create_schedule(tensors)
     compute_ops = [op for op in s.dag.ops if isinstance(op, ComputeOp)]
-    p = plan_dag(compute_ops, tensors)
+    p = plan_dag(compute_ops, tensors, lambda op: _stores_through_remap(op, target))
     # a stage a reduction reads directly (its padding) is inlined only after the stage
     # schedules ran: a tiled reduction first caches it in shared memory, and the copy then
     # computes it. The others go first, so that epilogues are single stages.

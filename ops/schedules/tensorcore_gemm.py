@@ -66,6 +66,7 @@ from .tensorcore import (
     tile_limit,
     tile_warp_product,
 )
+from .remap import epilogue_remap
 from .tiled import schedule_tiled
 
 GEMM_TAGS = ("dense", "matmul", "batch_matmul")
@@ -187,6 +188,23 @@ def gemm_form(op: ComputeOp, target: Target | str | None = None) -> GemmForm | N
     elif form.N < MIN_N or K < form.mma_k:
         return None  # a sliver of a product: padded mmas would mostly multiply zeros
     return form
+
+
+def copies_from_memory(t) -> bool:
+    """Whether the shared-memory copy of operand ``t`` only moves elements of an input: ``t``
+    is a placeholder, or a chain of stages each reading one element of the next and
+    computing nothing (a slice, reshape or transpose that the graph fused into the
+    product), which the default schedule inlines into the copy. Such a copy can be a
+    ``cp.async`` (16 bytes wide where the remapped index is contiguous and aligned,
+    narrower where that is not provable)."""
+    while isinstance(t.op, ComputeOp):
+        op = t.op
+        if op.reduce_axis or op.num_outputs != 1 or not isinstance(op.body, TensorRead):
+            return False
+        if op.body.tensor.dtype != t.dtype:
+            return False
+        t = op.body.tensor
+    return isinstance(t.op, PlaceholderOp)
 
 
 def _has_var(e) -> bool:
@@ -317,8 +335,21 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     if form is None:
         raise ScheduleError(f"stage {op.name} is not a product the tensor cores of "
                             f"{target.arch} run (see gemm_form)")
+    remap = epilogue_remap(op, epilogue)
+    if remap is not None and cfg is None:
+        cfg = remap_config(form, target)
+        if cfg is None:
+            raise ScheduleError(f"stage {op.name}: no tiles of the default table divide "
+                                f"{form.M} x {form.N} x {form.K}, which an epilogue that "
+                                f"stores the product in another layout ({epilogue.name}) "
+                                "needs")
     cfg = cfg or choose_gemm_config(form, target)
     split = cfg.split_k if isinstance(cfg.split_k, int) and cfg.split_k > 1 else 1
+    if remap is not None and (split > 1 or (form.paddable and needs_padding(cfg, form))):
+        raise ScheduleError(f"stage {op.name}: an epilogue that stores the product in another "
+                            f"layout ({epilogue.name}) needs split_k 1 and tiles that divide "
+                            f"the product ({form.M} x {form.N} x {form.K}), got "
+                            f"{cfg.block_m} x {cfg.block_n} x {cfg.block_k}, split_k {split}")
     padded = form.paddable and (needs_padding(cfg, form) or split > 1)
     direct = not padded and (epilogue is None or _is_cast_of(epilogue, op))
     check_gemm_config(cfg, form, f"stage {op.name}", target, c_tile=not direct)
@@ -363,7 +394,8 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     a_fr = s.cache_read(a_sh, "warp", [cf])
     b_fr = s.cache_read(b_sh, "warp", [cf])
     wm, wn = cfg.block_m // cfg.warps_m, cfg.block_n // cfg.warps_n
-    axes = list(o.op.axis)
+    # a remapped epilogue's axes split and reordered into the product's (b, i, j)
+    axes = list(o.op.axis) if remap is None else remap.product_loops(o)
     # the batch and the split-K part (both, fused) on blockIdx.z
     batch = [o.fuse(*axes[:-2])] if len(axes) > 3 else axes[:-2]
     bi, i = o.split(axes[-2], factor=cfg.block_m)
@@ -394,7 +426,8 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
         o.reorder(*batch, bi, bj, i, j)
         nthreads = 32 * cfg.warps_m * cfg.warps_n
         vec_out = 4 if (cfg.block_m * cfg.block_n % (4 * nthreads) == 0
-                        and (form.N % 4 == 0 or split > 1)) else 1
+                        and (form.N % 4 == 0 or split > 1)
+                        and (remap is None or remap.contiguous_columns)) else 1
         fused = o.fuse(i, j)
         if vec_out > 1:
             fused, v = o.split(fused, factor=vec_out)
@@ -477,7 +510,7 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
         st.bind(ty, "threadIdx.y")
         st.bind(tz, "threadIdx.z")
         st.vectorize(v)
-        if cfg.async_copy and isinstance(src.op, PlaceholderOp):
+        if cfg.async_copy and copies_from_memory(src):
             st.async_copy()
     if cfg.stages > 1:
         f.pipeline(ko, cfg.stages)
@@ -587,6 +620,19 @@ def unsplit_gemm_config(form: GemmForm, target: Target | str | None = None
     if best is None:
         raise ScheduleError(f"no tensor-core tiles of the default table fit {form}")
     return best
+
+
+def remap_config(form: GemmForm, target: Target | str | None = None
+                 ) -> TensorCoreConfig | None:
+    """The default tiles of ``form`` for an epilogue that stores the product in another
+    layout (:mod:`.remap`): :func:`unsplit_gemm_config` when its tiles divide the product,
+    else None. Such an epilogue runs over the product's own loops, which neither split-K's
+    sum kernel nor a zero-padded tile's partial copy keeps."""
+    cands = gemm_configs(form, target)
+    if not cands:
+        return None
+    cfg = unsplit_gemm_config(form, target)
+    return None if form.paddable and needs_padding(cfg, form) else cfg
 
 
 SPLIT_K_CHOICES = (2, 4, 8, 16)
