@@ -625,14 +625,12 @@ def unsplit_gemm_config(form: GemmForm, target: Target | str | None = None
 def remap_config(form: GemmForm, target: Target | str | None = None
                  ) -> TensorCoreConfig | None:
     """The default tiles of ``form`` for an epilogue that stores the product in another
-    layout (:mod:`.remap`): :func:`unsplit_gemm_config` when its tiles divide the product,
-    else None. Such an epilogue runs over the product's own loops, which neither split-K's
-    sum kernel nor a zero-padded tile's partial copy keeps."""
-    cands = gemm_configs(form, target)
-    if not cands:
-        return None
-    cfg = unsplit_gemm_config(form, target)
-    return None if form.paddable and needs_padding(cfg, form) else cfg
+    layout (:mod:`.remap`): the best of :func:`gemm_candidates` without split-K whose
+    tiles divide the product, or None. Such an epilogue runs over the product's own loops,
+    which neither split-K's sum kernel nor a zero-padded tile's partial copy keeps."""
+    target = as_target(target)
+    return _best([c for c in gemm_candidates(form, target, split_k=False)
+                  if not (form.paddable and needs_padding(c, form))], form, target)
 
 
 SPLIT_K_CHOICES = (2, 4, 8, 16)
