@@ -47,6 +47,7 @@ from .stmt import (
     AsyncCopy,
     AsyncWait,
     Barrier,
+    WgmmaSync,
     Block,
     BlockVar,
     Buffer,
@@ -554,6 +555,15 @@ class _Parser:
         if word == "barrier":
             self.next()
             return Barrier()
+        if word in ("wgmma_fence", "wgmma_commit", "fence_proxy_async"):
+            self.next()
+            return WgmmaSync(word.removeprefix("wgmma_"))
+        if word == "wgmma_wait":
+            self.next()
+            self.expect("(", "after wgmma_wait")
+            n = self.int_literal("the number of wgmma groups left pending")
+            self.expect(")", "to close wgmma_wait")
+            return self.build(tok, WgmmaSync, "wait", n)
         if word in ("async_copy", "async_commit", "async_wait"):
             return self.async_stmt(tok)
         if word == "launch":

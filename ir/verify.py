@@ -70,6 +70,7 @@ from .stmt import (
     AsyncCopy,
     AsyncWait,
     Barrier,
+    WgmmaSync,
     Block,
     Buffer,
     For,
@@ -275,6 +276,10 @@ class _FuncVerifier:
             self.vars.discard(id(s.var))
         elif isinstance(s, Barrier):
             pass
+        elif isinstance(s, WgmmaSync):
+            if self.kind != "kernel":
+                self.fail(lambda n: f"{s.text} in a {self.kind} function; the wgmma protocol "
+                                    "belongs to kernels (device IR)")
         elif isinstance(s, (AsyncCopy, AsyncCommit, AsyncWait)):
             self.check_async(s)
         elif isinstance(s, Launch):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.intrin import ANNOTATION, IntrinError, get_intrin
-from ...ir.intrin.match import match_nest
+from ...ir.intrin.match import check_wgmma_swizzle, match_nest
 from ...ir.stmt import PrimFunc
 from ...ir.traversal import replace_at
 from ..params import Ref, positional
@@ -26,7 +26,9 @@ def tensorize(func: PrimFunc, loop: str, intrin: str) -> PrimFunc:
         raise ScheduleError(f"tensorize {loop}: the loop is already tensorized as "
                             f"{node.annotations[ANNOTATION]}")
     try:
-        match_nest(node, spec, loop)
+        bound = match_nest(node, spec, loop)
+        if spec.kind == "wgmma":
+            check_wgmma_swizzle(func.attrs.swizzle, bound, loop)
     except IntrinError as e:
         raise ScheduleError(str(e)) from None
     outer_thread = [n for n in path if getattr(n, "thread", "") == "threadIdx.x"]
