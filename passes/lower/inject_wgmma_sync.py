@@ -4,13 +4,16 @@ A *batch* is a statement whose tensorized nests are all wgmmas and which holds n
 that touches memory or registers (typically the unrolled k16 loop of one ``block_k`` step,
 or a single wgmma nest). Each batch becomes::
 
-    fence_proxy_async      # generic-proxy writes of the tiles (stores, cp.async, landed
-                           # by the waits before the barrier that published them) become
-                           # visible to the async proxy wgmma reads through
     wgmma_fence            # the warpgroup's register accesses so far are ordered before
     <batch>                # the wgmmas (issued asynchronously)
     wgmma_commit           # one group per batch
     wgmma_wait(n)
+
+and a ``fence_proxy_async`` makes the generic-proxy writes of the tiles (stores, and
+cp.async copies landed by their wait) visible to the async proxy wgmma reads through: every
+thread runs it after its writes and before the barrier that publishes them (the last
+barrier before the batch in its sequence), or, without such a barrier, right before the
+``wgmma_fence``.
 
 with ``n = 0`` (the accumulators and tiles are free again when the batch is done), or, in
 a loop annotated ``wgmma_in_flight = 1`` (the ``pragma`` of that name), ``n = 1``: the
@@ -76,8 +79,7 @@ class _Injector:
         self.func = func
 
     def wrap(self, s: Stmt, pending: int) -> Stmt:
-        return Seq([WgmmaSync("fence_proxy_async"), WgmmaSync("fence"), s,
-                    WgmmaSync("commit"), WgmmaSync("wait", pending)])
+        return Seq([WgmmaSync("fence"), s, WgmmaSync("commit"), WgmmaSync("wait", pending)])
 
     def go(self, s: Stmt, pending: int) -> Stmt:
         if not _has_wgmma(s):
@@ -102,12 +104,67 @@ class _Injector:
         return out
 
 
+def _fence_proxy(body: Stmt) -> Stmt:
+    """``fence_proxy_async`` before the barrier that publishes each batch's tiles (the
+    last barrier before its ``wgmma_fence`` in the same sequence: every thread fences its
+    own writes, landed by the cp.async wait before that barrier), or right before the
+    ``wgmma_fence`` where no barrier precedes it in its sequence."""
+    covered: set = set()
+
+    def fences(s: Stmt) -> list:
+        """The batches ``s`` starts outside loops (a loop's body has its own barriers)."""
+        out, stack = [], [s]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, WgmmaSync) and x.op == "fence":
+                out.append(x)
+            elif not isinstance(x, For):
+                stack.extend(stmt_children(x))
+        return out
+
+    def seq(x):
+        if not isinstance(x, Seq):
+            return None
+        out, changed = [], False
+        for k, c in enumerate(x.stmts):
+            if isinstance(c, Barrier):
+                interval = []
+                for d in x.stmts[k + 1:]:
+                    if isinstance(d, Barrier):
+                        break
+                    interval += fences(d)
+                if interval:
+                    covered.update(id(f) for f in interval)
+                    out.append(WgmmaSync("fence_proxy_async"))
+                    changed = True
+            out.append(c)
+        return Seq(out) if changed else None
+
+    from ...ir.stmt import map_stmt
+
+    body = map_stmt(body, fstmt=seq)
+
+    def rest(x):
+        if not isinstance(x, Seq):
+            return None
+        out, changed = [], False
+        for c in x.stmts:
+            if isinstance(c, WgmmaSync) and c.op == "fence" and id(c) not in covered:
+                out.append(WgmmaSync("fence_proxy_async"))
+                changed = True
+            out.append(c)
+        return Seq(out) if changed else None
+
+    return map_stmt(body, fstmt=rest)
+
+
 def inject_wgmma_sync(func: PrimFunc) -> PrimFunc:
     if not any(is_wgmma_loop(x) for x in walk(func.body)):
         return func
     if any(isinstance(x, WgmmaSync) for x in walk(func.body)):
         return func  # already placed (by hand, or by an earlier run)
-    return func.replace(body=_Injector(func).go(func.body, 0))
+    body = _Injector(func).go(func.body, 0)
+    return func.replace(body=_fence_proxy(body))
 
 
 @register_pass

@@ -1,0 +1,213 @@
+"""wgmma through te: the schedule of a dense on sm_90a (warpgroup accumulators, wgmma on
+128B-swizzled shared tiles, the protocol placed by ``inject_wgmma_sync``) against numpy on
+the simulator, its refusals, the simulator's protocol checks, and PTX for sm_90a."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptxforge
+from ptxforge import te
+from ptxforge.ir import dtype as dt
+from ptxforge.backend_sim.wgmma import WgmmaProtocolError
+from ptxforge.driver import BuiltModule
+from ptxforge.ir.intrin.wgmma import WgmmaError
+from ptxforge.ir.stmt import Module, Seq, WgmmaSync, map_stmt
+from ptxforge.ir.verify import IRVerifyError
+from ptxforge.ops.schedules.tensorcore import dense_tensorcore_compute
+from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig, schedule_dense_wgmma
+from ptxforge.passes import Pipeline
+from ptxforge.passes.errors import PassError
+from ptxforge.passes.schedule.common import ScheduleError
+from ptxforge.target import as_target
+
+from .lowp import f64, host
+
+SIM = "sim -arch=sm_90a"
+RNG = np.random.default_rng(90)
+
+
+def _dense(M, N, K, ab="float16", out="float32", cfg=None):
+    t = dense_tensorcore_compute(M, N, K, ab, out)
+    return t, schedule_dense_wgmma(t, cfg or WgmmaScheduleConfig(), target=SIM)
+
+
+@pytest.mark.parametrize("M,N,K,ab,out,cfg", [
+    (128, 128, 192, "float16", "float32", (128, 2, 3, 0)),  # pipelined, 2 warpgroups
+    (64, 128, 128, "bfloat16", "float32", (64, 1, 1, 0)),  # no pipeline, n64
+    (128, 256, 128, "float16", "float16", (128, 2, 2, 0)),  # cast down, 2 blocks
+    (64, 64, 256, "bfloat16", "bfloat16", (64, 1, 4, 0)),  # 4 stages
+    (128, 128, 256, "float16", "float32", (128, 1, 4, 1)),  # one group in flight
+])
+def test_te_wgmma_dense_matches_numpy(M, N, K, ab, out, cfg):
+    t, s = _dense(M, N, K, ab, out, WgmmaScheduleConfig(*cfg))
+    mod = ptxforge.build(s, t, target=SIM)
+    a, b = host(RNG, (M, K), ab), host(RNG, (N, K), ab)
+    c = np.full((M, N), np.nan, np.float32)
+    c = dt.to_bfloat16(c) if out == "bfloat16" else c.astype(out)
+    mod(a, b, c)
+    want = f64(a, ab) @ f64(b, ab).T
+    c = f64(c, out)
+    tol = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}[out]
+    assert np.abs(c - want).max() / np.abs(want).max() < tol
+
+
+def _pipeline_text(M=128, N=128, K=128, cfg=None):
+    t, s = _dense(M, N, K, cfg=cfg or WgmmaScheduleConfig(128, 2, 2, 0))
+    return t, str(s.pipeline)
+
+
+def _replay(t, text):
+    return Pipeline.parse(text)(te.create_schedule(t[2].op).module)
+
+
+def test_the_schedule_is_made_of_primitives_and_replays():
+    t, text = _pipeline_text()
+    for step in ('cache_write(C, "warpgroup")', "swizzle(A.shared, 3)", "async_copy(B.shared)",
+                 '"wgmma_m64n128k16_f16_f32"', '"store_wg_f32"', "software_pipeline("):
+        assert step in text
+    with as_target(SIM):
+        ptxforge.build(_replay(t, text), None, target=SIM)
+
+
+def test_tensorize_refuses_tiles_not_in_the_wgmma_layout():
+    t, text = _pipeline_text()
+    # no swizzle: the descriptors would read another layout than the copies wrote
+    bad = text.replace("swizzle(A.shared, 3),", "")
+    with pytest.raises(PassError, match="A.shared with no swizzle; the wgmma descriptors"):
+        _replay(t, bad)
+    with pytest.raises(PassError, match="B.shared with swizzle bits=2"):
+        _replay(t, text.replace("swizzle(B.shared, 3)", "swizzle(B.shared, 2)"))
+    # K tiles of 32 elements: 64-byte rows
+    bad = text.replace("split(C.warpgroup.k, factors=[64])", "split(C.warpgroup.k, factors=[32])")
+    with as_target(SIM), pytest.raises(IRVerifyError, match="rows of A.shared are 32 elements "
+                                                            r"\(64 bytes\) apart"):
+        ptxforge.build(_replay(t, bad), None, target=SIM)
+    # padded rows
+    bad = text.replace("swizzle(A.shared, 3),", "storage_align(A.shared, 0, 72, 0),\n"
+                       "swizzle(A.shared, 3),")
+    with as_target(SIM), pytest.raises(IRVerifyError, match="storage_align padding is not a "
+                                                            "wgmma layout"):
+        ptxforge.build(_replay(t, bad), None, target=SIM)
+
+
+def test_warpgroup_intrinsics_need_128_threads_on_x():
+    t, text = _pipeline_text()
+    bad = text.replace("factors=[128]),\nsplit(A.shared.ax0.ax1.fused.outer.outer",
+                       "factors=[64]),\nsplit(A.shared.ax0.ax1.fused.outer.outer")
+    bad = bad.replace("factors=[128]),\nsplit(B.shared.ax0.ax1.fused.outer.outer",
+                      "factors=[64]),\nsplit(B.shared.ax0.ax1.fused.outer.outer")
+    assert bad != text
+    with as_target(SIM), pytest.raises(IRVerifyError, match="blockDim.x to be exactly 128"):
+        ptxforge.build(_replay(t, bad), None, target=SIM)
+
+
+def test_wgmma_needs_sm_90a_and_a_fitting_config():
+    t = dense_tensorcore_compute(128, 128, 128, "float16", "float32")
+    for target in ("cuda -arch=sm_80", "cuda -arch=sm_90", "sim"):
+        with pytest.raises(WgmmaError, match="wgmma needs sm_90a"):
+            schedule_dense_wgmma(t, target=target)
+    # the sm_90a schedule built for sm_90: the verifier refuses the wgmma nests
+    t90, s = _dense(128, 128, 128)
+    with pytest.raises(IRVerifyError, match="wgmma needs sm_90a; the target is sm_90"):
+        ptxforge.build(s, t90, target="sim")
+    for cfg, rule in (((96, 2, 2, 0), "need block_n in"), ((128, 3, 2, 0), "need warpgroups"),
+                      ((128, 2, 6, 0), "need stages 1 to 5"),
+                      ((128, 2, 2, 1), "3 stages or more for in_flight=1"),
+                      ((256, 2, 2, 0), "block_n 256 to divide N 128")):
+        with pytest.raises(ScheduleError, match=rule):
+            schedule_dense_wgmma(t, WgmmaScheduleConfig(*cfg), target=SIM)
+    with pytest.raises(ScheduleError, match="float16 or bfloat16 inputs"):
+        schedule_dense_wgmma(dense_tensorcore_compute(128, 128, 64, "float32", "float32"),
+                             target=SIM)
+
+
+def _device(cfg=None, K=192):
+    t, s = _dense(128, 128, K, cfg=cfg or WgmmaScheduleConfig(128, 2, 3, 0))
+    with as_target(SIM):
+        return t, ptxforge.lower(s, t)
+
+
+def _run(t, dev):
+    mod = BuiltModule(dev, SIM)
+    a = RNG.uniform(-1, 1, (128, t[0].shape[1])).astype(np.float16)
+    b = RNG.uniform(-1, 1, (128, t[0].shape[1])).astype(np.float16)
+    c = np.zeros((128, 128), np.float32)
+    mod(a, b, c)
+    return float(np.abs(c - a.astype(np.float64) @ b.astype(np.float64).T).max())
+
+
+def _edit(dev, f):
+    """``dev`` with each wgmma sync step ``x`` replaced by ``f(x)`` (a list of steps)."""
+    def fs(x):
+        if isinstance(x, Seq) and any(isinstance(y, WgmmaSync) for y in x.stmts):
+            out = []
+            for y in x.stmts:
+                out += f(y) if isinstance(y, WgmmaSync) else [y]
+            return Seq(out)
+        return None
+
+    funcs = [f.replace(body=map_stmt(f.body, fstmt=fs)) if f.name != "main" else f
+             for f in dev.functions.values()]
+    return Module(funcs, dev.attrs)
+
+
+@pytest.mark.parametrize("drop,error", [
+    ("fence", "no wgmma.fence"),
+    ("fence_proxy_async", "no fence.proxy.async"),
+    ("commit", "issued but not committed"),
+])
+def test_the_simulator_checks_the_protocol(drop, error):
+    t, dev = _device()
+    assert _run(t, dev) < 1e-3
+    bad = _edit(dev, lambda x: [] if x.op == drop else [x])
+    with pytest.raises(WgmmaProtocolError, match=error):
+        _run(t, bad)
+
+
+def test_the_simulator_checks_pending_groups():
+    # no wait after the batch: the epilogue reads accumulators still in flight, and the
+    # next copies overwrite tiles a pending wgmma reads
+    t, dev = _device()
+    bad = _edit(dev, lambda x: [] if x.op == "wait" else [x])
+    with pytest.raises(WgmmaProtocolError, match="not yet waited for|in flight"):
+        _run(t, bad)
+    # one group left in flight while the pipeline refills its slot (stages - 1 ahead)
+    t, dev = _device(K=256)
+    bad = _edit(dev, lambda x: [WgmmaSync("wait", 1)] if x.op == "wait" else [x])
+    with pytest.raises(WgmmaProtocolError, match="a cp.async writes [AB].shared while a "
+                                                 "wgmma not yet waited"):
+        _run(t, bad)
+
+
+def test_the_sync_pass_places_fences_commits_and_waits():
+    t, dev = _device(WgmmaScheduleConfig(128, 2, 3, 1))
+    text = str(dev)
+    assert text.count("wgmma_fence") == 1 and text.count("wgmma_commit") == 1
+    assert "wgmma_wait(1)" in text and text.count("wgmma_wait(0)") == 1
+    # the proxy fence sits after the cp.async wait and before the barrier publishing tiles
+    assert "async_wait(0)\n" in text
+    lines = [x.strip() for x in text.splitlines()]
+    k = lines.index("fence_proxy_async")
+    assert lines[k - 1].startswith("async_wait(") and lines[k + 1] == "barrier"
+
+
+@pytest.mark.parametrize("ab,bn,wgs,stages,in_flight", [("float16", 256, 2, 4, 1),
+                                                        ("bfloat16", 128, 1, 3, 0)])
+def test_te_wgmma_ptx_for_sm_90a(ab, bn, wgs, stages, in_flight):
+    from ptxforge.backend_ptx.assemble import find_ptxas, run_ptxas
+    from ptxforge.ir.intrin.wgmma import get_wgmma
+
+    t = dense_tensorcore_compute(512, 512, 512, ab, ab)
+    s = schedule_dense_wgmma(t, WgmmaScheduleConfig(bn, wgs, stages, in_flight))
+    ptx = ptxforge.build(s, t, target="cuda -arch=sm_90a").get_source("ptx")
+    assert get_wgmma(bn, ab).ptx in ptx
+    for step in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned",
+                 f"wgmma.wait_group.sync.aligned \t{in_flight};",
+                 "fence.proxy.async.shared::cta", "cp.async.cg.shared.global"):
+        assert step in ptx
+    assert ".align 1024" in ptx  # the swizzled tiles start on a 1024-byte boundary
+    if find_ptxas() is not None:
+        _, log = run_ptxas(ptx, "sm_90a")
+        assert "0 bytes spill stores" in log and "serialized" not in log
