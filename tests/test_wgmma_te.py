@@ -211,3 +211,39 @@ def test_te_wgmma_ptx_for_sm_90a(ab, bn, wgs, stages, in_flight):
     if find_ptxas() is not None:
         _, log = run_ptxas(ptx, "sm_90a")
         assert "0 bytes spill stores" in log and "serialized" not in log
+
+
+def test_dense_wgmma_template_tunes_and_dispatches(tmp_path):
+    from ptxforge import autotvm
+    from ptxforge.autotvm import tensorcore_wgmma as tw
+    from ptxforge.autotvm.space import InstantiationError
+    from ptxforge.autotvm.tuner import GridSearchTuner
+    from ptxforge.measure import LocalBuilder
+
+    with pytest.raises(WgmmaError, match="wgmma needs sm_90a"):
+        autotvm.task.create(tw.NAME, args=(128, 128, 256, "float16"), target="cuda -arch=sm_80")
+    task = autotvm.task.create(tw.NAME, args=(128, 128, 256, "bfloat16"), target=SIM)
+    space = task.config_space
+    assert list(space.space_map) == list(tw.KNOBS)
+    # block_n 64 / 128 (256 does not divide N), 1-2 warpgroups, 1-4 stages (K / 64), 0-1
+    assert space.dims == [2, 2, 4, 2] and task.flop == 2 * 128 * 128 * 256
+    bad = space.get(space.knob2point([0, 0, 1, 1]))  # n64, 1 warpgroup, 2 stages, 1 in flight
+    with pytest.raises(InstantiationError, match="need 3 stages or more for in_flight=1"):
+        task.instantiate(bad)
+    assert tw.default_wgmma_config(4096, 4096, 4096, "cuda -arch=sm_90a") == \
+        WgmmaScheduleConfig(256, 2, 4, 1)
+    log = str(tmp_path / "wgmma.json")
+    option = autotvm.measure_option(builder=LocalBuilder(n_parallel=1, compile_to="ir"),
+                                    runner=autotvm.SimRunner(max_sim_seconds=0.5))
+    tuner = GridSearchTuner(task)
+    tuner.tune(n_trial=4, measure_option=option, callbacks=[autotvm.callback.log_to_file(log)])
+    assert tuner.best_config is not None
+    with as_target(SIM), autotvm.apply_history_best(log):
+        s, tensors = tw.dense_wgmma(128, 128, 256, "bfloat16")
+    assert "wgmma_m64n" in str(s.pipeline)
+    mod = ptxforge.build(s, tensors, target=SIM)
+    a, b = host(RNG, (128, 256), "bfloat16"), host(RNG, (128, 256), "bfloat16")
+    c = dt.to_bfloat16(np.full((128, 128), np.nan, np.float32))
+    mod(a, b, c)
+    want = f64(a, "bfloat16") @ f64(b, "bfloat16").T
+    assert np.abs(f64(c, "bfloat16") - want).max() / np.abs(want).max() < 8e-3

@@ -53,7 +53,11 @@ class WgmmaScheduleConfig:
     def block_m(self) -> int:
         return 64 * self.warpgroups
 
-    def check(self, M: int, N: int, K: int) -> None:
+    def check(self, M: int, N: int, K: int, target=None) -> None:
+        from ...target import as_target
+
+        optin = as_target(target).max_shared_memory_per_block_optin
+        smem = wgmma_shared_bytes(self)
         rules = [
             (self.block_n in BLOCK_N, f"block_n in {BLOCK_N} (got {self.block_n})"),
             (self.warpgroups in (1, 2), f"warpgroups 1 or 2 (got {self.warpgroups})"),
@@ -66,10 +70,18 @@ class WgmmaScheduleConfig:
             (M % self.block_m == 0, f"64 * warpgroups = {self.block_m} to divide M {M}"),
             (N % self.block_n == 0, f"block_n {self.block_n} to divide N {N}"),
             (K % BLOCK_K == 0, f"K {K} to be a multiple of {BLOCK_K} (128-byte rows)"),
+            (smem <= optin, f"at most {optin} bytes of shared memory per block ({self.stages} "
+                            f"stages of {self.block_m}x{BLOCK_K} and {self.block_n}x{BLOCK_K} "
+                            f"tiles take {smem})"),
         ]
         for ok, rule in rules:
             if not ok:
                 raise ScheduleError(f"wgmma dense {M}x{N}x{K} with {self}: need {rule}")
+
+
+def wgmma_shared_bytes(cfg: WgmmaScheduleConfig) -> int:
+    """Shared memory of the schedule: ``stages`` A and B tiles of 64 16-bit columns."""
+    return cfg.stages * (cfg.block_m + cfg.block_n) * BLOCK_K * 2
 
 
 def schedule_dense_wgmma(tensors, cfg: WgmmaScheduleConfig | None = None,
@@ -93,7 +105,7 @@ def schedule_dense_wgmma(tensors, cfg: WgmmaScheduleConfig | None = None,
         raise ScheduleError(f"wgmma dense writes float32, float16 or bfloat16, not {out.dtype}")
     if _b_is_kn(c, b):
         raise ScheduleError("wgmma dense takes B as [N, K] (K-major operands)")
-    cfg.check(M, N, K)
+    cfg.check(M, N, K, target)
     s = te.create_schedule(out.op)
     cf = s.cache_write(c, "warpgroup")
     if out is not c:
