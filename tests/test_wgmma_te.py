@@ -39,6 +39,7 @@ def _dense(M, N, K, ab="float16", out="float32", cfg=None):
     (128, 256, 128, "float16", "float16", (128, 2, 2, 0)),  # cast down, 2 blocks
     (64, 64, 256, "bfloat16", "bfloat16", (64, 1, 4, 0)),  # 4 stages
     (128, 128, 256, "float16", "float32", (128, 1, 4, 1)),  # one group in flight
+    (64, 256, 192, "bfloat16", "float16", (256, 1, 3, 1)),  # n256
 ])
 def test_te_wgmma_dense_matches_numpy(M, N, K, ab, out, cfg):
     t, s = _dense(M, N, K, ab, out, WgmmaScheduleConfig(*cfg))
@@ -247,3 +248,12 @@ def test_dense_wgmma_template_tunes_and_dispatches(tmp_path):
     mod(a, b, c)
     want = f64(a, "bfloat16") @ f64(b, "bfloat16").T
     assert np.abs(f64(c, "bfloat16") - want).max() / np.abs(want).max() < 8e-3
+
+
+def test_wgmma_kernels_round_trip_through_text():
+    from ptxforge.ir.parser import parse_module
+
+    _, dev = _device(WgmmaScheduleConfig(128, 2, 3, 1))
+    text = str(dev)
+    assert "wgmma_wait(1)" in text and "warpgroup" in text
+    assert str(parse_module(text)) == text
