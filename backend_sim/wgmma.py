@@ -388,12 +388,13 @@ class WgmmaChunk:
                 f"kernel {c.kernel}: {intrin.ptx} operand {what} starts at "
                 f"{mem.name}[{int(b[bad[0]])}] (byte {int(start[bad[0]])}), not a k16 step "
                 "inside the first row of a 1024-byte swizzle atom")
-        keys = []
-        for s in start:
-            desc = MatrixDescriptor.decode(
-                MatrixDescriptor(int(s), 16, 1024, "128B").encode())
-            keys.append(operand_addresses(desc, rows, 16, 2) // 2)
-        k = np.stack(keys)  # (ng, rows, 16) element positions in the block's copy
+        # the tile through its descriptor (encoded and decoded, as the hardware reads it),
+        # once per distinct start (warpgroups of different blocks share theirs)
+        starts, which = np.unique(start, return_inverse=True)
+        tiles = np.stack([operand_addresses(MatrixDescriptor.decode(
+            MatrixDescriptor(int(s), 16, 1024, "128B").encode()), rows, 16, 2) // 2
+            for s in starts])
+        k = tiles[which.reshape(-1)]  # (ng, rows, 16) element positions in the block's copy
         if k.max() >= mem.size:
             raise SimMemoryError(
                 f"illegal shared access: kernel {c.kernel}, {intrin.ptx} operand {what} "
