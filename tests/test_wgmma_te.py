@@ -85,9 +85,12 @@ def test_tensorize_refuses_tiles_not_in_the_wgmma_layout():
     with as_target(SIM), pytest.raises(IRVerifyError, match="rows of A.shared are 32 elements "
                                                             r"\(64 bytes\) apart"):
         ptxforge.build(_replay(t, bad), None, target=SIM)
-    # padded rows
+    # padded rows: refused by tensorize, and by the verifier where the padding comes after
     bad = text.replace("swizzle(A.shared, 3),", "storage_align(A.shared, 0, 72, 0),\n"
                        "swizzle(A.shared, 3),")
+    with pytest.raises(PassError, match="A.shared, whose rows are padded"):
+        _replay(t, bad)
+    bad = text.rstrip().rstrip(",") + ",\nstorage_align(B.shared, 0, 72, 0)"
     with as_target(SIM), pytest.raises(IRVerifyError, match="storage_align padding is not a "
                                                             "wgmma layout"):
         ptxforge.build(_replay(t, bad), None, target=SIM)
@@ -257,3 +260,12 @@ def test_wgmma_kernels_round_trip_through_text():
     text = str(dev)
     assert "wgmma_wait(1)" in text and "warpgroup" in text
     assert str(parse_module(text)) == text
+
+
+def test_warpgroup_nests_stay_outside_threadidx_x():
+    t, text = _pipeline_text()
+    bad = text.replace('bind(C.ax0.inner.outer, "threadIdx.y")',
+                       'bind(C.ax0.inner.outer, "threadIdx.x")')
+    assert bad != text
+    with pytest.raises(PassError, match="a warpgroup intrinsic is run by the 128 threads"):
+        _replay(t, bad)
