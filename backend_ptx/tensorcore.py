@@ -19,6 +19,7 @@ from __future__ import annotations
 from ..ir.intrin import ANNOTATION, IntrinError
 from ..ir.intrin.match import match_nest
 from ..ir.stmt import For
+from ..passes.lower.inject_async_copy import known_divisor
 from .exprgen import CodegenError, llvm_type
 from .llvm_text import pointer_type
 
@@ -148,15 +149,29 @@ class _Emitter:
         off = self.arith("add nsw", off, self.i32(op.base))
         slot = self.i32(self.bound.frag_slot("F"))
         fref = self.frag_ref("F")
-        for e in range(4):
+        mref = self.cg.bufs[op.buffer]
+        # elements e and e + 1 are neighbours in a row: one store of both where the pair is
+        # aligned (an even row length and start)
+        pair = op.ld % 2 == 0 and known_divisor(op.base) % 2 == 0
+        for e in range(0, 4, 2 if pair else 1):
             at = self.arith("add nsw", off, 8 * ((e // 2) % 2) * op.ld + e % 2) if e else off
             ptr, mref = self.mem_ptr("M", at)
-            v = w.value(f"load {fref.elem}, ptr {self.frag_ptr('F', slot, e)}, "
-                        f"align {fref.align}", "st")
-            if mref.elem != fref.elem:
-                v = w.value(f"fptrunc {fref.elem} {v} to {mref.elem}", "cvt")
-            w.op(f"store {mref.elem} {v}, {pointer_type(mref.addrspace)} {ptr}, "
-                 f"align {mref.align}")
+            vals = []
+            for x in range(e, e + (2 if pair else 1)):
+                v = w.value(f"load {fref.elem}, ptr {self.frag_ptr('F', slot, x)}, "
+                            f"align {fref.align}", "st")
+                if mref.elem != fref.elem:
+                    v = w.value(f"fptrunc {fref.elem} {v} to {mref.elem}", "cvt")
+                vals.append(v)
+            if not pair:
+                w.op(f"store {mref.elem} {vals[0]}, {pointer_type(mref.addrspace)} {ptr}, "
+                     f"align {mref.align}")
+                continue
+            vt = f"<2 x {mref.elem}>"
+            vec = w.value(f"insertelement {vt} poison, {mref.elem} {vals[0]}, i32 0", "pair")
+            vec = w.value(f"insertelement {vt} {vec}, {mref.elem} {vals[1]}, i32 1", "pair")
+            w.op(f"store {vt} {vec}, {pointer_type(mref.addrspace)} {ptr}, "
+                 f"align {2 * mref.align}")
 
     def mma(self) -> None:
         spec, w = self.spec, self.w
