@@ -269,3 +269,16 @@ def test_warpgroup_nests_stay_outside_threadidx_x():
     assert bad != text
     with pytest.raises(PassError, match="a warpgroup intrinsic is run by the 128 threads"):
         _replay(t, bad)
+
+
+def test_a_tile_off_the_swizzle_atom_is_refused():
+    from ptxforge.ir.parser import parse_module
+    from ptxforge.ir.verify import verify
+
+    _, dev = _device()
+    text = str(dev)
+    at = text.index("float32(A.shared[") + len("float32(A.shared[")  # the wgmma's read
+    bad = text[:at] + "64 + " + text[at:]  # one row (128 bytes) down: not an atom's start
+    with pytest.raises(IRVerifyError, match="not on a row that is a multiple of 8"):
+        verify(parse_module(bad), target=SIM)
+    verify(parse_module(text), target=SIM)

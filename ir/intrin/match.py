@@ -386,7 +386,10 @@ def _check_wgmma_operand(op: Operand, name: str, intrin: TensorIntrin, where: st
     if any(isinstance(c, int) and c % 16 for _, c in terms) or c0 % 16:
         _fail(where, intrin, f"operand {name}: the tile of {buf.name} starts at element "
               f"{op.base}, not a multiple of 16 elements (a k16 step of a 128-byte row)")
-    if c0 % atom >= op.ld:
+    # every part of the start either moves whole atoms or stays inside the first row (the
+    # k offset); the simulator checks the sum of the k offsets at run time
+    bad = [c for _, c in terms if isinstance(c, int) and c % atom and abs(c) >= op.ld]
+    if c0 % atom >= op.ld or bad:
         _fail(where, intrin, f"operand {name}: the tile of {buf.name} starts at element "
               f"{op.base}, not on a row that is a multiple of 8 (a 1024-byte swizzle atom)")
 
