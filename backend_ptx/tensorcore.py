@@ -93,7 +93,7 @@ class _Emitter:
     # -- intrinsics --------------------------------------------------------------------
     def run(self) -> None:
         spec = self.spec
-        if spec.kind == "wgmma" or any(spec.role(o).threads > 32 for o in spec.roles):
+        if spec.warpgroup:
             getattr(self, "wg_" + spec.kind)()
             return
         getattr(self, spec.kind)()

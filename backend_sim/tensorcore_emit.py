@@ -41,8 +41,7 @@ def emit_tensor_intrin(gen, s: For, B) -> None:
                f"{op.buffer.name!r}, {info.scope!r})")
         return m, code(op.base), op.ld
 
-    group = spec.kind == "wgmma" or any(spec.role(o).threads > 32 for o in spec.roles)
-    if group:
+    if spec.warpgroup:
         # warpgroup intrinsics: the chunk's wgmma state runs them
         def acc(opname):
             op = bound.operands[opname]

@@ -16,6 +16,10 @@ the hardware does not allow raises :class:`WgmmaProtocolError`:
 
 The product is computed when the wgmma is issued; the rules above make that
 indistinguishable from any later moment before its wait.
+
+:class:`WgmmaChunk` applies the same rules to te kernels (tensorized ``wgmma`` nests and
+the ``WgmmaSync`` statements of ``inject_wgmma_sync``) for every warpgroup of a chunk of
+the simulator, on the kernel's own shared buffers and ``warpgroup`` accumulators.
 """
 
 from __future__ import annotations
@@ -325,8 +329,6 @@ class WgmmaChunk:
         """A 64x8 tile of the accumulator to memory, each thread its 4 elements."""
         from ..ir.intrin.layout import ROLES
 
-        from .tensorcore import Mem
-
         groups = self._groups(mask, spec.name)
         self._touch(frag, name, "reads")
         r, cc = ROLES["wg_c"].element_map()
@@ -334,7 +336,6 @@ class WgmmaChunk:
         regs = frag[rows, lanes]
         out = spec.dtypes["M"]
         values = round_to(regs, out) if out != "float32" else regs
-        assert isinstance(mem, Mem)
         keys = self._mem_keys(mem, base, groups, (r * ld + cc)[None], spec.name)
         _write(self.chunk, mem, keys, np.asarray(values).astype(mem.array.dtype), lanes)
 

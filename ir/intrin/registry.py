@@ -15,7 +15,7 @@ import functools
 from dataclasses import dataclass, field
 
 from ..expr import IRError
-from .layout import ROLES, FragmentRole
+from .layout import ROLES, WARP, FragmentRole
 
 KINDS = ("mma", "ldmatrix", "load", "store", "fill", "wgmma")
 
@@ -49,6 +49,12 @@ class TensorIntrin:
     ptx: str = ""
     doc: str = ""
     _decl: tuple = field(default=(), repr=False, compare=False)
+
+    @property
+    def warpgroup(self) -> bool:
+        """Whether a warpgroup of 128 threads runs it (wgmma, and the fills and stores of
+        its accumulators) rather than a warp."""
+        return self.kind == "wgmma" or any(ROLES[r].threads > WARP for r in self.roles.values())
 
     def role(self, operand: str) -> FragmentRole | None:
         r = self.roles.get(operand)

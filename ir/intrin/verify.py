@@ -47,10 +47,7 @@ def check_tensorized(v, s) -> None:
                          "would run it with different operands; warp-collective intrinsics "
                          "sit outside the threadIdx.x loops")
     bx = v.launch.get("threadIdx.x", 1)
-    spec = get_intrin(name)
-    group = spec.kind == "wgmma" or any(
-        spec.role(o) is not None and spec.role(o).threads == WARPGROUP for o in spec.roles)
-    if group and bx != WARPGROUP:
+    if get_intrin(name).warpgroup and bx != WARPGROUP:
         v.fail(lambda n: f"tensorized loop {n(s.var)} ({name}) is run by a warpgroup in a "
                          f"kernel whose blockDim.x is {bx}; warpgroup intrinsics need "
                          f"blockDim.x to be exactly {WARPGROUP} (threadIdx.x: the thread in "

@@ -39,8 +39,7 @@ def tensorize(func: PrimFunc, loop: str, intrin: str) -> PrimFunc:
     except IntrinError as e:
         raise ScheduleError(str(e)) from None
     outer_thread = [n for n in path if getattr(n, "thread", "") == "threadIdx.x"]
-    group = spec.kind == "wgmma" or any(spec.role(o).threads > 32 for o in spec.roles)
-    if outer_thread and group:
+    if outer_thread and spec.warpgroup:
         raise ScheduleError(
             f"tensorize {loop} as {spec.name}: the nest is inside loop "
             f"{outer_thread[-1].var.name}, bound to threadIdx.x; a warpgroup intrinsic is run "
