@@ -282,3 +282,27 @@ def test_a_tile_off_the_swizzle_atom_is_refused():
     with pytest.raises(IRVerifyError, match="not on a row that is a multiple of 8"):
         verify(parse_module(bad), target=SIM)
     verify(parse_module(text), target=SIM)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ab,out,cfg", [("float16", "float16", (256, 2, 4, 1)),
+                                        ("bfloat16", "float32", (128, 1, 3, 0)),
+                                        ("float16", "bfloat16", (64, 2, 2, 0))])
+def test_te_wgmma_dense_on_the_gpu(ab, out, cfg):
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+
+    dev = cuda(0)
+    if dev.sm != "sm_90":
+        pytest.skip(f"wgmma needs an sm_90 GPU (sm_90a code); this one is {dev.sm}")
+    M, N, K = 512, 768, 1024
+    t = dense_tensorcore_compute(M, N, K, ab, out)
+    target = as_target("cuda -arch=sm_90a")
+    with target:
+        s = schedule_dense_wgmma(t, WgmmaScheduleConfig(*cfg), target)
+        loaded = compile_module(ptxforge.lower(s, t), target).load(dev)
+    a, b = host(RNG, (M, K), ab), host(RNG, (N, K), ab)
+    c = empty((M, N), out, dev)
+    loaded(array(a, dev, ab), array(b, dev, ab), c)
+    want = f64(a, ab) @ f64(b, ab).T
+    tol = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}[out]
+    assert np.abs(f64(c.numpy(), out) - want).max() / np.abs(want).max() < tol
