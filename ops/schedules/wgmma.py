@@ -5,8 +5,9 @@ This is a fixed kernel template (``backend_ptx/wgmma.py``) outside te: the loop 
 written by the code generator, so the simulator checks its pieces (the layouts,
 descriptors and protocol, ``tests/test_wgmma.py``) rather than running the kernel itself.
 The same GEMM as a te schedule (tensorized wgmma, run whole by the simulator) is
-:func:`~.tensorcore_wgmma.schedule_dense_wgmma`. :class:`WgmmaConfig` holds the knobs; :func:`compile_wgmma_dense` checks
-target, dtypes and shapes and returns the PTX and its launch.
+:func:`~.tensorcore_wgmma.schedule_dense_wgmma`. :class:`WgmmaConfig` holds the knobs;
+:func:`compile_wgmma_dense` checks target, dtypes and shapes and returns the PTX and its
+launch.
 """
 
 from __future__ import annotations
