@@ -162,10 +162,9 @@ class Task:
 
     def instantiate(self, config):
         """Run the template with ``config``; return ``(schedule, tensors)``."""
-        from ..passes import PassContext
-
         from contextlib import nullcontext
 
+        from ..passes import PassContext
         from ..target import Target, as_target
 
         func = self._require_template()

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 
 from . import dtype as dt
+from .attrs import FuncAttrs
 from .expr import (
     BIN_OPS,
     INTRINSICS,
@@ -36,7 +37,6 @@ from .expr import (
     Select,
     Var,
 )
-from .attrs import FuncAttrs
 from .printer import FLOAT_WORD_RE, is_reserved, print_func, print_module, print_stmt
 from .stmt import (
     FOR_KINDS,
@@ -47,7 +47,6 @@ from .stmt import (
     AsyncCopy,
     AsyncWait,
     Barrier,
-    WgmmaSync,
     Block,
     BlockVar,
     Buffer,
@@ -60,6 +59,7 @@ from .stmt import (
     Seq,
     Stmt,
     Store,
+    WgmmaSync,
 )
 
 

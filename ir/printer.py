@@ -60,7 +60,6 @@ from .stmt import (
     AsyncCopy,
     AsyncWait,
     Barrier,
-    WgmmaSync,
     Block,
     Buffer,
     For,
@@ -72,6 +71,7 @@ from .stmt import (
     Seq,
     Stmt,
     Store,
+    WgmmaSync,
 )
 
 INDENT = "  "

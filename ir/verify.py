@@ -70,7 +70,6 @@ from .stmt import (
     AsyncCopy,
     AsyncWait,
     Barrier,
-    WgmmaSync,
     Block,
     Buffer,
     For,
@@ -82,6 +81,7 @@ from .stmt import (
     Seq,
     Stmt,
     Store,
+    WgmmaSync,
 )
 
 HARDWARE_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z",

@@ -9,9 +9,9 @@ import pytest
 
 import ptxforge
 from ptxforge import te
-from ptxforge.ir import dtype as dt
 from ptxforge.backend_sim.wgmma import WgmmaProtocolError
 from ptxforge.driver import BuiltModule
+from ptxforge.ir import dtype as dt
 from ptxforge.ir.intrin.wgmma import WgmmaError
 from ptxforge.ir.stmt import Module, Seq, WgmmaSync, map_stmt
 from ptxforge.ir.verify import IRVerifyError
