@@ -306,3 +306,26 @@ def test_te_wgmma_dense_on_the_gpu(ab, out, cfg):
     want = f64(a, ab) @ f64(b, ab).T
     tol = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}[out]
     assert np.abs(f64(c.numpy(), out) - want).max() / np.abs(want).max() < tol
+
+
+def test_a_proxy_fence_before_the_copies_land_is_too_early():
+    from ptxforge.ir.stmt import AsyncWait
+
+    t, dev = _device()
+
+    def early(x):
+        if isinstance(x, Seq) and any(isinstance(y, WgmmaSync) and y.op == "fence_proxy_async"
+                                      for y in x.stmts):
+            out = []
+            for y in x.stmts:
+                if isinstance(y, AsyncWait):
+                    out.append(WgmmaSync("fence_proxy_async"))
+                if not (isinstance(y, WgmmaSync) and y.op == "fence_proxy_async"):
+                    out.append(y)
+            return Seq(out)
+        return None
+
+    funcs = [f.replace(body=map_stmt(f.body, fstmt=early)) if f.name != "main" else f
+             for f in dev.functions.values()]
+    with pytest.raises(WgmmaProtocolError, match="no fence.proxy.async"):
+        _run(t, Module(funcs, dev.attrs))
