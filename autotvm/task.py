@@ -162,12 +162,18 @@ class Task:
 
     def instantiate(self, config):
         """Run the template with ``config``; return ``(schedule, tensors)``."""
+        from contextlib import nullcontext
+
         from ..passes import PassContext
+        from ..target import Target, as_target
 
         func = self._require_template()
+        # the template sees the task's target (its limits, its instructions: wgmma needs
+        # sm_90a) unless the caller made another current
+        scope = as_target(self.target) if Target.current() is None else nullcontext()
         # the schedule primitives re-apply passes eagerly; the builder verifies nothing
         # either, so skip the per-pass verifier while tuning
-        with PassContext(verify=False), ApplyConfig(config):
+        with scope, PassContext(verify=False), ApplyConfig(config):
             return func(*self.args)
 
     def default_config(self) -> ConfigEntity | None:

@@ -40,6 +40,7 @@ from ..ir import dtype as dt
 from ..ir.attrs import Level
 from ..ir.expr import Load, Var
 from ..ir.intrin import ANNOTATION
+from ..ir.intrin.wgmma import WGMMA_SHARED_ALIGN, require_wgmma, wgmma_operand_buffers
 from ..ir.stmt import (
     Alloc,
     AsyncCopy,
@@ -52,6 +53,7 @@ from ..ir.stmt import (
     Seq,
     Stmt,
     Store,
+    WgmmaSync,
     shared_memory,
     stmt_exprs,
     walk,
@@ -59,6 +61,7 @@ from ..ir.stmt import (
 )
 from ..target import Target, as_target
 from . import nvptx
+from . import wgmma as wgmma_ptx
 from .async_copy import AsyncCopyCodegen
 from .exprgen import BufRef, CodegenError, ExprCodegen, llvm_type
 from .launch import LaunchInfo, ParamInfo
@@ -216,9 +219,14 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
                 f"block; {t.arch} allows at most {t.max_shared_memory_per_block_optin}")
         self.static_shared = static
         self.dynamic_shared = dynamic
+        # tiles wgmma reads start on a 1024-byte boundary (the 128B swizzle's atom)
+        self.wgmma_bufs = wgmma_operand_buffers(body)
+        if self.wgmma_bufs:
+            require_wgmma(self.target)
         if any(isinstance(s, Alloc) and s.dyn_offset is not None for s in walk(body)):
-            self.parts.globals.append(
-                f"@{DYNAMIC_SHARED_SYMBOL} = external addrspace(3) global [0 x i8], align 16")
+            align = WGMMA_SHARED_ALIGN if self.wgmma_bufs else 16
+            self.parts.globals.append(f"@{DYNAMIC_SHARED_SYMBOL} = external addrspace(3) "
+                                      f"global [0 x i8], align {align}")
 
     # ------------------------------------------------------------------------------------
     # statements
@@ -250,6 +258,17 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
     def _s_Barrier(self, s: Barrier) -> None:
         ref = self.parts.declare(nvptx.BARRIER_INTRINSIC, "void (i32)")
         self.w.op(f"call void {ref}(i32 0)")
+
+    def _s_WgmmaSync(self, s: WgmmaSync) -> None:
+        require_wgmma(self.target)
+        name = {"fence": wgmma_ptx.FENCE, "commit": wgmma_ptx.COMMIT, "wait": wgmma_ptx.WAIT,
+                "fence_proxy_async": wgmma_ptx.FENCE_PROXY_ASYNC}[s.op]
+        if s.op == "wait":
+            ref = self.parts.declare(name, "void (i64)")
+            self.w.op(f"call void {ref}(i64 {s.pending})")
+        else:
+            ref = self.parts.declare(name, "void ()")
+            self.w.op(f"call void {ref}()")
 
     def _s_Let(self, s: Let) -> None:
         self.vars[s.var] = self.expr(s.value, s.var.name)
@@ -283,10 +302,17 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
             else:
                 gname = self.parts.global_names.fresh(
                     sanitize(b.name).replace(".", "_").replace("-", "_"))
-                self.parts.globals.append(
-                    f"@{gname} = internal addrspace(3) global [{n} x {elem}] undef, align 16")
+                align = WGMMA_SHARED_ALIGN if b in self.wgmma_bufs else 16
+                self.parts.globals.append(f"@{gname} = internal addrspace(3) global [{n} x "
+                                          f"{elem}] undef, align {align}")
                 ptr = "@" + gname
             self.bufs[b] = BufRef(ptr, nvptx.SCOPE_ADDRSPACE["shared"], elem,
+                                  dt.nbytes(b.dtype))
+        elif b.scope == "warpgroup":
+            # a wgmma accumulator: size / 128 registers per thread of the warpgroup
+            name = "%" + self.w.names.fresh(b.name)
+            self.allocas.append(f"  {name} = alloca [{max(n // 128, 1)} x {elem}], align 16")
+            self.bufs[b] = BufRef(name, nvptx.SCOPE_ADDRSPACE["local"], elem,
                                   dt.nbytes(b.dtype))
         elif b.scope == "warp":
             # a fragment: size / 32 elements per lane (see backend_ptx/tensorcore.py)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from ..ir.intrin import ANNOTATION, IntrinError
 from ..ir.intrin.match import match_nest
 from ..ir.stmt import For
+from ..passes.lower.inject_async_copy import known_divisor
 from .exprgen import CodegenError, llvm_type
 from .llvm_text import pointer_type
 
@@ -91,7 +92,86 @@ class _Emitter:
 
     # -- intrinsics --------------------------------------------------------------------
     def run(self) -> None:
-        getattr(self, self.spec.kind)()
+        spec = self.spec
+        if spec.warpgroup:
+            getattr(self, "wg_" + spec.kind)()
+            return
+        getattr(self, spec.kind)()
+
+    # -- warpgroup intrinsics (wgmma, sm_90a) ------------------------------------------
+    def wg_wgmma(self) -> None:
+        """``wgmma.mma_async`` (inline PTX) on the accumulator registers, A and B read
+        through 128B-swizzled descriptors built from the tiles' shared addresses."""
+        from ..ir.intrin.wgmma import SWIZZLE_MODES, get_wgmma
+        from .wgmma import mma_async_call
+
+        spec, w = self.spec, self.w
+        intrin = get_wgmma(spec.shapes["B"][0], spec.dtypes["A"])
+        # LBO 16 (unused by K-major swizzled layouts), SBO 1024 (8 rows of 128 bytes)
+        const = (16 >> 4) << 16 | (1024 >> 4) << 32 | SWIZZLE_MODES["128B"] << 62
+        const -= 1 << 64  # bit 62 set: a negative i64 literal
+        descs = []
+        for name in ("A", "B"):
+            ptr, _ = self.mem_ptr(name, self.i32(self.bound.operands[name].base))
+            a = w.value(f"ptrtoint ptr addrspace(3) {ptr} to i64", "saddr")
+            a = w.value(f"lshr i64 {a}, 4", "saddr")
+            a = w.value(f"and i64 {a}, 16383", "saddr")
+            descs.append(w.value(f"or i64 {a}, {const}", "desc" + name.lower()))
+        slot = self.i32(self.bound.frag_slot("C"))
+        ptrs = [self.frag_ptr("C", slot, e) for e in range(intrin.regs)]
+        accs = [w.value(f"load float, ptr {p}, align 4", "acc") for p in ptrs]
+        ty, call = mma_async_call(intrin, accs, descs[0], descs[1])
+        d = w.value(call, "wgmma")
+        for e, p in enumerate(ptrs):
+            v = w.value(f"extractvalue {ty} {d}, {e}", "d")
+            w.op(f"store float {v}, ptr {p}, align 4")
+
+    def wg_fill(self) -> None:
+        slot = self.i32(self.bound.frag_slot("C"))
+        rows, cols = self.spec.shapes["C"]
+        for e in range(rows * cols // 128):
+            self.w.op(f"store float 0.0, ptr {self.frag_ptr('C', slot, e)}, align 4")
+
+    def wg_store(self) -> None:
+        """Each thread stores its 4 elements of a 64x8 accumulator tile: thread ``32 w + l``
+        of the warpgroup holds rows ``16 w + l / 4`` (+ 8), columns ``2 (l % 4)`` (+ 1)."""
+        w = self.w
+        op = self.bound.operands["M"]
+        ref = self.cg.parts.declare("llvm.nvvm.read.ptx.sreg.tid.x", "i32 ()")
+        tid = w.value(f"call range(i32 0, 128) i32 {ref}()", "tid")
+        warp = self.arith("lshr", tid, 5)
+        lane = self.arith("and", tid, 31)
+        g = self.arith("lshr", lane, 2)
+        t = self.arith("and", lane, 3)
+        row = self.arith("add nsw", self.arith("shl", warp, 4), g)
+        off = self.arith("add nsw", self.arith("mul nsw", row, op.ld),
+                         self.arith("shl", t, 1))
+        off = self.arith("add nsw", off, self.i32(op.base))
+        slot = self.i32(self.bound.frag_slot("F"))
+        fref = self.frag_ref("F")
+        mref = self.cg.bufs[op.buffer]
+        # elements e and e + 1 are neighbours in a row: one store of both where the pair is
+        # aligned (an even row length and start)
+        pair = op.ld % 2 == 0 and known_divisor(op.base) % 2 == 0
+        for e in range(0, 4, 2 if pair else 1):
+            at = self.arith("add nsw", off, 8 * ((e // 2) % 2) * op.ld + e % 2) if e else off
+            ptr, mref = self.mem_ptr("M", at)
+            vals = []
+            for x in range(e, e + (2 if pair else 1)):
+                v = w.value(f"load {fref.elem}, ptr {self.frag_ptr('F', slot, x)}, "
+                            f"align {fref.align}", "st")
+                if mref.elem != fref.elem:
+                    v = w.value(f"fptrunc {fref.elem} {v} to {mref.elem}", "cvt")
+                vals.append(v)
+            if not pair:
+                w.op(f"store {mref.elem} {vals[0]}, {pointer_type(mref.addrspace)} {ptr}, "
+                     f"align {mref.align}")
+                continue
+            vt = f"<2 x {mref.elem}>"
+            vec = w.value(f"insertelement {vt} poison, {mref.elem} {vals[0]}, i32 0", "pair")
+            vec = w.value(f"insertelement {vt} {vec}, {mref.elem} {vals[1]}, i32 1", "pair")
+            w.op(f"store {vt} {vec}, {pointer_type(mref.addrspace)} {ptr}, "
+                 f"align {2 * mref.align}")
 
     def mma(self) -> None:
         spec, w = self.spec, self.w

@@ -31,6 +31,9 @@ class AsyncCopies:
         self.committed = np.zeros(chunk.lanes, np.int64)
         self.records: list = []
         self.inflight: dict = {}  # destination array id -> (name, count per element)
+        # called with (destination array, keys, landed) at issue and at landing: the wgmma
+        # state checks the writes of the tiles it reads
+        self.on_write = None
 
     # issue ------------------------------------------------------------------------------
     def copy(self, dname: str, dst: np.ndarray, race, dkey, dindex, dsize: int,
@@ -82,6 +85,8 @@ class AsyncCopies:
         values = np.where(read, src.take(skeys), np.zeros((), src.dtype)).reshape(-1)
         if race is not None:
             self._check_unread(race, keys, np.repeat(act, lanes), "is the target of a cp.async")
+        if self.on_write is not None:
+            self.on_write(dst, keys, False)
         lane_of = np.repeat(act, lanes)
         group = self.committed.take(lane_of)
         count = self._count(dname, dst, dsize)
@@ -111,6 +116,8 @@ class AsyncCopies:
             if race is not None:
                 self._land(race, dst, k, v, lanes)
             dst[k] = v
+            if self.on_write is not None:
+                self.on_write(dst, k, True)
             if race is not None and k.size > 1:
                 lost = _differs(dst.take(k), v)
                 if lost.any():  # two threads' copies land different values on one element

@@ -18,6 +18,8 @@ import numpy as np
 from ..ir import dtype as dt
 from ..ir.expr import Bin, Cast, Cmp, Expr, IntImm, Load, Var, as_expr
 from ..ir.intrin import ANNOTATION, WARP
+from ..ir.intrin.layout import WARPGROUP
+from ..ir.intrin.wgmma import WGMMA_SHARED_ALIGN, wgmma_operand_buffers
 from ..ir.stmt import (
     Alloc,
     AsyncCommit,
@@ -31,9 +33,11 @@ from ..ir.stmt import (
     Seq,
     Stmt,
     Store,
+    WgmmaSync,
     walk,
 )
 from . import mathfns, runtime, tensorcore
+from . import wgmma as wgmma_sim
 from .analysis import ARRAY, SCALAR, BufInfo, VarInfo
 from .async_copy import AsyncCopies, AsyncCopyEmitter
 from .emit import NEST_LIMIT, Block, Scope
@@ -67,6 +71,7 @@ _NAMESPACE = {
     "_fma_wide": mathfns.fma_wide,
     "_AsyncCopies": AsyncCopies,
     "_tc": tensorcore,
+    "_WgmmaChunk": wgmma_sim.WgmmaChunk,
 }
 
 
@@ -169,6 +174,7 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
             self.facts.buffers[p] = BufInfo(p.name, code, "global", p.size, p.dtype, False)
         self.allocate(func.body, prelude)
         self.async_setup(func.body, prelude, walk)
+        self.wgmma_setup(func.body, prelude)
         self.stmt(func.body, body)
         head = ["_L = _C.lanes", "_lane = _C.lane", "_lane64 = _C.lane64", "_sync = _C.sync"]
         for t in sorted(x for x in self.tags if isinstance(x, str)):
@@ -179,6 +185,28 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
         lines = ["def kernel(_bufs, _C):"]
         root.render(lines)
         return "\n".join(lines) + "\n"
+
+    def wgmma_setup(self, body: Stmt, prelude: Block) -> None:
+        """The chunk's wgmma state, tracking the shared buffers wgmmas read (and cp.async's
+        writes to them: issue and landing)."""
+        self.wgmma_bufs = wgmma_operand_buffers(body)
+        self.has_wgmma = bool(self.wgmma_bufs) or any(
+            isinstance(s, Alloc) and s.buffer.scope == "warpgroup" for s in walk(body))
+        if not self.has_wgmma:
+            return
+        prelude.line("_W = _WgmmaChunk(_C)")
+        for b in sorted(self.wgmma_bufs, key=lambda x: x.name):
+            info = self.facts.buffers[b]
+            prelude.line(f"_W.track({b.name!r}, {info.code})")
+        for s in walk(body):
+            if isinstance(s, Alloc) and s.buffer in self.wgmma_bufs and s.dyn_offset and \
+                    s.dyn_offset % WGMMA_SHARED_ALIGN:
+                raise SimIRError(
+                    f"kernel {self.name}: wgmma reads {s.buffer.name}, placed at byte "
+                    f"{s.dyn_offset} of dynamic shared memory, not on a "
+                    f"{WGMMA_SHARED_ALIGN}-byte boundary (its swizzle atoms would be off)")
+        if any(isinstance(s, AsyncCopy) and s.dst in self.wgmma_bufs for s in walk(body)):
+            prelude.line("_A.on_write = _W.copy_hook")
 
     def allocate(self, body: Stmt, prelude: Block) -> None:
         """Every shared and local buffer is allocated once, when the kernel starts (as the
@@ -205,6 +233,17 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
                 if self.races:
                     info.race = f"r{n}"
                     prelude.line(f"r{n} = _C.race({b.name!r}, {b.size})")
+            elif b.scope == "warpgroup":
+                # a wgmma accumulator: each thread of the warpgroup holds size / 128
+                if self.extent["threadIdx.x"] != WARPGROUP or b.size % WARPGROUP:
+                    raise SimIRError(
+                        f"kernel {self.name}: warpgroup fragment {b.name} ({b.size} "
+                        f"elements) needs blockDim.x = {WARPGROUP} and a multiple of "
+                        f"{WARPGROUP} elements; blockDim.x is {self.extent['threadIdx.x']}")
+                code = f"wg{n}"
+                info = BufInfo(b.name, code, "warpgroup", b.size // WARPGROUP, b.dtype, True)
+                prelude.line(f"{code} = _C.local({b.size // WARPGROUP}, "
+                             f"{storage_dtype(b.dtype)!r}, True)")
             elif b.scope == "warp":
                 # a fragment: each lane holds size / 32 elements (shape (size / 32, lanes))
                 if self.threads % WARP or b.size % WARP:
@@ -252,6 +291,10 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
             self.stmt(s.body, B)
         elif isinstance(s, Barrier):
             B.line(f"_sync.barrier({B.mask})")
+        elif isinstance(s, WgmmaSync):
+            if not self.has_wgmma:
+                raise SimIRError(f"kernel {self.name}: {s.text} in a kernel without wgmma")
+            B.line(f"_W.sync({s.op!r}, {s.pending}, {B.mask})")
         elif isinstance(s, (AsyncCopy, AsyncCommit, AsyncWait)):
             self.async_stmt(s, B)
         else:
@@ -497,7 +540,7 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
         return code
 
     def not_fragment(self, buf, what: str) -> None:
-        if buf.scope == "warp":
+        if buf.scope in ("warp", "warpgroup"):
             raise SimIRError(f"kernel {self.name}: a plain {what} of fragment {buf.name}; "
                              "fragments are accessed only by tensor intrinsics (tensorize "
                              "the loop nest that touches it)")
@@ -534,6 +577,8 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
             return
         target = b.flat if b.scope == "local" and b.copies else b.code
         self.async_check(s.buffer, b.code, pos, B, "stores to")
+        if s.buffer in self.wgmma_bufs:
+            B.line(f"_W.write({b.code}, {pos}, {B.mask})")
         if b.race:
             B.line(f"{b.race}.write({target}, {pos}, {vc}, {nz})")
             return

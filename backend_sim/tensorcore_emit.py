@@ -41,6 +41,25 @@ def emit_tensor_intrin(gen, s: For, B) -> None:
                f"{op.buffer.name!r}, {info.scope!r})")
         return m, code(op.base), op.ld
 
+    if spec.warpgroup:
+        # warpgroup intrinsics: the chunk's wgmma state runs them
+        def acc(opname):
+            op = bound.operands[opname]
+            f_code, slot = frag(opname)
+            return f"{f_code}, {op.buffer.name!r}, {slot}"
+
+        if spec.kind == "wgmma":
+            (a, a_base, _), (b, b_base, _) = mem("A"), mem("B")
+            B.line(f"_W.mma({mask}, {key}, {acc('C')}, {a}, {a_base}, {b}, {b_base})")
+        elif spec.kind == "fill":
+            B.line(f"_W.fill({mask}, {key}, {acc('C')})")
+        elif spec.kind == "store":
+            m, base, ld = mem("M")
+            B.line(f"_W.store({mask}, {key}, {m}, {base}, {ld}, {acc('F')})")
+        else:
+            raise SimIRError(f"kernel {gen.name}: {spec.name} ({spec.kind}) has no warpgroup "
+                             "form in the simulator")
+        return
     head = f"_tc.{spec.kind}(_C, {mask}, {key}"
     if spec.kind == "mma":
         (c, cs), (a, as_), (b, bs) = frag("C"), frag("A"), frag("B")

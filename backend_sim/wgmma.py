@@ -16,6 +16,10 @@ the hardware does not allow raises :class:`WgmmaProtocolError`:
 
 The product is computed when the wgmma is issued; the rules above make that
 indistinguishable from any later moment before its wait.
+
+:class:`WgmmaChunk` applies the same rules to te kernels (tensorized ``wgmma`` nests and
+the ``WgmmaSync`` statements of ``inject_wgmma_sync``) for every warpgroup of a chunk of
+the simulator, on the kernel's own shared buffers and ``warpgroup`` accumulators.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from ..ir.intrin.wgmma import (
     MatrixDescriptor,
     WgmmaIntrin,
     accumulator_map,
+    get_wgmma,
     operand_addresses,
 )
 from .errors import SimError, SimMemoryError
@@ -183,3 +188,251 @@ def to_bits(x: np.ndarray, ab: str) -> np.ndarray:
         return np.asarray(x, np.float16).view(np.uint16)
     r = round_to(np.asarray(x, np.float32), "bfloat16")
     return (r.view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+
+
+# ---------------------------------------------------------------------------------------
+# te kernels: the wgmma intrinsics of tensorized nests, for every warpgroup of a chunk
+
+
+class WgmmaChunk:
+    """The wgmma state of one chunk of blocks of a te kernel (the simulator runs its lanes
+    in lock step, so the warpgroups of the chunk issue each step together).
+
+    Shared buffers that wgmmas read are *tracked*: every generic-proxy write to them
+    (``st.shared``, a cp.async's issue and its landing) is checked against the bytes that
+    wgmmas not yet waited for read, and marks its elements unfenced until a
+    ``fence.proxy.async``. The accumulators are ``warpgroup`` fragments: per thread, rows
+    of registers in the layout of :func:`~ptxforge.ir.intrin.wgmma.accumulator_map`.
+    """
+
+    def __init__(self, chunk):
+        self.chunk = chunk
+        self.fenced = False
+        self.open: list = []  # issued, not committed: (accumulator array id, reads)
+        self.groups: list = []  # committed, not waited: lists like open
+        self.unfenced: dict = {}  # id(shared array) -> bool per element
+        self.pending: dict = {}  # id(shared array) -> pending wgmma reads per element
+        self.names: dict = {}
+
+    def track(self, name: str, array: np.ndarray) -> None:
+        self.unfenced[id(array)] = np.zeros(array.size, bool)
+        self.pending[id(array)] = np.zeros(array.size, np.int32)
+        self.names[id(array)] = name
+
+    # generic-proxy writes --------------------------------------------------------------
+    def write(self, array: np.ndarray, keys, mask=None, landed: bool = True) -> None:
+        """A generic-proxy write of ``keys`` (flat positions in ``array``) by the lanes in
+        ``mask``; ``landed=False``: a cp.async issued (its bytes may land at any time)."""
+        aid = id(array)
+        if aid not in self.unfenced:
+            return
+        k = np.asarray(keys, np.int64)
+        if mask is not None and k.ndim and k.shape[0] == self.chunk.lanes:
+            k = k[np.asarray(mask, bool)]
+        k = k.reshape(-1)
+        if self.pending[aid][k].any():
+            raise WgmmaProtocolError(
+                f"kernel {self.chunk.kernel}: a {'cp.async' if not landed else 'store'} "
+                f"writes {self.names[aid]} while a wgmma not yet waited for reads those "
+                "elements; wgmma.wait_group on its group before the tile is overwritten")
+        if landed:
+            self.unfenced[aid][k] = True
+
+    def copy_hook(self, array: np.ndarray, keys, landed: bool) -> None:
+        self.write(array, keys, None, landed)
+
+    # the protocol ------------------------------------------------------------------------
+    def sync(self, op: str, pending: int, mask) -> None:
+        self._groups(mask, f"wgmma sync {op}")
+        if op == "fence":
+            self.fenced = True
+        elif op == "fence_proxy_async":
+            for m in self.unfenced.values():
+                m[:] = False
+        elif op == "commit":
+            self.groups.append(self.open)
+            self.open = []
+        else:
+            if self.open:
+                raise WgmmaProtocolError(
+                    f"kernel {self.chunk.kernel}: wgmma.wait_group {pending} with wgmmas "
+                    "issued but not committed; wgmma.commit_group first (a wait covers "
+                    "committed groups only)")
+            keep = len(self.groups) - pending if pending else len(self.groups)
+            for g in self.groups[:max(0, keep)]:
+                for _, reads in g:
+                    for aid, k in reads:
+                        np.subtract.at(self.pending[aid], k, 1)
+            self.groups = self.groups[max(0, keep):]
+
+    def _busy(self, acc: np.ndarray) -> bool:
+        return any(a == id(acc) for a, _ in self.open) or any(
+            a == id(acc) for g in self.groups for a, _ in g)
+
+    def _touch(self, acc: np.ndarray, name: str, what: str) -> None:
+        if self._busy(acc):
+            raise WgmmaProtocolError(
+                f"kernel {self.chunk.kernel}: the warpgroup {what} accumulator {name} while a "
+                "wgmma writing it is in flight; wgmma.commit_group and wgmma.wait_group "
+                "first")
+        self.fenced = False
+
+    def _groups(self, mask, what: str) -> np.ndarray:
+        """Indices of the chunk's warpgroups that run ``what``: all 128 threads or none."""
+        c = self.chunk
+        ng = c.lanes // WARPGROUP
+        if mask is None:
+            return np.arange(ng)
+        m = np.asarray(mask).reshape(ng, WARPGROUP)
+        some, every = m.any(axis=1), m.all(axis=1)
+        split = np.flatnonzero(some != every)
+        if split.size:
+            lane = int(split[0]) * WARPGROUP + int(np.argmax(~m[split[0]]))
+            raise WgmmaProtocolError(
+                f"kernel {c.kernel}: {what} runs on only some threads of a warpgroup "
+                f"({c.where(lane)} is left out); warpgroup instructions need all 128")
+        return np.flatnonzero(some)
+
+    def _uniform(self, value, groups: np.ndarray, what: str) -> np.ndarray:
+        if np.ndim(value) == 0:
+            return np.full(groups.size, int(value), np.int64)
+        v = np.asarray(value).reshape(-1, WARPGROUP)[groups].astype(np.int64)
+        bad = np.flatnonzero((v != v[:, :1]).any(axis=1))
+        if bad.size:
+            lane = int(groups[bad[0]]) * WARPGROUP + int(np.argmax(v[bad[0]] != v[bad[0], 0]))
+            raise WgmmaProtocolError(
+                f"kernel {self.chunk.kernel}: {what} differs between the threads of a "
+                f"warpgroup ({self.chunk.where(lane)}); warpgroup instructions take uniform "
+                "operands")
+        return v[:, 0]
+
+    def _regs(self, frag: np.ndarray, name: str, slot, groups, n: int, what: str):
+        """(element rows ``(ng, 1, n)``, lanes ``(ng, 128, 1)``) of the registers at ``slot``."""
+        s = self._uniform(slot, groups, f"the register slot of {name} in {what}")
+        if (s < 0).any() or (s + n > frag.shape[0]).any():
+            raise SimMemoryError(
+                f"illegal fragment access: kernel {self.chunk.kernel}, {what} uses "
+                f"registers [{int(s.min())}, {int(s.max()) + n}) of {name}, which holds "
+                f"{frag.shape[0]} per thread")
+        lanes = groups[:, None] * WARPGROUP + np.arange(WARPGROUP)[None, :]
+        return s[:, None, None] + np.arange(n)[None, None, :], lanes[:, :, None]
+
+    # the intrinsics ------------------------------------------------------------------------
+    def fill(self, mask, spec, frag, name: str, slot) -> None:
+        groups = self._groups(mask, spec.name)
+        self._touch(frag, name, "zeroes")
+        n = spec.shapes["C"][0] * spec.shapes["C"][1] // WARPGROUP
+        rows, lanes = self._regs(frag, name, slot, groups, n, spec.name)
+        frag[rows, lanes] = 0
+
+    def store(self, mask, spec, mem, base, ld: int, frag, name: str, slot) -> None:
+        """A 64x8 tile of the accumulator to memory, each thread its 4 elements."""
+        from ..ir.intrin.layout import ROLES
+
+        groups = self._groups(mask, spec.name)
+        self._touch(frag, name, "reads")
+        r, cc = ROLES["wg_c"].element_map()
+        rows, lanes = self._regs(frag, name, slot, groups, 4, spec.name)
+        regs = frag[rows, lanes]
+        out = spec.dtypes["M"]
+        values = round_to(regs, out) if out != "float32" else regs
+        keys = self._mem_keys(mem, base, groups, (r * ld + cc)[None], spec.name)
+        _write(self.chunk, mem, keys, np.asarray(values).astype(mem.array.dtype), lanes)
+
+    def _mem_keys(self, mem, base, groups, rel: np.ndarray, what: str) -> np.ndarray:
+        b = self._uniform(base, groups, f"the address of {mem.name} in {what}")
+        idx = b[:, None, None] + rel
+        if idx.min() < 0 or idx.max() >= mem.size:
+            raise SimMemoryError(
+                f"illegal memory access: kernel {self.chunk.kernel}, {what}: buffer "
+                f"{mem.name} index {int(idx.max())} outside [0, {mem.size})")
+        if mem.offset is not None:
+            off = np.broadcast_to(np.asarray(mem.offset), (self.chunk.lanes,))
+            lanes = groups[:, None] * WARPGROUP + np.arange(WARPGROUP)[None, :]
+            idx = idx + off[lanes][:, :, None]
+        return idx
+
+    def mma(self, mask, spec, acc, acc_name: str, acc_slot, a, a_base, b, b_base) -> None:
+        """``wgmma.mma_async`` for every warpgroup: D (registers) += A x B^T, A and B read
+        from shared memory through the 128B-swizzled descriptors of their tiles."""
+        groups = self._groups(mask, spec.name)
+        if not groups.size:
+            return
+        intrin = get_wgmma(spec.shapes["B"][0], spec.dtypes["A"])
+        if not self.fenced:
+            raise WgmmaProtocolError(
+                f"kernel {self.chunk.kernel}: {intrin.ptx} with no wgmma.fence.sync.aligned "
+                "since the warpgroup last accessed its registers (or before the first wgmma)")
+        n = intrin.n
+        va, ra = self._operand(intrin, a, a_base, 64, groups, "A")
+        vb, rb = self._operand(intrin, b, b_base, n, groups, "B")
+        prod = va @ vb.transpose(0, 2, 1)  # (ng, 64, n) in float64
+        rows, cols = accumulator_map(n)
+        regs, lanes = self._regs(acc, acc_name, acc_slot, groups, n // 2, spec.name)
+        d = prod[:, rows, cols] + acc[regs, lanes]
+        acc[regs, lanes] = d.astype(np.float32)
+        for aid, k in (ra, rb):
+            np.add.at(self.pending[aid], k, 1)
+        self.open.append((id(acc), (ra, rb)))
+
+    def _operand(self, intrin: WgmmaIntrin, mem, base, rows: int, groups, what: str):
+        """Values ``(ng, rows, 16)`` (float64) of an operand tile and its element keys."""
+        c = self.chunk
+        arr = mem.array
+        if id(arr) not in self.unfenced:
+            raise SimError(f"kernel {c.kernel}: wgmma operand {mem.name} is not tracked")
+        b = self._uniform(base, groups, f"the tile address of {mem.name} in {intrin.ptx}")
+        start = b * 2  # bytes: 16-bit operands, the buffer 1024-byte aligned
+        bad = np.flatnonzero((start % 1024 >= 128) | (start % 32 != 0))
+        if bad.size:
+            raise WgmmaProtocolError(
+                f"kernel {c.kernel}: {intrin.ptx} operand {what} starts at "
+                f"{mem.name}[{int(b[bad[0]])}] (byte {int(start[bad[0]])}), not a k16 step "
+                "inside the first row of a 1024-byte swizzle atom")
+        # the tile through its descriptor (encoded and decoded, as the hardware reads it),
+        # once per distinct start (warpgroups of different blocks share theirs)
+        starts, which = np.unique(start, return_inverse=True)
+        tiles = np.stack([operand_addresses(MatrixDescriptor.decode(
+            MatrixDescriptor(int(s), 16, 1024, "128B").encode()), rows, 16, 2) // 2
+            for s in starts])
+        k = tiles[which.reshape(-1)]  # (ng, rows, 16) element positions in the block's copy
+        if k.max() >= mem.size:
+            raise SimMemoryError(
+                f"illegal shared access: kernel {c.kernel}, {intrin.ptx} operand {what} "
+                f"reads {mem.name}[{int(k.max())}], outside [0, {mem.size})")
+        if mem.offset is not None:
+            off = np.broadcast_to(np.asarray(mem.offset), (c.lanes,))
+            k = k + off[groups * WARPGROUP][:, None, None]
+        flat = k.reshape(-1)
+        if self.unfenced[id(arr)][flat].any():
+            raise WgmmaProtocolError(
+                f"kernel {c.kernel}: {intrin.ptx} reads operand {what} from {mem.name}, "
+                "written by ordinary stores (or cp.async) with no fence.proxy.async."
+                "shared::cta since; fence the async proxy after the writes and the barrier")
+        if mem.race is not None:
+            # the wgmma's reads, as reads by the warpgroup's threads (a barrier must
+            # separate them from other threads' writes)
+            per = k.reshape(groups.size, WARPGROUP, -1)
+            full = np.zeros(c.lanes, np.int64)
+            m = np.zeros(c.lanes, bool)
+            lanes = (groups[:, None] * WARPGROUP + np.arange(WARPGROUP)).reshape(-1)
+            m[lanes] = True
+            for e in range(per.shape[2]):
+                full[lanes] = per[:, :, e].reshape(-1)
+                mem.race.read_check(full.copy(), m)
+        vals = arr[k].astype(np.float64)
+        return vals, (id(arr), flat)
+
+
+def _write(chunk, mem, keys, values, lanes) -> None:
+    """Store ``values`` at ``keys`` (both ``(ng, 128, n)``) through the race tracker."""
+    if mem.race is None:
+        mem.array[keys] = values
+        return
+    flat_lanes = lanes.reshape(-1)
+    for e in range(keys.shape[2]):
+        full = np.zeros(chunk.lanes, np.int64)
+        full[flat_lanes] = keys[:, :, e].reshape(-1)
+        vals = np.zeros(chunk.lanes, mem.array.dtype)
+        vals[flat_lanes] = values[:, :, e].reshape(-1)
+        mem.race.write(mem.array, full, vals, flat_lanes)

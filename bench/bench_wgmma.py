@@ -9,8 +9,16 @@ against cuBLAS (torch.matmul).
    ``torch.matmul`` (bf16/fp16 out, cuBLAS) in the same process: ``--number`` launches in a
    CUDA graph replayed ``--repeat`` times between CUDA events, median per launch.
 3. ``--sanitize``: compute-sanitizer memcheck and racecheck on one small wgmma GEMM.
+4. ``--mode te`` (or ``all``, the default): the te schedule
+   (``ops/schedules/tensorcore_wgmma.schedule_dense_wgmma``, through ``tensorize``) for
+   ``D[M, N] = A x B^T`` with the output in the input dtype (as cuBLAS writes it): its
+   default configuration, the configurations given with ``--te-config BN,WG,STAGES,FLIGHT``,
+   and, with ``--trials N``, the AutoTVM template ``dense_wgmma.cuda`` tuned for N trials
+   (every configuration when N covers its space) and rebuilt from its best record; each
+   checked against float64 and graph-timed like the others, beside ``torch.matmul``.
 
-    python3 bench/bench_wgmma.py [--size 4096 8192] [--sanitize]
+    python3 bench/bench_wgmma.py [--size 4096 8192] [--mode all|template|te] [--trials 60]
+        [--te-config 256,2,4,1 ...] [--sanitize]
 """
 
 from __future__ import annotations
@@ -128,12 +136,121 @@ def sanitize() -> None:
             print("   ", line[:160])
 
 
+TE_TARGET = "cuda -arch=sm_90a"
+
+
+def te_build(M, N, K, ab, cfg=None, log=None):
+    """Compile the te wgmma dense: ``cfg`` (a WgmmaScheduleConfig), else the template with
+    the best record of ``log``, else the template's default configuration."""
+    import ptxforge
+    from ptxforge import autotvm
+    from ptxforge.autotvm import tensorcore_wgmma as tw
+    from ptxforge.backend_ptx import compile_module
+    from ptxforge.ops.schedules.tensorcore import dense_tensorcore_compute
+    from ptxforge.ops.schedules.tensorcore_wgmma import schedule_dense_wgmma
+
+    target = ptxforge.target.as_target(TE_TARGET)
+    t0 = time.perf_counter()
+    with target:
+        if cfg is not None:
+            tensors = dense_tensorcore_compute(M, N, K, ab, ab)
+            s = schedule_dense_wgmma(tensors, cfg, target)
+        elif log is not None:
+            with autotvm.apply_history_best(log):
+                s, tensors = tw.dense_wgmma(M, N, K, ab)
+        else:  # the template's configuration without a record
+            tensors = dense_tensorcore_compute(M, N, K, ab, ab)
+            s = schedule_dense_wgmma(tensors, tw.default_wgmma_config(M, N, K, target),
+                                     target)
+        mod = compile_module(ptxforge.lower(s, tensors), target)
+    return mod, time.perf_counter() - t0
+
+
+def te_tune(M, N, K, ab, trials, log, seed=0):
+    """Tune ``dense_wgmma.cuda`` on this GPU into ``log``; a summary dict."""
+    from ptxforge import autotvm
+    from ptxforge.autotvm import tensorcore_wgmma as tw
+
+    task = autotvm.task.create(tw.NAME, args=(M, N, K, ab), target=TE_TARGET)
+    if trials >= len(task.config_space):
+        tuner, kind = autotvm.tuner.GridSearchTuner(task), "grid"
+    else:
+        try:
+            import xgboost  # noqa: F401
+
+            tuner, kind = autotvm.tuner.XGBTuner(task, seed=seed), "xgb"
+        except ImportError:
+            tuner, kind = autotvm.tuner.RandomTuner(task, seed=seed), "random"
+    option = autotvm.measure_option(builder=autotvm.LocalBuilder(),
+                                    runner=autotvm.LocalRunner(number=10, repeat=3,
+                                                               timeout=20))
+    t0 = time.perf_counter()
+    n = min(trials, len(task.config_space))
+    tuner.tune(n_trial=n, measure_option=option,
+               callbacks=[autotvm.callback.log_to_file(log)])
+    return {"tuner": kind, "trials": n, "seconds": time.perf_counter() - t0,
+            "best": str(tuner.best_config)}
+
+
+def te_rows(M, N, K, ab, a, b, want, cublas, args) -> bool:
+    """Time the te wgmma dense (default, given configs, tuned) against cuBLAS."""
+    import tempfile
+
+    import numpy as np
+    from ptxforge.backend_ptx import array, cuda, empty
+    from ptxforge.ir import dtype as dt
+    from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig
+
+    dev = cuda(0)
+    flop = 2.0 * M * N * K
+    host = [x.float().cpu().numpy() for x in (a, b)]  # exact in float32
+    arrs = [array(x, dev, ab) for x in host]
+    want = want.cpu().numpy()
+    runs = [("default", None, None)]
+    for text in args.te_config:
+        cfg = WgmmaScheduleConfig(*(int(v) for v in text.split(",")))
+        runs.append((f"{cfg.block_m}x{cfg.block_n} {cfg.stages} st {cfg.in_flight} fl", cfg,
+                     None))
+    info = None
+    if args.trials:
+        log = os.path.join(tempfile.mkdtemp(), f"dense_wgmma_{M}_{ab}.json")
+        info = te_tune(M, N, K, ab, args.trials, log)
+        runs.append(("tuned", None, log))
+    ok = True
+    for label, cfg, log in runs:
+        mod, secs = te_build(M, N, K, ab, cfg, log)
+        loaded = mod.load(dev)
+        out = empty((M, N), ab, dev)
+        loaded(*arrs, out)
+        got = out.numpy()
+        if ab == "bfloat16" and got.dtype == np.uint16:
+            got = dt.from_bfloat16(got)
+        err = float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
+        good = err < (4e-3 if ab == "float16" else 2e-2)
+        ok &= good
+        ms = loaded.time_evaluator("main", number=args.number, repeat=args.repeat,
+                                   graph=True)(*arrs, out).median * 1e3
+        extra = ""
+        if log is not None and info is not None:
+            extra = (f"; {info['trials']} trials ({info['tuner']}) in {info['seconds']:.0f} s, "
+                     f"best {info['best']}")
+        print(f"  te wgmma {label}: {ms:.4f} ms {flop / ms / 1e9:.1f} TFLOP/s  ours/cuBLAS "
+              f"speed {cublas / ms:.3f}  rel err {err:.1e} {'ok' if good else 'WRONG'} "
+              f"(compile {secs:.2f} s){extra}", flush=True)
+    return ok
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, nargs="+", default=[4096, 8192])
     p.add_argument("--number", type=int, default=10)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--sanitize", action="store_true")
+    p.add_argument("--mode", choices=["all", "template", "te"], default="all")
+    p.add_argument("--trials", type=int, default=0,
+                   help="tune dense_wgmma.cuda for this many trials (te mode; 0: no tuning)")
+    p.add_argument("--te-config", nargs="*", default=[],
+                   help="extra te configs as block_n,warpgroups,stages,in_flight")
     args = p.parse_args(argv)
     import torch
 
@@ -143,7 +260,7 @@ def main(argv=None) -> int:
     dev = cuda(0)
     dev.activate()
     print(f"device: {dev.name} ({dev.sm}); torch {torch.__version__}", flush=True)
-    ok = check_tiles()
+    ok = check_tiles() if args.mode != "te" else True
     for size in args.size:
         M = N = K = size
         flop = 2.0 * M * N * K
@@ -157,8 +274,10 @@ def main(argv=None) -> int:
             cublas = torch_time(lambda a=a, b=b: torch.matmul(a, b.T), args.number, args.repeat)
             print(f"\n{M}x{N}x{K} {ab}: torch.matmul (cuBLAS) {cublas:.4f} ms "
                   f"{flop / cublas / 1e9:.1f} TFLOP/s rel err {ref_err:.1e}", flush=True)
-            for bn, stages, fl in ((256, 4, 0), (256, 3, 1), (256, 4, 1), (128, 4, 1),
-                                   (128, 5, 1)):
+            if args.mode != "template":
+                ok &= te_rows(M, N, K, ab, a, b, want, cublas, args)
+            kernels = ((256, 4, 0), (256, 3, 1), (256, 4, 1), (128, 4, 1), (128, 5, 1))
+            for bn, stages, fl in kernels if args.mode != "te" else ():
                 k, secs = gemm(M, N, K, ab, bn, stages, fl)
                 c = torch.full((M, N), float("nan"), device="cuda")
                 k(a.data_ptr(), b.data_ptr(), c.data_ptr())

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 
 from . import dtype as dt
+from .attrs import FuncAttrs
 from .expr import (
     BIN_OPS,
     INTRINSICS,
@@ -36,7 +37,6 @@ from .expr import (
     Select,
     Var,
 )
-from .attrs import FuncAttrs
 from .printer import FLOAT_WORD_RE, is_reserved, print_func, print_module, print_stmt
 from .stmt import (
     FOR_KINDS,
@@ -59,6 +59,7 @@ from .stmt import (
     Seq,
     Stmt,
     Store,
+    WgmmaSync,
 )
 
 
@@ -554,6 +555,15 @@ class _Parser:
         if word == "barrier":
             self.next()
             return Barrier()
+        if word in ("wgmma_fence", "wgmma_commit", "fence_proxy_async"):
+            self.next()
+            return WgmmaSync(word.removeprefix("wgmma_"))
+        if word == "wgmma_wait":
+            self.next()
+            self.expect("(", "after wgmma_wait")
+            n = self.int_literal("the number of wgmma groups left pending")
+            self.expect(")", "to close wgmma_wait")
+            return self.build(tok, WgmmaSync, "wait", n)
         if word in ("async_copy", "async_commit", "async_wait"):
             return self.async_stmt(tok)
         if word == "launch":

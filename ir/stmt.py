@@ -23,8 +23,9 @@ from .attrs import FuncAttrs, KernelAttrs, Level
 from .expr import Expr, IRError, Load, Var, transform
 from .expr import children as expr_children
 
-SCOPES = ("global", "shared", "local", "warp")
-"""``warp``: a matrix fragment owned by one warp (see ``ir/intrin``)."""
+SCOPES = ("global", "shared", "local", "warp", "warpgroup")
+"""``warp``: a matrix fragment owned by one warp; ``warpgroup``: a wgmma accumulator owned
+by a warpgroup of 128 threads (see ``ir/intrin``)."""
 FOR_KINDS = ("serial", "unroll", "vectorize", "thread", "vthread")
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
                "threadIdx.z", "vthread")
@@ -353,6 +354,40 @@ class AsyncWait(Stmt):
         if not isinstance(pending, int) or isinstance(pending, bool) or pending < 0:
             raise IRError(f"async_wait: pending groups must be an int >= 0, got {pending!r}")
         self.pending = pending
+
+
+class WgmmaSync(Stmt):
+    """One step of wgmma's asynchronous protocol (sm_90a), run by a whole warpgroup:
+
+    * ``fence``: ``wgmma.fence.sync.aligned``, before the first wgmma of a batch, once the
+      warpgroup is done touching the accumulator registers;
+    * ``fence_proxy_async``: ``fence.proxy.async.shared::cta``, makes earlier generic-proxy
+      writes of shared memory (stores, cp.async) visible to the wgmmas that read them;
+    * ``commit``: ``wgmma.commit_group.sync.aligned``, closes the issued wgmmas into a group;
+    * ``wait``: ``wgmma.wait_group.sync.aligned pending``, until at most ``pending`` groups
+      are still running.
+    """
+
+    __slots__ = ("op", "pending")
+
+    OPS = ("fence", "fence_proxy_async", "commit", "wait")
+
+    def __init__(self, op: str, pending: int = 0):
+        if op not in self.OPS:
+            raise IRError(f"wgmma sync: unknown step {op!r}; one of {', '.join(self.OPS)}")
+        if not isinstance(pending, int) or isinstance(pending, bool) or pending < 0:
+            raise IRError(f"wgmma_wait: pending groups must be an int >= 0, got {pending!r}")
+        if op != "wait" and pending:
+            raise IRError(f"wgmma sync {op} takes no pending count")
+        self.op = op
+        self.pending = pending
+
+    @property
+    def text(self) -> str:
+        """The statement's text form (printer and parser)."""
+        if self.op == "wait":
+            return f"wgmma_wait({self.pending})"
+        return "fence_proxy_async" if self.op == "fence_proxy_async" else f"wgmma_{self.op}"
 
 
 ASYNC_COPY_BYTES = (4, 8, 16)

@@ -81,6 +81,7 @@ from .stmt import (
     Seq,
     Stmt,
     Store,
+    WgmmaSync,
 )
 
 HARDWARE_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z",
@@ -275,6 +276,10 @@ class _FuncVerifier:
             self.vars.discard(id(s.var))
         elif isinstance(s, Barrier):
             pass
+        elif isinstance(s, WgmmaSync):
+            if self.kind != "kernel":
+                self.fail(lambda n: f"{s.text} in a {self.kind} function; the wgmma protocol "
+                                    "belongs to kernels (device IR)")
         elif isinstance(s, (AsyncCopy, AsyncCommit, AsyncWait)):
             self.check_async(s)
         elif isinstance(s, Launch):

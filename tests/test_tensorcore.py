@@ -62,7 +62,7 @@ def run_gemm(M, N, K, cfg=None, in_dtype="float16", out_dtype="float32",
 def test_fragment_layout_covers_each_element_once(role):
     R = ROLES[role]
     rows, cols = R.element_map()
-    assert rows.shape == (32, R.per_lane)
+    assert rows.shape == (R.threads, R.per_lane)  # a warp, or a warpgroup (wg_c)
     flat = rows * R.cols + cols
     assert sorted(flat.ravel().tolist()) == list(range(R.rows * R.cols))
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 WARP = 32
+WARPGROUP = 128
 
 
 @dataclass(frozen=True)
@@ -35,18 +36,31 @@ class FragmentRole:
     # ("tf32", [(row0, col0), ...]) 8x4 sub-matrices of one 32-bit element per lane
     kind: str
     blocks: tuple
+    threads: int = WARP
+    """The threads that hold the fragment together: a warp, or (``wgmma`` accumulators,
+    kind ``"wg"``) a warpgroup of 128."""
+
+    @property
+    def scope(self) -> str:
+        """The storage scope of a buffer holding this role."""
+        return "warp" if self.threads == WARP else "warpgroup"
 
     @property
     def per_lane(self) -> int:
-        """Elements each lane holds."""
-        return self.rows * self.cols // WARP
+        """Elements each lane (each thread of the warpgroup) holds."""
+        return self.rows * self.cols // self.threads
 
     @property
     def tile_elems(self) -> int:
         return self.rows * self.cols
 
     def element_map(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(rows, cols)``: int arrays of shape ``(32, per_lane)``."""
+        """``(rows, cols)``: int arrays of shape ``(threads, per_lane)``."""
+        if self.kind == "wg":
+            from .wgmma import accumulator_map
+
+            r, c = accumulator_map(self.cols)
+            return np.ascontiguousarray(r), np.ascontiguousarray(c)
         lane = np.arange(WARP)[:, None]
         rows, cols = [], []
         for r0, c0 in self.blocks:
@@ -83,6 +97,10 @@ ROLES = {
     "a_tf32": FragmentRole("a_tf32", 16, 8, "tf32", ((0, 0), (8, 0), (0, 4), (8, 4))),
     # B as [n, k]: b0 (n = g, k = t), b1 (g, t + 4)
     "b_tf32": FragmentRole("b_tf32", 8, 8, "tf32", ((0, 0), (0, 4))),
+    # a wgmma m64nNk16 f32 accumulator is N / 8 of these 64x8 tiles side by side: thread
+    # 32 w + l of the warpgroup holds (16 w + g, 2 t + {0, 1}) and (16 w + g + 8, ...) of
+    # each (g = l / 4, t = l % 4): mma.sync's c layout per warp, one warp per 16 rows
+    "wg_c": FragmentRole("wg_c", 64, 8, "wg", (), WARPGROUP),
 }
 
 

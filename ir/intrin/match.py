@@ -225,7 +225,8 @@ def _match_nest(loop: For, intrin: TensorIntrin, where: str, device: bool) -> Bo
     loops, block, store, vmap = _nest(loop, where, intrin)
     value = substitute(store.value, vmap)
     out_idx = tuple(substitute(i, vmap) for i in store.indices)
-    if (device and intrin.kind == "mma" and isinstance(value, (FloatImm, IntImm))):
+    if (device and intrin.kind in ("mma", "wgmma")
+            and isinstance(value, (FloatImm, IntImm))):
         intrin = get_intrin(intrin.init)
     decl = intrin.declaration
     op = decl.op
@@ -292,7 +293,7 @@ def _match_nest(loop: For, intrin: TensorIntrin, where: str, device: bool) -> Bo
         if bad is None:
             operands, bad = _operands(per_access, amap, axis_names, intrin)
         if bad is None:
-            _check_operands(operands, intrin, where)
+            _check_operands(operands, intrin, where, device)
             return Bound(intrin, operands, tuple(loops))
         errors.append(bad)
     _fail(where, intrin, f"no assignment of the nest's loops "
@@ -326,22 +327,29 @@ def _operands(per_access, amap, axis_vars, intrin):
     return operands, None
 
 
-def _check_operands(operands, intrin: TensorIntrin, where: str) -> None:
+def _check_operands(operands, intrin: TensorIntrin, where: str, device: bool) -> None:
     for name, op in operands.items():
         buf = op.buffer
         role = intrin.role(name)
         if role is not None:
-            if buf.scope != "warp":
+            if buf.scope != role.scope:
                 _fail(where, intrin, f"operand {name} is {buf.name} in {buf.scope} memory; it "
-                      "is a fragment: cache it in the warp scope (cache_read/cache_write "
-                      "with \"warp\")")
+                      f"is a fragment: cache it in the {role.scope} scope (cache_read/"
+                      f"cache_write with \"{role.scope}\")")
             if op.ld % role.cols:
                 _fail(where, intrin, f"fragment {buf.name} has rows of {op.ld} elements, not a "
                       f"multiple of the {role.cols}-column tile")
         else:
-            if buf.scope == "warp":
+            if buf.scope in ("warp", "warpgroup"):
                 _fail(where, intrin, f"operand {name} is the fragment {buf.name}; the "
                       "intrinsic reads or writes memory there")
+            if intrin.kind == "wgmma" and buf.scope != "shared":
+                _fail(where, intrin, f"operand {name} is {buf.name} in {buf.scope} memory; "
+                      "wgmma reads its operands from shared memory through descriptors "
+                      "(cache_read them to \"shared\")")
+            if intrin.kind == "wgmma" and device:
+                # the tile's layout is known once buffers are compacted (kernels)
+                _check_wgmma_operand(op, name, intrin, where)
             if intrin.kind == "ldmatrix" and buf.scope != "shared":
                 _fail(where, intrin, f"ldmatrix reads shared memory; {buf.name} is "
                       f"{buf.scope} (cache_read it to shared first, or use a load_* "
@@ -353,3 +361,49 @@ def _check_operands(operands, intrin: TensorIntrin, where: str) -> None:
                       f"aligned; the rows of {buf.name} are {op.ld} elements of "
                       f"{nbytes(buf.dtype)} bytes apart ({op.ld * nbytes(buf.dtype)} "
                       "bytes): pad them to a multiple of 16 bytes (storage_align)")
+
+
+WGMMA_ROW_BYTES = 128
+"""The K-major rows a wgmma operand is read in: 128 bytes (64 fp16/bf16), the 128B swizzle."""
+
+
+def _check_wgmma_operand(op: Operand, name: str, intrin: TensorIntrin, where: str) -> None:
+    """A wgmma operand is a K-major tile of a shared buffer whose rows are exactly 128
+    bytes, which the descriptor reads in the 128B-swizzled layout (the buffer's ``swizzle``
+    with 3 bits, checked where the function is known: ``tensorize`` and the backends)."""
+    buf = op.buffer
+    esize = nbytes(buf.dtype)
+    if op.ld * esize != WGMMA_ROW_BYTES:
+        pad = " (storage_align padding is not a wgmma layout)" if op.ld * esize > 128 else ""
+        _fail(where, intrin, f"operand {name}: the rows of {buf.name} are {op.ld} elements "
+              f"({op.ld * esize} bytes) apart; wgmma's 128B-swizzled K-major layout needs rows "
+              f"of exactly {WGMMA_ROW_BYTES} bytes ({WGMMA_ROW_BYTES // esize} elements): a "
+              f"shared tile of K extent {WGMMA_ROW_BYTES // esize}{pad}")
+    c0, terms = affine_terms(op.base)
+    # the tile starts on a row that is a multiple of 8 (1024 bytes: a swizzle atom) and a
+    # k offset of whole 16-element steps inside the row
+    atom = 8 * op.ld
+    if any(isinstance(c, int) and c % 16 for _, c in terms) or c0 % 16:
+        _fail(where, intrin, f"operand {name}: the tile of {buf.name} starts at element "
+              f"{op.base}, not a multiple of 16 elements (a k16 step of a 128-byte row)")
+    # every part of the start either moves whole atoms or stays inside the first row (the
+    # k offset); the simulator checks the sum of the k offsets at run time
+    bad = [c for _, c in terms if isinstance(c, int) and c % atom and abs(c) >= op.ld]
+    if c0 % atom >= op.ld or bad:
+        _fail(where, intrin, f"operand {name}: the tile of {buf.name} starts at element "
+              f"{op.base}, not on a row that is a multiple of 8 (a 1024-byte swizzle atom)")
+
+
+def check_wgmma_swizzle(swizzle: dict, bound: Bound, where: str) -> None:
+    """A wgmma's shared operands are read through descriptors of the 128B swizzle: their
+    buffers must be laid out that way (the ``swizzle`` table of the function: buffer name
+    -> bits; 3 bits, applied before tensorize)."""
+    for name in ("A", "B"):
+        buf = bound.operands[name].buffer
+        bits = swizzle.get(buf.name)
+        if bits != 3:
+            now = "no swizzle" if bits is None else f"swizzle bits={bits}"
+            raise IntrinError(
+                f"tensorize {where} as {bound.intrin.name}: operand {name} is {buf.name} with "
+                f"{now}; the wgmma descriptors read the 128B-swizzled layout: swizzle the "
+                "shared stage with bits=3 (rows of 128 bytes) before tensorizing")

@@ -15,9 +15,9 @@ import functools
 from dataclasses import dataclass, field
 
 from ..expr import IRError
-from .layout import ROLES, FragmentRole
+from .layout import ROLES, WARP, FragmentRole
 
-KINDS = ("mma", "ldmatrix", "load", "store", "fill")
+KINDS = ("mma", "ldmatrix", "load", "store", "fill", "wgmma")
 
 
 class IntrinError(IRError):
@@ -49,6 +49,12 @@ class TensorIntrin:
     ptx: str = ""
     doc: str = ""
     _decl: tuple = field(default=(), repr=False, compare=False)
+
+    @property
+    def warpgroup(self) -> bool:
+        """Whether a warpgroup of 128 threads runs it (wgmma, and the fills and stores of
+        its accumulators) rather than a warp."""
+        return self.kind == "wgmma" or any(ROLES[r].threads > WARP for r in self.roles.values())
 
     def role(self, operand: str) -> FragmentRole | None:
         r = self.roles.get(operand)
@@ -91,14 +97,14 @@ def _declare(it: TensorIntrin):
     from .. import te
 
     sh, dts = it.shapes, it.dtypes
-    if it.kind == "mma":
+    if it.kind in ("mma", "wgmma"):
         a = te.placeholder(sh["A"], dts["A"], name="A")
         b = te.placeholder(sh["B"], dts["B"], name="B")
         m, n = sh["C"]
         k = te.reduce_axis((0, sh["A"][1]), name="k")
         acc = dts["C"]
 
-        b_kn = it.roles["B"].endswith("_kn")
+        b_kn = it.roles.get("B", "").endswith("_kn")
 
         def body(i, j):
             x, y = a[i, k], (b[k, j] if b_kn else b[j, k])
@@ -212,4 +218,34 @@ def _register_all() -> None:
                                   doc=f"{a} accumulator tile to memory as {o}"))
 
 
+def _register_wgmma() -> None:
+    """wgmma (sm_90a): ``C[64, N] += f32(A[64, 16]) * f32(B[N, 16])`` with A and B K-major in
+    shared memory (read through descriptors of the 128B-swizzled layout, see
+    :mod:`.wgmma`) and C in a warpgroup's registers (role ``wg_c``); its zeroing, and the
+    accumulator tiles' stores to memory (with the cast to f16/bf16)."""
+    from .wgmma import WGMMA_N, get_wgmma
+
+    for ab in ("float16", "bfloat16"):
+        for n in WGMMA_N:
+            spec = get_wgmma(n, ab)
+            register(TensorIntrin(
+                spec.name, "wgmma", {"A": (64, 16), "B": (n, 16), "C": (64, n)},
+                {"A": ab, "B": ab, "C": "float32"}, {"C": "wg_c"}, ("C", "A", "B"),
+                init=f"fill_wg_m64n{n}_f32", ptx=spec.ptx,
+                doc=f"C[64,{n}] += A[64,16] * B[{n},16]^T, {_b16(ab)} operands in shared memory "
+                    "(128B swizzle), f32 accumulators in a warpgroup's registers"))
+    for n in WGMMA_N:
+        register(TensorIntrin(f"fill_wg_m64n{n}_f32", "fill", {"C": (64, n)},
+                              {"C": "float32"}, {"C": "wg_c"}, ("C",),
+                              doc=f"zero a warpgroup's 64x{n} f32 wgmma accumulator"))
+    for out in ("float32", "float16", "bfloat16"):
+        o = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[out]
+        name = "store_wg_f32" if out == "float32" else f"store_wg_f32_{o}"
+        register(TensorIntrin(name, "store", {"M": (64, 8), "F": (64, 8)},
+                              {"M": out, "F": "float32"}, {"F": "wg_c"}, ("M", "F"),
+                              doc=f"a 64x8 tile of a warpgroup's wgmma accumulator to memory "
+                                  f"as {o}, thread by thread"))
+
+
 _register_all()
+_register_wgmma()

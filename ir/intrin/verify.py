@@ -11,12 +11,18 @@ nest. In kernels (device IR), where the nests run as warp-collective instruction
 * the block's x extent is a multiple of 32, so every warp has one ``threadIdx.y/z``: the
   warp index, and every operand computed from it, is uniform across the warp;
 * the nest matches its intrinsic and each fragment holds whole tiles of it.
+
+A ``warpgroup`` buffer (a wgmma accumulator) follows the same rules with a warpgroup of 128
+threads in place of a warp: blockDim.x is exactly 128 (``threadIdx.x`` is the thread in
+the warpgroup, ``threadIdx.y/z`` the warpgroup), and the warpgroup intrinsics (``wgmma``,
+the ``wg_c`` fills and stores) sit outside ``threadIdx.x`` loops.
 """
 
 from __future__ import annotations
 
 from . import ANNOTATION, WARP
-from .match import match_nest
+from .layout import WARPGROUP
+from .match import check_wgmma_swizzle, match_nest
 from .registry import IntrinError, get_intrin
 
 
@@ -41,6 +47,11 @@ def check_tensorized(v, s) -> None:
                          "would run it with different operands; warp-collective intrinsics "
                          "sit outside the threadIdx.x loops")
     bx = v.launch.get("threadIdx.x", 1)
+    if get_intrin(name).warpgroup and bx != WARPGROUP:
+        v.fail(lambda n: f"tensorized loop {n(s.var)} ({name}) is run by a warpgroup in a "
+                         f"kernel whose blockDim.x is {bx}; warpgroup intrinsics need "
+                         f"blockDim.x to be exactly {WARPGROUP} (threadIdx.x: the thread in "
+                         "the warpgroup; warpgroups along threadIdx.y/z)")
     if bx % WARP:
         v.fail(lambda n: f"tensorized loop {n(s.var)} ({name}) in a kernel whose blockDim.x "
                          f"is {bx}; warp-collective intrinsics need blockDim.x to be a "
@@ -50,6 +61,15 @@ def check_tensorized(v, s) -> None:
     except IntrinError as e:
         msg = str(e)
         v.fail(lambda n: msg)
+    if bound.intrin.kind == "wgmma":
+        if v.target is not None and not v.target.has_wgmma:
+            v.fail(lambda n: f"tensorized loop {n(s.var)} ({name}): wgmma needs sm_90a; the "
+                             f"target is {v.target.arch}")
+        try:
+            check_wgmma_swizzle(v.func.attrs.swizzle, bound, s.var.name)
+        except IntrinError as e:
+            msg = str(e)
+            v.fail(lambda n: msg)
     for opname, op in bound.operands.items():
         role = bound.intrin.role(opname)
         if role is not None and op.buffer.size % role.tile_elems:
@@ -60,7 +80,7 @@ def check_tensorized(v, s) -> None:
 
 def check_fragment_access(v, buf, what: str) -> None:
     """A plain load or store of a fragment is allowed only inside a tensorized nest."""
-    if buf.scope == "warp" and v.kind == "kernel" and v.intrin_loop is None:
+    if buf.scope in ("warp", "warpgroup") and v.kind == "kernel" and v.intrin_loop is None:
         v.fail(lambda n: f"{what} fragment {n(buf)} outside a tensorized loop nest; "
                          "fragments are accessed only by tensor intrinsics (tensorize the "
                          "nest that touches it)")
@@ -69,9 +89,17 @@ def check_fragment_access(v, buf, what: str) -> None:
 def check_fragment_alloc(v, buf) -> None:
     """A kernel's fragment is held by whole warps: blockDim.x a multiple of 32 (one warp
     index per warp) and whole registers per lane."""
-    if buf.scope != "warp" or v.kind != "kernel":
+    if buf.scope not in ("warp", "warpgroup") or v.kind != "kernel":
         return
     bx = v.launch.get("threadIdx.x", 1)
+    if buf.scope == "warpgroup":
+        if bx != WARPGROUP:
+            v.fail(lambda n: f"warpgroup fragment {n(buf)} in a kernel whose blockDim.x is "
+                             f"{bx}; a wgmma accumulator is owned by a warpgroup, which needs "
+                             f"blockDim.x to be exactly {WARPGROUP}")
+        if buf.size % WARPGROUP:
+            v.fail(lambda n: f"warpgroup fragment {n(buf)} holds {buf.size} elements, not a "
+                             f"multiple of the warpgroup's {WARPGROUP} threads")
     if bx % WARP:
         v.fail(lambda n: f"fragment {n(buf)} in a kernel whose blockDim.x is {bx}; a "
                          f"fragment is owned by one warp, which needs blockDim.x to be a "

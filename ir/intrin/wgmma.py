@@ -215,6 +215,43 @@ WGMMA_INTRINS = {it.name: it for it in (WgmmaIntrin(n, ab) for ab in ("float16",
 """The registered wgmma intrinsics by name (``wgmma_m64n128k16_f16_f32``, ...)."""
 
 
+def is_wgmma_loop(s) -> bool:
+    """Whether statement ``s`` is a loop tensorized as a wgmma (its nest runs as one)."""
+    from ..stmt import For
+    from . import ANNOTATION
+    from .registry import get_intrin
+
+    if not isinstance(s, For) or ANNOTATION not in s.annotations:
+        return False
+    if get_intrin(s.annotations[ANNOTATION]).kind != "wgmma":
+        return False
+    return _bound(s).intrin.kind == "wgmma"  # not the zeroing nest of its reduction
+
+
+def _bound(s):
+    from . import ANNOTATION
+    from .match import match_nest
+
+    return match_nest(s, s.annotations[ANNOTATION], s.var.name, device=True)
+
+
+def wgmma_operand_buffers(body) -> set:
+    """The shared buffers the wgmma nests of ``body`` read (their A and B operands)."""
+    from ..stmt import walk
+
+    out = set()
+    for s in walk(body):
+        if is_wgmma_loop(s):
+            bound = _bound(s)
+            out.update(bound.operands[n].buffer for n in ("A", "B"))
+    return out
+
+
+WGMMA_SHARED_ALIGN = 1024
+"""Shared buffers wgmma reads start on a 1024-byte boundary (the 128B swizzle's atom: the
+hardware XORs address bits 4-6 with bits 7-9)."""
+
+
 def get_wgmma(n: int, ab: str = "float16") -> WgmmaIntrin:
     """The wgmma intrinsic of ``m64n{n}k16`` on ``ab`` inputs, or a clear error."""
     if n not in WGMMA_N:

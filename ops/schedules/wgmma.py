@@ -1,11 +1,13 @@
 """Dense GEMM on sm_90a with wgmma: ``C[M, N] (float32) = A[M, K] x B[N, K]^T``, fp16 or
 bf16 inputs.
 
-This is a fixed kernel template (``backend_ptx/wgmma.py``), not yet a te schedule: the
-loop nest is written by the code generator, so the simulator checks its pieces (the
-layouts, descriptors and protocol, ``tests/test_wgmma.py``) rather than running the
-kernel itself. :class:`WgmmaConfig` holds the knobs; :func:`compile_wgmma_dense` checks
-target, dtypes and shapes and returns the PTX and its launch.
+This is a fixed kernel template (``backend_ptx/wgmma.py``) outside te: the loop nest is
+written by the code generator, so the simulator checks its pieces (the layouts,
+descriptors and protocol, ``tests/test_wgmma.py``) rather than running the kernel itself.
+The same GEMM as a te schedule (tensorized wgmma, run whole by the simulator) is
+:func:`~.tensorcore_wgmma.schedule_dense_wgmma`. :class:`WgmmaConfig` holds the knobs;
+:func:`compile_wgmma_dense` checks target, dtypes and shapes and returns the PTX and its
+launch.
 """
 
 from __future__ import annotations

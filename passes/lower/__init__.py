@@ -5,7 +5,8 @@ The default pipeline, in order:
 ``check_coverage, cross_thread_reduction, decompose_reduction, lower_blocks,
 compact_buffers, inject_vthread, merge_thread_loops, unroll_loops, simplify, split_host_device,
 flatten_buffers, widen_index, simplify, inject_async_copy, swizzle_layout, cse,
-insert_barriers, inject_software_pipeline, plan_dynamic_shared, validate_gpu``
+insert_barriers, inject_software_pipeline, inject_wgmma_sync, plan_dynamic_shared,
+validate_gpu``
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from . import (  # noqa: F401  (importing registers the passes)
     inject_async_copy,
     inject_software_pipeline,
     inject_vthread,
+    inject_wgmma_sync,
     insert_barriers,
     lower_blocks,
     merge_thread_loops,
@@ -38,7 +40,7 @@ LOWERING_PIPELINE = (
     "compact_buffers(), inject_vthread(), merge_thread_loops(), unroll_loops(), simplify(), "
     "split_host_device(), flatten_buffers(), widen_index(), simplify(), inject_async_copy(), "
     "swizzle_layout(), cse(), insert_barriers(), inject_software_pipeline(), "
-    "plan_dynamic_shared(), validate_gpu()"
+    "inject_wgmma_sync(), plan_dynamic_shared(), validate_gpu()"
 )
 
 

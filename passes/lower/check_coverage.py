@@ -116,7 +116,7 @@ def _check_reduction(name: str, block: Block, loops: list, scope: str, launch: d
               f"a reduce loop bound to {reducing[1].thread} while {reducing[0].var.name} "
               f"reduces over {reducing[0].thread}; a cross-thread reduction combines over "
               "one thread index: fuse the reduce loops before binding")
-    if scope in ("local", "warp"):
+    if scope in ("local", "warp", "warpgroup"):
         # each thread (each warp: its lanes run a fragment's intrinsics together) reduces
         # into its own copy
         return

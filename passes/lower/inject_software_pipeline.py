@@ -17,6 +17,11 @@ slot ``(i + k - 1) % k`` and reads slot ``i % k``::
         compute(i) from slot i % k
     async_wait(0)
 
+A loop also annotated ``wgmma_in_flight = 1`` (its wgmma group of iteration ``i`` still
+reads slot ``i % k`` during iteration ``i + 1``, see ``inject_wgmma_sync``) loads
+``k - 2`` iterations ahead instead: the slot a fetch overwrites was read by iteration
+``i - 2``, whose group every warpgroup waited for before the barrier.
+
 The pass runs after ``insert_barriers``; the barrier before the prologue takes the place
 of the one that opened the loop body, which an enclosing loop's next iteration relied on.
 """
@@ -52,6 +57,7 @@ from ..base import Pass
 from ..registry import register_pass
 from ..schedule.software_pipeline import ANNOTATION
 from .common import LoweringError, fresh_copy
+from .inject_wgmma_sync import IN_FLIGHT
 
 SLOT_ALIGN_BYTES = 16
 """Each slot of a multi-buffered stage starts 16-byte aligned (the widest cp.async)."""
@@ -199,16 +205,23 @@ class _Pipeliner:
         def commit():
             return [AsyncCommit()] if copies else []
 
+        # loads run ``dist`` iterations ahead: k - 1, or k - 2 when the computation of an
+        # iteration still runs asynchronously during the next (a wgmma group in flight)
+        # and so reads its slot until then
+        dist = k - 1 - int(loop.annotations.get(IN_FLIGHT, 0))
+        if dist < 1:
+            self.fail(loop, f"{k} stages with {k - 1 - dist} wgmma group in flight leave no "
+                            "stage to load ahead; use 3 stages or more")
         # the old loop's first barrier guarded its loads; the prologue now comes before it
         # (an enclosing loop's last iteration may still be reading the slots)
         prologue: list = [Barrier()]
-        for s in range(k - 1):
+        for s in range(dist):
             if s < n:
                 prologue.append(fetch_at(IntImm(s, ty), IntImm(s, ty)))
             prologue += commit()
-        ahead = v + IntImm(k - 1, ty)
-        steady = ([AsyncWait(k - 2)] if copies else []) + [Barrier()]
-        if n > k - 1:
+        ahead = v + IntImm(dist, ty)
+        steady = ([AsyncWait(dist - 1)] if copies else []) + [Barrier()]
+        if n > dist:
             steady.append(If(ahead < IntImm(n, ty), fetch_at(ahead, floormod(ahead, k))))
         steady += commit()
         steady.append(_retarget(Seq(compute), self.slots, floormod(v, IntImm(k, ty))))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ...ir import dtype as dt
 from ...ir.attrs import Level
+from ...ir.intrin.wgmma import WGMMA_SHARED_ALIGN, wgmma_operand_buffers
 from ...ir.stmt import Alloc, PrimFunc, map_stmt, shared_memory, walk
 from ...ir.verify import DYNAMIC_SHARED_ALIGN
 from ...target import Target
@@ -31,12 +32,15 @@ def plan_dynamic_shared(func: PrimFunc, target: Target) -> PrimFunc:
         return func
     offsets: dict[int, int] = {}
     end = placed
+    wgmma = {id(b) for b in wgmma_operand_buffers(func.body)}
     sizes = []
     for s in walk(func.body):
         b = s.buffer if isinstance(s, Alloc) else None
         if b is None or b.scope != "shared" or s.dyn_offset is not None or id(b) in offsets:
             continue
         align = max(DYNAMIC_SHARED_ALIGN, dt.nbytes(b.dtype))
+        if id(b) in wgmma:
+            align = WGMMA_SHARED_ALIGN
         end = -(-end // align) * align
         offsets[id(b)] = end
         nbytes = b.size * dt.nbytes(b.dtype)

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from ...ir import dtype as dt
 from ...ir.attrs import Level
 from ...ir.expr import Expr, IntImm, Load, floordiv, floormod
-from ...ir.stmt import AsyncCopy, PrimFunc, Store
+from ...ir.intrin.wgmma import is_wgmma_loop
+from ...ir.stmt import AsyncCopy, For, PrimFunc, Store
 from ...ir.traversal import map_loads, walk
 from ..base import Pass
 from ..registry import register_pass
@@ -75,7 +76,16 @@ def swizzle_layout(func: PrimFunc) -> PrimFunc:
             return x.replace(dst_index=fix(x.dst_index, x.dst))
         return None
 
-    return func.replace(body=map_loads(func.body, load, fstmt=fs))
+    # a wgmma nest reads its tiles through descriptors of the swizzled layout: its loads
+    # stay logical (the hardware applies the XOR), so the nest keeps matching the intrinsic
+    keep = {x.var: x for x in walk(func.body) if is_wgmma_loop(x)}
+
+    def fs_keep(x):
+        if isinstance(x, For) and x.var in keep:
+            return keep[x.var]
+        return fs(x)
+
+    return func.replace(body=map_loads(func.body, load, fstmt=fs_keep if keep else fs))
 
 
 @register_pass

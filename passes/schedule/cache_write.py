@@ -21,9 +21,10 @@ def cache_write(func: PrimFunc, stage: str, scope: str) -> PrimFunc:
 
     A tuple compute's stage caches every output: output buffer ``X`` gets the cache
     ``cache_name(X, scope)``, and the one copy stage writes every output from its cache."""
-    if scope not in ("local", "shared", "warp"):
-        raise ScheduleError(f"cache_write {stage}: scope must be local, shared or warp (a "
-                            f"matrix fragment), got {scope!r}")
+    if scope not in ("local", "shared", "warp", "warpgroup"):
+        raise ScheduleError(f"cache_write {stage}: scope must be local, shared, warp (a "
+                            f"matrix fragment) or warpgroup (a wgmma accumulator), got "
+                            f"{scope!r}")
     path = find_block(func, stage)
     block = path[-1]
     outs = output_buffers(block)
@@ -31,7 +32,7 @@ def cache_write(func: PrimFunc, stage: str, scope: str) -> PrimFunc:
     if len(outs) == 1:
         caches = [Buffer(name, outs[0].dtype, outs[0].shape, scope)]
     else:
-        if scope == "warp":
+        if scope in ("warp", "warpgroup"):
             raise ScheduleError(f"cache_write {stage}: a tuple compute's outputs cannot be "
                                 "matrix fragments (warp scope); use local or shared")
         caches = [Buffer(cache_name(o.name, scope), o.dtype, o.shape, scope) for o in outs]
@@ -49,7 +50,8 @@ class CacheWrite(SchedulePass):
 
     Parameters:
         stage: the stage.
-        scope: ``"local"`` or ``"shared"``.
+        scope: ``"local"``, ``"shared"``, ``"warp"`` (mma.sync fragments) or
+            ``"warpgroup"`` (wgmma accumulators).
     """
 
     name = "cache_write"

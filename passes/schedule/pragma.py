@@ -1,4 +1,5 @@
-"""pragma: annotate a loop (``auto_unroll_max_step``, ``unroll_explicit``)."""
+"""pragma: annotate a loop (``auto_unroll_max_step``, ``unroll_explicit``,
+``wgmma_in_flight``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from ..registry import register_pass
 from .annotate import set_loop
 from .common import ScheduleError, SchedulePass, on_main
 
-KNOWN = ("auto_unroll_max_step", "unroll_explicit")
+KNOWN = ("auto_unroll_max_step", "unroll_explicit", "wgmma_in_flight")
 
 
 @register_pass

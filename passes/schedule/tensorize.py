@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.intrin import ANNOTATION, IntrinError, get_intrin
-from ...ir.intrin.match import match_nest
+from ...ir.intrin.match import check_wgmma_swizzle, match_nest
 from ...ir.stmt import PrimFunc
 from ...ir.traversal import replace_at
 from ..params import Ref, positional
@@ -26,10 +26,26 @@ def tensorize(func: PrimFunc, loop: str, intrin: str) -> PrimFunc:
         raise ScheduleError(f"tensorize {loop}: the loop is already tensorized as "
                             f"{node.annotations[ANNOTATION]}")
     try:
-        match_nest(node, spec, loop)
+        bound = match_nest(node, spec, loop)
+        if spec.kind == "wgmma":
+            check_wgmma_swizzle(func.attrs.swizzle, bound, loop)
+            for name in ("A", "B"):
+                buf = bound.operands[name].buffer
+                if func.attrs.storage_align.get(buf.name):
+                    raise IntrinError(
+                        f"tensorize {loop} as {spec.name}: operand {name} is {buf.name}, whose "
+                        "rows are padded (storage_align); the wgmma descriptors read rows "
+                        "of exactly 128 bytes in the 128B-swizzled layout: drop the padding")
     except IntrinError as e:
         raise ScheduleError(str(e)) from None
     outer_thread = [n for n in path if getattr(n, "thread", "") == "threadIdx.x"]
+    if outer_thread and spec.warpgroup:
+        raise ScheduleError(
+            f"tensorize {loop} as {spec.name}: the nest is inside loop "
+            f"{outer_thread[-1].var.name}, bound to threadIdx.x; a warpgroup intrinsic is run "
+            "by the 128 threads of a warpgroup, which are threadIdx.x (blockDim.x exactly "
+            "128, bound by the cooperative copies): bind warpgroups to threadIdx.y/z and keep "
+            "the nest outside threadIdx.x loops")
     if outer_thread:
         raise ScheduleError(
             f"tensorize {loop} as {spec.name}: the nest is inside loop "
