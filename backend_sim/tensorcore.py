@@ -27,21 +27,30 @@ class SimTensorCoreError(SimError):
 _MAPS = {name: role.element_map() for name, role in ROLES.items()}
 
 
-def _warps(chunk, mask, what: str) -> np.ndarray:
-    """Indices (in the chunk) of the warps that run the intrinsic; all 32 lanes or none."""
-    nw = chunk.lanes // WARP
+def whole_groups(chunk, mask, size: int):
+    """Indices (in the chunk) of the groups of ``size`` consecutive threads (a warp, a
+    warpgroup) that run a collective instruction under ``mask``, and None; or None and
+    the first thread left out of a group that runs it only in part."""
+    n = chunk.lanes // size
     if mask is None:
-        return np.arange(nw)
-    m = np.asarray(mask).reshape(nw, WARP)
+        return np.arange(n), None
+    m = np.asarray(mask).reshape(n, size)
     some, every = m.any(axis=1), m.all(axis=1)
     split = np.flatnonzero(some != every)
     if split.size:
-        lane = int(split[0]) * WARP + int(np.argmax(~m[split[0]]))
+        return None, int(split[0]) * size + int(np.argmax(~m[split[0]]))
+    return np.flatnonzero(some), None
+
+
+def _warps(chunk, mask, what: str) -> np.ndarray:
+    """Indices (in the chunk) of the warps that run the intrinsic; all 32 lanes or none."""
+    warps, lane = whole_groups(chunk, mask, WARP)
+    if warps is None:
         raise SimTensorCoreError(
             f"kernel {chunk.kernel}: {what} runs on only some lanes of a warp ("
             f"{chunk.where(lane)} is left out); warp-collective intrinsics need the whole "
             "warp: keep them outside conditions and loops that split a warp")
-    return np.flatnonzero(some)
+    return warps
 
 
 def _uniform(chunk, value, warps: np.ndarray, what: str) -> np.ndarray:

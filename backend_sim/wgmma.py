@@ -36,6 +36,7 @@ from ..ir.intrin.wgmma import (
     operand_addresses,
 )
 from .errors import SimError, SimMemoryError
+from .tensorcore import whole_groups
 
 
 class WgmmaProtocolError(SimError):
@@ -280,18 +281,12 @@ class WgmmaChunk:
     def _groups(self, mask, what: str) -> np.ndarray:
         """Indices of the chunk's warpgroups that run ``what``: all 128 threads or none."""
         c = self.chunk
-        ng = c.lanes // WARPGROUP
-        if mask is None:
-            return np.arange(ng)
-        m = np.asarray(mask).reshape(ng, WARPGROUP)
-        some, every = m.any(axis=1), m.all(axis=1)
-        split = np.flatnonzero(some != every)
-        if split.size:
-            lane = int(split[0]) * WARPGROUP + int(np.argmax(~m[split[0]]))
+        groups, lane = whole_groups(c, mask, WARPGROUP)
+        if groups is None:
             raise WgmmaProtocolError(
                 f"kernel {c.kernel}: {what} runs on only some threads of a warpgroup "
                 f"({c.where(lane)} is left out); warpgroup instructions need all 128")
-        return np.flatnonzero(some)
+        return groups
 
     def _uniform(self, value, groups: np.ndarray, what: str) -> np.ndarray:
         if np.ndim(value) == 0:
