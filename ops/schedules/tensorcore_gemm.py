@@ -794,11 +794,45 @@ def _first_legal(form, target, bm, bn, bk, wm, wn, stages, split_k=1):
     return None
 
 
+def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
+                 target: Target | str | None = None):
+    """The :class:`~.tensorcore_wgmma.WgmmaScheduleConfig` the default schedule runs
+    product stage ``op`` (with ``epilogue``) with, or None where it stays on mma.sync: a
+    target without wgmma (sm_90a only), a product wgmma does not run
+    (:func:`~.tensorcore_wgmma.wgmma_refusal`: TF32, B read as ``[K, N]``, ``N < 64``,
+    ...), no wgmma tiles fitting (an epilogue storing another layout needs tiles that
+    divide the product), or an mma.sync configuration that
+    :func:`gemm_time` expects faster than :func:`~.tensorcore_wgmma.wgmma_time` expects
+    the wgmma one (small products bound by reading their inputs, where wgmma's 64-row
+    tiles only pad more)."""
+    from .tensorcore_wgmma import choose_wgmma_config, needs_c_tile, wgmma_refusal, wgmma_time
+
+    target = as_target(target)
+    if wgmma_refusal(form, target) is not None:
+        return None
+    remap = epilogue_remap(op, epilogue) is not None
+    epi_tile = epilogue is not None and not _is_cast_of(epilogue, op)
+    w = choose_wgmma_config(form, target, epi_tile, remap)
+    if w is None:
+        return None
+    mma = remap_config(form, target) if remap else choose_gemm_config(form, target)
+    if mma is not None and (gemm_time(mma, form, target)
+                            < wgmma_time(w, form, target, needs_c_tile(w, form, epi_tile))):
+        return None
+    return w
+
+
 def schedule_matmul(s, op: ComputeOp, epilogue: ComputeOp | None = None,
                     target: Target | str | None = None):
     """The default stage schedule of dense, matmul and batch_matmul: on the tensor cores
-    when :func:`gemm_form` accepts the stage, else :func:`schedule_tiled` (CUDA cores)."""
+    when :func:`gemm_form` accepts the stage (with wgmma where :func:`wgmma_choice` picks
+    it, on sm_90a; else mma.sync), else :func:`schedule_tiled` (CUDA cores)."""
     form = gemm_form(op, target)
     if form is None:
         return schedule_tiled(s, op, epilogue, target=target)
+    w = wgmma_choice(op, epilogue, form, target)
+    if w is not None:
+        from .tensorcore_wgmma import schedule_gemm_wgmma
+
+        return schedule_gemm_wgmma(s, op, epilogue, w, target=target, form=form)
     return schedule_gemm_tensorcore(s, op, epilogue, target=target, form=form)

@@ -1,0 +1,243 @@
+"""wgmma in the default schedules of dense, matmul and batch_matmul (sm_90a): the GEMM
+schedule with fused epilogues, zero padding, split-K and a batch against numpy on the
+simulator, the default's choice between wgmma and mma.sync, its tile chooser, refusals,
+and PTX for sm_90a."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptxforge
+from ptxforge import ops, te
+from ptxforge.ir.te import ComputeOp
+from ptxforge.ops.schedules import default_schedule
+from ptxforge.ops.schedules.tensorcore_gemm import GemmForm, gemm_form, wgmma_choice
+from ptxforge.ops.schedules.tensorcore_wgmma import (
+    WgmmaScheduleConfig,
+    choose_wgmma_config,
+    schedule_gemm_wgmma,
+)
+from ptxforge.passes.schedule.common import ScheduleError
+
+from .lowp import f64, host
+
+SIM = "sim -arch=sm_90a"
+H200 = "cuda -arch=sm_90a"
+RNG = np.random.default_rng(91)
+
+
+def _gelu(y):
+    return ops.multiply(ops.multiply(y, ops.add(ops.erf(ops.multiply(y, 0.7071067811865476)),
+                                                1.0)), 0.5)
+
+
+def _dense(M, N, K, dtype="float16", bias=False, act=None, residual=False, cast=None):
+    x = te.placeholder((M, K), dtype, name="x")
+    w = te.placeholder((N, K), dtype, name="w")
+    args = [x, w]
+    b = None
+    if bias:
+        b = te.placeholder((N,), dtype, name="b")
+        args.append(b)
+    y = ops.nn.dense(x, w, b, out_dtype="float32" if cast else None)
+    if cast == "float32":
+        return y, args
+    if act == "gelu":
+        y = _gelu(y)
+    elif act == "relu":
+        y = ops.nn.relu(y)
+    if residual:
+        r = te.placeholder((M, N), y.dtype, name="r")
+        args.append(r)
+        y = ops.add(y, r)
+    if cast:
+        y = ops.cast(y, cast)
+    return y, args
+
+
+def _ref(vals, bias, act, residual):
+    want = vals[0] @ vals[1].T
+    k = 2
+    if bias:
+        want = want + vals[k]
+        k += 1
+    if act == "gelu":
+        from math import erf
+
+        want = 0.5 * want * (1 + np.vectorize(erf)(want / np.sqrt(2)))
+    elif act == "relu":
+        want = np.maximum(want, 0)
+    if residual:
+        want = want + vals[k]
+    return want
+
+
+def _product(y):
+    return next(op for op in te.create_schedule(y.op).dag.ops
+                if isinstance(op, ComputeOp) and op.reduce_axis)
+
+
+def _schedule(y, cfg):
+    """The product of ``y``'s DAG with wgmma and ``cfg``, its epilogue fused (every other
+    stage inlined into it), as the default schedule plans it."""
+    s = te.create_schedule(y.op)
+    ops_ = [op for op in s.dag.ops if isinstance(op, ComputeOp)]
+    prod = next(op for op in ops_ if op.reduce_axis)
+    for op in reversed(ops_):
+        if op is not prod and op is not y.op:
+            s[op].compute_inline()
+    return s, schedule_gemm_wgmma(s, prod, y.op if y.op is not prod else None, cfg, SIM)
+
+
+def _run(s, args, y):
+    mod = ptxforge.build(s, args + [y], target=SIM)
+    vals = [host(RNG, a.shape, a.dtype) for a in args]
+    out = np.full(y.shape, np.nan, y.dtype)
+    mod(*vals, out)
+    return mod, [f64(v, a.dtype) for v, a in zip(vals, args)], f64(out, y.dtype)
+
+
+def _kernels(mod) -> int:
+    return str(mod.device_module).count('"kind": "kernel"')
+
+
+@pytest.mark.parametrize("M,N,K,bias,act,residual,cast,cfg", [
+    # the epilogue over the shared C tile: bias + gelu; residual add then the cast
+    (128, 128, 128, True, "gelu", False, "float16", (64, 1, 2, 0)),
+    (128, 128, 256, True, None, True, "float16", (128, 2, 3, 1)),
+    # only the cast: the warpgroups store straight to the output
+    (128, 64, 128, False, None, False, "float16", (64, 2, 1, 0)),
+    # padded M, N and K (K = 72: 16-byte copies; K = 100: 8-byte copies, zero-filled)
+    (49, 100, 72, True, "relu", False, None, (64, 1, 1, 0)),
+    (49, 130, 200, False, None, True, None, (64, 2, 3, 1)),
+    (30, 64, 100, True, None, False, None, (64, 1, 2, 0)),
+    # split-K: float32 parts on blockIdx.z, a second kernel runs bias + gelu once
+    (64, 128, 512, True, "gelu", False, "float16", (64, 1, 3, 1, 2)),
+    (100, 64, 300, False, None, True, None, (64, 2, 2, 0, 4)),
+])
+def test_wgmma_gemm_with_epilogues_matches_numpy(M, N, K, bias, act, residual, cast, cfg):
+    y, args = _dense(M, N, K, bias=bias, act=act, residual=residual, cast=cast)
+    s, used = _schedule(y, WgmmaScheduleConfig(*cfg))
+    text = str(s.pipeline)
+    assert f"wgmma_m64n{cfg[0]}k16_f16_f32" in text
+    padded = (M % (64 * cfg[1]) or N % cfg[0] or K % 64) or used.split_k > 1
+    assert ("implicit_gemm" in text) == bool(padded)
+    direct = not padded and not (bias or act or residual)
+    assert ('"store_wg_f32_f16"' in text) == direct
+    mod, vals, got = _run(s, args, y)
+    assert _kernels(mod) == (2 if used.split_k > 1 else 1)
+    want = _ref(vals, bias, act, residual)
+    tol = 2e-3 if y.dtype == "float16" else 1e-4
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
+
+
+@pytest.mark.parametrize("B,M,N,K,cfg", [(3, 64, 64, 128, (64, 1, 2, 0)),
+                                          (2, 49, 64, 100, (64, 1, 2, 0)),
+                                          (2, 128, 128, 192, (128, 2, 1, 0, 3))])
+def test_wgmma_batch_matmul_runs_the_batch_on_blockidx_z(B, M, N, K, cfg):
+    x = te.placeholder((B, M, K), "bfloat16", name="x")
+    w = te.placeholder((B, N, K), "bfloat16", name="w")
+    y = ops.nn.batch_matmul(x, w, out_dtype="float32")
+    s, _ = _schedule(y, WgmmaScheduleConfig(*cfg))
+    assert "wgmma_m64n" in str(s.pipeline) and '"blockIdx.z"' in str(s.pipeline)
+    _, (xv, wv), got = _run(s, [x, w], y)
+    want = np.matmul(xv, wv.transpose(0, 2, 1))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+def test_the_default_takes_wgmma_on_sm_90a_and_mma_sync_elsewhere():
+    y, args = _dense(128, 256, 256, bias=True, act="relu")
+    s = default_schedule(y, SIM)
+    assert "wgmma_m64n" in str(s.pipeline)
+    _, vals, got = _run(s, args, y)
+    want = _ref(vals, True, "relu", False)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * np.abs(want).max())
+    for target in ("sim", "cuda -arch=sm_90", "cuda -arch=sm_80"):
+        text = str(default_schedule(y, target).pipeline)
+        assert "mma_m16n8k16" in text and "wgmma" not in text
+    # what wgmma does not run stays on mma.sync on sm_90a: B read as [K, N], N < 64, TF32
+    a = te.placeholder((128, 128), "float16", name="a")
+    b = te.placeholder((128, 128), "float16", name="b")
+    kn = ops.nn.matmul(a, b)
+    narrow = ops.nn.dense(a, te.placeholder((32, 128), "float16", name="w"))
+    f = te.placeholder((128, 128), "float32", name="f")
+    tf32 = ops.nn.dense(f, te.placeholder((128, 128), "float32", name="g"), precision="tf32")
+    for out in (kn, narrow, tf32):
+        text = str(default_schedule(out, SIM).pipeline)
+        assert "mma_m16n8k" in text and "wgmma" not in text
+
+
+def _form(M, N, K, batch=1):
+    return GemmForm(batch, M, N, K, "float16", "float32", False, False, batch > 1)
+
+
+def test_the_chooser_follows_the_measured_tiles():
+    # BERT-base at batch 1: 64 x 64 tiles of one warpgroup, 4 stages, one group in flight
+    assert choose_wgmma_config(_form(128, 3072, 768), H200) == WgmmaScheduleConfig(64, 1, 4, 1)
+    # few blocks over a long reduction: split-K
+    assert choose_wgmma_config(_form(128, 768, 3072), H200).split_k > 1
+    assert choose_wgmma_config(_form(128, 768, 768), H200).split_k == 1
+    # large products: 128 x 256, 4 stages, one group in flight
+    assert choose_wgmma_config(_form(4096, 4096, 4096), H200, epilogue_tile=False) == \
+        WgmmaScheduleConfig(256, 2, 4, 1)
+    # an epilogue that stores another layout: tiles that divide, no split-K
+    cfg = choose_wgmma_config(_form(128, 768, 3072), H200, remap=True)
+    assert cfg.split_k == 1 and 768 % cfg.block_n == 0
+    assert choose_wgmma_config(_form(100, 768, 768), H200, remap=True) is None
+
+
+def test_the_default_keeps_mma_sync_where_its_estimate_is_faster():
+    # a single row of 1000 outputs: wgmma's 64-row tile only pads more
+    y, _ = _dense(1, 1000, 512, cast="float32")
+    assert wgmma_choice(y.op, None, gemm_form(y.op, H200), H200) is None
+    y, _ = _dense(128, 3072, 768, cast="float32")
+    assert wgmma_choice(y.op, None, gemm_form(y.op, H200), H200) == \
+        WgmmaScheduleConfig(64, 1, 4, 1)
+
+
+def test_refusals_name_the_rule():
+    y, _ = _dense(128, 128, 128, cast="float32")
+    s = te.create_schedule(y.op)
+    with pytest.raises(ScheduleError, match="wgmma needs sm_90a; the target is sm_90"):
+        schedule_gemm_wgmma(s, y.op, None, WgmmaScheduleConfig(64, 1, 2, 0), "sim")
+    a = te.placeholder((128, 128), "float16", name="a")
+    kn = ops.nn.matmul(a, te.placeholder((128, 128), "float16", name="b"), out_dtype="float32")
+    with pytest.raises(ScheduleError, match=r"wgmma takes B as \[N, K\]"):
+        schedule_gemm_wgmma(te.create_schedule(kn.op), kn.op, None, None, SIM)
+    for cfg, rule in (((64, 1, 4, 1), "need at least 4 steps of 64"),
+                      ((96, 1, 2, 0), "need block_n in"),
+                      ((64, 1, 2, 1), "3 stages or more for in_flight=1"),
+                      ((64, 1, 2, 0, 0), "split_k a positive int"),
+                      ((64, 1, 2, 0, 2), r"need at least 2 steps of 64 .* per split_k part")):
+        with pytest.raises(ScheduleError, match=rule):
+            schedule_gemm_wgmma(te.create_schedule(y.op), y.op, None,
+                                WgmmaScheduleConfig(*cfg), SIM)
+    big, _ = _dense(4096, 4096, 4096, bias=True, cast="float16")
+    s = te.create_schedule(big.op)
+    prod = _product(big)
+    with pytest.raises(ScheduleError, match="need at most .* and the f32 C tile"):
+        schedule_gemm_wgmma(s, prod, big.op, WgmmaScheduleConfig(256, 2, 4, 1), H200)
+
+
+def test_a_padded_split_k_epilogue_kernel_assembles_for_sm_90a():
+    from ptxforge.backend_ptx import compile_module
+    from ptxforge.backend_ptx.assemble import find_ptxas
+    from ptxforge.target import as_target
+
+    y, args = _dense(49, 200, 1000, bias=True, act="gelu", cast="float16")
+    s, used = _schedule(y, WgmmaScheduleConfig(128, 1, 3, 1, 4))
+    target = as_target(H200)
+    with target:
+        dev = ptxforge.lower(s, args + [y])
+    grids = [tuple(k.attrs.launch.grid) for k in dev.kernels()]
+    assert grids[0] == (2, 1, 4)  # N 200 in tiles of 128, M 49 in one of 64, 4 parts
+    product, total = compile_module(dev, target).kernels.values()
+    ptx = product.get_source("ptx")
+    for step in ("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", "cp.async",
+                 "fence.proxy.async.shared::cta", "wgmma.wait_group.sync.aligned \t1;"):
+        assert step in ptx
+    if find_ptxas() is not None:
+        assert product.cubin and total.cubin
+        for k in (product, total):
+            assert "ld.local" not in k.get_source("ptx")
