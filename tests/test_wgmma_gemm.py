@@ -261,3 +261,51 @@ def test_the_kernel_estimate_counts_tensorized_nests_as_tensor_core_work():
         est[arch] = module_seconds((stats,), None, t)
     # measured on an H200: 4.1 us with wgmma, 7.9 us with mma.sync
     assert 3e-6 < est["sm_90a"] < 6e-6 < est["sm_90"] < 12e-6
+
+
+def _wg_dense_layer(M, N, K):
+    """A BERT-like dense layer: fp16 product, bias and gelu in float32, cast to fp16."""
+    y, args = _dense(M, N, K, bias=True, act="gelu", cast="float16")
+    return args + [y]
+
+
+def test_the_auto_scheduler_gets_a_wgmma_sketch_on_sm_90a_and_measures_it(tmp_path):
+    from ptxforge import autosched, measure
+    from ptxforge.autosched.evolution import random_population
+    from ptxforge.autosched.features import population_features
+    from ptxforge.autosched.state import State, state_payload
+    from ptxforge.autosched.tensorcore import WgmmaGemmStep
+    from ptxforge.autosched.workload_registry import register_workload
+
+    fn = register_workload(_wg_dense_layer)
+    args = (100, 192, 320)  # padded: 100 rows, K of 5 steps
+    names = [s.name for s in autosched.SearchTask(func=fn, args=args,
+                                                  target="cuda -arch=sm_90").sketches]
+    assert not any(n.startswith("wgmma") for n in names)
+    task = autosched.SearchTask(func=fn, args=args, target=H200)
+    wg = len(task.sketches) - 1
+    sk = task.sketches[wg]
+    assert sk.name.startswith("wgmma_gemm(") and isinstance(sk.steps[0], WgmmaGemmStep)
+    assert task.sketches[wg - 1].name.startswith("tensorcore_gemm(")  # they compete
+    step = sk.steps[0]
+    slots = {sl.name: sl.choices for sl in sk.slots}
+    assert slots[step.slot("block_n")] == (64, 128, 256)
+    assert slots[step.slot("split_k")] == (1, 2, 4)  # 5 steps of 64: up to 4 parts
+    rng = np.random.default_rng(5)
+    pop = random_population(task, 600, rng)
+    pop = pop[pop[:, 0] == wg]
+    feats, valid, est = population_features(task.models, pop, task.flop_ct, 132)
+    assert valid.any() and (~valid).any() and np.isfinite(est[valid]).all()
+    assert np.isfinite(feats).all()
+    for row in pop[valid][:6]:  # the states the model accepts schedule
+        assert "wgmma_m64n" in State.from_row(row, task).pipeline_text(task)
+    # measured with the simulator runner: built, checked against the reference, estimated
+    states = [State.from_row(r, task) for r in pop[valid][:2]]
+    inputs = [measure.MeasureInput(task.task_spec, s.pipeline_text(task),
+                                   state_payload(task, s)) for s in states]
+    results = measure.measure_batch(
+        inputs, measure.LocalBuilder(n_parallel=1, compile_to="ir"),
+        measure.SimRunner(max_sim_seconds=30.0))
+    for r in results:
+        assert r.ok and r.correctness == "passed" and r.estimated
+        assert 1e-6 < min(r.costs) < 1e-3

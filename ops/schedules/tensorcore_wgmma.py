@@ -395,45 +395,59 @@ SPLIT_K_CHOICES = (2, 4, 8, 16)
 def wgmma_time(cfg: WgmmaScheduleConfig, form, target=None, c_tile: bool = False,
                dram_floor: bool = True) -> float:
     """A rough estimate in seconds of the wgmma GEMM with ``cfg`` on ``form``, to rank
-    :func:`choose_wgmma_config`'s candidates; the shape of
-    :func:`~.tensorcore_gemm.gemm_time`: blocks in waves of the SMs times the blocks
-    resident on one (shared memory, 128 x warpgroups threads), the ``r`` blocks sharing an
-    SM dividing its rate; each 64-column step the largest of the wgmma work (at
-    :data:`WGMMA_PEAK_FRACTION` of the SM's tensor-core peak), the tile copies (at
+    :func:`choose_wgmma_config`'s candidates (:func:`wgmma_estimate` of one config)."""
+    return float(wgmma_estimate(cfg.block_n, cfg.warpgroups, cfg.stages, cfg.split_k, form,
+                                target, c_tile, dram_floor))
+
+
+def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_tile=False,
+                   dram_floor: bool = True):
+    """:func:`wgmma_time` over arrays of knobs (the auto-scheduler's population); the
+    shape of :func:`~.tensorcore_gemm.gemm_time`: blocks in waves of the SMs times the
+    blocks resident on one (shared memory, 128 x warpgroups threads), the ``r`` blocks
+    sharing an SM dividing its rate; each 64-column step the largest of the wgmma work
+    (at :data:`WGMMA_PEAK_FRACTION` of the SM's tensor-core peak), the tile copies (at
     :data:`WGMMA_COPY_BYTES_PER_CLOCK`) and the global latency the ``stages - 1`` copies
-    in flight hide, plus a barrier; at least the inputs read from DRAM once; one launch;
-    split-K's second kernel and the float32 partial sums' traffic."""
+    in flight hide, plus a barrier; at least the tiles' copies from L2
+    (:data:`L2_TILE_RATE`) and the inputs read from DRAM once; one launch; split-K's
+    second kernel and the float32 partial sums' traffic."""
+    import numpy as np
+
     from ...target import as_target
 
     t = as_target(target)
-    split = max(cfg.split_k, 1)
-    Mp, Np, Kp = wgmma_padded_extents(cfg, form)
-    if not form.paddable:
+    bn = np.asarray(block_n, dtype=np.int64)
+    wgs = np.asarray(warpgroups, dtype=np.int64)
+    split = np.maximum(np.asarray(split_k, dtype=np.int64), 1)
+    stages = np.asarray(stages, dtype=np.int64)
+    bm = 64 * wgs
+    if form.paddable:
+        Mp, Np = -(-form.M // bm) * bm, -(-form.N // bn) * bn
+        Kp = -(-form.K // (BLOCK_K * split)) * (BLOCK_K * split)
+    else:
         Mp, Np, Kp = form.M, form.N, form.K
-    bm, bn = cfg.block_m, cfg.block_n
     blocks = form.batch * (Mp // bm) * (Np // bn) * split
-    regs = min(255, 48 + bn // 2)
-    per_sm = max(1, t.blocks_per_sm(WARPGROUP * cfg.warpgroups, regs,
-                                    wgmma_shared_bytes(cfg, c_tile) + 1024))
+    regs = np.minimum(255, 48 + bn // 2)
+    smem = stages * (bm + bn) * BLOCK_K * 2 + np.where(c_tile, bm * (bn + 4) * 4, 0)
+    per_sm = np.maximum(1, t.blocks_per_sm(WARPGROUP * wgs, regs, smem + 1024))
     waves = -(-blocks // (t.num_sms * per_sm))
-    r = min(per_sm, -(-blocks // t.num_sms))
+    r = np.minimum(per_sm, -(-blocks // t.num_sms))
     tc_sm = t.peak_flops(form.in_dtype, tensor_core=True) / (t.num_sms * t.clock_hz)
-    frac = WGMMA_PEAK_FRACTION * (1.0 if r * cfg.warpgroups >= 2 else 0.8)
+    frac = WGMMA_PEAK_FRACTION * np.where(r * wgs >= 2, 1.0, 0.8)
     mma = r * 2.0 * bm * bn * BLOCK_K / (tc_sm * frac)
     load = r * (bm + bn) * BLOCK_K * 2 / WGMMA_COPY_BYTES_PER_CLOCK
-    latency = t.global_latency_cycles / max(cfg.stages - 1, 1)
+    latency = t.global_latency_cycles / np.maximum(stages - 1, 1)
     steps = Kp // (BLOCK_K * split)
-    sec = waves * steps * (max(mma, load, latency) + t.barrier_cycles) / t.clock_hz
+    sec = waves * steps * (np.maximum(np.maximum(mma, load), latency)
+                           + t.barrier_cycles) / t.clock_hz
     tiles = blocks * steps * (bm + bn) * BLOCK_K * 2
-    sec = max(sec, tiles / (L2_TILE_RATE * t.l2_bytes_per_s))
+    sec = np.maximum(sec, tiles / (L2_TILE_RATE * t.l2_bytes_per_s))
     if dram_floor:
-        sec = max(sec, form.batch * (form.M + form.N) * form.K * 2 / t.dram_bytes_per_s)
-    sec += t.launch_seconds
-    if split > 1:
-        partial = split * form.batch * Mp * Np * 4
-        rate = t.l2_bytes_per_s if 2 * partial <= t.l2_bytes else t.dram_bytes_per_s
-        sec += t.dependent_launch_seconds + 2.0 * partial / rate
-    return sec
+        sec = np.maximum(sec, form.batch * (form.M + form.N) * form.K * 2 / t.dram_bytes_per_s)
+    sec = sec + t.launch_seconds
+    partial = split * form.batch * Mp * Np * 4.0
+    rate = np.where(2 * partial <= t.l2_bytes, t.l2_bytes_per_s, t.dram_bytes_per_s)
+    return sec + np.where(split > 1, t.dependent_launch_seconds + 2.0 * partial / rate, 0.0)
 
 
 def needs_c_tile(cfg: WgmmaScheduleConfig, form, epilogue_tile: bool) -> bool:
