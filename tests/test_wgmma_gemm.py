@@ -309,3 +309,28 @@ def test_the_auto_scheduler_gets_a_wgmma_sketch_on_sm_90a_and_measures_it(tmp_pa
     for r in results:
         assert r.ok and r.correctness == "passed" and r.estimated
         assert 1e-6 < min(r.costs) < 1e-3
+
+
+def test_the_autotvm_wgmma_templates_take_padded_batched_and_split_products():
+    from ptxforge import autotvm
+    from ptxforge.autotvm import tensorcore_wgmma as tw
+    from ptxforge.target import as_target
+
+    task = autotvm.task.create(tw.BATCH_NAME, args=(2, 49, 64, 200, "float16", "float32"),
+                               target=SIM)
+    space = task.config_space
+    assert list(space.space_map) == list(tw.KNOBS)
+    # block_n 64 (N = 64), 1 warpgroup (M <= 64), stages 1-4 (K: 4 steps), split-K 1, 2, 4
+    assert space.dims == [1, 1, 4, 2, 3]
+    cfg = space.get(space.knob2point([0, 0, 1, 0, 1]))  # 2 stages, split_k 2
+    with as_target(SIM):
+        s, tensors = task.instantiate(cfg)
+    text = str(s.pipeline)
+    assert "wgmma_m64n64k16_f16_f32" in text and "rfactor" in text
+    x, y, out = tensors
+    mod, (xv, yv), got = _run(s, [x, y], out)
+    assert _kernels(mod) == 2
+    want = np.matmul(xv, yv.transpose(0, 2, 1))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+    with pytest.raises(ScheduleError, match="wgmma takes float16 or bfloat16 inputs"):
+        autotvm.task.create(tw.NAME, args=(64, 64, 64, "float32"), target=SIM)
