@@ -334,3 +334,48 @@ def test_the_autotvm_wgmma_templates_take_padded_batched_and_split_products():
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
     with pytest.raises(ScheduleError, match="wgmma takes float16 or bfloat16 inputs"):
         autotvm.task.create(tw.NAME, args=(64, 64, 64, "float32"), target=SIM)
+
+
+def test_a_float16_bert_layer_tuned_on_sm_90a_runs_its_wgmma_records(tmp_path):
+    """The network path: tasks extracted for sm_90a get the wgmma sketch; records of its
+    states (measured on the simulator runner) are applied by the build, whose products
+    then run wgmma and keep the network's values."""
+    from ptxforge import autosched, graph, measure
+    from ptxforge.autosched.evolution import random_population
+    from ptxforge.autosched.features import population_features
+    from ptxforge.autosched.state import State, state_payload
+    from ptxforge.graph.zoo.bert import bert_layer
+    from ptxforge.measure.record import encode
+
+    out, params, shape = bert_layer(1, "float32", seq_len=64, hidden=64, heads=1,
+                                    intermediate=128)
+    net = graph.function(out)
+    tasks, _ = autosched.extract_tasks(net, params, H200, precision="float16")
+    inputs = []
+    for t in tasks:
+        wg = [k for k, sk in enumerate(t.sketches) if sk.name.startswith("wgmma_gemm(")]
+        if not wg:
+            continue
+        pop = random_population(t, 200, np.random.default_rng(3))
+        pop = pop[pop[:, 0] == wg[0]]
+        _, valid, est = population_features(t.models, pop, t.flop_ct, 132)
+        s = State.from_row(pop[valid][np.argmin(est[valid])], t)
+        inputs.append(measure.MeasureInput(t.task_spec, s.pipeline_text(t),
+                                           state_payload(t, s)))
+    assert len(inputs) >= 4  # the QKV, output and two FFN products
+    results = measure.measure_batch(inputs, measure.LocalBuilder(n_parallel=1,
+                                                                 compile_to="ir"),
+                                    measure.SimRunner(max_sim_seconds=30.0))
+    assert all(r.ok and r.correctness == "passed" for r in results)
+    log = tmp_path / "bert.json"
+    log.write_text("".join(encode(i, r) + "\n" for i, r in zip(inputs, results)))
+    with pytest.warns(Warning), autosched.ApplyHistoryBest(str(log)):
+        lib = graph.build(net, SIM, params, precision="float16")
+    runs = [f for f in lib.functions.values() if "wgmma_m64n" in f.pipeline_text]
+    assert len(runs) >= len(inputs) and all(f.tuned for f in runs)
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    m = graph.GraphModule(lib)
+    m.run(data=x)
+    want = graph.evaluate(net, {"data": x}, params)
+    got = m.get_output(0).numpy().astype("float64")
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max())
