@@ -379,3 +379,21 @@ def test_a_float16_bert_layer_tuned_on_sm_90a_runs_its_wgmma_records(tmp_path):
     want = graph.evaluate(net, {"data": x}, params)
     got = m.get_output(0).numpy().astype("float64")
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max())
+
+
+def test_an_operand_computed_in_its_copy_is_stored_swizzled_without_cp_async():
+    # a prologue (relu of A) inlined into A's shared copy: plain stores, then the proxy
+    # fence before the wgmma reads them (the simulator checks it)
+    x = te.placeholder((128, 128), "float16", name="x")
+    w = te.placeholder((128, 128), "float16", name="w")
+    xr = ops.nn.relu(x)
+    y = ops.nn.dense(xr, w, out_dtype="float32")
+    s = te.create_schedule(y.op)
+    schedule_gemm_wgmma(s, y.op, None, WgmmaScheduleConfig(64, 1, 2, 0), SIM)
+    s[xr.op].compute_inline()
+    text = str(s.pipeline)
+    assert "async_copy(w.shared)" in text and "async_copy(x" not in text
+    assert "swizzle(compute.shared, 3)" in text
+    _, (xv, wv), got = _run(s, [x, w], y)
+    want = np.maximum(xv, 0) @ wv.T
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
