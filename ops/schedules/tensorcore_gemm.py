@@ -47,6 +47,11 @@ larger tile. On 132 SMs: 4096^3 takes 128x128x32 (2x2 warps, 4 stages); M = 16 o
 4 split-K parts; ``M = 1, N = 1000, K = 512`` (padded) 16x16x128.
 AutoTVM tunes the same schedule through the templates of
 :mod:`ptxforge.autotvm.tensorcore_dense`, whose knobs :func:`check_gemm_config` checks.
+
+On sm_90a, :func:`schedule_matmul` runs the product with wgmma instead
+(:func:`~.tensorcore_wgmma.schedule_gemm_wgmma`, on the stages of :func:`gemm_stages`)
+where :func:`wgmma_choice` takes it: wgmma runs it (fp16/bf16, B as ``[N, K]``,
+``N >= 64``) and the mma.sync estimate is not the faster.
 """
 
 from __future__ import annotations

@@ -15,6 +15,14 @@ The accumulators are stored to global memory thread by thread (``store_wg_*``, c
 on the way). Only the schedule primitives are used: cache_read/cache_write, split,
 reorder, bind, compute_at, fuse, vectorize, swizzle, async_copy, pipeline, pragma and
 tensorize.
+
+:func:`schedule_gemm_wgmma` is the same tiling for any product stage of dense, matmul or
+batch_matmul that :func:`~.tensorcore_gemm.gemm_form` accepts (fp16/bf16, B as
+``[N, K]``): the fused epilogue over a shared C tile, extents padded through
+``implicit_gemm``, split-K, the batch on blockIdx.z, on the stages it shares with the
+mma.sync GEMM (:func:`~.tensorcore_gemm.gemm_stages`). :func:`choose_wgmma_config` picks
+its tiles by :func:`wgmma_time`; the default schedule takes it on sm_90a through
+:func:`~.tensorcore_gemm.wgmma_choice`.
 """
 
 from __future__ import annotations
