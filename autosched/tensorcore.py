@@ -799,7 +799,8 @@ def wgmma_model(step: WgmmaGemmStep, V, hw, n: int) -> dict:
     accum = bn // 2
     regs = np.minimum(255, 48 + accum)
     occ = _occupancy(threads, regs, shared, blocks, hw)
-    est = wgmma_estimate(bn, wgs, stages, split, f, step.target, c_tile)
+    est = wgmma_estimate(bn, wgs, stages, split, f, step.target, c_tile,
+                         in_flight=in_flight)
     flop = 2.0 * f.batch * f.M * f.N * f.K
     unique = f.batch * ((f.M + f.N) * f.K * 2 + f.M * f.N * step.out_bytes)
     return {"valid": valid, "blocks": blocks, "threads": threads,
