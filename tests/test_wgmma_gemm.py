@@ -397,3 +397,20 @@ def test_an_operand_computed_in_its_copy_is_stored_swizzled_without_cp_async():
     _, (xv, wv), got = _run(s, [x, w], y)
     want = np.maximum(xv, 0) @ wv.T
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+def test_a_broadcast_batch_runs_unpadded_and_refuses_split_k():
+    x = te.placeholder((2, 128, 128), "float16", name="x")
+    w = te.placeholder((1, 64, 128), "float16", name="w")  # one weight for both
+    y = ops.nn.batch_matmul(x, w, out_dtype="float32")
+    s, _ = _schedule(y, WgmmaScheduleConfig(64, 2, 2, 0))
+    assert "implicit_gemm" not in str(s.pipeline)
+    _, (xv, wv), got = _run(s, [x, w], y)
+    want = np.matmul(xv, wv.transpose(0, 2, 1))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+    with pytest.raises(ScheduleError, match="need split_k 1 on a broadcast batch"):
+        _schedule(y, WgmmaScheduleConfig(64, 2, 2, 0, 2))
+    odd = ops.nn.batch_matmul(te.placeholder((2, 80, 128), "float16", name="x"), w,
+                              out_dtype="float32")
+    with pytest.raises(ScheduleError, match="a broadcast batch is not padded"):
+        _schedule(odd, WgmmaScheduleConfig(64, 1, 2, 0))
