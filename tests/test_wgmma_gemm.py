@@ -414,3 +414,36 @@ def test_a_broadcast_batch_runs_unpadded_and_refuses_split_k():
                               out_dtype="float32")
     with pytest.raises(ScheduleError, match="a broadcast batch is not padded"):
         _schedule(odd, WgmmaScheduleConfig(64, 1, 2, 0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K,epi,cfg", [
+    (128, 3072, 768, "gelu", None),  # the default's pick: 64 x 64, 4 stages, 1 in flight
+    (128, 768, 3072, "residual", None),  # the default splits K
+    (49, 1000, 200, "gelu", (128, 1, 3, 1, 1)),  # padded M, N and K
+    (300, 256, 520, "residual", (64, 2, 4, 1, 2)),  # padded, split-K
+])
+def test_wgmma_gemm_with_epilogues_on_the_gpu(M, N, K, epi, cfg):
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+    from ptxforge.target import as_target
+
+    dev = cuda(0)
+    if dev.sm != "sm_90":
+        pytest.skip(f"wgmma needs an sm_90 GPU (sm_90a code); this one is {dev.sm}")
+    y, args = _dense(M, N, K, bias=True, act="gelu" if epi == "gelu" else None,
+                     residual=epi == "residual", cast="float16" if epi == "gelu" else None)
+    target = as_target(H200)
+    with target:
+        if cfg is None:
+            s = default_schedule(y, target)
+        else:
+            s, _ = _schedule(y, WgmmaScheduleConfig(*cfg))
+        assert "wgmma_m64n" in str(s.pipeline)
+        loaded = compile_module(ptxforge.lower(s, args + [y]), target).load(dev)
+    host_vals = [host(RNG, a.shape, a.dtype) for a in args]
+    out = empty((M, N), y.dtype, dev)
+    loaded(*[array(h, dev, a.dtype) for h, a in zip(host_vals, args)], out)
+    want = _ref([f64(h, a.dtype) for h, a in zip(host_vals, args)], True,
+                "gelu" if epi == "gelu" else None, epi == "residual")
+    got = f64(out.numpy(), y.dtype)
+    np.testing.assert_allclose(got, want, rtol=0, atol=3e-3 * np.abs(want).max())
