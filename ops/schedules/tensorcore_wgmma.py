@@ -147,11 +147,7 @@ def schedule_dense_wgmma(tensors, cfg: WgmmaScheduleConfig | None = None,
     # the accumulators of one warpgroup; K in steps of 64, each four k16 wgmmas
     s[cf].compute_at(o, wg)
     f = s[cf]
-    ci, cj = f.op.axis
-    (kr,) = f.op.reduce_axis
-    ko, ki = f.split(kr, factor=BLOCK_K)
-    ki, kk = f.split(ki, factor=16)
-    f.reorder(ko, ki, ci, cj, kk)
+    ko, ki, ci = split_warpgroup_k(f)
 
     # shared tiles: 16-byte cp.async by every thread, into the 128B-swizzled layout
     for sh in (a_sh, b_sh):
@@ -167,13 +163,33 @@ def schedule_dense_wgmma(tensors, cfg: WgmmaScheduleConfig | None = None,
         st.vectorize(v)
         st.swizzle(3)
         st.async_copy()
-    f.tensorize(ci, f"wgmma_m64n{cfg.block_n}k16_{SUFFIX[ab]}_f32")
+    finish_warpgroup_product(f, ko, ki, ci, cfg, ab)
+    return s
+
+
+def split_warpgroup_k(f) -> tuple:
+    """Split the reduction of the warpgroup accumulator stage ``f`` (its last two axes the
+    warpgroup's 64 rows and ``block_n`` columns) into steps of 64 (``ko``: the shared
+    tiles attach there, the pipeline runs over it) of four k16 (``ki``), the tile's axes
+    inside: returns ``(ko, ki, rows)``."""
+    *lead, ci, cj = f.op.axis
+    (kr,) = f.op.reduce_axis
+    ko, ki = f.split(kr, factor=BLOCK_K)
+    ki, kk = f.split(ki, factor=16)
+    f.reorder(*lead, ko, ki, ci, cj, kk)
+    return ko, ki, ci
+
+
+def finish_warpgroup_product(f, ko, ki, rows, cfg: WgmmaScheduleConfig, ab: str) -> None:
+    """The wgmma of each k16 step of :func:`split_warpgroup_k`'s nest, its steps unrolled,
+    the 64-column steps software-pipelined over ``cfg.stages`` buffers with
+    ``cfg.in_flight`` groups left running."""
+    f.tensorize(rows, f"wgmma_m64n{cfg.block_n}k16_{SUFFIX[ab]}_f32")
     f.unroll(ki)
     if cfg.stages > 1:
         f.pipeline(ko, cfg.stages)
     if cfg.in_flight:
         f.pragma(ko, "wgmma_in_flight", cfg.in_flight)
-    return s
 
 
 # -- wgmma in the default schedules of dense, matmul and batch_matmul -------------------------
@@ -359,22 +375,13 @@ def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = 
 
     # the accumulators of one warpgroup; K in steps of 64, each four k16 wgmmas
     f = s[cf]
-    *lead, ci, cj = f.op.axis
-    (kr,) = f.op.reduce_axis
-    ko, ki = f.split(kr, factor=BLOCK_K)
-    ki, kk = f.split(ki, factor=16)
-    f.reorder(*lead, ko, ki, ci, cj, kk)
+    ko, ki, ci = split_warpgroup_k(f)
     vec = copy_vec(form)
     for sh, x in ((st.a_sh, st.a), (st.b_sh, st.b)):
         schedule_tile_copy(s, sh, f, ko, vec, threads,
                            vec >= 2 and target.has_cp_async and copies_from_memory(x),
                            swizzle=3)
-    f.tensorize(ci, f"wgmma_m64n{cfg.block_n}k16_{SUFFIX[form.in_dtype]}_f32")
-    f.unroll(ki)
-    if cfg.stages > 1:
-        f.pipeline(ko, cfg.stages)
-    if cfg.in_flight:
-        f.pragma(ko, "wgmma_in_flight", cfg.in_flight)
+    finish_warpgroup_product(f, ko, ki, ci, cfg, form.in_dtype)
     return cfg
 
 
