@@ -32,6 +32,16 @@ tensor-core GEMM schedule with them (zero padding through ``implicit_gemm``, TF3
 loaded with ldmatrix as the 16-bit ones). Where ``tensorcore(C)`` takes the stage too,
 both sketches compete, ``tensorcore(C)`` first.
 
+On a target with wgmma (sm_90a), a dense / matmul / batch_matmul stage that wgmma runs
+(fp16 / bf16, B read as ``[N, K]``, ``N >= 64``: :func:`~ptxforge.ops.schedules.
+tensorcore_wgmma.wgmma_refusal`) also gets ``wgmma_gemm(C)``: its step,
+:class:`WgmmaGemmStep`, samples ``block_n`` (64, 128, 256), ``warpgroups`` (1 or 2:
+block tiles of 64 or 128 rows), ``stages``, ``in_flight`` (wgmma groups left running
+across K steps) and ``split_k``, and runs the default wgmma GEMM schedule
+(:func:`~ptxforge.ops.schedules.tensorcore_wgmma.schedule_gemm_wgmma`) with them; it
+competes with the mma.sync sketches, and :func:`wgmma_model` ranks its states with the
+estimate the default chooser uses.
+
 Other shapes of computation, float32 products not declared TF32 (TF32 is never chosen
 silently) or targets without mma.sync get no tensor-core sketch.
 """
@@ -369,6 +379,99 @@ def schedule_tensorcore_gemm(step: TensorCoreGemmStep, cfg: TensorCoreConfig, ta
         s, c.op, epi, cfg, target, step.form))
 
 
+WGMMA_STAGE_CHOICES = (1, 2, 3, 4)
+WGMMA_SPLIT_K_CHOICES = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class WgmmaGemmStep(TensorCoreStep):
+    """A dense / matmul / batch_matmul ``stage`` and its element-wise epilogue on the
+    default wgmma GEMM schedule (sm_90a) with the sampled ``block_n``, ``warpgroups``,
+    ``stages``, ``in_flight`` and ``split_k``. ``form``: the product's
+    :class:`~ptxforge.ops.schedules.tensorcore_gemm.GemmForm`; ``remapped``: the output
+    stores the product in another layout (tiles that divide it, no split-K)."""
+
+    form: object = field(default=None, compare=False, hash=False)
+    late: tuple = field(default=(), compare=False, hash=False)
+    target: object = field(default=None, compare=False, hash=False)
+    remapped: bool = field(default=False, compare=False, hash=False)
+    epilogue_tile: bool = field(default=True, compare=False, hash=False)
+    """The epilogue does more than cast (the accumulators go through the shared C tile)."""
+
+    def slot(self, kind: str) -> str:
+        return slot_name(self.stage, "wg", kind)
+
+    def slots(self) -> list:
+        from ..ops.schedules.tensorcore_wgmma import BLOCK_K, BLOCK_N
+
+        f = self.form
+        pad = f.paddable and not self.remapped
+        bn = tuple(n for n in BLOCK_N if (n <= max(tile_limit(f.N), BLOCK_N[0]) if pad
+                                          else f.N % n == 0))
+        wgs = tuple(w for w in (1, 2) if (w == 1 or f.M > 64 if pad else f.M % (64 * w) == 0))
+        steps = -(-f.K // BLOCK_K)
+        split = tuple(p for p in WGMMA_SPLIT_K_CHOICES if p == 1 or (pad and steps >= p))
+        return [ChoiceSlot(self.slot("block_n"), bn),
+                ChoiceSlot(self.slot("warpgroups"), wgs),
+                ChoiceSlot(self.slot("stages"), WGMMA_STAGE_CHOICES),
+                ChoiceSlot(self.slot("in_flight"), (0, 1)),
+                ChoiceSlot(self.slot("split_k"), split)]
+
+    def wgmma_config(self, vals):
+        """The wgmma schedule's configuration of one state."""
+        from ..ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig
+
+        return WgmmaScheduleConfig(*(int(vals[self.slot(k)]) for k in (
+            "block_n", "warpgroups", "stages", "in_flight", "split_k")))
+
+    def emit(self, vals, out) -> None:
+        s = schedule_wgmma_gemm(self, self.wgmma_config(vals), self.target)
+        out["structure"].extend(s.pipeline)
+
+
+def schedule_wgmma_gemm(step: WgmmaGemmStep, cfg, target=None):
+    """The te schedule of ``step``'s product with wgmma configuration ``cfg``: the default
+    wgmma GEMM schedule between the inlines of :func:`_schedule_product`."""
+    from ..ops.schedules.tensorcore_wgmma import schedule_gemm_wgmma
+
+    return _schedule_product(step, lambda s, c, epi: schedule_gemm_wgmma(
+        s, c.op, epi, cfg, target, step.form))
+
+
+def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
+    """The wgmma GEMM step for ``task``, or None: a target with wgmma and a task
+    :func:`tensorcore_gemm_step` takes whose product wgmma runs
+    (:func:`~ptxforge.ops.schedules.tensorcore_wgmma.wgmma_refusal`), with at least one
+    configuration that schedules."""
+    from ..ir.dtype import nbytes
+    from ..ops.schedules.tensorcore_gemm import _is_cast_of, gemm_form
+    from ..ops.schedules.tensorcore_wgmma import choose_wgmma_config, wgmma_refusal
+
+    if not task.target.has_wgmma:
+        return None
+    prod = _single_product(task)
+    if prod is None:
+        return None
+    op, out, stage, output, inlined, late = prod
+    form = gemm_form(op, task.target)
+    if form is None or wgmma_refusal(form, task.target) is not None:
+        return None
+    remapped = tuple(out.shape) != tuple(op.output(0).shape)
+    epi_tile = out.op is not op and not (not inlined and _is_cast_of(out.op, op))
+    step = WgmmaGemmStep(stage, output, form.M, form.N, form.K, form.in_dtype,
+                         form.acc_dtype, nbytes(out.dtype), b_kn=False, batch=form.batch,
+                         tensors=(op.output(0), out), inlined=inlined, form=form, late=late,
+                         target=task.target, remapped=remapped, epilogue_tile=epi_tile)
+    cfg = choose_wgmma_config(form, task.target, epi_tile, remap=remapped)
+    if cfg is None or not all(sl.choices for sl in step.slots()):
+        return None
+    try:  # the default configuration must schedule (else the epilogue is not element-wise)
+        schedule_wgmma_gemm(step, cfg, task.target)
+    except ScheduleError:
+        return None
+    return step
+
+
 def tensorcore_gemm_step(task) -> TensorCoreGemmStep | None:
     """The tensor-core GEMM step for ``task``, or None when the rule does not apply: one
     output computed from a single product that the default tensor-core GEMM schedule runs
@@ -530,8 +633,8 @@ def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
 
 def tensorcore_sketches(task) -> list:
     """The tensor-core sketches of ``task`` (empty when the rule does not apply): the
-    ldmatrix sketch and the GEMM sketch (split-K among its slots) where each applies,
-    in that order, else the conv sketch."""
+    ldmatrix sketch, the GEMM sketch (split-K among its slots) and, on sm_90a, the wgmma
+    GEMM sketch where each applies, in that order, else the conv sketch."""
     out = []
     step = tensorcore_step(task)
     if step is not None:
@@ -539,6 +642,9 @@ def tensorcore_sketches(task) -> list:
     gemm = tensorcore_gemm_step(task)
     if gemm is not None:
         out.append(Sketch(f"tensorcore_gemm({gemm.stage})", [gemm]))
+        wg = wgmma_gemm_step(task)
+        if wg is not None:
+            out.append(Sketch(f"wgmma_gemm({wg.stage})", [wg]))
     if out:
         return out
     conv = tensorcore_conv_step(task)
@@ -565,6 +671,8 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     traffic (written, then read by the summing kernel)."""
     from .kernel_model import _occupancy
 
+    if isinstance(step, WgmmaGemmStep):
+        return wgmma_model(step, V, hw, n)
     bm, bn, bk = V[step.slot("block_m")], V[step.slot("block_n")], V[step.slot("block_k")]
     wm_, wn_ = V[step.slot("warps_m")], V[step.slot("warps_n")]
     stages, layout, vec = V[step.slot("stages")], V[step.slot("layout")], V[step.slot("vec")]
@@ -656,3 +764,49 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
             "regs": regs, "r0": k_iters, "est": est, "tc_mma_k": np.full(n, mma_k),
             "tc_warps": warps, "tc_stages": stages, "tc_bytes_per_mma": bytes_per_mma,
             "tc_flop": np.full(n, flop), **occ}
+
+
+def wgmma_model(step: WgmmaGemmStep, V, hw, n: int) -> dict:
+    """Validity, resource use and the analytical time of wgmma GEMM states (vectorized):
+    the rules of :func:`~ptxforge.ops.schedules.tensorcore_wgmma.check_wgmma_gemm` (one
+    group in flight needs 3 stages, each split-K part at least ``stages`` steps of 64, the
+    shared tiles and C tile within the opt-in limit) and the estimate of
+    :func:`~ptxforge.ops.schedules.tensorcore_wgmma.wgmma_estimate`, in the statistics'
+    names the features read (a warpgroup is 4 warps; wgmma reads its tiles from shared
+    memory itself: no fragment loads, no bank conflicts)."""
+    from ..ops.schedules.tensorcore_wgmma import BLOCK_K, WARPGROUP, wgmma_estimate
+    from .kernel_model import _occupancy
+
+    f = step.form
+    bn, wgs = V[step.slot("block_n")], V[step.slot("warpgroups")]
+    stages, in_flight = V[step.slot("stages")], V[step.slot("in_flight")]
+    split = V[step.slot("split_k")]
+    bm = 64 * wgs
+    pad = f.paddable and not step.remapped
+    Mp = -(-f.M // bm) * bm if pad else np.full(n, f.M)
+    Np = -(-f.N // bn) * bn if pad else np.full(n, f.N)
+    Kp = -(-f.K // (BLOCK_K * split)) * BLOCK_K * split
+    c_tile = step.epilogue_tile | (split > 1) | (Mp != f.M) | (Np != f.N) | (Kp != f.K)
+    steps = Kp // (BLOCK_K * split)
+    shared = stages * (bm + bn) * BLOCK_K * 2 + np.where(c_tile, bm * (bn + 4) * 4, 0)
+    optin = step.target.max_shared_memory_per_block_optin
+    valid = ((in_flight == 0) | (stages >= 3)) & ((stages == 1) | (steps >= stages))
+    valid &= shared <= optin
+    if not pad:
+        valid &= (f.M % bm == 0) & (f.N % bn == 0) & (f.K % BLOCK_K == 0)
+    threads = WARPGROUP * wgs
+    blocks = f.batch * split * (Mp // bm) * (Np // bn)
+    accum = bn // 2
+    regs = np.minimum(255, 48 + accum)
+    occ = _occupancy(threads, regs, shared, blocks, hw)
+    est = wgmma_estimate(bn, wgs, stages, split, f, step.target, c_tile,
+                         in_flight=in_flight)
+    flop = 2.0 * f.batch * f.M * f.N * f.K
+    unique = f.batch * ((f.M + f.N) * f.K * 2 + f.M * f.N * step.out_bytes)
+    return {"valid": valid, "blocks": blocks, "threads": threads,
+            "accum": np.broadcast_to(accum, (n,)), "shared_bytes": shared,
+            "global_bytes": blocks * (bm + bn) * Kp // split * 2,
+            "unique_bytes": np.full(n, float(unique)), "conflict": np.ones(n),
+            "regs": regs, "r0": steps, "est": est, "tc_mma_k": np.full(n, 16),
+            "tc_warps": 4 * wgs, "tc_stages": stages, "tc_bytes_per_mma": np.zeros(n),
+            "tc_flop": np.full(n, flop), "split_k": split, **occ}

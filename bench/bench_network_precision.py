@@ -4,7 +4,9 @@ For each network (ResNet-18 at batch 1 and 16, ResNet-50 and MobileNetV2 at batc
 12-layer BERT-base encoder at seq 128, batch 1), with the same random weights:
 
 - ours: ``graph.build(..., layout="NHWC", precision=--dtype)`` with the default schedules,
-  or the records of ``--log`` where it has them; run as one CUDA graph;
+  or the records of ``--log`` where it has them, for ``--target`` (default ``cuda``: the
+  GPU present; ``"cuda -arch=sm_90"`` keeps an H100/H200's products on mma.sync, where
+  sm_90a runs them with wgmma); run as one CUDA graph;
 - PyTorch: the same graph as a PyTorch model (``graph.torch_reference.torch_twin``: cuDNN
   convolutions, cuBLAS products) in float32 (TF32 off) as the accuracy reference, and in
   ``--dtype`` with channels_last, timed as a CUDA graph of the eager model and as
@@ -104,9 +106,9 @@ def bench_case(torch, case: str, args) -> dict:
         warnings.simplefilter("ignore", graph.NoTuningRecordWarning)
         if args.log:
             with autosched.ApplyHistoryBest(args.log):
-                lib = graph.build(net, "cuda", params, precision=args.dtype)
+                lib = graph.build(net, args.target, params, precision=args.dtype)
         else:
-            lib = graph.build(net, "cuda", params, precision=args.dtype)
+            lib = graph.build(net, args.target, params, precision=args.dtype)
     tuned = sum(f.tuned for f in lib.functions.values())
     row["compile_s"] = time.perf_counter() - t0
     print(f"[{case}] built in {row['compile_s']:.1f} s: {len(lib.functions)} functions, "
@@ -187,6 +189,10 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", choices=("float16", "bfloat16", "tf32", "float32"),
                     default="float16")
     ap.add_argument("--log", default=None, help="tuning records to build with (optional)")
+    ap.add_argument("--target", default="cuda",
+                    help="what to build for (default: the GPU present; on an H100/H200 that is "
+                         "sm_90a, whose default products run wgmma; 'cuda -arch=sm_90' keeps "
+                         "them on mma.sync, for a comparison without --log)")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                     help="also time torch.compile(mode='reduce-overhead') (minutes to compile)")
     ap.add_argument("--check-twin", action=argparse.BooleanOptionalAction, default=True)

@@ -159,9 +159,7 @@ def te_build(M, N, K, ab, cfg=None, log=None):
             with autotvm.apply_history_best(log):
                 s, tensors = tw.dense_wgmma(M, N, K, ab)
         else:  # the template's configuration without a record
-            tensors = dense_tensorcore_compute(M, N, K, ab, ab)
-            s = schedule_dense_wgmma(tensors, tw.default_wgmma_config(M, N, K, target),
-                                     target)
+            s, tensors = tw.dense_wgmma(M, N, K, ab)
         mod = compile_module(ptxforge.lower(s, tensors), target)
     return mod, time.perf_counter() - t0
 

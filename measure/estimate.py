@@ -10,7 +10,9 @@ but it is no measurement. The model is a bounded roofline per streaming multipro
 * the busiest SM's share of the blocks (``ceil(blocks / SMs)``), so grids smaller than the
   GPU or with a ragged last wave pay for it;
 * issue time of floating-point and index arithmetic, slowed down when too few warps are
-  resident to hide latency;
+  resident to hide latency; tensor-core work (mma.sync at the target's
+  ``mma_sync_peak_fraction`` of its tensor peak, wgmma at
+  :data:`~ptxforge.ops.schedules.tensorcore_wgmma.WGMMA_PEAK_FRACTION`);
 * shared-memory time including bank conflicts, L2 time from the 32-byte sectors the warps
   touch (coalescing), DRAM time from the bytes of the buffers, and a global-load latency
   term for kernels with little parallelism;
@@ -29,7 +31,6 @@ import math
 
 from ..target import Target, as_target
 from .kernel_stats import KernelStats
-
 
 SIM_SECONDS_PER_OP = 3e-7
 SIM_SECONDS_PER_OP_LANE = 1.5e-10
@@ -73,6 +74,14 @@ def kernel_seconds(stats: KernelStats, registers: int | None = None,
     # index arithmetic is counted before common subexpressions are shared: weigh it down
     int_cycles = warp_work * (stats.int_ops / 4) / (t.int32_lanes_per_sm / lanes)
     compute = (fp_cycles + int_cycles) / hide / clock
+    if stats.mma_flops or stats.wgmma_flops:
+        from ..ops.schedules.tensorcore_wgmma import WGMMA_PEAK_FRACTION
+
+        tc = t.peak_flops("float16", tensor_core=True) / (t.num_sms * clock)  # per SM clock
+        threads_sm = per_sm * stats.threads
+        tc_cycles = threads_sm * (stats.mma_flops / max(t.mma_sync_peak_fraction, 1e-3)
+                                  + stats.wgmma_flops / WGMMA_PEAK_FRACTION) / max(tc, 1.0)
+        compute += tc_cycles / clock
     shared = warp_work * lanes * stats.shared_bytes_accessed / t.shared_bytes_per_clock / clock
     shared /= min(1.0, active_warps / t.schedulers_per_sm)
     active_sms = min(t.num_sms, blocks)

@@ -10,6 +10,13 @@ fraction of threads that run it, both branches of an ``if`` count (an upper boun
 traffic is modelled per warp: the index of every access is evaluated for the 32 lanes of
 the first warp, which gives the 32-byte sectors a global access touches (coalescing) and
 the worst bank's load for a shared access (bank conflicts).
+
+A tensorized loop nest (``tensorize``: mma.sync, ldmatrix, wgmma, their fills and stores)
+is the work of a whole warp (32 threads) or warpgroup (128), so its counts are divided
+among those threads (its index arithmetic is the instruction's: not counted); the
+multiply-adds of an ``mma`` nest are tensor-core work
+(``mma_flops``), those of a ``wgmma`` nest too (``wgmma_flops``), not CUDA-core flops, and
+the shared tiles a wgmma reads through its descriptors are no thread's shared accesses.
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ class KernelStats:
     barriers: float  # barriers each thread passes
     global_footprint: int  # bytes of the global buffers the kernel touches
     sim_ops: float  # expression nodes the simulator evaluates per lane program
+    mma_flops: float = 0.0  # mma.sync tensor-core operations per thread
+    wgmma_flops: float = 0.0  # wgmma tensor-core operations per thread
 
     @property
     def threads(self) -> int:
@@ -75,7 +84,8 @@ def analyze_kernel(func: PrimFunc) -> KernelStats:
         shared_bytes=w.alloc_bytes.get("shared", 0), local_bytes=w.alloc_bytes.get("local", 0),
         flops=w.flops, int_ops=w.int_ops, global_load_bytes=w.gload, global_store_bytes=w.gstore,
         global_sector_bytes=w.gsector, shared_bytes_accessed=w.shared, barriers=w.barriers,
-        global_footprint=int(footprint), sim_ops=w.sim_ops)
+        global_footprint=int(footprint), sim_ops=w.sim_ops, mma_flops=w.mma_flops,
+        wgmma_flops=w.wgmma_flops)
 
 
 class _Walker:
@@ -91,6 +101,7 @@ class _Walker:
         self.gload = self.gstore = self.gsector = self.shared = 0.0
         self.barriers = 0.0
         self.sim_ops = 0.0
+        self.mma_flops = self.wgmma_flops = 0.0
         self.alloc_bytes: dict = {}
         self.touched: set = set()
         self._warp_cache: dict = {}
@@ -100,6 +111,8 @@ class _Walker:
         if isinstance(s, Seq):
             for c in s.stmts:
                 self.stmt(c, mult)
+        elif isinstance(s, For) and _intrin_kind(s) is not None:
+            self.tensorized(s, mult)
         elif isinstance(s, For):
             if s.kind == "thread":
                 if s.thread.startswith("threadIdx"):
@@ -137,6 +150,27 @@ class _Walker:
         elif isinstance(s, Barrier):
             self.barriers += mult
             self.sim_ops += mult
+
+    def tensorized(self, s: For, mult: float) -> None:
+        """A tensorized nest: the work of its warp or warpgroup, a share per thread."""
+        kind, group = _intrin_kind(s)
+        before = (self.flops, self.int_ops, self.gload, self.gstore, self.gsector, self.shared,
+                  self.sim_ops)
+        self.stmt(s.replace(annotations={}), mult)
+        after = (self.flops, self.int_ops, self.gload, self.gstore, self.gsector, self.shared,
+                 self.sim_ops)
+        share = [b + (a - b) / group for a, b in zip(after, before)]
+        (self.flops, self.int_ops, self.gload, self.gstore, self.gsector, self.shared,
+         self.sim_ops) = share
+        self.int_ops = before[1]  # the nest's indices are the instruction's, not the thread's
+        if kind in ("mma", "wgmma"):
+            work = self.flops - before[0]
+            self.flops = before[0]
+            if kind == "wgmma":
+                self.wgmma_flops += work
+                self.shared = before[5]  # the descriptors read the tiles, no thread does
+            else:
+                self.mma_flops += work
 
     # expressions ----------------------------------------------------------------------
     def expr(self, e: Expr, mult: float) -> None:
@@ -198,6 +232,17 @@ class _Walker:
             out = (sectors, max(1, int(banks.max())))
         self._warp_cache[key] = out
         return out
+
+
+def _intrin_kind(s: For):
+    """``(kind, threads running it)`` of a tensorized loop, or None."""
+    from ..ir.intrin import ANNOTATION, get_intrin
+
+    name = s.annotations.get(ANNOTATION) if s.annotations else None
+    if name is None:
+        return None
+    it = get_intrin(name)
+    return it.kind, (128 if it.warpgroup else WARP)
 
 
 def _eval(e: Expr, env: dict, lanes: int):

@@ -229,9 +229,10 @@ def test_dense_wgmma_template_tunes_and_dispatches(tmp_path):
     task = autotvm.task.create(tw.NAME, args=(128, 128, 256, "bfloat16"), target=SIM)
     space = task.config_space
     assert list(space.space_map) == list(tw.KNOBS)
-    # block_n 64 / 128 (256 does not divide N), 1-2 warpgroups, 1-4 stages (K / 64), 0-1
-    assert space.dims == [2, 2, 4, 2] and task.flop == 2 * 128 * 128 * 256
-    bad = space.get(space.knob2point([0, 0, 1, 1]))  # n64, 1 warpgroup, 2 stages, 1 in flight
+    # block_n 64 / 128 (up to N), 1-2 warpgroups, 1-4 stages (K / 64), 0-1 in flight,
+    # 1 / 2 / 4 split-K parts
+    assert space.dims == [2, 2, 4, 2, 3] and task.flop == 2 * 128 * 128 * 256
+    bad = space.get(space.knob2point([0, 0, 1, 1, 0]))  # n64, 1 wg, 2 stages, 1 in flight
     with pytest.raises(InstantiationError, match="need 3 stages or more for in_flight=1"):
         task.instantiate(bad)
     assert tw.default_wgmma_config(4096, 4096, 4096, "cuda -arch=sm_90a") == \

@@ -47,6 +47,11 @@ larger tile. On 132 SMs: 4096^3 takes 128x128x32 (2x2 warps, 4 stages); M = 16 o
 4 split-K parts; ``M = 1, N = 1000, K = 512`` (padded) 16x16x128.
 AutoTVM tunes the same schedule through the templates of
 :mod:`ptxforge.autotvm.tensorcore_dense`, whose knobs :func:`check_gemm_config` checks.
+
+On sm_90a, :func:`schedule_matmul` runs the product with wgmma instead
+(:func:`~.tensorcore_wgmma.schedule_gemm_wgmma`, on the stages of :func:`gemm_stages`)
+where :func:`wgmma_choice` takes it: wgmma runs it (fp16/bf16, B as ``[N, K]``,
+``N >= 64``) and the mma.sync estimate is not the faster.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from ...ir.expr import Bin, Call, Cast, Reduce, TensorRead, Var, children
 from ...ir.te import ComputeOp, PlaceholderOp
 from ...passes.schedule.common import ScheduleError
 from ...target import Target, as_target
+from .remap import epilogue_remap
 from .tensorcore import (
     SUFFIX,
     TensorCoreConfig,
@@ -66,7 +72,6 @@ from .tensorcore import (
     tile_limit,
     tile_warp_product,
 )
-from .remap import epilogue_remap
 from .tiled import schedule_tiled
 
 GEMM_TAGS = ("dense", "matmul", "batch_matmul")
@@ -309,6 +314,147 @@ def _is_cast_of(epilogue: ComputeOp, op: ComputeOp) -> bool:
     return r.tensor.op is op and all(x is a.var for x, a in zip(r.indices, epilogue.axis))
 
 
+@dataclass
+class GemmStages:
+    """The stages of a tensor-core product that :func:`gemm_stages` made: ``o`` the stage
+    that writes the output (the epilogue, the product, or split-K's partial sums) with its
+    block loops (``batch`` on blockIdx.z, ``bi`` on blockIdx.y, ``bj`` on blockIdx.x) and
+    the loops of the block tile (``i``, ``j``); ``cf`` the accumulator stage; ``cs`` the
+    float32 C tile in shared memory (None where the accumulators go straight to the
+    output); ``a_sh``, ``b_sh`` the shared operand tiles, copies of the product's inputs
+    ``a``, ``b`` (through the zero-padded views of ``implicit_gemm``, inlined into the
+    copies, where ``padded``)."""
+
+    o: object
+    cf: object
+    cs: object
+    batch: list
+    bi: object
+    bj: object
+    i: object
+    j: object
+    a_sh: object
+    b_sh: object
+    a: object
+    b: object
+    remap: object
+    padded: bool
+    split: int
+
+
+def gemm_stages(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, tile: tuple,
+                split: int, direct: bool, acc_scope: str, remap=None) -> GemmStages:
+    """The stages every tensor-core schedule of a product stage ``op`` shares (mma.sync's
+    warp fragments, ``acc_scope="warp"``, and wgmma's warpgroup accumulators,
+    ``"warpgroup"``): a product padded to ``tile`` (``(block_m, block_n, block_k)``)
+    through ``implicit_gemm`` where the tile does not divide it or the reduction is split
+    (``split`` parts of float32 partial sums on blockIdx.z, summed by a second kernel that
+    runs the epilogue: :func:`~.tensorcore.split_k_partials`), the accumulator stage, the
+    shared C tile (unless ``direct``), the epilogue inlined into the output, the shared
+    operand tiles, and the output's block loops bound to blockIdx (the batch and split-K
+    part fused on z). ``remap``: the epilogue's :class:`~.remap.OutputRemap`, whose loops
+    then run in the product's order."""
+    bm, bn, bk = tile
+    padded = form.paddable and (split > 1 or (form.M, form.N, form.K) != (
+        _round_up(form.M, bm), _round_up(form.N, bn), _round_up(form.K, bk * split)))
+    a, b = _inputs(op)
+    a_src, b_src = a, b
+    c = op.output(0)
+    g = final = None
+    if padded:
+        # the product of zero-padded operand views (the conv's implicit GEMM): loads past
+        # the real extents read zeros, and the copy to the output covers the real ones
+        a_src, b_src, g = s.implicit_gemm(c, bm, bn, bk * split, "kn" if form.b_kn else "nk")
+        if split > 1:
+            # split-K: partial sums g[part, (b,) m, n] from the blockIdx.z layers, added up
+            # by a second kernel (final) that also runs the epilogue
+            g, final = split_k_partials(s, g, split)
+        cs = s.cache_write(g, "shared")
+        cf = s.cache_write(cs, acc_scope)
+        if split == 1:
+            s[g].compute_inline()
+    else:
+        cf = s.cache_write(c, acc_scope)
+        cs = None if direct else s.cache_read(cf, "shared", [c])
+    if epilogue is not None:
+        s[c].compute_inline()
+        o = s[epilogue]
+    else:
+        o = s[c]
+    if split > 1:
+        schedule_split_sum(s, o, final)
+        o = s[g]  # the tensor-core kernel stores the partial sums
+    a_sh = s.cache_read(a_src, "shared", [cf])
+    b_sh = s.cache_read(b_src, "shared", [cf])
+    if padded:
+        s[a_src].compute_inline()
+        s[b_src].compute_inline()
+    # a remapped epilogue's axes split and reordered into the product's (b, i, j)
+    axes = list(o.op.axis) if remap is None else remap.product_loops(o)
+    # the batch and the split-K part (both, fused) on blockIdx.z
+    batch = [o.fuse(*axes[:-2])] if len(axes) > 3 else axes[:-2]
+    bi, i = o.split(axes[-2], factor=bm)
+    bj, j = o.split(axes[-1], factor=bn)
+    for x in batch:
+        o.bind(x, "blockIdx.z")
+    o.bind(bi, "blockIdx.y")
+    o.bind(bj, "blockIdx.x")
+    return GemmStages(o, cf, cs, batch, bi, bj, i, j, a_sh, b_sh, a, b, remap, padded, split)
+
+
+def schedule_tile_epilogue(s, st: GemmStages, form: GemmForm, block_m: int, block_n: int,
+                           threads: tuple) -> None:
+    """Every thread of the block runs the output stage ``st.o`` (the epilogue, a padded
+    tile's copy of its real rows and columns, or the partial sums) over the C tile in
+    shared memory, 4 elements at a time where the tile, the output's rows and the layout
+    allow; ``threads``: ``(extent, thread tag)`` innermost first. Puts the C tile at the
+    block (rows 4 banks apart); its own loops are the caller's."""
+    o = st.o
+    o.reorder(*st.batch, st.bi, st.bj, st.i, st.j)
+    nthreads = 1
+    for n, _ in threads:
+        nthreads *= n
+    vec_out = 4 if (block_m * block_n % (4 * nthreads) == 0
+                    and (form.N % 4 == 0 or st.split > 1)
+                    and (st.remap is None or st.remap.contiguous_columns)) else 1
+    fused = o.fuse(st.i, st.j)
+    if vec_out > 1:
+        fused, v = o.split(fused, factor=vec_out)
+    for n, tag in threads:
+        fused, t = o.split(fused, factor=n)
+        o.bind(t, tag)
+    if vec_out > 1:
+        o.vectorize(v)
+    s[st.cs].compute_at(o, st.bj)
+    r = list(s[st.cs].op.axis)[-2]
+    s[st.cs].storage_align(r, block_n + 4, 0)  # rows 4 banks apart: fewer conflicts
+
+
+def schedule_tile_copy(s, sh, f, ko, vec: int, threads: tuple, async_copy: bool,
+                       align: int | None = None, swizzle: int = 0) -> None:
+    """The copy of shared operand tile ``sh`` at every step ``ko`` of accumulator stage
+    ``f``: all threads of the block (``threads``, innermost first), ``vec`` elements at a
+    time, rows ``align`` elements apart (padding against ldmatrix bank conflicts) or
+    XOR-swizzled with ``swizzle`` bits (wgmma's 128B layout), with ``cp.async`` if
+    ``async_copy``."""
+    s[sh].compute_at(f, ko)
+    st = s[sh]
+    rax = list(st.op.axis)
+    if align:
+        st.storage_align(rax[-2], align, 0)
+    fused = st.fuse(*rax)
+    fused, v = st.split(fused, factor=vec)
+    for n, tag in threads:
+        fused, t = st.split(fused, factor=n)
+        st.bind(t, tag)
+    st.vectorize(v)
+    if swizzle:
+        st.swizzle(swizzle)
+    if async_copy:
+        st.async_copy()
+
+
+
 def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None,
                              cfg: TensorCoreConfig | None = None,
                              target: Target | str | None = None,
@@ -353,57 +499,20 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     padded = form.paddable and (needs_padding(cfg, form) or split > 1)
     direct = not padded and (epilogue is None or _is_cast_of(epilogue, op))
     check_gemm_config(cfg, form, f"stage {op.name}", target, c_tile=not direct)
-    a, b = _inputs(op)
     ab, acc = form.in_dtype, form.acc_dtype
     kn = form.b_kn
     if form.tf32:
         mma = "mma_m16n8k8_tf32_f32"
     else:
         mma = f"mma_m16n8k16_{SUFFIX[ab]}_{SUFFIX[acc]}{'_kn' if kn else ''}"
-    c = op.output(0)
-    if padded:
-        # the product of zero-padded operand views (the conv's implicit GEMM): loads past
-        # the real extents read zeros, and the copy to the output covers the real ones
-        a_src, b_src, g = s.implicit_gemm(c, cfg.block_m, cfg.block_n, cfg.block_k * split,
-                                          "kn" if kn else "nk")
-        if split > 1:
-            # split-K: partial sums g[part, (b,) m, n] from the blockIdx.z layers, added up
-            # by a second kernel (final) that also runs the epilogue
-            g, final = split_k_partials(s, g, split)
-        cs = s.cache_write(g, "shared")
-        cf = s.cache_write(cs, "warp")
-        if split == 1:
-            s[g].compute_inline()
-    else:
-        a_src, b_src = a, b
-        cf = s.cache_write(c, "warp")
-        cs = None if direct else s.cache_read(cf, "shared", [c])
-    if epilogue is not None:
-        s[c].compute_inline()
-        o = s[epilogue]
-    else:
-        o = s[c]
-    if split > 1:
-        schedule_split_sum(s, o, final)
-        o = s[g]  # the tensor-core kernel stores the partial sums
-    a_sh = s.cache_read(a_src, "shared", [cf])
-    b_sh = s.cache_read(b_src, "shared", [cf])
-    if padded:
-        s[a_src].compute_inline()
-        s[b_src].compute_inline()
+    st = gemm_stages(s, op, epilogue, form, (cfg.block_m, cfg.block_n, cfg.block_k), split,
+                     direct, "warp", remap)
+    o, cs, cf, batch, bi, bj, i, j = st.o, st.cs, st.cf, st.batch, st.bi, st.bj, st.i, st.j
+    a_sh, b_sh = st.a_sh, st.b_sh
     a_fr = s.cache_read(a_sh, "warp", [cf])
     b_fr = s.cache_read(b_sh, "warp", [cf])
     wm, wn = cfg.block_m // cfg.warps_m, cfg.block_n // cfg.warps_n
-    # a remapped epilogue's axes split and reordered into the product's (b, i, j)
-    axes = list(o.op.axis) if remap is None else remap.product_loops(o)
-    # the batch and the split-K part (both, fused) on blockIdx.z
-    batch = [o.fuse(*axes[:-2])] if len(axes) > 3 else axes[:-2]
-    bi, i = o.split(axes[-2], factor=cfg.block_m)
-    bj, j = o.split(axes[-1], factor=cfg.block_n)
-    for x in batch:
-        o.bind(x, "blockIdx.z")
-    o.bind(bi, "blockIdx.y")
-    o.bind(bj, "blockIdx.x")
+    threads = ((32, "threadIdx.x"), (cfg.warps_n, "threadIdx.y"), (cfg.warps_m, "threadIdx.z"))
     if direct:
         # each warp stores its m16n8 accumulator tiles (with the cast) to global memory
         wi, i = o.split(i, factor=wm)
@@ -423,39 +532,22 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     else:
         # every thread of the block runs the epilogue over the tile in shared memory (a
         # padded tile: over its rows and columns inside the output)
-        o.reorder(*batch, bi, bj, i, j)
-        nthreads = 32 * cfg.warps_m * cfg.warps_n
-        vec_out = 4 if (cfg.block_m * cfg.block_n % (4 * nthreads) == 0
-                        and (form.N % 4 == 0 or split > 1)
-                        and (remap is None or remap.contiguous_columns)) else 1
-        fused = o.fuse(i, j)
-        if vec_out > 1:
-            fused, v = o.split(fused, factor=vec_out)
-        fused, tx = o.split(fused, factor=32)
-        fused, ty = o.split(fused, factor=cfg.warps_n)
-        fused, tz = o.split(fused, factor=cfg.warps_m)
-        o.bind(tx, "threadIdx.x")
-        o.bind(ty, "threadIdx.y")
-        o.bind(tz, "threadIdx.z")
-        if vec_out > 1:
-            o.vectorize(v)
-        s[cs].compute_at(o, bj)
-        st = s[cs]
-        sax = list(st.op.axis)
+        schedule_tile_epilogue(s, st, form, cfg.block_m, cfg.block_n, threads)
+        sc = s[cs]
+        sax = list(sc.op.axis)
         r, col = sax[-2], sax[-1]
-        st.storage_align(r, cfg.block_n + 4, 0)  # rows 4 banks apart: fewer conflicts
-        wi, r = st.split(r, factor=wm)
-        wj, col = st.split(col, factor=wn)
-        ti, ii = st.split(r, factor=16)
-        tj, jj = st.split(col, factor=8)
-        st.reorder(*sax[:-2], wi, wj, ti, tj, ii, jj)
-        st.bind(wi, "threadIdx.z")
-        st.bind(wj, "threadIdx.y")
-        st.tensorize(ii, f"store_c_{SUFFIX[acc]}")
+        wi, r = sc.split(r, factor=wm)
+        wj, col = sc.split(col, factor=wn)
+        ti, ii = sc.split(r, factor=16)
+        tj, jj = sc.split(col, factor=8)
+        sc.reorder(*sax[:-2], wi, wj, ti, tj, ii, jj)
+        sc.bind(wi, "threadIdx.z")
+        sc.bind(wj, "threadIdx.y")
+        sc.tensorize(ii, f"store_c_{SUFFIX[acc]}")
         if cfg.unroll:
-            st.unroll(ti)
-            st.unroll(tj)
-        s[cf].compute_at(st, wj)
+            sc.unroll(ti)
+            sc.unroll(tj)
+        s[cf].compute_at(sc, wj)
 
     # the product of one warp tile, k in block_k stages of mma_k
     f = s[cf]
@@ -479,39 +571,25 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
         b_plan = (8, 1 if kn else 0, f"load_b_{sfx}{'_kn' if kn else ''}")
     for fr, (rows, axis, intrin) in ((a_fr, a_plan), (b_fr, b_plan)):
         s[fr].compute_at(f, ki)
-        st = s[fr]
-        rax = list(st.op.axis)
+        fs = s[fr]
+        rax = list(fs.op.axis)
         r0, r1 = rax[-2], rax[-1]
         if axis == 0:
-            ro, ri = st.split(r0, factor=rows)
-            st.tensorize(ri, intrin)
+            ro, ri = fs.split(r0, factor=rows)
+            fs.tensorize(ri, intrin)
         else:  # B as [k, n]: tiles run along n, the nest is (k, n.inner)
-            ro, ri = st.split(r1, factor=rows)
-            st.reorder(*rax[:-2], ro, r0, ri)
-            st.tensorize(r0, intrin)
+            ro, ri = fs.split(r1, factor=rows)
+            fs.reorder(*rax[:-2], ro, r0, ri)
+            fs.tensorize(r0, intrin)
         if cfg.unroll:
-            st.unroll(ro)
+            fs.unroll(ro)
 
     # shared tiles: every thread of the block copies vec elements at a time
-    for sh, src in ((a_sh, a), (b_sh, b)):
-        s[sh].compute_at(f, ko)
-        st = s[sh]
-        rax = list(st.op.axis)
-        r, col = rax[-2], rax[-1]
-        if cfg.pad:
-            row = cfg.block_k if (sh is a_sh or not kn) else cfg.block_n
-            st.storage_align(r, row + cfg.pad, 0)
-        fused = st.fuse(*rax)
-        fused, v = st.split(fused, factor=cfg.vec)
-        fused, tx = st.split(fused, factor=32)
-        fused, ty = st.split(fused, factor=cfg.warps_n)
-        fused, tz = st.split(fused, factor=cfg.warps_m)
-        st.bind(tx, "threadIdx.x")
-        st.bind(ty, "threadIdx.y")
-        st.bind(tz, "threadIdx.z")
-        st.vectorize(v)
-        if cfg.async_copy and copies_from_memory(src):
-            st.async_copy()
+    for sh, x in ((a_sh, st.a), (b_sh, st.b)):
+        row = cfg.block_k if (sh is a_sh or not kn) else cfg.block_n
+        schedule_tile_copy(s, sh, f, ko, cfg.vec, threads,
+                           cfg.async_copy and copies_from_memory(x),
+                           align=row + cfg.pad if cfg.pad else None)
     if cfg.stages > 1:
         f.pipeline(ko, cfg.stages)
     return cfg
@@ -721,11 +799,45 @@ def _first_legal(form, target, bm, bn, bk, wm, wn, stages, split_k=1):
     return None
 
 
+def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
+                 target: Target | str | None = None):
+    """The :class:`~.tensorcore_wgmma.WgmmaScheduleConfig` the default schedule runs
+    product stage ``op`` (with ``epilogue``) with, or None where it stays on mma.sync: a
+    target without wgmma (sm_90a only), a product wgmma does not run
+    (:func:`~.tensorcore_wgmma.wgmma_refusal`: TF32, B read as ``[K, N]``, ``N < 64``,
+    ...), no wgmma tiles fitting (an epilogue storing another layout needs tiles that
+    divide the product), or an mma.sync configuration that
+    :func:`gemm_time` expects faster than :func:`~.tensorcore_wgmma.wgmma_time` expects
+    the wgmma one (small products bound by reading their inputs, where wgmma's 64-row
+    tiles only pad more)."""
+    from .tensorcore_wgmma import choose_wgmma_config, needs_c_tile, wgmma_refusal, wgmma_time
+
+    target = as_target(target)
+    if wgmma_refusal(form, target) is not None:
+        return None
+    remap = epilogue_remap(op, epilogue) is not None
+    epi_tile = epilogue is not None and not _is_cast_of(epilogue, op)
+    w = choose_wgmma_config(form, target, epi_tile, remap)
+    if w is None:
+        return None
+    mma = remap_config(form, target) if remap else choose_gemm_config(form, target)
+    if mma is not None and (gemm_time(mma, form, target)
+                            < wgmma_time(w, form, target, needs_c_tile(w, form, epi_tile))):
+        return None
+    return w
+
+
 def schedule_matmul(s, op: ComputeOp, epilogue: ComputeOp | None = None,
                     target: Target | str | None = None):
     """The default stage schedule of dense, matmul and batch_matmul: on the tensor cores
-    when :func:`gemm_form` accepts the stage, else :func:`schedule_tiled` (CUDA cores)."""
+    when :func:`gemm_form` accepts the stage (with wgmma where :func:`wgmma_choice` picks
+    it, on sm_90a; else mma.sync), else :func:`schedule_tiled` (CUDA cores)."""
     form = gemm_form(op, target)
     if form is None:
         return schedule_tiled(s, op, epilogue, target=target)
+    w = wgmma_choice(op, epilogue, form, target)
+    if w is not None:
+        from .tensorcore_wgmma import schedule_gemm_wgmma
+
+        return schedule_gemm_wgmma(s, op, epilogue, w, target=target, form=form)
     return schedule_gemm_tensorcore(s, op, epilogue, target=target, form=form)

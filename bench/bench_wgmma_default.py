@@ -1,0 +1,216 @@
+"""The default schedule of a dense layer with wgmma (sm_90a) against the same layer with
+mma.sync and against cuBLAS, on BERT-base's products at batch 1 (and any ``--shape``).
+
+Each shape is the fp16 layer ``y = epilogue(x @ w^T + b)`` as BERT's fused functions run it
+(``--epilogue``: ``none``: the product cast to fp16; ``gelu``: bias, exact GELU in float32,
+cast; ``residual``: bias, cast, residual add), built four ways in one process:
+
+- ``wgmma default``: ``default_schedule`` for ``cuda -arch=sm_90a`` (the chooser's
+  wgmma tiles, split-K where it picks it; the row says which);
+- ``wgmma BN,WG,ST,FL,SK``: ``schedule_gemm_wgmma`` with each ``--wgmma-config``;
+- ``mma.sync default``: ``default_schedule`` for ``cuda -arch=sm_90`` (the mma.sync GEMM;
+  sm_90 code runs on every Hopper);
+- ``cuBLAS``: ``torch.nn.functional.linear`` (+ the epilogue in torch), fp16, reduced
+  precision reductions off.
+
+Every kernel is checked against a float64 reference first, then graph-timed
+(``--number`` launches in a CUDA graph, median of ``--repeat``). ``--compile-only`` builds
+and assembles every kernel without a GPU (launch shapes, registers, spills).
+
+    python3 bench/bench_wgmma_default.py [--shape 128,3072,768 ...] [--epilogue none gelu]
+        [--wgmma-config 64,1,4,1,1 ...] [--compile-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+BERT_SHAPES = ((128, 2304, 768), (128, 768, 768), (128, 3072, 768), (128, 768, 3072),
+               (128, 4096, 4096))
+"""(M, N, K): BERT-base's QKV, attention output, FFN1 and FFN2 products at batch 1
+(sequence 128), and a square 4096 layer at M = 128."""
+
+SM90A = "cuda -arch=sm_90a"
+SM90 = "cuda -arch=sm_90"
+
+
+def layer(M, N, K, epilogue):
+    """``(inputs, output, product op)`` of the fp16 layer (see the module doc)."""
+    from ptxforge import ops, te
+
+    x = te.placeholder((M, K), "float16", name="x")
+    w = te.placeholder((N, K), "float16", name="w")
+    args = [x, w]
+    if epilogue == "none":
+        y = ops.nn.dense(x, w)
+    else:
+        b = te.placeholder((N,), "float16", name="b")
+        args.append(b)
+        if epilogue == "gelu":
+            z = ops.nn.dense(x, w, ops.cast(b, "float32"), out_dtype="float32")
+            g = ops.multiply(z, 0.5)
+            e = ops.erf(ops.multiply(z, 0.7071067811865476))
+            y = ops.cast(ops.multiply(g, ops.add(e, 1.0)), "float16")
+        else:
+            r = te.placeholder((M, N), "float16", name="r")
+            args.append(r)
+            y = ops.add(ops.nn.dense(x, w, b), r)
+    prod = next(op for op in te.create_schedule(y.op).dag.ops
+                if getattr(op, "reduce_axis", None))
+    return args, y, prod
+
+
+def reference(vals, epilogue):
+    z = vals[0] @ vals[1].T
+    if epilogue == "none":
+        return z
+    z = z + vals[2]
+    if epilogue == "gelu":
+        from math import erf
+
+        return 0.5 * z * (1 + np.vectorize(erf)(z / np.sqrt(2)))
+    return z + vals[3]
+
+
+def build(M, N, K, epilogue, how):
+    """(compiled module, description, seconds) for ``how``: ``"wgmma"`` / ``"mma"``
+    (default schedules) or a WgmmaScheduleConfig."""
+    import ptxforge
+    from ptxforge import te
+    from ptxforge.backend_ptx import compile_module
+    from ptxforge.ir.te import ComputeOp
+    from ptxforge.ops.schedules import default_schedule
+    from ptxforge.ops.schedules.tensorcore_gemm import (
+        choose_gemm_config,
+        gemm_form,
+        wgmma_choice,
+    )
+    from ptxforge.ops.schedules.tensorcore_wgmma import schedule_gemm_wgmma
+    from ptxforge.target import as_target
+
+    args, y, prod = layer(M, N, K, epilogue)
+    target = as_target(SM90 if how == "mma" else SM90A)
+    t0 = time.perf_counter()
+    with target:
+        form = gemm_form(prod, target)
+        epi = None if y.op is prod else y.op
+        if how in ("wgmma", "mma"):
+            s = default_schedule(y, target)
+            if how == "wgmma":
+                w = wgmma_choice(prod, epi, form, target)
+                desc = f"{w}" if w is not None else "mma.sync (the estimate prefers it)"
+            else:
+                desc = f"{choose_gemm_config(form, target)}"
+        else:
+            s = te.create_schedule(y.op)
+            ops_ = [op for op in s.dag.ops if isinstance(op, ComputeOp)]
+            for op in reversed(ops_):
+                if op is not prod and op is not y.op:
+                    s[op].compute_inline()
+            schedule_gemm_wgmma(s, prod, epi, how, target, form)
+            desc = f"{how}"
+        mod = compile_module(ptxforge.lower(s, args + [y]), target)
+    return mod, args, y, desc, time.perf_counter() - t0
+
+
+def try_build(M, N, K, epilogue, how):
+    """:func:`build`, or None (after saying why) for a config that does not fit."""
+    from ptxforge.passes.schedule.common import ScheduleError
+
+    try:
+        return build(M, N, K, epilogue, how)
+    except ScheduleError as e:
+        print(f"  {how}: skipped ({e})", flush=True)
+        return None
+
+
+def main(argv=None) -> int:
+    from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shape", nargs="*", default=None, help="M,N,K (default: BERT's)")
+    p.add_argument("--epilogue", nargs="+", default=["none", "gelu"],
+                   choices=["none", "gelu", "residual"])
+    p.add_argument("--wgmma-config", nargs="*", default=[],
+                   help="block_n,warpgroups,stages,in_flight,split_k")
+    p.add_argument("--number", type=int, default=50)
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--compile-only", action="store_true")
+    args = p.parse_args(argv)
+    shapes = ([tuple(int(v) for v in s.split(",")) for s in args.shape] if args.shape
+              else BERT_SHAPES)
+    configs = [WgmmaScheduleConfig(*(int(v) for v in c.split(","))) for c in args.wgmma_config]
+    ok = True
+    if args.compile_only:
+        for M, N, K in shapes:
+            for epi in args.epilogue:
+                for how in ["wgmma", "mma", *configs]:
+                    built = try_build(M, N, K, epi, how)
+                    if built is None:
+                        continue
+                    mod, _, _, desc, secs = built
+                    kernels = [f"grid {tuple(k.launch.grid)} block {tuple(k.launch.block)}"
+                               + (f" regs {k.resources.registers} spills "
+                                  f"{k.resources.spill_store_bytes}" if k.resources else "")
+                               for k in mod.kernels.values()]
+                    print(f"{M}x{N}x{K} {epi} {how if isinstance(how, str) else 'config'}: "
+                          f"{desc} ({secs:.2f} s) {'; '.join(kernels)}", flush=True)
+        return 0
+
+    import torch
+    from bench_tensorcore import torch_time
+    from ptxforge.backend_ptx import array, cuda, empty
+
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    torch.zeros(1, device="cuda")
+    dev = cuda(0)
+    dev.activate()
+    print(f"device: {dev.name} ({dev.sm}); torch {torch.__version__}", flush=True)
+    rng = np.random.default_rng(0)
+    for M, N, K in shapes:
+        flop = 2.0 * M * N * K
+        for epi in args.epilogue:
+            targs, y, _ = layer(M, N, K, epi)
+            host = [rng.uniform(-1, 1, [int(d) for d in t.shape]).astype(np.float16)
+                    for t in targs]
+            want = reference([h.astype(np.float64) for h in host], epi)
+            th = [torch.from_numpy(h).cuda() for h in host]
+
+            def torch_layer(th=th, epi=epi):
+                z = torch.nn.functional.linear(th[0], th[1], None if epi == "none" else th[2])
+                if epi == "gelu":
+                    return torch.nn.functional.gelu(z.float()).half()
+                return z if epi == "none" else z + th[3]
+
+            cublas = torch_time(torch_layer, args.number, args.repeat)
+            print(f"\n{M}x{N}x{K} epilogue {epi}: cuBLAS {cublas * 1e3:.2f} us "
+                  f"{flop / cublas / 1e9:.1f} TFLOP/s", flush=True)
+            for how in ["wgmma", "mma", *configs]:
+                label = how if isinstance(how, str) else "wgmma config"
+                built = try_build(M, N, K, epi, how)
+                if built is None:
+                    continue
+                mod, _, _, desc, secs = built
+                loaded = mod.load(dev)
+                arrs = [array(h, dev, "float16") for h in host]
+                out = empty((M, N), "float16", dev)
+                loaded(*arrs, out)
+                err = float(np.abs(out.numpy().astype(np.float64) - want).max()
+                            / np.abs(want).max())
+                good = err < 5e-3
+                ok &= good
+                ms = loaded.time_evaluator("main", number=args.number, repeat=args.repeat,
+                                           graph=True)(*arrs, out).median * 1e3
+                print(f"  {label:<14} {ms * 1e3:8.2f} us  {flop / ms / 1e9:6.1f} TFLOP/s  "
+                      f"cuBLAS/ours {cublas / ms:.3f}  err {err:.1e} "
+                      f"{'ok' if good else 'WRONG'}  {desc} (compile {secs:.1f} s)",
+                      flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
