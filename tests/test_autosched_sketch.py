@@ -159,8 +159,8 @@ def test_random_states_lower_and_match_the_static_model(name):
 
     task = _task(name)
     pol = SketchPolicy(task, autosched.RandomModel(), seed=11)
-    pop = pol.sample_initial_population(50)
-    assert len(pop) == 50
+    pop = pol.sample_initial_population(32)
+    assert len(pop) == 32
     assert set(np.unique(pop[:, 0])) == set(range(len(task.sketches)))
     with multiprocessing.get_context("fork").Pool(2) as pool:
         problems = pool.map(_lower_and_compare, [(name, row) for row in pop])
