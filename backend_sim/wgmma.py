@@ -33,7 +33,6 @@ from ..ir.intrin.wgmma import (
     WgmmaIntrin,
     accumulator_map,
     descriptor_for,
-    get_wgmma,
     operand_addresses,
     wgmma_of,
 )

@@ -152,8 +152,8 @@ def test_kn_refusals_name_the_rule():
 
 
 def test_a_kn_tile_off_the_128_byte_rows_is_refused():
-    from ptxforge.ir.intrin.registry import get_intrin
     from ptxforge.ir.intrin.match import IntrinError, _check_wgmma_mn_operand
+    from ptxforge.ir.intrin.registry import get_intrin
 
     class Op:  # a B operand: rows of 128 N elements (256 bytes), not one atom
         buffer = type("Buf", (), {"dtype": "float16", "name": "b_sh"})()

@@ -221,9 +221,10 @@ def _register_all() -> None:
 
 def _register_wgmma() -> None:
     """wgmma (sm_90a): ``C[64, N] += f32(A[64, 16]) * f32(B[N, 16])`` with A and B K-major in
-    shared memory (and ``..._kn``: ``B[16, N]`` MN-major, ``imm-trans-b`` 1) (read through descriptors of the 128B-swizzled layout, see
-    :mod:`.wgmma`) and C in a warpgroup's registers (role ``wg_c``); its zeroing, and the
-    accumulator tiles' stores to memory (with the cast to f16/bf16)."""
+    shared memory, and ``..._kn``: ``B[16, N]`` MN-major (``imm-trans-b`` 1), all read
+    through descriptors of the 128B-swizzled layout (see :mod:`.wgmma`), C in a
+    warpgroup's registers (role ``wg_c``); its zeroing, and the accumulator tiles' stores
+    to memory (with the cast to f16/bf16)."""
     from .wgmma import WGMMA_N, get_wgmma
 
     for ab in ("float16", "bfloat16"):

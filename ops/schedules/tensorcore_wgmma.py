@@ -19,11 +19,11 @@ tensorize.
 :func:`schedule_gemm_wgmma` is the same tiling for any product stage of dense, matmul or
 batch_matmul that :func:`~.tensorcore_gemm.gemm_form` accepts (fp16/bf16; B as ``[N, K]``,
 or as ``[K, N]`` with ``block_n`` 64: its shared tile of 64 K-rows x 64 N is then read
-MN-major by the ``_kn`` wgmma, ``imm-trans-b`` 1): the fused epilogue over a shared C tile, extents padded through
-``implicit_gemm``, split-K, the batch on blockIdx.z, on the stages it shares with the
-mma.sync GEMM (:func:`~.tensorcore_gemm.gemm_stages`). :func:`choose_wgmma_config` picks
-its tiles by :func:`wgmma_time`; the default schedule takes it on sm_90a through
-:func:`~.tensorcore_gemm.wgmma_choice`.
+MN-major by the ``_kn`` wgmma, ``imm-trans-b`` 1): the fused epilogue over a shared C
+tile, extents padded through ``implicit_gemm``, split-K, the batch on blockIdx.z, on the
+stages it shares with the mma.sync GEMM (:func:`~.tensorcore_gemm.gemm_stages`).
+:func:`choose_wgmma_config` picks its tiles by :func:`wgmma_time`; the default schedule
+takes it on sm_90a through :func:`~.tensorcore_gemm.wgmma_choice`.
 """
 
 from __future__ import annotations
