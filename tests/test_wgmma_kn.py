@@ -97,6 +97,7 @@ def _schedule(y, cfg, target=SIM):
     (64, 192, 192, "bfloat16", "bfloat16", None, (64, 1, 3, 1)),
     (100, 70, 136, "float16", "float16", None, (64, 1, 2, 0)),   # padded M, N, K
     (64, 128, 128, "bfloat16", None, 3, (64, 1, 2, 0)),          # P x V of attention
+    (96, 128, 512, "float16", "float16", None, (64, 1, 3, 1, 2)),  # split-K, padded M
 ])
 def test_matmul_with_b_as_kn_matches_numpy(M, N, K, ab, out, batch, cfg):
     args, y = _matmul(M, N, K, ab, out, batch)
