@@ -10,6 +10,7 @@ import pytest
 
 import ptxforge
 from ptxforge import ops, te
+from ptxforge.ir.dtype import BFLOAT16_HOST
 from ptxforge.ir.intrin.wgmma import (
     MatrixDescriptor,
     WgmmaError,
@@ -221,3 +222,83 @@ def test_kn_wgmma_on_the_gpu(M, N, K, ab, out, batch, cfg):
     want = np.matmul(f64(vals[0], ab), f64(vals[1], ab))
     tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[y.dtype]
     assert np.abs(f64(c.numpy(), y.dtype) - want).max() / np.abs(want).max() < tol
+
+
+# -- the implicit-GEMM convolution (HWIO kernel: B as [K, N]) on wgmma ----------------------
+
+
+@pytest.mark.parametrize("shape,epilogue,dtype,cfg", [
+    ((2, 14, 14, 64, 128, 3, 1, 1), "bias_add_relu", "float16", None),  # 2 warpgroups
+    ((1, 9, 9, 24, 16, 3, 2, 1), "bias", "bfloat16", (64, 1, 2, 0)),   # padded N, K
+    ((1, 7, 7, 128, 96, 1, 1, 0), "", "float16", (64, 1, 2, 0)),
+    ((1, 8, 8, 20, 40, 3, 1, 1), "bias_relu", "float16", (64, 2, 3, 1)),
+], ids=["resnet_3x3", "bf16_stride2", "1x1", "narrow_channels"])
+def test_conv2d_nhwc_on_wgmma_matches_numpy(shape, epilogue, dtype, cfg):
+    from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+
+    from .test_tensorcore_conv import check, conv_layer, inlined_schedule
+
+    tensors, arrays, reference = conv_layer(*shape, dtype, epilogue)
+    s, conv = inlined_schedule(tensors[-1])
+    epi = None if tensors[-1].op is conv else tensors[-1].op
+    used = schedule_conv2d_nhwc_wgmma(s, conv, epi, SIM,
+                                      cfg and WgmmaScheduleConfig(*cfg))
+    assert f"wgmma_m64n64k16_{'f16' if dtype == 'float16' else 'bf16'}_f32_kn" in \
+        str(s.pipeline)
+    if cfg is None:
+        assert used == WgmmaScheduleConfig(64, 2, 4, 1)
+    mod = ptxforge.build(s, tensors, target=SIM)
+    out = np.full(tensors[-1].shape, np.nan,
+                  dtype if dtype == "float16" else BFLOAT16_HOST)
+    mod(*arrays, out)
+    check(f64(out, dtype), reference(), dtype)
+
+
+def test_conv2d_nhwc_wgmma_refusals_and_ptx():
+    from ptxforge.backend_ptx.assemble import find_ptxas, run_ptxas
+    from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+
+    from .test_tensorcore_conv import conv_layer, inlined_schedule
+
+    tensors, _, _ = conv_layer(1, 7, 7, 128, 64, 1, 1, 0, "float16", "bias_relu")
+    for target, cfg, rule in (("sim", None, "wgmma needs sm_90a"),
+                              (SIM, (128, 1, 1, 0), "need block_n 64"),
+                              (SIM, (64, 1, 3, 1), "at most the 2 steps of 64")):
+        s, conv = inlined_schedule(tensors[-1])
+        with pytest.raises(ScheduleError, match=rule):
+            schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, target,
+                                       cfg and WgmmaScheduleConfig(*cfg))
+    tensors, _, _ = conv_layer(1, 14, 14, 256, 256, 3, 1, 1, "float16", "bias_add_relu")
+    s, conv = inlined_schedule(tensors[-1])
+    schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, "cuda -arch=sm_90a")
+    ptx = ptxforge.build(s, tensors, target="cuda -arch=sm_90a").get_source("ptx")
+    assert get_wgmma(64, "float16", b_kn=True).ptx in ptx and ", p, 1, 1, 0, 1;" in ptx
+    if find_ptxas() is not None:
+        _, log = run_ptxas(ptx, "sm_90a")
+        assert "0 bytes spill stores" in log and "serialized" not in log
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,epilogue,dtype", [
+    ((2, 14, 14, 256, 256, 3, 1, 1), "bias_add_relu", "float16"),
+    ((1, 28, 28, 64, 128, 1, 2, 0), "bias", "bfloat16"),
+])
+def test_conv2d_nhwc_wgmma_on_the_gpu(shape, epilogue, dtype):
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+    from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+    from ptxforge.target import as_target
+
+    from .test_tensorcore_conv import check, conv_layer, inlined_schedule
+
+    dev = cuda(0)
+    if dev.sm != "sm_90":
+        pytest.skip(f"wgmma needs an sm_90 GPU (sm_90a code); this one is {dev.sm}")
+    tensors, arrays, reference = conv_layer(*shape, dtype, epilogue)
+    target = as_target("cuda -arch=sm_90a")
+    with target:
+        s, conv = inlined_schedule(tensors[-1])
+        schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, target)
+        loaded = compile_module(ptxforge.lower(s, tensors), target).load(dev)
+    out = empty(tensors[-1].shape, tensors[-1].dtype, dev)
+    loaded(*[array(a, dev, t.dtype) for a, t in zip(arrays, tensors)], out)
+    check(f64(out.numpy(), dtype), reference(), dtype)
