@@ -302,3 +302,40 @@ def test_conv2d_nhwc_wgmma_on_the_gpu(shape, epilogue, dtype):
     out = empty(tensors[-1].shape, tensors[-1].dtype, dev)
     loaded(*[array(a, dev, t.dtype) for a, t in zip(arrays, tensors)], out)
     check(f64(out.numpy(), dtype), reference(), dtype)
+
+
+def _kn_layer(M, N, K):
+    """A product with B read as [K, N] (fp16), cast to fp16."""
+    args, y = _matmul(M, N, K, "float16", "float16")
+    return args + [y]
+
+
+def test_the_auto_scheduler_offers_the_kn_wgmma_sketch():
+    from ptxforge import autosched, measure
+    from ptxforge.autosched.evolution import random_population
+    from ptxforge.autosched.features import population_features
+    from ptxforge.autosched.state import State, state_payload
+    from ptxforge.autosched.workload_registry import register_workload
+
+    fn = register_workload(_kn_layer)
+    task = autosched.SearchTask(func=fn, args=(100, 192, 256), target="cuda -arch=sm_90a")
+    wg = len(task.sketches) - 1
+    sk = task.sketches[wg]
+    assert sk.name.startswith("wgmma_gemm(")
+    step = sk.steps[0]
+    assert step.b_kn and dict((sl.name, sl.choices) for sl in sk.slots)[
+        step.slot("block_n")] == (64,)
+    pop = random_population(task, 300, np.random.default_rng(3))
+    pop = pop[pop[:, 0] == wg]
+    _, valid, _ = population_features(task.models, pop, task.flop_ct, 132)
+    assert valid.any()
+    states = [State.from_row(r, task) for r in pop[valid][:2]]
+    for st in states:
+        assert "wgmma_m64n64k16_f16_f32_kn" in st.pipeline_text(task)
+    inputs = [measure.MeasureInput(task.task_spec, s.pipeline_text(task),
+                                   state_payload(task, s)) for s in states]
+    results = measure.measure_batch(
+        inputs, measure.LocalBuilder(n_parallel=1, compile_to="ir"),
+        measure.SimRunner(max_sim_seconds=30.0))
+    for r in results:
+        assert r.ok and r.correctness == "passed", r
