@@ -402,12 +402,13 @@ class WgmmaGemmStep(TensorCoreStep):
         return slot_name(self.stage, "wg", kind)
 
     def slots(self) -> list:
-        from ..ops.schedules.tensorcore_wgmma import BLOCK_K, BLOCK_N
+        from ..ops.schedules.tensorcore_wgmma import B_KN_BLOCK_N, BLOCK_K, BLOCK_N
 
         f = self.form
         pad = f.paddable and not self.remapped
         bn = tuple(n for n in BLOCK_N if (n <= max(tile_limit(f.N), BLOCK_N[0]) if pad
-                                          else f.N % n == 0))
+                                          else f.N % n == 0)
+                   and (not f.b_kn or n == B_KN_BLOCK_N))
         wgs = tuple(w for w in (1, 2) if (w == 1 or f.M > 64 if pad else f.M % (64 * w) == 0))
         steps = -(-f.K // BLOCK_K)
         split = tuple(p for p in WGMMA_SPLIT_K_CHOICES if p == 1 or (pad and steps >= p))
@@ -459,7 +460,7 @@ def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
     remapped = tuple(out.shape) != tuple(op.output(0).shape)
     epi_tile = out.op is not op and not (not inlined and _is_cast_of(out.op, op))
     step = WgmmaGemmStep(stage, output, form.M, form.N, form.K, form.in_dtype,
-                         form.acc_dtype, nbytes(out.dtype), b_kn=False, batch=form.batch,
+                         form.acc_dtype, nbytes(out.dtype), b_kn=form.b_kn, batch=form.batch,
                          tensors=(op.output(0), out), inlined=inlined, form=form, late=late,
                          target=task.target, remapped=remapped, epilogue_tile=epi_tile)
     cfg = choose_wgmma_config(form, task.target, epi_tile, remap=remapped)

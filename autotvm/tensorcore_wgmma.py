@@ -31,6 +31,7 @@ from ..ir.intrin.wgmma import require_wgmma
 from ..ops.schedules.tensorcore import tile_limit
 from ..ops.schedules.tensorcore_gemm import gemm_form
 from ..ops.schedules.tensorcore_wgmma import (
+    B_KN_BLOCK_N,
     BLOCK_K,
     BLOCK_N,
     WgmmaScheduleConfig,
@@ -88,7 +89,8 @@ def _schedule(name, out, mm, flop):
     cfg = get_config()
     cfg.define_knob("block_n", [n for n in BLOCK_N
                                 if n <= max(tile_limit(form.N), BLOCK_N[0])
-                                and (form.paddable or form.N % n == 0)] or [BLOCK_N[0]])
+                                and (form.paddable or form.N % n == 0)
+                                and (not form.b_kn or n == B_KN_BLOCK_N)] or [BLOCK_N[0]])
     cfg.define_knob("warpgroups", [w for w in (1, 2) if (w == 1 or form.M > 64)
                                    and (form.paddable or form.M % (64 * w) == 0)] or [1])
     steps = -(-form.K // BLOCK_K)

@@ -101,17 +101,18 @@ class _Emitter:
     # -- warpgroup intrinsics (wgmma, sm_90a) ------------------------------------------
     def wg_wgmma(self) -> None:
         """``wgmma.mma_async`` (inline PTX) on the accumulator registers, A and B read
-        through 128B-swizzled descriptors built from the tiles' shared addresses."""
-        from ..ir.intrin.wgmma import SWIZZLE_MODES, get_wgmma
+        through 128B-swizzled descriptors built from the tiles' shared addresses (a ``_kn``
+        intrinsic reads B MN-major: ``imm-trans-b`` 1)."""
+        from ..ir.intrin.wgmma import descriptor_for, wgmma_of
         from .wgmma import mma_async_call
 
         spec, w = self.spec, self.w
-        intrin = get_wgmma(spec.shapes["B"][0], spec.dtypes["A"])
-        # LBO 16 (unused by K-major swizzled layouts), SBO 1024 (8 rows of 128 bytes)
-        const = (16 >> 4) << 16 | (1024 >> 4) << 32 | SWIZZLE_MODES["128B"] << 62
-        const -= 1 << 64  # bit 62 set: a negative i64 literal
+        intrin = wgmma_of(spec)
         descs = []
         for name in ("A", "B"):
+            # K-major: LBO 16 (unused by swizzled layouts), SBO 1024 (8 rows of 128 bytes);
+            # an MN-major B: LBO between 64-element N atoms, SBO between 8-row K groups
+            const = descriptor_for(intrin, name, 0).encode() - (1 << 64)  # bit 62: negative
             ptr, _ = self.mem_ptr(name, self.i32(self.bound.operands[name].base))
             a = w.value(f"ptrtoint ptr addrspace(3) {ptr} to i64", "saddr")
             a = w.value(f"lshr i64 {a}, 4", "saddr")

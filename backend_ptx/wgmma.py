@@ -32,13 +32,15 @@ DECLARATIONS = (f"declare void @{FENCE}()", f"declare void @{COMMIT}()",
 def mma_async_call(spec: WgmmaIntrin, accs: list[str], desc_a: str, desc_b: str,
                    scale_d: str = "1") -> tuple[str, str]:
     """``(struct type, call text)`` of the inline-asm ``wgmma.mma_async`` on the f32 values
-    ``accs`` (N/2 of them), with i64 descriptors and an i32 scale-d (0: D = A*B)."""
+    ``accs`` (N/2 of them), with i64 descriptors and an i32 scale-d (0: D = A*B). The
+    immediates: scale-a 1, scale-b 1, imm-trans-a 0 (A K-major), imm-trans-b
+    ``spec.tnsp_b`` (1: B MN-major, read as ``[K, N]``)."""
     n = spec.regs
     if len(accs) != n:
         raise ValueError(f"{spec.ptx} takes {n} accumulators, got {len(accs)}")
     regs = ", ".join(f"${i}" for i in range(n))
     asm = (f"{{ .reg .pred p; setp.ne.b32 p, ${n + 2}, 0; "
-           f"{spec.ptx} {{{regs}}}, ${n}, ${n + 1}, p, 1, 1, 0, 0; }}")
+           f"{spec.ptx} {{{regs}}}, ${n}, ${n + 1}, p, 1, 1, 0, {spec.tnsp_b}; }}")
     cons = ",".join(["=f"] * n + ["l", "l", "r"] + [str(i) for i in range(n)])
     ty = "{" + ", ".join(["float"] * n) + "}"
     args = ", ".join([f"i64 {desc_a}", f"i64 {desc_b}", f"i32 {scale_d}"]

@@ -32,8 +32,9 @@ from ..ir.intrin.wgmma import (
     MatrixDescriptor,
     WgmmaIntrin,
     accumulator_map,
-    get_wgmma,
+    descriptor_for,
     operand_addresses,
+    wgmma_of,
 )
 from .errors import SimError, SimMemoryError
 from .tensorcore import whole_groups
@@ -353,7 +354,7 @@ class WgmmaChunk:
         groups = self._groups(mask, spec.name)
         if not groups.size:
             return
-        intrin = get_wgmma(spec.shapes["B"][0], spec.dtypes["A"])
+        intrin = wgmma_of(spec)
         if not self.fenced:
             raise WgmmaProtocolError(
                 f"kernel {self.chunk.kernel}: {intrin.ptx} with no wgmma.fence.sync.aligned "
@@ -361,7 +362,8 @@ class WgmmaChunk:
         n = intrin.n
         va, ra = self._operand(intrin, a, a_base, 64, groups, "A")
         vb, rb = self._operand(intrin, b, b_base, n, groups, "B")
-        prod = va @ vb.transpose(0, 2, 1)  # (ng, 64, n) in float64
+        # (ng, 64, n) in float64; an MN-major B arrives as (ng, 16, n), a K-major one (ng, n, 16)
+        prod = va @ (vb if intrin.b_kn else vb.transpose(0, 2, 1))
         rows, cols = accumulator_map(n)
         regs, lanes = self._regs(acc, acc_name, acc_slot, groups, n // 2, spec.name)
         d = prod[:, rows, cols] + acc[regs, lanes]
@@ -371,15 +373,25 @@ class WgmmaChunk:
         self.open.append((id(acc), (ra, rb)))
 
     def _operand(self, intrin: WgmmaIntrin, mem, base, rows: int, groups, what: str):
-        """Values ``(ng, rows, 16)`` (float64) of an operand tile and its element keys."""
+        """Values ``(ng, rows, 16)`` (float64) of an operand tile and its element keys;
+        ``(ng, 16, rows)`` for the B of an MN-major (``_kn``) intrinsic."""
         c = self.chunk
         arr = mem.array
         if id(arr) not in self.unfenced:
             raise SimError(f"kernel {c.kernel}: wgmma operand {mem.name} is not tracked")
         b = self._uniform(base, groups, f"the tile address of {mem.name} in {intrin.ptx}")
         start = b * 2  # bytes: 16-bit operands, the buffer 1024-byte aligned
+        mn = what == "B" and intrin.b_kn
+        if mn:
+            # an MN-major k16 slice is 16 K-rows of 128 bytes: it starts on an atom
+            bad = np.flatnonzero(start % 1024 != 0)
+            if bad.size:
+                raise WgmmaProtocolError(
+                    f"kernel {c.kernel}: {intrin.ptx} MN-major operand B starts at "
+                    f"{mem.name}[{int(b[bad[0]])}] (byte {int(start[bad[0]])}), not on a "
+                    "1024-byte swizzle atom (a K step of 8 rows of 128 bytes)")
         bad = np.flatnonzero((start % 1024 >= 128) | (start % 32 != 0))
-        if bad.size:
+        if bad.size and not mn:
             raise WgmmaProtocolError(
                 f"kernel {c.kernel}: {intrin.ptx} operand {what} starts at "
                 f"{mem.name}[{int(b[bad[0]])}] (byte {int(start[bad[0]])}), not a k16 step "
@@ -388,9 +400,9 @@ class WgmmaChunk:
         # once per distinct start (warpgroups of different blocks share theirs)
         starts, which = np.unique(start, return_inverse=True)
         tiles = np.stack([operand_addresses(MatrixDescriptor.decode(
-            MatrixDescriptor(int(s), 16, 1024, "128B").encode()), rows, 16, 2) // 2
+            descriptor_for(intrin, what, int(s)).encode()), rows, 16, 2, mn_major=mn) // 2
             for s in starts])
-        k = tiles[which.reshape(-1)]  # (ng, rows, 16) element positions in the block's copy
+        k = tiles[which.reshape(-1)]  # (ng, rows, 16) element positions ((ng, 16, rows) MN-major)
         if k.max() >= mem.size:
             raise SimMemoryError(
                 f"illegal shared access: kernel {c.kernel}, {intrin.ptx} operand {what} "

@@ -373,6 +373,9 @@ def _check_wgmma_operand(op: Operand, name: str, intrin: TensorIntrin, where: st
     with 3 bits, checked where the function is known: ``tensorize`` and the backends)."""
     buf = op.buffer
     esize = nbytes(buf.dtype)
+    if name == "B" and intrin.name.endswith("_kn"):
+        _check_wgmma_mn_operand(op, intrin, where)
+        return
     if op.ld * esize != WGMMA_ROW_BYTES:
         pad = " (storage_align padding is not a wgmma layout)" if op.ld * esize > 128 else ""
         _fail(where, intrin, f"operand {name}: the rows of {buf.name} are {op.ld} elements "
@@ -392,6 +395,33 @@ def _check_wgmma_operand(op: Operand, name: str, intrin: TensorIntrin, where: st
     if c0 % atom >= op.ld or bad:
         _fail(where, intrin, f"operand {name}: the tile of {buf.name} starts at element "
               f"{op.base}, not on a row that is a multiple of 8 (a 1024-byte swizzle atom)")
+
+
+def _check_wgmma_mn_operand(op: Operand, intrin: TensorIntrin, where: str) -> None:
+    """The B of a ``_kn`` wgmma (``imm-trans-b`` 1) is an MN-major ``[K, N]`` tile: rows
+    along K of exactly 128 bytes (64 consecutive N elements: one 128B swizzle atom wide,
+    so the intrinsic's N is 64), starting on a whole atom (a multiple of 8 rows, 1024
+    bytes): its k16 slices are two atoms of 8 K-rows, SBO apart."""
+    buf = op.buffer
+    esize = nbytes(buf.dtype)
+    n = intrin.shapes["C"][1]
+    per_row = WGMMA_ROW_BYTES // esize
+    if n != per_row:
+        _fail(where, intrin, f"operand B (MN-major, [K, N]): N = {n}; the te tile of rows "
+              f"of {WGMMA_ROW_BYTES} bytes holds exactly one 128B swizzle atom of {per_row} "
+              f"N elements, so the transposed wgmma here is m64n{per_row}k16")
+    if op.ld * esize != WGMMA_ROW_BYTES:
+        pad = " (storage_align padding is not a wgmma layout)" if op.ld * esize > 128 else ""
+        _fail(where, intrin, f"operand B (MN-major, [K, N]): the K-rows of {buf.name} are "
+              f"{op.ld} elements ({op.ld * esize} bytes) apart; the 128B-swizzled MN-major "
+              f"layout needs rows of exactly {WGMMA_ROW_BYTES} bytes ({per_row} N elements): "
+              f"a shared tile of N extent {per_row}{pad}")
+    c0, terms = affine_terms(op.base)
+    atom = 8 * op.ld
+    if c0 % atom or any(isinstance(c, int) and c % atom for _, c in terms):
+        _fail(where, intrin, f"operand B (MN-major, [K, N]): the tile of {buf.name} starts "
+              f"at element {op.base}, not on a K-row that is a multiple of 8 (a 1024-byte "
+              "swizzle atom) at N offset 0")
 
 
 def check_wgmma_swizzle(swizzle: dict, bound: Bound, where: str) -> None:

@@ -104,7 +104,8 @@ def _declare(it: TensorIntrin):
         k = te.reduce_axis((0, sh["A"][1]), name="k")
         acc = dts["C"]
 
-        b_kn = it.roles.get("B", "").endswith("_kn")
+        b_kn = (it.roles.get("B", "").endswith("_kn")
+                or (it.kind == "wgmma" and it.name.endswith("_kn")))
 
         def body(i, j):
             x, y = a[i, k], (b[k, j] if b_kn else b[j, k])
@@ -220,9 +221,10 @@ def _register_all() -> None:
 
 def _register_wgmma() -> None:
     """wgmma (sm_90a): ``C[64, N] += f32(A[64, 16]) * f32(B[N, 16])`` with A and B K-major in
-    shared memory (read through descriptors of the 128B-swizzled layout, see
-    :mod:`.wgmma`) and C in a warpgroup's registers (role ``wg_c``); its zeroing, and the
-    accumulator tiles' stores to memory (with the cast to f16/bf16)."""
+    shared memory, and ``..._kn``: ``B[16, N]`` MN-major (``imm-trans-b`` 1), all read
+    through descriptors of the 128B-swizzled layout (see :mod:`.wgmma`), C in a
+    warpgroup's registers (role ``wg_c``); its zeroing, and the accumulator tiles' stores
+    to memory (with the cast to f16/bf16)."""
     from .wgmma import WGMMA_N, get_wgmma
 
     for ab in ("float16", "bfloat16"):
@@ -234,6 +236,14 @@ def _register_wgmma() -> None:
                 init=f"fill_wg_m64n{n}_f32", ptx=spec.ptx,
                 doc=f"C[64,{n}] += A[64,16] * B[{n},16]^T, {_b16(ab)} operands in shared memory "
                     "(128B swizzle), f32 accumulators in a warpgroup's registers"))
+            kn = get_wgmma(n, ab, b_kn=True)
+            register(TensorIntrin(
+                kn.name, "wgmma", {"A": (64, 16), "B": (16, n), "C": (64, n)},
+                {"A": ab, "B": ab, "C": "float32"}, {"C": "wg_c"}, ("C", "A", "B"),
+                init=f"fill_wg_m64n{n}_f32", ptx=kn.ptx,
+                doc=f"C[64,{n}] += A[64,16] * B[16,{n}], {_b16(ab)} operands in shared memory "
+                    "(128B swizzle; B MN-major: rows of 64 N elements, imm-trans-b 1), f32 "
+                    "accumulators in a warpgroup's registers"))
     for n in WGMMA_N:
         register(TensorIntrin(f"fill_wg_m64n{n}_f32", "fill", {"C": (64, n)},
                               {"C": "float32"}, {"C": "wg_c"}, ("C",),

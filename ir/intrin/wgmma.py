@@ -26,6 +26,14 @@ What is here is the hardware's contract, shared by the simulator and the code ge
   ``wgmma.commit_group`` closes the issued wgmmas into a group, ``wgmma.wait_group N`` waits
   until at most N groups are pending; the accumulators and the shared tiles of a pending
   group may not be touched.
+* the **MN-major B** (``imm-trans-b`` = 1, 16-bit types only; PTX ISA, "Shared Memory
+  Matrix Layout" / "Leading Dimension Byte Offset" / "Stride Dimension Byte Offset" /
+  "Canonical Layouts" of the asynchronous warpgroup-level matrix instructions): B is read
+  as ``[K, N]``. With the 128B swizzle an atom is 8 K-rows of 128 bytes (64 consecutive N
+  elements); the canonical layout is ``Swizzle<3,4,3> o ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO))``
+  (T = 8 16-bit elements per 16 bytes): **LBO** is the byte offset between atoms along N
+  (64-element panels), **SBO** the byte offset between groups of 8 K-rows — the reverse
+  of their roles for K-major operands. The address XOR is the same (bits 4-6 ^= 7-9).
 """
 
 from __future__ import annotations
@@ -111,12 +119,16 @@ def swizzle_address(addr, swizzle: str):
     return addr ^ (((addr >> 7) & bits) << 4)
 
 
-def operand_addresses(desc: MatrixDescriptor, rows: int, k: int, itemsize: int) -> np.ndarray:
+def operand_addresses(desc: MatrixDescriptor, rows: int, k: int, itemsize: int,
+                      mn_major: bool = False) -> np.ndarray:
     """``(rows, k)`` shared byte addresses of a K-major operand (A: 64 x 16, B: N x 16) as
-    the hardware reads it through ``desc``."""
+    the hardware reads it through ``desc``; with ``mn_major`` (B with ``imm-trans-b`` = 1)
+    the ``(k, rows)`` addresses of B read as ``[K, N]`` (``rows`` = N)."""
     if desc.base_offset:
         raise WgmmaError("wgmma descriptor: a nonzero matrix base offset is not modelled; "
                          "start swizzled tiles on a 1024-byte boundary")
+    if mn_major:
+        return _mn_major_addresses(desc, k, rows, itemsize)
     r = np.arange(rows)[:, None]
     kb = np.arange(k)[None, :] * itemsize
     if desc.swizzle == "none":
@@ -130,6 +142,60 @@ def operand_addresses(desc: MatrixDescriptor, rows: int, k: int, itemsize: int) 
                          f"rows of the {desc.swizzle} swizzle")
     plain = desc.address + (r // 8) * desc.sbo + (r % 8) * w + kb
     return swizzle_address(plain, desc.swizzle)
+
+
+def _mn_major_addresses(desc: MatrixDescriptor, k: int, n: int, itemsize: int) -> np.ndarray:
+    """``(k, n)`` byte addresses of an MN-major operand through a swizzled ``desc``: the PTX
+    ISA's canonical ``((T,W/16,m),(8,k)):((1,T,LBO),(W/16*T,SBO))`` in bytes: element n of
+    K-row kk is at ``(n // per_row) * LBO + (kk // 8) * SBO + (kk % 8) * W + (n % per_row) *
+    itemsize`` (W the swizzle's row bytes), then the address XOR of the swizzle."""
+    if desc.swizzle == "none":
+        raise WgmmaError("wgmma: the MN-major (transposed) operand is modelled with a "
+                         "swizzled layout only (128B, 64B or 32B), not the interleaved one")
+    w = SWIZZLE_BYTES[desc.swizzle]
+    per_row = w // itemsize
+    if n > per_row and desc.lbo < 8 * w:
+        raise WgmmaError(f"wgmma MN-major descriptor: N = {n} spans several {per_row}-element "
+                         f"atoms but the leading byte offset {desc.lbo} (between them) is "
+                         f"smaller than an atom ({8 * w} bytes)")
+    kk = np.arange(k)[:, None]
+    nn = np.arange(n)[None, :]
+    plain = (desc.address + (nn // per_row) * desc.lbo + (kk // 8) * desc.sbo
+             + (kk % 8) * w + (nn % per_row) * itemsize)
+    return swizzle_address(plain, desc.swizzle)
+
+
+def tile_offsets_mn(k: int, n: int, itemsize: int, swizzle: str = "128B") -> np.ndarray:
+    """``(k, n)`` byte offsets, from a 1024-byte aligned tile start, of a ``[k, n]`` tile
+    stored MN-major (a B operand read as ``[K, N]``) in the canonical layout of
+    ``swizzle``: ``n / (W / itemsize)`` panels of ``k`` rows of W bytes one after the other,
+    each panel ``k / 8`` atoms of 8 rows (what :func:`descriptors_for_tile_mn` reads)."""
+    if swizzle == "none":
+        raise WgmmaError("wgmma: MN-major tiles are laid out swizzled (128B, 64B or 32B)")
+    w = SWIZZLE_BYTES[swizzle]
+    per_row = w // itemsize
+    if k % 8 or n % per_row:
+        raise WgmmaError(f"wgmma: an MN-major tile needs K rows in multiples of 8 and N in "
+                         f"multiples of {per_row} (got {k} x {n})")
+    kk = np.arange(k)[:, None]
+    nn = np.arange(n)[None, :]
+    plain = (nn // per_row) * (k * w) + kk * w + (nn % per_row) * itemsize
+    return swizzle_address(plain, swizzle)
+
+
+def descriptors_for_tile_mn(base: int, k: int, n: int, itemsize: int, swizzle: str = "128B",
+                            k_step: int = 16) -> list:
+    """The descriptors of each ``k_step`` slice of an MN-major tile stored by
+    :func:`tile_offsets_mn` at shared byte ``base`` (1024-byte aligned): start at K-row
+    ``k0`` (whole atoms: ``k0 * W`` bytes), LBO the panel stride ``k * W`` (between
+    64-element N atoms), SBO ``8 * W`` (between groups of 8 K-rows)."""
+    if base % 1024:
+        raise WgmmaError(f"wgmma: a {swizzle}-swizzled tile must start on a 1024-byte "
+                         f"boundary, not at byte {base}")
+    if k_step % 8:
+        raise WgmmaError(f"wgmma: an MN-major K slice of {k_step} rows is not whole atoms")
+    w = SWIZZLE_BYTES[swizzle]
+    return [MatrixDescriptor(base + k0 * w, k * w, 8 * w, swizzle) for k0 in range(0, k, k_step)]
 
 
 def tile_offsets(rows: int, k: int, itemsize: int, swizzle: str) -> np.ndarray:
@@ -183,14 +249,22 @@ def accumulator_map(n: int) -> tuple[np.ndarray, np.ndarray]:
 @dataclass(frozen=True)
 class WgmmaIntrin:
     """``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}``, A and B from shared memory
-    through descriptors (both K-major), D ``[64, n]`` f32 in the warpgroup's registers."""
+    through descriptors, D ``[64, n]`` f32 in the warpgroup's registers. A is K-major; B is
+    K-major (``[N, K]``, ``imm-trans-b`` 0) or, with ``b_kn``, MN-major (``[K, N]``,
+    ``imm-trans-b`` 1, name suffix ``_kn``)."""
 
     n: int
     ab: str
+    b_kn: bool = False
 
     @property
     def name(self) -> str:
-        return f"wgmma_m64n{self.n}k16_{_short(self.ab)}_f32"
+        return f"wgmma_m64n{self.n}k16_{_short(self.ab)}_f32" + ("_kn" if self.b_kn else "")
+
+    @property
+    def tnsp_b(self) -> int:
+        """The ``imm-trans-b`` immediate: 1 for B read MN-major (``[K, N]``)."""
+        return int(self.b_kn)
 
     @property
     def ptx(self) -> str:
@@ -210,9 +284,10 @@ def _short(ab: str) -> str:
         raise WgmmaError(f"wgmma here takes float16 or bfloat16 inputs, not {ab}") from None
 
 
-WGMMA_INTRINS = {it.name: it for it in (WgmmaIntrin(n, ab) for ab in ("float16", "bfloat16")
-                                        for n in WGMMA_N)}
-"""The registered wgmma intrinsics by name (``wgmma_m64n128k16_f16_f32``, ...)."""
+WGMMA_INTRINS = {it.name: it for it in (WgmmaIntrin(n, ab, kn) for ab in ("float16", "bfloat16")
+                                        for n in WGMMA_N for kn in (False, True))}
+"""The registered wgmma intrinsics by name (``wgmma_m64n128k16_f16_f32``,
+``wgmma_m64n64k16_bf16_f32_kn``, ...)."""
 
 
 def is_wgmma_loop(s) -> bool:
@@ -252,8 +327,33 @@ WGMMA_SHARED_ALIGN = 1024
 hardware XORs address bits 4-6 with bits 7-9)."""
 
 
-def get_wgmma(n: int, ab: str = "float16") -> WgmmaIntrin:
-    """The wgmma intrinsic of ``m64n{n}k16`` on ``ab`` inputs, or a clear error."""
+def get_wgmma(n: int, ab: str = "float16", b_kn: bool = False) -> WgmmaIntrin:
+    """The wgmma intrinsic of ``m64n{n}k16`` on ``ab`` inputs (B MN-major with ``b_kn``),
+    or a clear error."""
     if n not in WGMMA_N:
         raise WgmmaError(f"wgmma m64n{n}k16: N must be one of {WGMMA_N}")
-    return WGMMA_INTRINS[WgmmaIntrin(n, ab).name]
+    return WGMMA_INTRINS[WgmmaIntrin(n, ab, bool(b_kn)).name]
+
+
+B_KN_LBO = 64 * 128
+"""The leading byte offset of an MN-major B in the te schedules: the stride between
+64-element N panels of a tile of 64 K-rows of 128 bytes (unused while N is 64)."""
+
+K_MAJOR_LBO = 16
+"""The leading byte offset of K-major swizzled operands (unused by the hardware: 1 in
+16-byte units, as the ISA assumes)."""
+
+
+def descriptor_for(intrin: WgmmaIntrin, operand: str, address: int) -> MatrixDescriptor:
+    """The 128B-swizzled descriptor the te backends build for ``operand`` ("A" or "B") of
+    ``intrin`` starting at shared byte ``address``: K-major LBO 16 (unused), SBO 1024 (8
+    rows of 128 bytes); an MN-major B (``_kn``) LBO :data:`B_KN_LBO` (between N atoms),
+    SBO 1024 (between groups of 8 K-rows of 128 bytes)."""
+    if operand == "B" and intrin.b_kn:
+        return MatrixDescriptor(address, B_KN_LBO, 1024, "128B")
+    return MatrixDescriptor(address, K_MAJOR_LBO, 1024, "128B")
+
+
+def wgmma_of(spec) -> WgmmaIntrin:
+    """The :class:`WgmmaIntrin` of a registered ``wgmma`` tensor intrinsic ``spec``."""
+    return get_wgmma(spec.shapes["C"][1], spec.dtypes["A"], spec.name.endswith("_kn"))

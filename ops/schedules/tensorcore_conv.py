@@ -346,3 +346,118 @@ def schedule_conv2d_nhwc(s: Schedule, op: ComputeOp, epilogue: ComputeOp | None 
     if tensorcore_conv_unsupported(op, target) is None:
         return schedule_conv2d_nhwc_tensorcore(s, op, epilogue, target)
     return schedule_tiled(s, op, epilogue, target=target)
+
+
+def schedule_conv2d_nhwc_wgmma(s: Schedule, op: ComputeOp, epilogue: ComputeOp | None = None,
+                               target: Target | str | None = None, cfg=None):
+    """Schedule conv2d NHWC stage ``op`` of ``s`` (fp16/bf16, and its fused element-wise
+    ``epilogue``) with wgmma on an sm_90a ``target``: the implicit GEMM
+    ``[pixels, KH*KW*C_in] x [KH*KW*C_in, C_out]`` whose B (the HWIO kernel) is ``[K, N]``,
+    read MN-major by the ``_kn`` wgmma in 64-wide block tiles. Each block computes
+    ``64 * warpgroups`` pixels x 64 output channels as the wgmma GEMM does (warpgroup
+    accumulators, 64-column K steps copied into 128B-swizzled tiles, ``stages`` deep,
+    ``in_flight`` groups running), stores them to a float32 C tile, and all threads run
+    the epilogue over it into the NHWC output. ``cfg``: a
+    :class:`~.tensorcore_wgmma.WgmmaScheduleConfig` (``block_n`` 64, ``split_k`` 1;
+    default: 2 warpgroups where the pixels exceed 64, 4 stages (fewer for short
+    reductions), one group in flight from 3 stages). Returns the config."""
+    from ...ir.intrin.wgmma import WARPGROUP
+    from .tensorcore_wgmma import (
+        B_KN_BLOCK_N,
+        BLOCK_K,
+        WgmmaScheduleConfig,
+        finish_warpgroup_product,
+        split_warpgroup_k,
+        wgmma_shared_bytes,
+    )
+
+    target = as_target(target)
+    why = tensorcore_conv_unsupported(op, target)
+    if why is None and not target.has_wgmma:
+        why = f"wgmma needs sm_90a; the target is {target.arch}"
+    if why is None and _in_dtype(op) not in ("float16", "bfloat16"):
+        why = "wgmma takes float16 or bfloat16 inputs (TF32 runs on mma.sync)"
+    if why is not None:
+        raise ScheduleError(f"wgmma conv2d: {why}")
+    M, N, K, C_in = conv_gemm_shape(op)
+    if cfg is None:
+        steps = -(-K // BLOCK_K)
+        stages = max(1, min(4, steps))
+        cfg = WgmmaScheduleConfig(B_KN_BLOCK_N, 2 if M > 64 else 1, stages,
+                                  1 if stages >= 3 else 0)
+    steps = -(-K // BLOCK_K)
+    rules = [
+        (cfg.block_n == B_KN_BLOCK_N, f"block_n {B_KN_BLOCK_N} (the kernel is B as [K, N])"),
+        (cfg.warpgroups in (1, 2), "warpgroups 1 or 2"),
+        (1 <= cfg.stages <= 5 and (cfg.stages == 1 or steps >= cfg.stages),
+         f"1 to 5 stages, at most the {steps} steps of {BLOCK_K}"),
+        (cfg.in_flight in (0, 1) and (cfg.in_flight == 0 or cfg.stages >= 3),
+         "in_flight 0, or 1 with 3 stages or more"),
+        (cfg.split_k == 1, "split_k 1"),
+        (wgmma_shared_bytes(cfg, True) <= target.max_shared_memory_per_block_optin,
+         "the tiles and the C tile within the shared memory per block"),
+    ]
+    for ok, rule in rules:
+        if not ok:
+            raise ScheduleError(f"wgmma conv2d {op.name} with {cfg}: need {rule}")
+    bm, bn = cfg.block_m, cfg.block_n
+    a_vec = gcd(8, C_in)
+    b_vec = gcd(8, N)
+    a, b, g = s.implicit_gemm(op.output(0), bm, bn, BLOCK_K, "kn")
+    c_sh = s.cache_write(g, "shared")
+    cf = s.cache_write(c_sh, "warpgroup")
+    s[g].compute_inline()
+    if epilogue is not None:
+        s[op].compute_inline()
+        o = s[epilogue]
+    else:
+        o = s[op]
+    a_sh = s.cache_read(a, "shared", [cf])
+    b_sh = s.cache_read(b, "shared", [cf])
+    s[a].compute_inline()
+    s[b].compute_inline()
+    threads = ((WARPGROUP, "threadIdx.x"), (cfg.warpgroups, "threadIdx.y"))
+
+    # the output: pixel blocks on blockIdx.x, channel blocks on blockIdx.y, every thread
+    # of the block over its tile
+    n_, y_, x_, c_ = o.op.axis
+    bi, i = o.split(o.fuse(n_, y_, x_), factor=bm)
+    bj, j = o.split(c_, factor=bn)
+    o.reorder(bi, bj, i, j)
+    o.bind(bi, te.thread_axis("blockIdx.x"))
+    o.bind(bj, te.thread_axis("blockIdx.y"))
+    fused = o.fuse(i, j)
+    for n, tag in threads:
+        fused, t = o.split(fused, factor=n)
+        o.bind(t, te.thread_axis(tag))
+
+    # the C tile: each warpgroup stores its 64 x 8 accumulator tiles
+    s[c_sh].compute_at(o, bj)
+    st = s[c_sh]
+    *_, ci, cj = st.op.axis
+    st.storage_align(ci, bn + 4, 0)
+    wg, ci = st.split(ci, factor=64)
+    tj, jj = st.split(cj, factor=8)
+    st.reorder(wg, tj, ci, jj)
+    st.bind(wg, te.thread_axis("threadIdx.y"))
+    st.tensorize(ci, "store_wg_f32")
+    st.unroll(tj)
+
+    s[cf].compute_at(st, wg)
+    f = s[cf]
+    ko, ki, rows = split_warpgroup_k(f)
+    for sh, vec in ((a_sh, a_vec), (b_sh, b_vec)):
+        s[sh].compute_at(f, ko)
+        cp = s[sh]
+        r, col = cp.op.axis
+        fused, v = cp.split(cp.fuse(r, col), factor=vec)
+        for n, tag in threads:
+            fused, t = cp.split(fused, factor=n)
+            cp.bind(t, te.thread_axis(tag))
+        if vec > 1:
+            cp.vectorize(v)
+        cp.swizzle(3)
+        if vec * nbytes(_in_dtype(op)) in (4, 8, 16) and target.has_cp_async:
+            cp.async_copy()
+    finish_warpgroup_product(f, ko, ki, rows, cfg, _in_dtype(op), b_kn=True)
+    return cfg

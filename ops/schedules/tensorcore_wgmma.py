@@ -17,12 +17,13 @@ reorder, bind, compute_at, fuse, vectorize, swizzle, async_copy, pipeline, pragm
 tensorize.
 
 :func:`schedule_gemm_wgmma` is the same tiling for any product stage of dense, matmul or
-batch_matmul that :func:`~.tensorcore_gemm.gemm_form` accepts (fp16/bf16, B as
-``[N, K]``): the fused epilogue over a shared C tile, extents padded through
-``implicit_gemm``, split-K, the batch on blockIdx.z, on the stages it shares with the
-mma.sync GEMM (:func:`~.tensorcore_gemm.gemm_stages`). :func:`choose_wgmma_config` picks
-its tiles by :func:`wgmma_time`; the default schedule takes it on sm_90a through
-:func:`~.tensorcore_gemm.wgmma_choice`.
+batch_matmul that :func:`~.tensorcore_gemm.gemm_form` accepts (fp16/bf16; B as ``[N, K]``,
+or as ``[K, N]`` with ``block_n`` 64: its shared tile of 64 K-rows x 64 N is then read
+MN-major by the ``_kn`` wgmma, ``imm-trans-b`` 1): the fused epilogue over a shared C
+tile, extents padded through ``implicit_gemm``, split-K, the batch on blockIdx.z, on the
+stages it shares with the mma.sync GEMM (:func:`~.tensorcore_gemm.gemm_stages`).
+:func:`choose_wgmma_config` picks its tiles by :func:`wgmma_time`; the default schedule
+takes it on sm_90a through :func:`~.tensorcore_gemm.wgmma_choice`.
 """
 
 from __future__ import annotations
@@ -180,11 +181,13 @@ def split_warpgroup_k(f) -> tuple:
     return ko, ki, ci
 
 
-def finish_warpgroup_product(f, ko, ki, rows, cfg: WgmmaScheduleConfig, ab: str) -> None:
-    """The wgmma of each k16 step of :func:`split_warpgroup_k`'s nest, its steps unrolled,
-    the 64-column steps software-pipelined over ``cfg.stages`` buffers with
-    ``cfg.in_flight`` groups left running."""
-    f.tensorize(rows, f"wgmma_m64n{cfg.block_n}k16_{SUFFIX[ab]}_f32")
+def finish_warpgroup_product(f, ko, ki, rows, cfg: WgmmaScheduleConfig, ab: str,
+                             b_kn: bool = False) -> None:
+    """The wgmma of each k16 step of :func:`split_warpgroup_k`'s nest (``b_kn``: B read
+    MN-major as ``[K, N]``, the ``_kn`` intrinsic), its steps unrolled, the 64-column steps
+    software-pipelined over ``cfg.stages`` buffers with ``cfg.in_flight`` groups left
+    running."""
+    f.tensorize(rows, f"wgmma_m64n{cfg.block_n}k16_{SUFFIX[ab]}_f32" + ("_kn" if b_kn else ""))
     f.unroll(ki)
     if cfg.stages > 1:
         f.pipeline(ko, cfg.stages)
@@ -208,8 +211,6 @@ def wgmma_refusal(form, target=None) -> str | None:
         return f"wgmma takes float16 or bfloat16 inputs, not {form.in_dtype} (TF32)"
     if form.acc_dtype != "float32":
         return f"wgmma accumulates in float32, not {form.acc_dtype}"
-    if form.b_kn:
-        return "wgmma takes B as [N, K] (K-major); this product reads B as [K, N]"
     if form.N < BLOCK_N[0]:
         return f"N = {form.N} is narrower than the smallest wgmma tile ({BLOCK_N[0]})"
     if not form.paddable and (form.M % 64 or form.N % 64 or form.K % BLOCK_K):
@@ -218,10 +219,16 @@ def wgmma_refusal(form, target=None) -> str | None:
     return None
 
 
-def copy_vec(form) -> int:
-    """Elements per copy of an operand tile: 8 (16-byte cp.async) where ``K`` allows (a copy
-    must not straddle two rows of an input), else 4 or 2, else 1."""
-    return next(v for v in (8, 4, 2, 1) if form.K % v == 0)
+def copy_vec(form, row: int | None = None) -> int:
+    """Elements per copy of an operand tile: 8 (16-byte cp.async) where the input's rows
+    allow (a copy must not straddle two rows: ``K`` long, or ``row``), else 4 or 2, else 1."""
+    row = form.K if row is None else row
+    return next(v for v in (8, 4, 2, 1) if row % v == 0)
+
+
+B_KN_BLOCK_N = 64
+"""The block tile width of products reading B as ``[K, N]``: their shared B tile is
+MN-major (``imm-trans-b`` 1), 64 K-rows of one 128-byte atom of N (64 elements)."""
 
 
 def wgmma_padded_extents(cfg: WgmmaScheduleConfig, form) -> tuple:
@@ -249,6 +256,9 @@ def check_wgmma_gemm(cfg: WgmmaScheduleConfig, form, where: str = "", target=Non
     split = cfg.split_k
     rules = [
         (cfg.block_n in BLOCK_N, f"block_n in {BLOCK_N} (got {cfg.block_n})"),
+        (not form.b_kn or cfg.block_n == B_KN_BLOCK_N,
+         f"block_n {B_KN_BLOCK_N} for B read as [K, N] (got {cfg.block_n}: its MN-major "
+         "shared tile is one 128-byte swizzle atom of N wide)"),
         (cfg.warpgroups in (1, 2), f"warpgroups 1 or 2 (got {cfg.warpgroups})"),
         (isinstance(cfg.stages, int) and 1 <= cfg.stages <= 5,
          f"stages 1 to 5 (got {cfg.stages})"),
@@ -291,7 +301,8 @@ def check_wgmma_gemm(cfg: WgmmaScheduleConfig, form, where: str = "", target=Non
 def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = None,
                         target=None, form=None) -> WgmmaScheduleConfig:
     """Schedule product stage ``op`` of ``s`` (dense, matmul or batch_matmul, as
-    :func:`~.tensorcore_gemm.gemm_form` accepts it, fp16/bf16 with B as ``[N, K]``) and
+    :func:`~.tensorcore_gemm.gemm_form` accepts it, fp16/bf16 with B as ``[N, K]``, or as
+    ``[K, N]`` with ``block_n`` 64, read MN-major) and
     its fused element-wise ``epilogue`` with wgmma on an sm_90a ``target``; returns the
     config used (``cfg`` overrides :func:`choose_wgmma_config`).
 
@@ -376,12 +387,13 @@ def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = 
     # the accumulators of one warpgroup; K in steps of 64, each four k16 wgmmas
     f = s[cf]
     ko, ki, ci = split_warpgroup_k(f)
-    vec = copy_vec(form)
-    for sh, x in ((st.a_sh, st.a), (st.b_sh, st.b)):
+    for sh, x, vec in ((st.a_sh, st.a, copy_vec(form)),
+                       (st.b_sh, st.b, copy_vec(form, form.N if form.b_kn else None))):
+        # B read as [K, N]: its [64, 64] tile's rows run along N (MN-major)
         schedule_tile_copy(s, sh, f, ko, vec, threads,
                            vec >= 2 and target.has_cp_async and copies_from_memory(x),
                            swizzle=3)
-    finish_warpgroup_product(f, ko, ki, ci, cfg, form.in_dtype)
+    finish_warpgroup_product(f, ko, ki, ci, cfg, form.in_dtype, form.b_kn)
     return cfg
 
 
@@ -504,6 +516,8 @@ def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: boo
     out = []
     for bn in BLOCK_N:
         if bn > max(tile_limit(form.N), BLOCK_N[0]):
+            continue
+        if form.b_kn and bn != B_KN_BLOCK_N:
             continue
         for wgs in (1, 2):
             if wgs == 2 and form.M <= 64:

@@ -1,0 +1,341 @@
+"""wgmma with B read as ``[K, N]`` (MN-major B, ``imm-trans-b`` 1): the layout against the
+PTX ISA's canonical MN-major layout, the simulator reading it through descriptors (a wrong
+layout gives wrong numbers), te matmul / batch_matmul on ``sim -arch=sm_90a`` against numpy,
+refusals, and PTX for sm_90a."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptxforge
+from ptxforge import ops, te
+from ptxforge.ir.dtype import BFLOAT16_HOST
+from ptxforge.ir.intrin.wgmma import (
+    MatrixDescriptor,
+    WgmmaError,
+    descriptors_for_tile_mn,
+    get_wgmma,
+    operand_addresses,
+    swizzle_address,
+    tile_offsets,
+    tile_offsets_mn,
+)
+from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig, schedule_gemm_wgmma
+from ptxforge.passes.schedule.common import ScheduleError
+
+from .lowp import f64, host
+
+SIM = "sim -arch=sm_90a"
+RNG = np.random.default_rng(17)
+
+
+def test_mn_major_addresses_match_the_isa_example():
+    # PTX ISA, "Canonical Layouts" example: MN-major, 64B swizzle, bf16, LBO 256 and SBO 512
+    # elements: Swizzle<2,4,3> o ((8,4,2),(8,2)):((1,8,256),(32,512)) (element units)
+    d = MatrixDescriptor(0, 256 * 2, 512 * 2, "64B")
+    got = operand_addresses(MatrixDescriptor.decode(d.encode()), 64, 16, 2, mn_major=True)
+    k = np.arange(16)[:, None]
+    n = np.arange(64)[None, :]
+    elem = (n % 8) + 8 * ((n // 8) % 4) + 256 * (n // 32) + 32 * (k % 8) + 512 * (k // 8)
+    np.testing.assert_array_equal(got, swizzle_address(elem * 2, "64B"))
+    assert got.shape == (16, 64)
+
+
+@pytest.mark.parametrize("n", [64, 128, 256])
+def test_mn_major_tiles_read_back_through_their_descriptors(n):
+    # a [64, n] tile stored as n / 64 panels of 64 K-rows x 128 bytes, 128B swizzle
+    b = RNG.standard_normal((64, n))
+    off = tile_offsets_mn(64, n, 2) // 2
+    assert sorted(off.reshape(-1)) == list(range(64 * n))  # a permutation
+    mem = np.zeros(64 * n)
+    mem[off] = b
+    descs = descriptors_for_tile_mn(0, 64, n, 2)
+    assert [(d.lbo, d.sbo) for d in descs] == [(64 * 128, 1024)] * 4
+    for s, d in enumerate(descs):
+        addr = operand_addresses(MatrixDescriptor.decode(d.encode()), n, 16, 2, mn_major=True)
+        np.testing.assert_array_equal(mem[addr // 2], b[16 * s:16 * s + 16])
+        # LBO and SBO in their K-major roles read other bytes
+        swapped = MatrixDescriptor(d.address, d.sbo, d.lbo, "128B")
+        if n > 64:
+            bad = operand_addresses(swapped, n, 16, 2, mn_major=True)
+            assert not np.array_equal(mem[bad // 2], b[16 * s:16 * s + 16])
+    # an LBO inside an atom cannot separate the N atoms
+    with pytest.raises(WgmmaError, match="leading byte offset"):
+        operand_addresses(MatrixDescriptor(0, 16, 1024, "128B"), 128, 16, 2, mn_major=True)
+    # the tile stored K-major (as B^T) and read MN-major gives other numbers
+    kmaj = np.zeros(64 * n)
+    kmaj[tile_offsets(n, 64, 2, "128B")[:, :16] // 2] = b[:16].T
+    addr = operand_addresses(descs[0], n, 16, 2, mn_major=True)
+    assert not np.allclose(kmaj[addr // 2], b[:16])
+
+
+def _matmul(M, N, K, ab, out=None, batch=None):
+    if batch:
+        a = te.placeholder((batch, M, K), ab, name="a")
+        b = te.placeholder((batch, K, N), ab, name="b")
+        y = ops.nn.batch_matmul(a, b, out_dtype="float32", transpose_b=False)
+    else:
+        a = te.placeholder((M, K), ab, name="a")
+        b = te.placeholder((K, N), ab, name="b")
+        y = ops.nn.matmul(a, b, out_dtype="float32")
+    if out:
+        y = ops.cast(y, out)
+    return [a, b], y
+
+
+def _schedule(y, cfg, target=SIM):
+    from ptxforge.ir.te import ComputeOp
+
+    s = te.create_schedule(y.op)
+    prod = next(op for op in s.dag.ops if isinstance(op, ComputeOp) and op.reduce_axis)
+    used = schedule_gemm_wgmma(s, prod, y.op if y.op is not prod else None, cfg, target)
+    return s, used
+
+
+@pytest.mark.parametrize("M,N,K,ab,out,batch,cfg", [
+    (128, 128, 256, "float16", None, None, (64, 2, 3, 1)),       # one group in flight
+    (64, 192, 192, "bfloat16", "bfloat16", None, (64, 1, 3, 1)),
+    (100, 70, 136, "float16", "float16", None, (64, 1, 2, 0)),   # padded M, N, K
+    (64, 128, 128, "bfloat16", None, 3, (64, 1, 2, 0)),          # P x V of attention
+    (96, 128, 512, "float16", "float16", None, (64, 1, 3, 1, 2)),  # split-K, padded M
+])
+def test_matmul_with_b_as_kn_matches_numpy(M, N, K, ab, out, batch, cfg):
+    args, y = _matmul(M, N, K, ab, out, batch)
+    s, _ = _schedule(y, WgmmaScheduleConfig(*cfg))
+    text = str(s.pipeline)
+    assert f"wgmma_m64n64k16_{'f16' if ab == 'float16' else 'bf16'}_f32_kn" in text
+    mod = ptxforge.build(s, args + [y], target=SIM)
+    vals = [host(RNG, a.shape, a.dtype) for a in args]
+    got = np.full(y.shape, np.nan, y.dtype)
+    mod(*vals, got)
+    want = np.matmul(f64(vals[0], ab), f64(vals[1], ab))
+    tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[y.dtype]
+    np.testing.assert_allclose(f64(got, y.dtype), want, rtol=0, atol=tol * np.abs(want).max())
+
+
+def test_the_simulator_reads_b_through_the_mn_major_descriptor(monkeypatch):
+    # the simulator computes with the bytes the descriptor addresses: the same tile read
+    # through another layout gives another product
+    import ptxforge.backend_sim.wgmma as simw
+    from ptxforge.ir.intrin import wgmma as w
+
+    args, y = _matmul(64, 64, 128, "float16")
+    s, _ = _schedule(y, WgmmaScheduleConfig(64, 1, 2, 0))
+    vals = [host(RNG, a.shape, a.dtype) for a in args]
+    want = f64(vals[0], "float16") @ f64(vals[1], "float16")
+
+    def run():
+        got = np.full(y.shape, np.nan, y.dtype)
+        ptxforge.build(s, args + [y], target=SIM)(*vals, got)
+        return got
+
+    np.testing.assert_allclose(run(), want, rtol=0, atol=1e-5 * np.abs(want).max())
+    # the MN-major B read without the swizzle's XOR (the same bytes, permuted: what a
+    # descriptor without the 128B mode would read from the swizzled tile)
+    real = w.operand_addresses
+
+    def unswizzled(d, rows, k, itemsize, mn_major=False):
+        addr = real(d, rows, k, itemsize, mn_major)
+        return w.swizzle_address(addr, "128B") if mn_major else addr
+
+    monkeypatch.setattr(simw, "operand_addresses", unswizzled)
+    got = run()
+    assert np.abs(got - want).max() > 0.1 * np.abs(want).max()
+
+
+def test_kn_refusals_name_the_rule():
+    args, y = _matmul(128, 256, 256, "float16")
+    with pytest.raises(ScheduleError, match=r"block_n 64 for B read as \[K, N\]"):
+        _schedule(y, WgmmaScheduleConfig(128, 2, 3, 1))
+    # the default tiles of a B read as [K, N] are 64 wide
+    s, used = _schedule(y, None)
+    assert used.block_n == 64 and "_kn" in str(s.pipeline)
+
+
+def test_a_kn_tile_off_the_128_byte_rows_is_refused():
+    from ptxforge.ir.intrin.match import IntrinError, _check_wgmma_mn_operand
+    from ptxforge.ir.intrin.registry import get_intrin
+
+    class Op:  # a B operand: rows of 128 N elements (256 bytes), not one atom
+        buffer = type("Buf", (), {"dtype": "float16", "name": "b_sh"})()
+        ld = 128
+        base = 0
+
+    with pytest.raises(IntrinError, match="rows of exactly 128 bytes"):
+        _check_wgmma_mn_operand(Op, get_intrin("wgmma_m64n64k16_f16_f32_kn"), "ci")
+    with pytest.raises(IntrinError, match="m64n64k16"):
+        _check_wgmma_mn_operand(Op, get_intrin("wgmma_m64n128k16_f16_f32_kn"), "ci")
+
+
+@pytest.mark.parametrize("ab", ["float16", "bfloat16"])
+def test_kn_ptx_for_sm_90a(ab):
+    from ptxforge.backend_ptx.assemble import find_ptxas, run_ptxas
+
+    args, y = _matmul(256, 256, 512, ab, ab)
+    s, _ = _schedule(y, WgmmaScheduleConfig(64, 2, 4, 1), "cuda -arch=sm_90a")
+    ptx = ptxforge.build(s, args + [y], target="cuda -arch=sm_90a").get_source("ptx")
+    spec = get_wgmma(64, ab, b_kn=True)
+    assert spec.ptx in ptx
+    # scale-d predicate, scale-a 1, scale-b 1, imm-trans-a 0, imm-trans-b 1
+    assert ", p, 1, 1, 0, 1;" in ptx and ", p, 1, 1, 0, 0;" not in ptx
+    # B's descriptor: LBO 8192 (between 64-element N panels), SBO 1024, 128B swizzle; A's
+    # the K-major one (LBO 16, unused)
+    assert str(MatrixDescriptor(0, 8192, 1024, "128B").encode()) in ptx
+    assert str(MatrixDescriptor(0, 16, 1024, "128B").encode()) in ptx
+    if find_ptxas() is not None:
+        _, log = run_ptxas(ptx, "sm_90a")
+        assert "0 bytes spill stores" in log and "serialized" not in log
+
+
+def test_the_default_takes_the_kn_wgmma_for_large_products():
+    from ptxforge.ops.schedules import default_schedule
+
+    _, y = _matmul(1024, 1024, 1024, "float16")
+    assert "wgmma_m64n64k16_f16_f32_kn" in str(default_schedule(y, SIM).pipeline)
+    _, y = _matmul(64, 512, 512, "bfloat16", batch=4)
+    assert "_kn" in str(default_schedule(y, SIM).pipeline)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K,ab,out,batch,cfg", [
+    (512, 768, 1024, "float16", "float16", None, (64, 2, 4, 1)),
+    (256, 320, 512, "bfloat16", None, None, (64, 1, 3, 0)),
+    (100, 200, 264, "float16", "float16", None, (64, 2, 3, 1)),
+    (128, 128, 256, "float16", "float16", 4, (64, 2, 3, 1)),
+])
+def test_kn_wgmma_on_the_gpu(M, N, K, ab, out, batch, cfg):
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+    from ptxforge.target import as_target
+
+    dev = cuda(0)
+    if dev.sm != "sm_90":
+        pytest.skip(f"wgmma needs an sm_90 GPU (sm_90a code); this one is {dev.sm}")
+    args, y = _matmul(M, N, K, ab, out, batch)
+    target = as_target("cuda -arch=sm_90a")
+    with target:
+        s, _ = _schedule(y, WgmmaScheduleConfig(*cfg), target)
+        loaded = compile_module(ptxforge.lower(s, args + [y]), target).load(dev)
+    vals = [host(RNG, a.shape, a.dtype) for a in args]
+    c = empty(y.shape, y.dtype, dev)
+    loaded(*[array(v, dev, ab) for v in vals], c)
+    want = np.matmul(f64(vals[0], ab), f64(vals[1], ab))
+    tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[y.dtype]
+    assert np.abs(f64(c.numpy(), y.dtype) - want).max() / np.abs(want).max() < tol
+
+
+# -- the implicit-GEMM convolution (HWIO kernel: B as [K, N]) on wgmma ----------------------
+
+
+@pytest.mark.parametrize("shape,epilogue,dtype,cfg", [
+    ((2, 14, 14, 64, 128, 3, 1, 1), "bias_add_relu", "float16", None),  # 2 warpgroups
+    ((1, 9, 9, 24, 16, 3, 2, 1), "bias", "bfloat16", (64, 1, 2, 0)),   # padded N, K
+    ((1, 7, 7, 128, 96, 1, 1, 0), "", "float16", (64, 1, 2, 0)),
+    ((1, 8, 8, 20, 40, 3, 1, 1), "bias_relu", "float16", (64, 2, 3, 1)),
+], ids=["resnet_3x3", "bf16_stride2", "1x1", "narrow_channels"])
+def test_conv2d_nhwc_on_wgmma_matches_numpy(shape, epilogue, dtype, cfg):
+    from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+
+    from .test_tensorcore_conv import check, conv_layer, inlined_schedule
+
+    tensors, arrays, reference = conv_layer(*shape, dtype, epilogue)
+    s, conv = inlined_schedule(tensors[-1])
+    epi = None if tensors[-1].op is conv else tensors[-1].op
+    used = schedule_conv2d_nhwc_wgmma(s, conv, epi, SIM,
+                                      cfg and WgmmaScheduleConfig(*cfg))
+    assert f"wgmma_m64n64k16_{'f16' if dtype == 'float16' else 'bf16'}_f32_kn" in \
+        str(s.pipeline)
+    if cfg is None:
+        assert used == WgmmaScheduleConfig(64, 2, 4, 1)
+    mod = ptxforge.build(s, tensors, target=SIM)
+    out = np.full(tensors[-1].shape, np.nan,
+                  dtype if dtype == "float16" else BFLOAT16_HOST)
+    mod(*arrays, out)
+    check(f64(out, dtype), reference(), dtype)
+
+
+def test_conv2d_nhwc_wgmma_refusals_and_ptx():
+    from ptxforge.backend_ptx.assemble import find_ptxas, run_ptxas
+    from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+
+    from .test_tensorcore_conv import conv_layer, inlined_schedule
+
+    tensors, _, _ = conv_layer(1, 7, 7, 128, 64, 1, 1, 0, "float16", "bias_relu")
+    for target, cfg, rule in (("sim", None, "wgmma needs sm_90a"),
+                              (SIM, (128, 1, 1, 0), "need block_n 64"),
+                              (SIM, (64, 1, 3, 1), "at most the 2 steps of 64")):
+        s, conv = inlined_schedule(tensors[-1])
+        with pytest.raises(ScheduleError, match=rule):
+            schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, target,
+                                       cfg and WgmmaScheduleConfig(*cfg))
+    tensors, _, _ = conv_layer(1, 14, 14, 256, 256, 3, 1, 1, "float16", "bias_add_relu")
+    s, conv = inlined_schedule(tensors[-1])
+    schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, "cuda -arch=sm_90a")
+    ptx = ptxforge.build(s, tensors, target="cuda -arch=sm_90a").get_source("ptx")
+    assert get_wgmma(64, "float16", b_kn=True).ptx in ptx and ", p, 1, 1, 0, 1;" in ptx
+    if find_ptxas() is not None:
+        _, log = run_ptxas(ptx, "sm_90a")
+        assert "0 bytes spill stores" in log and "serialized" not in log
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,epilogue,dtype", [
+    ((2, 14, 14, 256, 256, 3, 1, 1), "bias_add_relu", "float16"),
+    ((1, 28, 28, 64, 128, 1, 2, 0), "bias", "bfloat16"),
+])
+def test_conv2d_nhwc_wgmma_on_the_gpu(shape, epilogue, dtype):
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+    from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+    from ptxforge.target import as_target
+
+    from .test_tensorcore_conv import check, conv_layer, inlined_schedule
+
+    dev = cuda(0)
+    if dev.sm != "sm_90":
+        pytest.skip(f"wgmma needs an sm_90 GPU (sm_90a code); this one is {dev.sm}")
+    tensors, arrays, reference = conv_layer(*shape, dtype, epilogue)
+    target = as_target("cuda -arch=sm_90a")
+    with target:
+        s, conv = inlined_schedule(tensors[-1])
+        schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, target)
+        loaded = compile_module(ptxforge.lower(s, tensors), target).load(dev)
+    out = empty(tensors[-1].shape, tensors[-1].dtype, dev)
+    loaded(*[array(a, dev, t.dtype) for a, t in zip(arrays, tensors)], out)
+    check(f64(out.numpy(), dtype), reference(), dtype)
+
+
+def _kn_layer(M, N, K):
+    """A product with B read as [K, N] (fp16), cast to fp16."""
+    args, y = _matmul(M, N, K, "float16", "float16")
+    return args + [y]
+
+
+def test_the_auto_scheduler_offers_the_kn_wgmma_sketch():
+    from ptxforge import autosched, measure
+    from ptxforge.autosched.evolution import random_population
+    from ptxforge.autosched.features import population_features
+    from ptxforge.autosched.state import State, state_payload
+    from ptxforge.autosched.workload_registry import register_workload
+
+    fn = register_workload(_kn_layer)
+    task = autosched.SearchTask(func=fn, args=(100, 192, 256), target="cuda -arch=sm_90a")
+    wg = len(task.sketches) - 1
+    sk = task.sketches[wg]
+    assert sk.name.startswith("wgmma_gemm(")
+    step = sk.steps[0]
+    assert step.b_kn and dict((sl.name, sl.choices) for sl in sk.slots)[
+        step.slot("block_n")] == (64,)
+    pop = random_population(task, 300, np.random.default_rng(3))
+    pop = pop[pop[:, 0] == wg]
+    _, valid, _ = population_features(task.models, pop, task.flop_ct, 132)
+    assert valid.any()
+    states = [State.from_row(r, task) for r in pop[valid][:2]]
+    for st in states:
+        assert "wgmma_m64n64k16_f16_f32_kn" in st.pipeline_text(task)
+    inputs = [measure.MeasureInput(task.task_spec, s.pipeline_text(task),
+                                   state_payload(task, s)) for s in states]
+    results = measure.measure_batch(
+        inputs, measure.LocalBuilder(n_parallel=1, compile_to="ir"),
+        measure.SimRunner(max_sim_seconds=30.0))
+    for r in results:
+        assert r.ok and r.correctness == "passed", r
