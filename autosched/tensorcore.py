@@ -473,6 +473,68 @@ def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
     return step
 
 
+@dataclass(frozen=True)
+class WgmmaConvStep(WgmmaGemmStep):
+    """A conv2d NHWC ``stage`` and its element-wise epilogue on the wgmma conv schedule
+    (sm_90a): the implicit GEMM ``[pixels, KH*KW*C_in] x [KH*KW*C_in, C_out]`` whose B (the
+    HWIO kernel) is read MN-major in 64-wide tiles, so ``block_n`` is 64 and there is no
+    split-K; it samples ``warpgroups``, ``stages`` and ``in_flight``. ``form``: the implicit
+    GEMM's :class:`~ptxforge.ops.schedules.tensorcore_gemm.GemmForm` (for the model)."""
+
+    def slots(self) -> list:
+        from ..ops.schedules.tensorcore_wgmma import B_KN_BLOCK_N
+
+        wgs = tuple(w for w in (1, 2) if w == 1 or self.form.M > 64)
+        return [ChoiceSlot(self.slot("block_n"), (B_KN_BLOCK_N,)),
+                ChoiceSlot(self.slot("warpgroups"), wgs),
+                ChoiceSlot(self.slot("stages"), WGMMA_STAGE_CHOICES),
+                ChoiceSlot(self.slot("in_flight"), (0, 1)),
+                ChoiceSlot(self.slot("split_k"), (1,))]
+
+    def emit(self, vals, out) -> None:
+        s = schedule_wgmma_conv(self, self.wgmma_config(vals), self.target)
+        out["structure"].extend(s.pipeline)
+
+
+def schedule_wgmma_conv(step: WgmmaConvStep, cfg, target=None):
+    """The te schedule of ``step``'s convolution with wgmma configuration ``cfg``: the
+    wgmma conv schedule between the inlines of :func:`_schedule_product`."""
+    from ..ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+
+    return _schedule_product(step, lambda s, c, epi: schedule_conv2d_nhwc_wgmma(
+        s, c.op, epi, target, cfg))
+
+
+def wgmma_conv_step(task) -> WgmmaConvStep | None:
+    """The wgmma conv step for ``task``, or None: a target with wgmma and a task
+    :func:`tensorcore_conv_step` takes, in 16-bit inputs, whose default wgmma
+    configuration schedules."""
+    from ..ir.dtype import nbytes
+    from ..ops.schedules.tensorcore_conv import conv_gemm_shape
+    from ..ops.schedules.tensorcore_gemm import GemmForm
+
+    if not task.target.has_wgmma:
+        return None
+    prod = _single_product(task)
+    if prod is None:
+        return None
+    conv_op, out, stage, output, inlined, late = prod
+    in_dt = conv_op.input_tensors[0].dtype
+    if in_dt not in ("float16", "bfloat16"):
+        return None
+    M, N, K, _ = conv_gemm_shape(conv_op)
+    form = GemmForm(1, M, N, K, in_dt, "float32", b_kn=True, tf32=False)
+    step = WgmmaConvStep(stage, output, M, N, K, in_dt, "float32", nbytes(out.dtype),
+                         b_kn=True, batch=1, tensors=(conv_op.output(0), out),
+                         inlined=inlined, form=form, late=late, target=task.target,
+                         epilogue_tile=True)
+    try:  # the default configuration must schedule (shapes the conv schedule refuses)
+        schedule_wgmma_conv(step, None, task.target)
+    except ScheduleError:
+        return None
+    return step
+
+
 def tensorcore_gemm_step(task) -> TensorCoreGemmStep | None:
     """The tensor-core GEMM step for ``task``, or None when the rule does not apply: one
     output computed from a single product that the default tensor-core GEMM schedule runs
@@ -635,7 +697,8 @@ def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
 def tensorcore_sketches(task) -> list:
     """The tensor-core sketches of ``task`` (empty when the rule does not apply): the
     ldmatrix sketch, the GEMM sketch (split-K among its slots) and, on sm_90a, the wgmma
-    GEMM sketch where each applies, in that order, else the conv sketch."""
+    GEMM sketch where each applies, in that order, else the conv sketch and, on sm_90a,
+    the wgmma conv sketch."""
     out = []
     step = tensorcore_step(task)
     if step is not None:
@@ -650,8 +713,11 @@ def tensorcore_sketches(task) -> list:
         return out
     conv = tensorcore_conv_step(task)
     if conv is not None:
-        return [Sketch(f"tensorcore_conv({conv.stage})", [conv])]
-    return []
+        out.append(Sketch(f"tensorcore_conv({conv.stage})", [conv]))
+        wg = wgmma_conv_step(task)
+        if wg is not None:
+            out.append(Sketch(f"wgmma_conv({wg.stage})", [wg]))
+    return out
 
 
 def bank_conflict(row_bytes) -> np.ndarray:

@@ -339,3 +339,51 @@ def test_the_auto_scheduler_offers_the_kn_wgmma_sketch():
         measure.SimRunner(max_sim_seconds=30.0))
     for r in results:
         assert r.ok and r.correctness == "passed", r
+
+
+def _conv_layer_nhwc(n, h, w, ci, co, k, stride, pad):
+    """conv2d NHWC fp16 (float32 sums cast to fp16) + bias + ReLU, as a network fuses it."""
+    d = te.placeholder((n, h, w, ci), "float16", name="data")
+    kern = te.placeholder((k, k, ci, co), "float16", name="kernel")
+    b = te.placeholder((co,), "float16", name="bias")
+    y = ops.nn.conv2d_nhwc(d, kern, stride, pad, out_dtype="float16")
+    y = te.compute(y.shape, lambda *i: te.max(y[i] + b[i[3]], te.const(0, "float16")),
+                   name="T_relu")
+    return [d, kern, b, y]
+
+
+def test_the_auto_scheduler_offers_the_wgmma_conv_sketch_on_sm_90a():
+    from ptxforge import autosched, measure
+    from ptxforge.autosched.evolution import random_population
+    from ptxforge.autosched.features import population_features
+    from ptxforge.autosched.state import State, state_payload
+    from ptxforge.autosched.tensorcore import WgmmaConvStep
+    from ptxforge.autosched.workload_registry import register_workload
+
+    fn = register_workload(_conv_layer_nhwc)
+    args = (1, 10, 10, 64, 64, 3, 1, 1)  # 100 pixels (padded), K = 9 x 64
+    plain = autosched.SearchTask(func=fn, args=args, target="cuda -arch=sm_90").sketches
+    assert not any(s.name.startswith("wgmma") for s in plain)
+    task = autosched.SearchTask(func=fn, args=args, target="cuda -arch=sm_90a")
+    names = [s.name for s in task.sketches]
+    wg = len(names) - 1
+    assert names[wg].startswith("wgmma_conv(") and names[wg - 1].startswith("tensorcore_conv(")
+    sk = task.sketches[wg]
+    assert isinstance(sk.steps[0], WgmmaConvStep)
+    slots = {sl.name: sl.choices for sl in sk.slots}
+    step = sk.steps[0]
+    assert slots[step.slot("block_n")] == (64,) and slots[step.slot("split_k")] == (1,)
+    pop = random_population(task, 300, np.random.default_rng(4))
+    pop = pop[pop[:, 0] == wg]
+    _, valid, est = population_features(task.models, pop, task.flop_ct, 132)
+    assert valid.any() and np.isfinite(est[valid]).all()
+    states = [State.from_row(r, task) for r in pop[valid][:2]]
+    for st in states:
+        assert "wgmma_m64n64k16_f16_f32_kn" in st.pipeline_text(task)
+    inputs = [measure.MeasureInput(task.task_spec, s.pipeline_text(task),
+                                   state_payload(task, s)) for s in states]
+    results = measure.measure_batch(
+        inputs, measure.LocalBuilder(n_parallel=1, compile_to="ir"),
+        measure.SimRunner(max_sim_seconds=30.0))
+    for r in results:
+        assert r.ok and r.correctness == "passed", r
