@@ -29,3 +29,15 @@ def run_sim(s, args, out, rng):
            else np.full(out.shape, np.nan, out.dtype))
     mod(*vals, res)
     return mod, [f64(v, a.dtype) for v, a in zip(vals, args)], f64(res, out.dtype)
+
+
+def measure_on_sim(task, states) -> list:
+    """The auto-scheduler ``states`` of ``task`` built and measured with the simulator
+    runner (checked against the reference, timed by the estimate): the results."""
+    from ptxforge import measure
+    from ptxforge.autosched.state import state_payload
+
+    inputs = [measure.MeasureInput(task.task_spec, s.pipeline_text(task),
+                                   state_payload(task, s)) for s in states]
+    return measure.measure_batch(inputs, measure.LocalBuilder(n_parallel=1, compile_to="ir"),
+                                 measure.SimRunner(max_sim_seconds=30.0))

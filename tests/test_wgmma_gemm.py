@@ -20,7 +20,7 @@ from ptxforge.ops.schedules.tensorcore_wgmma import (
 )
 from ptxforge.passes.schedule.common import ScheduleError
 
-from .lowp import f64, host
+from .lowp import f64, host, measure_on_sim
 
 SIM = "sim -arch=sm_90a"
 H200 = "cuda -arch=sm_90a"
@@ -272,10 +272,10 @@ def _wg_dense_layer(M, N, K):
 
 
 def test_the_auto_scheduler_gets_a_wgmma_sketch_on_sm_90a_and_measures_it(tmp_path):
-    from ptxforge import autosched, measure
+    from ptxforge import autosched
     from ptxforge.autosched.evolution import random_population
     from ptxforge.autosched.features import population_features
-    from ptxforge.autosched.state import State, state_payload
+    from ptxforge.autosched.state import State
     from ptxforge.autosched.tensorcore import WgmmaGemmStep
     from ptxforge.autosched.workload_registry import register_workload
 
@@ -303,12 +303,7 @@ def test_the_auto_scheduler_gets_a_wgmma_sketch_on_sm_90a_and_measures_it(tmp_pa
         assert "wgmma_m64n" in State.from_row(row, task).pipeline_text(task)
     # measured with the simulator runner: built, checked against the reference, estimated
     states = [State.from_row(r, task) for r in pop[valid][:2]]
-    inputs = [measure.MeasureInput(task.task_spec, s.pipeline_text(task),
-                                   state_payload(task, s)) for s in states]
-    results = measure.measure_batch(
-        inputs, measure.LocalBuilder(n_parallel=1, compile_to="ir"),
-        measure.SimRunner(max_sim_seconds=30.0))
-    for r in results:
+    for r in measure_on_sim(task, states):
         assert r.ok and r.correctness == "passed" and r.estimated
         assert 1e-6 < min(r.costs) < 1e-3
 

@@ -24,7 +24,7 @@ from ptxforge.ir.intrin.wgmma import (
 from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig, schedule_gemm_wgmma
 from ptxforge.passes.schedule.common import ScheduleError
 
-from .lowp import f64, host
+from .lowp import f64, host, measure_on_sim
 
 SIM = "sim -arch=sm_90a"
 RNG = np.random.default_rng(17)
@@ -311,10 +311,10 @@ def _kn_layer(M, N, K):
 
 
 def test_the_auto_scheduler_offers_the_kn_wgmma_sketch():
-    from ptxforge import autosched, measure
+    from ptxforge import autosched
     from ptxforge.autosched.evolution import random_population
     from ptxforge.autosched.features import population_features
-    from ptxforge.autosched.state import State, state_payload
+    from ptxforge.autosched.state import State
     from ptxforge.autosched.workload_registry import register_workload
 
     fn = register_workload(_kn_layer)
@@ -332,12 +332,7 @@ def test_the_auto_scheduler_offers_the_kn_wgmma_sketch():
     states = [State.from_row(r, task) for r in pop[valid][:2]]
     for st in states:
         assert "wgmma_m64n64k16_f16_f32_kn" in st.pipeline_text(task)
-    inputs = [measure.MeasureInput(task.task_spec, s.pipeline_text(task),
-                                   state_payload(task, s)) for s in states]
-    results = measure.measure_batch(
-        inputs, measure.LocalBuilder(n_parallel=1, compile_to="ir"),
-        measure.SimRunner(max_sim_seconds=30.0))
-    for r in results:
+    for r in measure_on_sim(task, states):
         assert r.ok and r.correctness == "passed", r
 
 
@@ -353,10 +348,10 @@ def _conv_layer_nhwc(n, h, w, ci, co, k, stride, pad):
 
 
 def test_the_auto_scheduler_offers_the_wgmma_conv_sketch_on_sm_90a():
-    from ptxforge import autosched, measure
+    from ptxforge import autosched
     from ptxforge.autosched.evolution import random_population
     from ptxforge.autosched.features import population_features
-    from ptxforge.autosched.state import State, state_payload
+    from ptxforge.autosched.state import State
     from ptxforge.autosched.tensorcore import WgmmaConvStep
     from ptxforge.autosched.workload_registry import register_workload
 
@@ -380,10 +375,5 @@ def test_the_auto_scheduler_offers_the_wgmma_conv_sketch_on_sm_90a():
     states = [State.from_row(r, task) for r in pop[valid][:2]]
     for st in states:
         assert "wgmma_m64n64k16_f16_f32_kn" in st.pipeline_text(task)
-    inputs = [measure.MeasureInput(task.task_spec, s.pipeline_text(task),
-                                   state_payload(task, s)) for s in states]
-    results = measure.measure_batch(
-        inputs, measure.LocalBuilder(n_parallel=1, compile_to="ir"),
-        measure.SimRunner(max_sim_seconds=30.0))
-    for r in results:
+    for r in measure_on_sim(task, states):
         assert r.ok and r.correctness == "passed", r
