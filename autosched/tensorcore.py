@@ -425,9 +425,12 @@ class WgmmaGemmStep(TensorCoreStep):
         return WgmmaScheduleConfig(*(int(vals[self.slot(k)]) for k in (
             "block_n", "warpgroups", "stages", "in_flight", "split_k")))
 
+    def schedule(self, cfg):
+        """The te schedule of this step's product with wgmma configuration ``cfg``."""
+        return schedule_wgmma_gemm(self, cfg, self.target)
+
     def emit(self, vals, out) -> None:
-        s = schedule_wgmma_gemm(self, self.wgmma_config(vals), self.target)
-        out["structure"].extend(s.pipeline)
+        out["structure"].extend(self.schedule(self.wgmma_config(vals)).pipeline)
 
 
 def schedule_wgmma_gemm(step: WgmmaGemmStep, cfg, target=None):
@@ -491,9 +494,8 @@ class WgmmaConvStep(WgmmaGemmStep):
                 ChoiceSlot(self.slot("in_flight"), (0, 1)),
                 ChoiceSlot(self.slot("split_k"), (1,))]
 
-    def emit(self, vals, out) -> None:
-        s = schedule_wgmma_conv(self, self.wgmma_config(vals), self.target)
-        out["structure"].extend(s.pipeline)
+    def schedule(self, cfg):
+        return schedule_wgmma_conv(self, cfg, self.target)
 
 
 def schedule_wgmma_conv(step: WgmmaConvStep, cfg, target=None):

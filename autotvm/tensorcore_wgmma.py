@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from ..ir.intrin.wgmma import require_wgmma
 from ..ops.schedules.tensorcore import tile_limit
-from ..ops.schedules.tensorcore_gemm import gemm_form
 from ..ops.schedules.tensorcore_wgmma import (
     B_KN_BLOCK_N,
     BLOCK_K,
@@ -37,7 +36,7 @@ from ..ops.schedules.tensorcore_wgmma import (
     WgmmaScheduleConfig,
     choose_wgmma_config,
     schedule_gemm_wgmma,
-    wgmma_refusal,
+    wgmma_form,
 )
 from ..passes.schedule.common import ScheduleError
 from ..target import Target, as_target
@@ -70,14 +69,7 @@ def default_wgmma_config(M: int, N: int, K: int, target: Target | str | None = N
 
 def _form(mm, target, name):
     require_wgmma(target)
-    form = gemm_form(mm, target)
-    if form is None:
-        raise ScheduleError(f"{name}: {mm.name} is not a product the tensor cores of "
-                            f"{target.arch} run (see gemm_form)")
-    why = wgmma_refusal(form, target)
-    if why is not None:
-        raise ScheduleError(f"{name}: {why}")
-    return form
+    return wgmma_form(mm, target, name)
 
 
 def _schedule(name, out, mm, flop):

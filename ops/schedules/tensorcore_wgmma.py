@@ -298,6 +298,22 @@ def check_wgmma_gemm(cfg: WgmmaScheduleConfig, form, where: str = "", target=Non
             f"tiles{' and the f32 C tile' if c_tile else ''} take {smem})")
 
 
+def wgmma_form(op, target, where: str, form=None):
+    """The :class:`~.tensorcore_gemm.GemmForm` of product stage ``op`` (or ``form``, given)
+    when wgmma runs it on ``target``; else a :class:`ScheduleError` beginning with
+    ``where`` that says why (not a tensor-core product, or :func:`wgmma_refusal`)."""
+    from .tensorcore_gemm import gemm_form
+
+    form = form or gemm_form(op, target)
+    if form is None:
+        raise ScheduleError(f"{where}: {op.name} is not a product the tensor cores of "
+                            f"{target.arch} run (see gemm_form)")
+    why = wgmma_refusal(form, target)
+    if why is not None:
+        raise ScheduleError(f"{where}: {why}")
+    return form
+
+
 def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = None,
                         target=None, form=None) -> WgmmaScheduleConfig:
     """Schedule product stage ``op`` of ``s`` (dense, matmul or batch_matmul, as
@@ -325,20 +341,13 @@ def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = 
     from .tensorcore_gemm import (
         _is_cast_of,
         copies_from_memory,
-        gemm_form,
         gemm_stages,
         schedule_tile_copy,
         schedule_tile_epilogue,
     )
 
     target = as_target(target)
-    form = form or gemm_form(op, target)
-    if form is None:
-        raise ScheduleError(f"stage {op.name} is not a product the tensor cores of "
-                            f"{target.arch} run (see gemm_form)")
-    why = wgmma_refusal(form, target)
-    if why is not None:
-        raise ScheduleError(f"stage {op.name}: {why}")
+    form = wgmma_form(op, target, f"stage {op.name}", form)
     remap = epilogue_remap(op, epilogue)
     if cfg is None:
         cfg = choose_wgmma_config(form, target, remap=remap is not None)
