@@ -1,6 +1,6 @@
 """Networks in mixed precision against PyTorch in the same precision, in one process.
 
-For each network (ResNet-18 at batch 1 and 16, ResNet-50 and MobileNetV2 at batch 1, the
+For each network (ResNet-18 at batch 1 and 16, ResNet-50 and MobileNetV2 at batch 1 and 32, the
 12-layer BERT-base encoder at seq 128, batch 1), with the same random weights:
 
 - ours: ``graph.build(..., layout="NHWC", precision=--dtype)`` with the default schedules,
@@ -45,7 +45,9 @@ CASES = {
     "resnet18_b1": ("resnet_v1-18", 1),
     "resnet18_b16": ("resnet_v1-18", 16),
     "resnet50_b1": ("resnet_v1-50", 1),
+    "resnet50_b32": ("resnet_v1-50", 32),
     "mobilenetv2_b1": ("mobilenet_v2", 1),
+    "mobilenetv2_b32": ("mobilenet_v2", 32),
     "bert_b1": ("bert12", 1),
 }
 

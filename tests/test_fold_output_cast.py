@@ -182,10 +182,88 @@ def test_a_float16_bert_layer_has_no_cast_after_softmax():
     assert sm.dtype == "float16"
     readers = [c for c in calls if any(a is sm for a in c.args)]
     assert readers and all(ops_of[id(r)] != ["cast"] for r in readers)
-    # the attention's layer norm also feeds the float32 residual add: it keeps its cast
+    # the attention's layer norm also feeds the float32 residual add: it stores float16,
+    # which the add's kernel widens as it reads it (the last one is the graph's output)
+    lns = [c for c in calls if "nn.layer_norm" in ops_of[id(c)]]
+    assert [c.dtype for c in lns] == ["float16", "float32"]
+    assert sum(ops_of[id(c)] == ["cast"] for c in calls) == 1  # the input's
+    (res,) = [c for c in calls if any(a is lns[0] for a in c.args) and c.dtype == "float32"]
+    assert "nn.dense" in ops_of[id(res)] and "cast" in ops_of[id(res)]
+    # without round_shared it keeps its float32 result and a cast kernel
+    with graph.GraphPassContext(config={"fold_output_cast.round_shared": False}):
+        fused = graph.optimize(graph.function(out), params, precision="float16")
+    calls = fused.calls()
+    ops_of = {id(c): [n.op for n in c.op.calls()] for c in calls}
     lns = [c for c in calls if "nn.layer_norm" in ops_of[id(c)]]
     assert [c.dtype for c in lns] == ["float32", "float32"]
     assert sum(ops_of[id(c)] == ["cast"] for c in calls) == 2  # the input and that one
+
+
+def residual_norm(low="float16", reader="add"):
+    """x -> layer norm, read by a dense in ``low`` (through a cast) and by a float32
+    ``reader`` (``add``: a residual add; ``mean``: a reduction)."""
+    x = graph.var("x", (8, 16))
+    ln = layer_norm_of(x)
+    y = nn.dense(graph.cast(ln, low), graph.const(rand(16, 16, scale=0.3).astype(
+        "float16" if low == "float16" else "float32"), "w"))
+    if reader == "add":
+        out = graph.add(graph.cast(y, "float32"), ln)
+    else:
+        out = graph.add(graph.cast(y, "float32"), graph.mean(ln, axis=-1, keepdims=True))
+    return graph.function(out)
+
+
+def test_round_shared_stores_the_rounded_norm_and_widens_it_for_float32_readers():
+    net = residual_norm()
+    out = FoldOutputCast(round_shared=True)(net)
+    (ln,) = [c for c in out.calls() if c.op == "nn.layer_norm"]
+    assert ln.dtype == "float16" and ln.attrs["out_dtype"] == "float16"
+    (dense,) = [c for c in out.calls() if c.op == "nn.dense"]
+    assert dense.args[0] is ln  # the cast down is gone
+    (up,) = [c for c in out.calls() if c.op == "cast" and c.args[0] is ln]
+    assert up.dtype == "float32"
+    # the value is the float32 norm rounded once: the bits of cast(cast(ln, f16), f32)
+    xv = rand(8, 16, scale=3.0)
+    got = graph.evaluate(out, {"x": xv})
+    rounded = FoldOutputCast()(net)  # off: float32 norm kept beside its cast
+    assert [c.dtype for c in rounded.calls() if c.op == "nn.layer_norm"] == ["float32"]
+    want = graph.evaluate(graph.function(graph.add(
+        graph.cast(nn.dense(graph.cast(layer_norm_like(rounded), "float16"),
+                            dense.args[1]), "float32"),
+        graph.cast(graph.cast(layer_norm_like(rounded), "float16"), "float32"))), {"x": xv})
+    assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+
+
+def layer_norm_like(net):
+    (ln,) = [c for c in net.calls() if c.op == "nn.layer_norm"]
+    return ln
+
+
+def test_round_shared_leaves_a_norm_that_a_reduction_reads_in_float32():
+    out = FoldOutputCast(round_shared=True)(residual_norm(reader="mean"))
+    assert [c.dtype for c in out.calls() if c.op == "nn.layer_norm"] == ["float32"]
+
+
+def test_round_shared_from_the_pass_context_config():
+    net = residual_norm()
+    with graph.GraphPassContext(config={"fold_output_cast.round_shared": True}):
+        on = graph.GraphPipeline([FoldOutputCast()])(net)
+    assert [c.dtype for c in on.calls() if c.op == "nn.layer_norm"] == ["float16"]
+    with graph.GraphPassContext(config={"fold_output_cast.round_shared": "yes"}):
+        with pytest.raises(Exception, match="round_shared.*bool"):
+            graph.GraphPipeline([FoldOutputCast()])(net)
+
+
+def test_a_widened_residual_operand_fuses_into_the_products_epilogue():
+    """The cast up of the rounded norm is no kernel: the add's group reads the float16
+    norm and widens it; the build matches the graph on the simulator."""
+    net = residual_norm()
+    lib = graph.build(net, "sim", precision="float16")
+    names = [lib.functions[k].func.name for k in lib.call_keys if k is not None]
+    assert names == ["vm_mod_fused_nn_layer_norm", "vm_mod_fused_nn_dense_cast_cast_add"]
+    xv = rand(8, 16, scale=3.0)
+    ref = graph.evaluate(net, {"x": xv})
+    np.testing.assert_allclose(run(lib, xv), ref, atol=5e-3 * np.abs(ref).max(), rtol=0)
 
 
 @pytest.mark.gpu

@@ -62,7 +62,9 @@ def optimization_pipeline(layout: str | None = None, winograd: bool = False,
     input (a transformer's query, key and value projections) become one product.
     ``fold_output_cast`` then lets a float32 softmax or layer norm whose result is only
     cast down write the 16-bit result itself, so the cast is no kernel of its own after
-    fusion.
+    fusion; in float16 and bfloat16 also one whose float32 result other element-wise
+    readers (a residual add) share, which then widen the 16-bit result
+    (``round_shared``).
 
     Without a ``layout``, a network in ``float16``, ``bfloat16`` or ``tf32`` runs its
     convolutions in NHWC (``convert_layout``, transposes only where the data enters and
@@ -80,7 +82,7 @@ def optimization_pipeline(layout: str | None = None, winograd: bool = False,
         passes += [ToMixedPrecision(precision), FoldConstant()]
     elif precision == "tf32":
         passes.append(UseTF32())
-    passes.append(FoldOutputCast())
+    passes.append(FoldOutputCast(round_shared=precision in ("float16", "bfloat16")))
     if winograd:
         passes += [Winograd(), FoldConstant()]
     if fuse:

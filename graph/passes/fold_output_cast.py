@@ -18,6 +18,18 @@ when:
 The operator computes exactly as before and rounds once at its store, so the result has
 the same bits as the float32 operator followed by the cast, in one kernel fewer. The build
 pipeline runs this pass after the precision passes and before ``fuse_ops``.
+
+With ``round_shared=True`` (the default of ``graph.build(precision="float16" |
+"bfloat16")``), an operator whose result is cast down for some readers and read in float32
+by others that are all element-wise (a transformer's layer norm, read by the next layer's
+products through the cast and by the residual add in float32) also stores only the
+rounded result: the float32 readers widen it (``cast`` up, fused into their own kernels).
+That is one kernel (the cast) and one float32 tensor fewer per such operator, at the cost
+of rounding the value the float32 readers see, exactly as a low-precision network rounds
+every activation it stores (the residual add still adds in float32; docs/precision.md
+gives the effect on BERT). Off, those operators keep their float32 result and the cast:
+``graph.GraphPassContext(config={"fold_output_cast.round_shared": False})`` around the
+build turns it off (and ``True`` on) whatever the pipeline asked.
 """
 
 from __future__ import annotations
@@ -25,8 +37,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir import dtype as dt
-from ..ir import Call, Graph, Node, consumers, rewrite
+from .. import opdefs as G
+from ..ir import Call, Graph, GraphError, Node, consumers, rewrite
+from ..op import OpPattern, pattern_of
 from .base import GraphPass, register_graph_pass
+
+CONFIG_ROUND_SHARED = "fold_output_cast.round_shared"
+"""The pass context config key overriding ``round_shared``."""
 
 ROUNDING_OPS = ("nn.softmax", "nn.layer_norm")
 """Operators with an ``out_dtype`` that rounds their result once at the end."""
@@ -40,28 +57,62 @@ def _narrower_float(src: str, dst: str) -> bool:
 @dataclass(frozen=True)
 class FoldOutputCast(GraphPass):
     """Fold a cast down that is the only reader of a softmax or layer norm into the
-    operator's ``out_dtype`` (see the module's docstring)."""
+    operator's ``out_dtype`` (see the module's docstring).
+
+    Parameters:
+        round_shared: also store only the rounded result of an operator that other,
+            element-wise readers read in float32; they widen it.
+    """
 
     name = "fold_output_cast"
+    round_shared: bool = False
 
     def apply(self, graph: Graph, ctx) -> Graph:
         nodes = graph.nodes()
         readers = consumers(nodes)
         outputs = {id(o) for o in graph.outputs}
+        round_shared = getattr(ctx, "config", {}).get(CONFIG_ROUND_SHARED, self.round_shared)
+        if not isinstance(round_shared, bool):
+            raise GraphError(f"{CONFIG_ROUND_SHARED} in the pass context's config is a bool, "
+                             f"got {round_shared!r}")
 
-        def foldable(call: Call) -> bool:
-            if not (isinstance(call.op, str) and call.op == "cast"):
-                return False
-            src = call.args[0]
-            return (isinstance(src, Call) and isinstance(src.op, str)
-                    and src.op in ROUNDING_OPS and not src.attrs.get("out_dtype")
-                    and id(src) not in outputs and len(readers[id(src)]) == 1
+        def rounding_op(node) -> bool:
+            return (isinstance(node, Call) and isinstance(node.op, str)
+                    and node.op in ROUNDING_OPS and not node.attrs.get("out_dtype")
+                    and id(node) not in outputs)
+
+        def cast_down(call: Call, src) -> bool:
+            return (isinstance(call.op, str) and call.op == "cast"
                     and _narrower_float(src.dtype, call.dtype))
 
-        def fold(call: Call, args: tuple) -> Node | None:
-            if not foldable(call):
+        def rounded_dtype(src: Call) -> str | None:
+            """The dtype ``src`` may store instead of its own, or None."""
+            if not rounding_op(src):
                 return None
-            (src,) = args  # the operator, its own arguments already rewritten
-            return Call(src.op, src.args, {**src.attrs, "out_dtype": call.dtype})
+            downs = {c.dtype for c in readers[id(src)] if cast_down(c, src)}
+            if len(downs) != 1:
+                return None
+            others = [c for c in readers[id(src)] if not cast_down(c, src)]
+            if not others:
+                return downs.pop()
+            if round_shared and all(isinstance(c.op, str)
+                                         and pattern_of(c) <= OpPattern.INJECTIVE
+                                         for c in others):
+                return downs.pop()
+            return None
+
+        stored = {id(n): d for n in nodes if (d := rounded_dtype(n)) is not None}
+
+        def fold(call: Call, args: tuple) -> Node | None:
+            if id(call) in stored:  # the operator, storing the rounded result
+                low = Call(call.op, args, {**call.attrs, "out_dtype": stored[id(call)]})
+                readers_all_cast = all(cast_down(c, call) for c in readers[id(call)])
+                return low if readers_all_cast else G.cast(low, call.dtype)
+            if cast_down(call, call.args[0]) and id(call.args[0]) in stored:
+                (src,) = args
+                # the rounded operator itself (under a widening cast for the other readers)
+                return src.args[0] if src.op == "cast" and src.args[0].dtype == call.dtype \
+                    else src
+            return None
 
         return rewrite(graph, fold)

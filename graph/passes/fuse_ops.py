@@ -10,7 +10,9 @@ fits the group:
   GELU's ``x * erf(x)``);
 * after an element-wise, broadcast or injective operator: more of those (reshape,
   transpose, pad, concatenate chains);
-* opaque operators (softmax, layer norm) stay alone.
+* opaque operators (softmax, layer norm) stay alone;
+* a lone ``cast`` whose only reader is such an epilogue operator, of its shape, joins the
+  epilogue (a residual add that widens a 16-bit operand converts it as it reads it).
 
 Then two rules for the matrix products the tensor cores may run (16-bit inputs, or
 float32 at TF32 precision; ``layouts=False`` turns them off), which move a group of
@@ -156,11 +158,32 @@ def partition(graph: Graph, layouts: bool = True) -> tuple[list[Node], _Groups]:
         for m in path:
             groups.merge_into(m, root)
         groups.output[root] = dom
+    _fuse_epilogue_operand_casts(calls, groups, cons, {id(o) for o in graph.outputs})
     if layouts:
         outputs = {id(o) for o in graph.outputs}
         _fuse_operand_layouts(nodes, groups, cons, outputs)
         _fuse_output_layouts(nodes, groups, cons, outputs)
     return nodes, groups
+
+
+def _fuse_epilogue_operand_casts(calls: list[Call], groups: _Groups, cons,
+                                 outputs: set[int]) -> None:
+    """A ``cast`` left alone whose only reader is an epilogue operator of a convolution's,
+    product's or reduction's group, of the same shape (a residual add widening a 16-bit
+    value), joins that group: the epilogue reads the value and converts it itself,
+    instead of a kernel writing the converted copy. The cast's argument comes from
+    outside the group (an inner node's uses are all inside it), so no cycle forms."""
+    for c in calls:
+        if not (c.op == "cast" and groups.size[id(c)] == 1 and groups.root(id(c)) == id(c)
+                and id(c) not in outputs and len(cons[id(c)]) == 1):
+            continue
+        (m,) = cons[id(c)]
+        root = groups.root(id(m))
+        if (root != id(m) and groups.pattern[root] in (OpPattern.OUT_ELEMWISE_FUSABLE,
+                                                        OpPattern.COMM_REDUCE)
+                and get_op(m.op).pattern_of(m.attrs) <= OpPattern.BROADCAST
+                and m.shape == c.shape):
+            groups.merge_into(c, root)
 
 
 def _members(nodes: list[Node], groups: _Groups) -> dict[int, list[Call]]:
