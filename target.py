@@ -295,6 +295,13 @@ class Target:
         return self.arch_info.ldmatrix
 
     @property
+    def has_dependent_launch(self) -> bool:
+        """Programmatic dependent launch (``griddepcontrol``, sm_90 and later): a kernel may
+        start while the one before it in its stream finishes, and waits for it in its first
+        instruction (backend_ptx.codegen)."""
+        return self.sm >= 90
+
+    @property
     def has_wgmma(self) -> bool:
         return self.arch_info.wgmma
 

@@ -25,7 +25,9 @@ from .assemble import ResourceUsage
 from .kernel import CompiledKernel
 from .launch import LaunchInfo, ParamInfo
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+"""Bumped when the generated code changes for the same device IR (3: kernels for sm_90 and
+later wait for their grid dependencies first), so older entries are rebuilt."""
 
 
 def cache_key(device_ir_text: str, *parts) -> str:

@@ -2,6 +2,10 @@
 
 One kernel (a ``PrimFunc`` of level ``Level.KERNEL``) becomes one LLVM module:
 
+* on sm_90 and later, ``griddepcontrol.wait`` then ``griddepcontrol.launch_dependents`` as
+  the kernel's first instructions, so that the runtime may launch it with programmatic
+  dependent launch (``LoadedKernel``): it starts while the kernel before it in its stream
+  finishes and waits for that kernel's results before it touches memory;
 * an entry function with the ``ptx_kernel`` calling convention and ``nvvm.maxntid`` launch
   bounds from ``launch.block`` (``nvvm.minctasm`` from ``launch.min_blocks_per_sm``); every
   buffer parameter is ``ptr addrspace(1) noalias
@@ -170,6 +174,9 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
             self.bufs[p] = BufRef(name, nvptx.SCOPE_ADDRSPACE["global"],
                                   nvptx.STORAGE_TYPES[p.dtype], dt.nbytes(p.dtype))
         self._plan_shared(func.body)
+        if self.target.has_dependent_launch:
+            for asm in (nvptx.GRID_DEPENDENCY_WAIT, nvptx.GRID_DEPENDENTS_LAUNCH):
+                self.w.op(f'call void asm sideeffect "{asm}", "~{{memory}}"()')
         self.stmt(func.body)
         self.w.op("ret void")
         self.w.lines[1:1] = self.allocas

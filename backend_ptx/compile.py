@@ -111,6 +111,26 @@ def emit_ptx(module, sm: str) -> str:
     return target_machine(sm).emit_assembly(module)
 
 
+_MEMORY_ACCESS = re.compile(r"^\s*(?:ld|st|atom|red|cp|prefetch|ldmatrix|stmatrix|wgmma)\."
+                            r"(?!param)", re.M)
+
+
+def check_grid_dependency_wait(ptx: str, what: str) -> None:
+    """A kernel that waits for its grid dependencies (``griddepcontrol.wait``, so that it
+    may start before the kernel before it finishes) must touch no memory before the wait;
+    raise :class:`CompileError` if the PTX does (nothing may be read before it is written)."""
+    wait = ptx.find(nvptx.GRID_DEPENDENCY_WAIT)
+    if wait < 0:
+        return
+    entry = ptx.rfind(".entry", 0, wait)
+    early = _MEMORY_ACCESS.search(ptx, entry, wait)
+    if early is not None:
+        line = ptx[early.start():ptx.find("\n", early.start())].strip()
+        raise CompileError(f"{what}: the PTX accesses memory before griddepcontrol.wait "
+                           f"({line!r}); the kernel could read its inputs before they are "
+                           "written under dependent launch")
+
+
 def choose_assembler(assembler: str) -> str | None:
     """``"auto"`` -> ptxas if found, else nvJitLink if loadable, else None (the driver's JIT
     assembles the PTX at load time). Named assemblers are returned as they are."""
@@ -254,6 +274,7 @@ def _run_stages(kernel: CompiledKernel, start: str, stop: str, llvm_text: str,
             raise CompileError(
                 f"{what}: the PTX has no entry named {kernel.symbol}; a replacement must "
                 "keep the kernel's symbol")
+        check_grid_dependency_wait(ptx, what)
         kernel.sources["ptx"] = ptx
         if stop == "ptx" or asm is None:
             return

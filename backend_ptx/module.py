@@ -17,6 +17,7 @@ from ..ir.stmt import Alloc, Launch, Module, PrimFunc, Seq, Stmt
 from ..target import Target, as_target
 from .cuda_driver import CudaError, Device, call, cuda, driver, release_failed
 from .kernel import CompiledKernel, CompileError, stage_name
+from . import nvptx
 from .launch import LaunchInfo
 from .ndarray import NDArray, empty, from_dlpack
 from .timer import ProfileResult, time_evaluator
@@ -66,6 +67,11 @@ class LoadedKernel:
                  launch.dynamic_shared_bytes)
         self._grid, self._block = launch.grid, launch.block
         self._smem = launch.dynamic_shared_bytes
+        # a kernel that waits for its grid dependencies first (codegen, sm_90 and later) may
+        # start while the kernel before it in the stream finishes
+        self.dependent_launch = (nvptx.GRID_DEPENDENCY_WAIT
+                                 in (compiled.sources.get("ptx") or ""))
+        self._config = None
         n = len(launch.params)
         self._values = (ctypes.c_uint64 * max(n, 1))()
         base = ctypes.addressof(self._values)
@@ -113,14 +119,37 @@ class LoadedKernel:
             ptrs.append(_aligned_ptr(a, p.name))
         return ptrs
 
-    def launch_ptrs(self, ptrs, grid=None, block=None, shared_bytes=None, stream=0) -> None:
-        """Launch with device pointers (no checks): the fast path of a loaded module."""
+    def launch_ptrs(self, ptrs, grid=None, block=None, shared_bytes=None, stream=0,
+                    dependent: bool = True) -> None:
+        """Launch with device pointers (no checks): the fast path of a loaded module.
+
+        ``dependent``: launch a kernel that waits for its grid dependencies
+        (``dependent_launch``) with programmatic stream serialization, so that it starts as
+        the kernel before it in ``stream`` finishes; False: after it, as a plain launch."""
         gx, gy, gz = grid or self._grid
         bx, by, bz = block or self._block
         self._values[:len(ptrs)] = ptrs
         smem = self._smem if shared_bytes is None else shared_bytes
-        call("cuLaunchKernel", self.function, gx, gy, gz, bx, by, bz, smem, stream,
-             self._slots_addr, 0)
+        if not (dependent and self.dependent_launch):
+            call("cuLaunchKernel", self.function, gx, gy, gz, bx, by, bz, smem, stream,
+                 self._slots_addr, 0)
+            return
+        cfg = self._config or self._dependent_config()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = gx, gy, gz
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = bx, by, bz
+        cfg.sharedMemBytes = smem
+        cfg.hStream = stream
+        call("cuLaunchKernelEx", cfg, self.function, self._slots_addr, 0)
+
+    def _dependent_config(self):
+        d = driver()
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        self._config = d.CUlaunchConfig()
+        self._config.attrs = [attr]
+        self._config.numAttrs = 1
+        return self._config
 
     def launch(self, *args, grid=None, block=None, shared_bytes=None, stream=0) -> None:
         """Launch on ``args`` (NDArrays, DLPack tensors, or raw pointers as ints); ``grid`` and
@@ -134,7 +163,9 @@ class LoadedKernel:
                        warmup: int = 1, graph: bool = False) -> Callable[..., ProfileResult]:
         """Time this kernel alone: ``f(*arrays) -> ProfileResult`` (seconds); ``graph`` replays
         the launches from a CUDA graph (no host launch overhead)."""
-        timed = time_evaluator(lambda *ptrs, stream=0: self.launch_ptrs(ptrs, stream=stream),
+        # plain launches: each run times the kernel alone, not overlapped with the next run
+        timed = time_evaluator(lambda *ptrs, stream=0: self.launch_ptrs(ptrs, stream=stream,
+                                                                        dependent=False),
                                self.device, number, repeat, min_repeat_ms, warmup, graph)
 
         def evaluate(*args) -> ProfileResult:
@@ -290,16 +321,17 @@ class LoadedModule:
             ptrs.append(_aligned_ptr(a, p.name))
         return ptrs
 
-    def __call__(self, *arrays, stream=0) -> None:
-        """Run the host function (asynchronously; read results with ``.numpy()``)."""
+    def __call__(self, *arrays, stream=0, dependent: bool = True) -> None:
+        """Run the host function (asynchronously; read results with ``.numpy()``);
+        ``dependent`` as for :meth:`LoadedKernel.launch_ptrs`."""
         self.device.activate()
-        self._run_ptrs(self._param_ptrs(arrays), stream)
+        self._run_ptrs(self._param_ptrs(arrays), stream, dependent)
 
-    def _run_ptrs(self, ptrs, stream=0) -> None:
+    def _run_ptrs(self, ptrs, stream=0, dependent: bool = True) -> None:
         temps = self._temp_ptrs
         for lk, slots in self._plan:
             lk.launch_ptrs([ptrs[i] if kind == "p" else temps[i] for kind, i in slots],
-                           stream=stream)
+                           stream=stream, dependent=dependent)
 
     def time_evaluator(self, func_name: str = "main", dev: Device | None = None,
                        number: int = 10, repeat: int = 1, min_repeat_ms: float = 0.0,
@@ -312,7 +344,8 @@ class LoadedModule:
         if func_name in self.kernels:
             return self.kernels[func_name].time_evaluator(number, repeat, min_repeat_ms, warmup,
                                                           graph)
-        timed = time_evaluator(lambda *ptrs, stream=0: self._run_ptrs(ptrs, stream),
+        # plain launches: each run times the module alone, not overlapped with the next run
+        timed = time_evaluator(lambda *ptrs, stream=0: self._run_ptrs(ptrs, stream, False),
                                self.device, number, repeat, min_repeat_ms, warmup, graph)
 
         def evaluate(*arrays) -> ProfileResult:

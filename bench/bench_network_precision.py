@@ -165,6 +165,15 @@ def bench_case(torch, case: str, args) -> dict:
 
         row["ours_ms"] = module.benchmark(dev, repeat=args.repeat,
                                           min_repeat_ms=args.min_repeat_ms).median * 1e3
+        # the same kernels with plain launches: the same bits, the gain of dependent launch
+        plain = graph.GraphModule(lib, dev, dependent_launch=False)
+        if run_ours(plain, to_ours(x, cnn)).tobytes() != ours.tobytes():
+            raise SystemExit(f"{case}: dependent and plain launches give different outputs")
+        row["plain_ms"] = plain.benchmark(dev, repeat=args.repeat,
+                                          min_repeat_ms=args.min_repeat_ms).median * 1e3
+        print(f"[{case}] ours with plain launches (no dependent launch) {row['plain_ms']:.4f} "
+              "ms, the same output bits", flush=True)
+        del plain
         xt = torch_in(x, tdtype)
         row["graph_ms"] = time_cuda(torch, cuda_graph(torch, lambda: twin_lo(xt)),
                                     args.min_repeat_ms, args.repeat) * 1e3

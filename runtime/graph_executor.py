@@ -82,15 +82,21 @@ class GraphModule:
         lib: the :class:`~ptxforge.graph.build_module.GraphLibrary` from ``graph.build``.
         dev: ``ptxforge.sim()`` or ``ptxforge.cuda(0)``.
         use_cuda_graph: capture the whole network into one CUDA graph on the first run.
+        dependent_launch: launch kernels built for sm_90 and later with programmatic
+            dependent launch: each starts while the kernel before it on its stream
+            finishes, and waits for its results in its first instruction, which hides
+            most of the gap between two kernels. False: plain launches, one after the other.
     """
 
-    def __init__(self, lib: GraphLibrary, dev=None, use_cuda_graph: bool = True):
+    def __init__(self, lib: GraphLibrary, dev=None, use_cuda_graph: bool = True,
+                 dependent_launch: bool = True):
         from ..nd import sim
 
         self.lib = lib
         self.device = dev if dev is not None else sim()
         self.is_sim = isinstance(self.device, SimDevice)
         self.use_cuda_graph = use_cuda_graph and not self.is_sim
+        self.dependent_launch = bool(dependent_launch)
         self._graph = None
         self.uses_cuda_graph = False
         self.capture_error: str = ""
@@ -165,7 +171,7 @@ class GraphModule:
 
     def _launch_all(self, stream=0) -> None:
         for fn, arrays in self._steps:
-            fn(*arrays, stream=stream)
+            fn(*arrays, stream=stream, dependent=self.dependent_launch)
 
     def _capture(self) -> None:
         from ..backend_ptx.cuda_driver import CudaError, call, driver, gc_paused
@@ -202,7 +208,7 @@ class GraphModule:
                         for d_ in sorted(deps[i]):
                             if assign[d_] != assign[i]:
                                 call("cuStreamWaitEvent", st, done[d_], 0)
-                        fn(*arrays, stream=st)
+                        fn(*arrays, stream=st, dependent=self.dependent_launch)
                         if i in needed:
                             done[i] = event()
                             call("cuEventRecord", done[i], st)

@@ -475,6 +475,8 @@ def _host_kernel(func: PrimFunc):
     text = re.sub(r"^target (datalayout|triple).*$", "", text, flags=re.M)
     text = re.sub(r'"nvvm\.[a-z]+"="[^"]*"|"target-cpu"="[^"]*"', "",
                   text.replace("ptx_kernel ", ""))
+    text = re.sub(r'^\s*call void asm sideeffect "griddepcontrol\.[a-z_]+;".*$', "", text,
+                  flags=re.M)  # the GPU's grid dependency control: nothing to do on the host
     engine = _jit(text)
     fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(info.params))(
         engine.get_function_address(info.symbol))

@@ -1,0 +1,109 @@
+"""Programmatic dependent launch: kernels for sm_90 and later wait for their grid
+dependencies in their first instruction, and the runtime launches them so that each starts
+while the kernel before it finishes, with the same results as plain launches."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import ptxforge
+import pytest
+from ptxforge import graph
+from ptxforge.backend_ptx import nvptx
+from ptxforge.graph import nn
+from ptxforge.target import Target
+
+RNG = np.random.default_rng(11)
+
+
+def chain(n: int = 6, shape=(64, 96)):
+    """``n`` softmaxes (opaque: a kernel each) with element-wise work between them."""
+    x = graph.var("x", shape)
+    y = x
+    for k in range(n):
+        y = nn.softmax(graph.add(graph.multiply(y, 3.0 + k), 0.5), axis=-1 if k % 2 else 0)
+    return graph.function(y)
+
+
+def kernel_bodies(ptx: str) -> list[list[str]]:
+    """The instructions of each ``.entry`` of a PTX text, in order (no declarations)."""
+    bodies = []
+    for m in re.finditer(r"\.entry\s+\w+\s*\([^)]*\)[^{]*\{(.*?)\n\}", ptx, re.S):
+        lines = [ln.strip() for ln in m.group(1).splitlines()]
+        bodies.append([ln for ln in lines if ln and not ln.startswith((".", "//", "$", "{", "}"))])
+    return bodies
+
+
+def test_kernels_for_sm90_wait_for_their_grid_dependencies_before_anything_else():
+    lib = graph.build(chain(3), "cuda -arch=sm_90")
+    bodies = kernel_bodies(lib.get_source("ptx"))
+    assert len(bodies) >= 3
+    for body in bodies:
+        # only parameter loads come before the wait, then the launch of the dependents
+        wait = body.index(nvptx.GRID_DEPENDENCY_WAIT)
+        assert all(ln.startswith("ld.param.") for ln in body[:wait])
+        rest = [ln for ln in body[wait + 1:] if not ln.startswith("ld.param.")]
+        assert rest[0] == nvptx.GRID_DEPENDENTS_LAUNCH
+        assert any(ln.startswith("ld.global") for ln in rest)
+        assert sum(nvptx.GRID_DEPENDENCY_WAIT in ln for ln in body) == 1
+
+
+def test_kernels_for_sm80_have_no_grid_dependency_control():
+    lib = graph.build(chain(2), "cuda -arch=sm_80")
+    ptx = lib.get_source("ptx")
+    assert kernel_bodies(ptx) and "griddepcontrol" not in ptx
+    assert not Target("cuda -arch=sm_80").has_dependent_launch
+    assert Target("cuda -arch=sm_90a").has_dependent_launch
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("use_cuda_graph", [True, False], ids=["graph", "eager"])
+def test_dependent_launches_give_the_bits_of_plain_launches(use_cuda_graph):
+    net = chain(12, (256, 512))
+    dev = ptxforge.cuda(0)
+    lib = graph.build(net, "cuda")
+    runs = {}
+    for dependent in (True, False):
+        m = graph.GraphModule(lib, dev, use_cuda_graph=use_cuda_graph,
+                              dependent_launch=dependent)
+        outs = []
+        for _ in range(3):  # fresh inputs; a replayed graph too
+            x = RNG.standard_normal((256, 512)).astype("float32") * 2
+            m.set_input(x=x)
+            m.run()
+            outs.append((x, m.get_output(0).numpy()))
+        assert m.uses_cuda_graph == use_cuda_graph, m.capture_error
+        loaded = [lk for fn in m._loaded.values() for lk in fn.kernels.values()]
+        assert loaded and all(lk.dependent_launch == (dev.compute_capability >= (9, 0))
+                              for lk in loaded)
+        runs[dependent] = outs
+    for (x, dep), (x2, plain) in zip(runs[True], runs[False]):
+        ref = graph.evaluate(net, {"x": x})
+        np.testing.assert_allclose(dep, ref, rtol=1e-4, atol=1e-6)
+        plain_ref = graph.evaluate(net, {"x": x2})
+        np.testing.assert_allclose(plain, plain_ref, rtol=1e-4, atol=1e-6)
+    # the same input through both: the same bits
+    x = RNG.standard_normal((256, 512)).astype("float32")
+    got = []
+    for dependent in (True, False):
+        m = graph.GraphModule(lib, dev, use_cuda_graph=use_cuda_graph,
+                              dependent_launch=dependent)
+        m.set_input(x=x)
+        m.run()
+        got.append(m.get_output(0).numpy().tobytes())
+    assert got[0] == got[1]
+
+
+def test_ptx_that_touches_memory_before_the_wait_is_refused():
+    from ptxforge.backend_ptx.compile import check_grid_dependency_wait
+    from ptxforge.backend_ptx.kernel import CompileError
+
+    ok = ("\n.visible .entry k(\n.param .u64 p\n)\n{\n\tld.param.b64 %rd1, [p];\n"
+          "\tgriddepcontrol.wait;\n\tld.global.nc.b32 %r1, [%rd1];\n}\n")
+    check_grid_dependency_wait(ok, "k")
+    check_grid_dependency_wait(ok.replace("griddepcontrol.wait;", ""), "k")  # no wait: plain
+    bad = ok.replace("\tgriddepcontrol.wait;\n\tld.global.nc.b32 %r1, [%rd1];",
+                     "\tld.global.nc.b32 %r1, [%rd1];\n\tgriddepcontrol.wait;")
+    with pytest.raises(CompileError, match="before griddepcontrol.wait"):
+        check_grid_dependency_wait(bad, "k")
