@@ -272,3 +272,20 @@ def test_the_auto_scheduler_sketches_take_the_padded_stem_task():
                 out = np.full((1, 16, 16, 16), np.nan, "float16")
                 mod(x, w, b, out)
                 np.testing.assert_array_equal(out, want)
+
+
+def test_the_command_line_takes_pad_channels():
+    import argparse
+
+    from ptxforge.cli.bench import add_bench_parser
+    from ptxforge.cli.tune import add_tune_network_parser
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="cmd")
+    add_tune_network_parser(sub)
+    add_bench_parser(sub)
+    tune = ["tune-network", "resnet_v1-18", "--trials", "4", "--log", "x.json"]
+    bench = ["bench", "network", "resnet_v1-18", "--log", "x.json"]
+    for common in (tune, bench):
+        assert parser.parse_args(common).pad_channels is None
+        assert parser.parse_args(common + ["--pad-channels", "8"]).pad_channels == 8
