@@ -136,7 +136,7 @@ def test_the_padding_fuses_into_the_kernel_that_casts_the_input(layout, first):
     unpadded = graph.extract_fused_functions(net, precision="float16", pad_channels=1)
     assert len(padded) == len(unpadded)  # no kernel of its own
     assert padded[0].func.name == first
-    assert padded[0].func.outputs[0].shape == ((1, 32, 32, 4))
+    assert padded[0].func.outputs[0].shape == (1, 32, 32, 4)
     stem = padded[1].func
     assert stem.name.startswith("fused_nn_conv2d")
     assert [tuple(p.shape) for p in stem.params[:2]] == [(1, 32, 32, 4), (7, 7, 4, 16)]
@@ -166,13 +166,19 @@ def cp_async_bytes(ptx: str) -> Counter:
 
 
 def test_the_padded_stem_copies_its_input_8_bytes_at_a_time_with_cp_async():
+    from ptxforge.graph.build_module import compile_function
+
     net, _ = small_stem_net()
-    sizes = {}
-    for multiple in (1, 4, 8):
-        lib = graph.build(net, SM90A, precision="float16", pad_channels=multiple)
-        stem = next(f for f in lib.functions.values() if "conv2d" in f.func.name)
-        assert stem.func.func.params[0].shape[-1] == (3 if multiple == 1 else multiple)
-        sizes[multiple] = cp_async_bytes(stem.ptx.get_source("ptx"))
+    lib = graph.build(net, SM90A, precision="float16")  # the default: 4 channels
+    stem = next(f for f in lib.functions.values() if "conv2d" in f.func.name)
+    assert stem.func.func.params[0].shape[-1] == 4
+    sizes = {4: cp_async_bytes(stem.ptx.get_source("ptx"))}
+    for multiple in (1, 8):  # the stem's kernel alone
+        funcs = graph.extract_fused_functions(net, precision="float16", pad_channels=multiple)
+        func = next(f for f in funcs if "conv2d" in f.name)
+        assert func.func.params[0].shape[-1] == (3 if multiple == 1 else multiple)
+        sizes[multiple] = cp_async_bytes(compile_function(func, SM90A, None).ptx.get_source(
+            "ptx"))
     # 3 channels: A element by element without cp.async (only B's 16-byte copies);
     # 4: A in 8-byte copies; 8: everything in 16-byte copies
     assert set(sizes[1]) == {16}
@@ -259,7 +265,7 @@ def test_the_auto_scheduler_sketches_take_the_padded_stem_task():
     for sketch in (len(names) - 2, len(names) - 1):
         rows = pop[valid & (pop[:, 0] == sketch)]
         assert len(rows), names[sketch]
-        for k, row in enumerate(rows[:3]):  # states the model accepts schedule the stem
+        for k, row in enumerate(rows[:2]):  # states the model accepts schedule the stem
             text = State.from_row(row, stem).pipeline_text(stem)
             assert "implicit_gemm(" in text
             vec = int(re.search(r"split\(conv2d_nhwc\.A\.shared\.ax0\.ax1\.fused, "
