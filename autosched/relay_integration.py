@@ -2,13 +2,13 @@
 ``auto_scheduler.extract_tasks`` does for a Relay module.
 
 The network is optimized and fused exactly as :func:`ptxforge.graph.build` will compile it
-(same ``layout`` and ``winograd`` options), and every distinct fused function becomes one
-:class:`~ptxforge.autosched.search_task.SearchTask`, weighted by how often the network calls
-it. The functions are registered in the workload registry under their DAG hash, so
-``SearchTask(workload_key=...)`` rebuilds a task from its key alone (as record files and
-the cost model's ``update_from_file`` do), and records written under these keys are the
-ones :class:`~ptxforge.autosched.dispatch.ApplyHistoryBest` finds when the network is
-built.
+(same ``layout``, ``winograd``, ``precision`` and ``pad_channels`` options), and every
+distinct fused function becomes one :class:`~ptxforge.autosched.search_task.SearchTask`,
+weighted by how often the network calls it. The functions are registered in the workload
+registry under their DAG hash, so ``SearchTask(workload_key=...)`` rebuilds a task from its
+key alone (as record files and the cost model's ``update_from_file`` do), and records
+written under these keys are the ones :class:`~ptxforge.autosched.dispatch.ApplyHistoryBest`
+finds when the network is built.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from .search_task import SearchTask
 def extract_tasks(net, params: dict | None = None, target: Target | str = "cuda",
                   layout: str | None = None,
                   winograd: bool = False, hardware_params: HardwareParams | None = None,
-                  include_simple_tasks: bool = True, precision: str | None = None
-                  ) -> tuple[list[SearchTask], list[int]]:
+                  include_simple_tasks: bool = True, precision: str | None = None,
+                  pad_channels: int | None = None) -> tuple[list[SearchTask], list[int]]:
     """The search tasks of a network and their weights.
 
     Args:
@@ -46,6 +46,9 @@ def extract_tasks(net, params: dict | None = None, target: Target | str = "cuda"
             :func:`ptxforge.graph.build` the same value. The dtypes (and the TF32
             rounding) are part of each task's workload key, so the records of one
             precision are never applied to another.
+        pad_channels: the channel multiple of the tensor-core convolutions' inputs (a
+            3-channel stem padded to 4 or 8); give :func:`ptxforge.graph.build` the same
+            value (None: its default, 4).
 
     Returns:
         ``(tasks, task_weights)``: one task per distinct fused function, in the order of
@@ -58,7 +61,7 @@ def extract_tasks(net, params: dict | None = None, target: Target | str = "cuda"
     tasks: list[SearchTask] = []
     weights: list[int] = []
     for func in extract_fused_functions(net, params, layout=layout, winograd=winograd,
-                                        precision=precision):
+                                        precision=precision, pad_channels=pad_channels):
         if not include_simple_tasks and not _has_reduction(func):
             continue
         key = func.register_workload()

@@ -20,7 +20,7 @@ top-1 agreement with PyTorch float32 over ``--inputs`` random inputs, next to Py
 numpy reference executor (``--no-check-twin`` skips that; it takes seconds per network).
 
     python3 bench/bench_network_precision.py [--networks resnet18_b1,bert_b1] \\
-        [--dtype float16] [--log tuned.json] [--no-compile] [--inputs 100]
+        [--dtype float16] [--log tuned.json] [--pad-channels 8] [--no-compile] [--inputs 100]
 """
 
 from __future__ import annotations
@@ -108,9 +108,11 @@ def bench_case(torch, case: str, args) -> dict:
         warnings.simplefilter("ignore", graph.NoTuningRecordWarning)
         if args.log:
             with autosched.ApplyHistoryBest(args.log):
-                lib = graph.build(net, args.target, params, precision=args.dtype)
+                lib = graph.build(net, args.target, params, precision=args.dtype,
+                                  pad_channels=args.pad_channels)
         else:
-            lib = graph.build(net, args.target, params, precision=args.dtype)
+            lib = graph.build(net, args.target, params, precision=args.dtype,
+                              pad_channels=args.pad_channels)
     tuned = sum(f.tuned for f in lib.functions.values())
     row["compile_s"] = time.perf_counter() - t0
     print(f"[{case}] built in {row['compile_s']:.1f} s: {len(lib.functions)} functions, "
@@ -200,6 +202,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", choices=("float16", "bfloat16", "tf32", "float32"),
                     default="float16")
     ap.add_argument("--log", default=None, help="tuning records to build with (optional)")
+    ap.add_argument("--pad-channels", type=int, default=None,
+                    help="the channel multiple of the stem's input (graph.build's "
+                         "pad_channels: 4 by default, 8, or 1 for none)")
     ap.add_argument("--target", default="cuda",
                     help="what to build for (default: the GPU present; on an H100/H200 that is "
                          "sm_90a, whose default products run wgmma; 'cuda -arch=sm_90' keeps "

@@ -20,7 +20,7 @@ import statistics
 import numpy as np
 
 from .progress import logger
-from .tune import BUILTIN_WORKLOADS, NETWORK_TOLERANCE, gpu_present
+from .tune import BUILTIN_WORKLOADS, NETWORK_TOLERANCE, add_pad_channels_argument, gpu_present
 
 
 def require_gpu_and_torch(what: str, need_torch: bool = True):
@@ -216,7 +216,8 @@ def bench_network_command(args) -> int:
     net, params, input_shape, _ = graph.get_network(
         args.network, args.batch_size, args.layout, image_size=args.image_size)
     with autosched.ApplyHistoryBest(args.log):
-        lib = graph.build(net, target="cuda", params=params, precision=args.dtype)
+        lib = graph.build(net, target="cuda", params=params, precision=args.dtype,
+                          pad_channels=args.pad_channels)
     tuned = sum(1 for f in lib.functions.values() if f.tuned)
     print(f"{args.network} ({args.dtype}): {tuned} of {len(lib.functions)} functions from "
           f"{args.log}")
@@ -272,4 +273,5 @@ def add_bench_parser(sub) -> None:
                    help="the precision to build the network in, as tune-network --dtype "
                         "(float16/bfloat16: mixed precision; tf32: TF32 matrix products); "
                         "PyTorch runs in the same precision")
+    add_pad_channels_argument(n)
     n.set_defaults(fn=bench_network_command)

@@ -317,7 +317,8 @@ def tune_network_command(args) -> int:
                 f"{args.dtype}, runner {runner}, log {args.log}")
     net, params, input_shape, _ = graph.get_network(
         args.network, args.batch_size, args.layout, image_size=args.image_size)
-    tasks, weights = autosched.extract_tasks(net, params, "cuda", precision=args.dtype)
+    tasks, weights = autosched.extract_tasks(net, params, "cuda", precision=args.dtype,
+                                             pad_channels=args.pad_channels)
     logger.info(f"{len(tasks)} tasks")
     for idx, task in enumerate(tasks):
         logger.debug(f"task {idx} ({task.workload_key}):\n{task.compute_dag}")
@@ -342,7 +343,8 @@ def tune_network_command(args) -> int:
     target = "cuda" if runner == "gpu" else "sim"
     t0 = time.perf_counter()
     with autosched.ApplyHistoryBest(args.log):
-        lib = graph.build(net, target=target, params=params, precision=args.dtype)
+        lib = graph.build(net, target=target, params=params, precision=args.dtype,
+                          pad_channels=args.pad_channels)
     tuned = sum(1 for f in lib.functions.values() if f.tuned)
     print(f"compiled in {time.perf_counter() - t0:.1f} s: {tuned} of {len(lib.functions)} "
           "functions from the records")
@@ -371,6 +373,16 @@ def tune_network_command(args) -> int:
     return 0
 
 
+def add_pad_channels_argument(p) -> None:
+    """``--pad-channels``: the channel multiple of the graph pass ``pad_conv_channels``."""
+    p.add_argument("--pad-channels", type=int, default=None, metavar="N",
+                   help="pad the input channels of tensor-core convolutions (the 3-channel "
+                        "stem) with zeros to a multiple of N: 4 (the default: 8-byte copies "
+                        "in 16 bits), 8 (16-byte copies) or 1 (no padding); the padded "
+                        "convolutions have their own records, so tune and bench with the "
+                        "same value")
+
+
 def add_tune_network_parser(sub) -> None:
     """The ``tune-network`` subcommand's arguments."""
     from .. import graph
@@ -392,6 +404,7 @@ def add_tune_network_parser(sub) -> None:
                         "precision: matrix products and convolutions in 16 bits, softmax, "
                         "norms and reductions in float32) or tf32 (float32 network, TF32 "
                         "matrix products); inputs and outputs stay float32")
+    add_pad_channels_argument(p)
     p.add_argument("--runner", choices=("sim", "gpu"), default=None,
                    help="measure on the GPU (default where one is present) or estimate on the "
                         "simulator")

@@ -79,6 +79,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "products (inputs and outputs stay float32)")
     ap.add_argument("--winograd", action="store_true",
                     help="compute 3x3 stride-1 convolutions with Winograd's algorithm")
+    ap.add_argument("--pad-channels", type=int, default=None,
+                    help="pad the 3-channel stem's input to a multiple of this many channels "
+                         "(graph.build's pad_channels: 4 by default, 8, or 1 for none)")
     ap.add_argument("--trials", type=int, default=1000,
                     help="measurement trials of this run, all tasks together (about 900 per "
                          "task to converge)")
@@ -176,7 +179,8 @@ def main(argv=None) -> int:
     net, params, input_shape, output_shape = get_network(
         args.network, args.batch_size, args.layout, image_size=args.image_size)
     tasks, task_weights = autosched.extract_tasks(net, params, "cuda", winograd=args.winograd,
-                                                  precision=args.dtype)
+                                                  precision=args.dtype,
+                                                  pad_channels=args.pad_channels)
     for idx, task in enumerate(tasks):
         print(f"========== Task {idx}  (workload key: {task.workload_key}) ==========")
         print(task.compute_dag)
@@ -196,7 +200,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     with autosched.ApplyHistoryBest(args.log) as best:
         lib = graph.build(net, target=target, params=params, winograd=args.winograd,
-                          precision=args.dtype)
+                          precision=args.dtype, pad_channels=args.pad_channels)
     print(f"compiled in {time.perf_counter() - t0:.1f} s; {lib.summary()}")
     costs = [best.query(t.workload_key) for t in tasks]
     if all(c is not None for c in costs):

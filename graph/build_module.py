@@ -35,11 +35,12 @@ class NoTuningRecordWarning(UserWarning):
 
 def optimize(net: Graph, params: dict | None = None, *, layout: str | None = None,
              winograd: bool = False, fuse: bool = True,
-             ctx: GraphPassContext | None = None, precision: str | None = None) -> Graph:
+             ctx: GraphPassContext | None = None, precision: str | None = None,
+             pad_channels: int | None = None) -> Graph:
     """Bind ``params`` and run the optimization pipeline (see
     :func:`~ptxforge.graph.passes.optimization_pipeline`); the result calls fused functions
-    unless ``fuse`` is False. ``precision`` as :func:`build`."""
-    pipeline = optimization_pipeline(layout, winograd, fuse, precision)
+    unless ``fuse`` is False. ``precision`` and ``pad_channels`` as :func:`build`."""
+    pipeline = optimization_pipeline(layout, winograd, fuse, precision, pad_channels)
     graph = bind_params(net, params)
     return pipeline(graph, ctx)
 
@@ -212,7 +213,7 @@ def _compile_function(func: FusedFunction, target: Target, schedule_fn: Schedule
 def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
           schedule_fn: ScheduleFn | None = None, *, layout: str | None = None,
           winograd: bool = False, ctx: GraphPassContext | None = None,
-          precision: str | None = None) -> GraphLibrary:
+          precision: str | None = None, pad_channels: int | None = None) -> GraphLibrary:
     """Compile a network.
 
     Args:
@@ -238,6 +239,14 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
             float32, weights converted here once). Inputs and outputs keep their dtypes.
             The dtypes and the TF32 rounding are part of every workload key, so records of
             one precision never apply to another.
+        pad_channels: the NHWC convolutions that run on tensor cores (16-bit inputs, or
+            TF32) and read a number of channels that is not a multiple of this (a
+            3-channel image) read their input padded with zero channels up to one, and
+            their weights zero rows (graph pass ``pad_conv_channels``): the same result,
+            with wide ``cp.async`` copies. None: 4 (8-byte copies of 16-bit inputs); 8:
+            16-byte copies; 1: no padding. The padded convolutions have their own
+            workload keys: tune with the same value (``extract_tasks(...,
+            pad_channels=)``).
     """
     try:
         target = as_target(target)
@@ -249,7 +258,7 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
 
         schedule_fn = current_schedule_fn()
     fused = optimize(net, params, layout=layout, winograd=winograd, ctx=ctx,
-                     precision=precision)
+                     precision=precision, pad_channels=pad_channels)
     consts = _constant_names(fused)
     plan = plan_memory(fused, consts)
     _, of_call = distinct_functions(fused, include_views=True)

@@ -165,11 +165,13 @@ def distinct_functions(fused_graph: Graph, include_views: bool = False
 def extract_fused_functions(net: Graph, params: dict | None = None, *,
                             layout: str | None = None, winograd: bool = False,
                             include_views: bool = False,
-                            precision: str | None = None) -> list[FusedFunction]:
+                            precision: str | None = None,
+                            pad_channels: int | None = None) -> list[FusedFunction]:
     """The distinct fused functions of a network with their counts, as the network would be
     compiled by :func:`ptxforge.graph.build` with the same options."""
     from .build_module import optimize
 
-    fused = optimize(net, params, layout=layout, winograd=winograd, precision=precision)
+    fused = optimize(net, params, layout=layout, winograd=winograd, precision=precision,
+                     pad_channels=pad_channels)
     funcs, _ = distinct_functions(fused, include_views)
     return funcs

@@ -1,7 +1,7 @@
 """Graph passes: inference simplification, constant folding, folding scales into weights,
 combining parallel dense layers, layout conversion, mixed precision (float16/bfloat16, TF32),
-folding output casts into softmax and layer norm, Winograd convolution and operator fusion,
-on the infrastructure of
+folding output casts into softmax and layer norm, Winograd convolution, padding the input
+channels of tensor-core convolutions and operator fusion, on the infrastructure of
 :mod:`ptxforge.graph.passes.base`."""
 
 from ..ir import GraphError
@@ -19,6 +19,7 @@ from .fold_constant import FoldConstant
 from .fold_output_cast import FoldOutputCast
 from .fold_scale_axis import FoldScaleAxis
 from .fuse_ops import FuseOps
+from .pad_conv_channels import PadConvChannels
 from .simplify_inference import SimplifyInference
 from .to_mixed_precision import MIXED_PRECISION_POLICY, MixedPolicy, ToMixedPrecision
 from .use_tf32 import UseTF32
@@ -27,12 +28,17 @@ from .winograd import Winograd
 PRECISIONS = ("float32", "tf32", "float16", "bfloat16")
 """The precisions a network is built in (``graph.build(..., precision=)``)."""
 
+PAD_CHANNELS = 4
+"""The default channel multiple of ``pad_conv_channels`` in the build pipeline
+(``pad_channels=None``)."""
+
 __all__ = [
     "GRAPH_PASSES", "MIXED_PRECISION_POLICY", "PRECISIONS", "CombineParallelDense",
     "ConvertLayout", "FoldConstant", "FoldOutputCast", "FoldScaleAxis", "FuseOps", "GraphPass",
     "GraphPassContext", "GraphPipeline", "GraphVerify",
-    "MixedPolicy", "SimplifyInference", "ToMixedPrecision", "UseTF32", "Winograd",
-    "check_precision", "optimization_pipeline", "register_graph_pass",
+    "MixedPolicy", "PAD_CHANNELS", "PadConvChannels", "SimplifyInference", "ToMixedPrecision",
+    "UseTF32", "Winograd",
+    "check_pad_channels", "check_precision", "optimization_pipeline", "register_graph_pass",
 ]
 
 
@@ -48,14 +54,26 @@ def check_precision(precision: str | None, winograd: bool = False) -> str:
     return precision
 
 
+def check_pad_channels(pad_channels: int | None) -> int:
+    """The channel multiple of ``pad_channels`` (None: :data:`PAD_CHANNELS`) after
+    checking it is a positive int."""
+    if pad_channels is None:
+        return PAD_CHANNELS
+    if isinstance(pad_channels, bool) or not isinstance(pad_channels, int) or pad_channels < 1:
+        raise GraphError(f"pad_channels must be a positive int (1: no padding), got "
+                         f"{pad_channels!r}")
+    return pad_channels
+
+
 def optimization_pipeline(layout: str | None = None, winograd: bool = False,
-                          fuse: bool = True, precision: str | None = None) -> GraphPipeline:
+                          fuse: bool = True, precision: str | None = None,
+                          pad_channels: int | None = None) -> GraphPipeline:
     """The passes a network goes through before compilation::
 
         simplify_inference, fold_constant, [convert_layout, fold_constant,]
         fold_scale_axis, fold_constant, combine_parallel_dense,
         [to_mixed_precision(dtype), fold_constant | use_tf32,] fold_output_cast,
-        [winograd, fold_constant,] [fuse_ops]
+        [winograd, fold_constant,] [pad_conv_channels(multiple),] [fuse_ops]
 
     The batch norm statistics and scales are folded into the weights in float32, before
     the weights are converted to a 16-bit ``precision``. Three or more dense layers of one
@@ -70,8 +88,17 @@ def optimization_pipeline(layout: str | None = None, winograd: bool = False,
     convolutions in NHWC (``convert_layout``, transposes only where the data enters and
     leaves the converted region): the tensor cores run NHWC convolutions as implicit GEMMs.
     ``layout="NCHW"`` keeps an NCHW network as it is.
+
+    ``pad_conv_channels`` gives the NHWC convolutions that run on tensor cores (float16
+    or bfloat16 inputs, or TF32) whose input channels are not a multiple of
+    ``pad_channels`` (None: :data:`PAD_CHANNELS`, 4; 8 widens a 16-bit stem's copies to 16
+    bytes; 1: the pass is left out) zero channels up to one, and their weights zero rows:
+    a 3-channel image's first convolution then copies its input 8 or 16 bytes at a time
+    with ``cp.async``. A float32 network has no such convolution, so the pass changes
+    nothing there. It runs after ``winograd``, so only the direct convolutions are padded.
     """
     precision = check_precision(precision, winograd)
+    multiple = check_pad_channels(pad_channels)
     passes: list[GraphPass] = [SimplifyInference(), FoldConstant()]
     if layout is None and precision in ("float16", "bfloat16", "tf32"):
         layout = "NHWC"
@@ -85,6 +112,8 @@ def optimization_pipeline(layout: str | None = None, winograd: bool = False,
     passes.append(FoldOutputCast(round_shared=precision in ("float16", "bfloat16")))
     if winograd:
         passes += [Winograd(), FoldConstant()]
+    if multiple > 1:
+        passes.append(PadConvChannels(multiple))
     if fuse:
         passes.append(FuseOps())
     return GraphPipeline(passes)
