@@ -397,12 +397,14 @@ def test_the_auto_scheduler_offers_the_wgmma_conv_sketch_on_sm_90a():
     pop = pop[pop[:, 0] == wg]
     _, valid, est = population_features(task.models, pop, task.flop_ct, 132)
     assert valid.any() and np.isfinite(est[valid]).all()
-    states = [State.from_row(r, task) for r in pop[valid]]
-    split = ["rfactor" in st.pipeline_text(task) for st in states]
     # one state without split-K, one with (its partial sums summed by a second kernel)
-    states = [states[split.index(False)], states[split.index(True)]]
-    for st in states:
-        assert "wgmma_m64n64k16_f16_f32_kn" in st.pipeline_text(task)
+    k = 1 + [sl.name for sl in sk.slots].index(step.slot("split_k"))
+    rows = pop[valid]
+    states = [State.from_row(rows[rows[:, k] == 0][0], task),
+              State.from_row(rows[rows[:, k] > 0][0], task)]
+    for st, split in zip(states, (False, True)):
+        text = st.pipeline_text(task)
+        assert "wgmma_m64n64k16_f16_f32_kn" in text and ("rfactor" in text) == split
     for r in measure_on_sim(task, states):
         assert r.ok and r.correctness == "passed", r
 
@@ -444,3 +446,41 @@ def test_the_default_conv_schedule_takes_wgmma_on_sm_90a_only():
     _, conv = inlined_schedule(tensors[-1])
     w = wgmma_conv_choice(conv, tensors[-1].op, sm90a)
     assert w is not None and w.split_k > 1
+
+
+def test_the_autotvm_wgmma_conv_template_takes_split_k():
+    from ptxforge import autotvm
+    from ptxforge.autotvm import tensorcore_wgmma as tw
+    from ptxforge.autotvm.space import InstantiationError
+    from ptxforge.ops import testing as ref
+    from ptxforge.target import as_target
+
+    from .test_tensorcore_conv import check
+
+    args = (1, 6, 6, 64, 64, 3, 3, 1, 1, "float16")
+    task = autotvm.task.create(tw.CONV_NAME, args=args, target=SIM)
+    space = task.config_space
+    assert list(space.space_map) == list(tw.KNOBS)
+    assert task.flop == 2 * 36 * 64 * 576
+    # block_n 64, 1 warpgroup (36 pixels), stages 1-5 and split_k 1-8 (K: 9 steps of 64)
+    assert space.dims == [1, 1, 5, 2, 4]
+    with as_target(SIM):
+        # 2 stages over split_k 8: K padded to 8 x 128, 2 steps per part
+        s, tensors = task.instantiate(space.get(space.knob2point([0, 0, 1, 0, 3])))
+        assert "rfactor" in str(s.pipeline)
+        # 3 stages over split_k 4: K padded to 4 x 192, 3 steps per part; 4 stages are too many
+        with pytest.raises(InstantiationError, match="need at least 4 steps of 64 for 4 "
+                                                     "pipeline stages .* per split_k part"):
+            task.instantiate(space.get(space.knob2point([0, 0, 3, 0, 2])))
+    x = RNG.standard_normal((1, 6, 6, 64)).astype("float16")
+    w = (RNG.standard_normal((3, 3, 64, 64)) / 24).astype("float16")
+    mod = ptxforge.build(s, tensors, target=SIM)
+    assert len(mod.device_module.kernels()) == 2
+    got = np.full(tensors[-1].shape, np.nan, "float16")
+    mod(x, w, got)
+    want = ref.conv2d_nhwc_python(x.astype(np.float64), w.astype(np.float64), 1, 1)
+    check(got.astype(np.float64), want, "float16")
+    with pytest.raises(ScheduleError, match="wgmma takes float16 or bfloat16"):
+        autotvm.task.create(tw.CONV_NAME, args=args[:-1] + ("float32",), target=SIM)
+    with pytest.raises(WgmmaError, match="wgmma needs sm_90a"):
+        autotvm.task.create(tw.CONV_NAME, args=args, target="sim -arch=sm_90")

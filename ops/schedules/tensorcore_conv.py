@@ -17,6 +17,12 @@ reads that tile with all threads, row-major, so its global stores are coalesced.
 
 float16 and bfloat16 inputs accumulate in float32; float32 inputs use the TF32 mma
 (m16n8k8) only when the convolution was declared with ``precision="tf32"``.
+
+On sm_90a the same implicit GEMM runs on wgmma (:func:`schedule_conv2d_nhwc_wgmma`, fp16 /
+bf16), split-K included; both schedules share their stages (:func:`conv_stages`,
+:func:`bind_conv_output`). The default schedule (:func:`schedule_conv2d_nhwc`) takes it
+where :func:`wgmma_conv_choice` does: the wgmma GEMM's estimate on the implicit GEMM
+(:func:`conv_gemm_form`) below mma.sync's.
 """
 
 from __future__ import annotations
@@ -191,6 +197,70 @@ def _valid_config(op, target, bm: int, bn: int, K: int, tf32: bool):
     return None
 
 
+def conv_stages(s: Schedule, op: ComputeOp, epilogue: ComputeOp | None, block_m: int,
+                block_n: int, part_k: int, split: int, b_layout: str, acc_scope: str):
+    """The stages both tensor-core conv schedules (mma.sync's warp fragments,
+    ``acc_scope="warp"``, and wgmma's ``"warpgroup"`` accumulators) share: the implicit
+    GEMM padded to ``block_m x block_n`` tiles and ``split`` parts of ``part_k`` (B as
+    ``b_layout``), with split-K its float32 partial sums (:func:`~.tensorcore.
+    split_k_partials`) summed by a second kernel that runs the epilogue
+    (:func:`~.tensorcore.schedule_split_sum`); the block's C tile in shared memory and the
+    accumulators; the epilogue inlined into the output; the shared operand tiles, their
+    padded views inlined. Returns ``(o, c_sh, cf, a_sh, b_sh)``: ``o`` the stage of the
+    tensor-core kernel that writes the output (the epilogue, the conv's copy, or the
+    partial sums)."""
+    a, b, g = s.implicit_gemm(op.output(0), block_m, block_n, part_k, b_layout)
+    final = None
+    if split > 1:
+        # split-K: partial products g[part, m, n] from blockIdx.z, summed by the epilogue
+        g, final = split_k_partials(s, g, split)
+    c_sh = s.cache_write(g, "shared")
+    cf = s.cache_write(c_sh, acc_scope)
+    if final is None:
+        s[g].compute_inline()
+    if epilogue is not None:
+        s[op].compute_inline()
+        o = s[epilogue]
+    else:
+        o = s[op]
+    if final is not None:
+        schedule_split_sum(s, o, final)
+        o = s[g]
+    a_sh = s.cache_read(a, "shared", [cf])
+    b_sh = s.cache_read(b, "shared", [cf])
+    s[a].compute_inline()
+    s[b].compute_inline()
+    return o, c_sh, cf, a_sh, b_sh
+
+
+def bind_conv_output(s: Schedule, o, c_sh, split: int, block_m: int, block_n: int,
+                     threads) -> None:
+    """The output stage ``o`` of :func:`conv_stages` (the epilogue, or the partial sums of
+    split-K): pixel blocks on blockIdx.x, channel blocks on blockIdx.y (the split-K part on
+    blockIdx.z), every thread of the block (``threads``: ``(extent, tag)``, innermost
+    first) over its ``block_m x block_n`` tile, row-major; the C tile ``c_sh`` at the
+    block."""
+    if split == 1:
+        n_, y_, x_, c_ = o.op.axis
+        pix = o.fuse(n_, y_, x_)
+    else:
+        part, pix, c_ = o.op.axis
+    bi, i = o.split(pix, factor=block_m)
+    bj, j = o.split(c_, factor=block_n)
+    if split == 1:
+        o.reorder(bi, bj, i, j)
+    else:
+        o.reorder(part, bi, bj, i, j)
+        o.bind(part, te.thread_axis("blockIdx.z"))
+    o.bind(bi, te.thread_axis("blockIdx.x"))
+    o.bind(bj, te.thread_axis("blockIdx.y"))
+    fused = o.fuse(i, j)
+    for n, tag in threads:
+        fused, t = o.split(fused, factor=n)
+        o.bind(t, te.thread_axis(tag))
+    s[c_sh].compute_at(o, bj)
+
+
 def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
                                     epilogue: ComputeOp | None = None,
                                     target: Target | str | None = None,
@@ -217,28 +287,9 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
     a_vec, b_vec = copy_vectors(cfg, C_in, N, tf32)
 
     split = cfg.split_k
-    a, b, g = s.implicit_gemm(op.output(0), cfg.block_m, cfg.block_n,
-                              cfg.block_k * split, "nk" if tf32 else "kn")
-    final = None
-    if split > 1:
-        # split-K: partial products gp[part, m, n] from blockIdx.z, summed by the epilogue
-        g, final = split_k_partials(s, g, split)
-    c_sh = s.cache_write(g, "shared")
-    cf = s.cache_write(c_sh, "warp")
-    if final is None:
-        s[g].compute_inline()
-    if epilogue is not None:
-        s[op].compute_inline()
-        o = s[epilogue]
-    else:
-        o = s[op]
-    if final is not None:
-        schedule_split_sum(s, o, final)
-        o = s[g]
-    a_sh = s.cache_read(a, "shared", [cf])
-    b_sh = s.cache_read(b, "shared", [cf])
-    s[a].compute_inline()
-    s[b].compute_inline()
+    o, c_sh, cf, a_sh, b_sh = conv_stages(s, op, epilogue, cfg.block_m, cfg.block_n,
+                                          cfg.block_k * split, split,
+                                          "nk" if tf32 else "kn", "warp")
     a_fr = s.cache_read(a_sh, "warp", [cf])
     b_fr = s.cache_read(b_sh, "warp", [cf])
     wm, wn = cfg.block_m // cfg.warps_m, cfg.block_n // cfg.warps_n
@@ -250,27 +301,10 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
             fused, t = st.split(fused, factor=n)
             st.bind(t, te.thread_axis(tag))
 
-    # the output (epilogue, or the partial sums of split-K): pixel blocks on blockIdx.x,
-    # channel blocks on blockIdx.y (the split-K part on blockIdx.z), every thread of the
-    # block over its block_m x block_n tile, row-major
-    if final is None:
-        n_, y_, x_, c_ = o.op.axis
-        pix = o.fuse(n_, y_, x_)
-    else:
-        part, pix, c_ = o.op.axis
-    bi, i = o.split(pix, factor=cfg.block_m)
-    bj, j = o.split(c_, factor=cfg.block_n)
-    if final is None:
-        o.reorder(bi, bj, i, j)
-    else:
-        o.reorder(part, bi, bj, i, j)
-        o.bind(part, te.thread_axis("blockIdx.z"))
-    o.bind(bi, te.thread_axis("blockIdx.x"))
-    o.bind(bj, te.thread_axis("blockIdx.y"))
-    spread(o, o.fuse(i, j))
+    bind_conv_output(s, o, c_sh, split, cfg.block_m, cfg.block_n,
+                     [(n, tag) for tag, n in threads])
 
     # the block's C tile in shared memory, each warp storing its m16n8 fragments
-    s[c_sh].compute_at(o, bj)
     st = s[c_sh]
     *_, ci, cj = st.op.axis
     wi, ci = st.split(ci, factor=wm)
@@ -483,6 +517,7 @@ def schedule_conv2d_nhwc_wgmma(s: Schedule, op: ComputeOp, epilogue: ComputeOp |
     :func:`check_wgmma_conv`; default: :func:`choose_wgmma_conv_config`). Returns the
     config."""
     from ...ir.intrin.wgmma import WARPGROUP
+    from .tensorcore_gemm import schedule_tile_copy
     from .tensorcore_wgmma import BLOCK_K, finish_warpgroup_product, split_warpgroup_k
 
     target = as_target(target)
@@ -492,57 +527,14 @@ def schedule_conv2d_nhwc_wgmma(s: Schedule, op: ComputeOp, epilogue: ComputeOp |
     if cfg is None:
         cfg = choose_wgmma_conv_config(op, target)
     check_wgmma_conv(cfg, op, target)
-    M, N, K, C_in = conv_gemm_shape(op)
+    _, N, _, C_in = conv_gemm_shape(op)
     bm, bn, split = cfg.block_m, cfg.block_n, cfg.split_k
-    a_vec = gcd(8, C_in)
-    b_vec = gcd(8, N)
-    a, b, g = s.implicit_gemm(op.output(0), bm, bn, BLOCK_K * split, "kn")
-    final = None
-    if split > 1:
-        # split-K: partial sums g[part, m, n] from blockIdx.z, added up by the epilogue
-        g, final = split_k_partials(s, g, split)
-    c_sh = s.cache_write(g, "shared")
-    cf = s.cache_write(c_sh, "warpgroup")
-    if final is None:
-        s[g].compute_inline()
-    if epilogue is not None:
-        s[op].compute_inline()
-        o = s[epilogue]
-    else:
-        o = s[op]
-    if final is not None:
-        schedule_split_sum(s, o, final)
-        o = s[g]
-    a_sh = s.cache_read(a, "shared", [cf])
-    b_sh = s.cache_read(b, "shared", [cf])
-    s[a].compute_inline()
-    s[b].compute_inline()
+    o, c_sh, cf, a_sh, b_sh = conv_stages(s, op, epilogue, bm, bn, BLOCK_K * split, split,
+                                          "kn", "warpgroup")
     threads = ((WARPGROUP, "threadIdx.x"), (cfg.warpgroups, "threadIdx.y"))
-
-    # the output (the epilogue, or split-K's partial sums): pixel blocks on blockIdx.x,
-    # channel blocks on blockIdx.y (the split-K part on blockIdx.z), every thread of the
-    # block over its tile
-    if final is None:
-        n_, y_, x_, c_ = o.op.axis
-        pix = o.fuse(n_, y_, x_)
-    else:
-        part, pix, c_ = o.op.axis
-    bi, i = o.split(pix, factor=bm)
-    bj, j = o.split(c_, factor=bn)
-    if final is None:
-        o.reorder(bi, bj, i, j)
-    else:
-        o.reorder(part, bi, bj, i, j)
-        o.bind(part, te.thread_axis("blockIdx.z"))
-    o.bind(bi, te.thread_axis("blockIdx.x"))
-    o.bind(bj, te.thread_axis("blockIdx.y"))
-    fused = o.fuse(i, j)
-    for n, tag in threads:
-        fused, t = o.split(fused, factor=n)
-        o.bind(t, te.thread_axis(tag))
+    bind_conv_output(s, o, c_sh, split, bm, bn, threads)
 
     # the C tile: each warpgroup stores its 64 x 8 accumulator tiles
-    s[c_sh].compute_at(o, bj)
     st = s[c_sh]
     *_, ci, cj = st.op.axis
     st.storage_align(ci, bn + 4, 0)
@@ -556,18 +548,10 @@ def schedule_conv2d_nhwc_wgmma(s: Schedule, op: ComputeOp, epilogue: ComputeOp |
     s[cf].compute_at(st, wg)
     f = s[cf]
     ko, ki, rows = split_warpgroup_k(f)
-    for sh, vec in ((a_sh, a_vec), (b_sh, b_vec)):
-        s[sh].compute_at(f, ko)
-        cp = s[sh]
-        r, col = cp.op.axis
-        fused, v = cp.split(cp.fuse(r, col), factor=vec)
-        for n, tag in threads:
-            fused, t = cp.split(fused, factor=n)
-            cp.bind(t, te.thread_axis(tag))
-        if vec > 1:
-            cp.vectorize(v)
-        cp.swizzle(3)
-        if vec * nbytes(_in_dtype(op)) in (4, 8, 16) and target.has_cp_async:
-            cp.async_copy()
+    for sh, vec in ((a_sh, gcd(8, C_in)), (b_sh, gcd(8, N))):
+        # along the channels, as wide as C_in (A) and C_out (B) allow; 128B-swizzled
+        schedule_tile_copy(s, sh, f, ko, vec, threads,
+                           vec * nbytes(_in_dtype(op)) in (4, 8, 16) and target.has_cp_async,
+                           swizzle=3)
     finish_warpgroup_product(f, ko, ki, rows, cfg, _in_dtype(op), b_kn=True)
     return cfg
