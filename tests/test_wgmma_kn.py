@@ -303,11 +303,14 @@ def test_conv2d_nhwc_wgmma_refusals_and_ptx():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape,epilogue,dtype", [
-    ((2, 14, 14, 256, 256, 3, 1, 1), "bias_add_relu", "float16"),
-    ((1, 28, 28, 64, 128, 1, 2, 0), "bias", "bfloat16"),
+@pytest.mark.parametrize("shape,epilogue,dtype,cfg", [
+    ((2, 14, 14, 256, 256, 3, 1, 1), "bias_add_relu", "float16", None),
+    ((1, 28, 28, 64, 128, 1, 2, 0), "bias", "bfloat16", None),
+    # ResNet-18's 7x7 layer at batch 16 in 2 and 4 split-K parts
+    ((16, 7, 7, 512, 512, 3, 1, 1), "bias_add_relu", "float16", (64, 2, 4, 1, 2)),
+    ((16, 7, 7, 512, 512, 3, 1, 1), "bias_relu", "bfloat16", (64, 1, 4, 1, 4)),
 ])
-def test_conv2d_nhwc_wgmma_on_the_gpu(shape, epilogue, dtype):
+def test_conv2d_nhwc_wgmma_on_the_gpu(shape, epilogue, dtype, cfg):
     from ptxforge.backend_ptx import array, compile_module, cuda, empty
     from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
     from ptxforge.target import as_target
@@ -321,7 +324,8 @@ def test_conv2d_nhwc_wgmma_on_the_gpu(shape, epilogue, dtype):
     target = as_target("cuda -arch=sm_90a")
     with target:
         s, conv = inlined_schedule(tensors[-1])
-        schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, target)
+        schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, target,
+                                   cfg and WgmmaScheduleConfig(*cfg))
         loaded = compile_module(ptxforge.lower(s, tensors), target).load(dev)
     out = empty(tensors[-1].shape, tensors[-1].dtype, dev)
     loaded(*[array(a, dev, t.dtype) for a, t in zip(arrays, tensors)], out)
