@@ -40,7 +40,11 @@ block tiles of 64 or 128 rows), ``stages``, ``in_flight`` (wgmma groups left run
 across K steps) and ``split_k``, and runs the default wgmma GEMM schedule
 (:func:`~ptxforge.ops.schedules.tensorcore_wgmma.schedule_gemm_wgmma`) with them; it
 competes with the mma.sync sketches, and :func:`wgmma_model` ranks its states with the
-estimate the default chooser uses.
+estimate the default chooser uses. A convolution that gets ``tensorcore_conv(C)`` in
+16-bit inputs also gets ``wgmma_conv(C)`` there: :class:`WgmmaConvStep` samples the same
+slots (``block_n`` 64 only: the HWIO kernel is B read as ``[K, N]``) for
+:func:`~ptxforge.ops.schedules.tensorcore_conv.schedule_conv2d_nhwc_wgmma`, split-K
+included, ranked by the same estimate on the implicit GEMM.
 
 Other shapes of computation, float32 products not declared TF32 (TF32 is never chosen
 silently) or targets without mma.sync get no tensor-core sketch.
@@ -480,19 +484,11 @@ def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
 class WgmmaConvStep(WgmmaGemmStep):
     """A conv2d NHWC ``stage`` and its element-wise epilogue on the wgmma conv schedule
     (sm_90a): the implicit GEMM ``[pixels, KH*KW*C_in] x [KH*KW*C_in, C_out]`` whose B (the
-    HWIO kernel) is read MN-major in 64-wide tiles, so ``block_n`` is 64 and there is no
-    split-K; it samples ``warpgroups``, ``stages`` and ``in_flight``. ``form``: the implicit
-    GEMM's :class:`~ptxforge.ops.schedules.tensorcore_gemm.GemmForm` (for the model)."""
-
-    def slots(self) -> list:
-        from ..ops.schedules.tensorcore_wgmma import B_KN_BLOCK_N
-
-        wgs = tuple(w for w in (1, 2) if w == 1 or self.form.M > 64)
-        return [ChoiceSlot(self.slot("block_n"), (B_KN_BLOCK_N,)),
-                ChoiceSlot(self.slot("warpgroups"), wgs),
-                ChoiceSlot(self.slot("stages"), WGMMA_STAGE_CHOICES),
-                ChoiceSlot(self.slot("in_flight"), (0, 1)),
-                ChoiceSlot(self.slot("split_k"), (1,))]
+    HWIO kernel) is read MN-major in 64-wide tiles, so ``block_n`` is 64; it samples
+    ``warpgroups``, ``stages``, ``in_flight`` and ``split_k`` (float32 partial sums on
+    blockIdx.z, summed by a second kernel with the epilogue) as the wgmma GEMM step does.
+    ``form``: the implicit GEMM's
+    :func:`~ptxforge.ops.schedules.tensorcore_conv.conv_gemm_form` (for the model)."""
 
     def schedule(self, cfg):
         return schedule_wgmma_conv(self, cfg, self.target)
@@ -512,8 +508,7 @@ def wgmma_conv_step(task) -> WgmmaConvStep | None:
     :func:`tensorcore_conv_step` takes, in 16-bit inputs, whose default wgmma
     configuration schedules."""
     from ..ir.dtype import nbytes
-    from ..ops.schedules.tensorcore_conv import conv_gemm_shape
-    from ..ops.schedules.tensorcore_gemm import GemmForm
+    from ..ops.schedules.tensorcore_conv import conv_gemm_form
 
     if not task.target.has_wgmma:
         return None
@@ -524,8 +519,8 @@ def wgmma_conv_step(task) -> WgmmaConvStep | None:
     in_dt = conv_op.input_tensors[0].dtype
     if in_dt not in ("float16", "bfloat16"):
         return None
-    M, N, K, _ = conv_gemm_shape(conv_op)
-    form = GemmForm(1, M, N, K, in_dt, "float32", b_kn=True, tf32=False)
+    form = conv_gemm_form(conv_op)
+    M, N, K = form.M, form.N, form.K
     step = WgmmaConvStep(stage, output, M, N, K, in_dt, "float32", nbytes(out.dtype),
                          b_kn=True, batch=1, tensors=(conv_op.output(0), out),
                          inlined=inlined, form=form, late=late, target=task.target,
@@ -871,7 +866,7 @@ def wgmma_model(step: WgmmaGemmStep, V, hw, n: int) -> dict:
     est = wgmma_estimate(bn, wgs, stages, split, f, step.target, c_tile,
                          in_flight=in_flight)
     flop = 2.0 * f.batch * f.M * f.N * f.K
-    unique = f.batch * ((f.M + f.N) * f.K * 2 + f.M * f.N * step.out_bytes)
+    unique = f.input_bytes + f.batch * f.M * f.N * step.out_bytes
     return {"valid": valid, "blocks": blocks, "threads": threads,
             "accum": np.broadcast_to(accum, (n,)), "shared_bytes": shared,
             "global_bytes": blocks * (bm + bn) * Kp // split * 2,

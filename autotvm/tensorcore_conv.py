@@ -71,16 +71,22 @@ def _ops(out) -> list:
     return order
 
 
+def inline_around(out, conv):
+    """A schedule of the template's computation with the padding (and the cast, if any)
+    inlined, and the epilogue stage of ``conv`` (None where ``out`` is the conv)."""
+    s = te.create_schedule(out.op)
+    for op in _ops(out):
+        if op is not out.op and not op.reduce_axis:
+            s[op].compute_inline()
+    return s, None if out.op is conv else out.op
+
+
 @template(NAME)
 def conv2d_nhwc_tensorcore(N, H, W, CI, CO, KH, KW, stride, padding, dtype="float16"):
     """The tensor-core conv2d NHWC template (see the module doc)."""
     data, kernel, out, conv = conv2d_nhwc_declaration(N, H, W, CI, CO, KH, KW, stride,
                                                       padding, dtype)
-    s = te.create_schedule(out.op)
-    for op in _ops(out):
-        if op is not out.op and not op.reduce_axis:  # the padding (and the cast, if any)
-            s[op].compute_inline()
-    epilogue = None if out.op is conv else out.op
+    s, epilogue = inline_around(out, conv)
     tf32 = dtype == "float32"
     M, K = N * out.shape[1] * out.shape[2], KH * KW * CI
     cfg = get_config()

@@ -1,6 +1,7 @@
-"""AutoTVM templates of dense and batch_matmul with wgmma (sm_90a).
+"""AutoTVM templates of dense, batch_matmul and conv2d NHWC with wgmma (sm_90a).
 
-Importing this module registers ``dense_wgmma.cuda`` and ``batch_matmul_wgmma.cuda``::
+Importing this module registers ``dense_wgmma.cuda``, ``batch_matmul_wgmma.cuda`` and
+``conv2d_nhwc_wgmma.cuda``::
 
     import ptxforge.autotvm.tensorcore_wgmma  # noqa: F401  (registers the templates)
 
@@ -23,6 +24,14 @@ has) is an :class:`~ptxforge.autotvm.space.InstantiationError` naming the rule. 
 target without wgmma (anything but sm_90a) the templates refuse to instantiate: use
 ``dense_tensorcore.cuda`` (mma.sync) there. Without a record they take
 :func:`default_wgmma_config` (the default schedule's chooser).
+
+``conv2d_nhwc_wgmma.cuda`` takes the arguments of ``conv2d_nhwc_tensorcore.cuda``
+(``N, H, W, CI, CO, KH, KW, stride, padding, dtype``; float16 or bfloat16) and runs
+:func:`~ptxforge.ops.schedules.tensorcore_conv.schedule_conv2d_nhwc_wgmma` with the same
+knobs over its implicit GEMM (``block_n`` 64 only: the HWIO kernel is B read as
+``[K, N]``; ``split_k`` up to the K steps of 64), checked by
+:func:`~ptxforge.ops.schedules.tensorcore_conv.check_wgmma_conv`; without a record it
+takes :func:`~ptxforge.ops.schedules.tensorcore_conv.choose_wgmma_conv_config`.
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ from .tensorcore_dense import batch_matmul_declaration, dense_declaration
 
 NAME = "dense_wgmma.cuda"
 BATCH_NAME = "batch_matmul_wgmma.cuda"
+CONV_NAME = "conv2d_nhwc_wgmma.cuda"
 STAGES = (1, 2, 3, 4, 5)
 SPLIT_K = (1, 2, 4, 8, 16)
 KNOBS = ("block_n", "warpgroups", "stages", "in_flight", "split_k")
@@ -78,6 +88,17 @@ def _schedule(name, out, mm, flop):
 
     target = as_target(None)
     form = _form(mm, target, name)
+    s = te.create_schedule(out.op)
+    tune_wgmma(form, flop, lambda: choose_wgmma_config(form, target, epilogue_tile=False),
+               lambda wc: schedule_gemm_wgmma(s, mm, None if out.op is mm else out.op, wc,
+                                              target, form))
+    return s
+
+
+def tune_wgmma(form, flop: float, default, schedule) -> None:
+    """The knobs of a wgmma template over product ``form`` (see the module doc), then
+    ``schedule(config)`` with the configuration they give (``default()`` without a record);
+    a configuration the schedule refuses is the instantiation error naming the rule."""
     cfg = get_config()
     cfg.define_knob("block_n", [n for n in BLOCK_N
                                 if n <= max(tile_limit(form.N), BLOCK_N[0])
@@ -92,17 +113,17 @@ def _schedule(name, out, mm, flop):
                                                                 and steps >= p)])
     cfg.add_flop(flop)
     if cfg.is_fallback:
-        wc = choose_wgmma_config(form, target, epilogue_tile=False)
+        wc = default()
+        if wc is None:
+            raise ScheduleError(f"no wgmma tiles fit {form.M} x {form.N} x {form.K}")
     else:
         wc = WgmmaScheduleConfig(*(cfg[k].val for k in KNOBS))
-    s = te.create_schedule(out.op)
     try:
-        schedule_gemm_wgmma(s, mm, None if out.op is mm else out.op, wc, target, form)
+        schedule(wc)
     except ScheduleError as e:
         if cfg.is_fallback:
             raise
         cfg.raise_error(str(e))
-    return s
 
 
 @template(NAME)
@@ -139,3 +160,41 @@ def _defaults(M, N, K, dtype="float16", out_dtype=None):
 @batch_matmul_wgmma.defaults
 def _batch_defaults(B, M, N, K, dtype="float16", out_dtype=None):
     return _knobs(default_wgmma_config(M, N, K, _knob_target(), dtype, out_dtype, batch=B))
+
+
+# -- conv2d NHWC: the implicit GEMM on wgmma ----------------------------------------------------
+
+
+@template(CONV_NAME)
+def conv2d_nhwc_wgmma(N, H, W, CI, CO, KH, KW, stride, padding, dtype="float16"):
+    """The wgmma conv2d NHWC template (see the module doc)."""
+    from ..ops.schedules.tensorcore_conv import (
+        choose_wgmma_conv_config,
+        conv_gemm_form,
+        schedule_conv2d_nhwc_wgmma,
+        wgmma_conv_refusal,
+    )
+    from .tensorcore_conv import conv2d_nhwc_declaration, inline_around
+
+    target = as_target(None)
+    require_wgmma(target)
+    data, kernel, out, conv = conv2d_nhwc_declaration(N, H, W, CI, CO, KH, KW, stride,
+                                                      padding, dtype)
+    why = wgmma_conv_refusal(conv, target)
+    if why is not None:
+        raise ScheduleError(f"{CONV_NAME}: {why}")
+    s, epilogue = inline_around(out, conv)
+    form = conv_gemm_form(conv)
+    tune_wgmma(form, 2.0 * form.M * form.N * form.K,
+               lambda: choose_wgmma_conv_config(conv, target),
+               lambda wc: schedule_conv2d_nhwc_wgmma(s, conv, epilogue, target, wc))
+    return s, [data, kernel, out]
+
+
+@conv2d_nhwc_wgmma.defaults
+def _conv_defaults(N, H, W, CI, CO, KH, KW, stride, padding, dtype="float16"):
+    from ..ops.schedules.tensorcore_conv import choose_wgmma_conv_config
+    from .tensorcore_conv import conv2d_nhwc_declaration
+
+    conv = conv2d_nhwc_declaration(N, H, W, CI, CO, KH, KW, stride, padding, dtype)[3]
+    return _knobs(choose_wgmma_conv_config(conv, _knob_target()))

@@ -1,14 +1,17 @@
 """conv2d NHWC in float16 on tensor cores against cuDNN (fp16, channels_last) in one process.
 
 Layers: the seed layer of the tutorials (batch 1, 7x7, 512 -> 512, 3x3, stride 1, pad 1)
-and the convolutions of ResNet-18 at batch 1 (224x224 input). Ours: the default schedule
-(the implicit-GEMM tensor-core schedule of ``ops/schedules/tensorcore_conv.py``) for every
-layer, and for the seed layer also the best of a short AutoTVM tuning (``--trials``) of the
-template ``conv2d_nhwc_tensorcore.cuda`` on this GPU and, with ``--autosched N``, the best of N
-auto-scheduler trials from an empty log (its tensor-core conv sketch competing with the
-CUDA-core sketches). Theirs: ``torch.nn.functional.conv2d``
-on float16 channels_last tensors (cuDNN, ``cudnn.benchmark`` on). Both compute the
-convolution alone, summed in float32 and written as float16.
+and the convolutions of ResNet-18 at batch 1 (224x224 input; ``--batch`` for another).
+Ours: the default schedule (the implicit-GEMM tensor-core schedule of
+``ops/schedules/tensorcore_conv.py``: wgmma where its chooser takes it on sm_90a, else
+mma.sync; the row names the config) for every layer, the wgmma conv with each
+``--wgmma-config`` (split-K among its knobs), and for the seed layer also the best of a
+short AutoTVM tuning (``--trials``) of the template ``conv2d_nhwc_tensorcore.cuda`` on this
+GPU and, with ``--autosched N``, the best of N auto-scheduler trials from an empty log
+(its tensor-core conv sketch competing with the CUDA-core sketches). Theirs:
+``torch.nn.functional.conv2d`` on float16 channels_last tensors (cuDNN,
+``cudnn.benchmark`` on). Both compute the convolution alone, summed in float32 and
+written as float16.
 
 Every kernel is first checked on random inputs against PyTorch's float64 convolution of the
 same float16 inputs (and PyTorch's fp16 result is checked the same way); then both sides
@@ -17,7 +20,8 @@ times between CUDA events, the median per launch (ours through ``time_evaluator(
 graph=True)``, cuDNN through ``bench_tensorcore.torch_time``).
 
     python3 bench/bench_conv_tensorcore.py [--trials 32] [--autosched 200]
-        [--layers "seed (layer4 3x3)"] [--json out]
+        [--layers "seed (layer4 3x3)"] [--batch 16] [--wgmma-config 64,2,4,1,2 ...]
+        [--json out]
     python3 bench/bench_conv_tensorcore.py --dry-run   # no GPU: build every kernel (PTX,
                                                        # ptxas) and instantiate the template
 """
@@ -72,16 +76,32 @@ def flop(shape) -> float:
 
 
 def build_default(shape, target):
-    """``(compiled module, tensors, seconds, config)`` of the default schedule."""
-    from ptxforge.ops.schedules.tensorcore_conv import choose_conv_config
+    """``(compiled module, tensors, seconds, config)`` of the default schedule (the config
+    of the wgmma conv where the default takes it, sm_90a, else of the mma.sync conv)."""
+    from ptxforge.ops.schedules.tensorcore_conv import choose_conv_config, wgmma_conv_choice
 
     data, kernel, out, conv = template.conv2d_nhwc_declaration(*template_args(shape))
     t0 = time.perf_counter()
     with ptxforge.target.as_target(target):
         s = default_schedule(out, target=target)
         mod = compile_module(ptxforge.lower(s, [data, kernel, out]), target)
-        cfg = choose_conv_config(conv, target)
+        epilogue = None if out.op is conv else out.op
+        cfg = wgmma_conv_choice(conv, epilogue, target) or choose_conv_config(conv, target)
     return mod, [data, kernel, out], time.perf_counter() - t0, cfg
+
+
+def build_wgmma(shape, target, cfg):
+    """``(compiled module, tensors, seconds)`` of the wgmma conv with ``cfg`` (a
+    ``WgmmaScheduleConfig``; sm_90a)."""
+    from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+
+    data, kernel, out, conv = template.conv2d_nhwc_declaration(*template_args(shape))
+    t0 = time.perf_counter()
+    with ptxforge.target.as_target(target):
+        s, epilogue = template.inline_around(out, conv)
+        schedule_conv2d_nhwc_wgmma(s, conv, epilogue, target, cfg)
+        mod = compile_module(ptxforge.lower(s, [data, kernel, out]), target)
+    return mod, [data, kernel, out], time.perf_counter() - t0
 
 
 def build_tuned(shape, log: str, target):
@@ -175,9 +195,12 @@ def dry_run(args) -> int:
     for name in args.layers:
         shape = LAYERS[name]
         mod, _, secs, cfg = build_default(shape, args.target)
-        ptx = mod.get_source("ptx")
-        assert "mma.sync.aligned.m16n8k16" in ptx, name
+        ptx = "".join(k.get_source("ptx") for k in mod.kernels.values())
+        assert "mma.sync.aligned.m16n8k16" in ptx or "wgmma.mma_async" in ptx, name
         print(f"  {name:20s} default {describe(cfg)}: built in {secs:.2f} s")
+        for wc in args.wgmma_config:
+            build_wgmma(shape, args.target, wc)
+            print(f"  {name:20s} {describe(wc)}: built")
     task = autotvm.task.create(template.NAME, args=template_args(SEED), target=args.target)
     rng = np.random.default_rng(args.seed)
     built = rejected = 0
@@ -204,8 +227,22 @@ def dry_run(args) -> int:
 
 
 def describe(cfg) -> str:
+    if hasattr(cfg, "warpgroups"):  # the wgmma conv
+        return (f"wgmma {cfg.block_m}x{cfg.block_n} stages {cfg.stages} in_flight "
+                f"{cfg.in_flight} split_k {cfg.split_k}")
     return (f"block {cfg.block_m}x{cfg.block_n}x{cfg.block_k} warps {cfg.warps_m}x"
-            f"{cfg.warps_n} stages {cfg.stages} vec {cfg.vec}")
+            f"{cfg.warps_n} stages {cfg.stages} vec {cfg.vec}"
+            + (f" split_k {cfg.split_k}" if cfg.split_k > 1 else ""))
+
+
+def wgmma_config(text: str):
+    """``BN,WG,ST,FL,SK`` -> a ``WgmmaScheduleConfig``."""
+    from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig
+
+    vals = [int(x) for x in text.split(",")]
+    if len(vals) != 5:
+        raise argparse.ArgumentTypeError(f"--wgmma-config takes BN,WG,ST,FL,SK, got {text!r}")
+    return WgmmaScheduleConfig(*vals)
 
 
 def main(argv=None) -> int:
@@ -218,6 +255,10 @@ def main(argv=None) -> int:
                    "seed layer from an empty log (default 0: none)")
     p.add_argument("--log", help="tuning record file (default: a temporary one); an existing "
                    "file is extended")
+    p.add_argument("--batch", type=int, default=1, help="the layers' batch (default 1)")
+    p.add_argument("--wgmma-config", type=wgmma_config, action="append", default=[],
+                   metavar="BN,WG,ST,FL,SK", help="also the wgmma conv with block_n, "
+                   "warpgroups, stages, in_flight, split_k (sm_90a; repeatable)")
     p.add_argument("--number", type=int, default=200)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
@@ -230,6 +271,8 @@ def main(argv=None) -> int:
     unknown = [x for x in args.layers if x not in LAYERS]
     if unknown:
         p.error(f"unknown layers {unknown}; known: {', '.join(LAYERS)}")
+    for name in args.layers:
+        LAYERS[name] = (args.batch,) + LAYERS[name][1:]
     if args.dry_run:
         return dry_run(args)
     return run_gpu(args)
@@ -284,7 +327,10 @@ def run_gpu(args) -> int:
         cudnn_ms = torch_time(cudnn, args.number, args.repeat)
         builds = []
         try:
-            builds.append(("default",) + build_default(shape, target)[:3])
+            mod, tensors, secs, cfg = build_default(shape, target)
+            builds.append((f"default ({describe(cfg)})", mod, tensors, secs))
+            for wc in args.wgmma_config:
+                builds.append((describe(wc),) + build_wgmma(shape, target, wc))
             if name == "seed (layer4 3x3)" and tuning is not None:
                 builds.append(("autotvm best",) + build_tuned(shape, log, target))
             if name == "seed (layer4 3x3)" and searched is not None:

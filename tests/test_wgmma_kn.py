@@ -228,13 +228,19 @@ def test_kn_wgmma_on_the_gpu(M, N, K, ab, out, batch, cfg):
 
 
 @pytest.mark.parametrize("shape,epilogue,dtype,cfg", [
-    ((2, 14, 14, 64, 128, 3, 1, 1), "bias_add_relu", "float16", None),  # 2 warpgroups
+    ((2, 14, 14, 64, 128, 3, 1, 1), "bias_add_relu", "float16", (64, 2, 4, 1)),
     ((1, 9, 9, 24, 16, 3, 2, 1), "bias", "bfloat16", (64, 1, 2, 0)),   # padded N, K
-    ((1, 7, 7, 128, 96, 1, 1, 0), "", "float16", (64, 1, 2, 0)),
+    ((1, 7, 7, 128, 96, 1, 1, 0), "", "float16", None),
     ((1, 8, 8, 20, 40, 3, 1, 1), "bias_relu", "float16", (64, 2, 3, 1)),
-], ids=["resnet_3x3", "bf16_stride2", "1x1", "narrow_channels"])
+    # split-K: float32 partial sums on blockIdx.z, a second kernel with the epilogue
+    ((2, 6, 6, 32, 64, 3, 1, 1), "bias_add_relu", "float16", (64, 1, 2, 0, 2)),
+    ((1, 5, 5, 64, 64, 3, 1, 1), "bias_add_relu", "bfloat16", (64, 2, 1, 0, 4)),
+], ids=["resnet_3x3", "bf16_stride2", "1x1", "narrow_channels", "split_k2", "split_k4"])
 def test_conv2d_nhwc_on_wgmma_matches_numpy(shape, epilogue, dtype, cfg):
-    from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+    from ptxforge.ops.schedules.tensorcore_conv import (
+        choose_wgmma_conv_config,
+        schedule_conv2d_nhwc_wgmma,
+    )
 
     from .test_tensorcore_conv import check, conv_layer, inlined_schedule
 
@@ -246,8 +252,13 @@ def test_conv2d_nhwc_on_wgmma_matches_numpy(shape, epilogue, dtype, cfg):
     assert f"wgmma_m64n64k16_{'f16' if dtype == 'float16' else 'bf16'}_f32_kn" in \
         str(s.pipeline)
     if cfg is None:
-        assert used == WgmmaScheduleConfig(64, 2, 4, 1)
+        assert used == choose_wgmma_conv_config(conv, SIM)
+    split = used.split_k
+    assert ("rfactor" in str(s.pipeline)) == (split > 1)
     mod = ptxforge.build(s, tensors, target=SIM)
+    if split > 1:  # the product into [split, M, N] partial sums, then the summing kernel
+        grids = [tuple(k.attrs.launch.grid) for k in mod.device_module.kernels()]
+        assert len(grids) == 2 and grids[0][2] == split, grids
     out = np.full(tensors[-1].shape, np.nan,
                   dtype if dtype == "float16" else BFLOAT16_HOST)
     mod(*arrays, out)
@@ -255,35 +266,51 @@ def test_conv2d_nhwc_on_wgmma_matches_numpy(shape, epilogue, dtype, cfg):
 
 
 def test_conv2d_nhwc_wgmma_refusals_and_ptx():
+    from ptxforge.backend_ptx import compile_module
     from ptxforge.backend_ptx.assemble import find_ptxas, run_ptxas
     from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+    from ptxforge.target import as_target
 
     from .test_tensorcore_conv import conv_layer, inlined_schedule
 
     tensors, _, _ = conv_layer(1, 7, 7, 128, 64, 1, 1, 0, "float16", "bias_relu")
     for target, cfg, rule in (("sim", None, "wgmma needs sm_90a"),
-                              (SIM, (128, 1, 1, 0), "need block_n 64"),
-                              (SIM, (64, 1, 3, 1), "at most the 2 steps of 64")):
+                              (SIM, (128, 1, 1, 0), "need block_n 64 for B read as"),
+                              (SIM, (64, 1, 3, 1), "need at least 3 steps of 64 for 3 "
+                                                   r"pipeline stages \(K = 128"),
+                              (SIM, (64, 1, 1, 0, 0), r"need split_k a positive int \(got 0"),
+                              (SIM, (64, 1, 1, 0, 2.0), "need split_k a positive int"),
+                              (SIM, (64, 1, 2, 0, 2), "need at least 2 steps of 64 for 2 "
+                                                      "pipeline stages .* gives 1 per "
+                                                      "split_k part")):
         s, conv = inlined_schedule(tensors[-1])
         with pytest.raises(ScheduleError, match=rule):
             schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, target,
                                        cfg and WgmmaScheduleConfig(*cfg))
     tensors, _, _ = conv_layer(1, 14, 14, 256, 256, 3, 1, 1, "float16", "bias_add_relu")
-    s, conv = inlined_schedule(tensors[-1])
-    schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, "cuda -arch=sm_90a")
-    ptx = ptxforge.build(s, tensors, target="cuda -arch=sm_90a").get_source("ptx")
-    assert get_wgmma(64, "float16", b_kn=True).ptx in ptx and ", p, 1, 1, 0, 1;" in ptx
-    if find_ptxas() is not None:
-        _, log = run_ptxas(ptx, "sm_90a")
-        assert "0 bytes spill stores" in log and "serialized" not in log
+    for split in (1, 2):  # split-K: the wgmma kernel of partial sums, then their sum
+        s, conv = inlined_schedule(tensors[-1])
+        schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, "cuda -arch=sm_90a",
+                                   WgmmaScheduleConfig(64, 2, 4, 1, split))
+        with as_target("cuda -arch=sm_90a") as t:
+            kernels = list(compile_module(ptxforge.lower(s, tensors), t).kernels.values())
+        assert len(kernels) == split
+        ptx = kernels[0].get_source("ptx")
+        assert get_wgmma(64, "float16", b_kn=True).ptx in ptx and ", p, 1, 1, 0, 1;" in ptx
+        if find_ptxas() is not None:
+            _, log = run_ptxas(ptx, "sm_90a")
+            assert "0 bytes spill stores" in log and "serialized" not in log
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape,epilogue,dtype", [
-    ((2, 14, 14, 256, 256, 3, 1, 1), "bias_add_relu", "float16"),
-    ((1, 28, 28, 64, 128, 1, 2, 0), "bias", "bfloat16"),
+@pytest.mark.parametrize("shape,epilogue,dtype,cfg", [
+    ((2, 14, 14, 256, 256, 3, 1, 1), "bias_add_relu", "float16", None),
+    ((1, 28, 28, 64, 128, 1, 2, 0), "bias", "bfloat16", None),
+    # ResNet-18's 7x7 layer at batch 16 in 2 and 4 split-K parts
+    ((16, 7, 7, 512, 512, 3, 1, 1), "bias_add_relu", "float16", (64, 2, 4, 1, 2)),
+    ((16, 7, 7, 512, 512, 3, 1, 1), "bias_relu", "bfloat16", (64, 1, 4, 1, 4)),
 ])
-def test_conv2d_nhwc_wgmma_on_the_gpu(shape, epilogue, dtype):
+def test_conv2d_nhwc_wgmma_on_the_gpu(shape, epilogue, dtype, cfg):
     from ptxforge.backend_ptx import array, compile_module, cuda, empty
     from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
     from ptxforge.target import as_target
@@ -297,7 +324,8 @@ def test_conv2d_nhwc_wgmma_on_the_gpu(shape, epilogue, dtype):
     target = as_target("cuda -arch=sm_90a")
     with target:
         s, conv = inlined_schedule(tensors[-1])
-        schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, target)
+        schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, target,
+                                   cfg and WgmmaScheduleConfig(*cfg))
         loaded = compile_module(ptxforge.lower(s, tensors), target).load(dev)
     out = empty(tensors[-1].shape, tensors[-1].dtype, dev)
     loaded(*[array(a, dev, t.dtype) for a, t in zip(arrays, tensors)], out)
@@ -367,13 +395,96 @@ def test_the_auto_scheduler_offers_the_wgmma_conv_sketch_on_sm_90a():
     assert isinstance(sk.steps[0], WgmmaConvStep)
     slots = {sl.name: sl.choices for sl in sk.slots}
     step = sk.steps[0]
-    assert slots[step.slot("block_n")] == (64,) and slots[step.slot("split_k")] == (1,)
+    # K = 9 steps of 64: split-K parts of at least one step each
+    assert slots[step.slot("block_n")] == (64,) and slots[step.slot("split_k")] == (1, 2, 4, 8)
     pop = random_population(task, 300, np.random.default_rng(4))
     pop = pop[pop[:, 0] == wg]
     _, valid, est = population_features(task.models, pop, task.flop_ct, 132)
     assert valid.any() and np.isfinite(est[valid]).all()
-    states = [State.from_row(r, task) for r in pop[valid][:2]]
-    for st in states:
-        assert "wgmma_m64n64k16_f16_f32_kn" in st.pipeline_text(task)
+    # one state without split-K, one with (its partial sums summed by a second kernel)
+    k = 1 + [sl.name for sl in sk.slots].index(step.slot("split_k"))
+    rows = pop[valid]
+    states = [State.from_row(rows[rows[:, k] == 0][0], task),
+              State.from_row(rows[rows[:, k] > 0][0], task)]
+    for st, split in zip(states, (False, True)):
+        text = st.pipeline_text(task)
+        assert "wgmma_m64n64k16_f16_f32_kn" in text and ("rfactor" in text) == split
     for r in measure_on_sim(task, states):
         assert r.ok and r.correctness == "passed", r
+
+
+def test_the_default_conv_schedule_takes_wgmma_on_sm_90a_only():
+    """fp16 3x3 256 -> 256 at 14x14, batch 16: the estimates take wgmma on sm_90a (H100:
+    15 us against 37 us on mma.sync); sm_80, sm_90 and TF32 stay on mma.sync; a batch-1
+    7x7 layer (49 pixels, K = 4608) splits the reduction."""
+    from ptxforge.ops.schedules import default_schedule
+    from ptxforge.ops.schedules.tensorcore_conv import (
+        choose_conv_config,
+        conv_gemm_form,
+        wgmma_conv_choice,
+    )
+    from ptxforge.ops.schedules.tensorcore_gemm import gemm_time
+    from ptxforge.ops.schedules.tensorcore_wgmma import wgmma_time
+
+    from .test_tensorcore_conv import conv_layer, inlined_schedule
+
+    sm90a = "cuda -arch=sm_90a"
+    for target, dtype, wgmma in ((sm90a, "float16", True), (sm90a, "float32", False),
+                                 ("cuda -arch=sm_80", "float16", False),
+                                 ("cuda -arch=sm_90", "float16", False)):
+        tensors, _, _ = conv_layer(16, 14, 14, 256, 256, 3, 1, 1, dtype, "bias_add_relu",
+                                   precision="tf32" if dtype == "float32" else None)
+        text = str(default_schedule(tensors[-1], target).pipeline)
+        assert ("wgmma_m64n64k16_f16_f32_kn" in text) == wgmma, (target, dtype)
+        assert ("mma_m16n8k" in text) != wgmma, (target, dtype)
+        _, conv = inlined_schedule(tensors[-1])
+        w = wgmma_conv_choice(conv, tensors[-1].op, target)
+        assert (w is not None) == wgmma
+        if wgmma:
+            form = conv_gemm_form(conv)
+            # the DRAM floor is the input and kernel (2.2 MB), not the window matrix
+            assert form.input_bytes == (16 * 14 * 14 * 256 + 9 * 256 * 256) * 2
+            assert 2 * wgmma_time(w, form, target, c_tile=True) < gemm_time(
+                choose_conv_config(conv, target), form, target)
+    tensors, _, _ = conv_layer(1, 7, 7, 512, 512, 3, 1, 1, "float16", "bias_relu")
+    _, conv = inlined_schedule(tensors[-1])
+    w = wgmma_conv_choice(conv, tensors[-1].op, sm90a)
+    assert w is not None and w.split_k > 1
+
+
+def test_the_autotvm_wgmma_conv_template_takes_split_k():
+    from ptxforge import autotvm
+    from ptxforge.autotvm import tensorcore_wgmma as tw
+    from ptxforge.autotvm.space import InstantiationError
+    from ptxforge.ops import testing as ref
+    from ptxforge.target import as_target
+
+    from .test_tensorcore_conv import check
+
+    args = (1, 6, 6, 64, 64, 3, 3, 1, 1, "float16")
+    task = autotvm.task.create(tw.CONV_NAME, args=args, target=SIM)
+    space = task.config_space
+    assert list(space.space_map) == list(tw.KNOBS)
+    assert task.flop == 2 * 36 * 64 * 576
+    # block_n 64, 1 warpgroup (36 pixels), stages 1-5 and split_k 1-8 (K: 9 steps of 64)
+    assert space.dims == [1, 1, 5, 2, 4]
+    with as_target(SIM):
+        # 2 stages over split_k 8: K padded to 8 x 128, 2 steps per part
+        s, tensors = task.instantiate(space.get(space.knob2point([0, 0, 1, 0, 3])))
+        assert "rfactor" in str(s.pipeline)
+        # 3 stages over split_k 4: K padded to 4 x 192, 3 steps per part; 4 stages are too many
+        with pytest.raises(InstantiationError, match="need at least 4 steps of 64 for 4 "
+                                                     "pipeline stages .* per split_k part"):
+            task.instantiate(space.get(space.knob2point([0, 0, 3, 0, 2])))
+    x = RNG.standard_normal((1, 6, 6, 64)).astype("float16")
+    w = (RNG.standard_normal((3, 3, 64, 64)) / 24).astype("float16")
+    mod = ptxforge.build(s, tensors, target=SIM)
+    assert len(mod.device_module.kernels()) == 2
+    got = np.full(tensors[-1].shape, np.nan, "float16")
+    mod(x, w, got)
+    want = ref.conv2d_nhwc_python(x.astype(np.float64), w.astype(np.float64), 1, 1)
+    check(got.astype(np.float64), want, "float16")
+    with pytest.raises(ScheduleError, match="wgmma takes float16 or bfloat16"):
+        autotvm.task.create(tw.CONV_NAME, args=args[:-1] + ("float32",), target=SIM)
+    with pytest.raises(WgmmaError, match="wgmma needs sm_90a"):
+        autotvm.task.create(tw.CONV_NAME, args=args, target="sim -arch=sm_90")

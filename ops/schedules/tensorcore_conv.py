@@ -17,6 +17,12 @@ reads that tile with all threads, row-major, so its global stores are coalesced.
 
 float16 and bfloat16 inputs accumulate in float32; float32 inputs use the TF32 mma
 (m16n8k8) only when the convolution was declared with ``precision="tf32"``.
+
+On sm_90a the same implicit GEMM runs on wgmma (:func:`schedule_conv2d_nhwc_wgmma`, fp16 /
+bf16), split-K included; both schedules share their stages (:func:`conv_stages`,
+:func:`bind_conv_output`). The default schedule (:func:`schedule_conv2d_nhwc`) takes it
+where :func:`wgmma_conv_choice` does: the wgmma GEMM's estimate on the implicit GEMM
+(:func:`conv_gemm_form`) below mma.sync's.
 """
 
 from __future__ import annotations
@@ -191,6 +197,70 @@ def _valid_config(op, target, bm: int, bn: int, K: int, tf32: bool):
     return None
 
 
+def conv_stages(s: Schedule, op: ComputeOp, epilogue: ComputeOp | None, block_m: int,
+                block_n: int, part_k: int, split: int, b_layout: str, acc_scope: str):
+    """The stages both tensor-core conv schedules (mma.sync's warp fragments,
+    ``acc_scope="warp"``, and wgmma's ``"warpgroup"`` accumulators) share: the implicit
+    GEMM padded to ``block_m x block_n`` tiles and ``split`` parts of ``part_k`` (B as
+    ``b_layout``), with split-K its float32 partial sums (:func:`~.tensorcore.
+    split_k_partials`) summed by a second kernel that runs the epilogue
+    (:func:`~.tensorcore.schedule_split_sum`); the block's C tile in shared memory and the
+    accumulators; the epilogue inlined into the output; the shared operand tiles, their
+    padded views inlined. Returns ``(o, c_sh, cf, a_sh, b_sh)``: ``o`` the stage of the
+    tensor-core kernel that writes the output (the epilogue, the conv's copy, or the
+    partial sums)."""
+    a, b, g = s.implicit_gemm(op.output(0), block_m, block_n, part_k, b_layout)
+    final = None
+    if split > 1:
+        # split-K: partial products g[part, m, n] from blockIdx.z, summed by the epilogue
+        g, final = split_k_partials(s, g, split)
+    c_sh = s.cache_write(g, "shared")
+    cf = s.cache_write(c_sh, acc_scope)
+    if final is None:
+        s[g].compute_inline()
+    if epilogue is not None:
+        s[op].compute_inline()
+        o = s[epilogue]
+    else:
+        o = s[op]
+    if final is not None:
+        schedule_split_sum(s, o, final)
+        o = s[g]
+    a_sh = s.cache_read(a, "shared", [cf])
+    b_sh = s.cache_read(b, "shared", [cf])
+    s[a].compute_inline()
+    s[b].compute_inline()
+    return o, c_sh, cf, a_sh, b_sh
+
+
+def bind_conv_output(s: Schedule, o, c_sh, split: int, block_m: int, block_n: int,
+                     threads) -> None:
+    """The output stage ``o`` of :func:`conv_stages` (the epilogue, or the partial sums of
+    split-K): pixel blocks on blockIdx.x, channel blocks on blockIdx.y (the split-K part on
+    blockIdx.z), every thread of the block (``threads``: ``(extent, tag)``, innermost
+    first) over its ``block_m x block_n`` tile, row-major; the C tile ``c_sh`` at the
+    block."""
+    if split == 1:
+        n_, y_, x_, c_ = o.op.axis
+        pix = o.fuse(n_, y_, x_)
+    else:
+        part, pix, c_ = o.op.axis
+    bi, i = o.split(pix, factor=block_m)
+    bj, j = o.split(c_, factor=block_n)
+    if split == 1:
+        o.reorder(bi, bj, i, j)
+    else:
+        o.reorder(part, bi, bj, i, j)
+        o.bind(part, te.thread_axis("blockIdx.z"))
+    o.bind(bi, te.thread_axis("blockIdx.x"))
+    o.bind(bj, te.thread_axis("blockIdx.y"))
+    fused = o.fuse(i, j)
+    for n, tag in threads:
+        fused, t = o.split(fused, factor=n)
+        o.bind(t, te.thread_axis(tag))
+    s[c_sh].compute_at(o, bj)
+
+
 def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
                                     epilogue: ComputeOp | None = None,
                                     target: Target | str | None = None,
@@ -217,28 +287,9 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
     a_vec, b_vec = copy_vectors(cfg, C_in, N, tf32)
 
     split = cfg.split_k
-    a, b, g = s.implicit_gemm(op.output(0), cfg.block_m, cfg.block_n,
-                              cfg.block_k * split, "nk" if tf32 else "kn")
-    final = None
-    if split > 1:
-        # split-K: partial products gp[part, m, n] from blockIdx.z, summed by the epilogue
-        g, final = split_k_partials(s, g, split)
-    c_sh = s.cache_write(g, "shared")
-    cf = s.cache_write(c_sh, "warp")
-    if final is None:
-        s[g].compute_inline()
-    if epilogue is not None:
-        s[op].compute_inline()
-        o = s[epilogue]
-    else:
-        o = s[op]
-    if final is not None:
-        schedule_split_sum(s, o, final)
-        o = s[g]
-    a_sh = s.cache_read(a, "shared", [cf])
-    b_sh = s.cache_read(b, "shared", [cf])
-    s[a].compute_inline()
-    s[b].compute_inline()
+    o, c_sh, cf, a_sh, b_sh = conv_stages(s, op, epilogue, cfg.block_m, cfg.block_n,
+                                          cfg.block_k * split, split,
+                                          "nk" if tf32 else "kn", "warp")
     a_fr = s.cache_read(a_sh, "warp", [cf])
     b_fr = s.cache_read(b_sh, "warp", [cf])
     wm, wn = cfg.block_m // cfg.warps_m, cfg.block_n // cfg.warps_n
@@ -250,27 +301,10 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
             fused, t = st.split(fused, factor=n)
             st.bind(t, te.thread_axis(tag))
 
-    # the output (epilogue, or the partial sums of split-K): pixel blocks on blockIdx.x,
-    # channel blocks on blockIdx.y (the split-K part on blockIdx.z), every thread of the
-    # block over its block_m x block_n tile, row-major
-    if final is None:
-        n_, y_, x_, c_ = o.op.axis
-        pix = o.fuse(n_, y_, x_)
-    else:
-        part, pix, c_ = o.op.axis
-    bi, i = o.split(pix, factor=cfg.block_m)
-    bj, j = o.split(c_, factor=cfg.block_n)
-    if final is None:
-        o.reorder(bi, bj, i, j)
-    else:
-        o.reorder(part, bi, bj, i, j)
-        o.bind(part, te.thread_axis("blockIdx.z"))
-    o.bind(bi, te.thread_axis("blockIdx.x"))
-    o.bind(bj, te.thread_axis("blockIdx.y"))
-    spread(o, o.fuse(i, j))
+    bind_conv_output(s, o, c_sh, split, cfg.block_m, cfg.block_n,
+                     [(n, tag) for tag, n in threads])
 
     # the block's C tile in shared memory, each warp storing its m16n8 fragments
-    s[c_sh].compute_at(o, bj)
     st = s[c_sh]
     *_, ci, cj = st.op.axis
     wi, ci = st.split(ci, factor=wm)
@@ -342,10 +376,128 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
 def schedule_conv2d_nhwc(s: Schedule, op: ComputeOp, epilogue: ComputeOp | None = None,
                          target: Target | str | None = None):
     """The default schedule of conv2d NHWC stages: tensor cores where the dtypes and the
-    target allow (:func:`tensorcore_conv_unsupported`), else the tiled CUDA-core schedule."""
+    target allow (:func:`tensorcore_conv_unsupported`), with wgmma where
+    :func:`wgmma_conv_choice` takes it (sm_90a) and mma.sync otherwise; else the tiled
+    CUDA-core schedule."""
     if tensorcore_conv_unsupported(op, target) is None:
+        w = wgmma_conv_choice(op, epilogue, target)
+        if w is not None:
+            return schedule_conv2d_nhwc_wgmma(s, op, epilogue, target, w)
         return schedule_conv2d_nhwc_tensorcore(s, op, epilogue, target)
     return schedule_tiled(s, op, epilogue, target=target)
+
+
+# -- the implicit GEMM on wgmma (sm_90a) -------------------------------------------------------
+
+
+def conv_gemm_form(op: ComputeOp):
+    """The :class:`~.tensorcore_gemm.GemmForm` of conv stage ``op``'s implicit GEMM
+    (``M`` pixels x ``N`` output channels x ``K = KH*KW*C_in``, B the HWIO kernel as
+    ``[K, N]``), whose DRAM floor is the convolution's input and kernel read once (not
+    the window matrix ``A``, which holds each input pixel up to ``KH*KW`` times): the
+    extents the wgmma estimates and rules take."""
+    from .tensorcore_gemm import GemmForm
+
+    M, N, K, _ = conv_gemm_shape(op)
+    data, kernel = op.input_tensors
+    dt = _in_dtype(op)
+    unique = sum(_numel(t.op.input_tensors[0] if _is_pad(t) else t) for t in (data, kernel))
+    return GemmForm(1, M, N, K, dt, op.dtype, b_kn=True, tf32=dt == "float32",
+                    unique_bytes=unique * nbytes(dt))
+
+
+def _is_pad(t) -> bool:
+    return isinstance(t.op, ComputeOp) and not t.op.reduce_axis and len(t.op.input_tensors) == 1
+
+
+def _numel(t) -> int:
+    n = 1
+    for x in t.shape:
+        n *= int(x)
+    return n
+
+
+def wgmma_conv_refusal(op: ComputeOp, target: Target | str | None = None) -> str | None:
+    """Why :func:`schedule_conv2d_nhwc_wgmma` cannot run conv stage ``op`` on ``target``,
+    or None: it must qualify for the tensor cores (:func:`tensorcore_conv_unsupported`),
+    the target have wgmma (sm_90a) and the inputs be float16 or bfloat16 (TF32 stays on
+    mma.sync)."""
+    target = as_target(target)
+    why = tensorcore_conv_unsupported(op, target)
+    if why is None and not target.has_wgmma:
+        why = f"wgmma needs sm_90a; the target is {target.arch}"
+    if why is None and _in_dtype(op) not in ("float16", "bfloat16"):
+        why = "wgmma takes float16 or bfloat16 inputs (TF32 runs on mma.sync)"
+    return why
+
+
+def check_wgmma_conv(cfg, op: ComputeOp, target: Target | str | None = None) -> None:
+    """Raise ScheduleError naming the rule ``cfg`` (a
+    :class:`~.tensorcore_wgmma.WgmmaScheduleConfig`) breaks for conv stage ``op`` on the
+    wgmma schedule: :func:`wgmma_conv_refusal`, then the wgmma GEMM's rules on the
+    implicit GEMM (:func:`~.tensorcore_wgmma.check_wgmma_knobs`: ``block_n`` 64 for the
+    kernel read as ``[K, N]``, 1 or 2 warpgroups, 1 to 5 stages, ``in_flight`` 0 or 1 (1
+    from 3 stages), ``split_k`` a positive int with at least ``stages`` steps of 64 in
+    each part, the tiles and the C tile within the shared memory)."""
+    from .tensorcore_wgmma import check_wgmma_knobs
+
+    target = as_target(target)
+    why = wgmma_conv_refusal(op, target)
+    if why is not None:
+        raise ScheduleError(f"wgmma conv2d: {why}")
+    form = conv_gemm_form(op)
+    check_wgmma_knobs(cfg, form, f"wgmma conv2d {op.name} (GEMM {form.M}x{form.N}x{form.K})",
+                      target, c_tile=True)
+
+
+def choose_wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
+    """The default wgmma configuration of conv stage ``op``: the wgmma GEMM chooser's
+    (:func:`~.tensorcore_wgmma.choose_wgmma_config`, split-K included where its estimate
+    gains :data:`~.tensorcore_wgmma.SPLIT_K_GAIN`) on the implicit GEMM, whose channels
+    count as at least one 64-wide tile (the schedule pads them to it)."""
+    from dataclasses import replace
+
+    from .tensorcore_wgmma import B_KN_BLOCK_N, choose_wgmma_config
+
+    target = as_target(target)
+    form = conv_gemm_form(op)
+    cfg = choose_wgmma_config(replace(form, N=max(form.N, B_KN_BLOCK_N)), target)
+    if cfg is None:
+        raise ScheduleError(f"wgmma conv2d {op.name}: no wgmma configuration fits the "
+                            f"implicit GEMM {form.M}x{form.N}x{form.K} on {target.arch}")
+    return cfg
+
+
+def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
+                      target: Target | str | None = None):
+    """The wgmma configuration the default conv schedule runs conv stage ``op`` with, or
+    None where it stays on mma.sync, as :func:`~.tensorcore_gemm.wgmma_choice` decides
+    for products: wgmma must run it (:func:`wgmma_conv_refusal`; at least 64 output
+    channels, :func:`~.tensorcore_wgmma.wgmma_refusal`), and the estimate of
+    :func:`choose_wgmma_conv_config`'s configuration
+    (:func:`~.tensorcore_wgmma.wgmma_time`, with the C tile the epilogue reads) must beat
+    :func:`~.tensorcore_gemm.gemm_time`'s of :func:`choose_conv_config`'s, both on the
+    implicit GEMM with the convolution's own DRAM floor (:func:`conv_gemm_form`). On an
+    H100 at batch 16, ResNet-18's 3x3 layers measured 15-20 us on wgmma against 36-50 us
+    on mma.sync. ``epilogue`` does not change the choice (both schedules run it over a C
+    tile)."""
+    from .tensorcore_gemm import gemm_time
+    from .tensorcore_wgmma import wgmma_refusal, wgmma_time
+
+    target = as_target(target)
+    if wgmma_conv_refusal(op, target) is not None:
+        return None
+    form = conv_gemm_form(op)
+    if wgmma_refusal(form, target) is not None:
+        return None
+    try:
+        w = choose_wgmma_conv_config(op, target)
+        mma = choose_conv_config(op, target)
+    except ScheduleError:
+        return None
+    if gemm_time(mma, form, target) <= wgmma_time(w, form, target, c_tile=True):
+        return None
+    return w
 
 
 def schedule_conv2d_nhwc_wgmma(s: Schedule, op: ComputeOp, epilogue: ComputeOp | None = None,
@@ -357,82 +509,32 @@ def schedule_conv2d_nhwc_wgmma(s: Schedule, op: ComputeOp, epilogue: ComputeOp |
     ``64 * warpgroups`` pixels x 64 output channels as the wgmma GEMM does (warpgroup
     accumulators, 64-column K steps copied into 128B-swizzled tiles, ``stages`` deep,
     ``in_flight`` groups running), stores them to a float32 C tile, and all threads run
-    the epilogue over it into the NHWC output. ``cfg``: a
-    :class:`~.tensorcore_wgmma.WgmmaScheduleConfig` (``block_n`` 64, ``split_k`` 1;
-    default: 2 warpgroups where the pixels exceed 64, 4 stages (fewer for short
-    reductions), one group in flight from 3 stages). Returns the config."""
+    the epilogue over it into the NHWC output. With ``split_k`` P > 1 the reduction runs
+    in P parts (``K`` padded to P whole runs of 64-column steps) on blockIdx.z into
+    float32 partial sums, stored through the C tile, and a second kernel adds them up and
+    runs the epilogue once (the split-K of the mma.sync conv). ``cfg``: a
+    :class:`~.tensorcore_wgmma.WgmmaScheduleConfig` (rules:
+    :func:`check_wgmma_conv`; default: :func:`choose_wgmma_conv_config`). Returns the
+    config."""
     from ...ir.intrin.wgmma import WARPGROUP
-    from .tensorcore_wgmma import (
-        B_KN_BLOCK_N,
-        BLOCK_K,
-        WgmmaScheduleConfig,
-        finish_warpgroup_product,
-        split_warpgroup_k,
-        wgmma_shared_bytes,
-    )
+    from .tensorcore_gemm import schedule_tile_copy
+    from .tensorcore_wgmma import BLOCK_K, finish_warpgroup_product, split_warpgroup_k
 
     target = as_target(target)
-    why = tensorcore_conv_unsupported(op, target)
-    if why is None and not target.has_wgmma:
-        why = f"wgmma needs sm_90a; the target is {target.arch}"
-    if why is None and _in_dtype(op) not in ("float16", "bfloat16"):
-        why = "wgmma takes float16 or bfloat16 inputs (TF32 runs on mma.sync)"
+    why = wgmma_conv_refusal(op, target)
     if why is not None:
         raise ScheduleError(f"wgmma conv2d: {why}")
-    M, N, K, C_in = conv_gemm_shape(op)
     if cfg is None:
-        steps = -(-K // BLOCK_K)
-        stages = max(1, min(4, steps))
-        cfg = WgmmaScheduleConfig(B_KN_BLOCK_N, 2 if M > 64 else 1, stages,
-                                  1 if stages >= 3 else 0)
-    steps = -(-K // BLOCK_K)
-    rules = [
-        (cfg.block_n == B_KN_BLOCK_N, f"block_n {B_KN_BLOCK_N} (the kernel is B as [K, N])"),
-        (cfg.warpgroups in (1, 2), "warpgroups 1 or 2"),
-        (1 <= cfg.stages <= 5 and (cfg.stages == 1 or steps >= cfg.stages),
-         f"1 to 5 stages, at most the {steps} steps of {BLOCK_K}"),
-        (cfg.in_flight in (0, 1) and (cfg.in_flight == 0 or cfg.stages >= 3),
-         "in_flight 0, or 1 with 3 stages or more"),
-        (cfg.split_k == 1, "split_k 1"),
-        (wgmma_shared_bytes(cfg, True) <= target.max_shared_memory_per_block_optin,
-         "the tiles and the C tile within the shared memory per block"),
-    ]
-    for ok, rule in rules:
-        if not ok:
-            raise ScheduleError(f"wgmma conv2d {op.name} with {cfg}: need {rule}")
-    bm, bn = cfg.block_m, cfg.block_n
-    a_vec = gcd(8, C_in)
-    b_vec = gcd(8, N)
-    a, b, g = s.implicit_gemm(op.output(0), bm, bn, BLOCK_K, "kn")
-    c_sh = s.cache_write(g, "shared")
-    cf = s.cache_write(c_sh, "warpgroup")
-    s[g].compute_inline()
-    if epilogue is not None:
-        s[op].compute_inline()
-        o = s[epilogue]
-    else:
-        o = s[op]
-    a_sh = s.cache_read(a, "shared", [cf])
-    b_sh = s.cache_read(b, "shared", [cf])
-    s[a].compute_inline()
-    s[b].compute_inline()
+        cfg = choose_wgmma_conv_config(op, target)
+    check_wgmma_conv(cfg, op, target)
+    _, N, _, C_in = conv_gemm_shape(op)
+    bm, bn, split = cfg.block_m, cfg.block_n, cfg.split_k
+    o, c_sh, cf, a_sh, b_sh = conv_stages(s, op, epilogue, bm, bn, BLOCK_K * split, split,
+                                          "kn", "warpgroup")
     threads = ((WARPGROUP, "threadIdx.x"), (cfg.warpgroups, "threadIdx.y"))
-
-    # the output: pixel blocks on blockIdx.x, channel blocks on blockIdx.y, every thread
-    # of the block over its tile
-    n_, y_, x_, c_ = o.op.axis
-    bi, i = o.split(o.fuse(n_, y_, x_), factor=bm)
-    bj, j = o.split(c_, factor=bn)
-    o.reorder(bi, bj, i, j)
-    o.bind(bi, te.thread_axis("blockIdx.x"))
-    o.bind(bj, te.thread_axis("blockIdx.y"))
-    fused = o.fuse(i, j)
-    for n, tag in threads:
-        fused, t = o.split(fused, factor=n)
-        o.bind(t, te.thread_axis(tag))
+    bind_conv_output(s, o, c_sh, split, bm, bn, threads)
 
     # the C tile: each warpgroup stores its 64 x 8 accumulator tiles
-    s[c_sh].compute_at(o, bj)
     st = s[c_sh]
     *_, ci, cj = st.op.axis
     st.storage_align(ci, bn + 4, 0)
@@ -446,18 +548,10 @@ def schedule_conv2d_nhwc_wgmma(s: Schedule, op: ComputeOp, epilogue: ComputeOp |
     s[cf].compute_at(st, wg)
     f = s[cf]
     ko, ki, rows = split_warpgroup_k(f)
-    for sh, vec in ((a_sh, a_vec), (b_sh, b_vec)):
-        s[sh].compute_at(f, ko)
-        cp = s[sh]
-        r, col = cp.op.axis
-        fused, v = cp.split(cp.fuse(r, col), factor=vec)
-        for n, tag in threads:
-            fused, t = cp.split(fused, factor=n)
-            cp.bind(t, te.thread_axis(tag))
-        if vec > 1:
-            cp.vectorize(v)
-        cp.swizzle(3)
-        if vec * nbytes(_in_dtype(op)) in (4, 8, 16) and target.has_cp_async:
-            cp.async_copy()
+    for sh, vec in ((a_sh, gcd(8, C_in)), (b_sh, gcd(8, N))):
+        # along the channels, as wide as C_in (A) and C_out (B) allow; 128B-swizzled
+        schedule_tile_copy(s, sh, f, ko, vec, threads,
+                           vec * nbytes(_in_dtype(op)) in (4, 8, 16) and target.has_cp_async,
+                           swizzle=3)
     finish_warpgroup_product(f, ko, ki, rows, cfg, _in_dtype(op), b_kn=True)
     return cfg

@@ -93,6 +93,16 @@ class GemmForm:
     tf32: bool
     batched: bool = False  # a batch_matmul stage (axes b, i, j)
     broadcast: bool = False  # a batch of more than one over an operand of batch 1
+    unique_bytes: int = 0
+    """The bytes of input the product reads from memory at least; 0: its two operands,
+    ``batch x (M + N) x K`` elements. An implicit GEMM reads less than its operands (a
+    3x3 convolution's ``A`` holds each input pixel 9 times): the convolution's input and
+    kernel."""
+
+    @property
+    def input_bytes(self) -> int:
+        """What the estimates' DRAM floor reads (:attr:`unique_bytes`, else the operands)."""
+        return self.unique_bytes or self.batch * (self.M + self.N) * self.K * self.elem_bytes
 
     @property
     def paddable(self) -> bool:
@@ -749,8 +759,8 @@ def gemm_time(cfg: TensorCoreConfig, form: GemmForm, target: Target | str | None
       target's ``tile_copy_bytes_per_clock``) and the latency of a global load that the
       ``stages - 1`` copies in flight hide, plus a barrier; a wave costs the steps of one
       part of the reduction;
-    - at least the inputs are read from DRAM once (unless ``dram_floor`` is False), and
-      one launch;
+    - at least the inputs are read from DRAM once (``form.input_bytes``; unless
+      ``dram_floor`` is False), and one launch;
     - split-K adds a second kernel right behind the first (the target's
       ``dependent_launch_seconds``) and the partial sums' float32 traffic: written once by
       the product, read once by the summing kernel (``2 x split_k x Mp x Np x 4`` bytes,
@@ -780,7 +790,7 @@ def gemm_time(cfg: TensorCoreConfig, form: GemmForm, target: Target | str | None
     steps = Kp // (bk * split)
     t = waves * steps * (max(mma, load, latency) + target.barrier_cycles) / target.clock_hz
     if dram_floor:
-        t = max(t, form.batch * (form.M + form.N) * form.K * eb / target.dram_bytes_per_s)
+        t = max(t, form.input_bytes / target.dram_bytes_per_s)
     t += target.launch_seconds
     if split > 1:
         partial = split * form.batch * Mp * Np * 4

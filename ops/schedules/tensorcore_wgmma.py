@@ -253,6 +253,19 @@ def check_wgmma_gemm(cfg: WgmmaScheduleConfig, form, where: str = "", target=Non
     why = wgmma_refusal(form, t)
     if why is not None:
         raise ScheduleError(f"{where}: {why}")
+    check_wgmma_knobs(cfg, form, where, t, c_tile)
+
+
+def check_wgmma_knobs(cfg: WgmmaScheduleConfig, form, where: str, target=None,
+                      c_tile: bool = True) -> None:
+    """The rules of :func:`check_wgmma_gemm` on ``cfg`` itself for product ``form`` (a
+    product wgmma runs: the caller checked that): the knobs' ranges, ``block_n`` 64 for B
+    read as ``[K, N]``, split-K only where the product is padded, at least ``stages``
+    64-column steps per split-K part, and the block's shared memory. The wgmma
+    convolution checks its implicit GEMM with these too."""
+    from ...target import as_target
+
+    t = as_target(target)
     split = cfg.split_k
     rules = [
         (cfg.block_n in BLOCK_N, f"block_n in {BLOCK_N} (got {cfg.block_n})"),
@@ -451,7 +464,8 @@ def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_ti
     of that where each step waits for its wgmmas), the tile copies (at
     :data:`WGMMA_COPY_BYTES_PER_CLOCK`) and the global latency the ``stages - 1`` copies
     in flight hide, plus a barrier; at least the tiles' copies from L2
-    (:data:`L2_TILE_RATE`) and the inputs read from DRAM once; one launch; split-K's
+    (:data:`L2_TILE_RATE`) and the inputs read from DRAM once (``form.input_bytes``); one
+    launch; split-K's
     second kernel and the float32 partial sums' traffic."""
     import numpy as np
 
@@ -486,7 +500,7 @@ def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_ti
     tiles = blocks * steps * (bm + bn) * BLOCK_K * 2
     sec = np.maximum(sec, tiles / (L2_TILE_RATE * t.l2_bytes_per_s))
     if dram_floor:
-        sec = np.maximum(sec, form.batch * (form.M + form.N) * form.K * 2 / t.dram_bytes_per_s)
+        sec = np.maximum(sec, form.input_bytes / t.dram_bytes_per_s)
     sec = sec + t.launch_seconds
     partial = split * form.batch * Mp * Np * 4.0
     rate = np.where(2 * partial <= t.l2_bytes, t.l2_bytes_per_s, t.dram_bytes_per_s)

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...ir.te import ComputeOp
-from .analysis import InputAccess, footprint, input_accesses
 from ...target import Target, as_target
+from .analysis import InputAccess, footprint, input_accesses
 
 MAX_UNROLLED_STEPS = 512
 """Largest per-chunk body (reduce steps times accumulators) the schedules unroll."""
