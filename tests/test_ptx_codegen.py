@@ -451,6 +451,70 @@ def test_math_helpers_match_numpy(math_engine, op, ty):
         assert (math.isnan(g) and math.isnan(expect)) or g == expect, (op, special, g)
 
 
+def _array_helper(op: str, ty: str):
+    """JIT a loop applying the ``op`` helper to every element of an array (a ctypes call
+    per element is too slow for dense samples); returns ``f(ndarray) -> ndarray``."""
+    parts = ModuleParts()
+    helper = math_call(parts, op, ty)
+    text = "\n".join(parts.declarations.values()) + "\n\n" + "\n\n".join(
+        parts.helpers.values()) + f"""
+define void @apply(ptr %a, ptr %o, i64 %n) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%next, %loop]
+  %pa = getelementptr {ty}, ptr %a, i64 %i
+  %v = load {ty}, ptr %pa
+  %r = call {ty} {helper}({ty} %v)
+  %po = getelementptr {ty}, ptr %o, i64 %i
+  store {ty} %r, ptr %po
+  %next = add i64 %i, 1
+  %more = icmp ult i64 %next, %n
+  br i1 %more, label %loop, label %done
+done:
+  ret void
+}}
+"""
+    engine = _jit(text)
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+        engine.get_function_address("apply"))
+    ntype = np.float32 if ty == "float" else np.float64
+
+    def apply(x):
+        x = np.ascontiguousarray(x, ntype)
+        out = np.empty_like(x)
+        fn(x.ctypes.data, out.ctypes.data, x.size)
+        return out
+
+    apply.engine = engine
+    return apply
+
+
+def test_float_erf_dense():
+    """Every 4096th float32 in [0, 6] (all binades down to the subnormals) and a uniform
+    grid, both signs: within 1.5 ulp and 1e-7 absolute of erf (measured over every float32
+    in [0, 6]: 1.33 ulp, 7.9e-8), exactly odd, exactly 1 from 3.92 on."""
+    erf32 = _array_helper("erf", "float")
+    bits = np.arange(0, int(np.float32(6.0).view(np.uint32)) + 1, 4096, dtype=np.uint32)
+    x = np.concatenate([bits.view(np.float32), np.linspace(0, 6, 100001, dtype=np.float32)])
+    got = erf32(x)
+    want = _erf(x.astype(np.float64))
+    err = np.abs(got - want)
+    ulps = err / np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    assert err.max() <= 1e-7, (err.max(), x[np.argmax(err)])
+    assert ulps.max() <= 1.5, (ulps.max(), x[np.argmax(ulps)])
+    # odd to the bit, -0 included
+    neg = erf32(-x)
+    np.testing.assert_array_equal(neg.view(np.uint32), (-got).view(np.uint32))
+    # erf rounds to 1 from 3.9192 on; the helper gives 1 from 3.92 on (1 - 2^-24 before)
+    assert np.all(got[x >= 3.92] == 1) and np.all(got[x < 3.919] < 1)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3e38, -3e38, 1e-45], np.float32)
+    out = erf32(special)
+    assert out[0] == 0 and not np.signbit(out[0]) and out[1] == 0 and np.signbit(out[1])
+    assert list(out[2:4]) == [1, -1] and np.isnan(out[4]) and list(out[5:7]) == [1, -1]
+    assert out[7] == np.float32(1e-45)  # erf(x) ~ 1.13 x rounds to the smallest subnormal
+
+
 @pytest.mark.parametrize("ty", ["float", "double"])
 def test_pow_helper_special_cases(math_engine, ty):
     ctype, ntype = (ctypes.c_float, np.float32) if ty == "float" else (ctypes.c_double,
