@@ -121,37 +121,58 @@ def row_epilogue(compute_ops: list, outputs: list) -> RowEpilogue | None:
     return RowEpilogue(product, out, reductions, inlined_ops)
 
 
-def row_threads(rows: int, threads: tuple) -> tuple | None:
+BARRIER_STEP = 24
+"""What one step of a cross-thread reduction's tree (a shared store and a barrier) costs
+:func:`row_threads` in units of one serial step along a row."""
+
+
+def row_threads(rows: int, threads: tuple, cols: int = 128) -> tuple | None:
     """How the block's ``threads`` (``(extent, tag)``, innermost first) cover the ``rows``
-    of a tile for a row reduction: ``(row_tags, reduce_tag)``, the tags the rows are split
-    over (innermost first; the first may be guarded where ``rows`` is smaller) and the one
-    tag left for a cross-thread reduction along the row (or None); None where the threads
-    do not fit (two tags left over, or a guarded row tag with a cross-thread reduction,
-    whose barriers every thread must reach)."""
-    left = rows
-    row_tags, rest = [], []
-    for n, tag in threads:
-        if n == 1:
+    of a tile for a reduction along its rows of ``cols``: ``(row_tags, reduce_tag)``, the
+    ``(extent, tag)`` the rows are split over (innermost first; the innermost may be
+    shorter than its thread index, which is then guarded) and the ``(extent, tag)`` of the
+    thread index left for a cross-thread reduction along the row (or None: each thread
+    reduces its rows alone). Of the plans where every other thread index divides the rows
+    left, the cheapest by a count of serial steps (rows per thread times the row's steps,
+    :data:`BARRIER_STEP` per level of a reduction tree); None where there is none. A
+    guarded row index never goes with a cross-thread reduction, whose barriers every
+    thread must reach."""
+    tags = [(n, tag) for n, tag in threads if n > 1]
+    best = None
+    for red in [None] + tags:
+        left = rows
+        row_tags = []
+        ok = True
+        for n, tag in tags:
+            if red is not None and tag == red[1]:
+                continue
+            if left % n == 0:
+                row_tags.append((n, tag))
+                left //= n
+            elif not row_tags and red is None and n > left:
+                row_tags.append((left, tag))  # guarded: the tile has fewer rows
+                left = 1
+            else:
+                ok = False
+                break
+        if not ok:
             continue
-        if not rest and (left % n == 0 or not row_tags):
-            row_tags.append((min(n, left), tag, n))
-            left = max(left // n, 1)
+        if red is None:
+            cost = left * cols
         else:
-            rest.append((n, tag))
-    if len(rest) > 1:
-        return None
-    guarded = any(ext < n for ext, _, n in row_tags)
-    if rest and guarded:
-        return None
-    return [(ext, tag) for ext, tag, _ in row_tags], (rest[0] if rest else None)
+            cost = left * (-(-cols // red[0]) + BARRIER_STEP * (1 + (red[0] - 1).bit_length()))
+        if best is None or cost < best[0]:
+            best = (cost, row_tags, red)
+    return None if best is None else (best[1], best[2])
 
 
-def schedule_row_reductions(s, o, at, reductions: list, rows: int, threads: tuple) -> None:
-    """Compute each row reduction (``reductions`` producers first) at loop ``at`` of output stage ``o``
-    (the block's tile loop) into a shared buffer: the tile's ``rows`` spread over the
+def schedule_row_reductions(s, o, at, reductions: list, rows: int, threads: tuple,
+                            cols: int = 128) -> None:
+    """Compute each row reduction (``reductions``, producers first) at loop ``at`` of
+    output stage ``o`` (the block's tile loop) into a shared buffer: the tile's ``rows`` spread over the
     ``threads`` (:func:`row_threads`), the reduce axis serial per thread, or split over the
     thread index left for a cross-thread reduction."""
-    plan = row_threads(rows, threads)
+    plan = row_threads(rows, threads, cols)
     if plan is None:
         raise ScheduleError(f"the row reductions of {o.op.name}: {rows} rows do not fit the "
                             f"block's threads {threads}")
@@ -245,11 +266,11 @@ def choose_row_config(form, target: Target | str | None = None):
         return None
     wg = [c for c in wgmma_candidates(form, target, epilogue_tile=True, split_k=False)
           if c.block_n == form.N and wgmma_padded_extents(c, form)[0] == form.M
-          and row_threads(c.block_m, _wgmma_threads(c)) is not None]
+          and row_threads(c.block_m, _wgmma_threads(c), form.N) is not None]
     if wg:
         return min(wg, key=lambda c: (wgmma_time(c, form, target, True), -c.block_m))
     mma = [c for c in row_gemm_configs(form, target)
-           if row_threads(c.block_m, _mma_threads(c)) is not None]
+           if row_threads(c.block_m, _mma_threads(c), form.N) is not None]
     if not mma:
         return None
     return min(mma, key=lambda c: (gemm_time(c, form, target), -c.block_m * c.block_n))
@@ -278,12 +299,20 @@ def schedule_gemm_rows(s, rows: RowEpilogue, target: Target | str | None = None,
     if form.M % cfg.block_m or getattr(cfg, "split_k", 1) != 1:
         raise ScheduleError(f"stage {p.name}: a row epilogue needs block_m dividing "
                             f"M = {form.M} and no split-K, got {cfg}")
+    # the stages the product reads (its operands' layout chains) are inlined into its
+    # shared-memory copies after the GEMM schedule made them; the others (the scale, the
+    # casts, the exponential) first, so the epilogue and the reductions read the C tile
+    operands = {id(t.op) for t in p.input_tensors}
     for op in reversed(rows.inlined):
-        s[op].compute_inline()
+        if id(op) not in operands:
+            s[op].compute_inline()
     if isinstance(cfg, WgmmaScheduleConfig):
         schedule_gemm_wgmma(s, p, rows.output, cfg, target=target, form=form,
                             row_reductions=rows.reductions)
     else:
         schedule_gemm_tensorcore(s, p, rows.output, cfg, target=target, form=form,
                                  row_reductions=rows.reductions)
+    for op in reversed(rows.inlined):
+        if id(op) in operands:
+            s[op].compute_inline()
     return cfg

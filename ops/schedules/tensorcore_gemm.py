@@ -439,7 +439,8 @@ def schedule_tile_epilogue(s, st: GemmStages, form: GemmForm, block_m: int, bloc
     if row_reductions:
         from .gemm_rows import schedule_row_reductions
 
-        schedule_row_reductions(s, o, st.bj, list(row_reductions), block_m, threads)
+        schedule_row_reductions(s, o, st.bj, list(row_reductions), block_m, threads,
+                                block_n)
     s[st.cs].compute_at(o, st.bj)
     r = list(s[st.cs].op.axis)[-2]
     s[st.cs].storage_align(r, block_n + 4, 0)  # rows 4 banks apart: fewer conflicts
