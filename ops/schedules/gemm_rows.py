@@ -251,29 +251,76 @@ def _wgmma_threads(cfg) -> tuple:
     return ((WARPGROUP, "threadIdx.x"), (cfg.warpgroups, "threadIdx.y"))
 
 
-def choose_row_config(form, target: Target | str | None = None):
-    """The tiles of a row epilogue over ``form`` on ``target``: a
-    :class:`~.tensorcore_wgmma.WgmmaScheduleConfig` where wgmma runs the product with
-    ``block_n = N`` and ``block_m`` dividing ``M`` (the faster by
-    :func:`~.tensorcore_wgmma.wgmma_time`), else a :class:`TensorCoreConfig` of
-    :func:`row_gemm_configs` (the fastest by :func:`~.tensorcore_gemm.gemm_time`), or None
-    where no tile covers the row with threads that fit the reductions."""
-    from .tensorcore_gemm import gemm_time
-    from .tensorcore_wgmma import wgmma_candidates, wgmma_padded_extents, wgmma_time
+def row_threads_of(cfg) -> tuple:
+    """The block's threads (``(extent, tag)``, innermost first) of a row epilogue's config
+    (wgmma or mma.sync)."""
+    from .tensorcore_wgmma import WgmmaScheduleConfig
+
+    return _wgmma_threads(cfg) if isinstance(cfg, WgmmaScheduleConfig) else _mma_threads(cfg)
+
+
+def row_configs(form, target: Target | str | None = None) -> list:
+    """Every tile configuration a row epilogue over ``form`` may take on ``target``: the
+    wgmma ones (:func:`~.tensorcore_wgmma.wgmma_candidates` with ``block_n = N``, the C
+    tile, no split-K and ``block_m`` dividing ``M``) where wgmma runs the product, then
+    the mma.sync ones of :func:`row_gemm_configs`; each with threads that fit the row
+    reductions (:func:`row_threads`)."""
+    from .tensorcore_wgmma import wgmma_candidates, wgmma_padded_extents
 
     target = as_target(target)
     if form.N > MAX_ROW:
-        return None
+        return []
     wg = [c for c in wgmma_candidates(form, target, epilogue_tile=True, split_k=False)
-          if c.block_n == form.N and wgmma_padded_extents(c, form)[0] == form.M
-          and row_threads(c.block_m, _wgmma_threads(c), form.N) is not None]
-    if wg:
-        return min(wg, key=lambda c: (wgmma_time(c, form, target, True), -c.block_m))
-    mma = [c for c in row_gemm_configs(form, target)
-           if row_threads(c.block_m, _mma_threads(c), form.N) is not None]
-    if not mma:
+          if c.block_n == form.N and wgmma_padded_extents(c, form)[0] == form.M]
+    cands = wg + row_gemm_configs(form, target)
+    return [c for c in cands if row_threads(c.block_m, row_threads_of(c), form.N) is not None]
+
+
+ROW_STEP_CYCLES = 4
+"""Cycles of one serial step of a row reduction (a shared load and an add or max, several
+threads of a warp in flight) in :func:`row_time`."""
+
+
+def row_time(cfg, form, target: Target | str | None = None) -> float:
+    """A rough estimate in seconds of the row epilogue with ``cfg``: the product's
+    (:func:`~.tensorcore_wgmma.wgmma_time` with the C tile, or
+    :func:`~.tensorcore_gemm.gemm_time`) plus, per wave of blocks, the two row reductions
+    (:func:`row_threads`' serial steps at :data:`ROW_STEP_CYCLES`) and the normalization
+    (the tile's elements over the block's threads)."""
+    from .tensorcore_gemm import gemm_time
+    from .tensorcore_wgmma import WgmmaScheduleConfig, wgmma_time
+
+    t = as_target(target)
+    if isinstance(cfg, WgmmaScheduleConfig):
+        base = wgmma_time(cfg, form, t, True)
+    else:
+        base = gemm_time(cfg, form, t)
+    threads = row_threads_of(cfg)
+    nthreads = 1
+    for n, _ in threads:
+        nthreads *= n
+    row_tags, red = row_threads(cfg.block_m, threads, form.N)
+    covered = 1
+    for ext, _ in row_tags:
+        covered *= ext
+    left = -(-cfg.block_m // covered)
+    steps = (left * form.N if red is None else
+             left * (-(-form.N // red[0]) + BARRIER_STEP * (1 + (red[0] - 1).bit_length())))
+    norm = cfg.block_m * form.N // nthreads
+    blocks = form.batch * (form.M // cfg.block_m)
+    waves = -(-blocks // t.num_sms)
+    return base + waves * (2 * steps + norm) * ROW_STEP_CYCLES / t.clock_hz
+
+
+def choose_row_config(form, target: Target | str | None = None):
+    """The tiles of a row epilogue over ``form`` on ``target``: of :func:`row_configs`,
+    the one :func:`row_time` expects fastest (ties to the taller tile), or None where no
+    tile covers the row with threads that fit the reductions."""
+    target = as_target(target)
+    cands = row_configs(form, target)
+    if not cands:
         return None
-    return min(mma, key=lambda c: (gemm_time(c, form, target), -c.block_m * c.block_n))
+    return min(cands, key=lambda c: (row_time(c, form, target), -c.block_m))
 
 
 def schedule_gemm_rows(s, rows: RowEpilogue, target: Target | str | None = None, cfg=None):
