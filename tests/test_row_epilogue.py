@@ -34,8 +34,8 @@ RNG = np.random.default_rng(7)
 def _scores(batch, m, n, k):
     """``softmax(cast(a b^T * 0.125, float32), out_dtype=float16)``: an attention's scores
     as a mixed-precision network computes them."""
-    a = te.placeholder((batch, m, k), "float16", name="a")
-    b = te.placeholder((batch, n, k), "float16", name="b")
+    a = te.placeholder((batch, m, k), "float16", name="query")
+    b = te.placeholder((batch, n, k), "float16", name="key")
     c = ops.nn.batch_matmul(a, b, out_dtype="float16")
     y = ops.cast(ops.multiply(c, te.const(0.125, "float16")), "float32")
     return a, b, ops.nn.softmax(y, -1, "float16")
