@@ -92,6 +92,10 @@ def test_row_configs_cover_every_target_and_the_thread_plans():
     assert any(isinstance(c, WgmmaScheduleConfig) for c in row_configs(form, "cuda -arch=sm_90a"))
     assert not any(isinstance(c, WgmmaScheduleConfig) for c in row_configs(form, "sim"))
     assert all(c.block_n == 128 and 128 % c.block_m == 0 for c in row_configs(form, "sim"))
+    # every row fuse_ops lets in (N a multiple of 16 up to 256) has mma.sync tiles
+    for n in range(16, 257, 16):
+        assert row_configs(GemmForm(2, 16, n, 32, "float16", "float32", False, False,
+                                    True), "sim"), n
     # rows over the threads: all rows bound, no cross-thread reduction
     assert row_threads(128, ((32, "x"), (2, "y"), (2, "z"))) == (
         [(32, "x"), (2, "y"), (2, "z")], None)

@@ -93,7 +93,7 @@ def row_epilogue(compute_ops: list, outputs: list) -> RowEpilogue | None:
         if not op.reduce_axis or op is product:
             continue
         if (len(op.reduce_axis) != 1 or int(op.reduce_axis[0].extent) != n
-                or tuple(op.shape) != tuple(out.shape[:-1])):
+                or op.num_outputs != 1 or tuple(op.shape) != tuple(out.shape[:-1])):
             return None
         if not _reads_rows_of(op, product, inlined):
             return None
@@ -113,8 +113,12 @@ def row_epilogue(compute_ops: list, outputs: list) -> RowEpilogue | None:
                 return None
             read.add(id(t.op))
     for r in reductions:
-        for t, _ in reads_through(r, inlined):
+        own = [a.var for a in r.axis]
+        for t, idx in reads_through(r, inlined):
             if any(t.op is q for q in reductions):
+                # the block computes each reduction for its own rows only
+                if any(simplify(e) is not v for e, v in zip(idx, own)):
+                    return None
                 read.add(id(t.op))
     if read != {id(r) for r in reductions}:
         return None
@@ -206,7 +210,7 @@ def schedule_row_reductions(s, o, at, reductions: list, rows: int, threads: tupl
 def row_gemm_configs(form, target: Target | str | None = None) -> list:
     """The mma.sync tiles a row epilogue may take for ``form``: ``block_n = N`` (one tile
     covers the row), ``block_m`` of 128 down to 16 dividing ``M``, 1 to 4 warps along
-    each side (warp tiles of 16 to 64 rows, 8 to 64 columns), at most 256 threads, each
+    each side (warp tiles of 16 to 64 rows, 8 to 128 columns), at most 256 threads, each
     with the first legal ``block_k`` and stages of
     :func:`~.tensorcore_gemm._first_legal`, no split-K."""
     from .tensorcore_gemm import _first_legal
@@ -224,7 +228,7 @@ def row_gemm_configs(form, target: Target | str | None = None) -> list:
                 tm, tn = bm // wm, bn // wn
                 if bm % wm or bn % wn or tm % 16 or tn % 8 or not 16 <= tm <= 64:
                     continue
-                if not 8 <= tn <= 64 or wm * wn > 8:
+                if not 8 <= tn <= 128 or wm * wn > 8:
                     continue
                 for bk in (64, 32, 16):
                     if bk < form.mma_k or -(-form.K // bk) * bk - form.K > max(form.K // 8, 15):
