@@ -173,9 +173,10 @@ def row_threads(rows: int, threads: tuple, cols: int = 128) -> tuple | None:
 def schedule_row_reductions(s, o, at, reductions: list, rows: int, threads: tuple,
                             cols: int = 128) -> None:
     """Compute each row reduction (``reductions``, producers first) at loop ``at`` of
-    output stage ``o`` (the block's tile loop) into a shared buffer: the tile's ``rows`` spread over the
-    ``threads`` (:func:`row_threads`), the reduce axis serial per thread, or split over the
-    thread index left for a cross-thread reduction."""
+    output stage ``o`` (the block's tile loop) into a shared buffer: the tile's ``rows``
+    (of ``cols``) spread over the ``threads`` (:func:`row_threads`), the reduce axis
+    serial per thread, or split over the thread index left for a cross-thread
+    reduction."""
     plan = row_threads(rows, threads, cols)
     if plan is None:
         raise ScheduleError(f"the row reductions of {o.op.name}: {rows} rows do not fit the "
