@@ -232,3 +232,31 @@ def test_the_gemm_rows_sketch_states_make_one_correct_kernel(target):
         assert kernels == 1
         np.testing.assert_allclose(got, want, rtol=0, atol=2e-3)
     assert len(seen) >= 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [None, WgmmaScheduleConfig(128, 2, 1, 0)],
+                         ids=["default", "wgmma"])
+def test_bert_base_scores_and_softmax_on_the_gpu(cfg):
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+    from ptxforge.target import Target
+
+    dev = cuda(0)
+    if cfg is not None and dev.sm != "sm_90":
+        pytest.skip(f"wgmma needs an sm_90 GPU (sm_90a code); this one is {dev.sm}")
+    target = Target("cuda -arch=sm_90a") if cfg is not None else Target("cuda")
+    a, b, p = _scores(12, 128, 128, 64)
+    s, rows = _rows_of(p)
+    with target:
+        if cfg is None:
+            s = default_schedule(p, target)
+        else:
+            schedule_gemm_rows(s, rows, target, cfg)
+        dm = ptxforge.lower(s, [a, b, p])
+        assert len(dm.kernels()) == 1
+        loaded = compile_module(dm, target).load(dev)
+    av, bv = host(RNG, a.shape, "float16"), host(RNG, b.shape, "float16")
+    out = empty(p.shape, "float16", dev)
+    loaded(array(av, dev, "float16"), array(bv, dev, "float16"), out)
+    want = _want(av.astype(np.float64), bv.astype(np.float64))
+    np.testing.assert_allclose(out.numpy().astype(np.float64), want, rtol=0, atol=2e-3)
