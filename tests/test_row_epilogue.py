@@ -62,13 +62,17 @@ def _rows_of(p):
     return s, row_epilogue([op for op in s.dag.ops if isinstance(op, ComputeOp)], [p])
 
 
-@pytest.mark.parametrize("target,cfg", [
-    ("sim", None),
-    ("sim -arch=sm_80", TensorCoreConfig(16, 128, 32, 1, 2, stages=1, async_copy=True)),
-    ("sim -arch=sm_90a", WgmmaScheduleConfig(128, 1, 1, 0)),
-], ids=["default", "mma_sync_16_rows", "wgmma"])
-def test_attention_scores_and_softmax_are_one_kernel(target, cfg):
-    a, b, p = _scores(2, 64, 128, 32)
+@pytest.mark.parametrize("target,cfg,m", [
+    ("sim", None, 64),
+    ("sim -arch=sm_80", TensorCoreConfig(16, 128, 32, 1, 2, stages=1, async_copy=True), 64),
+    ("sim -arch=sm_90a", WgmmaScheduleConfig(128, 1, 1, 0), 64),
+    ("sim -arch=sm_90a", WgmmaScheduleConfig(128, 2, 1, 0), 128),
+], ids=["default", "mma_sync_16_rows", "wgmma", "wgmma_two_warpgroups"])
+def test_attention_scores_and_softmax_are_one_kernel(target, cfg, m):
+    # 16 rows of mma.sync: a cross-thread reduction over threadIdx.x, 2 rows at a time;
+    # one warpgroup: 64 rows on 128 threads (guarded), each row by one thread; two: the
+    # 128 rows on threadIdx.x, each row's halves reduced across threadIdx.y
+    a, b, p = _scores(2, m, 128, 32)
     s, rows = _rows_of(p)
     assert rows is not None and len(rows.reductions) == 2
     if cfg is None:
