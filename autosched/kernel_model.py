@@ -14,6 +14,7 @@ import numpy as np
 
 from ..target import resident_blocks
 from .fused_rows import FusedRowsStep, fused_rows_model
+from .gemm_rows import RowGemmStep, gemm_rows_model
 from .hardware import HardwareParams
 from .sketch import Sketch
 from .steps import CrossThreadStep, InlineStep, SimpleStep, TileStep
@@ -262,6 +263,8 @@ class SketchModel:
             in_bytes, work, space = self._in_bytes[st.stage]
             if isinstance(st, FusedRowsStep):
                 out.insert(0, ("fused_rows", fused_rows_model(st, V, self.hw, n)))
+            elif isinstance(st, RowGemmStep):
+                out.insert(0, ("tensorcore", gemm_rows_model(st, V, self.hw, n)))
             elif isinstance(st, TensorCoreStep):
                 out.insert(0, ("tensorcore", tensorcore_model(st, V, self.hw, n)))
             elif isinstance(st, TileStep):

@@ -82,11 +82,12 @@ class SearchTask:
     def sketches(self) -> list:
         """The sketches the GPU rules generate for this computation."""
         from .fused_rows import fused_rows_sketches
+        from .gemm_rows import gemm_rows_sketches
         from .sketch_rules import generate_sketches
         from .tensorcore import tensorcore_sketches
 
         return (generate_sketches(self.analysis) + tensorcore_sketches(self)
-                + fused_rows_sketches(self))
+                + fused_rows_sketches(self) + gemm_rows_sketches(self))
 
     @functools.cached_property
     def models(self) -> list:

@@ -368,8 +368,10 @@ def test_a_float16_bert_layer_tuned_on_sm_90a_runs_its_wgmma_records(tmp_path):
     log.write_text("".join(encode(i, r) + "\n" for i, r in zip(inputs, results)))
     with pytest.warns(Warning), autosched.ApplyHistoryBest(str(log)):
         lib = graph.build(net, SIM, params, precision="float16")
-    runs = [f for f in lib.functions.values() if "wgmma_m64n" in f.pipeline_text]
-    assert len(runs) >= len(inputs) and all(f.tuned for f in runs)
+    # (the scores with their softmax, one function with no wgmma_gemm sketch, may run
+    # wgmma by their default schedule)
+    tuned = [f for f in lib.functions.values() if f.tuned]
+    assert len(tuned) >= len(inputs) and all("wgmma_m64n" in f.pipeline_text for f in tuned)
     x = np.random.default_rng(0).standard_normal(shape).astype("float32")
     m = graph.GraphModule(lib)
     m.run(data=x)

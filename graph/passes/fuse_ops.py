@@ -31,6 +31,18 @@ layout operators (slices, reshapes, transposes: :mod:`.layout_view`) into the pr
 A chain that fits neither (a slice whose rows start off a 16-byte boundary, a transposed
 reduction axis, arithmetic on the way) stays a kernel of its own.
 
+And one rule for an opaque row operator after such a product (``rows=False`` turns it
+off): a softmax over the last axis whose input is a tensor-core product's group (the
+product and element-wise operators of its shape: an attention's scores ``Q K^T * scale``
+and their cast to float32), and nothing else reads that result, joins the group as its
+row epilogue when one block tile of the product covers the whole row (``N`` at most
+:data:`ROW_EPILOGUE_MAX`, the tile sizes of :func:`tensor_core_product` with
+``shapes``). The product's kernel then normalizes each row of its tile in shared memory
+and writes the probabilities (:mod:`ptxforge.ops.schedules.gemm_rows`): the separate
+softmax kernel and the scores' round trip through global memory disappear. Layer norm
+(over rows of a dense's output, which span many block tiles) and a softmax over another
+axis stay kernels of their own.
+
 Groups are extended as long as possible. Every call ends up in exactly one group; each
 group becomes a :class:`~ptxforge.graph.ir.Graph` with ``attrs["primitive"] = True``,
 called from the new main graph with its external inputs as arguments. Constant weights
@@ -51,6 +63,11 @@ from .layout_view import LAYOUT_OPS, chain_view, copyable_rows, layout_chain, st
 
 MAX_NAME = 80
 PRODUCT_OPS = ("nn.dense", "nn.matmul", "nn.batch_matmul")
+ROW_EPILOGUE_OPS = ("nn.softmax",)
+"""Opaque operators over the last axis that may be a tensor-core product's row epilogue."""
+ROW_EPILOGUE_MAX = 256
+"""The longest row a row epilogue covers: one block tile of the product (wgmma's widest
+tile; :data:`ptxforge.ops.schedules.gemm_rows.MAX_ROW`)."""
 
 
 class _Groups:
@@ -117,10 +134,11 @@ def _fits(group_pattern: OpPattern, anchor_shape: tuple, node: Node) -> bool:
     return False
 
 
-def partition(graph: Graph, layouts: bool = True) -> tuple[list[Node], _Groups]:
+def partition(graph: Graph, layouts: bool = True, rows: bool = True
+              ) -> tuple[list[Node], _Groups]:
     """Group the calls of ``graph`` (see the module doc; ``layouts``: with the layout
-    chains of tensor-core products); returns the nodes in topological order and the
-    groups."""
+    chains of tensor-core products; ``rows``: with their softmax row epilogues); returns
+    the nodes in topological order and the groups."""
     nodes = graph.nodes()
     calls = [n for n in nodes if isinstance(n, Call)]
     for c in calls:
@@ -158,11 +176,13 @@ def partition(graph: Graph, layouts: bool = True) -> tuple[list[Node], _Groups]:
         for m in path:
             groups.merge_into(m, root)
         groups.output[root] = dom
-    _fuse_epilogue_operand_casts(calls, groups, cons, {id(o) for o in graph.outputs})
+    outputs = {id(o) for o in graph.outputs}
+    _fuse_epilogue_operand_casts(calls, groups, cons, outputs)
     if layouts:
-        outputs = {id(o) for o in graph.outputs}
         _fuse_operand_layouts(nodes, groups, cons, outputs)
         _fuse_output_layouts(nodes, groups, cons, outputs)
+    if rows:
+        _fuse_row_epilogues(nodes, groups, cons, outputs)
     return nodes, groups
 
 
@@ -268,6 +288,65 @@ def _fuse_output_layouts(nodes: list[Node], groups: _Groups, cons: dict,
         groups.output[id(node)] = groups.output[r]
 
 
+def row_epilogue_fits(product: Node, between: list, row_op: Node) -> bool:
+    """Whether the opaque row operator ``row_op`` may be the row epilogue of ``product``
+    (a call) through the element-wise calls ``between`` (see the module doc): a
+    softmax over the last axis of a tensor-core product (:func:`tensor_core_product` with
+    ``shapes``) of the same shape, whose rows (``N``) one block tile covers
+    (:data:`ROW_EPILOGUE_MAX`), with only element-wise or broadcast operators of that
+    shape on the way."""
+    if not (isinstance(row_op, Call) and isinstance(row_op.op, str)
+            and row_op.op in ROW_EPILOGUE_OPS):
+        return False
+    if not tensor_core_product(product, shapes=True):
+        return False
+    shape = tuple(product.shape)
+    if tuple(row_op.shape) != shape or row_op.attrs.get("axis", -1) % len(shape) != len(shape) - 1:
+        return False
+    if shape[-1] > ROW_EPILOGUE_MAX:
+        return False
+    for m in between:
+        if isinstance(m.op, Graph) or get_op(m.op).pattern_of(m.attrs) > OpPattern.BROADCAST:
+            return False
+        if tuple(m.shape) != shape:
+            return False
+    return True
+
+
+def _fuse_row_epilogues(nodes: list[Node], groups: _Groups, cons: dict,
+                        outputs: set) -> None:
+    """Row-epilogue fusion: a softmax over the last axis that is the only reader of a
+    tensor-core product's group joins it (:func:`row_epilogue_fits`). The group's own
+    calls after the product must be element-wise (not a layout chain its epilogue
+    stores through), the softmax a group of its own."""
+    members = _members(nodes, groups)
+    for node in nodes:
+        if not tensor_core_product(node) or groups.root(id(node)) != id(node):
+            continue
+        out = groups.output[id(node)]
+        if id(out) in outputs or len(cons[id(out)]) != 1:
+            continue
+        reader = cons[id(out)][0]
+        r = groups.root(id(reader))
+        if r != id(reader) or groups.size[r] != 1 or groups.output[r] is not reader:
+            continue
+        # the group's calls that read the product (its epilogue; the others are the
+        # operands' layout chains)
+        after = {id(node)}
+        between = []
+        for m in members[id(node)]:
+            if m is not node and any(id(a) in after for a in m.args):
+                after.add(id(m))
+                between.append(m)
+        if out is not node and id(out) not in after:
+            continue
+        if not row_epilogue_fits(node, between, reader):
+            continue
+        groups.parent[r] = id(node)
+        groups.size[id(node)] += 1
+        groups.output[id(node)] = reader
+
+
 def _fuse_operand_layouts(nodes: list[Node], groups: _Groups, cons: dict,
                           outputs: set) -> None:
     """Prologue fusion: a group that only moves the elements of one tensor (a chain of
@@ -360,17 +439,22 @@ class FuseOps(GraphPass):
     Parameters:
         layouts: fuse layout chains into the tensor-core products that read them or whose
             result they rearrange (``False``: they stay kernels of their own).
+        rows: fuse a softmax over the rows of a tensor-core product into the product's
+            kernel (``False``: it stays a kernel of its own).
     """
 
     name = "fuse_ops"
     layouts: bool = True
+    rows: bool = True
 
     def __post_init__(self):
-        if not isinstance(self.layouts, bool):
-            raise GraphError(f"fuse_ops: layouts must be a bool, got {self.layouts!r}")
+        for what in ("layouts", "rows"):
+            v = getattr(self, what)
+            if not isinstance(v, bool):
+                raise GraphError(f"fuse_ops: {what} must be a bool, got {v!r}")
 
     def apply(self, graph: Graph, ctx) -> Graph:
-        nodes, groups = partition(graph, self.layouts)
+        nodes, groups = partition(graph, self.layouts, self.rows)
         members: dict[int, list[Call]] = {}
         for n in nodes:
             if isinstance(n, Call):

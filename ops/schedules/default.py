@@ -55,6 +55,22 @@ def _stores_through_remap(op: ComputeOp, target: Target) -> bool:
     return form is not None and remap_config(form, target) is not None
 
 
+def _row_epilogue(compute_ops: list, tensors: list, target: Target):
+    """The :class:`~.gemm_rows.RowEpilogue` of the DAG when its tensor-core product has a
+    tile covering whole rows on ``target`` (:func:`~.gemm_rows.choose_row_config`), else
+    None."""
+    from .gemm_rows import choose_row_config, row_epilogue
+    from .tensorcore_gemm import gemm_form
+
+    rows = row_epilogue(compute_ops, tensors)
+    if rows is None:
+        return None
+    form = gemm_form(rows.product, target)
+    if form is None or choose_row_config(form, target) is None:
+        return None
+    return rows
+
+
 def plan(outputs) -> DagPlan:
     """How :func:`default_schedule` would treat each stage of the DAG of ``outputs``."""
     tensors = _as_tensors(outputs)
@@ -70,6 +86,12 @@ def default_schedule(outputs, target: Target | str | None = None) -> Schedule:
     tensors = _as_tensors(outputs)
     s = create_schedule(tensors)
     compute_ops = [op for op in s.dag.ops if isinstance(op, ComputeOp)]
+    rows = _row_epilogue(compute_ops, tensors, target)
+    if rows is not None:
+        from .gemm_rows import schedule_gemm_rows
+
+        schedule_gemm_rows(s, rows, target)
+        return s
     p = plan_dag(compute_ops, tensors, lambda op: _stores_through_remap(op, target))
     # a stage a reduction reads directly (its padding) is inlined only after the stage
     # schedules ran: a tiled reduction first caches it in shared memory, and the copy then

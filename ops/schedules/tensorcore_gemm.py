@@ -417,12 +417,14 @@ EPILOGUE_UNROLL = 16
 
 
 def schedule_tile_epilogue(s, st: GemmStages, form: GemmForm, block_m: int, block_n: int,
-                           threads: tuple) -> None:
+                           threads: tuple, row_reductions: tuple = ()) -> None:
     """Every thread of the block runs the output stage ``st.o`` (the epilogue, a padded
     tile's copy of its real rows and columns, or the partial sums) over the C tile in
     shared memory, 4 elements at a time where the tile, the output's rows and the layout
     allow; ``threads``: ``(extent, thread tag)`` innermost first. Puts the C tile at the
-    block (rows 4 banks apart); its own loops are the caller's."""
+    block (rows 4 banks apart); its own loops are the caller's. ``row_reductions``:
+    reductions along the tile's rows that the output stage reads, computed at the block
+    over the C tile first (:func:`~.gemm_rows.schedule_row_reductions`)."""
     o = st.o
     o.reorder(*st.batch, st.bi, st.bj, st.i, st.j)
     nthreads = 1
@@ -444,6 +446,11 @@ def schedule_tile_epilogue(s, st: GemmStages, form: GemmForm, block_m: int, bloc
         # unrolled, the loads of every iteration (bias, residual: global memory) can be
         # issued together instead of one global latency per iteration
         o.unroll(fused)
+    if row_reductions:
+        from .gemm_rows import schedule_row_reductions
+
+        schedule_row_reductions(s, o, st.bj, list(row_reductions), block_m, threads,
+                                block_n)
     s[st.cs].compute_at(o, st.bj)
     r = list(s[st.cs].op.axis)[-2]
     s[st.cs].storage_align(r, block_n + 4, 0)  # rows 4 banks apart: fewer conflicts
@@ -477,7 +484,8 @@ def schedule_tile_copy(s, sh, f, ko, vec: int, threads: tuple, async_copy: bool,
 def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None,
                              cfg: TensorCoreConfig | None = None,
                              target: Target | str | None = None,
-                             form: GemmForm | None = None) -> TensorCoreConfig:
+                             form: GemmForm | None = None,
+                             row_reductions: tuple = ()) -> TensorCoreConfig:
     """Schedule product stage ``op`` (and its fused element-wise ``epilogue``) on the
     tensor cores; returns the config used (``cfg`` overrides the chooser). Raises
     :class:`ScheduleError` when ``op`` is not a product the tensor cores run or ``cfg``
@@ -551,7 +559,8 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     else:
         # every thread of the block runs the epilogue over the tile in shared memory (a
         # padded tile: over its rows and columns inside the output)
-        schedule_tile_epilogue(s, st, form, cfg.block_m, cfg.block_n, threads)
+        schedule_tile_epilogue(s, st, form, cfg.block_m, cfg.block_n, threads,
+                               row_reductions)
         sc = s[cs]
         sax = list(sc.op.axis)
         r, col = sax[-2], sax[-1]

@@ -328,7 +328,8 @@ def wgmma_form(op, target, where: str, form=None):
 
 
 def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = None,
-                        target=None, form=None) -> WgmmaScheduleConfig:
+                        target=None, form=None, row_reductions: tuple = ()
+                        ) -> WgmmaScheduleConfig:
     """Schedule product stage ``op`` of ``s`` (dense, matmul or batch_matmul, as
     :func:`~.tensorcore_gemm.gemm_form` accepts it, fp16/bf16 with B as ``[N, K]``, or as
     ``[K, N]`` with ``block_n`` 64, read MN-major) and
@@ -348,7 +349,8 @@ def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = 
     Raises :class:`ScheduleError` for a product wgmma does not run (see
     :func:`wgmma_refusal`) or a ``cfg`` that does not fit it. An epilogue that stores the
     product in another layout (:mod:`.remap`) needs tiles that divide the product and no
-    split-K."""
+    split-K. ``row_reductions``: reductions along the tile's rows that ``epilogue`` reads
+    (:mod:`.gemm_rows`), computed over the C tile before the epilogue runs."""
     from ...target import as_target
     from .remap import epilogue_remap
     from .tensorcore_gemm import (
@@ -395,7 +397,8 @@ def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = 
         s[cf].compute_at(o, wg)
     else:
         # the accumulators to the C tile, then every thread runs the epilogue over it
-        schedule_tile_epilogue(s, st, form, cfg.block_m, cfg.block_n, threads)
+        schedule_tile_epilogue(s, st, form, cfg.block_m, cfg.block_n, threads,
+                               row_reductions)
         sc = s[cs]
         *lead, r, col = sc.op.axis
         wg, r = sc.split(r, factor=64)
