@@ -97,10 +97,10 @@ def test_every_thread_count_makes_one_correct_kernel(fn, args):
 
 @pytest.mark.parametrize("precision", ["float16", "tf32"])
 def test_a_bert_layer_gets_its_sketches(precision):
-    """The tasks of a BERT encoder layer as the network tuner extracts them: layer norm
-    gets the fused-rows sketch, the attention scores with their softmax (one function)
-    the row-epilogue sketch, the dense layers a tensor-core sketch (the ldmatrix one in
-    float16, the GEMM one in TF32)."""
+    """The tasks of a BERT encoder layer as the network tuner extracts them: softmax and
+    layer norm get the fused-rows sketch, the dense layers a tensor-core sketch (the
+    ldmatrix one in float16, the GEMM one in TF32); with fuse_ops' row epilogues on, the
+    attention scores with their softmax (one function) get the row-epilogue sketch."""
     from ptxforge import graph
     from ptxforge.graph.zoo.bert import bert_encoder
 
@@ -109,11 +109,15 @@ def test_a_bert_layer_gets_its_sketches(precision):
                                        precision=precision)
     by_desc = {t.desc: [s.name for s in t.sketches] for t in tasks}
     norms = [d for d in by_desc if d.endswith(("softmax", "layer_norm"))]
-    assert len(norms) == 1
+    assert len(norms) == 2
     for d in norms:
         assert any(n.startswith("fused_rows(") for n in by_desc[d]), d
-    (scores,) = [d for d in by_desc if "softmax" in d]
-    assert "gemm_rows(T_batch_matmul_NT)" in by_desc[scores]
+    with graph.GraphPassContext(config={"fuse_ops.rows": True}):
+        row_tasks, _ = autosched.extract_tasks(graph.function(out), params, SM80,
+                                               precision=precision)
+    rows_desc = {t.desc: [s.name for s in t.sketches] for t in row_tasks}
+    (scores,) = [d for d in rows_desc if "softmax" in d]
+    assert "gemm_rows(T_batch_matmul_NT)" in rows_desc[scores]
     dense = [d for d in by_desc if "dense" in d]
     assert dense
     want = "tensorcore(" if precision == "float16" else "tensorcore_gemm("

@@ -152,13 +152,15 @@ def _kernels(fused):
 
 def test_fuse_ops_makes_the_softmax_the_scores_epilogue():
     net = _attention(32)
-    fused = passes.FuseOps()(net)
-    apart = passes.FuseOps(rows=False)(net)
+    fused = passes.FuseOps(rows=True)(net)
+    apart = passes.FuseOps()(net)  # off by default
     assert len(_kernels(fused)) == len(_kernels(apart)) - 1
     (scores,) = [f for f in _kernels(fused) if any(c.op == "nn.softmax" for c in f.calls())]
     assert scores.name.startswith("fused_nn_batch_matmul_multiply_cast_nn_softmax")
     assert scores.outputs[0].op == "nn.softmax"
-    lib = graph.build(net, "sim")
+    with graph.GraphPassContext(config={"fuse_ops.rows": True}):
+        lib = graph.build(net, "sim")
+    assert sum(1 for k in lib.call_keys if k is not None) == len(_kernels(fused))
     m = graph.GraphModule(lib)
     inputs = {n: RNG.uniform(-1, 1, (2, 32, 16)).astype("float16") for n in "qkv"}
     m.run(**inputs)
@@ -180,7 +182,7 @@ def test_what_the_row_rule_leaves_a_kernel_of_its_own(case):
         k = graph.var("k", (2, 32, 16), "float16")
         s = graph.cast(nn.batch_matmul(q, k), "float32")
         net = graph.function(graph.add(nn.softmax(s), s))
-    fused = passes.FuseOps()(net)
+    fused = passes.FuseOps(rows=True)(net)
     assert any([c.op for c in f.calls()] == ["nn.softmax"] for f in _kernels(fused))
 
 
@@ -192,8 +194,8 @@ def test_a_float16_bert_layer_has_one_kernel_less():
                                     intermediate=64)
     net = graph.function(out)
     opt = graph.optimize(net, params, precision="float16", fuse=False)
-    fused = _kernels(passes.FuseOps()(opt))
-    assert len(fused) == len(_kernels(passes.FuseOps(rows=False)(opt))) - 1
+    fused = _kernels(passes.FuseOps(rows=True)(opt))
+    assert len(fused) == len(_kernels(passes.FuseOps()(opt))) - 1
     calls = [[c.op for c in f.calls()] for f in fused]
     assert ["nn.softmax"] not in calls
     assert any("nn.softmax" in c and "nn.batch_matmul" in c for c in calls)
