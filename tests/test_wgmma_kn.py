@@ -273,6 +273,37 @@ def test_kn_ptx_for_sm_90a(ab):
         assert "0 bytes spill stores" in log and "serialized" not in log
 
 
+@pytest.mark.parametrize("what,cfg", [("conv", (128, 2, 4, 1)), ("matmul", (256, 1, 3, 1))])
+def test_kn_panels_ptx_for_sm_90a(what, cfg):
+    # one m64n{128,256}k16 per k16 step over the paneled B: imm-trans-b 1, B's descriptor
+    # LBO 8192 (the panel stride), SBO 1024; ptxas takes it without spills
+    from ptxforge.backend_ptx import compile_module
+    from ptxforge.backend_ptx.assemble import find_ptxas, run_ptxas
+    from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+    from ptxforge.target import as_target
+
+    from .test_tensorcore_conv import conv_layer, inlined_schedule
+
+    target = as_target("cuda -arch=sm_90a")
+    if what == "conv":  # ResNet-18's layer4 3x3 conv at batch 16
+        tensors, _, _ = conv_layer(16, 7, 7, 512, 512, 3, 1, 1, "float16", "bias_add_relu")
+        s, conv = inlined_schedule(tensors[-1])
+        schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, target, WgmmaScheduleConfig(*cfg))
+    else:
+        args, y = _matmul(256, 512, 512, "bfloat16", "bfloat16")
+        s, _ = _schedule(y, WgmmaScheduleConfig(*cfg), target)
+        tensors = args + [y]
+    with target:
+        (kernel,) = compile_module(ptxforge.lower(s, tensors), target).kernels.values()
+    ptx = kernel.get_source("ptx")
+    assert get_wgmma(cfg[0], "float16" if what == "conv" else "bfloat16", b_kn=True).ptx in ptx
+    assert ", p, 1, 1, 0, 1;" in ptx and ", p, 1, 1, 0, 0;" not in ptx
+    assert str(MatrixDescriptor(0, 8192, 1024, "128B").encode()) in ptx
+    if find_ptxas() is not None:
+        _, log = run_ptxas(ptx, "sm_90a")
+        assert "0 bytes spill stores" in log and "serialized" not in log
+
+
 def test_the_default_takes_the_kn_wgmma_for_large_products():
     from ptxforge.ops.schedules import default_schedule
 
@@ -288,6 +319,8 @@ def test_the_default_takes_the_kn_wgmma_for_large_products():
     (256, 320, 512, "bfloat16", None, None, (64, 1, 3, 0)),
     (100, 200, 264, "float16", "float16", None, (64, 2, 3, 1)),
     (128, 128, 256, "float16", "float16", 4, (64, 2, 3, 1)),
+    (512, 768, 1024, "float16", "float16", None, (128, 2, 4, 1)),   # B in 64-column panels
+    (100, 200, 264, "bfloat16", None, 2, (256, 1, 3, 1)),
 ])
 def test_kn_wgmma_on_the_gpu(M, N, K, ab, out, batch, cfg):
     from ptxforge.backend_ptx import array, compile_module, cuda, empty
@@ -399,6 +432,11 @@ def test_conv2d_nhwc_wgmma_refusals_and_ptx():
     # ResNet-18's 7x7 layer at batch 16 in 2 and 4 split-K parts
     ((16, 7, 7, 512, 512, 3, 1, 1), "bias_add_relu", "float16", (64, 2, 4, 1, 2)),
     ((16, 7, 7, 512, 512, 3, 1, 1), "bias_relu", "bfloat16", (64, 1, 4, 1, 4)),
+    # 128 and 256 output channels a block (the kernel tile in 64-column panels)
+    ((16, 7, 7, 512, 512, 3, 1, 1), "bias_add_relu", "float16", (128, 2, 4, 1)),
+    ((16, 7, 7, 512, 512, 3, 1, 1), "bias_relu", "bfloat16", (128, 1, 4, 1, 4)),
+    ((2, 14, 14, 128, 256, 3, 1, 1), "bias", "float16", (256, 1, 4, 1)),
+    ((4, 28, 28, 128, 128, 3, 1, 1), "bias_add_relu", "float16", (128, 2, 4, 1)),
 ])
 def test_conv2d_nhwc_wgmma_on_the_gpu(shape, epilogue, dtype, cfg):
     from ptxforge.backend_ptx import array, compile_module, cuda, empty
@@ -541,6 +579,29 @@ def test_the_default_conv_schedule_takes_wgmma_on_sm_90a_only():
     _, conv = inlined_schedule(tensors[-1])
     w = wgmma_conv_choice(conv, tensors[-1].op, sm90a)
     assert w is not None and w.split_k > 1
+
+
+def test_the_default_conv_takes_wide_kernel_tiles_where_the_estimate_does():
+    """B as [K, N] offers block_n 128 and 256 (up to C_out): the chooser takes 128 where
+    the estimate ranks it first (batch-16 3x3 128 -> 128 at 28x28: 128 x 128 tiles);
+    ResNet-18's layer1 (64 channels) has only 64-wide tiles to choose."""
+    from ptxforge.ops.schedules.tensorcore_conv import conv_gemm_form, wgmma_conv_choice
+    from ptxforge.ops.schedules.tensorcore_wgmma import wgmma_candidates, wgmma_time
+
+    from .test_tensorcore_conv import conv_layer, inlined_schedule
+
+    sm90a = "cuda -arch=sm_90a"
+    for shape, bn in (((16, 28, 28, 128, 128, 3, 1, 1), 128), ((16, 56, 56, 64, 64, 3, 1, 1),
+                                                               64)):
+        tensors, _, _ = conv_layer(*shape, "float16", "bias_add_relu")
+        _, conv = inlined_schedule(tensors[-1])
+        form = conv_gemm_form(conv)
+        cands = wgmma_candidates(form, sm90a)
+        assert {c.block_n for c in cands} == ({64, 128} if bn == 128 else {64})
+        w = wgmma_conv_choice(conv, tensors[-1].op, sm90a)
+        assert w.block_n == bn and w.split_k == 1
+        assert wgmma_time(w, form, sm90a, True) == min(
+            wgmma_time(c, form, sm90a, True) for c in cands if c.split_k == 1)
 
 
 def test_the_autotvm_wgmma_conv_template_takes_split_k():
