@@ -255,8 +255,8 @@ class FuncAttrs:
         level = Level.parse(data.pop("kind", "prim"))
         launch_keys = [f.name for f in dataclasses.fields(KernelAttrs)]
         shared = ["async_copy", "swizzle", "software_pipeline"]
-        allowed = {Level.PRIM: ["storage_align", "panels"] + shared, Level.KERNEL: launch_keys + shared,
-                   Level.HOST: []}[level]
+        allowed = {Level.PRIM: ["storage_align", "panels"] + shared,
+                   Level.KERNEL: launch_keys + shared, Level.HOST: []}[level]
         for key in data:
             if key not in allowed:
                 close = difflib.get_close_matches(key, allowed, n=1)

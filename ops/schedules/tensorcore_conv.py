@@ -436,9 +436,10 @@ def check_wgmma_conv(cfg, op: ComputeOp, target: Target | str | None = None) -> 
     :class:`~.tensorcore_wgmma.WgmmaScheduleConfig`) breaks for conv stage ``op`` on the
     wgmma schedule: :func:`wgmma_conv_refusal`, then the wgmma GEMM's rules on the
     implicit GEMM (:func:`~.tensorcore_wgmma.check_wgmma_knobs`: ``block_n`` 64, 128 or
-    256, the kernel read as ``[K, N]`` in 64-column panels, 1 or 2 warpgroups, 1 to 5 stages, ``in_flight`` 0 or 1 (1
-    from 3 stages), ``split_k`` a positive int with at least ``stages`` steps of 64 in
-    each part, the tiles and the C tile within the shared memory)."""
+    256, the kernel read as ``[K, N]`` in 64-column panels, 1 or 2 warpgroups, 1 to 5
+    stages, ``in_flight`` 0 or 1 (1 from 3 stages), ``split_k`` a positive int with at
+    least ``stages`` steps of 64 in each part, the tiles and the C tile within the shared
+    memory)."""
     from .tensorcore_wgmma import check_wgmma_knobs
 
     target = as_target(target)

@@ -291,9 +291,10 @@ def check_wgmma_knobs(cfg: WgmmaScheduleConfig, form, where: str, target=None,
                       c_tile: bool = True) -> None:
     """The rules of :func:`check_wgmma_gemm` on ``cfg`` itself for product ``form`` (a
     product wgmma runs: the caller checked that): the knobs' ranges (``block_n`` 64, 128
-    or 256, B read as ``[K, N]`` too: whole 64-column panels of it), split-K only where the product is padded, at least ``stages``
-    64-column steps per split-K part, and the block's shared memory. The wgmma
-    convolution checks its implicit GEMM with these too."""
+    or 256, B read as ``[K, N]`` too: whole 64-column panels of it), split-K only where
+    the product is padded, at least ``stages`` 64-column steps per split-K part, and the
+    block's shared memory. The wgmma convolution checks its implicit GEMM with these
+    too."""
     from ...target import as_target
 
     t = as_target(target)

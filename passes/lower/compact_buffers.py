@@ -14,8 +14,8 @@ from ...ir.simplify import simplify
 from ...ir.stmt import Alloc, Buffer, For, PrimFunc, Stmt, Store, map_stmt, stmt_children
 from ...ir.traversal import accesses_buffer, collect_accesses, replace_at, rewrite_loads
 from ..base import Pass
-from .common import LoweringError
 from ..registry import register_pass
+from .common import LoweringError
 
 
 def _is_thread(n) -> bool:

@@ -42,8 +42,8 @@ from .layout_panels import LayoutPanels
 from .pragma import Pragma
 from .reorder import Reorder
 from .rfactor import RFactor
-from .software_pipeline import SoftwarePipeline
 from .set_scope import SetScope
+from .software_pipeline import SoftwarePipeline
 from .split import Split
 from .storage_align import StorageAlign
 from .swizzle import Swizzle
@@ -52,6 +52,6 @@ from .unroll import Unroll
 from .vectorize import Vectorize
 
 __all__ = ["AsyncCopy", "Bind", "CacheRead", "CacheWrite", "ComputeAt", "ComputeInline", "Fuse",
-           "ImplicitGemm", "LayoutPanels", "Pragma", "RFactor", "Reorder", "ScheduleError", "SetScope",
-           "SoftwarePipeline", "Split", "StorageAlign", "Swizzle", "Tensorize", "Unroll",
-           "Vectorize"]
+           "ImplicitGemm", "LayoutPanels", "Pragma", "RFactor", "Reorder", "ScheduleError",
+           "SetScope", "SoftwarePipeline", "Split", "StorageAlign", "Swizzle", "Tensorize",
+           "Unroll", "Vectorize"]

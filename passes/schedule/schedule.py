@@ -22,16 +22,16 @@ from .common import ScheduleError
 from .compute_at import ComputeAt
 from .compute_inline import ComputeInline
 from .fuse import Fuse
+from .layout_panels import LayoutPanels
 from .names import cache_name, copy_axes, loop_ref, resolve_ref, rfactor_name
 from .pragma import Pragma
 from .reorder import Reorder
 from .rfactor import RFactor
-from .software_pipeline import SoftwarePipeline
 from .set_scope import SetScope
+from .software_pipeline import SoftwarePipeline
 from .split import Split
 from .storage_align import StorageAlign
 from .swizzle import Swizzle
-from .layout_panels import LayoutPanels
 from .tensorize import Tensorize
 from .unroll import Unroll
 from .vectorize import Vectorize
