@@ -24,6 +24,7 @@ from ..passes.schedule import (
     ComputeAt,
     ComputeInline,
     Fuse,
+    LayoutPanels,
     Pragma,
     Reorder,
     RFactor,
@@ -251,6 +252,10 @@ class _Printer:
                           f"{p.offset!r})")
         return True
 
+    def layout_panels(self, p: LayoutPanels) -> bool:
+        self.lines.append(f"s[{_var(p.stage)}].layout_panels({p.width!r})")
+        return True
+
     def swizzle(self, p: Swizzle) -> bool:
         self.lines.append(f"s[{_var(p.stage)}].swizzle({p.bits!r})")
         return True
@@ -276,6 +281,7 @@ _HANDLERS = {Split: _Printer.split, Fuse: _Printer.fuse, Reorder: _Printer.reord
              CacheWrite: _Printer.cache_write, RFactor: _Printer.rfactor,
              AsyncCopy: _Printer.async_copy, SoftwarePipeline: _Printer.software_pipeline,
              StorageAlign: _Printer.storage_align, Swizzle: _Printer.swizzle,
+             LayoutPanels: _Printer.layout_panels,
              Tensorize: _Printer.tensorize}
 
 

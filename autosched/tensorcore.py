@@ -42,7 +42,7 @@ across K steps) and ``split_k``, and runs the default wgmma GEMM schedule
 competes with the mma.sync sketches, and :func:`wgmma_model` ranks its states with the
 estimate the default chooser uses. A convolution that gets ``tensorcore_conv(C)`` in
 16-bit inputs also gets ``wgmma_conv(C)`` there: :class:`WgmmaConvStep` samples the same
-slots (``block_n`` 64 only: the HWIO kernel is B read as ``[K, N]``) for
+slots (the HWIO kernel, B read as ``[K, N]``, in 64-column panels of the shared tile) for
 :func:`~ptxforge.ops.schedules.tensorcore_conv.schedule_conv2d_nhwc_wgmma`, split-K
 included, ranked by the same estimate on the implicit GEMM.
 
@@ -406,13 +406,12 @@ class WgmmaGemmStep(TensorCoreStep):
         return slot_name(self.stage, "wg", kind)
 
     def slots(self) -> list:
-        from ..ops.schedules.tensorcore_wgmma import B_KN_BLOCK_N, BLOCK_K, BLOCK_N
+        from ..ops.schedules.tensorcore_wgmma import BLOCK_K, BLOCK_N
 
         f = self.form
         pad = f.paddable and not self.remapped
         bn = tuple(n for n in BLOCK_N if (n <= max(tile_limit(f.N), BLOCK_N[0]) if pad
-                                          else f.N % n == 0)
-                   and (not f.b_kn or n == B_KN_BLOCK_N))
+                                          else f.N % n == 0))
         wgs = tuple(w for w in (1, 2) if (w == 1 or f.M > 64 if pad else f.M % (64 * w) == 0))
         steps = -(-f.K // BLOCK_K)
         split = tuple(p for p in WGMMA_SPLIT_K_CHOICES if p == 1 or (pad and steps >= p))
@@ -484,7 +483,7 @@ def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
 class WgmmaConvStep(WgmmaGemmStep):
     """A conv2d NHWC ``stage`` and its element-wise epilogue on the wgmma conv schedule
     (sm_90a): the implicit GEMM ``[pixels, KH*KW*C_in] x [KH*KW*C_in, C_out]`` whose B (the
-    HWIO kernel) is read MN-major in 64-wide tiles, so ``block_n`` is 64; it samples
+    HWIO kernel) is read MN-major in 64-column panels; it samples ``block_n``,
     ``warpgroups``, ``stages``, ``in_flight`` and ``split_k`` (float32 partial sums on
     blockIdx.z, summed by a second kernel with the epilogue) as the wgmma GEMM step does.
     ``form``: the implicit GEMM's

@@ -28,8 +28,8 @@ target without wgmma (anything but sm_90a) the templates refuse to instantiate: 
 ``conv2d_nhwc_wgmma.cuda`` takes the arguments of ``conv2d_nhwc_tensorcore.cuda``
 (``N, H, W, CI, CO, KH, KW, stride, padding, dtype``; float16 or bfloat16) and runs
 :func:`~ptxforge.ops.schedules.tensorcore_conv.schedule_conv2d_nhwc_wgmma` with the same
-knobs over its implicit GEMM (``block_n`` 64 only: the HWIO kernel is B read as
-``[K, N]``; ``split_k`` up to the K steps of 64), checked by
+knobs over its implicit GEMM (the HWIO kernel is B read as ``[K, N]``, in 64-column
+panels; ``split_k`` up to the K steps of 64), checked by
 :func:`~ptxforge.ops.schedules.tensorcore_conv.check_wgmma_conv`; without a record it
 takes :func:`~ptxforge.ops.schedules.tensorcore_conv.choose_wgmma_conv_config`.
 """
@@ -39,7 +39,6 @@ from __future__ import annotations
 from ..ir.intrin.wgmma import require_wgmma
 from ..ops.schedules.tensorcore import tile_limit
 from ..ops.schedules.tensorcore_wgmma import (
-    B_KN_BLOCK_N,
     BLOCK_K,
     BLOCK_N,
     WgmmaScheduleConfig,
@@ -102,8 +101,7 @@ def tune_wgmma(form, flop: float, default, schedule) -> None:
     cfg = get_config()
     cfg.define_knob("block_n", [n for n in BLOCK_N
                                 if n <= max(tile_limit(form.N), BLOCK_N[0])
-                                and (form.paddable or form.N % n == 0)
-                                and (not form.b_kn or n == B_KN_BLOCK_N)] or [BLOCK_N[0]])
+                                and (form.paddable or form.N % n == 0)] or [BLOCK_N[0]])
     cfg.define_knob("warpgroups", [w for w in (1, 2) if (w == 1 or form.M > 64)
                                    and (form.paddable or form.M % (64 * w) == 0)] or [1])
     steps = -(-form.K // BLOCK_K)

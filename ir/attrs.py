@@ -129,7 +129,9 @@ class FuncAttrs:
 
     ``launch`` is set exactly for kernels. ``storage_align`` (tensor IR) maps a buffer name
     to ``((axis, factor, offset), ...)``, recorded by the ``storage_align`` schedule pass and
-    applied when ``compact_buffers`` places the buffer. ``async_copy`` (tensor IR and
+    applied when ``compact_buffers`` places the buffer; ``panels`` (tensor IR) maps a buffer
+    name to the width of the panels its last dimension is stored in (the ``layout_panels``
+    schedule pass; ``compact_buffers`` applies it too). ``async_copy`` (tensor IR and
     kernels) names the shared buffers filled with cp.async (the ``async_copy`` schedule
     pass; ``split_host_device`` keeps each kernel's own, ``inject_async_copy`` reads them).
     ``swizzle`` (tensor IR and kernels) maps a shared buffer name to its XOR-swizzle bits
@@ -145,6 +147,7 @@ class FuncAttrs:
     async_copy: tuple[str, ...] = ()
     swizzle: Mapping[str, int] = field(default_factory=dict)
     software_pipeline: bool = False
+    panels: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self):
         level = Level.parse(self.level)
@@ -167,6 +170,14 @@ class FuncAttrs:
         if aligns and level is not Level.PRIM:
             raise IRError("storage_align belongs to tensor-IR (prim) functions")
         object.__setattr__(self, "storage_align", aligns)
+        panels = dict(self.panels)
+        if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                   and v > 0 for k, v in panels.items()):
+            raise IRError(f"panels maps buffer names to panel widths (positive ints), got "
+                          f"{panels!r}")
+        if panels and level is not Level.PRIM:
+            raise IRError("panels belongs to tensor-IR (prim) functions")
+        object.__setattr__(self, "panels", dict(sorted(panels.items())))
         copies = tuple(sorted(set(self.async_copy)))
         if not all(isinstance(n, str) for n in copies):
             raise IRError(f"async_copy names shared buffers (strings), got {copies!r}")
@@ -187,7 +198,8 @@ class FuncAttrs:
 
     def __hash__(self):
         return hash((self.level, self.launch, tuple(sorted(self.storage_align.items())),
-                     self.async_copy, tuple(self.swizzle.items()), self.software_pipeline))
+                     self.async_copy, tuple(self.swizzle.items()), self.software_pipeline,
+                     tuple(self.panels.items())))
 
     # -- constructors ------------------------------------------------------------------------
     @staticmethod
@@ -225,6 +237,8 @@ class FuncAttrs:
         if self.storage_align:
             out["storage_align"] = {k: [list(e) for e in v]
                                     for k, v in self.storage_align.items()}
+        if self.panels:
+            out["panels"] = dict(self.panels)
         if self.async_copy:
             out["async_copy"] = list(self.async_copy)
         if self.swizzle:
@@ -241,8 +255,8 @@ class FuncAttrs:
         level = Level.parse(data.pop("kind", "prim"))
         launch_keys = [f.name for f in dataclasses.fields(KernelAttrs)]
         shared = ["async_copy", "swizzle", "software_pipeline"]
-        allowed = {Level.PRIM: ["storage_align"] + shared, Level.KERNEL: launch_keys + shared,
-                   Level.HOST: []}[level]
+        allowed = {Level.PRIM: ["storage_align", "panels"] + shared,
+                   Level.KERNEL: launch_keys + shared, Level.HOST: []}[level]
         for key in data:
             if key not in allowed:
                 close = difflib.get_close_matches(key, allowed, n=1)
@@ -256,4 +270,5 @@ class FuncAttrs:
             if "grid" not in data or "block" not in data:
                 raise IRError("a kernel needs its 'grid' and 'block' launch extents")
             return FuncAttrs(level, KernelAttrs(**data), **common)
-        return FuncAttrs(level, storage_align=data.get("storage_align", {}), **common)
+        return FuncAttrs(level, storage_align=data.get("storage_align", {}),
+                         panels=data.get("panels", {}), **common)

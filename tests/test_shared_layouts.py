@@ -105,3 +105,46 @@ def test_vectorized_copy_is_one_16_byte_global_load(dtype, vec, bk):
     ptx = k.get_source("ptx")
     # the unrolled vector loop's loads merge into 128-bit loads and stores
     assert "ld.global.nc.v4.b32" in ptx and "st.shared.v4.b32" in ptx
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(stages=2, vec=4)])
+def test_layout_panels_stores_a_tile_in_panels(kw):
+    # B.shared [8, 32] as 4 panels of [8, 8] (panel index outermost), A.shared [32, 8] as 2
+    # of [32, 4]; every access goes through the panels, so the product is unchanged
+    from ptxforge.ir.attrs import FuncAttrs
+    from ptxforge.ir.stmt import Alloc, walk
+
+    s, args = matmul_schedule(**kw)
+    s["B.shared"].layout_panels(8)
+    s["A.shared"].layout_panels(4)
+    assert "layout_panels(B.shared, 8)" in s.pipeline.text
+    mod = ptxforge.lower(s, args)
+    sizes = {x.buffer.name: x.buffer.shape for x in walk(mod.kernels()[0].body)
+             if isinstance(x, Alloc)}
+    assert sizes["B.shared"][0] == 8 * 32 * max(kw.get("stages", 1), 1)
+    c, want = run_matmul(mod, 64, 64, 64)
+    np.testing.assert_allclose(c, want, rtol=1e-5)
+    attrs = FuncAttrs(panels={"B.shared": 8})
+    assert FuncAttrs.from_json(attrs.to_json()) == attrs
+
+
+def test_layout_panels_places_the_buffer_and_refuses_what_it_cannot():
+    from ptxforge.ir.attrs import FuncAttrs
+    from ptxforge.passes.errors import PassError
+
+    s, args = matmul_schedule()
+    s["B.shared"].layout_panels(12)  # the tile's 32 columns are not whole panels of 12
+    with pytest.raises(Exception, match=r"layout_panels B.shared: the buffer's last extent "
+                                        r"\(32\) is not a multiple of the panel width 12"):
+        ptxforge.lower(s, args)
+    s, args = matmul_schedule()
+    s["B.shared"].storage_align(0, 36, 0)
+    with pytest.raises(PassError, match="padded rows"):
+        s["B.shared"].layout_panels(8)
+    with pytest.raises(PassError, match="width must be a positive int"):
+        s["A.shared"].layout_panels(0)
+    s["A.shared"].layout_panels(4)
+    with pytest.raises(PassError, match="stored in panels"):
+        s["A.shared"].storage_align(0, 12, 0)
+    with pytest.raises(IRError, match="panels belongs to tensor-IR"):
+        FuncAttrs.kernel().replace(panels={"B.shared": 8})

@@ -5,6 +5,8 @@ refusals, and PTX for sm_90a."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -144,28 +146,111 @@ def test_the_simulator_reads_b_through_the_mn_major_descriptor(monkeypatch):
     assert np.abs(got - want).max() > 0.1 * np.abs(want).max()
 
 
+@pytest.mark.parametrize("M,N,K,ab,out,batch,cfg", [
+    (64, 256, 128, "float16", "float16", 2, (128, 1, 2, 0)),     # two 128-wide tiles
+    (100, 200, 136, "bfloat16", None, None, (256, 1, 2, 0)),     # padded M, N, K
+])
+def test_matmul_with_b_as_kn_in_panels_matches_numpy(M, N, K, ab, out, batch, cfg):
+    # block_n 128 / 256: the shared B tile in 64-column panels read by one m64n{128,256}k16
+    args, y = _matmul(M, N, K, ab, out, batch)
+    s, _ = _schedule(y, WgmmaScheduleConfig(*cfg))
+    text = str(s.pipeline)
+    assert f"wgmma_m64n{cfg[0]}k16_{'f16' if ab == 'float16' else 'bf16'}_f32_kn" in text
+    assert re.search(r"layout_panels\(([\w.]*\.)?[bB]\.shared, 64\)", text), text
+    vals = [host(RNG, a.shape, a.dtype) for a in args]
+    got = np.full(y.shape, np.nan, y.dtype)
+    ptxforge.build(s, args + [y], target=SIM)(*vals, got)
+    want = np.matmul(f64(vals[0], ab), f64(vals[1], ab))
+    tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[y.dtype]
+    np.testing.assert_allclose(f64(got, y.dtype), want, rtol=0, atol=tol * np.abs(want).max())
+
+
+def test_the_simulator_reads_the_b_panels_through_the_leading_byte_offset(monkeypatch):
+    # the panels are LBO apart: a descriptor with another LBO reads other numbers
+    import ptxforge.backend_sim.wgmma as simw
+    from ptxforge.ir.intrin import wgmma as w
+
+    args, y = _matmul(64, 128, 128, "float16")
+    s, _ = _schedule(y, WgmmaScheduleConfig(128, 1, 2, 0))
+    vals = [host(RNG, a.shape, a.dtype) for a in args]
+    want = f64(vals[0], "float16") @ f64(vals[1], "float16")
+
+    def run():
+        got = np.full(y.shape, np.nan, y.dtype)
+        ptxforge.build(s, args + [y], target=SIM)(*vals, got)
+        return got
+
+    np.testing.assert_allclose(run(), want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+    def half_panel(intrin, operand, address):  # LBO 32 K-rows: inside the first panel
+        d = w.descriptor_for(intrin, operand, address)
+        return w.MatrixDescriptor(d.address, 32 * 128, d.sbo, d.swizzle) if intrin.b_kn \
+            and operand == "B" else d
+
+    monkeypatch.setattr(simw, "descriptor_for", half_panel)
+    got = run()
+    assert np.abs(got[:, :64] - want[:, :64]).max() < 1e-5 * np.abs(want).max()
+    assert np.abs(got[:, 64:] - want[:, 64:]).max() > 0.1 * np.abs(want).max()
+    # the matcher holds the panels' stride to the descriptor's LBO
+    monkeypatch.setattr(w, "B_KN_LBO", 2 * 64 * 128)
+    with pytest.raises(Exception, match="16384 bytes apart .* are 8192 bytes apart"):
+        run()
+
+
 def test_kn_refusals_name_the_rule():
     args, y = _matmul(128, 256, 256, "float16")
-    with pytest.raises(ScheduleError, match=r"block_n 64 for B read as \[K, N\]"):
-        _schedule(y, WgmmaScheduleConfig(128, 2, 3, 1))
-    # the default tiles of a B read as [K, N] are 64 wide
+    with pytest.raises(ScheduleError, match=r"need block_n in \(64, 128, 256\) \(got 96"):
+        _schedule(y, WgmmaScheduleConfig(96, 2, 3, 1))
+    # the default tiles of this B read as [K, N] are 64 wide (the estimate's pick)
     s, used = _schedule(y, None)
     assert used.block_n == 64 and "_kn" in str(s.pipeline)
+    # a wide MN-major B tensorized without its panel layout
+    from ptxforge.ir.te import ComputeOp
+    from ptxforge.ops.schedules import tensorcore_wgmma as tw
+    from ptxforge.passes.errors import PassError
+
+    def no_panels(s, sh, f, ko, vec, threads, async_copy, block_n):
+        from ptxforge.ops.schedules.tensorcore_gemm import schedule_tile_copy
+        schedule_tile_copy(s, sh, f, ko, vec, threads, async_copy, swizzle=3)
+
+    s = te.create_schedule(y.op)
+    prod = next(op for op in s.dag.ops if isinstance(op, ComputeOp) and op.reduce_axis)
+    orig = tw.schedule_b_kn_copy
+    tw.schedule_b_kn_copy = no_panels
+    try:
+        with pytest.raises(PassError, match=r"b.shared with no panel layout; .* read as 2 "
+                                            r"panels of 64 columns .* layout_panels\(64\)"):
+            schedule_gemm_wgmma(s, prod, None, WgmmaScheduleConfig(128, 2, 3, 1), SIM)
+    finally:
+        tw.schedule_b_kn_copy = orig
 
 
 def test_a_kn_tile_off_the_128_byte_rows_is_refused():
+    from ptxforge.ir.expr import IntImm
     from ptxforge.ir.intrin.match import IntrinError, _check_wgmma_mn_operand
     from ptxforge.ir.intrin.registry import get_intrin
 
     class Op:  # a B operand: rows of 128 N elements (256 bytes), not one atom
         buffer = type("Buf", (), {"dtype": "float16", "name": "b_sh"})()
         ld = 128
-        base = 0
+        base = IntImm(0)
+        panel = 0
 
     with pytest.raises(IntrinError, match="rows of exactly 128 bytes"):
         _check_wgmma_mn_operand(Op, get_intrin("wgmma_m64n64k16_f16_f32_kn"), "ci")
-    with pytest.raises(IntrinError, match="m64n64k16"):
+    with pytest.raises(IntrinError, match=r"stored as 2 panels of 64 columns \(layout_panels"):
         _check_wgmma_mn_operand(Op, get_intrin("wgmma_m64n128k16_f16_f32_kn"), "ci")
+    with pytest.raises(IntrinError, match="whole 128B swizzle atoms of 64 N elements"):
+        _check_wgmma_mn_operand(Op, get_intrin("wgmma_m64n96k16_f16_f32_kn"), "ci")
+
+    class Paneled(Op):  # rows of one atom, but panels 32 K-rows (4096 bytes) apart
+        ld = 64
+        panel = 32 * 64
+
+    with pytest.raises(IntrinError, match="8192 bytes apart .* are 4096 bytes apart"):
+        _check_wgmma_mn_operand(Paneled, get_intrin("wgmma_m64n256k16_f16_f32_kn"), "ci")
+    Paneled.panel = 64 * 64
+    _check_wgmma_mn_operand(Paneled, get_intrin("wgmma_m64n256k16_f16_f32_kn"), "ci")
 
 
 @pytest.mark.parametrize("ab", ["float16", "bfloat16"])
@@ -188,6 +273,37 @@ def test_kn_ptx_for_sm_90a(ab):
         assert "0 bytes spill stores" in log and "serialized" not in log
 
 
+@pytest.mark.parametrize("what,cfg", [("conv", (128, 2, 4, 1)), ("matmul", (256, 1, 3, 1))])
+def test_kn_panels_ptx_for_sm_90a(what, cfg):
+    # one m64n{128,256}k16 per k16 step over the paneled B: imm-trans-b 1, B's descriptor
+    # LBO 8192 (the panel stride), SBO 1024; ptxas takes it without spills
+    from ptxforge.backend_ptx import compile_module
+    from ptxforge.backend_ptx.assemble import find_ptxas, run_ptxas
+    from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+    from ptxforge.target import as_target
+
+    from .test_tensorcore_conv import conv_layer, inlined_schedule
+
+    target = as_target("cuda -arch=sm_90a")
+    if what == "conv":  # ResNet-18's layer4 3x3 conv at batch 16
+        tensors, _, _ = conv_layer(16, 7, 7, 512, 512, 3, 1, 1, "float16", "bias_add_relu")
+        s, conv = inlined_schedule(tensors[-1])
+        schedule_conv2d_nhwc_wgmma(s, conv, tensors[-1].op, target, WgmmaScheduleConfig(*cfg))
+    else:
+        args, y = _matmul(256, 512, 512, "bfloat16", "bfloat16")
+        s, _ = _schedule(y, WgmmaScheduleConfig(*cfg), target)
+        tensors = args + [y]
+    with target:
+        (kernel,) = compile_module(ptxforge.lower(s, tensors), target).kernels.values()
+    ptx = kernel.get_source("ptx")
+    assert get_wgmma(cfg[0], "float16" if what == "conv" else "bfloat16", b_kn=True).ptx in ptx
+    assert ", p, 1, 1, 0, 1;" in ptx and ", p, 1, 1, 0, 0;" not in ptx
+    assert str(MatrixDescriptor(0, 8192, 1024, "128B").encode()) in ptx
+    if find_ptxas() is not None:
+        _, log = run_ptxas(ptx, "sm_90a")
+        assert "0 bytes spill stores" in log and "serialized" not in log
+
+
 def test_the_default_takes_the_kn_wgmma_for_large_products():
     from ptxforge.ops.schedules import default_schedule
 
@@ -203,6 +319,8 @@ def test_the_default_takes_the_kn_wgmma_for_large_products():
     (256, 320, 512, "bfloat16", None, None, (64, 1, 3, 0)),
     (100, 200, 264, "float16", "float16", None, (64, 2, 3, 1)),
     (128, 128, 256, "float16", "float16", 4, (64, 2, 3, 1)),
+    (512, 768, 1024, "float16", "float16", None, (128, 2, 4, 1)),   # B in 64-column panels
+    (100, 200, 264, "bfloat16", None, 2, (256, 1, 3, 1)),
 ])
 def test_kn_wgmma_on_the_gpu(M, N, K, ab, out, batch, cfg):
     from ptxforge.backend_ptx import array, compile_module, cuda, empty
@@ -235,7 +353,12 @@ def test_kn_wgmma_on_the_gpu(M, N, K, ab, out, batch, cfg):
     # split-K: float32 partial sums on blockIdx.z, a second kernel with the epilogue
     ((2, 6, 6, 32, 64, 3, 1, 1), "bias_add_relu", "float16", (64, 1, 2, 0, 2)),
     ((1, 5, 5, 64, 64, 3, 1, 1), "bias_add_relu", "bfloat16", (64, 2, 1, 0, 4)),
-], ids=["resnet_3x3", "bf16_stride2", "1x1", "narrow_channels", "split_k2", "split_k4"])
+    # 128 and 256 output channels a block: the kernel tile in 64-column panels
+    ((1, 6, 6, 32, 128, 3, 1, 1), "bias_add_relu", "float16", (128, 1, 2, 0)),
+    ((1, 5, 5, 64, 256, 3, 1, 1), "bias_relu", "bfloat16", (128, 2, 3, 1, 2)),
+    ((1, 5, 5, 64, 256, 1, 1, 0), "bias", "float16", (256, 1, 1, 0)),
+], ids=["resnet_3x3", "bf16_stride2", "1x1", "narrow_channels", "split_k2", "split_k4",
+        "n128", "n128_c256_split_k2", "n256"])
 def test_conv2d_nhwc_on_wgmma_matches_numpy(shape, epilogue, dtype, cfg):
     from ptxforge.ops.schedules.tensorcore_conv import (
         choose_wgmma_conv_config,
@@ -249,8 +372,8 @@ def test_conv2d_nhwc_on_wgmma_matches_numpy(shape, epilogue, dtype, cfg):
     epi = None if tensors[-1].op is conv else tensors[-1].op
     used = schedule_conv2d_nhwc_wgmma(s, conv, epi, SIM,
                                       cfg and WgmmaScheduleConfig(*cfg))
-    assert f"wgmma_m64n64k16_{'f16' if dtype == 'float16' else 'bf16'}_f32_kn" in \
-        str(s.pipeline)
+    assert (f"wgmma_m64n{used.block_n}k16_{'f16' if dtype == 'float16' else 'bf16'}_f32_kn"
+            in str(s.pipeline))
     if cfg is None:
         assert used == choose_wgmma_conv_config(conv, SIM)
     split = used.split_k
@@ -275,7 +398,7 @@ def test_conv2d_nhwc_wgmma_refusals_and_ptx():
 
     tensors, _, _ = conv_layer(1, 7, 7, 128, 64, 1, 1, 0, "float16", "bias_relu")
     for target, cfg, rule in (("sim", None, "wgmma needs sm_90a"),
-                              (SIM, (128, 1, 1, 0), "need block_n 64 for B read as"),
+                              (SIM, (192, 1, 1, 0), r"need block_n in \(64, 128, 256\)"),
                               (SIM, (64, 1, 3, 1), "need at least 3 steps of 64 for 3 "
                                                    r"pipeline stages \(K = 128"),
                               (SIM, (64, 1, 1, 0, 0), r"need split_k a positive int \(got 0"),
@@ -309,6 +432,11 @@ def test_conv2d_nhwc_wgmma_refusals_and_ptx():
     # ResNet-18's 7x7 layer at batch 16 in 2 and 4 split-K parts
     ((16, 7, 7, 512, 512, 3, 1, 1), "bias_add_relu", "float16", (64, 2, 4, 1, 2)),
     ((16, 7, 7, 512, 512, 3, 1, 1), "bias_relu", "bfloat16", (64, 1, 4, 1, 4)),
+    # 128 and 256 output channels a block (the kernel tile in 64-column panels)
+    ((16, 7, 7, 512, 512, 3, 1, 1), "bias_add_relu", "float16", (128, 2, 4, 1)),
+    ((16, 7, 7, 512, 512, 3, 1, 1), "bias_relu", "bfloat16", (128, 1, 4, 1, 4)),
+    ((2, 14, 14, 128, 256, 3, 1, 1), "bias", "float16", (256, 1, 4, 1)),
+    ((4, 28, 28, 128, 128, 3, 1, 1), "bias_add_relu", "float16", (128, 2, 4, 1)),
 ])
 def test_conv2d_nhwc_wgmma_on_the_gpu(shape, epilogue, dtype, cfg):
     from ptxforge.backend_ptx import array, compile_module, cuda, empty
@@ -351,15 +479,16 @@ def test_the_auto_scheduler_offers_the_kn_wgmma_sketch():
     sk = task.sketches[wg]
     assert sk.name.startswith("wgmma_gemm(")
     step = sk.steps[0]
+    # B as [K, N] in 64-column panels: every block_n up to N (192, rounded up to 256)
     assert step.b_kn and dict((sl.name, sl.choices) for sl in sk.slots)[
-        step.slot("block_n")] == (64,)
+        step.slot("block_n")] == (64, 128, 256)
     pop = random_population(task, 300, np.random.default_rng(3))
     pop = pop[pop[:, 0] == wg]
     _, valid, _ = population_features(task.models, pop, task.flop_ct, 132)
     assert valid.any()
     states = [State.from_row(r, task) for r in pop[valid][:2]]
     for st in states:
-        assert "wgmma_m64n64k16_f16_f32_kn" in st.pipeline_text(task)
+        assert re.search(r"wgmma_m64n(64|128|256)k16_f16_f32_kn", st.pipeline_text(task))
     for r in measure_on_sim(task, states):
         assert r.ok and r.correctness == "passed", r
 
@@ -450,6 +579,29 @@ def test_the_default_conv_schedule_takes_wgmma_on_sm_90a_only():
     _, conv = inlined_schedule(tensors[-1])
     w = wgmma_conv_choice(conv, tensors[-1].op, sm90a)
     assert w is not None and w.split_k > 1
+
+
+def test_the_default_conv_takes_wide_kernel_tiles_where_the_estimate_does():
+    """B as [K, N] offers block_n 128 and 256 (up to C_out): the chooser takes 128 where
+    the estimate ranks it first (batch-16 3x3 128 -> 128 at 28x28: 128 x 128 tiles);
+    ResNet-18's layer1 (64 channels) has only 64-wide tiles to choose."""
+    from ptxforge.ops.schedules.tensorcore_conv import conv_gemm_form, wgmma_conv_choice
+    from ptxforge.ops.schedules.tensorcore_wgmma import wgmma_candidates, wgmma_time
+
+    from .test_tensorcore_conv import conv_layer, inlined_schedule
+
+    sm90a = "cuda -arch=sm_90a"
+    for shape, bn in (((16, 28, 28, 128, 128, 3, 1, 1), 128), ((16, 56, 56, 64, 64, 3, 1, 1),
+                                                               64)):
+        tensors, _, _ = conv_layer(*shape, "float16", "bias_add_relu")
+        _, conv = inlined_schedule(tensors[-1])
+        form = conv_gemm_form(conv)
+        cands = wgmma_candidates(form, sm90a)
+        assert {c.block_n for c in cands} == ({64, 128} if bn == 128 else {64})
+        w = wgmma_conv_choice(conv, tensors[-1].op, sm90a)
+        assert w.block_n == bn and w.split_k == 1
+        assert wgmma_time(w, form, sm90a, True) == min(
+            wgmma_time(c, form, sm90a, True) for c in cands if c.split_k == 1)
 
 
 def test_the_autotvm_wgmma_conv_template_takes_split_k():

@@ -40,12 +40,20 @@ from .registry import IntrinError, TensorIntrin, get_intrin
 @dataclass(frozen=True)
 class Operand:
     """One operand of a matched intrinsic: ``buffer`` from element ``base`` (flat), rows
-    ``ld`` elements apart."""
+    ``ld`` elements apart; ``panel``, when nonzero, the element stride between the
+    ``PANEL_WIDTH``-column panels the rows are cut into (the MN-major B of a wide ``_kn``
+    wgmma, stored by ``layout_panels``)."""
 
     name: str
     buffer: object
     base: Expr
     ld: int
+    panel: int = 0
+
+
+PANEL_WIDTH = 64
+"""Columns of a panel of a paneled wgmma operand: one 128-byte row of 16-bit elements (a
+128B swizzle atom's row)."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +203,48 @@ def _coefficients_slow(flat: Expr, nest_vars: list):
     return base, coef
 
 
+def _panel_coefficients(flat: Expr, loops: list):
+    """``(base, {var: coefficient}, panel, v)`` when ``flat`` is affine in the nest's loops but
+    one, ``v``, which it reads in panels: ``PANEL_WIDTH`` consecutive elements, then the
+    next panel ``panel`` elements on (``flat = base + sum(c u) + (v % W) + (v // W) *
+    panel``, a buffer laid out by ``layout_panels``); else None. Checked at every value of
+    ``v`` and, for each other loop, at one step of it in the second panel."""
+    w = PANEL_WIDTH
+    nest_vars = [n.var for n in loops]
+    zero = {u: IntImm(0, u.dtype) for u in nest_vars}
+    base = simplify(substitute(flat, zero))
+
+    def offset(values: dict):
+        at = dict(zero)
+        at.update({u: IntImm(x, u.dtype) for u, x in values.items()})
+        d = simplify(Bin("sub", substitute(flat, at), base))
+        return d.value if isinstance(d, IntImm) else None
+
+    for n in loops:
+        v = n.var
+        if n.extent <= w or n.extent % w:
+            continue
+        panel = offset({v: w})
+        if panel is None or panel < w:
+            continue
+        if any(offset({v: x}) != (x // w) * panel + x % w for x in range(n.extent)):
+            continue
+        coef = {u: 0 for u in nest_vars}
+        coef[v] = 1
+        ok = True
+        for u in nest_vars:
+            if u is v:
+                continue
+            cu = offset({u: 1})
+            if cu is None or offset({u: 1, v: w + 1}) != cu + panel + 1:
+                ok = False
+                break
+            coef[u] = cu
+        if ok:
+            return base, coef, panel, v
+    return None
+
+
 _CACHE: OrderedDict = OrderedDict()
 CACHE_SIZE = 1024
 """Matches remembered (statements are immutable and passes share unchanged subtrees, so
@@ -278,7 +328,11 @@ def _match_nest(loop: For, intrin: TensorIntrin, where: str, device: bool) -> Bo
         if buf.dtype != intrin.dtypes[name]:
             _fail(where, intrin, f"operand {name} is {buf.name} of {buf.dtype}; the intrinsic "
                   f"takes {intrin.dtypes[name]}")
-        co = _coefficients(_flat(buf, idx), nest_vars)
+        flat = _flat(buf, idx)
+        co = _coefficients(flat, nest_vars)
+        if (co is None and name == "B" and intrin.kind == "wgmma"
+                and intrin.name.endswith("_kn")):
+            co = _panel_coefficients(flat, loops)
         if co is None:
             _fail(where, intrin, f"the access {buf.name}[{', '.join(map(str, idx))}] is not "
                   "affine in the nest's loops")
@@ -305,7 +359,7 @@ def _match_nest(loop: For, intrin: TensorIntrin, where: str, device: bool) -> Bo
 
 def _operands(per_access, amap, axis_vars, intrin):
     operands = {}
-    for name, te_idx, buf, (base, coef) in per_access:
+    for name, te_idx, buf, (base, coef, *panel) in per_access:
         used = [amap[v].var for v in te_idx]
         for a in axis_vars:
             lv = amap[a].var
@@ -316,14 +370,18 @@ def _operands(per_access, amap, axis_vars, intrin):
             return None, (f"{buf.name} (operand {name}) is not contiguous along loop "
                           f"{used[-1].name} (stride {coef[used[-1]]}, need 1)")
         ld = coef[used[0]] if len(used) > 1 else 0
-        inner = amap[te_idx[-1]].extent
+        panel, along = panel if panel else (0, None)
+        if panel and along is not used[-1]:
+            return None, (f"{buf.name} (operand {name}) is read in panels along loop "
+                          f"{along.name}, not {used[-1].name}, its contiguous axis")
+        inner = PANEL_WIDTH if panel else amap[te_idx[-1]].extent
         if len(used) > 1 and ld < inner:
             return None, (f"{buf.name} (operand {name}): rows are {ld} elements apart, less "
                           f"than a row ({inner})")
         prev = operands.get(name)
         if prev is not None and (prev.buffer is not buf or prev.ld != ld):
             return None, f"operand {name} is read and written at different places"
-        operands[name] = Operand(name, buf, base, ld)
+        operands[name] = Operand(name, buf, base, ld, panel)
     return operands, None
 
 
@@ -399,23 +457,35 @@ def _check_wgmma_operand(op: Operand, name: str, intrin: TensorIntrin, where: st
 
 def _check_wgmma_mn_operand(op: Operand, intrin: TensorIntrin, where: str) -> None:
     """The B of a ``_kn`` wgmma (``imm-trans-b`` 1) is an MN-major ``[K, N]`` tile: rows
-    along K of exactly 128 bytes (64 consecutive N elements: one 128B swizzle atom wide,
-    so the intrinsic's N is 64), starting on a whole atom (a multiple of 8 rows, 1024
-    bytes): its k16 slices are two atoms of 8 K-rows, SBO apart."""
+    along K of exactly 128 bytes (64 consecutive N elements: one 128B swizzle atom wide),
+    starting on a whole atom (a multiple of 8 rows, 1024 bytes): its k16 slices are two
+    atoms of 8 K-rows, SBO apart. An N of 128 or 256 reads 2 or 4 such 64-column panels
+    (``layout_panels``), :data:`~.wgmma.B_KN_LBO` bytes apart (the descriptor's LBO)."""
+    from .wgmma import B_KN_LBO
+
     buf = op.buffer
     esize = nbytes(buf.dtype)
     n = intrin.shapes["C"][1]
     per_row = WGMMA_ROW_BYTES // esize
-    if n != per_row:
+    if n % per_row:
         _fail(where, intrin, f"operand B (MN-major, [K, N]): N = {n}; the te tile of rows "
-              f"of {WGMMA_ROW_BYTES} bytes holds exactly one 128B swizzle atom of {per_row} "
-              f"N elements, so the transposed wgmma here is m64n{per_row}k16")
+              f"of {WGMMA_ROW_BYTES} bytes holds whole 128B swizzle atoms of {per_row} N "
+              f"elements, so the transposed wgmma here is m64n{per_row}k16, or a multiple "
+              "of it read in panels")
     if op.ld * esize != WGMMA_ROW_BYTES:
         pad = " (storage_align padding is not a wgmma layout)" if op.ld * esize > 128 else ""
+        wide = (f"; an N of {n} is stored as {n // per_row} panels of {per_row} columns "
+                "(layout_panels)" if n > per_row and not op.panel else "")
         _fail(where, intrin, f"operand B (MN-major, [K, N]): the K-rows of {buf.name} are "
               f"{op.ld} elements ({op.ld * esize} bytes) apart; the 128B-swizzled MN-major "
               f"layout needs rows of exactly {WGMMA_ROW_BYTES} bytes ({per_row} N elements): "
-              f"a shared tile of N extent {per_row}{pad}")
+              f"a shared tile of N extent {per_row}{pad}{wide}")
+    if n > per_row and op.panel * esize != B_KN_LBO:
+        _fail(where, intrin, f"operand B (MN-major, [K, N]): N = {n} reads {n // per_row} "
+              f"panels of {per_row} columns, {B_KN_LBO} bytes apart (the descriptor's "
+              f"leading byte offset: 64 K-rows of {WGMMA_ROW_BYTES} bytes); the panels of "
+              f"{buf.name} are {op.panel * esize} bytes apart (a shared tile of 64 K-rows "
+              f"stored with layout_panels({per_row}))")
     c0, terms = affine_terms(op.base)
     atom = 8 * op.ld
     if c0 % atom or any(isinstance(c, int) and c % atom for _, c in terms):

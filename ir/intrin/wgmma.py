@@ -336,8 +336,10 @@ def get_wgmma(n: int, ab: str = "float16", b_kn: bool = False) -> WgmmaIntrin:
 
 
 B_KN_LBO = 64 * 128
-"""The leading byte offset of an MN-major B in the te schedules: the stride between
-64-element N panels of a tile of 64 K-rows of 128 bytes (unused while N is 64)."""
+"""The leading byte offset of an MN-major B in the te schedules: the stride between the
+64-element N panels of a tile of 64 K-rows of 128 bytes (``layout_panels(64)`` of a
+``[64, N]`` shared tile; read by the wgmmas of N 128 and 256, unused at N 64). The nest
+matcher holds a paneled B's panel stride to it."""
 
 K_MAJOR_LBO = 16
 """The leading byte offset of K-major swizzled operands (unused by the hardware: 1 in

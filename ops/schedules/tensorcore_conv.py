@@ -435,10 +435,11 @@ def check_wgmma_conv(cfg, op: ComputeOp, target: Target | str | None = None) -> 
     """Raise ScheduleError naming the rule ``cfg`` (a
     :class:`~.tensorcore_wgmma.WgmmaScheduleConfig`) breaks for conv stage ``op`` on the
     wgmma schedule: :func:`wgmma_conv_refusal`, then the wgmma GEMM's rules on the
-    implicit GEMM (:func:`~.tensorcore_wgmma.check_wgmma_knobs`: ``block_n`` 64 for the
-    kernel read as ``[K, N]``, 1 or 2 warpgroups, 1 to 5 stages, ``in_flight`` 0 or 1 (1
-    from 3 stages), ``split_k`` a positive int with at least ``stages`` steps of 64 in
-    each part, the tiles and the C tile within the shared memory)."""
+    implicit GEMM (:func:`~.tensorcore_wgmma.check_wgmma_knobs`: ``block_n`` 64, 128 or
+    256, the kernel read as ``[K, N]`` in 64-column panels, 1 or 2 warpgroups, 1 to 5
+    stages, ``in_flight`` 0 or 1 (1 from 3 stages), ``split_k`` a positive int with at
+    least ``stages`` steps of 64 in each part, the tiles and the C tile within the shared
+    memory)."""
     from .tensorcore_wgmma import check_wgmma_knobs
 
     target = as_target(target)
@@ -457,11 +458,11 @@ def choose_wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
     count as at least one 64-wide tile (the schedule pads them to it)."""
     from dataclasses import replace
 
-    from .tensorcore_wgmma import B_KN_BLOCK_N, choose_wgmma_config
+    from .tensorcore_wgmma import B_KN_PANEL, choose_wgmma_config
 
     target = as_target(target)
     form = conv_gemm_form(op)
-    cfg = choose_wgmma_config(replace(form, N=max(form.N, B_KN_BLOCK_N)), target)
+    cfg = choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), target)
     if cfg is None:
         raise ScheduleError(f"wgmma conv2d {op.name}: no wgmma configuration fits the "
                             f"implicit GEMM {form.M}x{form.N}x{form.K} on {target.arch}")
@@ -505,8 +506,10 @@ def schedule_conv2d_nhwc_wgmma(s: Schedule, op: ComputeOp, epilogue: ComputeOp |
     """Schedule conv2d NHWC stage ``op`` of ``s`` (fp16/bf16, and its fused element-wise
     ``epilogue``) with wgmma on an sm_90a ``target``: the implicit GEMM
     ``[pixels, KH*KW*C_in] x [KH*KW*C_in, C_out]`` whose B (the HWIO kernel) is ``[K, N]``,
-    read MN-major by the ``_kn`` wgmma in 64-wide block tiles. Each block computes
-    ``64 * warpgroups`` pixels x 64 output channels as the wgmma GEMM does (warpgroup
+    read MN-major by the ``_kn`` wgmma in block tiles of 64, 128 or 256 channels (the
+    shared kernel tile stored in 64-column panels, :func:`~.tensorcore_wgmma.
+    schedule_b_kn_copy`). Each block computes ``64 * warpgroups`` pixels x ``block_n``
+    output channels as the wgmma GEMM does (warpgroup
     accumulators, 64-column K steps copied into 128B-swizzled tiles, ``stages`` deep,
     ``in_flight`` groups running), stores them to a float32 C tile, and all threads run
     the epilogue over it into the NHWC output. With ``split_k`` P > 1 the reduction runs
@@ -518,7 +521,12 @@ def schedule_conv2d_nhwc_wgmma(s: Schedule, op: ComputeOp, epilogue: ComputeOp |
     config."""
     from ...ir.intrin.wgmma import WARPGROUP
     from .tensorcore_gemm import schedule_tile_copy
-    from .tensorcore_wgmma import BLOCK_K, finish_warpgroup_product, split_warpgroup_k
+    from .tensorcore_wgmma import (
+        BLOCK_K,
+        finish_warpgroup_product,
+        schedule_b_kn_copy,
+        split_warpgroup_k,
+    )
 
     target = as_target(target)
     why = wgmma_conv_refusal(op, target)
@@ -549,9 +557,12 @@ def schedule_conv2d_nhwc_wgmma(s: Schedule, op: ComputeOp, epilogue: ComputeOp |
     f = s[cf]
     ko, ki, rows = split_warpgroup_k(f)
     for sh, vec in ((a_sh, gcd(8, C_in)), (b_sh, gcd(8, N))):
-        # along the channels, as wide as C_in (A) and C_out (B) allow; 128B-swizzled
-        schedule_tile_copy(s, sh, f, ko, vec, threads,
-                           vec * nbytes(_in_dtype(op)) in (4, 8, 16) and target.has_cp_async,
-                           swizzle=3)
+        # along the channels, as wide as C_in (A) and C_out (B) allow; 128B-swizzled, the
+        # kernel tile in 64-column panels
+        async_copy = vec * nbytes(_in_dtype(op)) in (4, 8, 16) and target.has_cp_async
+        if sh is b_sh:
+            schedule_b_kn_copy(s, sh, f, ko, vec, threads, async_copy, bn)
+        else:
+            schedule_tile_copy(s, sh, f, ko, vec, threads, async_copy, swizzle=3)
     finish_warpgroup_product(f, ko, ki, rows, cfg, _in_dtype(op), b_kn=True)
     return cfg

@@ -226,9 +226,40 @@ def copy_vec(form, row: int | None = None) -> int:
     return next(v for v in (8, 4, 2, 1) if row % v == 0)
 
 
-B_KN_BLOCK_N = 64
-"""The block tile width of products reading B as ``[K, N]``: their shared B tile is
-MN-major (``imm-trans-b`` 1), 64 K-rows of one 128-byte atom of N (64 elements)."""
+B_KN_PANEL = 64
+"""The panel width of products reading B as ``[K, N]``: their shared B tile is MN-major
+(``imm-trans-b`` 1), ``block_n / 64`` panels of 64 K-rows of one 128-byte swizzle atom of N
+(64 elements), one panel after the other (``layout_panels``; the descriptor's leading byte
+offset, :data:`~ptxforge.ir.intrin.wgmma.B_KN_LBO`, is the panel stride)."""
+
+
+def schedule_b_kn_copy(s, sh, f, ko, vec: int, threads: tuple, async_copy: bool,
+                       block_n: int) -> None:
+    """The copy of the MN-major shared B tile ``sh`` (``[64, block_n]``, B read as ``[K,
+    N]``) at every step ``ko`` of accumulator stage ``f``, 128B-swizzled: a 64-wide tile
+    as :func:`~.tensorcore_gemm.schedule_tile_copy` copies any tile; a wider one stored in
+    64-column panels (``layout_panels``), its copy loops in the panels' order (panel, K-row,
+    column) so that each thread's ``vec`` elements stay in one row of one panel."""
+    from .tensorcore_gemm import schedule_tile_copy
+
+    if block_n == B_KN_PANEL:
+        schedule_tile_copy(s, sh, f, ko, vec, threads, async_copy, swizzle=3)
+        return
+    s[sh].compute_at(f, ko)
+    st = s[sh]
+    k, n = st.op.axis[-2:]
+    st.layout_panels(B_KN_PANEL)
+    p, c = st.split(n, factor=B_KN_PANEL)
+    st.reorder(p, k, c)
+    fused = st.fuse(p, k, c)
+    fused, v = st.split(fused, factor=vec)
+    for ext, tag in threads:
+        fused, t = st.split(fused, factor=ext)
+        st.bind(t, tag)
+    st.vectorize(v)
+    st.swizzle(3)
+    if async_copy:
+        st.async_copy()
 
 
 def wgmma_padded_extents(cfg: WgmmaScheduleConfig, form) -> tuple:
@@ -259,19 +290,17 @@ def check_wgmma_gemm(cfg: WgmmaScheduleConfig, form, where: str = "", target=Non
 def check_wgmma_knobs(cfg: WgmmaScheduleConfig, form, where: str, target=None,
                       c_tile: bool = True) -> None:
     """The rules of :func:`check_wgmma_gemm` on ``cfg`` itself for product ``form`` (a
-    product wgmma runs: the caller checked that): the knobs' ranges, ``block_n`` 64 for B
-    read as ``[K, N]``, split-K only where the product is padded, at least ``stages``
-    64-column steps per split-K part, and the block's shared memory. The wgmma
-    convolution checks its implicit GEMM with these too."""
+    product wgmma runs: the caller checked that): the knobs' ranges (``block_n`` 64, 128
+    or 256, B read as ``[K, N]`` too: whole 64-column panels of it), split-K only where
+    the product is padded, at least ``stages`` 64-column steps per split-K part, and the
+    block's shared memory. The wgmma convolution checks its implicit GEMM with these
+    too."""
     from ...target import as_target
 
     t = as_target(target)
     split = cfg.split_k
     rules = [
         (cfg.block_n in BLOCK_N, f"block_n in {BLOCK_N} (got {cfg.block_n})"),
-        (not form.b_kn or cfg.block_n == B_KN_BLOCK_N,
-         f"block_n {B_KN_BLOCK_N} for B read as [K, N] (got {cfg.block_n}: its MN-major "
-         "shared tile is one 128-byte swizzle atom of N wide)"),
         (cfg.warpgroups in (1, 2), f"warpgroups 1 or 2 (got {cfg.warpgroups})"),
         (isinstance(cfg.stages, int) and 1 <= cfg.stages <= 5,
          f"stages 1 to 5 (got {cfg.stages})"),
@@ -332,7 +361,7 @@ def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = 
                         ) -> WgmmaScheduleConfig:
     """Schedule product stage ``op`` of ``s`` (dense, matmul or batch_matmul, as
     :func:`~.tensorcore_gemm.gemm_form` accepts it, fp16/bf16 with B as ``[N, K]``, or as
-    ``[K, N]`` with ``block_n`` 64, read MN-major) and
+    ``[K, N]``, read MN-major in 64-column panels) and
     its fused element-wise ``epilogue`` with wgmma on an sm_90a ``target``; returns the
     config used (``cfg`` overrides :func:`choose_wgmma_config`).
 
@@ -414,10 +443,13 @@ def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = 
     ko, ki, ci = split_warpgroup_k(f)
     for sh, x, vec in ((st.a_sh, st.a, copy_vec(form)),
                        (st.b_sh, st.b, copy_vec(form, form.N if form.b_kn else None))):
-        # B read as [K, N]: its [64, 64] tile's rows run along N (MN-major)
-        schedule_tile_copy(s, sh, f, ko, vec, threads,
-                           vec >= 2 and target.has_cp_async and copies_from_memory(x),
-                           swizzle=3)
+        async_copy = vec >= 2 and target.has_cp_async and copies_from_memory(x)
+        if sh is st.b_sh and form.b_kn:
+            # B read as [K, N]: its [64, block_n] tile's rows run along N (MN-major), in
+            # 64-column panels
+            schedule_b_kn_copy(s, sh, f, ko, vec, threads, async_copy, cfg.block_n)
+            continue
+        schedule_tile_copy(s, sh, f, ko, vec, threads, async_copy, swizzle=3)
     finish_warpgroup_product(f, ko, ki, ci, cfg, form.in_dtype, form.b_kn)
     return cfg
 
@@ -542,8 +574,6 @@ def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: boo
     out = []
     for bn in BLOCK_N:
         if bn > max(tile_limit(form.N), BLOCK_N[0]):
-            continue
-        if form.b_kn and bn != B_KN_BLOCK_N:
             continue
         for wgs in (1, 2):
             if wgs == 2 and form.M <= 64:

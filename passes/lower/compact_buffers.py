@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.attrs import Level
-from ...ir.expr import IntImm, Load
+from ...ir.expr import IntImm, Load, floordiv, floormod
 from ...ir.region import access_region
 from ...ir.simplify import simplify
 from ...ir.stmt import Alloc, Buffer, For, PrimFunc, Stmt, Store, map_stmt, stmt_children
 from ...ir.traversal import accesses_buffer, collect_accesses, replace_at, rewrite_loads
 from ..base import Pass
 from ..registry import register_pass
+from .common import LoweringError
 
 
 def _is_thread(n) -> bool:
@@ -66,9 +67,10 @@ def compact_buffers(func: PrimFunc) -> PrimFunc:
         allocs.append(body.buffer)
         body = body.body
     aligns = func.attrs.storage_align
+    panels = func.attrs.panels
     kept = []
     for buf in allocs:
-        body, stays = _place(body, buf, aligns.get(buf.name))
+        body, stays = _place(body, buf, aligns.get(buf.name), panels.get(buf.name))
         if stays is not None:
             if aligns.get(stays.name):
                 strided = _aligned(stays, aligns[stays.name])
@@ -112,14 +114,20 @@ def placed_scope(body: Stmt, buf: Buffer) -> str:
     return _scope_at(buf, [n for n in _lca_path(body, buf) if isinstance(n, For)])
 
 
-def _place(body: Stmt, buf: Buffer, aligns=None):
-    """Put ``buf``'s allocation at its use; returns (body, buffer to keep at top or None)."""
+def _place(body: Stmt, buf: Buffer, aligns=None, panel: int | None = None):
+    """Put ``buf``'s allocation at its use; returns (body, buffer to keep at top or None).
+    With ``panel`` (``layout_panels``) the compacted buffer's last dimension is stored in
+    panels of that many elements, the panel index outermost."""
     if not accesses_buffer(body, buf):
         return body, None
     path = _lca_path(body, buf)
     loops = [n for n in path if isinstance(n, For)]
     scope = _scope_at(buf, loops)
     if scope == "global":
+        if panel:
+            raise LoweringError(f"layout_panels {buf.name}: the buffer stays in global "
+                                "memory; a panel layout is for a stage placed in shared or "
+                                "local memory", stage=buf.name)
         return body, buf
     # which loops are fixed for the region: all enclosing ones, except thread loops
     # (and vthreads) for shared memory, which the block's threads share
@@ -145,16 +153,27 @@ def _place(body: Stmt, buf: Buffer, aligns=None):
     outer_ranges = {n.var: (0, n.extent - 1) for n in fixed}
     region = access_region(index_sets, buf.shape, inner_ranges, outer_ranges)
     new_shape = tuple(ext for _, ext in region)
+    if panel and (not new_shape or new_shape[-1] % panel):
+        raise LoweringError(f"layout_panels {buf.name}: the buffer's last extent "
+                            f"({new_shape[-1] if new_shape else 'none'}) is not a multiple "
+                            f"of the panel width {panel}", stage=buf.name)
+    if panel:
+        new_shape = (new_shape[-1] // panel,) + new_shape[:-1] + (panel,)
     new_buf = Buffer(buf.name, buf.dtype, new_shape, scope)
     if aligns:
         new_buf = _aligned(new_buf, aligns)
     starts = [s for s, _ in region]
 
     def shift(idx):
-        return tuple(
+        out = tuple(
             i if (isinstance(s, IntImm) and s.value == 0) else simplify(i - s)
             for i, s in zip(idx, starts)
         )
+        if panel:
+            n = out[-1]
+            out = ((simplify(floordiv(n, panel)),) + out[:-1]
+                   + (simplify(floormod(n, panel)),))
+        return out
 
     def fix_expr(e):
         def load(x):

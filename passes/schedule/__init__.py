@@ -1,6 +1,6 @@
 """Schedule primitives, one pass per file: split, fuse, reorder, bind, unroll, vectorize,
 pragma, compute_inline, compute_at, cache_read, cache_write, set_scope, storage_align,
-rfactor, async_copy, software_pipeline, swizzle, tensorize, implicit_gemm.
+rfactor, async_copy, software_pipeline, swizzle, layout_panels, tensorize, implicit_gemm.
 
 Code that builds schedules (the te facade, the auto-scheduler's sketches, AutoTVM's
 templates, the reference schedule) builds these pass objects; the names of the loops and
@@ -16,6 +16,7 @@ from . import (  # noqa: F401  (importing registers the passes)
     compute_inline,
     fuse,
     implicit_gemm,
+    layout_panels,
     pragma,
     reorder,
     rfactor,
@@ -37,11 +38,12 @@ from .compute_at import ComputeAt
 from .compute_inline import ComputeInline
 from .fuse import Fuse
 from .implicit_gemm import ImplicitGemm
+from .layout_panels import LayoutPanels
 from .pragma import Pragma
 from .reorder import Reorder
 from .rfactor import RFactor
-from .software_pipeline import SoftwarePipeline
 from .set_scope import SetScope
+from .software_pipeline import SoftwarePipeline
 from .split import Split
 from .storage_align import StorageAlign
 from .swizzle import Swizzle
@@ -50,6 +52,6 @@ from .unroll import Unroll
 from .vectorize import Vectorize
 
 __all__ = ["AsyncCopy", "Bind", "CacheRead", "CacheWrite", "ComputeAt", "ComputeInline", "Fuse",
-           "ImplicitGemm", "Pragma", "RFactor", "Reorder", "ScheduleError", "SetScope",
-           "SoftwarePipeline", "Split", "StorageAlign", "Swizzle", "Tensorize", "Unroll",
-           "Vectorize"]
+           "ImplicitGemm", "LayoutPanels", "Pragma", "RFactor", "Reorder", "ScheduleError",
+           "SetScope", "SoftwarePipeline", "Split", "StorageAlign", "Swizzle", "Tensorize",
+           "Unroll", "Vectorize"]

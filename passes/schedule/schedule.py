@@ -22,12 +22,13 @@ from .common import ScheduleError
 from .compute_at import ComputeAt
 from .compute_inline import ComputeInline
 from .fuse import Fuse
+from .layout_panels import LayoutPanels
 from .names import cache_name, copy_axes, loop_ref, resolve_ref, rfactor_name
 from .pragma import Pragma
 from .reorder import Reorder
 from .rfactor import RFactor
-from .software_pipeline import SoftwarePipeline
 from .set_scope import SetScope
+from .software_pipeline import SoftwarePipeline
 from .split import Split
 from .storage_align import StorageAlign
 from .swizzle import Swizzle
@@ -289,6 +290,11 @@ class Stage:
     def swizzle(self, bits: int = 3):
         """XOR-swizzle this shared stage's 16-byte chunks (see the ``swizzle`` pass)."""
         self.schedule.apply(Swizzle(self.block, int(bits)), touches=(self.block,))
+
+    def layout_panels(self, width: int):
+        """Store this stage's buffer with its last dimension in panels of ``width``
+        elements, the panel index outermost (see the ``layout_panels`` pass)."""
+        self.schedule.apply(LayoutPanels(self.block, int(width)), touches=(self.block,))
 
     def pipeline(self, loop, stages: int):
         """Software-pipeline ``loop`` with ``stages`` buffers per shared stage loaded in it

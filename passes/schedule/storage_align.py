@@ -39,6 +39,9 @@ def storage_align(func: PrimFunc, stage: str, axis: int, factor: int, offset: in
     if buf in func.params:
         raise ScheduleError(f"storage_align {stage}: {buf.name} is an argument of the function; "
                             "its layout is fixed by the caller")
+    if buf.name in func.attrs.panels:
+        raise ScheduleError(f"storage_align {stage}: {buf.name} is stored in panels "
+                            "(layout_panels), which are not padded")
     aligns = dict(func.attrs.storage_align)
     entry = [x for x in aligns.get(buf.name, ()) if x[0] != axis]
     entry.append((axis, factor, offset))

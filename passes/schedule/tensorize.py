@@ -36,6 +36,7 @@ def tensorize(func: PrimFunc, loop: str, intrin: str) -> PrimFunc:
                         f"tensorize {loop} as {spec.name}: operand {name} is {buf.name}, whose "
                         "rows are padded (storage_align); the wgmma descriptors read rows "
                         "of exactly 128 bytes in the 128B-swizzled layout: drop the padding")
+            _check_wgmma_panels(func, bound, loop)
     except IntrinError as e:
         raise ScheduleError(str(e)) from None
     outer_thread = [n for n in path if getattr(n, "thread", "") == "threadIdx.x"]
@@ -54,6 +55,26 @@ def tensorize(func: PrimFunc, loop: str, intrin: str) -> PrimFunc:
             "to the cooperative copies")
     new = node.replace(annotations={**node.annotations, ANNOTATION: spec.name})
     return func.replace(body=replace_at(path, new))
+
+
+def _check_wgmma_panels(func: PrimFunc, bound, loop: str) -> None:
+    """An MN-major B (``_kn``) wider than one 64-column swizzle atom is read in panels of
+    64 columns: its shared stage must be stored so (``layout_panels(64)``)."""
+    from ...ir.intrin.match import PANEL_WIDTH
+
+    spec = bound.intrin
+    n = spec.shapes["C"][1]
+    if not spec.name.endswith("_kn") or n <= PANEL_WIDTH:
+        return
+    buf = bound.operands["B"].buffer
+    width = func.attrs.panels.get(buf.name)
+    if width != PANEL_WIDTH:
+        now = "no panel layout" if width is None else f"panels of {width}"
+        raise IntrinError(
+            f"tensorize {loop} as {spec.name}: operand B is {buf.name} with {now}; an "
+            f"MN-major B of N = {n} is read as {n // PANEL_WIDTH} panels of {PANEL_WIDTH} "
+            f"columns (128-byte swizzle rows): store the shared stage with "
+            f"layout_panels({PANEL_WIDTH}) before tensorizing")
 
 
 @register_pass
