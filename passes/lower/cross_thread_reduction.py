@@ -12,7 +12,9 @@ reduction's buffer, which its readers read after a barrier:
   barrier, and every warp reduces those ``n / 32`` values with ``log2(n / 32)`` more
   butterfly steps. Taken when the reduce thread loop is bound to ``threadIdx.x``, its
   extent ``n`` is a power of two from 2 to 1024 and equals the launch's ``blockDim.x``
-  (the largest extent of the function's ``threadIdx.x`` loops), the block's threads fill
+  (the largest extent of the function's ``threadIdx.x`` loops; or ``n`` is 32 and
+  ``blockDim.x`` a multiple of 32, whose warps past the first skip the reduction as a
+  whole and which needs no barrier), the block's threads fill
   whole warps, the reduced type is float32, float16, bfloat16 or int32, no thread loop lies
   inside the reduce thread loop, no other ``threadIdx.x`` loop encloses it, and no
   condition around it depends on a thread index that splits warps. Lanes of a warp are
@@ -35,9 +37,9 @@ from dataclasses import dataclass
 from ...ir.attrs import Level
 from ...ir.expr import (
     COMBINER_OF_OP,
-    Bin,
     SHUFFLE_DTYPES,
     WARP_SIZE,
+    Bin,
     IntImm,
     Load,
     conjuncts,
@@ -98,8 +100,11 @@ def _warp_aligned(path, tk: int, tloop: For, dtype: str, block_dim: dict | None)
     n = tloop.extent
     if block_dim is None or tloop.thread != "threadIdx.x" or dtype not in SHUFFLE_DTYPES:
         return False
-    if not (2 <= n <= 1024 and n & (n - 1) == 0) or block_dim.get("threadIdx.x", 1) != n:
+    bx = block_dim.get("threadIdx.x", 1)
+    if not (2 <= n <= 1024 and n & (n - 1) == 0):
         return False
+    if bx != n and not (n == WARP_SIZE and bx % WARP_SIZE == 0):
+        return False  # idle lanes (threadIdx.x >= n) would share warps with active ones
     threads = 1
     for v in block_dim.values():
         threads *= v
