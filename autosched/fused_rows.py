@@ -7,9 +7,10 @@ element-wise, gets the sketch ``fused_rows(out)``: one block per row, the output
 elements spread over the block's threads, and every reduction computed at that row's block
 as a cross-thread reduction (each thread sums a strided part of the row, then warp
 shuffles combine the threads' parts: every thread count offered is a power of two of whole
-warps on threadIdx.x, see ``passes/lower/cross_thread_reduction.py``). Softmax's maximum, exponential sum and normalization, or layer norm's mean,
-variance and scaling, are then one kernel instead of one per reduction. The output may
-be narrower than the reductions (a float32 softmax with ``out_dtype="float16"``): it is
+warps on threadIdx.x, see ``passes/lower/cross_thread_reduction.py``). Softmax's
+maximum, exponential sum and normalization, or layer norm's mean, variance and scaling,
+are then one kernel instead of one per reduction. The output may be narrower than the
+reductions (a float32 softmax with ``out_dtype="float16"``): it is
 one more element-wise expression of the output stage, and the model counts the output's
 bytes in its own dtype.
 
