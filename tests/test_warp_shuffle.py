@@ -83,8 +83,9 @@ def test_shuffled_types(dtype, reducer):
 
 
 def test_several_reductions_per_warp():
-    # 8 lanes per row, 16 rows on threadIdx.y: 4 rows per warp, butterflies of width 8
-    s, args = _row_reduce(32, 50, 8, "max", rows_on_y=16)
+    # 8 lanes per row, 16 rows on threadIdx.y: 4 rows per warp, butterflies of width 8; the
+    # second block's guarded rows still shuffle (identity partials), only their write is off
+    s, args = _row_reduce(20, 50, 8, "max", rows_on_y=16)  # rows 20-31 guarded
     text = _check(s, args, "max", 3)
     assert "shfl_xor(r.red_local[0], 4, 8)" in text and "red_shared" not in text
 
