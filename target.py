@@ -71,6 +71,9 @@ class Arch:
     """Clocks from a global load (an L2 hit or a DRAM access) to its use."""
     barrier_cycles: int = 40
     """Clocks one ``__syncthreads()`` costs a block whose warps arrive together."""
+    shuffle_cycles: int = 30
+    """Clocks from a warp shuffle (``shfl.sync``) to a dependent use: one butterfly step of
+    a cross-thread reduction (the shuffle's latency plus the combining op)."""
     tile_copy_bytes_per_clock: int = 26
     """What the ``cp.async`` copies of one SM's GEMM tiles receive from L2 in a clock
     (below ``l2_to_sm_bytes_per_clock``: the copies of a block's stage are issued together
@@ -165,8 +168,8 @@ _TENSOR_CORE_FLOPS = {  # FLOP per SM per clock on tensor cores, dense
 _AMPERE_TENSOR_SCALE = 0.5  # an sm_8x tensor core does half of Hopper's work per clock
 _MODEL_FIGURES = ("fp32_lanes_per_sm", "int32_lanes_per_sm", "schedulers_per_sm",
                   "shared_bytes_per_clock", "l2_to_sm_bytes_per_clock",
-                  "global_latency_cycles", "barrier_cycles", "tile_copy_bytes_per_clock",
-                  "mma_sync_peak_fraction")
+                  "global_latency_cycles", "barrier_cycles", "shuffle_cycles",
+                  "tile_copy_bytes_per_clock", "mma_sync_peak_fraction")
 
 
 @dataclass(frozen=True)
@@ -217,6 +220,7 @@ class Target:
     l2_to_sm_bytes_per_clock: int = field(init=False)
     global_latency_cycles: int = field(init=False)
     barrier_cycles: int = field(init=False)
+    shuffle_cycles: int = field(init=False)
     tile_copy_bytes_per_clock: int = field(init=False)
     mma_sync_peak_fraction: float = field(init=False)
     options: MappingProxyType = field(init=False)

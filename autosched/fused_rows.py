@@ -5,10 +5,12 @@ reduce one axis per row (their shape is the output's leading axes, optionally wi
 trailing axis of extent 1, as layer norm's mean and variance are), every other stage
 element-wise, gets the sketch ``fused_rows(out)``: one block per row, the output's row
 elements spread over the block's threads, and every reduction computed at that row's block
-as a cross-thread reduction (each thread sums a strided part of the row, then a tree over
-the threads). Softmax's maximum, exponential sum and normalization, or layer norm's mean,
-variance and scaling, are then one kernel instead of one per reduction. The output may
-be narrower than the reductions (a float32 softmax with ``out_dtype="float16"``): it is
+as a cross-thread reduction (each thread sums a strided part of the row, then warp
+shuffles combine the threads' parts: every thread count offered is a power of two of whole
+warps on threadIdx.x, see ``passes/lower/cross_thread_reduction.py``). Softmax's
+maximum, exponential sum and normalization, or layer norm's mean, variance and scaling,
+are then one kernel instead of one per reduction. The output may be narrower than the
+reductions (a float32 softmax with ``out_dtype="float16"``): it is
 one more element-wise expression of the output stage, and the model counts the output's
 bytes in its own dtype.
 
@@ -141,21 +143,24 @@ def fused_rows_sketches(task) -> list:
 
 def fused_rows_model(step: FusedRowsStep, V, hw, n: int) -> dict:
     """Validity, resource use and an analytical time of fused-rows states (vectorized):
-    the row's reads (cached after the first pass), a tree of barriers per reduction and the
-    strided loop of each thread, over the waves of row blocks."""
+    the row's reads (cached after the first pass), the shuffles and barriers of each
+    reduction and the strided loop of each thread, over the waves of row blocks."""
     from .kernel_model import _occupancy
 
     threads = V[step.slot("threads")]
     unroll = V[step.slot("unroll")]
     blocks = np.full(n, step.rows)
     regs = np.full(n, 32) + 8 * unroll
-    shared = threads * 4 * len(step.reductions)
+    # a value per warp and the result, per reduction
+    shared = (threads // 32 + 1) * 4 * len(step.reductions)
     occ = _occupancy(threads, regs, shared, blocks, hw)
     per_thread = -(-step.cols // threads)
-    # strided loops: a few cycles per element (latency hidden by unrolling), a tree of
-    # log2(threads) barriers per reduction
+    # strided loops: a few cycles per element (latency hidden by unrolling); per
+    # reduction log2(threads) butterfly steps, a barrier between the warps' shuffles
+    # above one warp and one before the readers
     loop = step.passes * per_thread * np.where(unroll > 0, 4.0, 12.0)
-    tree = len(step.reductions) * (np.log2(threads) + 1) * hw.barrier_cycles
+    tree = len(step.reductions) * (np.log2(threads) * hw.shuffle_cycles
+                                   + (1 + (threads > 32)) * hw.barrier_cycles)
     compute = occ["waves"] * (loop + tree) / hw.clock_hz
     mem = step.unique / hw.dram_bytes_per_s
     valid = (threads <= 1024) & (per_thread >= 1)

@@ -30,6 +30,7 @@ _FROM_TARGET = {
     "launch_s": "launch_seconds",
     "global_latency_cycles": "global_latency_cycles",
     "barrier_cycles": "barrier_cycles",
+    "shuffle_cycles": "shuffle_cycles",
 }
 """Each figure of :class:`HardwareParams` and the :class:`Target` figure it is."""
 
@@ -72,6 +73,7 @@ class HardwareParams:
     launch_s: float = _default("launch_s")
     global_latency_cycles: int = _default("global_latency_cycles")
     barrier_cycles: int = _default("barrier_cycles")
+    shuffle_cycles: int = _default("shuffle_cycles")
     tensor_flops_per_sm_per_clock: float = field(
         default_factory=lambda: _tensor_rate(as_target(None)))
     """Dense fp16 / bf16 tensor-core FLOP per SM per clock (0 without mma.sync)."""

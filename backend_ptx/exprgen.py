@@ -318,6 +318,8 @@ class ExprCodegen:
     def _e_Call(self, e: Call, hint: str | None) -> str:
         op, dtype = e.op, e.dtype
         name = hint or op
+        if op == "shfl_xor":
+            return self._shuffle(e, name)
         args = [self.expr(a) for a in e.args]
         ty = llvm_type(dtype)
         if not dt.is_float(dtype):
@@ -342,6 +344,28 @@ class ExprCodegen:
             r = self._float_call(op, "float", wide, "t", e)
             return self.w.value(f"fptrunc float {r} to {ty}", name)
         return self._float_call(op, ty, args, name, e)
+
+    def _shuffle(self, e: Call, name: str) -> str:
+        """``shfl.sync.bfly.b32`` over the whole warp; a 16-bit value rides in an i32."""
+        value, mask, width = e.args
+        v = self.expr(value)
+        ty = llvm_type(value.dtype)
+        w = self.w
+        if ty in _HALF_TYPES:
+            bits = w.value(f"bitcast {ty} {v} to i16", "t")
+            v, via = w.value(f"zext i16 {bits} to i32", "t"), "i32"
+        else:
+            via = ty
+        if via not in nvptx.SHUFFLE_BFLY:
+            raise CodegenError(f"kernel {self.func.name}: no warp shuffle for {value.dtype}: {e}")
+        ref = self.parts.declare(nvptx.SHUFFLE_BFLY[via], f"{via} (i32, {via}, i32, i32)")
+        clamp = nvptx.shuffle_clamp(width.value)
+        got = w.value(f"call {via} {ref}(i32 {nvptx.FULL_WARP_MASK - 2**32}, {via} {v}, "
+                      f"i32 {mask.value}, i32 {clamp})", name if via == ty else "t")
+        if via == ty:
+            return got
+        low = w.value(f"trunc i32 {got} to i16", "t")
+        return w.value(f"bitcast i16 {low} to {ty}", name)
 
     def _float_call(self, op: str, ty: str, args: list[str], name: str, e: Call) -> str:
         simple = {"fabs": "fabs", "abs": "fabs", "sqrt": "sqrt", "floor": "floor",

@@ -125,3 +125,15 @@ STORAGE_TYPES = dict(LLVM_TYPES, bool="i8")
 INTRINSIC_SUFFIX = {"i1": "i1", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64",
                     "half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}
 """Type suffix of overloaded intrinsics (``llvm.fabs.f32``, ``llvm.smax.i32``)."""
+
+SHUFFLE_BFLY = {"i32": "llvm.nvvm.shfl.sync.bfly.i32", "float": "llvm.nvvm.shfl.sync.bfly.f32"}
+"""``shfl.sync.bfly.b32`` by register type: ``(member mask, value, lane mask, clamp)``;
+16-bit values travel in the low half of an i32."""
+
+FULL_WARP_MASK = 0xFFFFFFFF
+"""The member mask naming every lane of a warp."""
+
+
+def shuffle_clamp(width: int) -> int:
+    """The ``c`` operand of ``shfl.sync`` for segments of ``width`` lanes."""
+    return ((32 - width) << 8) | 0x1F

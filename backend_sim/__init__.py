@@ -4,7 +4,8 @@
 with the semantics of the GPU: every thread of every block runs in lock-step as one lane of
 numpy arrays, int32 index arithmetic wraps, float32 math stays float32, and what a GPU
 would reject raises a :class:`SimError` subclass (illegal memory accesses, launch limits,
-shared-memory races between barriers, divergent barriers).
+shared-memory races between barriers, divergent barriers, warp shuffles run by part of a
+warp).
 
 Each kernel is compiled once into a Python function (:func:`compile_kernel`; its
 ``source`` attribute shows the generated code) and cached per kernel object.
@@ -14,6 +15,7 @@ from .codegen import CompiledKernel, compile_kernel
 from .errors import (
     SimArgumentError,
     SimBarrierError,
+    SimDivergenceError,
     SimError,
     SimIRError,
     SimLaunchError,
@@ -33,6 +35,7 @@ __all__ = [
     "SimLaunchError",
     "SimRaceError",
     "SimBarrierError",
+    "SimDivergenceError",
     "SimIRError",
     "SimArgumentError",
 ]

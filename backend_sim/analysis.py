@@ -114,6 +114,8 @@ class Facts:
         return self._get("kind", e, self._kind)
 
     def _kind(self, e: Expr) -> str:
+        if isinstance(e, Call) and e.op == "shfl_xor":
+            return ARRAY  # one value per lane, read from another lane
         if isinstance(e, Load):
             b = self.buffer(e.buffer)
             if b.copies:
@@ -130,7 +132,8 @@ class Facts:
         return self._get("pure", e, self._pure)
 
     def _pure(self, e: Expr) -> bool:
-        if isinstance(e, Load):
+        # a shuffle reads the other lanes' values where it runs: never hoisted or shared
+        if isinstance(e, Load) or (isinstance(e, Call) and e.op == "shfl_xor"):
             return False
         return all(self.pure(c) for c in children(e))
 

@@ -71,6 +71,7 @@ _NAMESPACE = {
     "_fma_wide": mathfns.fma_wide,
     "_AsyncCopies": AsyncCopies,
     "_tc": tensorcore,
+    "_shfl": runtime.shuffle_xor,
     "_WgmmaChunk": wgmma_sim.WgmmaChunk,
 }
 

@@ -28,6 +28,10 @@ class SimBarrierError(SimError):
     """A barrier reached by only some threads of a block (undefined behaviour on a GPU)."""
 
 
+class SimDivergenceError(SimError):
+    """A warp shuffle executed by only some lanes of a warp (undefined on a GPU)."""
+
+
 class SimIRError(SimError):
     """Device IR the simulator cannot execute (a malformed kernel or host function)."""
 

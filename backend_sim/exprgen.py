@@ -459,6 +459,10 @@ class ExprEmitter:
 
     def call(self, e: Call, B: Block) -> str:
         argd = e.args[0].dtype
+        if e.op == "shfl_xor":
+            value, mask, width = e.args
+            return (f"_shfl(_C, {self.ex(value, B)}, {mask.value}, {width.value}, "
+                    f"{B.mask})")
         args = [self.operand(a, argd, B) for a in e.args]
         kind = self.facts.kind(e)
         if dt.is_half(argd):

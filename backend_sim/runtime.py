@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import SimBarrierError, SimMemoryError, SimRaceError
+from .errors import SimBarrierError, SimDivergenceError, SimMemoryError, SimRaceError
 
 LANES_PER_CHUNK = 1 << 16
 """Lanes simulated at once (as many whole blocks as fit); bounds the memory of local
@@ -96,6 +96,43 @@ class Chunk:
         lane = int(lane)
         blk = tuple(int(ix[f"blockIdx.{c}"][lane]) for c in "xyz")
         return f"{self.thread_of(self.tid[lane])} of block {blk}"
+
+
+WARP = 32
+
+
+def shuffle_xor(c: Chunk, value, lane_mask: int, width: int, active) -> np.ndarray:
+    """``shfl.sync.bfly.b32`` with a full member mask, for every lane of chunk ``c``:
+    lane ``l`` of a warp (32 consecutive threads of a block) reads the value of lane
+    ``j = l ^ lane_mask``, or its own where ``j`` lies above the last lane of its segment
+    of ``width`` lanes. ``active``: the lanes executing it (None: all); every warp must run
+    it with all 32 lanes or none."""
+    if c.threads % WARP:
+        raise SimDivergenceError(
+            f"kernel {c.kernel}: a warp shuffle in a block of {c.threads} threads; its last "
+            f"warp has only {c.threads % WARP} of {WARP} lanes, and shfl.sync with a full "
+            "member mask is undefined there")
+    if active is not None:
+        warps = np.asarray(active).reshape(-1, WARP)
+        split = np.flatnonzero(warps.any(axis=1) != warps.all(axis=1))
+        if split.size:
+            w = int(split[0])
+            row = warps[w]
+            inside = w * WARP + int(np.argmax(row))
+            outside = w * WARP + int(np.argmax(~row))
+            raise SimDivergenceError(
+                f"kernel {c.kernel}: warp shuffle executed by {c.where(inside)} but not by "
+                f"{c.thread_of(c.tid[outside])} of the same warp (divergent control flow); "
+                "every lane of a warp must execute a shuffle")
+    lane = c.lane64
+    within = lane % WARP
+    src = within ^ lane_mask
+    last = (within & ~(width - 1)) | (width - 1)
+    src = np.where(src <= last, src, within)
+    value = np.asarray(value)
+    if value.ndim == 0:
+        return np.full(c.lanes, value, value.dtype)
+    return value[lane - within + src]
 
 
 class Sync:

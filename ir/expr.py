@@ -238,11 +238,20 @@ INTRINSICS = {
     # float32 rounded to TF32 (10-bit mantissa, ties away from zero; cvt.rna.tf32.f32):
     # the inputs of a product computed at precision "tf32" on CUDA cores
     "round_tf32": 1,
+    # shfl_xor(value, lane_mask, width): a warp shuffle (see :func:`shfl_xor`)
+    "shfl_xor": 3,
 }
+
+SHUFFLE_DTYPES = ("float32", "float16", "bfloat16", "int32")
+"""The value types a warp shuffle moves (32 bits or less: one ``shfl.sync`` each)."""
+
+WARP_SIZE = 32
 
 
 class Call(Expr):
-    """A pure math intrinsic (exp, log, sqrt, tanh, sigmoid, erf, fabs, pow, fma, ...)."""
+    """An intrinsic: a pure math function (exp, log, sqrt, tanh, sigmoid, erf, fabs, pow,
+    fma, ...) or ``shfl_xor``, the warp shuffle, whose value comes from another lane of the
+    warp (see :func:`shfl_xor`; passes must not move it into a condition)."""
 
     __slots__ = ("op", "args")
 
@@ -254,6 +263,39 @@ class Call(Expr):
         self.op = op
         self.args = tuple(args)
         self.dtype = dt.check(dtype)
+        if op == "shfl_xor":
+            _check_shuffle(self)
+
+
+def _check_shuffle(e: Call) -> None:
+    value, mask, width = e.args
+    if value.dtype not in SHUFFLE_DTYPES or e.dtype != value.dtype:
+        raise IRError(f"shfl_xor moves one of {', '.join(SHUFFLE_DTYPES)} and returns the "
+                      f"same type, got a {value.dtype} value and a {e.dtype} result")
+    for what, a in (("lane mask", mask), ("width", width)):
+        if not (isinstance(a, IntImm) and a.dtype == "int32"):
+            raise IRError(f"the {what} of shfl_xor must be an int32 constant, got {a}")
+    w = width.value
+    if not (1 <= w <= WARP_SIZE and w & (w - 1) == 0):
+        raise IRError(f"the width of shfl_xor must be a power of two up to {WARP_SIZE}, "
+                      f"got {w}")
+    if not 0 <= mask.value < WARP_SIZE:
+        raise IRError(f"the lane mask of shfl_xor must lie in [0, {WARP_SIZE}), got "
+                      f"{mask.value}")
+
+
+def shfl_xor(value, lane_mask: int, width: int = WARP_SIZE) -> Call:
+    """The ``value`` of lane ``lane ^ lane_mask`` of the warp, as PTX's
+    ``shfl.sync.bfly.b32`` with every lane a member (mask ``0xffffffff``) and clamp value
+    ``((32 - width) << 8) | 31``: the source lane is ``lane ^ lane_mask`` unless that lies
+    above the last lane of the executing lane's segment of ``width`` lanes, where the lane
+    reads its own value.
+
+    All 32 lanes of the warp must execute it (the instruction's result is undefined
+    otherwise); the simulator raises where they do not.
+    """
+    value = as_expr(value)
+    return Call("shfl_xor", (value, IntImm(lane_mask), IntImm(width)), value.dtype)
 
 
 class Load(Expr):

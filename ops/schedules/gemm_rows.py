@@ -129,6 +129,28 @@ BARRIER_STEP = 24
 """What one step of a cross-thread reduction's tree (a shared store and a barrier) costs
 :func:`row_threads` in units of one serial step along a row."""
 
+SHUFFLE_STEP = 8
+"""What one butterfly step of a shuffled cross-thread reduction (a dependent ``shfl.sync``
+and the combining op) costs :func:`row_threads`, in the same units."""
+
+
+def _reduce_steps(red: tuple, cols: int, threads: tuple) -> int:
+    """Serial steps of one row reduced across the ``(extent, tag)`` thread index ``red``
+    of a block of ``threads``: each thread's part of the row, then warp shuffles where
+    ``cross_thread_reduction`` uses them (threadIdx.x, a power of two, whole warps: a
+    barrier above a warp), else a tree of barriers; one barrier before the readers."""
+    n, tag = red
+    levels = (n - 1).bit_length()
+    total = 1
+    for ext, _ in threads:
+        total *= ext
+    shuffled = tag == "threadIdx.x" and n & (n - 1) == 0 and total % 32 == 0
+    if shuffled:
+        sync = SHUFFLE_STEP * levels + BARRIER_STEP * (1 + (n > 32))
+    else:
+        sync = BARRIER_STEP * (1 + levels)
+    return -(-cols // n) + sync
+
 
 def row_threads(rows: int, threads: tuple, cols: int = 128) -> tuple | None:
     """How the block's ``threads`` (``(extent, tag)``, innermost first) cover the ``rows``
@@ -138,7 +160,8 @@ def row_threads(rows: int, threads: tuple, cols: int = 128) -> tuple | None:
     thread index left for a cross-thread reduction along the row (or None: each thread
     reduces its rows alone). Of the plans where every other thread index divides the rows
     left, the cheapest by a count of serial steps (rows per thread times the row's steps,
-    :data:`BARRIER_STEP` per level of a reduction tree); None where there is none. A
+    :data:`BARRIER_STEP` per level of a reduction tree, :data:`SHUFFLE_STEP` per butterfly
+    step where the reduction is shuffled); None where there is none. A
     guarded row index never goes with a cross-thread reduction, whose barriers every
     thread must reach."""
     tags = [(n, tag) for n, tag in threads if n > 1]
@@ -164,7 +187,7 @@ def row_threads(rows: int, threads: tuple, cols: int = 128) -> tuple | None:
         if red is None:
             cost = left * cols
         else:
-            cost = left * (-(-cols // red[0]) + BARRIER_STEP * (1 + (red[0] - 1).bit_length()))
+            cost = left * _reduce_steps(red, cols, threads)
         if best is None or cost < best[0]:
             best = (cost, row_tags, red)
     return None if best is None else (best[1], best[2])
@@ -309,8 +332,7 @@ def row_time(cfg, form, target: Target | str | None = None) -> float:
     for ext, _ in row_tags:
         covered *= ext
     left = -(-cfg.block_m // covered)
-    steps = (left * form.N if red is None else
-             left * (-(-form.N // red[0]) + BARRIER_STEP * (1 + (red[0] - 1).bit_length())))
+    steps = left * form.N if red is None else left * _reduce_steps(red, form.N, threads)
     norm = cfg.block_m * form.N // nthreads
     blocks = form.batch * (form.M // cfg.block_m)
     waves = -(-blocks // t.num_sms)

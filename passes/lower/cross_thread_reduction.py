@@ -1,11 +1,33 @@
 """cross_thread_reduction: a reduction whose reduce loop is bound to threadIdx becomes a
-per-thread partial reduction followed by a tree reduction in shared memory.
+per-thread partial reduction followed by a reduction across the threads.
 
-Each thread accumulates its share into a local register, writes it to shared memory, and
-the block combines the values in log2(n) steps separated by barriers; thread 0 writes the
-result. The reduction's spatial indices must not depend on loops inside the thread loop
-(one reduction per execution of the thread loop's body), and every reduce loop must be at
-or inside the thread loop.
+Each thread accumulates its share into a local register (out-of-range elements of a
+non-dividing split leave the reducer's identity there). The threads then combine their
+partials in one of two ways, and thread 0 of each reduction writes the result to the
+reduction's buffer, which its readers read after a barrier:
+
+- warp shuffles, where every lane of every warp provably executes them: ``log2(min(n,
+  32))`` butterfly steps (``shfl_xor``) leave each warp's total in all its lanes; for
+  ``n > 32`` lane 0 of each warp stores it to a shared buffer of one value per warp, one
+  barrier, and every warp reduces those ``n / 32`` values with ``log2(n / 32)`` more
+  butterfly steps. Taken when the reduce thread loop is bound to ``threadIdx.x``, its
+  extent ``n`` is a power of two from 2 to 1024 and equals the launch's ``blockDim.x``
+  (the largest extent of the function's ``threadIdx.x`` loops; or ``n`` is 32 and
+  ``blockDim.x`` a multiple of 32, whose warps past the first skip the reduction as a
+  whole and which needs no barrier), the block's threads fill
+  whole warps, the reduced type is float32, float16, bfloat16 or int32, no thread loop lies
+  inside the reduce thread loop, no other ``threadIdx.x`` loop encloses it, and no
+  condition around it depends on a thread index that splits warps. Lanes of a warp are
+  then consecutive ``threadIdx.x`` values of one reduction (``n >= 32``) or whole groups of
+  ``n`` of them (``n < 32``, several reductions per warp, ``threadIdx.y`` / ``z`` loops
+  around the reduction at their full launch extent).
+- otherwise a tree in shared memory: every partial is stored, and the block combines them
+  in ``log2(n)`` steps separated by barriers.
+
+``CrossThreadReduction(warp_shuffle=False)`` always builds the tree. The reduction's
+spatial indices must not depend on loops inside the thread loop (one reduction per
+execution of the thread loop's body), and every reduce loop must be at or inside the
+thread loop.
 """
 
 from __future__ import annotations
@@ -15,6 +37,8 @@ from dataclasses import dataclass
 from ...ir.attrs import Level
 from ...ir.expr import (
     COMBINER_OF_OP,
+    SHUFFLE_DTYPES,
+    WARP_SIZE,
     Bin,
     IntImm,
     Load,
@@ -22,10 +46,11 @@ from ...ir.expr import (
     const,
     free_vars,
     reducer_identity,
+    shfl_xor,
     substitute,
 )
 from ...ir.stmt import Alloc, Barrier, Block, Buffer, For, If, PrimFunc, Seq, Store, stmt_children
-from ...ir.traversal import follow_path, replace_at
+from ...ir.traversal import follow_path, replace_at, walk
 from ..base import Pass
 from ..registry import register_pass
 from .common import LoweringError
@@ -49,16 +74,84 @@ def _find(s, path):
     return None
 
 
-def cross_thread_reduction(func: PrimFunc) -> PrimFunc:
+def cross_thread_reduction(func: PrimFunc, warp_shuffle: bool = True) -> PrimFunc:
     body = func.body
+    block_dim = _block_dim(body)
     while True:
         path = _find(body, [])
         if path is None:
             return func.replace(body=body)
-        body = _rewrite(path)
+        body = _rewrite(path, block_dim if warp_shuffle else None)
 
 
-def _rewrite(path):
+def _block_dim(body) -> dict:
+    """The launch's threads per block by tag: the largest extent of the thread loops of
+    each tag (over the whole function: never smaller than any one kernel's)."""
+    ext: dict = {}
+    for x in walk(body):
+        if isinstance(x, For) and x.kind == "thread" and x.thread.startswith("threadIdx"):
+            ext[x.thread] = max(ext.get(x.thread, 1), x.extent)
+    return ext
+
+
+def _warp_aligned(path, tk: int, tloop: For, dtype: str, block_dim: dict | None) -> bool:
+    """Whether every lane of every warp reaching the end of ``tloop``'s body runs it, and
+    the lanes of each warp are ``tloop``'s consecutive indices (see the module docstring)."""
+    n = tloop.extent
+    if block_dim is None or tloop.thread != "threadIdx.x" or dtype not in SHUFFLE_DTYPES:
+        return False
+    bx = block_dim.get("threadIdx.x", 1)
+    if not (2 <= n <= 1024 and n & (n - 1) == 0):
+        return False
+    if bx != n and not (n == WARP_SIZE and bx % WARP_SIZE == 0):
+        return False  # idle lanes (threadIdx.x >= n) would share warps with active ones
+    threads = 1
+    for v in block_dim.values():
+        threads *= v
+    if threads % WARP_SIZE:
+        return False
+    if any(isinstance(x, For) and x.kind == "thread" for x in walk(tloop.body)):
+        return False
+    # the vars conditions around the reduction may read without splitting a warp: serial
+    # and block loops, and for whole warps per reduction the other thread indices
+    allowed = set()
+    for nd in path[:tk]:
+        if not isinstance(nd, For):
+            continue
+        if nd.kind == "thread" and nd.thread.startswith("threadIdx"):
+            if nd.thread == "threadIdx.x":
+                return False
+            if n < WARP_SIZE:
+                if nd.extent != block_dim.get(nd.thread, 1):
+                    return False  # the loop's idle threads share warps with active ones
+                continue
+        allowed.add(nd.var)
+    for nd in path[:tk]:
+        cond = None
+        if isinstance(nd, If):
+            cond = nd.cond
+        elif isinstance(nd, Block) and nd.predicate is not None:
+            cond = substitute(nd.predicate, dict(
+                zip((iv.var for iv in nd.iter_vars), nd.bindings)))
+        if cond is not None and not free_vars(cond) <= allowed:
+            return False
+    return True
+
+
+def _butterfly(part: Buffer, op: str, lanes: int) -> list:
+    """Stores that leave in every lane the combination of ``part`` over its group of
+    ``lanes`` consecutive lanes (a power of two up to a warp)."""
+    zero = (IntImm(0),)
+    steps = []
+    m = lanes // 2
+    while m >= 1:
+        steps.append(Store(part, zero, Bin(op, Load(part, zero),
+                                           shfl_xor(Load(part, zero), m, lanes))))
+        m //= 2
+    return steps
+
+
+def _rewrite(path, block_dim: dict | None = None):
     block: Block = path[-1]
     loops = [(k, n) for k, n in enumerate(path) if isinstance(n, For)]
     rv, sv = set(), set()
@@ -107,26 +200,42 @@ def _rewrite(path):
         Store(part, zero, reducer_identity(combiner, out.dtype)), block.predicate,
         {**block.annotations, "cross_thread_partial": True})
     body = replace_at(path, pblock)
-    # the tree reduction at the end of the thread loop's body
     tid = tloop.var
-    base = gidx * IntImm(n)
-    steps = [Store(red, (base + tid,), Load(part, zero)), Barrier()]
-    p = 1
-    while p < n:
-        p *= 2
-    stride = p // 2
-    while stride >= 1:
-        cond = (tid < const(stride)) & ((tid + IntImm(stride)) < const(n))
-        upd = Store(red, (base + tid,), Bin(st.value.op, Load(red, (base + tid,)),
-                                             Load(red, (base + tid + IntImm(stride),))))
-        steps += [If(cond, upd), Barrier()]
-        stride //= 2
+    shuffle = _warp_aligned(path, tk, tloop, out.dtype, block_dim)
+    if shuffle:
+        # butterflies within each warp, then (above a warp) across the warps' totals
+        steps = _butterfly(part, st.value.op, min(n, WARP_SIZE))
+        if n > WARP_SIZE:
+            warps = n // WARP_SIZE
+            red = Buffer(f"{block.name}.red_warp", out.dtype, (gsize * warps,), "shared")
+            wbase = gidx * IntImm(warps)
+            steps += [If(tid % IntImm(WARP_SIZE) == const(0),
+                         Store(red, (wbase + tid // IntImm(WARP_SIZE),), Load(part, zero))),
+                      Barrier(),
+                      Store(part, zero, Load(red, (wbase + tid % IntImm(warps),)))]
+            steps += _butterfly(part, st.value.op, warps)
+        result = Load(part, zero)
+    else:
+        # the tree reduction at the end of the thread loop's body
+        base = gidx * IntImm(n)
+        steps = [Store(red, (base + tid,), Load(part, zero)), Barrier()]
+        p = 1
+        while p < n:
+            p *= 2
+        stride = p // 2
+        while stride >= 1:
+            cond = (tid < const(stride)) & ((tid + IntImm(stride)) < const(n))
+            upd = Store(red, (base + tid,), Bin(st.value.op, Load(red, (base + tid,)),
+                                                 Load(red, (base + tid + IntImm(stride),))))
+            steps += [If(cond, upd), Barrier()]
+            stride //= 2
+        result = Load(red, (base,))
     vmap = {iv.var: b for iv, b in zip(block.iter_vars, block.bindings) if iv.kind == "S"}
     out_idx = tuple(substitute(i, vmap) for i in st.indices)
     # the block's guards on loops outside the thread loop (a non-dividing split of a
     # spatial axis) also guard the write-back; those on reduce loops guarded the partials
     outside = {n.var for k, n in loops if k < tk}
-    write = If(tid == const(0), Store(out, out_idx, Load(red, (base,))))
+    write = If(tid == const(0), Store(out, out_idx, result))
     for term in conjuncts(block.predicate):
         if free_vars(term) <= outside:
             write = If(term, write)
@@ -139,6 +248,8 @@ def _rewrite(path):
     new_t = Alloc(part, t_new.replace(body=Seq([t_new.body] + steps)))
     body = replace_at(tpath, new_t)
     # the shared buffer lives above the thread loops of the block
+    if shuffle and n <= WARP_SIZE:
+        return body
     first_thread = next(k for k, nd in loops if nd.kind == "thread" and
                         nd.thread.startswith("threadIdx"))
     apath = follow_path(body, path, first_thread)
@@ -148,10 +259,17 @@ def _rewrite(path):
 @register_pass
 @dataclass(frozen=True)
 class CrossThreadReduction(Pass):
-    """Lower reductions over a threadIdx-bound loop to a shared-memory tree reduction."""
+    """Lower reductions over a threadIdx-bound loop to warp shuffles where every lane of a
+    warp provably runs them, else to a shared-memory tree (see the module docstring).
+
+    Parameters:
+        warp_shuffle: use warp shuffles where they apply (False: always the tree).
+    """
 
     name = "cross_thread_reduction"
     levels = (Level.PRIM,)
+    warp_shuffle: bool = True
 
     def apply(self, module, ctx):
-        return self.map_functions(module, cross_thread_reduction)
+        return self.map_functions(
+            module, lambda f: cross_thread_reduction(f, self.warp_shuffle))
