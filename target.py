@@ -306,6 +306,11 @@ class Target:
         return self.sm >= 90
 
     @property
+    def has_l2_prefetch(self) -> bool:
+        """``cp.async.bulk.prefetch.L2`` (sm_90 and later, PTX ISA 8.0: sm_90a here)."""
+        return self.has_dependent_launch and self.ptx_version >= (8, 0)
+
+    @property
     def has_wgmma(self) -> bool:
         return self.arch_info.wgmma
 

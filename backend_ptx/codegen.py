@@ -65,6 +65,7 @@ from ..ir.stmt import (
 )
 from ..target import Target, as_target
 from . import nvptx
+from . import launch as launch_info
 from . import wgmma as wgmma_ptx
 from .async_copy import AsyncCopyCodegen
 from .exprgen import BufRef, CodegenError, ExprCodegen, llvm_type
@@ -111,7 +112,8 @@ def _loop_steps(s: Stmt) -> int:
 class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
     """Emits one kernel. Use :func:`codegen_kernel`."""
 
-    def __init__(self, func: PrimFunc, target: Target | str | None = None):
+    def __init__(self, func: PrimFunc, target: Target | str | None = None,
+                 prefetch_l2: tuple[str, ...] = ()):
         if func.level is not Level.KERNEL:
             raise CodegenError(
                 f"function {func.name} is not a kernel (it is a {func.level.describe()} "
@@ -132,6 +134,7 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         self.symbol = sanitize(func.name).replace(".", "_").replace("$", "_").replace("-", "_")
         self.static_shared = 0
         self.dynamic_shared = 0
+        self.prefetch_l2 = tuple(prefetch_l2)
 
     # ------------------------------------------------------------------------------------
     # driver
@@ -174,8 +177,10 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
             self.bufs[p] = BufRef(name, nvptx.SCOPE_ADDRSPACE["global"],
                                   nvptx.STORAGE_TYPES[p.dtype], dt.nbytes(p.dtype))
         self._plan_shared(func.body)
+        if self.prefetch_l2:
+            self._prefetch_to_l2(infos)
         if self.target.has_dependent_launch:
-            for asm in (nvptx.GRID_DEPENDENCY_WAIT, nvptx.GRID_DEPENDENTS_LAUNCH):
+            for asm in (launch_info.GRID_DEPENDENCY_WAIT, launch_info.GRID_DEPENDENTS_LAUNCH):
                 self.w.op(f'call void asm sideeffect "{asm}", "~{{memory}}"()')
         self.stmt(func.body)
         self.w.op("ret void")
@@ -204,6 +209,66 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         launch = LaunchInfo(func.name, self.symbol, tuple(infos), self.grid, self.block,
                             self.static_shared, self.dynamic_shared)
         return "\n".join(out) + "\n", launch
+
+    def _prefetch_to_l2(self, infos: list[ParamInfo]) -> None:
+        """Before the grid dependency wait: thread 0 of every block asks the L2 cache for its
+        share (1 / grid) of each buffer named in ``prefetch_l2`` (``cp.async.bulk.prefetch``,
+        16-byte multiples), so that a network's weights stream in while the kernel before
+        this one finishes. Name only buffers that nothing writes while the network runs
+        (its constant weights); a prefetch brings no data into the kernel, so a wrong name
+        costs bandwidth, never a wrong result (L2 is coherent). A parameter the kernel also
+        writes is skipped."""
+        if not self.target.has_l2_prefetch:
+            raise CodegenError(f"kernel {self.func.name}: prefetch_l2 needs "
+                               "cp.async.bulk.prefetch (sm_90a and later, PTX ISA 8.0); the "
+                               f"target is {self.target.arch}")
+        by_name = {i.name: i for i in infos}
+        gx, gy, gz = self.grid
+        blocks = gx * gy * gz
+        w = self.w
+        sreg = {k: self.parts.declare(nvptx.SREG_INTRINSICS[k], "i32 ()")
+                for k in ("threadIdx.x", "threadIdx.y", "threadIdx.z",
+                          "blockIdx.x", "blockIdx.y", "blockIdx.z")}
+        reg = {k: w.value(f"call i32 {v}()", "pf." + k.replace(".", "_"))
+               for k, v in sreg.items()}
+        t = w.value(f"or i32 {reg['threadIdx.x']}, {reg['threadIdx.y']}", "pf.t")
+        t = w.value(f"or i32 {t}, {reg['threadIdx.z']}", "pf.t")
+        first = w.value(f"icmp eq i32 {t}, 0", "pf.first")
+        b = w.value(f"mul i32 {reg['blockIdx.z']}, {gy}", "pf.b")
+        b = w.value(f"add i32 {b}, {reg['blockIdx.y']}", "pf.b")
+        b = w.value(f"mul i32 {b}, {gx}", "pf.b")
+        b = w.value(f"add i32 {b}, {reg['blockIdx.x']}", "pf.b")
+        b = w.value(f"zext i32 {b} to i64", "pf.b")
+        for name in self.prefetch_l2:
+            info = by_name.get(name)
+            if info is None:
+                raise CodegenError(
+                    f"kernel {self.func.name}: prefetch_l2 names {name!r}, which is not one "
+                    f"of its parameters ({', '.join(by_name)})")
+            if not info.readonly:
+                continue  # written here: its bytes come from this kernel, not a prefetch
+            size = info.nbytes // 16 * 16
+            if size == 0:
+                continue
+            per_block = -(-size // blocks)
+            chunk = -(-per_block // 16) * 16
+            start = w.value(f"mul i64 {b}, {chunk}", "pf.start")
+            left = w.value(f"sub i64 {size}, {start}", "pf.left")
+            left = w.value(f"call i64 @llvm.smax.i64(i64 {left}, i64 0)", "pf.left")
+            self.parts.declare("llvm.smax.i64", "i64 (i64, i64)")
+            n = w.value(f"call i64 @llvm.umin.i64(i64 {left}, i64 {chunk})", "pf.n")
+            self.parts.declare("llvm.umin.i64", "i64 (i64, i64)")
+            n = w.value(f"trunc i64 {n} to i32", "pf.n")
+            n = w.value(f"select i1 {first}, i32 {n}, i32 0", "pf.n")
+            ptr = self.bufs[self._param_buffer(name)].ptr
+            addr = w.value(f"getelementptr i8, ptr addrspace(1) {ptr}, i64 {start}", "pf.at")
+            addr = w.value(f"ptrtoint ptr addrspace(1) {addr} to i64", "pf.at")
+            w.op('call void asm sideeffect "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $1, 0;'
+                 '\n\t@p cp.async.bulk.prefetch.L2.global [$0], $1;\n\t}", "l,r"'
+                 f"(i64 {addr}, i32 {n})")
+
+    def _param_buffer(self, name: str) -> Buffer:
+        return next(p for p in self.func.params if p.name == name)
 
     def _plan_shared(self, body: Stmt) -> None:
         """Static shared buffers become ``addrspace(3)`` globals; buffers the IR places in
@@ -435,9 +500,11 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
             self.stmt(s.body)
 
 
-def codegen_kernel(func: PrimFunc, target: Target | str | None = None
-                   ) -> tuple[str, LaunchInfo]:
+def codegen_kernel(func: PrimFunc, target: Target | str | None = None,
+                   prefetch_l2: tuple[str, ...] = ()) -> tuple[str, LaunchInfo]:
     """LLVM IR text of one device-IR kernel for ``target`` (a :class:`~ptxforge.target.Target`,
     a target string such as ``"cuda -arch=sm_80"`` or an sm name; default: the current
-    target), and what launching it needs."""
-    return KernelCodegen(func, target).run()
+    target), and what launching it needs. ``prefetch_l2``: read-only parameters (by name)
+    whose contents no other kernel writes, prefetched into L2 before the kernel waits for
+    its grid dependencies (sm_90 and later)."""
+    return KernelCodegen(func, target, prefetch_l2).run()

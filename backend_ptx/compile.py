@@ -19,6 +19,7 @@ import time
 from ..ir.stmt import PrimFunc
 from ..target import Target, as_target
 from . import nvptx
+from . import launch as launch_info
 from .assemble import (
     ASSEMBLERS,
     AssemblerError,
@@ -111,15 +112,18 @@ def emit_ptx(module, sm: str) -> str:
     return target_machine(sm).emit_assembly(module)
 
 
-_MEMORY_ACCESS = re.compile(r"^\s*(?:ld|st|atom|red|cp|prefetch|ldmatrix|stmatrix|wgmma)\."
-                            r"(?!param)", re.M)
+_MEMORY_ACCESS = re.compile(r"^\s*(?:@!?%?\w+\s+)?(?:ld|st|atom|red|cp|ldmatrix|stmatrix|wgmma)"
+                            r"\.(?!param|async\.bulk\.prefetch\.L2)", re.M)
+"""A PTX instruction that reads or writes memory (predicated or not); parameter loads and
+L2 prefetches, which see no data, excepted."""
 
 
 def check_grid_dependency_wait(ptx: str, what: str) -> None:
     """A kernel that waits for its grid dependencies (``griddepcontrol.wait``, so that it
     may start before the kernel before it finishes) must touch no memory before the wait;
-    raise :class:`CompileError` if the PTX does (nothing may be read before it is written)."""
-    wait = ptx.find(nvptx.GRID_DEPENDENCY_WAIT)
+    raise :class:`CompileError` if the PTX does (nothing may be read before it is written).
+    Only parameter loads and L2 prefetches (of weights, ``prefetch_l2``) may come first."""
+    wait = ptx.find(launch_info.GRID_DEPENDENCY_WAIT)
     if wait < 0:
         return
     entry = ptx.rfind(".entry", 0, wait)
@@ -164,6 +168,7 @@ def compile_kernel(
     ptxas_flags: tuple[str, ...] = (),
     dump_dir: str | None = None,
     cache: KernelCache | bool | None = True,
+    prefetch_l2: tuple[str, ...] = (),
 ) -> CompiledKernel:
     """Compile one device-IR kernel for ``target``.
 
@@ -181,6 +186,9 @@ def compile_kernel(
         ptxas_flags: extra flags for the assembler (``("-maxrregcount=64",)``).
         dump_dir: write every stage's output there.
         cache: True for the process-wide cache, a :class:`KernelCache`, or False/None.
+        prefetch_l2: read-only parameters (by name) that no kernel writes while this one
+            may run (a network's weights): each block prefetches its share into L2 before
+            the kernel waits for its grid dependencies (sm_90 and later; codegen).
     """
     replace = dict(replace or {})
     if len(replace) > 1:
@@ -203,7 +211,7 @@ def compile_kernel(
         limits = (target.max_threads_per_block, target.max_shared_memory_per_block,
                   target.max_shared_memory_per_block_optin)
         key = cache_key(device_ir, target.arch, limits, start, replacement, stop, asm,
-                        tuple(ptxas_flags))
+                        tuple(ptxas_flags), tuple(prefetch_l2))
         hit = store.get(key)
         if hit is not None:
             hit = dataclasses.replace(hit, cache_hit=True, stage_seconds={})
@@ -213,7 +221,7 @@ def compile_kernel(
 
     seconds: dict = {}
     t0 = time.perf_counter()
-    llvm_text, launch = codegen_kernel(kernel_func, target)
+    llvm_text, launch = codegen_kernel(kernel_func, target, tuple(prefetch_l2))
     seconds["llvm_ir"] = time.perf_counter() - t0
     kernel = CompiledKernel(kernel_func.name, target.arch, launch, {"device_ir": device_ir},
                             started_from=start, stage_seconds=seconds)

@@ -8,6 +8,17 @@ from dataclasses import dataclass
 
 from ..ir import dtype as dt
 
+GRID_DEPENDENCY_WAIT = "griddepcontrol.wait;"
+"""The first instruction of every kernel for sm_90 and later (backend_ptx.codegen): wait
+until the grids this one depends on (the kernel before it in its stream, under
+programmatic dependent launch) have finished and their memory is visible. Without such a
+launch it returns at once. The runtime launches a kernel whose PTX has it as a dependent
+launch (``LoadedKernel.dependent_launch``)."""
+
+GRID_DEPENDENTS_LAUNCH = "griddepcontrol.launch_dependents;"
+"""The second: let the next kernel of the stream launch (it waits in its own first
+instruction) once every block of this one has started."""
+
 
 @dataclass(frozen=True)
 class ParamInfo:

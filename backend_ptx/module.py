@@ -17,7 +17,7 @@ from ..ir.stmt import Alloc, Launch, Module, PrimFunc, Seq, Stmt
 from ..target import Target, as_target
 from .cuda_driver import CudaError, Device, call, cuda, driver, release_failed
 from .kernel import CompiledKernel, CompileError, stage_name
-from . import nvptx
+from . import launch as launch_info
 from .launch import LaunchInfo
 from .ndarray import NDArray, empty, from_dlpack
 from .timer import ProfileResult, time_evaluator
@@ -69,7 +69,7 @@ class LoadedKernel:
         self._smem = launch.dynamic_shared_bytes
         # a kernel that waits for its grid dependencies first (codegen, sm_90 and later) may
         # start while the kernel before it in the stream finishes
-        self.dependent_launch = (nvptx.GRID_DEPENDENCY_WAIT
+        self.dependent_launch = (launch_info.GRID_DEPENDENCY_WAIT
                                  in (compiled.sources.get("ptx") or ""))
         self._config = None
         n = len(launch.params)
@@ -361,18 +361,54 @@ class LoadedModule:
         return f"<LoadedModule {list(self.kernels)} on {self.device}>"
 
 
-def compile_module(device_module: Module, target: Target | str | None = None,
-                   **options) -> PtxModule:
+def compile_module(device_module: Module, target: Target | str | None = None, *,
+                   constant_params: tuple[str, ...] = (), **options) -> PtxModule:
     """Compile every kernel of a device-IR module for ``target`` (a Target, a target string
-    or an sm name; default: the current target; options as for ``compile_kernel``)."""
+    or an sm name; default: the current target; options as for ``compile_kernel``).
+
+    ``constant_params``: parameters of the host function (by name) that hold data no kernel
+    writes while the module may run, such as a network's weights. Where the target has
+    ``cp.async.bulk.prefetch`` (sm_90a and later) each kernel prefetches the ones it reads
+    into L2 before it waits for the kernel before it (``compile_kernel``'s
+    ``prefetch_l2``)."""
     from .compile import compile_kernel  # the compiler (LLVM) only where compiling
 
     target = as_target(target)
+    prefetch = (kernel_params_of(device_module, constant_params)
+                if constant_params and target.has_l2_prefetch else {})
+    if constant_params:
+        options["constant_params"] = tuple(constant_params)
     kernels = {}
     for f in device_module.kernels():
-        kernels[f.name] = compile_kernel(f, target, **options)
+        kernels[f.name] = compile_kernel(
+            f, target, prefetch_l2=prefetch.get(f.name, ()),
+            **{k: v for k, v in options.items() if k != "constant_params"})
     if not kernels:
         raise CompileError(
             "the module has no kernels (functions of level kernel); lower it "
             "to device IR first")
     return PtxModule(device_module, kernels, target.arch, options)
+
+
+def kernel_params_of(device_module: Module, host_params) -> dict[str, tuple[str, ...]]:
+    """For each kernel, the names of its parameters that its launches in the host function
+    bind to one of ``host_params`` (host parameter names), in every launch of it."""
+    host = device_module.host
+    if host is None:
+        return {}
+    wanted = {id(p) for p in host.params if p.name in set(host_params)}
+    kernels = {f.name: f for f in device_module.kernels()}
+    found: dict[str, set[str]] = {}
+
+    def visit(s: Stmt) -> None:
+        if isinstance(s, Seq):
+            for c in s.stmts:
+                visit(c)
+        elif isinstance(s, Alloc):
+            visit(s.body)
+        elif isinstance(s, Launch) and s.kernel in kernels:
+            names = {p.name for arg, p in zip(s.args, kernels[s.kernel].params)
+                     if id(arg) in wanted}
+            found[s.kernel] = found[s.kernel] & names if s.kernel in found else names
+    visit(host.body)
+    return {k: tuple(sorted(v)) for k, v in found.items() if v}

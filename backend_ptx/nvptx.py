@@ -51,15 +51,6 @@ KERNEL_CALLING_CONV = "ptx_kernel"
 MAXNTID_ATTRIBUTE = "nvvm.maxntid"
 MINCTASM_ATTRIBUTE = "nvvm.minctasm"
 
-GRID_DEPENDENCY_WAIT = "griddepcontrol.wait;"
-"""The first instruction of every kernel for sm_90 and later: wait until the grids this
-one depends on (the kernel before it in its stream, under programmatic dependent launch)
-have finished and their memory is visible. Without such a launch it returns at once."""
-
-GRID_DEPENDENTS_LAUNCH = "griddepcontrol.launch_dependents;"
-"""The second: let the next kernel of the stream launch (it waits in its own first
-instruction) once every block of this one has started."""
-
 PARAM_ALIGN = 16
 """Alignment promised on every buffer parameter (the runtime checks pointers against it)."""
 

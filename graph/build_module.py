@@ -170,17 +170,20 @@ def _constant_names(graph: Graph) -> Callable[[Constant], str]:
     return name_of
 
 
-def compile_function(func: FusedFunction, target: Target | str, schedule_fn: ScheduleFn | None
-                     ) -> CompiledFunction:
+def compile_function(func: FusedFunction, target: Target | str, schedule_fn: ScheduleFn | None,
+                     constant_args: tuple[int, ...] = ()) -> CompiledFunction:
     """Schedule (``schedule_fn`` or the default), lower and, for a cuda target, compile;
-    all with ``target`` current, so the default schedules and the limits are its."""
+    all with ``target`` current, so the default schedules and the limits are its.
+    ``constant_args``: positions of the function's arguments that are the network's
+    constants (weights) at every call; on sm_90 and later its kernels prefetch them into
+    L2 before they wait for the kernel before them."""
     target = as_target(target)
     with target:
-        return _compile_function(func, target, schedule_fn)
+        return _compile_function(func, target, schedule_fn, tuple(constant_args))
 
 
-def _compile_function(func: FusedFunction, target: Target, schedule_fn: ScheduleFn | None
-                      ) -> CompiledFunction:
+def _compile_function(func: FusedFunction, target: Target, schedule_fn: ScheduleFn | None,
+                      constant_args: tuple[int, ...] = ()) -> CompiledFunction:
     from ..driver import lower
 
     t0 = time.perf_counter()
@@ -204,7 +207,10 @@ def _compile_function(func: FusedFunction, target: Target, schedule_fn: Schedule
     if not target.is_sim:
         from ..backend_ptx import compile_module
 
-        ptx = compile_module(device_module, target)
+        host = device_module.host
+        names = tuple(host.params[j].name for j in constant_args
+                      if host is not None and j < len(host.params))
+        ptx = compile_module(device_module, target, constant_params=names)
     pipeline_text = getattr(getattr(sch, "pipeline", None), "text", "")
     return CompiledFunction(func, device_module, ptx, tuned, pipeline_text,
                             time.perf_counter() - t0)
@@ -262,6 +268,13 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
     consts = _constant_names(fused)
     plan = plan_memory(fused, consts)
     _, of_call = distinct_functions(fused, include_views=True)
+    # the arguments that are weights at every call of a function: its kernels prefetch them
+    constant_at: dict[str, set[int]] = {}
+    for step in plan.steps:
+        if not step.view:
+            key = of_call[id(step.call)].workload_key
+            here = {j for j, a in enumerate(step.call.args) if isinstance(a, Constant)}
+            constant_at[key] = constant_at[key] & here if key in constant_at else here
     compiled: dict[str, CompiledFunction] = {}
     call_keys: list[str | None] = []
     for step in plan.steps:
@@ -271,7 +284,8 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
         ff = of_call[id(step.call)]
         key = ff.workload_key
         if key not in compiled:
-            compiled[key] = compile_function(ff, target, schedule_fn)
+            compiled[key] = compile_function(ff, target, schedule_fn,
+                                             tuple(sorted(constant_at[key])))
         call_keys.append(key)
     weights = {}
     for n in fused.nodes():

@@ -211,7 +211,7 @@ def test_graph_replays_of_a_chunk_time_like_one_graph_of_every_call(dev):
     assert res.number > MAX_GRAPH_CHUNK  # more calls than one captured graph holds
     # the old way: every call of a repeat captured into one graph
     stream = call("cuStreamCreate", 1)
-    whole = _Graph(lambda *ptrs, stream=0: loaded._run_ptrs(ptrs, stream),
+    whole = _Graph(lambda *ptrs, stream=0: loaded._run_ptrs(ptrs, stream, False),
                    tuple(loaded._param_ptrs((A, B, C))), res.number, stream)
     whole.launch(stream)
     ev = EventPair(dev)
@@ -255,9 +255,12 @@ def test_launch_errors_name_the_driver_call(dev):
     A, B, C = (empty(256, "float32", dev) for _ in range(3))
     with pytest.raises(CudaError) as info:
         lk.launch(A, B, C, block=(2048, 1, 1))
-    assert info.value.func_name == "cuLaunchKernel"
+    # sm_90 and later: a dependent launch (cuLaunchKernelEx), else a plain one
+    want = "cuLaunchKernelEx" if lk.dependent_launch else "cuLaunchKernel"
+    assert lk.dependent_launch == (dev.compute_capability >= (9, 0))
+    assert info.value.func_name == want
     assert info.value.error_name.startswith("CUDA_ERROR_")
-    assert "cuLaunchKernel" in str(info.value)
+    assert want in str(info.value)
     with pytest.raises(ValueError, match="needs 256 x float32"):
         lk(A, B, empty(10, "float32", dev))
     dev.sync()  # the context is still healthy after a refused launch

@@ -10,7 +10,7 @@ import numpy as np
 import ptxforge
 import pytest
 from ptxforge import graph
-from ptxforge.backend_ptx import nvptx
+from ptxforge.backend_ptx import launch as launch_info
 from ptxforge.graph import nn
 from ptxforge.target import Target
 
@@ -41,12 +41,12 @@ def test_kernels_for_sm90_wait_for_their_grid_dependencies_before_anything_else(
     assert len(bodies) >= 3
     for body in bodies:
         # only parameter loads come before the wait, then the launch of the dependents
-        wait = body.index(nvptx.GRID_DEPENDENCY_WAIT)
+        wait = body.index(launch_info.GRID_DEPENDENCY_WAIT)
         assert all(ln.startswith("ld.param.") for ln in body[:wait])
         rest = [ln for ln in body[wait + 1:] if not ln.startswith("ld.param.")]
-        assert rest[0] == nvptx.GRID_DEPENDENTS_LAUNCH
+        assert rest[0] == launch_info.GRID_DEPENDENTS_LAUNCH
         assert any(ln.startswith("ld.global") for ln in rest)
-        assert sum(nvptx.GRID_DEPENDENCY_WAIT in ln for ln in body) == 1
+        assert sum(launch_info.GRID_DEPENDENCY_WAIT in ln for ln in body) == 1
 
 
 def test_kernels_for_sm80_have_no_grid_dependency_control():
@@ -107,3 +107,52 @@ def test_ptx_that_touches_memory_before_the_wait_is_refused():
                      "\tld.global.nc.b32 %r1, [%rd1];\n\tgriddepcontrol.wait;")
     with pytest.raises(CompileError, match="before griddepcontrol.wait"):
         check_grid_dependency_wait(bad, "k")
+
+
+def weighted_chain():
+    """Two dense layers with weights (constants) around a softmax."""
+    x = graph.var("x", (64, 256))
+    w1 = graph.const(RNG.standard_normal((512, 256)).astype("float32") * 0.05, "w1")
+    w2 = graph.const(RNG.standard_normal((128, 512)).astype("float32") * 0.05, "w2")
+    h = nn.softmax(nn.dense(x, w1), axis=-1)
+    return graph.function(nn.dense(h, w2))
+
+
+def test_kernels_prefetch_the_weights_they_read_into_l2_before_the_wait():
+    lib = graph.build(weighted_chain(), "cuda -arch=sm_90a", precision="float16")
+    checked = 0
+    for f in lib.functions.values():
+        ptx = f.ptx.kernels[next(iter(f.ptx.kernels))].get_source("ptx")
+        wait = ptx.index(launch_info.GRID_DEPENDENCY_WAIT)
+        before = ptx[:wait]
+        n = before.count("cp.async.bulk.prefetch.L2.global")
+        assert "cp.async.bulk.prefetch" not in ptx[wait:]
+        if "dense" in f.func.name:
+            assert n >= 1  # the weight (and the bias, if any)
+            checked += 1
+        else:
+            assert n == 0  # the softmax reads only what the kernel before it wrote
+    assert checked == 2
+    for arch in ("sm_80", "sm_90"):  # sm_90's PTX 7.8 has no bulk prefetch
+        ptx = graph.build(weighted_chain(), f"cuda -arch={arch}",
+                          precision="float16").get_source("ptx")
+        assert "cp.async.bulk.prefetch" not in ptx
+        assert ("griddepcontrol.wait" in ptx) == (arch == "sm_90")
+
+
+def test_kernel_params_of_follows_the_host_launches():
+    from ptxforge.backend_ptx.module import kernel_params_of
+    from ptxforge.graph.build_module import default_schedule_for
+    from ptxforge.graph.fused import distinct_functions
+    from ptxforge.driver import lower
+
+    fused = graph.optimize(weighted_chain(), precision="float16")
+    funcs, _ = distinct_functions(fused)
+    dense = next(f for f in funcs if "dense" in f.name)
+    s, args = default_schedule_for(dense)
+    mod = lower(s, list(args))
+    names = [p.name for p in mod.host.params]
+    got = kernel_params_of(mod, (names[1],))
+    assert got and all(len(v) == 1 for v in got.values())
+    assert kernel_params_of(mod, ()) == {}
+    assert kernel_params_of(mod, ("no_such_param",)) == {}
