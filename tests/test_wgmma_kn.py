@@ -107,10 +107,15 @@ def test_matmul_with_b_as_kn_matches_numpy(M, N, K, ab, out, batch, cfg):
     s, _ = _schedule(y, WgmmaScheduleConfig(*cfg))
     text = str(s.pipeline)
     assert f"wgmma_m64n64k16_{'f16' if ab == 'float16' else 'bf16'}_f32_kn" in text
-    mod = ptxforge.build(s, args + [y], target=SIM)
+    _check_matmul(s, args, y, ab)
+
+
+def _check_matmul(s, args, y, ab):
+    """Build schedule ``s`` for the simulator, run it on random inputs and compare with
+    numpy's product of the same 16-bit values."""
     vals = [host(RNG, a.shape, a.dtype) for a in args]
     got = np.full(y.shape, np.nan, y.dtype)
-    mod(*vals, got)
+    ptxforge.build(s, args + [y], target=SIM)(*vals, got)
     want = np.matmul(f64(vals[0], ab), f64(vals[1], ab))
     tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[y.dtype]
     np.testing.assert_allclose(f64(got, y.dtype), want, rtol=0, atol=tol * np.abs(want).max())
@@ -157,12 +162,7 @@ def test_matmul_with_b_as_kn_in_panels_matches_numpy(M, N, K, ab, out, batch, cf
     text = str(s.pipeline)
     assert f"wgmma_m64n{cfg[0]}k16_{'f16' if ab == 'float16' else 'bf16'}_f32_kn" in text
     assert re.search(r"layout_panels\(([\w.]*\.)?[bB]\.shared, 64\)", text), text
-    vals = [host(RNG, a.shape, a.dtype) for a in args]
-    got = np.full(y.shape, np.nan, y.dtype)
-    ptxforge.build(s, args + [y], target=SIM)(*vals, got)
-    want = np.matmul(f64(vals[0], ab), f64(vals[1], ab))
-    tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[y.dtype]
-    np.testing.assert_allclose(f64(got, y.dtype), want, rtol=0, atol=tol * np.abs(want).max())
+    _check_matmul(s, args, y, ab)
 
 
 def test_the_simulator_reads_the_b_panels_through_the_leading_byte_offset(monkeypatch):

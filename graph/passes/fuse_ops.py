@@ -260,6 +260,20 @@ def _layout_group(members: list[Call], output: Call) -> tuple[Node, list[Call]] 
     return source, chain
 
 
+def _products_with_one_reader(nodes: list[Node], groups: _Groups, cons: dict, outputs: set,
+                              shapes: bool):
+    """Each tensor-core product (:func:`tensor_core_product` with ``shapes``) at the root
+    of its group, with the group's output and that output's only reader, where the output
+    is not a graph output. Groups merged while this runs are seen as they are then."""
+    for node in nodes:
+        if not tensor_core_product(node, shapes=shapes) or groups.root(id(node)) != id(node):
+            continue
+        out = groups.output[id(node)]
+        if id(out) in outputs or len(cons[id(out)]) != 1:
+            continue
+        yield node, out, cons[id(out)][0]
+
+
 def _fuse_output_layouts(nodes: list[Node], groups: _Groups, cons: dict,
                          outputs: set) -> None:
     """Epilogue fusion: a group that only moves the elements of a tensor-core product's
@@ -268,13 +282,7 @@ def _fuse_output_layouts(nodes: list[Node], groups: _Groups, cons: dict,
     digit of one axis of the chain's result (:func:`~.layout_view.stored_view`). The
     product's epilogue then stores each element at its place in that layout."""
     members = _members(nodes, groups)
-    for node in nodes:
-        if not tensor_core_product(node, shapes=True) or groups.root(id(node)) != id(node):
-            continue
-        out = groups.output[id(node)]
-        if id(out) in outputs or len(cons[id(out)]) != 1:
-            continue
-        reader = cons[id(out)][0]
+    for node, out, reader in _products_with_one_reader(nodes, groups, cons, outputs, True):
         r = groups.root(id(reader))
         if r != id(reader) or not (isinstance(reader.op, str) and reader.op in LAYOUT_OPS):
             continue
@@ -320,13 +328,7 @@ def _fuse_row_epilogues(nodes: list[Node], groups: _Groups, cons: dict,
     calls after the product must be element-wise (not a layout chain its epilogue
     stores through), the softmax a group of its own."""
     members = _members(nodes, groups)
-    for node in nodes:
-        if not tensor_core_product(node) or groups.root(id(node)) != id(node):
-            continue
-        out = groups.output[id(node)]
-        if id(out) in outputs or len(cons[id(out)]) != 1:
-            continue
-        reader = cons[id(out)][0]
+    for node, out, reader in _products_with_one_reader(nodes, groups, cons, outputs, False):
         r = groups.root(id(reader))
         if r != id(reader) or groups.size[r] != 1 or groups.output[r] is not reader:
             continue
