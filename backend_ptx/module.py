@@ -376,17 +376,16 @@ def compile_module(device_module: Module, target: Target | str | None = None, *,
     target = as_target(target)
     prefetch = (kernel_params_of(device_module, constant_params)
                 if constant_params and target.has_l2_prefetch else {})
-    if constant_params:
-        options["constant_params"] = tuple(constant_params)
     kernels = {}
     for f in device_module.kernels():
-        kernels[f.name] = compile_kernel(
-            f, target, prefetch_l2=prefetch.get(f.name, ()),
-            **{k: v for k, v in options.items() if k != "constant_params"})
+        kernels[f.name] = compile_kernel(f, target, prefetch_l2=prefetch.get(f.name, ()),
+                                         **options)
     if not kernels:
         raise CompileError(
             "the module has no kernels (functions of level kernel); lower it "
             "to device IR first")
+    if constant_params:  # kept for a rebuild for another architecture (for_target)
+        options["constant_params"] = tuple(constant_params)
     return PtxModule(device_module, kernels, target.arch, options)
 
 

@@ -60,11 +60,6 @@ def runs_on_tensor_cores(call: Call) -> bool:
     return dtype in TENSOR_CORE_DTYPES or (dtype == "float32" and a["precision"] == "tf32")
 
 
-def padded_channels(channels: int, multiple: int) -> int:
-    """``channels`` rounded up to a multiple of ``multiple``."""
-    return -(-channels // multiple) * multiple
-
-
 @register_graph_pass
 @dataclass(frozen=True)
 class PadConvChannels(GraphPass):
@@ -101,7 +96,7 @@ class PadConvChannels(GraphPass):
             channels = data.shape[3]
             if channels % m == 0 or not isinstance(weight, Constant):
                 return None
-            extra = padded_channels(channels, m) - channels
+            extra = -channels % m  # zero channels up to the next multiple
             if id(data) not in padded_data:
                 padded_data[id(data)] = pad_axis(data, extra, 3)
             return Call(call.op, [padded_data[id(data)], pad_axis(weight, extra, 2)],

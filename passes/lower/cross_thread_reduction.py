@@ -76,12 +76,14 @@ def _find(s, path):
 
 def cross_thread_reduction(func: PrimFunc, warp_shuffle: bool = True) -> PrimFunc:
     body = func.body
-    block_dim = _block_dim(body)
+    block_dim = None  # the launch's threads, read once a reduction is found
     while True:
         path = _find(body, [])
         if path is None:
             return func.replace(body=body)
-        body = _rewrite(path, block_dim if warp_shuffle else None)
+        if warp_shuffle and block_dim is None:
+            block_dim = _block_dim(body)  # rewrites add no thread loops: read once
+        body = _rewrite(path, block_dim)
 
 
 def _block_dim(body) -> dict:
