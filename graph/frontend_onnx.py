@@ -619,6 +619,28 @@ _STATIC = {
     "Div": _static_binary(lambda x, y: x // y if x.dtype.kind in "iu" else x / y),
 }
 
+
+
+def register_converter(op_type: str, static=None):
+    """Register the translation of ONNX operator ``op_type``: the decorated function takes
+    ``(importer, node, attrs)`` and returns the graph node (or nodes) of its outputs.
+    ``static``, when given, evaluates the node at import time (``(importer, node, attrs) ->
+    list of numpy arrays``) when all its inputs are known then (shapes and constants).
+    The converters of ``graph/onnx_ops/`` register themselves this way."""
+
+    def wrap(fn):
+        if op_type in _HANDLERS:
+            raise ValueError(f"an ONNX converter for {op_type} is already registered")
+        _HANDLERS[op_type] = fn
+        if static is not None:
+            _STATIC[op_type] = static
+        return fn
+
+    return wrap
+
+
+from . import onnx_ops as _onnx_ops  # noqa: E402,F401  (registers the converters there)
+
 SUPPORTED = frozenset(_HANDLERS)
 """The ONNX operator types the importer translates."""
 

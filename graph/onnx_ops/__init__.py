@@ -1,0 +1,5 @@
+"""ONNX operator converters beyond the core ones of ``graph/frontend_onnx.py``, one module per
+family; each registers its converters with :func:`ptxforge.graph.frontend_onnx.register_converter`.
+"""
+
+from . import math_ops, tensor_ops  # noqa: F401  (registration)

@@ -1,0 +1,1 @@
+"""ONNX converters of element-wise, comparison, logic, activation and reduction operators."""

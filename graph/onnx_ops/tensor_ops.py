@@ -1,0 +1,2 @@
+"""ONNX converters of indexing, data-movement, convolution, pooling and normalization
+operators."""
