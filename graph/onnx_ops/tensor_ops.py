@@ -1,2 +1,2 @@
-"""ONNX converters of indexing, data-movement, convolution, pooling and normalization
-operators."""
+"""ONNX converters of indexing and data-movement operators (gathers, scatters, slices,
+tiling, padding, products written as einsum)."""

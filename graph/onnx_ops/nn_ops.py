@@ -1,0 +1,1 @@
+"""ONNX converters of convolution, pooling, normalization and resizing operators."""
