@@ -25,6 +25,7 @@ from .elemwise import (
 )
 from .linear import batch_matmul, bias_add, dense, matmul
 from .norm import batch_norm, layer_norm, softmax
+from .rms_norm import rms_norm
 from .pool import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
 from .transform import (
     VIEW_OPS,
@@ -51,3 +52,4 @@ __all__ = [
     "subtract", "tanh",
     "transpose", "winograd_weight_transform",
 ]
+__all__ += ["rms_norm"]
