@@ -37,7 +37,7 @@ def bert_encoder() -> torch.nn.Module:
     with torch.no_grad():
         for p in model.parameters():  # random biases and norms too (not ones and zeros)
             p.normal_(0.0, 0.1)
-    return Encoder(model)
+    return Encoder(model).eval()
 
 
 def main() -> None:
