@@ -363,8 +363,9 @@ def _reshape(im, node, a):
 
 def _flatten(im, node, a):
     x = im.tensor(node.input[0])
-    axis = int(a.get("axis", 1)) % max(x.ndim, 1)
-    if axis == 1:
+    axis = int(a.get("axis", 1))
+    axis = axis + x.ndim if axis < 0 else axis  # 0 ... ndim: axis == ndim gives [size, 1]
+    if axis == 1 and x.ndim >= 2:
         return G.batch_flatten(x)
     return G.reshape(x, (int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))))
 
