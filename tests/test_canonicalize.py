@@ -243,3 +243,24 @@ def test_division_by_a_constant_becomes_a_multiply_by_its_reciprocal():
     assert first.op_name == "multiply"
     assert float(first.args[1].value.reshape(())) == np.float32(1 / np.sqrt(2.0))
     assert zero.op_name == "divide" and ints.op_name == "divide"  # left as they are
+
+
+def test_small_constants_are_one_node_by_value_large_ones_by_identity():
+    x = Var("x", (4, 80))
+    big = np.ones(80, np.float32)
+    outs = [G.add(x, Constant(np.float32(1.0))), G.add(x, Constant(np.float32(1.0))),
+            G.multiply(x, Constant(big.copy())), G.multiply(x, Constant(big.copy()))]
+    out = EliminateCommonSubexpr()(graph_from_outputs(G.concatenate(outs, axis=0)))
+    assert [c.op_name for c in out.calls()].count("add") == 1
+    assert [c.op_name for c in out.calls()].count("multiply") == 2
+
+
+def test_a_mask_over_the_heads_follows_the_scores_reshape():
+    s = Var("s", (2, 8, 8))  # [heads, q, k] scores of batch 1
+    mask = Var("mask", (1, 1, 8, 8))
+    scores = G.add(G.reshape(s, (1, 2, 8, 8)), mask)
+    net = graph_from_outputs(G.reshape(G.softmax(scores, axis=-1), (2, 8, 8)))
+    out = SinkLayoutOps()(net)
+    assert all(c.ndim == 3 for c in out.calls() if c.op_name in ("add", "nn.softmax"))
+    same_values(net, out, s=RNG.standard_normal((2, 8, 8)).astype(np.float32),
+                mask=RNG.standard_normal((1, 1, 8, 8)).astype(np.float32))

@@ -6,15 +6,20 @@ often: PyTorch's ONNX exporters reshape a transformer layer's input once for eac
 query, key and value projections, and only after the copies are one node do the three
 products read the same data, which ``combine_parallel_dense`` needs to make them one
 product. Constants are compared by identity, not by value (a comparison of weights by value
-would cost as much as the weights), so two equal weight tensors stay two.
+would cost as much as the weights), so two equal weight tensors stay two; but small
+constants (at most :data:`SMALL_CONSTANT` elements: scalars, the masks' fill values, axes)
+are compared by value, since exporters write a new one at every use.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import Call, Graph, Node, attr_text, rewrite
+from ..ir import Call, Constant, Graph, Node, attr_text, rewrite
 from .base import GraphPass, register_graph_pass
+
+SMALL_CONSTANT = 64
+"""Constants of at most this many elements are the same node when their values are."""
 
 
 def _key(call: Call, args: tuple) -> tuple | None:
@@ -34,8 +39,17 @@ class EliminateCommonSubexpr(GraphPass):
 
     def apply(self, graph: Graph, ctx) -> Graph:
         seen: dict[tuple, Node] = {}
+        constants: dict[tuple, Constant] = {}
+
+        def canonical(node: Node) -> Node:
+            if not isinstance(node, Constant) or node.value.size > SMALL_CONSTANT:
+                return node
+            value = node.value
+            key = (node.dtype, value.shape, value.tobytes())
+            return constants.setdefault(key, node)
 
         def replace(call: Call, args: tuple) -> Node | None:
+            args = tuple(canonical(a) for a in args)
             key = _key(call, args)
             if key is None:
                 return None

@@ -10,7 +10,9 @@ element-wise operator that reads it, as long as the other operands follow along 
 - scalars (a constant of one element), under any layout operator;
 - constants along the last axis (a bias of ``[N]`` or ``[1, ..., N]``), under a reshape that
   keeps the last dimension or a transpose that keeps the last axis last;
-- tensors of the reshape's shape, which are reshaped back (a view, no copy): a residual add.
+- tensors of the reshape's shape, which are reshaped back (a view, no copy): a residual add;
+  and tensors that broadcast along the leading dimensions and vary only along trailing
+  ones the reshape keeps (an attention mask over the heads, at batch 1).
 
 It moves reshapes below ``nn.layer_norm``, ``nn.rms_norm`` and ``nn.softmax`` of the last
 axis when the reshape keeps the last dimension, merges chains of reshapes and of
@@ -78,6 +80,15 @@ def _adapt(operand: Node, layout: Call, out_shape: tuple) -> Node | None:
         return Constant(operand.value.reshape(operand.value.shape[-1]), operand.name)
     if layout.op != "transpose" and operand.shape == out_shape:
         return G.reshape(operand, src.shape)
+    if layout.op != "transpose" and operand.ndim <= len(out_shape):
+        # a broadcast operand (an attention mask [1, 1, s, s] over [1, heads, s, s] scores):
+        # it follows when what it varies along is the trailing dimensions the reshape keeps
+        trailing = tuple(operand.shape)
+        while trailing and trailing[0] == 1:
+            trailing = trailing[1:]
+        n = len(trailing)
+        if n and n < src.ndim and trailing == tuple(src.shape[-n:]) == tuple(out_shape[-n:]):
+            return G.reshape(operand, trailing)
     return None
 
 
