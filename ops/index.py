@@ -160,7 +160,9 @@ def _scatter(op: str, data: Tensor, count: int, match, update, reduction: str) -
 
     ``none`` keeps the last update that lands (a reduction finds its number, a second stage
     reads it), ``add`` sums the updates and adds them, ``max`` / ``min`` reduce them together
-    with the element itself, and ``mul`` unrolls one select per update."""
+    with the element itself, and ``mul`` unrolls one select per update. The reductions run
+    over every update for every output element: work of ``count`` times the data's size,
+    meant for the small scatters of model graphs (cache updates, masks)."""
     _check_reduction(op, reduction)
     names = ax_names(data.ndim)
     name = f"T_{op}"
@@ -180,8 +182,12 @@ def _scatter(op: str, data: Tensor, count: int, match, update, reduction: str) -
         reducer = te.max_reduce if reduction == "max" else te.min_reduce
 
         def extreme(*p):
-            k = te.reduce_axis((0, count), "k")
-            return reducer(select(match(k.var, p), update(k.var, p), data(*p)), axis=k)
+            # one step more than there are updates: the last step takes the element
+            # itself (the update index is clamped there, so nothing reads out of bounds)
+            k = te.reduce_axis((0, count + 1), "k")
+            u = emin(k.var, count - 1)
+            lands = te.all(k.var < count, match(u, p))
+            return reducer(select(lands, update(u, p), data(*p)), axis=k)
 
         return compute_named(data.shape, names, extreme, name, tag.COMM_REDUCE)
     if reduction == "add":
@@ -364,23 +370,38 @@ def topk_indices(data: Tensor, k: int, axis: int = -1, largest: bool = True) -> 
     return compute_named(shape, names, pick, "T_topk_indices", tag.COMM_REDUCE)
 
 
-def trilu(data: Tensor, k: int = 0, upper: bool = True) -> Tensor:
+def trilu(data: Tensor, k=0, upper: bool = True) -> Tensor:
     """The upper (or lower) triangle of the last two dimensions from diagonal ``k`` (ONNX
-    ``Trilu``): elements with ``j - i >= k`` (``<= k`` for lower) kept, others 0."""
+    ``Trilu``): elements with ``j - i >= k`` (``<= k`` for lower) kept, others 0. ``k`` is
+    an int, or a one-element int tensor read when the kernel runs."""
     op = "trilu"
     expect_tensor(op, "data", data)
     if data.ndim < 2:
         fail(op, f"data must have at least 2 dimensions, got {shape_str(data.shape)}")
-    if isinstance(k, bool) or not isinstance(k, int):
-        fail(op, f"k must be an int, got {k!r}")
+    if isinstance(k, Tensor):
+        _expect_index(op, "k", k)
+        if _numel(k.shape) != 1:
+            fail(op, f"k must hold one value, got shape {shape_str(k.shape)}")
+    elif isinstance(k, bool) or not isinstance(k, int):
+        fail(op, f"k must be an int or a one-element int tensor, got {k!r}")
     zero = const(False) if data.dtype == "bool" else const(0, data.dtype)
 
     def fcompute(*i):
+        diag = k(*[0] * k.ndim) if isinstance(k, Tensor) else k
         diff = i[-1] - i[-2]
-        keep = diff >= k if upper else diff <= k
+        if isinstance(diag, Expr):
+            diff = cast(diag.dtype, diff)
+        keep = diff >= diag if upper else diff <= diag
         return select(keep, data(*i), zero)
 
     return compute_named(data.shape, ax_names(data.ndim), fcompute, "T_trilu", tag.INJECTIVE)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
 
 __all__ = [

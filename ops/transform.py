@@ -338,19 +338,24 @@ def depth_to_space(data: Tensor, block: int, mode: str = "DCR") -> Tensor:
                          "T_depth_to_space", tag.INJECTIVE)
 
 
-def space_to_depth(data: Tensor, block: int) -> Tensor:
+def space_to_depth(data: Tensor, block: int, mode: str = "DCR") -> Tensor:
     """Move ``block x block`` spatial tiles into channels (NCHW), the inverse of
-    :func:`depth_to_space` in ``DCR`` mode: ``[N, C, H, W]`` to
+    :func:`depth_to_space` in the same ``mode``: ``[N, C, H, W]`` to
     ``[N, C * block^2, H / block, W / block]``."""
     op = "space_to_depth"
     _block_check(op, data, block)
+    if mode not in ("DCR", "CRD"):
+        fail(op, f"mode must be 'DCR' or 'CRD', got {mode!r}")
     n, c, h, w = data.shape
     if h % block or w % block:
         fail(op, f"the spatial size {h}x{w} does not split into blocks of {block}x{block}")
 
     def fcompute(b, k, y, x):
-        rest = idxdiv(k, c)
-        return data(b, idxmod(k, c), offset(scale(y, block), idxdiv(rest, block)),
+        if mode == "DCR":
+            channel, rest = idxmod(k, c), idxdiv(k, c)
+        else:
+            channel, rest = idxdiv(k, block * block), idxmod(k, block * block)
+        return data(b, channel, offset(scale(y, block), idxdiv(rest, block)),
                     offset(scale(x, block), idxmod(rest, block)))
 
     return compute_named((n, c * block * block, h // block, w // block), ax_names(4), fcompute,

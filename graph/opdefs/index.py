@@ -397,27 +397,38 @@ def topk_indices(data: Node, k: int, axis: int = -1, largest: bool = True) -> Ca
 
 
 def _trilu_infer(types, attrs):
-    (data,) = types
+    data = types[0]
+    if len(types) > 2:
+        fail("trilu", f"takes data and an optional k tensor, got {len(types)} arguments")
     if data.ndim < 2:
         fail("trilu", f"data must have at least 2 dimensions, got {list(data.shape)}")
-    if isinstance(attrs["k"], bool) or not isinstance(attrs["k"], int):
+    if len(types) == 2:
+        _index_type("trilu", "k", types[1])
+        if types[1].size != 1:
+            fail("trilu", f"k must hold one value, got {types[1]}")
+    elif isinstance(attrs["k"], bool) or not isinstance(attrs["k"], int):
         fail("trilu", f"k must be an int, got {attrs['k']!r}")
     return data
 
 
 def _trilu_ref(a, attrs):
     fn = np.triu if attrs["upper"] else np.tril
-    return np.ascontiguousarray(fn(a[0], attrs["k"]))
+    k = int(a[1].reshape(())) if len(a) > 1 else attrs["k"]
+    return np.ascontiguousarray(fn(a[0], k))
 
 
 register_op(OpDef(
-    name="trilu", num_inputs=1, infer=_trilu_infer,
-    lower=_typed(lambda a, attrs: ix.trilu(a[0], attrs["k"], attrs["upper"])),
+    name="trilu", num_inputs=None, infer=_trilu_infer,
+    lower=_typed(lambda a, attrs: ix.trilu(a[0], a[1] if len(a) > 1 else attrs["k"],
+                                           attrs["upper"])),
     ref=_trilu_ref, pattern=OpPattern.INJECTIVE, defaults={"k": 0, "upper": True},
     normalize=lambda attrs: {**attrs, "upper": bool(attrs["upper"])},
 ))
 
 
-def trilu(data: Node, k: int = 0, upper: bool = True) -> Call:
-    """The upper (lower) triangle of the last two dimensions from diagonal ``k``."""
+def trilu(data: Node, k: int | Node = 0, upper: bool = True) -> Call:
+    """The upper (lower) triangle of the last two dimensions from diagonal ``k``: an int,
+    or a one-element int tensor (known only when the network runs)."""
+    if isinstance(k, Node):
+        return Call("trilu", [data, k], {"upper": upper})
     return Call("trilu", [data], {"k": k, "upper": upper})

@@ -409,13 +409,13 @@ def _block_infer(op, types, attrs):
     if isinstance(block, bool) or not isinstance(block, int) or block < 1:
         fail(op, f"block_size must be a positive int, got {block!r}")
     n, c, h, w = data.shape
+    if attrs["mode"] not in ("DCR", "CRD"):
+        fail(op, f"mode must be 'DCR' or 'CRD', got {attrs['mode']!r}")
     if op == "nn.space_to_depth":
         if h % block or w % block:
             fail(op, f"the spatial size {h}x{w} does not split into blocks of "
                      f"{block}x{block}")
         return TensorType((n, c * block * block, h // block, w // block), data.dtype)
-    if attrs["mode"] not in ("DCR", "CRD"):
-        fail(op, f"mode must be 'DCR' or 'CRD', got {attrs['mode']!r}")
     if c % (block * block):
         fail(op, f"{c} channels do not split into blocks of {block}x{block}")
     return TensorType((n, c // (block * block), h * block, w * block), data.dtype)
@@ -434,7 +434,8 @@ def _depth_to_space_ref(a, attrs):
 def _space_to_depth_ref(a, attrs):
     x, b = a[0], attrs["block_size"]
     n, c, h, w = x.shape
-    y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    y = x.reshape(n, c, h // b, b, w // b, b)
+    y = y.transpose((0, 3, 5, 1, 2, 4) if attrs["mode"] == "DCR" else (0, 1, 3, 5, 2, 4))
     return np.ascontiguousarray(y.reshape(n, c * b * b, h // b, w // b))
 
 
@@ -456,14 +457,17 @@ def depth_to_space(data: Node, block_size: int, mode: str = "DCR") -> Call:
 register_op(OpDef(
     name="nn.space_to_depth", num_inputs=1,
     infer=lambda types, attrs: _block_infer("nn.space_to_depth", types, attrs),
-    lower=_lowered(lambda a, attrs: ops.transform.space_to_depth(a[0], attrs["block_size"])),
-    ref=_space_to_depth_ref, pattern=OpPattern.INJECTIVE, defaults={"block_size": None},
+    lower=_lowered(lambda a, attrs: ops.transform.space_to_depth(a[0], attrs["block_size"],
+                                                                 attrs["mode"])),
+    ref=_space_to_depth_ref, pattern=OpPattern.INJECTIVE,
+    defaults={"block_size": None, "mode": "DCR"},
 ))
 
 
-def space_to_depth(data: Node, block_size: int) -> Call:
-    """``[N, C, H, W]`` to ``[N, C * b^2, H / b, W / b]`` (ONNX ``SpaceToDepth``)."""
-    return Call("nn.space_to_depth", [data], {"block_size": block_size})
+def space_to_depth(data: Node, block_size: int, mode: str = "DCR") -> Call:
+    """``[N, C, H, W]`` to ``[N, C * b^2, H / b, W / b]`` (ONNX ``SpaceToDepth``), the
+    inverse of :func:`depth_to_space` in the same ``mode``."""
+    return Call("nn.space_to_depth", [data], {"block_size": block_size, "mode": mode})
 
 
 def _border_pad_infer(types, attrs):
