@@ -5,9 +5,8 @@ simulator build; what cannot be translated is refused with a message saying why.
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import ptxforge
+import pytest
 from ptxforge import graph
 from ptxforge.graph import GraphError, OnnxImportError
 from ptxforge.graph.opdefs import index as GI
@@ -439,3 +438,13 @@ def test_graph_ops_check_their_arguments():
         GT.broadcast_to(x, (2, 3, 5))
     with pytest.raises(GraphError, match="mode must be one of"):
         GT.border_pad(x, [(1, 1), (0, 0)], "symmetric")
+
+
+def test_indexing_kernels_compile_to_ptx():
+    x = graph.var("x", (4, 6))
+    i = graph.var("i", (4, 3), "int64")
+    rows = GT.reshape(GI.topk_indices(x, 1, 0), (6, 1))  # int64 indices made on the device
+    outs = [GI.take(x, i, 1), GI.scatter_nd(x, rows, graph.var("u", (6, 6)), "add"),
+            GI.cumsum(x, 0)]
+    lib = graph.build(graph.function(outs), "cuda", {})
+    assert lib.functions and all(f.ptx is not None for f in lib.functions.values())
