@@ -264,3 +264,37 @@ def test_a_mask_over_the_heads_follows_the_scores_reshape():
     assert all(c.ndim == 3 for c in out.calls() if c.op_name in ("add", "nn.softmax"))
     same_values(net, out, s=RNG.standard_normal((2, 8, 8)).astype(np.float32),
                 mask=RNG.standard_normal((1, 1, 8, 8)).astype(np.float32))
+
+
+@pytest.mark.parametrize("precision", ["float32", "float16"])
+def test_the_nan_guard_of_a_masked_softmax_is_part_of_the_softmax(precision):
+    from ptxforge.graph.opdefs.logic import isnan, where
+    from ptxforge.graph.passes import FoldNanGuard
+
+    x = Var("x", (4, 64))
+    p = G.softmax(x, axis=-1)
+    net = graph_from_outputs(where(isnan(p), Constant(np.float32(0.0)), p))
+    out = FoldNanGuard()(net)
+    assert ops_of(out) == ["nn.softmax"] and out.outputs[0].attrs["nan_to_zero"] is True
+    data = RNG.standard_normal((4, 64)).astype(np.float32)
+    data[1, :] = -np.inf  # a row with every key masked
+    want = graph.evaluate(net, {"x": data})
+    assert np.isnan(graph.evaluate(graph_from_outputs(p), {"x": data})).any()
+    np.testing.assert_array_equal(graph.evaluate(out, {"x": data}), want)
+    mod = graph.GraphModule(graph.build(out, "sim", precision=precision), ptxforge.sim())
+    mod.set_input(x=data)
+    mod.run()
+    got = mod.get_output(0).numpy()
+    assert not np.isnan(got).any() and (got[1] == 0).all()
+    np.testing.assert_allclose(got, want, rtol=2e-3 if precision == "float16" else 1e-5,
+                               atol=1e-3 if precision == "float16" else 1e-7)
+
+
+def test_a_guard_of_a_softmax_read_elsewhere_stays():
+    from ptxforge.graph.opdefs.logic import isnan, where
+    from ptxforge.graph.passes import FoldNanGuard
+
+    x = Var("x", (4, 8))
+    p = G.softmax(x, axis=-1)
+    net = graph_from_outputs([where(isnan(p), Constant(np.float32(0.0)), p), G.exp(p)])
+    assert "where" in ops_of(FoldNanGuard()(net))

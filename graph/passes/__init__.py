@@ -20,6 +20,7 @@ from .combine_parallel_dense import CombineParallelDense
 from .convert_layout import ConvertLayout
 from .eliminate_common_subexpr import EliminateCommonSubexpr
 from .fold_constant import FoldConstant
+from .fold_nan_guard import FoldNanGuard
 from .fold_output_cast import FoldOutputCast
 from .fold_scale_axis import FoldScaleAxis
 from .fuse_ops import FuseOps
@@ -40,8 +41,8 @@ PAD_CHANNELS = 4
 __all__ = [
     "GRAPH_PASSES", "MIXED_PRECISION_POLICY", "PAD_CHANNELS", "PRECISIONS", "CanonicalizeArith",
     "CanonicalizeNorms", "CanonicalizeProducts", "CombineParallelDense", "ConvertLayout",
-    "EliminateCommonSubexpr", "FoldConstant", "FoldOutputCast", "FoldScaleAxis", "FuseOps",
-    "GraphPass", "GraphPassContext", "GraphPipeline", "GraphVerify", "MixedPolicy",
+    "EliminateCommonSubexpr", "FoldConstant", "FoldNanGuard", "FoldOutputCast", "FoldScaleAxis",
+    "FuseOps", "GraphPass", "GraphPassContext", "GraphPipeline", "GraphVerify", "MixedPolicy",
     "PadConvChannels", "SimplifyInference", "SinkLayoutOps", "ToMixedPrecision", "UseTF32",
     "Winograd", "canonicalization_pipeline", "check_pad_channels", "check_precision",
     "optimization_pipeline", "register_graph_pass",
@@ -74,14 +75,14 @@ def check_pad_channels(pad_channels: int | None) -> int:
 def canonicalization_pipeline() -> GraphPipeline:
     """The passes that write what importers give the way the kernels expect it::
 
-        eliminate_common_subexpr, canonicalize_norms, canonicalize_arith,
+        eliminate_common_subexpr, canonicalize_norms, canonicalize_arith, fold_nan_guard,
         sink_layout_ops, canonicalize_products, sink_layout_ops,
         eliminate_common_subexpr, fold_constant
 
     A network from an ONNX file or ``torch.export`` then reaches the same fused kernels as
     the same network written with the graph operators directly."""
     return GraphPipeline([EliminateCommonSubexpr(), CanonicalizeNorms(), CanonicalizeArith(),
-                          SinkLayoutOps(), CanonicalizeProducts(),
+                          FoldNanGuard(), SinkLayoutOps(), CanonicalizeProducts(),
                           SinkLayoutOps(), EliminateCommonSubexpr(), FoldConstant()])
 
 
