@@ -1,6 +1,7 @@
 """The graph operators (importing this package registers them) and their constructors."""
 
-from . import conv, elemwise, linear, norm, pool, transform, winograd
+from . import attention, conv, elemwise, linear, norm, pool, transform, winograd
+from .attention import attention
 from .conv import conv2d
 from .elemwise import (
     add,
@@ -41,7 +42,7 @@ from .transform import (
 from .winograd import conv2d_winograd, winograd_weight_transform
 
 __all__ = [
-    "VIEW_OPS", "conv", "linear", "elemwise", "norm", "pool", "transform", "winograd",
+    "VIEW_OPS", "attention", "conv", "linear", "elemwise", "norm", "pool", "transform", "winograd",
     "add", "avg_pool2d", "batch_flatten", "batch_matmul", "batch_norm", "bias_add", "cast",
     "clip",
     "concatenate", "conv2d", "conv2d_winograd", "dense", "divide", "erf", "exp", "expand_dims",
