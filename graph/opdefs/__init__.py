@@ -1,7 +1,6 @@
 """The graph operators (importing this package registers them) and their constructors."""
 
 from . import attention, conv, elemwise, linear, norm, pool, transform, winograd
-from .attention import attention
 from .conv import conv2d
 from .elemwise import (
     add,
