@@ -262,70 +262,6 @@ def _pool(kind):
     return handler
 
 
-def _gemm(im, node, a):
-    x = im.tensor(node.input[0])
-    if a.get("transA", 0):
-        x = G.transpose(x, (1, 0))
-    bname = node.input[1]
-    # dense takes the weight as [N, K]: B itself when transB, else B transposed
-    w = im.tensor(node.input[1]) if a.get("transB", 0) else _transposed(im, bname)
-    y = G.dense(x, w)
-    alpha = float(a.get("alpha", 1.0))
-    if alpha != 1.0:
-        y = G.multiply(y, alpha)
-    if len(node.input) > 2 and node.input[2]:
-        c = im.tensor(node.input[2])
-        beta = float(a.get("beta", 1.0))
-        if beta != 1.0:
-            c = G.multiply(c, beta)
-        y = G.add(y, c)
-    return y
-
-
-def _transposed(im: _Importer, name: str) -> Node:
-    """``name`` transposed (a ``[K, N]`` MatMul/Gemm weight as dense's ``[N, K]``): a weight
-    initializer becomes a parameter ``<name>_T`` holding the transposed values, a constant
-    a transposed constant, anything else a transpose."""
-    if not im.is_static(name):
-        return G.transpose(im.tensor(name), (1, 0))
-    value = im.static[name]
-    if name in im.initializers and value.dtype.kind == "f":
-        tname = f"{name}_T"
-        if tname not in im.nodes:
-            value = np.ascontiguousarray(im.weight(value).T)
-            var = Var(tname, value.shape, dt.from_numpy(value.dtype))
-            im.params[tname] = value
-            im.param_vars.append(var)
-            im.nodes[tname] = var
-        return im.nodes[tname]
-    return Constant(np.ascontiguousarray(value.T), name)
-
-
-def _matmul(im, node, a):
-    x = im.tensor(node.input[0])
-    bname = node.input[1]
-    by = im.shape(bname)
-    if len(by) == 2:
-        w = _transposed(im, bname)
-        if x.ndim == 2:
-            return G.dense(x, w)
-        lead = x.shape[:-1]
-        flat = G.reshape(x, (int(np.prod(lead)), x.shape[-1]))
-        return G.reshape(G.dense(flat, w), lead + (by[1],))
-    y = im.tensor(bname)
-    if x.ndim < 2 or y.ndim < 2:
-        raise OnnxImportError(f"MatMul {node.name!r}: 1-D operands are not supported")
-    lead_x, lead_y = x.shape[:-2], y.shape[:-2]
-    if lead_x != lead_y:
-        raise OnnxImportError(f"MatMul {node.name!r}: batch dimensions {list(lead_x)} and "
-                              f"{list(lead_y)} differ")
-    batch = int(np.prod(lead_x)) if lead_x else 1
-    x3 = G.reshape(x, (batch,) + x.shape[-2:])
-    y3 = G.reshape(y, (batch,) + y.shape[-2:])
-    out = G.batch_matmul(x3, y3, transpose_b=False)
-    return G.reshape(out, lead_x + (x.shape[-2], y.shape[-1]))
-
-
 def _binary(fn):
     def handler(im, node, a):
         out = im.tensor(node.input[0])
@@ -376,28 +312,6 @@ def _transpose(im, node, a):
 
 def _concat(im, node, a):
     return G.concatenate([im.tensor(i) for i in node.input], int(a["axis"]))
-
-
-def _pad(im, node, a):
-    x = im.tensor(node.input[0])
-    mode = a.get("mode", b"constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "constant":
-        raise OnnxImportError(f"Pad {node.name!r}: mode {mode!r} is not supported (constant only)")
-    if im.opset < 11:
-        pads, value = _ints(a["pads"]), float(a.get("value", 0.0))
-    else:
-        pads = _ints(im.value(node.input[1], "the Pad widths"))
-        value = (float(im.value(node.input[2], "the Pad value").reshape(()))
-                 if len(node.input) > 2 and node.input[2] else 0.0)
-        if len(node.input) > 3 and node.input[3]:
-            axes = [int(v) % x.ndim for v in im.value(node.input[3], "the Pad axes")]
-            full = [0] * (2 * x.ndim)
-            for k, ax in enumerate(axes):
-                full[ax], full[ax + x.ndim] = pads[k], pads[k + len(axes)]
-            pads = full
-    n = x.ndim
-    return G.pad(x, [(pads[d], pads[d + n]) for d in range(n)], value)
 
 
 def _identity(im, node, a):
@@ -473,8 +387,6 @@ _HANDLERS = {
     "AveragePool": _pool("avg"),
     "GlobalAveragePool": _unary(G.global_avg_pool2d),
     "GlobalMaxPool": _unary(G.global_max_pool2d),
-    "Gemm": _gemm,
-    "MatMul": _matmul,
     "Add": _binary(G.add),
     "Sub": _binary(G.subtract),
     "Mul": _binary(G.multiply),
@@ -487,10 +399,8 @@ _HANDLERS = {
     "Flatten": _flatten,
     "Transpose": _transpose,
     "Concat": _concat,
-    "Pad": _pad,
     "Constant": lambda im, node, a: None,
     "Identity": _identity,
-    "Dropout": _identity,
     "Unsqueeze": _unsqueeze,
     "Squeeze": _squeeze,
     "ReduceMean": _reduce_mean,
@@ -498,8 +408,6 @@ _HANDLERS = {
     "Gelu": _gelu,
     "Cast": _cast,
     "Shape": lambda im, node, a: _static_only(node),
-    "Gather": lambda im, node, a: _static_only(node),
-    "Slice": lambda im, node, a: _slice(im, node, a),
 }
 
 
@@ -546,39 +454,6 @@ def _static_squeeze(im, node, a):
     return [np.squeeze(x, axis=None if axes is None else tuple(axes))]
 
 
-def _slice_args(im, node, a):
-    """``(starts, ends, axes, steps)`` of a Slice node (attributes before opset 10, inputs
-    known at import time after)."""
-    if im.opset < 10:
-        starts, ends = _ints(a["starts"]), _ints(a["ends"])
-        axes = _ints(a.get("axes", range(len(starts))))
-        return starts, ends, axes, [1] * len(starts)
-    for k in range(1, len(node.input)):
-        if node.input[k] and not im.is_static(node.input[k]):
-            raise OnnxImportError(f"Slice {node.name!r}: its starts, ends, axes and steps must "
-                                  "be known at import time (shapes are static)")
-    starts, ends = _ints(_s(im, node, 1)), _ints(_s(im, node, 2))
-    axes = _ints(_s(im, node, 3)) if len(node.input) > 3 and node.input[3] else list(
-        range(len(starts)))
-    steps = _ints(_s(im, node, 4)) if len(node.input) > 4 and node.input[4] else [1] * len(
-        starts)
-    return starts, ends, axes, steps
-
-
-def _slice(im, node, a):
-    starts, ends, axes, steps = _slice_args(im, node, a)
-    return G.strided_slice(im.tensor(node.input[0]), starts, ends, steps, axes)
-
-
-def _static_slice(im, node, a):
-    x = _s(im, node)
-    starts, ends, axes, steps = _slice_args(im, node, a)
-    index = [slice(None)] * x.ndim
-    for s, e, ax, st in zip(starts, ends, axes, steps):
-        index[ax % x.ndim] = slice(s, e, st)
-    return [x[tuple(index)]]
-
-
 def _static_binary(fn):
     def f(im, node, a):
         out = _s(im, node)
@@ -603,13 +478,10 @@ def _static_reshape(im, node, a):
 _STATIC = {
     "Constant": _constant_value,
     "Shape": lambda im, node, a: [np.array(im.shape(node.input[0]), dtype=np.int64)],
-    "Gather": lambda im, node, a: [np.take(_s(im, node), _s(im, node, 1),
-                                           axis=int(a.get("axis", 0)))],
     "Unsqueeze": _static_unsqueeze,
     "Squeeze": _static_squeeze,
     "Concat": lambda im, node, a: [np.concatenate([im.static[i] for i in node.input],
                                                   axis=int(a["axis"]))],
-    "Slice": _static_slice,
     "Cast": _static_cast,
     "Reshape": _static_reshape,
     "Identity": lambda im, node, a: [_s(im, node)],
