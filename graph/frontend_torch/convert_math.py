@@ -40,8 +40,10 @@ def _div(cx, a):
     return cx.call("divide", [operand(cx, a.self, dtype), operand(cx, a.other, dtype)])
 
 
-@converter("aten.div.Tensor_mode", "aten.div.Scalar_mode", needs=("divide", "floor", "trunc"),
-           maps_to="divide, then floor or trunc (rounding_mode)")
+@converter("aten.div.Tensor_mode", "aten.div.Scalar_mode",
+           needs=("divide", "floor", "ceil", "less", "where", "trunc_divide", "floor_mod",
+                  "subtract"),
+           maps_to="divide, then floor or trunc (integers: trunc_divide, floor_mod)")
 def _div_mode(cx, a):
     dtype = promoted(cx)
     x, y = operand(cx, a.self, dtype), operand(cx, a.other, dtype)
@@ -50,10 +52,12 @@ def _div_mode(cx, a):
     if a.rounding_mode not in ("floor", "trunc"):
         cx.fail(f"rounding_mode must be None, 'floor' or 'trunc', got {a.rounding_mode!r}")
     if dtype.startswith(("float", "bfloat")):
-        return cx.call(a.rounding_mode, [cx.call("divide", [x, y])])
+        q = cx.call("divide", [x, y])
+        return cx.call("floor", [q]) if a.rounding_mode == "floor" else _trunc_of(cx, q)
     if a.rounding_mode == "trunc":
-        return cx.call("divide", [x, y])  # integer division truncates
-    return cx.call("floor_divide", [x, y])
+        return cx.call("trunc_divide", [x, y])
+    # x - floor_mod(x, y) is an exact multiple of y: its truncating quotient is the floor's
+    return cx.call("trunc_divide", [cx.call("subtract", [x, cx.call("floor_mod", [x, y])]), y])
 
 
 @converter("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar", needs=("power", "multiply"))
@@ -98,9 +102,20 @@ for _aten, _op in {"relu": "nn.relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp
                    "neg": "negative"}.items():
     converter(f"aten.{_aten}.default", needs=_op)(_unary(_op))
 
-for _name in ("sin", "cos", "tan", "asin", "acos", "atan", "ceil", "floor", "round", "trunc",
-              "sign"):
+for _name in ("sin", "cos", "tan", "asin", "acos", "atan", "ceil", "floor", "round", "sign"):
     converter(f"aten.{_name}.default", needs=_name)(_unary(_name))
+
+
+def _trunc_of(cx, x):
+    neg = cx.call("less", [x, cx.const(0, x.dtype)])
+    return cx.call("where", [neg, cx.call("ceil", [x]), cx.call("floor", [x])])
+
+
+@converter("aten.trunc.default", needs=("less", "where", "ceil", "floor"),
+           maps_to="where(x < 0, ceil(x), floor(x))")
+def _trunc(cx, a):
+    x = operand(cx, a.self, promoted(cx))
+    return x if not x.dtype.startswith(("float", "bfloat")) else _trunc_of(cx, x)
 
 
 @converter("aten.abs.default", needs=("maximum", "negative"), maps_to="maximum(x, negative(x))")
@@ -329,11 +344,21 @@ def _reduce(op: str):
 
 
 converter("aten.mean.dim", "aten.mean.default", needs=("mean", "cast"))(_reduce("mean"))
-converter("aten.sum.dim_IntList", needs=("sum", "cast"))(_reduce("sum"))
-converter("aten.amax.default", needs="max")(_reduce("max"))
-converter("aten.amin.default", needs="min")(_reduce("min"))
-converter("aten.prod.dim_int", "aten.prod.default", needs=("prod", "cast"))(_reduce("prod"))
-converter("aten.any.default", "aten.any.dim", "aten.any.dims", needs="any")(_reduce("any"))
+converter("aten.sum.dim_IntList", needs=("reduce.sum", "cast"))(_reduce("reduce.sum"))
+converter("aten.amax.default", needs="reduce.max")(_reduce("reduce.max"))
+converter("aten.amin.default", needs="reduce.min")(_reduce("reduce.min"))
+converter("aten.prod.dim_int", "aten.prod.default", needs=("reduce.prod", "cast"))(
+    _reduce("reduce.prod"))
+
+
+@converter("aten.any.default", "aten.any.dim", "aten.any.dims", needs=("reduce.max", "cast"),
+           maps_to="reduce.max of the values as int8, cast to bool")
+def _any(cx, a):
+    x = operand(cx, operand(cx, a.self, "bool"), "int8")
+    axes = axes_of(getattr(a, "dim", None), x.ndim)
+    out = cx.call("reduce.max", [x], {"axis": axes, "keepdims": bool(getattr(a, "keepdim",
+                                                                               False))})
+    return operand(cx, out, "bool")
 
 
 def _reduce_with_index(op: str, arg: str):
@@ -344,8 +369,10 @@ def _reduce_with_index(op: str, arg: str):
     return fn
 
 
-converter("aten.max.dim", needs=("max", "argmax"))(_reduce_with_index("max", "argmax"))
-converter("aten.min.dim", needs=("min", "argmin"))(_reduce_with_index("min", "argmin"))
+converter("aten.max.dim", needs=("reduce.max", "argmax"))(
+    _reduce_with_index("reduce.max", "argmax"))
+converter("aten.min.dim", needs=("reduce.min", "argmin"))(
+    _reduce_with_index("reduce.min", "argmin"))
 
 
 def _arg(op: str):
@@ -388,11 +415,13 @@ def _softmax(cx, a):
     return cx.call("nn.softmax", [a.self], {"axis": a.dim})
 
 
-@converter("aten._log_softmax.default", needs=("max", "sum", "exp", "log", "subtract"),
+@converter("aten._log_softmax.default",
+           needs=("reduce.max", "reduce.sum", "exp", "log", "subtract"),
            maps_to="x - max - log(sum(exp(x - max)))")
 def _log_softmax(cx, a):
     x = a.self
     axis = (a.dim % x.ndim,)
-    shifted = cx.call("subtract", [x, cx.call("max", [x], {"axis": axis, "keepdims": True})])
-    total = cx.call("sum", [cx.call("exp", [shifted])], {"axis": axis, "keepdims": True})
+    top = cx.call("reduce.max", [x], {"axis": axis, "keepdims": True})
+    shifted = cx.call("subtract", [x, top])
+    total = cx.call("reduce.sum", [cx.call("exp", [shifted])], {"axis": axis, "keepdims": True})
     return cx.call("subtract", [shifted, cx.call("log", [total])])

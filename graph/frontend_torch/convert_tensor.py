@@ -135,9 +135,8 @@ def _repeat(cx, a):
 @converter("aten.flip.default", needs="reverse")
 def _flip(cx, a):
     x = a.self
-    for d in sorted({d % x.ndim for d in a.dims}):
-        x = cx.call("reverse", [x], {"axis": d})
-    return x
+    axes = tuple(sorted({d % x.ndim for d in a.dims}))
+    return cx.call("reverse", [x], {"axis": axes}) if axes else x
 
 
 @converter("aten.constant_pad_nd.default", needs=("nn.pad", "strided_slice"),
@@ -169,17 +168,17 @@ def _reflect_pad(kind: str, ndim: int):
         width = [[0, 0] for _ in range(x.ndim)]
         for k in range(ndim):
             width[x.ndim - 1 - k] = [pad[2 * k], pad[2 * k + 1]]
-        return cx.call("nn.pad", [x], {"pad_width": width, "pad_mode": kind})
+        return cx.call("nn.border_pad", [x], {"pad_width": width, "mode": kind})
     return fn
 
 
 for _n in (1, 2, 3):
-    converter(f"aten.reflection_pad{_n}d.default", needs="nn.pad:pad_mode",
-              maps_to="nn.pad, pad_mode reflect")(
+    converter(f"aten.reflection_pad{_n}d.default", needs="nn.border_pad",
+              maps_to="nn.border_pad, mode reflect")(
         _reflect_pad("reflect", _n))
 for _n in (2, 3):
-    converter(f"aten.replication_pad{_n}d.default", needs="nn.pad:pad_mode",
-              maps_to="nn.pad, pad_mode edge")(
+    converter(f"aten.replication_pad{_n}d.default", needs="nn.border_pad",
+              maps_to="nn.border_pad, mode edge")(
         _reflect_pad("edge", _n))
 
 
@@ -217,10 +216,79 @@ def _cumsum(cx, a):
     return cx.call("cumsum", [operand(cx, a.self, cx.out_dtype())], {"axis": a.dim % a.self.ndim})
 
 
-@converter("aten.topk.default", needs="topk")
+@converter("aten.topk.default", needs=("topk_indices", "gather_elements"),
+           maps_to="topk_indices, values by gather_elements")
 def _topk(cx, a):
-    return tuple(cx.call("topk", [a.self], {"k": a.k, "axis": a.dim, "largest": a.largest,
-                                            "ret_type": ret}) for ret in ("values", "indices"))
+    axis = a.dim % a.self.ndim
+    idx = cx.call("topk_indices", [a.self], {"k": a.k, "axis": axis, "largest": a.largest})
+    return cx.call("gather_elements", [a.self, idx], {"axis": axis}), idx
+
+
+@converter("aten.sort.default", needs=("topk_indices", "gather_elements"),
+           maps_to="topk_indices of every element, values by gather_elements")
+def _sort(cx, a):
+    axis = a.dim % a.self.ndim
+    idx = cx.call("topk_indices", [a.self], {"k": a.self.shape[axis], "axis": axis,
+                                             "largest": bool(a.descending)})
+    return cx.call("gather_elements", [a.self, idx], {"axis": axis}), idx
+
+
+def _slice_scatter_into(cx, base, src, dim, start, step):
+    index = np.arange(src.shape[dim], dtype=np.int64) * step + start
+    shape = [1] * src.ndim
+    shape[dim] = src.shape[dim]
+    index = np.broadcast_to(index.reshape(shape), src.shape)
+    return cx.call("scatter_elements", [base, cx.const(index, "int64"), src], {"axis": dim})
+
+
+@converter("aten.slice_scatter.default", needs="scatter_elements",
+           maps_to="scatter_elements with constant indices")
+def _slice_scatter(cx, a):
+    x = a.input
+    dim = a.dim % x.ndim
+    size = x.shape[dim]
+    start = 0 if a.start is None else (a.start + size if a.start < 0 else a.start)
+    return _slice_scatter_into(cx, x, operand(cx, a.src, x.dtype), dim, start, a.step)
+
+
+@converter("aten.select_scatter.default", needs=("scatter_elements", "reshape"),
+           maps_to="scatter_elements with constant indices")
+def _select_scatter(cx, a):
+    x = a.input
+    dim = a.dim % x.ndim
+    index = a.index + x.shape[dim] if a.index < 0 else a.index
+    src = reshape(cx, operand(cx, a.src, x.dtype),
+                  tuple(x.shape[:dim]) + (1,) + tuple(x.shape[dim + 1:]))
+    return _slice_scatter_into(cx, x, src, dim, index, 1)
+
+
+@converter("aten.scatter_reduce.two", needs="scatter_elements",
+           note="include_self=True; sum, prod, amax, amin")
+def _scatter_reduce(cx, a):
+    kinds = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
+    if a.reduce not in kinds:
+        cx.fail(f"reduce={a.reduce!r} is not supported; supported: {sorted(kinds)}")
+    if not a.include_self:
+        cx.fail("include_self=False is not supported")
+    return cx.call("scatter_elements", [a.self, a.index, a.src],
+                   {"axis": a.dim % a.self.ndim, "reduction": kinds[a.reduce]})
+
+
+@converter("aten.diagonal.default", needs=("transpose", "reshape", "take"),
+           maps_to="take of the diagonal's flat positions")
+def _diagonal(cx, a):
+    x = a.self
+    d1, d2 = a.dim1 % x.ndim, a.dim2 % x.ndim
+    rest = [d for d in range(x.ndim) if d not in (d1, d2)]
+    moved = cx.call("transpose", [x], {"axes": rest + [d1, d2]})
+    n1, n2 = x.shape[d1], x.shape[d2]
+    flat = reshape(cx, moved, tuple(x.shape[d] for d in rest) + (n1 * n2,))
+    rows = np.arange(max(0, -a.offset), min(n1, n2 - a.offset)) if n2 - a.offset > 0 else \
+        np.arange(0)
+    if rows.size == 0:
+        cx.fail("the diagonal is empty, which is not supported")
+    return cx.call("take", [flat, cx.const(rows * n2 + rows + a.offset, "int64")],
+                   {"axis": len(rest)})
 
 
 @converter("aten.scatter.src", "aten.scatter.value", needs="scatter_elements")

@@ -147,6 +147,11 @@ class ConvertContext:
         self.node = node
         self.overload = overload
 
+    @property
+    def registered(self) -> set[str]:
+        """The names of the registered graph operators."""
+        return _registered()
+
     def fail(self, message: str):
         raise TorchImportError(f"{self.overload}: {message} (node {self.node.name} at "
                                f"{source_line(self.node)})")
