@@ -61,6 +61,11 @@ class CompiledPartition:
         self.net = net
         self.target = target
         self.names = [p.name for p in net.params]
+        if opts.trials:
+            from .torch_tuning import tune_graph
+
+            tune_graph(net, {}, opts.trials, opts.log, precision=opts.precision,
+                       target="sim" if target == "sim" else "cuda")
         if opts.log:
             from . import autosched
 
