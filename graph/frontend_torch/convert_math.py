@@ -82,7 +82,16 @@ def _mod(op: str):
     return fn
 
 
-converter("aten.remainder.Tensor", "aten.remainder.Scalar", needs="floor_mod")(_mod("floor_mod"))
+@converter("aten.remainder.Tensor", "aten.remainder.Scalar",
+           needs=("floor_mod", "floor", "divide", "multiply", "subtract"),
+           maps_to="floor_mod (floats: x - floor(x / y) * y)")
+def _remainder(cx, a):
+    dtype = promoted(cx)
+    x, y = operand(cx, a.self, dtype), operand(cx, a.other, dtype)
+    if not dtype.startswith(("float", "bfloat")):
+        return cx.call("floor_mod", [x, y])
+    q = cx.call("floor", [cx.call("divide", [x, y])])
+    return cx.call("subtract", [x, cx.call("multiply", [q, y])])
 converter("aten.fmod.Tensor", "aten.fmod.Scalar", needs="fmod")(_mod("fmod"))
 converter("aten.atan2.default", "aten.atan2.out", needs="atan2")(
     lambda cx, a: cx.call("atan2", [operand(cx, a.self, promoted(cx)),

@@ -244,7 +244,7 @@ def _slice_scatter_into(cx, base, src, dim, start, step):
 @converter("aten.slice_scatter.default", needs="scatter_elements",
            maps_to="scatter_elements with constant indices")
 def _slice_scatter(cx, a):
-    x = a.input
+    x = a.self
     dim = a.dim % x.ndim
     size = x.shape[dim]
     start = 0 if a.start is None else (a.start + size if a.start < 0 else a.start)
@@ -254,7 +254,7 @@ def _slice_scatter(cx, a):
 @converter("aten.select_scatter.default", needs=("scatter_elements", "reshape"),
            maps_to="scatter_elements with constant indices")
 def _select_scatter(cx, a):
-    x = a.input
+    x = a.self
     dim = a.dim % x.ndim
     index = a.index + x.shape[dim] if a.index < 0 else a.index
     src = reshape(cx, operand(cx, a.src, x.dtype),
@@ -352,6 +352,12 @@ def _ones(cx, a):
 @converter("aten.fill.Scalar", maps_to="a constant")
 def _fill(cx, a):
     return _filled(cx, a.value)
+
+
+@converter("aten._assert_tensor_metadata.default", "aten._assert_scalar.default",
+           "aten.sym_constrain_range_for_size.default", maps_to="nothing (a check)")
+def _check_only(cx, a):
+    return None
 
 
 @converter("aten.sym_size.int", maps_to="an import-time int")

@@ -183,7 +183,8 @@ class ConvertContext:
         arr = np.asarray(value)
         if dtype == "bfloat16":
             return Constant(dt.to_bfloat16(arr.astype(np.float32)))
-        return Constant(arr.astype(dt.to_numpy(dtype)))
+        # the dtype is explicit, so a 0-d int64 stays int64 (not the default int32)
+        return Constant(arr, dtype=dtype)
 
 
 def _registered() -> set[str]:
