@@ -3,6 +3,7 @@
 from . import (  # noqa: F401  (element-wise math, logic, reductions)
     activation,
     arith,
+    attention,
     conv,
     elemwise,
     linear,
@@ -54,7 +55,7 @@ from .transform import (
 from .winograd import conv2d_winograd, winograd_weight_transform
 
 __all__ = [
-    "VIEW_OPS", "conv", "linear", "elemwise", "norm", "pool", "transform", "winograd",
+    "VIEW_OPS", "attention", "conv", "linear", "elemwise", "norm", "pool", "transform", "winograd",
     "add", "avg_pool2d", "batch_flatten", "batch_matmul", "batch_norm", "bias_add", "cast",
     "clip",
     "concatenate", "conv2d", "conv2d_winograd", "dense", "divide", "erf", "exp", "expand_dims",
