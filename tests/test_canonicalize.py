@@ -180,11 +180,12 @@ def test_rms_norm_is_rebuilt_and_compiles():
 
 
 def kernels(g: Graph) -> collections.Counter:
-    """The fused functions a graph compiles to, by the operators inside each."""
+    """The fused functions a graph compiles to, by the operators inside each (in a fixed
+    order: the order of a chain of element-wise operators differs between front ends)."""
     out = collections.Counter()
     for c in g.calls():
         inner = c.op.calls() if isinstance(c.op, Graph) else [c]
-        out["+".join(i.op_name for i in inner)] += 1
+        out["+".join(sorted(i.op_name for i in inner))] += 1
     return out
 
 
@@ -298,3 +299,73 @@ def test_a_guard_of_a_softmax_read_elsewhere_stays():
     p = G.softmax(x, axis=-1)
     net = graph_from_outputs([where(isnan(p), Constant(np.float32(0.0)), p), G.exp(p)])
     assert "where" in ops_of(FoldNanGuard()(net))
+
+
+@pytest.mark.parametrize("hq,hk,lq,s,mask,causal", [
+    (4, 4, 8, 8, None, False),
+    (4, 2, 8, 8, None, True),         # grouped-query, causal
+    (2, 1, 4, 8, "bool", False),      # multi-query, a padding mask over the keys
+    (2, 2, 8, 8, "float", True),
+])
+def test_attention_decomposes_into_products_and_a_softmax(hq, hk, lq, s, mask, causal):
+    from ptxforge.graph.opdefs.attention import attention
+    from ptxforge.graph.passes import DecomposeAttention
+
+    q, k, v = Var("q", (2, hq, lq, 16)), Var("k", (2, hk, s, 16)), Var("v", (2, hk, s, 8))
+    feeds = {n: RNG.standard_normal(x.shape).astype(np.float32) for n, x in
+             (("q", q), ("k", k), ("v", v))}
+    m = None
+    if mask == "bool":
+        m = Var("m", (2, 1, 1, s), "bool")
+        keep = np.ones((2, 1, 1, s), bool)
+        keep[0, ..., 5:] = False
+        keep[1] = False  # every key of the second sequence masked: zeros
+        feeds["m"] = keep
+    elif mask == "float":
+        m = Var("m", (1, 1, lq, s))
+        feeds["m"] = RNG.standard_normal((1, 1, lq, s)).astype(np.float32)
+    net = graph_from_outputs(attention(q, k, v, m, scale=0.3, is_causal=causal))
+    out = DecomposeAttention()(net)
+    names = ops_of(out)
+    assert "nn.attention" not in names and names.count("nn.batch_matmul") == 2
+    want = graph.evaluate(net, feeds)
+    np.testing.assert_allclose(graph.evaluate(out, feeds), want, rtol=1e-5, atol=1e-6)
+    if mask == "bool":
+        assert (want[1] == 0).all()
+    mod = graph.GraphModule(graph.build(out, "sim"), ptxforge.sim())
+    mod.set_input(**feeds)
+    mod.run()
+    np.testing.assert_allclose(mod.get_output(0).numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.torch_frontend
+@pytest.mark.parametrize("precision", ["float32", "float16"])
+def test_torch_export_of_the_bert_encoder_compiles_to_the_zoo_kernels(precision):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, vocab_size=16,
+                                  max_position_embeddings=16, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    bert = transformers.BertModel(cfg, add_pooling_layer=False).eval()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, hidden):
+            return self.bert.encoder(hidden).last_hidden_state
+
+    x = torch.randn(1, 16, 32)
+    net, params = graph.from_torch(Encoder().eval(), (x,))
+    assert "nn.attention" in ops_of(net)  # torch keeps the attention whole
+    assert kernels(optimize(net, params, precision=precision)) == zoo_kernels(precision)
+    mod = graph.GraphModule(graph.build(net, "sim", params, precision=precision),
+                            ptxforge.sim())
+    mod.set_input(**{net.params[0].name: x.numpy()})
+    mod.run()
+    with torch.no_grad():
+        want = Encoder().eval()(x).numpy()
+    err = np.abs(mod.get_output(0).numpy() - want).max() / np.abs(want).max()
+    assert err < (1e-4 if precision == "float32" else 3e-2)

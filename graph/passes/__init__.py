@@ -18,6 +18,7 @@ from .canonicalize_norms import CanonicalizeNorms
 from .canonicalize_products import CanonicalizeProducts
 from .combine_parallel_dense import CombineParallelDense
 from .convert_layout import ConvertLayout
+from .decompose_attention import DecomposeAttention
 from .eliminate_common_subexpr import EliminateCommonSubexpr
 from .fold_constant import FoldConstant
 from .fold_nan_guard import FoldNanGuard
@@ -41,11 +42,11 @@ PAD_CHANNELS = 4
 __all__ = [
     "GRAPH_PASSES", "MIXED_PRECISION_POLICY", "PAD_CHANNELS", "PRECISIONS", "CanonicalizeArith",
     "CanonicalizeNorms", "CanonicalizeProducts", "CombineParallelDense", "ConvertLayout",
-    "EliminateCommonSubexpr", "FoldConstant", "FoldNanGuard", "FoldOutputCast", "FoldScaleAxis",
-    "FuseOps", "GraphPass", "GraphPassContext", "GraphPipeline", "GraphVerify", "MixedPolicy",
-    "PadConvChannels", "SimplifyInference", "SinkLayoutOps", "ToMixedPrecision", "UseTF32",
-    "Winograd", "canonicalization_pipeline", "check_pad_channels", "check_precision",
-    "optimization_pipeline", "register_graph_pass",
+    "DecomposeAttention", "EliminateCommonSubexpr", "FoldConstant", "FoldNanGuard",
+    "FoldOutputCast", "FoldScaleAxis", "FuseOps", "GraphPass", "GraphPassContext",
+    "GraphPipeline", "GraphVerify", "MixedPolicy", "PadConvChannels", "SimplifyInference",
+    "SinkLayoutOps", "ToMixedPrecision", "UseTF32", "Winograd", "canonicalization_pipeline",
+    "check_pad_channels", "check_precision", "optimization_pipeline", "register_graph_pass",
 ]
 
 
@@ -75,14 +76,15 @@ def check_pad_channels(pad_channels: int | None) -> int:
 def canonicalization_pipeline() -> GraphPipeline:
     """The passes that write what importers give the way the kernels expect it::
 
-        eliminate_common_subexpr, canonicalize_norms, canonicalize_arith, fold_nan_guard,
-        sink_layout_ops, canonicalize_products, sink_layout_ops,
+        eliminate_common_subexpr, decompose_attention, canonicalize_norms,
+        canonicalize_arith, fold_nan_guard, sink_layout_ops, canonicalize_products, sink_layout_ops,
         eliminate_common_subexpr, fold_constant
 
     A network from an ONNX file or ``torch.export`` then reaches the same fused kernels as
     the same network written with the graph operators directly."""
-    return GraphPipeline([EliminateCommonSubexpr(), CanonicalizeNorms(), CanonicalizeArith(),
-                          FoldNanGuard(), SinkLayoutOps(), CanonicalizeProducts(),
+    return GraphPipeline([EliminateCommonSubexpr(), DecomposeAttention(), CanonicalizeNorms(),
+                          CanonicalizeArith(), FoldNanGuard(), SinkLayoutOps(),
+                          CanonicalizeProducts(),
                           SinkLayoutOps(), EliminateCommonSubexpr(), FoldConstant()])
 
 
