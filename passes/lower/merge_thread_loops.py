@@ -56,6 +56,7 @@ class MergeThreadLoops(Pass):
     """Nested loops bound to the same thread index share it."""
 
     name = "merge_thread_loops"
+    lowering = True
     levels = (Level.PRIM,)
 
     def apply(self, module, ctx):

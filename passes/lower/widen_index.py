@@ -129,6 +129,7 @@ class WidenIndex(Pass):
     """Do the index arithmetic of kernels that could overflow 32-bit offsets in int64."""
 
     name = "widen_index"
+    lowering = True
     levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):
