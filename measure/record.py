@@ -261,7 +261,24 @@ class RecordWriter:
     def _require(self) -> _Log:
         if self._log is None:
             raise ValueError(f"the record writer of {self.path} is closed")
+        if not _same_file(self._log.fd, self.path):
+            self._reopen()
         return self._log
+
+    def _reopen(self) -> None:
+        """The log was replaced (``records distill LOG -o LOG.best && mv LOG.best LOG``) or
+        deleted while this writer held it: records written to the old file would be lost
+        with it, and the new file would be unlocked, so a second run could take it. Append
+        to (and lock) the file the path names now; :class:`RecordFileBusy` if another
+        process holds it already."""
+        old = self._log
+        new = _open_log(self.path)  # raises RecordFileBusy before the old log is let go
+        self._log = new
+        if old is not None:
+            _release_log(old)
+        warnings.warn(f"{self.path} was replaced or deleted while records were being written "
+                      "to it; writing the next records to the file it names now",
+                      RuntimeWarning, stacklevel=4)
 
     def close(self) -> None:
         """Sync and give up the lock (when no other writer of this process holds it)."""
@@ -405,12 +422,13 @@ def distill(in_path: str | os.PathLike, out_path: str | os.PathLike) -> int:
     if os.path.exists(out_path) and os.path.samefile(in_path, out_path):
         raise ValueError(f"distill would overwrite its input {os.fspath(in_path)} with only the "
                          "best records; write to another file")
+    if os.path.isdir(out_path):
+        raise IsADirectoryError(f"{os.fspath(out_path)} is a folder; give distill the name of "
+                                "a file to write")
+    from ..runtime.atomic import replace_atomically
+
     best = best_records(in_path)
-    tmp = os.fspath(out_path) + ".tmp"
-    with open(tmp, "w") as f:
-        for inp, res in best.values():
-            f.write(encode(inp, res) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, out_path)
+    data = "".join(encode(inp, res) + "\n" for inp, res in best.values()).encode()
+    # a temporary file of a fresh name: a fixed "<out>.tmp" would follow a symlink put there
+    replace_atomically(out_path, lambda f: f.write(data))
     return len(best)
