@@ -263,3 +263,17 @@ def test_tvm_auto_scheduler_compute_dag_from_tensors_and_from_a_schedule():
         'bind(B.i.inner, "threadIdx.x")')
     assert len(args) == 2 and "threadIdx.x" in sch.pipeline.text
     json.dumps(dag.workload_key())
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_opt_reads_a_bounded_amount_of_ir_text(tmp_path, monkeypatch, capsys):
+    from ptxforge.cli import opt
+    from ptxforge.cli.main import main
+
+    monkeypatch.setattr(opt, "MAX_IR_BYTES", 1 << 20)
+    assert main(["opt", "/dev/zero", "-p", "simplify()"]) == 1
+    assert "more than 1048576 bytes of IR text" in capsys.readouterr().err
+    bad = tmp_path / "bad.ir"
+    bad.write_bytes(b"\xff\xfe")
+    assert main(["opt", str(bad), "-p", "simplify()"]) == 1
+    assert f"{bad}: not UTF-8 text" in capsys.readouterr().err
