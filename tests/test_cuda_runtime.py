@@ -9,6 +9,7 @@ import gc
 
 import numpy as np
 import pytest
+
 from ptxforge.backend_ptx import (
     CudaError,
     NDArray,

@@ -41,7 +41,7 @@ def _go(s: Stmt, bound: dict) -> Stmt:
     kids = stmt_children(s)
     if not kids:
         return s
-    
+
     out = s
     for c in kids:
         nc = _go(c, bound)

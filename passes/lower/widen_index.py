@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ir.expr import Bin, Cast, Cmp, Expr, IntImm, Load, Select, Var, children, rebuild
 from ...ir.attrs import Level
+from ...ir.expr import Bin, Cast, Cmp, Expr, IntImm, Load, Select, Var, children, rebuild
 from ...ir.stmt import Alloc, For, Let, PrimFunc, Store, map_stmt, walk
 from ..base import Pass
 from ..registry import register_pass
