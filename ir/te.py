@@ -30,6 +30,8 @@ from .expr import (
     logical_and,
     logical_or,
     select,
+    truncdiv,
+    truncmod,
 )
 from .stmt import walk_exprs
 
@@ -551,7 +553,8 @@ def power(x, y):
 __all__ = [
     "IterVar", "Tensor", "PlaceholderOp", "ComputeOp", "Operation", "TEError",
     "placeholder", "compute", "reduce_axis", "thread_axis", "sum", "max", "min",
-    "if_then_else", "const", "cast", "floordiv", "floormod", "all", "any", "exp", "log",
-    "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "power", "register_tensor_operator",
-    "Var",
+    "if_then_else", "const", "cast", "floordiv", "floormod", "truncdiv", "truncmod",
+    "all",
+    "any", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "power",
+    "register_tensor_operator", "Var",
 ]
