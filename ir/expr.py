@@ -373,8 +373,9 @@ def const(value, dtype: str | None = None) -> Expr:
         if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))
                                          or value != int(value)):
             raise IRError(f"the constant {value} is not an integer but the dtype is {dtype}")
-        # a constant beyond its dtype would wrap silently in the kernel
-        check_int_fits(int(value), dtype)
+        # a constant beyond its dtype would wrap silently in the kernel; index constants
+        # (int32) may exceed int32 up to int64: lowering widens such index arithmetic
+        check_int_fits(int(value), "int64" if dtype == dt.INDEX else dtype)
     return IntImm(int(value), dtype)
 
 
