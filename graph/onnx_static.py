@@ -160,6 +160,15 @@ def _gather(inputs, a, opset):
     return [np.take(x, idx, axis=axis)]
 
 
+def _gather_elements(inputs, a, opset):
+    # onnx.reference's GatherElements fails on a [1, 64] x [1, 8] gather (what BERT's
+    # exports write for token type ids); numpy's take_along_axis is the same operation
+    x, idx = inputs[0], np.asarray(inputs[1])
+    axis = int(a.get("axis", 0)) % x.ndim
+    idx = np.where(idx < 0, idx + x.shape[axis], idx)
+    return [np.take_along_axis(x, idx, axis=axis)]
+
+
 def _cast(inputs, a, opset):
     from onnx import helper
 
@@ -205,6 +214,7 @@ _NUMPY = {
     "Slice": _slice,
     "Reshape": _reshape,
     "Gather": _gather,
+    "GatherElements": _gather_elements,
     "Cast": _cast,
     "Add": _binary(np.add),
     "Sub": _binary(np.subtract),
