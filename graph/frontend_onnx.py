@@ -178,50 +178,6 @@ class _Importer:
 # -- handlers: (importer, node, attrs) -> node(s) ---------------------------------------------
 
 
-def _conv(im: _Importer, node, a):
-    x = im.tensor(node.input[0])
-    w = im.tensor(node.input[1])
-    if x.ndim != 4:
-        raise OnnxImportError(f"Conv {node.name!r}: only 2-D convolutions (4-D tensors) are "
-                              f"supported, got input {list(x.shape)}")
-    kh, kw = w.shape[2:]
-    strides = _ints(a.get("strides", [1, 1]))
-    dilations = _ints(a.get("dilations", [1, 1]))
-    pads = _pads(a, x.shape[2:], (kh, kw), strides, dilations)
-    y = G.conv2d(x, w, strides, pads, dilations, groups=int(a.get("group", 1)))
-    if len(node.input) > 2 and node.input[2]:
-        b = im.tensor(node.input[2])
-        y = G.add(y, _reshape_const(b, (b.shape[0], 1, 1)))
-    return y
-
-
-def _reshape_const(node: Node, shape) -> Node:
-    if isinstance(node, Constant):
-        return Constant(node.value.reshape(shape), node.name)
-    return G.reshape(node, shape)
-
-
-def _pads(a: dict, in_hw, kernel, strides, dilations) -> tuple:
-    auto = a.get("auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        out = []
-        for size, k, s, d in zip(in_hw, kernel, strides, dilations):
-            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
-            small, big = total // 2, total - total // 2
-            out.append((big, small) if auto == "SAME_LOWER" else (small, big))
-        return (out[0][0], out[1][0], out[0][1], out[1][1])
-    if auto == "VALID":
-        return (0, 0, 0, 0)
-    p = _ints(a.get("pads", [0, 0, 0, 0]))
-    return (p[0], p[1], p[2], p[3])
-
-
-def _batch_norm(im, node, a):
-    x, scale, bias, mean, var = (im.tensor(i) for i in node.input[:5])
-    return G.batch_norm(x, scale, bias, mean, var, 1, float(a.get("epsilon", 1e-5)))
-
-
 def _unary(fn):
     return lambda im, node, a: fn(im.tensor(node.input[0]))
 
@@ -241,25 +197,6 @@ def _clip(im, node, a):
         hi = (float(im.value(node.input[2], "Clip max").reshape(()))
               if len(node.input) > 2 and node.input[2] else float(info.max))
     return G.clip(x, lo, hi)
-
-
-def _pool(kind):
-    def handler(im, node, a):
-        if len(node.output) > 1 and node.output[1]:
-            raise OnnxImportError(f"{node.op_type} {node.name!r}: the Indices output is not "
-                                  "supported")
-        x = im.tensor(node.input[0])
-        kernel = _ints(a["kernel_shape"])
-        strides = _ints(a.get("strides", [1, 1]))
-        dilations = _ints(a.get("dilations", [1, 1]))
-        pads = _pads(a, x.shape[2:], kernel, strides, dilations)
-        ceil = bool(a.get("ceil_mode", 0))
-        if kind == "max":
-            return G.max_pool2d(x, kernel, strides, pads, dilations, ceil_mode=ceil)
-        return G.avg_pool2d(x, kernel, strides, pads, dilations, ceil_mode=ceil,
-                            count_include_pad=bool(a.get("count_include_pad", 0)))
-
-    return handler
 
 
 def _binary(fn):
@@ -347,15 +284,6 @@ def _reduce_mean(im, node, a):
     return G.mean(x, _axes(im, node, a, "the ReduceMean axes"), bool(a.get("keepdims", 1)))
 
 
-def _layer_norm(im, node, a):
-    x = im.tensor(node.input[0])
-    axis = int(a.get("axis", -1))
-    gamma = im.tensor(node.input[1])
-    beta = (im.tensor(node.input[2]) if len(node.input) > 2 and node.input[2]
-            else Constant(np.zeros(gamma.shape, x.dtype)))
-    return G.layer_norm(x, gamma, beta, axis, float(a.get("epsilon", 1e-5)))
-
-
 def _gelu(im, node, a):
     x = im.tensor(node.input[0])
     inner = G.erf(G.multiply(x, float(1 / np.sqrt(2.0))))
@@ -371,8 +299,6 @@ def _cast(im, node, a):
 
 
 _HANDLERS = {
-    "Conv": _conv,
-    "BatchNormalization": _batch_norm,
     "Relu": _unary(G.relu),
     "Sigmoid": _unary(G.sigmoid),
     "Tanh": _unary(G.tanh),
@@ -383,10 +309,6 @@ _HANDLERS = {
     "Neg": _unary(G.negative),
     "LeakyRelu": _leaky,
     "Clip": _clip,
-    "MaxPool": _pool("max"),
-    "AveragePool": _pool("avg"),
-    "GlobalAveragePool": _unary(G.global_avg_pool2d),
-    "GlobalMaxPool": _unary(G.global_max_pool2d),
     "Add": _binary(G.add),
     "Sub": _binary(G.subtract),
     "Mul": _binary(G.multiply),
@@ -404,7 +326,6 @@ _HANDLERS = {
     "Unsqueeze": _unsqueeze,
     "Squeeze": _squeeze,
     "ReduceMean": _reduce_mean,
-    "LayerNormalization": _layer_norm,
     "Gelu": _gelu,
     "Cast": _cast,
     "Shape": lambda im, node, a: _static_only(node),
