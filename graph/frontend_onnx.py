@@ -182,43 +182,6 @@ def _unary(fn):
     return lambda im, node, a: fn(im.tensor(node.input[0]))
 
 
-def _leaky(im, node, a):
-    return G.leaky_relu(im.tensor(node.input[0]), float(a.get("alpha", 0.01)))
-
-
-def _clip(im, node, a):
-    x = im.tensor(node.input[0])
-    info = np.finfo(np.float32)
-    if im.opset < 11:
-        lo, hi = float(a.get("min", info.min)), float(a.get("max", info.max))
-    else:
-        lo = (float(im.value(node.input[1], "Clip min").reshape(()))
-              if len(node.input) > 1 and node.input[1] else float(info.min))
-        hi = (float(im.value(node.input[2], "Clip max").reshape(()))
-              if len(node.input) > 2 and node.input[2] else float(info.max))
-    return G.clip(x, lo, hi)
-
-
-def _binary(fn):
-    def handler(im, node, a):
-        out = im.tensor(node.input[0])
-        for name in node.input[1:]:
-            out = fn(out, im.tensor(name))
-        return out
-
-    return handler
-
-
-def _softmax(im, node, a):
-    x = im.tensor(node.input[0])
-    axis = int(a.get("axis", 1 if im.opset < 13 else -1)) % x.ndim
-    if im.opset >= 13 or axis == x.ndim - 1:
-        return G.softmax(x, axis)
-    rows = int(np.prod(x.shape[:axis]))
-    flat = G.reshape(x, (rows, -1))
-    return G.reshape(G.softmax(flat, -1), x.shape)
-
-
 def _reshape_target(im, node, a, in_shape):
     if im.opset < 5:
         target = _ints(a["shape"])
@@ -279,17 +242,6 @@ def _squeeze(im, node, a):
     return G.squeeze(x, _axes(im, node, a, "the Squeeze axes"))
 
 
-def _reduce_mean(im, node, a):
-    x = im.tensor(node.input[0])
-    return G.mean(x, _axes(im, node, a, "the ReduceMean axes"), bool(a.get("keepdims", 1)))
-
-
-def _gelu(im, node, a):
-    x = im.tensor(node.input[0])
-    inner = G.erf(G.multiply(x, float(1 / np.sqrt(2.0))))
-    return G.multiply(x, G.multiply(G.add(inner, 1.0), 0.5))
-
-
 def _cast(im, node, a):
     x = im.tensor(node.input[0])
     to = _ONNX_DTYPES.get(int(a["to"]))
@@ -299,24 +251,6 @@ def _cast(im, node, a):
 
 
 _HANDLERS = {
-    "Relu": _unary(G.relu),
-    "Sigmoid": _unary(G.sigmoid),
-    "Tanh": _unary(G.tanh),
-    "Exp": _unary(G.exp),
-    "Log": _unary(G.log),
-    "Sqrt": _unary(G.sqrt),
-    "Erf": _unary(G.erf),
-    "Neg": _unary(G.negative),
-    "LeakyRelu": _leaky,
-    "Clip": _clip,
-    "Add": _binary(G.add),
-    "Sub": _binary(G.subtract),
-    "Mul": _binary(G.multiply),
-    "Div": _binary(G.divide),
-    "Max": _binary(G.maximum),
-    "Min": _binary(G.minimum),
-    "Pow": _binary(G.power),
-    "Softmax": _softmax,
     "Reshape": _reshape,
     "Flatten": _flatten,
     "Transpose": _transpose,
@@ -325,8 +259,6 @@ _HANDLERS = {
     "Identity": _identity,
     "Unsqueeze": _unsqueeze,
     "Squeeze": _squeeze,
-    "ReduceMean": _reduce_mean,
-    "Gelu": _gelu,
     "Cast": _cast,
     "Shape": lambda im, node, a: _static_only(node),
 }
@@ -375,16 +307,6 @@ def _static_squeeze(im, node, a):
     return [np.squeeze(x, axis=None if axes is None else tuple(axes))]
 
 
-def _static_binary(fn):
-    def f(im, node, a):
-        out = _s(im, node)
-        for k in range(1, len(node.input)):
-            out = fn(out, _s(im, node, k))
-        return [out]
-
-    return f
-
-
 def _static_cast(im, node, a):
     from onnx import helper
 
@@ -406,10 +328,6 @@ _STATIC = {
     "Cast": _static_cast,
     "Reshape": _static_reshape,
     "Identity": lambda im, node, a: [_s(im, node)],
-    "Add": _static_binary(np.add),
-    "Sub": _static_binary(np.subtract),
-    "Mul": _static_binary(np.multiply),
-    "Div": _static_binary(lambda x, y: x // y if x.dtype.kind in "iu" else x / y),
 }
 
 

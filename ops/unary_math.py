@@ -235,9 +235,31 @@ def fmod(lhs: Tensor, rhs: Tensor) -> Tensor:
         ab = te.abs(bw)
         r = select(logical_and(aw >= zero, r < zero), r + ab,
                    select(logical_and(aw < zero, r > zero), r - ab, r))
+        # a finite lhs over an infinite rhs is lhs itself (the FMA would give 0 * inf)
+        r = select(ab == _c(float("inf"), aw), aw, r)
         return r.astype(a.dtype) if wide != a.dtype else r
 
     return broadcast_map("fmod", [lhs, rhs], rule)
+
+
+def floor_mod(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Python's ``lhs % rhs`` (the sign of ``rhs``) for integers and floats, with
+    broadcasting; floats: C's remainder moved by one ``rhs`` when the signs differ."""
+    for t in (lhs, rhs):
+        if isinstance(t, Tensor) and t.dtype == "bool":
+            fail("floor_mod", f"needs number tensors, got {t.name} with dtype bool")
+    if isinstance(lhs, Tensor) and isinstance(rhs, Tensor) and lhs.dtype != rhs.dtype:
+        fail("floor_mod", f"operand dtypes differ: {lhs.dtype} and {rhs.dtype}; cast one first")
+    if not dt.is_float((lhs if isinstance(lhs, Tensor) else rhs).dtype):
+        return broadcast_map("floor_mod", [lhs, rhs], floormod)
+    r = fmod(lhs, rhs)
+
+    def rule(v: Expr, b: Expr) -> Expr:
+        zero = const(0, v.dtype)
+        moved = logical_and(v != zero, (v < zero) != (b < zero))
+        return select(moved, v + b, v)
+
+    return broadcast_map("floor_mod", [r, rhs], rule)
 
 
 def int_power(base: Tensor, exponent: Tensor) -> Tensor:
@@ -308,23 +330,34 @@ def bitwise_not(x: Tensor) -> Tensor:
 
 
 def bit_shift(lhs: Tensor, rhs: Tensor, direction: str) -> Tensor:
-    """Unsigned ``lhs << rhs`` (``direction="left"``) or ``lhs >> rhs`` ("right"); shifting
-    by the bit width or more gives 0."""
+    """``lhs << rhs`` (``direction="left"``) or ``lhs >> rhs`` ("right") of integers, as
+    ONNX defines them: a signed right shift is arithmetic (a floor division by ``2**rhs``);
+    a left shift wraps in the unsigned view; a shift by a negative amount or by the bit
+    width or more leaves only the sign fill (-1 for a negative ``lhs`` shifted right, else
+    0)."""
     if direction not in ("left", "right"):
         fail("bit_shift", f"direction must be 'left' or 'right', got {direction!r}")
-    for t in (lhs, rhs):
-        if isinstance(t, Tensor) and not dt.is_uint(t.dtype):
-            fail("bit_shift", f"needs unsigned integer tensors, got {t.name} with {t.dtype}")
     _int_pair("bit_shift", lhs, rhs)
 
     def rule(a: Expr, b: Expr) -> Expr:
         n = dt.bits(a.dtype)
-        p = const(0, a.dtype)
+        u = _unsigned(a.dtype)
+        # 2**b in the unsigned view; 0 when b is out of range
+        p = const(0, u)
         for k in range(n):
-            p = select(b == const(k, b.dtype), const(1 << k, a.dtype), p)
+            p = select(b == const(k, b.dtype), const(1 << k, u), p)
         if direction == "left":
-            return a * p
-        return select(p == const(0, a.dtype), p, floordiv(a, _nonzero(p)))
+            ua = a.astype(u) if u != a.dtype else a
+            out = ua * p
+            return out.astype(a.dtype) if u != a.dtype else out
+        if dt.is_uint(a.dtype):
+            return select(p == const(0, u), p, floordiv(a, _nonzero(p)))
+        zero = const(0, a.dtype)
+        fill = select(a < zero, const(-1, a.dtype), zero)
+        # 2**(n-1) does not fit the signed type: that shift leaves only the sign fill
+        in_range = logical_and(p != const(0, u), p != const(1 << (n - 1), u))
+        divisor = select(in_range, p, const(1, u)).astype(a.dtype)
+        return select(in_range, floordiv(a, divisor), fill)
 
     return broadcast_map(f"bit_shift_{direction}", [lhs, rhs], rule)
 
@@ -336,6 +369,7 @@ def _nonzero(p: Expr) -> Expr:
 
 __all__ = [
     "floor", "ceil", "round_even", "sign", "reciprocal", "sin", "cos", "tan", "asin", "acos",
-    "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "trunc_divide", "fmod", "int_power",
+    "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "trunc_divide", "fmod", "floor_mod",
+    "int_power",
     "bitwise", "bitwise_not", "bit_shift",
 ]

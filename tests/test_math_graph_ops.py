@@ -5,8 +5,9 @@ reference; bad dtypes and attributes are rejected with a message naming the oper
 from __future__ import annotations
 
 import numpy as np
-import ptxforge
 import pytest
+
+import ptxforge
 from ptxforge import graph
 from ptxforge.graph.ir import Call, GraphError
 from ptxforge.ir import dtype as dt
