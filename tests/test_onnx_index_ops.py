@@ -96,6 +96,12 @@ def test_gather_int32_indices_of_int64_data_and_a_scalar_index():
           {"y": data[:, [5, 0, 4]], "z": data[3]}, {"s": np.array(-1, np.int64)})
 
 
+def test_gather_of_a_run_time_scalar_index_drops_the_axis():
+    x = rand(4, 3, 2)
+    check([node("Gather", ["x", "i"], ["y"], axis=1)], {"x": x, "i": np.array(-2, np.int64)},
+          {"y": np.ascontiguousarray(x[:, 1])})
+
+
 def test_gather_fuses_with_its_element_wise_reader():
     table = rand(10, 4)
     ids = np.array([3, 7, 0], np.int64)
