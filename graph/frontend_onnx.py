@@ -272,172 +272,8 @@ class _Importer:
 # -- handlers: (importer, node, attrs) -> node(s) ---------------------------------------------
 
 
-def _conv(im: _Importer, node, a):
-    x = im.tensor(node.input[0])
-    w = im.tensor(node.input[1])
-    if x.ndim != 4:
-        raise OnnxImportError(f"Conv {node.name!r}: only 2-D convolutions (4-D tensors) are "
-                              f"supported, got input {list(x.shape)}")
-    kh, kw = w.shape[2:]
-    strides = _ints(a.get("strides", [1, 1]))
-    dilations = _ints(a.get("dilations", [1, 1]))
-    pads = _pads(a, x.shape[2:], (kh, kw), strides, dilations)
-    y = G.conv2d(x, w, strides, pads, dilations, groups=int(a.get("group", 1)))
-    if len(node.input) > 2 and node.input[2]:
-        b = im.tensor(node.input[2])
-        y = G.add(y, _reshape_const(b, (b.shape[0], 1, 1)))
-    return y
-
-
-def _reshape_const(node: Node, shape) -> Node:
-    if isinstance(node, Constant):
-        return Constant(node.value.reshape(shape), node.name)
-    return G.reshape(node, shape)
-
-
-def _pads(a: dict, in_hw, kernel, strides, dilations) -> tuple:
-    auto = a.get("auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        out = []
-        for size, k, s, d in zip(in_hw, kernel, strides, dilations):
-            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
-            small, big = total // 2, total - total // 2
-            out.append((big, small) if auto == "SAME_LOWER" else (small, big))
-        return (out[0][0], out[1][0], out[0][1], out[1][1])
-    if auto == "VALID":
-        return (0, 0, 0, 0)
-    p = _ints(a.get("pads", [0, 0, 0, 0]))
-    return (p[0], p[1], p[2], p[3])
-
-
-def _batch_norm(im, node, a):
-    x, scale, bias, mean, var = (im.tensor(i) for i in node.input[:5])
-    return G.batch_norm(x, scale, bias, mean, var, 1, float(a.get("epsilon", 1e-5)))
-
-
 def _unary(fn):
     return lambda im, node, a: fn(im.tensor(node.input[0]))
-
-
-def _leaky(im, node, a):
-    return G.leaky_relu(im.tensor(node.input[0]), float(a.get("alpha", 0.01)))
-
-
-def _clip(im, node, a):
-    x = im.tensor(node.input[0])
-    info = np.finfo(np.float32)
-    if im.opset < 11:
-        lo, hi = float(a.get("min", info.min)), float(a.get("max", info.max))
-    else:
-        lo = (float(im.value(node.input[1], "Clip min").reshape(()))
-              if len(node.input) > 1 and node.input[1] else float(info.min))
-        hi = (float(im.value(node.input[2], "Clip max").reshape(()))
-              if len(node.input) > 2 and node.input[2] else float(info.max))
-    return G.clip(x, lo, hi)
-
-
-def _pool(kind):
-    def handler(im, node, a):
-        if len(node.output) > 1 and node.output[1]:
-            raise OnnxImportError(f"{node.op_type} {node.name!r}: the Indices output is not "
-                                  "supported")
-        x = im.tensor(node.input[0])
-        kernel = _ints(a["kernel_shape"])
-        strides = _ints(a.get("strides", [1, 1]))
-        dilations = _ints(a.get("dilations", [1, 1]))
-        pads = _pads(a, x.shape[2:], kernel, strides, dilations)
-        ceil = bool(a.get("ceil_mode", 0))
-        if kind == "max":
-            return G.max_pool2d(x, kernel, strides, pads, dilations, ceil_mode=ceil)
-        return G.avg_pool2d(x, kernel, strides, pads, dilations, ceil_mode=ceil,
-                            count_include_pad=bool(a.get("count_include_pad", 0)))
-
-    return handler
-
-
-def _gemm(im, node, a):
-    x = im.tensor(node.input[0])
-    if a.get("transA", 0):
-        x = G.transpose(x, (1, 0))
-    bname = node.input[1]
-    # dense takes the weight as [N, K]: B itself when transB, else B transposed
-    w = im.tensor(node.input[1]) if a.get("transB", 0) else _transposed(im, bname)
-    y = G.dense(x, w)
-    alpha = float(a.get("alpha", 1.0))
-    if alpha != 1.0:
-        y = G.multiply(y, alpha)
-    if len(node.input) > 2 and node.input[2]:
-        c = im.tensor(node.input[2])
-        beta = float(a.get("beta", 1.0))
-        if beta != 1.0:
-            c = G.multiply(c, beta)
-        y = G.add(y, c)
-    return y
-
-
-def _transposed(im: _Importer, name: str) -> Node:
-    """``name`` transposed (a ``[K, N]`` MatMul/Gemm weight as dense's ``[N, K]``): a weight
-    initializer becomes a parameter ``<name>_T`` holding the transposed values, a constant
-    a transposed constant, anything else a transpose."""
-    if not im.is_static(name):
-        return G.transpose(im.tensor(name), (1, 0))
-    value = im.static[name]
-    if name in im.initializers and value.dtype.kind == "f":
-        tname = f"{name}_T"
-        if tname not in im.nodes:
-            value = np.ascontiguousarray(im.weight(value).T)
-            var = Var(tname, value.shape, dt.from_numpy(value.dtype))
-            im.params[tname] = value
-            im.param_vars.append(var)
-            im.nodes[tname] = var
-        return im.nodes[tname]
-    return Constant(np.ascontiguousarray(value.T), name)
-
-
-def _matmul(im, node, a):
-    x = im.tensor(node.input[0])
-    bname = node.input[1]
-    by = im.shape(bname)
-    if len(by) == 2:
-        w = _transposed(im, bname)
-        if x.ndim == 2:
-            return G.dense(x, w)
-        lead = x.shape[:-1]
-        flat = G.reshape(x, (int(np.prod(lead)), x.shape[-1]))
-        return G.reshape(G.dense(flat, w), lead + (by[1],))
-    y = im.tensor(bname)
-    if x.ndim < 2 or y.ndim < 2:
-        raise OnnxImportError(f"MatMul {node.name!r}: 1-D operands are not supported")
-    lead_x, lead_y = x.shape[:-2], y.shape[:-2]
-    if lead_x != lead_y:
-        raise OnnxImportError(f"MatMul {node.name!r}: batch dimensions {list(lead_x)} and "
-                              f"{list(lead_y)} differ")
-    batch = int(np.prod(lead_x)) if lead_x else 1
-    x3 = G.reshape(x, (batch,) + x.shape[-2:])
-    y3 = G.reshape(y, (batch,) + y.shape[-2:])
-    out = G.batch_matmul(x3, y3, transpose_b=False)
-    return G.reshape(out, lead_x + (x.shape[-2], y.shape[-1]))
-
-
-def _binary(fn):
-    def handler(im, node, a):
-        out = im.tensor(node.input[0])
-        for name in node.input[1:]:
-            out = fn(out, im.tensor(name))
-        return out
-
-    return handler
-
-
-def _softmax(im, node, a):
-    x = im.tensor(node.input[0])
-    axis = int(a.get("axis", 1 if im.opset < 13 else -1)) % x.ndim
-    if im.opset >= 13 or axis == x.ndim - 1:
-        return G.softmax(x, axis)
-    rows = int(np.prod(x.shape[:axis]))
-    flat = G.reshape(x, (rows, -1))
-    return G.reshape(G.softmax(flat, -1), x.shape)
 
 
 def _reshape_target(im, node, a, in_shape):
@@ -457,7 +293,11 @@ def _reshape(im, node, a):
 
 def _flatten(im, node, a):
     x = im.tensor(node.input[0])
-    axis = int(a.get("axis", 1)) % max(x.ndim, 1)
+    axis = int(a.get("axis", 1))
+    if not -x.ndim <= axis <= x.ndim:
+        raise OnnxImportError(f"Flatten axis {axis} is outside [-{x.ndim}, {x.ndim}]")
+    # axis == rank is legal: everything in the first dimension ([1, 8] -> [8, 1])
+    axis = axis + x.ndim if axis < 0 else axis
     if axis == 1:
         return G.batch_flatten(x)
     return G.reshape(x, (int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))))
@@ -470,28 +310,6 @@ def _transpose(im, node, a):
 
 def _concat(im, node, a):
     return G.concatenate([im.tensor(i) for i in node.input], int(a["axis"]))
-
-
-def _pad(im, node, a):
-    x = im.tensor(node.input[0])
-    mode = a.get("mode", b"constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "constant":
-        raise OnnxImportError(f"Pad {node.name!r}: mode {mode!r} is not supported (constant only)")
-    if im.opset < 11:
-        pads, value = _ints(a["pads"]), float(a.get("value", 0.0))
-    else:
-        pads = _ints(im.value(node.input[1], "the Pad widths"))
-        value = (float(im.value(node.input[2], "the Pad value").reshape(()))
-                 if len(node.input) > 2 and node.input[2] else 0.0)
-        if len(node.input) > 3 and node.input[3]:
-            axes = [int(v) % x.ndim for v in im.value(node.input[3], "the Pad axes")]
-            full = [0] * (2 * x.ndim)
-            for k, ax in enumerate(axes):
-                full[ax], full[ax + x.ndim] = pads[k], pads[k + len(axes)]
-            pads = full
-    n = x.ndim
-    return G.pad(x, [(pads[d], pads[d + n]) for d in range(n)], value)
 
 
 def _identity(im, node, a):
@@ -522,26 +340,6 @@ def _squeeze(im, node, a):
     return G.squeeze(x, _axes(im, node, a, "the Squeeze axes"))
 
 
-def _reduce_mean(im, node, a):
-    x = im.tensor(node.input[0])
-    return G.mean(x, _axes(im, node, a, "the ReduceMean axes"), bool(a.get("keepdims", 1)))
-
-
-def _layer_norm(im, node, a):
-    x = im.tensor(node.input[0])
-    axis = int(a.get("axis", -1))
-    gamma = im.tensor(node.input[1])
-    beta = (im.tensor(node.input[2]) if len(node.input) > 2 and node.input[2]
-            else Constant(np.zeros(gamma.shape, x.dtype)))
-    return G.layer_norm(x, gamma, beta, axis, float(a.get("epsilon", 1e-5)))
-
-
-def _gelu(im, node, a):
-    x = im.tensor(node.input[0])
-    inner = G.erf(G.multiply(x, float(1 / np.sqrt(2.0))))
-    return G.multiply(x, G.multiply(G.add(inner, 1.0), 0.5))
-
-
 def _cast(im, node, a):
     x = im.tensor(node.input[0])
     to = ONNX_DTYPES.get(int(a["to"]))
@@ -551,49 +349,16 @@ def _cast(im, node, a):
 
 
 _HANDLERS = {
-    "Conv": _conv,
-    "BatchNormalization": _batch_norm,
-    "Relu": _unary(G.relu),
-    "Sigmoid": _unary(G.sigmoid),
-    "Tanh": _unary(G.tanh),
-    "Exp": _unary(G.exp),
-    "Log": _unary(G.log),
-    "Sqrt": _unary(G.sqrt),
-    "Erf": _unary(G.erf),
-    "Neg": _unary(G.negative),
-    "LeakyRelu": _leaky,
-    "Clip": _clip,
-    "MaxPool": _pool("max"),
-    "AveragePool": _pool("avg"),
-    "GlobalAveragePool": _unary(G.global_avg_pool2d),
-    "GlobalMaxPool": _unary(G.global_max_pool2d),
-    "Gemm": _gemm,
-    "MatMul": _matmul,
-    "Add": _binary(G.add),
-    "Sub": _binary(G.subtract),
-    "Mul": _binary(G.multiply),
-    "Div": _binary(G.divide),
-    "Max": _binary(G.maximum),
-    "Min": _binary(G.minimum),
-    "Pow": _binary(G.power),
-    "Softmax": _softmax,
     "Reshape": _reshape,
     "Flatten": _flatten,
     "Transpose": _transpose,
     "Concat": _concat,
-    "Pad": _pad,
     "Constant": lambda im, node, a: None,
     "Identity": _identity,
-    "Dropout": _identity,
     "Unsqueeze": _unsqueeze,
     "Squeeze": _squeeze,
-    "ReduceMean": _reduce_mean,
-    "LayerNormalization": _layer_norm,
-    "Gelu": _gelu,
     "Cast": _cast,
     "Shape": lambda im, node, a: _static_only(node),
-    "Gather": lambda im, node, a: _static_only(node),
-    "Slice": lambda im, node, a: _slice(im, node, a),
 }
 
 
@@ -607,31 +372,6 @@ def _static_only(node):
 
 def _s(im, node, k=0):
     return im.static[node.input[k]]
-
-
-def _slice_args(im, node, a):
-    """``(starts, ends, axes, steps)`` of a Slice node (attributes before opset 10, inputs
-    known at import time after)."""
-    if im.opset < 10:
-        starts, ends = _ints(a["starts"]), _ints(a["ends"])
-        axes = _ints(a.get("axes", range(len(starts))))
-        return starts, ends, axes, [1] * len(starts)
-    for k in range(1, len(node.input)):
-        if node.input[k] and not im.is_static(node.input[k]):
-            raise OnnxImportError(f"Slice {node.name!r}: its starts, ends, axes and steps must "
-                                  "be known at import time (shapes are static)")
-    starts, ends = _ints(_s(im, node, 1)), _ints(_s(im, node, 2))
-    axes = _ints(_s(im, node, 3)) if len(node.input) > 3 and node.input[3] else list(
-        range(len(starts)))
-    steps = _ints(_s(im, node, 4)) if len(node.input) > 4 and node.input[4] else [1] * len(
-        starts)
-    return starts, ends, axes, steps
-
-
-def _slice(im, node, a):
-    starts, ends, axes, steps = _slice_args(im, node, a)
-    return G.strided_slice(im.tensor(node.input[0]), starts, ends, steps, axes)
-
 
 
 def _cast_like(im, node, a):

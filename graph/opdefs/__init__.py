@@ -1,6 +1,18 @@
 """The graph operators (importing this package registers them) and their constructors."""
 
-from . import conv, elemwise, linear, norm, pool, transform, winograd
+from . import (  # noqa: F401  (element-wise math, logic, reductions)
+    activation,
+    arith,
+    conv,
+    elemwise,
+    linear,
+    logic,
+    norm,
+    pool,
+    reduce,
+    transform,
+    winograd,
+)
 from .conv import conv2d
 from .elemwise import (
     add,
