@@ -430,3 +430,43 @@ def test_resize_needs_constant_scales():
                        [info("y", [1, 1, 4, 4])], opset=13)
     with pytest.raises(OnnxImportError, match="must be a constant known at import time"):
         graph.from_onnx(model, {"x": (1, 1, 2, 2), "scales": (4,)})
+
+
+# -- what PyTorch's exporter writes ------------------------------------------------------------
+
+
+@pytest.mark.corpus  # importing torch and exporting take about a minute on a busy CPU
+def test_pytorch_export_of_audio_and_image_layers_matches_eager():
+    torch = pytest.importorskip("torch")
+    import io
+
+    nn = torch.nn
+
+    class Layers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1d = nn.Conv1d(4, 8, 3, padding=1)
+            self.inorm = nn.InstanceNorm1d(8, affine=True)
+            self.conv2d = nn.Conv2d(2, 4, 3, padding=1)
+            self.gnorm = nn.GroupNorm(2, 4)
+            self.up = nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1)
+            self.pool = nn.MaxPool2d(2, 2, padding=1, ceil_mode=True)
+            self.resize = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+            self.lnorm = nn.LayerNorm([16])
+
+        def forward(self, audio, image):
+            a = self.lnorm(torch.relu(self.inorm(self.conv1d(audio))))
+            b = self.resize(self.pool(self.up(self.gnorm(self.conv2d(image)))))
+            return a, b
+
+    torch.manual_seed(0)
+    model = Layers().eval()
+    audio, image = torch.randn(1, 4, 16), torch.randn(1, 2, 5, 5)
+    buf = io.BytesIO()
+    torch.onnx.export(model, (audio, image), buf, opset_version=17, dynamo=False,
+                      input_names=["audio", "image"])
+    proto = onnx.load_from_string(buf.getvalue())
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(audio, image)]
+    check(proto, {"audio": audio.numpy(), "image": image.numpy()}, expected, layouts=(None,),
+          atol=1e-5)

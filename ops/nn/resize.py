@@ -19,7 +19,7 @@ import numpy as np
 
 from ...ir import dtype as dt
 from ...ir import te
-from ...ir.expr import emax
+from ...ir.expr import emax, emin
 from ...ir.te import Tensor
 from .. import tag
 from ..utils import accumulate_dtype, ax_names, cast_to, compute_named, fail
@@ -160,7 +160,9 @@ def resize_gather(data: Tensor, axes: Sequence[int], tables: Sequence[tuple[Tens
     def source(i, taps):
         index = list(i)
         for j, a in enumerate(axes):
-            index[a] = emax(tables[j][0](i[a], taps[j]), 0)
+            # clamped both ways: whatever a table holds (a tuner fills it with random
+            # integers), the read stays inside the data
+            index[a] = emin(emax(tables[j][0](i[a], taps[j]), 0), data.shape[a] - 1)
         return data(*index)
 
     def inside(i):
