@@ -96,6 +96,12 @@ def test_gather_int32_indices_of_int64_data_and_a_scalar_index():
           {"y": data[:, [5, 0, 4]], "z": data[3]}, {"s": np.array(-1, np.int64)})
 
 
+def test_gather_of_a_run_time_scalar_index_drops_the_axis():
+    x = rand(4, 3, 2)
+    check([node("Gather", ["x", "i"], ["y"], axis=1)], {"x": x, "i": np.array(-2, np.int64)},
+          {"y": np.ascontiguousarray(x[:, 1])})
+
+
 def test_gather_fuses_with_its_element_wise_reader():
     table = rand(10, 4)
     ids = np.array([3, 7, 0], np.int64)
@@ -374,11 +380,21 @@ def test_einsum_products_transposes_and_sums(eq, shapes, op):
     assert op in ops_of(net)
 
 
-def test_einsum_diagonal_is_refused():
+@pytest.mark.parametrize("eq,shape", [("ii->i", (3, 3)), ("bii->bi", (2, 4, 4)),
+                                      ("...ii->...i", (2, 3, 3)), ("iji->ij", (3, 2, 3)),
+                                      ("ii", (4, 4))])
+def test_einsum_diagonals_and_traces(eq, shape):
+    x = rand(*shape)
+    want = np.asarray(np.einsum(eq, x), np.float32)
+    check([node("Einsum", ["x"], ["y"], equation=eq)], {"x": x}, {"y": want})
+
+
+def test_einsum_diagonal_of_unequal_extents_is_refused():
     model = model_of([node("Einsum", ["x"], ["y"], equation="ii->i")], {"x": rand(3, 3)},
                      {"y": rand(3)})
-    with pytest.raises(OnnxImportError, match="diagonal"):
-        graph.from_onnx(model)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 4
+    with pytest.raises(OnnxImportError, match="a diagonal needs them equal"):
+        graph.from_onnx(model, {"x": (3, 4)})
 
 
 # -- import-time evaluation and refusals -----------------------------------------------------

@@ -160,9 +160,6 @@ def _parse_einsum(node, equation: str, operands) -> tuple[list[str], str]:
         if len(term) != x.ndim or not all(c.isalpha() for c in term):
             raise OnnxImportError(f"term {term!r} of {equation!r} does "
                                   f"not fit an operand of shape {list(x.shape)}")
-        if len(set(term)) != len(term):
-            raise OnnxImportError(f"a letter repeated within one term "
-                                  f"({term!r}: a diagonal) is not supported")
         letters.append(term)
     if arrow:
         out = rhs.replace("...", ell)
@@ -173,6 +170,26 @@ def _parse_einsum(node, equation: str, operands) -> tuple[list[str], str]:
         raise OnnxImportError(f"output {out!r} of {equation!r} names a "
                               "letter twice or one that no operand has")
     return letters, out
+
+
+def _diagonal(node, x: Node, term: str) -> tuple[Node, str]:
+    """``x`` with every letter repeated within ``term`` taken once (its diagonal): the two
+    dimensions move last, merge into one of ``n * n`` and a slice of step ``n + 1`` keeps
+    the diagonal, so no gather is needed."""
+    while len(set(term)) != len(term):
+        c = next(c for c in term if term.count(c) > 1)
+        first, second = term.index(c), term.index(c, term.index(c) + 1)
+        n = x.shape[first]
+        if x.shape[second] != n:
+            raise OnnxImportError(f"letter {c!r} of term {term!r} has extents {n} and "
+                                  f"{x.shape[second]}; a diagonal needs them equal")
+        rest = [d for d in range(x.ndim) if d not in (first, second)]
+        x = _transpose(x, rest + [first, second])
+        x = _reshape(x, [x.shape[d] for d in range(len(rest))] + [n * n])
+        if n > 1:
+            x = GT.strided_slice(x, [0], [n * n], [n + 1], [x.ndim - 1])
+        term = "".join(term[d] for d in rest) + c
+    return x, term
 
 
 def _sum_out(x: Node, term: str, keep: str) -> tuple[Node, str]:
@@ -235,6 +252,8 @@ def _einsum(im, node, a):
     equation = equation.decode() if isinstance(equation, bytes) else str(equation)
     operands = [im.tensor(i) for i in node.input]
     letters, out = _parse_einsum(node, equation, operands)
+    for k, (x, term) in enumerate(zip(operands, letters)):
+        operands[k], letters[k] = _diagonal(node, x, term)
     x, xs = operands[0], letters[0]
     for k in range(1, len(operands)):
         later = out + "".join(letters[k + 1:])

@@ -159,3 +159,6 @@ def softmax(data: Node, axis: int = -1, out_dtype: str = "", nan_to_zero: bool =
     return Call("nn.softmax", [data], {"axis": axis, "out_dtype": out_dtype,
                                        "nan_to_zero": nan_to_zero})
 
+
+
+from . import norm_nd  # noqa: E402,F401  (registers nn.group_norm and nn.lrn)
