@@ -397,6 +397,53 @@ def test_einsum_diagonal_of_unequal_extents_is_refused():
         graph.from_onnx(model, {"x": (3, 4)})
 
 
+# -- class-index losses ----------------------------------------------------------------------
+
+
+def nll_reference(logp, target, weight, ignore, reduction):
+    """ONNX's NegativeLogLikelihoodLoss in numpy (per-sample weights, ignored targets)."""
+    safe = np.where(target == ignore, 0, target) if ignore is not None else target
+    picked = np.take_along_axis(logp, np.expand_dims(safe, 1), 1).squeeze(1)
+    w = weight[safe] if weight is not None else None
+    if ignore is not None:
+        keep = (target != ignore).astype(logp.dtype)
+        w = keep if w is None else w * keep
+    loss = -picked if w is None else -picked * w
+    if reduction == "none":
+        return loss.astype(np.float32)
+    if reduction == "sum" or w is None:
+        return np.asarray(loss.sum() if reduction == "sum" else loss.mean(), np.float32)
+    return np.asarray(loss.sum() / w.sum(), np.float32)
+
+
+@pytest.mark.parametrize("reduction,weighted,ignore", [
+    ("mean", True, 1), ("none", False, -100), ("sum", True, None), ("mean", False, None)])
+def test_negative_log_likelihood_loss(reduction, weighted, ignore):
+    x = rand(3, 4, 2)
+    target = np.array([[0, 1], [3, 2], [1, 1]], np.int64)
+    if ignore == -100:
+        target[1, 0] = -100  # an ignored target outside the classes
+    weight = np.array([0.5, 1.0, 2.0, 0.25], np.float32)
+    attrs = {"reduction": reduction}
+    if ignore is not None:
+        attrs["ignore_index"] = ignore
+    ins = ["x", "t", "w"] if weighted else ["x", "t"]
+    want = nll_reference(x, target, weight if weighted else None, ignore, reduction)
+    check([node("NegativeLogLikelihoodLoss", ins, ["y"], **attrs)], {"x": x, "t": target},
+          {"y": want}, {"w": weight} if weighted else None, opset=13)
+
+
+def test_softmax_cross_entropy_loss_with_log_prob():
+    x = rand(4, 5)
+    target = np.array([4, 0, 2, 2], np.int64)
+    shifted = x - x.max(1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
+    check([node("SoftmaxCrossEntropyLoss", ["x", "t"], ["y", "lp"], reduction="sum",
+                ignore_index=2)], {"x": x, "t": target},
+          {"y": nll_reference(logp, target, None, 2, "sum"), "lp": logp.astype(np.float32)},
+          opset=13)
+
+
 # -- import-time evaluation and refusals -----------------------------------------------------
 
 
