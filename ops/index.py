@@ -15,7 +15,7 @@ from ..ir import te
 from ..ir.expr import Expr, as_expr, cast, const, emax, emin, select
 from ..ir.te import Tensor
 from . import tag
-from .transform import unravel_index
+from .transform import _numel, unravel_index
 from .utils import (
     accumulate_dtype,
     ax_names,
@@ -395,13 +395,6 @@ def trilu(data: Tensor, k=0, upper: bool = True) -> Tensor:
         return select(keep, data(*i), zero)
 
     return compute_named(data.shape, ax_names(data.ndim), fcompute, "T_trilu", tag.INJECTIVE)
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 __all__ = [
