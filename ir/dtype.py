@@ -13,6 +13,8 @@ the code generator's literals and the numpy references all use them.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 try:  # bfloat16 on the host: ml_dtypes if present, else uint16 bit patterns
@@ -85,6 +87,17 @@ def is_bool(dtype: str) -> bool:
 def is_half(dtype: str) -> bool:
     """float16 or bfloat16 (16-bit floats, computed through float32 where PTX has no op)."""
     return dtype in ("float16", "bfloat16")
+
+
+@functools.cache
+def int_range(dtype: str) -> tuple[int, int]:
+    """(smallest, largest) value of an integer dtype (bool: 0 and 1), as Python ints."""
+    if check(dtype) == "bool":
+        return 0, 1
+    if not is_int(dtype):
+        raise DTypeError(f"int_range needs an integer or bool dtype, got {dtype}")
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
 
 
 def to_numpy(dtype: str) -> np.dtype:
