@@ -47,11 +47,10 @@ def _expect_index(op: str, what: str, t: Tensor) -> None:
 
 def wrap_index(value, extent: int) -> Expr:
     """The index ``value`` (read from a tensor) into a dimension of ``extent``: negative
-    values count from the end, and the result is clamped into ``[0, extent)`` so the read
-    stays in bounds whatever the data holds; an int32 expression."""
-    value = as_expr(value)
-    if dt.is_int(value.dtype):
-        value = select(value < 0, value + extent, value)
+    values count from the end (``te.normalize_index``), and the result is clamped into
+    ``[0, extent)`` here, before it narrows to the int32 index dtype, so the read stays in
+    bounds whatever the data holds."""
+    value = te.normalize_index(value, extent)
     value = emin(emax(value, 0), extent - 1)
     return cast_to(value, dt.INDEX)
 
