@@ -14,7 +14,17 @@ import math
 
 from ..ir import dtype as dt
 from ..ir import te
-from ..ir.expr import Expr, call, const, floordiv, floormod, logical_and, select
+from ..ir.expr import (
+    Expr,
+    call,
+    const,
+    floordiv,
+    floormod,
+    logical_and,
+    select,
+    truncdiv,
+    truncmod,
+)
 from ..ir.te import Tensor
 from .activation import float_map
 from .logic import broadcast_map
@@ -197,13 +207,7 @@ def _int_pair(op: str, a: Tensor, b: Tensor) -> None:
 
 def trunc_div_expr(x: Expr, y: Expr) -> Expr:
     """Integer ``x / y`` rounded towards zero (C's and ONNX's integer division)."""
-    q = floordiv(x, y)
-    if dt.is_uint(x.dtype):
-        return q
-    zero = const(0, x.dtype)
-    inexact = floormod(x, y) != zero
-    signs_differ = (x < zero) != (y < zero)
-    return select(logical_and(inexact, signs_differ), q + const(1, x.dtype), q)
+    return truncdiv(x, y)
 
 
 def trunc_divide(lhs: Tensor, rhs: Tensor) -> Tensor:
@@ -213,33 +217,15 @@ def trunc_divide(lhs: Tensor, rhs: Tensor) -> Tensor:
 
 
 def fmod(lhs: Tensor, rhs: Tensor) -> Tensor:
-    """C's ``fmod``: ``lhs - trunc(lhs / rhs) * rhs``, with the sign of ``lhs``. Floats:
-    the quotient is rounded once, the remainder formed exactly with an FMA and corrected by
-    one ``rhs`` when the rounded quotient overshot, which is exact while ``|lhs / rhs| <
-    2**24`` (float32)."""
+    """C's ``fmod`` / ``%``: the remainder of the division rounded towards zero, with the
+    sign of ``lhs`` (exact on floats: LLVM's ``frem``, numpy's ``fmod``), with
+    broadcasting."""
     for t in (lhs, rhs):
         if isinstance(t, Tensor) and t.dtype == "bool":
             fail("fmod", f"needs number tensors, got {t.name} with dtype bool")
     if isinstance(lhs, Tensor) and isinstance(rhs, Tensor) and lhs.dtype != rhs.dtype:
         fail("fmod", f"operand dtypes differ: {lhs.dtype} and {rhs.dtype}; cast one first")
-
-    def rule(a: Expr, b: Expr) -> Expr:
-        if not dt.is_float(a.dtype):
-            return a - trunc_div_expr(a, b) * b
-        wide = "float32" if dt.is_half(a.dtype) else a.dtype
-        aw, bw = a.astype(wide) if wide != a.dtype else a, b.astype(wide) if wide != b.dtype else b
-        q = aw / bw
-        t = select(q < _c(0, aw), call("ceil", q), call("floor", q))
-        r = call("fma", -t, bw, aw)
-        zero = _c(0, aw)
-        ab = te.abs(bw)
-        r = select(logical_and(aw >= zero, r < zero), r + ab,
-                   select(logical_and(aw < zero, r > zero), r - ab, r))
-        # a finite lhs over an infinite rhs is lhs itself (the FMA would give 0 * inf)
-        r = select(ab == _c(float("inf"), aw), aw, r)
-        return r.astype(a.dtype) if wide != a.dtype else r
-
-    return broadcast_map("fmod", [lhs, rhs], rule)
+    return broadcast_map("fmod", [lhs, rhs], truncmod)
 
 
 def floor_mod(lhs: Tensor, rhs: Tensor) -> Tensor:

@@ -349,3 +349,124 @@ def test_16_bit_convolution_pooling_and_normalization(dtype):
     m.run()
     np.testing.assert_allclose(m.get_output(0).numpy().astype(np.float32),
                                expected.astype(np.float32), rtol=5e-2, atol=5e-2)
+
+
+# -- resizing ----------------------------------------------------------------------------------
+
+
+def _resize_model(shape, attrs, scales=None, sizes=None, roi=None, axes=None, opset=19):
+    inits = [init("roi", np.array(roi if roi is not None else [], np.float32))]
+    inputs = ["x", "roi"]
+    if scales is not None:
+        inits.append(init("scales", np.array(scales, np.float32)))
+        inputs.append("scales")
+    if sizes is not None:
+        inits.append(init("sizes", np.array(sizes, np.int64)))
+        inputs += ["", "sizes"] if scales is None else ["sizes"]
+    if axes is not None:
+        attrs = {**attrs, "axes": axes}
+    node = helper.make_node("Resize", inputs, ["y"], **attrs)
+    return make_model([node], [info("x", list(shape))], [info("y", None)], inits, opset=opset)
+
+
+@pytest.mark.parametrize("attrs,scales,sizes", [
+    ({"mode": "nearest"}, [1, 1, 2, 2], None),
+    ({"mode": "nearest", "nearest_mode": "round_prefer_ceil",
+      "coordinate_transformation_mode": "asymmetric"}, None, [1, 2, 7, 3]),
+    ({"mode": "nearest", "nearest_mode": "floor",
+      "coordinate_transformation_mode": "align_corners"}, [1, 1, 2, 0.5], None),
+    ({"mode": "linear"}, [1, 1, 2, 0.5], None),
+    ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, None, [1, 2, 3, 9]),
+    ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, None,
+     [1, 2, 1, 4]),
+    ({"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1}, [1, 1, 1.5, 2], None),
+    ({"mode": "cubic", "coordinate_transformation_mode": "half_pixel_symmetric"},
+     [1, 1, 0.7, 1.3], None),
+    ({"mode": "linear", "antialias": 1}, [1, 1, 0.5, 0.4], None),
+])
+def test_resize_modes(attrs, scales, sizes):
+    x = rand(1, 2, 5, 6)
+    model = _resize_model(x.shape, attrs, scales, sizes)
+    net = check(model, {"x": x}, layouts=(None,))
+    assert "image.resize" in ops_of(net)
+
+
+def test_resize_crop_with_extrapolation_along_given_axes():
+    x = rand(1, 2, 5, 6)
+    attrs = {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
+             "extrapolation_value": 7.5}
+    # axes 3 then 2: the crop box runs past the input on both sides of the height
+    model = _resize_model(x.shape, attrs, sizes=[4, 6], roi=[0.1, -0.3, 0.8, 1.4], axes=[3, 2])
+    (expected,) = onnxruntime_outputs(model, {"x": x})
+    assert (expected == 7.5).any()
+    check(model, {"x": x}, layouts=(None,))
+
+
+def test_resize_keep_aspect_ratio_and_nearest_fusion():
+    x = rand(1, 3, 4, 6)
+    attrs = {"mode": "nearest", "keep_aspect_ratio_policy": "not_larger"}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Resize", ["c", "", "", "sizes"], ["r"], axes=[2, 3], **attrs),
+             helper.make_node("Relu", ["r"], ["y"])]
+    model = make_model(nodes, [info("x", [1, 3, 4, 6])], [info("y", None)],
+                       [init("w", rand(4, 3, 3, 3)), init("sizes", np.array([9, 9], np.int64))],
+                       opset=19)
+    net = check(model, {"x": x})
+    assert net.outputs[0].shape == (1, 4, 6, 9)
+
+
+def test_upsample_nearest_and_linear():
+    x = rand(1, 2, 3, 4)
+    for mode, opset in (("nearest", 9), ("linear", 9)):
+        node = helper.make_node("Upsample", ["x", "scales"], ["y"], mode=mode)
+        model = make_model([node], [info("x", [1, 2, 3, 4])], [info("y", [1, 2, 6, 12])],
+                           [init("scales", np.array([1, 1, 2, 3], np.float32))], opset=opset)
+        check(model, {"x": x}, layouts=(None,))
+
+
+def test_resize_needs_constant_scales():
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
+    model = make_model([node], [info("x", [1, 1, 2, 2]), info("scales", [4])],
+                       [info("y", [1, 1, 4, 4])], opset=13)
+    with pytest.raises(OnnxImportError, match="must be a constant known at import time"):
+        graph.from_onnx(model, {"x": (1, 1, 2, 2), "scales": (4,)})
+
+
+# -- what PyTorch's exporter writes ------------------------------------------------------------
+
+
+@pytest.mark.corpus  # importing torch and exporting take about a minute on a busy CPU
+def test_pytorch_export_of_audio_and_image_layers_matches_eager():
+    torch = pytest.importorskip("torch")
+    import io
+
+    nn = torch.nn
+
+    class Layers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1d = nn.Conv1d(4, 8, 3, padding=1)
+            self.inorm = nn.InstanceNorm1d(8, affine=True)
+            self.conv2d = nn.Conv2d(2, 4, 3, padding=1)
+            self.gnorm = nn.GroupNorm(2, 4)
+            self.up = nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1)
+            self.pool = nn.MaxPool2d(2, 2, padding=1, ceil_mode=True)
+            self.resize = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+            self.lnorm = nn.LayerNorm([16])
+
+        def forward(self, audio, image):
+            a = self.lnorm(torch.relu(self.inorm(self.conv1d(audio))))
+            b = self.resize(self.pool(self.up(self.gnorm(self.conv2d(image)))))
+            return a, b
+
+    torch.manual_seed(0)
+    model = Layers().eval()
+    audio, image = torch.randn(1, 4, 16), torch.randn(1, 2, 5, 5)
+    buf = io.BytesIO()
+    torch.onnx.export(model, (audio, image), buf, opset_version=17, dynamo=False,
+                      input_names=["audio", "image"])
+    proto = onnx.load_from_string(buf.getvalue())
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(audio, image)]
+    check(proto, {"audio": audio.numpy(), "image": image.numpy()}, expected, layouts=(None,),
+          atol=1e-5)

@@ -131,9 +131,8 @@ def _fold_binary(fn):
 
 
 def _div(node, x, y):
-    if x.dtype in INTS:
-        return binary("trunc_divide", x, y)
-    return G.divide(x, y)
+    _expect(node, x, FLOATS + INTS)
+    return G.divide(x, y)  # integers round towards zero, as ONNX's Div
 
 
 def _no_bool(fn):

@@ -327,3 +327,6 @@ def _lrn(im, node, a):
     _spatial_rank(node, x, least=0)
     return lrn(x, int(a["size"]), float(a.get("alpha", 1e-4)), float(a.get("beta", 0.75)),
                float(a.get("bias", 1.0)))
+
+
+from . import resize_ops  # noqa: E402,F401  (registers Resize and Upsample)

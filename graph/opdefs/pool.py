@@ -173,4 +173,5 @@ def global_max_pool2d(data: Node, layout: str = "NCHW") -> Call:
     return Call("nn.global_max_pool2d", [data], {"layout": layout})
 
 
-from . import pool_nd  # noqa: E402,F401  (registers nn.pool and nn.max_pool_indices)
+# registers nn.pool, nn.max_pool_indices and image.resize
+from . import pool_nd, resize  # noqa: E402,F401
