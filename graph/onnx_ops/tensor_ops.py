@@ -519,3 +519,5 @@ def _dropout(im, node, a):
 
 
 from . import linear_ops as _linear_ops  # noqa: E402,F401  (MatMul, Gemm, Einsum)
+from . import loss_ops as _loss_ops  # noqa: E402,F401  (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss)
+from . import rotary_ops as _rotary_ops  # noqa: E402,F401  (RotaryEmbedding)
