@@ -128,13 +128,16 @@ def ptxforge_backend(gm, example_inputs, options: dict | None = None):
 
 
 def _fullgraph() -> bool:
-    """Whether Dynamo is capturing under ``fullgraph=True`` (it errors on graph breaks)."""
+    """Whether Dynamo is capturing under ``fullgraph=True``: the translator compiling this
+    graph is in one-graph mode (it would rather fail than break the graph)."""
     try:
-        from torch._dynamo.eval_frame import _get_error_on_graph_break
+        from torch._dynamo.symbolic_convert import InstructionTranslator
 
-        return bool(_get_error_on_graph_break())
-    except (ImportError, AttributeError):  # an older torch: treat as False
+        tx = InstructionTranslator.current_tx()
+    except (ImportError, AttributeError, AssertionError, RuntimeError):
         return False
+    return bool(getattr(tx, "one_graph", False)
+                or getattr(tx, "error_on_graph_break", False))
 
 
 def _decompositions() -> dict:

@@ -23,11 +23,27 @@ from .torch_backend import BackendError, UnsupportedOperatorsWarning, resolve_ta
 
 
 def _tensor_ok(val) -> bool:
+    """A tensor ptxforge can hold: a supported dtype, a shape of known extents (no
+    data-dependent size) and at least one element."""
     try:
         graph_dtype(val.dtype)
     except TorchImportError:
         return False
+    for s in val.shape:
+        if not isinstance(s, int):
+            hint = getattr(getattr(s, "node", None), "hint", None)
+            if hint is None:
+                return False
+            s = hint
+        if s == 0:
+            return False
     return True
+
+
+def _vals(node) -> list:
+    val = node.meta.get("val") if hasattr(node, "meta") else None
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    return [v for v in vals if hasattr(v, "dtype") and hasattr(v, "shape")]
 
 
 def node_supported(node, rejected: set[str]) -> bool:
@@ -42,9 +58,8 @@ def node_supported(node, rejected: set[str]) -> bool:
     conv = lookup(overload_name(node.target))
     if conv is None or not conv.available:
         return False
-    vals = node.meta.get("val")
-    vals = vals if isinstance(vals, (list, tuple)) else [vals]
-    return all(_tensor_ok(v) for v in vals if hasattr(v, "dtype"))
+    args = [a for a in node.all_input_nodes]
+    return all(_tensor_ok(v) for n in [node, *args] for v in _vals(n))
 
 
 def describe(node) -> str:
@@ -105,23 +120,29 @@ class CompiledPartition:
     def _run_cuda(self, tensors):
         import torch
 
+        current = torch.cuda.current_stream()
+        # the module's kernels (and its CUDA graph) launch on the legacy default stream:
+        # order it after PyTorch's current stream and PyTorch after it, on the GPU
+        legacy = torch.cuda.default_stream()
         for name, used, t in zip(self.names, self.used, tensors):
             if not used:
                 continue
             if t.device.type != "cuda":
-                raise TorchImportError(
+                raise BackendError(
                     f"input {name} is on {t.device}, but this graph was compiled for the GPU; "
                     "move the model and its inputs to CUDA (model.cuda(), x.cuda()) or "
                     "compile with options={'target': 'sim'}")
+            # the module's input buffer seen by torch through DLPack: one copy, on the stream
             slot = torch.from_dlpack(self.module.get_input(name))
             slot.copy_(t.reshape(slot.shape))
-        # GraphModule launches on the legacy default stream, which orders with torch's
-        torch.cuda.current_stream().synchronize()
+        if current != legacy:
+            legacy.wait_stream(current)
         self.module.run()
-        outs = []
-        for k in range(self.module.get_num_outputs()):
-            outs.append(torch.from_dlpack(self.module.get_output(k)).clone())
-        return tuple(outs)
+        if current != legacy:
+            current.wait_stream(legacy)
+        # the output buffers are overwritten by the next call: hand PyTorch its own copies
+        return tuple(torch.from_dlpack(self.module.get_output(k)).clone()
+                     for k in range(self.module.get_num_outputs()))
 
 
 def _precision(opts) -> str | None:

@@ -124,6 +124,33 @@ def test_shapes_and_reductions(k):
     _check(SHAPES[k], _x(2, 3, 4))
 
 
+F = torch.nn.functional
+COMPOSED = [
+    (lambda x: F.interpolate(x, size=(7, 9), mode="bilinear"), (1, 2, 5, 6)),
+    (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
+     (1, 2, 5, 6)),
+    (lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear"), (1, 2, 5, 6)),
+    (lambda x: F.max_pool3d(x, 3, 2, 1), (1, 2, 5, 6, 7)),
+    (lambda x: F.avg_pool3d(x, 3, 2, 1, count_include_pad=False), (1, 2, 5, 6, 7)),
+    (lambda x: F.avg_pool3d(x, 3, 2, 1), (1, 2, 5, 6, 7)),
+    (lambda x: torch.atan2(x[0], x[1]), (2, 3, 4)),
+    (lambda x: torch.cdist(x[0], x[1]), (2, 3, 4)),
+    (lambda x: torch.cdist(x[0], x[1], p=1.5), (2, 3, 4)),
+    (lambda x: F.pdist(x), (4, 3)),
+    (lambda x: torch.as_strided(x, (2, 2), (1, 2), 1), (6,)),
+    (lambda x: F.instance_norm(x), (1, 2, 5, 6)),
+    (lambda x: x.index_put((torch.tensor([2, 0]),), torch.ones(2, 4)), (3, 4)),
+    (lambda x: x.index_put((torch.tensor([2, 2]),), torch.ones(4), accumulate=True), (3, 4)),
+    (lambda x: x.masked_fill(x > 0.5, -1.0), (3, 4)),
+]
+
+
+@pytest.mark.parametrize("k", range(len(COMPOSED)))
+def test_composed_converters(k):
+    fn, shape = COMPOSED[k]
+    _check(fn, _x(*shape))
+
+
 def test_int_and_bool_inputs_are_carried():
     emb = torch.nn.Embedding(10, 4)
 
@@ -205,7 +232,7 @@ def test_coverage_is_computed_from_torch():
     rows = coverage()
     assert [r.overload for r in rows] == names
     supported = [r for r in rows if r.supported]
-    assert len(supported) >= 160
+    assert len(supported) >= 170
     assert all(r.maps_to for r in supported)
 
 

@@ -93,10 +93,6 @@ def _remainder(cx, a):
     q = cx.call("floor", [cx.call("divide", [x, y])])
     return cx.call("subtract", [x, cx.call("multiply", [q, y])])
 converter("aten.fmod.Tensor", "aten.fmod.Scalar", needs="fmod")(_mod("fmod"))
-converter("aten.atan2.default", "aten.atan2.out", needs="atan2")(
-    lambda cx, a: cx.call("atan2", [operand(cx, a.self, promoted(cx)),
-                                    operand(cx, a.other, promoted(cx))]))
-
 # -- unary --------------------------------------------------------------------------------
 
 

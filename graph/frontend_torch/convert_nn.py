@@ -61,16 +61,19 @@ def _bmm(cx, a):
 
 # -- convolution --------------------------------------------------------------------------
 
-@converter("aten.convolution.default", needs=("nn.conv2d", "nn.bias_add", "reshape"),
-           maps_to="nn.conv2d (1-D through a 2-D view) and nn.bias_add",
-           note="2-D and 1-D; transposed and 3-D need nn.conv2d_transpose / nn.conv3d")
+@converter("aten.convolution.default",
+           needs=("nn.conv2d", "nn.bias_add", "reshape", "nn.pad", "strided_slice", "reverse",
+                  "transpose"),
+           maps_to="nn.conv2d (1-D through a 2-D view; transposed: of the stride-dilated "
+                   "input with the flipped weight) and nn.bias_add",
+           note="1-D and 2-D; 3-D needs nn.conv3d")
 def _convolution(cx, a):
     x, w = a.input, a.weight
     nd = x.ndim - 2
     if a.transposed:
-        op = {1: "nn.conv1d_transpose", 2: "nn.conv2d_transpose",
-              3: "nn.conv3d_transpose"}.get(nd)
-        return _generic_conv(cx, a, op, transposed=True)
+        if nd in (1, 2):
+            return _conv_transpose(cx, a)
+        return _generic_conv(cx, a, "nn.conv3d_transpose", transposed=True)
     if nd == 3:
         return _generic_conv(cx, a, "nn.conv3d")
     stride, pad, dil = list(a.stride), list(a.padding), list(a.dilation)
@@ -82,6 +85,55 @@ def _convolution(cx, a):
         cx.fail(f"a {nd}-D convolution is not supported")
     out = cx.call("nn.conv2d", [x, w], {"strides": stride, "padding": pad, "dilation": dil,
                                         "groups": a.groups})
+    if a.bias is not None:
+        out = cx.call("nn.bias_add", [out, a.bias], {"axis": 1})
+    return reshape(cx, out, cx.out_shape())
+
+
+def _pad_or_crop(cx, x, width):
+    """``x`` padded with zeros by (before, after) per axis; negative widths crop."""
+    if any(b < 0 or e < 0 for b, e in width):
+        x = cx.call("strided_slice", [x], {
+            "begin": [max(0, -b) for b, _ in width],
+            "end": [n - max(0, -e) for n, (_, e) in zip(x.shape, width)],
+            "axes": list(range(x.ndim))})
+        width = [(max(0, b), max(0, e)) for b, e in width]
+    if any(b or e for b, e in width):
+        x = cx.call("nn.pad", [x], {"pad_width": width})
+    return x
+
+
+def _conv_transpose(cx, a):
+    """A transposed convolution as a convolution of the stride-dilated input (zeros between
+    its elements, padded by ``dilation * (k - 1) - padding``) with the flipped, transposed
+    weight."""
+    x, w = a.input, a.weight
+    nd = x.ndim - 2
+    stride, pad, dil = list(a.stride), list(a.padding), list(a.dilation)
+    outpad, groups = list(a.output_padding), a.groups
+    if nd == 1:
+        x = reshape(cx, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
+        w = reshape(cx, w, (w.shape[0], w.shape[1], 1, w.shape[2]))
+        stride, pad, dil, outpad = [1] + stride, [0] + pad, [1] + dil, [0] + outpad
+    n, c, h, wd = x.shape
+    sh, sw = stride
+    if sh > 1 or sw > 1:
+        grid = reshape(cx, x, (n, c, h, 1, wd, 1))
+        grid = cx.call("nn.pad", [grid], {"pad_width": [(0, 0), (0, 0), (0, 0), (0, sh - 1),
+                                                        (0, 0), (0, sw - 1)]})
+        x = cx.call("strided_slice", [reshape(cx, grid, (n, c, h * sh, wd * sw))], {
+            "begin": [0, 0], "end": [(h - 1) * sh + 1, (wd - 1) * sw + 1], "axes": [2, 3]})
+    cin, cout_g, kh, kw = w.shape
+    width = [(0, 0), (0, 0)]
+    for k, p, d, op in zip((kh, kw), pad, dil, outpad):
+        width.append((d * (k - 1) - p, d * (k - 1) - p + op))
+    x = _pad_or_crop(cx, x, width)
+    # [Cin, Cout/g, kh, kw] -> [Cout, Cin/g, kh, kw], flipped in space
+    wg = reshape(cx, w, (groups, cin // groups, cout_g, kh, kw))
+    wg = cx.call("transpose", [wg], {"axes": [0, 2, 1, 3, 4]})
+    wg = cx.call("reverse", [reshape(cx, wg, (groups * cout_g, cin // groups, kh, kw))],
+                 {"axis": (2, 3)})
+    out = cx.call("nn.conv2d", [x, wg], {"dilation": dil, "groups": groups})
     if a.bias is not None:
         out = cx.call("nn.bias_add", [out, a.bias], {"axis": 1})
     return reshape(cx, out, cx.out_shape())
@@ -208,23 +260,46 @@ def _avg_pool2d(cx, a):
         "count_include_pad": bool(a.count_include_pad)})
 
 
-@converter("aten.max_pool3d_with_indices.default", needs="nn.max_pool3d")
-def _max_pool3d(cx, a):
+def _pool3d(cx, a, op: str, extra: dict):
+    """A 3-D pool as a 2-D pool over (H, W) then one over D: max and mean are separable
+    (with padding too: the padded zeros, or the count of valid elements, factor per axis)."""
+    x = a.self
     k, s, p = _pool_args(a, 3)
-    d = list(a.dilation) * (3 if len(a.dilation) == 1 else 1)
-    out = cx.call("nn.max_pool3d", [a.self], {"pool_size": k, "strides": s, "padding": p,
-                                              "dilation": d, "ceil_mode": bool(a.ceil_mode)})
-    return out, Unavailable("the indices of max_pool3d_with_indices")
+    d = list(getattr(a, "dilation", [1, 1, 1]))
+    d = d * (3 if len(d) == 1 else 1)
+    n, c, depth, h, w = x.shape
+    attrs = dict(extra, ceil_mode=bool(a.ceil_mode))
+    hw = cx.call(op, [reshape(cx, x, (n, c * depth, h, w))],
+                 dict(attrs, pool_size=k[1:], strides=s[1:], padding=p[1:],
+                      **({"dilation": d[1:]} if "max" in op else {})))
+    oh, ow = hw.shape[2:]
+    col = reshape(cx, hw, (n * c, depth, oh * ow, 1))
+    col = cx.call("transpose", [col], {"axes": [0, 3, 1, 2]})
+    dd = cx.call(op, [col], dict(attrs, pool_size=[k[0], 1], strides=[s[0], 1],
+                                 padding=[p[0], 0],
+                                 **({"dilation": [d[0], 1]} if "max" in op else {})))
+    od = dd.shape[2]
+    return reshape(cx, dd, (n, c, od, oh, ow))
 
 
-@converter("aten.avg_pool3d.default", needs="nn.avg_pool3d")
+@converter("aten.max_pool3d_with_indices.default",
+           needs=("nn.max_pool2d", "reshape", "transpose"),
+           maps_to="nn.max_pool2d over (H, W), then over D",
+           note="the indices output is not computed")
+def _max_pool3d(cx, a):
+    return _pool3d(cx, a, "nn.max_pool2d", {}), Unavailable(
+        "the indices of max_pool3d_with_indices")
+
+
+@converter("aten.avg_pool3d.default", needs=("nn.avg_pool2d", "reshape", "transpose"),
+           maps_to="nn.avg_pool2d over (H, W), then over D",
+           note="no ceil_mode, no divisor_override")
 def _avg_pool3d(cx, a):
     if a.divisor_override is not None:
         cx.fail("divisor_override is not supported")
-    k, s, p = _pool_args(a, 3)
-    return cx.call("nn.avg_pool3d", [a.self], {
-        "pool_size": k, "strides": s, "padding": p, "ceil_mode": bool(a.ceil_mode),
-        "count_include_pad": bool(a.count_include_pad)})
+    if a.ceil_mode:
+        cx.fail("ceil_mode=True is not supported for a 3-D average pool")
+    return _pool3d(cx, a, "nn.avg_pool2d", {"count_include_pad": bool(a.count_include_pad)})
 
 
 @converter("aten._adaptive_avg_pool2d.default",
@@ -268,12 +343,37 @@ def _upsample_nearest(cx, a):
     return reshape(cx, broadcast_to(cx, grid, (n, c, h, fh, w, fw)), (n, c, oh, ow))
 
 
-@converter("aten.upsample_bilinear2d.vec", needs="image.resize2d")
+def _linear_weights(n_in: int, n_out: int, align_corners: bool, scale) -> np.ndarray:
+    """The [n_out, n_in] matrix of PyTorch's linear interpolation along one axis."""
+    out = np.arange(n_out, dtype=np.float64)
+    if align_corners:
+        src = out * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+    else:
+        ratio = 1.0 / scale if scale else n_in / n_out
+        src = np.maximum((out + 0.5) * ratio - 0.5, 0.0)
+    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    lam = src - i0
+    w = np.zeros((n_out, n_in))
+    np.add.at(w, (np.arange(n_out), i0), 1 - lam)
+    np.add.at(w, (np.arange(n_out), i1), lam)
+    return w
+
+
+@converter("aten.upsample_bilinear2d.vec", needs=("nn.dense", "reshape", "transpose"),
+           maps_to="two products with constant interpolation matrices (nn.dense)")
 def _upsample_bilinear(cx, a):
+    x = a.input
+    n, c, h, w = x.shape
     oh, ow = cx.out_shape()[2:]
-    return cx.call("image.resize2d", [a.input], {
-        "size": [oh, ow], "method": "linear",
-        "coordinate_transformation_mode": "align_corners" if a.align_corners else "half_pixel"})
+    scales = list(a.scale_factors) if a.scale_factors else [None, None]
+    wh = cx.const(_linear_weights(h, oh, a.align_corners, scales[0]), x.dtype)
+    ww = cx.const(_linear_weights(w, ow, a.align_corners, scales[1]), x.dtype)
+    rows = cx.call("nn.dense", [reshape(cx, x, (n * c * h, w)), ww])
+    cols = cx.call("transpose", [reshape(cx, rows, (n * c, h, ow))], {"axes": [0, 2, 1]})
+    both = cx.call("nn.dense", [reshape(cx, cols, (n * c * ow, h)), wh])
+    back = cx.call("transpose", [reshape(cx, both, (n * c, ow, oh))], {"axes": [0, 2, 1]})
+    return reshape(cx, back, (n, c, oh, ow))
 
 
 # -- attention ----------------------------------------------------------------------------

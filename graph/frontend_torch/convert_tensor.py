@@ -199,16 +199,34 @@ def _gather(cx, a):
     return cx.call("gather_elements", [a.self, a.index], {"axis": a.dim % a.self.ndim})
 
 
-@converter("aten.index.Tensor", needs=("take", "reshape"),
-           maps_to="take along the one indexed axis", note="one index tensor only")
+@converter("aten.index.Tensor", needs=("take", "gather_nd", "transpose", "reshape", "cast",
+                                      "broadcast_to", "concatenate"),
+           maps_to="take (one index tensor) or gather_nd over the indexed axes",
+           note="integer index tensors")
 def _index(cx, a):
+    x = a.self
     picked = [(d, t) for d, t in enumerate(a.indices) if t is not None]
-    if len(picked) != 1:
-        cx.fail(f"only one index tensor is supported, got {len(picked)}")
-    d, idx = picked[0]
-    if idx.dtype == "bool":
+    if any(t.dtype == "bool" for _, t in picked):
         cx.fail("boolean mask indexing has a data-dependent shape, which is not supported")
-    return cx.call("take", [a.self, idx], {"axis": d})
+    if len(picked) == 1:
+        d, idx = picked[0]
+        return cx.call("take", [x, idx], {"axis": d})
+    dims = [d for d, _ in picked]
+    rest = [d for d in range(x.ndim) if d not in dims]
+    moved = x if dims == list(range(len(dims))) else \
+        cx.call("transpose", [x], {"axes": dims + rest})
+    shape = tuple(np.broadcast_shapes(*[tuple(t.shape) for _, t in picked]))
+    parts = [reshape(cx, broadcast_to(cx, operand(cx, t, "int64"), shape), shape + (1,))
+             for _, t in picked]
+    index = cx.call("concatenate", parts, {"axis": len(shape)})
+    out = cx.call("gather_nd", [moved, index])
+    # adjacent indexed axes keep their place in the result; separated ones go first (numpy)
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    if adjacent and dims[0] > 0:
+        nb, lead = len(shape), dims[0]
+        order = list(range(nb, nb + lead)) + list(range(nb)) + list(range(nb + lead, out.ndim))
+        out = cx.call("transpose", [out], {"axes": order})
+    return out
 
 
 @converter("aten.cumsum.default", needs=("cumsum", "cast"))

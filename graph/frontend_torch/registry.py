@@ -86,4 +86,4 @@ def _load() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from . import convert_math, convert_nn, convert_tensor  # noqa: F401 (registers)
+        from . import convert_extra, convert_math, convert_nn, convert_tensor  # noqa: F401
