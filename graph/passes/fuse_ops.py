@@ -231,32 +231,30 @@ def tensor_core_product(call: Node, shapes: bool = False) -> bool:
     """Whether ``call`` is a matrix product the tensor cores may run: a dense, matmul or
     batch_matmul of 16-bit inputs, or of float32 ones at TF32 precision. With ``shapes``,
     also in the layouts and sizes the tensor-core GEMM schedule stores through a remapped
-    epilogue (:func:`~ptxforge.ops.schedules.tensorcore_gemm.gemm_form` and
-    :func:`~ptxforge.ops.schedules.tensorcore_gemm.remap_config`: A not transposed, TF32's
+    epilogue (the rules of :mod:`ptxforge.ops.schedules.gemm.forms` that
+    :func:`~ptxforge.ops.schedules.gemm.forms.gemm_form` applies: A not transposed, TF32's
     B as ``[n, k]``, ``M`` and ``N`` whole tiles of 16 and ``K`` of one mma's depth); the
     target's own tensor cores are for the schedule to find."""
+    from ...ops.schedules.gemm.forms import layout_ok, product_kind, whole_tiles
+
     if not (isinstance(call, Call) and isinstance(call.op, str) and call.op in PRODUCT_OPS):
         return False
-    dtype = call.args[0].dtype
-    tf32 = dtype == "float32" and call.attrs.get("precision") == "tf32"
-    if not (dtype in ("float16", "bfloat16") or tf32):
+    kind = product_kind(call.args[0].dtype, call.attrs.get("precision"))
+    if kind is None:
         return False
     if not shapes:
         return True
     a, b = (tuple(x.shape) for x in call.args)
     if call.op == "nn.dense":
-        (m, k), (n, _), b_kn = a, b, False
+        (m, k), (n, _), b_kn, trans_a = a, b, False, False
     else:
-        if call.attrs.get("transpose_a"):
-            return False
+        trans_a = bool(call.attrs.get("transpose_a"))
         b_kn = not call.attrs.get("transpose_b")
         m, k = a[-2:]
         n = b[-1] if b_kn else b[-2]
-    if tf32 and b_kn:
-        return False
-    # whole tiles of 16: the epilogue runs over the product's loops, which a zero-padded
-    # tile's partial copy does not keep
-    return m % 16 == 0 and n % 16 == 0 and k % (8 if tf32 else 16) == 0
+    # whole tiles: the epilogue runs over the product's loops, which a zero-padded tile's
+    # partial copy does not keep
+    return layout_ok(kind, trans_a, b_kn) and whole_tiles(kind, m, n, k)
 
 
 def _layout_group(members: list[Call], output: Call) -> tuple[Node, list[Call]] | None:
