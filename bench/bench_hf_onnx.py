@@ -109,6 +109,31 @@ def kernel_table(lib) -> str:
     return f"{sum(counts.values())} launches of {len(counts)} distinct functions"
 
 
+def kernel_profile(torch, module, feeds: dict, top: int, runs: int = 20) -> str:
+    """Where the time goes: our kernels as the CUDA profiler saw them over ``runs`` runs
+    (plain launches), the ``top`` largest by total time, in microseconds per run."""
+    from torch.profiler import ProfilerActivity, profile
+
+    module.set_input(**feeds)
+    module.run()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            module.run()
+        torch.cuda.synchronize()
+    rows = []
+    for ev in prof.key_averages():
+        total = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+        if total > 0:
+            rows.append((total / runs, ev.count // runs, ev.key))
+    rows.sort(reverse=True)
+    whole = sum(r[0] for r in rows)
+    lines = [f"  kernels: {whole:.1f} us per run in {sum(r[1] for r in rows)} launches; "
+             f"the {min(top, len(rows))} largest:"]
+    for us, count, key in rows[:top]:
+        lines.append(f"  {us:9.2f} us  x{count:<3d} {key[:110]}")
+    return "\n".join(lines)
+
+
 def tune(net, params, dtype: str, trials: int, log: str, seed: int) -> float:
     from ptxforge import autosched
     from ptxforge.cli.tune import Measurement
@@ -201,6 +226,9 @@ def bench(torch, name: str, args) -> dict:
         torch.cuda.synchronize()
         row["compile_s"] = time.perf_counter() - t0
         row["compile_ms"] = time_cuda(torch, lambda: compiled(*low_inputs), 300, 5) * 1e3
+    if args.profile:
+        print(kernel_profile(torch, graph.GraphModule(lib, dev, use_cuda_graph=False), feeds,
+                             args.profile), flush=True)
     print(f"[{name}] ours {row['ours_ms']:.4f} ms | PyTorch {args.dtype} CUDA graph "
           f"{row['graph_ms']:.4f} ms | torch.compile(reduce-overhead) {row['compile_ms']:.4f} "
           f"ms | compile/ours {row['compile_ms'] / row['ours_ms']:.2f}x", flush=True)
@@ -216,6 +244,8 @@ def main(argv=None) -> int:
     p.add_argument("--trials", type=int, default=0,
                    help="auto-scheduling trials per model from an empty log (0: defaults)")
     p.add_argument("--exporter", default="dynamo", choices=("dynamo", "torchscript"))
+    p.add_argument("--profile", type=int, default=0,
+                   help="print the N kernels of ours that take the most time")
     p.add_argument("--out", default="hf_onnx")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
