@@ -109,28 +109,40 @@ def kernel_table(lib) -> str:
     return f"{sum(counts.values())} launches of {len(counts)} distinct functions"
 
 
-def kernel_profile(torch, module, feeds: dict, top: int, runs: int = 20) -> str:
-    """Where the time goes: our kernels as the CUDA profiler saw them over ``runs`` runs
-    (plain launches), the ``top`` largest by total time, in microseconds per run."""
+def kernel_profile(torch, module, lib, feeds: dict, top: int) -> str:
+    """Where the time goes: each of our fused functions' kernels as the CUDA profiler saw
+    them in one run (plain launches, in order), summed per function, the ``top`` largest
+    by total time."""
     from torch.profiler import ProfilerActivity, profile
 
     module.set_input(**feeds)
     module.run()
+    torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(runs):
-            module.run()
+        module.run()
         torch.cuda.synchronize()
-    rows = []
-    for ev in prof.key_averages():
-        total = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
-        if total > 0:
-            rows.append((total / runs, ev.count // runs, ev.key))
-    rows.sort(reverse=True)
+    kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA"
+                      and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()),
+                     key=lambda e: e.time_range.start)
+    steps = [key for key in lib.call_keys if key is not None]
+    counts = [len(lib.functions[key].device_module.kernels()) for key in steps]
+    if sum(counts) != len(kernels):
+        return (f"  (the profiler saw {len(kernels)} kernels, the plan launches "
+                f"{sum(counts)}: no per-function table)")
+    per: dict[str, list] = {}
+    k = 0
+    for key, n in zip(steps, counts):
+        us = sum(e.time_range.elapsed_us() for e in kernels[k:k + n])
+        k += n
+        entry = per.setdefault(lib.functions[key].func.name, [0.0, 0])
+        entry[0] += us
+        entry[1] += 1
+    rows = sorted(((us, c, name) for name, (us, c) in per.items()), reverse=True)
     whole = sum(r[0] for r in rows)
-    lines = [f"  kernels: {whole:.1f} us per run in {sum(r[1] for r in rows)} launches; "
-             f"the {min(top, len(rows))} largest:"]
-    for us, count, key in rows[:top]:
-        lines.append(f"  {us:9.2f} us  x{count:<3d} {key[:110]}")
+    lines = [f"  kernels: {whole:.1f} us in {len(kernels)} launches of {len(steps)} calls; "
+             f"the {min(top, len(rows))} functions that take longest:"]
+    for us, count, name in rows[:top]:
+        lines.append(f"  {us:9.2f} us {100 * us / whole:5.1f}%  x{count:<3d} {name[:100]}")
     return "\n".join(lines)
 
 
@@ -227,8 +239,8 @@ def bench(torch, name: str, args) -> dict:
         row["compile_s"] = time.perf_counter() - t0
         row["compile_ms"] = time_cuda(torch, lambda: compiled(*low_inputs), 300, 5) * 1e3
     if args.profile:
-        print(kernel_profile(torch, graph.GraphModule(lib, dev, use_cuda_graph=False), feeds,
-                             args.profile), flush=True)
+        plain = graph.GraphModule(lib, dev, use_cuda_graph=False)
+        print(kernel_profile(torch, plain, lib, feeds, args.profile), flush=True)
     print(f"[{name}] ours {row['ours_ms']:.4f} ms | PyTorch {args.dtype} CUDA graph "
           f"{row['graph_ms']:.4f} ms | torch.compile(reduce-overhead) {row['compile_ms']:.4f} "
           f"ms | compile/ours {row['compile_ms'] / row['ours_ms']:.2f}x", flush=True)
