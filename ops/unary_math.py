@@ -250,14 +250,33 @@ def floor_mod(lhs: Tensor, rhs: Tensor) -> Tensor:
 
 def int_power(base: Tensor, exponent: Tensor) -> Tensor:
     """``base ** exponent`` for an integer ``base`` and an integer or float ``exponent``,
-    computed in float64 and converted back towards zero: exact while the result's
-    magnitude stays below 2**53."""
+    computed in float64. With an integer exponent that is not negative the power is an
+    integer, rounded to the nearest one (the float64 power may land a hair below it:
+    5 ** 5 as 3124.9999...); with a negative or float exponent it is truncated towards
+    zero. Either is then saturated to the base's dtype (a result out of its range is its
+    minimum or maximum), so the result is exact while its magnitude stays below 2**53."""
     expect_tensor("int_power", "base", base)
     if not dt.is_int(base.dtype):
         fail("int_power", f"the base must be an integer tensor, got {base.dtype}")
+    lo, hi = (float(v) for v in dt.int_range(base.dtype))
+    if int(hi) > dt.int_range(base.dtype)[1]:  # int64's maximum rounds up to 2**63
+        hi = math.nextafter(hi, 0.0)
+    f64 = "float64"
+
+    def toward_zero(r: Expr) -> Expr:
+        return select(r < const(0.0, f64), call("ceil", r), call("floor", r))
 
     def rule(a: Expr, b: Expr) -> Expr:
-        return call("pow", a.astype("float64"), b.astype("float64")).astype(a.dtype)
+        r = call("pow", a.astype(f64), b.astype(f64))
+        if dt.is_int(b.dtype):
+            r = select(b < const(0, b.dtype), toward_zero(r),
+                       call("floor", r + const(0.5, f64)))
+        else:
+            r = toward_zero(r)
+        r = select(r != r, const(0.0, f64), r)  # a negative base to a fractional power
+        r = select(r < const(lo, f64), const(lo, f64),
+                   select(r > const(hi, f64), const(hi, f64), r))
+        return r.astype(a.dtype)
 
     return broadcast_map("int_power", [base, exponent], rule)
 

@@ -55,6 +55,13 @@ def _int_power_ref(a, attrs):
     e = exponent.astype(np.float32) if exponent.dtype == dt.BFLOAT16_HOST else exponent
     with np.errstate(all="ignore"):
         out = np.power(base.astype(np.float64), e.astype(np.float64))
+        if e.dtype.kind in "iu":
+            out = np.where(e < 0, np.trunc(out), np.floor(out + 0.5))
+        else:
+            out = np.trunc(out)
+        info = np.iinfo(base.dtype)
+        out = np.clip(np.nan_to_num(out, nan=0.0), info.min, np.nextafter(
+            float(info.max), 0.0) if int(float(info.max)) > info.max else info.max)
         return out.astype(base.dtype)
 
 
