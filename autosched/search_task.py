@@ -169,7 +169,9 @@ class SearchTask:
     def print_best(self, log_file: str, print_mode: str = "schedule") -> str:
         """The best record of this task as Python schedule code (``"schedule"``), PTX
         (``"ptx"``; ``"cuda"`` is accepted for the tutorial and also gives PTX), LLVM IR
-        (``"llvm"``) or device IR (``"ir"``)."""
+        (``"llvm"``) or device IR (``"ir"``): the record :meth:`apply_best` uses (the best
+        one that applies). When none applies, the schedule code of the best one is printed
+        with a warning; the other modes raise."""
         from .printer import python_schedule_code
 
         modes = {"ptx": "ptx", "cuda": "ptx", "llvm": "llvm", "ir": "ir"}
@@ -177,7 +179,20 @@ class SearchTask:
             raise ValueError(f"print_mode must be one of schedule, ptx, llvm, ir (or cuda, "
                              f"which prints PTX); got {print_mode!r}")
         # the record apply_best would use, so that what is printed is what is built
-        inp, sch = self._best_applicable(log_file)
+        try:
+            inp, sch = self._best_applicable(log_file)
+        except ValueError as e:
+            from .records import load_best_record
+
+            best, _ = load_best_record(log_file, self.workload_key)
+            if print_mode != "schedule" or best is None:
+                raise
+            # none applies: the code of the best one still shows what was recorded
+            import warnings
+
+            warnings.warn(f"{e}; printing the best record's schedule as recorded, which "
+                          "apply_best refuses", RuntimeWarning, stacklevel=2)
+            return python_schedule_code(self, best.pipeline_text)
         if print_mode == "schedule":
             return python_schedule_code(self, inp.pipeline_text)
         from ..driver import build

@@ -58,7 +58,7 @@ def write_archive(path, manifest: dict, files: dict) -> str:
         with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as zf:
             zf.writestr(MANIFEST, json.dumps(manifest, indent=1))
             for name, data in files.items():
-                zf.writestr(name, data)
+                zf.writestr(name, data, compress_type=_compression(data))
 
     path = replace_atomically(path, write)
     return path
@@ -81,6 +81,15 @@ MAX_NPY_HEADER = 1 << 16
 """The longest ``.npy`` header read (numpy writes a few hundred bytes)."""
 
 _CHUNK = 16 << 20
+
+
+def _compression(data: bytes) -> int:
+    """How to store a member: deflated, unless it would deflate more than the loader
+    accepts (:data:`MAX_RATIO`; an all-zero weight deflates a thousand times), then as it
+    is, so that every file written loads."""
+    if len(data) > RATIO_FROM and len(zlib.compress(data, 1)) * MAX_RATIO < len(data):
+        return zipfile.ZIP_STORED
+    return zipfile.ZIP_DEFLATED
 
 
 def _short(value) -> str:

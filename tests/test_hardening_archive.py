@@ -314,3 +314,18 @@ def cuda_kernel(tmp_path_factory):
 def test_bad_launch_fields_are_refused_at_load(cuda_kernel, tmp_path, edit, match):
     runtime.load_module(cuda_kernel)  # the intact file loads
     _refused(_rewrite(cuda_kernel, tmp_path / "l", edit), match)
+
+
+def test_a_network_with_a_large_all_zero_weight_exports_and_loads(tmp_path):
+    x = graph.var("x", (2, 1024))
+    zeros = np.zeros((1024, 1024), "float32")  # 4 MiB that deflate a thousand times
+    net = graph.function(graph.nn.dense(x, graph.const(zeros, "w")))
+    path = graph.build(net, "sim").export_library(str(tmp_path / "z.ptxf"))
+    with zipfile.ZipFile(path) as zf:
+        info = next(i for i in zf.infolist() if i.filename.startswith("params/"))
+        assert info.compress_type == zipfile.ZIP_STORED
+    lib = runtime.load_module(path)
+    m = graph.GraphModule(lib, ptxforge.sim())
+    m.set_input("x", np.ones((2, 1024), "float32"))
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), np.zeros((2, 1024), "float32"))
