@@ -54,6 +54,9 @@ def _cases(dtype: str = "float32") -> dict:
                                                 count_include_pad=True),
         "instance_norm": lambda: group_norm(x, var("g", 4), var("b", 4), 4),
         "group_norm_3d": lambda: group_norm(x3, var("g", 2), var("b", 2), 2),
+        # rows of 2 x 300 elements: one block per (sample, group), a cross-thread reduction
+        "group_norm_long_rows": lambda: G.relu(group_norm(graph.Var("xl", (2, 4, 15, 20), dtype),
+                                                          var("g", 2), var("b", 2), 2)),
         "lrn": lambda: lrn(x, 3, 0.01, 0.6, 1.5),
         "resize_cubic": lambda: resize(x, [2], [(Constant(cubic[0]), Constant(cubic[1]))],
                                        False),
@@ -73,6 +76,9 @@ def _net(case: str, dtype: str = "float32") -> graph.Graph:
 @pytest.mark.parametrize("case", sorted(_cases()))
 def test_every_kernel_compiles_to_ptx(case):
     lib = graph.build(_net(case), "cuda")
+    if case == "group_norm_long_rows":
+        text = "\n".join(f.device_module.__str__() for f in lib.functions.values())
+        assert "blockIdx.x" in text and "shfl" in text
     assert lib.functions
     for f in lib.functions.values():
         assert f.ptx is not None
@@ -95,6 +101,16 @@ def test_auto_scheduler_samples_compile_to_correct_kernels(case, tmp_path):
     assert len(ctx.applied) == len(tasks)
     feeds = {v.name: RNG.uniform(-1, 1, v.shape).astype(np.float32) for v in net.params}
     m = graph.GraphModule(lib, ptxforge.sim())
+    m.set_input(**feeds)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), graph.evaluate(net, feeds),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_long_group_norm_rows_run_one_block_per_group_on_the_simulator():
+    net = _net("group_norm_long_rows")
+    feeds = {v.name: RNG.uniform(-1, 1, v.shape).astype(np.float32) for v in net.params}
+    m = graph.GraphModule(graph.build(net, "sim"), ptxforge.sim())
     m.set_input(**feeds)
     m.run()
     np.testing.assert_allclose(m.get_output(0).numpy(), graph.evaluate(net, feeds),
