@@ -321,6 +321,18 @@ def test_mean_variance_normalization_and_lrn():
     assert "nn.lrn" in ops_of(net)
 
 
+@pytest.mark.parametrize("p,axis", [(2, 1), (1, -1)])
+def test_lp_normalization_with_a_zero_slice(p, axis):
+    x = rand(3, 4, 5)
+    x[1, :, :] = 0.0
+    x[:, :, 2] = 0.0
+    node = helper.make_node("LpNormalization", ["x"], ["y"], p=p, axis=axis)
+    model = make_model([node], [info("x", [3, 4, 5])], [info("y", [3, 4, 5])])
+    norm = (np.abs(x.astype(np.float64)) ** p).sum(axis=axis, keepdims=True) ** (1.0 / p)
+    expected = np.where(norm == 0, 0.0, x / np.where(norm == 0, 1.0, norm)).astype(np.float32)
+    check(model, {"x": x}, [expected], layouts=(None,))
+
+
 # -- half precision ----------------------------------------------------------------------------
 
 

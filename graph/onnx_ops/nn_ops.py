@@ -321,6 +321,31 @@ def _mvn(im, node, a):
     return G.divide(centered, G.add(std, Constant(np.array(1e-9, x.dtype))))
 
 
+_TINY = {"float16": 6.103515625e-05, "bfloat16": 1.1754943508222875e-38,
+         "float32": 1.1754943508222875e-38, "float64": 2.2250738585072014e-308}
+
+
+@register_converter("LpNormalization")
+def _lp_normalization(im, node, a):
+    x = im.tensor(node.input[0])
+    axis = int(a.get("axis", -1))
+    p = int(a.get("p", 2))
+    if p not in (1, 2):
+        raise OnnxImportError(f"LpNormalization {node.name!r}: p must be 1 or 2, got {p}")
+    if not -x.ndim <= axis < x.ndim:
+        raise OnnxImportError(f"LpNormalization {node.name!r}: axis {axis} is out of range "
+                              f"for input {list(x.shape)}")
+    axis %= x.ndim
+    length = Constant(np.array(x.shape[axis], x.dtype))
+    squares = G.multiply(x, x)
+    if p == 2:
+        norm = G.sqrt(G.multiply(G.mean(squares, [axis], True), length))
+    else:
+        norm = G.multiply(G.mean(G.sqrt(squares), [axis], True), length)
+    # a zero norm (an all-zero slice) gives 0 / tiny = 0 rather than 0 / 0
+    return G.divide(x, G.maximum(norm, Constant(np.array(_TINY[x.dtype], x.dtype))))
+
+
 @register_converter("LRN")
 def _lrn(im, node, a):
     x = im.tensor(node.input[0])
