@@ -279,16 +279,22 @@ def test_group_norm_scale_per_group():
     np.testing.assert_allclose(m.get_output(0).numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("axis,scale_shape", [(1, (3, 4, 5)), (-2, (4, 5)), (2, (1, 5)),
-                                              (-1, (5,))])
-def test_layer_norm_on_any_axis_with_its_statistics(axis, scale_shape):
-    x = rand(2, 3, 4, 5)
+@pytest.mark.parametrize("shape,axis,scale_shape", [
+    ((2, 3, 4, 5), 1, (3, 4, 5)), ((2, 3, 4, 5), -2, (4, 5)), ((2, 3, 4, 5), 2, (1, 5)),
+    ((2, 3, 4, 5), -1, (5,)),
+    # rows of 360 elements: group normalization's one-block-per-row statistics
+    ((2, 3, 10, 12), 1, (3, 10, 12)), ((2, 3, 10, 12), 1, (10, 1)),
+])
+def test_layer_norm_on_any_axis_with_its_statistics(shape, axis, scale_shape):
+    x = rand(*shape)
     node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv"],
                             axis=axis, epsilon=1e-4)
-    model = make_model([node], [info("x", [2, 3, 4, 5])],
+    model = make_model([node], [info("x", list(shape))],
                        [info("y", None), info("mean", None), info("inv", None)],
                        [init("s", rand(*scale_shape)), init("b", rand(*scale_shape))])
-    check(model, {"x": x}, layouts=(None,))
+    net = check(model, {"x": x}, layouts=(None,))
+    long_rows = np.prod(shape[axis % len(shape):]) >= 256 and axis % len(shape) < len(shape) - 1
+    assert ("nn.group_norm" in ops_of(net)) == long_rows
 
 
 def test_batch_norm_on_3d_and_5d_data():
