@@ -442,6 +442,10 @@ def test_upsample_nearest_and_linear():
         model = make_model([node], [info("x", [1, 2, 3, 4])], [info("y", [1, 2, 6, 12])],
                            [init("scales", np.array([1, 1, 2, 3], np.float32))], opset=opset)
         check(model, {"x": x}, layouts=(None,))
+    # opset 7-8: the scales are an attribute
+    node = helper.make_node("Upsample", ["x"], ["y"], mode="nearest", scales=[1.0, 1.0, 3.0, 2.0])
+    model = make_model([node], [info("x", [1, 2, 3, 4])], [info("y", [1, 2, 9, 8])], opset=8)
+    check(model, {"x": x}, [np.repeat(np.repeat(x, 3, axis=2), 2, axis=3)], layouts=(None,))
 
 
 def test_resize_needs_constant_scales():
