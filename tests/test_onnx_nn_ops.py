@@ -279,16 +279,22 @@ def test_group_norm_scale_per_group():
     np.testing.assert_allclose(m.get_output(0).numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("axis,scale_shape", [(1, (3, 4, 5)), (-2, (4, 5)), (2, (1, 5)),
-                                              (-1, (5,))])
-def test_layer_norm_on_any_axis_with_its_statistics(axis, scale_shape):
-    x = rand(2, 3, 4, 5)
+@pytest.mark.parametrize("shape,axis,scale_shape", [
+    ((2, 3, 4, 5), 1, (3, 4, 5)), ((2, 3, 4, 5), -2, (4, 5)), ((2, 3, 4, 5), 2, (1, 5)),
+    ((2, 3, 4, 5), -1, (5,)),
+    # rows of 360 elements: group normalization's one-block-per-row statistics
+    ((2, 3, 10, 12), 1, (3, 10, 12)), ((2, 3, 10, 12), 1, (10, 1)),
+])
+def test_layer_norm_on_any_axis_with_its_statistics(shape, axis, scale_shape):
+    x = rand(*shape)
     node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv"],
                             axis=axis, epsilon=1e-4)
-    model = make_model([node], [info("x", [2, 3, 4, 5])],
+    model = make_model([node], [info("x", list(shape))],
                        [info("y", None), info("mean", None), info("inv", None)],
                        [init("s", rand(*scale_shape)), init("b", rand(*scale_shape))])
-    check(model, {"x": x}, layouts=(None,))
+    net = check(model, {"x": x}, layouts=(None,))
+    long_rows = np.prod(shape[axis % len(shape):]) >= 256 and axis % len(shape) < len(shape) - 1
+    assert ("nn.group_norm" in ops_of(net)) == long_rows
 
 
 def test_batch_norm_on_3d_and_5d_data():
@@ -319,6 +325,18 @@ def test_mean_variance_normalization_and_lrn():
     model = make_model(nodes, [info("x", [2, 5, 3, 3])], [info("y", [2, 5, 3, 3])])
     net = check(model, {"x": x})
     assert "nn.lrn" in ops_of(net)
+
+
+@pytest.mark.parametrize("p,axis", [(2, 1), (1, -1)])
+def test_lp_normalization_with_a_zero_slice(p, axis):
+    x = rand(3, 4, 5)
+    x[1, :, :] = 0.0
+    x[:, :, 2] = 0.0
+    node = helper.make_node("LpNormalization", ["x"], ["y"], p=p, axis=axis)
+    model = make_model([node], [info("x", [3, 4, 5])], [info("y", [3, 4, 5])])
+    norm = (np.abs(x.astype(np.float64)) ** p).sum(axis=axis, keepdims=True) ** (1.0 / p)
+    expected = np.where(norm == 0, 0.0, x / np.where(norm == 0, 1.0, norm)).astype(np.float32)
+    check(model, {"x": x}, [expected], layouts=(None,))
 
 
 # -- half precision ----------------------------------------------------------------------------
@@ -424,6 +442,10 @@ def test_upsample_nearest_and_linear():
         model = make_model([node], [info("x", [1, 2, 3, 4])], [info("y", [1, 2, 6, 12])],
                            [init("scales", np.array([1, 1, 2, 3], np.float32))], opset=opset)
         check(model, {"x": x}, layouts=(None,))
+    # opset 7-8: the scales are an attribute
+    node = helper.make_node("Upsample", ["x"], ["y"], mode="nearest", scales=[1.0, 1.0, 3.0, 2.0])
+    model = make_model([node], [info("x", [1, 2, 3, 4])], [info("y", [1, 2, 9, 8])], opset=8)
+    check(model, {"x": x}, [np.repeat(np.repeat(x, 3, axis=2), 2, axis=3)], layouts=(None,))
 
 
 def test_resize_needs_constant_scales():
