@@ -298,6 +298,14 @@ def test_split_forms():
           {"a": x[:, :1], "b": x[:, 1:]}, opset=11)
 
 
+def test_an_empty_split_piece_is_left_out_of_a_concatenation():
+    x = rand(2, 4)
+    net = check([node("Split", ["x", "sizes"], ["a", "b"], axis=1),
+                 node("Concat", ["a", "b"], ["c"], axis=1), node("Neg", ["c"], ["y"])],
+                {"x": x}, {"y": -x}, {"sizes": np.array([4, 0], np.int64)})
+    assert "concatenate" not in ops_of(net)
+
+
 def test_slice_with_negative_steps_and_clamped_bounds():
     x = rand(5, 6, 4)
     starts, ends = np.array([-1, 10, 0], np.int64), np.array([-100, 1, 99], np.int64)
