@@ -67,7 +67,7 @@ def _may_fault(e: Expr) -> bool:
     for x in walk_exprs(e):
         if isinstance(x, Load):
             return True
-        if isinstance(x, Bin) and x.op in ("floordiv", "floormod", "div") and \
+        if isinstance(x, Bin) and x.op in ("floordiv", "floormod", "div", "mod") and \
                 not dt.is_float(x.dtype):
             if not (isinstance(x.b, IntImm) and x.b.value != 0):
                 return True
@@ -145,6 +145,14 @@ class ExprCodegen:
             if op in ("min", "max"):
                 return self._intrinsic("minimum" if op == "min" else "maximum", ty, [a, b],
                                        name)
+            if op == "mod":
+                # C's fmod; exact, so a 16-bit float computes it in float32 without error
+                if ty in _HALF_TYPES:
+                    wa = self.w.value(f"fpext {ty} {a} to float", "t")
+                    wb = self.w.value(f"fpext {ty} {b} to float", "t")
+                    r = self.w.value(f"frem float {wa}, {wb}", "t")
+                    return self.w.value(f"fptrunc float {r} to {ty}", name)
+                return self.w.value(f"frem {ty} {a}, {b}", name)
             if op == "floordiv":
                 q = self.w.value(f"fdiv {ty} {a}, {b}", "q")
                 return self._intrinsic("floor", ty, [q], name)
@@ -164,8 +172,10 @@ class ExprCodegen:
         if op in ("min", "max"):
             fn = ("u" if unsigned else "s") + op
             return self._intrinsic(fn, ty, [a, b], name)
-        if op == "div":
+        if op == "div":  # C's division: rounds toward zero (ONNX Div)
             return self.w.value(f"{'udiv' if unsigned else 'sdiv'} {ty} {a}, {b}", name)
+        if op == "mod":  # C's remainder: the sign of the dividend (ONNX Mod, fmod=1)
+            return self.w.value(f"{'urem' if unsigned else 'srem'} {ty} {a}, {b}", name)
         if op in ("floordiv", "floormod"):
             if unsigned:
                 return self.w.value(f"{'udiv' if op == 'floordiv' else 'urem'} {ty} {a}, {b}",

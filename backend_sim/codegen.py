@@ -57,6 +57,7 @@ _NAMESPACE = {
     "_fdiv": mathfns.floordiv_scalar,
     "_fmod": mathfns.floormod_scalar,
     "_tdiv": mathfns.trunc_div,
+    "_tmod": mathfns.trunc_mod,
     "_f2i": mathfns.float_to_int,
     "_round": mathfns.round_half_away,
     "_rsqrt": mathfns.rsqrt,

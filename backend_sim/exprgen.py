@@ -237,6 +237,10 @@ class ExprEmitter:
             if integer:
                 return f"_tdiv({a}, {b}, {d!r})"
             return self.rounded(f"({a} / {b})", d)
+        if op == "mod":
+            if integer:
+                return f"_tmod({a}, {b}, {d!r})"
+            return self.rounded(f"np.fmod({a}, {b})", d)
         divisor = f.interval(e.b)
         nonzero = divisor is not None and (divisor[0] > 0 or divisor[1] < 0)
         if not integer:

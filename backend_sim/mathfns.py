@@ -47,13 +47,37 @@ def floormod_scalar(a: int, b: int) -> int:
 
 
 def trunc_div(a, b, dtype: str):
-    """C integer division (rounds toward zero), for ``div`` on integers."""
-    with np.errstate(all="ignore"):
-        q = np.trunc(np.asarray(a, np.float64) / np.asarray(b, np.float64))
-    q = np.where(np.isfinite(q), q, 0)  # division by zero does not trap on the GPU
-    if q.ndim == 0:
-        return wrap(int(q), dtype)
-    return q.astype(dtype)
+    """C integer division (rounds toward zero), for ``div`` on integers; exact for every
+    width (no detour through float64, which would round int64 values beyond 2**53)."""
+    q, _ = _trunc_divmod(a, b, dtype)
+    return q
+
+
+def trunc_mod(a, b, dtype: str):
+    """C's integer ``%`` (the remainder of :func:`trunc_div`, with the sign of ``a``)."""
+    _, r = _trunc_divmod(a, b, dtype)
+    return r
+
+
+def _trunc_divmod(a, b, dtype: str):
+    if np.ndim(a) == 0 and np.ndim(b) == 0:
+        x, y = int(a), int(b)
+        if y == 0:
+            return 0, 0  # division by zero does not trap on the GPU; its result is undefined
+        q = abs(x) // abs(y)
+        q = q if (x < 0) == (y < 0) else -q
+        return wrap(q, dtype), wrap(x - q * y, dtype)
+    a = np.asarray(a, dtype)
+    b = np.asarray(b, dtype)
+    zero = b == 0
+    safe = np.where(zero, np.ones((), dtype), b)
+    with np.errstate(all="ignore"):  # MIN // -1 wraps, as the two's-complement hardware
+        q = a // safe
+        r = a - q * safe
+        fix = (r != 0) & ((a < 0) != (safe < 0))  # floor went one below the truncation
+        q = np.where(fix, q + np.ones((), dtype), q).astype(dtype, copy=False)
+        r = np.where(fix, r - safe, r).astype(dtype, copy=False)
+    return np.where(zero, 0, q).astype(dtype), np.where(zero, 0, r).astype(dtype)
 
 
 def float_to_int(x, dtype: str):

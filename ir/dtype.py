@@ -13,6 +13,8 @@ the code generator's literals and the numpy references all use them.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 try:  # bfloat16 on the host: ml_dtypes if present, else uint16 bit patterns
@@ -87,11 +89,45 @@ def is_half(dtype: str) -> bool:
     return dtype in ("float16", "bfloat16")
 
 
+@functools.cache
+def int_range(dtype: str) -> tuple[int, int]:
+    """(smallest, largest) value of an integer dtype (bool: 0 and 1), as Python ints."""
+    if check(dtype) == "bool":
+        return 0, 1
+    if not is_int(dtype):
+        raise DTypeError(f"int_range needs an integer or bool dtype, got {dtype}")
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
 def to_numpy(dtype: str) -> np.dtype:
     """The numpy dtype of host arrays of ``dtype`` (bfloat16: :data:`BFLOAT16_HOST`)."""
     if check(dtype) == "bfloat16":
         return BFLOAT16_HOST
     return np.dtype("bool" if dtype == "bool" else dtype)
+
+
+def host_array(src, dtype: str, what: str = "copy") -> np.ndarray:
+    """``src`` as a host array of ``dtype`` (:func:`to_numpy`'s type) for a copy into a
+    device array, refusing conversions that would change integer or bool values silently:
+    float data into an integer or bool array (it would truncate), and integers that do not
+    fit the target (they would wrap). Conversions into float arrays round as numpy does;
+    bfloat16 targets are left to the caller."""
+    src = np.asarray(src)
+    target = to_numpy(dtype)
+    if src.dtype == target or not (is_int(dtype) or is_bool(dtype)):
+        return src
+    if src.dtype.kind not in "biu":
+        raise DTypeError(
+            f"{what}: {src.dtype} data into a {dtype} array would truncate its values; "
+            f"convert it first (x.astype({dtype!r}))")
+    out = src.astype(target)
+    if not np.array_equal(out, src):
+        bad = src.reshape(-1)[np.flatnonzero(out.reshape(-1) != src.reshape(-1))[0]]
+        raise DTypeError(
+            f"{what}: the {src.dtype} value {bad} does not fit {dtype} (it would "
+            f"{'not be 0 or 1' if dtype == 'bool' else 'wrap'}); pass {dtype} data")
+    return out
 
 
 def from_numpy(dt) -> str:

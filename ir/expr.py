@@ -145,12 +145,18 @@ class Var(Expr):
         self.dtype = dt.check(dtype)
 
 
-BIN_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max", "and", "or")
+BIN_OPS = ("add", "sub", "mul", "div", "mod", "floordiv", "floormod", "min", "max", "and",
+           "or")
+"""``div`` and ``mod`` are C's ``/`` and ``%``: on integers the quotient rounds toward zero
+and the remainder takes the sign of the dividend (ONNX ``Div`` and ``Mod`` with ``fmod=1``);
+on floats ``div`` is IEEE division and ``mod`` is C's ``fmod``. ``floordiv`` and
+``floormod`` round toward minus infinity (Python's ``//`` and ``%``)."""
 CMP_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
 
 
 class Bin(Expr):
-    """A binary arithmetic or logical op: add sub mul div floordiv floormod min max and or."""
+    """A binary arithmetic or logical op: add sub mul div mod floordiv floormod min max and
+    or (see :data:`BIN_OPS` for how the divisions round)."""
 
     __slots__ = ("op", "a", "b")
 
@@ -363,6 +369,13 @@ def const(value, dtype: str | None = None) -> Expr:
     dt.check(dtype)
     if dt.is_float(dtype):
         return FloatImm(float(value), dtype)
+    if dtype != "bool":
+        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))
+                                         or value != int(value)):
+            raise IRError(f"the constant {value} is not an integer but the dtype is {dtype}")
+        # a constant beyond its dtype would wrap silently in the kernel; index constants
+        # (int32) may exceed int32 up to int64: lowering widens such index arithmetic
+        check_int_fits(int(value), "int64" if dtype == dt.INDEX else dtype)
     return IntImm(int(value), dtype)
 
 
@@ -384,14 +397,12 @@ def check_int_fits(value: int, dtype: str, where: str | Expr = "") -> None:
     """Raise :class:`IRError` when the integer ``value`` is outside ``dtype``'s range (it
     would wrap silently in the kernel). ``where`` is text, or the expression the constant
     joins (printed only in the error: printing it on every call would be quadratic)."""
-    import numpy as np
-
-    info = np.iinfo(dt.to_numpy(dtype))
-    if not info.min <= value <= info.max:
+    lo, hi = dt.int_range(dtype)
+    if not lo <= value <= hi:
         if isinstance(where, Expr):
             where = f"next to {where}"
         raise IRError(
-            f"the constant {value} does not fit {dtype} ({info.min} to {info.max})"
+            f"the constant {value} does not fit {dtype} ({lo} to {hi})"
             f"{' ' + where if where else ''}; cast the other operand to a wider integer "
             f"type (te.cast) or use a smaller constant")
 
@@ -474,6 +485,18 @@ def select(cond, t, f) -> Expr:
 
 def floordiv(a, b) -> Expr:
     return _binary("floordiv", a, b)
+
+
+def truncdiv(a, b) -> Expr:
+    """``a / b`` rounded toward zero on integers (C's ``/``; ONNX ``Div``), IEEE division on
+    floats."""
+    return _binary("div", a, b)
+
+
+def truncmod(a, b) -> Expr:
+    """The remainder of :func:`truncdiv`: C's ``%`` on integers (the sign of ``a``; ONNX
+    ``Mod`` with ``fmod=1``), C's ``fmod`` on floats."""
+    return _binary("mod", a, b)
 
 
 def floormod(a, b) -> Expr:

@@ -10,13 +10,16 @@ lowering for buffer compaction (how big a cache buffer must be).
 
 from __future__ import annotations
 
+from . import dtype as dt
 from .expr import (
     Bin,
     Cast,
     Expr,
     IntImm,
+    Load,
     Select,
     Var,
+    children,
     emax,
     emin,
     floordiv,
@@ -32,6 +35,8 @@ def _uses(e: Expr, vars_: dict) -> bool:
 def bound_of(e: Expr, inner: dict, outer: dict, lower: bool) -> Expr | None:
     """A lower (or upper) bound of ``e`` over the ``inner`` vars, as an expression of the
     other vars; None when no bound can be found."""
+    if _reads_memory(e):
+        return _data_bound(e, inner, outer, lower)
     if not _uses(e, inner):
         return e
     if isinstance(e, Var):
@@ -86,6 +91,39 @@ def bound_of(e: Expr, inner: dict, outer: dict, lower: bool) -> Expr | None:
         v = bound_of(e.value, inner, outer, lower)
         return None if v is None else Cast(e.dtype, v)
     return _const_fallback(e, inner, outer, lower)
+
+
+def _reads_memory(e: Expr) -> bool:
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Load):
+            return True
+        stack.extend(children(x))
+    return False
+
+
+def _data_bound(e: Expr, inner: dict, outer: dict, lower: bool) -> Expr | None:
+    """A bound of an index that reads memory (``table[ids[i], j]``): the loaded value is
+    unknown, so only a clamp around it bounds it (``min(max(x, 0), n - 1)``, which lowering
+    puts around every data-dependent index); None where nothing does. A region start must
+    never be an expression that loads: the load may read a buffer the region's
+    allocation does not see."""
+    if isinstance(e, Bin) and e.op in ("min", "max"):
+        a = bound_of(e.a, inner, outer, lower)
+        b = bound_of(e.b, inner, outer, lower)
+        pick = emin if e.op == "min" else emax
+        if (e.op == "min") != lower:
+            # min's upper bound (max's lower bound) is either side's
+            known = [x for x in (a, b) if x is not None]
+            if not known:
+                return None
+            return known[0] if len(known) == 1 else pick(*known)
+        return None if a is None or b is None else pick(a, b)
+    if isinstance(e, Cast) and not dt.is_float(e.value.dtype):
+        v = bound_of(e.value, inner, outer, lower)
+        return None if v is None else Cast(e.dtype, v)
+    return None
 
 
 def _all_ranges(inner: dict, outer: dict) -> dict:

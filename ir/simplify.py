@@ -118,6 +118,8 @@ def _fold_bin(op: str, x, y, dtype: str):
             if math.isnan(x) or math.isnan(y):
                 return None
             return min(x, y) if op == "min" else max(x, y)
+        if op == "mod":
+            return math.fmod(x, y) if y != 0 and math.isfinite(x) else None
         return None
     x, y = int(x), int(y)
     if op == "add":
@@ -130,6 +132,10 @@ def _fold_bin(op: str, x, y, dtype: str):
         return None if y == 0 else x // y
     if op == "floormod":
         return None if y == 0 else x % y
+    if op == "div":
+        return None if y == 0 else trunc_div_int(x, y)
+    if op == "mod":
+        return None if y == 0 else x - trunc_div_int(x, y) * y
     if op == "min":
         return min(x, y)
     if op == "max":
@@ -139,6 +145,12 @@ def _fold_bin(op: str, x, y, dtype: str):
     if op == "or":
         return int(bool(x) or bool(y))
     return None
+
+
+def trunc_div_int(x: int, y: int) -> int:
+    """C's integer ``x / y`` (rounds toward zero), exact for any size; ``y`` is not 0."""
+    q = abs(x) // abs(y)
+    return q if (x < 0) == (y < 0) else -q
 
 
 def _fold_cmp(op: str, x, y) -> bool:
@@ -517,6 +529,9 @@ class _Simplifier(Analyzer):
         elif op == "div":
             if cb and b.value == 1:
                 return a
+        elif op == "mod":
+            if not is_float and cb and b.value in (1, -1):
+                return _const(0, dtype)
         elif op == "floordiv":
             if not is_float and cb and b.value == 1:
                 return a

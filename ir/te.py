@@ -30,6 +30,8 @@ from .expr import (
     logical_and,
     logical_or,
     select,
+    truncdiv,
+    truncmod,
 )
 from .stmt import walk_exprs
 
@@ -493,6 +495,27 @@ def if_then_else(cond, t, f) -> Expr:
     return select(cond, t, f)
 
 
+def normalize_index(value, extent: int) -> Expr:
+    """An index read from data (``ids[i]``) as an index into a dimension of ``extent``:
+    a negative value counts from the end, as in Python, numpy and ONNX ``Gather``
+    (``-1`` is ``extent - 1``). Use it as ``table[te.normalize_index(ids[i], n), j]``.
+
+    Values still outside ``[0, extent)`` are clamped to the nearest edge when the read is
+    compiled (see :func:`ptxforge.ir.to_ir.clamp_data_index`), so they never touch memory
+    outside the buffer; their result is unspecified, as in PyTorch and ONNX runtimes.
+    """
+    v = as_expr(value)
+    if not dt.is_int(v.dtype):
+        raise TEError(f"normalize_index needs an integer value, got {v} of dtype {v.dtype}")
+    if isinstance(extent, bool) or not isinstance(extent, int) or extent < 1:
+        raise TEError(f"normalize_index needs a positive int extent, got {extent!r}")
+    if dt.bits(v.dtype) < 32:
+        v = cast("int32", v)  # extent may not fit an int8 index
+    if dt.is_uint(v.dtype):
+        return v
+    return select(v < 0, v + extent, v)
+
+
 def all(*conds) -> Expr:  # noqa: A001
     if not conds:
         return const(True)
@@ -551,7 +574,8 @@ def power(x, y):
 __all__ = [
     "IterVar", "Tensor", "PlaceholderOp", "ComputeOp", "Operation", "TEError",
     "placeholder", "compute", "reduce_axis", "thread_axis", "sum", "max", "min",
-    "if_then_else", "const", "cast", "floordiv", "floormod", "all", "any", "exp", "log",
-    "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "power", "register_tensor_operator",
-    "Var",
+    "if_then_else", "const", "cast", "floordiv", "floormod", "truncdiv", "truncmod",
+    "normalize_index", "all",
+    "any", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "power",
+    "register_tensor_operator", "Var",
 ]

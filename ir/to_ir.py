@@ -12,7 +12,9 @@ from __future__ import annotations
 from .attrs import FuncAttrs
 from .compute_dag import ComputeDAG
 from .expr import (
+    Bin,
     Expr,
+    IntImm,
     IRError,
     Load,
     Reduce,
@@ -113,6 +115,33 @@ def to_ir_with_names(dag_or_tensors, name: str = "main", buffer_names: dict | No
     return Module([PrimFunc(name, params, body, FuncAttrs.prim())]), stage_names
 
 
+def reads_memory(e: Expr) -> bool:
+    """Whether ``e`` contains a load (its value depends on data, not only on loop vars)."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (Load, TensorRead)):
+            return True
+        stack.extend(children(x))
+    return False
+
+
+def clamp_data_index(index: Expr, extent: int) -> Expr:
+    """``index`` clamped into ``[0, extent)`` where it depends on data (an index read from
+    another tensor, as an embedding lookup's ``table[ids[i], j]``), else ``index`` itself.
+
+    An out-of-range data index has no defined result (PyTorch and ONNX runtimes leave it
+    undefined; numpy references raise); clamping makes it read the nearest edge element
+    instead of memory outside the buffer, on the GPU and in the simulator alike. Indices
+    built from loop variables alone are left as they are: bound inference and the
+    verifier keep those in range.
+    """
+    if not reads_memory(index):
+        return index
+    d = index.dtype
+    return Bin("min", Bin("max", index, IntImm(0, d), d), IntImm(extent - 1, d), d)
+
+
 def stage_nest(op: ComputeOp, block_name: str, buffers: dict, loop_names: set | None = None):
     """The loop nest and block of one compute stage (loop names made unique in
     ``loop_names``, which records them). ``buffers`` maps ``(id(op), value_index)`` to the
@@ -133,8 +162,9 @@ def stage_nest(op: ComputeOp, block_name: str, buffers: dict, loop_names: set | 
         if isinstance(e, Var):
             return vmap.get(e, e)
         if isinstance(e, TensorRead):
-            idx = tuple(convert(i) for i in e.indices)
-            return Load(buffers[(id(e.tensor.op), e.tensor.value_index)], idx)
+            buf = buffers[(id(e.tensor.op), e.tensor.value_index)]
+            idx = tuple(clamp_data_index(convert(i), n) for i, n in zip(e.indices, buf.shape))
+            return Load(buf, idx)
         if isinstance(e, Reduce):
             raise IRError(f"stage {op.name}: a reduction nested inside an expression")
         kids = children(e)

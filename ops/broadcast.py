@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ..ir import dtype as dt
 from ..ir import te
-from ..ir.expr import Expr, as_expr, emax, emin, floordiv, floormod
+from ..ir.expr import Expr, as_expr, emax, emin, floordiv, floormod, truncdiv, truncmod
 from ..ir.te import Tensor
 from . import tag
 from .utils import ax_names, compute_named, fail, shape_str
@@ -127,9 +127,28 @@ def divide(lhs, rhs):
     """``lhs / rhs`` with broadcasting (stage ``T_divide``).
 
     Float operands divide exactly; integer operands round towards minus infinity, as
-    numpy's ``//`` does.
+    numpy's ``//`` does. :func:`trunc_divide` rounds integers toward zero instead (C, ONNX
+    ``Div``; the graph operator ``divide`` uses it).
     """
     return _binary("divide", lambda x, y: x / y, lhs, rhs)
+
+
+def trunc_divide(lhs, rhs):
+    """``lhs / rhs`` with broadcasting, integers rounding toward zero (stage ``T_divide``).
+
+    C's ``/``, ONNX ``Div`` and ``torch.div(rounding_mode="trunc")``: ``-3 / 2`` is ``-1``
+    (:func:`divide` and :func:`floor_divide` give ``-2``). Floats divide exactly. An
+    integer division by zero gives an unspecified value (the GPU does not trap).
+    """
+    return _binary("divide", truncdiv, lhs, rhs)
+
+
+def fmod(lhs, rhs):
+    """The remainder of :func:`trunc_divide` with broadcasting (stage ``T_fmod``): C's
+    ``%`` on integers and ``fmod`` on floats, with the sign of ``lhs`` (numpy's
+    ``np.fmod``, ONNX ``Mod`` with ``fmod=1``). :func:`floor_mod` is the remainder with the
+    sign of ``rhs`` (ONNX ``Mod`` with ``fmod=0``)."""
+    return _binary("fmod", truncmod, lhs, rhs)
 
 
 def floor_divide(lhs, rhs):

@@ -7,6 +7,7 @@ As in TOPI's ``math.py``, each is a stage ``compute`` over axes ``i0, i1, ...`` 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from ..ir import dtype as dt
@@ -65,17 +66,36 @@ def abs(x: Tensor) -> Tensor:  # noqa: A001 - TOPI's name
 
 
 def clip(x: Tensor, a_min, a_max) -> Tensor:
-    """Clamp every element into ``[a_min, a_max]``: ``max(min(x, a_max), a_min)``."""
+    """Clamp every element into ``[a_min, a_max]``: ``max(min(x, a_max), a_min)``.
+
+    On an integer tensor the bounds are compared exactly (never through float32, which
+    would round int64 bounds) and a bound beyond the dtype's range is its end of the range,
+    so ``clip(x, -inf, inf)`` and float bounds such as ``float(2**63 - 1)`` keep ``x``.
+    """
     expect_tensor("clip", "x", x)
     for what, value in (("a_min", a_min), ("a_max", a_max)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail("clip", f"{what} must be a number, got {value!r}")
+        if value != value:
+            fail("clip", f"{what} is NaN")
     if a_min > a_max:
         fail("clip", f"a_min ({a_min}) is larger than a_max ({a_max})")
-    if not dt.is_float(x.dtype) and (a_min != int(a_min) or a_max != int(a_max)):
-        fail("clip", f"bounds {a_min}, {a_max} are not integers but {x.name} is {x.dtype}")
-    lo, hi = const(a_min, x.dtype), const(a_max, x.dtype)
+    if dt.is_float(x.dtype):
+        lo, hi = const(a_min, x.dtype), const(a_max, x.dtype)
+    else:
+        lo_i, hi_i = _int_bound(x, a_min), _int_bound(x, a_max)
+        lo, hi = const(lo_i, x.dtype), const(hi_i, x.dtype)
     return _unary("clip", x, lambda v: emax(emin(v, hi), lo), False)
+
+
+def _int_bound(x: Tensor, value) -> int:
+    """A clip bound of an integer tensor as a value of its dtype (clamped into range)."""
+    if isinstance(value, float) and math.isfinite(value) and value != int(value):
+        fail("clip", f"bound {value} is not an integer but {x.name} is {x.dtype}")
+    lo, hi = dt.int_range(x.dtype)
+    if isinstance(value, float) and math.isinf(value):
+        return lo if value < 0 else hi
+    return min(max(int(value), lo), hi)
 
 
 def cast(x: Tensor, dtype: str) -> Tensor:

@@ -16,11 +16,23 @@ _BINARY = {
     "add": (ops.add, np.add),
     "subtract": (ops.subtract, np.subtract),
     "multiply": (ops.multiply, np.multiply),
-    "divide": (ops.divide, np.divide),
+    # integers round toward zero (ONNX Div), not toward minus infinity as ops.divide
+    "divide": (ops.broadcast.trunc_divide, lambda a, b: _divide(a, b)),
     "maximum": (ops.maximum, np.maximum),
     "minimum": (ops.minimum, np.minimum),
     "power": (ops.power, np.power),
 }
+
+
+def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy's division, except that integers round toward zero exactly (ONNX ``Div``; a
+    detour through float64 would round int64 values beyond 2**53)."""
+    if np.result_type(a, b).kind not in "iu":
+        return np.divide(a, b)
+    with np.errstate(divide="ignore", over="ignore"):
+        q = np.floor_divide(a, b)
+        fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+    return q + fix.astype(q.dtype)
 
 
 def _binary_infer(name):
@@ -142,6 +154,17 @@ erf = _unary_ctor("erf")
 negative = _unary_ctor("negative")
 
 
+def _clip_ref(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """``np.clip``; on integers with the bounds clamped into the dtype's range and compared
+    as integers (float64 would round int64 values beyond 2**53)."""
+    if x.dtype.kind not in "iu":
+        return np.clip(x, lo, hi).astype(x.dtype)
+    info = np.iinfo(x.dtype)
+    lo_i = int(info.min) if lo <= info.min else int(lo)
+    hi_i = int(info.max) if hi >= info.max else int(hi)
+    return np.clip(x, lo_i, hi_i).astype(x.dtype)
+
+
 def _clip_normalize(attrs):
     lo, hi = attrs["a_min"], attrs["a_max"]
     for what, v in (("a_min", lo), ("a_max", hi)):
@@ -155,7 +178,7 @@ def _clip_normalize(attrs):
 register_op(OpDef(
     name="clip", num_inputs=1, infer=_same,
     lower=lambda a, attrs: ops.clip(a[0], attrs["a_min"], attrs["a_max"]),
-    ref=lambda a, attrs: np.clip(a[0], attrs["a_min"], attrs["a_max"]).astype(a[0].dtype),
+    ref=lambda a, attrs: _clip_ref(a[0], attrs["a_min"], attrs["a_max"]),
     pattern=OpPattern.ELEMWISE, defaults={"a_min": None, "a_max": None},
     normalize=_clip_normalize,
 ))
