@@ -14,7 +14,17 @@ import math
 
 from ..ir import dtype as dt
 from ..ir import te
-from ..ir.expr import Expr, call, const, floordiv, floormod, logical_and, select
+from ..ir.expr import (
+    Expr,
+    call,
+    const,
+    floordiv,
+    floormod,
+    logical_and,
+    select,
+    truncdiv,
+    truncmod,
+)
 from ..ir.te import Tensor
 from .activation import float_map
 from .logic import broadcast_map
@@ -197,13 +207,7 @@ def _int_pair(op: str, a: Tensor, b: Tensor) -> None:
 
 def trunc_div_expr(x: Expr, y: Expr) -> Expr:
     """Integer ``x / y`` rounded towards zero (C's and ONNX's integer division)."""
-    q = floordiv(x, y)
-    if dt.is_uint(x.dtype):
-        return q
-    zero = const(0, x.dtype)
-    inexact = floormod(x, y) != zero
-    signs_differ = (x < zero) != (y < zero)
-    return select(logical_and(inexact, signs_differ), q + const(1, x.dtype), q)
+    return truncdiv(x, y)
 
 
 def trunc_divide(lhs: Tensor, rhs: Tensor) -> Tensor:
@@ -213,31 +217,35 @@ def trunc_divide(lhs: Tensor, rhs: Tensor) -> Tensor:
 
 
 def fmod(lhs: Tensor, rhs: Tensor) -> Tensor:
-    """C's ``fmod``: ``lhs - trunc(lhs / rhs) * rhs``, with the sign of ``lhs``. Floats:
-    the quotient is rounded once, the remainder formed exactly with an FMA and corrected by
-    one ``rhs`` when the rounded quotient overshot, which is exact while ``|lhs / rhs| <
-    2**24`` (float32)."""
+    """C's ``fmod`` / ``%``: the remainder of the division rounded towards zero, with the
+    sign of ``lhs`` (exact on floats: LLVM's ``frem``, numpy's ``fmod``), with
+    broadcasting."""
     for t in (lhs, rhs):
         if isinstance(t, Tensor) and t.dtype == "bool":
             fail("fmod", f"needs number tensors, got {t.name} with dtype bool")
     if isinstance(lhs, Tensor) and isinstance(rhs, Tensor) and lhs.dtype != rhs.dtype:
         fail("fmod", f"operand dtypes differ: {lhs.dtype} and {rhs.dtype}; cast one first")
+    return broadcast_map("fmod", [lhs, rhs], truncmod)
 
-    def rule(a: Expr, b: Expr) -> Expr:
-        if not dt.is_float(a.dtype):
-            return a - trunc_div_expr(a, b) * b
-        wide = "float32" if dt.is_half(a.dtype) else a.dtype
-        aw, bw = a.astype(wide) if wide != a.dtype else a, b.astype(wide) if wide != b.dtype else b
-        q = aw / bw
-        t = select(q < _c(0, aw), call("ceil", q), call("floor", q))
-        r = call("fma", -t, bw, aw)
-        zero = _c(0, aw)
-        ab = te.abs(bw)
-        r = select(logical_and(aw >= zero, r < zero), r + ab,
-                   select(logical_and(aw < zero, r > zero), r - ab, r))
-        return r.astype(a.dtype) if wide != a.dtype else r
 
-    return broadcast_map("fmod", [lhs, rhs], rule)
+def floor_mod(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Python's ``lhs % rhs`` (the sign of ``rhs``) for integers and floats, with
+    broadcasting; floats: C's remainder moved by one ``rhs`` when the signs differ."""
+    for t in (lhs, rhs):
+        if isinstance(t, Tensor) and t.dtype == "bool":
+            fail("floor_mod", f"needs number tensors, got {t.name} with dtype bool")
+    if isinstance(lhs, Tensor) and isinstance(rhs, Tensor) and lhs.dtype != rhs.dtype:
+        fail("floor_mod", f"operand dtypes differ: {lhs.dtype} and {rhs.dtype}; cast one first")
+    if not dt.is_float((lhs if isinstance(lhs, Tensor) else rhs).dtype):
+        return broadcast_map("floor_mod", [lhs, rhs], floormod)
+    r = fmod(lhs, rhs)
+
+    def rule(v: Expr, b: Expr) -> Expr:
+        zero = const(0, v.dtype)
+        moved = logical_and(v != zero, (v < zero) != (b < zero))
+        return select(moved, v + b, v)
+
+    return broadcast_map("floor_mod", [r, rhs], rule)
 
 
 def int_power(base: Tensor, exponent: Tensor) -> Tensor:
@@ -262,23 +270,25 @@ def _unsigned(dtype: str) -> str:
 
 
 def _bitwise_rule(op: str):
-    """A two's-complement bitwise operator spelled with arithmetic on the unsigned view:
-    bit ``k`` of ``v`` is ``(v // 2**k) % 2`` (LLVM turns these into shifts and masks)."""
+    """A two's-complement bitwise operator spelled with arithmetic on the unsigned view: bit
+    ``k`` of ``v`` is ``(v // 2**k) % 2`` (LLVM turns these into shifts and masks); ``or``
+    and ``xor`` follow from ``and`` exactly in wrapping arithmetic: ``a | b = a + b - (a &
+    b)``, ``a ^ b = a + b - 2 (a & b)``."""
     def rule(a: Expr, b: Expr) -> Expr:
         u = _unsigned(a.dtype)
         ua, ub = a.astype(u) if u != a.dtype else a, b.astype(u) if u != b.dtype else b
-        out = const(0, u)
+        two = const(2, u)
+        both = const(0, u)
         for k in range(dt.bits(u)):
             p = const(1 << k, u)
-            two = const(2, u)
-            ba, bb = floormod(floordiv(ua, p), two), floormod(floordiv(ub, p), two)
-            if op == "and":
-                bit = ba * bb
-            elif op == "or":
-                bit = ba + bb - ba * bb
-            else:
-                bit = ba + bb - two * ba * bb
-            out = out + bit * p
+            bit = floormod(floordiv(ua, p), two) * floormod(floordiv(ub, p), two)
+            both = both + bit * p
+        if op == "and":
+            out = both
+        elif op == "or":
+            out = ua + ub - both
+        else:
+            out = ua + ub - two * both
         return out.astype(a.dtype) if u != a.dtype else out
 
     return rule
@@ -308,23 +318,34 @@ def bitwise_not(x: Tensor) -> Tensor:
 
 
 def bit_shift(lhs: Tensor, rhs: Tensor, direction: str) -> Tensor:
-    """Unsigned ``lhs << rhs`` (``direction="left"``) or ``lhs >> rhs`` ("right"); shifting
-    by the bit width or more gives 0."""
+    """``lhs << rhs`` (``direction="left"``) or ``lhs >> rhs`` ("right") of integers, as
+    ONNX defines them: a signed right shift is arithmetic (a floor division by ``2**rhs``);
+    a left shift wraps in the unsigned view; a shift by a negative amount or by the bit
+    width or more leaves only the sign fill (-1 for a negative ``lhs`` shifted right, else
+    0)."""
     if direction not in ("left", "right"):
         fail("bit_shift", f"direction must be 'left' or 'right', got {direction!r}")
-    for t in (lhs, rhs):
-        if isinstance(t, Tensor) and not dt.is_uint(t.dtype):
-            fail("bit_shift", f"needs unsigned integer tensors, got {t.name} with {t.dtype}")
     _int_pair("bit_shift", lhs, rhs)
 
     def rule(a: Expr, b: Expr) -> Expr:
         n = dt.bits(a.dtype)
-        p = const(0, a.dtype)
+        u = _unsigned(a.dtype)
+        # 2**b in the unsigned view; 0 when b is out of range
+        p = const(0, u)
         for k in range(n):
-            p = select(b == const(k, b.dtype), const(1 << k, a.dtype), p)
+            p = select(b == const(k, b.dtype), const(1 << k, u), p)
         if direction == "left":
-            return a * p
-        return select(p == const(0, a.dtype), p, floordiv(a, _nonzero(p)))
+            ua = a.astype(u) if u != a.dtype else a
+            out = ua * p
+            return out.astype(a.dtype) if u != a.dtype else out
+        if dt.is_uint(a.dtype):
+            return select(p == const(0, u), p, floordiv(a, _nonzero(p)))
+        zero = const(0, a.dtype)
+        fill = select(a < zero, const(-1, a.dtype), zero)
+        # 2**(n-1) does not fit the signed type: that shift leaves only the sign fill
+        in_range = logical_and(p != const(0, u), p != const(1 << (n - 1), u))
+        divisor = select(in_range, p, const(1, u)).astype(a.dtype)
+        return select(in_range, floordiv(a, divisor), fill)
 
     return broadcast_map(f"bit_shift_{direction}", [lhs, rhs], rule)
 
@@ -336,6 +357,7 @@ def _nonzero(p: Expr) -> Expr:
 
 __all__ = [
     "floor", "ceil", "round_even", "sign", "reciprocal", "sin", "cos", "tan", "asin", "acos",
-    "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "trunc_divide", "fmod", "int_power",
+    "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "trunc_divide", "fmod", "floor_mod",
+    "int_power",
     "bitwise", "bitwise_not", "bit_shift",
 ]

@@ -5,8 +5,9 @@ reference; bad dtypes and attributes are rejected with a message naming the oper
 from __future__ import annotations
 
 import numpy as np
-import ptxforge
 import pytest
+
+import ptxforge
 from ptxforge import graph
 from ptxforge.graph.ir import Call, GraphError
 from ptxforge.ir import dtype as dt
@@ -169,6 +170,22 @@ def test_bit_shift():
           np.array([1 << 63, 1 << 43], np.uint64), {"direction": "left"})
 
 
+def test_signed_bit_shift():
+    x = np.array([1, -8, 64, -1, 5, -128, 3], np.int8)
+    s = np.array([1, 2, 1, 7, 8, 1, -1], np.int8)
+    check("bit_shift", [x, s], np.array([2, -32, -128, -128, 0, 0, 0], np.int8),
+          {"direction": "left"})
+    check("bit_shift", [x, s], np.array([0, -2, 32, -1, 0, -64, 0], np.int8),
+          {"direction": "right"})
+
+
+def test_float_floor_mod():
+    x = np.array([5.5, -5.5, 5.5, -5.5, 0.0, 3.0, -3.0], np.float32)
+    y = np.array([2.0, 2.0, -2.0, -2.0, 3.0, np.inf, np.inf], np.float32)
+    check("floor_mod", [x, y], np.mod(x, y))
+    check("fmod", [x, y], np.fmod(x, y))
+
+
 def _softplus(x):
     return np.logaddexp(0, x)
 
@@ -274,7 +291,22 @@ def test_errors_name_the_operator():
         Call("less", [f, i])
     with pytest.raises(GraphError, match="approximate must be 'none' or 'tanh'"):
         Call("nn.gelu", [f], {"approximate": "fast"})
-    with pytest.raises(GraphError, match="bit_shift: argument 0 has dtype int32"):
-        Call("bit_shift", [i, i], {"direction": "left"})
+    with pytest.raises(GraphError, match="bit_shift: argument 0 has dtype float32"):
+        Call("bit_shift", [f, f], {"direction": "left"})
     with pytest.raises(GraphError, match="axis 3 is out of range"):
         Call("reduce.sum", [f], {"axis": (3,)})
+
+
+def test_activations_comparisons_and_where_fuse_into_the_convolution():
+    from ptxforge.graph.ir import post_order
+    from ptxforge.graph.opdefs import conv2d
+
+    x = graph.var("x", (1, 8, 8, 8))
+    y = conv2d(x, graph.const(np.ones((8, 8, 3, 3), np.float32)), (1, 1), (1, 1, 1, 1))
+    z = Call("nn.hard_swish", [Call("nn.mish", [y])])
+    z = Call("where", [Call("less", [z, graph.const(np.array([0.5], np.float32))]), z, y])
+    r = Call("reduce.sum", [z], {"axis": (2, 3), "keepdims": True})
+    opt = graph.optimize(graph.function([r, z]), {})
+    names = sorted(n.op.name for n in post_order(opt.outputs)
+                   if isinstance(n, Call) and isinstance(n.op, graph.Graph))
+    assert names == ["fused_nn_conv2d_nn_mish_nn_hard_swish_less_where", "fused_reduce_sum"]

@@ -81,7 +81,7 @@ def _matmul(im, node, a):
     bname = node.input[1]
     by = im.shape(bname)
     if x.ndim == 0 or len(by) == 0:
-        raise OnnxImportError(f"MatMul {node.name!r}: operands must have at least one "
+        raise OnnxImportError("operands must have at least one "
                               "dimension")
     if len(by) == 2 and x.ndim >= 2:
         w = _transposed(im, bname)
@@ -109,13 +109,13 @@ def matmul_nd(node, x: Node, y: Node) -> Node:
     """``x @ y`` for operands of at least two dimensions whose batch dimensions broadcast."""
     (m, k1), (k2, n) = x.shape[-2:], y.shape[-2:]
     if k1 != k2:
-        raise OnnxImportError(f"{node.op_type} {node.name!r}: inner dimensions differ: "
+        raise OnnxImportError(f"inner dimensions differ: "
                               f"{list(x.shape)} @ {list(y.shape)}")
     lead_x, lead_y = x.shape[:-2], y.shape[:-2]
     try:
         lead = tuple(int(s) for s in np.broadcast_shapes(lead_x, lead_y))
     except ValueError:
-        raise OnnxImportError(f"{node.op_type} {node.name!r}: batch dimensions "
+        raise OnnxImportError(f"batch dimensions "
                               f"{list(lead_x)} and {list(lead_y)} do not broadcast") from None
     if x.ndim == 2 and y.ndim == 2:
         return G.matmul(x, y)
@@ -144,7 +144,7 @@ def _parse_einsum(node, equation: str, operands) -> tuple[list[str], str]:
     lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(operands):
-        raise OnnxImportError(f"Einsum {node.name!r}: equation {equation!r} names "
+        raise OnnxImportError(f"equation {equation!r} names "
                               f"{len(terms)} operands, the node has {len(operands)}")
     spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in eq]
     width = 0
@@ -158,11 +158,8 @@ def _parse_einsum(node, equation: str, operands) -> tuple[list[str], str]:
             n = x.ndim - (len(term) - 3)
             term = term.replace("...", ell[width - n:] if n else "")
         if len(term) != x.ndim or not all(c.isalpha() for c in term):
-            raise OnnxImportError(f"Einsum {node.name!r}: term {term!r} of {equation!r} does "
+            raise OnnxImportError(f"term {term!r} of {equation!r} does "
                                   f"not fit an operand of shape {list(x.shape)}")
-        if len(set(term)) != len(term):
-            raise OnnxImportError(f"Einsum {node.name!r}: a letter repeated within one term "
-                                  f"({term!r}: a diagonal) is not supported")
         letters.append(term)
     if arrow:
         out = rhs.replace("...", ell)
@@ -170,9 +167,29 @@ def _parse_einsum(node, equation: str, operands) -> tuple[list[str], str]:
         counts = {c: sum(t.count(c) for t in letters) for c in set("".join(letters))}
         out = ell + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in ell))
     if len(set(out)) != len(out) or not set(out) <= set("".join(letters)):
-        raise OnnxImportError(f"Einsum {node.name!r}: output {out!r} of {equation!r} names a "
+        raise OnnxImportError(f"output {out!r} of {equation!r} names a "
                               "letter twice or one that no operand has")
     return letters, out
+
+
+def _diagonal(node, x: Node, term: str) -> tuple[Node, str]:
+    """``x`` with every letter repeated within ``term`` taken once (its diagonal): the two
+    dimensions move last, merge into one of ``n * n`` and a slice of step ``n + 1`` keeps
+    the diagonal, so no gather is needed."""
+    while len(set(term)) != len(term):
+        c = next(c for c in term if term.count(c) > 1)
+        first, second = term.index(c), term.index(c, term.index(c) + 1)
+        n = x.shape[first]
+        if x.shape[second] != n:
+            raise OnnxImportError(f"letter {c!r} of term {term!r} has extents {n} and "
+                                  f"{x.shape[second]}; a diagonal needs them equal")
+        rest = [d for d in range(x.ndim) if d not in (first, second)]
+        x = _transpose(x, rest + [first, second])
+        x = _reshape(x, [x.shape[d] for d in range(len(rest))] + [n * n])
+        if n > 1:
+            x = GT.strided_slice(x, [0], [n * n], [n + 1], [x.ndim - 1])
+        term = "".join(term[d] for d in rest) + c
+    return x, term
 
 
 def _sum_out(x: Node, term: str, keep: str) -> tuple[Node, str]:
@@ -200,7 +217,7 @@ def _contract(node, x: Node, xs: str, y: Node, ys: str, keep: str) -> tuple[Node
     for t, v in ((xs, x), (ys, y)):
         for c, s in zip(t, v.shape):
             if c in size and size[c] != s and 1 not in (size[c], s):
-                raise OnnxImportError(f"Einsum {node.name!r}: letter {c!r} has extents "
+                raise OnnxImportError(f"letter {c!r} has extents "
                                       f"{size[c]} and {s}")
             size[c] = max(size.get(c, 1), s)
     batch = [c for c in xs if c in ys and c in keep]
@@ -235,6 +252,8 @@ def _einsum(im, node, a):
     equation = equation.decode() if isinstance(equation, bytes) else str(equation)
     operands = [im.tensor(i) for i in node.input]
     letters, out = _parse_einsum(node, equation, operands)
+    for k, (x, term) in enumerate(zip(operands, letters)):
+        operands[k], letters[k] = _diagonal(node, x, term)
     x, xs = operands[0], letters[0]
     for k in range(1, len(operands)):
         later = out + "".join(letters[k + 1:])

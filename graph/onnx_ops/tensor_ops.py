@@ -53,11 +53,10 @@ def _ref(op: str, attrs_of=lambda a: {}):
     return static
 
 
-def _data_dependent(node, what: str):
-    raise OnnxImportError(f"{node.op_type} {node.name!r}: {what} depends on the values of "
-                          "its inputs, which are computed at run time; shapes here are "
-                          "static, so it is supported only on values known at import time "
-                          "(constants and shapes)")
+def _data_dependent(what: str):
+    raise OnnxImportError(f"{what} depends on the values of its inputs, which are computed "
+                          "at run time; shapes here are static, so it is supported only on "
+                          "values known at import time (constants and shapes)")
 
 
 # -- gathers ---------------------------------------------------------------------------------
@@ -68,14 +67,27 @@ def _static_gather(im, node, a):
     axis = int(a.get("axis", 0)) % max(data.ndim, 1)
     extent = data.shape[axis]
     if np.any((indices < -extent) | (indices >= extent)):
-        raise OnnxImportError(f"Gather {node.name!r}: an index is outside [{-extent}, "
+        raise OnnxImportError(f"an index is outside [{-extent}, "
                               f"{extent})")
     return [np.take(data, indices, axis=axis)]
 
 
 @register_converter("Gather", static=_static_gather)
 def _gather(im, node, a):
-    return GI.take(im.tensor(node.input[0]), im.tensor(node.input[1]), int(a.get("axis", 0)))
+    data = im.tensor(node.input[0])
+    axis = int(a.get("axis", 0))
+    if im.is_static(node.input[1]) and _s(im, node, 1).ndim == 0:
+        # one index known now: a slice of the data (graph constants have at least one
+        # dimension, so a 0-D index would not drop the axis)
+        extent = data.shape[axis]
+        k = int(_s(im, node, 1))
+        if not -extent <= k < extent:
+            raise OnnxImportError(f"index {k} is outside "
+                                  f"[{-extent}, {extent})")
+        axis %= data.ndim
+        part = GT.strided_slice(data, [k % extent], [k % extent + 1], [1], [axis])
+        return GT.squeeze(part, [axis])
+    return GI.take(data, im.tensor(node.input[1]), axis)
 
 
 @register_converter("GatherElements",
@@ -126,32 +138,32 @@ def _constant_of_shape(im, node, a):
     from onnx import numpy_helper
 
     if not im.is_static(node.input[0]):
-        _data_dependent(node, "the output shape")
+        _data_dependent("the output shape")
     shape = _ints(_s(im, node))
     if any(s < 0 for s in shape):
-        raise OnnxImportError(f"ConstantOfShape {node.name!r}: negative extent in {shape}")
+        raise OnnxImportError(f"negative extent in {shape}")
     value = (numpy_helper.to_array(a["value"]).reshape(-1) if "value" in a
              else np.zeros(1, np.float32))
     if value.size != 1:
-        raise OnnxImportError(f"ConstantOfShape {node.name!r}: value must hold one element, "
+        raise OnnxImportError(f"value must hold one element, "
                               f"got {value.size}")
     return [np.full(shape, value[0], dtype=value.dtype)]
 
 
 register_converter("ConstantOfShape", static=_constant_of_shape)(
-    lambda im, node, a: _data_dependent(node, "the output shape"))
+    lambda im, node, a: _data_dependent("the output shape"))
 
 
 def _range(im, node, a):
     start, limit, delta = (_s(im, node, k).reshape(()) for k in range(3))
     if delta == 0:
-        raise OnnxImportError(f"Range {node.name!r}: delta is 0")
+        raise OnnxImportError("delta is 0")
     count = max(int(np.ceil((limit - start) / delta)), 0)
     return [(start + np.arange(count) * delta).astype(start.dtype)]
 
 
 register_converter("Range", static=_range)(
-    lambda im, node, a: _data_dependent(node, "the output length"))
+    lambda im, node, a: _data_dependent("the output length"))
 
 
 def _size_static(im, node, a):
@@ -196,7 +208,7 @@ for _op, _fn, _what in (("NonZero", _nonzero, "the number of non-zero elements")
                         ("Compress", _compress, "the output length"),
                         ("Unique", _unique, "the number of distinct values")):
     register_converter(_op, static=_fn)(
-        lambda im, node, a, _what=_what: _data_dependent(node, _what))
+        lambda im, node, a, _what=_what: _data_dependent(_what))
 
 
 # -- shape-preserving and stretching ---------------------------------------------------------
@@ -206,7 +218,7 @@ def _expand_shape(node, in_shape, target) -> tuple:
     try:
         return tuple(int(s) for s in np.broadcast_shapes(tuple(in_shape), tuple(target)))
     except ValueError:
-        raise OnnxImportError(f"Expand {node.name!r}: input {list(in_shape)} does not "
+        raise OnnxImportError(f"input {list(in_shape)} does not "
                               f"broadcast with shape {list(target)}") from None
 
 
@@ -259,7 +271,7 @@ def _cumsum(im, node, a):
 def _one_hot_args(im, node, a):
     depth = _const_input(im, node, 1, "depth").reshape(-1)
     if depth.size != 1:
-        raise OnnxImportError(f"OneHot {node.name!r}: depth must hold one value")
+        raise OnnxImportError("depth must hold one value")
     return int(depth[0]), int(a.get("axis", -1))
 
 
@@ -336,20 +348,20 @@ def _split_sizes(im, node, a, extent: int) -> list[int]:
     elif "num_outputs" in a:
         count = int(a["num_outputs"])
         if count != len(node.output):
-            raise OnnxImportError(f"Split {node.name!r}: num_outputs={count} but the node "
+            raise OnnxImportError(f"num_outputs={count} but the node "
                                   f"has {len(node.output)} outputs")
         step = -(-extent // count)
         sizes = [min(step, extent - k * step) for k in range(count)]
     else:
         if extent % count:
-            raise OnnxImportError(f"Split {node.name!r}: extent {extent} does not split into "
+            raise OnnxImportError(f"extent {extent} does not split into "
                                   f"{count} equal pieces; give the split sizes")
         sizes = [extent // count] * count
     if len(sizes) != len(node.output) or sum(sizes) != extent or min(sizes) < 0:
-        raise OnnxImportError(f"Split {node.name!r}: sizes {sizes} do not split extent "
+        raise OnnxImportError(f"sizes {sizes} do not split extent "
                               f"{extent} into {len(node.output)} outputs")
     if min(sizes) == 0:
-        raise OnnxImportError(f"Split {node.name!r}: sizes {sizes} make an empty output; "
+        raise OnnxImportError(f"sizes {sizes} make an empty output; "
                               "empty tensors are not supported")
     return sizes
 
@@ -406,15 +418,15 @@ def _slice(im, node, a):
     begin, end, strides, axes, flip = [], [], [], [], []
     for s, e, ax, st in zip(*_slice_args(im, node, a)):
         if st == 0:
-            raise OnnxImportError(f"Slice {node.name!r}: a step is 0")
+            raise OnnxImportError("a step is 0")
         if not -x.ndim <= ax < x.ndim:
-            raise OnnxImportError(f"Slice {node.name!r}: axis {ax} is out of range for "
+            raise OnnxImportError(f"axis {ax} is out of range for "
                                   f"{list(x.shape)}")
         ax %= x.ndim
         start, stop, step = slice(s, e, st).indices(x.shape[ax])
         count = len(range(start, stop, step))
         if count == 0:
-            raise OnnxImportError(f"Slice {node.name!r}: the slice {s}:{e}:{st} of axis {ax} "
+            raise OnnxImportError(f"the slice {s}:{e}:{st} of axis {ax} "
                                   f"(extent {x.shape[ax]}) is empty; empty tensors are not "
                                   "supported")
         if step < 0:
@@ -446,10 +458,10 @@ def _pad_args(im, node, a, ndim: int):
                 full[ax], full[ax + ndim] = pads[k], pads[k + len(axes)]
             pads = full
     if len(pads) != 2 * ndim:
-        raise OnnxImportError(f"Pad {node.name!r}: {len(pads)} pads for a {ndim}-D input "
+        raise OnnxImportError(f"{len(pads)} pads for a {ndim}-D input "
                               f"(two per dimension)")
     if mode not in ("constant", "reflect", "edge", "wrap"):
-        raise OnnxImportError(f"Pad {node.name!r}: mode {mode!r} is unknown; modes: constant, "
+        raise OnnxImportError(f"mode {mode!r} is unknown; modes: constant, "
                               "reflect, edge, wrap")
     return mode, [(pads[d], pads[d + ndim]) for d in range(ndim)], value
 
@@ -474,7 +486,7 @@ def _pad(im, node, a):
         begin = [max(-b, 0) for b, _ in width]
         end = [s - max(-e, 0) for s, (_, e) in zip(x.shape, width)]
         if any(e <= b for b, e in zip(begin, end)):
-            raise OnnxImportError(f"Pad {node.name!r}: pads {width} crop {list(x.shape)} to "
+            raise OnnxImportError(f"pads {width} crop {list(x.shape)} to "
                                   "nothing; empty tensors are not supported")
         x = GT.strided_slice(x, begin, end)
         width = [(max(b, 0), max(e, 0)) for b, e in width]
@@ -497,7 +509,7 @@ def _dropout(im, node, a):
     if _has(node, 2) and bool(_const_input(im, node, 2, "training_mode").reshape(())):
         ratio = float(_const_input(im, node, 1, "ratio").reshape(())) if _has(node, 1) else 0.5
         if ratio > 0:
-            raise OnnxImportError(f"Dropout {node.name!r}: training_mode is true with ratio "
+            raise OnnxImportError(f"training_mode is true with ratio "
                                   f"{ratio}; only inference (no dropout) is supported")
     x = im.tensor(node.input[0])
     outs: list[Node] = [x]

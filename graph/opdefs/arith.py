@@ -12,7 +12,7 @@ from ...ir import dtype as dt
 from ...ops import unary_math as um
 from ..ir import Call, Node
 from .common import fail
-from .mapping import FLOATS, INTS, NUMBERS, SIGNED, UNSIGNED, register_map, widened
+from .mapping import FLOATS, INTS, NUMBERS, SIGNED, register_map, widened
 
 _FLOAT_UNARY = {
     "floor": (um.floor, np.floor),
@@ -46,7 +46,7 @@ def _trunc_div_ref(x, y):
 
 register_map("trunc_divide", 2, lambda a, attrs: um.trunc_divide(a[0], a[1]),
              widened(_trunc_div_ref), INTS)
-register_map("floor_mod", 2, lambda a, attrs: ops.floor_mod(a[0], a[1]), widened(np.mod), INTS)
+register_map("floor_mod", 2, lambda a, attrs: um.floor_mod(a[0], a[1]), widened(np.mod), NUMBERS)
 register_map("fmod", 2, lambda a, attrs: um.fmod(a[0], a[1]), widened(np.fmod), NUMBERS)
 
 
@@ -71,9 +71,14 @@ register_map("bitwise_not", 1, lambda a, attrs: um.bitwise_not(a[0]),
 def _shift_ref(a, attrs):
     x, s = np.asarray(a[0]), np.asarray(a[1])
     bits = x.dtype.itemsize * 8
-    safe = np.minimum(s, bits - 1).astype(x.dtype)
-    fn = np.left_shift if attrs["direction"] == "left" else np.right_shift
-    return np.where(s >= bits, np.zeros((), x.dtype), fn(x, safe)).astype(x.dtype)
+    out_of_range = (s < 0) | (s >= bits)
+    safe = np.clip(s, 0, bits - 1).astype(x.dtype)
+    if attrs["direction"] == "left":
+        shifted, fill = np.left_shift(x, safe), np.zeros((), x.dtype)
+    else:
+        shifted = np.right_shift(x, safe)
+        fill = np.where(x < 0, -1, 0).astype(x.dtype) if x.dtype.kind == "i" else 0
+    return np.where(out_of_range, fill, shifted).astype(x.dtype)
 
 
 def _shift_normalize(attrs):
@@ -83,7 +88,7 @@ def _shift_normalize(attrs):
 
 
 register_map("bit_shift", 2, lambda a, attrs: um.bit_shift(a[0], a[1], attrs["direction"]),
-             _shift_ref, UNSIGNED, defaults={"direction": None}, normalize=_shift_normalize)
+             _shift_ref, INTS, defaults={"direction": None}, normalize=_shift_normalize)
 
 
 def unary(name: str, x: Node) -> Call:

@@ -147,3 +147,6 @@ def softmax(data: Node, axis: int = -1, out_dtype: str = "") -> Call:
     (default: the data's dtype; see the module's docstring)."""
     return Call("nn.softmax", [data], {"axis": axis, "out_dtype": out_dtype})
 
+
+
+from . import norm_nd  # noqa: E402,F401  (registers nn.group_norm and nn.lrn)
