@@ -172,10 +172,9 @@ def _size_static(im, node, a):
 
 @register_converter("Size", static=_size_static)
 def _size(im, node, a):
-    # the size is known from the static shape even when the data is not: keep it a value
-    # known at import time, so shape arithmetic after it stays static
-    im.static[node.output[0]] = _size_static(im, node, a)[0]
-    return []
+    # the importer core evaluates Size from the static shape before any converter runs;
+    # this registration lists it among the supported operators
+    return [Constant(_size_static(im, node, a)[0], node.output[0], dtype="int64")]
 
 
 def _nonzero(im, node, a):
@@ -519,3 +518,5 @@ def _dropout(im, node, a):
 
 
 from . import linear_ops as _linear_ops  # noqa: E402,F401  (MatMul, Gemm, Einsum)
+from . import loss_ops as _loss_ops  # noqa: E402,F401  (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss)
+from . import rotary_ops as _rotary_ops  # noqa: E402,F401  (RotaryEmbedding)
