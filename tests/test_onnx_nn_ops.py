@@ -239,6 +239,8 @@ def test_instance_norm_then_relu():
                        [init("s", rand(3)), init("b", rand(3))])
     net = check(model, {"x": x})
     assert "nn.group_norm" in ops_of(net)
+    fused = graph.optimize(net, graph.from_onnx(model)[1])
+    assert [c.op.name for c in fused.calls()] == ["fused_nn_group_norm_nn_relu"]
 
 
 def _group_norm_expected(x, scale, bias, groups, eps):
@@ -470,3 +472,34 @@ def test_pytorch_export_of_audio_and_image_layers_matches_eager():
         expected = [t.numpy() for t in model(audio, image)]
     check(proto, {"audio": audio.numpy(), "image": image.numpy()}, expected, layouts=(None,),
           atol=1e-5)
+
+
+def test_a_float16_model_of_these_operators_runs_in_float16():
+    h = TensorProto.FLOAT16
+    w = RNG.uniform(-0.5, 0.5, (4, 3, 3)).astype(np.float16)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]),
+        helper.make_node("InstanceNormalization", ["c", "s", "b"], ["n"]),
+        helper.make_node("MaxPool", ["n"], ["p"], kernel_shape=[3], strides=[2], ceil_mode=1),
+        helper.make_node("Resize", ["p", "", "scales"], ["r"], mode="linear"),
+        helper.make_node("LayerNormalization", ["r", "g"], ["y"], axis=1),
+    ]
+    inits = [init("w", w), init("s", np.ones(4, np.float16)), init("b", np.zeros(4, np.float16)),
+             init("scales", np.array([1, 1, 2], np.float32)),
+             init("g", RNG.uniform(0.5, 1.5, (4, 14)).astype(np.float16))]
+    model = make_model(nodes, [info("x", [2, 3, 15], h)], [info("y", [2, 4, 14], h)], inits)
+    x = RNG.uniform(-1, 1, (2, 3, 15)).astype(np.float16)
+    net, params = graph.from_onnx(model)
+    assert net.outputs[0].dtype == "float16"
+    # the same model in float32 is the expectation
+    model32 = onnx.ModelProto.FromString(model.SerializeToString())
+    for t in model32.graph.initializer:
+        if t.data_type == h:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32),
+                                               t.name))
+    for v in list(model32.graph.input) + list(model32.graph.output):
+        v.type.tensor_type.elem_type = F32
+    del model32.graph.value_info[:]
+    (expected,) = onnxruntime_outputs(model32, {"x": x.astype(np.float32)})
+    check(model, {"x": x}, [expected.astype(np.float16)], layouts=(None,), rtol=3e-2,
+          atol=3e-2)
