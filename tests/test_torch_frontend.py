@@ -131,6 +131,9 @@ COMPOSED = [
      (1, 2, 5, 6)),
     (lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear"), (1, 2, 5, 6)),
     (lambda x: F.max_pool3d(x, 3, 2, 1), (1, 2, 5, 6, 7)),
+    (lambda x: F.max_pool3d(x, 3, 2, 1, return_indices=True)[1].float(), (1, 2, 5, 6, 7)),
+    (lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True)[1].float(), (2, 2, 5, 6)),
+    (lambda x: F.avg_pool3d(x, 3, 2, 1, ceil_mode=True), (1, 2, 5, 6, 7)),
     (lambda x: F.avg_pool3d(x, 3, 2, 1, count_include_pad=False), (1, 2, 5, 6, 7)),
     (lambda x: F.avg_pool3d(x, 3, 2, 1), (1, 2, 5, 6, 7)),
     (lambda x: torch.atan2(x[0], x[1]), (2, 3, 4)),
@@ -197,6 +200,19 @@ def test_params_keep_state_dict_names():
     assert {"conv.weight", "bn.running_mean", "fc.weight"} <= set(params)
     for name, value in params.items():
         np.testing.assert_array_equal(value, model.state_dict()[name].numpy())
+
+
+@pytest.mark.parametrize("layer,shape", [
+    (lambda: torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
+     (1, 4, 5, 6)),
+    (lambda: torch.nn.ConvTranspose2d(4, 6, 3, padding=2, groups=2, dilation=2), (1, 4, 5, 6)),
+    (lambda: torch.nn.ConvTranspose1d(4, 6, 4, stride=3, padding=1), (2, 4, 7)),
+    (lambda: torch.nn.Conv3d(4, 6, 3, stride=2, padding=1), (1, 4, 5, 6, 7)),
+    (lambda: torch.nn.GroupNorm(2, 4), (2, 4, 5, 6)),
+])
+def test_more_layers(layer, shape):
+    torch.manual_seed(0)
+    _check(layer().eval(), _x(*shape), rtol=1e-4, atol=1e-4)
 
 
 def test_conv1d_and_layer_norm_over_two_axes():
