@@ -145,7 +145,20 @@ COMPOSED = [
     (lambda x: x.index_put((torch.tensor([2, 0]),), torch.ones(2, 4)), (3, 4)),
     (lambda x: x.index_put((torch.tensor([2, 2]),), torch.ones(4), accumulate=True), (3, 4)),
     (lambda x: x.masked_fill(x > 0.5, -1.0), (3, 4)),
+    (lambda x: torch.ops.aten.index_put(x, [None, torch.tensor([1, 2]), torch.tensor([0, 3])],
+                                        torch.tensor(7.0), True), (3, 4, 5)),
+    (lambda x: torch.ops.aten.index_put(x, [torch.tensor([1, 2]), None, torch.tensor([0, 3])],
+                                        torch.ones(2, 4)), (3, 4, 5)),
+    (lambda x: F.fold(x, (5, 6), (2, 3), padding=1, stride=(1, 2)), (2, 24, 18)),
+    (lambda x: F.fold(x, (4, 4), 2, stride=2), (12, 4)),
 ]
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_of_fixed_bags(mode):
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(10, 3, mode=mode)
+    _check(bag.eval(), torch.tensor([[1, 2, 4], [5, 4, 9]]))
 
 
 @pytest.mark.parametrize("k", range(len(COMPOSED)))
@@ -248,7 +261,7 @@ def test_coverage_is_computed_from_torch():
     rows = coverage()
     assert [r.overload for r in rows] == names
     supported = [r for r in rows if r.supported]
-    assert len(supported) >= 170
+    assert len(supported) >= 173
     assert all(r.maps_to for r in supported)
 
 
