@@ -58,8 +58,19 @@ def node_supported(node, rejected: set[str]) -> bool:
     conv = lookup(overload_name(node.target))
     if conv is None or not conv.available:
         return False
-    args = [a for a in node.all_input_nodes]
-    return all(_tensor_ok(v) for n in [node, *args] for v in _vals(n))
+    outs = _used_vals(node)
+    ins = [v for a in node.all_input_nodes for v in _used_vals(a)]
+    return all(_tensor_ok(v) for v in outs + ins)
+
+
+def _used_vals(node) -> list:
+    """The tensors of ``node``'s value that something reads: of a tuple (batch norm's saved
+    statistics, often empty), only the entries a ``getitem`` takes."""
+    val = node.meta.get("val") if hasattr(node, "meta") else None
+    if not isinstance(val, (list, tuple)):
+        return _vals(node)
+    used = {u.args[1] for u in node.users if u.target is operator.getitem}
+    return [v for k, v in enumerate(val) if k in used and hasattr(v, "shape")]
 
 
 def describe(node) -> str:
@@ -68,29 +79,44 @@ def describe(node) -> str:
 
 
 class CompiledPartition:
-    """A partition built by ptxforge, called with the partition's torch tensors."""
+    """A partition built by ptxforge, called with the partition's torch tensors.
 
-    def __init__(self, net, target: str, opts, devices: set[str]):
-        from . import graph
+    The build waits for the first call: the inputs that are the model's parameters and
+    buffers (AOT autograd's static inputs, ``static``) are then bound as weights, so the
+    graph passes fold and re-lay them out once and later calls pass only the activations.
+    Like PyTorch's CUDA graphs, this assumes the weights do not change after that call.
+    """
 
+    def __init__(self, net, target: str, opts, static: frozenset = frozenset()):
         self.net = net
         self.target = target
+        self.opts = opts
         self.names = [p.name for p in net.params]
+        self.static = static
+        self.module = None
+        self.used: list[bool] = []
+
+    def _build(self, tensors) -> None:
+        from . import graph
+
+        opts, net, target = self.opts, self.net, self.target
+        params = {name: _host(t) for name, t in zip(self.names, tensors) if name in self.static}
         if opts.trials:
             from .torch_tuning import tune_graph
 
-            tune_graph(net, {}, opts.trials, opts.log, precision=opts.precision,
+            tune_graph(net, params, opts.trials, opts.log, precision=opts.precision,
                        target="sim" if target == "sim" else "cuda")
-        if opts.log:
-            from . import autosched
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", graph.NoTuningRecordWarning)
+            if opts.log:
+                from . import autosched
 
-            with autosched.ApplyHistoryBest(opts.log), warnings.catch_warnings():
-                warnings.simplefilter("ignore", graph.NoTuningRecordWarning)
-                self.lib = graph.build(net, target=target, precision=_precision(opts))
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", graph.NoTuningRecordWarning)
-                self.lib = graph.build(net, target=target, precision=_precision(opts))
+                with autosched.ApplyHistoryBest(opts.log):
+                    self.lib = graph.build(net, target=target, params=params,
+                                           precision=_precision(opts))
+            else:
+                self.lib = graph.build(net, target=target, params=params,
+                                       precision=_precision(opts))
         if target == "sim":
             self.module = graph.GraphModule(self.lib)
         else:
@@ -98,13 +124,14 @@ class CompiledPartition:
 
             self.module = graph.GraphModule(self.lib, ptxforge.cuda(0),
                                             use_cuda_graph=opts.cuda_graph)
-        self.devices = devices
-        # parameters the build found unused (a partition's input read by nothing) are skipped
+        # weights (bound now) and inputs the build found unused are not passed again
         self.used = [name in self.lib.plan.inputs for name in self.names]
 
     def __call__(self, *tensors):
         import torch
 
+        if self.module is None:
+            self._build(tensors)
         if self.target == "sim":
             device = tensors[0].device if tensors else torch.device("cpu")
             for name, used, t in zip(self.names, self.used, tensors):
@@ -189,7 +216,7 @@ def compile_partitioned(gm, example_inputs, opts, fullgraph: bool = False):
                                + (f" and {len(unsupported) - 5} more" if len(unsupported) > 5
                                   else ""))
         try:
-            compiled = _partition_and_build(gm, rejected, target, opts)
+            compiled = _partition_and_build(gm, rejected, target, opts, _static_inputs(gm))
         except _RejectNode as e:
             if fullgraph:
                 raise BackendError(str(e.error)) from e.error
@@ -212,7 +239,20 @@ class _RejectNode(Exception):
         self.error = error
 
 
-def _partition_and_build(gm, rejected: set[str], target: str, opts):
+def _static_inputs(gm) -> set[str]:
+    """The placeholders AOT autograd marks static: the model's parameters and buffers."""
+    try:
+        import torch
+
+        meta = torch._guards.TracingContext.try_get().fw_metadata
+        indices = set(meta.static_input_indices or ())
+    except AttributeError:
+        return set()
+    places = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    return {places[i] for i in indices if i < len(places)}
+
+
+def _partition_and_build(gm, rejected: set[str], target: str, opts, static: set[str]):
     import copy
 
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -231,13 +271,14 @@ def _partition_and_build(gm, rejected: set[str], target: str, opts):
             continue
         sub = getattr(fused, node.target)
         placeholders = {}
-        devices = set()
+        frozen = set()
         for ph, arg in zip([n for n in sub.graph.nodes if n.op == "placeholder"], node.args):
             val = arg.meta.get("val")
             if not hasattr(val, "shape"):
                 raise _RejectNode(arg.name, TorchImportError(
                     f"{arg.name} is not a tensor ({val!r})"))
-            devices.add(val.device.type)
+            if arg.op == "placeholder" and arg.name in static:
+                frozen.add(ph.name)
             placeholders[ph.name] = Var(ph.name, tuple(static_int(s) for s in val.shape),
                                         graph_dtype(val.dtype))
         try:
@@ -245,7 +286,8 @@ def _partition_and_build(gm, rejected: set[str], target: str, opts):
         except TorchImportError as e:
             bad = _failing_node(sub, e)
             raise _RejectNode(bad, e) from e
-        setattr(fused, node.target, _AsModule(CompiledPartition(net, target, opts, devices)))
+        compiled = CompiledPartition(net, target, opts, frozenset(frozen))
+        setattr(fused, node.target, _AsModule(compiled))
     fused.recompile()
     return fused
 

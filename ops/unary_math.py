@@ -289,23 +289,25 @@ def _unsigned(dtype: str) -> str:
 
 
 def _bitwise_rule(op: str):
-    """A two's-complement bitwise operator spelled with arithmetic on the unsigned view:
-    bit ``k`` of ``v`` is ``(v // 2**k) % 2`` (LLVM turns these into shifts and masks)."""
+    """A two's-complement bitwise operator spelled with arithmetic on the unsigned view: bit
+    ``k`` of ``v`` is ``(v // 2**k) % 2`` (LLVM turns these into shifts and masks); ``or``
+    and ``xor`` follow from ``and`` exactly in wrapping arithmetic: ``a | b = a + b - (a &
+    b)``, ``a ^ b = a + b - 2 (a & b)``."""
     def rule(a: Expr, b: Expr) -> Expr:
         u = _unsigned(a.dtype)
         ua, ub = a.astype(u) if u != a.dtype else a, b.astype(u) if u != b.dtype else b
-        out = const(0, u)
+        two = const(2, u)
+        both = const(0, u)
         for k in range(dt.bits(u)):
             p = const(1 << k, u)
-            two = const(2, u)
-            ba, bb = floormod(floordiv(ua, p), two), floormod(floordiv(ub, p), two)
-            if op == "and":
-                bit = ba * bb
-            elif op == "or":
-                bit = ba + bb - ba * bb
-            else:
-                bit = ba + bb - two * ba * bb
-            out = out + bit * p
+            bit = floormod(floordiv(ua, p), two) * floormod(floordiv(ub, p), two)
+            both = both + bit * p
+        if op == "and":
+            out = both
+        elif op == "or":
+            out = ua + ub - both
+        else:
+            out = ua + ub - two * both
         return out.astype(a.dtype) if u != a.dtype else out
 
     return rule

@@ -222,6 +222,12 @@ def test_clip_rejects_a_fractional_bound_on_integers():
 def test_integer_constants_out_of_range_are_refused():
     with pytest.raises(IRError, match="does not fit int8"):
         te.const(200, "int8")
+    with pytest.raises(IRError, match="does not fit uint8"):
+        te.const(-1, "uint8")
+    # int32 is the index dtype: lowering widens index arithmetic beyond it to int64
+    assert te.const(2**31 + 8, "int32").value == 2**31 + 8
+    with pytest.raises(IRError, match="does not fit int64"):
+        te.const(2**63, "int32")
     with pytest.raises(IRError, match="not an integer"):
         te.const(2.5, "int32")
     with pytest.raises(IRError, match="not an integer"):
@@ -321,3 +327,20 @@ def test_ptx_names_the_integer_instructions():
     u = te.placeholder((N,), "uint8", name="u")
     ptx = ptx_of([u, ops.cast(u, "float32")])
     assert "cvt.rn.f32.u16" in ptx or "cvt.rn.f32.u8" in ptx or "cvt.rn.f32.u32" in ptx
+
+
+@pytest.mark.parametrize("d", INTS)
+@pytest.mark.parametrize("red,npfn", [("sum", np.sum), ("max", np.max), ("min", np.min)])
+def test_integer_reductions_wrap_like_numpy(d, red, npfn):
+    """Row reductions (the default schedule reduces across threads) over the whole range."""
+    rng = rng_for(d, red)
+    lo, hi = dt.int_range(d)
+    x = rng.integers(lo, hi, (3, 1000), dtype=d, endpoint=True)
+    a = te.placeholder(x.shape, d, name="a")
+    out = getattr(ops, red)(a, axis=1)
+    with np.errstate(over="ignore"):
+        # numpy sums small integers in int64; modulo 2**bits that is the wrapped sum
+        want = npfn(x, axis=1).astype(d)
+    for schedule in (None, default_schedule([out])):
+        np.testing.assert_array_equal(run_sim([a, out], [x], schedule), want)
+    ptx_of([a, out])

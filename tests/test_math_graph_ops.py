@@ -295,3 +295,18 @@ def test_errors_name_the_operator():
         Call("bit_shift", [f, f], {"direction": "left"})
     with pytest.raises(GraphError, match="axis 3 is out of range"):
         Call("reduce.sum", [f], {"axis": (3,)})
+
+
+def test_activations_comparisons_and_where_fuse_into_the_convolution():
+    from ptxforge.graph.ir import post_order
+    from ptxforge.graph.opdefs import conv2d
+
+    x = graph.var("x", (1, 8, 8, 8))
+    y = conv2d(x, graph.const(np.ones((8, 8, 3, 3), np.float32)), (1, 1), (1, 1, 1, 1))
+    z = Call("nn.hard_swish", [Call("nn.mish", [y])])
+    z = Call("where", [Call("less", [z, graph.const(np.array([0.5], np.float32))]), z, y])
+    r = Call("reduce.sum", [z], {"axis": (2, 3), "keepdims": True})
+    opt = graph.optimize(graph.function([r, z]), {})
+    names = sorted(n.op.name for n in post_order(opt.outputs)
+                   if isinstance(n, Call) and isinstance(n.op, graph.Graph))
+    assert names == ["fused_nn_conv2d_nn_mish_nn_hard_swish_less_where", "fused_reduce_sum"]

@@ -98,3 +98,32 @@ def test_entry_point_is_declared():
     target = re.search(r'^ptxforge\s*=\s*"([^"]+)"', section, re.M).group(1)
     module, _, attr = target.partition(":")
     assert callable(getattr(importlib.import_module(module), attr))
+
+
+def test_weights_are_bound_once_and_batch_norm_stays_compiled(monkeypatch):
+    """Parameters and buffers are bound as weights at the first call (folded by the graph
+    passes); later calls pass only the activations, and batch norm (whose saved statistics
+    are empty tensors nobody reads) stays in the compiled partition."""
+    from ptxforge.runtime.graph_executor import GraphModule
+
+    passed: list[str] = []
+    original = GraphModule.set_input
+
+    def record(self, key=None, value=None, **inputs):
+        passed.extend([key] if key is not None else list(inputs))
+        return original(self, key, value, **inputs)
+
+    monkeypatch.setattr(GraphModule, "set_input", record)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4),
+                                torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 6 * 6, 5)).eval()
+    x = torch.randn(2, 3, 6, 6)
+    compiled = _compile(model)
+    with warnings.catch_warnings(record=True) as seen, torch.no_grad():
+        warnings.simplefilter("always")
+        got = compiled(x)
+        compiled(x)
+    torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+    assert len(passed) == 2, f"one activation per call, got {passed}"
+    assert not [w for w in seen if w.category is UnsupportedOperatorsWarning]

@@ -131,6 +131,9 @@ COMPOSED = [
      (1, 2, 5, 6)),
     (lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear"), (1, 2, 5, 6)),
     (lambda x: F.max_pool3d(x, 3, 2, 1), (1, 2, 5, 6, 7)),
+    (lambda x: F.max_pool3d(x, 3, 2, 1, return_indices=True)[1].float(), (1, 2, 5, 6, 7)),
+    (lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True)[1].float(), (2, 2, 5, 6)),
+    (lambda x: F.avg_pool3d(x, 3, 2, 1, ceil_mode=True), (1, 2, 5, 6, 7)),
     (lambda x: F.avg_pool3d(x, 3, 2, 1, count_include_pad=False), (1, 2, 5, 6, 7)),
     (lambda x: F.avg_pool3d(x, 3, 2, 1), (1, 2, 5, 6, 7)),
     (lambda x: torch.atan2(x[0], x[1]), (2, 3, 4)),
@@ -142,7 +145,20 @@ COMPOSED = [
     (lambda x: x.index_put((torch.tensor([2, 0]),), torch.ones(2, 4)), (3, 4)),
     (lambda x: x.index_put((torch.tensor([2, 2]),), torch.ones(4), accumulate=True), (3, 4)),
     (lambda x: x.masked_fill(x > 0.5, -1.0), (3, 4)),
+    (lambda x: torch.ops.aten.index_put(x, [None, torch.tensor([1, 2]), torch.tensor([0, 3])],
+                                        torch.tensor(7.0), True), (3, 4, 5)),
+    (lambda x: torch.ops.aten.index_put(x, [torch.tensor([1, 2]), None, torch.tensor([0, 3])],
+                                        torch.ones(2, 4)), (3, 4, 5)),
+    (lambda x: F.fold(x, (5, 6), (2, 3), padding=1, stride=(1, 2)), (2, 24, 18)),
+    (lambda x: F.fold(x, (4, 4), 2, stride=2), (12, 4)),
 ]
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_of_fixed_bags(mode):
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(10, 3, mode=mode)
+    _check(bag.eval(), torch.tensor([[1, 2, 4], [5, 4, 9]]))
 
 
 @pytest.mark.parametrize("k", range(len(COMPOSED)))
@@ -199,6 +215,19 @@ def test_params_keep_state_dict_names():
         np.testing.assert_array_equal(value, model.state_dict()[name].numpy())
 
 
+@pytest.mark.parametrize("layer,shape", [
+    (lambda: torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
+     (1, 4, 5, 6)),
+    (lambda: torch.nn.ConvTranspose2d(4, 6, 3, padding=2, groups=2, dilation=2), (1, 4, 5, 6)),
+    (lambda: torch.nn.ConvTranspose1d(4, 6, 4, stride=3, padding=1), (2, 4, 7)),
+    (lambda: torch.nn.Conv3d(4, 6, 3, stride=2, padding=1), (1, 4, 5, 6, 7)),
+    (lambda: torch.nn.GroupNorm(2, 4), (2, 4, 5, 6)),
+])
+def test_more_layers(layer, shape):
+    torch.manual_seed(0)
+    _check(layer().eval(), _x(*shape), rtol=1e-4, atol=1e-4)
+
+
 def test_conv1d_and_layer_norm_over_two_axes():
     conv = torch.nn.Conv1d(4, 6, 3, padding=1)
     ln = torch.nn.LayerNorm([6, 5])
@@ -232,7 +261,7 @@ def test_coverage_is_computed_from_torch():
     rows = coverage()
     assert [r.overload for r in rows] == names
     supported = [r for r in rows if r.supported]
-    assert len(supported) >= 170
+    assert len(supported) >= 173
     assert all(r.maps_to for r in supported)
 
 

@@ -58,3 +58,21 @@ def test_vision_model_imports_and_matches_eager(name):
 @pytest.mark.parametrize("name", ["bert", "mobilenet_v3"])
 def test_compiled_on_the_simulator(name):
     _import_and_compare(MODELS[name], sim=True)
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
+def test_sdpa_attention_is_kept_whole(name):
+    """With PyTorch's SDPA attention (Llama's with grouped-query heads), every attention
+    layer imports as one nn.attention and the model still matches eager."""
+    pytest.importorskip("transformers")
+    spec = MODELS[name]
+    model = spec.build()
+    model.inner.set_attn_implementation("sdpa")
+    args = spec.torch_inputs(spec.inputs())
+    with torch.no_grad():
+        want = model(*args).numpy()
+    net, params = from_torch(model, args)
+    got = graph.run_graph(net, {p.name: a.numpy() for p, a in zip(net.params, args)}, params)[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-4 * float(np.abs(want).max()))
+    layers = model.inner.config.num_hidden_layers
+    assert sum(c.op == "nn.attention" for c in net.calls()) == layers

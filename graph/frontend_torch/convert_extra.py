@@ -99,9 +99,9 @@ def _as_strided(cx, a):
 
 
 @converter("aten.index_put.default", needs=("scatter_nd", "where", "reshape", "cast",
-                                            "broadcast_to"),
-           maps_to="scatter_nd over the leading indexed axes (a bool mask: where)",
-           note="index tensors on leading axes, or one bool mask")
+                                            "broadcast_to", "transpose", "concatenate"),
+           maps_to="scatter_nd over the indexed axes moved first (a bool mask: where)",
+           note="integer index tensors, or one bool mask with one value")
 def _index_put(cx, a):
     x = a.self
     values = operand(cx, a.values, x.dtype)
@@ -116,16 +116,34 @@ def _index_put(cx, a):
         mask = reshape(cx, mask, tuple(mask.shape) + (1,) * (x.ndim - mask.ndim))
         mask = broadcast_to(cx, mask, x.shape)
         return cx.call("where", [mask, reshape(cx, values, ()), x])
-    if any(t is None for t in indices):
-        cx.fail("index tensors must index the leading axes with no gaps (None) between them")
-    k = len(indices)
-    shape = np.broadcast_shapes(*[tuple(t.shape) for t in indices])
+    picked = [(d, t) for d, t in enumerate(indices) if t is not None]
+    dims = [d for d, _ in picked]
+    rest = [d for d in range(x.ndim) if d not in dims]
+    perm = dims + rest
+    moved = x if perm == list(range(x.ndim)) else cx.call("transpose", [x], {"axes": perm})
+    shape = tuple(np.broadcast_shapes(*[tuple(t.shape) for _, t in picked]))
     parts = [reshape(cx, broadcast_to(cx, operand(cx, t, "int64"), shape), shape + (1,))
-             for t in indices]
-    index = parts[0] if k == 1 else cx.call("concatenate", parts, {"axis": len(shape)})
-    updates = broadcast_to(cx, values, tuple(shape) + tuple(x.shape[k:]))
-    return cx.call("scatter_nd", [x, index, updates],
-                   {"reduction": "add" if a.accumulate else "none"})
+             for _, t in picked]
+    index = parts[0] if len(parts) == 1 else cx.call("concatenate", parts,
+                                                     {"axis": len(shape)})
+    # the values broadcast to x[indices] (numpy's layout), then to (index dims, rest)
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    nb = len(shape)
+    if adjacent:
+        lead = dims[0]
+        result = tuple(x.shape[:lead]) + shape + tuple(x.shape[dims[-1] + 1:])
+        updates = broadcast_to(cx, values, result)
+        if lead:
+            order = list(range(lead, lead + nb)) + list(range(lead)) + \
+                list(range(lead + nb, len(result)))
+            updates = cx.call("transpose", [updates], {"axes": order})
+    else:
+        updates = broadcast_to(cx, values, shape + tuple(x.shape[d] for d in rest))
+    out = cx.call("scatter_nd", [moved, index, updates],
+                  {"reduction": "add" if a.accumulate else "none"})
+    if perm == list(range(x.ndim)):
+        return out
+    return cx.call("transpose", [out], {"axes": [perm.index(d) for d in range(x.ndim)]})
 
 
 @converter("aten._native_batch_norm_legit.no_stats",
@@ -146,3 +164,81 @@ def _bn_no_stats(cx, a):
         out = cx.call("add", [out, reshape(cx, a.bias, shape)])
     c = x.shape[1]
     return out, reshape(cx, mu, (c,)), reshape(cx, rstd, (c,))
+
+
+@converter("aten._embedding_bag.default", "aten._embedding_bag_forward_only.default",
+           needs=("take", "reshape", "reduce.sum", "reduce.max", "mean", "multiply",
+                  "strided_slice", "concatenate"),
+           maps_to="take of the rows, reduced per bag (bags known while importing)",
+           note="offsets known while importing; the first output only")
+def _embedding_bag(cx, a):
+    from ..ir import Constant
+    from .convert_nn import Unavailable
+
+    if not isinstance(a.offsets, Constant):
+        cx.fail("the bag offsets are computed at run time; only offsets known while "
+                "importing are supported (a 2-D input, or constant offsets)")
+    if a.padding_idx is not None and a.padding_idx >= 0:
+        cx.fail("padding_idx is not supported")
+    modes = {0: "reduce.sum", 1: "mean", 2: "reduce.max"}
+    if a.mode not in modes:
+        cx.fail(f"mode {a.mode} is not supported")
+    n = a.indices.shape[0]
+    offsets = [int(o) for o in np.asarray(a.offsets.value).reshape(-1)]
+    ends = offsets[1:] + ([] if a.include_last_offset else [n])
+    starts = offsets[:len(ends)]
+    rows = cx.call("take", [a.weight, a.indices], {"axis": 0})
+    if a.per_sample_weights is not None:
+        if a.mode != 0:
+            cx.fail("per_sample_weights needs mode 'sum'")
+        w = reshape(cx, a.per_sample_weights, (n, 1))
+        rows = cx.call("multiply", [rows, w])
+    dim = a.weight.shape[1]
+    sizes = {e - s for s, e in zip(starts, ends)}
+    if 0 in sizes:
+        cx.fail("an empty bag is not supported")
+    if len(sizes) == 1 and starts == list(range(0, n, next(iter(sizes))))[:len(starts)]:
+        k = next(iter(sizes))
+        grouped = reshape(cx, rows, (len(starts), k, dim))
+        out = cx.call(modes[a.mode], [grouped], {"axis": (1,)})
+    else:
+        bags = [cx.call(modes[a.mode], [cx.call("strided_slice", [rows], {
+            "begin": [s], "end": [e], "axes": [0]})], {"axis": (0,), "keepdims": True})
+            for s, e in zip(starts, ends)]
+        out = bags[0] if len(bags) == 1 else cx.call("concatenate", bags, {"axis": 0})
+    rest = Unavailable("the bag bookkeeping outputs of _embedding_bag")
+    return out, rest, rest, rest
+
+
+@converter("aten.col2im.default", needs=("scatter_elements", "reshape", "strided_slice"),
+           maps_to="scatter_elements (add) of the columns into the padded image")
+def _col2im(cx, a):
+    x = a.self
+    kh, kw = a.kernel_size
+    dh, dw = a.dilation
+    ph, pw = a.padding
+    sh, sw = a.stride
+    oh, ow = a.output_size
+    batched = x.ndim == 3
+    if not batched:
+        x = reshape(cx, x, (1,) + tuple(x.shape))
+    n, ckk, length = x.shape
+    c = ckk // (kh * kw)
+    hp, wp = oh + 2 * ph, ow + 2 * pw
+    bh = (hp - (dh * (kh - 1) + 1)) // sh + 1
+    bw = (wp - (dw * (kw - 1) + 1)) // sw + 1
+    if bh * bw != length:
+        cx.fail(f"{length} columns do not match the {bh}x{bw} blocks of the output")
+    ki, kj, bi, bj = np.meshgrid(np.arange(kh), np.arange(kw), np.arange(bh), np.arange(bw),
+                                 indexing="ij")
+    target = ((bi * sh + ki * dh) * wp + (bj * sw + kj * dw)).reshape(kh * kw * length)
+    index = np.broadcast_to(target, (n, c, kh * kw * length))
+    cols = reshape(cx, x, (n, c, kh * kw * length))
+    base = cx.const(np.zeros((n, c, hp * wp)), x.dtype)
+    out = cx.call("scatter_elements", [base, cx.const(index, "int64"), cols],
+                  {"axis": 2, "reduction": "add"})
+    out = reshape(cx, out, (n, c, hp, wp))
+    if ph or pw:
+        out = cx.call("strided_slice", [out], {"begin": [ph, pw], "end": [ph + oh, pw + ow],
+                                               "axes": [2, 3]})
+    return out if batched else reshape(cx, out, (c, oh, ow))

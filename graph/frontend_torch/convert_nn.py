@@ -62,20 +62,16 @@ def _bmm(cx, a):
 # -- convolution --------------------------------------------------------------------------
 
 @converter("aten.convolution.default",
-           needs=("nn.conv2d", "nn.bias_add", "reshape", "nn.pad", "strided_slice", "reverse",
-                  "transpose"),
-           maps_to="nn.conv2d (1-D through a 2-D view; transposed: of the stride-dilated "
-                   "input with the flipped weight) and nn.bias_add",
-           note="1-D and 2-D; 3-D needs nn.conv3d")
+           needs=("nn.conv2d", "nn.conv_nd", "nn.conv_transpose", "nn.bias_add", "reshape"),
+           maps_to="nn.conv2d (1-D through a 2-D view), nn.conv_nd (3-D), nn.conv_transpose "
+                   "(transposed); nn.bias_add")
 def _convolution(cx, a):
     x, w = a.input, a.weight
     nd = x.ndim - 2
     if a.transposed:
-        if nd in (1, 2):
-            return _conv_transpose(cx, a)
-        return _generic_conv(cx, a, "nn.conv3d_transpose", transposed=True)
+        return _generic_conv(cx, a, "nn.conv_transpose", transposed=True)
     if nd == 3:
-        return _generic_conv(cx, a, "nn.conv3d")
+        return _generic_conv(cx, a, "nn.conv_nd")
     stride, pad, dil = list(a.stride), list(a.padding), list(a.dilation)
     if nd == 1:
         x = reshape(cx, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
@@ -90,62 +86,13 @@ def _convolution(cx, a):
     return reshape(cx, out, cx.out_shape())
 
 
-def _pad_or_crop(cx, x, width):
-    """``x`` padded with zeros by (before, after) per axis; negative widths crop."""
-    if any(b < 0 or e < 0 for b, e in width):
-        x = cx.call("strided_slice", [x], {
-            "begin": [max(0, -b) for b, _ in width],
-            "end": [n - max(0, -e) for n, (_, e) in zip(x.shape, width)],
-            "axes": list(range(x.ndim))})
-        width = [(max(0, b), max(0, e)) for b, e in width]
-    if any(b or e for b, e in width):
-        x = cx.call("nn.pad", [x], {"pad_width": width})
-    return x
-
-
-def _conv_transpose(cx, a):
-    """A transposed convolution as a convolution of the stride-dilated input (zeros between
-    its elements, padded by ``dilation * (k - 1) - padding``) with the flipped, transposed
-    weight."""
-    x, w = a.input, a.weight
-    nd = x.ndim - 2
-    stride, pad, dil = list(a.stride), list(a.padding), list(a.dilation)
-    outpad, groups = list(a.output_padding), a.groups
-    if nd == 1:
-        x = reshape(cx, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
-        w = reshape(cx, w, (w.shape[0], w.shape[1], 1, w.shape[2]))
-        stride, pad, dil, outpad = [1] + stride, [0] + pad, [1] + dil, [0] + outpad
-    n, c, h, wd = x.shape
-    sh, sw = stride
-    if sh > 1 or sw > 1:
-        grid = reshape(cx, x, (n, c, h, 1, wd, 1))
-        grid = cx.call("nn.pad", [grid], {"pad_width": [(0, 0), (0, 0), (0, 0), (0, sh - 1),
-                                                        (0, 0), (0, sw - 1)]})
-        x = cx.call("strided_slice", [reshape(cx, grid, (n, c, h * sh, wd * sw))], {
-            "begin": [0, 0], "end": [(h - 1) * sh + 1, (wd - 1) * sw + 1], "axes": [2, 3]})
-    cin, cout_g, kh, kw = w.shape
-    width = [(0, 0), (0, 0)]
-    for k, p, d, op in zip((kh, kw), pad, dil, outpad):
-        width.append((d * (k - 1) - p, d * (k - 1) - p + op))
-    x = _pad_or_crop(cx, x, width)
-    # [Cin, Cout/g, kh, kw] -> [Cout, Cin/g, kh, kw], flipped in space
-    wg = reshape(cx, w, (groups, cin // groups, cout_g, kh, kw))
-    wg = cx.call("transpose", [wg], {"axes": [0, 2, 1, 3, 4]})
-    wg = cx.call("reverse", [reshape(cx, wg, (groups * cout_g, cin // groups, kh, kw))],
-                 {"axis": (2, 3)})
-    out = cx.call("nn.conv2d", [x, wg], {"dilation": dil, "groups": groups})
-    if a.bias is not None:
-        out = cx.call("nn.bias_add", [out, a.bias], {"axis": 1})
-    return reshape(cx, out, cx.out_shape())
-
-
 def _generic_conv(cx, a, op, transposed=False):
-    if op is None:
-        cx.fail(f"a {a.input.ndim - 2}-D convolution is not supported")
-    attrs = {"strides": list(a.stride), "padding": list(a.padding),
-             "dilation": list(a.dilation), "groups": a.groups}
+    """``nn.conv_nd`` / ``nn.conv_transpose``: ONNX-style padding (the befores, then the
+    afters)."""
+    attrs = {"strides": tuple(a.stride), "padding": tuple(a.padding) * 2,
+             "dilation": tuple(a.dilation), "groups": a.groups}
     if transposed:
-        attrs["output_padding"] = list(a.output_padding)
+        attrs["output_padding"] = tuple(a.output_padding)
     out = cx.call(op, [a.input, a.weight], attrs)
     if a.bias is not None:
         out = cx.call("nn.bias_add", [out, a.bias], {"axis": 1})
@@ -211,21 +158,16 @@ def _layer_norm(cx, a):
 
 
 @converter("aten.native_group_norm.default",
-           needs=("nn.layer_norm", "reshape", "multiply", "add", "mean", "subtract", "rsqrt"),
-           maps_to="nn.layer_norm over each group, then the per-channel scale and shift")
+           needs=("nn.group_norm", "reshape", "mean", "subtract", "multiply", "rsqrt", "add"),
+           maps_to="nn.group_norm")
 def _group_norm(cx, a):
     x = a.input
     n, c, g = a.N, a.C, a.group
-    per = numel(x.shape[1:]) // g
-    flat = reshape(cx, x, (n, g, per))
-    normed = cx.call("nn.layer_norm", [flat, _ones(cx, per, x.dtype), _zeros(cx, per, x.dtype)],
-                     {"axis": -1, "epsilon": float(a.eps)})
-    out = reshape(cx, normed, x.shape)
-    bshape = (c,) + (1,) * (x.ndim - 2)
-    if a.weight is not None:
-        out = cx.call("multiply", [out, reshape(cx, a.weight, bshape)])
-    if a.bias is not None:
-        out = cx.call("add", [out, reshape(cx, a.bias, bshape)])
+    gamma = a.weight if a.weight is not None else _ones(cx, c, x.dtype)
+    beta = a.bias if a.bias is not None else _zeros(cx, c, x.dtype)
+    out = cx.call("nn.group_norm", [x, gamma, beta], {"num_groups": g,
+                                                      "epsilon": float(a.eps)})
+    flat = reshape(cx, x, (n, g, numel(x.shape[1:]) // g))
     mu, rstd = _moments(cx, flat, (2,), a.eps)
     return out, reshape(cx, mu, (n, g)), reshape(cx, rstd, (n, g))
 
@@ -240,14 +182,24 @@ def _pool_args(a, nd: int):
     return k, s, p
 
 
-@converter("aten.max_pool2d_with_indices.default", needs="nn.max_pool2d",
-           note="the indices output is not computed")
+def _pool_indices(cx, a, k, s, p, d):
+    """PyTorch's max-pool indices (flat within each channel's plane) from ONNX's (flat over
+    the whole tensor)."""
+    idx = cx.call("nn.max_pool_indices", [a.self], {
+        "pool_size": tuple(k), "strides": tuple(s), "padding": tuple(p) * 2,
+        "dilation": tuple(d), "ceil_mode": bool(a.ceil_mode)})
+    return cx.call("floor_mod", [idx, cx.const(numel(a.self.shape[2:]), "int64")])
+
+
+@converter("aten.max_pool2d_with_indices.default",
+           needs=("nn.max_pool2d", "nn.max_pool_indices", "floor_mod"),
+           maps_to="nn.max_pool2d; the indices by nn.max_pool_indices")
 def _max_pool2d(cx, a):
     k, s, p = _pool_args(a, 2)
     d = list(a.dilation) * (2 if len(a.dilation) == 1 else 1)
     out = cx.call("nn.max_pool2d", [a.self], {"pool_size": k, "strides": s, "padding": p,
                                               "dilation": d, "ceil_mode": bool(a.ceil_mode)})
-    return out, Unavailable("the indices of max_pool2d_with_indices")
+    return out, _pool_indices(cx, a, k, s, p, d)
 
 
 @converter("aten.avg_pool2d.default", needs="nn.avg_pool2d", note="no divisor_override")
@@ -260,46 +212,28 @@ def _avg_pool2d(cx, a):
         "count_include_pad": bool(a.count_include_pad)})
 
 
-def _pool3d(cx, a, op: str, extra: dict):
-    """A 3-D pool as a 2-D pool over (H, W) then one over D: max and mean are separable
-    (with padding too: the padded zeros, or the count of valid elements, factor per axis)."""
-    x = a.self
-    k, s, p = _pool_args(a, 3)
-    d = list(getattr(a, "dilation", [1, 1, 1]))
-    d = d * (3 if len(d) == 1 else 1)
-    n, c, depth, h, w = x.shape
-    attrs = dict(extra, ceil_mode=bool(a.ceil_mode))
-    hw = cx.call(op, [reshape(cx, x, (n, c * depth, h, w))],
-                 dict(attrs, pool_size=k[1:], strides=s[1:], padding=p[1:],
-                      **({"dilation": d[1:]} if "max" in op else {})))
-    oh, ow = hw.shape[2:]
-    col = reshape(cx, hw, (n * c, depth, oh * ow, 1))
-    col = cx.call("transpose", [col], {"axes": [0, 3, 1, 2]})
-    dd = cx.call(op, [col], dict(attrs, pool_size=[k[0], 1], strides=[s[0], 1],
-                                 padding=[p[0], 0],
-                                 **({"dilation": [d[0], 1]} if "max" in op else {})))
-    od = dd.shape[2]
-    return reshape(cx, dd, (n, c, od, oh, ow))
-
-
 @converter("aten.max_pool3d_with_indices.default",
-           needs=("nn.max_pool2d", "reshape", "transpose"),
-           maps_to="nn.max_pool2d over (H, W), then over D",
-           note="the indices output is not computed")
+           needs=("nn.pool", "nn.max_pool_indices", "floor_mod"),
+           maps_to="nn.pool (max); the indices by nn.max_pool_indices")
 def _max_pool3d(cx, a):
-    return _pool3d(cx, a, "nn.max_pool2d", {}), Unavailable(
-        "the indices of max_pool3d_with_indices")
+    k, s, p = _pool_args(a, 3)
+    d = list(a.dilation) * (3 if len(a.dilation) == 1 else 1)
+    out = cx.call("nn.pool", [a.self], {
+        "pool_type": "max", "pool_size": tuple(k), "strides": tuple(s),
+        "padding": tuple(p) * 2, "dilation": tuple(d), "ceil_mode": bool(a.ceil_mode)})
+    return out, _pool_indices(cx, a, k, s, p, d)
 
 
-@converter("aten.avg_pool3d.default", needs=("nn.avg_pool2d", "reshape", "transpose"),
-           maps_to="nn.avg_pool2d over (H, W), then over D",
-           note="no ceil_mode, no divisor_override")
+@converter("aten.avg_pool3d.default", needs="nn.pool", maps_to="nn.pool (average)",
+           note="no divisor_override")
 def _avg_pool3d(cx, a):
     if a.divisor_override is not None:
         cx.fail("divisor_override is not supported")
-    if a.ceil_mode:
-        cx.fail("ceil_mode=True is not supported for a 3-D average pool")
-    return _pool3d(cx, a, "nn.avg_pool2d", {"count_include_pad": bool(a.count_include_pad)})
+    k, s, p = _pool_args(a, 3)
+    return cx.call("nn.pool", [a.self], {
+        "pool_type": "avg", "pool_size": tuple(k), "strides": tuple(s),
+        "padding": tuple(p) * 2, "ceil_mode": bool(a.ceil_mode),
+        "count_include_pad": bool(a.count_include_pad)})
 
 
 @converter("aten._adaptive_avg_pool2d.default",
