@@ -164,6 +164,7 @@ _CUDA_CORE_FLOPS = {  # FLOP per SM per clock on CUDA cores (an FMA counts 2)
 }
 _TENSOR_CORE_FLOPS = {  # FLOP per SM per clock on tensor cores, dense
     "float16": 4096, "bfloat16": 4096, "tf32": 2048, "int8": 8192, "float64": 256,
+    "float8_e4m3fn": 8192, "float8_e5m2": 8192,
 }
 _AMPERE_TENSOR_SCALE = 0.5  # an sm_8x tensor core does half of Hopper's work per clock
 _MODEL_FIGURES = ("fp32_lanes_per_sm", "int32_lanes_per_sm", "schedulers_per_sm",

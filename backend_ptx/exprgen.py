@@ -284,6 +284,8 @@ class ExprCodegen:
         """Convert operand ``v`` from IR dtype ``src`` to ``dst``."""
         if src == dst:
             return v
+        if src.startswith("float8") or dst.startswith("float8"):
+            return self._fp8_cast(v, src, dst, hint)
         w = self.w
         st, tt = llvm_type(src), llvm_type(dst)
         if dst == "bool":
@@ -316,6 +318,33 @@ class ExprCodegen:
             return w.value(f"trunc {st} {v} to {tt}", hint)
         ext = "zext" if (dt.is_uint(src) or src == "bool") else "sext"
         return w.value(f"{ext} {st} {v} to {tt}", hint)
+
+    def _fp8_cast(self, v: str, src: str, dst: str, hint: str) -> str:
+        """fp8 conversions (sm_89+; fp8 values are ``i8`` bit patterns): to fp8 from float32
+        with ``cvt.rn.satfinite.{e4m3,e5m2}x2.f32`` (the pair's low byte), from fp8 to f16
+        exactly with ``cvt.rn.f16x2.{e4m3,e5m2}x2`` and on from there; other dtypes go
+        through float32."""
+        from ..ir.float8 import float8_format
+
+        target = getattr(self, "target", None)
+        if target is not None and target.sm < 89:
+            raise CodegenError(f"converting {src} to {dst} needs the fp8 cvt of sm_89 or "
+                               f"newer; the target is {target.arch}")
+        w = self.w
+        if src.startswith("float8"):
+            fmt = float8_format(src).ptx
+            pair = w.value(f"zext i8 {v} to i16", hint)
+            h2 = w.value(f'call i32 asm "cvt.rn.f16x2.{fmt}x2 $0, $1;", "=r,h"(i16 {pair})',
+                         hint)
+            lo = w.value(f"trunc i32 {h2} to i16", hint)
+            half = w.value(f"bitcast i16 {lo} to half", hint)
+            return self.cast(half, "float16", dst, hint) if dst != "float16" else half
+        if src != "float32":
+            v = self.cast(v, src, "float32", hint)
+        fmt = float8_format(dst).ptx
+        pair = w.value(f'call i16 asm "cvt.rn.satfinite.{fmt}x2.f32 $0, $1, $2;", '
+                       f'"=h,f,f"(float 0.0, float {v})', hint)
+        return w.value(f"trunc i16 {pair} to i8", hint)
 
     def _intrinsic(self, name: str, ty: str, args: list[str], hint: str,
                    extra: str = "") -> str:

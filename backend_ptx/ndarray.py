@@ -39,7 +39,12 @@ def _host_dtype(dtype: str) -> np.dtype:
 
 def _host_source(src: np.ndarray, dtype: str) -> np.ndarray:
     """``src`` as a compact host array of ``dtype``'s host type; float data headed for a
-    bfloat16 array is rounded to nearest even (uint16 data is taken as bit patterns)."""
+    bfloat16 array is rounded to nearest even (uint16 data is taken as bit patterns), and
+    for an fp8 array converted as ``cvt.rn.satfinite`` (uint8 data: bit patterns)."""
+    if dtype.startswith("float8") and src.dtype != np.uint8:
+        from ..ir.float8 import float8_bits
+
+        return np.ascontiguousarray(float8_bits(src, dtype))
     if dtype == "bfloat16" and src.dtype != dt.BFLOAT16_HOST:
         if src.dtype == np.uint16:
             return np.ascontiguousarray(src)

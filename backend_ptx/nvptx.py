@@ -103,12 +103,16 @@ LLVM_TYPES = {
     "uint32": "i32",
     "int64": "i64",
     "uint64": "i64",
+    "float8_e4m3fn": "i8",
+    "float8_e5m2": "i8",
     "float16": "half",
     "bfloat16": "bfloat",
     "float32": "float",
     "float64": "double",
 }
-"""LLVM register type of each IR dtype (bool is ``i1`` in registers, ``i8`` in memory)."""
+"""LLVM register type of each IR dtype (bool is ``i1`` in registers, ``i8`` in memory; fp8
+values are their bit patterns in ``i8``: LLVM has no fp8 type, and PTX converts them with
+``cvt`` on packed pairs, see ``backend_ptx/exprgen.py``)."""
 
 STORAGE_TYPES = dict(LLVM_TYPES, bool="i8")
 """LLVM type of each IR dtype when stored in memory."""

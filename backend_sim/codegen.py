@@ -66,6 +66,8 @@ _NAMESPACE = {
     "_fma": mathfns.fma,
     "_full": mathfns.full,
     "_bf16": mathfns.round_bf16,
+    "_fp8f": mathfns.fp8_value,
+    "_fp8b": mathfns.fp8_bits,
     "_tf32": mathfns.round_tf32,
     "_f16": mathfns.to_f16,
     "_f32": mathfns.to_f32,

@@ -34,10 +34,14 @@ def np_type(dtype: str) -> str:
 
     bfloat16 values are float32 values that every operation rounds to bfloat16 (nearest
     even) before anything else sees them, so they are always exact bfloat16 numbers;
-    float16 is numpy's float16, whose operations round to float16 each time.
+    float16 is numpy's float16, whose operations round to float16 each time. fp8 values
+    are their uint8 bit patterns, as in memory: the GPU has no fp8 arithmetic, so they are
+    only loaded, stored, selected and converted (through :mod:`ptxforge.ir.float8`).
     """
     if dtype == "bfloat16":
         return "np.float32"
+    if dtype.startswith("float8"):
+        return "np.uint8"
     return f"np.{'bool_' if dtype == 'bool' else dtype}"
 
 
@@ -97,8 +101,22 @@ class ExprEmitter:
             name = self._float_names[key] = f"_k{len(self._float_names)}"
             if dt.is_half(dtype):
                 value = dt.round_to(np.float64(value), dtype)[()]
+            if dtype.startswith("float8"):
+                from ..ir.float8 import float8_bits
+
+                value = float8_bits(np.float64(value), dtype)[()]
             self.constants[name] = getattr(np, storage_dtype(dtype))(value)
         return name
+
+    def fp8_cast(self, code: str, src: str, dst: str, kind: str, iv) -> str:
+        """A conversion to or from fp8 bit patterns: decoded exactly to float32, encoded
+        as ``cvt.rn.satfinite`` (through float32 for other sources)."""
+        if src.startswith("float8"):
+            f32 = f"_fp8f({code}, {src!r})"
+            return f32 if dst == "float32" else self.cast_code(f32, "float32", dst, kind, iv)
+        if src != "float32":
+            code = self.cast_code(code, src, "float32", kind, iv)
+        return f"_fp8b({code}, {dst!r})"
 
     def zero(self, dtype: str) -> str:
         if dt.is_float(dtype):
@@ -174,6 +192,8 @@ class ExprEmitter:
     def cast_code(self, code: str, src: str, dst: str, kind: str, iv) -> str:
         if src == dst:
             return code
+        if src.startswith("float8") or dst.startswith("float8"):
+            return self.fp8_cast(code, src, dst, kind, iv)
         if dst == "bfloat16":
             return f"_bf16({code})"
         if src == "bfloat16" and dst == "float32":

@@ -136,6 +136,20 @@ def fma_wide(a, b, c):
             + np.asarray(c, np.float64))[()]
 
 
+def fp8_value(bits, dtype: str):
+    """The float32 value of fp8 bit patterns (``cvt`` from e4m3 / e5m2: exact)."""
+    from ..ir.float8 import float8_from_bits
+
+    return float8_from_bits(bits, dtype)[()]
+
+
+def fp8_bits(x, dtype: str):
+    """fp8 bit patterns of float32 ``x`` (``cvt.rn.satfinite.{e4m3,e5m2}x2.f32``)."""
+    from ..ir.float8 import float8_bits
+
+    return float8_bits(np.asarray(x, np.float32), dtype)[()]
+
+
 def round_bf16(x):
     """``x`` rounded to bfloat16 (nearest even), held in float32: how the simulator keeps
     bfloat16 values, rounding after every operation."""

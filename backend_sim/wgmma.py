@@ -378,14 +378,15 @@ class WgmmaChunk:
         self.open.append((id(acc), (ra, rb)))
 
     def _operand(self, intrin: WgmmaIntrin, mem, base, rows: int, groups, what: str):
-        """Values ``(ng, rows, 16)`` (float64) of an operand tile and its element keys;
-        ``(ng, 16, rows)`` for the B of an MN-major (``_kn``) intrinsic."""
+        """Values ``(ng, rows, k)`` (float64) of an operand tile and its element keys;
+        ``(ng, k, rows)`` for the B of an MN-major (``_kn``) intrinsic (fp8 decoded)."""
         c = self.chunk
         arr = mem.array
         if id(arr) not in self.unfenced:
             raise SimError(f"kernel {c.kernel}: wgmma operand {mem.name} is not tracked")
         b = self._uniform(base, groups, f"the tile address of {mem.name} in {intrin.ptx}")
-        start = b * 2  # bytes: 16-bit operands, the buffer 1024-byte aligned
+        eb = intrin.itemsize
+        start = b * eb  # bytes (2 for 16-bit operands, 1 for fp8); the buffer 1024-aligned
         mn = what == "B" and intrin.b_kn
         if mn:
             # an MN-major k16 slice is 16 K-rows of 128 bytes: it starts on an atom
@@ -399,15 +400,15 @@ class WgmmaChunk:
         if bad.size and not mn:
             raise WgmmaProtocolError(
                 f"kernel {c.kernel}: {intrin.ptx} operand {what} starts at "
-                f"{mem.name}[{int(b[bad[0]])}] (byte {int(start[bad[0]])}), not a k16 step "
-                "inside the first row of a 1024-byte swizzle atom")
+                f"{mem.name}[{int(b[bad[0]])}] (byte {int(start[bad[0]])}), not a "
+                f"k{intrin.k} step (32 bytes) inside the first row of a 1024-byte swizzle atom")
         # the tile through its descriptor (encoded and decoded, as the hardware reads it),
         # once per distinct start (warpgroups of different blocks share theirs)
         starts, which = np.unique(start, return_inverse=True)
         tiles = np.stack([operand_addresses(MatrixDescriptor.decode(
-            descriptor_for(intrin, what, int(s)).encode()), rows, 16, 2, mn_major=mn) // 2
-            for s in starts])
-        k = tiles[which.reshape(-1)]  # (ng, rows, 16) element positions ((ng, 16, rows) MN-major)
+            descriptor_for(intrin, what, int(s)).encode()), rows, intrin.k, eb, mn_major=mn)
+            // eb for s in starts])
+        k = tiles[which.reshape(-1)]  # (ng, rows, k) element positions ((ng, k, rows) MN-major)
         if k.max() >= mem.size:
             raise SimMemoryError(
                 f"illegal shared access: kernel {c.kernel}, {intrin.ptx} operand {what} "
@@ -432,7 +433,7 @@ class WgmmaChunk:
             for e in range(per.shape[2]):
                 full[lanes] = per[:, :, e].reshape(-1)
                 mem.race.read_check(full.copy(), m)
-        vals = arr[k].astype(np.float64)
+        vals = (float8_from_bits(arr[k], intrin.ab) if intrin.fp8 else arr[k]).astype(np.float64)
         return vals, (id(arr), flat)
 
 

@@ -30,7 +30,8 @@ from .expr import (
 
 BIN_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "and": "&&", "or": "||"}
 CMP_SYMBOL = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-FLOAT_SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
+FLOAT_SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
+                "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2"}
 
 
 def float_text(value: float, dtype: str, style: str) -> str:

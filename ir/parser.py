@@ -99,6 +99,7 @@ SUFFIX_DTYPE = {
     "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
     "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
     "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+    "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
 }
 
 _BIN_SYMBOLS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "&&": "and", "||": "or"}

@@ -354,11 +354,15 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     Fragments come from shared memory through ``ldmatrix`` (``cfg.frag_load="ldmatrix"``,
     TF32's too: ``ldmatrix_{a_x4,b_x2,b_x4}_tf32``, 16-byte rows of 4 fp32) or lane by
     lane (``"load"``)."""
+    from .gemm.choice import mma_sync_refusal
+
     target = as_target(target)
     form = form or gemm_form(op, target)
     if form is None:
         raise ScheduleError(f"stage {op.name} is not a product the tensor cores of "
                             f"{target.arch} run (see gemm_form)")
+    if mma_sync_refusal(form) is not None:
+        raise ScheduleError(f"stage {op.name}: {mma_sync_refusal(form)}")
     remap = epilogue_remap(op, epilogue)
     if remap is not None and cfg is None:
         cfg = remap_config(form, target)
@@ -639,7 +643,7 @@ def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
     :func:`gemm_time` expects faster than :func:`~.tensorcore_wgmma.wgmma_time` expects
     the wgmma one (small products bound by reading their inputs, where wgmma's 64-row
     tiles only pad more)."""
-    from .gemm.choice import prefer_wgmma, wgmma_refusal
+    from .gemm.choice import mma_sync_refusal, prefer_wgmma, wgmma_refusal
     from .tensorcore_wgmma import choose_wgmma_config, needs_c_tile
 
     target = as_target(target)
@@ -650,6 +654,8 @@ def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
     w = choose_wgmma_config(form, target, epi_tile, remap)
     if w is None:
         return None
+    if mma_sync_refusal(form) is not None:
+        return w  # fp8: wgmma or nothing
     mma = remap_config(form, target) if remap else choose_gemm_config(form, target)
     return w if prefer_wgmma(form, w, mma, needs_c_tile(w, form, epi_tile), target) else None
 
@@ -659,10 +665,15 @@ def schedule_matmul(s, op: ComputeOp, epilogue: ComputeOp | None = None,
     """The default stage schedule of dense, matmul and batch_matmul: on the tensor cores
     when :func:`gemm_form` accepts the stage (with wgmma where :func:`wgmma_choice` picks
     it, on sm_90a; else mma.sync), else :func:`schedule_tiled` (CUDA cores)."""
+    from .gemm.choice import mma_sync_refusal
+
     form = gemm_form(op, target)
     if form is None:
         return schedule_tiled(s, op, epilogue, target=target)
     w = wgmma_choice(op, epilogue, form, target)
+    if w is None and mma_sync_refusal(form) is not None:
+        # fp8 that wgmma does not take: converted to float32 on the CUDA cores
+        return schedule_tiled(s, op, epilogue, target=target)
     if w is not None:
         from .tensorcore_wgmma import schedule_gemm_wgmma
 

@@ -31,15 +31,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import te
-from ...ir.intrin.kinds import WGMMA
+from ...ir.intrin.kinds import WGMMA, mma_kind
 from ...ir.intrin.wgmma import WARPGROUP, require_wgmma
 from ...passes.schedule.common import ScheduleError
 from .gemm.choice import wgmma_refusal
 from .gemm.knobs import WGMMA_SPACE, split_parts
 from .tensorcore import _b_is_kn, _is_cast
 
+ROW_BYTES = 128
+"""Bytes of K in a shared tile's row: one row of the 128B swizzle."""
 BLOCK_K = 64
-"""K step of a shared tile: 64 fp16/bf16 elements, one 128-byte row of the 128B swizzle."""
+"""K step of a shared tile of 16-bit elements (fp16/bf16): one 128-byte row."""
+
+
+def block_k(form) -> int:
+    """The K step of ``form``'s shared tiles: one 128-byte row of its elements (64 of
+    fp16/bf16, 128 of fp8)."""
+    return ROW_BYTES // form.elem_bytes
 BLOCK_N = WGMMA_SPACE.block_n
 """The block tile widths offered (one ``m64n{block_n}k16`` per k16 step)."""
 
@@ -101,7 +109,7 @@ def wgmma_shared_bytes(cfg: WgmmaScheduleConfig, c_tile: bool = False) -> int:
     """Shared memory of the schedule: ``stages`` A and B tiles of 64 16-bit columns, and
     with ``c_tile`` the float32 C tile the epilogue reads (rows padded by 4)."""
     c = cfg.block_m * (cfg.block_n + 4) * 4 if c_tile else 0
-    return cfg.stages * (cfg.block_m + cfg.block_n) * BLOCK_K * 2 + c
+    return cfg.stages * (cfg.block_m + cfg.block_n) * ROW_BYTES + c
 
 
 def schedule_dense_wgmma(tensors, cfg: WgmmaScheduleConfig | None = None,
@@ -170,15 +178,15 @@ def schedule_dense_wgmma(tensors, cfg: WgmmaScheduleConfig | None = None,
     return s
 
 
-def split_warpgroup_k(f) -> tuple:
+def split_warpgroup_k(f, step: int = BLOCK_K, k: int = 16) -> tuple:
     """Split the reduction of the warpgroup accumulator stage ``f`` (its last two axes the
     warpgroup's 64 rows and ``block_n`` columns) into steps of 64 (``ko``: the shared
     tiles attach there, the pipeline runs over it) of four k16 (``ki``), the tile's axes
     inside: returns ``(ko, ki, rows)``."""
     *lead, ci, cj = f.op.axis
     (kr,) = f.op.reduce_axis
-    ko, ki = f.split(kr, factor=BLOCK_K)
-    ki, kk = f.split(ki, factor=16)
+    ko, ki = f.split(kr, factor=step)
+    ki, kk = f.split(ki, factor=k)
     f.reorder(*lead, ko, ki, ci, cj, kk)
     return ko, ki, ci
 
@@ -189,7 +197,7 @@ def finish_warpgroup_product(f, ko, ki, rows, cfg: WgmmaScheduleConfig, ab: str,
     MN-major as ``[K, N]``, the ``_kn`` intrinsic), its steps unrolled, the 64-column steps
     software-pipelined over ``cfg.stages`` buffers with ``cfg.in_flight`` groups left
     running."""
-    f.tensorize(rows, WGMMA.mma(ab, "float32", b_kn, cfg.block_n))
+    f.tensorize(rows, mma_kind(ab, wgmma=True).mma(ab, "float32", b_kn, cfg.block_n))
     f.unroll(ki)
     if cfg.stages > 1:
         f.pipeline(ko, cfg.stages)
@@ -204,7 +212,7 @@ def copy_vec(form, row: int | None = None) -> int:
     """Elements per copy of an operand tile: 8 (16-byte cp.async) where the input's rows
     allow (a copy must not straddle two rows: ``K`` long, or ``row``), else 4 or 2, else 1."""
     row = form.K if row is None else row
-    return next(v for v in (8, 4, 2, 1) if row % v == 0)
+    return next(v for v in (16, 8, 4, 2, 1) if v * form.elem_bytes <= 16 and row % v == 0)
 
 
 B_KN_PANEL = 64
@@ -249,7 +257,7 @@ def wgmma_padded_extents(cfg: WgmmaScheduleConfig, form) -> tuple:
     def up(x, m):
         return -(-x // m) * m
     return (up(form.M, cfg.block_m), up(form.N, cfg.block_n),
-            up(form.K, BLOCK_K * max(cfg.split_k, 1)))
+            up(form.K, block_k(form) * max(cfg.split_k, 1)))
 
 
 def check_wgmma_gemm(cfg: WgmmaScheduleConfig, form, where: str = "", target=None,
@@ -306,10 +314,11 @@ def check_wgmma_knobs(cfg: WgmmaScheduleConfig, form, where: str, target=None,
                 raise ScheduleError(f"{where} with {cfg}: need {name} = {tile} to divide "
                                     f"{ext} (a broadcast batch is not padded)")
     Kp = wgmma_padded_extents(cfg, form)[2]
-    steps = Kp // (BLOCK_K * split)
+    bk = block_k(form)
+    steps = Kp // (bk * split)
     if cfg.stages > 1 and steps < cfg.stages:
         raise ScheduleError(
-            f"{where} with {cfg}: need at least {cfg.stages} steps of {BLOCK_K} for "
+            f"{where} with {cfg}: need at least {cfg.stages} steps of {bk} for "
             f"{cfg.stages} pipeline stages (K = {form.K} padded to {Kp} gives {steps}"
             f"{' per split_k part' if split > 1 else ''})")
     smem = wgmma_shared_bytes(cfg, c_tile)
@@ -317,7 +326,7 @@ def check_wgmma_knobs(cfg: WgmmaScheduleConfig, form, where: str, target=None,
     if smem > optin:
         raise ScheduleError(
             f"{where} with {cfg}: need at most {optin} bytes of shared memory per block "
-            f"({cfg.stages} stages of {cfg.block_m}x{BLOCK_K} and {cfg.block_n}x{BLOCK_K} "
+            f"({cfg.stages} stages of {cfg.block_m}x{bk} and {cfg.block_n}x{bk} "
             f"tiles{' and the f32 C tile' if c_tile else ''} take {smem})")
 
 
@@ -388,10 +397,10 @@ def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = 
         raise ScheduleError(f"stage {op.name}: an epilogue that stores the product in another "
                             f"layout ({epilogue.name}) needs split_k 1 and wgmma tiles that "
                             f"divide the product ({form.M} x {form.N} x {form.K}), got "
-                            f"{cfg.block_m} x {cfg.block_n} x {BLOCK_K}, split_k {split}")
+                            f"{cfg.block_m} x {cfg.block_n} x {block_k(form)}, split_k {split}")
     direct = not padded and (epilogue is None or _is_cast_of(epilogue, op))
     check_wgmma_gemm(cfg, form, f"stage {op.name}", target, c_tile=not direct)
-    st = gemm_stages(s, op, epilogue, form, (cfg.block_m, cfg.block_n, BLOCK_K), split,
+    st = gemm_stages(s, op, epilogue, form, (cfg.block_m, cfg.block_n, block_k(form)), split,
                      direct, "warpgroup", remap)
     o, cf, cs = st.o, st.cf, st.cs
     threads = ((WARPGROUP, "threadIdx.x"), (cfg.warpgroups, "threadIdx.y"))
@@ -421,10 +430,11 @@ def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = 
 
     # the accumulators of one warpgroup; K in steps of 64, each four k16 wgmmas
     f = s[cf]
-    ko, ki, ci = split_warpgroup_k(f)
+    ko, ki, ci = split_warpgroup_k(f, block_k(form), form.mma_k)
     for sh, x, vec in ((st.a_sh, st.a, copy_vec(form)),
                        (st.b_sh, st.b, copy_vec(form, form.N if form.b_kn else None))):
-        async_copy = vec >= 2 and target.has_cp_async and copies_from_memory(x)
+        async_copy = (vec * form.elem_bytes >= 4 and target.has_cp_async
+                      and copies_from_memory(x))
         if sh is st.b_sh and form.b_kn:
             # B read as [K, N]: its [64, block_n] tile's rows run along N (MN-major), in
             # 64-column panels
@@ -493,27 +503,28 @@ def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_ti
     split = np.maximum(np.asarray(split_k, dtype=np.int64), 1)
     stages = np.asarray(stages, dtype=np.int64)
     bm = 64 * wgs
+    bk = block_k(form)
     if form.paddable:
         Mp, Np = -(-form.M // bm) * bm, -(-form.N // bn) * bn
-        Kp = -(-form.K // (BLOCK_K * split)) * (BLOCK_K * split)
+        Kp = -(-form.K // (bk * split)) * (bk * split)
     else:
         Mp, Np, Kp = form.M, form.N, form.K
     blocks = form.batch * (Mp // bm) * (Np // bn) * split
     regs = np.minimum(255, 48 + bn // 2)
-    smem = stages * (bm + bn) * BLOCK_K * 2 + np.where(c_tile, bm * (bn + 4) * 4, 0)
+    smem = stages * (bm + bn) * ROW_BYTES + np.where(c_tile, bm * (bn + 4) * 4, 0)
     per_sm = np.maximum(1, t.blocks_per_sm(WARPGROUP * wgs, regs, smem + 1024))
     waves = -(-blocks // (t.num_sms * per_sm))
     r = np.minimum(per_sm, -(-blocks // t.num_sms))
     tc_sm = t.peak_flops(form.in_dtype, tensor_core=True) / (t.num_sms * t.clock_hz)
     frac = (WGMMA_PEAK_FRACTION * np.where(r * wgs >= 2, 1.0, 0.8)
             * np.where(np.asarray(in_flight) > 0, 1.0, NO_FLIGHT_RATE))
-    mma = r * 2.0 * bm * bn * BLOCK_K / (tc_sm * frac)
-    load = r * (bm + bn) * BLOCK_K * 2 / WGMMA_COPY_BYTES_PER_CLOCK
+    mma = r * 2.0 * bm * bn * bk / (tc_sm * frac)
+    load = r * (bm + bn) * ROW_BYTES / WGMMA_COPY_BYTES_PER_CLOCK
     latency = t.global_latency_cycles / np.maximum(stages - 1, 1)
-    steps = Kp // (BLOCK_K * split)
+    steps = Kp // (bk * split)
     sec = waves * steps * (np.maximum(np.maximum(mma, load), latency)
                            + t.barrier_cycles) / t.clock_hz
-    tiles = blocks * steps * (bm + bn) * BLOCK_K * 2
+    tiles = blocks * steps * (bm + bn) * ROW_BYTES
     sec = np.maximum(sec, tiles / (L2_TILE_RATE * t.l2_bytes_per_s))
     if dram_floor:
         sec = np.maximum(sec, form.input_bytes / t.dram_bytes_per_s)
@@ -550,7 +561,8 @@ def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: boo
     if wgmma_refusal(form, t) is not None:
         return []
     K = form.K
-    slack = max(-(-K // BLOCK_K) * BLOCK_K - K, K // 8)
+    bk = block_k(form)
+    slack = max(-(-K // bk) * bk - K, K // 8)
     splits = (1,) + SPLIT_K_CHOICES if (split_k and form.paddable and not divide) else (1,)
     out = []
     for bn in BLOCK_N:
@@ -560,7 +572,7 @@ def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: boo
             if wgs == 2 and form.M <= 64:
                 continue
             for split in splits:
-                part = BLOCK_K * split
+                part = bk * split
                 steps = -(-K // part)
                 if split > 1 and steps < 4:
                     continue

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from ....target import Target, as_target
 
-WGMMA_INPUTS = ("float16", "bfloat16")
-"""The inputs the wgmma GEMM template runs (TF32 stays on mma.sync)."""
+WGMMA_INPUTS = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+"""The inputs the wgmma GEMM template runs (TF32 stays on mma.sync; fp8 runs on wgmma
+only)."""
 
 
 def wgmma_dtype_refusal(in_dtype: str, acc_dtype: str, target: Target | str | None = None,
@@ -28,7 +29,8 @@ def wgmma_dtype_refusal(in_dtype: str, acc_dtype: str, target: Target | str | No
     if not t.has_wgmma:
         return f"wgmma needs sm_90a; the target is {t.arch}"
     if tf32 or in_dtype not in WGMMA_INPUTS:
-        return f"wgmma takes float16 or bfloat16 inputs, not {in_dtype} (TF32)"
+        return (f"wgmma takes float16 or bfloat16 inputs (or fp8: float8_e4m3fn, "
+                f"float8_e5m2), not {in_dtype} (TF32)")
     if acc_dtype != "float32":
         return f"wgmma accumulates in float32, not {acc_dtype}"
     return None
@@ -38,16 +40,28 @@ def wgmma_refusal(form, target: Target | str | None = None) -> str | None:
     """Why the wgmma GEMM cannot run product ``form`` (a
     :class:`~..tensorcore_gemm.GemmForm`) on ``target``, as the end of a sentence, or None.
     Such products stay on mma.sync."""
-    from ..tensorcore_wgmma import BLOCK_K, BLOCK_N
+    from ..tensorcore_wgmma import BLOCK_N, block_k
 
     why = wgmma_dtype_refusal(form.in_dtype, form.acc_dtype, target, form.tf32)
     if why is not None:
         return why
+    if form.fp8 and form.b_kn:
+        return "wgmma reads fp8 operands K-major only: B as [N, K]"
     if form.N < BLOCK_N[0]:
         return f"N = {form.N} is narrower than the smallest wgmma tile ({BLOCK_N[0]})"
-    if not form.paddable and (form.M % 64 or form.N % 64 or form.K % BLOCK_K):
-        return (f"a broadcast batch is not padded: M, N multiples of 64 and K of {BLOCK_K} "
+    bk = block_k(form)
+    if not form.paddable and (form.M % 64 or form.N % 64 or form.K % bk):
+        return (f"a broadcast batch is not padded: M, N multiples of 64 and K of {bk} "
                 f"(got {form.M} x {form.N} x {form.K})")
+    return None
+
+
+def mma_sync_refusal(form) -> str | None:
+    """Why mma.sync cannot run product ``form``, or None: fp8 inputs (Hopper multiplies
+    them on wgmma only)."""
+    if form.fp8:
+        return (f"{form.in_dtype} products run on wgmma only (sm_90a, N >= 64, B as "
+                "[N, K])")
     return None
 
 

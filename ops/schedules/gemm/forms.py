@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ....ir.dtype import nbytes
 from ....ir.expr import Bin, Call, Cast, Reduce, TensorRead, Var, children
-from ....ir.intrin.kinds import MMA_SYNC, MMA_SYNC_TF32, TensorCoreKind
+from ....ir.intrin.kinds import MMA_SYNC, MMA_SYNC_TF32, WGMMA_FP8, TensorCoreKind
 from ....ir.te import ComputeOp, PlaceholderOp
 from ....target import Target, as_target
 
@@ -29,11 +30,14 @@ MIN_TILE = 16
 
 
 def product_kind(in_dtype: str, precision: str | None = None) -> TensorCoreKind | None:
-    """The mma.sync kind that multiplies ``in_dtype`` inputs at ``precision``: fp16/bf16 on
-    m16n8k16, float32 on m16n8k8 TF32 only at ``precision="tf32"`` (never chosen
-    silently); None where the tensor cores do not run the product."""
+    """The kind that multiplies ``in_dtype`` inputs at ``precision``: fp16/bf16 on mma.sync
+    m16n8k16 (or wgmma, :mod:`.choice`), fp8 (e4m3, e5m2) on wgmma m64nNk32 only, float32
+    on m16n8k8 TF32 only at ``precision="tf32"`` (never chosen silently); None where the
+    tensor cores do not run the product."""
     if in_dtype in MMA_SYNC.inputs:
         return MMA_SYNC
+    if in_dtype in WGMMA_FP8.inputs:
+        return WGMMA_FP8
     if in_dtype == "float32" and precision == "tf32":
         return MMA_SYNC_TF32
     return None
@@ -88,12 +92,17 @@ class GemmForm:
         return not self.broadcast
 
     @property
+    def fp8(self) -> bool:
+        """Whether the inputs are 8-bit floats (which only wgmma multiplies)."""
+        return self.in_dtype.startswith("float8")
+
+    @property
     def mma_k(self) -> int:
-        return 8 if self.tf32 else 16
+        return 32 if self.fp8 else 8 if self.tf32 else 16
 
     @property
     def elem_bytes(self) -> int:
-        return 4 if self.tf32 else 2
+        return nbytes(self.in_dtype)
 
 
 def _operand_read(x):
@@ -134,7 +143,10 @@ def gemm_form(op: ComputeOp, target: Target | str | None = None) -> GemmForm | N
     if kind is None or acc != "float32":
         return None
     tf32 = kind is MMA_SYNC_TF32
-    if not target.has_mma(f"m{kind.m}n8k{kind.k}", "tf32" if tf32 else ab):
+    if kind is WGMMA_FP8:
+        if not target.has_wgmma:
+            return None
+    elif not target.has_mma(f"m{kind.m}n8k{kind.k}", "tf32" if tf32 else ab):
         return None
     if not target.has_ldmatrix or target.sm < 80:
         return None
