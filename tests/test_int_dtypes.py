@@ -347,3 +347,16 @@ def test_integer_reductions_wrap_like_numpy(d, red, npfn):
     for schedule in (None, default_schedule([out])):
         np.testing.assert_array_equal(run_sim([a, out], [x], schedule), want)
     ptx_of([a, out])
+
+
+def _by_zero(fn, a):
+    return lambda i: fn(a[i], 0)
+
+
+def test_a_constant_zero_divisor_is_refused_at_lowering():
+    a = te.placeholder((N,), "int32", name="a")
+    for fn, op in ((te.truncdiv, "div"), (te.truncmod, "mod"), (te.floordiv, "floordiv"),
+                   (te.floormod, "floormod")):
+        out = te.compute((N,), _by_zero(fn, a), name="out")
+        with pytest.raises(IRError, match=f"integer {op} by zero"):
+            ptxforge.lower([a, out])
