@@ -5,7 +5,8 @@ against ``torch.nn.functional.embedding`` on the same GPU.
 Shapes: BERT-base's word embeddings by default (``--vocab 30522 --dim 768``), ``--tokens``
 ids (a batch of sequences flattened), float32 or float16 (``--dtype``). The kernel is
 checked against numpy; both sides are graph-timed (``--number`` launches in one CUDA
-graph, ``--repeat`` replays, the median per launch). The effective bandwidth counts the rows read and written.
+graph, ``--repeat`` replays, the median per launch). The effective bandwidth counts the
+rows read and written.
 
     python3 bench/bench_embedding.py [--tokens 4096] [--dtype float16] [--json out.json]
 """
