@@ -10,7 +10,8 @@ __version__ = "0.1.0"
 _LAZY = {"ir": (".ir", None), "nd": (".nd", None), "ops": (".ops", None), "te": (".te", None),
          "BuiltModule": (".driver", "BuiltModule"), "build": (".driver", "build"),
          "lower": (".driver", "lower"), "ComputeDAG": (".ir.compute_dag", "ComputeDAG"),
-         "cuda": (".nd", "cuda"), "gpu": (".nd", "gpu"), "sim": (".nd", "sim")}
+         "cuda": (".nd", "cuda"), "gpu": (".nd", "gpu"), "sim": (".nd", "sim"),
+         "tune_torch": (".torch_backend", "tune_torch")}
 
 
 def __getattr__(name: str):
@@ -28,4 +29,4 @@ def __dir__():
 
 
 __all__ = ["ir", "te", "nd", "ops", "ComputeDAG", "build", "lower", "BuiltModule", "sim", "cuda",
-           "gpu", "__version__"]
+           "gpu", "tune_torch", "__version__"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import keyword
 
 from ..passes.base import Pass
-from ..passes.pipeline import Pipeline
+from ..passes.pipeline import Pipeline, SchedulePipeline
 from ..passes.schedule import (
     AsyncCopy,
     Bind,
@@ -55,7 +55,7 @@ _RESERVED = {"s", "te", "tensors"}
 
 
 def _as_pipeline(pipeline: Pipeline | str) -> Pipeline:
-    return pipeline if isinstance(pipeline, Pipeline) else Pipeline.parse(pipeline)
+    return SchedulePipeline.of(pipeline)
 
 
 def schedule_from_pipeline(task, pipeline: Pipeline | str):

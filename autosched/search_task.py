@@ -133,8 +133,15 @@ class SearchTask:
     def apply_best(self, log_file: str, layout_rewrite_option=None):
         """``(schedule, args)`` of the best record of this task in ``log_file``; the
         schedule is a ptxforge te schedule that ``ptxforge.build(sch, args, target)``
-        accepts. A best record whose pipeline no longer applies is skipped with a warning
-        for the next best (see :class:`~ptxforge.autosched.ApplyHistoryBest`)."""
+        accepts. A best record whose pipeline no longer applies (or holds a pass a schedule
+        cannot hold, such as a lowering pass) is skipped with a warning for the next best
+        (see :class:`~ptxforge.autosched.ApplyHistoryBest`)."""
+        _, sch = self._best_applicable(log_file)
+        return sch, list(self.tensors)
+
+    def _best_applicable(self, log_file: str) -> tuple:
+        """``(MeasureInput, schedule)`` of the best record of ``log_file`` whose pipeline
+        applies to this task, warning of each better one that does not."""
         import warnings
 
         from ..measure.record import ranked_records
@@ -150,12 +157,12 @@ class SearchTask:
         errors = []
         for n, (inp, _) in enumerate(ranked[:MAX_TRIED]):
             try:
-                return schedule_from_pipeline(self, inp.pipeline_text), list(self.tensors)
+                return inp, schedule_from_pipeline(self, inp.pipeline_text)
             except Exception as e:  # noqa: BLE001 - any failure means the record is unusable
                 errors.append(f"#{n + 1}: {type(e).__name__}: {e}")
                 warnings.warn(f"{self.workload_key}: record #{n + 1} of {log_file} does not "
                               f"apply ({type(e).__name__}: {e}); trying the next best",
-                              RuntimeWarning, stacklevel=2)
+                              RuntimeWarning, stacklevel=3)
         raise ValueError(f"none of the {len(errors)} best records of {self.workload_key} in "
                          f"{log_file} applies: " + "; ".join(errors))
 
@@ -164,21 +171,18 @@ class SearchTask:
         (``"ptx"``; ``"cuda"`` is accepted for the tutorial and also gives PTX), LLVM IR
         (``"llvm"``) or device IR (``"ir"``)."""
         from .printer import python_schedule_code
-        from .records import load_best_record
 
-        inp, _ = load_best_record(log_file, self.workload_key)
-        if inp is None:
-            raise ValueError(f"{log_file} has no successful record of workload "
-                             f"{self.workload_key}")
-        if print_mode == "schedule":
-            return python_schedule_code(self, inp.pipeline_text)
         modes = {"ptx": "ptx", "cuda": "ptx", "llvm": "llvm", "ir": "ir"}
-        if print_mode not in modes:
+        if print_mode != "schedule" and print_mode not in modes:
             raise ValueError(f"print_mode must be one of schedule, ptx, llvm, ir (or cuda, "
                              f"which prints PTX); got {print_mode!r}")
+        # the record apply_best would use, so that what is printed is what is built
+        inp, sch = self._best_applicable(log_file)
+        if print_mode == "schedule":
+            return python_schedule_code(self, inp.pipeline_text)
         from ..driver import build
 
-        sch, args = self.apply_best(log_file)
+        args = list(self.tensors)
         # PTX for the GPU the task targets; device IR needs only lowering, as for "sim"
         target = self.target.record_spec
         if modes[print_mode] == "ir":

@@ -56,19 +56,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ops.schedules.tensorcore import SUFFIX, TensorCoreConfig, tile_limit, tile_warp_product
+from ..ir.intrin.kinds import MMA_SYNC
+from ..ops.schedules.gemm.knobs import MMA_SYNC_SPACE, WGMMA_SPACE
+from ..ops.schedules.gemm.pieces import fragment_plans, stage_fragments, store_warp_tiles
+from ..ops.schedules.tensorcore import TensorCoreConfig, tile_limit, tile_warp_product
 from ..passes.schedule.common import ScheduleError
 from ..passes.schedule.names import slot_name
 from .sketch import ChoiceSlot, Sketch
 
-BLOCK_CHOICES = (16, 32, 64, 128)
-BLOCK_K_CHOICES = (16, 32, 64)
-WARP_CHOICES = (1, 2, 4)
-STAGE_CHOICES = (1, 2, 3, 4)
+BLOCK_CHOICES = MMA_SYNC_SPACE.blocks
+BLOCK_K_CHOICES = MMA_SYNC_SPACE.block_k
+WARP_CHOICES = MMA_SYNC_SPACE.warps
+STAGE_CHOICES = MMA_SYNC_SPACE.stages
 LAYOUT_CHOICES = (8, 0)        # rows padded by 8 elements (no ldmatrix bank conflicts), plain
 TF32_LAYOUT_CHOICES = (4, 0)   # the same 16 bytes of padding in fp32 elements
-VEC_CHOICES = (8, 4, 2)
-SPLIT_K_CHOICES = (1, 2, 4, 8)  # the reduction over that many blocks (partial sums)
+VEC_CHOICES = MMA_SYNC_SPACE.vec
+SPLIT_K_CHOICES = MMA_SYNC_SPACE.split_k  # the reduction over that many blocks (partial sums)
 MMA_SHAPE = (16, 8, 16)
 
 
@@ -184,40 +187,17 @@ def schedule_tensorcore(step: TensorCoreStep, p: TensorCoreParams):
     s[c_sh].compute_at(o, bj)
     st = s[c_sh]
     *c_lead, ci, cj = st.op.axis
-    wi, ci = st.split(ci, factor=wm)
-    wj, cj = st.split(cj, factor=wn)
-    ti, ii = st.split(ci, factor=16)
-    tj, jj = st.split(cj, factor=8)
-    st.reorder(*c_lead, wi, wj, ti, tj, ii, jj)
-    st.bind(wi, te.thread_axis("threadIdx.z"))
-    st.bind(wj, te.thread_axis("threadIdx.y"))
-    st.tensorize(ii, f"store_c_{SUFFIX[step.acc_dtype]}")
-    st.unroll(ti)
-    st.unroll(tj)
+    kind = MMA_SYNC
+    _, wj = store_warp_tiles(st, ci, cj, wm, wn, kind.store(step.acc_dtype), True,
+                             tuple(c_lead))
     # the accumulators of one warp tile, k in block_k stages of 16
     s[cf].compute_at(st, wj)
     f = s[cf]
-    sfx = SUFFIX[step.in_dtype]
     ko, ki = tile_warp_product(f, p.block_k, MMA_SHAPE[2],
-                               f"mma_m16n8k16_{sfx}_{SUFFIX[step.acc_dtype]}"
-                               f"{'_kn' if step.b_kn else ''}")
+                               kind.mma(step.in_dtype, step.acc_dtype, step.b_kn))
     # fragments from shared memory with ldmatrix, for each k step
-    wide = wn % 16 == 0
-    b_intrin = (f"ldmatrix_b_x{4 if wide else 2}{'_trans' if step.b_kn else ''}_{sfx}")
-    for fr, rows, axis, intrin in ((a_fr, 16, 0, f"ldmatrix_a_x4_{sfx}"),
-                                   (b_fr, 16 if wide else 8, 1 if step.b_kn else 0,
-                                    b_intrin)):
-        s[fr].compute_at(f, ki)
-        st = s[fr]
-        *_, r0, r1 = st.op.axis
-        if axis == 0:
-            ro, ri = st.split(r0, factor=rows)
-            st.tensorize(ri, intrin)
-        else:  # B as [k, n]: tiles run along n, the nest is (k, n.inner)
-            ro, ri = st.split(r1, factor=rows)
-            st.reorder(ro, r0, ri)
-            st.tensorize(r0, intrin)
-        st.unroll(ro)
+    plans = fragment_plans(kind, step.in_dtype, step.b_kn, "ldmatrix", wn)
+    stage_fragments(s, f, ki, zip((a_fr, b_fr), plans))
     # shared tiles of A and B: every thread copies vec elements at a time with cp.async
     for sh in (a_sh, b_sh):
         s[sh].compute_at(f, ko)
@@ -250,7 +230,7 @@ def _padded_slots(step: TensorCoreStep, tf32: bool) -> list:
             ChoiceSlot(step.slot("warps_n"), WARP_CHOICES),
             ChoiceSlot(step.slot("stages"), STAGE_CHOICES),
             ChoiceSlot(step.slot("layout"), TF32_LAYOUT_CHOICES if tf32 else LAYOUT_CHOICES),
-            ChoiceSlot(step.slot("vec"), (4, 2, 1) if tf32 else VEC_CHOICES)]
+            ChoiceSlot(step.slot("vec"), MMA_SYNC_SPACE.tf32_vec if tf32 else VEC_CHOICES)]
 
 
 def _split_k_slot(step: TensorCoreStep, allowed: bool = True) -> ChoiceSlot:
@@ -383,8 +363,8 @@ def schedule_tensorcore_gemm(step: TensorCoreGemmStep, cfg: TensorCoreConfig, ta
         s, c.op, epi, cfg, target, step.form))
 
 
-WGMMA_STAGE_CHOICES = (1, 2, 3, 4)
-WGMMA_SPLIT_K_CHOICES = (1, 2, 4, 8, 16)
+WGMMA_STAGE_CHOICES = WGMMA_SPACE.stages
+WGMMA_SPLIT_K_CHOICES = WGMMA_SPACE.split_k
 
 
 @dataclass(frozen=True)
@@ -412,13 +392,14 @@ class WgmmaGemmStep(TensorCoreStep):
         pad = f.paddable and not self.remapped
         bn = tuple(n for n in BLOCK_N if (n <= max(tile_limit(f.N), BLOCK_N[0]) if pad
                                           else f.N % n == 0))
-        wgs = tuple(w for w in (1, 2) if (w == 1 or f.M > 64 if pad else f.M % (64 * w) == 0))
+        wgs = tuple(w for w in WGMMA_SPACE.warpgroups
+                    if (w == 1 or f.M > 64 if pad else f.M % (64 * w) == 0))
         steps = -(-f.K // BLOCK_K)
         split = tuple(p for p in WGMMA_SPLIT_K_CHOICES if p == 1 or (pad and steps >= p))
         return [ChoiceSlot(self.slot("block_n"), bn),
                 ChoiceSlot(self.slot("warpgroups"), wgs),
                 ChoiceSlot(self.slot("stages"), WGMMA_STAGE_CHOICES),
-                ChoiceSlot(self.slot("in_flight"), (0, 1)),
+                ChoiceSlot(self.slot("in_flight"), WGMMA_SPACE.in_flight),
                 ChoiceSlot(self.slot("split_k"), split)]
 
     def wgmma_config(self, vals):
@@ -451,8 +432,9 @@ def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
     (:func:`~ptxforge.ops.schedules.tensorcore_wgmma.wgmma_refusal`), with at least one
     configuration that schedules."""
     from ..ir.dtype import nbytes
+    from ..ops.schedules.gemm.choice import wgmma_refusal
     from ..ops.schedules.tensorcore_gemm import _is_cast_of, gemm_form
-    from ..ops.schedules.tensorcore_wgmma import choose_wgmma_config, wgmma_refusal
+    from ..ops.schedules.tensorcore_wgmma import choose_wgmma_config
 
     if not task.target.has_wgmma:
         return None
@@ -507,6 +489,7 @@ def wgmma_conv_step(task) -> WgmmaConvStep | None:
     :func:`tensorcore_conv_step` takes, in 16-bit inputs, whose default wgmma
     configuration schedules."""
     from ..ir.dtype import nbytes
+    from ..ops.schedules.gemm.choice import wgmma_dtype_refusal
     from ..ops.schedules.tensorcore_conv import conv_gemm_form
 
     if not task.target.has_wgmma:
@@ -516,7 +499,7 @@ def wgmma_conv_step(task) -> WgmmaConvStep | None:
         return None
     conv_op, out, stage, output, inlined, late = prod
     in_dt = conv_op.input_tensors[0].dtype
-    if in_dt not in ("float16", "bfloat16"):
+    if wgmma_dtype_refusal(in_dt, "float32", task.target) is not None:
         return None
     form = conv_gemm_form(conv_op)
     M, N, K = form.M, form.N, form.K

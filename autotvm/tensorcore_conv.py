@@ -27,6 +27,7 @@ from __future__ import annotations
 from .. import te
 from ..ir.te import ComputeOp
 from ..ops import nn
+from ..ops.schedules.gemm.knobs import MMA_SYNC_SPACE
 from ..ops.schedules.tensorcore import TensorCoreConfig, tile_limit
 from ..ops.schedules.tensorcore_conv import (
     check_conv_config,
@@ -38,11 +39,11 @@ from .dispatch import get_config
 from .task import template
 
 NAME = "conv2d_nhwc_tensorcore.cuda"
-BLOCKS = (16, 32, 64, 128)
-BLOCK_K = (16, 32, 64)
-WARPS = (1, 2, 4)
-STAGES = (1, 2, 3, 4)
-SPLIT_K = (1, 2, 4, 8)
+BLOCKS = MMA_SYNC_SPACE.blocks
+BLOCK_K = MMA_SYNC_SPACE.block_k
+WARPS = MMA_SYNC_SPACE.warps
+STAGES = MMA_SYNC_SPACE.stages
+SPLIT_K = MMA_SYNC_SPACE.split_k
 
 
 def conv2d_nhwc_declaration(N, H, W, CI, CO, KH, KW, stride, padding, dtype="float16"):

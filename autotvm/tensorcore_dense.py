@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from .. import te
 from ..ops import nn
+from ..ops.schedules.gemm.knobs import MMA_SYNC_SPACE
 from ..ops.schedules.tensorcore import TensorCoreConfig, tile_limit
 from ..ops.schedules.tensorcore_gemm import (
     choose_gemm_config,
@@ -55,12 +56,12 @@ from .task import template
 
 NAME = "dense_tensorcore.cuda"
 BATCH_NAME = "batch_matmul_tensorcore.cuda"
-BLOCKS = (16, 32, 64, 128)
-BLOCK_K = (16, 32, 64)
-WARPS = (1, 2, 4)
-STAGES = (1, 2, 3, 4)
+BLOCKS = MMA_SYNC_SPACE.blocks
+BLOCK_K = MMA_SYNC_SPACE.block_k
+WARPS = MMA_SYNC_SPACE.warps
+STAGES = MMA_SYNC_SPACE.stages
 LAYOUTS = ("pad", "plain")
-SPLIT_K = (1, 2, 4, 8, 16)
+SPLIT_K = MMA_SYNC_SPACE.split_k
 LAYOUT_PAD = {"pad": 16, "plain": 0}
 """Bytes added to each shared row of the A and B tiles, by layout knob value (8 16-bit
 elements, 4 fp32)."""

@@ -37,6 +37,7 @@ takes :func:`~ptxforge.ops.schedules.tensorcore_conv.choose_wgmma_conv_config`.
 from __future__ import annotations
 
 from ..ir.intrin.wgmma import require_wgmma
+from ..ops.schedules.gemm.knobs import WGMMA_SPACE
 from ..ops.schedules.tensorcore import tile_limit
 from ..ops.schedules.tensorcore_wgmma import (
     BLOCK_K,
@@ -55,8 +56,8 @@ from .tensorcore_dense import batch_matmul_declaration, dense_declaration
 NAME = "dense_wgmma.cuda"
 BATCH_NAME = "batch_matmul_wgmma.cuda"
 CONV_NAME = "conv2d_nhwc_wgmma.cuda"
-STAGES = (1, 2, 3, 4, 5)
-SPLIT_K = (1, 2, 4, 8, 16)
+STAGES = WGMMA_SPACE.stages
+SPLIT_K = WGMMA_SPACE.split_k
 KNOBS = ("block_n", "warpgroups", "stages", "in_flight", "split_k")
 
 

@@ -33,14 +33,16 @@ def mma_async_call(spec: WgmmaIntrin, accs: list[str], desc_a: str, desc_b: str,
                    scale_d: str = "1") -> tuple[str, str]:
     """``(struct type, call text)`` of the inline-asm ``wgmma.mma_async`` on the f32 values
     ``accs`` (N/2 of them), with i64 descriptors and an i32 scale-d (0: D = A*B). The
-    immediates: scale-a 1, scale-b 1, imm-trans-a 0 (A K-major), imm-trans-b
-    ``spec.tnsp_b`` (1: B MN-major, read as ``[K, N]``)."""
+    immediates: scale-a 1, scale-b 1 and, for 16-bit inputs, imm-trans-a 0 (A K-major),
+    imm-trans-b ``spec.tnsp_b`` (1: B MN-major, read as ``[K, N]``)."""
     n = spec.regs
     if len(accs) != n:
         raise ValueError(f"{spec.ptx} takes {n} accumulators, got {len(accs)}")
     regs = ", ".join(f"${i}" for i in range(n))
+    # scale-a, scale-b 1 (no negation); the transpose immediates exist for 16-bit types only
+    imm = "1, 1" if spec.fp8 else f"1, 1, 0, {spec.tnsp_b}"
     asm = (f"{{ .reg .pred p; setp.ne.b32 p, ${n + 2}, 0; "
-           f"{spec.ptx} {{{regs}}}, ${n}, ${n + 1}, p, 1, 1, 0, {spec.tnsp_b}; }}")
+           f"{spec.ptx} {{{regs}}}, ${n}, ${n + 1}, p, {imm}; }}")
     cons = ",".join(["=f"] * n + ["l", "l", "r"] + [str(i) for i in range(n)])
     ty = "{" + ", ".join(["float"] * n) + "}"
     args = ", ".join([f"i64 {desc_a}", f"i64 {desc_b}", f"i32 {scale_d}"]
@@ -48,14 +50,16 @@ def mma_async_call(spec: WgmmaIntrin, accs: list[str], desc_a: str, desc_b: str,
     return ty, f'call {ty} asm sideeffect "{asm}", "{cons}"({args})'
 
 
-def _offset_ir(out: list, rows: int, r: str, k: str, swizzle: str, tag: str) -> str:
-    """IR computing the byte offset of element ``(r, k)`` (fp16/bf16) of a K-major tile."""
+def _offset_ir(out: list, rows: int, r: str, k: str, swizzle: str, tag: str,
+               itemsize: int = 2) -> str:
+    """IR computing the byte offset of element ``(r, k)`` (of ``itemsize`` bytes: 2 for
+    fp16/bf16, 1 for fp8) of a K-major tile."""
     def op(text):
         name = f"%{tag}{len(out)}"
         out.append(f"  {name} = {text}")
         return name
 
-    kb = op(f"shl i32 {k}, 1")
+    kb = op(f"shl i32 {k}, {itemsize.bit_length() - 1}")
     rg, rr = op(f"lshr i32 {r}, 3"), op(f"and i32 {r}, 7")
     if swizzle == "none":
         ka, kr = op(f"lshr i32 {kb}, 4"), op(f"and i32 {kb}, 15")
@@ -74,45 +78,50 @@ def _offset_ir(out: list, rows: int, r: str, k: str, swizzle: str, tag: str) -> 
 
 
 def tile_kernel_ir(spec: WgmmaIntrin, swizzle: str, name: str = "wgmma_tile") -> str:
-    """LLVM IR of the one-warpgroup kernel ``C[64, N] = A[64, 64] x B[N, 64]^T``."""
+    """LLVM IR of the one-warpgroup kernel ``C[64, N] = A[64, K] x B[N, K]^T`` with K one
+    128-byte row (64 16-bit elements, 128 fp8 ones): four wgmmas of 32 bytes of K."""
     n = spec.n
-    a_bytes = 64 * 64 * 2
-    total = a_bytes + n * 64 * 2
+    eb = spec.itemsize
+    kel = 128 // eb  # K elements in a 128-byte row
+    ty = f"i{8 * eb}"
+    a_elems, a_bytes = 64 * kel, 64 * 128
+    total = a_bytes + n * 128
+    shift = kel.bit_length() - 1
     body = ["entry:",
             "  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()",
             "  br label %copy"]
-    # copy loop: element e = tid + 128 q of A (4096) then B (64 n)
+    # copy loop: element e = tid + 128 q of A (64 kel) then B (n kel)
     body += ["copy:",
              "  %e = phi i32 [ %tid, %entry ], [ %e.next, %copy.end ]",
-             "  %isa = icmp ult i32 %e, 4096",
+             f"  %isa = icmp ult i32 %e, {a_elems}",
              "  br i1 %isa, label %copy.a, label %copy.b",
              "copy.a:",
-             "  %ar = lshr i32 %e, 6",
-             "  %ak = and i32 %e, 63"]
+             f"  %ar = lshr i32 %e, {shift}",
+             f"  %ak = and i32 %e, {kel - 1}"]
     out: list = []
-    ao = _offset_ir(out, 64, "%ar", "%ak", swizzle, "oa")
+    ao = _offset_ir(out, 64, "%ar", "%ak", swizzle, "oa", eb)
     body += out
-    body += ["  %ag = getelementptr inbounds i16, ptr addrspace(1) %A, i32 %e",
-             "  %av = load i16, ptr addrspace(1) %ag, align 2",
+    body += [f"  %ag = getelementptr inbounds {ty}, ptr addrspace(1) %A, i32 %e",
+             f"  %av = load {ty}, ptr addrspace(1) %ag, align {eb}",
              f"  %as = getelementptr inbounds i8, ptr addrspace(3) @smem, i32 {ao}",
-             "  store i16 %av, ptr addrspace(3) %as, align 2",
+             f"  store {ty} %av, ptr addrspace(3) %as, align {eb}",
              "  br label %copy.end",
              "copy.b:",
-             "  %be = sub i32 %e, 4096",
-             "  %br = lshr i32 %be, 6",
-             "  %bk = and i32 %be, 63"]
+             f"  %be = sub i32 %e, {a_elems}",
+             f"  %br = lshr i32 %be, {shift}",
+             f"  %bk = and i32 %be, {kel - 1}"]
     out = []
-    bo = _offset_ir(out, n, "%br", "%bk", swizzle, "ob")
+    bo = _offset_ir(out, n, "%br", "%bk", swizzle, "ob", eb)
     body += out
-    body += ["  %bg = getelementptr inbounds i16, ptr addrspace(1) %B, i32 %be",
-             "  %bv = load i16, ptr addrspace(1) %bg, align 2",
+    body += [f"  %bg = getelementptr inbounds {ty}, ptr addrspace(1) %B, i32 %be",
+             f"  %bv = load {ty}, ptr addrspace(1) %bg, align {eb}",
              f"  %bo2 = add i32 {bo}, {a_bytes}",
              "  %bs = getelementptr inbounds i8, ptr addrspace(3) @smem, i32 %bo2",
-             "  store i16 %bv, ptr addrspace(3) %bs, align 2",
+             f"  store {ty} %bv, ptr addrspace(3) %bs, align {eb}",
              "  br label %copy.end",
              "copy.end:",
              "  %e.next = add i32 %e, 128",
-             f"  %more = icmp ult i32 %e.next, {4096 + 64 * n}",
+             f"  %more = icmp ult i32 %e.next, {a_elems + kel * n}",
              "  br i1 %more, label %copy, label %mma",
              "mma:",
              "  call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)",

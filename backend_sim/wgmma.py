@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.dtype import round_to
+from ..ir.float8 import float8_from_bits
 from ..ir.intrin.wgmma import (
     WARPGROUP,
     MatrixDescriptor,
@@ -129,6 +130,7 @@ class WarpgroupSim:
                                      f"{spec.regs}")
         a, ra = self._operand(spec, desc_a, 64, "A")
         b, rb = self._operand(spec, desc_b, spec.n, "B")
+        # fp8 products are exact in float64 (4 + 4 significant bits), as 16-bit ones are
         prod = a.astype(np.float64) @ b.astype(np.float64).T
         rows, cols = accumulator_map(spec.n)
         d = prod[rows, cols]
@@ -139,18 +141,21 @@ class WarpgroupSim:
 
     def _operand(self, spec: WgmmaIntrin, desc: int, rows: int, what: str):
         dsc = MatrixDescriptor.decode(desc)
-        addr = operand_addresses(dsc, rows, 16, 2)
-        if addr.min() < 0 or addr.max() + 2 > self.smem.size:
+        eb = spec.itemsize
+        addr = operand_addresses(dsc, rows, spec.k, eb)
+        if addr.min() < 0 or addr.max() + eb > self.smem.size:
             raise SimMemoryError(
                 f"illegal shared access: kernel {self.kernel}, {spec.ptx} operand {what} "
                 f"through descriptor {dsc} reads bytes up to {int(addr.max()) + 1}, outside "
                 f"[0, {self.smem.size})")
-        byts = (addr[..., None] + np.arange(2)).reshape(-1)
+        byts = (addr[..., None] + np.arange(eb)).reshape(-1)
         if self.unfenced[byts].any():
             raise WgmmaProtocolError(
                 f"kernel {self.kernel}: {spec.ptx} reads operand {what} from shared bytes "
                 "written by ordinary stores (or cp.async) with no fence.proxy.async."
                 "shared::cta since; fence the async proxy after the writes and the barrier")
+        if spec.fp8:
+            return float8_from_bits(self.smem[byts].reshape(addr.shape), spec.ab), byts
         bits = self.smem[byts].view(np.uint16).reshape(addr.shape)
         if spec.ab == "float16":
             vals = bits.view(np.float16).astype(np.float32)

@@ -20,7 +20,13 @@ import statistics
 import numpy as np
 
 from .progress import logger
-from .tune import BUILTIN_WORKLOADS, NETWORK_TOLERANCE, add_pad_channels_argument, gpu_present
+from .tune import (
+    BUILTIN_WORKLOADS,
+    NETWORK_TOLERANCE,
+    add_input_argument,
+    add_pad_channels_argument,
+    gpu_present,
+)
 
 
 def require_gpu_and_torch(what: str, need_torch: bool = True):
@@ -210,16 +216,20 @@ def bench_network_command(args) -> int:
     from ptxforge import autosched, graph
     from ptxforge.graph.torch_reference import compare_with_torch
 
-    if args.network not in graph.list_networks():
-        raise SystemExit(f"unknown network {args.network!r}; choose one of "
-                         f"{', '.join(graph.list_networks())}")
-    net, params, input_shape, _ = graph.get_network(
-        args.network, args.batch_size, args.layout, image_size=args.image_size)
+    from .network_source import is_model_file, load_network, relative_error
+
+    try:
+        loaded = load_network(args.network, args.input, batch_size=args.batch_size,
+                              layout=args.layout, image_size=args.image_size)
+    except (ValueError, graph.GraphError) as e:
+        raise SystemExit(str(e)) from None
+    net, params = loaded.net, loaded.params
+    layout = args.layout if is_model_file(args.network) else None
     with autosched.ApplyHistoryBest(args.log):
         lib = graph.build(net, target="cuda", params=params, precision=args.dtype,
-                          pad_channels=args.pad_channels)
+                          pad_channels=args.pad_channels, layout=layout)
     tuned = sum(1 for f in lib.functions.values() if f.tuned)
-    print(f"{args.network} ({args.dtype}): {tuned} of {len(lib.functions)} functions from "
+    print(f"{loaded.label} ({args.dtype}): {tuned} of {len(lib.functions)} functions from "
           f"{args.log}")
     if tuned < len(lib.functions):
         logger.warning(f"{len(lib.functions) - tuned} functions have no record in {args.log} "
@@ -227,12 +237,12 @@ def bench_network_command(args) -> int:
                        "--batch-size, --image-size and --dtype")
     dev = ptxforge.cuda(0)
     module = graph.GraphModule(lib, dev)
-    x = np.random.default_rng(0).uniform(size=input_shape).astype("float32")
-    module.set_input("data", x)
+    feeds = loaded.random_inputs(0)
+    module.set_input(**{k: v for k, v in feeds.items() if k in lib.plan.inputs})
     module.run()
     out = module.get_output(0).numpy()
-    ref = graph.evaluate(net, {"data": x}, params)
-    err = float(np.abs(out - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+    refs = graph.run_graph(net, feeds, params)
+    err = max(relative_error(module.get_output(k).numpy(), ref) for k, ref in enumerate(refs))
     if err > NETWORK_TOLERANCE[args.dtype]:
         print(f"the compiled network DIFFERS from the numpy reference executor (largest "
               f"difference {err:.2e} of the largest output)")
@@ -242,7 +252,7 @@ def bench_network_command(args) -> int:
     if twin:
         compare_with_torch(argparse.Namespace(network=args.network, layout=args.layout,
                                               dtype=args.dtype),
-                           params, x, out, result.median)
+                           params, feeds["data"], out, result.median)
     else:
         print(f"PyTorch comparison: {args.network} has no PyTorch twin here; tune and bench "
               "resnet_v1-18 (torchvision's ResNet-18) to compare")
@@ -262,7 +272,9 @@ def add_bench_parser(sub) -> None:
     o.add_argument("--device", type=int, default=0)
     o.set_defaults(fn=bench_op_command)
     n = bsub.add_parser("network", help="a tuned zoo network vs PyTorch (resnet_v1-*)")
-    n.add_argument("network", help="a zoo network (resnet_v1-18/34/50 have a PyTorch twin)")
+    n.add_argument("network", help="an ONNX file or a zoo network (resnet_v1-18/34/50 have a "
+                                   "PyTorch twin)")
+    add_input_argument(n)
     n.add_argument("--log", required=True, help="the network's record file")
     n.add_argument("--layout", choices=("NHWC", "NCHW"), default="NHWC")
     n.add_argument("--batch-size", type=int, default=1)

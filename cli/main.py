@@ -105,6 +105,10 @@ def _example_schedule(name: str):
 
 
 def _inspect(args) -> int:
+    if args.model is not None:
+        from .inspect_network import inspect_network_command
+
+        return inspect_network_command(args)
     import ptxforge
     from ptxforge.ir.to_ir import to_ir
     from ptxforge.passes import PassContext, Pipeline
@@ -164,7 +168,20 @@ def main(argv=None) -> int:
     d.add_argument("--print-ir", action="store_true", help="print the device IR")
     d.set_defaults(fn=_demo)
     i = sub.add_parser(
-        "inspect", help="print the IR after every schedule and lowering pass of an example")
+        "inspect", help="print the IR after every schedule and lowering pass of an example, "
+                        "or what a network (an ONNX file or a zoo name) compiles to")
+    i.add_argument("model", nargs="?", default=None,
+                   help="an ONNX file or a zoo network: print its inputs, operators and fused "
+                        "functions instead of an example's passes")
+    i.add_argument("--input", action="append", default=[],
+                   metavar="NAME:SHAPE[:DTYPE[:LO..HI]]",
+                   help="with MODEL: an ONNX input's shape (dynamic dimensions), as "
+                        "tune-network --input")
+    i.add_argument("--graph", action="store_true", help="with MODEL: print the graph too")
+    i.add_argument("--layout", choices=("NCHW", "NHWC"), default=None,
+                   help="with MODEL: the layout the build converts convolutions to")
+    i.add_argument("--dtype", default="float32",
+                   help="with MODEL: the precision (float32, tf32, float16, bfloat16)")
     i.add_argument("--example", default="seed", choices=EXAMPLES,
                    help="the built-in schedule to show (default: the tutorial's seed schedule)")
     i.add_argument("--pipeline", help="a file with pipeline text to apply instead")

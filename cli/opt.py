@@ -53,15 +53,34 @@ def one_line(e: BaseException) -> str:
     return lines[0]
 
 
+MAX_IR_BYTES = 256 << 20
+"""The largest IR text ``opt`` reads (a device file such as ``/dev/zero`` never ends)."""
+
+
+def read_ir(path: str) -> str:
+    """The IR text of ``path`` (``-``: stdin), at most :data:`MAX_IR_BYTES`; ValueError for
+    a longer input or one that is not UTF-8."""
+    if path == "-":
+        data = sys.stdin.buffer.read(MAX_IR_BYTES + 1)
+    else:
+        with open(path, "rb") as f:
+            data = f.read(MAX_IR_BYTES + 1)
+    if len(data) > MAX_IR_BYTES:
+        raise ValueError(f"more than {MAX_IR_BYTES} bytes of IR text; not an IR file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text ({e})") from None
+
+
 def opt_command(args) -> int:
     try:
-        if args.file == "-":
-            text = sys.stdin.read()
-        else:
-            with open(args.file, encoding="utf-8") as f:
-                text = f.read()
+        text = read_ir(args.file)
     except OSError as e:
         print(f"ptxforge opt: error: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print(f"ptxforge opt: error: {args.file}: {e}", file=sys.stderr)
         return 1
     print_after = None
     if args.print_after_all:

@@ -37,6 +37,17 @@ def curves(records) -> dict:
     return result
 
 
+def plot_path(output: str) -> str:
+    """The file the plot is written to: ``output``, with ``.png`` added when it has no
+    extension (as matplotlib adds it). A folder is refused (matplotlib would write
+    ``DIR.png`` next to it)."""
+    import os
+
+    if os.path.isdir(output):
+        raise IsADirectoryError(f"{output} is a folder; give plot -o the name of a .png file")
+    return output if os.path.splitext(output)[1] else output + ".png"
+
+
 def plot_command(args) -> int:
     try:
         import matplotlib
@@ -49,6 +60,7 @@ def plot_command(args) -> int:
         ) from None
     from ..measure import load_records
 
+    out = plot_path(args.output)
     data = curves(load_records(args.log))
     if not data:
         raise SystemExit(f"{args.log} holds no records")
@@ -70,6 +82,6 @@ def plot_command(args) -> int:
         a1.legend(fontsize=7)
     fig.suptitle(args.title or f"tuning curve: {args.log}")
     fig.tight_layout()
-    fig.savefig(args.output, dpi=110)
-    print(f"wrote {args.output} ({len(data)} task(s))")
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out} ({len(data)} task(s))")
     return 0

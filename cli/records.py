@@ -3,6 +3,16 @@
 from __future__ import annotations
 
 import math
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (terminal escapes, carriage returns, bidirectional
+    overrides) written as Python escapes, so a task name from a record file cannot move the
+    cursor, recolour or rewrite the terminal."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def _gflops(inp, res) -> float:
@@ -19,7 +29,7 @@ def records_command(args) -> int:
         if not args.output:
             raise SystemExit("records distill needs --output PATH")
         n = distill(args.log, args.output)
-        print(f"kept the best record of each of {n} workloads in {args.output}")
+        print(f"kept the best record of each of {n} workloads in {printable(args.output)}")
         return 0
     recs = load_records(args.log)
     if args.action == "list":
@@ -28,7 +38,7 @@ def records_command(args) -> int:
             t = (sum(res.costs) / len(res.costs) * 1e3) if res.error_no == 0 and res.costs \
                 else math.inf
             est = " est." if res.estimated else ""
-            name = (inp.task.name or inp.task.workload_key)[:40]
+            name = printable(inp.task.name or inp.task.workload_key)[:40]
             print(f"{k:>5}  {name:<40} {res.error_no:>5} {t:>12.4f} "
                   f"{_gflops(inp, res):>10.1f}{est}")
         return 0
@@ -36,7 +46,8 @@ def records_command(args) -> int:
     for key, (inp, res) in best.items():
         t = sum(res.costs) / len(res.costs) * 1e3
         est = " (estimated)" if res.estimated else ""
-        print(f"{inp.task.name or key}: {t:.4f} ms, {_gflops(inp, res):.1f} GFLOP/s{est}")
-        print(f"  workload {key}")
-        print(f"  pipeline {inp.pipeline_text}")
+        name = printable(inp.task.name or str(key))
+        print(f"{name}: {t:.4f} ms, {_gflops(inp, res):.1f} GFLOP/s{est}")
+        print(f"  workload {printable(str(key))}")
+        print(f"  pipeline {printable(inp.pipeline_text)}")
     return 0

@@ -303,21 +303,25 @@ output, that ``tune-network`` accepts for a network built in each precision."""
 def tune_network_command(args) -> int:
     """Extract a network's tasks, tune them, build with the best records, check the result
     against the numpy reference executor and, on a GPU, benchmark it."""
-    import numpy as np
 
     from .. import graph
+    from .network_source import is_model_file, load_network, relative_error
 
-    if args.network not in graph.list_networks():
-        raise SystemExit(f"unknown network {args.network!r}; choose one of "
-                         f"{', '.join(graph.list_networks())}")
+    try:
+        loaded = load_network(args.network, args.input, batch_size=args.batch_size,
+                              layout=args.layout, image_size=args.image_size)
+    except (ValueError, graph.GraphError) as e:
+        raise SystemExit(str(e)) from None
+    # an ONNX model imports as it was written (NCHW): --layout converts it in the build
+    layout = args.layout if is_model_file(args.network) else None
     runner = resolve_runner(args.runner)
     table = args.table or ((args.log[:-5] if args.log.endswith(".json") else args.log)
                            + ".tasks.txt")
-    logger.info(f"network {args.network}, batch {args.batch_size}, {args.layout}, "
+    logger.info(f"network {loaded.label}, batch {args.batch_size}, {args.layout}, "
                 f"{args.dtype}, runner {runner}, log {args.log}")
-    net, params, input_shape, _ = graph.get_network(
-        args.network, args.batch_size, args.layout, image_size=args.image_size)
-    tasks, weights = autosched.extract_tasks(net, params, "cuda", precision=args.dtype,
+    net, params = loaded.net, loaded.params
+    tasks, weights = autosched.extract_tasks(net, params, "cuda", layout=layout,
+                                             precision=args.dtype,
                                              pad_channels=args.pad_channels)
     logger.info(f"{len(tasks)} tasks")
     for idx, task in enumerate(tasks):
@@ -344,7 +348,7 @@ def tune_network_command(args) -> int:
     t0 = time.perf_counter()
     with autosched.ApplyHistoryBest(args.log):
         lib = graph.build(net, target=target, params=params, precision=args.dtype,
-                          pad_channels=args.pad_channels)
+                          pad_channels=args.pad_channels, layout=layout)
     tuned = sum(1 for f in lib.functions.values() if f.tuned)
     print(f"compiled in {time.perf_counter() - t0:.1f} s: {tuned} of {len(lib.functions)} "
           "functions from the records")
@@ -353,12 +357,11 @@ def tune_network_command(args) -> int:
 
     dev = ptxforge.cuda(0) if runner == "gpu" else ptxforge.sim()
     module = graph.GraphModule(lib, dev)
-    x = np.random.default_rng(args.seed).uniform(size=input_shape).astype("float32")
-    module.set_input("data", x)
+    feeds = loaded.random_inputs(args.seed)
+    module.set_input(**{k: v for k, v in feeds.items() if k in lib.plan.inputs})
     module.run()
-    out = module.get_output(0).numpy()
-    ref = graph.evaluate(net, {"data": x}, params)
-    err = float(np.abs(out - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+    refs = graph.run_graph(net, feeds, params)
+    err = max(relative_error(module.get_output(k).numpy(), ref) for k, ref in enumerate(refs))
     if err > NETWORK_TOLERANCE[args.dtype]:
         print(f"the compiled network DIFFERS from the numpy reference executor (largest "
               f"difference {err:.2e} of the largest output)")
@@ -383,13 +386,24 @@ def add_pad_channels_argument(p) -> None:
                         "same value")
 
 
+def add_input_argument(p) -> None:
+    """``--input NAME:SHAPE[:DTYPE[:LOW..HIGH]]`` (repeatable), for ONNX models."""
+    p.add_argument("--input", action="append", default=[], metavar="NAME:SHAPE[:DTYPE[:LO..HI]]",
+                   help="an ONNX model's input: its shape where the model leaves dimensions "
+                        "dynamic, the dtype it must have, and the range of random integer "
+                        "values (e.g. input_ids:1x128:int64:0..30522); repeat per input")
+
+
 def add_tune_network_parser(sub) -> None:
     """The ``tune-network`` subcommand's arguments."""
     from .. import graph
 
     p = sub.add_parser("tune-network",
-                       help="auto-schedule a zoo network's tasks, build and check it")
-    p.add_argument("network", help=f"a zoo network: {', '.join(graph.list_networks())}")
+                       help="auto-schedule a network's tasks (a zoo network or an ONNX "
+                            "file), build and check it")
+    p.add_argument("network", help="an ONNX file (model.onnx) or a zoo network: "
+                                   f"{', '.join(graph.list_networks())}")
+    add_input_argument(p)
     p.add_argument("--trials", type=int, required=True,
                    help="trials of the network's tasks in the log in all (at least one per "
                         "task); a resumed run measures only those missing")

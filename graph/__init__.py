@@ -32,6 +32,7 @@ from .build_module import (
 )
 from .executor import BenchmarkResult, GraphModule
 from .frontend_onnx import OnnxImportError, from_onnx
+from .frontend_torch import TorchImportError, from_exported_program, from_torch
 from .fused import FusedFunction, extract_fused_functions, lower_function
 from .interpreter import evaluate, run_graph
 from .ir import (
@@ -109,7 +110,7 @@ def function(outputs, inputs=None, name: str = "main") -> Graph:
 __all__ = [
     "BenchmarkResult", "Call", "CompiledFunction", "Constant", "FusedFunction", "Graph",
     "GraphError", "GraphLibrary", "GraphModule", "GraphPassContext", "GraphPipeline",
-    "OnnxImportError", "PRECISIONS",
+    "OnnxImportError", "PRECISIONS", "TorchImportError", "from_exported_program", "from_torch",
     "MemoryPlan", "Node", "NoTuningRecordWarning", "OpDef", "OpPattern", "TensorType", "Var",
     "add", "bind_params", "build", "cast", "clip", "concatenate", "const", "default_schedule_for",
     "divide", "erf", "evaluate", "exp", "expand_dims", "extract_fused_functions",

@@ -36,6 +36,8 @@ _BITS = {
     "uint16": 16,
     "uint32": 32,
     "uint64": 64,
+    "float8_e4m3fn": 8,
+    "float8_e5m2": 8,
     "float16": 16,
     "bfloat16": 16,
     "float32": 32,
@@ -101,9 +103,12 @@ def int_range(dtype: str) -> tuple[int, int]:
 
 
 def to_numpy(dtype: str) -> np.dtype:
-    """The numpy dtype of host arrays of ``dtype`` (bfloat16: :data:`BFLOAT16_HOST`)."""
+    """The numpy dtype of host arrays of ``dtype`` (bfloat16: :data:`BFLOAT16_HOST`; the
+    fp8 formats of :mod:`.float8`: their ``uint8`` bit patterns)."""
     if check(dtype) == "bfloat16":
         return BFLOAT16_HOST
+    if dtype.startswith("float8"):
+        return np.dtype(np.uint8)
     return np.dtype("bool" if dtype == "bool" else dtype)
 
 
@@ -166,11 +171,16 @@ def bfloat16_from_bits(bits) -> np.ndarray:
 
 def round_to(x, dtype: str) -> np.ndarray:
     """``x`` rounded to the nearest value of ``dtype`` (round to nearest even), as a float32
-    array for bfloat16 and ``"tf32"`` (TF32 rounds ties away from zero, as
-    ``cvt.rna.tf32.f32``), a float16 array for float16, else cast to ``dtype``."""
+    array for bfloat16, fp8 (saturating, :mod:`.float8`) and ``"tf32"`` (TF32 rounds ties
+    away from zero, as ``cvt.rna.tf32.f32``), a float16 array for float16, else cast to
+    ``dtype``."""
     with np.errstate(over="ignore", invalid="ignore"):
         if dtype == "bfloat16":
             return bfloat16_from_bits(bfloat16_bits(x))
+        if dtype.startswith("float8"):
+            from .float8 import round_to_float8
+
+            return round_to_float8(x, dtype)
         if dtype == "tf32":
             f = np.asarray(x, dtype=np.float32)
             b = f.view(np.uint32)

@@ -100,7 +100,7 @@ def build_candidate(inp: MeasureInput, options: BuildOptions = BuildOptions()) -
 
 def _build(inp: MeasureInput, options: BuildOptions, target: Target, ctx, t0: float,
            stages: dict) -> BuildResult:
-    from ..passes import Pipeline
+    from ..passes import SchedulePipeline
     from ..passes.lower import lowering_pipeline
 
     try:
@@ -118,7 +118,7 @@ def _build(inp: MeasureInput, options: BuildOptions, target: Target, ctx, t0: fl
                 verify(scheduled)
         else:
             text = inp.pipeline_text
-            pipeline = Pipeline.parse(text) if text.strip() else Pipeline([])
+            pipeline = SchedulePipeline.parse(text) if text.strip() else SchedulePipeline()
             stages["parse"] = time.perf_counter() - t
             t = time.perf_counter()
             scheduled = pipeline(module, ctx)

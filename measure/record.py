@@ -26,6 +26,7 @@ import fcntl
 import json
 import math
 import os
+import stat
 import threading
 import warnings
 from collections.abc import Iterable, Iterator
@@ -43,11 +44,38 @@ class RecordFileBusy(RuntimeError):
     """Another process is writing the record file."""
 
 
+class RecordWriteError(OSError):
+    """A record could not be appended (a full disk, an I/O error). An ``OSError`` with the
+    original ``errno`` and the log as ``filename``; the message says how many records of
+    this run the log holds, so the run can be resumed."""
+
+
+class RecordTooLarge(ValueError):
+    """A record longer than :data:`MAX_LINE_BYTES`, which every loader would skip."""
+
+
 def encode(inp: MeasureInput, res: MeasureResult) -> str:
-    """One record as a JSON line (without the newline)."""
-    return json.dumps({"v": FORMAT_VERSION, "task": inp.task.to_json(),
+    """One record as a JSON line (without the newline); :class:`RecordTooLarge` for one
+    longer than :data:`MAX_LINE_BYTES`, which no loader would read back."""
+    line = json.dumps({"v": FORMAT_VERSION, "task": inp.task.to_json(),
                        "pipeline": inp.pipeline_text, "payload": inp.payload,
                        "result": res.to_json()}, separators=(",", ":"))
+    if len(line) + 1 > MAX_LINE_BYTES and len(line.encode()) + 1 > MAX_LINE_BYTES:
+        raise RecordTooLarge(
+            f"a record of task {inp.task.name or inp.task.workload_key[:60]!r} takes "
+            f"{len(line.encode())} bytes, over the {MAX_LINE_BYTES} a loader reads (an error "
+            f"message or payload that large is a defect; {res.error_msg[:80]!r})")
+    return line
+
+
+def _encode_or_warn(path: str, inp: MeasureInput, res: MeasureResult) -> str | None:
+    """The record's line with its newline, or None (with a warning naming the log) for a
+    record too large to be read back."""
+    try:
+        return encode(inp, res) + "\n"
+    except RecordTooLarge as e:
+        warnings.warn(f"{path}: not writing {e}", RuntimeWarning, stacklevel=4)
+        return None
 
 
 def _field(d: dict, key: str, kind, what: str, default=None):
@@ -233,11 +261,12 @@ class RecordWriter:
     def on_result(self, inp: MeasureInput, res: MeasureResult) -> None:
         """Append one record now (called from the thread that collects results)."""
         log = self._require()
+        line = _encode_or_warn(self.path, inp, res)
         with log.mutex:
-            log.write((encode(inp, res) + "\n").encode())
             self._written[id(res)] = res
-            self.count += 1
-        _count(self.path, 1)
+            if line is None:
+                return
+            self._append(log, line.encode(), 1, sync=False)
 
     def __call__(self, inputs, results) -> None:
         log = self._require()
@@ -246,12 +275,27 @@ class RecordWriter:
             for inp, res in zip(inputs, results):
                 if self._written.pop(id(res), None) is res:
                     continue
-                data.append(encode(inp, res) + "\n")
-                self.count += 1
+                line = _encode_or_warn(self.path, inp, res)
+                if line is not None:
+                    data.append(line)
+            self._append(log, "".join(data).encode(), len(data), sync=True)
+
+    def _append(self, log: _Log, data: bytes, n: int, sync: bool) -> None:
+        """Write ``n`` records (``data``), then ``fsync`` when ``sync``; a failure is a
+        :class:`RecordWriteError` saying how many records of this run the log holds."""
+        try:
             if data:
-                log.write("".join(data).encode())
-            os.fsync(log.fd)
-        _count(self.path, len(data))
+                log.write(data)
+            if sync:
+                os.fsync(log.fd)
+        except OSError as e:
+            saved = records_written().get(self.path, 0)
+            raise RecordWriteError(
+                e.errno, f"{e.strerror or e} while appending to the record log; {saved} "
+                f"records of this run are saved in it (free space or fix the file, then run "
+                "the same command again to resume)", self.path) from e
+        self.count += n
+        _count(self.path, n)
 
     def sync(self) -> None:
         """``fsync`` the file."""
@@ -261,7 +305,24 @@ class RecordWriter:
     def _require(self) -> _Log:
         if self._log is None:
             raise ValueError(f"the record writer of {self.path} is closed")
+        if not _same_file(self._log.fd, self.path):
+            self._reopen()
         return self._log
+
+    def _reopen(self) -> None:
+        """The log was replaced (``records distill LOG -o LOG.best && mv LOG.best LOG``) or
+        deleted while this writer held it: records written to the old file would be lost
+        with it, and the new file would be unlocked, so a second run could take it. Append
+        to (and lock) the file the path names now; :class:`RecordFileBusy` if another
+        process holds it already."""
+        old = self._log
+        new = _open_log(self.path)  # raises RecordFileBusy before the old log is let go
+        self._log = new
+        if old is not None:
+            _release_log(old)
+        warnings.warn(f"{self.path} was replaced or deleted while records were being written "
+                      "to it; writing the next records to the file it names now",
+                      RuntimeWarning, stacklevel=4)
 
     def close(self) -> None:
         """Sync and give up the lock (when no other writer of this process holds it)."""
@@ -322,6 +383,10 @@ def iter_numbered(path: str | os.PathLike) -> Iterator[tuple[int, MeasureInput,
     :func:`iter_records`), for readers that check payloads and name the bad line."""
     path = os.fspath(path)
     with open(path, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+            # a device such as /dev/zero never ends a line and never ends
+            raise ValueError(f"{path} is not a record file (not a regular file or a pipe)")
         n = 0
         while True:
             raw = f.readline(MAX_LINE_BYTES + 1)
@@ -405,12 +470,13 @@ def distill(in_path: str | os.PathLike, out_path: str | os.PathLike) -> int:
     if os.path.exists(out_path) and os.path.samefile(in_path, out_path):
         raise ValueError(f"distill would overwrite its input {os.fspath(in_path)} with only the "
                          "best records; write to another file")
+    if os.path.isdir(out_path):
+        raise IsADirectoryError(f"{os.fspath(out_path)} is a folder; give distill the name of "
+                                "a file to write")
+    from ..runtime.atomic import replace_atomically
+
     best = best_records(in_path)
-    tmp = os.fspath(out_path) + ".tmp"
-    with open(tmp, "w") as f:
-        for inp, res in best.values():
-            f.write(encode(inp, res) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, out_path)
+    data = "".join(encode(inp, res) + "\n" for inp, res in best.values()).encode()
+    # a temporary file of a fresh name: a fixed "<out>.tmp" would follow a symlink put there
+    replace_atomically(out_path, lambda f: f.write(data))
     return len(best)

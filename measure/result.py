@@ -124,9 +124,9 @@ class MeasureInput:
     def state(self):
         """The candidate's schedule as a pass pipeline (TVM's ``inp.state``; what
         ``ComputeDAG.print_python_code_from_state`` prints)."""
-        from ..passes.pipeline import Pipeline
+        from ..passes.pipeline import SchedulePipeline
 
-        return Pipeline.parse(self.pipeline_text)
+        return SchedulePipeline.parse(self.pipeline_text)
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,10 @@ class MeasureStream:
         :class:`~ptxforge.measure.MeasureResult` in input order (an empty batch is done at
         once). ``on_result(input, result)``, when given, is called from the stream's thread
         as each result arrives (how records reach the disk before the batch is done; an
-        exception in it fails the stream). Raises :class:`MeasureStreamClosed` when the
-        stream is closed."""
+        exception in it fails the stream: the batches then fail with
+        :class:`MeasureStreamClosed`, or with the ``OSError`` itself, such as a
+        :class:`~ptxforge.measure.record.RecordWriteError` of a full disk). Raises
+        :class:`MeasureStreamClosed` when the stream is closed."""
         inputs = list(inputs)
         fut: Future = Future()
         with self._lock:
@@ -136,6 +138,11 @@ class MeasureStream:
                 self._flow.wait(extra=[self._wake_r])
         except BaseException as e:  # a builder or runner failed: every open batch fails
             self._failure = e
+            if isinstance(e, OSError):
+                # the system's error (a full disk while a record was appended): the caller
+                # sees it as it is, with its file and its message, not as a closed stream
+                self._fail_all(e)
+                return
             closed = MeasureStreamClosed(self._why_closed())
             closed.__cause__ = e
             self._fail_all(closed)

@@ -1,5 +1,5 @@
 """Injective layout operators: reshape, transpose, concatenate, strided_slice, squeeze,
-expand_dims.
+expand_dims, reverse, broadcast_to, tile, depth_to_space, space_to_depth and border_pad.
 
 Stage names and tags follow TOPI's ``transform.h`` (``T_reshape``, ``T_transpose``,
 ``T_concat``, ``T_strided_slice``, ``T_squeeze``, ``T_expand_dims``; axes
@@ -255,3 +255,143 @@ def expand_dims(data: Tensor, axis: int, num_newaxis: int = 1) -> Tensor:
         return data(*(i[:axis] + i[axis + num_newaxis :]))
 
     return compute_named(shape, ax_names(len(shape)), fcompute, "T_expand_dims", tag.BROADCAST)
+
+
+def reverse(data: Tensor, axes) -> Tensor:
+    """``data`` read backwards along ``axes`` (numpy's ``flip``)."""
+    op = "reverse"
+    expect_tensor(op, "data", data)
+    axes = [axes] if isinstance(axes, int) else list(axes)
+    flip = {normalize_axis(op, a, data.ndim) for a in axes}
+
+    def fcompute(*i):
+        return data(*((data.shape[d] - 1 - x) if d in flip else x for d, x in enumerate(i)))
+
+    return compute_named(data.shape, ax_names(data.ndim), fcompute, "T_reverse", tag.INJECTIVE)
+
+
+def broadcast_to(data: Tensor, shape) -> Tensor:
+    """``data`` stretched to ``shape`` by numpy's broadcasting rules (a dimension of size 1
+    repeats, missing leading dimensions are added)."""
+    from .broadcast import broadcast_indices, broadcast_shape
+
+    op = "broadcast_to"
+    expect_tensor(op, "data", data)
+    shape = tuple(int(s) for s in shape)
+    if broadcast_shape(op, data.shape, shape) != shape:
+        fail(op, f"{data.name} of shape {shape_str(data.shape)} does not broadcast to "
+                 f"{shape_str(shape)}")
+
+    def fcompute(*i):
+        return data(*broadcast_indices(data, shape, list(i)))
+
+    return compute_named(shape, ax_names(len(shape)), fcompute, "T_broadcast_to",
+                         tag.BROADCAST)
+
+
+def tile(data: Tensor, reps) -> Tensor:
+    """``data`` repeated ``reps[d]`` times along each dimension ``d`` (numpy's ``tile`` with
+    one repeat count per dimension)."""
+    op = "tile"
+    expect_tensor(op, "data", data)
+    reps = [int(r) for r in reps]
+    if len(reps) != data.ndim or any(r < 1 for r in reps):
+        fail(op, f"reps must be {data.ndim} positive ints (one per dimension), got {reps}")
+    shape = tuple(s * r for s, r in zip(data.shape, reps))
+
+    def fcompute(*i):
+        return data(*(x if r == 1 else idxmod(x, s) for x, s, r in zip(i, data.shape, reps)))
+
+    return compute_named(shape, ax_names(data.ndim), fcompute, "T_tile", tag.INJECTIVE)
+
+
+def _block_check(op: str, data: Tensor, block: int) -> None:
+    expect_tensor(op, "data", data)
+    if data.ndim != 4:
+        fail(op, f"data must be 4-D [N, C, H, W], got shape {shape_str(data.shape)}")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        fail(op, f"block_size must be a positive int, got {block!r}")
+
+
+def depth_to_space(data: Tensor, block: int, mode: str = "DCR") -> Tensor:
+    """Move blocks of channels into ``block x block`` spatial tiles (NCHW): ``[N, C, H, W]``
+    to ``[N, C / block^2, H * block, W * block]``. ``mode`` says how a channel splits:
+    ``DCR`` (depth, column, row: the block offset is the outer part) or ``CRD``."""
+    op = "depth_to_space"
+    _block_check(op, data, block)
+    if mode not in ("DCR", "CRD"):
+        fail(op, f"mode must be 'DCR' or 'CRD', got {mode!r}")
+    n, c, h, w = data.shape
+    if c % (block * block):
+        fail(op, f"{c} channels do not split into blocks of {block}x{block}")
+    depth = c // (block * block)
+
+    def fcompute(b, k, y, x):
+        by, bx = idxmod(y, block), idxmod(x, block)
+        if mode == "DCR":
+            channel = offset(scale(offset(scale(by, block), bx), depth), k)
+        else:
+            channel = offset(scale(k, block * block), offset(scale(by, block), bx))
+        return data(b, channel, idxdiv(y, block), idxdiv(x, block))
+
+    return compute_named((n, depth, h * block, w * block), ax_names(4), fcompute,
+                         "T_depth_to_space", tag.INJECTIVE)
+
+
+def space_to_depth(data: Tensor, block: int, mode: str = "DCR") -> Tensor:
+    """Move ``block x block`` spatial tiles into channels (NCHW), the inverse of
+    :func:`depth_to_space` in the same ``mode``: ``[N, C, H, W]`` to
+    ``[N, C * block^2, H / block, W / block]``."""
+    op = "space_to_depth"
+    _block_check(op, data, block)
+    if mode not in ("DCR", "CRD"):
+        fail(op, f"mode must be 'DCR' or 'CRD', got {mode!r}")
+    n, c, h, w = data.shape
+    if h % block or w % block:
+        fail(op, f"the spatial size {h}x{w} does not split into blocks of {block}x{block}")
+
+    def fcompute(b, k, y, x):
+        if mode == "DCR":
+            channel, rest = idxmod(k, c), idxdiv(k, c)
+        else:
+            channel, rest = idxdiv(k, block * block), idxmod(k, block * block)
+        return data(b, channel, offset(scale(y, block), idxdiv(rest, block)),
+                    offset(scale(x, block), idxmod(rest, block)))
+
+    return compute_named((n, c * block * block, h // block, w // block), ax_names(4), fcompute,
+                         "T_space_to_depth", tag.INJECTIVE)
+
+
+BORDER_PAD_MODES = ("reflect", "edge", "wrap")
+"""How :func:`border_pad` fills the border (numpy's ``pad`` modes of the same names)."""
+
+
+def border_pad(data: Tensor, pad_before, pad_after, mode: str) -> Tensor:
+    """``data`` padded with its own elements: ``reflect`` mirrors about the edge element,
+    ``edge`` repeats it, ``wrap`` continues from the other side (as numpy's ``pad``, also
+    for widths larger than the dimension)."""
+    op = "border_pad"
+    expect_tensor(op, "data", data)
+    if mode not in BORDER_PAD_MODES:
+        fail(op, f"mode must be one of {list(BORDER_PAD_MODES)}, got {mode!r}")
+    n = data.ndim
+    before, after = [int(b) for b in pad_before], [int(a) for a in pad_after]
+    if len(before) != n or len(after) != n or min(before + after, default=0) < 0:
+        fail(op, f"pad_before {before} and pad_after {after} must be {n} non-negative ints")
+    shape = tuple(s + b + a for s, b, a in zip(data.shape, before, after))
+
+    def source(x, size, b, a):
+        if b == 0 and a == 0:
+            return x
+        t = shift(x, b)
+        if mode == "edge" or size == 1:
+            return select(t < 0, as_expr(0), select(t >= size, as_expr(size - 1), t))
+        if mode == "wrap":
+            return idxmod(t, size)
+        m = idxmod(t, 2 * size - 2)
+        return select(m < size, m, 2 * size - 2 - m)
+
+    def fcompute(*i):
+        return data(*(source(x, s, b, a) for x, s, b, a in zip(i, data.shape, before, after)))
+
+    return compute_named(shape, ax_names(n), fcompute, "T_border_pad", tag.INJECTIVE)

@@ -15,6 +15,7 @@ See ``docs/custom_pass.md`` for writing a pass of your own.
 from .base import FunctionPass, Pass
 from .context import PassContext
 from .errors import (
+    LoweringPassInScheduleError,
     PassArgumentError,
     PassError,
     PassLevelError,
@@ -34,7 +35,7 @@ from .instruments import (
     read_dump,
 )
 from .params import REF, ParamSpec, Ref, positional
-from .pipeline import Pipeline, parse_pass
+from .pipeline import Pipeline, SchedulePipeline, parse_pass
 from .registry import (
     DEFAULT_REGISTRY,
     ENTRY_POINT_GROUP,
@@ -52,6 +53,7 @@ __all__ = [
     "REF",
     "DumpIR",
     "FunctionPass",
+    "LoweringPassInScheduleError",
     "ParamSpec",
     "Pass",
     "PassArgumentError",
@@ -67,6 +69,7 @@ __all__ = [
     "PrintAfter",
     "PrintBefore",
     "Ref",
+    "SchedulePipeline",
     "UnknownPassError",
     "UnknownPassParseError",
     "Verify",

@@ -60,6 +60,12 @@ class Pass(abc.ABC):
     levels: ClassVar[tuple[Level, ...]] = ()
     """The function levels the pass works on (empty: any). A module without a function of
     one of them is refused with :class:`~ptxforge.passes.errors.PassLevelError`."""
+    lowering: ClassVar[bool] = False
+    """True for the lowering passes (``passes/lower/``). They run in the fixed order of the
+    lowering pipeline, which assumes the schedule has not been lowered in part, so a schedule
+    pipeline (a te schedule's, a record's) refuses them: ``decompose_reduction`` run early,
+    for one, moves a cross-thread reduction's init out of reach of
+    ``cross_thread_reduction`` and the kernel races."""
 
     def __post_init__(self):
         for spec in param_specs(type(self)):

@@ -103,6 +103,20 @@ class UnknownPassParseError(PipelineParseError, UnknownPassError):
         self.suggestions = tuple(suggestions)
 
 
+class LoweringPassInScheduleError(PipelineParseError):
+    """A schedule pipeline (a te schedule's, a record's) holds a lowering pass. Lowering passes
+    run only in the lowering pipeline, after the whole schedule: one run early lowers part of
+    the IR behind the back of the passes that follow (``decompose_reduction`` before
+    ``cross_thread_reduction`` makes a kernel that races). ``pass_name`` names it."""
+
+    def __init__(self, pass_name: str, text: str, offset: int):
+        super().__init__(
+            f"{pass_name}() is a lowering pass, which a schedule cannot hold: lowering runs "
+            "it in its fixed place after the schedule; remove it from the schedule", text,
+            offset)
+        self.pass_name = pass_name
+
+
 def line_and_column(text: str, offset: int) -> tuple[int, int]:
     """1-based line and column of a character offset."""
     line = text.count("\n", 0, offset) + 1

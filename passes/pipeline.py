@@ -12,7 +12,13 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, overload
 
 from .base import Pass
-from .errors import PassArgumentError, PipelineParseError, UnknownPassError, UnknownPassParseError
+from .errors import (
+    LoweringPassInScheduleError,
+    PassArgumentError,
+    PipelineParseError,
+    UnknownPassError,
+    UnknownPassParseError,
+)
 from .registry import DEFAULT_REGISTRY, PassRegistry
 from .text import Call, parse_calls
 
@@ -106,23 +112,25 @@ class Pipeline:
 
     def __getitem__(self, index: int | slice) -> Pass | Pipeline:
         if isinstance(index, slice):
-            return Pipeline(self._passes[index])
+            return type(self)(self._passes[index])
         return self._passes[index]
 
     def __add__(self, other: Any) -> Pipeline:
+        # the result is of this pipeline's type: a schedule pipeline stays one (and checks
+        # what is added to it)
         if isinstance(other, Pipeline):
-            return Pipeline(self._passes + other._passes)
+            return type(self)(self._passes + other._passes)
         if isinstance(other, Pass):
-            return Pipeline(self._passes + (other,))
+            return type(self)(self._passes + (other,))
         if isinstance(other, (list, tuple)):
-            return Pipeline(self._passes + tuple(other))
+            return type(self)(self._passes + tuple(other))
         return NotImplemented
 
     def __radd__(self, other: Any) -> Pipeline:
         if isinstance(other, Pass):
-            return Pipeline((other,) + self._passes)
+            return type(self)((other,) + self._passes)
         if isinstance(other, (list, tuple)):
-            return Pipeline(tuple(other) + self._passes)
+            return type(self)(tuple(other) + self._passes)
         return NotImplemented
 
     def __eq__(self, other: object) -> bool:
@@ -132,6 +140,52 @@ class Pipeline:
 
     def __hash__(self) -> int:
         return hash(self.text)
+
+
+class SchedulePipeline(Pipeline):
+    """A pipeline of schedule passes: what a te schedule records and a record stores.
+
+    It cannot hold a lowering pass (:attr:`Pass.lowering <ptxforge.passes.base.Pass.lowering>`):
+    building one with a lowering pass, parsing text that names one, or adding one raises
+    :class:`~ptxforge.passes.errors.LoweringPassInScheduleError`, whose position points at
+    the pass. Lowering (:func:`~ptxforge.passes.lower.lowering_pipeline`) runs after it.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, passes: Iterable[Pass] = ()):
+        super().__init__(passes)
+        for i, p in enumerate(self._passes):
+            if getattr(p, "lowering", False):
+                offset = sum(len(q.text) + 2 for q in self._passes[:i])
+                raise LoweringPassInScheduleError(p.pass_name(), self.text, offset)
+
+    @classmethod
+    def parse(cls, text: str, registry: PassRegistry | None = None) -> SchedulePipeline:
+        """Read schedule text like :meth:`Pipeline.parse`; a lowering pass is refused at its
+        position in ``text``."""
+        reg = registry or DEFAULT_REGISTRY
+        passes = []
+        for call in parse_calls(text):
+            p = _bind(call, text, reg)
+            if getattr(p, "lowering", False):
+                raise LoweringPassInScheduleError(p.pass_name(), text, call.pos)
+            passes.append(p)
+        return cls(passes)
+
+    @classmethod
+    def of(cls, passes: Pass | Pipeline | str) -> SchedulePipeline:
+        """``passes`` (a pass, a pipeline, or pipeline text) as a schedule pipeline."""
+        if isinstance(passes, cls):
+            return passes
+        if isinstance(passes, str):
+            return cls.parse(passes)
+        if isinstance(passes, Pass):
+            return cls([passes])
+        return cls(passes)
+
+    def __repr__(self) -> str:
+        return f"SchedulePipeline.parse({self.text!r})"
 
 
 def parse_pass(text: str, registry: PassRegistry | None = None) -> Pass:

@@ -34,6 +34,7 @@ from .kernels import (
     default_archs,
     read_code,
 )
+from .plan_check import check_plan
 
 
 class GraphError(ValueError):
@@ -122,22 +123,19 @@ class RuntimeModule:
 def load_module(path):
     """Load what ``export_library`` wrote (TVM's ``tvm.runtime.load_module``): a kernel
     module (:class:`RuntimeModule`) or a network (:class:`LoadedNetwork`, run it with
-    :class:`~ptxforge.runtime.graph_executor.GraphModule`). Every member is checked against
-    its digest and the GPU code against the device IR; :class:`ModuleFormatError` says what
-    is wrong with a file that is not a module, is damaged, or has another format version."""
+    :class:`~ptxforge.runtime.graph_executor.GraphModule`). The manifest is validated
+    against its schema (:mod:`.manifest`), every member is checked against its digest
+    before use and its size before it is read, the device IR is verified and checked
+    against the target's limits, and the GPU code against the device IR;
+    :class:`ModuleFormatError` says what is wrong with a file that is not a module, is
+    damaged, or has another format version."""
     with Archive(path) as archive:
         manifest = archive.manifest
-        kind = manifest.get("kind")
-        if kind not in ("kernel", "network"):
-            raise ModuleFormatError(f"{path}: unknown kind {kind!r} (kernel or network)")
-        if kind == "network":
+        if manifest["kind"] == "network":
             return _load_network(archive)
-        try:
-            module, ptx = read_code(archive, manifest["code"], "the kernel module")
-            want = [(list(p["shape"]), p["dtype"]) for p in manifest["params"]]
-            manifest["entry_name"], manifest["target"]
-        except (KeyError, TypeError) as e:
-            raise archive.malformed(f"{type(e).__name__}: {e}") from None
+        module, ptx = read_code(archive, manifest["code"], "the kernel module",
+                                manifest["target"])
+        want = [(list(p["shape"]), p["dtype"]) for p in manifest["params"]]
         have = [(list(b.shape), b.dtype) for b in module.host.params]
         if have != want:
             raise ModuleFormatError(f"{path}: the device IR takes {have}, the manifest lists "
@@ -234,73 +232,24 @@ class LoadedNetwork:
 
 
 def _load_network(archive: Archive) -> LoadedNetwork:
+    # the manifest fits its schema (types and ranges); what is left is its consistency
     manifest = archive.manifest
-    try:
-        p = manifest["plan"]
-        plan = LoadedPlan(
-            [PlanSlot(SlotType(tuple(s["shape"]), s["dtype"], int(s["nbytes"])),
-                      int(s["storage"]), s["kind"], s.get("name", "")) for s in p["slots"]],
-            [PlanStorage(int(s["nbytes"]), s["kind"]) for s in p["storages"]],
-            [PlanStep(tuple(s["args"]), int(s["out"]), bool(s.get("view")))
-             for s in p["steps"]],
-            {k: int(v) for k, v in p["inputs"].items()},
-            {k: int(v) for k, v in p["params"].items()}, [int(v) for v in p["outputs"]])
-        functions = {}
-        for key, f in manifest["functions"].items():
-            module, ptx = read_code(archive, f, f"function {key}")
-            functions[key] = LoadedFunction(module, ptx)
-        params = {name: archive.array(manifest["params"][name], f"weight {name}")
-                  for name in plan.params}
-        call_keys = list(manifest["call_keys"])
-        target = LoadedTarget(manifest["target"], bool(manifest["is_sim"]))
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        if isinstance(e, ModuleFormatError):
-            raise
-        raise archive.malformed(f"network: {type(e).__name__}: {e}") from None
-    lib = LoadedNetwork(target, plan, functions, call_keys, params, archive.path)
-    _check_plan(archive, lib)
-    return lib
-
-
-def _check_plan(archive: Archive, lib: LoadedNetwork) -> None:
-    """Indices in range, every slot fits its storage, every step passes its function the
-    arrays it takes, every weight has its slot's shape and dtype."""
-    from ..ir import dtype as dt
-
-    plan = lib.plan
-
-    def fail(what: str):
-        raise ModuleFormatError(f"{archive.path}: the network's memory plan is inconsistent: "
-                                f"{what}")
-
-    if len(lib.call_keys) != len(plan.steps):
-        fail(f"{len(plan.steps)} steps but {len(lib.call_keys)} call keys")
-    n_slots, n_storages = len(plan.slots), len(plan.storages)
-    for k, t in enumerate(plan.slots):
-        if not 0 <= t.storage < n_storages:
-            fail(f"slot {k} is in storage {t.storage} of {n_storages}")
-        if t.ty.nbytes > plan.storages[t.storage].nbytes:
-            fail(f"slot {k} ({t.ty.nbytes} bytes) does not fit storage {t.storage}")
-    used = [*plan.inputs.values(), *plan.params.values(), *plan.outputs]
-    for step in plan.steps:
-        used += [*step.args, step.out]
-    if any(not 0 <= s < n_slots for s in used):
-        fail(f"a slot index is outside [0, {n_slots})")
-    for i, (step, key) in enumerate(zip(plan.steps, lib.call_keys)):
-        if key is None:
-            continue
-        if key not in lib.functions:
-            fail(f"step {i} calls {key}, which the file has no function for")
-        have = [(list(plan.slots[s].ty.shape), plan.slots[s].ty.dtype)
-                for s in (*step.args, step.out)]
-        want = [(list(b.shape), b.dtype) for b in lib.functions[key].device_module.host.params]
-        if have != want:
-            fail(f"step {i} passes {have} to a function that takes {want}")
-    for name, slot in plan.params.items():
-        ty, value = plan.slots[slot].ty, lib.params[name]
-        if value.shape != tuple(ty.shape) or value.dtype != dt.to_numpy(ty.dtype):
-            fail(f"weight {name} is {list(value.shape)} {value.dtype}, its slot "
-                 f"{list(ty.shape)} {ty.dtype}")
+    p = manifest["plan"]
+    plan = LoadedPlan(
+        [PlanSlot(SlotType(tuple(s["shape"]), s["dtype"], s["nbytes"]), s["storage"],
+                  s["kind"], s.get("name", "")) for s in p["slots"]],
+        [PlanStorage(s["nbytes"], s["kind"]) for s in p["storages"]],
+        [PlanStep(tuple(s["args"]), s["out"], s.get("view", False)) for s in p["steps"]],
+        dict(p["inputs"]), dict(p["params"]), list(p["outputs"]))
+    functions = {key: LoadedFunction(*read_code(archive, f, f"function {key[:80]}",
+                                                manifest["target"]))
+                 for key, f in manifest["functions"].items()}
+    call_keys = list(manifest["call_keys"])
+    check_plan(archive.path, plan, call_keys, functions, manifest["params"])
+    params = {name: archive.array(manifest["params"][name], f"weight {name}")
+              for name in plan.params}
+    target = LoadedTarget(manifest["target"], manifest["is_sim"])
+    return LoadedNetwork(target, plan, functions, call_keys, params, archive.path)
 
 
 def export_network(lib, path, archs=None) -> str:

@@ -144,59 +144,69 @@ class ExportedPtx:
         return LoadedModule(PtxModule(self.device_module, compiled, arch, {}), device)
 
 
-def read_code(archive: Archive, entry: dict, what: str):
-    """The device module of a manifest ``entry`` and its :class:`ExportedPtx` (None without
-    builds), checked against each other; ``what`` names the module in errors."""
+def read_code(archive: Archive, entry: dict, what: str, target: str):
+    """The device module of a manifest ``entry`` (validated by the manifest's schema) and
+    its :class:`ExportedPtx` (None without builds), checked against each other; the device
+    IR is verified and checked against ``target``'s limits (:func:`.device_check.
+    check_device_module`); ``what`` names the module in errors."""
     from ..ir.parser import parse_module
+    from .device_check import check_device_module
 
-    try:
-        text = archive.text(entry["device_ir"])
-        builds = {}
-        for arch, kernels in entry["builds"].items():
-            arch_version(arch)
-            builds[arch] = {
-                name: (k["launch"], archive.text(k["ptx"]),
-                       archive.member(k["cubin"]) if k.get("cubin") else None)
-                for name, k in kernels.items()}
-    except (KeyError, TypeError, AttributeError, ValueError) as e:
-        if isinstance(e, ModuleFormatError):
-            raise
-        raise archive.malformed(f"{what}: {type(e).__name__}: {e}") from None
+    text = archive.text(entry["device_ir"])
+    builds = {}
+    for arch, kernels in entry["builds"].items():
+        builds[arch] = {
+            name: (k["launch"], archive.text(k["ptx"]),
+                   archive.member(k["cubin"]) if k["cubin"] is not None else None)
+            for name, k in kernels.items()}
     try:
         module = parse_module(text)
+    except RecursionError:
+        raise ModuleFormatError(f"{archive.path}: the device IR of {what} is nested too "
+                                "deeply to parse") from None
     except Exception as e:  # noqa: BLE001 - any parse failure means a damaged file
         raise ModuleFormatError(f"{archive.path}: the device IR of {what} does not parse: "
                                 f"{e}") from None
     if module.host is None or not module.kernels():
         raise ModuleFormatError(f"{archive.path}: the device IR of {what} has no host "
                                 "function or no kernels")
+    t = check_device_module(archive.path, module, target, what)
     for arch, kernels in builds.items():
-        _check_build(archive, what, arch, kernels, {f.name: f for f in module.kernels()})
+        _check_build(archive, what, arch, kernels, {f.name: f for f in module.kernels()},
+                     t.max_shared_memory_per_block_optin)
     return module, (ExportedPtx(module, builds) if builds else None)
 
 
-def _check_build(archive: Archive, what: str, arch: str, kernels: dict, funcs: dict) -> None:
-    """The build has exactly the device IR's kernels, each with the IR's launch extents and
-    parameters and a PTX entry of its symbol."""
+def _check_build(archive: Archive, what: str, arch: str, kernels: dict, funcs: dict,
+                 max_shared: int) -> None:
+    """The build has exactly the device IR's kernels, each with the IR's launch extents,
+    name and parameters, its architecture, shared memory within ``max_shared`` bytes and a
+    PTX entry of its symbol."""
     if set(kernels) != set(funcs):
         raise ModuleFormatError(f"{archive.path}: the {arch} build of {what} has kernels "
                                 f"{sorted(kernels)}, its device IR {sorted(funcs)}")
     for name, (launch, ptx, _) in kernels.items():
         func = funcs[name]
-        try:
-            have = (tuple(launch["grid"]), tuple(launch["block"]),
-                    int(launch["dynamic_shared_bytes"]),
-                    [(p["dtype"], p["size"]) for p in launch["params"]])
-            symbol = launch["symbol"]
-        except (KeyError, TypeError, ValueError) as e:
-            raise archive.malformed(f"{what}, {arch} kernel {name}: {type(e).__name__}: "
-                                    f"{e}") from None
+        # every launch field the GPU uses is compared (the schema checked their types)
+        have = (tuple(launch["grid"]), tuple(launch["block"]),
+                launch["dynamic_shared_bytes"], launch["name"],
+                [(p["name"], p["dtype"], p["size"]) for p in launch["params"]])
+        symbol = launch["symbol"]
         want = (func.launch.grid, func.launch.block, func.launch.dynamic_shared_bytes,
-                [(b.dtype, b.size) for b in func.params])
+                name, [(b.name, b.dtype, b.size) for b in func.params])
+        if launch["arch"] != arch:
+            raise ModuleFormatError(f"{archive.path}: kernel {name} ({what}) of the {arch} "
+                                    f"build says it was compiled for {launch['arch']}")
+        shared = launch["static_shared_bytes"] + launch["dynamic_shared_bytes"]
+        if shared > max_shared:
+            raise ModuleFormatError(f"{archive.path}: kernel {name} ({what}) of the {arch} "
+                                    f"build uses {shared} bytes of shared memory; the "
+                                    f"target allows {max_shared}")
         if have != want:
             raise ModuleFormatError(
                 f"{archive.path}: the {arch} launch of kernel {name} ({what}) does not match "
-                f"its device IR: grid, block, dynamic shared bytes, parameters {have} against "
+                f"its device IR: grid, block, dynamic shared bytes, name, parameters {have} "
+                f"against "
                 f"{want}")
         if not re.search(rf"\.entry\s+{re.escape(str(symbol))}\s*\(", ptx):
             raise ModuleFormatError(f"{archive.path}: the {arch} PTX of kernel {name} ({what}) "

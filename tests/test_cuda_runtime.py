@@ -9,6 +9,7 @@ import gc
 
 import numpy as np
 import pytest
+
 from ptxforge.backend_ptx import (
     CudaError,
     NDArray,
@@ -200,6 +201,12 @@ def test_graph_capture_survives_a_collection_of_device_arrays(dev):
 
 
 def test_graph_replays_of_a_chunk_time_like_one_graph_of_every_call(dev):
+    """Replaying a captured chunk of calls times like one graph of every call. Load on a
+    shared GPU (``-n 8``) only ever slows a measurement, so the two ways are measured in
+    interleaved pairs (load hits both alike) and their minima compared: each minimum is
+    the least disturbed of nine runs of the same kernel calls, and what is left between
+    them is the chunking's own cost (one graph launch per chunk of calls), a few percent;
+    10% also leaves room for clock changes between runs."""
     from ptxforge.backend_ptx.cuda_driver import call
     from ptxforge.backend_ptx.timer import MAX_GRAPH_CHUNK, EventPair, _Graph
 
@@ -208,24 +215,32 @@ def test_graph_replays_of_a_chunk_time_like_one_graph_of_every_call(dev):
     A, B = array(rand((128, 128)), dev), array(rand((128, 128), 1), dev)
     C = empty((128, 128), "float32", dev)
     res = loaded.time_evaluator(number=1, repeat=5, min_repeat_ms=20, graph=True)(A, B, C)
-    assert res.number > MAX_GRAPH_CHUNK  # more calls than one captured graph holds
+    number = res.number
+    assert number > MAX_GRAPH_CHUNK  # more calls than one captured graph holds
+    chunked = loaded.time_evaluator(number=number, repeat=1, graph=True)
     # the old way: every call of a repeat captured into one graph
     stream = call("cuStreamCreate", 1)
     whole = _Graph(lambda *ptrs, stream=0: loaded._run_ptrs(ptrs, stream, False),
-                   tuple(loaded._param_ptrs((A, B, C))), res.number, stream)
+                   tuple(loaded._param_ptrs((A, B, C))), number, stream)
     whole.launch(stream)
     ev = EventPair(dev)
-    times = []
-    for _ in range(5):
+
+    def one_graph() -> float:
         call("cuEventRecord", ev.start, stream)
         whole.launch(stream)
         call("cuEventRecord", ev.end, stream)
-        times.append(ev.elapsed_ms() / res.number / 1e3)
+        return ev.elapsed_ms() / number / 1e3
+
+    pairs = []
+    for _ in range(9):
+        pairs.append((chunked(A, B, C).median, one_graph()))
     call("cuStreamSynchronize", stream)
     call("cuStreamDestroy", stream)
-    print(f"\nmatmul 128: {res.median * 1e6:.3f} us from chunk replays, "
-          f"{sorted(times)[2] * 1e6:.3f} us from one graph of {res.number} calls")
-    assert res.median == pytest.approx(sorted(times)[2], rel=0.05)
+    chunk_min = min(c for c, _ in pairs)
+    whole_min = min(w for _, w in pairs)
+    print(f"\nmatmul 128: {chunk_min * 1e6:.3f} us from chunk replays, "
+          f"{whole_min * 1e6:.3f} us from one graph of {number} calls (minima of 9 pairs)")
+    assert chunk_min == pytest.approx(whole_min, rel=0.10)
 
 
 @pytest.mark.parametrize("assembler", ["nvjitlink", "driver"])

@@ -111,7 +111,7 @@ def test_embedding_lookup_with_out_of_range_ids_on_the_gpu(dev):
 def test_network_with_integer_inputs_on_the_gpu(dev):
     ids = graph.var("ids", (4, 8), "int64")
     mask = graph.var("mask", (4, 8), "int64")
-    q = graph.divide(ids, graph.const(np.int64(-3)))
+    q = graph.divide(ids, graph.const(-3, dtype="int64"))
     out = graph.multiply(q, mask)
     net = graph.function(out)
     rng = np.random.default_rng(6)

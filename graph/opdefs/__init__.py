@@ -1,6 +1,19 @@
 """The graph operators (importing this package registers them) and their constructors."""
 
-from . import conv, elemwise, linear, norm, pool, transform, winograd
+from . import (  # noqa: F401  (element-wise math, logic, reductions)
+    activation,
+    arith,
+    attention,
+    conv,
+    elemwise,
+    linear,
+    logic,
+    norm,
+    pool,
+    reduce,
+    transform,
+    winograd,
+)
 from .conv import conv2d
 from .elemwise import (
     add,
@@ -25,6 +38,7 @@ from .elemwise import (
 )
 from .linear import batch_matmul, bias_add, dense, matmul
 from .norm import batch_norm, layer_norm, softmax
+from .rms_norm import rms_norm
 from .pool import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
 from .transform import (
     VIEW_OPS,
@@ -41,7 +55,7 @@ from .transform import (
 from .winograd import conv2d_winograd, winograd_weight_transform
 
 __all__ = [
-    "VIEW_OPS", "conv", "linear", "elemwise", "norm", "pool", "transform", "winograd",
+    "VIEW_OPS", "attention", "conv", "linear", "elemwise", "norm", "pool", "transform", "winograd",
     "add", "avg_pool2d", "batch_flatten", "batch_matmul", "batch_norm", "bias_add", "cast",
     "clip",
     "concatenate", "conv2d", "conv2d_winograd", "dense", "divide", "erf", "exp", "expand_dims",
@@ -51,3 +65,4 @@ __all__ = [
     "subtract", "tanh",
     "transpose", "winograd_weight_transform",
 ]
+__all__ += ["rms_norm"]

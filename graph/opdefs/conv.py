@@ -201,3 +201,6 @@ def conv2d(data: Node, weight: Node, strides=(1, 1), padding=(0, 0), dilation=(1
         "strides": strides, "padding": padding, "dilation": dilation, "groups": groups,
         "data_layout": data_layout, "kernel_layout": kernel_layout, "out_dtype": out_dtype,
         "precision": precision})
+
+
+from . import conv_nd  # noqa: E402,F401  (registers nn.conv_nd and nn.conv_transpose)

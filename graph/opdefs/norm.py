@@ -131,19 +131,34 @@ def _softmax_infer(types, attrs):
     return TensorType(data.shape, rounded_output("nn.softmax", data, attrs))
 
 
+def _softmax_ref(a, attrs):
+    out = testing.softmax_python(a[0], attrs["axis"])
+    if attrs["nan_to_zero"]:
+        out = np.where(np.isnan(out), np.zeros((), out.dtype), out)
+    return _round_output(out, a[0], attrs)
+
+
 register_op(OpDef(
     name="nn.softmax", num_inputs=1, infer=_softmax_infer,
     lower=lambda a, attrs: ops.nn.softmax(a[0], attrs["axis"],
-                                            attrs.get("out_dtype") or None),
-    ref=lambda a, attrs: _round_output(testing.softmax_python(a[0], attrs["axis"]), a[0],
-                                       attrs),
-    pattern=OpPattern.OPAQUE, defaults={"axis": -1, "out_dtype": ""},
-    normalize=empty_out_dtype,
+                                            attrs.get("out_dtype") or None,
+                                            nan_to_zero=attrs["nan_to_zero"]),
+    ref=_softmax_ref,
+    pattern=OpPattern.OPAQUE, defaults={"axis": -1, "out_dtype": "", "nan_to_zero": False},
+    normalize=lambda attrs: dict(empty_out_dtype(attrs),
+                                 nan_to_zero=bool(attrs["nan_to_zero"])),
 ))
 
 
-def softmax(data: Node, axis: int = -1, out_dtype: str = "") -> Call:
+def softmax(data: Node, axis: int = -1, out_dtype: str = "", nan_to_zero: bool = False
+            ) -> Call:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``; the result in ``out_dtype``
-    (default: the data's dtype; see the module's docstring)."""
-    return Call("nn.softmax", [data], {"axis": axis, "out_dtype": out_dtype})
+    (default: the data's dtype; see the module's docstring). ``nan_to_zero``: NaN results
+    (a row of only minus infinities: an attention row whose keys are all masked) are 0, as
+    ``where(isnan(p), 0, p)`` after the softmax gives."""
+    return Call("nn.softmax", [data], {"axis": axis, "out_dtype": out_dtype,
+                                       "nan_to_zero": nan_to_zero})
 
+
+
+from . import norm_nd  # noqa: E402,F401  (registers nn.group_norm and nn.lrn)

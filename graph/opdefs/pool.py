@@ -1,13 +1,20 @@
 """Pooling: ``nn.max_pool2d``, ``nn.avg_pool2d``, ``nn.global_avg_pool2d``,
-``nn.global_max_pool2d`` in NCHW or NHWC."""
+``nn.global_max_pool2d`` in NCHW or NHWC.
+
+In ceil mode the output size follows ONNX and PyTorch: a last window that would start in
+the padding after the input is dropped (see :func:`ptxforge.ops.nn.pool_nd.pooled_size`).
+Where that drops a window, the pool lowers to :func:`~ptxforge.ops.nn.pool_nd.pool_nd`;
+elsewhere to :func:`~ptxforge.ops.nn.pool2d`, whose ceil mode keeps such a window.
+"""
 
 from __future__ import annotations
 
 from ... import ops
 from ...ops import testing
+from ...ops.nn import pool_nd as P
 from ..ir import Call, Node, TensorType
 from ..op import OpDef, OpPattern, register_op
-from .common import expect_rank, fail, padding4, pair, window_out
+from .common import as_graph_error, expect_rank, fail, padding4, pair
 
 _LAYOUTS = ("NCHW", "NHWC")
 
@@ -39,17 +46,46 @@ def _pool_infer(name):
         top, left, bottom, right = attrs["padding"]
         ceil = attrs["ceil_mode"]
         shape = list(data.shape)
-        shape[h_axis] = window_out(name, data.shape[h_axis], kh, sh, dh, top, bottom, "height",
-                                   ceil)
-        shape[w_axis] = window_out(name, data.shape[w_axis], kw, sw, dw, left, right, "width",
-                                   ceil)
+        with as_graph_error():
+            shape[h_axis] = P.pooled_size(name, data.shape[h_axis], kh, sh, dh, top, bottom,
+                                          ceil, "height")
+            shape[w_axis] = P.pooled_size(name, data.shape[w_axis], kw, sw, dw, left, right,
+                                          ceil, "width")
         return TensorType(tuple(shape), data.dtype)
 
     return infer
 
 
+def _drops_window(shape, attrs) -> bool:
+    """Whether ceil mode drops a last window that starts in the padding after the input
+    (where ``ops.nn.pool2d`` would keep it)."""
+    if not attrs["ceil_mode"]:
+        return False
+    layout = attrs["layout"]
+    top, left, bottom, right = attrs["padding"]
+    for axis, k, s, d, b, e in (
+            (layout.index("H"), attrs["pool_size"][0], attrs["strides"][0],
+             attrs["dilation"][0], top, bottom),
+            (layout.index("W"), attrs["pool_size"][1], attrs["strides"][1],
+             attrs["dilation"][1], left, right)):
+        padded = shape[axis] + b + e - (k - 1) * d - 1
+        if P.pooled_size("pool", shape[axis], k, s, d, b, e, True) != -(-padded // s) + 1:
+            return True
+    return False
+
+
+def _nd_args(attrs) -> tuple:
+    top, left, bottom, right = attrs["padding"]
+    layout = attrs["layout"]
+    return (attrs["pool_size"], attrs["strides"], attrs["dilation"], (top, left),
+            (bottom, right), attrs["ceil_mode"], attrs.get("count_include_pad", True), 2,
+            (layout.index("H"), layout.index("W")))
+
+
 def _pool_lower(kind):
     def lower(a, attrs):
+        if _drops_window(a[0].shape, attrs):
+            return P.pool_nd(a[0], kind, *_nd_args(attrs))
         return ops.nn.pool2d(a[0], attrs["pool_size"], attrs["strides"], attrs["dilation"],
                              attrs["padding"], kind, attrs["ceil_mode"], attrs["layout"],
                              attrs.get("count_include_pad", True))
@@ -59,6 +95,8 @@ def _pool_lower(kind):
 
 def _pool_ref(kind):
     def ref(a, attrs):
+        if _drops_window(a[0].shape, attrs):
+            return P.pool_nd_reference(a[0], kind, *_nd_args(attrs))
         return testing.pool2d_python(a[0], attrs["pool_size"], attrs["strides"],
                                      attrs["dilation"], attrs["padding"], kind,
                                      attrs["ceil_mode"], attrs["layout"],
@@ -133,3 +171,7 @@ def global_avg_pool2d(data: Node, layout: str = "NCHW") -> Call:
 def global_max_pool2d(data: Node, layout: str = "NCHW") -> Call:
     """Maximum over the height and width, kept as dimensions of size 1."""
     return Call("nn.global_max_pool2d", [data], {"layout": layout})
+
+
+# registers nn.pool, nn.max_pool_indices and image.resize
+from . import pool_nd, resize  # noqa: E402,F401

@@ -1,6 +1,7 @@
 """Layout operators: ``reshape``, ``nn.batch_flatten``, ``squeeze``, ``expand_dims``,
-``transpose``, ``concatenate``, ``strided_slice``, ``nn.pad``, and the reduction
-``mean``."""
+``transpose``, ``concatenate``, ``strided_slice``, ``reverse``, ``broadcast_to``, ``tile``,
+``nn.depth_to_space``, ``nn.space_to_depth``, ``nn.pad``, ``nn.border_pad``, and the
+reduction ``mean``. Importing it also registers the indexing operators of :mod:`.index`."""
 
 from __future__ import annotations
 
@@ -321,3 +322,194 @@ register_op(OpDef(
 def mean(data: Node, axis=None, keepdims: bool = False) -> Call:
     """Arithmetic mean over ``axis`` (an int, ints, or None for all)."""
     return Call("mean", [data], {"axis": axis, "keepdims": keepdims})
+
+
+def _lowered(fn):
+    """A te lowering whose ops-layer errors become GraphErrors."""
+    def lower(a, attrs):
+        with as_graph_error():
+            return fn(a, attrs)
+    return lower
+
+
+def _axes_normalize(attrs):
+    axes = attrs["axis"]
+    return {"axis": tuple([axes] if isinstance(axes, int) else (int(a) for a in axes))}
+
+
+def _reverse_infer(types, attrs):
+    data = types[0]
+    for a in attrs["axis"]:
+        axis_index("reverse", a, data.ndim)
+    return data
+
+
+register_op(OpDef(
+    name="reverse", num_inputs=1, infer=_reverse_infer,
+    lower=_lowered(lambda a, attrs: ops.transform.reverse(a[0], attrs["axis"])),
+    ref=lambda a, attrs: np.ascontiguousarray(np.flip(a[0], attrs["axis"])),
+    pattern=OpPattern.INJECTIVE, defaults={"axis": ()}, normalize=_axes_normalize,
+))
+
+
+def reverse(data: Node, axis) -> Call:
+    """``data`` read backwards along ``axis`` (an int or ints), as numpy's ``flip``."""
+    return Call("reverse", [data], {"axis": axis})
+
+
+def _broadcast_to_infer(types, attrs):
+    from .common import broadcast_shapes
+
+    data, shape = types[0], attrs["shape"]
+    if broadcast_shapes("broadcast_to", data.shape, shape) != shape:
+        fail("broadcast_to", f"data {list(data.shape)} does not broadcast to {list(shape)}")
+    return TensorType(shape, data.dtype)
+
+
+register_op(OpDef(
+    name="broadcast_to", num_inputs=1, infer=_broadcast_to_infer,
+    lower=_lowered(lambda a, attrs: ops.transform.broadcast_to(a[0], attrs["shape"])),
+    ref=lambda a, attrs: np.ascontiguousarray(np.broadcast_to(a[0], attrs["shape"])),
+    pattern=OpPattern.BROADCAST, defaults={"shape": ()},
+    normalize=lambda attrs: {"shape": tuple(int(s) for s in attrs["shape"])},
+))
+
+
+def broadcast_to(data: Node, shape) -> Call:
+    """``data`` stretched to ``shape`` by numpy's broadcasting rules."""
+    return Call("broadcast_to", [data], {"shape": shape})
+
+
+def _tile_infer(types, attrs):
+    data, reps = types[0], attrs["reps"]
+    if len(reps) != data.ndim or any(r < 1 for r in reps):
+        fail("tile", f"reps must be {data.ndim} positive ints (one per dimension), got "
+                     f"{list(reps)}")
+    return TensorType(tuple(s * r for s, r in zip(data.shape, reps)), data.dtype)
+
+
+register_op(OpDef(
+    name="tile", num_inputs=1, infer=_tile_infer,
+    lower=_lowered(lambda a, attrs: ops.transform.tile(a[0], attrs["reps"])),
+    ref=lambda a, attrs: np.tile(a[0], attrs["reps"]),
+    pattern=OpPattern.INJECTIVE, defaults={"reps": ()},
+    normalize=lambda attrs: {"reps": tuple(int(r) for r in attrs["reps"])},
+))
+
+
+def tile(data: Node, reps) -> Call:
+    """``data`` repeated ``reps[d]`` times along each dimension ``d``."""
+    return Call("tile", [data], {"reps": reps})
+
+
+def _block_infer(op, types, attrs):
+    data, block = types[0], attrs["block_size"]
+    if data.ndim != 4:
+        fail(op, f"data must be 4-D [N, C, H, W], got {data}")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        fail(op, f"block_size must be a positive int, got {block!r}")
+    n, c, h, w = data.shape
+    if attrs["mode"] not in ("DCR", "CRD"):
+        fail(op, f"mode must be 'DCR' or 'CRD', got {attrs['mode']!r}")
+    if op == "nn.space_to_depth":
+        if h % block or w % block:
+            fail(op, f"the spatial size {h}x{w} does not split into blocks of "
+                     f"{block}x{block}")
+        return TensorType((n, c * block * block, h // block, w // block), data.dtype)
+    if c % (block * block):
+        fail(op, f"{c} channels do not split into blocks of {block}x{block}")
+    return TensorType((n, c // (block * block), h * block, w * block), data.dtype)
+
+
+def _depth_to_space_ref(a, attrs):
+    x, b = a[0], attrs["block_size"]
+    n, c, h, w = x.shape
+    if attrs["mode"] == "DCR":
+        y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return np.ascontiguousarray(y.reshape(n, c // (b * b), h * b, w * b))
+
+
+def _space_to_depth_ref(a, attrs):
+    x, b = a[0], attrs["block_size"]
+    n, c, h, w = x.shape
+    y = x.reshape(n, c, h // b, b, w // b, b)
+    y = y.transpose((0, 3, 5, 1, 2, 4) if attrs["mode"] == "DCR" else (0, 1, 3, 5, 2, 4))
+    return np.ascontiguousarray(y.reshape(n, c * b * b, h // b, w // b))
+
+
+register_op(OpDef(
+    name="nn.depth_to_space", num_inputs=1,
+    infer=lambda types, attrs: _block_infer("nn.depth_to_space", types, attrs),
+    lower=_lowered(lambda a, attrs: ops.transform.depth_to_space(a[0], attrs["block_size"],
+                                                                 attrs["mode"])),
+    ref=_depth_to_space_ref, pattern=OpPattern.INJECTIVE,
+    defaults={"block_size": None, "mode": "DCR"},
+))
+
+
+def depth_to_space(data: Node, block_size: int, mode: str = "DCR") -> Call:
+    """``[N, C, H, W]`` to ``[N, C / b^2, H * b, W * b]`` (ONNX ``DepthToSpace``)."""
+    return Call("nn.depth_to_space", [data], {"block_size": block_size, "mode": mode})
+
+
+register_op(OpDef(
+    name="nn.space_to_depth", num_inputs=1,
+    infer=lambda types, attrs: _block_infer("nn.space_to_depth", types, attrs),
+    lower=_lowered(lambda a, attrs: ops.transform.space_to_depth(a[0], attrs["block_size"],
+                                                                 attrs["mode"])),
+    ref=_space_to_depth_ref, pattern=OpPattern.INJECTIVE,
+    defaults={"block_size": None, "mode": "DCR"},
+))
+
+
+def space_to_depth(data: Node, block_size: int, mode: str = "DCR") -> Call:
+    """``[N, C, H, W]`` to ``[N, C * b^2, H / b, W / b]`` (ONNX ``SpaceToDepth``), the
+    inverse of :func:`depth_to_space` in the same ``mode``."""
+    return Call("nn.space_to_depth", [data], {"block_size": block_size, "mode": mode})
+
+
+def _border_pad_infer(types, attrs):
+    from ...ops.transform import BORDER_PAD_MODES
+
+    data = types[0]
+    width = attrs["pad_width"]
+    if attrs["mode"] not in BORDER_PAD_MODES:
+        fail("nn.border_pad", f"mode must be one of {list(BORDER_PAD_MODES)}, got "
+                              f"{attrs['mode']!r}")
+    if len(width) != data.ndim:
+        fail("nn.border_pad", f"pad_width has {len(width)} pairs but data has {data.ndim} "
+                              "dimensions")
+    if attrs["mode"] != "edge" and any(
+            (b or a) and s == 0 for s, (b, a) in zip(data.shape, width)):
+        fail("nn.border_pad", "cannot pad an empty dimension")
+    return TensorType(tuple(s + b + a for s, (b, a) in zip(data.shape, width)), data.dtype)
+
+
+def _border_pad_normalize(attrs):
+    out = _pad_normalize({"pad_width": attrs["pad_width"], "pad_value": 0.0})
+    return {"pad_width": out["pad_width"], "mode": attrs["mode"]}
+
+
+register_op(OpDef(
+    name="nn.border_pad", num_inputs=1, infer=_border_pad_infer,
+    lower=_lowered(lambda a, attrs: ops.transform.border_pad(
+        a[0], [b for b, _ in attrs["pad_width"]], [x for _, x in attrs["pad_width"]],
+        attrs["mode"])),
+    ref=lambda a, attrs: np.pad(a[0], attrs["pad_width"], mode=attrs["mode"]),
+    pattern=OpPattern.INJECTIVE, defaults={"pad_width": None, "mode": "reflect"},
+    normalize=_border_pad_normalize,
+))
+
+
+def border_pad(data: Node, pad_width, mode: str = "reflect") -> Call:
+    """Padding with the data's own elements: ``mode`` is ``reflect`` (mirror about the edge
+    element), ``edge`` (repeat it) or ``wrap`` (continue from the other side), as numpy's
+    ``pad``; ``pad_width`` is one (before, after) pair per dimension."""
+    return Call("nn.border_pad", [data], {"pad_width": pad_width, "mode": mode})
+
+
+# the indexing operators register with the layout ones: importing the operator package
+# imports this module
+from . import index as _index  # noqa: E402,F401

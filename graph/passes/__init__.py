@@ -13,14 +13,21 @@ from .base import (
     GraphVerify,
     register_graph_pass,
 )
+from .canonicalize_arith import CanonicalizeArith
+from .canonicalize_norms import CanonicalizeNorms
+from .canonicalize_products import CanonicalizeProducts
 from .combine_parallel_dense import CombineParallelDense
 from .convert_layout import ConvertLayout
+from .decompose_attention import DecomposeAttention
+from .eliminate_common_subexpr import EliminateCommonSubexpr
 from .fold_constant import FoldConstant
+from .fold_nan_guard import FoldNanGuard
 from .fold_output_cast import FoldOutputCast
 from .fold_scale_axis import FoldScaleAxis
 from .fuse_ops import FuseOps
 from .pad_conv_channels import PadConvChannels
 from .simplify_inference import SimplifyInference
+from .sink_layout_ops import SinkLayoutOps
 from .to_mixed_precision import MIXED_PRECISION_POLICY, MixedPolicy, ToMixedPrecision
 from .use_tf32 import UseTF32
 from .winograd import Winograd
@@ -33,11 +40,12 @@ PAD_CHANNELS = 4
 (``pad_channels=None``)."""
 
 __all__ = [
-    "GRAPH_PASSES", "MIXED_PRECISION_POLICY", "PRECISIONS", "CombineParallelDense",
-    "ConvertLayout", "FoldConstant", "FoldOutputCast", "FoldScaleAxis", "FuseOps", "GraphPass",
-    "GraphPassContext", "GraphPipeline", "GraphVerify",
-    "MixedPolicy", "PAD_CHANNELS", "PadConvChannels", "SimplifyInference", "ToMixedPrecision",
-    "UseTF32", "Winograd",
+    "GRAPH_PASSES", "MIXED_PRECISION_POLICY", "PAD_CHANNELS", "PRECISIONS", "CanonicalizeArith",
+    "CanonicalizeNorms", "CanonicalizeProducts", "CombineParallelDense", "ConvertLayout",
+    "DecomposeAttention", "EliminateCommonSubexpr", "FoldConstant", "FoldNanGuard",
+    "FoldOutputCast", "FoldScaleAxis", "FuseOps", "GraphPass", "GraphPassContext",
+    "GraphPipeline", "GraphVerify", "MixedPolicy", "PadConvChannels", "SimplifyInference",
+    "SinkLayoutOps", "ToMixedPrecision", "UseTF32", "Winograd", "canonicalization_pipeline",
     "check_pad_channels", "check_precision", "optimization_pipeline", "register_graph_pass",
 ]
 
@@ -65,12 +73,28 @@ def check_pad_channels(pad_channels: int | None) -> int:
     return pad_channels
 
 
+def canonicalization_pipeline() -> GraphPipeline:
+    """The passes that write what importers give the way the kernels expect it::
+
+        eliminate_common_subexpr, decompose_attention, canonicalize_norms,
+        canonicalize_arith, fold_nan_guard, sink_layout_ops, canonicalize_products, sink_layout_ops,
+        eliminate_common_subexpr, fold_constant
+
+    A network from an ONNX file or ``torch.export`` then reaches the same fused kernels as
+    the same network written with the graph operators directly."""
+    return GraphPipeline([EliminateCommonSubexpr(), DecomposeAttention(), CanonicalizeNorms(),
+                          CanonicalizeArith(), FoldNanGuard(), SinkLayoutOps(),
+                          CanonicalizeProducts(),
+                          SinkLayoutOps(), EliminateCommonSubexpr(), FoldConstant()])
+
+
 def optimization_pipeline(layout: str | None = None, winograd: bool = False,
                           fuse: bool = True, precision: str | None = None,
                           pad_channels: int | None = None) -> GraphPipeline:
     """The passes a network goes through before compilation::
 
-        simplify_inference, fold_constant, [convert_layout, fold_constant,]
+        simplify_inference, fold_constant, <canonicalization_pipeline>,
+        [convert_layout, fold_constant,]
         fold_scale_axis, fold_constant, combine_parallel_dense,
         [to_mixed_precision(dtype), fold_constant | use_tf32,] fold_output_cast,
         [winograd, fold_constant,] [pad_conv_channels(multiple),] [fuse_ops]
@@ -100,6 +124,7 @@ def optimization_pipeline(layout: str | None = None, winograd: bool = False,
     precision = check_precision(precision, winograd)
     multiple = check_pad_channels(pad_channels)
     passes: list[GraphPass] = [SimplifyInference(), FoldConstant()]
+    passes += canonicalization_pipeline().passes
     if layout is None and precision in ("float16", "bfloat16", "tf32"):
         layout = "NHWC"
     if layout and layout != "NCHW":  # NCHW: the network's own layout, kept

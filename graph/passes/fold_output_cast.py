@@ -8,7 +8,7 @@ more launch and one more pass over the tensor (per layer of a transformer, after
 attention softmax). This pass folds ``cast(op(x), dtype)`` into ``op(x, out_dtype=dtype)``
 when:
 
-- ``op`` is ``nn.softmax`` or ``nn.layer_norm`` (:data:`ROUNDING_OPS`);
+- ``op`` is ``nn.softmax``, ``nn.layer_norm`` or ``nn.rms_norm`` (:data:`ROUNDING_OPS`);
 - the cast is the only reader of the operator's result, which is not a graph output
   (a layer norm that also feeds a float32 residual add keeps its float32 result and its
   cast);
@@ -45,7 +45,7 @@ from .base import GraphPass, register_graph_pass
 CONFIG_ROUND_SHARED = "fold_output_cast.round_shared"
 """The pass context config key overriding ``round_shared``."""
 
-ROUNDING_OPS = ("nn.softmax", "nn.layer_norm")
+ROUNDING_OPS = ("nn.softmax", "nn.layer_norm", "nn.rms_norm")
 """Operators with an ``out_dtype`` that rounds their result once at the end."""
 
 

@@ -62,6 +62,12 @@ from .base import GraphPass, register_graph_pass
 from .layout_view import LAYOUT_OPS, chain_view, copyable_rows, layout_chain, stored_view
 
 MAX_NAME = 80
+MAX_DEPTH = 64
+"""The most calls one fused function holds by default (Relay's ``max_depth``). An
+element-wise chain fuses into one expression as deep as the chain; a few hundred levels
+overflow Python's stack in every IR walker, and compile time grows faster than the chain.
+Past the cap a chain is cut into functions of at most this many calls, which repeat (so
+compile once) along a uniform chain: build time stays linear in the number of calls."""
 PRODUCT_OPS = ("nn.dense", "nn.matmul", "nn.batch_matmul")
 ROW_EPILOGUE_OPS = ("nn.softmax",)
 """Opaque operators over the last axis that may be a tensor-core product's row epilogue."""
@@ -78,6 +84,11 @@ class _Groups:
         self.pattern = {id(c): get_op(c.op).pattern_of(c.attrs) for c in calls}
         self.output = {id(c): c for c in calls}
         self.size = {id(c): 1 for c in calls}
+        self.max_size = MAX_DEPTH
+
+    def room(self, root: int, more: int) -> bool:
+        """Whether the group of ``root`` may take ``more`` calls (the depth cap)."""
+        return self.size[root] + more <= self.max_size
 
     def root(self, k: int) -> int:
         while self.parent[k] != k:
@@ -134,11 +145,12 @@ def _fits(group_pattern: OpPattern, anchor_shape: tuple, node: Node) -> bool:
     return False
 
 
-def partition(graph: Graph, layouts: bool = True, rows: bool = True
-              ) -> tuple[list[Node], _Groups]:
+def partition(graph: Graph, layouts: bool = True, rows: bool = True,
+              max_depth: int = MAX_DEPTH) -> tuple[list[Node], _Groups]:
     """Group the calls of ``graph`` (see the module doc; ``layouts``: with the layout
-    chains of tensor-core products; ``rows``: with their softmax row epilogues); returns
-    the nodes in topological order and the groups."""
+    chains of tensor-core products; ``rows``: with their softmax row epilogues; no group
+    of more than ``max_depth`` calls); returns the nodes in topological order and the
+    groups."""
     nodes = graph.nodes()
     calls = [n for n in nodes if isinstance(n, Call)]
     for c in calls:
@@ -171,12 +183,13 @@ def partition(graph: Graph, layouts: bool = True, rows: bool = True
             path.append(m)
             if m is not dom:
                 stack.extend(cons[id(m)])
-        if not ok:
-            continue
+        if not ok or groups.size[root] + len(path) > max_depth:
+            continue  # the group ends here; ``dom`` starts the next one
         for m in path:
             groups.merge_into(m, root)
         groups.output[root] = dom
     outputs = {id(o) for o in graph.outputs}
+    groups.max_size = max_depth
     _fuse_epilogue_operand_casts(calls, groups, cons, outputs)
     if layouts:
         _fuse_operand_layouts(nodes, groups, cons, outputs)
@@ -202,7 +215,7 @@ def _fuse_epilogue_operand_casts(calls: list[Call], groups: _Groups, cons,
         if (root != id(m) and groups.pattern[root] in (OpPattern.OUT_ELEMWISE_FUSABLE,
                                                         OpPattern.COMM_REDUCE)
                 and get_op(m.op).pattern_of(m.attrs) <= OpPattern.BROADCAST
-                and m.shape == c.shape):
+                and m.shape == c.shape and groups.room(root, 1)):
             groups.merge_into(c, root)
 
 
@@ -218,32 +231,30 @@ def tensor_core_product(call: Node, shapes: bool = False) -> bool:
     """Whether ``call`` is a matrix product the tensor cores may run: a dense, matmul or
     batch_matmul of 16-bit inputs, or of float32 ones at TF32 precision. With ``shapes``,
     also in the layouts and sizes the tensor-core GEMM schedule stores through a remapped
-    epilogue (:func:`~ptxforge.ops.schedules.tensorcore_gemm.gemm_form` and
-    :func:`~ptxforge.ops.schedules.tensorcore_gemm.remap_config`: A not transposed, TF32's
+    epilogue (the rules of :mod:`ptxforge.ops.schedules.gemm.forms` that
+    :func:`~ptxforge.ops.schedules.gemm.forms.gemm_form` applies: A not transposed, TF32's
     B as ``[n, k]``, ``M`` and ``N`` whole tiles of 16 and ``K`` of one mma's depth); the
     target's own tensor cores are for the schedule to find."""
+    from ...ops.schedules.gemm.forms import layout_ok, product_kind, whole_tiles
+
     if not (isinstance(call, Call) and isinstance(call.op, str) and call.op in PRODUCT_OPS):
         return False
-    dtype = call.args[0].dtype
-    tf32 = dtype == "float32" and call.attrs.get("precision") == "tf32"
-    if not (dtype in ("float16", "bfloat16") or tf32):
+    kind = product_kind(call.args[0].dtype, call.attrs.get("precision"))
+    if kind is None:
         return False
     if not shapes:
         return True
     a, b = (tuple(x.shape) for x in call.args)
     if call.op == "nn.dense":
-        (m, k), (n, _), b_kn = a, b, False
+        (m, k), (n, _), b_kn, trans_a = a, b, False, False
     else:
-        if call.attrs.get("transpose_a"):
-            return False
+        trans_a = bool(call.attrs.get("transpose_a"))
         b_kn = not call.attrs.get("transpose_b")
         m, k = a[-2:]
         n = b[-1] if b_kn else b[-2]
-    if tf32 and b_kn:
-        return False
-    # whole tiles of 16: the epilogue runs over the product's loops, which a zero-padded
-    # tile's partial copy does not keep
-    return m % 16 == 0 and n % 16 == 0 and k % (8 if tf32 else 16) == 0
+    # whole tiles: the epilogue runs over the product's loops, which a zero-padded tile's
+    # partial copy does not keep
+    return layout_ok(kind, trans_a, b_kn) and whole_tiles(kind, m, n, k)
 
 
 def _layout_group(members: list[Call], output: Call) -> tuple[Node, list[Call]] | None:
@@ -289,7 +300,7 @@ def _fuse_output_layouts(nodes: list[Node], groups: _Groups, cons: dict,
         found = _layout_group(members[r], groups.output[r])
         if found is None or found[0] is not out:
             continue
-        if stored_view(found[1]) is None:
+        if stored_view(found[1]) is None or not groups.room(id(node), groups.size[r]):
             continue
         groups.parent[r] = id(node)
         groups.size[id(node)] += groups.size[r]
@@ -342,7 +353,7 @@ def _fuse_row_epilogues(nodes: list[Node], groups: _Groups, cons: dict,
                 between.append(m)
         if out is not node and id(out) not in after:
             continue
-        if not row_epilogue_fits(node, between, reader):
+        if not row_epilogue_fits(node, between, reader) or not groups.room(id(node), 1):
             continue
         groups.parent[r] = id(node)
         groups.size[id(node)] += 1
@@ -374,6 +385,8 @@ def _fuse_operand_layouts(nodes: list[Node], groups: _Groups, cons: dict,
             view = chain_view(*found)
             if view is None or not copyable_rows(view, arg.dtype):
                 continue  # the separate kernel stays (today's layout copy)
+            if not groups.room(id(node), groups.size[r]):
+                continue
             groups.parent[r] = id(node)
             groups.size[id(node)] += groups.size[r]
 
@@ -450,24 +463,31 @@ class FuseOps(GraphPass):
             H100, BERT-base's fused scores and softmax took 5.3-10 us where the two tuned
             kernels take about 4 (docs/networks.md). The pass context's config key
             ``"fuse_ops.rows"`` overrides it for a whole build.
+        max_depth: the most calls one fused function holds (:data:`MAX_DEPTH`); a longer
+            chain becomes several functions.
     """
 
     name = "fuse_ops"
     layouts: bool = True
     rows: bool = False
+    max_depth: int = MAX_DEPTH
 
     def __post_init__(self):
         for what in ("layouts", "rows"):
             v = getattr(self, what)
             if not isinstance(v, bool):
                 raise GraphError(f"fuse_ops: {what} must be a bool, got {v!r}")
+        if (not isinstance(self.max_depth, int) or isinstance(self.max_depth, bool)
+                or self.max_depth < 1):
+            raise GraphError(f"fuse_ops: max_depth must be a positive int (the most calls "
+                             f"in one fused function), got {self.max_depth!r}")
 
     def apply(self, graph: Graph, ctx) -> Graph:
         rows = getattr(ctx, "config", {}).get(CONFIG_ROWS, self.rows)
         if not isinstance(rows, bool):
             raise GraphError(f"{CONFIG_ROWS} in the pass context's config is a bool, got "
                              f"{rows!r}")
-        nodes, groups = partition(graph, self.layouts, rows)
+        nodes, groups = partition(graph, self.layouts, rows, self.max_depth)
         members: dict[int, list[Call]] = {}
         for n in nodes:
             if isinstance(n, Call):

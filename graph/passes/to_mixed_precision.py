@@ -48,8 +48,8 @@ _FOLLOW = (
     "nn.batch_flatten", "squeeze", "expand_dims", "transpose", "concatenate", "strided_slice",
 )
 _NEVER = (
-    "nn.softmax", "nn.layer_norm", "nn.batch_norm", "mean", "exp", "log", "power", "sqrt",
-    "rsqrt", "nn.conv2d_winograd", "nn.winograd_weight_transform",
+    "nn.softmax", "nn.layer_norm", "nn.rms_norm", "nn.batch_norm", "mean", "exp", "log",
+    "power", "sqrt", "rsqrt", "nn.conv2d_winograd", "nn.winograd_weight_transform",
 )
 
 MIXED_PRECISION_POLICY: dict[str, MixedPolicy] = {

@@ -331,7 +331,7 @@ def _match_nest(loop: For, intrin: TensorIntrin, where: str, device: bool) -> Bo
         flat = _flat(buf, idx)
         co = _coefficients(flat, nest_vars)
         if (co is None and name == "B" and intrin.kind == "wgmma"
-                and intrin.name.endswith("_kn")):
+                and intrin.key.b_kn):
             co = _panel_coefficients(flat, loops)
         if co is None:
             _fail(where, intrin, f"the access {buf.name}[{', '.join(map(str, idx))}] is not "
@@ -431,7 +431,7 @@ def _check_wgmma_operand(op: Operand, name: str, intrin: TensorIntrin, where: st
     with 3 bits, checked where the function is known: ``tensorize`` and the backends)."""
     buf = op.buffer
     esize = nbytes(buf.dtype)
-    if name == "B" and intrin.name.endswith("_kn"):
+    if name == "B" and intrin.key.b_kn:
         _check_wgmma_mn_operand(op, intrin, where)
         return
     if op.ld * esize != WGMMA_ROW_BYTES:

@@ -14,14 +14,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from ..expr import IRError
+from .keys import IntrinError, IntrinKey, intrin_name
 from .layout import ROLES, WARP, FragmentRole
 
 KINDS = ("mma", "ldmatrix", "load", "store", "fill", "wgmma")
-
-
-class IntrinError(IRError):
-    """An unknown intrinsic, or a loop nest that does not match one."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +29,8 @@ class TensorIntrin:
     8x8 16-bit matrices (8 rows of 16 bytes: 8x4 for 32-bit elements) and ``.trans``,
     and ``tile_step`` the (rows, cols) from one fragment tile it fills to the next.
     ``init``: the intrinsic that zeroes the output of a reduction (what its ``init`` nest
-    becomes). ``dtypes``: operand -> element dtype.
+    becomes). ``dtypes``: operand -> element dtype. ``key``: what it does, the
+    :class:`~.keys.IntrinKey` :func:`lookup` finds it by.
     """
 
     name: str
@@ -48,6 +45,7 @@ class TensorIntrin:
     tile_step: tuple = (0, 0)
     ptx: str = ""
     doc: str = ""
+    key: IntrinKey | None = field(default=None, compare=False)
     _decl: tuple = field(default=(), repr=False, compare=False)
 
     @property
@@ -67,13 +65,32 @@ class TensorIntrin:
 
 
 _REGISTRY: dict = {}
+_BY_KEY: dict = {}
 
 
 def register(intrin: TensorIntrin) -> TensorIntrin:
+    """Add ``intrin`` to the registry (and, with a key, to :func:`lookup`)."""
     if intrin.kind not in KINDS:
         raise IntrinError(f"intrinsic {intrin.name}: unknown kind {intrin.kind!r}")
+    if intrin.key is not None:
+        if intrin_name(intrin.key) != intrin.name:
+            raise IntrinError(f"intrinsic {intrin.name}: its key {intrin.key} names "
+                              f"{intrin_name(intrin.key)}")
+        _BY_KEY[intrin.key] = intrin
     _REGISTRY[intrin.name] = intrin
     return intrin
+
+
+def lookup(key: IntrinKey) -> TensorIntrin:
+    """The registered intrinsic that does what ``key`` says, or an error listing the
+    registered keys of the same op."""
+    try:
+        return _BY_KEY[key]
+    except KeyError:
+        same = sorted(str(k) for k in _BY_KEY if k.op == key.op)
+        raise IntrinError(f"no tensor intrinsic registered for {key}; the {key.op} "
+                          f"intrinsics are: {'; '.join(same[:12])}"
+                          f"{' ...' if len(same) > 12 else ''}") from None
 
 
 def get_intrin(name: str) -> TensorIntrin:
@@ -104,8 +121,7 @@ def _declare(it: TensorIntrin):
         k = te.reduce_axis((0, sh["A"][1]), name="k")
         acc = dts["C"]
 
-        b_kn = (it.roles.get("B", "").endswith("_kn")
-                or (it.kind == "wgmma" and it.name.endswith("_kn")))
+        b_kn = it.key.b_kn if it.key is not None else it.roles.get("B", "").endswith("_kn")
 
         def body(i, j):
             x, y = a[i, k], (b[k, j] if b_kn else b[j, k])
@@ -140,12 +156,13 @@ def _register_all() -> None:
         for acc in accs:
             a = "f32" if acc == "float32" else "f16"
             for kn in (False, True):
+                key = IntrinKey("mma", ab=ab, acc=acc, b_kn=kn)
                 register(TensorIntrin(
-                    f"mma_m16n8k16_{s}_{a}{'_kn' if kn else ''}", "mma",
+                    intrin_name(key), "mma",
                     {"A": (16, 16), "B": (16, 8) if kn else (8, 16), "C": (16, 8)},
                     {"A": ab, "B": ab, "C": acc},
                     {"A": "a16", "B": "b16_kn" if kn else "b16", "C": "c"},
-                    ("C", "A", "B"), init=f"fill_m16n8_{a}",
+                    ("C", "A", "B"), init=intrin_name(IntrinKey("fill", acc=acc)), key=key,
                     ptx=f"mma.sync.aligned.m16n8k16.row.col.{a}.{s}.{s}.{a}",
                     doc=f"C[16,8] += A[16,16] * {'B[16,8]' if kn else 'B[8,16]^T'}, {s} "
                         f"inputs, {a} accumulate"))
@@ -160,27 +177,29 @@ def _register_all() -> None:
                                        (1, "b8_kn", (8, 8), (0, 0))):
             trans = ROLES[role].kind == "b16t"
             r = "a" if role == "a16" else "b"
-            name = f"ldmatrix_{r}_x{num}{'_trans' if trans else ''}_{s}"
+            key = IntrinKey("ldmatrix", r.upper(), ab=ab, b_kn=trans, num=num)
             register(TensorIntrin(
-                name, "ldmatrix", {"F": shape, "S": shape}, {"F": ab, "S": ab},
-                {"F": role}, ("F", "S"), num=num, trans=trans, tile_step=step,
+                intrin_name(key), "ldmatrix", {"F": shape, "S": shape}, {"F": ab, "S": ab},
+                {"F": role}, ("F", "S"), num=num, trans=trans, tile_step=step, key=key,
                 ptx=f"ldmatrix.sync.aligned.m8n8.x{num}{'.trans' if trans else ''}"
                     ".shared.b16",
                 doc=f"{shape[0]}x{shape[1]} {r.upper()} fragment ({role}) from shared "
                     f"memory, {num} 8x8 matrices"))
         for r, role in (("a", "a16"), ("b", "b16"), ("b", "b16_kn")):
             R = ROLES[role]
+            key = IntrinKey("load", r.upper(), ab=ab, b_kn=role.endswith("_kn"))
             register(TensorIntrin(
-                f"load_{r}_{s}{'_kn' if role.endswith('_kn') else ''}", "load",
+                intrin_name(key), "load",
                 {"F": (R.rows, R.cols), "M": (R.rows, R.cols)},
-                {"F": ab, "M": ab}, {"F": role}, ("F", "M"),
+                {"F": ab, "M": ab}, {"F": role}, ("F", "M"), key=key,
                 doc=f"{r.upper()} fragment ({role}) from shared or global memory, lane by "
                     "lane"))
     for r, role in (("a", "a_tf32"), ("b", "b_tf32")):
         R = ROLES[role]
+        key = IntrinKey("load", r.upper(), ab="float32")
         register(TensorIntrin(
-            f"load_{r}_tf32", "load", {"F": (R.rows, R.cols), "M": (R.rows, R.cols)},
-            {"F": "float32", "M": "float32"}, {"F": role}, ("F", "M"),
+            intrin_name(key), "load", {"F": (R.rows, R.cols), "M": (R.rows, R.cols)},
+            {"F": "float32", "M": "float32"}, {"F": role}, ("F", "M"), key=key,
             doc=f"{r.upper()} fragment of m16n8k8 tf32 from memory"))
     # ldmatrix of 32-bit elements: an "8x8 b16 matrix" is 8 rows of 16 bytes, i.e. 8 rows
     # of 4 fp32 values, and lane l receives row l / 4, 32-bit column l % 4 of each: one
@@ -191,9 +210,10 @@ def _register_all() -> None:
     for num, r, role, shape, step in ((4, "a", "a_tf32", (16, 8), (0, 0)),
                                       (2, "b", "b_tf32", (8, 8), (0, 0)),
                                       (4, "b", "b_tf32", (16, 8), (8, 0))):
+        key = IntrinKey("ldmatrix", r.upper(), ab="float32", num=num)
         register(TensorIntrin(
-            f"ldmatrix_{r}_x{num}_tf32", "ldmatrix", {"F": shape, "S": shape},
-            {"F": "float32", "S": "float32"}, {"F": role}, ("F", "S"), num=num,
+            intrin_name(key), "ldmatrix", {"F": shape, "S": shape},
+            {"F": "float32", "S": "float32"}, {"F": role}, ("F", "S"), num=num, key=key,
             tile_step=step, ptx=f"ldmatrix.sync.aligned.m8n8.x{num}.shared.b16",
             doc=f"{shape[0]}x{shape[1]} fp32 {r.upper()} fragment ({role}) of m16n8k8 tf32 "
                 f"from shared memory, {num} matrices of 8 rows x 4 fp32 (16 bytes)"))
@@ -201,21 +221,24 @@ def _register_all() -> None:
         "mma_m16n8k8_tf32_f32", "mma", {"A": (16, 8), "B": (8, 8), "C": (16, 8)},
         {"A": "float32", "B": "float32", "C": "float32"},
         {"A": "a_tf32", "B": "b_tf32", "C": "c"}, ("C", "A", "B"), init="fill_m16n8_f32",
+        key=IntrinKey("mma", ab="float32", acc="float32"),
         ptx="mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
         doc="C[16,8] += A[16,8] * B[8,8]^T in TF32 (inputs keep 10 mantissa bits)"))
     for acc in ("float32", "float16"):
         a = "f32" if acc == "float32" else "f16"
-        register(TensorIntrin(f"fill_m16n8_{a}", "fill", {"C": (16, 8)}, {"C": acc},
-                              {"C": "c"}, ("C",), doc=f"zero a {a} accumulator tile"))
-        register(TensorIntrin(f"load_c_{a}", "load", {"F": (16, 8), "M": (16, 8)},
-                              {"F": acc, "M": acc}, {"F": "c"}, ("F", "M"),
+        fill, load = IntrinKey("fill", acc=acc), IntrinKey("load", "C", acc=acc)
+        register(TensorIntrin(intrin_name(fill), "fill", {"C": (16, 8)}, {"C": acc},
+                              {"C": "c"}, ("C",), key=fill,
+                              doc=f"zero a {a} accumulator tile"))
+        register(TensorIntrin(intrin_name(load), "load", {"F": (16, 8), "M": (16, 8)},
+                              {"F": acc, "M": acc}, {"F": "c"}, ("F", "M"), key=load,
                               doc=f"{a} accumulator tile from memory"))
         outs = ("float32", "float16", "bfloat16") if acc == "float32" else ("float16",)
         for out in outs:
             o = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[out]
-            name = f"store_c_{a}" if out == acc else f"store_c_{a}_{o}"
-            register(TensorIntrin(name, "store", {"M": (16, 8), "F": (16, 8)},
-                                  {"M": out, "F": acc}, {"F": "c"}, ("M", "F"),
+            key = IntrinKey("store", "C", acc=acc, out="" if out == acc else out)
+            register(TensorIntrin(intrin_name(key), "store", {"M": (16, 8), "F": (16, 8)},
+                                  {"M": out, "F": acc}, {"F": "c"}, ("M", "F"), key=key,
                                   doc=f"{a} accumulator tile to memory as {o}"))
 
 
@@ -230,29 +253,45 @@ def _register_wgmma() -> None:
     for ab in ("float16", "bfloat16"):
         for n in WGMMA_N:
             spec = get_wgmma(n, ab)
+            fill = intrin_name(IntrinKey("fill", acc="float32", n=n, scope="warpgroup"))
             register(TensorIntrin(
                 spec.name, "wgmma", {"A": (64, 16), "B": (n, 16), "C": (64, n)},
                 {"A": ab, "B": ab, "C": "float32"}, {"C": "wg_c"}, ("C", "A", "B"),
-                init=f"fill_wg_m64n{n}_f32", ptx=spec.ptx,
+                init=fill, ptx=spec.ptx, key=IntrinKey("wgmma", ab=ab, acc="float32", n=n),
                 doc=f"C[64,{n}] += A[64,16] * B[{n},16]^T, {_b16(ab)} operands in shared memory "
                     "(128B swizzle), f32 accumulators in a warpgroup's registers"))
             kn = get_wgmma(n, ab, b_kn=True)
             register(TensorIntrin(
                 kn.name, "wgmma", {"A": (64, 16), "B": (16, n), "C": (64, n)},
                 {"A": ab, "B": ab, "C": "float32"}, {"C": "wg_c"}, ("C", "A", "B"),
-                init=f"fill_wg_m64n{n}_f32", ptx=kn.ptx,
+                init=fill, ptx=kn.ptx,
+                key=IntrinKey("wgmma", ab=ab, acc="float32", n=n, b_kn=True),
                 doc=f"C[64,{n}] += A[64,16] * B[16,{n}], {_b16(ab)} operands in shared memory "
                     "(128B swizzle; B MN-major: rows of 64 N elements, imm-trans-b 1), f32 "
                     "accumulators in a warpgroup's registers"))
+    for ab in ("float8_e4m3fn", "float8_e5m2"):
+        for n in WGMMA_N:
+            spec = get_wgmma(n, ab)
+            k = spec.k
+            register(TensorIntrin(
+                spec.name, "wgmma", {"A": (64, k), "B": (n, k), "C": (64, n)},
+                {"A": ab, "B": ab, "C": "float32"}, {"C": "wg_c"}, ("C", "A", "B"),
+                init=intrin_name(IntrinKey("fill", acc="float32", n=n, scope="warpgroup")),
+                ptx=spec.ptx, key=IntrinKey("wgmma", ab=ab, acc="float32", n=n),
+                doc=f"C[64,{n}] += A[64,{k}] * B[{n},{k}]^T, {spec.ptx.split('.')[-1]} "
+                    "(fp8) operands K-major in shared memory (128B swizzle), f32 "
+                    "accumulators in a warpgroup's registers"))
     for n in WGMMA_N:
-        register(TensorIntrin(f"fill_wg_m64n{n}_f32", "fill", {"C": (64, n)},
-                              {"C": "float32"}, {"C": "wg_c"}, ("C",),
+        key = IntrinKey("fill", acc="float32", n=n, scope="warpgroup")
+        register(TensorIntrin(intrin_name(key), "fill", {"C": (64, n)},
+                              {"C": "float32"}, {"C": "wg_c"}, ("C",), key=key,
                               doc=f"zero a warpgroup's 64x{n} f32 wgmma accumulator"))
     for out in ("float32", "float16", "bfloat16"):
         o = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[out]
-        name = "store_wg_f32" if out == "float32" else f"store_wg_f32_{o}"
-        register(TensorIntrin(name, "store", {"M": (64, 8), "F": (64, 8)},
-                              {"M": out, "F": "float32"}, {"F": "wg_c"}, ("M", "F"),
+        key = IntrinKey("store", "C", acc="float32", out="" if out == "float32" else out,
+                        scope="warpgroup")
+        register(TensorIntrin(intrin_name(key), "store", {"M": (64, 8), "F": (64, 8)},
+                              {"M": out, "F": "float32"}, {"F": "wg_c"}, ("M", "F"), key=key,
                               doc=f"a 64x8 tile of a warpgroup's wgmma accumulator to memory "
                                   f"as {o}, thread by thread"))
 

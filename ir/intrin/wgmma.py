@@ -248,18 +248,45 @@ def accumulator_map(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class WgmmaIntrin:
-    """``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}``, A and B from shared memory
-    through descriptors, D ``[64, n]`` f32 in the warpgroup's registers. A is K-major; B is
-    K-major (``[N, K]``, ``imm-trans-b`` 0) or, with ``b_kn``, MN-major (``[K, N]``,
-    ``imm-trans-b`` 1, name suffix ``_kn``)."""
+    """``wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ab}.{ab}``, A and B from shared
+    memory through descriptors, D ``[64, n]`` f32 in the warpgroup's registers. A is
+    K-major; B is K-major (``[N, K]``, ``imm-trans-b`` 0) or, with ``b_kn``, MN-major
+    (``[K, N]``, ``imm-trans-b`` 1, name suffix ``_kn``; 16-bit inputs only). ``k`` is 16
+    for fp16/bf16 and 32 for the fp8 formats (e4m3, e5m2): 32 bytes of K either way, so
+    the descriptors and layouts are the same in bytes."""
 
     n: int
     ab: str
     b_kn: bool = False
 
+    def __post_init__(self):
+        _short(self.ab)  # a clear error for other inputs
+        if self.b_kn and self.fp8:
+            raise WgmmaError("wgmma reads fp8 operands K-major only (the ISA has no "
+                             "imm-trans-b for 8-bit types): keep B as [N, K]")
+
     @property
     def name(self) -> str:
-        return f"wgmma_m64n{self.n}k16_{_short(self.ab)}_f32" + ("_kn" if self.b_kn else "")
+        from .keys import IntrinKey, intrin_name
+
+        return intrin_name(IntrinKey("wgmma", ab=self.ab, acc="float32", n=self.n,
+                                     b_kn=self.b_kn))
+
+    @property
+    def fp8(self) -> bool:
+        """Whether the inputs are 8-bit floats (no transpose immediates in the PTX)."""
+        return self.ab.startswith("float8")
+
+    @property
+    def k(self) -> int:
+        from .keys import wgmma_k
+
+        return wgmma_k(self.ab)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes of one input element."""
+        return 1 if self.fp8 else 2
 
     @property
     def tnsp_b(self) -> int:
@@ -269,7 +296,7 @@ class WgmmaIntrin:
     @property
     def ptx(self) -> str:
         s = _short(self.ab)
-        return f"wgmma.mma_async.sync.aligned.m64n{self.n}k16.f32.{s}.{s}"
+        return f"wgmma.mma_async.sync.aligned.m64n{self.n}k{self.k}.f32.{s}.{s}"
 
     @property
     def regs(self) -> int:
@@ -277,17 +304,25 @@ class WgmmaIntrin:
         return self.n // 2
 
 
+WGMMA_INPUTS = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3",
+                "float8_e5m2": "e5m2"}
+"""The input types of the wgmma intrinsics here, with their PTX names."""
+
+
 def _short(ab: str) -> str:
     try:
-        return {"float16": "f16", "bfloat16": "bf16"}[ab]
+        return WGMMA_INPUTS[ab]
     except KeyError:
-        raise WgmmaError(f"wgmma here takes float16 or bfloat16 inputs, not {ab}") from None
+        raise WgmmaError(f"wgmma here takes {', '.join(WGMMA_INPUTS)} inputs, not {ab}"
+                         ) from None
 
 
-WGMMA_INTRINS = {it.name: it for it in (WgmmaIntrin(n, ab, kn) for ab in ("float16", "bfloat16")
-                                        for n in WGMMA_N for kn in (False, True))}
+WGMMA_INTRINS = {it.name: it for it in (
+    [WgmmaIntrin(n, ab, kn) for ab in ("float16", "bfloat16") for n in WGMMA_N
+     for kn in (False, True)]
+    + [WgmmaIntrin(n, ab) for ab in ("float8_e4m3fn", "float8_e5m2") for n in WGMMA_N])}
 """The registered wgmma intrinsics by name (``wgmma_m64n128k16_f16_f32``,
-``wgmma_m64n64k16_bf16_f32_kn``, ...)."""
+``wgmma_m64n64k16_bf16_f32_kn``, ``wgmma_m64n256k32_e4m3_f32``, ...)."""
 
 
 def is_wgmma_loop(s) -> bool:
@@ -328,10 +363,10 @@ hardware XORs address bits 4-6 with bits 7-9)."""
 
 
 def get_wgmma(n: int, ab: str = "float16", b_kn: bool = False) -> WgmmaIntrin:
-    """The wgmma intrinsic of ``m64n{n}k16`` on ``ab`` inputs (B MN-major with ``b_kn``),
-    or a clear error."""
+    """The wgmma intrinsic of ``m64n{n}k16`` (``k32`` for fp8) on ``ab`` inputs (B MN-major
+    with ``b_kn``), or a clear error."""
     if n not in WGMMA_N:
-        raise WgmmaError(f"wgmma m64n{n}k16: N must be one of {WGMMA_N}")
+        raise WgmmaError(f"wgmma m64n{n}: N must be one of {WGMMA_N}")
     return WGMMA_INTRINS[WgmmaIntrin(n, ab, bool(b_kn)).name]
 
 
@@ -358,4 +393,4 @@ def descriptor_for(intrin: WgmmaIntrin, operand: str, address: int) -> MatrixDes
 
 def wgmma_of(spec) -> WgmmaIntrin:
     """The :class:`WgmmaIntrin` of a registered ``wgmma`` tensor intrinsic ``spec``."""
-    return get_wgmma(spec.shapes["C"][1], spec.dtypes["A"], spec.name.endswith("_kn"))
+    return get_wgmma(spec.shapes["C"][1], spec.dtypes["A"], spec.key.b_kn)

@@ -26,14 +26,18 @@ from ..utils import (
 )
 
 
-def softmax(x: Tensor, axis: int = -1, out_dtype: str | None = None) -> Tensor:
+def softmax(x: Tensor, axis: int = -1, out_dtype: str | None = None,
+            nan_to_zero: bool = False) -> Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``; every stage is tagged
     ``softmax_output`` and the last carries ``attrs["axis"]``.
 
     ``out_dtype`` (default: ``x``'s dtype) is the output's dtype, a float dtype no wider
     than ``x``'s: the stages compute exactly as for ``x``'s dtype and the last one rounds
     its quotient once to ``out_dtype`` (float32 data, float16 output: the same bits as a
-    float32 softmax followed by a cast, in one stage)."""
+    float32 softmax followed by a cast, in one stage).
+
+    ``nan_to_zero``: the last stage writes 0 where the quotient is NaN (a row of only minus
+    infinities), as a masked attention's softmax must."""
     op = "softmax"
     expect_tensor(op, "x", x)
     if x.ndim == 0:
@@ -69,8 +73,11 @@ def softmax(x: Tensor, axis: int = -1, out_dtype: str | None = None) -> Tensor:
         lambda *i: te.sum(exp[with_reduce(i, k2)], axis=k2),
         "T_softmax_expsum", tag.SOFTMAX,
     )
-    return compute_named(
-        shape, i_names(len(shape)),
-        lambda *i: cast_to(exp[i] / expsum[without_axis(i)], out_dtype),
-        "T_softmax_norm", tag.SOFTMAX, attrs={"axis": axis},
-    )
+    def norm(*i):
+        q = exp[i] / expsum[without_axis(i)]
+        if nan_to_zero:
+            q = te.if_then_else(q != q, te.const(0.0, acc), q)
+        return cast_to(q, out_dtype)
+
+    return compute_named(shape, i_names(len(shape)), norm, "T_softmax_norm", tag.SOFTMAX,
+                         attrs={"axis": axis})

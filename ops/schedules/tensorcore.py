@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import te
+from ...ir.intrin.kinds import mma_kind
 from ...passes.schedule.common import ScheduleError
-
-SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+from .gemm.pieces import fragment_plans, stage_fragments, store_warp_tiles
 
 
 @dataclass(frozen=True)
@@ -199,6 +199,9 @@ def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
     kn = _b_is_kn(c, b)
     acc = c.dtype
     ab = a.dtype
+    if ab not in ("float16", "bfloat16", "float32"):
+        raise ScheduleError(f"tensor-core dense: inputs must be float16, bfloat16 or float32 "
+                            f"(TF32), got {ab}")
     if ab == "float32":
         if not cfg.tf32:
             raise ScheduleError("tensor-core dense of float32 inputs multiplies them in TF32 "
@@ -206,14 +209,9 @@ def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
                                 "True)")
         if kn:
             raise ScheduleError("tensor-core dense in TF32 takes B as [N, K]")
-        mma, mma_k = "mma_m16n8k8_tf32_f32", 8
-    elif ab in ("float16", "bfloat16"):
-        mma_k = 16
-        mma = f"mma_m16n8k16_{SUFFIX[ab]}_{SUFFIX[acc]}{'_kn' if kn else ''}"
-    else:
-        raise ScheduleError(f"tensor-core dense: inputs must be float16, bfloat16 or float32 "
-                            f"(TF32), got {ab}")
-    cfg.check(M, N, K, mma_k, 4 if ab == "float32" else 2)
+    kind = mma_kind(ab)
+    mma = kind.mma(ab, acc, kn)
+    cfg.check(M, N, K, kind.k, 4 if ab == "float32" else 2)
     cf = s.cache_write(c, "warp")
     if out is not c:
         s[c].compute_inline()
@@ -228,59 +226,19 @@ def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
     i, j = o.op.axis
     bi, i = o.split(i, factor=cfg.block_m)
     bj, j = o.split(j, factor=cfg.block_n)
-    wi, i = o.split(i, factor=wm)
-    wj, j = o.split(j, factor=wn)
-    ti, ii = o.split(i, factor=16)
-    tj, jj = o.split(j, factor=8)
-    o.reorder(bi, bj, wi, wj, ti, tj, ii, jj)
     o.bind(bi, "blockIdx.y")
     o.bind(bj, "blockIdx.x")
-    o.bind(wi, "threadIdx.z")
-    o.bind(wj, "threadIdx.y")
-    store = f"store_c_{SUFFIX[acc]}" + ("" if out.dtype == acc else f"_{SUFFIX[out.dtype]}")
-    o.tensorize(ii, store)
-    if cfg.unroll:
-        o.unroll(ti)
-        o.unroll(tj)
+    _, wj = store_warp_tiles(o, i, j, wm, wn, kind.store(acc, out.dtype), cfg.unroll,
+                             (bi, bj))
 
     # the accumulators: one warp tile, k in block_k stages of mma_k
     s[cf].compute_at(o, wj)
     f = s[cf]
-    ko, ki = tile_warp_product(f, cfg.block_k, mma_k, mma, cfg.unroll)
+    ko, ki = tile_warp_product(f, cfg.block_k, kind.k, mma, cfg.unroll)
 
     # fragments: loaded from shared memory for each k step
-    sfx = SUFFIX[ab]
-    load = cfg.frag_load
-    if load == "ldmatrix" and ab == "float32":  # 32-bit elements, 4 to a 16-byte row
-        a_plan = (16, 0, "ldmatrix_a_x4_tf32")
-        b_plan = (16 if wn % 16 == 0 else 8, 0,
-                  f"ldmatrix_b_x{4 if wn % 16 == 0 else 2}_tf32")
-    elif load == "ldmatrix":
-        a_plan = (16, 0, f"ldmatrix_a_x4_{sfx}")
-        if kn:
-            b_plan = (16 if wn % 16 == 0 else 8, 1,
-                      f"ldmatrix_b_x{4 if wn % 16 == 0 else 2}_trans_{sfx}")
-        else:
-            b_plan = (16 if wn % 16 == 0 else 8, 0,
-                      f"ldmatrix_b_x{4 if wn % 16 == 0 else 2}_{sfx}")
-    else:
-        a_plan = (16, 0, f"load_a_{sfx}" if ab != "float32" else "load_a_tf32")
-        b_plan = (8, 1 if kn else 0,
-                  f"load_b_{sfx}_kn" if kn else (f"load_b_{sfx}" if ab != "float32"
-                                                  else "load_b_tf32"))
-    for fr, (rows, axis, intrin) in ((a_fr, a_plan), (b_fr, b_plan)):
-        s[fr].compute_at(f, ki)
-        st = s[fr]
-        r0, r1 = st.op.axis
-        if axis == 0:
-            ro, ri = st.split(r0, factor=rows)
-            st.tensorize(ri, intrin)
-        else:  # B as [k, n]: tiles run along n, the nest is (k, n.inner)
-            ro, ri = st.split(r1, factor=rows)
-            st.reorder(ro, r0, ri)
-            st.tensorize(r0, intrin)
-        if cfg.unroll:
-            st.unroll(ro)
+    plans = fragment_plans(kind, ab, kn, cfg.frag_load, wn)
+    stage_fragments(s, f, ki, zip((a_fr, b_fr), plans), cfg.unroll)
 
     # shared tiles: every thread of the block copies vec elements at a time
     for sh in (a_sh, b_sh):

@@ -31,13 +31,14 @@ from math import gcd
 
 from ...ir import te
 from ...ir.dtype import nbytes
+from ...ir.intrin.kinds import WGMMA, mma_kind
 from ...ir.te import ComputeOp
 from ...passes.schedule.common import ScheduleError
 from ...passes.schedule.schedule import Schedule
 from ...target import Target, as_target
 from .. import tag as _tag
+from .gemm.pieces import fragment_plans, stage_fragments, store_warp_tiles
 from .tensorcore import (
-    SUFFIX,
     TensorCoreConfig,
     schedule_split_sum,
     split_k_partials,
@@ -281,8 +282,6 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
     check_conv_config(cfg, op, target)
     M, N, K, C_in = conv_gemm_shape(op)
     ab = _in_dtype(op)
-    sfx = SUFFIX[ab]
-    mma_k = 8 if tf32 else 16
     eb = nbytes(ab)
     a_vec, b_vec = copy_vectors(cfg, C_in, N, tf32)
 
@@ -305,53 +304,21 @@ def schedule_conv2d_nhwc_tensorcore(s: Schedule, op: ComputeOp,
                      [(n, tag) for tag, n in threads])
 
     # the block's C tile in shared memory, each warp storing its m16n8 fragments
+    kind = mma_kind(ab)
     st = s[c_sh]
     *_, ci, cj = st.op.axis
-    wi, ci = st.split(ci, factor=wm)
-    wj, cj = st.split(cj, factor=wn)
-    ti, ii = st.split(ci, factor=16)
-    tj, jj = st.split(cj, factor=8)
-    st.reorder(wi, wj, ti, tj, ii, jj)
-    st.bind(wi, te.thread_axis("threadIdx.z"))
-    st.bind(wj, te.thread_axis("threadIdx.y"))
-    st.tensorize(ii, "store_c_f32")
-    if cfg.unroll:
-        st.unroll(ti)
-        st.unroll(tj)
+    _, wj = store_warp_tiles(st, ci, cj, wm, wn, kind.store("float32"), cfg.unroll)
 
     # the accumulators of one warp tile, the reduction in block_k steps of mma_k
     s[cf].compute_at(st, wj)
     f = s[cf]
-    ko, ki = tile_warp_product(
-        f, cfg.block_k, mma_k,
-        "mma_m16n8k8_tf32_f32" if tf32 else f"mma_m16n8k16_{sfx}_f32_kn", cfg.unroll)
+    ko, ki = tile_warp_product(f, cfg.block_k, kind.k, kind.mma(ab, "float32", not tf32),
+                               cfg.unroll)
 
-    # fragments from shared memory at every mma_k step
-    if tf32 and cfg.frag_load == "ldmatrix":  # B kept [n, k]: no .trans of 32 bits
-        wide = wn % 16 == 0
-        plans = ((a_fr, 16, 0, "ldmatrix_a_x4_tf32"),
-                 (b_fr, 16 if wide else 8, 0, f"ldmatrix_b_x{4 if wide else 2}_tf32"))
-    elif tf32:
-        plans = ((a_fr, 16, 0, "load_a_tf32"), (b_fr, 8, 0, "load_b_tf32"))
-    elif cfg.frag_load == "ldmatrix":
-        wide = wn % 16 == 0
-        plans = ((a_fr, 16, 0, f"ldmatrix_a_x4_{sfx}"),
-                 (b_fr, 16 if wide else 8, 1, f"ldmatrix_b_x{4 if wide else 2}_trans_{sfx}"))
-    else:
-        plans = ((a_fr, 16, 0, f"load_a_{sfx}"), (b_fr, 8, 1, f"load_b_{sfx}_kn"))
-    for fr, rows, axis, intrin in plans:
-        s[fr].compute_at(f, ki)
-        st = s[fr]
-        r0, r1 = st.op.axis
-        if axis == 0:
-            ro, ri = st.split(r0, factor=rows)
-            st.tensorize(ri, intrin)
-        else:  # B as [k, n]: tiles run along n, the nest is (k, n.inner)
-            ro, ri = st.split(r1, factor=rows)
-            st.reorder(ro, r0, ri)
-            st.tensorize(r0, intrin)
-        if cfg.unroll:
-            st.unroll(ro)
+    # fragments from shared memory at every mma_k step (TF32 keeps B [n, k]: no .trans
+    # of 32 bits)
+    plans = fragment_plans(kind, ab, not tf32, cfg.frag_load, wn)
+    stage_fragments(s, f, ki, zip((a_fr, b_fr), plans), cfg.unroll)
 
     # shared tiles: the A tile gathered from the input window by window, the B tile from
     # the kernel; every thread copies vec elements at a time
@@ -422,12 +389,12 @@ def wgmma_conv_refusal(op: ComputeOp, target: Target | str | None = None) -> str
     or None: it must qualify for the tensor cores (:func:`tensorcore_conv_unsupported`),
     the target have wgmma (sm_90a) and the inputs be float16 or bfloat16 (TF32 stays on
     mma.sync)."""
+    from .gemm.choice import wgmma_dtype_refusal
+
     target = as_target(target)
     why = tensorcore_conv_unsupported(op, target)
-    if why is None and not target.has_wgmma:
-        why = f"wgmma needs sm_90a; the target is {target.arch}"
-    if why is None and _in_dtype(op) not in ("float16", "bfloat16"):
-        why = "wgmma takes float16 or bfloat16 inputs (TF32 runs on mma.sync)"
+    if why is None:
+        why = wgmma_dtype_refusal(_in_dtype(op), "float32", target)
     return why
 
 
@@ -482,8 +449,7 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     H100 at batch 16, ResNet-18's 3x3 layers measured 15-20 us on wgmma against 36-50 us
     on mma.sync. ``epilogue`` does not change the choice (both schedules run it over a C
     tile)."""
-    from .tensorcore_gemm import gemm_time
-    from .tensorcore_wgmma import wgmma_refusal, wgmma_time
+    from .gemm.choice import prefer_wgmma, wgmma_refusal
 
     target = as_target(target)
     if wgmma_conv_refusal(op, target) is not None:
@@ -496,9 +462,7 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
         mma = choose_conv_config(op, target)
     except ScheduleError:
         return None
-    if gemm_time(mma, form, target) <= wgmma_time(w, form, target, c_tile=True):
-        return None
-    return w
+    return w if prefer_wgmma(form, w, mma, True, target) else None
 
 
 def schedule_conv2d_nhwc_wgmma(s: Schedule, op: ComputeOp, epilogue: ComputeOp | None = None,
@@ -550,7 +514,7 @@ def schedule_conv2d_nhwc_wgmma(s: Schedule, op: ComputeOp, epilogue: ComputeOp |
     tj, jj = st.split(cj, factor=8)
     st.reorder(wg, tj, ci, jj)
     st.bind(wg, te.thread_axis("threadIdx.y"))
-    st.tensorize(ci, "store_wg_f32")
+    st.tensorize(ci, WGMMA.store("float32"))
     st.unroll(tj)
 
     s[cf].compute_at(st, wg)

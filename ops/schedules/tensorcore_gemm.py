@@ -58,13 +58,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ir.expr import Bin, Call, Cast, Reduce, TensorRead, Var, children
-from ...ir.te import ComputeOp, PlaceholderOp
+from ...ir.expr import Cast, TensorRead
+from ...ir.intrin.kinds import mma_kind
+from ...ir.te import ComputeOp
 from ...passes.schedule.common import ScheduleError
 from ...target import Target, as_target
+from .gemm.forms import (  # noqa: F401  (the recognizer's names, where callers import them)
+    GEMM_TAGS,
+    MIN_N,
+    GemmForm,
+    _inputs,
+    copies_from_memory,
+    gemm_form,
+)
+from .gemm.knobs import MMA_SYNC_SPACE, split_parts
+from .gemm.pieces import fragment_plans, stage_fragments, store_warp_tiles
 from .remap import epilogue_remap
 from .tensorcore import (
-    SUFFIX,
     TensorCoreConfig,
     schedule_split_sum,
     split_k_partials,
@@ -73,165 +83,6 @@ from .tensorcore import (
     tile_warp_product,
 )
 from .tiled import schedule_tiled
-
-GEMM_TAGS = ("dense", "matmul", "batch_matmul")
-MIN_N = 16
-"""The fewest output columns a (padded) product needs to run on the tensor cores."""
-
-
-@dataclass(frozen=True)
-class GemmForm:
-    """A matrix-product stage the tensor cores can run (see :func:`gemm_form`)."""
-
-    batch: int
-    M: int
-    N: int
-    K: int
-    in_dtype: str
-    acc_dtype: str
-    b_kn: bool
-    tf32: bool
-    batched: bool = False  # a batch_matmul stage (axes b, i, j)
-    broadcast: bool = False  # a batch of more than one over an operand of batch 1
-    unique_bytes: int = 0
-    """The bytes of input the product reads from memory at least; 0: its two operands,
-    ``batch x (M + N) x K`` elements. An implicit GEMM reads less than its operands (a
-    3x3 convolution's ``A`` holds each input pixel 9 times): the convolution's input and
-    kernel."""
-
-    @property
-    def input_bytes(self) -> int:
-        """What the estimates' DRAM floor reads (:attr:`unique_bytes`, else the operands)."""
-        return self.unique_bytes or self.batch * (self.M + self.N) * self.K * self.elem_bytes
-
-    @property
-    def paddable(self) -> bool:
-        """Whether ``implicit_gemm`` can pad the product (not across a broadcast batch)."""
-        return not self.broadcast
-
-    @property
-    def mma_k(self) -> int:
-        return 8 if self.tf32 else 16
-
-    @property
-    def elem_bytes(self) -> int:
-        return 4 if self.tf32 else 2
-
-
-def _operand_read(x):
-    """The tensor read of one factor of the product: ``A[..]``, a cast of it, or
-    ``round_tf32`` of it (the TF32 rounding the mma does itself)."""
-    while True:
-        if isinstance(x, TensorRead):
-            return x
-        if isinstance(x, Cast):
-            x = x.value
-        elif isinstance(x, Call) and x.op == "round_tf32" and len(x.args) == 1:
-            x = x.args[0]
-        else:
-            return None
-
-
-def gemm_form(op: ComputeOp, target: Target | str | None = None) -> GemmForm | None:
-    """The :class:`GemmForm` of stage ``op`` when the tensor cores of ``target`` can run it
-    with :func:`schedule_gemm_tensorcore`, else None (the CUDA-core schedule runs it)."""
-    target = as_target(target)
-    if not isinstance(op, ComputeOp) or op.tag not in GEMM_TAGS or len(op.reduce_axis) != 1:
-        return None
-    if len(op.axis) not in (2, 3) or not isinstance(op.body, Reduce):
-        return None
-    body = op.body
-    if body.combiner != "sum" or body.where is not None:
-        return None
-    src = body.source
-    if not isinstance(src, Bin) or src.op != "mul":
-        return None
-    ra, rb = _operand_read(src.a), _operand_read(src.b)
-    if ra is None or rb is None or ra.tensor.dtype != rb.tensor.dtype:
-        return None
-    if ra.tensor is rb.tensor:
-        return None  # x x^T: one tensor cannot be staged as both operands
-    ab, acc = ra.tensor.dtype, op.dtype
-    precision = (op.attrs or {}).get("precision", "float32")
-    tf32 = ab == "float32" and precision == "tf32"
-    if ab in ("float16", "bfloat16"):
-        if acc != "float32" or not target.has_mma("m16n8k16", ab):
-            return None
-    elif tf32:
-        if acc != "float32" or not target.has_mma("m16n8k8", "tf32"):
-            return None
-    else:
-        return None
-    if not target.has_ldmatrix or target.sm < 80:
-        return None
-    k = op.reduce_axis[0].var
-    axes = [a.var for a in op.axis]
-    i, j = axes[-2], axes[-1]
-    bvar = axes[0] if len(axes) == 3 else None
-
-    def lead_ok(r) -> bool:  # the batch index: b, or 0 for a broadcast batch of one
-        if bvar is None:
-            return len(r.indices) == 2
-        if len(r.indices) != 3:
-            return False
-        lead = r.indices[0]
-        return lead is bvar or (r.tensor.shape[0] == 1 and not _has_var(lead))
-
-    if not (lead_ok(ra) and lead_ok(rb)):
-        return None
-    if not (ra.indices[-2] is i and ra.indices[-1] is k):
-        return None  # A read as [k, i] (transpose_a): no ldmatrix of that layout here
-    if rb.indices[-2] is j and rb.indices[-1] is k:
-        kn = False
-    elif rb.indices[-2] is k and rb.indices[-1] is j:
-        kn = True
-    else:
-        return None
-    if tf32 and kn:
-        return None  # the TF32 fragment loads take B as [N, K]
-    shape = [int(x) for x in op.shape]
-    K = int(op.reduce_axis[0].extent)
-    # a batch one operand broadcasts (read at 0 by it, b by the other) is no batch axis
-    # of implicit_gemm: such a product is not padded
-    bcast = bvar is not None and shape[0] > 1 and not (ra.indices[0] is bvar
-                                                       and rb.indices[0] is bvar)
-    form = GemmForm(shape[0] if bvar is not None else 1, shape[-2], shape[-1], K, ab, acc,
-                    kn, tf32, bvar is not None, bcast)
-    if bcast:
-        if form.M % 16 or form.N % 16 or K % form.mma_k:
-            return None  # not padded: the smallest tile (16x16) must divide it
-    elif form.N < MIN_N or K < form.mma_k:
-        return None  # a sliver of a product: padded mmas would mostly multiply zeros
-    return form
-
-
-def copies_from_memory(t) -> bool:
-    """Whether the shared-memory copy of operand ``t`` only moves elements of an input: ``t``
-    is a placeholder, or a chain of stages each reading one element of the next and
-    computing nothing (a slice, reshape or transpose that the graph fused into the
-    product), which the default schedule inlines into the copy. Such a copy can be a
-    ``cp.async`` (16 bytes wide where the remapped index is contiguous and aligned,
-    narrower where that is not provable)."""
-    while isinstance(t.op, ComputeOp):
-        op = t.op
-        if op.reduce_axis or op.num_outputs != 1 or not isinstance(op.body, TensorRead):
-            return False
-        if op.body.tensor.dtype != t.dtype:
-            return False
-        t = op.body.tensor
-    return isinstance(t.op, PlaceholderOp)
-
-
-def _has_var(e) -> bool:
-    if isinstance(e, Var):
-        return True
-    return any(_has_var(c) for c in children(e))
-
-
-def _inputs(op: ComputeOp):
-    """The tensors of the two factors (A, B) of product stage ``op``."""
-    src = op.body.source
-    return _operand_read(src.a).tensor, _operand_read(src.b).tensor
 
 
 def padded_extents(cfg: TensorCoreConfig, form: GemmForm) -> tuple[int, int, int]:
@@ -528,10 +379,8 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     check_gemm_config(cfg, form, f"stage {op.name}", target, c_tile=not direct)
     ab, acc = form.in_dtype, form.acc_dtype
     kn = form.b_kn
-    if form.tf32:
-        mma = "mma_m16n8k8_tf32_f32"
-    else:
-        mma = f"mma_m16n8k16_{SUFFIX[ab]}_{SUFFIX[acc]}{'_kn' if kn else ''}"
+    kind = mma_kind(ab)
+    mma = kind.mma(ab, acc, kn)
     st = gemm_stages(s, op, epilogue, form, (cfg.block_m, cfg.block_n, cfg.block_k), split,
                      direct, "warp", remap)
     o, cs, cf, batch, bi, bj, i, j = st.o, st.cs, st.cf, st.batch, st.bi, st.bj, st.i, st.j
@@ -542,19 +391,8 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     threads = ((32, "threadIdx.x"), (cfg.warps_n, "threadIdx.y"), (cfg.warps_m, "threadIdx.z"))
     if direct:
         # each warp stores its m16n8 accumulator tiles (with the cast) to global memory
-        wi, i = o.split(i, factor=wm)
-        wj, j = o.split(j, factor=wn)
-        ti, ii = o.split(i, factor=16)
-        tj, jj = o.split(j, factor=8)
-        o.reorder(*batch, bi, bj, wi, wj, ti, tj, ii, jj)
-        o.bind(wi, "threadIdx.z")
-        o.bind(wj, "threadIdx.y")
-        out_dt = o.op.output(0).dtype
-        o.tensorize(ii, f"store_c_{SUFFIX[acc]}"
-                    + ("" if out_dt == acc else f"_{SUFFIX[out_dt]}"))
-        if cfg.unroll:
-            o.unroll(ti)
-            o.unroll(tj)
+        _, wj = store_warp_tiles(o, i, j, wm, wn, kind.store(acc, o.op.output(0).dtype),
+                                 cfg.unroll, (*batch, bi, bj))
         s[cf].compute_at(o, wj)
     else:
         # every thread of the block runs the epilogue over the tile in shared memory (a
@@ -563,54 +401,17 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
                                row_reductions)
         sc = s[cs]
         sax = list(sc.op.axis)
-        r, col = sax[-2], sax[-1]
-        wi, r = sc.split(r, factor=wm)
-        wj, col = sc.split(col, factor=wn)
-        ti, ii = sc.split(r, factor=16)
-        tj, jj = sc.split(col, factor=8)
-        sc.reorder(*sax[:-2], wi, wj, ti, tj, ii, jj)
-        sc.bind(wi, "threadIdx.z")
-        sc.bind(wj, "threadIdx.y")
-        sc.tensorize(ii, f"store_c_{SUFFIX[acc]}")
-        if cfg.unroll:
-            sc.unroll(ti)
-            sc.unroll(tj)
+        _, wj = store_warp_tiles(sc, sax[-2], sax[-1], wm, wn, kind.store(acc), cfg.unroll,
+                                 tuple(sax[:-2]))
         s[cf].compute_at(sc, wj)
 
     # the product of one warp tile, k in block_k stages of mma_k
     f = s[cf]
-    ko, ki = tile_warp_product(f, cfg.block_k, form.mma_k, mma, cfg.unroll)
+    ko, ki = tile_warp_product(f, cfg.block_k, kind.k, mma, cfg.unroll)
 
     # fragments from shared memory at every k step
-    sfx = SUFFIX[ab]
-    if form.tf32 and cfg.frag_load == "ldmatrix":  # B is [n, k] (no .trans of 32 bits)
-        x4 = wn % 16 == 0
-        a_plan = (16, 0, "ldmatrix_a_x4_tf32")
-        b_plan = (16 if x4 else 8, 0, f"ldmatrix_b_x{4 if x4 else 2}_tf32")
-    elif form.tf32:
-        a_plan, b_plan = (16, 0, "load_a_tf32"), (8, 0, "load_b_tf32")
-    elif cfg.frag_load == "ldmatrix":
-        x4 = wn % 16 == 0
-        a_plan = (16, 0, f"ldmatrix_a_x4_{sfx}")
-        b_plan = (16 if x4 else 8, 1 if kn else 0,
-                  f"ldmatrix_b_x{4 if x4 else 2}{'_trans' if kn else ''}_{sfx}")
-    else:
-        a_plan = (16, 0, f"load_a_{sfx}")
-        b_plan = (8, 1 if kn else 0, f"load_b_{sfx}{'_kn' if kn else ''}")
-    for fr, (rows, axis, intrin) in ((a_fr, a_plan), (b_fr, b_plan)):
-        s[fr].compute_at(f, ki)
-        fs = s[fr]
-        rax = list(fs.op.axis)
-        r0, r1 = rax[-2], rax[-1]
-        if axis == 0:
-            ro, ri = fs.split(r0, factor=rows)
-            fs.tensorize(ri, intrin)
-        else:  # B as [k, n]: tiles run along n, the nest is (k, n.inner)
-            ro, ri = fs.split(r1, factor=rows)
-            fs.reorder(*rax[:-2], ro, r0, ri)
-            fs.tensorize(r0, intrin)
-        if cfg.unroll:
-            fs.unroll(ro)
+    plans = fragment_plans(kind, ab, kn, cfg.frag_load, wn)
+    stage_fragments(s, f, ki, zip((a_fr, b_fr), plans), cfg.unroll)
 
     # shared tiles: every thread of the block copies vec elements at a time
     for sh, x in ((a_sh, st.a), (b_sh, st.b)):
@@ -739,7 +540,7 @@ def remap_config(form: GemmForm, target: Target | str | None = None
                   if not (form.paddable and needs_padding(c, form))], form, target)
 
 
-SPLIT_K_CHOICES = (2, 4, 8, 16)
+SPLIT_K_CHOICES = split_parts(MMA_SYNC_SPACE)
 """The split-K parts the default chooser tries."""
 
 
@@ -838,7 +639,8 @@ def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
     :func:`gemm_time` expects faster than :func:`~.tensorcore_wgmma.wgmma_time` expects
     the wgmma one (small products bound by reading their inputs, where wgmma's 64-row
     tiles only pad more)."""
-    from .tensorcore_wgmma import choose_wgmma_config, needs_c_tile, wgmma_refusal, wgmma_time
+    from .gemm.choice import prefer_wgmma, wgmma_refusal
+    from .tensorcore_wgmma import choose_wgmma_config, needs_c_tile
 
     target = as_target(target)
     if wgmma_refusal(form, target) is not None:
@@ -849,13 +651,7 @@ def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
     if w is None:
         return None
     mma = remap_config(form, target) if remap else choose_gemm_config(form, target)
-    # a tie (both at the floor of reading the inputs from DRAM once: M = 1 or 16 of
-    # 4096^2) goes to mma.sync, whose 16-row tiles pad less: measured on an H100, 12.7
-    # and 12.9 us against wgmma's 16.5 and 15.8
-    if mma is not None and (gemm_time(mma, form, target)
-                            <= wgmma_time(w, form, target, needs_c_tile(w, form, epi_tile))):
-        return None
-    return w
+    return w if prefer_wgmma(form, w, mma, needs_c_tile(w, form, epi_tile), target) else None
 
 
 def schedule_matmul(s, op: ComputeOp, epilogue: ComputeOp | None = None,

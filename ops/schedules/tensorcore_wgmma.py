@@ -31,13 +31,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import te
+from ...ir.intrin.kinds import WGMMA
 from ...ir.intrin.wgmma import WARPGROUP, require_wgmma
 from ...passes.schedule.common import ScheduleError
-from .tensorcore import SUFFIX, _b_is_kn, _is_cast
+from .gemm.choice import wgmma_refusal
+from .gemm.knobs import WGMMA_SPACE, split_parts
+from .tensorcore import _b_is_kn, _is_cast
 
 BLOCK_K = 64
 """K step of a shared tile: 64 fp16/bf16 elements, one 128-byte row of the 128B swizzle."""
-BLOCK_N = (64, 128, 256)
+BLOCK_N = WGMMA_SPACE.block_n
 """The block tile widths offered (one ``m64n{block_n}k16`` per k16 step)."""
 
 
@@ -141,8 +144,7 @@ def schedule_dense_wgmma(tensors, cfg: WgmmaScheduleConfig | None = None,
     o.bind(bi, "blockIdx.y")
     o.bind(bj, "blockIdx.x")
     o.bind(wg, "threadIdx.y")
-    store = "store_wg_f32" + ("" if out.dtype == "float32" else f"_{SUFFIX[out.dtype]}")
-    o.tensorize(i, store)
+    o.tensorize(i, WGMMA.store("float32", out.dtype))
     o.unroll(tj)
 
     # the accumulators of one warpgroup; K in steps of 64, each four k16 wgmmas
@@ -187,7 +189,7 @@ def finish_warpgroup_product(f, ko, ki, rows, cfg: WgmmaScheduleConfig, ab: str,
     MN-major as ``[K, N]``, the ``_kn`` intrinsic), its steps unrolled, the 64-column steps
     software-pipelined over ``cfg.stages`` buffers with ``cfg.in_flight`` groups left
     running."""
-    f.tensorize(rows, f"wgmma_m64n{cfg.block_n}k16_{SUFFIX[ab]}_f32" + ("_kn" if b_kn else ""))
+    f.tensorize(rows, WGMMA.mma(ab, "float32", b_kn, cfg.block_n))
     f.unroll(ki)
     if cfg.stages > 1:
         f.pipeline(ko, cfg.stages)
@@ -196,27 +198,6 @@ def finish_warpgroup_product(f, ko, ki, rows, cfg: WgmmaScheduleConfig, ab: str,
 
 
 # -- wgmma in the default schedules of dense, matmul and batch_matmul -------------------------
-
-
-def wgmma_refusal(form, target=None) -> str | None:
-    """Why the wgmma GEMM cannot run product ``form`` (a
-    :class:`~.tensorcore_gemm.GemmForm`) on ``target``, as the end of a sentence, or None.
-    Such products stay on mma.sync (:func:`~.tensorcore_gemm.schedule_gemm_tensorcore`)."""
-    from ...target import as_target
-
-    t = as_target(target)
-    if not t.has_wgmma:
-        return f"wgmma needs sm_90a; the target is {t.arch}"
-    if form.tf32 or form.in_dtype not in ("float16", "bfloat16"):
-        return f"wgmma takes float16 or bfloat16 inputs, not {form.in_dtype} (TF32)"
-    if form.acc_dtype != "float32":
-        return f"wgmma accumulates in float32, not {form.acc_dtype}"
-    if form.N < BLOCK_N[0]:
-        return f"N = {form.N} is narrower than the smallest wgmma tile ({BLOCK_N[0]})"
-    if not form.paddable and (form.M % 64 or form.N % 64 or form.K % BLOCK_K):
-        return (f"a broadcast batch is not padded: M, N multiples of 64 and K of {BLOCK_K} "
-                f"(got {form.M} x {form.N} x {form.K})")
-    return None
 
 
 def copy_vec(form, row: int | None = None) -> int:
@@ -421,7 +402,7 @@ def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = 
         o.reorder(*st.batch, st.bi, st.bj, wg, tj, i, jj)
         o.bind(wg, "threadIdx.y")
         out_dt = o.op.output(0).dtype
-        o.tensorize(i, "store_wg_f32" + ("" if out_dt == "float32" else f"_{SUFFIX[out_dt]}"))
+        o.tensorize(i, WGMMA.store("float32", out_dt))
         o.unroll(tj)
         s[cf].compute_at(o, wg)
     else:
@@ -434,7 +415,7 @@ def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = 
         tj, jj = sc.split(col, factor=8)
         sc.reorder(*lead, wg, tj, r, jj)
         sc.bind(wg, "threadIdx.y")
-        sc.tensorize(r, "store_wg_f32")
+        sc.tensorize(r, WGMMA.store("float32"))
         sc.unroll(tj)
         s[cf].compute_at(sc, wg)
 
@@ -477,7 +458,7 @@ NO_FLIGHT_RATE = 0.86
 of one that leaves a group running: 0.2863 against 0.2473 ms at 4096^3 fp16 (128 x 256,
 4 stages, an H100)."""
 
-SPLIT_K_CHOICES = (2, 4, 8, 16)
+SPLIT_K_CHOICES = split_parts(WGMMA_SPACE)
 """The split-K parts :func:`wgmma_candidates` tries."""
 
 

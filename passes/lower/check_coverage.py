@@ -268,6 +268,7 @@ class CheckCoverage(Pass):
     docstring for the rules); changes nothing."""
 
     name = "check_coverage"
+    lowering = True
     levels = (Level.PRIM,)
 
     def apply(self, module, ctx):

@@ -210,6 +210,7 @@ class CompactBuffers(Pass):
     """Allocate intermediates where used, shrunk to the region used; infer their scope."""
 
     name = "compact_buffers"
+    lowering = True
     levels = (Level.PRIM,)
 
     def apply(self, module, ctx):

@@ -269,6 +269,7 @@ class CrossThreadReduction(Pass):
     """
 
     name = "cross_thread_reduction"
+    lowering = True
     levels = (Level.PRIM,)
     warp_shuffle: bool = True
 

@@ -136,6 +136,7 @@ class CSE(Pass):
     stores) to let vars."""
 
     name = "cse"
+    lowering = True
     levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):

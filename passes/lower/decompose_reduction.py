@@ -97,6 +97,7 @@ class DecomposeReduction(Pass):
     """Move each reduction init in front of the outermost loop of its reduction."""
 
     name = "decompose_reduction"
+    lowering = True
     levels = (Level.PRIM,)
 
     def apply(self, module, ctx):

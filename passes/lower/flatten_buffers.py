@@ -58,6 +58,7 @@ class FlattenBuffers(Pass):
     """Make every buffer of every kernel 1-D (indices become offsets)."""
 
     name = "flatten_buffers"
+    lowering = True
     levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):

@@ -325,6 +325,7 @@ class InjectAsyncCopy(Pass):
     committed and waited for before the first read of what they copy."""
 
     name = "inject_async_copy"
+    lowering = True
     levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):

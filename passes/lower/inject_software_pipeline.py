@@ -245,6 +245,7 @@ class InjectSoftwarePipeline(Pass):
     steady state whose loads run ``stages - 1`` iterations ahead."""
 
     name = "inject_software_pipeline"
+    lowering = True
     levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):

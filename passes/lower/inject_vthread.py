@@ -110,6 +110,7 @@ class InjectVthread(Pass):
     """Replace virtual-thread loops by interleaved copies of their statements."""
 
     name = "inject_vthread"
+    lowering = True
     levels = (Level.PRIM,)
 
     def apply(self, module, ctx):

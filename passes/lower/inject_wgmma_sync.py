@@ -174,6 +174,7 @@ class InjectWgmmaSync(Pass):
     the module's documentation)."""
 
     name = "inject_wgmma_sync"
+    lowering = True
     levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):

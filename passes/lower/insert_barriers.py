@@ -111,6 +111,7 @@ class InsertBarriers(Pass):
     """Insert barriers between shared-memory writes and reads."""
 
     name = "insert_barriers"
+    lowering = True
     levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):

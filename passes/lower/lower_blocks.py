@@ -35,6 +35,7 @@ class LowerBlocks(Pass):
     """Replace blocks by their bodies (iteration vars substituted, predicates as ifs)."""
 
     name = "lower_blocks"
+    lowering = True
     levels = (Level.PRIM,)
 
     def apply(self, module, ctx):

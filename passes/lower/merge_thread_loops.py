@@ -41,7 +41,7 @@ def _go(s: Stmt, bound: dict) -> Stmt:
     kids = stmt_children(s)
     if not kids:
         return s
-    
+
     out = s
     for c in kids:
         nc = _go(c, bound)
@@ -56,6 +56,7 @@ class MergeThreadLoops(Pass):
     """Nested loops bound to the same thread index share it."""
 
     name = "merge_thread_loops"
+    lowering = True
     levels = (Level.PRIM,)
 
     def apply(self, module, ctx):

@@ -73,6 +73,7 @@ class PlanDynamicShared(Pass):
     or the current one."""
 
     name = "plan_dynamic_shared"
+    lowering = True
     levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):

@@ -17,6 +17,7 @@ class Simplify(Pass):
     remove ifs whose condition is provably true and unit loops."""
 
     name = "simplify"
+    lowering = True
     levels = (Level.PRIM, Level.KERNEL)
 
     def apply(self, module, ctx):

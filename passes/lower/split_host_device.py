@@ -114,6 +114,7 @@ class SplitHostDevice(Pass):
     function that allocates global temporaries and launches them."""
 
     name = "split_host_device"
+    lowering = True
     levels = (Level.PRIM,)
 
     def apply(self, module, ctx):

@@ -94,6 +94,7 @@ class SwizzleLayout(Pass):
     """Rewrite the accesses of swizzled shared buffers (see the ``swizzle`` pass)."""
 
     name = "swizzle_layout"
+    lowering = True
     levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):

@@ -58,6 +58,7 @@ class UnrollLoops(Pass):
     """Mark loops unrolled per auto_unroll_max_step pragmas."""
 
     name = "unroll_loops"
+    lowering = True
     levels = (Level.PRIM,)
 
     def apply(self, module, ctx):

@@ -116,6 +116,7 @@ class ValidateGPU(Pass):
     ``ctx.config["target"]`` or the current one."""
 
     name = "validate_gpu"
+    lowering = True
     levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):

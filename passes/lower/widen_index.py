@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ir.expr import Bin, Cast, Cmp, Expr, IntImm, Load, Select, Var, children, rebuild
 from ...ir.attrs import Level
+from ...ir.expr import Bin, Cast, Cmp, Expr, IntImm, Load, Select, Var, children, rebuild
 from ...ir.stmt import Alloc, For, Let, PrimFunc, Store, map_stmt, walk
 from ..base import Pass
 from ..registry import register_pass
@@ -129,6 +129,7 @@ class WidenIndex(Pass):
     """Do the index arithmetic of kernels that could overflow 32-bit offsets in int64."""
 
     name = "widen_index"
+    lowering = True
     levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):

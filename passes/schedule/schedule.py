@@ -13,7 +13,7 @@ from ...ir.te import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 from ...ir.to_ir import to_ir_with_names
 from ...ir.traversal import block_paths, enclosing_loops
 from ..base import Pass
-from ..pipeline import Pipeline
+from ..pipeline import Pipeline, SchedulePipeline
 from .async_copy import AsyncCopy
 from .bind import Bind
 from .cache_read import CacheRead
@@ -348,7 +348,7 @@ class Schedule:
         self._buffer_names: dict = {}
         self._module, names = to_ir_with_names(self.dag, buffer_names=self._buffer_names)
         self._names = names
-        self._pipeline = Pipeline([])
+        self._pipeline = SchedulePipeline([])
         # compute_at of shared-memory stages waits until the stage itself or its target
         # stage is touched again, or the schedule is read: its region covers every thread
         # of the block, which TVM schedules often bind only after the compute_at
@@ -377,7 +377,7 @@ class Schedule:
         return self._module
 
     @property
-    def pipeline(self) -> Pipeline:
+    def pipeline(self) -> SchedulePipeline:
         """The primitives as a pass pipeline, in the order they were applied."""
         self._flush()
         return self._pipeline
@@ -443,7 +443,7 @@ class Schedule:
                     f"and does not apply without the attachment ({e}); call compute_root "
                     "before scheduling the loops it made") from e
         self._module = module
-        self._pipeline = Pipeline(kept)
+        self._pipeline = SchedulePipeline(kept)
 
     def defer(self, p: Pass, stages, targets=()) -> None:
         """Queue a primitive on ``stages`` whose loop references point into ``targets``."""
@@ -455,9 +455,8 @@ class Schedule:
             self._apply_now(p)
 
     def _apply_now(self, passes: Pass | Pipeline | str) -> None:
-        if isinstance(passes, str):
-            passes = Pipeline.parse(passes)
-        pipe = Pipeline([passes]) if isinstance(passes, Pass) else passes
+        # a schedule holds no lowering pass (refused here, before any runs)
+        pipe = SchedulePipeline.of(passes)
         for p in pipe:
             self._module = p(self._module)
         self._pipeline = self._pipeline + pipe

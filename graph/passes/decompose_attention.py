@@ -1,0 +1,87 @@
+"""``decompose_attention``: ``nn.attention`` as the products and softmax the kernels run.
+
+``torch.export`` keeps ``scaled_dot_product_attention`` whole (``nn.attention``). Until a
+fused attention kernel lowers it, the fastest way to run it is the one a hand-written
+transformer takes: per key head, one batched product of the queries with the keys, the
+scale and the mask in its epilogue, one softmax over the rows, one batched product with the
+values; the head reshapes and transposes around it then join the products (``fuse_ops``).
+This pass writes it so::
+
+    q [B, Hq, L, E] -> [B * Hkv, G * L, E]     (G = Hq / Hkv query heads per key head)
+    k [B, Hkv, S, E] -> [B * Hkv, S, E];  v likewise
+    p = softmax(q @ k^T * scale [+ mask] [+ causal], nan_to_zero=True)
+    out = (p @ v) -> [B, Hq, L, Ev]
+
+A bool mask becomes additive (0 where it keeps a score, minus infinity elsewhere) on its
+own, smaller shape; a causal mask is a constant of the same form. A row with every score
+masked gives zeros, as ``nn.attention`` defines (``nan_to_zero``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...ir import dtype as dt
+from .. import opdefs as G
+from ..ir import Call, Constant, Graph, Node, rewrite
+from .base import GraphPass, register_graph_pass
+
+
+def _additive(mask: Node, dtype: str) -> Node:
+    """The mask as values added to the scores (0 keeps, minus infinity drops)."""
+    if mask.dtype == "bool":
+        from ..opdefs.logic import where
+
+        zero = Constant(np.zeros((), dt.to_numpy(dtype)))
+        ninf = Constant(np.full((), -np.inf, dt.to_numpy(dtype)))
+        return where(mask, zero, ninf)
+    return mask if mask.dtype == dtype else G.cast(mask, dtype)
+
+
+def _causal(rows: int, cols: int, group: int, dtype: str) -> Constant:
+    """0 where key ``j <= i`` (top-left aligned), minus infinity after, for ``group`` query
+    heads stacked along the rows."""
+    i = np.arange(rows)[:, None]
+    j = np.arange(cols)[None, :]
+    tile = np.where(j <= i, 0.0, -np.inf)
+    return Constant(np.tile(tile, (group, 1)).astype(dt.to_numpy(dtype)), "causal_mask")
+
+
+def decompose(call: Call, args: tuple) -> Node | None:
+    if call.op != "nn.attention":
+        return None
+    q, k, v = args[:3]
+    mask = args[3] if len(args) == 4 else None
+    b, hq, lq, e = q.shape
+    _, hk, s, _ = k.shape
+    ev = v.shape[3]
+    group = hq // hk
+    dtype = q.dtype
+    scale = call.attrs["scale"]
+    scale = 1.0 / float(np.sqrt(e)) if scale is None else scale
+    q3 = G.reshape(q, (b * hk, group * lq, e))
+    k3 = G.reshape(k, (b * hk, s, e))
+    v3 = G.reshape(v, (b * hk, s, ev))
+    scores = G.batch_matmul(q3, k3, transpose_b=True)
+    scores = G.multiply(scores, Constant(np.asarray(scale, dt.to_numpy(dtype)), "attn_scale"))
+    if mask is not None:
+        s4 = G.add(G.reshape(scores, (b, hq, lq, s)), _additive(mask, dtype))
+        scores = G.reshape(s4, (b * hk, group * lq, s))
+    if call.attrs["is_causal"]:
+        scores = G.add(scores, _causal(lq, s, group, dtype))
+    probs = G.softmax(scores, axis=-1, nan_to_zero=True)
+    out = G.batch_matmul(probs, v3, transpose_b=False)
+    return G.reshape(out, (b, hq, lq, ev))
+
+
+@register_graph_pass
+@dataclass(frozen=True)
+class DecomposeAttention(GraphPass):
+    """``nn.attention`` as batched products and a softmax (see the module doc)."""
+
+    name = "decompose_attention"
+
+    def apply(self, graph: Graph, ctx) -> Graph:
+        return rewrite(graph, decompose)

@@ -1,0 +1,208 @@
+"""The one recognizer of GEMM forms: which stages are matrix products the tensor cores run.
+
+:func:`gemm_form` reads a product stage of dense, matmul or batch_matmul (the
+implicit-GEMM convolution builds its form in :func:`~..tensorcore_conv.conv_gemm_form`)
+into a :class:`GemmForm`: batch, extents, dtypes, B's layout, TF32. The rules under it are
+stated once and shared with the graph's fusion pass, which decides on graph calls before
+any te stage exists:
+
+- :func:`product_kind`: the instruction kind that multiplies the inputs (16-bit inputs on
+  ``mma.sync m16n8k16``; float32 only where the user asked for TF32), or None;
+- :func:`layout_ok`: A read as ``[M, K]`` (no transposed A), B as ``[N, K]`` or, where
+  the kind takes it, ``[K, N]``;
+- :func:`whole_tiles`: extents the smallest tile (16 x 16 x the mma's k) divides, which a
+  product that is not padded (a broadcast batch, an epilogue storing another layout)
+  needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ....ir.expr import Bin, Call, Cast, Reduce, TensorRead, Var, children
+from ....ir.intrin.kinds import MMA_SYNC, MMA_SYNC_TF32, TensorCoreKind
+from ....ir.te import ComputeOp, PlaceholderOp
+from ....target import Target, as_target
+
+MIN_TILE = 16
+"""The smallest block tile's rows and columns."""
+
+
+def product_kind(in_dtype: str, precision: str | None = None) -> TensorCoreKind | None:
+    """The mma.sync kind that multiplies ``in_dtype`` inputs at ``precision``: fp16/bf16 on
+    m16n8k16, float32 on m16n8k8 TF32 only at ``precision="tf32"`` (never chosen
+    silently); None where the tensor cores do not run the product."""
+    if in_dtype in MMA_SYNC.inputs:
+        return MMA_SYNC
+    if in_dtype == "float32" and precision == "tf32":
+        return MMA_SYNC_TF32
+    return None
+
+
+def layout_ok(kind: TensorCoreKind, transpose_a: bool, b_kn: bool) -> bool:
+    """Whether ``kind``'s fragment loads take the operands: A as ``[M, K]`` (there is no
+    ldmatrix of a transposed A here), B as ``[N, K]`` or, where the kind allows it,
+    ``[K, N]``."""
+    return not transpose_a and (kind.b_kn or not b_kn)
+
+
+def whole_tiles(kind: TensorCoreKind, M: int, N: int, K: int) -> bool:
+    """Whether the smallest tile divides the product (``M``, ``N`` by 16, ``K`` by the
+    mma's k)."""
+    return M % MIN_TILE == 0 and N % MIN_TILE == 0 and K % kind.k == 0
+
+
+GEMM_TAGS = ("dense", "matmul", "batch_matmul")
+MIN_N = 16
+"""The fewest output columns a (padded) product needs to run on the tensor cores."""
+
+
+@dataclass(frozen=True)
+class GemmForm:
+    """A matrix-product stage the tensor cores can run (see :func:`gemm_form`)."""
+
+    batch: int
+    M: int
+    N: int
+    K: int
+    in_dtype: str
+    acc_dtype: str
+    b_kn: bool
+    tf32: bool
+    batched: bool = False  # a batch_matmul stage (axes b, i, j)
+    broadcast: bool = False  # a batch of more than one over an operand of batch 1
+    unique_bytes: int = 0
+    """The bytes of input the product reads from memory at least; 0: its two operands,
+    ``batch x (M + N) x K`` elements. An implicit GEMM reads less than its operands (a
+    3x3 convolution's ``A`` holds each input pixel 9 times): the convolution's input and
+    kernel."""
+
+    @property
+    def input_bytes(self) -> int:
+        """What the estimates' DRAM floor reads (:attr:`unique_bytes`, else the operands)."""
+        return self.unique_bytes or self.batch * (self.M + self.N) * self.K * self.elem_bytes
+
+    @property
+    def paddable(self) -> bool:
+        """Whether ``implicit_gemm`` can pad the product (not across a broadcast batch)."""
+        return not self.broadcast
+
+    @property
+    def mma_k(self) -> int:
+        return 8 if self.tf32 else 16
+
+    @property
+    def elem_bytes(self) -> int:
+        return 4 if self.tf32 else 2
+
+
+def _operand_read(x):
+    """The tensor read of one factor of the product: ``A[..]``, a cast of it, or
+    ``round_tf32`` of it (the TF32 rounding the mma does itself)."""
+    while True:
+        if isinstance(x, TensorRead):
+            return x
+        if isinstance(x, Cast):
+            x = x.value
+        elif isinstance(x, Call) and x.op == "round_tf32" and len(x.args) == 1:
+            x = x.args[0]
+        else:
+            return None
+
+
+def gemm_form(op: ComputeOp, target: Target | str | None = None) -> GemmForm | None:
+    """The :class:`GemmForm` of stage ``op`` when the tensor cores of ``target`` can run it
+    with :func:`schedule_gemm_tensorcore`, else None (the CUDA-core schedule runs it)."""
+    target = as_target(target)
+    if not isinstance(op, ComputeOp) or op.tag not in GEMM_TAGS or len(op.reduce_axis) != 1:
+        return None
+    if len(op.axis) not in (2, 3) or not isinstance(op.body, Reduce):
+        return None
+    body = op.body
+    if body.combiner != "sum" or body.where is not None:
+        return None
+    src = body.source
+    if not isinstance(src, Bin) or src.op != "mul":
+        return None
+    ra, rb = _operand_read(src.a), _operand_read(src.b)
+    if ra is None or rb is None or ra.tensor.dtype != rb.tensor.dtype:
+        return None
+    if ra.tensor is rb.tensor:
+        return None  # x x^T: one tensor cannot be staged as both operands
+    ab, acc = ra.tensor.dtype, op.dtype
+    kind = product_kind(ab, (op.attrs or {}).get("precision"))
+    if kind is None or acc != "float32":
+        return None
+    tf32 = kind is MMA_SYNC_TF32
+    if not target.has_mma(f"m{kind.m}n8k{kind.k}", "tf32" if tf32 else ab):
+        return None
+    if not target.has_ldmatrix or target.sm < 80:
+        return None
+    k = op.reduce_axis[0].var
+    axes = [a.var for a in op.axis]
+    i, j = axes[-2], axes[-1]
+    bvar = axes[0] if len(axes) == 3 else None
+
+    def lead_ok(r) -> bool:  # the batch index: b, or 0 for a broadcast batch of one
+        if bvar is None:
+            return len(r.indices) == 2
+        if len(r.indices) != 3:
+            return False
+        lead = r.indices[0]
+        return lead is bvar or (r.tensor.shape[0] == 1 and not _has_var(lead))
+
+    if not (lead_ok(ra) and lead_ok(rb)):
+        return None
+    if not (ra.indices[-2] is i and ra.indices[-1] is k):
+        return None  # A read as [k, i] (transpose_a): no ldmatrix of that layout here
+    if rb.indices[-2] is j and rb.indices[-1] is k:
+        kn = False
+    elif rb.indices[-2] is k and rb.indices[-1] is j:
+        kn = True
+    else:
+        return None
+    if not layout_ok(kind, False, kn):
+        return None  # the TF32 fragment loads take B as [N, K]
+    shape = [int(x) for x in op.shape]
+    K = int(op.reduce_axis[0].extent)
+    # a batch one operand broadcasts (read at 0 by it, b by the other) is no batch axis
+    # of implicit_gemm: such a product is not padded
+    bcast = bvar is not None and shape[0] > 1 and not (ra.indices[0] is bvar
+                                                       and rb.indices[0] is bvar)
+    form = GemmForm(shape[0] if bvar is not None else 1, shape[-2], shape[-1], K, ab, acc,
+                    kn, tf32, bvar is not None, bcast)
+    if bcast:
+        if not whole_tiles(kind, form.M, form.N, K):
+            return None  # not padded: the smallest tile (16x16) must divide it
+    elif form.N < MIN_N or K < form.mma_k:
+        return None  # a sliver of a product: padded mmas would mostly multiply zeros
+    return form
+
+
+def copies_from_memory(t) -> bool:
+    """Whether the shared-memory copy of operand ``t`` only moves elements of an input: ``t``
+    is a placeholder, or a chain of stages each reading one element of the next and
+    computing nothing (a slice, reshape or transpose that the graph fused into the
+    product), which the default schedule inlines into the copy. Such a copy can be a
+    ``cp.async`` (16 bytes wide where the remapped index is contiguous and aligned,
+    narrower where that is not provable)."""
+    while isinstance(t.op, ComputeOp):
+        op = t.op
+        if op.reduce_axis or op.num_outputs != 1 or not isinstance(op.body, TensorRead):
+            return False
+        if op.body.tensor.dtype != t.dtype:
+            return False
+        t = op.body.tensor
+    return isinstance(t.op, PlaceholderOp)
+
+
+def _has_var(e) -> bool:
+    if isinstance(e, Var):
+        return True
+    return any(_has_var(c) for c in children(e))
+
+
+def _inputs(op: ComputeOp):
+    """The tensors of the two factors (A, B) of product stage ``op``."""
+    src = op.body.source
+    return _operand_read(src.a).tensor, _operand_read(src.b).tensor

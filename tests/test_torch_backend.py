@@ -1,0 +1,100 @@
+"""The torch.compile backend on the CPU simulator: partitions compiled by ptxforge against
+PyTorch eager, unsupported nodes left to PyTorch, fullgraph errors, options, recompiles."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from ptxforge.torch_backend import (  # noqa: E402
+    BackendError,
+    BackendOptions,
+    UnsupportedOperatorsWarning,
+    ptxforge_backend,
+)
+
+pytestmark = pytest.mark.torch_frontend
+
+
+class Block(torch.nn.Module):
+    def __init__(self, odd_op=None):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = torch.nn.Linear(4, 6)
+        self.odd_op = odd_op
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x)).mean((2, 3))
+        if self.odd_op is not None:
+            y = self.odd_op(y)
+        return torch.softmax(self.fc(y), -1)
+
+
+def _compile(model, **kw):
+    torch._dynamo.reset()
+    return torch.compile(model, backend=ptxforge_backend, options={"target": "sim"}, **kw)
+
+
+def test_compiled_matches_eager_and_repeats_bit_identically():
+    torch.manual_seed(0)
+    model = Block().eval()
+    x = torch.randn(2, 3, 6, 6)
+    compiled = _compile(model)
+    with torch.no_grad():
+        a = compiled(x)
+        b = compiled(x)
+        want = model(x)
+    torch.testing.assert_close(a, want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(a, b)
+
+
+def test_unsupported_nodes_stay_with_pytorch_and_are_listed():
+    torch.manual_seed(0)
+    model = Block(odd_op=lambda y: torch.nonzero(y > 10).float().sum() + y).eval()
+    x = torch.randn(2, 3, 6, 6)
+    with warnings.catch_warnings(record=True) as seen, torch.no_grad():
+        warnings.simplefilter("always")
+        got = _compile(model)(x)
+    torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+    text = " ".join(str(w.message) for w in seen if w.category is UnsupportedOperatorsWarning)
+    assert "nonzero" in text or "aten" in text
+
+
+def test_fullgraph_with_an_unsupported_operator_names_it():
+    model = Block(odd_op=lambda y: torch.special.bessel_j0(y)).eval()
+    with pytest.raises(Exception, match="bessel_j0"), torch.no_grad():
+        _compile(model, fullgraph=True)(torch.randn(1, 3, 6, 6))
+
+
+def test_new_shapes_recompile():
+    torch.manual_seed(0)
+    model = Block().eval()
+    compiled = _compile(model)
+    with torch.no_grad():
+        for batch in (1, 3):
+            x = torch.randn(batch, 3, 6, 6)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_options_are_checked():
+    assert BackendOptions.from_dict({"precision": "float16"}).precision == "float16"
+    with pytest.raises(BackendError, match="unknown ptxforge option"):
+        BackendOptions.from_dict({"precison": "float16"})
+    with pytest.raises(BackendError, match="precision must be one of"):
+        BackendOptions.from_dict({"precision": "int8"})
+    with pytest.raises(BackendError, match="needs a log"):
+        BackendOptions.from_dict({"trials": 10})
+
+
+def test_entry_point_is_declared():
+    import importlib
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    section = text.split("[project.entry-points.torch_dynamo_backends]", 1)[1]
+    target = re.search(r'^ptxforge\s*=\s*"([^"]+)"', section, re.M).group(1)
+    module, _, attr = target.partition(":")
+    assert callable(getattr(importlib.import_module(module), attr))
