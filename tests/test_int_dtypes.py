@@ -1,8 +1,9 @@
 """Integer and bool tensors through te, the simulator and the NVPTX code generator.
 
 Every computation runs three ways and is compared with numpy bit for bit: the simulator
-with the unscheduled and the default schedule, and the LLVM IR of the NVPTX code generator
-executed on the host CPU (``tests/llvm_host.py``: same instructions, another target). PTX is
+with the unscheduled and the default schedule, and the LLVM IR of the NVPTX code generator,
+as generated and after the O3 pipeline, executed on the host CPU (``tests/llvm_host.py``:
+same instructions, another target). PTX is
 generated for sm_80 and assembled where ptxas is installed. The semantics are ONNX's and
 numpy's: integer arithmetic wraps, ``trunc_divide`` truncates toward zero, ``fmod`` keeps
 the dividend's sign, float -> int conversion truncates toward zero.
@@ -66,15 +67,16 @@ def run_sim(tensors, arrays, schedule=None) -> np.ndarray:
     return out.numpy()
 
 
-def run_llvm_on_host(tensors, arrays) -> np.ndarray:
-    """The unscheduled kernel's NVPTX-bound LLVM IR, executed on the host."""
+def run_llvm_on_host(tensors, arrays, stage: str = "llvm_opt") -> np.ndarray:
+    """The unscheduled kernel's NVPTX-bound LLVM IR (by default after the O3 pipeline the
+    GPU code goes through), executed on the host."""
     module = ptxforge.lower(tensors)
     (kernel,) = module.kernels()
-    compiled = compile_kernel(kernel, "sm_80", cache=False, stop_after="llvm_ir")
+    compiled = compile_kernel(kernel, "sm_80", cache=False, stop_after=stage)
     out = np.zeros(tensors[-1].shape, dt.to_numpy(tensors[-1].dtype))
     by_name = {t.name: a for t, a in zip(tensors, [*arrays, out])}
     args = [np.ascontiguousarray(by_name[p.name]) for p in kernel.params]
-    run_on_host(compiled.get_source("llvm"), kernel.name, args)
+    run_on_host(compiled.get_source(stage), kernel.name, args)
     return args[[p.name for p in kernel.params].index(tensors[-1].name)]
 
 
@@ -97,7 +99,8 @@ def check(tensors, arrays, want: np.ndarray) -> str:
         ("simulator, unscheduled", run_sim(tensors, arrays)),
         ("simulator, default schedule",
          run_sim(tensors, arrays, default_schedule([tensors[-1]]))),
-        ("NVPTX LLVM IR on the host", run_llvm_on_host(tensors, arrays)),
+        ("NVPTX LLVM IR on the host", run_llvm_on_host(tensors, arrays, "llvm_ir")),
+        ("optimized NVPTX LLVM IR on the host", run_llvm_on_host(tensors, arrays)),
     ):
         assert got.dtype == want.dtype, f"{label}: dtype {got.dtype}, want {want.dtype}"
         np.testing.assert_array_equal(got, want, err_msg=label)
@@ -344,3 +347,16 @@ def test_integer_reductions_wrap_like_numpy(d, red, npfn):
     for schedule in (None, default_schedule([out])):
         np.testing.assert_array_equal(run_sim([a, out], [x], schedule), want)
     ptx_of([a, out])
+
+
+def _by_zero(fn, a):
+    return lambda i: fn(a[i], 0)
+
+
+def test_a_constant_zero_divisor_is_refused_at_lowering():
+    a = te.placeholder((N,), "int32", name="a")
+    for fn, op in ((te.truncdiv, "div"), (te.truncmod, "mod"), (te.floordiv, "floordiv"),
+                   (te.floormod, "floormod")):
+        out = te.compute((N,), _by_zero(fn, a), name="out")
+        with pytest.raises(IRError, match=f"integer {op} by zero"):
+            ptxforge.lower([a, out])
