@@ -155,7 +155,7 @@ def _mean(im, node, a):
     total = _fold_binary(_no_bool(G.add))(im, node, a)
     _expect(node, total, FLOATS)
     n = len([i for i in node.input if i])
-    return total if n == 1 else G.multiply(total, Constant(np.array([1 / n]), dtype=total.dtype))
+    return total if n == 1 else G.divide(total, Constant(np.array([n]), dtype=total.dtype))
 
 
 @converter("Mod", static=True)
