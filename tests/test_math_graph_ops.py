@@ -108,6 +108,15 @@ def test_unary_edges():
           np.array([np.pi / 2, -np.pi / 2, 0.0], np.float32))
 
 
+def test_float64_keeps_double_precision():
+    x = np.concatenate([RNG.uniform(-0.99, 0.99, 24), [1e-3, -4e-3, 0.011, 0.3, 0.7]])
+    for op, fn in (("atan", np.arctan), ("asin", np.arcsin), ("acos", np.arccos),
+                   ("sinh", np.sinh), ("asinh", np.arcsinh), ("atanh", np.arctanh)):
+        check(op, [x], fn(x), rtol=5e-14, atol=0)
+    big = np.array([5.0, -40.0, 1e10], np.float64)
+    check("atan", [big], np.arctan(big), rtol=5e-15, atol=0)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_unary_low_precision(dtype):
     x = dt.to_bfloat16(U * 3) if dtype == "bfloat16" else (U * 3).astype(dtype)
