@@ -319,3 +319,13 @@ def test_activations_comparisons_and_where_fuse_into_the_convolution():
     names = sorted(n.op.name for n in post_order(opt.outputs)
                    if isinstance(n, Call) and isinstance(n.op, graph.Graph))
     assert names == ["fused_nn_conv2d_nn_mish_nn_hard_swish_less_where", "fused_reduce_sum"]
+
+
+@pytest.mark.parametrize("dtype,values", [("int64", [-2**40, -2**41, -2**35]),
+                                          ("int64", [2**40, 2**41, 2**35]),
+                                          ("uint8", [3, 200, 7])])
+def test_integer_extremes_beyond_int32(dtype, values):
+    x = np.array(values, dtype)
+    check("reduce.max", [x], np.array(x.max()), {"axis": None})
+    check("reduce.min", [x], np.array(x.min()), {"axis": None})
+    check("argmax", [x], np.array([x.argmax()], np.int64), {"axis": 0})
