@@ -183,6 +183,10 @@ def test_pow_dtypes():
     ib = np.array([2, -3, 5, 0], np.int64)
     ie = np.array([3, 3, 2, 4], np.int64)
     check(model_of("Pow", {"a": ib, "b": ie}), {"a": ib, "b": ie})
+    square = model_of("Pow", {"a": F}, inits={"two": np.array(2.0, np.float32)})
+    check(square, {"a": F})
+    net, _ = graph.from_onnx(square)
+    assert net.outputs[0].op == "multiply"
     fe = np.array([2.0, 1.0, 0.5, 3.0], np.float32)
     check(model_of("Pow", {"a": np.abs(ib), "b": fe}), {"a": np.abs(ib), "b": fe})
 
