@@ -77,7 +77,8 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(
             [{"name": n, "operator": op, "status": o.status, "stage": o.stage,
-              "reason": o.reason, "seconds": round(s, 3)} for n, op, o, s in results], indent=1))
+              "reason": o.reason, "bound": list(o.bound), "seconds": round(s, 3)}
+             for n, op, o, s in results], indent=1))
     if not args.k:
         Path(args.out).write_text(render(results, elapsed))
         print(f"wrote {args.out}")
@@ -95,6 +96,7 @@ def render(results, elapsed: float) -> str:
         by_op[op].append((name, o))
     counts = collections.Counter(o.status for _, _, o, _ in results)
     total = len(results)
+    n_bound = sum(1 for _, _, o, _ in results if o.status == PASSED and o.bound)
     lines = [
         "# ONNX support: the backend node tests",
         "",
@@ -110,7 +112,15 @@ def render(results, elapsed: float) -> str:
         "exception) are bugs. The same checks run as "
         "`pytest -m onnx_conformance tests/test_onnx_conformance.py`.",
         "",
-        f"- passed: **{counts[PASSED]} of {total}** ({100 * counts[PASSED] / total:.1f}%)",
+        "Many node tests feed operands that must be known at import time (a Reshape target, "
+        "Resize scales, TopK's k, axes) as graph inputs. Shapes are static here: when the "
+        "importer names such inputs (`OnnxDataDependentError`), the test imports the model "
+        "again with them fixed to the data set's values (`from_onnx(..., constants=)`, what "
+        "a user of such a model does); those tests count as passed and are listed in the "
+        "`bound` column.",
+        "",
+        f"- passed: **{counts[PASSED]} of {total}** ({100 * counts[PASSED] / total:.1f}%), "
+        f"{n_bound} of them with operand inputs imported as constants (see below)",
         f"- refused: {counts[REFUSED]}",
         f"- wrong numbers: {counts[WRONG]}",
         f"- crashes: {counts[CRASH]}",
@@ -119,13 +129,14 @@ def render(results, elapsed: float) -> str:
         "",
         "## Per operator",
         "",
-        "| operator | importer | passed / tests | refused | wrong | crash |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| operator | importer | passed / tests | bound | refused | wrong | crash |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for op in sorted(by_op, key=str.lower):
         c = collections.Counter(o.status for _, o in by_op[op])
+        nb = sum(1 for _, o in by_op[op] if o.status == PASSED and o.bound)
         lines.append(f"| {op} | {'yes' if op in SUPPORTED else ''} | {c[PASSED]} / "
-                     f"{len(by_op[op])} | {c[REFUSED] or ''} | {c[WRONG] or ''} | "
+                     f"{len(by_op[op])} | {nb or ''} | {c[REFUSED] or ''} | {c[WRONG] or ''} | "
                      f"{c[CRASH] or ''} |")
     untested = sorted(schemas - set(by_op))
     if untested:

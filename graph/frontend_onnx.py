@@ -17,7 +17,15 @@ from ..ir import dtype as dt
 from . import onnx_functions, onnx_static
 from . import opdefs as G
 from .ir import Constant, Graph, GraphError, Node, Var
-from .onnx_model import ONNX_DTYPES, OnnxImportError, check, input_var, load, needed_values
+from .onnx_model import (
+    ONNX_DTYPES,
+    OnnxDataDependentError,
+    OnnxImportError,
+    check,
+    input_var,
+    load,
+    needed_values,
+)
 
 
 def _attrs(node) -> dict:
@@ -39,7 +47,7 @@ class _Importer:
             return value
         return value.astype(dt.to_numpy(self.dtype))
 
-    def __init__(self, model, shape_dict: dict, dtype: str):
+    def __init__(self, model, shape_dict: dict, dtype: str, constants: dict | None = None):
         from onnx import numpy_helper
 
         self.model = model
@@ -63,13 +71,19 @@ class _Importer:
         for name, value in self.initializers.items():
             self.static[name] = value
         graph_inputs = [i for i in self.graph.input if i.name not in self.initializers]
-        unknown = set(shape_dict) - {i.name for i in graph_inputs}
+        unknown = (set(shape_dict) | set(constants or {})) - {i.name for i in graph_inputs}
         if unknown:
             raise OnnxImportError(
-                f"shape_dict names {', '.join(sorted(map(repr, unknown)))}, which "
+                f"shape_dict / constants name {', '.join(sorted(map(repr, unknown)))}, which "
                 f"{'is' if len(unknown) == 1 else 'are'} not an input of the model; inputs: "
                 f"{', '.join(i.name for i in graph_inputs) or 'none'}")
         for inp in graph_inputs:
+            if constants and inp.name in constants:
+                # an input fixed to a value: a constant of the input's dtype
+                var = input_var(inp, np.shape(constants[inp.name]), dtype)
+                self.static[inp.name] = np.asarray(constants[inp.name],
+                                                   dtype=dt.to_numpy(var.dtype))
+                continue
             var = input_var(inp, shape_dict.get(inp.name), dtype)
             self.inputs.append(var)
             self.nodes[inp.name] = var
@@ -107,13 +121,16 @@ class _Importer:
         graph's inputs is an error naming them."""
         if name in self.static:
             return self.static[name]
-        raise OnnxImportError(f"{what} ({name!r}) must be known at import time, but it "
-                              f"{self._depends_on(name)}; ptxforge compiles networks of "
-                              "static shapes: shapes, axes and bounds may come from constants "
-                              "and from Shape, not from tensor data")
+        text, inputs = self._depends_on(name)
+        raise OnnxDataDependentError(
+            f"{what} ({name!r}) must be known at import time, but it {text}; ptxforge "
+            "compiles networks of static shapes: shapes, axes and bounds may come from "
+            "constants and from Shape, not from tensor data (or give the inputs' values: "
+            "from_onnx(..., constants={name: value}))", inputs)
 
-    def _depends_on(self, name: str) -> str:
-        """Which graph inputs' data ``name`` is computed from (for error messages)."""
+    def _depends_on(self, name: str) -> tuple[str, list]:
+        """Which graph inputs' data ``name`` is computed from: a phrase for error messages,
+        and their names."""
         seen, stack, found, via = set(), [name], [], ""
         while stack:
             v = stack.pop()
@@ -129,9 +146,10 @@ class _Importer:
             via = via or f"{node.op_type} node {node.name or node.output[0]!r}"
             stack.extend(node.input)
         if not found:
-            return "is not computable while importing"
+            return "is not computable while importing", []
         return (f"depends on the data of graph input{'s' if len(found) > 1 else ''} "
-                f"{', '.join(map(repr, sorted(found)))}" + (f" (through {via})" if via else ""))
+                f"{', '.join(map(repr, sorted(found)))}" + (f" (through {via})" if via else ""),
+                sorted(found))
 
     def shape(self, name: str) -> tuple:
         if name in self.nodes:
@@ -162,7 +180,7 @@ class _Importer:
         except OnnxImportError as e:
             if str(e).startswith("node "):
                 raise
-            raise OnnxImportError(f"{where}: {e}") from e
+            raise e.prefixed(f"{where}: ") from e
         except Exception as e:  # noqa: BLE001 - numpy, protobuf, a missing attribute
             raise OnnxImportError(f"{where}: {type(e).__name__}: {e}") from e
 
@@ -412,13 +430,16 @@ SUPPORTED = frozenset(_HANDLERS) | frozenset(_FALLBACK)
 """The ONNX operator types the importer translates."""
 
 
-def from_onnx(model, shape_dict: dict | None = None, dtype: str = "float32"
-              ) -> tuple[Graph, dict]:
+def from_onnx(model, shape_dict: dict | None = None, dtype: str = "float32", *,
+              constants: dict | None = None) -> tuple[Graph, dict]:
     """Import an ONNX model (a ``ModelProto`` or a path to a ``.onnx`` file).
 
     ``shape_dict`` maps input names to shapes (needed where the model's inputs have
-    dynamic dimensions). Returns the network graph (inputs first, then one parameter per
-    weight) and the weights by parameter name.
+    dynamic dimensions). ``constants`` maps input names to values the network is imported
+    for: those inputs become constants (a model taking a Reshape target or Resize scales
+    as an input; :class:`OnnxDataDependentError` names the inputs that need it). Returns
+    the network graph (inputs first, then one parameter per weight) and the weights by
+    parameter name.
     """
     try:
         import onnx
@@ -436,10 +457,10 @@ def from_onnx(model, shape_dict: dict | None = None, dtype: str = "float32"
     check(onnx, model, source, prefix)
     try:
         model = onnx_functions.inline_local_functions(model)
-        return _Importer(model, shape_dict or {}, dtype).run()
+        return _Importer(model, shape_dict or {}, dtype, constants).run()
     except OnnxImportError as e:
         if not prefix:
             raise
-        raise OnnxImportError(f"{prefix}{e}") from e
+        raise e.prefixed(prefix) from e
     except Exception as e:  # noqa: BLE001 - reading the model's inputs (protobuf, numpy)
         raise OnnxImportError(f"{prefix}{type(e).__name__}: {e}") from e

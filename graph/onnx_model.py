@@ -18,6 +18,24 @@ class OnnxImportError(GraphError):
     parsed, a model the ONNX checker rejects, or a node it cannot translate (the message
     names the file and the node)."""
 
+    def prefixed(self, prefix: str) -> OnnxImportError:
+        """The same error (same class and attributes) with ``prefix`` before its message."""
+        import copy
+
+        new = copy.copy(self)
+        new.args = (f"{prefix}{self}",)
+        return new
+
+
+class OnnxDataDependentError(OnnxImportError):
+    """An operand that must be known at import time (a shape, axes, bounds ...) depends on
+    the data of graph inputs, named in ``inputs``. ``from_onnx(..., constants={name:
+    value})`` imports the model for given values of those inputs."""
+
+    def __init__(self, message: str, inputs: tuple = ()):
+        super().__init__(message)
+        self.inputs = tuple(inputs)
+
 
 def needed_values(graph) -> set:
     """The names of the values the graph's outputs depend on."""

@@ -261,3 +261,19 @@ def test_flatten_at_every_axis_including_the_rank(axis):
     model = model_of([helper.make_node("Flatten", ["x"], ["y"], axis=axis)],
                      [f32("x", [2, 4])], [f32("y", ["a", "b"])])
     check(model, {"x": RNG.standard_normal((2, 4)).astype(np.float32)})
+
+
+def test_operand_inputs_can_be_fixed_to_values():
+    """A model taking its Reshape target as an input: the error names that input, and
+    ``constants=`` imports the model for a given value of it."""
+    from ptxforge.graph.frontend_onnx import OnnxDataDependentError
+
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="view")]
+    model = model_of(nodes, [f32("x", [2, 6]), i64("shape", [2])], [f32("y", ["a", "b"])])
+    with pytest.raises(OnnxDataDependentError) as e:
+        graph.from_onnx(model)
+    assert e.value.inputs == ("shape",) and "'view'" in str(e.value)
+    net, _ = graph.from_onnx(model, constants={"shape": np.array([3, 4], np.int64)})
+    assert [p.name for p in net.params] == ["x"] and net.outputs[0].shape == (3, 4)
+    with pytest.raises(graph.OnnxImportError, match="'nope'.*not an input"):
+        graph.from_onnx(model, constants={"nope": np.zeros(2)})
