@@ -328,3 +328,13 @@ def test_unsupported_values_name_the_node():
     with pytest.raises(graph.OnnxImportError, match=r"ReduceSum.*axis 5 is out of range"):
         graph.from_onnx(model_of("ReduceSum", {"x": F}, opset=13,
                                  inits={"axes": np.array([5], np.int64)}))
+
+
+@pytest.mark.parametrize("op,value", [("ReduceSum", 0.0), ("ReduceMax", -np.inf),
+                                      ("ReduceMin", np.inf), ("ReduceProd", 1.0),
+                                      ("ReduceLogSumExp", -np.inf)])
+def test_reductions_of_an_empty_axis_give_the_identity(op, value):
+    x = np.zeros((2, 0, 3), np.float32)
+    model = model_of(op, {"x": x}, {"keepdims": 1}, opset=18,
+                     inits={"axes": np.array([1], np.int64)})
+    check(model, {"x": x}, np.full((2, 1, 3), value, np.float32))

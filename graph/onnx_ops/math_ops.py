@@ -449,6 +449,30 @@ def _as_float(node, y: Node, x: Node) -> Node:
     return y if x.dtype in FLOATS else G.cast(y, x.dtype)
 
 
+def _empty_reduction(kind: str, x: Node, axes, keep: bool) -> Constant:
+    """The reduction of an empty tensor: an empty result, or over an empty axis the
+    reduction's identity, as ONNX defines it (max: the lowest value, min: the highest;
+    log-sums: log(0) = -inf; mean: 0 / 0)."""
+    shape = _keep_shape(x, axes)
+    if not keep:
+        shape = tuple(s for d, s in enumerate(x.shape) if d not in (axes or range(x.ndim)))
+    numpy_dtype = dt.to_numpy(x.dtype)
+    if 0 in shape:
+        value = 0
+    elif x.dtype == "bool":
+        value = kind == "min"
+    elif x.dtype in INTS:
+        info = np.iinfo(numpy_dtype)
+        value = {"max": info.min, "min": info.max, "prod": 1}.get(kind, 0)
+        if kind in ("mean", "log_sum", "log_sum_exp"):
+            raise OnnxImportError(f"{kind} of an empty integer tensor has no integer value")
+    else:
+        value = {"max": -np.inf, "min": np.inf, "prod": 1.0, "mean": np.nan,
+                 "log_sum": -np.inf, "log_sum_exp": -np.inf}.get(kind, 0.0)
+    return Constant(np.full(shape, value, dtype=np.float64 if x.dtype == "bfloat16" else
+                            numpy_dtype), dtype=x.dtype)
+
+
 def _reduction(kind: str):
     def convert(im, node, a):
         x = im.tensor(node.input[0])
@@ -456,6 +480,8 @@ def _reduction(kind: str):
         if axes == "noop":
             return x
         keep = bool(int(a.get("keepdims", 1)))
+        if x.ty.size == 0:  # nothing to compute: the identity, or an empty tensor
+            return _empty_reduction(kind, x, axes, keep)
         if x.dtype == "bool":
             if kind not in ("max", "min"):
                 _refuse(node, "bool data is supported by ReduceMax and ReduceMin only")
