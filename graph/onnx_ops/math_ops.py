@@ -155,7 +155,7 @@ def _mean(im, node, a):
     total = _fold_binary(_no_bool(G.add))(im, node, a)
     _expect(node, total, FLOATS)
     n = len([i for i in node.input if i])
-    return total if n == 1 else G.multiply(total, Constant(np.array([1 / n]), dtype=total.dtype))
+    return total if n == 1 else G.divide(total, Constant(np.array([n]), dtype=total.dtype))
 
 
 @converter("Mod", static=True)
@@ -170,7 +170,14 @@ def _mod(im, node, a):
 
 @converter("Pow", static=True)
 def _pow(im, node, a):
-    x, y = im.tensor(node.input[0]), im.tensor(node.input[1])
+    x = im.tensor(node.input[0])
+    known = np.asarray(im.static[node.input[1]]) if im.is_static(node.input[1]) else None
+    if (x.dtype in FLOATS and known is not None and known.size == 1 and known.ndim <= x.ndim
+            and float(known.astype(np.float64).reshape(())) == 2.0):
+        # x * x is the correctly rounded square, as pow(x, 2) is, without the pow routine
+        # (exported layer norms and variances square this way)
+        return G.multiply(x, x)
+    y = im.tensor(node.input[1])
     if x.dtype in INTS:
         _expect(node, y, FLOATS + INTS, "the exponent")
         return binary("int_power", x, y)
@@ -442,6 +449,30 @@ def _as_float(node, y: Node, x: Node) -> Node:
     return y if x.dtype in FLOATS else G.cast(y, x.dtype)
 
 
+def _empty_reduction(kind: str, x: Node, axes, keep: bool) -> Constant:
+    """The reduction of an empty tensor: an empty result, or over an empty axis the
+    reduction's identity, as ONNX defines it (max: the lowest value, min: the highest;
+    log-sums: log(0) = -inf; mean: 0 / 0)."""
+    shape = _keep_shape(x, axes)
+    if not keep:
+        shape = tuple(s for d, s in enumerate(x.shape) if d not in (axes or range(x.ndim)))
+    numpy_dtype = dt.to_numpy(x.dtype)
+    if 0 in shape:
+        value = 0
+    elif x.dtype == "bool":
+        value = kind == "min"
+    elif x.dtype in INTS:
+        info = np.iinfo(numpy_dtype)
+        value = {"max": info.min, "min": info.max, "prod": 1}.get(kind, 0)
+        if kind in ("mean", "log_sum", "log_sum_exp"):
+            raise OnnxImportError(f"{kind} of an empty integer tensor has no integer value")
+    else:
+        value = {"max": -np.inf, "min": np.inf, "prod": 1.0, "mean": np.nan,
+                 "log_sum": -np.inf, "log_sum_exp": -np.inf}.get(kind, 0.0)
+    return Constant(np.full(shape, value, dtype=np.float64 if x.dtype == "bfloat16" else
+                            numpy_dtype), dtype=x.dtype)
+
+
 def _reduction(kind: str):
     def convert(im, node, a):
         x = im.tensor(node.input[0])
@@ -449,6 +480,8 @@ def _reduction(kind: str):
         if axes == "noop":
             return x
         keep = bool(int(a.get("keepdims", 1)))
+        if x.ty.size == 0:  # nothing to compute: the identity, or an empty tensor
+            return _empty_reduction(kind, x, axes, keep)
         if x.dtype == "bool":
             if kind not in ("max", "min"):
                 _refuse(node, "bool data is supported by ReduceMax and ReduceMin only")

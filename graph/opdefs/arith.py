@@ -12,7 +12,7 @@ from ...ir import dtype as dt
 from ...ops import unary_math as um
 from ..ir import Call, Node
 from .common import fail
-from .mapping import FLOATS, INTS, NUMBERS, SIGNED, register_map, widened
+from .mapping import FLOATS, INTS, NUMBERS, register_map, widened
 
 _FLOAT_UNARY = {
     "floor": (um.floor, np.floor),
@@ -108,4 +108,4 @@ def binary(name: str, lhs: Node, rhs: Node, **attrs) -> Call:
     return Call(name, [lhs, rhs], attrs)
 
 
-__all__ = ["unary", "binary", "FLOATS", "INTS", "NUMBERS", "SIGNED"]
+__all__ = ["unary", "binary"]

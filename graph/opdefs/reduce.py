@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import ops
+from ...ir import dtype as dt
 from ...ops import reduce_ops
 from ..ir import Call, Node, TensorType
 from ..op import OpDef, OpPattern, register_op
@@ -58,8 +59,6 @@ def _ref(fn):
                                          else attrs["axis"]))
         with np.errstate(all="ignore"):
             out = fn(to_compute(x), axis, attrs["keepdims"])
-        from ...ir import dtype as dt
-
         return from_compute(out, dt.from_numpy(dtype))
 
     return ref
