@@ -66,6 +66,7 @@ class SimArray:
             raise ValueError(f"copyfrom: shape {list(src.shape)} does not match {list(self.shape)}")
         if self._dtype == "bfloat16":
             src = dt.to_bfloat16(src)
+        src = dt.host_array(src, self._dtype, "copyfrom")
         self._data[...] = src.astype(self._data.dtype, copy=False)
         return self
 

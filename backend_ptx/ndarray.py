@@ -44,6 +44,7 @@ def _host_source(src: np.ndarray, dtype: str) -> np.ndarray:
         if src.dtype == np.uint16:
             return np.ascontiguousarray(src)
         src = dt.to_bfloat16(src)
+    src = dt.host_array(src, dtype, "copyfrom")  # no silent truncation or wrap-around
     return np.ascontiguousarray(src, dtype=_host_dtype(dtype))
 
 

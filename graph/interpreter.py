@@ -42,6 +42,10 @@ def run_graph(graph: Graph, inputs: dict | None = None, params: dict | None = No
         if tuple(arr.shape) != p.shape:
             raise GraphError(f"parameter %{p.name} needs shape {list(p.shape)}, got "
                              f"{list(arr.shape)}")
+        try:  # float data for an integer parameter, or integers that wrap, are refused
+            arr = dt.host_array(arr, p.dtype, f"parameter %{p.name}")
+        except dt.DTypeError as e:
+            raise GraphError(str(e)) from None
         values[id(p)] = arr.astype(dt.to_numpy(p.dtype), copy=False)
     nodes = post_order(graph.outputs)
     uses = {k: len(v) for k, v in consumers(nodes).items()}

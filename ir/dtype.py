@@ -107,6 +107,29 @@ def to_numpy(dtype: str) -> np.dtype:
     return np.dtype("bool" if dtype == "bool" else dtype)
 
 
+def host_array(src, dtype: str, what: str = "copy") -> np.ndarray:
+    """``src`` as a host array of ``dtype`` (:func:`to_numpy`'s type) for a copy into a
+    device array, refusing conversions that would change integer or bool values silently:
+    float data into an integer or bool array (it would truncate), and integers that do not
+    fit the target (they would wrap). Conversions into float arrays round as numpy does;
+    bfloat16 targets are left to the caller."""
+    src = np.asarray(src)
+    target = to_numpy(dtype)
+    if src.dtype == target or not (is_int(dtype) or is_bool(dtype)):
+        return src
+    if src.dtype.kind not in "biu":
+        raise DTypeError(
+            f"{what}: {src.dtype} data into a {dtype} array would truncate its values; "
+            f"convert it first (x.astype({dtype!r}))")
+    out = src.astype(target)
+    if not np.array_equal(out, src):
+        bad = src.reshape(-1)[np.flatnonzero(out.reshape(-1) != src.reshape(-1))[0]]
+        raise DTypeError(
+            f"{what}: the {src.dtype} value {bad} does not fit {dtype} (it would "
+            f"{'not be 0 or 1' if dtype == 'bool' else 'wrap'}); pass {dtype} data")
+    return out
+
+
 def from_numpy(dt) -> str:
     name = np.dtype(dt).name
     return check(name)

@@ -141,7 +141,13 @@ class GraphModule:
         if tuple(src.shape) != want.shape:
             raise GraphError(f"expected an array of shape {list(want.shape)}, got "
                              f"{list(src.shape)}")
-        target.copyfrom(src.astype(dt.to_numpy(want.dtype), copy=False))
+        # the device array converts, refusing float data for an integer input and
+        # integers that would wrap (int64 token ids into an int32 input)
+        try:
+            target.copyfrom(src)
+        except dt.DTypeError as e:
+            name = self.lib.plan.slots[slot].name
+            raise GraphError(f"input {name!r}: {e}") from None
 
     # -- steps ------------------------------------------------------------------------------
 

@@ -110,6 +110,33 @@ def test_scatter_add_as_a_reduction_over_updates():
     np.testing.assert_array_equal(got, want)
 
 
+def test_scatter_nd_last_write_wins_as_a_max_then_a_guarded_gather():
+    """ScatterND on rows: ``out = data; out[idx[k]] = upd[k]`` in order, so the last ``k``
+    naming a row wins. A max reduction finds that ``k`` (-1 for none); the gather of its
+    update row sits in the arm a select takes only where it exists (the clamp keeps the
+    other arm's address in bounds)."""
+    n, m, k = 7, 5, 6
+    data = te.placeholder((n, m), "float32", name="data")
+    idx = te.placeholder((k,), "int64", name="idx")
+    upd = te.placeholder((k, m), "float32", name="upd")
+    rk = te.reduce_axis((0, k), name="rk")
+    last = te.compute((n,), lambda r: te.max(te.if_then_else(
+        te.normalize_index(idx[rk], n) == te.cast("int64", r), rk, -1), axis=rk), name="last")
+    out = te.compute((n, m), lambda r, j: te.if_then_else(
+        last[r] >= 0, upd[last[r], j], data[r, j]), name="out")
+    rng = np.random.default_rng(4)
+    dv = rng.standard_normal((n, m)).astype("float32")
+    iv = np.array([3, 0, -1, 3, 5, 0], "int64")  # rows 3 and 0 written twice
+    uv = rng.standard_normal((k, m)).astype("float32")
+    want = dv.copy()
+    for kk in range(k):
+        want[iv[kk]] = uv[kk]
+    for schedule in (None, default_schedule([out])):
+        np.testing.assert_array_equal(run_sim([data, idx, upd, out], [dv, iv, uv], schedule),
+                                      want)
+    ptx_of([data, idx, upd, out])
+
+
 def test_cache_read_and_compute_at_with_data_dependent_reads():
     n = 64
     table, ids, out = embedding("int64", n)

@@ -1,8 +1,9 @@
 """Integer and bool tensors through te, the simulator and the NVPTX code generator.
 
 Every computation runs three ways and is compared with numpy bit for bit: the simulator
-with the unscheduled and the default schedule, and the LLVM IR of the NVPTX code generator
-executed on the host CPU (``tests/llvm_host.py``: same instructions, another target). PTX is
+with the unscheduled and the default schedule, and the LLVM IR of the NVPTX code generator,
+as generated and after the O3 pipeline, executed on the host CPU (``tests/llvm_host.py``:
+same instructions, another target). PTX is
 generated for sm_80 and assembled where ptxas is installed. The semantics are ONNX's and
 numpy's: integer arithmetic wraps, ``trunc_divide`` truncates toward zero, ``fmod`` keeps
 the dividend's sign, float -> int conversion truncates toward zero.
@@ -66,15 +67,16 @@ def run_sim(tensors, arrays, schedule=None) -> np.ndarray:
     return out.numpy()
 
 
-def run_llvm_on_host(tensors, arrays) -> np.ndarray:
-    """The unscheduled kernel's NVPTX-bound LLVM IR, executed on the host."""
+def run_llvm_on_host(tensors, arrays, stage: str = "llvm_opt") -> np.ndarray:
+    """The unscheduled kernel's NVPTX-bound LLVM IR (by default after the O3 pipeline the
+    GPU code goes through), executed on the host."""
     module = ptxforge.lower(tensors)
     (kernel,) = module.kernels()
-    compiled = compile_kernel(kernel, "sm_80", cache=False, stop_after="llvm_ir")
+    compiled = compile_kernel(kernel, "sm_80", cache=False, stop_after=stage)
     out = np.zeros(tensors[-1].shape, dt.to_numpy(tensors[-1].dtype))
     by_name = {t.name: a for t, a in zip(tensors, [*arrays, out])}
     args = [np.ascontiguousarray(by_name[p.name]) for p in kernel.params]
-    run_on_host(compiled.get_source("llvm"), kernel.name, args)
+    run_on_host(compiled.get_source(stage), kernel.name, args)
     return args[[p.name for p in kernel.params].index(tensors[-1].name)]
 
 
@@ -97,7 +99,8 @@ def check(tensors, arrays, want: np.ndarray) -> str:
         ("simulator, unscheduled", run_sim(tensors, arrays)),
         ("simulator, default schedule",
          run_sim(tensors, arrays, default_schedule([tensors[-1]]))),
-        ("NVPTX LLVM IR on the host", run_llvm_on_host(tensors, arrays)),
+        ("NVPTX LLVM IR on the host", run_llvm_on_host(tensors, arrays, "llvm_ir")),
+        ("optimized NVPTX LLVM IR on the host", run_llvm_on_host(tensors, arrays)),
     ):
         assert got.dtype == want.dtype, f"{label}: dtype {got.dtype}, want {want.dtype}"
         np.testing.assert_array_equal(got, want, err_msg=label)
@@ -222,6 +225,12 @@ def test_clip_rejects_a_fractional_bound_on_integers():
 def test_integer_constants_out_of_range_are_refused():
     with pytest.raises(IRError, match="does not fit int8"):
         te.const(200, "int8")
+    with pytest.raises(IRError, match="does not fit uint8"):
+        te.const(-1, "uint8")
+    # int32 is the index dtype: lowering widens index arithmetic beyond it to int64
+    assert te.const(2**31 + 8, "int32").value == 2**31 + 8
+    with pytest.raises(IRError, match="does not fit int64"):
+        te.const(2**63, "int32")
     with pytest.raises(IRError, match="not an integer"):
         te.const(2.5, "int32")
     with pytest.raises(IRError, match="not an integer"):
@@ -321,3 +330,33 @@ def test_ptx_names_the_integer_instructions():
     u = te.placeholder((N,), "uint8", name="u")
     ptx = ptx_of([u, ops.cast(u, "float32")])
     assert "cvt.rn.f32.u16" in ptx or "cvt.rn.f32.u8" in ptx or "cvt.rn.f32.u32" in ptx
+
+
+@pytest.mark.parametrize("d", INTS)
+@pytest.mark.parametrize("red,npfn", [("sum", np.sum), ("max", np.max), ("min", np.min)])
+def test_integer_reductions_wrap_like_numpy(d, red, npfn):
+    """Row reductions (the default schedule reduces across threads) over the whole range."""
+    rng = rng_for(d, red)
+    lo, hi = dt.int_range(d)
+    x = rng.integers(lo, hi, (3, 1000), dtype=d, endpoint=True)
+    a = te.placeholder(x.shape, d, name="a")
+    out = getattr(ops, red)(a, axis=1)
+    with np.errstate(over="ignore"):
+        # numpy sums small integers in int64; modulo 2**bits that is the wrapped sum
+        want = npfn(x, axis=1).astype(d)
+    for schedule in (None, default_schedule([out])):
+        np.testing.assert_array_equal(run_sim([a, out], [x], schedule), want)
+    ptx_of([a, out])
+
+
+def _by_zero(fn, a):
+    return lambda i: fn(a[i], 0)
+
+
+def test_a_constant_zero_divisor_is_refused_at_lowering():
+    a = te.placeholder((N,), "int32", name="a")
+    for fn, op in ((te.truncdiv, "div"), (te.truncmod, "mod"), (te.floordiv, "floordiv"),
+                   (te.floormod, "floormod")):
+        out = te.compute((N,), _by_zero(fn, a), name="out")
+        with pytest.raises(IRError, match=f"integer {op} by zero"):
+            ptxforge.lower([a, out])

@@ -13,7 +13,7 @@ from ptxforge.backend_ptx import array, compile_module, cuda, empty
 from ptxforge.ir import dtype as dt
 from ptxforge.ops.schedules import default_schedule
 
-from .test_int_dtypes import INTS, N, SIGNED, divisors, full_range, rng_for
+from .test_int_dtypes import INTS, SIGNED, N, divisors, full_range, rng_for
 
 pytestmark = pytest.mark.gpu
 

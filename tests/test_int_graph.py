@@ -184,3 +184,41 @@ def test_onnx_integer_div_truncates_like_onnxruntime():
     assert expected[0, 0] == -1
     np.testing.assert_array_equal(ref, expected)
     np.testing.assert_array_equal(got, expected)
+
+
+def test_inputs_refuse_data_that_would_change_silently():
+    ids = graph.var("ids", (4,), "int32")
+    mask = graph.var("mask", (4,), "bool")
+    out = graph.multiply(ids, graph.cast(mask, "int32"))
+    lib = graph.build(graph.function(out), target="sim")
+    m = graph.GraphModule(lib, ptxforge.sim())
+    with pytest.raises(graph.GraphError, match="input 'ids'.*truncate"):
+        m.set_input(ids=np.array([1.5, 2, 3, 4]))
+    with pytest.raises(graph.GraphError, match="input 'ids'.*does not fit int32"):
+        m.set_input(ids=np.array([1, 2**40, 3, 4], "int64"))
+    with pytest.raises(graph.GraphError, match="input 'mask'.*not be 0 or 1"):
+        m.set_input(mask=np.array([0, 1, 2, 0], "int64"))
+    # values that fit convert: int64 token ids into an int32 input, 0/1 into a bool one
+    m.run(ids=np.array([5, -6, 7, 8], "int64"), mask=[1, 0, 1, 1])
+    np.testing.assert_array_equal(m.get_output(0).numpy(), [5, 0, 7, 8])
+
+
+def test_device_arrays_refuse_lossy_integer_copies():
+    arr = ptxforge.nd.empty((3,), "uint8", ptxforge.sim())
+    with pytest.raises(dt.DTypeError, match="-1 does not fit uint8"):
+        arr.copyfrom(np.array([1, -1, 2]))
+    with pytest.raises(dt.DTypeError, match="truncate"):
+        arr.copyfrom(np.array([1.0, 2.0, 3.0], "float32"))
+    arr.copyfrom(np.array([0, 255, 7]))
+    np.testing.assert_array_equal(arr.numpy(), np.array([0, 255, 7], "uint8"))
+    f = ptxforge.nd.empty((2,), "float32", ptxforge.sim())
+    f.copyfrom(np.array([1, 2], "int64"))  # into floats numpy's conversion is kept
+    np.testing.assert_array_equal(f.numpy(), [1.0, 2.0])
+
+
+def test_reference_executor_refuses_float_data_for_integer_inputs():
+    ids = graph.var("ids", (2,), "int64")
+    net = graph.function(graph.add(ids, ids))
+    with pytest.raises(graph.GraphError, match="parameter %ids.*truncate"):
+        graph.evaluate(net, {"ids": np.array([1.5, 2.0])})
+    np.testing.assert_array_equal(graph.evaluate(net, {"ids": [3, 4]}), [6, 8])

@@ -205,7 +205,7 @@ def check_division_by_zero(func: PrimFunc) -> None:
     for node in walk_all(func.body):
         for e in stmt_exprs(node):
             for x in walk_exprs(e):
-                if not (isinstance(x, Bin) and x.op in ("div", "floordiv", "floormod")
+                if not (isinstance(x, Bin) and x.op in ("div", "mod", "floordiv", "floormod")
                         and dt.is_int(x.dtype)):
                     continue
                 b = x.b if isinstance(x.b, IntImm) or free_vars(x.b) else simplify(x.b)
