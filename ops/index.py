@@ -15,7 +15,7 @@ from ..ir import te
 from ..ir.expr import Expr, as_expr, cast, const, emax, emin, select
 from ..ir.te import Tensor
 from . import tag
-from .transform import unravel_index
+from .transform import _numel, unravel_index
 from .utils import (
     accumulate_dtype,
     ax_names,
@@ -47,11 +47,10 @@ def _expect_index(op: str, what: str, t: Tensor) -> None:
 
 def wrap_index(value, extent: int) -> Expr:
     """The index ``value`` (read from a tensor) into a dimension of ``extent``: negative
-    values count from the end, and the result is clamped into ``[0, extent)`` so the read
-    stays in bounds whatever the data holds; an int32 expression."""
-    value = as_expr(value)
-    if dt.is_int(value.dtype):
-        value = select(value < 0, value + extent, value)
+    values count from the end (``te.normalize_index``), and the result is clamped into
+    ``[0, extent)`` here, before it narrows to the int32 index dtype, so the read stays in
+    bounds whatever the data holds."""
+    value = te.normalize_index(value, extent)
     value = emin(emax(value, 0), extent - 1)
     return cast_to(value, dt.INDEX)
 
@@ -395,13 +394,6 @@ def trilu(data: Tensor, k=0, upper: bool = True) -> Tensor:
         return select(keep, data(*i), zero)
 
     return compute_named(data.shape, ax_names(data.ndim), fcompute, "T_trilu", tag.INJECTIVE)
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 __all__ = [

@@ -35,7 +35,8 @@ def model_of(nodes, feeds: dict, outputs: dict, inits: dict | None = None, opset
         nodes, "t", [value_info(k, v) for k, v in feeds.items()],
         [value_info(k, v) for k, v in outputs.items()],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
+                              ir_version=8 if opset < 21 else 10)
     onnx.checker.check_model(model)
     return model
 
@@ -297,6 +298,14 @@ def test_split_forms():
           {"a": x[:, :1], "b": x[:, 1:]}, opset=11)
 
 
+def test_an_empty_split_piece_is_left_out_of_a_concatenation():
+    x = rand(2, 4)
+    net = check([node("Split", ["x", "sizes"], ["a", "b"], axis=1),
+                 node("Concat", ["a", "b"], ["c"], axis=1), node("Neg", ["c"], ["y"])],
+                {"x": x}, {"y": -x}, {"sizes": np.array([4, 0], np.int64)})
+    assert "concatenate" not in ops_of(net)
+
+
 def test_slice_with_negative_steps_and_clamped_bounds():
     x = rand(5, 6, 4)
     starts, ends = np.array([-1, 10, 0], np.int64), np.array([-100, 1, 99], np.int64)
@@ -395,6 +404,96 @@ def test_einsum_diagonal_of_unequal_extents_is_refused():
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 4
     with pytest.raises(OnnxImportError, match="a diagonal needs them equal"):
         graph.from_onnx(model, {"x": (3, 4)})
+
+
+# -- class-index losses ----------------------------------------------------------------------
+
+
+def nll_reference(logp, target, weight, ignore, reduction):
+    """ONNX's NegativeLogLikelihoodLoss in numpy (per-sample weights, ignored targets)."""
+    safe = np.where(target == ignore, 0, target) if ignore is not None else target
+    picked = np.take_along_axis(logp, np.expand_dims(safe, 1), 1).squeeze(1)
+    w = weight[safe] if weight is not None else None
+    if ignore is not None:
+        keep = (target != ignore).astype(logp.dtype)
+        w = keep if w is None else w * keep
+    loss = -picked if w is None else -picked * w
+    if reduction == "none":
+        return loss.astype(np.float32)
+    if reduction == "sum" or w is None:
+        return np.asarray(loss.sum() if reduction == "sum" else loss.mean(), np.float32)
+    return np.asarray(loss.sum() / w.sum(), np.float32)
+
+
+@pytest.mark.parametrize("reduction,weighted,ignore", [
+    ("mean", True, 1), ("none", False, -100), ("sum", True, None), ("mean", False, None)])
+def test_negative_log_likelihood_loss(reduction, weighted, ignore):
+    x = rand(3, 4, 2)
+    target = np.array([[0, 1], [3, 2], [1, 1]], np.int64)
+    if ignore == -100:
+        target[1, 0] = -100  # an ignored target outside the classes
+    weight = np.array([0.5, 1.0, 2.0, 0.25], np.float32)
+    attrs = {"reduction": reduction}
+    if ignore is not None:
+        attrs["ignore_index"] = ignore
+    ins = ["x", "t", "w"] if weighted else ["x", "t"]
+    want = nll_reference(x, target, weight if weighted else None, ignore, reduction)
+    check([node("NegativeLogLikelihoodLoss", ins, ["y"], **attrs)], {"x": x, "t": target},
+          {"y": want}, {"w": weight} if weighted else None, opset=13)
+
+
+def test_softmax_cross_entropy_loss_with_log_prob():
+    x = rand(4, 5)
+    target = np.array([4, 0, 2, 2], np.int64)
+    shifted = x - x.max(1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
+    check([node("SoftmaxCrossEntropyLoss", ["x", "t"], ["y", "lp"], reduction="sum",
+                ignore_index=2)], {"x": x, "t": target},
+          {"y": nll_reference(logp, target, None, 2, "sum"), "lp": logp.astype(np.float32)},
+          opset=13)
+
+
+# -- rotary embeddings -----------------------------------------------------------------------
+
+
+def rotary_reference(x, cos, sin, positions, interleaved, rotary_dim, num_heads=0):
+    """ONNX's RotaryEmbedding in numpy (the algorithm of the operator's documentation)."""
+    shape = x.shape
+    x = x.transpose(0, 2, 1, 3) if x.ndim == 4 else x.reshape(
+        shape[0], shape[1], num_heads, -1)
+    rd = rotary_dim or x.shape[3]
+    if positions is not None:
+        cos, sin = cos[positions], sin[positions]
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+    rot, keep = x[..., :rd], x[..., rd:]
+    x1, x2 = (rot[..., 0::2], rot[..., 1::2]) if interleaved else np.split(rot, 2, axis=-1)
+    real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
+    if interleaved:
+        rot = np.stack([real, imag], -1).reshape(rot.shape)
+    else:
+        rot = np.concatenate([real, imag], -1)
+    out = np.concatenate([rot, keep], -1)
+    return out.reshape(shape) if len(shape) == 3 else out.transpose(0, 2, 1, 3)
+
+
+@pytest.mark.parametrize("interleaved,rotary_dim", [(0, 0), (1, 4), (0, 4)])
+def test_rotary_embedding_with_positions(interleaved, rotary_dim):
+    x = rand(2, 3, 4, 8)  # [B, H, S, D]
+    half = (rotary_dim or 8) // 2
+    cos, sin = rand(10, half), rand(10, half)
+    positions = np.array([[0, 1, 2, 3], [9, 2, 5, 0]], np.int64)
+    want = rotary_reference(x, cos, sin, positions, interleaved, rotary_dim)
+    check([node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"], interleaved=interleaved,
+                rotary_embedding_dim=rotary_dim)], {"x": x, "pos": positions},
+          {"y": want.astype(np.float32)}, {"cos": cos, "sin": sin}, opset=23)
+
+
+def test_rotary_embedding_of_a_3d_input_without_positions():
+    x = rand(2, 4, 12)  # [B, S, H * D], 3 heads of 4
+    cos, sin = rand(2, 4, 2), rand(2, 4, 2)
+    want = rotary_reference(x, cos, sin, None, 0, 0, num_heads=3)
+    check([node("RotaryEmbedding", ["x", "cos", "sin"], ["y"], num_heads=3)],
+          {"x": x, "cos": cos, "sin": sin}, {"y": want.astype(np.float32)}, opset=23)
 
 
 # -- import-time evaluation and refusals -----------------------------------------------------

@@ -172,10 +172,9 @@ def _size_static(im, node, a):
 
 @register_converter("Size", static=_size_static)
 def _size(im, node, a):
-    # the size is known from the static shape even when the data is not: keep it a value
-    # known at import time, so shape arithmetic after it stays static
-    im.static[node.output[0]] = _size_static(im, node, a)[0]
-    return []
+    # the importer core evaluates Size from the static shape before any converter runs;
+    # this registration lists it among the supported operators
+    return [Constant(_size_static(im, node, a)[0], node.output[0], dtype="int64")]
 
 
 def _nonzero(im, node, a):
@@ -360,9 +359,6 @@ def _split_sizes(im, node, a, extent: int) -> list[int]:
     if len(sizes) != len(node.output) or sum(sizes) != extent or min(sizes) < 0:
         raise OnnxImportError(f"sizes {sizes} do not split extent "
                               f"{extent} into {len(node.output)} outputs")
-    if min(sizes) == 0:
-        raise OnnxImportError(f"sizes {sizes} make an empty output; "
-                              "empty tensors are not supported")
     return sizes
 
 
@@ -378,8 +374,14 @@ def _split(im, node, a):
     x = im.tensor(node.input[0])
     axis = int(a.get("axis", 0)) % x.ndim
     outs, start = [], 0
-    for size in _split_sizes(im, node, a, x.shape[axis]):
-        outs.append(GT.strided_slice(x, [start], [start + size], [1], [axis]))
+    for k, size in enumerate(_split_sizes(im, node, a, x.shape[axis])):
+        if size == 0:
+            # an empty piece (function bodies split off an empty remainder): a constant of
+            # no elements, which a concatenation leaves out; anything else refuses it
+            shape = x.shape[:axis] + (0,) + x.shape[axis + 1:]
+            outs.append(Constant(np.zeros(shape), node.output[k], dtype=x.dtype))
+        else:
+            outs.append(GT.strided_slice(x, [start], [start + size], [1], [axis]))
         start += size
     return outs
 
@@ -519,3 +521,5 @@ def _dropout(im, node, a):
 
 
 from . import linear_ops as _linear_ops  # noqa: E402,F401  (MatMul, Gemm, Einsum)
+from . import loss_ops as _loss_ops  # noqa: E402,F401  (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss)
+from . import rotary_ops as _rotary_ops  # noqa: E402,F401  (RotaryEmbedding)

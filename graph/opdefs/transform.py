@@ -206,9 +206,19 @@ register_op(OpDef(
 ))
 
 
-def concatenate(data, axis: int = 0) -> Call:
-    """Join a list of tensors along ``axis``."""
-    return Call("concatenate", list(data), {"axis": axis})
+def concatenate(data, axis: int = 0) -> Node:
+    """Join a list of tensors along ``axis``. Pieces empty along ``axis`` (an empty split
+    piece, as function bodies write) add nothing and are left out while one piece is not
+    empty; a single piece left is returned itself."""
+    data = list(data)
+    if data and isinstance(axis, int) and not isinstance(axis, bool) and all(
+            d.ndim == data[0].ndim and -d.ndim <= axis < d.ndim for d in data):
+        kept = [d for d in data if d.shape[axis] != 0]
+        if kept and len(kept) < len(data):
+            if len(kept) == 1:
+                return kept[0]
+            data = kept
+    return Call("concatenate", data, {"axis": axis})
 
 
 def _slice_ranges(types, attrs):
