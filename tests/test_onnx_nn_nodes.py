@@ -21,6 +21,9 @@ pytestmark = pytest.mark.onnx_conformance
 onnx = pytest.importorskip("onnx")
 
 CASES = [
+    "test_l2normalization_axis_0", "test_l2normalization_axis_1", "test_l1normalization_axis_0",
+    "test_l1normalization_axis_1", "test_l1normalization_axis_last",
+    "test_lpnormalization_default",
     "test_averagepool_2d_precomputed_pads",
     "test_averagepool_2d_precomputed_pads_count_include_pad",
     "test_averagepool_2d_precomputed_strides", "test_averagepool_2d_precomputed_same_upper",

@@ -239,6 +239,8 @@ def test_instance_norm_then_relu():
                        [init("s", rand(3)), init("b", rand(3))])
     net = check(model, {"x": x})
     assert "nn.group_norm" in ops_of(net)
+    fused = graph.optimize(net, graph.from_onnx(model)[1])
+    assert [c.op.name for c in fused.calls()] == ["fused_nn_group_norm_nn_relu"]
 
 
 def _group_norm_expected(x, scale, bias, groups, eps):
@@ -277,16 +279,22 @@ def test_group_norm_scale_per_group():
     np.testing.assert_allclose(m.get_output(0).numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("axis,scale_shape", [(1, (3, 4, 5)), (-2, (4, 5)), (2, (1, 5)),
-                                              (-1, (5,))])
-def test_layer_norm_on_any_axis_with_its_statistics(axis, scale_shape):
-    x = rand(2, 3, 4, 5)
+@pytest.mark.parametrize("shape,axis,scale_shape", [
+    ((2, 3, 4, 5), 1, (3, 4, 5)), ((2, 3, 4, 5), -2, (4, 5)), ((2, 3, 4, 5), 2, (1, 5)),
+    ((2, 3, 4, 5), -1, (5,)),
+    # rows of 360 elements: group normalization's one-block-per-row statistics
+    ((2, 3, 10, 12), 1, (3, 10, 12)), ((2, 3, 10, 12), 1, (10, 1)),
+])
+def test_layer_norm_on_any_axis_with_its_statistics(shape, axis, scale_shape):
+    x = rand(*shape)
     node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv"],
                             axis=axis, epsilon=1e-4)
-    model = make_model([node], [info("x", [2, 3, 4, 5])],
+    model = make_model([node], [info("x", list(shape))],
                        [info("y", None), info("mean", None), info("inv", None)],
                        [init("s", rand(*scale_shape)), init("b", rand(*scale_shape))])
-    check(model, {"x": x}, layouts=(None,))
+    net = check(model, {"x": x}, layouts=(None,))
+    long_rows = np.prod(shape[axis % len(shape):]) >= 256 and axis % len(shape) < len(shape) - 1
+    assert ("nn.group_norm" in ops_of(net)) == long_rows
 
 
 def test_batch_norm_on_3d_and_5d_data():
@@ -317,6 +325,18 @@ def test_mean_variance_normalization_and_lrn():
     model = make_model(nodes, [info("x", [2, 5, 3, 3])], [info("y", [2, 5, 3, 3])])
     net = check(model, {"x": x})
     assert "nn.lrn" in ops_of(net)
+
+
+@pytest.mark.parametrize("p,axis", [(2, 1), (1, -1)])
+def test_lp_normalization_with_a_zero_slice(p, axis):
+    x = rand(3, 4, 5)
+    x[1, :, :] = 0.0
+    x[:, :, 2] = 0.0
+    node = helper.make_node("LpNormalization", ["x"], ["y"], p=p, axis=axis)
+    model = make_model([node], [info("x", [3, 4, 5])], [info("y", [3, 4, 5])])
+    norm = (np.abs(x.astype(np.float64)) ** p).sum(axis=axis, keepdims=True) ** (1.0 / p)
+    expected = np.where(norm == 0, 0.0, x / np.where(norm == 0, 1.0, norm)).astype(np.float32)
+    check(model, {"x": x}, [expected], layouts=(None,))
 
 
 # -- half precision ----------------------------------------------------------------------------
@@ -422,6 +442,10 @@ def test_upsample_nearest_and_linear():
         model = make_model([node], [info("x", [1, 2, 3, 4])], [info("y", [1, 2, 6, 12])],
                            [init("scales", np.array([1, 1, 2, 3], np.float32))], opset=opset)
         check(model, {"x": x}, layouts=(None,))
+    # opset 7-8: the scales are an attribute
+    node = helper.make_node("Upsample", ["x"], ["y"], mode="nearest", scales=[1.0, 1.0, 3.0, 2.0])
+    model = make_model([node], [info("x", [1, 2, 3, 4])], [info("y", [1, 2, 9, 8])], opset=8)
+    check(model, {"x": x}, [np.repeat(np.repeat(x, 3, axis=2), 2, axis=3)], layouts=(None,))
 
 
 def test_resize_needs_constant_scales():
@@ -470,3 +494,34 @@ def test_pytorch_export_of_audio_and_image_layers_matches_eager():
         expected = [t.numpy() for t in model(audio, image)]
     check(proto, {"audio": audio.numpy(), "image": image.numpy()}, expected, layouts=(None,),
           atol=1e-5)
+
+
+def test_a_float16_model_of_these_operators_runs_in_float16():
+    h = TensorProto.FLOAT16
+    w = RNG.uniform(-0.5, 0.5, (4, 3, 3)).astype(np.float16)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]),
+        helper.make_node("InstanceNormalization", ["c", "s", "b"], ["n"]),
+        helper.make_node("MaxPool", ["n"], ["p"], kernel_shape=[3], strides=[2], ceil_mode=1),
+        helper.make_node("Resize", ["p", "", "scales"], ["r"], mode="linear"),
+        helper.make_node("LayerNormalization", ["r", "g"], ["y"], axis=1),
+    ]
+    inits = [init("w", w), init("s", np.ones(4, np.float16)), init("b", np.zeros(4, np.float16)),
+             init("scales", np.array([1, 1, 2], np.float32)),
+             init("g", RNG.uniform(0.5, 1.5, (4, 14)).astype(np.float16))]
+    model = make_model(nodes, [info("x", [2, 3, 15], h)], [info("y", [2, 4, 14], h)], inits)
+    x = RNG.uniform(-1, 1, (2, 3, 15)).astype(np.float16)
+    net, params = graph.from_onnx(model)
+    assert net.outputs[0].dtype == "float16"
+    # the same model in float32 is the expectation
+    model32 = onnx.ModelProto.FromString(model.SerializeToString())
+    for t in model32.graph.initializer:
+        if t.data_type == h:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32),
+                                               t.name))
+    for v in list(model32.graph.input) + list(model32.graph.output):
+        v.type.tensor_type.elem_type = F32
+    del model32.graph.value_info[:]
+    (expected,) = onnxruntime_outputs(model32, {"x": x.astype(np.float32)})
+    check(model, {"x": x}, [expected.astype(np.float16)], layouts=(None,), rtol=3e-2,
+          atol=3e-2)

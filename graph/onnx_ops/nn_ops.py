@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from ...ops.schedules.block_reduce import MIN_ROW
 from .. import opdefs as G
 from ..frontend_onnx import OnnxImportError, register_converter
 from ..ir import Constant, Node
@@ -249,6 +250,42 @@ def _stats(x: Node, axes: list[int], epsilon: float) -> tuple[Node, Node]:
     return mean, G.rsqrt(G.add(var, Constant(np.array(epsilon, x.dtype))))
 
 
+def _layer_norm_rows(x, gamma, beta, rows, width, full, eps, name):
+    """``nn.layer_norm`` over ``rows`` rows of ``width`` elements (a row per thread)."""
+    if full:
+        g = _reshaped(gamma, (width,))
+        b = (_reshaped(beta, (width,)) if beta is not None
+             else Constant(np.zeros(width, x.dtype), f"{name}_beta"))
+    else:  # scale and bias broadcast: normalize, then apply them element-wise
+        g = Constant(np.ones(width, x.dtype), f"{name}_ones")
+        b = Constant(np.zeros(width, x.dtype), f"{name}_zeros")
+    if width == x.shape[-1]:
+        y = G.layer_norm(x, g, b, -1, eps)
+    else:
+        y = _reshaped(G.layer_norm(_reshaped(x, (rows, width)), g, b, -1, eps), x.shape)
+    if not full:
+        y = G.multiply(y, gamma)
+        if beta is not None:
+            y = G.add(y, beta)
+    return y
+
+
+def _layer_norm_long_rows(x, gamma, beta, rows, width, full, eps, name):
+    """Layer norm over several trailing axes holding many elements: ``nn.group_norm`` of
+    ``x`` as ``[rows, 1, width]`` (its statistics take one block per row, where a thread
+    per row would leave the GPU idle), the scale and bias its fused epilogue."""
+    one = Constant(np.ones(1, x.dtype), f"{name}_one")
+    zero = Constant(np.zeros(1, x.dtype), f"{name}_zero")
+    y = group_norm(_reshaped(x, (rows, 1, width)), one, zero, 1, eps)
+    if full:
+        y = G.multiply(y, _reshaped(gamma, (1, 1, width)))
+        if beta is not None:
+            y = G.add(y, _reshaped(beta, (1, 1, width)))
+        return _reshaped(y, x.shape)
+    y = G.multiply(_reshaped(y, x.shape), gamma)
+    return G.add(y, beta) if beta is not None else y
+
+
 @register_converter("LayerNormalization")
 def _layer_norm(im, node, a):
     x = im.tensor(node.input[0])
@@ -263,21 +300,10 @@ def _layer_norm(im, node, a):
     inner = x.shape[axis:]
     rows, width = math.prod(x.shape[:axis]), math.prod(inner)
     full = gamma.shape == inner and (beta is None or beta.shape == inner)
-    if full:
-        g = _reshaped(gamma, (width,))
-        b = (_reshaped(beta, (width,)) if beta is not None
-             else Constant(np.zeros(width, x.dtype), f"{node.output[0]}_beta"))
-    else:  # scale and bias broadcast: normalize, then apply them element-wise
-        g = Constant(np.ones(width, x.dtype), f"{node.output[0]}_ones")
-        b = Constant(np.zeros(width, x.dtype), f"{node.output[0]}_zeros")
-    if axis == x.ndim - 1:
-        y = G.layer_norm(x, g, b, -1, eps)
-    else:
-        y = _reshaped(G.layer_norm(_reshaped(x, (rows, width)), g, b, -1, eps), x.shape)
-    if not full:
-        y = G.multiply(y, gamma)
-        if beta is not None:
-            y = G.add(y, beta)
+    # the last axis alone stays nn.layer_norm, the form the rest of the compiler knows
+    layer_norm = _layer_norm_long_rows if axis < x.ndim - 1 and width >= MIN_ROW else \
+        _layer_norm_rows
+    y = layer_norm(x, gamma, beta, rows, width, full, eps, node.output[0])
     outs = [y]
     if _has(node, 1, outputs=True) or _has(node, 2, outputs=True):
         stash = int(a.get("stash_type", 1))
@@ -319,6 +345,31 @@ def _mvn(im, node, a):
     std = G.sqrt(G.mean(G.multiply(centered, centered), axes, True))
     # ONNX's definition: (x - mean) / (std + 1e-9)
     return G.divide(centered, G.add(std, Constant(np.array(1e-9, x.dtype))))
+
+
+_TINY = {"float16": 6.103515625e-05, "bfloat16": 1.1754943508222875e-38,
+         "float32": 1.1754943508222875e-38, "float64": 2.2250738585072014e-308}
+
+
+@register_converter("LpNormalization")
+def _lp_normalization(im, node, a):
+    x = im.tensor(node.input[0])
+    axis = int(a.get("axis", -1))
+    p = int(a.get("p", 2))
+    if p not in (1, 2):
+        raise OnnxImportError(f"LpNormalization {node.name!r}: p must be 1 or 2, got {p}")
+    if not -x.ndim <= axis < x.ndim:
+        raise OnnxImportError(f"LpNormalization {node.name!r}: axis {axis} is out of range "
+                              f"for input {list(x.shape)}")
+    axis %= x.ndim
+    length = Constant(np.array(x.shape[axis], x.dtype))
+    squares = G.multiply(x, x)
+    if p == 2:
+        norm = G.sqrt(G.multiply(G.mean(squares, [axis], True), length))
+    else:
+        norm = G.multiply(G.mean(G.sqrt(squares), [axis], True), length)
+    # a zero norm (an all-zero slice) gives 0 / tiny = 0 rather than 0 / 0
+    return G.divide(x, G.maximum(norm, Constant(np.array(_TINY[x.dtype], x.dtype))))
 
 
 @register_converter("LRN")

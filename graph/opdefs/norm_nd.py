@@ -1,6 +1,7 @@
 """``nn.group_norm`` (group and instance normalization) and ``nn.lrn`` on channel-first
-data, lowered to :mod:`ptxforge.ops.nn.group_norm`. Both compute statistics over whole
-groups of elements, so neither fuses with anything (``OPAQUE``)."""
+data, lowered to :mod:`ptxforge.ops.nn.group_norm`. Group normalization fuses its
+element-wise consumers (a residual add, an activation: its normalizing stage is computed in
+their kernel, after the two statistics reductions); LRN fuses with nothing (``OPAQUE``)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ register_op(OpDef(
                                         attrs["epsilon"]),
     ref=lambda a, attrs: N.group_norm_reference(a[0], a[1], a[2], attrs["num_groups"],
                                                 attrs["epsilon"]),
-    pattern=OpPattern.OPAQUE, defaults={"num_groups": 1, "epsilon": 1e-5},
+    pattern=OpPattern.OUT_ELEMWISE_FUSABLE, defaults={"num_groups": 1, "epsilon": 1e-5},
 ))
 
 

@@ -1,10 +1,11 @@
 """Group normalization (and instance normalization, its case of one channel per group) and
 local response normalization over the channels, channel-first data ``[N, C, ...]``.
 
-``group_norm``: two reduction stages (``gn_sum`` and ``gn_squares``, tag ``comm_reduce``,
-over the channels of a group and the spatial positions: the sum, then the centered sum of
-squares) and an element-wise stage
-``T_group_norm``; 16-bit data keeps its statistics in float32 and rounds once.
+``group_norm``: two reduction stages over the channels of a group and the spatial positions
+(``gn_sum``, then the centered sum of squares ``gn_squares``; tag
+``comm_reduce,group_norm_stats``, scheduled one block per (sample, group) by default) and
+an element-wise stage ``T_group_norm``; 16-bit data keeps its statistics in float32 and
+rounds once.
 ``lrn``: a reduction over the channel window (``lrn_sqsum``) and an element-wise stage.
 """
 
@@ -19,6 +20,10 @@ from ...ir.expr import emax, emin
 from ...ir.te import Tensor
 from .. import tag
 from ..utils import accumulate_dtype, ax_names, cast_to, compute_named, fail
+
+GROUP_NORM_STATS = tag.COMM_REDUCE + ",group_norm_stats"
+"""The tag of the statistics stages: a comm_reduce with its own default schedule (one block
+per (sample, group), :mod:`ptxforge.ops.schedules.block_reduce`)."""
 
 
 def group_norm(data: Tensor, gamma: Tensor, beta: Tensor, num_groups: int,
@@ -50,7 +55,7 @@ def group_norm(data: Tensor, gamma: Tensor, beta: Tensor, num_groups: int,
     total = compute_named(
         (n, num_groups), ["n", "g"],
         lambda b, g: te.sum(cast_to(data(b, g * cg + rc, *rs), acc), axis=[rc, *rs]),
-        "gn_sum", tag.COMM_REDUCE)
+        "gn_sum", GROUP_NORM_STATS)
     rc2, rs2 = reduce_axes()
 
     def mean(b, g):
@@ -61,7 +66,7 @@ def group_norm(data: Tensor, gamma: Tensor, beta: Tensor, num_groups: int,
         return te.sum(d * d, axis=[rc2, *rs2])
 
     squares = compute_named((n, num_groups), ["n", "g"], fsquares, "gn_squares",
-                            tag.COMM_REDUCE)
+                            GROUP_NORM_STATS)
     eps = te.const(float(epsilon), acc)
 
     def var(b, g):
@@ -130,3 +135,13 @@ def lrn_reference(x: np.ndarray, size: int, alpha: float, beta: float, bias: flo
     for ch in range(c):
         total[:, ch] = sq[:, max(0, ch - lo):min(c, ch + hi + 1)].sum(axis=1)
     return (x / (bias + alpha / size * total) ** beta).astype(x.dtype)
+
+
+def _register_default_schedules() -> None:
+    from ..schedules import register_schedule
+    from ..schedules.block_reduce import schedule_block_reduce
+
+    register_schedule(GROUP_NORM_STATS, schedule_block_reduce)
+
+
+_register_default_schedules()

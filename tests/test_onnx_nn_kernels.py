@@ -1,7 +1,8 @@
-"""The convolution, pooling, normalization and resizing operators of the ONNX importer on
-a GPU, at small shapes (so they also serve compute-sanitizer runs): each built for
-``cuda`` and checked against the reference executor. Off a GPU only the PTX build runs
-(``test_every_kernel_compiles_to_ptx``)."""
+"""The kernels of the convolution, pooling, normalization and resizing operators of the
+ONNX importer, at small shapes: each builds to PTX; the auto-scheduler's random samples of
+each compile to correct kernels (simulator against the reference executor); and on a GPU
+(``gpu``, ``sanitize``: small enough for compute-sanitizer runs) each runs against the
+reference in float32 and float16."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import numpy as np
 import pytest
 
 import ptxforge
-from ptxforge import graph
+from ptxforge import autosched, graph, measure
+from ptxforge.autosched.state import State, state_payload
 from ptxforge.graph import opdefs as G
 from ptxforge.graph.ir import Constant
 from ptxforge.graph.opdefs.conv_nd import conv_nd, conv_transpose
@@ -52,6 +54,9 @@ def _cases(dtype: str = "float32") -> dict:
                                                 count_include_pad=True),
         "instance_norm": lambda: group_norm(x, var("g", 4), var("b", 4), 4),
         "group_norm_3d": lambda: group_norm(x3, var("g", 2), var("b", 2), 2),
+        # rows of 2 x 300 elements: one block per (sample, group), a cross-thread reduction
+        "group_norm_long_rows": lambda: G.relu(group_norm(graph.Var("xl", (2, 4, 15, 20), dtype),
+                                                          var("g", 2), var("b", 2), 2)),
         "lrn": lambda: lrn(x, 3, 0.01, 0.6, 1.5),
         "resize_cubic": lambda: resize(x, [2], [(Constant(cubic[0]), Constant(cubic[1]))],
                                        False),
@@ -71,9 +76,45 @@ def _net(case: str, dtype: str = "float32") -> graph.Graph:
 @pytest.mark.parametrize("case", sorted(_cases()))
 def test_every_kernel_compiles_to_ptx(case):
     lib = graph.build(_net(case), "cuda")
+    if case == "group_norm_long_rows":
+        text = "\n".join(f.device_module.__str__() for f in lib.functions.values())
+        assert "blockIdx.x" in text and "shfl" in text
     assert lib.functions
     for f in lib.functions.values():
         assert f.ptx is not None
+
+
+@pytest.mark.parametrize("case", sorted(_cases()))
+def test_auto_scheduler_samples_compile_to_correct_kernels(case, tmp_path):
+    net = _net(case)
+    tasks, _ = autosched.extract_tasks(net, {}, "cuda")
+    assert tasks
+    log = str(tmp_path / "records.json")
+    for k, task in enumerate(tasks):
+        policy = autosched.SketchPolicy(task, autosched.RandomModel(seed=k), seed=k)
+        state = State.from_row(policy.sample_initial_population(1)[0], task)
+        inp = measure.MeasureInput(task.task_spec, state.pipeline_text(task),
+                                   state_payload(task, state))
+        measure.save_records(log, [inp], [measure.MeasureResult((1e-5,), 0, "", 0.1, 0.0)])
+    with autosched.ApplyHistoryBest(log) as ctx:
+        lib = graph.build(net, "sim")
+    assert len(ctx.applied) == len(tasks)
+    feeds = {v.name: RNG.uniform(-1, 1, v.shape).astype(np.float32) for v in net.params}
+    m = graph.GraphModule(lib, ptxforge.sim())
+    m.set_input(**feeds)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), graph.evaluate(net, feeds),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_long_group_norm_rows_run_one_block_per_group_on_the_simulator():
+    net = _net("group_norm_long_rows")
+    feeds = {v.name: RNG.uniform(-1, 1, v.shape).astype(np.float32) for v in net.params}
+    m = graph.GraphModule(graph.build(net, "sim"), ptxforge.sim())
+    m.set_input(**feeds)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), graph.evaluate(net, feeds),
+                               rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.gpu
