@@ -127,8 +127,11 @@ def test_a_log_that_is_not_json_warns_naming_the_file_and_line(tmp_path, capsys,
     path = tmp_path / "log.json"
     path.write_bytes(data)
     with pytest.warns(RuntimeWarning, match=f"^{path}{says}".replace("(", r"\(")):
-        rc, out, _ = run(capsys, "records", "best", str(path))
-    assert rc == 0 and out == ""
+        rc, out, err = run(capsys, "records", "best", str(path))
+    assert rc == 1 and out == "" and err == f"{path} holds no records\n"
+    with pytest.warns(RuntimeWarning, match=str(path)):
+        rc, out, err = run(capsys, "records", "list", str(path))
+    assert rc == 0 and len(out.splitlines()) == 1 and err == f"{path} holds no records\n"
     with pytest.warns(RuntimeWarning, match=str(path)):
         with pytest.raises(SystemExit, match=f"{path} holds no records"):
             main(["plot", str(path), "-o", str(tmp_path / "o.png")])
@@ -159,3 +162,13 @@ def test_tune_op_with_a_log_that_is_a_folder(tmp_path, capsys):
     assert rc == 1
     assert one_error_line(err, "tune-op") == \
         f"{tmp_path}: Is a directory (--debug shows the traceback)"
+
+
+def test_records_best_of_a_log_of_failures_says_so(tmp_path, capsys):
+    path = tmp_path / "log.json"
+    task = TaskSpec(workload_key='["w"]', target="cuda", module_text="", flop=1e9, name="c")
+    save_records(str(path), [MeasureInput(task, "split(x.i, factors=[2])", None)],
+                 [MeasureResult((1e9,), 4, "launch failed", 0.1, 1000.0)])
+    rc, out, err = run(capsys, "records", "best", str(path))
+    assert rc == 1 and out == ""
+    assert err == f"{path} holds no successful record (1 failed)\n"
