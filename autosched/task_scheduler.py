@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..measure.stream import MeasureStream
+from ..runtime.atomic import replace_atomically
 from .state import state_from_payload
 from .tuner import PendingRound, can_search_ahead, start_round
 
@@ -140,10 +141,10 @@ class PrintTableInfo(TaskSchedulerCallback):
             folder = os.path.dirname(self.table_file)
             if folder:
                 os.makedirs(folder, exist_ok=True)
-            tmp = self.table_file + ".tmp"
-            with open(tmp, "w") as f:
-                f.write(text + "\n")
-            os.replace(tmp, self.table_file)
+            # A fresh exclusively created temporary (never a fixed ``.tmp`` name, which would
+            # follow a symlink planted there), renamed over the table in one step.
+            data = (text + "\n").encode()
+            replace_atomically(self.table_file, lambda f: f.write(data))
 
     def pre_tune(self, task_scheduler, task_id):
         self._show(task_scheduler, task_id)

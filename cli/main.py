@@ -111,14 +111,24 @@ def _inspect(args) -> int:
         return inspect_network_command(args)
     import ptxforge
     from ptxforge.ir.to_ir import to_ir
-    from ptxforge.passes import PassContext, Pipeline
+    from ptxforge.passes import PassContext, PipelineParseError, SchedulePipeline
 
     s, tensors = _example_schedule(args.example)
     if args.pipeline:
-        with open(args.pipeline, encoding="utf-8") as f:
-            text = f.read()
+        try:
+            with open(args.pipeline, encoding="utf-8") as f:
+                text = f.read()
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{args.pipeline}: not UTF-8 text ({e})") from None
+        try:
+            # A schedule pipeline, as records hold: a lowering pass in it (which would run
+            # out of its place and can build a wrong kernel) is refused, not compiled.
+            schedule = SchedulePipeline.parse(text)
+        except PipelineParseError as e:
+            raise ValueError(f"{args.pipeline}: line {e.line}, column {e.column}: "
+                             f"{e.reason}") from e
     else:
-        text = s.pipeline.text
+        schedule = s.pipeline
     module = to_ir(s.dag)
     print_after = None
     if args.print_after:
@@ -128,7 +138,7 @@ def _inspect(args) -> int:
     ctx = PassContext(print_after=print_after, print_after_change=args.print_after_change,
                       dump_dir=args.dump_dir, time_passes=args.time)
     with ctx:
-        scheduled = Pipeline.parse(text)(module)
+        scheduled = schedule(module)
         lowered = ptxforge.lower(scheduled)
     if args.dump_dir:
         print(f"wrote the IR after every pass to {args.dump_dir}/")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
@@ -32,6 +33,10 @@ def records_command(args) -> int:
         print(f"kept the best record of each of {n} workloads in {printable(args.output)}")
         return 0
     recs = load_records(args.log)
+    if not recs:
+        # Say so rather than print an empty table: a log whose every line was skipped (not
+        # JSON, another file given by mistake) reads as a log with no records.
+        print(f"{printable(args.log)} holds no records", file=sys.stderr)
     if args.action == "list":
         print(f"{'#':>5}  {'task':<40} {'error':>5} {'time (ms)':>12} {'GFLOP/s':>10}")
         for k, (inp, res) in enumerate(recs):
@@ -43,6 +48,11 @@ def records_command(args) -> int:
                   f"{_gflops(inp, res):>10.1f}{est}")
         return 0
     best = best_records(recs)
+    if not best:
+        if recs:
+            print(f"{printable(args.log)} holds no successful record ({len(recs)} failed)",
+                  file=sys.stderr)
+        return 1
     for key, (inp, res) in best.items():
         t = sum(res.costs) / len(res.costs) * 1e3
         est = " (estimated)" if res.estimated else ""

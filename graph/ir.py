@@ -18,6 +18,7 @@ Nodes are immutable and compared by identity; passes build new graphs.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,46 @@ from ..ir import dtype as dt
 from ..runtime import GraphError  # defined with the runtime, which raises it too
 
 
+def _extent(s) -> int:
+    """``s`` as a dimension extent, or raise ``ValueError``: an int (numpy's too) or an
+    integral float such as ``4.0``; never a bool, a fraction, a string or a negative."""
+    if isinstance(s, (bool, np.bool_)):
+        raise ValueError("a bool is not an extent")
+    if isinstance(s, (float, np.floating)):
+        # int() would truncate 1.5 to 1 and build a tensor of the wrong size.
+        if not float(s).is_integer():
+            raise ValueError("not integral")
+        n = int(s)
+    else:
+        try:
+            n = operator.index(s)
+        except TypeError:
+            raise ValueError("not an integer") from None
+    if n < 0:
+        raise ValueError("negative")
+    return n
+
+
+def check_shape(shape, what: str = "a shape") -> tuple[int, ...]:
+    """``shape`` as a tuple of non-negative ints; raises :class:`GraphError` naming the
+    offending extent (``what`` names the shape in the message, e.g. ``"shape_dict['x']"``).
+    Integral floats (``4.0``) and numpy integers are accepted; ``1.5``, bools, strings and
+    negative extents are not."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise GraphError(f"{what} is a tuple of ints, got {shape!r}") from None
+    out = []
+    for axis, s in enumerate(dims):
+        try:
+            out.append(_extent(s))
+        except ValueError as e:
+            raise GraphError(
+                f"{what} {dims!r} has extent {s!r} at axis {axis} ({e}); each extent is a "
+                "non-negative integer") from None
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class TensorType:
     """The type of a tensor: a static shape and a dtype."""
@@ -36,13 +77,7 @@ class TensorType:
     dtype: str = "float32"
 
     def __post_init__(self):
-        try:
-            shape = tuple(int(s) for s in self.shape)
-        except (TypeError, ValueError):
-            raise GraphError(f"a shape is a tuple of ints, got {self.shape!r}") from None
-        if any(s < 0 for s in shape):
-            raise GraphError(f"negative extent in shape {list(shape)}")
-        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "shape", check_shape(self.shape))
         try:
             dt.check(self.dtype)
         except dt.DTypeError as e:
@@ -110,7 +145,8 @@ class Var(Node):
         if not isinstance(name, str) or not name:
             raise GraphError(f"a var needs a non-empty name, got {name!r}")
         self.name = name
-        self.ty = shape if isinstance(shape, TensorType) else TensorType(tuple(shape), dtype)
+        self.ty = (shape if isinstance(shape, TensorType)
+                   else TensorType(check_shape(shape, f"the shape of var {name!r}"), dtype))
 
 
 class Constant(Node):

@@ -4,7 +4,7 @@ need."""
 
 from __future__ import annotations
 
-from .ir import GraphError, Var
+from .ir import GraphError, Var, check_shape
 
 ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
                7: "int64", 9: "bool", 10: "float16", 11: "float64", 12: "uint32",
@@ -88,10 +88,11 @@ def input_var(inp, given, default_dtype: str) -> Var:
                 f"input {inp.name!r} has {what}; give its shape in shape_dict, e.g. "
                 f"shape_dict={{{inp.name!r}: (1, 128)}} (ptxforge compiles static shapes)")
         return Var(inp.name, tuple(declared), in_dtype)
-    shape = tuple(int(s) for s in given)
-    if any(s < 0 for s in shape):
-        raise OnnxImportError(f"shape_dict[{inp.name!r}] = {list(shape)}: dimensions must "
-                              "be non-negative")
+    try:
+        # int() would truncate a 1.5 to 1; check_shape names the bad extent instead.
+        shape = check_shape(given, f"shape_dict[{inp.name!r}]")
+    except GraphError as e:
+        raise OnnxImportError(str(e)) from None
     if declared is not None:
         clash = len(declared) != len(shape) or any(
             isinstance(d, int) and d > 0 and d != s for d, s in zip(declared, shape))

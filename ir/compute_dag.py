@@ -98,10 +98,12 @@ class ComputeDAG:
     __repr__ = __str__
 
     def get_init_state(self):
-        """The unscheduled state: an empty schedule (pass pipeline)."""
-        from ..passes.pipeline import Pipeline
+        """The unscheduled state: an empty schedule pipeline (a
+        :class:`~ptxforge.passes.pipeline.SchedulePipeline`, as a record's, so adding a
+        lowering pass to it is refused)."""
+        from ..passes.pipeline import SchedulePipeline
 
-        return Pipeline([])
+        return SchedulePipeline([])
 
     def print_python_code_from_state(self, state) -> str:
         """The te schedule code of ``state``: a pass pipeline or its text, a record's input

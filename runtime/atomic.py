@@ -29,8 +29,12 @@ def replace_atomically(path: str | os.PathLike, write: Callable[[BinaryIO], None
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path} is a folder; give the name of a file to write")
     folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                               dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+                                   dir=folder)
+    except OSError as e:
+        # Name the file asked for, not the random temporary nobody asked for.
+        raise _naming(e, path, f"cannot create a file in {folder}") from None
     try:
         os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "w+b") as f:
@@ -38,8 +42,18 @@ def replace_atomically(path: str | os.PathLike, write: Callable[[BinaryIO], None
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.errno is not None and e.filename != path:
+            raise _naming(e, path, "cannot write") from None
         raise
     return path
+
+
+def _naming(e: OSError, path: str, doing: str) -> OSError:
+    """``e`` (its type, by its errno) naming ``path``: an error of the temporary file or of
+    a bare ``write`` (no file name at all) would otherwise not say which file failed."""
+    if e.errno is None:
+        return e
+    return OSError(e.errno, f"{doing} ({e.strerror or e})", path)
