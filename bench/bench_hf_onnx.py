@@ -170,7 +170,7 @@ def tune(net, params, dtype: str, trials: int, log: str, seed: int) -> float:
 def bench(torch, name: str, args) -> dict:
     import ptxforge
     from ptxforge import autosched, graph
-    from ptxforge.graph.torch_reference import TORCH_DTYPES, time_cuda
+    from ptxforge.graph.torch_reference import TORCH_DTYPES, cuda_graph, time_cuda
 
     row = {"model": name}
     seq = args.seq if name != "gpt2" else args.gpt2_seq
@@ -218,19 +218,8 @@ def bench(torch, name: str, args) -> dict:
             raise SystemExit(f"{name}: our output differs from PyTorch's ({row['err']:.2e})")
         row["ours_ms"] = module.benchmark(dev, repeat=5, min_repeat_ms=300).median * 1e3
 
-        def graph_of(fn):
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(3):
-                    fn()
-            torch.cuda.current_stream().wait_stream(stream)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                fn()
-            return g.replay
-
-        row["graph_ms"] = time_cuda(torch, graph_of(lambda: mlo(*low_inputs)), 300, 5) * 1e3
+        row["graph_ms"] = time_cuda(torch, cuda_graph(torch, lambda: mlo(*low_inputs)), 300,
+                                    5) * 1e3
         t0 = time.perf_counter()
         compiled = torch.compile(mlo, mode="reduce-overhead")
         for _ in range(5):

@@ -35,6 +35,7 @@ import ptxforge
 from ptxforge import autosched, graph
 from ptxforge.graph.torch_reference import (
     TORCH_DTYPES,
+    cuda_graph,
     set_torch_precision,
     time_cuda,
     torch_twin,
@@ -80,20 +81,6 @@ def run_ours(module, x: np.ndarray) -> np.ndarray:
     module.set_input("data", x)
     module.run()
     return module.get_output(0).numpy()
-
-
-def cuda_graph(torch, fn):
-    """``fn`` captured in a CUDA graph (after warm-up on a side stream); returns replay."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g.replay
 
 
 def bench_case(torch, case: str, args) -> dict:

@@ -71,6 +71,20 @@ def torch_resnet_v1(torch, params: dict, num_layers: int, layout: str):
     return nn.Sequential(*layers).eval()
 
 
+def cuda_graph(torch, fn):
+    """``fn`` captured in a CUDA graph (after warm-up on a side stream); returns replay."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
 def time_cuda(torch, fn, min_repeat_ms: float = 500.0, repeat: int = 3) -> float:
     """Median seconds per call of ``fn`` (CUDA events; ``number`` grows until one repeat
     lasts ``min_repeat_ms``)."""
