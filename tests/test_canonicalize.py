@@ -8,9 +8,8 @@ import collections
 import os
 
 import numpy as np
-import pytest
-
 import ptxforge
+import pytest
 from ptxforge import graph
 from ptxforge.graph import opdefs as G
 from ptxforge.graph.build_module import optimize
@@ -369,3 +368,14 @@ def test_torch_export_of_the_bert_encoder_compiles_to_the_zoo_kernels(precision)
         want = Encoder().eval()(x).numpy()
     err = np.abs(mod.get_output(0).numpy() - want).max() / np.abs(want).max()
     assert err < (1e-4 if precision == "float32" else 3e-2)
+
+
+def test_a_scale_stays_on_an_operand_when_the_product_changes_dtype():
+    q = Var("q", (2, 4, 8), "float16")
+    k = Var("k", (2, 4, 8), "float16")
+    bmm = G.batch_matmul(G.multiply(q, Constant(np.float16(0.5))), k, out_dtype="float32")
+    out = CanonicalizeProducts()(graph_from_outputs(bmm))
+    assert ops_of(out) == ["multiply", "nn.batch_matmul"]  # unchanged, no dtype clash
+    feeds = {"q": RNG.standard_normal((2, 4, 8)).astype(np.float16),
+             "k": RNG.standard_normal((2, 4, 8)).astype(np.float16)}
+    same_values(graph_from_outputs(bmm), out, **feeds)

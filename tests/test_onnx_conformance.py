@@ -38,10 +38,33 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("node_case", cases, ids=[c.name for c in cases])
 
 
+_CAUSAL_16 = ("16-bit causal attention is 2 ulp off on the compiled path only: a 16-bit "
+              "accumulation or rounding in the decomposed attention, to find")
+KNOWN_WRONG = {
+    **{f"test_attention_4d_{name}": _CAUSAL_16 for name in (
+        "attn_mask_causal_bf16", "attn_mask_causal_bf16_expanded", "causal_bf16",
+        "causal_bf16_expanded", "causal_fp16", "causal_fp16_expanded",
+        "padded_kv_bf16_expanded")},
+    "test_causal_conv_with_state_silu_fp16": "the reference executor's fp16 silu rounds "
+                                            "differently from ONNX's expected output",
+    "test_causal_conv_with_state_silu_fp16_expanded": "as the unexpanded case",
+    "test_size": "Size gives shape [1], not []: graph.ir.Constant makes 0-d arrays 1-d",
+    "test_size_example": "as test_size",
+}
+"""Node tests known to give wrong numbers (docs/onnx_support.md lists them as such): each is
+an expected failure with its cause, and passing is an error until the case is taken off this
+list, so the list cannot go stale and no new wrong result hides among them."""
+
+
 def test_node(node_case):
     outcome = run_case(node_case)
+    known = KNOWN_WRONG.get(node_case.name)
     if outcome.status == REFUSED:
         pytest.xfail(f"{outcome.stage}: {outcome.reason}")
     if outcome.status in (WRONG, CRASH):
+        if known is not None and outcome.status == WRONG:
+            pytest.xfail(f"known wrong numbers ({known}): {outcome.reason}")
         pytest.fail(f"{outcome.status} at {outcome.stage}: {outcome.reason}", pytrace=False)
     assert outcome.status == PASSED
+    assert known is None, (f"{node_case.name} passes now: take it off KNOWN_WRONG "
+                           f"({known})")

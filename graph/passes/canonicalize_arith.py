@@ -18,6 +18,7 @@ import numpy as np
 from ...ir import dtype as dt
 from .. import opdefs as G
 from ..ir import Call, Constant, Graph, Node, rewrite
+from ..opdefs.elemwise import cast_array
 from .base import GraphPass, register_graph_pass
 
 
@@ -33,10 +34,11 @@ def _reciprocal_multiply(call: Call, args: tuple) -> Node | None:
     if value == 0.0 or not np.isfinite(value):
         return None
     inv = np.asarray(1.0 / value, np.float64)
-    rounded = inv.astype(dt.to_numpy(c.dtype)).reshape(c.value.shape)
-    if not np.isfinite(rounded).all() or float(rounded.reshape(())) == 0.0:
+    rounded = cast_array(inv, c.dtype).reshape(c.value.shape)
+    back = cast_array(rounded, "float64")
+    if not np.isfinite(back).all() or float(back.reshape(())) == 0.0:
         return None
-    return G.multiply(x, Constant(rounded, c.name))
+    return G.multiply(x, Constant(rounded, c.name, dtype=c.dtype))
 
 
 @register_graph_pass

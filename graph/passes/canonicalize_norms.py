@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...ir import dtype as dt
 from .. import opdefs as G
 from ..ir import Call, Constant, Graph, Node, consumers, rewrite
+from ..opdefs.elemwise import cast_array
 from .base import GraphPass, register_graph_pass
 
 
@@ -85,15 +85,14 @@ def _normalized(call: Call, args: tuple) -> Node | None:
         if sq is None or sq.shape != num.shape:
             continue
         n = num.shape[-1]
-        ones = np.ones(n, dt.to_numpy(num.dtype))
+        ones = Constant(cast_array(np.ones(n), num.dtype), "ln_gamma", dtype=num.dtype)
         if sq is num and _call(num, "subtract"):  # layer norm: d = x - mean(x)
             x, m = num.args
             if _last_mean(m) is x:
-                zeros = np.zeros(n, dt.to_numpy(x.dtype))
-                return G.layer_norm(x, Constant(ones, "ln_gamma"), Constant(zeros, "ln_beta"),
-                                    epsilon=eps)
+                zeros = Constant(cast_array(np.zeros(n), x.dtype), "ln_beta", dtype=x.dtype)
+                return G.layer_norm(x, ones, zeros, epsilon=eps)
         if sq is num and num.dtype in ("float32", "float16", "bfloat16"):  # RMS norm
-            return G.rms_norm(num, Constant(ones, "rms_weight"), epsilon=eps)
+            return G.rms_norm(num, ones, epsilon=eps)
     return None
 
 
@@ -115,6 +114,8 @@ def _affine(call: Call, args: tuple, uses: dict) -> Node | None:
         norm, c = args[k], args[1 - k]
         if not (_call(norm, "nn.layer_norm") or _call(norm, "nn.rms_norm")):
             continue
+        if norm.dtype not in ("float32", "float16", "float64"):  # host arithmetic below
+            continue
         if len(uses.get(id(call.args[k]), ())) != 1 or norm.shape != call.shape:
             continue
         vec = _row_constant(c, norm.shape[-1], norm.dtype)
@@ -123,15 +124,16 @@ def _affine(call: Call, args: tuple, uses: dict) -> Node | None:
         if norm.op == "nn.rms_norm":
             if call.op != "multiply":
                 continue
-            w = Constant(norm.args[1].value * vec, c.name or "rms_weight")
+            w = Constant(norm.args[1].value * vec, c.name or "rms_weight", dtype=norm.dtype)
             return Call("nn.rms_norm", (norm.args[0], w), norm.attrs)
         gamma, beta = norm.args[1].value, norm.args[2].value
         if call.op == "multiply":
             gamma, beta = gamma * vec, beta * vec
         else:
             beta = beta + vec
-        return Call("nn.layer_norm", (norm.args[0], Constant(gamma, "ln_gamma"),
-                                      Constant(beta, "ln_beta")), norm.attrs)
+        return Call("nn.layer_norm", (norm.args[0],
+                                      Constant(gamma, "ln_gamma", dtype=norm.dtype),
+                                      Constant(beta, "ln_beta", dtype=norm.dtype)), norm.attrs)
     return None
 
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...ir import dtype as dt
 from .. import opdefs as G
 from ..ir import Call, Constant, Graph, Node, rewrite
+from ..opdefs.elemwise import cast_array
 from .base import GraphPass, register_graph_pass
 
 _SWAP_LAST = [0, 2, 1]
@@ -39,7 +39,8 @@ def _bias(call: Call, args: tuple) -> Node | None:
         shape = bias.value.shape
         if (bias.dtype == prod.dtype and len(shape) in (1, 2) and shape[-1] == units
                 and all(d == 1 for d in shape[:-1])):
-            return G.bias_add(prod, Constant(bias.value.reshape(units), bias.name), axis=-1)
+            return G.bias_add(prod, Constant(bias.value.reshape(units), bias.name,
+                                             dtype=bias.dtype), axis=-1)
     return None
 
 
@@ -109,7 +110,9 @@ def _batch_matmul(call: Call, args: tuple) -> Node | None:
     scales: list[Constant] = []
     for k in (0, 1):
         found = _scalar_factor((a, b)[k])
-        if found is not None:
+        # the product's result dtype may differ from its operands' (out_dtype): a factor
+        # moves onto the result only in the result's own dtype
+        if found is not None and found[1].dtype == call.dtype:
             x, c = found
             a, b = (x, b) if k == 0 else (a, x)
             scales.append(c)
@@ -119,8 +122,8 @@ def _batch_matmul(call: Call, args: tuple) -> Node | None:
         return None
     out = Call("nn.batch_matmul", (a, b), attrs)
     if scales:
-        factor = np.asarray(scale, dtype=dt.to_numpy(out.dtype))
-        out = G.multiply(out, Constant(factor, scales[0].name))
+        factor = cast_array(np.asarray(scale, np.float64), out.dtype)
+        out = G.multiply(out, Constant(factor, scales[0].name, dtype=out.dtype))
     return out
 
 

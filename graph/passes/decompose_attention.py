@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...ir import dtype as dt
 from .. import opdefs as G
 from ..ir import Call, Constant, Graph, Node, rewrite
+from ..opdefs.elemwise import cast_array
 from .base import GraphPass, register_graph_pass
 
 
@@ -34,8 +34,8 @@ def _additive(mask: Node, dtype: str) -> Node:
     if mask.dtype == "bool":
         from ..opdefs.logic import where
 
-        zero = Constant(np.zeros((), dt.to_numpy(dtype)))
-        ninf = Constant(np.full((), -np.inf, dt.to_numpy(dtype)))
+        zero = Constant(cast_array(np.zeros(()), dtype), dtype=dtype)
+        ninf = Constant(cast_array(np.full((), -np.inf), dtype), dtype=dtype)
         return where(mask, zero, ninf)
     return mask if mask.dtype == dtype else G.cast(mask, dtype)
 
@@ -46,7 +46,7 @@ def _causal(rows: int, cols: int, group: int, dtype: str) -> Constant:
     i = np.arange(rows)[:, None]
     j = np.arange(cols)[None, :]
     tile = np.where(j <= i, 0.0, -np.inf)
-    return Constant(np.tile(tile, (group, 1)).astype(dt.to_numpy(dtype)), "causal_mask")
+    return Constant(cast_array(np.tile(tile, (group, 1)), dtype), "causal_mask", dtype=dtype)
 
 
 def decompose(call: Call, args: tuple) -> Node | None:
@@ -65,7 +65,8 @@ def decompose(call: Call, args: tuple) -> Node | None:
     k3 = G.reshape(k, (b * hk, s, e))
     v3 = G.reshape(v, (b * hk, s, ev))
     scores = G.batch_matmul(q3, k3, transpose_b=True)
-    scores = G.multiply(scores, Constant(np.asarray(scale, dt.to_numpy(dtype)), "attn_scale"))
+    scores = G.multiply(scores, Constant(cast_array(np.asarray(scale, np.float64), dtype),
+                                         "attn_scale", dtype=dtype))
     if mask is not None:
         s4 = G.add(G.reshape(scores, (b, hq, lq, s)), _additive(mask, dtype))
         scores = G.reshape(s4, (b * hk, group * lq, s))

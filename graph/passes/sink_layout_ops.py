@@ -75,9 +75,10 @@ def _adapt(operand: Node, layout: Call, out_shape: tuple) -> Node | None:
     follow for free."""
     src = layout.args[0]
     if _scalar(operand):
-        return Constant(operand.value.reshape(()), operand.name)
+        return Constant(operand.value.reshape(()), operand.name, dtype=operand.dtype)
     if _row_vector(operand, out_shape[-1]) and _keeps_last(layout):
-        return Constant(operand.value.reshape(operand.value.shape[-1]), operand.name)
+        return Constant(operand.value.reshape(operand.value.shape[-1]), operand.name,
+                        dtype=operand.dtype)
     if layout.op != "transpose" and operand.shape == out_shape:
         return G.reshape(operand, src.shape)
     if layout.op != "transpose" and operand.ndim <= len(out_shape):
