@@ -21,6 +21,7 @@ import warnings
 import numpy as np
 import ptxforge
 from ptxforge import graph
+from ptxforge.cli.bench import graph_time_torch
 
 
 def layers(torch):
@@ -42,28 +43,6 @@ def layers(torch):
         "upsample_bilinear": (nn.Upsample(scale_factor=2, mode="bilinear"), (1, 64, 128, 128)),
         "upsample_nearest": (nn.Upsample(scale_factor=2, mode="nearest"), (1, 256, 40, 40)),
     }
-
-
-def torch_time(torch, fn, number: int, repeat: int) -> float:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(number):
-            fn()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / number)
-    return float(np.median(times))
 
 
 def run(torch, name, module, shape, args) -> dict:
@@ -90,7 +69,7 @@ def run(torch, name, module, shape, args) -> dict:
         got = m.get_output(0).numpy().astype(np.float32)
         err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-6))
         ours = m.benchmark(dev, number=args.number, repeat=args.repeat).median
-        theirs = torch_time(torch, lambda: module(x), args.number, args.repeat)
+        theirs = graph_time_torch(torch, lambda: module(x), args.number, args.repeat) / 1e3
     return {"layer": name, "shape": list(shape), "dtype": args.dtype, "ours_us": ours * 1e6,
             "torch_us": theirs * 1e6, "ratio": theirs / ours, "rel_err": err,
             "kernels": len(lib.functions), "build_s": build_s}

@@ -98,7 +98,7 @@ def _pick_record(log: str, workload: str | None) -> tuple:
                      f"--workload ({', '.join(known)})")
 
 
-def _graph_time_torch(torch, fn, number: int, repeat: int) -> float:
+def graph_time_torch(torch, fn, number: int, repeat: int) -> float:
     """Median milliseconds per call of ``fn``: ``number`` calls captured in one CUDA graph,
     replayed ``repeat`` times between CUDA events."""
     for _ in range(10):  # warm-up, and cudnn.benchmark's algorithm search
@@ -186,7 +186,7 @@ def bench_op_command(args) -> int:
         lib = "cuBLAS"
     with torch.no_grad():
         theirs_err, theirs_ok = _check(fn().cpu().numpy().astype(np.float64), want)
-        theirs_ms = _graph_time_torch(torch, fn, args.number, args.repeat)
+        theirs_ms = graph_time_torch(torch, fn, args.number, args.repeat)
 
     flop = task.flop_ct
     print(f"device: {dev.name}; workload {key}, {flop / 1e6:.1f} MFLOP; CUDA-graph timed, "
