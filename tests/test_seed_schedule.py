@@ -85,11 +85,13 @@ def test_lowering_the_seed_schedule_is_fast():
     s, tensors, _ = workloads.seed_schedule()
     module = s.module
     ptxforge.lower(module)  # warm up imports and caches
+    # CPU time of this process: the cost of lowering, not how busy the machine's other
+    # processes (parallel test workers) keep its cores.
     times = []
     for _ in range(5):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         ptxforge.lower(module)
-        times.append(time.perf_counter() - t0)
+        times.append(time.process_time() - t0)
     median_ms = statistics.median(times) * 1e3
-    print(f"lowering the seed schedule: {median_ms:.1f} ms (median of 5)")
+    print(f"lowering the seed schedule: {median_ms:.1f} ms CPU (median of 5)")
     assert median_ms < 400, f"lowering took {median_ms:.1f} ms"
