@@ -1,0 +1,476 @@
+"""The fused attention kernel, built as device IR (one kernel and its host function).
+
+One block per (query tile of ``block_q`` rows, query head, batch); warp ``w`` of the block
+owns query rows ``16 w .. 16 w + 15``. The block loops over the keys in tiles of
+``block_kv``:
+
+1. ``cp.async`` copies the K and V tiles into shared memory (zero-filled past the keys;
+   with 2 stages the next tile's copies run while this one is used);
+2. each warp computes its 16 x ``block_kv`` scores ``Q K^T`` with ``mma.sync m16n8k16``
+   (Q's fragments loaded once by ``ldmatrix``, K's by ``ldmatrix`` each step) in float32
+   and stores them to shared memory;
+3. two lanes per row scale and mask the scores (keys past the end, the causal rule, a bool
+   or additive mask), take the tile's row maximum (one warp shuffle joins the two lanes),
+   update the running maximum ``m`` and sum ``l`` they hold in registers (float32), and write
+   the probabilities ``exp(s - m)`` in the input dtype for the second product and the
+   factor ``exp(m_old - m_new)`` that rescales the rows' output so far;
+4. the output accumulators (fragments) are rescaled: the fragments are accumulated by
+   tensor intrinsics only, so they go through a float32 tile in shared memory, where the
+   row's threads multiply them, and come back with the accumulator load;
+5. ``O += P V`` with ``mma.sync`` (V's fragments by ``ldmatrix .trans``).
+
+At the end each row is divided by its sum (a row with every score masked gives zeros) and
+stored in the input dtype. Causal blocks stop at the tile holding their last row's
+diagonal. The IR is the same the lowering pipeline produces (flat buffers, thread loops,
+tensorized nests), so the verifier, the simulator and the PTX backend take it as is.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from ....ir import dtype as dt
+from ....ir.attrs import FuncAttrs
+from ....ir.expr import Cast, Expr, FloatImm, IntImm, Var, call, emax, emin, select, shfl_xor
+from ....ir.intrin import ANNOTATION
+from ....ir.intrin.keys import IntrinKey
+from ....ir.intrin.registry import lookup
+from ....ir.stmt import (
+    Alloc,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
+    Barrier,
+    Buffer,
+    For,
+    If,
+    Launch,
+    Let,
+    Module,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+)
+from .knobs import COPY_ELEMS, MMA_ROWS, AttentionConfig, shared_layout
+from .workload import AttentionWorkload
+
+F32 = "float32"
+NEG_INF = FloatImm(float("-inf"), F32)
+_names = itertools.count()
+
+
+def _i(v: int) -> IntImm:
+    return IntImm(v, dt.INDEX)
+
+
+def _f(v: float) -> FloatImm:
+    return FloatImm(v, F32)
+
+
+def _var(name: str) -> Var:
+    return Var(name)
+
+
+def _loop(name: str, extent: int, body_fn, kind: str = "serial", thread: str = "",
+          annotations: dict | None = None) -> For:
+    v = _var(name)
+    return For(v, extent, body_fn(v), kind, thread, annotations)
+
+
+def _lanes(body_fn) -> For:
+    """A loop over the 32 lanes of each warp (``threadIdx.x``)."""
+    return _loop("tx", 32, body_fn, "thread", "threadIdx.x")
+
+
+def _intrin(key: IntrinKey) -> dict:
+    return {ANNOTATION: lookup(key).name}
+
+
+class _Kernel:
+    """Builds the kernel body for one workload and configuration."""
+
+    def __init__(self, w: AttentionWorkload, cfg: AttentionConfig):
+        self.w, self.cfg = w, cfg
+        self.lay = shared_layout(w, cfg)
+        ab = w.dtype
+        self.k_mma = IntrinKey("mma", ab=ab, acc=F32)
+        self.k_mma_kn = IntrinKey("mma", ab=ab, acc=F32, b_kn=True)
+        self.k_lda = IntrinKey("ldmatrix", "A", ab=ab, num=4)
+        self.k_ldb = IntrinKey("ldmatrix", "B", ab=ab, num=4)
+        self.k_ldb_kn = IntrinKey("ldmatrix", "B", ab=ab, b_kn=True, num=4)
+        self.k_fill = IntrinKey("fill", acc=F32)
+        self.k_store = IntrinKey("store", "C", acc=F32)
+        self.k_load = IntrinKey("load", "C", acc=F32)
+        e, ev = w.head_dim, w.v_dim
+        self.q = Buffer("q", ab, [w.batch * w.heads * w.q_len * e])
+        self.k = Buffer("k", ab, [w.batch * w.kv_heads * w.kv_len * e])
+        self.v = Buffer("v", ab, [w.batch * w.kv_heads * w.kv_len * ev])
+        self.mask = None
+        if w.mask is not None:
+            n = 1
+            for s in w.mask.shape:
+                n *= s
+            self.mask = Buffer("mask", w.mask.dtype, [n])
+        self.out = Buffer("out", ab, [w.batch * w.heads * w.q_len * ev])
+        br, bc, lay = cfg.block_q, cfg.block_kv, self.lay
+        self.q_s = Buffer("Q_s", ab, [br * lay.q_ld], "shared")
+        self.k_s = Buffer("K_s", ab, [cfg.stages * bc * lay.k_ld], "shared")
+        self.v_s = Buffer("V_s", ab, [cfg.stages * bc * lay.v_ld], "shared")
+        self.s_s = Buffer("S_s", F32, [br * lay.s_ld], "shared")
+        self.p_s = Buffer("P_s", ab, [br * lay.p_ld], "shared")
+        self.o_s = Buffer("O_s", F32, [br * lay.o_ld], "shared")
+        self.r_s = Buffer("R_s", F32, [br], "shared")
+        self.qf = Buffer("Q_frag", ab, [MMA_ROWS * e], "warp")
+        self.kf = Buffer("K_frag", ab, [16 * 16], "warp")
+        self.sf = Buffer("S_frag", F32, [MMA_ROWS * bc], "warp")
+        self.pf = Buffer("P_frag", ab, [16 * 16], "warp")
+        self.vf = Buffer("V_frag", ab, [16 * 16], "warp")
+        self.of = Buffer("O_frag", F32, [MMA_ROWS * ev], "warp")
+        self.m_r = Buffer("row_max", F32, [1], "local")
+        self.l_r = Buffer("row_sum", F32, [1], "local")
+        self.acc = Buffer("row_acc", F32, [1], "local")
+        self.bx, self.by, self.bz, self.ty = (_var(n) for n in ("bq", "bh", "bb", "warp"))
+
+    # -- addressing ---------------------------------------------------------------------
+    @property
+    def kv_head(self) -> Expr:
+        g = self.w.group
+        return self.by if g == 1 else self.by // _i(g)
+
+    def row0(self) -> Expr:
+        """The block's first query row."""
+        return self.bx * _i(self.cfg.block_q)
+
+    def kv_tiles_needed(self) -> Expr | int:
+        """Key tiles this block visits: all, or under the causal mask those up to the
+        diagonal of its last row."""
+        w, bc = self.w, self.cfg.block_kv
+        total = -(-w.kv_len // bc)
+        if not w.causal:
+            return total
+        last = emin(self.row0() + _i(self.cfg.block_q), _i(w.q_len))  # rows < last
+        keys = emin(last, _i(w.kv_len))
+        return (keys + _i(bc - 1)) // _i(bc)
+
+    # -- copies -------------------------------------------------------------------------
+    def _copy_rows(self, dst: Buffer, dst_base: Expr, dst_ld: int, src: Buffer,
+                   src_row: callable, first: Expr, rows: int, limit: int, cols: int) -> Stmt:
+        """cp.async ``rows`` rows of ``cols`` elements (row ``first + r`` of ``src``, read
+        where below ``limit``, zeros past it) into ``dst`` rows ``dst_ld`` apart."""
+        per_row = cols // COPY_ELEMS
+        total = rows * per_row
+        threads = self.cfg.threads
+        steps = -(-total // threads)
+
+        def body(it):
+            def lane(tx):
+                c = it * _i(threads) + self.ty * _i(32) + tx
+                r, ch = c // _i(per_row), c % _i(per_row)
+                g = first + r
+                inside = g < _i(limit)
+                src_i = src_row(emin(g, _i(limit - 1))) + ch * _i(COPY_ELEMS)
+                dst_i = dst_base + r * _i(dst_ld) + ch * _i(COPY_ELEMS)
+                nbytes = COPY_ELEMS * dt.nbytes(dst.dtype)
+                cp = AsyncCopy(dst, dst_i, src, src_i, nbytes,
+                               select(inside, IntImm(nbytes, "int32"), IntImm(0, "int32")))
+                return cp if total % threads == 0 else If(c < _i(total), cp)
+            return _lanes(lane)
+
+        return _loop("cp", steps, body, "unroll" if steps <= 8 else "serial")
+
+    def copy_q(self) -> Stmt:
+        w = self.w
+        e = w.head_dim
+        base = (self.bz * _i(w.heads) + self.by) * _i(w.q_len)
+        return self._copy_rows(self.q_s, _i(0), self.lay.q_ld, self.q,
+                               lambda g: (base + g) * _i(e), self.row0(),
+                               self.cfg.block_q, w.q_len, e)
+
+    def copy_kv(self, tile: Expr, stage: Expr | int) -> Stmt:
+        w, bc, lay = self.w, self.cfg.block_kv, self.lay
+        base = (self.bz * _i(w.kv_heads) + self.kv_head) * _i(w.kv_len)
+        first = tile * _i(bc)
+        stage = _i(stage) if isinstance(stage, int) else stage
+        k = self._copy_rows(self.k_s, stage * _i(bc * lay.k_ld), lay.k_ld, self.k,
+                            lambda g: (base + g) * _i(w.head_dim), first, bc, w.kv_len,
+                            w.head_dim)
+        v = self._copy_rows(self.v_s, stage * _i(bc * lay.v_ld), lay.v_ld, self.v,
+                            lambda g: (base + g) * _i(w.v_dim), first, bc, w.kv_len,
+                            w.v_dim)
+        return Seq([k, v])
+
+    # -- tensor-core pieces -------------------------------------------------------------
+    def _fill(self, frag: Buffer, ld: int) -> Stmt:
+        def tile(nt):
+            return _loop("fi", 16, lambda i: _loop(
+                "fj", 8, lambda j: Store(frag, [i * _i(ld) + nt * _i(8) + j], _f(0.0))),
+                annotations=_intrin(self.k_fill))
+        return _loop("ft", ld // 8, tile, "unroll")
+
+    def _ldmatrix(self, frag: Buffer, frag_base: Expr, frag_ld: int, src: Buffer,
+                  src_base: Expr, src_ld: int, key: IntrinKey) -> Stmt:
+        return _loop("lr", 16, lambda r: _loop(
+            "lc", 16, lambda c: Store(frag, [frag_base + r * _i(frag_ld) + c],
+                                      src[src_base + r * _i(src_ld) + c])),
+            annotations=_intrin(key))
+
+    def _mma(self, c: Buffer, c_base: Expr, c_ld: int, a: Buffer, a_base: Expr, a_ld: int,
+             b: Buffer, b_base: Expr, b_kn: bool) -> Stmt:
+        """One m16n8k16: ``C[i, j] += A[i, k] * B`` (B ``[n, k]`` rows of 16, or ``[k, n]``
+        rows of 16 with ``b_kn``)."""
+        def inner(i, j, kk):
+            ci = c_base + i * _i(c_ld) + j
+            bi = b_base + (kk * _i(16) + j if b_kn else j * _i(16) + kk)
+            prod = Cast(F32, a[a_base + i * _i(a_ld) + kk]) * Cast(F32, b[bi])
+            return Store(c, [ci], c[ci] + prod)
+        return _loop("mi", 16, lambda i: _loop("mj", 8, lambda j: _loop(
+            "mk", 16, lambda kk: inner(i, j, kk))),
+            annotations=_intrin(self.k_mma_kn if b_kn else self.k_mma))
+
+    def _frag_to_shared(self, frag: Buffer, ld: int, dst: Buffer, dst_ld: int) -> Stmt:
+        row = self.ty * _i(MMA_ROWS)
+
+        def tile(nt):
+            return _loop("si", 16, lambda i: _loop("sj", 8, lambda j: Store(
+                dst, [(row + i) * _i(dst_ld) + nt * _i(8) + j],
+                frag[i * _i(ld) + nt * _i(8) + j])), annotations=_intrin(self.k_store))
+        return _loop("st", ld // 8, tile, "unroll")
+
+    def _shared_to_frag(self, frag: Buffer, ld: int, src: Buffer, src_ld: int) -> Stmt:
+        row = self.ty * _i(MMA_ROWS)
+
+        def tile(nt):
+            return _loop("ai", 16, lambda i: _loop("aj", 8, lambda j: Store(
+                frag, [i * _i(ld) + nt * _i(8) + j],
+                src[(row + i) * _i(src_ld) + nt * _i(8) + j])), annotations=_intrin(self.k_load))
+        return _loop("at", ld // 8, tile, "unroll")
+
+    def load_q_frag(self) -> Stmt:
+        e, lay = self.w.head_dim, self.lay
+        row = self.ty * _i(MMA_ROWS)
+        return _loop("qk", e // 16, lambda kk: self._ldmatrix(
+            self.qf, kk * _i(16), e, self.q_s, row * _i(lay.q_ld) + kk * _i(16), lay.q_ld,
+            self.k_lda), "unroll")
+
+    def scores(self, stage: Expr) -> Stmt:
+        """``S_frag = Q K^T`` of this warp's rows and the tile's keys."""
+        w, bc, lay = self.w, self.cfg.block_kv, self.lay
+        e = w.head_dim
+        k_base = stage * _i(bc * lay.k_ld)
+
+        def step(kk):
+            def pair(np_):
+                ld = self._ldmatrix(self.kf, _i(0), 16, self.k_s,
+                                    k_base + np_ * _i(16 * lay.k_ld) + kk * _i(16), lay.k_ld,
+                                    self.k_ldb)
+                mmas = [self._mma(self.sf, np_ * _i(16) + _i(8 * t), bc, self.qf,
+                                  kk * _i(16), e, self.kf, _i(128 * t), False)
+                        for t in (0, 1)]
+                return Seq([ld, *mmas])
+            return _loop("sn", bc // 16, pair, "unroll")
+
+        return Seq([self._fill(self.sf, bc), _loop("sk", e // 16, step, "unroll")])
+
+    def pv(self, stage: Expr) -> Stmt:
+        """``O_frag += P V`` of this warp's rows."""
+        w, bc, lay = self.w, self.cfg.block_kv, self.lay
+        ev = w.v_dim
+        row = self.ty * _i(MMA_ROWS)
+        v_base = stage * _i(bc * lay.v_ld)
+
+        def step(kk):
+            lda = self._ldmatrix(self.pf, _i(0), 16, self.p_s,
+                                 row * _i(lay.p_ld) + kk * _i(16), lay.p_ld, self.k_lda)
+
+            def pair(np_):
+                ld = self._ldmatrix(self.vf, _i(0), 16, self.v_s,
+                                    v_base + kk * _i(16 * lay.v_ld) + np_ * _i(16), lay.v_ld,
+                                    self.k_ldb_kn)
+                mmas = [self._mma(self.of, np_ * _i(16) + _i(8 * t), ev, self.pf, _i(0), 16,
+                                  self.vf, _i(8 * t), True) for t in (0, 1)]
+                return Seq([ld, *mmas])
+            return Seq([lda, _loop("pn", ev // 16, pair, "unroll")])
+
+        return _loop("pk", bc // 16, step, "unroll")
+
+    # -- the rows' softmax --------------------------------------------------------------
+    def _mask_value(self, qi: Expr, kj: Expr) -> Expr | None:
+        """The mask's element of score ``(qi, kj)`` (indices clamped into the tensor)."""
+        w = self.w
+        if w.mask is None:
+            return None
+        full = (self.bz, self.by, emin(qi, _i(w.q_len - 1)), emin(kj, _i(w.kv_len - 1)))
+        shape = tuple(w.mask.shape)
+        lead = 4 - len(shape)
+        idx, stride = _i(0), 1
+        for d in reversed(range(len(shape))):
+            if shape[d] != 1:
+                idx = idx + full[lead + d] * _i(stride)
+            stride *= shape[d]
+        return self.mask[idx]
+
+    def softmax(self, tile: Expr) -> Stmt:
+        w, bc, lay = self.w, self.cfg.block_kv, self.lay
+        half = bc // 2
+
+        def lane(tx):
+            r, h = tx % _i(16), tx // _i(16)
+            gr = self.ty * _i(MMA_ROWS) + r
+            qi = self.row0() + gr
+
+            def score_pass(c2):
+                c = c2 * _i(2) + h
+                kj = tile * _i(bc) + c
+                at = gr * _i(lay.s_ld) + c
+                s = self.s_s[at] * _f(w.softmax_scale)
+                keep = kj < _i(w.kv_len)
+                if w.causal:
+                    keep = keep & (kj <= qi)
+                m = self._mask_value(qi, kj)
+                if m is not None:
+                    if w.mask.additive:
+                        s = s + (m if m.dtype == F32 else Cast(F32, m))
+                    else:
+                        keep = keep & m
+                s = select(keep, s, NEG_INF)
+                return Seq([Store(self.s_s, [at], s),
+                            Store(self.acc, [_i(0)], emax(self.acc[_i(0)], s))])
+
+            def prob_pass(m_use):
+                def body(c2):
+                    c = c2 * _i(2) + h
+                    p = call("exp", self.s_s[gr * _i(lay.s_ld) + c] - m_use)
+                    return Seq([Store(self.p_s, [gr * _i(lay.p_ld) + c], Cast(w.dtype, p)),
+                                Store(self.acc, [_i(0)], self.acc[_i(0)] + p)])
+                return _loop("pc", half, body)
+
+            mt, m_new, m_use, alpha, tot = (Var(n, F32) for n in
+                                            ("tile_max", "max_new", "max_use", "alpha", "tot"))
+            update = Let(tot, self.acc[_i(0)] + shfl_xor(self.acc[_i(0)], 16), Seq([
+                Store(self.l_r, [_i(0)], self.l_r[_i(0)] * alpha + tot),
+                Store(self.m_r, [_i(0)], m_new),
+                If(h == _i(0), Store(self.r_s, [gr], alpha)),
+            ]))
+            probs = Seq([Store(self.acc, [_i(0)], _f(0.0)), prob_pass(m_use), update])
+            return Seq([
+                Store(self.acc, [_i(0)], NEG_INF),
+                _loop("sc", half, score_pass),
+                Let(mt, emax(self.acc[_i(0)], shfl_xor(self.acc[_i(0)], 16)),
+                    Let(m_new, emax(self.m_r[_i(0)], mt),
+                        Let(m_use, select(m_new == NEG_INF, _f(0.0), m_new),
+                            Let(alpha, call("exp", self.m_r[_i(0)] - m_use), probs)))),
+            ])
+        return _lanes(lane)
+
+    def _rows_elementwise(self, fn) -> Stmt:
+        """``fn(row in block, col)`` over this warp's 16 rows x v_dim, spread on its lanes."""
+        ev = self.w.v_dim
+        per_lane = MMA_ROWS * ev // 32
+
+        def body(it):
+            def lane(tx):
+                e = it * _i(32) + tx
+                return fn(self.ty * _i(MMA_ROWS) + e // _i(ev), e % _i(ev))
+            return _lanes(lane)
+        return _loop("re", per_lane, body)
+
+    def rescale(self) -> Stmt:
+        """``O *= exp(m_old - m_new)`` row by row, through shared memory."""
+        o_ld = self.lay.o_ld
+
+        def scale(gr, c):
+            at = gr * _i(o_ld) + c
+            return Store(self.o_s, [at], self.o_s[at] * self.r_s[gr])
+        return Seq([self._frag_to_shared(self.of, self.w.v_dim, self.o_s, o_ld), Barrier(),
+                    self._rows_elementwise(scale), Barrier(),
+                    self._shared_to_frag(self.of, self.w.v_dim, self.o_s, o_ld)])
+
+    def epilogue(self) -> Stmt:
+        w, o_ld = self.w, self.lay.o_ld
+
+        def inv(tx):
+            gr = self.ty * _i(MMA_ROWS) + tx % _i(16)
+            lsum = self.l_r[_i(0)]
+            return If(tx < _i(16), Store(self.r_s, [gr], select(
+                lsum == _f(0.0), _f(0.0), _f(1.0) / lsum)))
+
+        def store(gr, c):
+            qi = self.row0() + gr
+            at = ((self.bz * _i(w.heads) + self.by) * _i(w.q_len) + qi) * _i(w.v_dim) + c
+            val = Cast(w.dtype, self.o_s[gr * _i(o_ld) + c] * self.r_s[gr])
+            return If(qi < _i(w.q_len), Store(self.out, [at], val))
+        return Seq([self._frag_to_shared(self.of, w.v_dim, self.o_s, o_ld), _lanes(inv),
+                    Barrier(), self._rows_elementwise(store)])
+
+    # -- the loop over key tiles --------------------------------------------------------
+    def key_loop(self) -> Stmt:
+        w, cfg = self.w, self.cfg
+        total = -(-w.kv_len // cfg.block_kv)
+        needed = self.kv_tiles_needed()
+
+        def step(j):
+            if cfg.stages == 2:
+                stage = j % _i(2)
+                nxt = j + _i(1)
+                fetch = self.copy_kv(nxt, nxt % _i(2))
+                if not (isinstance(needed, int) and needed == 1):
+                    fetch = If(nxt < (_i(needed) if isinstance(needed, int) else needed),
+                               fetch)
+                head = [fetch, AsyncCommit(), AsyncWait(1)]
+            else:
+                stage = _i(0)
+                head = [self.copy_kv(j, 0), AsyncCommit(), AsyncWait(0)]
+            body = Seq([
+                *head, Barrier(),
+                self.scores(stage), self._frag_to_shared(self.sf, cfg.block_kv, self.s_s,
+                                                         self.lay.s_ld),
+                Barrier(), self.softmax(j), Barrier(),
+                If(j > _i(0), self.rescale()) if total > 1 else None,
+                self.pv(stage), Barrier(),
+            ])
+            if isinstance(needed, int):
+                return body
+            return If(j < needed, body)
+        return _loop("kv", total, step)
+
+    def body(self) -> Stmt:
+        cfg = self.cfg
+        init = _lanes(lambda tx: Seq([Store(self.m_r, [_i(0)], NEG_INF),
+                                      Store(self.l_r, [_i(0)], _f(0.0))]))
+        prologue = [self.copy_q(), AsyncCommit(), AsyncWait(0), Barrier(), self.load_q_frag()]
+        if cfg.stages == 2:
+            prologue += [self.copy_kv(_i(0), 0), AsyncCommit()]
+        per_warp: Stmt = Seq([init, *prologue, self._fill(self.of, self.w.v_dim),
+                              self.key_loop(), self.epilogue()])
+        for buf in (self.acc, self.l_r, self.m_r, self.of, self.vf, self.pf, self.sf,
+                    self.kf, self.qf):
+            per_warp = Alloc(buf, per_warp)
+        s: Stmt = _loop_var(self.ty, cfg.warps, per_warp, "threadIdx.y")
+        lay = self.lay
+        for buf in (self.r_s, self.o_s, self.p_s, self.s_s, self.v_s, self.k_s, self.q_s):
+            s = Alloc(buf, s, dyn_offset=lay.offsets[buf.name])
+        s = _loop_var(self.bz, self.w.batch, s, "blockIdx.z")
+        s = _loop_var(self.by, self.w.heads, s, "blockIdx.y")
+        return _loop_var(self.bx, -(-self.w.q_len // cfg.block_q), s, "blockIdx.x")
+
+
+def _loop_var(v: Var, extent: int, body: Stmt, thread: str) -> For:
+    return For(v, extent, body, "thread", thread)
+
+
+def attention_module(w: AttentionWorkload, cfg: AttentionConfig,
+                     name: str = "attention") -> Module:
+    """The device IR of the fused kernel for ``w`` with ``cfg``: a host function ``main``
+    taking ``q, k, v[, mask], out`` (their n-D shapes) and one kernel. Check ``cfg``
+    first (:func:`~.knobs.check_attention_config`)."""
+    kb = _Kernel(w, cfg)
+    params = [kb.q, kb.k, kb.v] + ([kb.mask] if kb.mask is not None else []) + [kb.out]
+    grid = (-(-w.q_len // cfg.block_q), w.heads, w.batch)
+    kernel = PrimFunc(f"{name}_kernel0", params, kb.body(),
+                      FuncAttrs.kernel(grid, (32, cfg.warps, 1), stages=("out",),
+                                       dynamic_shared_bytes=kb.lay.total))
+    shapes = w.shapes()
+    host_params = [Buffer(p.name, p.dtype, shapes[p.name]) for p in params]
+    host = PrimFunc("main", host_params, Launch(kernel.name, host_params), FuncAttrs.host())
+    return Module([host, kernel])

@@ -1,0 +1,191 @@
+"""The fused attention kernel's knob space: one legality check and one time estimate.
+
+A configuration is ``warps`` (each warp owns 16 query rows, so a block holds
+``block_q = 16 * warps`` rows), ``block_kv`` (the key/value tile ``Bc`` staged in shared
+memory per step of the loop over keys) and ``stages`` (1: each K/V tile is copied and then
+used; 2: the next tile's ``cp.async`` copies run while the current one is used). The
+default chooser, the AutoTVM template and the auto-scheduler's sketch all enumerate
+:func:`attention_candidates`, reject with :func:`check_attention_config` and rank with
+:func:`attention_time`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ....target import Target
+from .workload import AttentionError, AttentionWorkload, check_workload
+
+WARPS = (1, 2, 4, 8)
+BLOCK_KV = (16, 32, 64, 128)
+STAGES = (1, 2)
+MMA_ROWS = 16
+COPY_ELEMS = 8
+"""16-bit elements of one 16-byte ``cp.async``."""
+# shared rows padded so ldmatrix's 8 row addresses fall in different banks
+PAD16 = 8
+PAD32 = 4
+REGISTER_BUDGET = 255
+BASE_REGISTERS = 40
+"""Registers beyond the fragments (addresses, loop counters, the running max and sum)."""
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """Knobs of the fused attention kernel (see the module's docstring)."""
+
+    warps: int = 4
+    block_kv: int = 64
+    stages: int = 2
+
+    @property
+    def block_q(self) -> int:
+        return MMA_ROWS * self.warps
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    def to_dict(self) -> dict:
+        return {"warps": self.warps, "block_kv": self.block_kv, "stages": self.stages}
+
+
+@dataclass(frozen=True)
+class SharedLayout:
+    """Element offsets are in each buffer's dtype; ``offsets`` in bytes (16-byte aligned)
+    of the dynamic shared memory."""
+
+    q_ld: int
+    k_ld: int
+    v_ld: int
+    s_ld: int
+    p_ld: int
+    o_ld: int
+    sizes: dict
+    offsets: dict
+    total: int
+
+
+def shared_layout(w: AttentionWorkload, cfg: AttentionConfig) -> SharedLayout:
+    """Rows (padded) and byte offsets of the kernel's shared buffers: the Q tile, ``stages``
+    K and V tiles, the float32 scores, the probabilities in the input dtype, the float32
+    output tile (for the rescaling) and one float32 per row (the rescale factor)."""
+    e, ev, br, bc = w.head_dim, w.v_dim, cfg.block_q, cfg.block_kv
+    q_ld, k_ld, v_ld = e + PAD16, e + PAD16, ev + PAD16
+    s_ld, p_ld, o_ld = bc + PAD32, bc + PAD16, ev + PAD32
+    sizes = {  # bytes
+        "Q_s": br * q_ld * 2, "K_s": cfg.stages * bc * k_ld * 2,
+        "V_s": cfg.stages * bc * v_ld * 2, "S_s": br * s_ld * 4, "P_s": br * p_ld * 2,
+        "O_s": br * o_ld * 4, "R_s": br * 4,
+    }
+    offsets, at = {}, 0
+    for name, n in sizes.items():
+        offsets[name] = at
+        at += -(-n // 16) * 16
+    return SharedLayout(q_ld, k_ld, v_ld, s_ld, p_ld, o_ld, sizes, offsets, at)
+
+
+def registers_estimate(w: AttentionWorkload, cfg: AttentionConfig) -> int:
+    """32-bit registers a thread holds: its share of the Q (16-bit pairs), scores and output
+    fragments (float32), plus a fixed overhead."""
+    lanes = 32
+    q = MMA_ROWS * w.head_dim // lanes // 2
+    s = MMA_ROWS * cfg.block_kv // lanes
+    o = MMA_ROWS * w.v_dim // lanes
+    return q + s + o + BASE_REGISTERS
+
+
+def check_attention_config(w: AttentionWorkload, cfg: AttentionConfig,
+                           target: Target) -> None:
+    """Raise :class:`AttentionError` naming the rule ``cfg`` breaks for ``w`` on
+    ``target``."""
+    check_workload(w)
+    if not target.has_ldmatrix or not target.has_mma("m16n8k16", w.dtype):
+        raise AttentionError(f"fused attention runs mma.sync m16n8k16 and ldmatrix, which "
+                             f"{target.arch} lacks; use an sm_80 or newer target")
+    if not target.has_cp_async:
+        raise AttentionError(f"fused attention stages K and V with cp.async, which "
+                             f"{target.arch} lacks; use an sm_80 or newer target")
+    if cfg.warps not in WARPS:
+        raise AttentionError(f"warps must be one of {WARPS}, got {cfg.warps}")
+    if cfg.block_kv not in BLOCK_KV:
+        raise AttentionError(f"block_kv must be one of {BLOCK_KV} (whole 16-column mma "
+                             f"tiles), got {cfg.block_kv}")
+    if cfg.stages not in STAGES:
+        raise AttentionError(f"stages must be one of {STAGES}, got {cfg.stages}")
+    lay = shared_layout(w, cfg)
+    limit = target.max_shared_memory_per_block_optin
+    if lay.total > limit:
+        raise AttentionError(f"the configuration {cfg.to_dict()} needs {lay.total} bytes of "
+                             f"shared memory per block; {target.arch} allows {limit}: take "
+                             "fewer warps, a smaller block_kv or one stage")
+    regs = registers_estimate(w, cfg)
+    if regs > REGISTER_BUDGET:
+        raise AttentionError(f"the configuration {cfg.to_dict()} holds about {regs} registers "
+                             f"per thread (more than {REGISTER_BUDGET}): take a smaller "
+                             "block_kv")
+    if regs * cfg.threads > target.registers_per_block:
+        raise AttentionError(f"{regs} registers x {cfg.threads} threads exceed the "
+                             f"{target.registers_per_block} registers of a block")
+
+
+def attention_candidates(w: AttentionWorkload, target: Target) -> list[AttentionConfig]:
+    """Every legal configuration; a ``block_kv`` above the keys rounded up to 16 and warps
+    beyond the query rows rounded up to 16 are left out (they only pad)."""
+    out = []
+    keys = -(-w.kv_len // MMA_ROWS) * MMA_ROWS
+    rows = -(-w.q_len // MMA_ROWS) * MMA_ROWS
+    for warps in WARPS:
+        if warps > 1 and MMA_ROWS * warps > rows:
+            continue
+        for bc in BLOCK_KV:
+            if bc > 16 and bc > keys:
+                continue
+            for st in STAGES:
+                cfg = AttentionConfig(warps, bc, st)
+                try:
+                    check_attention_config(w, cfg, target)
+                except AttentionError:
+                    continue
+                out.append(cfg)
+    return out
+
+
+def attention_time(w: AttentionWorkload, cfg: AttentionConfig, target: Target) -> float:
+    """Estimated seconds of one launch: waves of blocks x the serial steps of one block.
+
+    A step (one K/V tile) costs the larger of its tensor-core work (at the target's
+    ``mma_sync_peak_fraction``) and its tile copies (at ``tile_copy_bytes_per_clock``, not
+    hidden with one stage), plus the row work of the softmax and the output rescale done by
+    the block's threads through shared memory and six barriers. Causal blocks visit about
+    half the tiles."""
+    br, bc = cfg.block_q, cfg.block_kv
+    q_tiles = -(-w.q_len // br)
+    kv_tiles = -(-w.kv_len // bc)
+    blocks = q_tiles * w.heads * w.batch
+    per_sm = max(1, int(target.blocks_per_sm(cfg.threads, registers_estimate(w, cfg),
+                                             shared_layout(w, cfg).total)))
+    waves = math.ceil(blocks / (target.num_sms * per_sm))
+    clock = target.clock_hz
+    mma_flops = 2.0 * br * bc * (w.head_dim + w.v_dim)
+    peak = target.peak_flops(w.dtype, tensor_core=True) * target.mma_sync_peak_fraction
+    # the blocks resident on one SM share its tensor cores and its L2 bandwidth
+    t_mma = mma_flops * per_sm / (peak / target.num_sms)
+    copy_bytes = 2.0 * bc * (w.head_dim + w.v_dim)
+    t_copy = copy_bytes * per_sm / (target.tile_copy_bytes_per_clock * clock)
+    row_work = (3 * br * bc + 3 * br * w.v_dim) / cfg.threads  # elements per thread
+    t_rows = (row_work * 4 + 6 * target.barrier_cycles) / clock
+    step = (max(t_mma, t_copy) if cfg.stages > 1 else t_mma + t_copy) + t_rows
+    steps = kv_tiles if not w.causal else max(1, (kv_tiles + 1) // 2 + br // (2 * bc))
+    return waves * steps * step + target.launch_seconds
+
+
+def choose_attention_config(w: AttentionWorkload, target: Target) -> AttentionConfig:
+    """The candidate :func:`attention_time` ranks first (ties: more warps, then larger
+    ``block_kv``)."""
+    cands = attention_candidates(w, target)
+    if not cands:
+        raise AttentionError(f"no fused attention configuration fits {w} on {target.arch}")
+    return min(cands, key=lambda c: (round(attention_time(w, c, target), 9), -c.warps,
+                                     -c.block_kv, -c.stages))

@@ -1,0 +1,120 @@
+"""What one fused attention kernel computes: shapes, dtypes, masks and scale.
+
+An :class:`AttentionWorkload` is the frozen description every piece of the fused attention
+shares (the te op, the kernel builder, the knob space, the time estimate, the graph's
+eligibility rule): ``out[b, h, i, :] = softmax(q[b, h, i] . k[b, h // G, j] * scale
+(+ mask) (causal: j <= i)) @ v[b, h // G]`` with ``G = heads / kv_heads``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ....ir.expr import IRError
+
+INPUT_DTYPES = ("float16", "bfloat16")
+HEAD_DIMS = (64, 80, 128)
+"""The head dimensions the kernel is tested and tuned for; any multiple of 16 up to 256
+builds (``check_workload``)."""
+
+
+class AttentionError(IRError):
+    """An attention workload or configuration the fused kernel cannot run; the message
+    names the rule and what to change."""
+
+
+@dataclass(frozen=True)
+class AttentionMask:
+    """A mask broadcast (right-aligned, as numpy) to the scores ``[B, Hq, L, S]``: a bool
+    mask keeps a score where True, any other dtype is added to the scores."""
+
+    shape: tuple
+    dtype: str
+
+    @property
+    def additive(self) -> bool:
+        return self.dtype != "bool"
+
+
+@dataclass(frozen=True)
+class AttentionWorkload:
+    """One attention problem (see the module's docstring). ``scale`` None is
+    ``1 / sqrt(head_dim)``."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    v_dim: int
+    dtype: str = "float16"
+    causal: bool = False
+    scale: float | None = None
+    mask: AttentionMask | None = None
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head (1: multi-head; more: grouped-query)."""
+        return self.heads // self.kv_heads
+
+    @property
+    def softmax_scale(self) -> float:
+        return self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_dim)
+
+    @property
+    def flops(self) -> float:
+        """Multiply-adds x 2 of the two products, halved under a causal mask (as
+        FlashAttention counts), for TFLOP/s figures."""
+        full = 2.0 * self.batch * self.heads * self.q_len * self.kv_len * (
+            self.head_dim + self.v_dim)
+        return full / 2 if self.causal else full
+
+    def shapes(self) -> dict:
+        """The tensors' shapes by name (q, k, v, [mask,] out)."""
+        out = {"q": (self.batch, self.heads, self.q_len, self.head_dim),
+               "k": (self.batch, self.kv_heads, self.kv_len, self.head_dim),
+               "v": (self.batch, self.kv_heads, self.kv_len, self.v_dim)}
+        if self.mask is not None:
+            out["mask"] = tuple(self.mask.shape)
+        out["out"] = (self.batch, self.heads, self.q_len, self.v_dim)
+        return out
+
+
+def check_workload(w: AttentionWorkload) -> None:
+    """Raise :class:`AttentionError` naming the first rule ``w`` breaks."""
+    if w.dtype not in INPUT_DTYPES:
+        raise AttentionError(f"fused attention runs {' and '.join(INPUT_DTYPES)} inputs on "
+                             f"tensor cores, got {w.dtype}; cast q, k and v first")
+    for name in ("batch", "heads", "kv_heads", "q_len", "kv_len"):
+        if getattr(w, name) < 1:
+            raise AttentionError(f"fused attention: {name} must be at least 1, got "
+                                 f"{getattr(w, name)}")
+    if w.heads % w.kv_heads:
+        raise AttentionError(f"{w.heads} query heads are not a multiple of the {w.kv_heads} "
+                             "key/value heads (grouped-query attention needs a whole "
+                             "number of query heads per key head)")
+    for name in ("head_dim", "v_dim"):
+        d = getattr(w, name)
+        if d % 16 or not 16 <= d <= 256:
+            raise AttentionError(f"fused attention: {name} {d} is not a multiple of 16 "
+                                 "from 16 to 256 (the mma's k and n tiles); use the "
+                                 "decomposed attention (decompose_attention) for it")
+    if w.mask is not None:
+        m = w.mask
+        if len(m.shape) > 4:
+            raise AttentionError(f"the mask {list(m.shape)} has more than 4 dimensions")
+        full = (w.batch, w.heads, w.q_len, w.kv_len)
+        for got, want in zip(reversed(m.shape), reversed(full)):
+            if got not in (1, want):
+                raise AttentionError(f"the mask {list(m.shape)} does not broadcast to the "
+                                     f"scores {list(full)}")
+        if m.dtype != "bool" and m.dtype not in ("float16", "bfloat16", "float32"):
+            raise AttentionError(f"the mask must be bool or float16/bfloat16/float32, got "
+                                 f"{m.dtype}")
+    biggest = max(w.batch * w.heads * w.q_len * max(w.head_dim, w.v_dim),
+                  w.batch * w.kv_heads * w.kv_len * max(w.head_dim, w.v_dim))
+    if biggest >= 2**31:
+        raise AttentionError(f"fused attention indexes its tensors in int32; a tensor of "
+                             f"{biggest} elements is too large: split the batch")
