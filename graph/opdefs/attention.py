@@ -9,9 +9,12 @@ mask broadcasts to [B, Hq, L, S]: a bool mask keeps the scores where it is True 
 become -inf), a float mask is added. ``is_causal`` masks key ``j > i`` (top-left aligned, as
 PyTorch). A row with every score masked gives zeros, as PyTorch's math kernel does.
 
-Its te lowering is the unfused composition (a batched product, the scale and mask, a
-softmax of four stages, a second batched product), so a graph holding it compiles today; a
-fused attention kernel replaces that lowering without changing the operator.
+Its te lowering is ``ops.attention`` (the scores, the softmax's stages and the weighted sum
+of the values, tagged ``attention``); ``fused_attention_module`` compiles such a function as
+the one fused tensor-core kernel where ``fused_attention_refusal`` finds no reason against
+it. The canonicalization pass ``decompose_attention`` keeps the operator whole only where
+:func:`keeps_fused_attention` says so (opt-in: graph pass config ``fused_attention``), and
+otherwise writes it as batched products and a softmax.
 """
 
 from __future__ import annotations
@@ -20,9 +23,6 @@ import math
 
 import numpy as np
 
-from ...ir import te
-from ...ir.expr import as_expr, const, select
-from ...ops.utils import accumulate_dtype, cast_to, compute_named, i_names
 from ..ir import Call, Node, TensorType
 from ..op import OpDef, OpPattern, register_op
 from .common import broadcast_shapes, expect_float, fail
@@ -88,103 +88,21 @@ def _scale(attrs, e: int) -> float:
 
 
 def _lower(a, attrs):
-    q, k, v = a[:3]
+    from ...ops.attention import attention as attention_te
+
     mask = a[3] if len(a) == 4 else None
-    b, hq, lq, e = (int(x) for x in q.shape)
-    hk, s = int(k.shape[1]), int(k.shape[2])
-    ev = int(v.shape[3])
-    group = hq // hk
-    acc = accumulate_dtype(q.dtype)
-    scale = _scale(attrs, e)
-    neg_inf = const(float("-inf"), acc)
-
-    def kv_head(h):
-        return h if group == 1 else h // group
-
-    re = te.reduce_axis((0, e), name="re")
-    raw = compute_named(
-        (b, hq, lq, s), i_names(4),
-        lambda n, h, i, j: te.sum(cast_to(q[n, h, i, re], acc) * cast_to(k[n, kv_head(h), j, re],
-                                                                         acc), axis=re),
-        "T_attention_qk", "batch_matmul")
-
-    def mask_index(idx):
-        shape = [int(x) for x in mask.shape]
-        lead = 4 - len(shape)
-        return tuple(as_expr(0) if shape[d] == 1 else idx[lead + d] for d in range(len(shape)))
-
-    def score(n, h, i, j):
-        val = raw[n, h, i, j] * const(scale, acc)
-        if mask is not None:
-            m = mask[mask_index((n, h, i, j))]
-            val = select(m, val, neg_inf) if mask.dtype == "bool" else val + cast_to(m, acc)
-        if attrs["is_causal"]:
-            val = select(j <= i, val, neg_inf)
-        return val
-
-    scores = compute_named((b, hq, lq, s), i_names(4), score, "T_attention_score", "injective")
-    rm = te.reduce_axis((0, s), name="rm")
-    row_max = compute_named((b, hq, lq), i_names(3),
-                            lambda n, h, i: te.max(scores[n, h, i, rm], axis=rm),
-                            "T_attention_max", "softmax_output")
-    # a row with every score masked has max -inf: its weights are zeros, not NaNs
-    expo = compute_named(
-        (b, hq, lq, s), i_names(4),
-        lambda n, h, i, j: select(row_max[n, h, i] == neg_inf, const(0.0, acc),
-                                  te.exp(scores[n, h, i, j] - row_max[n, h, i])),
-        "T_attention_exp", "softmax_output")
-    rs = te.reduce_axis((0, s), name="rs")
-    row_sum = compute_named((b, hq, lq), i_names(3),
-                            lambda n, h, i: te.sum(expo[n, h, i, rs], axis=rs),
-                            "T_attention_sum", "softmax_output")
-    probs = compute_named(
-        (b, hq, lq, s), i_names(4),
-        lambda n, h, i, j: select(row_sum[n, h, i] == const(0.0, acc), const(0.0, acc),
-                                  expo[n, h, i, j] / row_sum[n, h, i]),
-        "T_attention_probs", "softmax_output")
-    rv = te.reduce_axis((0, s), name="rv")
-    out = compute_named(
-        (b, hq, lq, ev), i_names(4),
-        lambda n, h, i, d: te.sum(probs[n, h, i, rv] * cast_to(v[n, kv_head(h), rv, d], acc),
-                                  axis=rv),
-        "T_attention_pv", "batch_matmul")
-    if out.dtype == q.dtype:
-        return out
-    return compute_named(out.shape, i_names(4), lambda *i: out(*i).astype(q.dtype),
-                         "T_cast", "elemwise")
+    return attention_te(a[0], a[1], a[2], mask, attrs["is_causal"], attrs["scale"])
 
 
 def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask=None,
                         scale: float | None = None, is_causal: bool = False) -> np.ndarray:
     """The numpy reference of ``nn.attention`` (float64 inside, rounded once at the end)."""
+    from ...ir import dtype as dt
+    from ...ops.attention_testing import attention_python
     from .elemwise import cast_array
 
-    dtype = q.dtype
-    qd, kd, vd = (cast_array(x, "float64") for x in (q, k, v))
-    group = qd.shape[1] // kd.shape[1]
-    if group > 1:
-        kd = np.repeat(kd, group, axis=1)
-        vd = np.repeat(vd, group, axis=1)
-    sc = scale if scale is not None else 1.0 / math.sqrt(qd.shape[-1])
-    scores = np.einsum("bhie,bhje->bhij", qd, kd) * sc
-    if mask is not None:
-        m = np.asarray(mask)
-        if m.dtype == np.bool_:
-            scores = np.where(m, scores, -np.inf)
-        else:
-            scores = scores + cast_array(m, "float64")
-    if is_causal:
-        lq, s = scores.shape[-2:]
-        scores = np.where(np.tril(np.ones((lq, s), dtype=bool)), scores, -np.inf)
-    row_max = scores.max(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore"):
-        ex = np.where(row_max == -np.inf, 0.0, np.exp(scores - row_max))
-    total = ex.sum(axis=-1, keepdims=True)
-    probs = np.where(total == 0, 0.0, ex / np.where(total == 0, 1.0, total))
-    out = np.einsum("bhij,bhjd->bhid", probs, vd)
-    from ...ir import dtype as dt
-
-    return cast_array(out.astype(np.float32), dt.from_numpy(dtype))
+    out = attention_python(q, k, v, mask, scale, is_causal)
+    return cast_array(out, dt.from_numpy(np.asarray(q).dtype))
 
 
 def _ref(a, attrs):
@@ -204,3 +122,86 @@ def attention(q: Node, k: Node, v: Node, mask: Node | None = None, scale: float 
     ``scale`` None is ``1 / sqrt(head dim)``."""
     args = [q, k, v] + ([mask] if mask is not None else [])
     return Call(OP, args, {"scale": scale, "is_causal": is_causal})
+
+
+FUSED_OPTION = "fused_attention"
+"""The graph pass config key that keeps eligible ``nn.attention`` calls whole for the fused
+kernel (``GraphPassContext(config={"fused_attention": True})``)."""
+
+
+def fused_attention_refusal(call: Call, target=None) -> str | None:
+    """Why the fused kernel cannot run ``call`` on ``target`` (default: the current one), or
+    None when it can: 16-bit inputs, head dims multiples of 16 up to 256, a bool or float
+    mask, an sm_80 or newer target, and a configuration that fits it."""
+    from ...ops.schedules.attention import (
+        AttentionError,
+        AttentionMask,
+        AttentionWorkload,
+        choose_attention_config,
+    )
+    from ...target import Target, as_target
+
+    if call.op != OP:
+        return f"{call.op} is not {OP}"
+    q, k, v = call.args[:3]
+    mask = None
+    if len(call.args) == 4:
+        m = call.args[3]
+        mask = AttentionMask(tuple(m.shape), m.dtype)
+    b, hq, lq, e = q.shape
+    w = AttentionWorkload(b, hq, k.shape[1], lq, k.shape[2], e, v.shape[3], q.dtype,
+                          call.attrs["is_causal"], call.attrs["scale"], mask)
+    t = as_target(target) if target is not None else Target.current() or as_target("cuda")
+    if t.is_sim:
+        t = as_target("cuda")
+    try:
+        choose_attention_config(w, t)
+    except AttentionError as e:
+        return str(e)
+    return None
+
+
+def keeps_fused_attention(call: Call) -> bool:
+    """Whether ``decompose_attention`` leaves ``call`` whole: the active graph pass
+    context's config asks for the fused kernel (``fused_attention``) and the kernel can run
+    it (:func:`fused_attention_refusal`)."""
+    from ..passes.base import GraphPassContext
+
+    if not GraphPassContext.current().config.get(FUSED_OPTION, False):
+        return False
+    return fused_attention_refusal(call) is None
+
+
+def fused_attention_module(func, target=None):
+    """The device module of the fused kernel for a fused function (a
+    :class:`~ptxforge.graph.fused.FusedFunction`) that computes one ``nn.attention`` of its
+    inputs, with the host parameters named and ordered as the function's tensors; None for
+    any other function, or one the kernel cannot run."""
+    from ...ops.attention import TAG, attention_inputs, attention_workload
+    from ...ops.schedules.attention import (
+        AttentionError,
+        attention_module,
+        choose_attention_config,
+    )
+    from ...target import Target, as_target
+
+    tensors = func.build_tensors()
+    out = tensors[-1]
+    if getattr(out.op, "tag", "") != TAG:
+        return None
+    ins = attention_inputs(out)
+    if len(ins) != len(tensors) - 1 or any(a is not b for a, b in zip(ins, tensors[:-1])):
+        return None  # something else fused into the function
+    w = attention_workload(out)
+    t = as_target(target) if target is not None else Target.current() or as_target("cuda")
+    try:
+        cfg = choose_attention_config(w, as_target("cuda") if t.is_sim else t)
+    except AttentionError:
+        return None
+    mod = attention_module(w, cfg, name=func.name)
+    host = mod.host
+    from ...ir.stmt import Buffer, Launch, Module
+
+    renamed = [Buffer(t_.name, p.dtype, p.shape) for t_, p in zip(tensors, host.params)]
+    new_host = host.replace(params=renamed, body=Launch(host.body.kernel, renamed))
+    return Module([new_host, *mod.kernels()])

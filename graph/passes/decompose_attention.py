@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import opdefs as G
 from ..ir import Call, Constant, Graph, Node, rewrite
+from ..opdefs.attention import keeps_fused_attention
 from ..opdefs.elemwise import cast_array
 from .base import GraphPass, register_graph_pass
 
@@ -50,7 +51,7 @@ def _causal(rows: int, cols: int, group: int, dtype: str) -> Constant:
 
 
 def decompose(call: Call, args: tuple) -> Node | None:
-    if call.op != "nn.attention":
+    if call.op != "nn.attention" or keeps_fused_attention(call):
         return None
     q, k, v = args[:3]
     mask = args[3] if len(args) == 4 else None

@@ -186,6 +186,8 @@ def choose_attention_config(w: AttentionWorkload, target: Target) -> AttentionCo
     ``block_kv``)."""
     cands = attention_candidates(w, target)
     if not cands:
+        # the smallest configuration's rule names the reason (dtype, head dim, target)
+        check_attention_config(w, AttentionConfig(1, BLOCK_KV[0], 1), target)
         raise AttentionError(f"no fused attention configuration fits {w} on {target.arch}")
     return min(cands, key=lambda c: (round(attention_time(w, c, target), 9), -c.warps,
                                      -c.block_kv, -c.stages))
