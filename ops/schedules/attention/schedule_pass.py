@@ -1,0 +1,114 @@
+"""``fused_attention``: the schedule step that picks the fused attention kernel.
+
+Pipeline text such as ``fused_attention(warps=4, block_kv=64, stages=2, causal=True)`` is
+how a tuning record stores a configuration of the fused kernel. The kernel is device IR
+built whole (:mod:`.kernel`), not a rewrite of the te stages, so the pass leaves the
+module it is applied to as it is, after checking that it is the tensor IR of an
+``ops.attention`` (parameters ``q, k, v[, mask], out`` of matching shapes) and that the
+configuration is one of the knob space; :func:`fused_attention_device_module` reads the
+problem from that module and the knobs from the pass and builds the kernel. The
+attention builder (:class:`~ptxforge.autotvm.attention.AttentionBuilder`) does that for
+every candidate of the AutoTVM template and the auto-scheduler's attention sketch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ....ir.stmt import Module
+from ....passes import Pass, register_pass
+from ....passes.errors import PassError
+from .kernel import attention_module
+from .knobs import BLOCK_KV, STAGES, WARPS, AttentionConfig, check_attention_config
+from .workload import AttentionError, AttentionMask, AttentionWorkload
+
+PARAMS = ("q", "k", "v")
+
+
+def workload_of_module(module: Module, causal: bool, scale: float | None) -> AttentionWorkload:
+    """The attention problem whose tensor IR (from ``to_ir`` of an ``ops.attention``
+    output, its placeholders then the output) ``module`` holds."""
+    main = module.main
+    params = list(main.params)
+    if len(params) not in (4, 5):
+        raise AttentionError(f"fused_attention: the function takes {len(params)} buffers; "
+                             "an attention takes q, k, v, an optional mask and the output")
+    q, k, v = params[:3]
+    out = params[-1]
+    for b in (q, k, v, out):
+        if b.ndim != 4:
+            raise AttentionError(f"fused_attention: {b.name} is {list(b.shape)}, not 4-D "
+                                 "[batch, heads, seq, dim]")
+    bq, hq, lq, e = q.shape
+    mask = None
+    if len(params) == 5:
+        mask = AttentionMask(tuple(params[3].shape), params[3].dtype)
+    w = AttentionWorkload(bq, hq, k.shape[1], lq, k.shape[2], e, v.shape[3], q.dtype,
+                          causal, scale, mask)
+    if tuple(out.shape) != w.shapes()["out"] or out.dtype != q.dtype:
+        raise AttentionError(f"fused_attention: the output {out.name} is {out.dtype} "
+                             f"{list(out.shape)}; attention of q {list(q.shape)} and v "
+                             f"{list(v.shape)} gives {q.dtype} {list(w.shapes()['out'])}")
+    return w
+
+
+@register_pass
+@dataclass(frozen=True)
+class FusedAttention(Pass):
+    """Run an ``ops.attention`` as the fused tensor-core kernel with this configuration.
+
+    Parameters:
+        warps: warps per block; each owns 16 query rows.
+        block_kv: keys per tile of the loop over keys (16, 32, 64 or 128).
+        stages: 1 (copy, then compute) or 2 (the next tile's copies overlap this one).
+        causal: the attention's causal mask (top-left aligned).
+        scale: the attention's score scale; None is ``1 / sqrt(head dim)``.
+    """
+
+    name = "fused_attention"
+    warps: int = 4
+    block_kv: int = 64
+    stages: int = 2
+    causal: bool = False
+    scale: float | None = None
+
+    @property
+    def config(self) -> AttentionConfig:
+        return AttentionConfig(self.warps, self.block_kv, self.stages)
+
+    def apply(self, module: Module, ctx) -> Module:
+        for what, value, allowed in (("warps", self.warps, WARPS),
+                                     ("block_kv", self.block_kv, BLOCK_KV),
+                                     ("stages", self.stages, STAGES)):
+            if value not in allowed:
+                raise PassError(f"fused_attention: {what} must be one of {allowed}, got "
+                                f"{value}")
+        try:
+            workload_of_module(module, self.causal, self.scale)
+        except AttentionError as e:
+            raise PassError(str(e)) from None
+        return module
+
+
+def fused_attention_step(pipeline) -> FusedAttention | None:
+    """The ``fused_attention`` step of a schedule pipeline, if it has one."""
+    steps = [p for p in pipeline if isinstance(p, FusedAttention)]
+    return steps[-1] if steps else None
+
+
+def fused_attention_device_module(module: Module, step: FusedAttention, target) -> Module:
+    """The device IR of the fused kernel for the attention ``module`` (tensor IR) with the
+    configuration of ``step``; the host function's parameters keep the module's names.
+    Raises :class:`AttentionError` where ``target`` cannot run the configuration."""
+    from ....ir.stmt import Buffer, Launch
+    from ....target import as_target
+
+    w = workload_of_module(module, step.causal, step.scale)
+    t = as_target(target)
+    check_attention_config(w, step.config, as_target("cuda") if t.is_sim else t)
+    mod = attention_module(w, step.config)
+    names = [p.name for p in module.main.params]
+    host = mod.host
+    params = [Buffer(n, p.dtype, p.shape) for n, p in zip(names, host.params)]
+    new_host = host.replace(params=params, body=Launch(host.body.kernel, params))
+    return Module([new_host, *mod.kernels()])

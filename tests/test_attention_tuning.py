@@ -1,0 +1,57 @@
+"""The fused attention's AutoTVM template (``attention.cuda``) and its builder: the space,
+rejected knobs, a short tuning on the simulator runner with correctness checks, and the
+best record dispatched back into the template."""
+
+from __future__ import annotations
+
+import pytest
+
+from ptxforge import autotvm
+from ptxforge.autotvm import attention as template  # noqa: F401  (registers it)
+from ptxforge.autotvm.attention import AttentionBuilder
+from ptxforge.autotvm.space import InstantiationError
+from ptxforge.autotvm.tuner import GridSearchTuner
+from ptxforge.measure import load_records
+from ptxforge.ops.schedules.attention import AttentionWorkload, choose_attention_config
+from ptxforge.ops.schedules.attention.schedule_pass import FusedAttention
+from ptxforge.target import as_target
+
+ARGS = (1, 2, 1, 17, 24, 16, 16, "float16", True, None)
+
+
+def test_space_defaults_and_rejected_knobs():
+    task = autotvm.task.create(template.NAME, args=ARGS, target="cuda")
+    space = task.config_space
+    configs = [space.get(i) for i in range(len(space))]
+    values = {k: sorted({c[k].val for c in configs}) for k in ("warps", "block_kv", "stages")}
+    # 17 rows need no more than 2 warps of 16; 24 keys no tile wider than 32
+    assert values == {"warps": [1, 2], "block_kv": [16, 32], "stages": [1, 2]}
+    assert len(space) == 8
+    w = AttentionWorkload(1, 2, 1, 17, 24, 16, 16, "float16", True)
+    best = choose_attention_config(w, as_target("cuda"))
+    sch, _ = task.instantiate(task.default_config())
+    step = [p for p in sch.pipeline if isinstance(p, FusedAttention)][0]
+    assert (step.warps, step.block_kv, step.stages, step.causal) == (
+        best.warps, best.block_kv, best.stages, True)
+    big = autotvm.task.create(template.NAME, args=(1, 16, 16, 2048, 2048, 128, 128,
+                                                   "float16"), target="cuda")
+    bad = next(c for c in (big.config_space.get(i) for i in range(len(big.config_space)))
+               if c["warps"].val == 8 and c["block_kv"].val == 128 and c["stages"].val == 2)
+    with pytest.raises(InstantiationError, match="shared memory"):
+        big.instantiate(bad)
+
+
+def test_tuning_on_the_simulator_and_dispatch(tmp_path):
+    log = str(tmp_path / "attention.json")
+    task = autotvm.task.create(template.NAME, args=ARGS, target="cuda")
+    option = autotvm.measure_option(builder=AttentionBuilder(n_parallel=0, compile_to="ir"),
+                                    runner=autotvm.SimRunner(max_sim_seconds=5.0))
+    tuner = GridSearchTuner(task)
+    tuner.tune(n_trial=2, measure_option=option,
+               callbacks=[autotvm.callback.log_to_file(log)])
+    records = load_records(log)
+    assert len(records) == 2
+    assert all(r.error_no == 0 and r.correctness == "passed" for _, r in records)
+    with autotvm.apply_history_best(log):
+        sch, tensors = template.attention_template(*ARGS)
+    assert any(isinstance(p, FusedAttention) for p in sch.pipeline)
