@@ -55,3 +55,39 @@ def test_tuning_on_the_simulator_and_dispatch(tmp_path):
     with autotvm.apply_history_best(log):
         sch, tensors = template.attention_template(*ARGS)
     assert any(isinstance(p, FusedAttention) for p in sch.pipeline)
+
+
+def test_auto_scheduler_sketch_ranks_and_builds_its_states():
+    import numpy as np
+
+    from ptxforge import autosched, backend_sim, te
+    from ptxforge.autosched.attention import AttentionStep, attention_model, attention_sketches
+    from ptxforge.autotvm.attention import build_attention_candidate
+    from ptxforge.ir.compute_dag import ComputeDAG
+    from ptxforge.measure import BuildOptions, MeasureInput
+    from ptxforge.ops.attention import attention
+    from ptxforge.ops.attention_testing import attention_python
+
+    q = te.placeholder((1, 2, 40, 16), "float16", name="q")
+    k = te.placeholder((1, 1, 40, 16), "float16", name="k")
+    v = te.placeholder((1, 1, 40, 16), "float16", name="v")
+    out = attention(q, k, v, causal=True)
+    task = autosched.SearchTask(compute_dag=ComputeDAG([q, k, v, out]),
+                                target="cuda")
+    (sk,) = attention_sketches(task)
+    (step,) = sk.steps
+    assert isinstance(step, AttentionStep) and len(step.configs) > 4
+    rows = np.arange(len(step.configs))[:, None]
+    model = attention_model(step, sk.values(rows), task.hardware_params, len(rows))
+    assert model["valid"].all() and np.isfinite(model["est"]).all()
+    best = int(np.argmin(model["est"]))
+    inp = MeasureInput(task.task_spec, sk.pipeline_text((best,)))
+    assert "fused_attention(" in inp.pipeline_text and "causal=True" in inp.pipeline_text
+    res = build_attention_candidate(inp, BuildOptions(compile_to="ir"))
+    assert res.error_no == 0, res.error_msg
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(tuple(t.shape)).astype(np.float16) for t in (q, k, v)]
+    o = np.full((1, 2, 40, 16), np.nan, np.float16)
+    backend_sim.run(res.artifact.device_module(), [*args, o])
+    want = attention_python(*args, causal=True)
+    assert np.abs(o.astype(np.float64) - want).max() < 4e-3
