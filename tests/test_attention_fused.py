@@ -97,6 +97,22 @@ def test_additive_mask(mdtype):
     _check(w, AttentionConfig(2, 16, 1), m)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_growing_maxima_rescale_the_output(causal):
+    # scores rise by about 10 per key tile of 16 (beyond the rescale threshold of 8), and
+    # fall in the second head: the running maximum moves and the output is rescaled
+    w = AttentionWorkload(1, 2, 2, 40, 70, 64, 64, "float16", causal, 1.0)
+    q = np.full((1, 2, 40, 64), 0.125, np.float16)
+    q[:, 1] = -0.125
+    ramp = (np.arange(70) // 16 * 1.25 + RNG.uniform(0, 0.05, 70)).astype(np.float16)
+    k = np.broadcast_to(ramp[None, None, :, None], (1, 2, 70, 64)).astype(np.float16)
+    v = RNG.standard_normal((1, 2, 70, 64)).astype(np.float16)
+    out = np.full((1, 2, 40, 64), np.nan, np.float16)
+    backend_sim.run(attention_module(w, AttentionConfig(2, 16, 2)), [q, k, v, out])
+    want = attention_python(q, k, v, None, 1.0, causal)
+    assert np.abs(out.astype(np.float64) - want).max() <= 4e-3 * max(1, np.abs(want).max())
+
+
 def test_te_op_fused_and_default_schedule_agree_with_numpy():
     q = te.placeholder((1, 4, 9, 16), "float16", name="q")
     k = te.placeholder((1, 2, 9, 16), "float16", name="k")

@@ -12,11 +12,16 @@ owns query rows ``16 w .. 16 w + 15``. The block loops over the keys in tiles of
 3. two lanes per row scale and mask the scores (keys past the end, the causal rule, a bool
    or additive mask), take the tile's row maximum (one warp shuffle joins the two lanes),
    update the running maximum ``m`` and sum ``l`` they hold in registers (float32), and write
-   the probabilities ``exp(s - m)`` in the input dtype for the second product and the
-   factor ``exp(m_old - m_new)`` that rescales the rows' output so far;
-4. the output accumulators (fragments) are rescaled: the fragments are accumulated by
-   tensor intrinsics only, so they go through a float32 tile in shared memory, where the
-   row's threads multiply them, and come back with the accumulator load;
+   the probabilities ``exp(s - m)`` in the input dtype for the second product;
+4. the running maximum moves only where the tile's maximum exceeds it by more than
+   ``RESCALE_THRESHOLD`` (or where it was minus infinity: the row's output is still zero),
+   as FlashAttention-4 does: otherwise the probabilities stay below
+   ``exp(RESCALE_THRESHOLD)``, which float32 sums and 16-bit probabilities hold exactly
+   as well, and the output needs no rescaling. Where some row of the block moved (a warp
+   vote by shuffles, then one flag per warp in shared memory, so the decision is the
+   block's), the output accumulators are multiplied by ``exp(m_old - m_new)``: fragments
+   are accumulated by tensor intrinsics only, so they go through a float32 tile in shared
+   memory, where the row's threads scale them, and come back with the accumulator load;
 5. ``O += P V`` with ``mma.sync`` (V's fragments by ``ldmatrix .trans``).
 
 At the end each row is divided by its sum (a row with every score masked gives zeros) and
@@ -57,6 +62,9 @@ from .workload import AttentionWorkload
 
 F32 = "float32"
 NEG_INF = FloatImm(float("-inf"), F32)
+RESCALE_THRESHOLD = 8.0
+"""How far (in the exponent) a row's scores may exceed its running maximum before the
+maximum moves and the output is rescaled: probabilities stay below ``e^8``, about 2981."""
 _names = itertools.count()
 
 
@@ -121,6 +129,7 @@ class _Kernel:
         self.p_s = Buffer("P_s", ab, [br * lay.p_ld], "shared")
         self.o_s = Buffer("O_s", F32, [br * lay.o_ld], "shared")
         self.r_s = Buffer("R_s", F32, [br], "shared")
+        self.w_s = Buffer("W_s", F32, [cfg.warps], "shared")
         self.qf = Buffer("Q_frag", ab, [MMA_ROWS * e], "warp")
         self.kf = Buffer("K_frag", ab, [16 * 16], "warp")
         self.sf = Buffer("S_frag", F32, [MMA_ROWS * bc], "warp")
@@ -345,21 +354,31 @@ class _Kernel:
                                 Store(self.acc, [_i(0)], self.acc[_i(0)] + p)])
                 return _loop("pc", half, body)
 
-            mt, m_new, m_use, alpha, tot = (Var(n, F32) for n in
-                                            ("tile_max", "max_new", "max_use", "alpha", "tot"))
+            names = ("tile_max", "max_old", "grow", "max_new", "max_use", "alpha", "tot",
+                     "vote")
+            mt, m_old, grow, m_new, m_use, alpha, tot, vote = (
+                Var(n, "bool" if n == "grow" else F32) for n in names)
+            votes = _warp_any(vote, Seq([If(tx == _i(0), Store(self.w_s, [self.ty], vote))]))
             update = Let(tot, self.acc[_i(0)] + shfl_xor(self.acc[_i(0)], 16), Seq([
                 Store(self.l_r, [_i(0)], self.l_r[_i(0)] * alpha + tot),
                 Store(self.m_r, [_i(0)], m_new),
                 If(h == _i(0), Store(self.r_s, [gr], alpha)),
+                Let(vote, select(grow, _f(1.0), _f(0.0)), votes),
             ]))
             probs = Seq([Store(self.acc, [_i(0)], _f(0.0)), prob_pass(m_use), update])
+            # the maximum moves where the row had none yet (its output is zero) or the
+            # tile's exceeds it by more than the threshold (then the output is rescaled)
+            moves = (m_old == NEG_INF) | grow
             return Seq([
                 Store(self.acc, [_i(0)], NEG_INF),
                 _loop("sc", half, score_pass),
                 Let(mt, emax(self.acc[_i(0)], shfl_xor(self.acc[_i(0)], 16)),
-                    Let(m_new, emax(self.m_r[_i(0)], mt),
-                        Let(m_use, select(m_new == NEG_INF, _f(0.0), m_new),
-                            Let(alpha, call("exp", self.m_r[_i(0)] - m_use), probs)))),
+                    Let(m_old, self.m_r[_i(0)],
+                        Let(grow, (m_old != NEG_INF) & (mt > m_old + _f(RESCALE_THRESHOLD)),
+                            Let(m_new, select(moves, emax(m_old, mt), m_old),
+                                Let(m_use, select(m_new == NEG_INF, _f(0.0), m_new),
+                                    Let(alpha, select(grow, call("exp", m_old - m_new),
+                                                      _f(1.0)), probs)))))),
             ])
         return _lanes(lane)
 
@@ -374,6 +393,14 @@ class _Kernel:
                 return fn(self.ty * _i(MMA_ROWS) + e // _i(ev), e % _i(ev))
             return _lanes(lane)
         return _loop("re", per_lane, body)
+
+    def any_vote(self) -> Expr:
+        """Whether some warp's rows moved their maximum this tile (read by every thread
+        after the barrier that follows the votes: the same value in the whole block)."""
+        total = self.w_s[_i(0)]
+        for wi in range(1, self.cfg.warps):
+            total = total + self.w_s[_i(wi)]
+        return total > _f(0.0)
 
     def rescale(self) -> Stmt:
         """``O *= exp(m_old - m_new)`` row by row, through shared memory."""
@@ -426,7 +453,7 @@ class _Kernel:
                 self.scores(stage), self._frag_to_shared(self.sf, cfg.block_kv, self.s_s,
                                                          self.lay.s_ld),
                 Barrier(), self.softmax(j), Barrier(),
-                If(j > _i(0), self.rescale()) if total > 1 else None,
+                If(self.any_vote(), self.rescale()) if total > 1 else None,
                 self.pv(stage), Barrier(),
             ])
             if isinstance(needed, int):
@@ -448,11 +475,27 @@ class _Kernel:
             per_warp = Alloc(buf, per_warp)
         s: Stmt = _loop_var(self.ty, cfg.warps, per_warp, "threadIdx.y")
         lay = self.lay
-        for buf in (self.r_s, self.o_s, self.p_s, self.s_s, self.v_s, self.k_s, self.q_s):
+        for buf in (self.w_s, self.r_s, self.o_s, self.p_s, self.s_s, self.v_s, self.k_s,
+                    self.q_s):
             s = Alloc(buf, s, dyn_offset=lay.offsets[buf.name])
         s = _loop_var(self.bz, self.w.batch, s, "blockIdx.z")
         s = _loop_var(self.by, self.w.heads, s, "blockIdx.y")
         return _loop_var(self.bx, -(-self.w.q_len // cfg.block_q), s, "blockIdx.x")
+
+
+def _warp_any(flag: Var, body: Stmt) -> Stmt:
+    """``body`` with ``flag`` (0.0 or 1.0 in each lane) rebound to its maximum over the
+    warp: a butterfly of shuffles, every lane ends with the same value."""
+    for mask in (16, 8, 4, 2, 1):
+        nxt = Var("vote", F32)
+        body = Let(nxt, emax(flag, shfl_xor(flag, mask)), _rebind(body, flag, nxt))
+    return body
+
+
+def _rebind(s: Stmt, old: Var, new: Var) -> Stmt:
+    from ....ir.stmt import substitute_stmt
+
+    return substitute_stmt(s, {old: new})
 
 
 def _loop_var(v: Var, extent: int, body: Stmt, thread: str) -> For:
