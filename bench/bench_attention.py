@@ -1,0 +1,165 @@
+"""Fused attention on one GPU against PyTorch's fastest SDPA backend, in one process.
+
+Shapes: batch 1, 16 heads, head dim 128, fp16, sequence lengths 512 to 4096
+(``--seqs``), causal and not (``--dtype bfloat16``, ``--heads``, ``--dim``, ``--batch``
+for others). Ours: the fused kernel with the default chooser's configuration
+(``choose_attention_config``), then each of the ``--configs`` next configurations by its
+time estimate (``attention_time``). PyTorch: ``scaled_dot_product_attention`` under each
+backend it has (flash, memory-efficient, cuDNN, math), the fastest one reported. Every
+result is checked against the math backend in float32; times are medians of ``--repeat``
+replays of a CUDA graph of ``--number`` launches (CUDA events; ours through the module's
+``time_evaluator(graph=True)``), TFLOP/s with the causal work halved as FlashAttention
+counts it.
+
+    python3 bench/bench_attention.py [--seqs 512 1024 2048 4096] [--configs 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+
+def torch_backends():
+    from torch.nn.attention import SDPBackend
+
+    names = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+             "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+    return {k: getattr(SDPBackend, v) for k, v in names.items() if hasattr(SDPBackend, v)}
+
+
+def event_median(fn, number: int, repeat: int) -> float:
+    """Median seconds per call of ``fn`` over ``repeat`` replays of a CUDA graph of
+    ``number`` calls, timed by CUDA events (no host launch overhead)."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):  # warm-up (and the backend's workspace) outside the capture
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(number):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / 1e3 / number)
+    return float(np.median(times))
+
+
+def run_one(seq: int, causal: bool, args, dev, target) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from ptxforge.backend_ptx import compile_module, from_dlpack
+    from ptxforge.ops.schedules.attention import (
+        AttentionWorkload,
+        attention_candidates,
+        attention_module,
+        attention_time,
+        choose_attention_config,
+    )
+    from torch.nn.attention import sdpa_kernel
+
+    dtype = getattr(torch, args.dtype)
+    w = AttentionWorkload(args.batch, args.heads, args.heads, seq, seq, args.dim, args.dim,
+                          args.dtype, causal)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(w.shapes()[n], device="cuda", dtype=dtype, generator=g)
+               for n in ("q", "k", "v"))
+    with sdpa_kernel(torch_backends()["math"]):
+        want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                              is_causal=causal)
+    row = {"seq": seq, "causal": causal, "flop": w.flops}
+    best_torch = None
+    for name, backend in torch_backends().items():
+        try:
+            with sdpa_kernel(backend):
+                got = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                t = event_median(lambda b=backend: F.scaled_dot_product_attention(
+                    q, k, v, is_causal=causal), args.number, args.repeat)
+        except RuntimeError as e:  # a backend that does not take this shape or dtype
+            row[f"torch_{name}"] = f"unavailable: {str(e).splitlines()[0][:80]}"
+            continue
+        err = float((got.float() - want).abs().max())
+        row[f"torch_{name}_us"] = t * 1e6
+        if name != "math" and (best_torch is None or t < best_torch[1]):
+            best_torch = (name, t, err)
+    if best_torch is not None:
+        row["torch_best"] = best_torch[0]
+        row["torch_us"] = best_torch[1] * 1e6
+        row["torch_tflops"] = w.flops / best_torch[1] / 1e12
+    chosen = choose_attention_config(w, target)
+    ranked = sorted((c for c in attention_candidates(w, target) if c != chosen),
+                    key=lambda c: attention_time(w, c, target))
+    out = torch.empty_like(q)
+    ours = []
+    for cfg in [chosen] + ranked[:args.configs]:
+        loaded = compile_module(attention_module(w, cfg), target).load(dev)
+        arrays = [from_dlpack(t) for t in (q, k, v, out)]
+        loaded(*arrays)
+        torch.cuda.synchronize()
+        err = float((out.float() - want).abs().max())
+        t = loaded.time_evaluator("main", number=args.number, repeat=args.repeat,
+                                  graph=True)(*arrays).median
+        ours.append({"config": cfg.to_dict(), "us": t * 1e6, "tflops": w.flops / t / 1e12,
+                     "max_err": err, "estimate_us": attention_time(w, cfg, target) * 1e6,
+                     "default": cfg == chosen})
+    row["ours"] = ours
+    best = min(ours, key=lambda o: o["us"])
+    row["ours_us"] = best["us"]
+    row["ours_tflops"] = best["tflops"]
+    if best_torch is not None:
+        row["speedup_vs_torch"] = best_torch[1] * 1e6 / best["us"]
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seqs", type=int, nargs="+", default=[512, 1024, 2048, 4096])
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    p.add_argument("--configs", type=int, default=3)
+    p.add_argument("--number", type=int, default=20)
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--json", default="")
+    args = p.parse_args()
+
+    from ptxforge.backend_ptx import cuda
+    from ptxforge.target import as_target
+
+    dev = cuda(0)
+    target = as_target(f"cuda -arch={dev.sm}")
+    rows = []
+    print(f"{'seq':>6} {'causal':>6} {'ours us':>9} {'TFLOP/s':>8} {'torch us':>9} "
+          f"{'TFLOP/s':>8} {'backend':>9} {'ratio':>6}  default config")
+    for seq in args.seqs:
+        for causal in (False, True):
+            r = run_one(seq, causal, args, dev, target)
+            rows.append(r)
+            d = next(o for o in r["ours"] if o["default"])
+            print(f"{seq:>6} {str(causal):>6} {r['ours_us']:>9.1f} {r['ours_tflops']:>8.1f} "
+                  f"{r.get('torch_us', float('nan')):>9.1f} "
+                  f"{r.get('torch_tflops', float('nan')):>8.1f} "
+                  f"{r.get('torch_best', '-'):>9} {r.get('speedup_vs_torch', float('nan')):>6.2f}"
+                  f"  {d['config']} ({d['us']:.1f} us, err {d['max_err']:.2g})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": dev.name if hasattr(dev, "name") else str(dev),
+                       "arch": dev.sm, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
