@@ -18,22 +18,26 @@ problem back from the output tensor for the tuners.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from ..ir import te
 from ..ir.expr import as_expr, const, select
 from ..ir.te import Tensor
-from .schedules.attention import (
-    AttentionConfig,
-    AttentionError,
-    AttentionMask,
-    AttentionWorkload,
-    attention_module,
-    check_attention_config,
-    choose_attention_config,
-)
 from .utils import accumulate_dtype, cast_to, compute_named, i_names
 
+if TYPE_CHECKING:
+    from .schedules.attention import AttentionConfig, AttentionWorkload
+
 TAG = "attention"
+
+
+def _error(msg: str) -> Exception:
+    # the schedules (and the passes they import) load on first use, not with ``ops``
+    from .schedules.attention import AttentionError
+
+    return AttentionError(msg)
+
+
 STAGES = ("T_attention_qk", "T_attention_score", "T_attention_max", "T_attention_exp",
           "T_attention_sum", "T_attention_pv")
 
@@ -46,21 +50,21 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
     L, Ev]`` in q's dtype, accumulated in float32 for 16-bit inputs."""
     for what, t in (("q", q), ("k", k), ("v", v)):
         if len(t.shape) != 4:
-            raise AttentionError(f"attention: {what} must be 4-D [batch, heads, seq, dim], "
+            raise _error(f"attention: {what} must be 4-D [batch, heads, seq, dim], "
                                  f"got {list(t.shape)}")
     b, hq, lq, e = (int(x) for x in q.shape)
     bk, hk, s, ek = (int(x) for x in k.shape)
     bv, hv, sv, ev = (int(x) for x in v.shape)
     if not b == bk == bv or hk != hv or s != sv or e != ek or hk == 0 or hq % hk:
-        raise AttentionError(f"attention: q {list(q.shape)}, k {list(k.shape)} and v "
+        raise _error(f"attention: q {list(q.shape)}, k {list(k.shape)} and v "
                              f"{list(v.shape)} do not agree (same batch; k and v the same "
                              "heads and positions; q's heads a multiple of k's; q and k the "
                              "same head dim)")
     if len({q.dtype, k.dtype, v.dtype}) != 1:
-        raise AttentionError(f"attention: q, k and v have dtypes {q.dtype}, {k.dtype}, "
+        raise _error(f"attention: q, k and v have dtypes {q.dtype}, {k.dtype}, "
                              f"{v.dtype}; cast them to one first")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
-        raise AttentionError(f"attention: scale must be a number or None, got {scale!r}")
+        raise _error(f"attention: scale must be a number or None, got {scale!r}")
     group = hq // hk
     acc = accumulate_dtype(q.dtype)
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(e)
@@ -127,10 +131,10 @@ def _check_mask(mask: Tensor, scores: tuple) -> None:
     shape = tuple(int(x) for x in mask.shape)
     ok = len(shape) <= 4 and all(g in (1, w) for g, w in zip(reversed(shape), reversed(scores)))
     if not ok:
-        raise AttentionError(f"attention: the mask {list(shape)} does not broadcast to the "
+        raise _error(f"attention: the mask {list(shape)} does not broadcast to the "
                              f"scores {list(scores)}")
     if mask.dtype != "bool" and not mask.dtype.startswith(("float", "bfloat")):
-        raise AttentionError(f"attention: the mask must be bool or float, got {mask.dtype}")
+        raise _error(f"attention: the mask must be bool or float, got {mask.dtype}")
 
 
 def _stage(out: Tensor, name: str) -> Tensor:
@@ -143,13 +147,13 @@ def _stage(out: Tensor, name: str) -> Tensor:
             continue
         seen.add(id(t.op))
         todo.extend(t.op.input_tensors)
-    raise AttentionError(f"{out.op.name} is not the output of ops.attention (no stage {name})")
+    raise _error(f"{out.op.name} is not the output of ops.attention (no stage {name})")
 
 
 def attention_inputs(out: Tensor) -> list[Tensor]:
     """``[q, k, v]`` (and the mask when there is one) of an :func:`attention` output."""
     if out.op.tag != TAG:
-        raise AttentionError(f"{out.op.name} (tag {out.op.tag!r}) is not the output of "
+        raise _error(f"{out.op.name} (tag {out.op.tag!r}) is not the output of "
                              "ops.attention")
     q, k = _stage(out, STAGES[0]).op.input_tensors[:2]
     v = _stage(out, STAGES[5]).op.input_tensors[-1]
@@ -160,6 +164,8 @@ def attention_inputs(out: Tensor) -> list[Tensor]:
 
 def attention_workload(out: Tensor) -> AttentionWorkload:
     """The :class:`AttentionWorkload` an :func:`attention` output computes."""
+    from .schedules.attention import AttentionMask, AttentionWorkload
+
     ins = attention_inputs(out)
     q, k, v = ins[:3]
     b, hq, lq, e = (int(x) for x in q.shape)
@@ -180,6 +186,11 @@ def build_attention(out: Tensor, target="cuda", config: AttentionConfig | None =
     stages instead, e.g. ``default_schedule``)."""
     from ..driver import BuiltModule
     from ..target import as_target
+    from .schedules.attention import (
+        attention_module,
+        check_attention_config,
+        choose_attention_config,
+    )
 
     t = as_target(target)
     w = attention_workload(out)
