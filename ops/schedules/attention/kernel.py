@@ -122,12 +122,15 @@ class _Kernel:
             self.mask = Buffer("mask", w.mask.dtype, [n])
         self.out = Buffer("out", ab, [w.batch * w.heads * w.q_len * ev])
         br, bc, lay = cfg.block_q, cfg.block_kv, self.lay
-        self.q_s = Buffer("Q_s", ab, [br * lay.q_ld], "shared")
+        # Q's tile is dead once its fragments are loaded, the probabilities are first written
+        # after the barriers of the first key tile: one buffer; so are the scores and the
+        # output tile (used while the scores are dead)
+        self.q_s = Buffer("QP_s", ab, [br * max(lay.q_ld, lay.p_ld)], "shared")
+        self.p_s = self.q_s
         self.k_s = Buffer("K_s", ab, [cfg.stages * bc * lay.k_ld], "shared")
         self.v_s = Buffer("V_s", ab, [cfg.stages * bc * lay.v_ld], "shared")
-        self.s_s = Buffer("S_s", F32, [br * lay.s_ld], "shared")
-        self.p_s = Buffer("P_s", ab, [br * lay.p_ld], "shared")
-        self.o_s = Buffer("O_s", F32, [br * lay.o_ld], "shared")
+        self.s_s = Buffer("SO_s", F32, [br * max(lay.s_ld, lay.o_ld)], "shared")
+        self.o_s = self.s_s
         self.r_s = Buffer("R_s", F32, [br], "shared")
         self.w_s = Buffer("W_s", F32, [cfg.warps], "shared")
         self.qf = Buffer("Q_frag", ab, [MMA_ROWS * e], "warp")
@@ -475,8 +478,7 @@ class _Kernel:
             per_warp = Alloc(buf, per_warp)
         s: Stmt = _loop_var(self.ty, cfg.warps, per_warp, "threadIdx.y")
         lay = self.lay
-        for buf in (self.w_s, self.r_s, self.o_s, self.p_s, self.s_s, self.v_s, self.k_s,
-                    self.q_s):
+        for buf in (self.w_s, self.r_s, self.s_s, self.v_s, self.k_s, self.q_s):
             s = Alloc(buf, s, dyn_offset=lay.offsets[buf.name])
         s = _loop_var(self.bz, self.w.batch, s, "blockIdx.z")
         s = _loop_var(self.by, self.w.heads, s, "blockIdx.y")

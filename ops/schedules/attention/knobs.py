@@ -68,17 +68,18 @@ class SharedLayout:
 
 
 def shared_layout(w: AttentionWorkload, cfg: AttentionConfig) -> SharedLayout:
-    """Rows (padded) and byte offsets of the kernel's shared buffers: the Q tile, ``stages``
-    K and V tiles, the float32 scores, the probabilities in the input dtype, the float32
-    output tile (for the rescaling), one float32 per row (the rescale factor) and one per
-    warp (whether its rows need the output rescaled)."""
+    """Rows (padded) and byte offsets of the kernel's shared buffers: ``QP_s`` (the Q tile,
+    then, once Q's fragments are loaded, the probabilities in the input dtype), ``stages``
+    K and V tiles, ``SO_s`` (the float32 scores, and the float32 output tile while the
+    scores are dead: the rescaling and the end), one float32 per row (the rescale factor,
+    then the inverse sum) and one per warp (its vote for a rescaling)."""
     e, ev, br, bc = w.head_dim, w.v_dim, cfg.block_q, cfg.block_kv
     q_ld, k_ld, v_ld = e + PAD16, e + PAD16, ev + PAD16
     s_ld, p_ld, o_ld = bc + PAD32, bc + PAD16, ev + PAD32
     sizes = {  # bytes
-        "Q_s": br * q_ld * 2, "K_s": cfg.stages * bc * k_ld * 2,
-        "V_s": cfg.stages * bc * v_ld * 2, "S_s": br * s_ld * 4, "P_s": br * p_ld * 2,
-        "O_s": br * o_ld * 4, "R_s": br * 4, "W_s": cfg.warps * 4,
+        "QP_s": br * max(q_ld, p_ld) * 2, "K_s": cfg.stages * bc * k_ld * 2,
+        "V_s": cfg.stages * bc * v_ld * 2, "SO_s": br * max(s_ld, o_ld) * 4,
+        "R_s": br * 4, "W_s": cfg.warps * 4,
     }
     offsets, at = {}, 0
     for name, n in sizes.items():
