@@ -345,16 +345,20 @@ class _Kernel:
                         s = s + (m if m.dtype == F32 else Cast(F32, m))
                     else:
                         keep = keep & m
-                s = select(keep, s, NEG_INF)
-                return Seq([Store(self.s_s, [at], s),
-                            Store(self.acc, [_i(0)], emax(self.acc[_i(0)], s))])
+                # bound once: the score's expression reads S_s[at], which the first store
+                # overwrites
+                sv = Var("score", F32)
+                return Let(sv, select(keep, s, NEG_INF), Seq([
+                    Store(self.s_s, [at], sv),
+                    Store(self.acc, [_i(0)], emax(self.acc[_i(0)], sv))]))
 
             def prob_pass(m_use):
                 def body(c2):
                     c = c2 * _i(2) + h
-                    p = call("exp", self.s_s[gr * _i(lay.s_ld) + c] - m_use)
-                    return Seq([Store(self.p_s, [gr * _i(lay.p_ld) + c], Cast(w.dtype, p)),
-                                Store(self.acc, [_i(0)], self.acc[_i(0)] + p)])
+                    p = Var("prob", F32)
+                    return Let(p, call("exp", self.s_s[gr * _i(lay.s_ld) + c] - m_use), Seq([
+                        Store(self.p_s, [gr * _i(lay.p_ld) + c], Cast(w.dtype, p)),
+                        Store(self.acc, [_i(0)], self.acc[_i(0)] + p)]))
                 return _loop("pc", half, body)
 
             names = ("tile_max", "max_old", "grow", "max_new", "max_use", "alpha", "tot",
