@@ -10,6 +10,7 @@ import pytest
 
 import ptxforge
 from ptxforge import backend_sim, te
+from ptxforge.backend_ptx.assemble import find_ptxas
 from ptxforge.graph.opdefs.elemwise import cast_array
 from ptxforge.ir.parser import parse_module
 from ptxforge.ir.verify import verify
@@ -243,6 +244,20 @@ def test_ptx_has_the_tensor_core_instructions(arch):
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in src
     assert "cp.async" in src and "shfl.sync.bfly" in src
     assert ".local" not in src  # fragments and the running max / sum stay in registers
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas is not installed")
+def test_ptxas_assembles_the_chosen_kernel_without_spills():
+    from ptxforge.backend_ptx.compile import compile_kernel
+    from ptxforge.ops.schedules.attention.knobs import registers_estimate
+
+    w = AttentionWorkload(1, 16, 16, 4096, 4096, 128, 128, "float16", True)
+    cfg = choose_attention_config(w, H100)
+    ck = compile_kernel(attention_module(w, cfg).kernels()[0], H100, stop_after="cubin",
+                        assembler="ptxas")
+    res = ck.resources
+    assert not res.spills and res.registers * cfg.threads <= H100.registers_per_block
+    assert abs(res.registers - registers_estimate(w, cfg)) <= 40
 
 
 # -- on a GPU ----------------------------------------------------------------------------
