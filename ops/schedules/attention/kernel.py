@@ -445,23 +445,30 @@ class _Kernel:
 
         def step(j):
             if cfg.stages == 2:
+                # wait for this tile, then (all warps past the barrier, so done with the
+                # tile before, which used the other stage) fetch the next one while this
+                # one is used: no barrier needed at the end of the step
                 stage = j % _i(2)
                 nxt = j + _i(1)
                 fetch = self.copy_kv(nxt, nxt % _i(2))
                 if not (isinstance(needed, int) and needed == 1):
                     fetch = If(nxt < (_i(needed) if isinstance(needed, int) else needed),
                                fetch)
-                head = [fetch, AsyncCommit(), AsyncWait(1)]
+                head = [AsyncWait(0), Barrier(), fetch, AsyncCommit()]
+                tail = []
             else:
+                # one stage: every warp must be done with the tiles before they are
+                # overwritten
                 stage = _i(0)
-                head = [self.copy_kv(j, 0), AsyncCommit(), AsyncWait(0)]
+                head = [self.copy_kv(j, 0), AsyncCommit(), AsyncWait(0), Barrier()]
+                tail = [Barrier()]
             body = Seq([
-                *head, Barrier(),
+                *head,
                 self.scores(stage), self._frag_to_shared(self.sf, cfg.block_kv, self.s_s,
                                                          self.lay.s_ld),
                 Barrier(), self.softmax(j), Barrier(),
                 If(self.any_vote(), self.rescale()) if total > 1 else None,
-                self.pv(stage), Barrier(),
+                self.pv(stage), *tail,
             ])
             if isinstance(needed, int):
                 return body

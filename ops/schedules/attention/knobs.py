@@ -162,7 +162,7 @@ def attention_time(w: AttentionWorkload, cfg: AttentionConfig, target: Target) -
     A step (one K/V tile) costs the larger of its tensor-core work (at the target's
     ``mma_sync_peak_fraction``) and its tile copies (at ``tile_copy_bytes_per_clock``, not
     hidden with one stage), plus the row work of the softmax done by the block's threads
-    through shared memory and four barriers. Causal blocks visit about half the tiles."""
+    through shared memory and its barriers. Causal blocks visit about half the tiles."""
     br, bc = cfg.block_q, cfg.block_kv
     q_tiles = -(-w.q_len // br)
     kv_tiles = -(-w.kv_len // bc)
@@ -179,9 +179,10 @@ def attention_time(w: AttentionWorkload, cfg: AttentionConfig, target: Target) -
     t_copy = copy_bytes * per_sm / (target.tile_copy_bytes_per_clock * clock)
     # per thread: the scores read, masked, written, read again and the probabilities
     # written (the output's rescaling is rare: only where a row's maximum jumps), plus
-    # the warps' votes and four barriers
+    # the warps' votes and the barriers (three a step with two stages, four with one)
     row_work = 5 * br * bc / cfg.threads + cfg.warps
-    t_rows = (row_work * 4 + 4 * target.barrier_cycles) / clock
+    barriers = 3 if cfg.stages > 1 else 4
+    t_rows = (row_work * 4 + barriers * target.barrier_cycles) / clock
     step = (max(t_mma, t_copy) if cfg.stages > 1 else t_mma + t_copy) + t_rows
     steps = kv_tiles if not w.causal else max(1, (kv_tiles + 1) // 2 + br // (2 * bc))
     return waves * steps * step + target.launch_seconds
