@@ -16,8 +16,8 @@ owns query rows ``16 w .. 16 w + 15``. The block loops over the keys in tiles of
 4. the running maximum moves only where the tile's maximum exceeds it by more than
    ``RESCALE_THRESHOLD`` (or where it was minus infinity: the row's output is still zero),
    as FlashAttention-4 does: otherwise the probabilities stay below
-   ``exp(RESCALE_THRESHOLD)``, which float32 sums and 16-bit probabilities hold exactly
-   as well, and the output needs no rescaling. Where some row of the block moved (a warp
+   ``exp(RESCALE_THRESHOLD)``, which float32 sums and 16-bit probabilities hold with the
+   same relative precision as values below 1, and the output needs no rescaling. Where some row of the block moved (a warp
    vote by shuffles, then one flag per warp in shared memory, so the decision is the
    block's), the output accumulators are multiplied by ``exp(m_old - m_new)``: fragments
    are accumulated by tensor intrinsics only, so they go through a float32 tile in shared
@@ -31,8 +31,6 @@ tensorized nests), so the verifier, the simulator and the PTX backend take it as
 """
 
 from __future__ import annotations
-
-import itertools
 
 from ....ir import dtype as dt
 from ....ir.attrs import FuncAttrs
@@ -65,7 +63,6 @@ NEG_INF = FloatImm(float("-inf"), F32)
 RESCALE_THRESHOLD = 8.0
 """How far (in the exponent) a row's scores may exceed its running maximum before the
 maximum moves and the output is rescaled: probabilities stay below ``e^8``, about 2981."""
-_names = itertools.count()
 
 
 def _i(v: int) -> IntImm:
