@@ -16,7 +16,7 @@ from ptxforge.ops.schedules.attention import AttentionWorkload, choose_attention
 from ptxforge.ops.schedules.attention.schedule_pass import FusedAttention
 from ptxforge.target import as_target
 
-ARGS = (1, 2, 1, 17, 24, 16, 16, "float16", True, None)
+ARGS = (1, 2, 1, 9, 24, 16, 16, "float16", True, None)
 
 
 def test_space_defaults_and_rejected_knobs():
@@ -24,10 +24,10 @@ def test_space_defaults_and_rejected_knobs():
     space = task.config_space
     configs = [space.get(i) for i in range(len(space))]
     values = {k: sorted({c[k].val for c in configs}) for k in ("warps", "block_kv", "stages")}
-    # 17 rows need no more than 2 warps of 16; 24 keys no tile wider than 32
-    assert values == {"warps": [1, 2], "block_kv": [16, 32], "stages": [1, 2]}
-    assert len(space) == 8
-    w = AttentionWorkload(1, 2, 1, 17, 24, 16, 16, "float16", True)
+    # 9 rows need no more than 1 warp of 16; 24 keys no tile wider than 32
+    assert values == {"warps": [1], "block_kv": [16, 32], "stages": [1, 2]}
+    assert len(space) == 4
+    w = AttentionWorkload(1, 2, 1, 9, 24, 16, 16, "float16", True)
     best = choose_attention_config(w, as_target("cuda"))
     sch, _ = task.instantiate(task.default_config())
     step = [p for p in sch.pipeline if isinstance(p, FusedAttention)][0]
