@@ -91,6 +91,10 @@ def check_workload(w: AttentionWorkload) -> None:
         if getattr(w, name) < 1:
             raise AttentionError(f"fused attention: {name} must be at least 1, got "
                                  f"{getattr(w, name)}")
+    if w.heads > 65535 or w.batch > 65535:
+        raise AttentionError(f"fused attention launches heads x batch blocks on the grid's "
+                             f"y and z, at most 65535 each; got {w.heads} heads, batch "
+                             f"{w.batch}: fold the batch into the heads or split it")
     if w.heads % w.kv_heads:
         raise AttentionError(f"{w.heads} query heads are not a multiple of the {w.kv_heads} "
                              "key/value heads (grouped-query attention needs a whole "
