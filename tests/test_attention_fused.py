@@ -209,6 +209,9 @@ def test_config_rules_name_what_is_wrong():
     with pytest.raises(AttentionError, match="multiple of 16"):
         check_attention_config(AttentionWorkload(1, 1, 1, 8, 8, 72, 72), AttentionConfig(),
                                H100)
+    with pytest.raises(AttentionError, match="at most 65535"):
+        check_attention_config(AttentionWorkload(70000, 1, 1, 8, 8, 64, 64),
+                               AttentionConfig(), H100)
     with pytest.raises(AttentionError, match="float16 and bfloat16"):
         check_attention_config(AttentionWorkload(1, 1, 1, 8, 8, 64, 64, "float32"),
                                AttentionConfig(), H100)
