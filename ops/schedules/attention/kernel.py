@@ -17,11 +17,12 @@ owns query rows ``16 w .. 16 w + 15``. The block loops over the keys in tiles of
    ``RESCALE_THRESHOLD`` (or where it was minus infinity: the row's output is still zero),
    as FlashAttention-4 does: otherwise the probabilities stay below
    ``exp(RESCALE_THRESHOLD)``, which float32 sums and 16-bit probabilities hold with the
-   same relative precision as values below 1, and the output needs no rescaling. Where some row of the block moved (a warp
-   vote by shuffles, then one flag per warp in shared memory, so the decision is the
-   block's), the output accumulators are multiplied by ``exp(m_old - m_new)``: fragments
-   are accumulated by tensor intrinsics only, so they go through a float32 tile in shared
-   memory, where the row's threads scale them, and come back with the accumulator load;
+   same relative precision as values below 1, and the output needs no rescaling. Where
+   some row of the block moved (a warp vote by shuffles, then one flag per warp in shared
+   memory, so the decision is the block's), the output accumulators are multiplied by
+   ``exp(m_old - m_new)``: fragments are accumulated by tensor intrinsics only, so they go
+   through a float32 tile in shared memory, where the row's threads scale them, and come
+   back with the accumulator load;
 5. ``O += P V`` with ``mma.sync`` (V's fragments by ``ldmatrix .trans``).
 
 At the end each row is divided by its sum (a row with every score masked gives zeros) and
