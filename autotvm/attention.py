@@ -109,6 +109,25 @@ def _defaults(B, Hq, Hkv, L, S, E, Ev, dtype="float16", causal=False, scale=None
         return {}
 
 
+def template_args(w: AttentionWorkload) -> tuple:
+    """The template's arguments for an attention problem, in the one spelling records
+    match: ``B, Hq, Hkv, L, S, E, Ev, dtype, causal, scale`` and, with a mask, its shape
+    (a tuple) and dtype. Create tasks with them (``autotvm.task.create(NAME,
+    template_args(w))``) so that :func:`dispatched_config` finds their records."""
+    head = (w.batch, w.heads, w.kv_heads, w.q_len, w.kv_len, w.head_dim, w.v_dim, w.dtype,
+            w.causal, w.scale)
+    return head if w.mask is None else head + (tuple(w.mask.shape), w.mask.dtype)
+
+
+def dispatched_config(w: AttentionWorkload) -> AttentionConfig:
+    """The configuration the current dispatch context gives ``w`` (inside
+    ``apply_history_best(log)``: the best record of ``attention.cuda`` for it; otherwise
+    the default chooser's), for the current target."""
+    sch, _ = attention_template(*template_args(w))
+    step = fused_attention_step(sch.pipeline)
+    return step.config
+
+
 def _fail(code: MeasureErrorNo, msg: str, t0: float, stages: dict) -> BuildResult:
     return BuildResult(None, int(code), msg, time.perf_counter() - t0, dict(stages))
 

@@ -4,6 +4,8 @@ best record dispatched back into the template."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from ptxforge import autotvm
@@ -12,7 +14,11 @@ from ptxforge.autotvm.attention import AttentionBuilder
 from ptxforge.autotvm.space import InstantiationError
 from ptxforge.autotvm.tuner import GridSearchTuner
 from ptxforge.measure import load_records
-from ptxforge.ops.schedules.attention import AttentionWorkload, choose_attention_config
+from ptxforge.ops.schedules.attention import (
+    AttentionMask,
+    AttentionWorkload,
+    choose_attention_config,
+)
 from ptxforge.ops.schedules.attention.schedule_pass import FusedAttention
 from ptxforge.target import as_target
 
@@ -55,6 +61,37 @@ def test_tuning_on_the_simulator_and_dispatch(tmp_path):
     with autotvm.apply_history_best(log):
         sch, tensors = template.attention_template(*ARGS)
     assert any(isinstance(p, FusedAttention) for p in sch.pipeline)
+    # the best record is what the graph's fused function gets (dispatched_config)
+    ok = [(inp, r) for inp, r in records if r.error_no == 0]
+    best_inp, _ = min(ok, key=lambda ir: ir[1].mean)
+    knobs = {k: v for k, _, v in best_inp.payload["autotvm"]["config"]["entity"]}
+    w = AttentionWorkload(*ARGS)
+    assert template.template_args(w) == ARGS
+    with autotvm.apply_history_best(log), as_target("cuda"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # found the record: no fallback warning
+        got = template.dispatched_config(w)
+    assert got.to_dict() == knobs
+    with as_target("cuda"), pytest.warns(RuntimeWarning, match="fallback"):
+        fallback = template.dispatched_config(w)
+    assert fallback == choose_attention_config(w, as_target("cuda"))
+
+
+def test_masked_candidates_build_and_check_on_the_simulator():
+    # a mask among the parameters: the builder's host takes them in the task's order and
+    # the kernel in its own; the runner's correctness check compares with the reference
+    w = AttentionWorkload(1, 2, 1, 9, 20, 16, 16, "bfloat16", False, None,
+                          AttentionMask((1, 1, 1, 20), "bool"))
+    args = template.template_args(w)
+    task = autotvm.task.create(template.NAME, args=args, target="cuda")
+    builder = AttentionBuilder(n_parallel=0, compile_to="ir")
+    runner = autotvm.SimRunner(max_sim_seconds=5.0)
+    inp = task.measure_input(task.default_config()).to_measure()
+    (built,) = builder.build([inp])
+    assert built.error_no == 0, built.error_msg
+    names = [p.name for p in built.artifact.device_module().host.params]
+    assert sorted(names) == ["T_attention_out", "k", "mask", "q", "v"]
+    (result,) = runner.run([inp], [built])
+    assert result.error_no == 0 and result.correctness == "passed", result
 
 
 def test_auto_scheduler_sketch_ranks_and_builds_its_states():

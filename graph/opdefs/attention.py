@@ -176,7 +176,9 @@ def fused_attention_module(func, target=None):
     """The device module of the fused kernel for a fused function (a
     :class:`~ptxforge.graph.fused.FusedFunction`) that computes one ``nn.attention`` of its
     inputs, with the host parameters named and ordered as the function's tensors; None for
-    any other function, or one the kernel cannot run."""
+    any other function, or one the kernel cannot run. The configuration is the best record
+    of the AutoTVM template ``attention.cuda`` for the problem inside
+    ``autotvm.apply_history_best(log)``, else the default chooser's."""
     from ...ops.attention import TAG, attention_inputs, attention_workload
     from ...ops.schedules.attention import (
         AttentionError,
@@ -194,10 +196,16 @@ def fused_attention_module(func, target=None):
         return None  # something else fused into the function
     w = attention_workload(out)
     t = as_target(target) if target is not None else Target.current() or as_target("cuda")
+    limits = as_target("cuda") if t.is_sim else t
     try:
-        cfg = choose_attention_config(w, as_target("cuda") if t.is_sim else t)
+        choose_attention_config(w, limits)  # can the kernel run it at all
     except AttentionError:
         return None
+    # a tuned record of attention.cuda (inside apply_history_best), else the default
+    from ...autotvm.attention import dispatched_config
+
+    with limits:
+        cfg = dispatched_config(w)
     mod = attention_module(w, cfg, name=func.name)
     host = mod.host
     from ...ir.stmt import Buffer, Launch, Module

@@ -25,14 +25,29 @@ from .workload import AttentionError, AttentionMask, AttentionWorkload
 PARAMS = ("q", "k", "v")
 
 
-def workload_of_module(module: Module, causal: bool, scale: float | None) -> AttentionWorkload:
-    """The attention problem whose tensor IR (from ``to_ir`` of an ``ops.attention``
-    output, its placeholders then the output) ``module`` holds."""
-    main = module.main
-    params = list(main.params)
+def _roles(module: Module) -> list:
+    """The parameters of the attention ``module`` as ``[q, k, v, (mask,) out]``: by the
+    names the AutoTVM template gives them (``q``, ``k``, ``v``, ``mask``; a schedule's
+    function orders its parameters as it finds them), else in that order."""
+    params = list(module.main.params)
     if len(params) not in (4, 5):
         raise AttentionError(f"fused_attention: the function takes {len(params)} buffers; "
                              "an attention takes q, k, v, an optional mask and the output")
+    by_name = {p.name: p for p in params}
+    if not all(n in by_name for n in PARAMS):
+        return params
+    named = [by_name[n] for n in PARAMS] + ([by_name["mask"]] if len(params) == 5 else [])
+    rest = [p for p in params if p not in named]
+    if len(rest) != 1 or (len(params) == 5 and "mask" not in by_name):
+        raise AttentionError(f"fused_attention: cannot tell the mask and the output apart "
+                             f"among {[p.name for p in params]}")
+    return named + rest
+
+
+def workload_of_module(module: Module, causal: bool, scale: float | None) -> AttentionWorkload:
+    """The attention problem whose tensor IR (from ``to_ir`` of an ``ops.attention``
+    output) ``module`` holds (its parameters as :func:`_roles` reads them)."""
+    params = _roles(module)
     q, k, v = params[:3]
     out = params[-1]
     for b in (q, k, v, out):
@@ -107,8 +122,9 @@ def fused_attention_device_module(module: Module, step: FusedAttention, target) 
     t = as_target(target)
     check_attention_config(w, step.config, as_target("cuda") if t.is_sim else t)
     mod = attention_module(w, step.config)
-    names = [p.name for p in module.main.params]
-    host = mod.host
-    params = [Buffer(n, p.dtype, p.shape) for n, p in zip(names, host.params)]
-    new_host = host.replace(params=params, body=Launch(host.body.kernel, params))
-    return Module([new_host, *mod.kernels()])
+    # the host takes the module's parameters in its order; the kernel q, k, v[, mask], out
+    params = [Buffer(p.name, p.dtype, p.shape) for p in module.main.params]
+    by_name = {p.name: p for p in params}
+    args = [by_name[p.name] for p in _roles(module)]
+    host = mod.host.replace(params=params, body=Launch(mod.host.body.kernel, args))
+    return Module([host, *mod.kernels()])
