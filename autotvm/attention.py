@@ -123,6 +123,13 @@ def dispatched_config(w: AttentionWorkload) -> AttentionConfig:
     """The configuration the current dispatch context gives ``w`` (inside
     ``apply_history_best(log)``: the best record of ``attention.cuda`` for it; otherwise
     the default chooser's), for the current target."""
+    from .dispatch import DEFAULT_TARGET, DispatchContext
+
+    workload = (NAME,) + template_args(w)
+    if not DispatchContext.current().query_all(DEFAULT_TARGET, workload):
+        # no record: the default, without the template's fallback warning (a graph build
+        # of untuned functions says so once, for all of them)
+        return choose_attention_config(w, as_target(None))
     sch, _ = attention_template(*template_args(w))
     step = fused_attention_step(sch.pipeline)
     return step.config
