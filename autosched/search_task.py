@@ -6,7 +6,7 @@ import functools
 
 import numpy as np
 
-from ..ir.compute_dag import ComputeDAG
+from ..passes.schedule.dag import ScheduleDAG as ComputeDAG
 from ..target import Target, as_target
 from .dag_analysis import DAGAnalysis
 from .hardware import HardwareParams
