@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from functools import cached_property
 
+from ..autosched.relay_integration import install_network_reader
 from ..ir import te
 from ..ir.compute_dag import ComputeDAG
 from ..ir.expr import const
@@ -175,3 +176,8 @@ def extract_fused_functions(net: Graph, params: dict | None = None, *,
                      pad_channels=pad_channels)
     funcs, _ = distinct_functions(fused, include_views)
     return funcs
+
+
+# the auto-scheduler's extract_tasks reads networks through this layer's extraction (the
+# tuners stand below the graph layer and do not import it)
+install_network_reader(extract_fused_functions)
