@@ -10,29 +10,17 @@ key alone (as record files and the cost model's ``update_from_file`` do), and re
 written under these keys are the ones :class:`~ptxforge.autosched.dispatch.ApplyHistoryBest`
 finds when the network is built.
 
-The graph layer stands above the tuners, so this module does not import it: the graph
-package installs its ``extract_fused_functions`` here when it is imported
-(:func:`install_network_reader`), which every network handed to :func:`extract_tasks` has
-already done.
+The graph layer stands above the tuners, so this module does not import it: it reads the
+network through :func:`ptxforge.network_reader.read_network`, which the graph package fills
+when imported.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from ..network_reader import read_network
 from ..target import Target
 from .hardware import HardwareParams
 from .search_task import SearchTask
-
-# the network reader the graph layer installs: (net, params, **options) -> fused functions
-_network_reader: list[Callable] = []
-
-
-def install_network_reader(read: Callable) -> None:
-    """Let :func:`extract_tasks` read networks with ``read(net, params, *, layout,
-    winograd, precision, pad_channels)``, which lists a network's distinct fused functions
-    (``ptxforge.graph`` installs ``extract_fused_functions`` when imported)."""
-    _network_reader[:] = [read]
 
 
 def extract_tasks(net, params: dict | None = None, target: Target | str = "cuda",
@@ -73,14 +61,10 @@ def extract_tasks(net, params: dict | None = None, target: Target | str = "cuda"
         (``task.desc``); the weight of a task is the number of calls, so the network's
         latency is about ``sum(latency[t] * weight[t])``.
     """
-    if not _network_reader:
-        raise TypeError(f"extract_tasks takes a ptxforge.graph network, got "
-                        f"{type(net).__name__}; build it with ptxforge.graph")
-    extract_fused_functions = _network_reader[0]
     tasks: list[SearchTask] = []
     weights: list[int] = []
-    for func in extract_fused_functions(net, params, layout=layout, winograd=winograd,
-                                        precision=precision, pad_channels=pad_channels):
+    for func in read_network(net, params, layout=layout, winograd=winograd,
+                             precision=precision, pad_channels=pad_channels):
         if not include_simple_tasks and not _has_reduction(func):
             continue
         key = func.register_workload()

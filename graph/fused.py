@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from functools import cached_property
 
-from ..autosched.relay_integration import install_network_reader
 from ..ir import te
 from ..ir.compute_dag import ComputeDAG
 from ..ir.expr import const
+from ..network_reader import install_network_reader
 from .ir import Call, Constant, Graph, GraphError, Var, post_order
 from .op import get_op
 
@@ -178,6 +178,6 @@ def extract_fused_functions(net: Graph, params: dict | None = None, *,
     return funcs
 
 
-# the auto-scheduler's extract_tasks reads networks through this layer's extraction (the
-# tuners stand below the graph layer and do not import it)
+# the tuners' extract_tasks reads networks through this layer's extraction (they stand
+# below the graph layer and do not import it)
 install_network_reader(extract_fused_functions)

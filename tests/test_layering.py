@@ -35,8 +35,9 @@ NOT_PACKAGE = frozenset({"tests", "bench", "examples", "docs", "build", "dist"})
 #: packages of one floor are independent of each other.
 FLOORS: tuple[tuple[str, ...], ...] = (
     # import nothing of the project: the target description, the compile-stage clock, the
-    # one-step file writer, and the root package (which loads its names on first use)
-    ("ptxforge", "target", "stages", "atomic_file"),
+    # one-step file writer, the network reader the graph layer installs for the tuners, and
+    # the root package (which loads its names on first use)
+    ("ptxforge", "target", "stages", "atomic_file", "network_reader"),
     ("ir",),                          # dtypes, expressions, te, ComputeDAG, tensor IR
     ("passes",),                      # pass infrastructure, schedule and lowering passes
     ("te",),                          # ptxforge.te: the te front end plus create_schedule
