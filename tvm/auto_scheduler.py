@@ -2,10 +2,10 @@
 TVM's measurement names: ``LocalBuilder`` and ``LocalRunner`` (``ptxforge.measure``) and
 ``SimRunner``, the CPU simulator runner that stands in for a GPU."""
 
-from ptxforge.autosched import *  # noqa: F401,F403
-from ptxforge.ir.compute_dag import ComputeDAG as _IRComputeDAG
-from ptxforge.measure import LocalBuilder, LocalRunner, SimRunner  # noqa: F401
-from ptxforge.passes.schedule.dag import ScheduleDAG
+from ..autosched import *  # noqa: F401,F403
+from ..ir.compute_dag import ComputeDAG as _IRComputeDAG
+from ..measure import LocalBuilder, LocalRunner, SimRunner  # noqa: F401
+from ..passes.schedule.dag import ScheduleDAG
 
 
 class ComputeDAG(ScheduleDAG):
@@ -27,8 +27,8 @@ class ComputeDAG(ScheduleDAG):
     def apply_steps_from_state(self, state, layout_rewrite=None):
         """``(schedule, tensors)``: a te schedule of this DAG with ``state`` applied (a
         schedule pipeline, its text, or a record's input)."""
-        from ptxforge.passes.pipeline import SchedulePipeline
-        from ptxforge.te import create_schedule
+        from ..passes.pipeline import SchedulePipeline
+        from ..te import create_schedule
 
         sch = create_schedule([t.op for t in self.outputs])
         sch.apply(SchedulePipeline.of(getattr(state, "pipeline_text", state)))
