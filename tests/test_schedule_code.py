@@ -47,7 +47,8 @@ def test_the_ir_dag_knows_no_schedules_and_the_schedule_dags_do():
         assert callable(getattr(ScheduleDAG, method))
     s = te.create_schedule(d.op)
     task = SearchTask(compute_dag=ScheduleDAG([a, b, d]), target="sim")
-    for dag in (s.dag, task.compute_dag, ptxforge.ComputeDAG([a, b, d])):
+    from_ir = SearchTask(compute_dag=ComputeDAG([a, b, d]), target="sim").compute_dag
+    for dag in (s.dag, task.compute_dag, ptxforge.ComputeDAG([a, b, d]), from_ir):
         assert isinstance(dag, ScheduleDAG)
         state = dag.get_init_state()
         assert isinstance(state, SchedulePipeline) and len(state) == 0
