@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 
 _LAZY = {"ir": (".ir", None), "nd": (".nd", None), "ops": (".ops", None), "te": (".te", None),
          "BuiltModule": (".driver", "BuiltModule"), "build": (".driver", "build"),
-         "lower": (".driver", "lower"), "ComputeDAG": (".ir.compute_dag", "ComputeDAG"),
+         "lower": (".driver", "lower"), "ComputeDAG": (".passes.schedule.dag", "ScheduleDAG"),
          "cuda": (".nd", "cuda"), "gpu": (".nd", "gpu"), "sim": (".nd", "sim"),
          "tune_torch": (".torch_backend", "tune_torch")}
 

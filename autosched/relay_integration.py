@@ -9,10 +9,15 @@ registry under their DAG hash, so ``SearchTask(workload_key=...)`` rebuilds a ta
 key alone (as record files and the cost model's ``update_from_file`` do), and records
 written under these keys are the ones :class:`~ptxforge.autosched.dispatch.ApplyHistoryBest`
 finds when the network is built.
+
+The graph layer stands above the tuners, so this module does not import it: it reads the
+network through :func:`ptxforge.network_reader.read_network`, which the graph package fills
+when imported.
 """
 
 from __future__ import annotations
 
+from ..network_reader import read_network
 from ..target import Target
 from .hardware import HardwareParams
 from .search_task import SearchTask
@@ -56,12 +61,10 @@ def extract_tasks(net, params: dict | None = None, target: Target | str = "cuda"
         (``task.desc``); the weight of a task is the number of calls, so the network's
         latency is about ``sum(latency[t] * weight[t])``.
     """
-    from ..graph import extract_fused_functions
-
     tasks: list[SearchTask] = []
     weights: list[int] = []
-    for func in extract_fused_functions(net, params, layout=layout, winograd=winograd,
-                                        precision=precision, pad_channels=pad_channels):
+    for func in read_network(net, params, layout=layout, winograd=winograd,
+                             precision=precision, pad_channels=pad_channels):
         if not include_simple_tasks and not _has_reduction(func):
             continue
         key = func.register_workload()

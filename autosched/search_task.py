@@ -6,7 +6,7 @@ import functools
 
 import numpy as np
 
-from ..ir.compute_dag import ComputeDAG
+from ..passes.schedule.dag import ScheduleDAG as ComputeDAG
 from ..target import Target, as_target
 from .dag_analysis import DAGAnalysis
 from .hardware import HardwareParams
@@ -48,7 +48,9 @@ class SearchTask:
             self.tensors = list(fn(*args))
             self.compute_dag = ComputeDAG(self.tensors)
         elif compute_dag is not None:
-            self.compute_dag = compute_dag
+            # an IR ComputeDAG becomes a ScheduleDAG, which knows the schedule states
+            self.compute_dag = compute_dag if isinstance(compute_dag, ComputeDAG) else (
+                ComputeDAG(compute_dag.tensors))
             self.tensors = list(compute_dag.tensors)
             self.workload_key = workload_key or compute_dag.workload_key()
         elif workload_key is not None:

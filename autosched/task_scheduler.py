@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..atomic_file import replace_atomically
 from ..measure.stream import MeasureStream
-from ..runtime.atomic import replace_atomically
 from .state import state_from_payload
 from .tuner import PendingRound, can_search_ahead, start_round
 

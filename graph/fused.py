@@ -15,6 +15,7 @@ from functools import cached_property
 from ..ir import te
 from ..ir.compute_dag import ComputeDAG
 from ..ir.expr import const
+from ..network_reader import install_network_reader
 from .ir import Call, Constant, Graph, GraphError, Var, post_order
 from .op import get_op
 
@@ -175,3 +176,8 @@ def extract_fused_functions(net: Graph, params: dict | None = None, *,
                      pad_channels=pad_channels)
     funcs, _ = distinct_functions(fused, include_views)
     return funcs
+
+
+# the tuners' extract_tasks reads networks through this layer's extraction (they stand
+# below the graph layer and do not import it)
+install_network_reader(extract_fused_functions)

@@ -2,6 +2,9 @@
 
 Built from the input and output tensors of a compute declaration, it prints the text users
 know from TVM's tutorials, counts floating-point work and gives a stable hash for workload keys.
+What TVM's ``auto_scheduler.ComputeDAG`` adds about schedules (the initial state, a state
+printed as te code) needs the schedule passes: :class:`ptxforge.passes.schedule.dag.ScheduleDAG`
+has it, a floor above.
 """
 
 from __future__ import annotations
@@ -96,33 +99,6 @@ class ComputeDAG:
         return "\n".join(lines) + "\n"
 
     __repr__ = __str__
-
-    def get_init_state(self):
-        """The unscheduled state: an empty schedule pipeline (a
-        :class:`~ptxforge.passes.pipeline.SchedulePipeline`, as a record's, so adding a
-        lowering pass to it is refused)."""
-        from ..passes.pipeline import SchedulePipeline
-
-        return SchedulePipeline([])
-
-    def print_python_code_from_state(self, state) -> str:
-        """The te schedule code of ``state``: a pass pipeline or its text, a record's input
-        (``inp.state`` or the input itself), or :meth:`get_init_state`, as TVM prints it
-        (``s = te.create_schedule(...)``, then one line per primitive)."""
-        from ..autosched.printer import python_schedule_code
-        from ..autosched.search_task import SearchTask
-
-        tuples = [op.name for op in self.compute_ops if op.num_outputs > 1]
-        if tuples:
-            raise TEError(f"print_python_code_from_state: stage {tuples[0]} is a tuple compute, "
-                          "which the schedule-code printer does not write; print the "
-                          "pipeline's text (s.pipeline.text) instead")
-        text = getattr(state, "pipeline_text", state)
-        if not isinstance(text, str) and not hasattr(text, "passes"):
-            raise TypeError("print_python_code_from_state takes a pass pipeline (or its text) "
-                            f"or a record's input, got {type(state).__name__}; an auto-"
-                            "scheduler State needs its task: use state.pipeline(task)")
-        return python_schedule_code(SearchTask(compute_dag=self), text)
 
     def flop_count(self) -> float:
         """Floating-point (and integer value) operations, not counting index arithmetic."""

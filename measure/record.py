@@ -473,7 +473,7 @@ def distill(in_path: str | os.PathLike, out_path: str | os.PathLike) -> int:
     if os.path.isdir(out_path):
         raise IsADirectoryError(f"{os.fspath(out_path)} is a folder; give distill the name of "
                                 "a file to write")
-    from ..runtime.atomic import replace_atomically
+    from ..atomic_file import replace_atomically
 
     best = best_records(in_path)
     data = "".join(encode(inp, res) + "\n" for inp, res in best.values()).encode()

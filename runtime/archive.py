@@ -20,8 +20,8 @@ import zlib
 
 import numpy as np
 
+from ..atomic_file import replace_atomically
 from ..ir import dtype as dt
-from .atomic import replace_atomically
 
 FORMAT = "ptxforge-module"
 VERSION = 2

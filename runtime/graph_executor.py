@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -29,8 +29,17 @@ from ..ir import dtype as dt
 from ..nd import SimArray, SimDevice
 from . import GraphError
 
-if TYPE_CHECKING:
-    from ..graph.build_module import GraphLibrary
+
+class CompiledNetwork(Protocol):
+    """What the executor runs: ``graph.build``'s ``GraphLibrary`` or a network loaded by
+    :func:`ptxforge.runtime.load_module` (the graph layer stands above the runtime, so the
+    executor names the attributes it reads rather than the class)."""
+
+    target: Any
+    plan: Any
+    functions: dict
+    call_keys: list
+    params: dict
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,8 @@ class GraphModule:
     """A compiled network on a device: ``set_input``, ``run``, ``get_output``.
 
     Args:
-        lib: the :class:`~ptxforge.graph.build_module.GraphLibrary` from ``graph.build``.
+        lib: the :class:`~ptxforge.graph.build_module.GraphLibrary` from ``graph.build``,
+            or a network loaded by :func:`ptxforge.runtime.load_module`.
         dev: ``ptxforge.sim()`` or ``ptxforge.cuda(0)``.
         use_cuda_graph: capture the whole network into one CUDA graph on the first run.
         dependent_launch: launch kernels built for sm_90 and later with programmatic
@@ -88,7 +98,7 @@ class GraphModule:
             most of the gap between two kernels. False: plain launches, one after the other.
     """
 
-    def __init__(self, lib: GraphLibrary, dev=None, use_cuda_graph: bool = True,
+    def __init__(self, lib: CompiledNetwork, dev=None, use_cuda_graph: bool = True,
                  dependent_launch: bool = True):
         from ..nd import sim
 

@@ -3,14 +3,13 @@
 Code written for TVM ports by changing the import prefix only::
 
     import ptxforge.tvm as tvm
-    from ptxforge.tvm import te, topi, autotvm, auto_scheduler
+    from ..tvm import te, topi, autotvm, auto_scheduler
 
 This package only maps names and arguments; docs/porting.md lists what maps to what.
 """
 
-from ptxforge import driver as _driver
-from ptxforge.nd import cuda, gpu, sim
-
+from .. import driver as _driver
+from ..nd import cuda, gpu, sim
 from . import (
     auto_scheduler,
     autotvm,

@@ -1,6 +1,6 @@
 """``tvm.nd``: ``array(a, device)`` (``ctx=`` too, as older TVM wrote it) and ``empty``."""
 
-from ptxforge import nd as _nd
+from .. import nd as _nd
 
 
 def array(data, device=None, ctx=None):

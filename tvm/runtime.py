@@ -1,3 +1,3 @@
 """``tvm.runtime``: ``load_module`` of an exported module (``ptxforge.runtime``)."""
 
-from ptxforge.runtime import ModuleFormatError, RuntimeModule, load_module  # noqa: F401
+from ..runtime import ModuleFormatError, RuntimeModule, load_module  # noqa: F401

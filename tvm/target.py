@@ -1,5 +1,5 @@
 """``tvm.target``: ``Target`` is :class:`ptxforge.target.Target`."""
 
-from ptxforge.target import Target
+from ..target import Target
 
 __all__ = ["Target"]

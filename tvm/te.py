@@ -1,12 +1,12 @@
 """``tvm.te``: the tensor expression language and schedules (``ptxforge.te``)."""
 
-from ptxforge.te import *  # noqa: F401,F403
-from ptxforge.te import __all__  # noqa: F401
+from ..te import *  # noqa: F401,F403
+from ..te import __all__  # noqa: F401
 
 
 def var(name: str = "tindex", dtype: str = "int32", span=None):
     """Symbolic shapes do not exist here: raises, saying what to do instead."""
-    from ptxforge.te import TEError
+    from ..te import TEError
 
     raise TEError(f"te.var({name!r}): shapes are static in ptxforge; declare the tensor with a "
                   f"concrete shape (an int per dimension) and build one kernel per shape")
@@ -14,7 +14,7 @@ def var(name: str = "tindex", dtype: str = "int32", span=None):
 
 def extern(shape, inputs, fcompute, name: str = "extern", **kwargs):
     """External calls are not compiled here: raises, saying what to do instead."""
-    from ptxforge.te import TEError
+    from ..te import TEError
 
     raise TEError(f"te.extern({name!r}): ptxforge compiles only te.compute stages; write the "
                   f"computation with te.compute, or run the external function in numpy on "
@@ -24,7 +24,7 @@ def extern(shape, inputs, fcompute, name: str = "extern", **kwargs):
 def comm_reducer(fcombine, fidentity, name: str = "reduce"):
     """Custom (and tuple) reducers are not compiled here: raises, saying what to do
     instead."""
-    from ptxforge.te import TEError
+    from ..te import TEError
 
     raise TEError(f"te.comm_reducer({name!r}): ptxforge reduces with te.sum, te.max and "
                   f"te.min only, over one value; a tuple reduction (argmax-style) is not "

@@ -1,5 +1,5 @@
 """``tvm.tir``: scalar expressions (``const``, ``Var``)."""
 
-from ptxforge.te import Var, const
+from ..te import Var, const
 
 __all__ = ["const", "Var"]

@@ -1,6 +1,6 @@
 """``tvm.transform``: ``PassContext(opt_level=3, config=...)``."""
 
-from ptxforge.passes import PassContext as _PassContext
+from ..passes import PassContext as _PassContext
 
 
 def PassContext(opt_level: int = 2, required_pass=None, disabled_pass=None, instruments=(),

@@ -8,7 +8,6 @@ are the ``<stage>.<loop>`` references the passes use (:mod:`.names`).
 
 from __future__ import annotations
 
-from ...ir.compute_dag import ComputeDAG
 from ...ir.te import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 from ...ir.to_ir import to_ir_with_names
 from ...ir.traversal import block_paths, enclosing_loops
@@ -21,6 +20,7 @@ from .cache_write import CacheWrite
 from .common import ScheduleError
 from .compute_at import ComputeAt
 from .compute_inline import ComputeInline
+from .dag import ScheduleDAG
 from .fuse import Fuse
 from .layout_panels import LayoutPanels
 from .names import cache_name, copy_axes, loop_ref, resolve_ref, rfactor_name
@@ -344,7 +344,7 @@ class Schedule:
         for t in tensors:
             visit(t.op)
         self.outputs = tensors
-        self.dag = ComputeDAG(inputs + tensors)
+        self.dag = ScheduleDAG(inputs + tensors)
         self._buffer_names: dict = {}
         self._module, names = to_ir_with_names(self.dag, buffer_names=self._buffer_names)
         self._names = names

@@ -1,6 +1,6 @@
 """``tvm.contrib.graph_executor``: ``GraphModule(lib["default"](dev))``."""
 
-from ptxforge.graph import GraphModule as _GraphModule
+from ...graph import GraphModule as _GraphModule
 
 
 def GraphModule(factory, dev=None) -> _GraphModule:

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from ptxforge import graph as _graph
+from ... import graph as _graph
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 
 from types import SimpleNamespace
 
-from ptxforge.graph import get_network
+from ...graph import get_network
 
 
 def _workload(name: str, batch_size: int = 1, dtype: str = "float32", layout: str = "NCHW",

@@ -1,3 +1,3 @@
 """``tvm.topi.nn``: ``ptxforge.ops.nn``."""
 
-from ptxforge.ops.nn import *  # noqa: F401,F403
+from ...ops.nn import *  # noqa: F401,F403

@@ -1,3 +1,3 @@
 """``tvm.topi.testing``: the numpy references of ``ptxforge.ops.testing``."""
 
-from ptxforge.ops.testing import *  # noqa: F401,F403
+from ...ops.testing import *  # noqa: F401,F403
