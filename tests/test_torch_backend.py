@@ -104,16 +104,16 @@ def test_weights_are_bound_once_and_batch_norm_stays_compiled(monkeypatch):
     """Parameters and buffers are bound as weights at the first call (folded by the graph
     passes); later calls pass only the activations, and batch norm (whose saved statistics
     are empty tensors nobody reads) stays in the compiled partition."""
-    from ptxforge.runtime.graph_executor import GraphModule
+    from ptxforge.runtime.zero_copy import ZeroCopyGraphModule
 
     passed: list[str] = []
-    original = GraphModule.set_input
+    original = ZeroCopyGraphModule.run_bound
 
-    def record(self, key=None, value=None, **inputs):
-        passed.extend([key] if key is not None else list(inputs))
-        return original(self, key, value, **inputs)
+    def record(self, inputs, outputs, stream=0):
+        passed.extend(inputs)
+        return original(self, inputs, outputs, stream)
 
-    monkeypatch.setattr(GraphModule, "set_input", record)
+    monkeypatch.setattr(ZeroCopyGraphModule, "run_bound", record)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4),
                                 torch.nn.ReLU(), torch.nn.Flatten(),
