@@ -154,6 +154,37 @@ COMPOSED = [
 ]
 
 
+_I = torch.tensor([2, 0, -1])
+_K = torch.tensor([0, -2, 3])
+_MASK = torch.tensor([True, False, True])
+_MASK2 = torch.from_numpy(np.random.default_rng(0).random((3, 4)) > 0.5)
+INDEXING = [  # aten.index.Tensor: several index tensors, broadcast together, None entries
+    lambda x: x[_I, _K],
+    lambda x: x[torch.tensor([[1], [2]]), _K],  # (2, 1) with (3,): a (2, 3) grid
+    lambda x: x[:, torch.tensor([[1], [2]]), _K],  # after a whole axis: stays in place
+    lambda x: x[_I, :, _K],  # separated by a whole axis: the indexed axes go first
+    lambda x: x[:, _I, :, torch.tensor([1, 5, 0])],
+    lambda x: x[_I, _K, torch.tensor([1])],
+    lambda x: x[torch.tensor(1), :, torch.tensor([2, 3])],
+    lambda x: x[_I.int(), _K.int()],
+    lambda x: x[..., torch.tensor([1, 2]), torch.tensor([0, 5])],
+    lambda x: x[_MASK],  # a constant mask: its true positions, known while importing
+    lambda x: x[:, torch.tensor([True, False, False, True])] * 2,
+    lambda x: x[_MASK2, 1:3],
+]
+
+
+@pytest.mark.parametrize("k", range(len(INDEXING)))
+def test_advanced_indexing(k):
+    _check(INDEXING[k], _x(3, 4, 5, 6), sim=k in (1, 3, 9))
+
+
+def test_indexing_by_a_mask_computed_at_run_time_is_refused():
+    with pytest.raises(TorchImportError, match=r"aten\.index\.Tensor.*boolean mask computed "
+                                               r"at run time.*torch\.where"):
+        from_torch(Fn(lambda x: x[x[:, 0] > 0]), (_x(3, 4),))
+
+
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 def test_embedding_bag_of_fixed_bags(mode):
     torch.manual_seed(0)
@@ -165,6 +196,30 @@ def test_embedding_bag_of_fixed_bags(mode):
 def test_composed_converters(k):
     fn, shape = COMPOSED[k]
     _check(fn, _x(*shape))
+
+
+@pytest.mark.parametrize("mode,padding,align", [
+    ("bilinear", "zeros", False), ("bilinear", "border", True), ("bilinear", "reflection", False),
+    ("bilinear", "reflection", True), ("nearest", "zeros", True), ("nearest", "reflection", False),
+])
+def test_grid_sample(mode, padding, align):
+    grid = _x(2, 4, 7, 2, seed=1) * 0.9  # some points outside [-1, 1]
+    grid[0, 0, 0] = torch.tensor([1.0, -1.0])  # exactly on the corners
+    _check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align),
+           _x(2, 3, 5, 6), grid, sim=(mode, padding) == ("bilinear", "reflection") and align)
+
+
+def test_grid_sample_bicubic_is_refused():
+    with pytest.raises(TorchImportError, match=r"grid_sampler_2d.*bicubic"):
+        from_torch(Fn(lambda x, g: F.grid_sample(x, g, mode="bicubic", align_corners=False)),
+                   (_x(1, 1, 4, 4), _x(1, 2, 2, 2)))
+
+
+def test_masked_scatter():
+    mask = torch.tensor([[True, False, True, True], [False, False, True, False],
+                         [True, True, False, False]])
+    _check(lambda x, s: x.masked_scatter(mask, s), _x(3, 4), _x(9, seed=1), sim=True)
+    _check(lambda x, m, s: x.masked_scatter(m, s), _x(3, 4), mask[0], _x(3, 4, seed=2))
 
 
 def test_int_and_bool_inputs_are_carried():
@@ -261,7 +316,7 @@ def test_coverage_is_computed_from_torch():
     rows = coverage()
     assert [r.overload for r in rows] == names
     supported = [r for r in rows if r.supported]
-    assert len(supported) >= 173
+    assert len(supported) >= 175
     assert all(r.maps_to for r in supported)
 
 
