@@ -222,6 +222,39 @@ def test_masked_scatter():
     _check(lambda x, m, s: x.masked_scatter(m, s), _x(3, 4), mask[0], _x(3, 4, seed=2))
 
 
+A = torch.ops.aten
+_POOLED = A.max_pool2d_with_indices(_x(2, 3, 7, 6), [3, 3], [2, 2], [1, 1])[1]
+GRADIENTS = [  # (fn, args): gradient overloads, called directly (kept whole by the export)
+    (lambda g, x, i: A.max_pool2d_with_indices_backward(g, x, [3, 3], [2, 2], [1, 1], [1, 1],
+                                                        False, i),
+     (_x(*_POOLED.shape, seed=1), _x(2, 3, 7, 6), _POOLED)),
+    (lambda g, x: A.avg_pool2d_backward(g, x, [3, 3], [2, 2], [1, 1], False, True, None),
+     (_x(2, 3, 4, 3, seed=1), _x(2, 3, 7, 6))),
+    (lambda g, x: A.avg_pool2d_backward(g, x, [3, 3], [2, 2], [1, 1], True, False, None),
+     (_x(2, 3, 4, 4, seed=1), _x(2, 3, 7, 6))),
+    (lambda g, x: A.avg_pool2d_backward(g, x, [2, 3], [2, 2], [0, 1], False, True, 5),
+     (_x(2, 3, 3, 3, seed=1), _x(2, 3, 7, 6))),
+    (lambda g, x: A._adaptive_avg_pool2d_backward(g, x), (_x(2, 3, 3, 4, seed=1),
+                                                          _x(2, 3, 7, 6))),
+    (lambda g, i: A.embedding_dense_backward(g, i, 6, -1, False),
+     (_x(2, 3, 5), torch.tensor([[1, 2, 4], [4, 0, 1]]))),
+    (lambda g, i: A.embedding_dense_backward(g, i, 6, 4, True),
+     (_x(2, 3, 5), torch.tensor([[1, 2, 4], [4, 0, 1]]))),
+]
+
+
+@pytest.mark.parametrize("k", range(len(GRADIENTS)))
+def test_gradient_overloads(k):
+    from ptxforge.graph.frontend_torch import from_exported_program
+
+    fn, args = GRADIENTS[k]
+    ep = torch.export.export(Fn(fn), args)
+    assert "backward" in str([n.target for n in ep.graph.nodes if n.op == "call_function"])
+    net, params = from_exported_program(ep, decompose=False)
+    got = graph.run_graph(net, {p.name: a.numpy() for p, a in zip(net.params, args)}, params)[0]
+    np.testing.assert_allclose(got, fn(*args).numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_int_and_bool_inputs_are_carried():
     emb = torch.nn.Embedding(10, 4)
 
@@ -316,7 +349,7 @@ def test_coverage_is_computed_from_torch():
     rows = coverage()
     assert [r.overload for r in rows] == names
     supported = [r for r in rows if r.supported]
-    assert len(supported) >= 175
+    assert len(supported) >= 179
     assert all(r.maps_to for r in supported)
 
 

@@ -88,6 +88,7 @@ def _load() -> None:
         _loaded = True
         from . import (  # noqa: F401
             convert_extra,
+            convert_grad,
             convert_math,
             convert_nn,
             convert_sampling,
