@@ -144,3 +144,122 @@ def _embedding_backward(cx, a):
 def _pair(v) -> tuple[int, int]:
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return (int(v[0]), int(v[-1])) if v else (1, 1)
+
+
+_NORM_OPS = ("reshape", "subtract", "multiply", "mean", "reduce.sum", "cast")
+
+
+def _norm_input_grad(cx, grad, xhat, rstd, axes: tuple):
+    """``rstd * (g - mean(g) - xhat * mean(g * xhat))`` over ``axes``: the gradient of a
+    normalization ``xhat = (x - mean) * rstd`` whose statistics depend on x."""
+    mean = lambda v: cx.call("mean", [v], {"axis": axes, "keepdims": True})  # noqa: E731
+    inner = cx.call("subtract", [cx.call("subtract", [grad, mean(grad)]),
+                                 cx.call("multiply", [xhat, mean(cx.call("multiply",
+                                                                         [grad, xhat]))])])
+    return cx.call("multiply", [rstd, inner])
+
+
+@converter("aten.native_layer_norm_backward.default", needs=_NORM_OPS,
+           maps_to="the normalization's gradient from the saved mean and rstd (mean, "
+                   "reduce.sum)")
+def _layer_norm_backward(cx, a):
+    x = operand(cx, a.input, cx.out_dtype(0))
+    dtype = x.dtype
+    k = len(a.normalized_shape)
+    inner = numel(x.shape[x.ndim - k:])
+    rows = numel(x.shape[:x.ndim - k])
+    flat = reshape(cx, x, (rows, inner))
+    grad = reshape(cx, operand(cx, a.grad_out, dtype), (rows, inner))
+    mean = reshape(cx, operand(cx, a.mean, dtype), (rows, 1))
+    rstd = reshape(cx, operand(cx, a.rstd, dtype), (rows, 1))
+    xhat = cx.call("multiply", [cx.call("subtract", [flat, mean]), rstd])
+    scaled = grad if a.weight is None else \
+        cx.call("multiply", [grad, reshape(cx, operand(cx, a.weight, dtype), (1, inner))])
+    dx = reshape(cx, _norm_input_grad(cx, scaled, xhat, rstd, (1,)), tuple(x.shape))
+    norm_shape = tuple(x.shape[x.ndim - k:])
+    dw = None if a.weight is None else reshape(cx, cx.call(
+        "reduce.sum", [cx.call("multiply", [grad, xhat])], {"axis": (0,)}), norm_shape)
+    db = None if a.bias is None else reshape(cx, cx.call("reduce.sum", [grad], {"axis": (0,)}),
+                                             norm_shape)
+    return dx, dw, db
+
+
+@converter("aten.native_group_norm_backward.default", needs=_NORM_OPS,
+           maps_to="the normalization's gradient per group from the saved mean and rstd")
+def _group_norm_backward(cx, a):
+    x = operand(cx, a.input, cx.out_dtype(0))
+    dtype = x.dtype
+    n, c, g = int(a.N), int(a.C), int(a.group)
+    hw = int(a.HxW)
+    shape4 = (n, g, c // g, hw)
+    flat = reshape(cx, x, shape4)
+    grad = reshape(cx, operand(cx, a.grad_out, dtype), shape4)
+    mean = reshape(cx, operand(cx, a.mean, dtype), (n, g, 1, 1))
+    rstd = reshape(cx, operand(cx, a.rstd, dtype), (n, g, 1, 1))
+    xhat = cx.call("multiply", [cx.call("subtract", [flat, mean]), rstd])
+    scaled = grad if a.weight is None else cx.call(
+        "multiply", [grad, reshape(cx, operand(cx, a.weight, dtype), (1, g, c // g, 1))])
+    dx = reshape(cx, _norm_input_grad(cx, scaled, xhat, rstd, (2, 3)), tuple(x.shape))
+    per_channel = lambda v: reshape(cx, cx.call(  # noqa: E731
+        "reduce.sum", [v], {"axis": (0, 3)}), (c,))
+    dw = per_channel(cx.call("multiply", [grad, xhat])) if a.weight is not None else None
+    db = per_channel(grad)
+    return dx, dw, db
+
+
+@converter("aten.convolution_backward.default",
+           needs=("nn.conv_transpose", "nn.conv2d", "transpose", "strided_slice", "concatenate",
+                  "reduce.sum", "reshape"),
+           maps_to="input gradient by nn.conv_transpose, weight gradient by nn.conv2d of the "
+                   "input with the output gradient (per group), bias gradient by reduce.sum",
+           note="1-D and 2-D convolutions, not transposed")
+def _convolution_backward(cx, a):
+    x, w, grad = a.input, a.weight, a.grad_output
+    nd = x.ndim - 2
+    if a.transposed or nd not in (1, 2):
+        cx.fail("the gradient of a transposed or 3-D convolution is not supported")
+    stride, pad, dil = list(a.stride), list(a.padding), list(a.dilation)
+    if nd == 1:  # through a 2-D view, as the forward converter
+        x = reshape(cx, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
+        w = reshape(cx, w, (w.shape[0], w.shape[1], 1, w.shape[2]))
+        grad = reshape(cx, grad, (grad.shape[0], grad.shape[1], 1, grad.shape[2]))
+        stride, pad, dil = [1] + stride, [0] + pad, [1] + dil
+    mask = list(a.output_mask)
+    groups = int(a.groups)
+    dx = dw = db = None
+    if mask[0]:
+        extra = [x.shape[2 + i] - ((grad.shape[2 + i] - 1) * stride[i] - 2 * pad[i]
+                                   + dil[i] * (w.shape[2 + i] - 1) + 1) for i in range(2)]
+        dx = cx.call("nn.conv_transpose", [grad, w], {
+            "strides": tuple(stride), "padding": tuple(pad) * 2, "dilation": tuple(dil),
+            "groups": groups, "output_padding": tuple(extra)})
+        dx = reshape(cx, dx, tuple(a.input.shape))
+    if mask[1]:
+        dw = reshape(cx, _weight_grad(cx, x, grad, w.shape, stride, pad, dil, groups),
+                     tuple(a.weight.shape))
+    if mask[2]:
+        db = cx.call("reduce.sum", [grad], {"axis": (0, 2, 3)})
+    return dx, dw, db
+
+
+def _weight_grad(cx, x, grad, w_shape, stride, pad, dil, groups: int):
+    """Per group, the correlation of the input with the output gradient over the batch: a
+    convolution of the input's channels (as a batch) by the gradient's channels (as
+    filters), the forward's stride as its dilation and the dilation as its stride."""
+    cin_g, cout_g = x.shape[1] // groups, grad.shape[1] // groups
+    kh, kw = w_shape[2:]
+    xt = cx.call("transpose", [x], {"axes": (1, 0, 2, 3)})
+    gt = cx.call("transpose", [grad], {"axes": (1, 0, 2, 3)})
+    parts = []
+    for i in range(groups):
+        xi = xt if groups == 1 else cx.call("strided_slice", [xt], {
+            "begin": [i * cin_g], "end": [(i + 1) * cin_g], "axes": [0]})
+        gi = gt if groups == 1 else cx.call("strided_slice", [gt], {
+            "begin": [i * cout_g], "end": [(i + 1) * cout_g], "axes": [0]})
+        corr = cx.call("nn.conv2d", [xi, gi], {"strides": list(dil), "padding": list(pad),
+                                               "dilation": list(stride)})
+        if tuple(corr.shape[2:]) != (kh, kw):  # the correlation may reach past the kernel
+            corr = cx.call("strided_slice", [corr], {"begin": [0, 0], "end": [kh, kw],
+                                                     "axes": [2, 3]})
+        parts.append(cx.call("transpose", [corr], {"axes": (1, 0, 2, 3)}))
+    return parts[0] if groups == 1 else cx.call("concatenate", parts, {"axis": 0})
