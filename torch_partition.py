@@ -75,7 +75,29 @@ def _used_vals(node) -> list:
 
 def describe(node) -> str:
     name = overload_name(node.target) if node.op == "call_function" else node.op
-    return f"{name} (node {node.name} at {source_line(node)})"
+    why = why_unsupported(node)
+    return f"{name} (node {node.name} at {source_line(node)}{': ' + why if why else ''})"
+
+
+def why_unsupported(node) -> str:
+    """Why ptxforge does not run ``node``: no converter, a tensor of a dtype it has no
+    kernels for (complex, float8), or a size known only at run time; "" when none of these
+    (a converter rejected the node's arguments)."""
+    if node.op != "call_function" or not hasattr(node.target, "_schema"):
+        return "not an ATen operator"
+    conv = lookup(overload_name(node.target))
+    if conv is None:
+        return "no converter"
+    if not conv.available:
+        return "needs graph op(s) " + ", ".join(conv.missing_ops())
+    for v in _used_vals(node) + [v for a in node.all_input_nodes for v in _used_vals(a)]:
+        try:
+            graph_dtype(v.dtype)
+        except TorchImportError as e:
+            return str(e).split(";")[0]
+        if not _tensor_ok(v):
+            return f"a tensor of shape {list(v.shape)} (sizes known only at run time, or empty)"
+    return ""
 
 
 class CompiledPartition:
