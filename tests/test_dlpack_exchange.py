@@ -111,3 +111,66 @@ def test_bound_run_errors_name_the_problem():
         module.run_bound({"x": nd.from_dlpack(np.zeros((2, 3, 4)))}, outs)
     with pytest.raises(GraphError, match=r"output 0 must be \[6, 4\]"):
         module.run_bound({"x": x}, outs[::-1])
+
+
+def test_captured_graph_is_re_pointed_only_where_a_pointer_changed(monkeypatch):
+    """The bookkeeping of the captured CUDA graph, with the driver replaced by a recorder:
+    each kernel node that reads an input or writes an output gets the caller's pointer
+    (temporaries keep theirs) before the launch on the caller's stream, and only when the
+    pointer changed since the last launch."""
+    pytest.importorskip("cuda.bindings.driver")
+    from ptxforge.backend_ptx import cuda_driver
+    from ptxforge.runtime.zero_copy import _PatchableGraph
+
+    calls: list = []
+    launched: list = []
+
+    def fake_call(name, *args):
+        calls.append((name, args))
+        if name == "cuStreamGetCaptureInfo":
+            return ("active", 1, "graph", [f"node{len(launched) - 1}"], [], 1)
+        return None
+
+    monkeypatch.setattr(cuda_driver, "call", fake_call)
+
+    class Kernel:  # what a LoadedKernel offers a capture
+        def __init__(self, name):
+            self.name, self.function = name, 0x50 + len(name)  # a CUfunction handle
+            self._grid, self._block, self._smem = (4, 1, 1), (128, 1, 1), 0
+
+        def launch_ptrs(self, ptrs, stream=0, dependent=True):
+            launched.append((self.name, list(ptrs)))
+
+    class Step:  # a LoadedModule: a reads the input into a temporary, b writes the output
+        _plan = [(Kernel("a"), [("p", 0), ("t", 0)]), (Kernel("b"), [("t", 0), ("p", 1)])]
+        _temp_ptrs = [0x9000]
+
+        def _param_ptrs(self, arrays):
+            return [a.ptr for a in arrays]
+
+    ns = types.SimpleNamespace
+    own = [ns(ptr=0x100), ns(ptr=0x200)]
+    plan = ns(slots=[ns(storage=0), ns(storage=1)],
+              storages=[ns(kind="input"), ns(kind="output")])
+    module = ns(lib=ns(plan=plan), _slots=own, _steps=[(Step(), own)], _step_slots=[[0, 1]],
+                dependent_launch=False)
+    graph = _PatchableGraph.capture(module)
+    assert launched == [("a", [0x100, 0x9000]), ("b", [0x9000, 0x200])]
+    assert [n.node for n in graph.nodes] == ["node0", "node1"]
+
+    def launch(bound, stream):
+        calls.clear()
+        graph.launch(bound, stream)
+        return [(args[1], args[2].gridDimX, args[2].blockDimX)
+                for name, args in calls if name == "cuGraphExecKernelNodeSetParams"]
+
+    x, y = ns(ptr=0x1000), ns(ptr=0x2000)
+    patched = launch({0: x, 1: y}, 77)
+    assert patched == [("node0", 4, 128), ("node1", 4, 128)]
+    assert [list(n.values) for n in graph.nodes] == [[0x1000, 0x9000], [0x9000, 0x2000]]
+    assert calls[-1] == ("cuGraphLaunch", (None, 77))
+    assert launch({0: x, 1: y}, 77) == []  # same tensors: nothing to re-point
+    patched = launch({0: ns(ptr=0x3000), 1: y}, 78)  # a new input only: its reader only
+    assert [p[0] for p in patched] == ["node0"] and list(graph.nodes[0].values) == [0x3000,
+                                                                                   0x9000]
+    assert calls[-1] == ("cuGraphLaunch", (None, 78))
