@@ -209,10 +209,13 @@ def test_grid_sample(mode, padding, align):
            _x(2, 3, 5, 6), grid, sim=(mode, padding) == ("bilinear", "reflection") and align)
 
 
-def test_grid_sample_bicubic_is_refused():
-    with pytest.raises(TorchImportError, match=r"grid_sampler_2d.*bicubic"):
-        from_torch(Fn(lambda x, g: F.grid_sample(x, g, mode="bicubic", align_corners=False)),
-                   (_x(1, 1, 4, 4), _x(1, 2, 2, 2)))
+@pytest.mark.parametrize("padding,align", [("zeros", False), ("border", True),
+                                           ("reflection", False)])
+def test_grid_sample_bicubic(padding, align):
+    grid = _x(2, 4, 7, 2, seed=1) * 0.9
+    _check(lambda x, g: F.grid_sample(x, g, mode="bicubic", padding_mode=padding,
+                                      align_corners=align), _x(2, 3, 5, 6), grid,
+           rtol=1e-5, atol=1e-5)
 
 
 def test_masked_scatter():

@@ -16,14 +16,14 @@ _SAMPLER_OPS = ("strided_slice", "reshape", "add", "subtract", "multiply", "floo
 
 
 @converter("aten.grid_sampler_2d.default", needs=_SAMPLER_OPS,
-           maps_to="gather_elements of the flat image at the computed corners, weighted "
-                   "(bilinear) or rounded (nearest)",
-           note="bilinear and nearest; padding zeros, border, reflection")
+           maps_to="gather_elements of the flat image at the computed taps, weighted "
+                   "(bilinear, bicubic) or rounded (nearest)",
+           note="bilinear, nearest and bicubic; padding zeros, border, reflection")
 def _grid_sampler_2d(cx, a):
     mode = _INTERPOLATION.get(a.interpolation_mode, str(a.interpolation_mode))
     padding = _PADDING.get(a.padding_mode, str(a.padding_mode))
-    if mode not in ("bilinear", "nearest"):
-        cx.fail(f"interpolation mode {mode} is not supported (bilinear and nearest are)")
+    if mode not in ("bilinear", "nearest", "bicubic"):
+        cx.fail(f"unknown interpolation mode {a.interpolation_mode}")
     if padding not in _PADDING.values():
         cx.fail(f"unknown padding mode {a.padding_mode}")
     x, grid = a.input, a.grid
@@ -42,6 +42,10 @@ def _grid_sampler_2d(cx, a):
         else:  # -1 and 1 are the outer edges of the corner pixels
             pos = cx.call("multiply", [cx.call("add", [g, k(1.0)]), k(size / 2)])
             pos = cx.call("subtract", [pos, k(0.5)])
+        # bicubic pads each of its taps instead (below)
+        return pos if mode == "bicubic" else padded(pos, size)
+
+    def padded(pos, size: int):
         if padding == "reflection":
             pos = _reflect(cx, pos, size, a.align_corners, k)
         if padding != "zeros":
@@ -67,6 +71,17 @@ def _grid_sampler_2d(cx, a):
 
     if mode == "nearest":  # round half to even, as torch's nearbyint
         out = read(cx.call("round", [ix]), cx.call("round", [iy]), k(1.0))
+    elif mode == "bicubic":  # 4x4 taps, cubic convolution weights (A = -0.75) as torch
+        x0, y0 = cx.call("floor", [ix]), cx.call("floor", [iy])
+        wxs = _cubic_weights(cx, cx.call("subtract", [ix, x0]), k)
+        wys = _cubic_weights(cx, cx.call("subtract", [iy, y0]), k)
+        xs = [padded(cx.call("add", [x0, k(float(i))]), w) for i in range(-1, 3)]
+        ys = [padded(cx.call("add", [y0, k(float(i))]), h) for i in range(-1, 3)]
+        out = None
+        for yi, wy in zip(ys, wys):
+            for xi, wx in zip(xs, wxs):
+                term = read(xi, yi, cx.call("multiply", [wx, wy]))
+                out = term if out is None else cx.call("add", [out, term])
     else:
         x0, y0 = cx.call("floor", [ix]), cx.call("floor", [iy])
         x1, y1 = cx.call("add", [x0, k(1.0)]), cx.call("add", [y0, k(1.0)])
@@ -79,6 +94,23 @@ def _grid_sampler_2d(cx, a):
             out = term if out is None else cx.call("add", [out, term])
     out = reshape(cx, out, (n, c, ho, wo))
     return out if out.dtype == cx.out_dtype() else operand(cx, out, cx.out_dtype())
+
+
+def _cubic_weights(cx, t, k, a: float = -0.75) -> list:
+    """The weights of the taps at -1, 0, 1, 2 for a fraction ``t``: torch's
+    ``cubic_convolution2(t + 1)``, ``cubic_convolution1(t)``, ``cubic_convolution1(1 - t)``,
+    ``cubic_convolution2(2 - t)``."""
+    mul = lambda p, q: cx.call("multiply", [p, q])  # noqa: E731
+    add = lambda p, q: cx.call("add", [p, q])  # noqa: E731
+
+    def near(v):  # ((a + 2) v - (a + 3)) v^2 + 1, for |v| <= 1
+        return add(mul(add(mul(v, k(a + 2)), k(-(a + 3))), mul(v, v)), k(1.0))
+
+    def far(v):  # ((a v - 5a) v + 8a) v - 4a, for 1 < |v| < 2
+        return add(mul(add(mul(add(mul(v, k(a)), k(-5 * a)), v), k(8 * a)), v), k(-4 * a))
+
+    one_minus = cx.call("subtract", [k(1.0), t])
+    return [far(add(t, k(1.0))), near(t), near(one_minus), far(add(one_minus, k(1.0)))]
 
 
 def _reflect(cx, pos, size: int, align_corners: bool, k):
