@@ -192,6 +192,15 @@ def test_embedding_bag_of_fixed_bags(mode):
     _check(bag.eval(), torch.tensor([[1, 2, 4], [5, 4, 9]]))
 
 
+@pytest.mark.parametrize("mode,last", [("sum", False), ("mean", True), ("max", False)])
+def test_embedding_bag_with_offsets_given_at_run_time(mode, last):
+    """Offsets as an input (one bag empty): rows scattered into their bags."""
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(10, 3, mode=mode, include_last_offset=last).eval()
+    offsets = torch.tensor([0, 2, 2, 5] + ([7] if last else []))
+    _check(bag, torch.tensor([1, 2, 4, 5, 4, 9, 3]), offsets, sim=mode == "max")
+
+
 @pytest.mark.parametrize("k", range(len(COMPOSED)))
 def test_composed_converters(k):
     fn, shape = COMPOSED[k]
