@@ -212,12 +212,12 @@ def _group_norm_backward(cx, a):
                   "reduce.sum", "reshape"),
            maps_to="input gradient by nn.conv_transpose, weight gradient by nn.conv2d of the "
                    "input with the output gradient (per group), bias gradient by reduce.sum",
-           note="1-D and 2-D convolutions, not transposed")
+           note="1-D and 2-D convolutions, transposed or not")
 def _convolution_backward(cx, a):
     x, w, grad = a.input, a.weight, a.grad_output
     nd = x.ndim - 2
-    if a.transposed or nd not in (1, 2):
-        cx.fail("the gradient of a transposed or 3-D convolution is not supported")
+    if nd not in (1, 2):
+        cx.fail("the gradient of a 3-D convolution is not supported")
     stride, pad, dil = list(a.stride), list(a.padding), list(a.dilation)
     if nd == 1:  # through a 2-D view, as the forward converter
         x = reshape(cx, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
@@ -227,6 +227,19 @@ def _convolution_backward(cx, a):
     mask = list(a.output_mask)
     groups = int(a.groups)
     dx = dw = db = None
+    if a.transposed:
+        # the transposed convolution is the adjoint of the convolution: its input gradient
+        # is that convolution, its weight gradient the correlation with the roles swapped
+        if mask[0]:
+            dx = reshape(cx, cx.call("nn.conv2d", [grad, w], {
+                "strides": stride, "padding": pad, "dilation": dil, "groups": groups}),
+                tuple(a.input.shape))
+        if mask[1]:
+            dw = reshape(cx, _weight_grad(cx, grad, x, w.shape, stride, pad, dil, groups),
+                         tuple(a.weight.shape))
+        if mask[2]:
+            db = cx.call("reduce.sum", [grad], {"axis": (0, 2, 3)})
+        return dx, dw, db
     if mask[0]:
         extra = [x.shape[2 + i] - ((grad.shape[2 + i] - 1) * stride[i] - 2 * pad[i]
                                    + dil[i] * (w.shape[2 + i] - 1) + 1) for i in range(2)]
