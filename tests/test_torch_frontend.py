@@ -259,12 +259,14 @@ GRADIENTS = [  # (fn, args): gradient overloads, called directly (kept whole by 
         g, x, *A.native_group_norm(x, w, None, 2, 6, 12, 3, 1e-5)[1:], w, 2, 6, 12, 3,
         [True] * 3), (_x(2, 6, 3, 4, seed=1), _x(2, 6, 3, 4), _x(6, seed=2))),
 ]
-for _xs, _ws, _st, _pd, _dl, _op, _g in [  # the last two transposed
+for _xs, _ws, _st, _pd, _dl, _op, _g in [  # with output padding _op: transposed
         ((2, 4, 7, 8), (6, 4, 3, 3), [2, 2], [1, 1], [1, 1], None, 1),
         ((2, 4, 9, 8), (6, 2, 3, 2), [2, 1], [1, 0], [2, 1], None, 2),
         ((2, 4, 9), (6, 4, 3), [2], [1], [1], None, 1),
         ((2, 4, 5, 6), (4, 2, 3, 2), [2, 1], [1, 0], [1, 2], [1, 0], 2),
-        ((2, 4, 7), (4, 3, 4), [3], [1], [1], [2], 1)]:
+        ((2, 4, 7), (4, 3, 4), [3], [1], [1], [2], 1),
+        ((1, 4, 5, 6, 5), (6, 2, 3, 3, 2), [2, 1, 2], [1, 1, 0], [1, 1, 1], None, 2),
+        ((1, 4, 4, 5, 4), (4, 3, 3, 2, 3), [2, 1, 1], [1, 0, 1], [1, 1, 1], [1, 0, 0], 1)]:
     _out = A.convolution(_x(*_xs), _x(*_ws), None, _st, _pd, _dl, _op is not None,
                          _op or [0] * len(_st), _g)
     GRADIENTS.append((

@@ -208,22 +208,23 @@ def _group_norm_backward(cx, a):
 
 
 @converter("aten.convolution_backward.default",
-           needs=("nn.conv_transpose", "nn.conv2d", "transpose", "strided_slice", "concatenate",
-                  "reduce.sum", "reshape"),
-           maps_to="input gradient by nn.conv_transpose, weight gradient by nn.conv2d of the "
-                   "input with the output gradient (per group), bias gradient by reduce.sum",
-           note="1-D and 2-D convolutions, transposed or not")
+           needs=("nn.conv_transpose", "nn.conv2d", "nn.conv_nd", "transpose", "strided_slice",
+                  "concatenate", "reduce.sum", "reshape"),
+           maps_to="input gradient by nn.conv_transpose, weight gradient by a convolution of "
+                   "the input with the output gradient (per group), bias gradient by "
+                   "reduce.sum; a transposed convolution's the other way round")
 def _convolution_backward(cx, a):
     x, w, grad = a.input, a.weight, a.grad_output
     nd = x.ndim - 2
-    if nd not in (1, 2):
-        cx.fail("the gradient of a 3-D convolution is not supported")
+    if nd not in (1, 2, 3):
+        cx.fail(f"the gradient of a {nd}-D convolution is not supported")
     stride, pad, dil = list(a.stride), list(a.padding), list(a.dilation)
     if nd == 1:  # through a 2-D view, as the forward converter
         x = reshape(cx, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
         w = reshape(cx, w, (w.shape[0], w.shape[1], 1, w.shape[2]))
         grad = reshape(cx, grad, (grad.shape[0], grad.shape[1], 1, grad.shape[2]))
         stride, pad, dil = [1] + stride, [0] + pad, [1] + dil
+    spatial = tuple(range(2, x.ndim))
     mask = list(a.output_mask)
     groups = int(a.groups)
     dx = dw = db = None
@@ -231,28 +232,35 @@ def _convolution_backward(cx, a):
         # the transposed convolution is the adjoint of the convolution: its input gradient
         # is that convolution, its weight gradient the correlation with the roles swapped
         if mask[0]:
-            dx = reshape(cx, cx.call("nn.conv2d", [grad, w], {
-                "strides": stride, "padding": pad, "dilation": dil, "groups": groups}),
-                tuple(a.input.shape))
+            dx = reshape(cx, _conv(cx, grad, w, stride, pad, dil, groups),
+                         tuple(a.input.shape))
         if mask[1]:
             dw = reshape(cx, _weight_grad(cx, grad, x, w.shape, stride, pad, dil, groups),
                          tuple(a.weight.shape))
-        if mask[2]:
-            db = cx.call("reduce.sum", [grad], {"axis": (0, 2, 3)})
-        return dx, dw, db
-    if mask[0]:
-        extra = [x.shape[2 + i] - ((grad.shape[2 + i] - 1) * stride[i] - 2 * pad[i]
-                                   + dil[i] * (w.shape[2 + i] - 1) + 1) for i in range(2)]
-        dx = cx.call("nn.conv_transpose", [grad, w], {
-            "strides": tuple(stride), "padding": tuple(pad) * 2, "dilation": tuple(dil),
-            "groups": groups, "output_padding": tuple(extra)})
-        dx = reshape(cx, dx, tuple(a.input.shape))
-    if mask[1]:
-        dw = reshape(cx, _weight_grad(cx, x, grad, w.shape, stride, pad, dil, groups),
-                     tuple(a.weight.shape))
+    else:
+        if mask[0]:
+            extra = [x.shape[d] - ((grad.shape[d] - 1) * stride[i] - 2 * pad[i]
+                                   + dil[i] * (w.shape[d] - 1) + 1)
+                     for i, d in enumerate(spatial)]
+            dx = cx.call("nn.conv_transpose", [grad, w], {
+                "strides": tuple(stride), "padding": tuple(pad) * 2, "dilation": tuple(dil),
+                "groups": groups, "output_padding": tuple(extra)})
+            dx = reshape(cx, dx, tuple(a.input.shape))
+        if mask[1]:
+            dw = reshape(cx, _weight_grad(cx, x, grad, w.shape, stride, pad, dil, groups),
+                         tuple(a.weight.shape))
     if mask[2]:
-        db = cx.call("reduce.sum", [grad], {"axis": (0, 2, 3)})
+        db = cx.call("reduce.sum", [grad], {"axis": (0,) + spatial})
     return dx, dw, db
+
+
+def _conv(cx, x, w, stride, pad, dil, groups: int = 1):
+    """A 2-D (``nn.conv2d``) or 3-D (``nn.conv_nd``) convolution."""
+    if x.ndim == 4:
+        return cx.call("nn.conv2d", [x, w], {"strides": list(stride), "padding": list(pad),
+                                             "dilation": list(dil), "groups": groups})
+    return cx.call("nn.conv_nd", [x, w], {"strides": tuple(stride), "padding": tuple(pad) * 2,
+                                          "dilation": tuple(dil), "groups": groups})
 
 
 def _weight_grad(cx, x, grad, w_shape, stride, pad, dil, groups: int):
@@ -260,19 +268,20 @@ def _weight_grad(cx, x, grad, w_shape, stride, pad, dil, groups: int):
     convolution of the input's channels (as a batch) by the gradient's channels (as
     filters), the forward's stride as its dilation and the dilation as its stride."""
     cin_g, cout_g = x.shape[1] // groups, grad.shape[1] // groups
-    kh, kw = w_shape[2:]
-    xt = cx.call("transpose", [x], {"axes": (1, 0, 2, 3)})
-    gt = cx.call("transpose", [grad], {"axes": (1, 0, 2, 3)})
+    kernel = tuple(w_shape[2:])
+    swap = (1, 0) + tuple(range(2, x.ndim))
+    xt = cx.call("transpose", [x], {"axes": swap})
+    gt = cx.call("transpose", [grad], {"axes": swap})
     parts = []
     for i in range(groups):
         xi = xt if groups == 1 else cx.call("strided_slice", [xt], {
             "begin": [i * cin_g], "end": [(i + 1) * cin_g], "axes": [0]})
         gi = gt if groups == 1 else cx.call("strided_slice", [gt], {
             "begin": [i * cout_g], "end": [(i + 1) * cout_g], "axes": [0]})
-        corr = cx.call("nn.conv2d", [xi, gi], {"strides": list(dil), "padding": list(pad),
-                                               "dilation": list(stride)})
-        if tuple(corr.shape[2:]) != (kh, kw):  # the correlation may reach past the kernel
-            corr = cx.call("strided_slice", [corr], {"begin": [0, 0], "end": [kh, kw],
-                                                     "axes": [2, 3]})
-        parts.append(cx.call("transpose", [corr], {"axes": (1, 0, 2, 3)}))
+        corr = _conv(cx, xi, gi, dil, pad, stride)
+        if tuple(corr.shape[2:]) != kernel:  # the correlation may reach past the kernel
+            corr = cx.call("strided_slice", [corr], {
+                "begin": [0] * len(kernel), "end": list(kernel),
+                "axes": list(range(2, x.ndim))})
+        parts.append(cx.call("transpose", [corr], {"axes": swap}))
     return parts[0] if groups == 1 else cx.call("concatenate", parts, {"axis": 0})
