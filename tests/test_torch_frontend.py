@@ -201,6 +201,15 @@ def test_embedding_bag_with_offsets_given_at_run_time(mode, last):
     _check(bag, torch.tensor([1, 2, 4, 5, 4, 9, 3]), offsets, sim=mode == "max")
 
 
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_with_padding_idx(mode):
+    """The padding id's rows count for nothing, also in a bag of padding only."""
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(10, 3, mode=mode, padding_idx=4).eval()
+    _check(bag, torch.tensor([1, 2, 4, 5, 4, 4, 3]), torch.tensor([0, 2, 2, 4, 5]))
+    _check(bag, torch.tensor([[1, 4, 4], [4, 4, 4], [2, 3, 9]]))
+
+
 @pytest.mark.parametrize("k", range(len(COMPOSED)))
 def test_composed_converters(k):
     fn, shape = COMPOSED[k]
