@@ -13,8 +13,11 @@ import numpy as np
 from .ir import dtype as dt
 from .ir.dtype import from_bfloat16, to_bfloat16
 
-__all__ = ["SimDevice", "SimArray", "sim", "cuda", "gpu", "array", "empty", "to_bfloat16",
-           "from_bfloat16"]
+__all__ = ["SimDevice", "SimArray", "sim", "cuda", "gpu", "array", "empty", "from_dlpack",
+           "to_bfloat16", "from_bfloat16"]
+
+KDL_CPU, KDL_CUDA = 1, 2
+"""DLPack device types: host memory (the simulator's arrays) and CUDA memory."""
 
 
 class SimDevice:
@@ -75,6 +78,30 @@ class SimArray:
         """The backing numpy array, shared (the simulator writes outputs into it)."""
         return self._data
 
+    @property
+    def data_ptr(self) -> int:
+        """The address of the first element (shared with DLPack consumers)."""
+        return int(self._data.ctypes.data)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export as a DLPack capsule of host memory, without copying: ``torch.from_dlpack``
+        of a simulator array shares its memory (the simulator runs synchronously, so there is
+        no stream to order with)."""
+        if dl_device is not None and tuple(dl_device)[0] != KDL_CPU:
+            raise BufferError(f"{self} is host memory; it cannot be exported to DLPack device "
+                              f"{tuple(dl_device)} without a copy")
+        if copy:
+            raise BufferError("ptxforge arrays export without copying (copy=True requested)")
+        if self._dtype == "bfloat16" or self._data.dtype.kind == "V":
+            raise BufferError("bfloat16 simulator arrays have no DLPack export (numpy has no "
+                              "bfloat16 type); share .host_view as uint16 bit patterns instead")
+        if max_version is None:
+            return self._data.__dlpack__()
+        return self._data.__dlpack__(max_version=max_version)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (KDL_CPU, 0)
+
     def __repr__(self):
         return f"<SimArray {list(self.shape)} {self.dtype} on {self.device}>"
 
@@ -124,3 +151,18 @@ def empty(shape, dtype: str = "float32", device=None):
     from .backend_ptx import empty as _empty
 
     return _empty(shape, dtype, device)
+
+
+def from_dlpack(obj, device=None):
+    """Wrap a tensor of another library (``torch.Tensor``, numpy, CuPy, ...) as a ptxforge
+    array without copying: host memory becomes a simulator array, CUDA memory a GPU array
+    (:func:`ptxforge.backend_ptx.from_dlpack`). ``device`` (optional) is checked against
+    where the tensor lives: a host tensor is refused for a CUDA device and the other way
+    round, since wrapping cannot move memory.
+
+    The tensor must be compact row-major (kernels index flat memory) and of a dtype
+    ptxforge has; anything else raises :class:`DLPackError` naming what to change.
+    """
+    from .runtime.dlpack_exchange import wrap_dlpack
+
+    return wrap_dlpack(obj, device)

@@ -75,7 +75,29 @@ def _used_vals(node) -> list:
 
 def describe(node) -> str:
     name = overload_name(node.target) if node.op == "call_function" else node.op
-    return f"{name} (node {node.name} at {source_line(node)})"
+    why = why_unsupported(node)
+    return f"{name} (node {node.name} at {source_line(node)}{': ' + why if why else ''})"
+
+
+def why_unsupported(node) -> str:
+    """Why ptxforge does not run ``node``: no converter, a tensor of a dtype it has no
+    kernels for (complex, float8), or a size known only at run time; "" when none of these
+    (a converter rejected the node's arguments)."""
+    if node.op != "call_function" or not hasattr(node.target, "_schema"):
+        return "not an ATen operator"
+    conv = lookup(overload_name(node.target))
+    if conv is None:
+        return "no converter"
+    if not conv.available:
+        return "needs graph op(s) " + ", ".join(conv.missing_ops())
+    for v in _used_vals(node) + [v for a in node.all_input_nodes for v in _used_vals(a)]:
+        try:
+            graph_dtype(v.dtype)
+        except TorchImportError as e:
+            return str(e).split(";")[0]
+        if not _tensor_ok(v):
+            return f"a tensor of shape {list(v.shape)} (sizes known only at run time, or empty)"
+    return ""
 
 
 class CompiledPartition:
@@ -117,59 +139,73 @@ class CompiledPartition:
             else:
                 self.lib = graph.build(net, target=target, params=params,
                                        precision=_precision(opts))
+        from .runtime.zero_copy import ZeroCopyGraphModule
+
         if target == "sim":
-            self.module = graph.GraphModule(self.lib)
+            self.module = ZeroCopyGraphModule(self.lib)
         else:
             import ptxforge
 
-            self.module = graph.GraphModule(self.lib, ptxforge.cuda(0),
-                                            use_cuda_graph=opts.cuda_graph)
+            self.module = ZeroCopyGraphModule(self.lib, ptxforge.cuda(0),
+                                              use_cuda_graph=opts.cuda_graph)
         # weights (bound now) and inputs the build found unused are not passed again
         self.used = [name in self.lib.plan.inputs for name in self.names]
+        plan = self.lib.plan
+        self.out_types = [plan.slots[k].ty for k in plan.outputs]
 
     def __call__(self, *tensors):
-        import torch
-
         if self.module is None:
             self._build(tensors)
-        if self.target == "sim":
-            device = tensors[0].device if tensors else torch.device("cpu")
-            for name, used, t in zip(self.names, self.used, tensors):
-                if used:
-                    self.module.set_input(name, _host(t))
-            self.module.run()
-            outs = tuple(_from_host(self.module.get_output(k).numpy(), device)
-                         for k in range(self.module.get_num_outputs()))
-        else:
-            outs = self._run_cuda(tensors)
+        outs = self._run(tensors)
         return outs if len(outs) != 1 else outs[0]
 
-    def _run_cuda(self, tensors):
+    def _run(self, tensors) -> tuple:
+        """Run on the tensors themselves: inputs wrapped without a copy, outputs allocated
+        by PyTorch (``torch.empty`` on the inputs' device) and written by the kernels in
+        place; on a GPU, on PyTorch's current stream."""
         import torch
 
-        current = torch.cuda.current_stream()
-        # the module's kernels (and its CUDA graph) launch on the legacy default stream:
-        # order it after PyTorch's current stream and PyTorch after it, on the GPU
-        legacy = torch.cuda.default_stream()
+        on_gpu = self.target != "sim"
+        device = next((t.device for t in tensors if hasattr(t, "device")),
+                      torch.device("cuda" if on_gpu else "cpu"))
+        inputs = {}
         for name, used, t in zip(self.names, self.used, tensors):
-            if not used:
-                continue
-            if t.device.type != "cuda":
-                raise BackendError(
-                    f"input {name} is on {t.device}, but this graph was compiled for the GPU; "
-                    "move the model and its inputs to CUDA (model.cuda(), x.cuda()) or "
-                    "compile with options={'target': 'sim'}")
-            # the module's input buffer seen by torch through DLPack: one copy, on the stream
-            slot = torch.from_dlpack(self.module.get_input(name))
-            slot.copy_(t.reshape(slot.shape))
-        if current != legacy:
-            legacy.wait_stream(current)
-        self.module.run()
-        if current != legacy:
-            current.wait_stream(legacy)
-        # the output buffers are overwritten by the next call: hand PyTorch its own copies
-        return tuple(torch.from_dlpack(self.module.get_output(k)).clone()
-                     for k in range(self.module.get_num_outputs()))
+            if used:
+                if on_gpu and t.device.type != "cuda":
+                    raise BackendError(
+                        f"input {name} is on {t.device}, but this graph was compiled for the "
+                        "GPU; move the model and its inputs to CUDA (model.cuda(), x.cuda()) "
+                        "or compile with options={'target': 'sim'}")
+                inputs[name] = self._wrap(t, name)
+        if not on_gpu:
+            device = torch.device("cpu")  # the simulator runs on host memory
+        outs = tuple(torch.empty(ty.shape, dtype=getattr(torch, ty.dtype), device=device)
+                     for ty in self.out_types)
+        stream = torch.cuda.current_stream(device).cuda_stream if on_gpu else 0
+        self.module.run_bound(inputs, [self._wrap(o, f"output {k}")
+                                       for k, o in enumerate(outs)], stream)
+        if not on_gpu and tensors and tensors[0].device.type != "cpu":
+            return tuple(o.to(tensors[0].device) for o in outs)
+        return outs
+
+    def _wrap(self, t, what: str):
+        from .runtime.dlpack_exchange import DLPackError, wrap_tensor
+
+        t = t.detach()
+        if self.target == "sim" and t.device.type != "cpu":
+            t = t.cpu()  # a GPU tensor given to a simulator build: one copy to the host
+        try:
+            return wrap_tensor(t, self.module.device, what)
+        except DLPackError:
+            # a strided view or one at an unaligned offset: PyTorch makes it compact (the one
+            # copy of this input), then it is shared as the others are
+            return wrap_tensor(t.clone(memory_format=_contiguous()), self.module.device, what)
+
+
+def _contiguous():
+    import torch
+
+    return torch.contiguous_format
 
 
 def _precision(opts) -> str | None:
@@ -185,16 +221,6 @@ def _host(t) -> np.ndarray:
 
         return dt.to_bfloat16(t.float().numpy())
     return t.contiguous().numpy()
-
-
-def _from_host(arr: np.ndarray, device):
-    import torch
-
-    from .ir import dtype as dt
-
-    if arr.dtype == dt.BFLOAT16_HOST and dt.BFLOAT16_HOST != np.dtype(np.uint16):
-        return torch.from_numpy(arr.astype(np.float32)).to(torch.bfloat16).to(device)
-    return torch.from_numpy(np.array(arr)).to(device)
 
 
 _warned_unsupported: set[tuple[str, ...]] = set()

@@ -104,16 +104,16 @@ def test_weights_are_bound_once_and_batch_norm_stays_compiled(monkeypatch):
     """Parameters and buffers are bound as weights at the first call (folded by the graph
     passes); later calls pass only the activations, and batch norm (whose saved statistics
     are empty tensors nobody reads) stays in the compiled partition."""
-    from ptxforge.runtime.graph_executor import GraphModule
+    from ptxforge.runtime.zero_copy import ZeroCopyGraphModule
 
     passed: list[str] = []
-    original = GraphModule.set_input
+    original = ZeroCopyGraphModule.run_bound
 
-    def record(self, key=None, value=None, **inputs):
-        passed.extend([key] if key is not None else list(inputs))
-        return original(self, key, value, **inputs)
+    def record(self, inputs, outputs, stream=0):
+        passed.extend(inputs)
+        return original(self, inputs, outputs, stream)
 
-    monkeypatch.setattr(GraphModule, "set_input", record)
+    monkeypatch.setattr(ZeroCopyGraphModule, "run_bound", record)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4),
                                 torch.nn.ReLU(), torch.nn.Flatten(),
@@ -127,3 +127,27 @@ def test_weights_are_bound_once_and_batch_norm_stays_compiled(monkeypatch):
     torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
     assert len(passed) == 2, f"one activation per call, got {passed}"
     assert not [w for w in seen if w.category is UnsupportedOperatorsWarning]
+
+
+def test_fullgraph_error_says_why_a_node_cannot_run():
+    """An operator on complex tensors is named with the reason (the dtype), not only the
+    operator."""
+    with pytest.raises(Exception, match=r"complex tensors are not supported: complex64"), \
+            torch.no_grad():
+        _compile(lambda x: torch.view_as_real(x * 2) + 1, fullgraph=True)(
+            torch.ones(3, dtype=torch.complex64))
+
+
+def test_cpu_tensors_given_to_a_cuda_build_are_refused_before_any_launch():
+    """The check a CUDA build makes on every call, run without a GPU: the partition's
+    module is never reached."""
+    from ptxforge import graph
+    from ptxforge.torch_partition import CompiledPartition
+
+    net = graph.function(graph.exp(graph.var("x", (3,))))
+    part = CompiledPartition(net, "cuda", BackendOptions(target="cuda"))
+    part.module = object()  # as if built; a launch would fail on it
+    part.used, part.out_types = [True], [net.outputs[0].ty]
+    with pytest.raises(BackendError, match=r"input x is on cpu, but this graph was compiled "
+                                           r"for the GPU.*x\.cuda\(\)"):
+        part(torch.zeros(3))

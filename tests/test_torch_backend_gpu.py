@@ -69,3 +69,62 @@ def test_cpu_tensors_to_a_cuda_build_are_refused(cuda):
     compiled = torch.compile(_model(), backend=ptxforge_backend, options={"target": "cuda"})
     with pytest.raises(Exception, match="compiled for the GPU"), torch.no_grad():
         compiled(torch.randn(1, 3, 16, 16))
+
+
+def _record_bound_runs(monkeypatch) -> list:
+    from ptxforge.runtime.zero_copy import ZeroCopyGraphModule
+
+    runs: list = []
+    original = ZeroCopyGraphModule.run_bound
+
+    def record(self, inputs, outputs, stream=0):
+        runs.append(({k: a.ptr for k, a in inputs.items()}, [a.ptr for a in outputs], stream,
+                     self))
+        return original(self, inputs, outputs, stream)
+
+    monkeypatch.setattr(ZeroCopyGraphModule, "run_bound", record)
+    return runs
+
+
+@pytest.mark.parametrize("cuda_graph", [True, False])
+def test_zero_copy_on_the_current_stream(cuda, monkeypatch, cuda_graph):
+    """Inputs are read where PyTorch holds them, outputs written into the tensors returned,
+    kernels launched on PyTorch's current stream (a side stream here), and later calls
+    allocate nothing but their outputs; the captured graph is re-pointed per call."""
+    from ptxforge.backend_ptx import ndarray
+    from ptxforge.torch_backend import ptxforge_backend
+
+    runs = _record_bound_runs(monkeypatch)
+    model = _model().cuda()
+    compiled = torch.compile(model, backend=ptxforge_backend,
+                             options={"target": "cuda", "cuda_graph": cuda_graph})
+    xs = [torch.randn(2, 3, 16, 16, device="cuda") for _ in range(3)]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(s):
+        compiled(xs[0])  # builds, captures
+        allocs = []
+        original = ndarray.call  # every device allocation goes through ndarray.empty
+
+        def counting(name, *args):
+            if name == "cuMemAlloc":
+                allocs.append(args)
+            return original(name, *args)
+
+        monkeypatch.setattr(ndarray, "call", counting)
+        before = torch.cuda.memory_allocated()
+        outs = [compiled(x) for x in xs]  # alternating tensors: the graph is re-pointed
+        grown = torch.cuda.memory_allocated() - before
+    s.synchronize()
+    with torch.no_grad():
+        for x, out in zip(xs, outs):
+            torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+    assert not allocs, "no device allocation by ptxforge after the first call"
+    assert grown == sum(-(-o.numel() * o.element_size() // 512) * 512 for o in outs)
+    for (inputs, outputs, stream, _), x, out in zip(runs[1:], xs, outs):
+        assert list(inputs.values()) == [x.data_ptr()]
+        assert outputs == [out.data_ptr()]
+        assert stream == s.cuda_stream
+    module = runs[-1][3]
+    if cuda_graph:
+        assert module._patched is not None, module.bound_graph_error

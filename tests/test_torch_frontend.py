@@ -154,6 +154,37 @@ COMPOSED = [
 ]
 
 
+_I = torch.tensor([2, 0, -1])
+_K = torch.tensor([0, -2, 3])
+_MASK = torch.tensor([True, False, True])
+_MASK2 = torch.from_numpy(np.random.default_rng(0).random((3, 4)) > 0.5)
+INDEXING = [  # aten.index.Tensor: several index tensors, broadcast together, None entries
+    lambda x: x[_I, _K],
+    lambda x: x[torch.tensor([[1], [2]]), _K],  # (2, 1) with (3,): a (2, 3) grid
+    lambda x: x[:, torch.tensor([[1], [2]]), _K],  # after a whole axis: stays in place
+    lambda x: x[_I, :, _K],  # separated by a whole axis: the indexed axes go first
+    lambda x: x[:, _I, :, torch.tensor([1, 5, 0])],
+    lambda x: x[_I, _K, torch.tensor([1])],
+    lambda x: x[torch.tensor(1), :, torch.tensor([2, 3])],
+    lambda x: x[_I.int(), _K.int()],
+    lambda x: x[..., torch.tensor([1, 2]), torch.tensor([0, 5])],
+    lambda x: x[_MASK],  # a constant mask: its true positions, known while importing
+    lambda x: x[:, torch.tensor([True, False, False, True])] * 2,
+    lambda x: x[_MASK2, 1:3],
+]
+
+
+@pytest.mark.parametrize("k", range(len(INDEXING)))
+def test_advanced_indexing(k):
+    _check(INDEXING[k], _x(3, 4, 5, 6), sim=k in (1, 3, 9))
+
+
+def test_indexing_by_a_mask_computed_at_run_time_is_refused():
+    with pytest.raises(TorchImportError, match=r"aten\.index\.Tensor.*boolean mask computed "
+                                               r"at run time.*torch\.where"):
+        from_torch(Fn(lambda x: x[x[:, 0] > 0]), (_x(3, 4),))
+
+
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 def test_embedding_bag_of_fixed_bags(mode):
     torch.manual_seed(0)
@@ -161,10 +192,113 @@ def test_embedding_bag_of_fixed_bags(mode):
     _check(bag.eval(), torch.tensor([[1, 2, 4], [5, 4, 9]]))
 
 
+@pytest.mark.parametrize("mode,last", [("sum", False), ("mean", True), ("max", False)])
+def test_embedding_bag_with_offsets_given_at_run_time(mode, last):
+    """Offsets as an input (one bag empty): rows scattered into their bags."""
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(10, 3, mode=mode, include_last_offset=last).eval()
+    offsets = torch.tensor([0, 2, 2, 5] + ([7] if last else []))
+    _check(bag, torch.tensor([1, 2, 4, 5, 4, 9, 3]), offsets, sim=mode == "max")
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_with_padding_idx(mode):
+    """The padding id's rows count for nothing, also in a bag of padding only."""
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(10, 3, mode=mode, padding_idx=4).eval()
+    _check(bag, torch.tensor([1, 2, 4, 5, 4, 4, 3]), torch.tensor([0, 2, 2, 4, 5]))
+    _check(bag, torch.tensor([[1, 4, 4], [4, 4, 4], [2, 3, 9]]))
+
+
 @pytest.mark.parametrize("k", range(len(COMPOSED)))
 def test_composed_converters(k):
     fn, shape = COMPOSED[k]
     _check(fn, _x(*shape))
+
+
+@pytest.mark.parametrize("mode,padding,align", [
+    ("bilinear", "zeros", False), ("bilinear", "border", True), ("bilinear", "reflection", False),
+    ("bilinear", "reflection", True), ("nearest", "zeros", True), ("nearest", "reflection", False),
+])
+def test_grid_sample(mode, padding, align):
+    grid = _x(2, 4, 7, 2, seed=1) * 0.9  # some points outside [-1, 1]
+    grid[0, 0, 0] = torch.tensor([1.0, -1.0])  # exactly on the corners
+    _check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align),
+           _x(2, 3, 5, 6), grid, sim=(mode, padding) == ("bilinear", "reflection") and align)
+
+
+@pytest.mark.parametrize("padding,align", [("zeros", False), ("border", True),
+                                           ("reflection", False)])
+def test_grid_sample_bicubic(padding, align):
+    grid = _x(2, 4, 7, 2, seed=1) * 0.9
+    _check(lambda x, g: F.grid_sample(x, g, mode="bicubic", padding_mode=padding,
+                                      align_corners=align), _x(2, 3, 5, 6), grid,
+           rtol=1e-5, atol=1e-5)
+
+
+def test_masked_scatter():
+    mask = torch.tensor([[True, False, True, True], [False, False, True, False],
+                         [True, True, False, False]])
+    _check(lambda x, s: x.masked_scatter(mask, s), _x(3, 4), _x(9, seed=1), sim=True)
+    _check(lambda x, m, s: x.masked_scatter(m, s), _x(3, 4), mask[0], _x(3, 4, seed=2))
+
+
+A = torch.ops.aten
+_POOLED = A.max_pool2d_with_indices(_x(2, 3, 7, 6), [3, 3], [2, 2], [1, 1])[1]
+GRADIENTS = [  # (fn, args): gradient overloads, called directly (kept whole by the export)
+    (lambda g, x, i: A.max_pool2d_with_indices_backward(g, x, [3, 3], [2, 2], [1, 1], [1, 1],
+                                                        False, i),
+     (_x(*_POOLED.shape, seed=1), _x(2, 3, 7, 6), _POOLED)),
+    (lambda g, x: A.avg_pool2d_backward(g, x, [3, 3], [2, 2], [1, 1], False, True, None),
+     (_x(2, 3, 4, 3, seed=1), _x(2, 3, 7, 6))),
+    (lambda g, x: A.avg_pool2d_backward(g, x, [3, 3], [2, 2], [1, 1], True, False, None),
+     (_x(2, 3, 4, 4, seed=1), _x(2, 3, 7, 6))),
+    (lambda g, x: A.avg_pool2d_backward(g, x, [2, 3], [2, 2], [0, 1], False, True, 5),
+     (_x(2, 3, 3, 3, seed=1), _x(2, 3, 7, 6))),
+    (lambda g, x: A._adaptive_avg_pool2d_backward(g, x), (_x(2, 3, 3, 4, seed=1),
+                                                          _x(2, 3, 7, 6))),
+    (lambda g, i: A.embedding_dense_backward(g, i, 6, -1, False),
+     (_x(2, 3, 5), torch.tensor([[1, 2, 4], [4, 0, 1]]))),
+    (lambda g, i: A.embedding_dense_backward(g, i, 6, 4, True),
+     (_x(2, 3, 5), torch.tensor([[1, 2, 4], [4, 0, 1]]))),
+    (lambda g, x, w, b: A.native_layer_norm_backward(
+        g, x, [4, 5], *A.native_layer_norm(x, [4, 5], w, b, 1e-5)[1:], w, b, [True] * 3),
+     (_x(2, 3, 4, 5, seed=1), _x(2, 3, 4, 5), _x(4, 5, seed=2), _x(4, 5, seed=3))),
+    (lambda g, x, w: A.native_group_norm_backward(
+        g, x, *A.native_group_norm(x, w, None, 2, 6, 12, 3, 1e-5)[1:], w, 2, 6, 12, 3,
+        [True] * 3), (_x(2, 6, 3, 4, seed=1), _x(2, 6, 3, 4), _x(6, seed=2))),
+]
+for _xs, _ws, _st, _pd, _dl, _op, _g in [  # with output padding _op: transposed
+        ((2, 4, 7, 8), (6, 4, 3, 3), [2, 2], [1, 1], [1, 1], None, 1),
+        ((2, 4, 9, 8), (6, 2, 3, 2), [2, 1], [1, 0], [2, 1], None, 2),
+        ((2, 4, 9), (6, 4, 3), [2], [1], [1], None, 1),
+        ((2, 4, 5, 6), (4, 2, 3, 2), [2, 1], [1, 0], [1, 2], [1, 0], 2),
+        ((2, 4, 7), (4, 3, 4), [3], [1], [1], [2], 1),
+        ((1, 4, 5, 6, 5), (6, 2, 3, 3, 2), [2, 1, 2], [1, 1, 0], [1, 1, 1], None, 2),
+        ((1, 4, 4, 5, 4), (4, 3, 3, 2, 3), [2, 1, 1], [1, 0, 1], [1, 1, 1], [1, 0, 0], 1)]:
+    _out = A.convolution(_x(*_xs), _x(*_ws), None, _st, _pd, _dl, _op is not None,
+                         _op or [0] * len(_st), _g)
+    GRADIENTS.append((
+        (lambda ws, st, pd, dl, op, g: lambda go, x, w: A.convolution_backward(
+            go, x, w, [ws[1] * g if op else ws[0]], st, pd, dl, op is not None,
+            op or [0] * len(st), g, [True] * 3))(_ws, _st, _pd, _dl, _op, _g),
+        (_x(*_out.shape, seed=1), _x(*_xs), _x(*_ws, seed=2))))
+
+
+@pytest.mark.parametrize("k", range(len(GRADIENTS)))
+def test_gradient_overloads(k):
+    from ptxforge.graph.frontend_torch import from_exported_program
+
+    fn, args = GRADIENTS[k]
+    ep = torch.export.export(Fn(fn), args)
+    assert "backward" in str([n.target for n in ep.graph.nodes if n.op == "call_function"])
+    net, params = from_exported_program(ep, decompose=False)
+    got = graph.run_graph(net, {p.name: a.numpy() for p, a in zip(net.params, args)}, params)
+    want = fn(*args)
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_int_and_bool_inputs_are_carried():
@@ -261,7 +395,7 @@ def test_coverage_is_computed_from_torch():
     rows = coverage()
     assert [r.overload for r in rows] == names
     supported = [r for r in rows if r.supported]
-    assert len(supported) >= 173
+    assert len(supported) >= 182
     assert all(r.maps_to for r in supported)
 
 

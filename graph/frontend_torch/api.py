@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ..ir import Graph, Var
+import numpy as np
+
+from ..ir import Constant, Graph, Var
 from .importer import (
     TorchImportError,
     graph_dtype,
@@ -70,6 +72,11 @@ def from_exported_program(ep, *, decompose: bool = True) -> tuple[Graph, dict]:
             arr = to_numpy(value)
             from ...ir import dtype as dt
 
+            if spec.kind == InputKind.CONSTANT_TENSOR and arr.dtype == np.bool_:
+                # a constant mask stays a constant: indexing by it is then known while
+                # importing (its true positions), not a data-dependent shape
+                placeholders[name] = Constant(arr, spec.target)
+                continue
             var = Var(spec.target, arr.shape, dt.from_numpy(arr.dtype))
             params[spec.target] = arr
             weights.append(var)

@@ -168,31 +168,32 @@ def _bn_no_stats(cx, a):
 
 @converter("aten._embedding_bag.default", "aten._embedding_bag_forward_only.default",
            needs=("take", "reshape", "reduce.sum", "reduce.max", "mean", "multiply",
-                  "strided_slice", "concatenate"),
-           maps_to="take of the rows, reduced per bag (bags known while importing)",
-           note="offsets known while importing; the first output only")
+                  "strided_slice", "concatenate", "scatter_elements", "less_equal", "cast",
+                  "add", "broadcast_to", "maximum", "divide", "greater", "where", "not_equal"),
+           maps_to="take of the rows, reduced per bag (slices for offsets known while "
+                   "importing, a scatter by bag number for offsets given at run time)",
+           note="the first output only")
 def _embedding_bag(cx, a):
     from ..ir import Constant
     from .convert_nn import Unavailable
 
-    if not isinstance(a.offsets, Constant):
-        cx.fail("the bag offsets are computed at run time; only offsets known while "
-                "importing are supported (a 2-D input, or constant offsets)")
-    if a.padding_idx is not None and a.padding_idx >= 0:
-        cx.fail("padding_idx is not supported")
     modes = {0: "reduce.sum", 1: "mean", 2: "reduce.max"}
     if a.mode not in modes:
         cx.fail(f"mode {a.mode} is not supported")
     n = a.indices.shape[0]
-    offsets = [int(o) for o in np.asarray(a.offsets.value).reshape(-1)]
-    ends = offsets[1:] + ([] if a.include_last_offset else [n])
-    starts = offsets[:len(ends)]
     rows = cx.call("take", [a.weight, a.indices], {"axis": 0})
     if a.per_sample_weights is not None:
         if a.mode != 0:
             cx.fail("per_sample_weights needs mode 'sum'")
         w = reshape(cx, a.per_sample_weights, (n, 1))
         rows = cx.call("multiply", [rows, w])
+    rest = Unavailable("the bag bookkeeping outputs of _embedding_bag")
+    padding = a.padding_idx is not None and a.padding_idx >= 0
+    if padding or not isinstance(a.offsets, Constant):
+        return _bags_at_run_time(cx, a, rows, n, padding), rest, rest, rest
+    offsets = [int(o) for o in np.asarray(a.offsets.value).reshape(-1)]
+    ends = offsets[1:] + ([] if a.include_last_offset else [n])
+    starts = offsets[:len(ends)]
     dim = a.weight.shape[1]
     sizes = {e - s for s, e in zip(starts, ends)}
     if 0 in sizes:
@@ -206,8 +207,47 @@ def _embedding_bag(cx, a):
             "begin": [s], "end": [e], "axes": [0]})], {"axis": (0,), "keepdims": True})
             for s, e in zip(starts, ends)]
         out = bags[0] if len(bags) == 1 else cx.call("concatenate", bags, {"axis": 0})
-    rest = Unavailable("the bag bookkeeping outputs of _embedding_bag")
     return out, rest, rest, rest
+
+
+def _bags_at_run_time(cx, a, rows, n: int, padding: bool = False):
+    """Bags whose offsets are an input: row ``j`` belongs to bag ``#{offsets <= j} - 1``,
+    and the rows are scattered (added, or maxed) into their bags; an empty bag is 0. With
+    ``padding``, the rows of ``padding_idx`` count for nothing (nor in a mean's size)."""
+    count = a.offsets.shape[0] - (1 if a.include_last_offset else 0)
+    dim = rows.shape[1]
+    offsets = operand(cx, a.offsets, "int64")
+    if a.include_last_offset:
+        offsets = cx.call("strided_slice", [offsets], {"begin": [0], "end": [count],
+                                                       "axes": [0]})
+    positions = cx.const(np.arange(n, dtype=np.int64).reshape(n, 1), "int64")
+    started = cx.call("less_equal", [reshape(cx, offsets, (1, count)), positions])
+    bag = cx.call("reduce.sum", [cx.call("cast", [started], {"dtype": "int64"})], {"axis": (1,)})
+    bag = cx.call("add", [bag, cx.const(-1, "int64")])
+    index = broadcast_to(cx, reshape(cx, bag, (n, 1)), (n, dim))
+    dtype = rows.dtype
+    ones = cx.const(np.ones(n), dtype)
+    if padding:
+        keep = cx.call("not_equal", [operand(cx, a.indices, "int64"),
+                                     cx.const(a.padding_idx, "int64")])
+        ones = cx.call("cast", [keep], {"dtype": dtype})
+        fill = -np.inf if a.mode == 2 else 0.0
+        rows = cx.call("where", [reshape(cx, keep, (n, 1)), rows, cx.const(fill, dtype)])
+    if a.mode == 2:
+        base = cx.const(np.full((count, dim), -np.inf), dtype)
+        out = cx.call("scatter_elements", [base, index, rows], {"axis": 0, "reduction": "max"})
+    else:
+        out = cx.call("scatter_elements", [cx.const(np.zeros((count, dim)), dtype), index,
+                                           rows], {"axis": 0, "reduction": "add"})
+    sizes = cx.call("scatter_elements", [cx.const(np.zeros(count), dtype), bag, ones],
+                    {"axis": 0, "reduction": "add"})
+    sizes = reshape(cx, sizes, (count, 1))
+    if a.mode == 1:
+        return cx.call("divide", [out, cx.call("maximum", [sizes, cx.const(1.0, dtype)])])
+    if a.mode == 2:
+        return cx.call("where", [cx.call("greater", [sizes, cx.const(0.0, dtype)]), out,
+                                 cx.const(0.0, dtype)])
+    return out
 
 
 @converter("aten.col2im.default", needs=("scatter_elements", "reshape", "strided_slice"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dtype as dt
+from ..ir import Constant
 from .helpers import broadcast_to, operand, reshape
 from .registry import converter
 
@@ -201,13 +202,32 @@ def _gather(cx, a):
 
 @converter("aten.index.Tensor", needs=("take", "gather_nd", "transpose", "reshape", "cast",
                                       "broadcast_to", "concatenate"),
-           maps_to="take (one index tensor) or gather_nd over the indexed axes",
-           note="integer index tensors")
+           maps_to="take (one index tensor) or gather_nd over the indexed axes (index "
+                   "tensors broadcast together, None for whole axes)",
+           note="integer index tensors; bool masks known while importing")
 def _index(cx, a):
     x = a.self
-    picked = [(d, t) for d, t in enumerate(a.indices) if t is not None]
-    if any(t.dtype == "bool" for _, t in picked):
-        cx.fail("boolean mask indexing has a data-dependent shape, which is not supported")
+    picked = []
+    dim = 0
+    for t in a.indices:
+        if t is None:
+            dim += 1
+        elif t.dtype == "bool":
+            # a k-dimensional mask indexes k axes by the positions of its true entries: known
+            # only for a constant mask (else the result's size depends on the data)
+            if not isinstance(t, Constant):
+                cx.fail("indexing by a boolean mask computed at run time has a data-dependent "
+                        "shape, which is not supported (index with integer positions, or use "
+                        "torch.where to keep the shape)")
+            if tuple(t.shape) != tuple(x.shape[dim:dim + t.ndim]):
+                cx.fail(f"the boolean mask of shape {list(t.shape)} does not match the indexed "
+                        f"dimensions {list(x.shape[dim:dim + t.ndim])}")
+            for positions in np.nonzero(t.value):
+                picked.append((dim, cx.const(positions.astype(np.int64), "int64")))
+                dim += 1
+        else:
+            picked.append((dim, t))
+            dim += 1
     if len(picked) == 1:
         d, idx = picked[0]
         return cx.call("take", [x, idx], {"axis": d})

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 UNSUPPORTED_WHY = {
-    "backward": "a gradient; the importer takes inference graphs",
+    "backward": "a gradient without a converter yet",
     "random": "random numbers; a compiled graph is deterministic",
     "data-dependent": "an output shape that depends on the data",
     "complex": "complex tensors",

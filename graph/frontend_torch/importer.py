@@ -288,7 +288,10 @@ def _check_available(node, values) -> None:
 
 
 _PY_OPS = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv,
-           operator.mod, operator.neg, operator.pow}
+           operator.mod, operator.neg, operator.pow,
+           # the range checks torch.export writes for a size it could not know (an index by
+           # a constant mask), evaluated on the size known here
+           operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge}
 
 
 def _python_op(node, args):

@@ -86,4 +86,11 @@ def _load() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from . import convert_extra, convert_math, convert_nn, convert_tensor  # noqa: F401
+        from . import (  # noqa: F401
+            convert_extra,
+            convert_grad,
+            convert_math,
+            convert_nn,
+            convert_sampling,
+            convert_tensor,
+        )
