@@ -189,7 +189,7 @@ class CompiledPartition:
         return outs
 
     def _wrap(self, t, what: str):
-        from .runtime.dlpack_exchange import DLPackError, wrap_tensor
+        from .nd import DLPackError, wrap_tensor
 
         t = t.detach()
         if self.target == "sim" and t.device.type != "cpu":

@@ -2,7 +2,7 @@
 
 :class:`ZeroCopyGraphModule` is a :class:`~ptxforge.runtime.graph_executor.GraphModule` whose
 :meth:`~ZeroCopyGraphModule.run_bound` takes the network's inputs and outputs as arrays of
-the caller (torch tensors wrapped by :mod:`.dlpack_exchange`): every slot of an input's
+the caller (torch tensors wrapped by :func:`ptxforge.nd.wrap_tensor`): every slot of an input's
 storage (the input and the reshapes of it that run no kernel) reads the caller's memory,
 and the kernel writing an output writes into the caller's array. The module's own input and
 output buffers are not touched; weights and intermediate results stay in the module.

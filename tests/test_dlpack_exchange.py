@@ -12,7 +12,7 @@ import pytest
 from ptxforge import graph, nd
 from ptxforge.graph import nn
 from ptxforge.runtime import GraphError
-from ptxforge.runtime.dlpack_exchange import DLPackError
+from ptxforge.nd import DLPackError
 from ptxforge.runtime.zero_copy import ZeroCopyGraphModule
 
 RNG = np.random.default_rng(5)

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from ptxforge import nd  # noqa: E402
-from ptxforge.runtime.dlpack_exchange import DLPackError, wrap_tensor  # noqa: E402
+from ptxforge.nd import DLPackError, wrap_tensor  # noqa: E402
 from ptxforge.runtime.zero_copy import ZeroCopyGraphModule  # noqa: E402
 from ptxforge.torch_backend import ptxforge_backend  # noqa: E402
 
