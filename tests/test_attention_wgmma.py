@@ -1,0 +1,276 @@
+"""The fused attention kernel on wgmma (``mma="wgmma"``, sm_90a): the simulator against
+numpy (sequence lengths 1, 17, 64, 130; head dims 64, 80 and 128; causal, padding and
+additive masks; grouped-query; fp16 and bf16; one and two warpgroups, ``block_kv`` 64 and
+128, one and two stages), the flush of the output where a row's maximum moves, the wgmma
+protocol, PTX for sm_90a, the rules of the knob and the chooser's preference; on a GPU
+(``gpu``/``sanitize``) the chosen wgmma kernels against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ptxforge import backend_sim, te
+from ptxforge.backend_ptx.assemble import find_ptxas
+from ptxforge.backend_sim.wgmma import WgmmaProtocolError
+from ptxforge.graph.opdefs.elemwise import cast_array
+from ptxforge.ir.stmt import Module, Seq, WgmmaSync, map_stmt
+from ptxforge.ir.verify import verify
+from ptxforge.ops.attention import attention, build_attention
+from ptxforge.ops.attention_testing import attention_python, attention_tolerance
+from ptxforge.ops.schedules.attention import (
+    AttentionConfig,
+    AttentionError,
+    AttentionMask,
+    AttentionWorkload,
+    attention_candidates,
+    attention_module,
+    check_attention_config,
+    choose_attention_config,
+)
+from ptxforge.ops.schedules.attention.kernel_wgmma import WgmmaKernel
+from ptxforge.ops.testing import widen
+from ptxforge.target import as_target
+
+RNG = np.random.default_rng(90)
+H100 = as_target("cuda -arch=sm_90a")
+
+
+def wg(warps=4, block_kv=64, stages=2) -> AttentionConfig:
+    return AttentionConfig(warps, block_kv, stages, "wgmma")
+
+
+def _data(w: AttentionWorkload, mask=None, scale=1.0):
+    sh = w.shapes()
+    q, k, v = (cast_array(RNG.standard_normal(sh[n]) * scale, w.dtype) for n in "qkv")
+    out = cast_array(np.full(sh["out"], np.nan), w.dtype)  # a row never stored shows
+    return [q, k, v] + ([mask] if mask is not None else []) + [out]
+
+
+def _check(w: AttentionWorkload, cfg: AttentionConfig, mask=None, mod=None):
+    check_attention_config(w, cfg, H100)
+    mod = mod or attention_module(w, cfg)
+    verify(mod, target=H100)
+    args = _data(w, mask)
+    backend_sim.run(mod, args)
+    want = attention_python(*args[:3], mask, w.scale, w.causal, dtype=w.dtype)
+    got = widen(args[-1], w.dtype)
+    assert np.isfinite(got).all()
+    err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
+    assert err <= attention_tolerance(w.dtype), (w, cfg, err)
+
+
+# (q_len, kv_len, head_dim, v_dim, dtype, causal, config)
+CASES = [
+    (1, 1, 64, 64, "float16", False, wg(4, 64, 1)),
+    (17, 17, 128, 128, "bfloat16", True, wg(4, 64, 2)),
+    (64, 130, 128, 128, "float16", False, wg(4, 128, 1)),
+    (64, 64, 80, 64, "bfloat16", True, wg(4, 64, 2)),
+    (130, 130, 128, 128, "bfloat16", True, wg(8, 64, 1)),
+    (130, 17, 64, 64, "float16", False, wg(8, 128, 2)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"L{c[0]}-S{c[1]}-d{c[2]}v{c[3]}-"
+                         f"{c[4]}{'-causal' if c[5] else ''}-{c[6].warps}w{c[6].block_kv}"
+                         f"s{c[6].stages}")
+def test_wgmma_attention_matches_numpy(case):
+    lq, s, e, ev, dtype, causal, cfg = case
+    _check(AttentionWorkload(1, 2, 2, lq, s, e, ev, dtype, causal), cfg)
+
+
+def test_grouped_query_with_a_padding_mask_and_a_fully_masked_row():
+    m = RNG.random((2, 1, 17, 70)) > 0.3
+    m[1, ..., 40:] = False
+    m[0, 0, 3] = False  # every key of a row dropped: zeros
+    w = AttentionWorkload(2, 4, 2, 17, 70, 64, 64, "float16", True,
+                          mask=AttentionMask(m.shape, "bool"))
+    _check(w, wg(4, 64, 2), m)
+
+
+def test_additive_mask_bf16():
+    m = cast_array(RNG.standard_normal((1, 2, 33, 65)) * 2, "float32")
+    w = AttentionWorkload(1, 2, 1, 33, 65, 128, 128, "bfloat16", False, 0.2,
+                          AttentionMask(m.shape, "float32"))
+    _check(w, wg(4, 64, 1), m)
+
+
+def _ramp_problem():
+    """Scores rising by about 10 per key tile of 64 (beyond the rescale threshold of 8):
+    every tile moves the rows' maxima and flushes the output."""
+    w = AttentionWorkload(1, 1, 1, 64, 200, 64, 64, "float16", False, 1.0)
+    q = np.full((1, 1, 64, 64), 0.125, np.float16)
+    ramp = (np.arange(200) // 64 * 1.25 + RNG.uniform(0, 0.05, 200)).astype(np.float16)
+    k = np.broadcast_to(ramp[None, None, :, None], (1, 1, 200, 64)).astype(np.float16)
+    v = RNG.standard_normal((1, 1, 200, 64)).astype(np.float16)
+    return w, q, k, v
+
+
+def _ramp_error(monkeypatch=None) -> float:
+    w, q, k, v = _ramp_problem()
+    out = np.full((1, 1, 64, 64), np.nan, np.float16)
+    backend_sim.run(attention_module(w, wg(4, 64, 2)), [q, k, v, out])
+    want = attention_python(q, k, v, None, 1.0, False)
+    return float(np.abs(out.astype(np.float64) - want).max() / max(1, np.abs(want).max()))
+
+
+def test_growing_maxima_flush_the_output(monkeypatch):
+    assert _ramp_error() <= 4e-3
+    # without the flush the earlier tiles' output keeps its old scale: wrong numbers
+    monkeypatch.setattr(WgmmaKernel, "flush", lambda self: Seq([]))
+    assert _ramp_error() > 0.05
+
+
+def _drop(mod: Module, op: str) -> Module:
+    """``mod`` without its ``WgmmaSync(op)`` steps."""
+    def fs(x):
+        if isinstance(x, Seq) and any(isinstance(y, WgmmaSync) and y.op == op
+                                      for y in x.stmts):
+            return Seq([y for y in x.stmts if not (isinstance(y, WgmmaSync) and y.op == op)])
+        return None
+    funcs = [f.replace(body=map_stmt(f.body, fstmt=fs)) if f.name != "main" else f
+             for f in mod.functions.values()]
+    return Module(funcs, mod.attrs)
+
+
+@pytest.mark.parametrize("op,error", [("fence", "no wgmma.fence"),
+                                      ("fence_proxy_async", "no fence.proxy.async"),
+                                      ("wait", "not yet waited|in flight")])
+def test_the_simulator_holds_the_kernel_to_the_wgmma_protocol(op, error):
+    w = AttentionWorkload(1, 1, 1, 17, 70, 64, 64, "float16", False)
+    bad = _drop(attention_module(w, wg(4, 64, 2)), op)
+    with pytest.raises(WgmmaProtocolError, match=error):
+        backend_sim.run(bad, _data(w))
+
+
+def test_build_attention_takes_wgmma_on_sm_90a():
+    q = te.placeholder((1, 2, 70, 64), "float16", name="q")
+    k = te.placeholder((1, 2, 90, 64), "float16", name="k")
+    v = te.placeholder((1, 2, 90, 64), "float16", name="v")
+    out = attention(q, k, v, causal=True)
+    mod = build_attention(out, "sim -arch=sm_90a")
+    assert "wgmma_m64n" in mod.get_source("ir")
+    args = _data(AttentionWorkload(1, 2, 2, 70, 90, 64, 64, "float16", True))
+    mod(*args)
+    want = attention_python(*args[:3], None, None, True)
+    assert np.abs(args[-1].astype(np.float64) - want).max() <= 4e-3 * max(
+        1, np.abs(want).max())
+
+
+# -- the knob ----------------------------------------------------------------------------
+
+
+def test_wgmma_rules_name_what_is_wrong():
+    w = AttentionWorkload(1, 16, 16, 512, 512, 128, 128)
+    for cfg, target, rule in [
+        (wg(), as_target("cuda -arch=sm_80"), "needs sm_90a"),
+        (wg(), as_target("cuda -arch=sm_90"), "needs sm_90a"),
+        (wg(2, 64, 2), H100, "warps must be one of"),
+        (wg(4, 32, 2), H100, "block_kv must be one of"),
+        (wg(8, 128, 2), H100, "shared memory"),
+        (AttentionConfig(4, 64, 2, "tcgen05"), H100, "mma must be one of"),
+    ]:
+        with pytest.raises(AttentionError, match=rule):
+            check_attention_config(w, cfg, target)
+    with pytest.raises(AttentionError, match="v_dim must be 64, 128, 192 or 256"):
+        check_attention_config(AttentionWorkload(1, 1, 1, 128, 128, 80, 80), wg(), H100)
+
+
+def test_the_chooser_prefers_wgmma_on_sm_90a_where_legal():
+    w = AttentionWorkload(1, 16, 16, 4096, 4096, 128, 128, causal=True)
+    best = choose_attention_config(w, H100)
+    assert best.mma == "wgmma"
+    assert all(c.mma == "mma_sync" for c in attention_candidates(w, as_target("cuda")))
+    assert choose_attention_config(w, as_target("cuda -arch=sm_80")).mma == "mma_sync"
+    # v_dim 80: no wgmma of that N here, mma.sync runs it
+    w80 = AttentionWorkload(1, 16, 16, 1024, 1024, 80, 80)
+    assert choose_attention_config(w80, H100).mma == "mma_sync"
+    # two warpgroups only where the rows pass 64
+    short = attention_candidates(AttentionWorkload(1, 2, 2, 50, 500, 64, 64), H100)
+    assert {c.warps for c in short if c.mma == "wgmma"} == {4}
+
+
+def test_the_template_and_the_step_carry_the_knob():
+    import ptxforge.autotvm.attention  # noqa: F401
+    from ptxforge import autotvm
+    from ptxforge.ops.schedules.attention.schedule_pass import fused_attention_step
+
+    args = (1, 2, 2, 130, 130, 64, 64, "float16", True)
+    with H100:
+        task = autotvm.task.create("attention.cuda", args=args, target=H100)
+        assert "mma" in task.config_space.space_map
+        want = {"warps": 8, "block_kv": 128, "stages": 1, "mma": "wgmma"}
+        space = task.config_space
+        entity = next(space.get(i) for i in range(len(space))
+                      if all(space.get(i)[n].val == v for n, v in want.items()))
+        s, _ = task.instantiate(entity)
+    step = fused_attention_step(s.pipeline)
+    assert step.config == wg(8, 128, 1) and 'mma="wgmma"' in str(s.pipeline)
+    assert "mma" not in autotvm.task.create("attention.cuda", args=args,
+                                            target="cuda").config_space.space_map
+
+
+# -- PTX ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype,cfg", [("float16", wg(4, 64, 2)), ("bfloat16", wg(8, 128, 1))])
+def test_ptx_for_sm_90a_runs_the_products_on_wgmma(dtype, cfg):
+    from ptxforge.backend_ptx import compile_module
+
+    w = AttentionWorkload(1, 16, 16, 4096, 4096, 64, 64, dtype, True)
+    src = compile_module(attention_module(w, cfg), H100).get_source("ptx")
+    s = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    # S = Q K^T: 4 of N = block_kv (head dim 64); P V: block_kv / 16 of N = 64 (v_dim)
+    want = {f"m64n{cfg.block_kv}k16": 4}
+    want["m64n64k16"] = want.get("m64n64k16", 0) + cfg.block_kv // 16
+    for shape, n in want.items():
+        assert src.count(f"wgmma.mma_async.sync.aligned.{shape}.f32.{s}.{s}") == n, shape
+    for ins in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned",
+                "wgmma.wait_group.sync.aligned \t0", "fence.proxy.async.shared::cta",
+                "cp.async", "shfl.sync.bfly"):
+        assert ins in src, ins
+    assert "mma.sync" not in src and ".local" not in src
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas is not installed")
+def test_ptxas_assembles_the_chosen_wgmma_kernel_without_spills():
+    from ptxforge.backend_ptx.compile import compile_kernel
+    from ptxforge.ops.schedules.attention.knobs import registers_estimate
+
+    w = AttentionWorkload(1, 16, 16, 4096, 4096, 128, 128, "float16", True)
+    cfg = choose_attention_config(w, H100)
+    assert cfg.mma == "wgmma"
+    ck = compile_kernel(attention_module(w, cfg).kernels()[0], H100, stop_after="cubin",
+                        assembler="ptxas")
+    res = ck.resources
+    assert not res.spills and res.registers * cfg.threads <= H100.registers_per_block
+    assert abs(res.registers - registers_estimate(w, cfg)) <= 40
+
+
+# -- on a GPU ----------------------------------------------------------------------------
+
+GPU_CASES = [
+    AttentionWorkload(1, 4, 2, 130, 130, 128, 128, "float16", True),
+    AttentionWorkload(2, 4, 4, 64, 200, 64, 64, "bfloat16", False),
+    AttentionWorkload(1, 2, 2, 17, 17, 64, 64, "float16", False),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.sanitize
+@pytest.mark.parametrize("w", GPU_CASES, ids=lambda w: f"L{w.q_len}-d{w.head_dim}-{w.dtype}")
+def test_wgmma_attention_on_the_gpu(w):
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+
+    dev = cuda(0)
+    if dev.sm != "sm_90a":
+        pytest.skip(f"wgmma needs sm_90a, the GPU is {dev.sm}")
+    for cfg in (wg(4, 64, 2), wg(8, 64, 1), wg(4, 128, 1)):
+        loaded = compile_module(attention_module(w, cfg), H100).load(dev)
+        args = _data(w)
+        out = empty(args[-1].shape, w.dtype, dev)
+        loaded(*[array(a, dev, w.dtype) for a in args[:3]], out)
+        want = attention_python(*args[:3], None, w.scale, w.causal, dtype=w.dtype)
+        got = widen(out.numpy(), w.dtype)
+        assert np.abs(got - want).max() <= attention_tolerance(w.dtype) * max(
+            1.0, np.abs(want).max()), cfg
