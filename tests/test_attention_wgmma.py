@@ -210,6 +210,38 @@ def test_the_template_and_the_step_carry_the_knob():
                                             target="cuda").config_space.space_map
 
 
+def test_the_sketch_offers_wgmma_and_builds_its_state():
+    from ptxforge import autosched
+    from ptxforge.autosched.attention import attention_model, attention_sketches
+    from ptxforge.autotvm.attention import build_attention_candidate
+    from ptxforge.ir.compute_dag import ComputeDAG
+    from ptxforge.measure import BuildOptions, MeasureInput
+
+    q = te.placeholder((1, 2, 70, 64), "bfloat16", name="q")
+    k = te.placeholder((1, 1, 70, 64), "bfloat16", name="k")
+    v = te.placeholder((1, 1, 70, 64), "bfloat16", name="v")
+    out = attention(q, k, v)
+    task = autosched.SearchTask(compute_dag=ComputeDAG([q, k, v, out]), target=H100)
+    (sk,) = attention_sketches(task)
+    (step,) = sk.steps
+    rows = np.array([i for i, c in enumerate(step.configs) if c.mma == "wgmma"])[:, None]
+    assert rows.size
+    model = attention_model(step, sk.values(rows), task.hardware_params, len(rows))
+    assert model["valid"].all() and (model["threads"] % 128 == 0).all()
+    assert (model["shared_bytes"] % 1024 == 0).all()  # the swizzled layout's atoms
+    pick = int(rows[int(np.argmin(model["est"])), 0])
+    inp = MeasureInput(task.task_spec, sk.pipeline_text((pick,)))
+    assert 'mma="wgmma"' in inp.pipeline_text
+    res = build_attention_candidate(inp, BuildOptions(compile_to="ir"))
+    assert res.error_no == 0, res.error_msg
+    w = AttentionWorkload(1, 2, 1, 70, 70, 64, 64, "bfloat16")
+    args = _data(w)
+    backend_sim.run(res.artifact.device_module(), args)
+    want = attention_python(*args[:3], dtype="bfloat16")
+    assert np.abs(widen(args[-1], "bfloat16") - want).max() < 3e-2 * max(
+        1, np.abs(want).max())
+
+
 # -- PTX ---------------------------------------------------------------------------------
 
 

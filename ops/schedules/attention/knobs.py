@@ -86,7 +86,14 @@ def shared_layout(w: AttentionWorkload, cfg: AttentionConfig) -> SharedLayout:
     then, once Q's fragments are loaded, the probabilities in the input dtype), ``stages``
     K and V tiles, ``SO_s`` (the float32 scores, and the float32 output tile while the
     scores are dead: the rescaling and the end), one float32 per row (the rescale factor,
-    then the inverse sum) and one per warp (its vote for a rescaling)."""
+    then the inverse sum) and one per warp (its vote for a rescaling). A ``wgmma``
+    configuration has its own layout (:func:`~.knobs_wgmma.wgmma_layout`, with the same
+    ``sizes``, ``offsets``, ``total``, ``s_ld`` and ``o_ld``)."""
+    if cfg.mma == "wgmma":
+        # the wgmma form's own layout (swizzled panels; see knobs_wgmma.wgmma_layout)
+        from .knobs_wgmma import wgmma_layout
+
+        return wgmma_layout(w, cfg)
     e, ev, br, bc = w.head_dim, w.v_dim, cfg.block_q, cfg.block_kv
     q_ld, k_ld, v_ld = e + PAD16, e + PAD16, ev + PAD16
     s_ld, p_ld, o_ld = bc + PAD32, bc + PAD16, ev + PAD32
