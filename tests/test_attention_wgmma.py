@@ -95,6 +95,38 @@ def test_additive_mask_bf16():
     _check(w, wg(4, 64, 1), m)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_workloads_and_wgmma_configurations(seed):
+    """A random problem (lengths, head dims, heads, dtype, causal, scale, mask) with a
+    random legal wgmma configuration, on inputs of standard deviation 2."""
+    rng = np.random.default_rng(100 + seed)
+    lq, s = (int(x) for x in rng.integers(33, 150, 2))
+    e, ev = int(rng.choice([64, 80, 128])), int(rng.choice([64, 128]))
+    hk, g, b = int(rng.choice([1, 2])), int(rng.choice([1, 2])), int(rng.choice([1, 2]))
+    dtype = str(rng.choice(["float16", "bfloat16"]))
+    shape = [(b, 1, 1, s), (lq, s)][int(rng.integers(2))]
+    kind = int(rng.integers(3))
+    mask = marr = None
+    if kind:
+        mdt = "bool" if kind == 1 else "float16"
+        marr = rng.random(shape) > 0.3 if kind == 1 else cast_array(
+            rng.standard_normal(shape), mdt)
+        mask = AttentionMask(shape, mdt)
+    w = AttentionWorkload(b, hk * g, hk, lq, s, e, ev, dtype, bool(rng.integers(2)),
+                          None if rng.integers(2) else 0.2, mask)
+    cands = [c for c in attention_candidates(w, H100) if c.mma == "wgmma"]
+    cfg = cands[int(rng.integers(len(cands)))]
+    sh = w.shapes()
+    args = [cast_array(rng.standard_normal(sh[n]) * 2, dtype) for n in "qkv"]
+    out = cast_array(np.full(sh["out"], np.nan), dtype)
+    backend_sim.run(attention_module(w, cfg), [*args] + ([marr] if kind else []) + [out])
+    want = attention_python(*args, marr, w.scale, w.causal, dtype=dtype)
+    got = widen(out, dtype)
+    assert np.isfinite(got).all(), (w, cfg)
+    err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
+    assert err <= attention_tolerance(dtype), (w, cfg, err)
+
+
 def _ramp_problem():
     """Scores rising by about 10 per key tile of 64 (beyond the rescale threshold of 8):
     every tile moves the rows' maxima and flushes the output."""
@@ -172,6 +204,9 @@ def test_wgmma_rules_name_what_is_wrong():
     ]:
         with pytest.raises(AttentionError, match=rule):
             check_attention_config(w, cfg, target)
+    with pytest.raises(AttentionError, match="no wgmma configuration fits"):
+        check_attention_config(AttentionWorkload(1, 1, 1, 128, 128, 256, 256), wg(4, 64, 1),
+                               H100)
     with pytest.raises(AttentionError, match="v_dim must be 64, 128, 192 or 256"):
         check_attention_config(AttentionWorkload(1, 1, 1, 128, 128, 80, 80), wg(), H100)
 

@@ -108,9 +108,13 @@ def check_wgmma_config(w: AttentionWorkload, cfg, target: Target) -> None:
     lay = wgmma_layout(w, cfg)
     limit = target.max_shared_memory_per_block_optin
     if lay.total > limit:
+        fewer = [what for what, more in (("4 warps", cfg.warps > 4),
+                                         ("block_kv 64", cfg.block_kv > 64),
+                                         ("one stage", cfg.stages > 1)) if more]
+        fix = (f"take {' or '.join(fewer)}" if fewer else
+               "no wgmma configuration fits these head dims: take mma='mma_sync'")
         raise AttentionError(f"the configuration {cfg.to_dict()} needs {lay.total} bytes of "
-                             f"shared memory per block; {target.arch} allows {limit}: take "
-                             "4 warps, block_kv 64 or one stage")
+                             f"shared memory per block; {target.arch} allows {limit}: {fix}")
     regs = wgmma_registers(w, cfg)
     if regs > REGISTER_BUDGET:
         raise AttentionError(f"the configuration {cfg.to_dict()} holds about {regs} registers "
