@@ -189,6 +189,30 @@ def test_build_attention_takes_wgmma_on_sm_90a():
         1, np.abs(want).max())
 
 
+def test_a_graph_attention_compiles_to_the_wgmma_kernel_on_sm_90a():
+    from ptxforge import graph
+    from ptxforge.graph import optimize
+    from ptxforge.graph.fused import distinct_functions
+    from ptxforge.graph.ir import Var, graph_from_outputs
+    from ptxforge.graph.opdefs.attention import attention as nn_attention
+    from ptxforge.graph.opdefs.attention import fused_attention_module
+    from ptxforge.graph.passes.base import GraphPassContext
+
+    q, k, v = (Var("q", (1, 4, 48, 64), "float16"), Var("k", (1, 2, 80, 64), "float16"),
+               Var("v", (1, 2, 80, 64), "float16"))
+    net = graph_from_outputs(nn_attention(q, k, v, None, is_causal=True))
+    with GraphPassContext(config={"fused_attention": True}):
+        fused = optimize(net)
+    funcs, _ = distinct_functions(fused)
+    mods = [m for m in (fused_attention_module(f, "sim -arch=sm_90a") for f in funcs) if m]
+    assert len(mods) == 1 and "wgmma_m64n64k16" in str(mods[0])
+    feeds = {n.name: cast_array(RNG.standard_normal(n.shape), "float16") for n in (q, k, v)}
+    want = graph.evaluate(net, feeds).astype(np.float64)
+    out = np.full(want.shape, np.nan, np.float16)
+    backend_sim.run(mods[0], [feeds["q"], feeds["k"], feeds["v"], out])
+    assert np.abs(out.astype(np.float64) - want).max() <= 4e-3 * max(1, np.abs(want).max())
+
+
 # -- the knob ----------------------------------------------------------------------------
 
 
