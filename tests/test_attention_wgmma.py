@@ -175,6 +175,16 @@ def test_the_simulator_holds_the_kernel_to_the_wgmma_protocol(op, error):
         backend_sim.run(bad, _data(w))
 
 
+def test_device_ir_prints_and_parses_back():
+    from ptxforge.ir.parser import parse_module
+
+    mod = attention_module(AttentionWorkload(1, 2, 1, 40, 70, 80, 128, "float16", True),
+                           wg(8, 128, 2))
+    text = str(mod)
+    assert '"swizzle": {"K_s": 3, "P_s": 3, "Q_s": 3, "V_s": 3}' in text
+    assert str(parse_module(text)) == text
+
+
 def test_build_attention_takes_wgmma_on_sm_90a():
     q = te.placeholder((1, 2, 70, 64), "float16", name="q")
     k = te.placeholder((1, 2, 90, 64), "float16", name="k")

@@ -27,7 +27,7 @@ publishes them.
 from __future__ import annotations
 
 from ....ir import dtype as dt
-from ....ir.expr import Cast, Expr, IntImm, Var, floordiv, floormod, select
+from ....ir.expr import Cast, Expr, IntImm, Var, emin, floordiv, floormod, select
 from ....ir.intrin.keys import IntrinKey
 from ....ir.stmt import (
     Alloc,
@@ -108,7 +108,6 @@ class WgmmaKernel(_Kernel):
         self.acc = Buffer("row_acc", F32, [1], "local")
         self.bx, self.by, self.bz = (Var(n) for n in ("bq", "bh", "bb"))
         self.ty = Var("wg")  # the warpgroup
-        self.tx = Var("tx")
 
     @property
     def block(self) -> tuple:
@@ -148,7 +147,7 @@ class WgmmaKernel(_Kernel):
                 r, ch = c // _i(per_row), c % _i(per_row)
                 g = first + r
                 inside = g < _i(limit)
-                src_i = src_row(_clamp(g, limit)) + ch * _i(COPY_ELEMS)
+                src_i = src_row(emin(g, _i(limit - 1))) + ch * _i(COPY_ELEMS)
                 nbytes = COPY_ELEMS * dt.nbytes(dst.dtype)
                 cp = AsyncCopy(dst, dst_at(r, ch), src, src_i, nbytes,
                                select(inside, IntImm(nbytes, "int32"), IntImm(0, "int32")))
@@ -350,9 +349,3 @@ class WgmmaKernel(_Kernel):
         s = _loop_var(self.bz, self.w.batch, s, "blockIdx.z")
         s = _loop_var(self.by, self.w.heads, s, "blockIdx.y")
         return _loop_var(self.bx, -(-self.w.q_len // cfg.block_q), s, "blockIdx.x")
-
-
-def _clamp(g: Expr, limit: int) -> Expr:
-    from ....ir.expr import emin
-
-    return emin(g, _i(limit - 1))
