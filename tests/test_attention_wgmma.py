@@ -68,6 +68,9 @@ CASES = [
     (64, 64, 80, 64, "bfloat16", True, wg(4, 64, 2)),
     (130, 130, 128, 128, "bfloat16", True, wg(8, 64, 1)),
     (130, 17, 64, 64, "float16", False, wg(8, 128, 2)),
+    (64, 130, 64, 64, "float16", False, wg(4, 64, 3)),
+    (130, 200, 128, 128, "bfloat16", True, wg(4, 64, 3)),
+    (1, 1, 64, 64, "float16", False, wg(4, 64, 3)),
 ]
 
 
@@ -138,19 +141,20 @@ def _ramp_problem():
     return w, q, k, v
 
 
-def _ramp_error(monkeypatch=None) -> float:
+def _ramp_error(stages: int) -> float:
     w, q, k, v = _ramp_problem()
     out = np.full((1, 1, 64, 64), np.nan, np.float16)
-    backend_sim.run(attention_module(w, wg(4, 64, 2)), [q, k, v, out])
+    backend_sim.run(attention_module(w, wg(4, 64, stages)), [q, k, v, out])
     want = attention_python(q, k, v, None, 1.0, False)
     return float(np.abs(out.astype(np.float64) - want).max() / max(1, np.abs(want).max()))
 
 
-def test_growing_maxima_flush_the_output(monkeypatch):
-    assert _ramp_error() <= 4e-3
+@pytest.mark.parametrize("stages", [2, 3])
+def test_growing_maxima_flush_the_output(monkeypatch, stages):
+    assert _ramp_error(stages) <= 4e-3
     # without the flush the earlier tiles' output keeps its old scale: wrong numbers
     monkeypatch.setattr(WgmmaKernel, "flush", lambda self: Seq([]))
-    assert _ramp_error() > 0.05
+    assert _ramp_error(stages) > 0.05
 
 
 def _drop(mod: Module, op: str) -> Module:
@@ -165,12 +169,12 @@ def _drop(mod: Module, op: str) -> Module:
     return Module(funcs, mod.attrs)
 
 
-@pytest.mark.parametrize("op,error", [("fence", "no wgmma.fence"),
-                                      ("fence_proxy_async", "no fence.proxy.async"),
-                                      ("wait", "not yet waited|in flight")])
-def test_the_simulator_holds_the_kernel_to_the_wgmma_protocol(op, error):
-    w = AttentionWorkload(1, 1, 1, 17, 70, 64, 64, "float16", False)
-    bad = _drop(attention_module(w, wg(4, 64, 2)), op)
+@pytest.mark.parametrize("op,error,stages", [
+    ("fence", "no wgmma.fence", 2), ("fence_proxy_async", "no fence.proxy.async", 2),
+    ("wait", "not yet waited|in flight", 2), ("wait", "not yet waited|in flight", 3)])
+def test_the_simulator_holds_the_kernel_to_the_wgmma_protocol(op, error, stages):
+    w = AttentionWorkload(1, 1, 1, 17, 200, 64, 64, "float16", False)
+    bad = _drop(attention_module(w, wg(4, 64, stages)), op)
     with pytest.raises(WgmmaProtocolError, match=error):
         backend_sim.run(bad, _data(w))
 
@@ -235,6 +239,8 @@ def test_wgmma_rules_name_what_is_wrong():
         (wg(4, 32, 2), H100, "block_kv must be one of"),
         (wg(8, 128, 2), H100, "shared memory"),
         (AttentionConfig(4, 64, 2, "tcgen05"), H100, "mma must be one of"),
+        (AttentionConfig(4, 64, 3), H100, "stages must be one of"),
+        (wg(4, 64, 4), H100, "stages in"),
     ]:
         with pytest.raises(AttentionError, match=rule):
             check_attention_config(w, cfg, target)

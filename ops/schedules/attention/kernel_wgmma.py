@@ -209,11 +209,13 @@ class WgmmaKernel(_Kernel):
         return _loop("wi", 64, lambda i: _loop("wj", n, lambda j: _loop(
             "wk", 16, lambda kk: inner(i, j, kk))), annotations=_intrin(key))
 
-    def _batch(self, steps: list) -> Stmt:
-        return Seq([WgmmaSync("fence"), *steps, WgmmaSync("commit"), WgmmaSync("wait", 0)])
+    def _batch(self, steps: list, wait: bool = True) -> Stmt:
+        tail = [WgmmaSync("wait", 0)] if wait else []
+        return Seq([WgmmaSync("fence"), *steps, WgmmaSync("commit"), *tail])
 
-    def scores(self, stage: Expr) -> Stmt:
-        """``S_acc = Q K^T`` of this warpgroup's 64 rows and the tile's keys."""
+    def scores(self, stage: Expr, wait: bool = True) -> Stmt:
+        """``S_acc = Q K^T`` of this warpgroup's 64 rows and the tile's keys (issued and
+        committed; waited for unless ``wait`` is False)."""
         bc, br = self.cfg.block_kv, self.cfg.block_q
         steps = []
         for kk in range(self.w.head_dim // 16):
@@ -222,9 +224,9 @@ class WgmmaKernel(_Kernel):
             k_base = stage * _i(self.k_sz) + _i(p * bc * PANEL + off)
             steps.append(self._wgmma(self.k_s_mma, self.sf, bc, self.q_s, a_base, self.k_s,
                                      lambda j, k, kb=k_base: kb + j * _i(PANEL) + k))
-        return Seq([self._fill(self.sf, bc), self._batch(steps)])
+        return Seq([self._fill(self.sf, bc), self._batch(steps, wait)])
 
-    def pv(self, stage: Expr) -> Stmt:
+    def pv(self, stage: Expr, wait: bool = True) -> Stmt:
         """``O_acc += P V`` of this warpgroup's rows."""
         ev, bc, br = self.w.v_dim, self.cfg.block_kv, self.cfg.block_q
         vp = self.lay.v_panels
@@ -240,7 +242,7 @@ class WgmmaKernel(_Kernel):
                 return vb + k * _i(PANEL) + col
             steps.append(self._wgmma(self.k_o_mma, self.of, ev, self.p_s, a_base, self.v_s,
                                      b_at))
-        return self._batch(steps)
+        return self._batch(steps, wait)
 
     def _store_acc(self, acc: Buffer, n: int, dst: Buffer, ld: int) -> Stmt:
         """The warpgroup's 64 x n accumulator to its rows of the float32 ``dst``."""
@@ -329,16 +331,64 @@ class WgmmaKernel(_Kernel):
             return If(j < needed, body)
         return _loop("kv", total, step)
 
+    def key_loop_overlapped(self) -> Stmt:
+        """Three K/V stages: the next tile's ``Q K^T`` runs on the tensor cores while the
+        threads compute this tile's softmax (from the scores' shared copy, so one
+        accumulator serves), then ``P V``; one wait covers both. The tile after next is
+        copied while this one is used (its stage held the tile before, done with)."""
+        w, cfg = self.w, self.cfg
+        total = -(-w.kv_len // cfg.block_kv)
+        needed = self.kv_tiles_needed()
+        need = _i(needed) if isinstance(needed, int) else needed
+
+        def step(j):
+            s_next, s_this = Var("stage_next"), Var("stage")
+            nxt, after = j + _i(1), j + _i(2)
+            has_next = nxt < need
+            flush = (If(self.any_vote(), Seq([self.flush(), Barrier()]))  # S_s was its tile
+                     if total > 1 else None)
+            body = Seq([
+                AsyncWait(0), WgmmaSync("fence_proxy_async"), Barrier(),
+                If(after < need, Seq([self.copy_kv(after, floormod(after, 3)),
+                                      AsyncCommit()])),
+                If(has_next, self.scores(s_next, wait=False)),
+                self.softmax(j), WgmmaSync("fence_proxy_async"), Barrier(),
+                flush,
+                self.pv(s_this, wait=False), WgmmaSync("wait", 0),
+                If(has_next, self._store_acc(self.sf, cfg.block_kv, self.s_s,
+                                             self.lay.s_ld)),
+            ])
+            body = Let(s_this, floormod(j, 3), Let(s_next, floormod(nxt, 3), body))
+            if isinstance(needed, int):
+                return body
+            return If(j < needed, body)
+        # the first tile's scores before the loop
+        first = Seq([AsyncWait(1), WgmmaSync("fence_proxy_async"), Barrier(),
+                     self.scores(_i(0)),
+                     self._store_acc(self.sf, cfg.block_kv, self.s_s, self.lay.s_ld)])
+        return Seq([first, _loop("kv", total, step)])
+
     def body(self) -> Stmt:
         cfg, o_ld = self.cfg, self.lay.o_ld
         init = self.threads(lambda tx: Seq([Store(self.m_r, [_i(0)], NEG_INF),
                                             Store(self.l_r, [_i(0)], _f(0.0))]))
         zero_o = self._rows(lambda gr, c: Store(self.o_s, [gr * _i(o_ld) + c], _f(0.0)))
         prologue = [self.copy_q(), AsyncCommit()]
-        if cfg.stages == 2:
+        if cfg.stages >= 2:
             prologue += [self.copy_kv(_i(0), 0), AsyncCommit()]
+        if cfg.stages == 3:
+            # the second tile in flight too (an empty group where there is none: the
+            # first wait, for all but one group, then covers Q and the first tile)
+            second = self.copy_kv(_i(1), 1)
+            needed = self.kv_tiles_needed()
+            if not isinstance(needed, int):
+                second = If(_i(1) < needed, second)
+            elif needed < 2:
+                second = None
+            prologue += [second, AsyncCommit()]
+        loop = self.key_loop_overlapped() if cfg.stages == 3 else self.key_loop()
         per_wg: Stmt = Seq([init, zero_o, *prologue, self._fill(self.of, self.w.v_dim),
-                            self.key_loop(), self.epilogue()])
+                            loop, self.epilogue()])
         for buf in (self.acc, self.l_r, self.m_r, self.of, self.sf):
             per_wg = Alloc(buf, per_wg)
         s: Stmt = _loop_var(self.ty, cfg.warpgroups, per_wg, "threadIdx.y")

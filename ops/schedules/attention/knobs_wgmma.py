@@ -22,6 +22,10 @@ from .workload import AttentionError, AttentionWorkload
 
 WGMMA_WARPS = (4, 8)
 WGMMA_BLOCK_KV = (64, 128)
+WGMMA_STAGES = (1, 2, 3)
+"""K/V tiles in shared memory: 1 (copy, then use), 2 (the next tile's copies overlap), 3
+(the tile after next is copied while the next tile's ``Q K^T`` overlaps this tile's
+softmax)."""
 PANEL = 64
 """16-bit elements of a 128-byte row: one 128B swizzle atom's row."""
 ATOM_ALIGN = 1024
@@ -96,8 +100,9 @@ def check_wgmma_config(w: AttentionWorkload, cfg, target: Target) -> None:
     if cfg.block_kv not in WGMMA_BLOCK_KV:
         raise AttentionError(f"mma='wgmma' reads P and V in 64-key panels: block_kv must be "
                              f"one of {WGMMA_BLOCK_KV}, got {cfg.block_kv}")
-    if cfg.stages not in (1, 2):
-        raise AttentionError(f"stages must be one of (1, 2), got {cfg.stages}")
+    if cfg.stages not in WGMMA_STAGES:
+        raise AttentionError(f"mma='wgmma' takes stages in {WGMMA_STAGES} (3: the next "
+                             f"tile's Q K^T overlaps this tile's softmax), got {cfg.stages}")
     if w.v_dim % PANEL or w.v_dim > 256:
         raise AttentionError(f"mma='wgmma' reads V as the MN-major B of m64n{w.v_dim}k16, in "
                              f"64-column panels: v_dim must be 64, 128, 192 or 256, got "
@@ -141,7 +146,7 @@ def wgmma_candidates(w: AttentionWorkload, target: Target) -> list:
         for bc in WGMMA_BLOCK_KV:
             if bc > 64 and w.kv_len <= 64:
                 continue
-            for st in (1, 2):
+            for st in WGMMA_STAGES:
                 cfg = AttentionConfig(warps, bc, st, "wgmma")
                 try:
                     check_wgmma_config(w, cfg, target)
@@ -176,6 +181,10 @@ def wgmma_attention_time(w: AttentionWorkload, cfg, target: Target) -> float:
     t_copy = copy_bytes * per_sm / (WGMMA_COPY_BYTES_PER_CLOCK * clock)
     row_work = 6 * br * bc / cfg.threads + cfg.warps
     t_rows = (row_work * 4 + 3 * target.barrier_cycles) / clock
-    step = (max(t_mma, t_copy) if cfg.stages > 1 else t_mma + t_copy) + t_rows
+    if cfg.stages == 3:
+        # the softmax runs beside the next tile's Q K^T (half the tensor-core work)
+        step = max(t_mma, t_copy, t_rows + t_mma / 2)
+    else:
+        step = (max(t_mma, t_copy) if cfg.stages > 1 else t_mma + t_copy) + t_rows
     steps = kv_tiles if not w.causal else max(1, (kv_tiles + 1) // 2 + br // (2 * bc))
     return waves * steps * step + target.launch_seconds

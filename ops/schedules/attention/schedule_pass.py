@@ -20,6 +20,7 @@ from ....passes import Pass, register_pass
 from ....passes.errors import PassError
 from .kernel import attention_module
 from .knobs import BLOCK_KV, MMAS, STAGES, WARPS, AttentionConfig, check_attention_config
+from .knobs_wgmma import WGMMA_STAGES
 from .workload import AttentionError, AttentionMask, AttentionWorkload
 
 PARAMS = ("q", "k", "v")
@@ -75,7 +76,8 @@ class FusedAttention(Pass):
     Parameters:
         warps: warps per block; each owns 16 query rows.
         block_kv: keys per tile of the loop over keys (16, 32, 64 or 128).
-        stages: 1 (copy, then compute) or 2 (the next tile's copies overlap this one).
+        stages: 1 (copy, then compute) or 2 (the next tile's copies overlap this one); 3
+            with wgmma (the next tile's Q K^T overlaps this tile's softmax).
         causal: the attention's causal mask (top-left aligned).
         scale: the attention's score scale; None is ``1 / sqrt(head dim)``.
         mma: the products' instructions, ``"mma_sync"`` or ``"wgmma"`` (sm_90a: warps 4
@@ -95,9 +97,10 @@ class FusedAttention(Pass):
         return AttentionConfig(self.warps, self.block_kv, self.stages, self.mma)
 
     def apply(self, module: Module, ctx) -> Module:
+        stages = WGMMA_STAGES if self.mma == "wgmma" else STAGES
         for what, value, allowed in (("warps", self.warps, WARPS),
                                      ("block_kv", self.block_kv, BLOCK_KV),
-                                     ("stages", self.stages, STAGES),
+                                     ("stages", self.stages, stages),
                                      ("mma", self.mma, MMAS)):
             if value not in allowed:
                 raise PassError(f"fused_attention: {what} must be one of {allowed}, got "
