@@ -372,7 +372,8 @@ def test_wgmma_attention_on_the_gpu(w):
     dev = cuda(0)
     if not dev.target.has_wgmma:
         pytest.skip(f"wgmma needs a Hopper GPU (sm_90a), this one is {dev.sm}")
-    for cfg in (wg(4, 64, 2), wg(8, 64, 1), wg(4, 128, 1)):
+    for cfg in (wg(4, 64, 3), wg(4, 64, 2), wg(8, 64, 1), wg(4, 128, 1)):
+        check_attention_config(w, cfg, dev.target)
         loaded = compile_module(attention_module(w, cfg), H100).load(dev)
         args = _data(w)
         out = empty(args[-1].shape, w.dtype, dev)
