@@ -47,7 +47,8 @@ class AttentionStep:
         from ..ops.schedules.attention.schedule_pass import FusedAttention
 
         w = self.workload
-        return FusedAttention(cfg.warps, cfg.block_kv, cfg.stages, w.causal, w.scale)
+        return FusedAttention(cfg.warps, cfg.block_kv, cfg.stages, w.causal, w.scale,
+                              cfg.mma)
 
     def emit(self, vals, out) -> None:
         cfg = self.configs[int(vals[self.slot("config")])]

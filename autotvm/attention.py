@@ -42,7 +42,8 @@ from ..ops.schedules.attention import (
     check_attention_config,
     choose_attention_config,
 )
-from ..ops.schedules.attention.knobs import BLOCK_KV, MMA_ROWS, STAGES, WARPS
+from ..ops.schedules.attention.knobs import BLOCK_KV, MMA_ROWS, MMAS, STAGES, WARPS
+from ..ops.schedules.attention.knobs_wgmma import WGMMA_STAGES
 from ..ops.schedules.attention.schedule_pass import (
     FusedAttention,
     fused_attention_device_module,
@@ -83,18 +84,23 @@ def attention_template(B, Hq, Hkv, L, S, E, Ev, dtype="float16", causal=False, s
     # warps beyond the query rows and key tiles beyond the keys only pad
     cfg.define_knob("warps", [x for x in WARPS if x == 1 or MMA_ROWS * x <= rows])
     cfg.define_knob("block_kv", [x for x in BLOCK_KV if x == BLOCK_KV[0] or x <= keys])
-    cfg.define_knob("stages", list(STAGES))
+    # sm_90a: the wgmma form's third stage (the next tile's Q K^T beside the softmax)
+    cfg.define_knob("stages", list(WGMMA_STAGES if target.has_wgmma else STAGES))
+    if target.has_wgmma:
+        # sm_90a: the products on wgmma (warps 4 or 8, block_kv 64 or 128) or mma.sync
+        cfg.define_knob("mma", list(MMAS))
     cfg.add_flop(w.flops)
     if cfg.is_fallback:
         ac = choose_attention_config(w, target)
     else:
-        ac = AttentionConfig(cfg["warps"].val, cfg["block_kv"].val, cfg["stages"].val)
+        mma = cfg["mma"].val if target.has_wgmma else MMAS[0]
+        ac = AttentionConfig(cfg["warps"].val, cfg["block_kv"].val, cfg["stages"].val, mma)
         try:
             check_attention_config(w, ac, target)
         except AttentionError as e:
             cfg.raise_error(str(e))
     s = te.create_schedule(tensors[-1].op)
-    s.apply(FusedAttention(ac.warps, ac.block_kv, ac.stages, w.causal, w.scale))
+    s.apply(FusedAttention(ac.warps, ac.block_kv, ac.stages, w.causal, w.scale, ac.mma))
     return s, tensors
 
 

@@ -4,12 +4,13 @@ Shapes: batch 1, 16 heads, head dim 128, fp16, sequence lengths 512 to 4096
 (``--seqs``), causal and not (``--dtype bfloat16``, ``--heads``, ``--dim``, ``--batch``
 for others). Ours: the fused kernel with the default chooser's configuration
 (``choose_attention_config``), then each of the ``--configs`` next configurations by its
-time estimate (``attention_time``). PyTorch: ``scaled_dot_product_attention`` under each
-backend it has (flash, memory-efficient, cuDNN, math), the fastest one reported. Every
-result is checked against the math backend in float32; times are medians of ``--repeat``
-replays of a CUDA graph of ``--number`` launches (CUDA events; ours through the module's
-``time_evaluator(graph=True)``), TFLOP/s with the causal work halved as FlashAttention
-counts it.
+time estimate (``attention_time``; on sm_90a the chooser takes the wgmma form, and the
+best ``mma.sync`` configuration is timed too). PyTorch: ``scaled_dot_product_attention``
+under each backend it has (flash, memory-efficient, cuDNN, math), the fastest one
+reported. Every result is checked against the math backend in float32; times are medians
+of ``--repeat`` replays of a CUDA graph of ``--number`` launches (CUDA events; ours
+through the module's ``time_evaluator(graph=True)``), TFLOP/s with the causal work halved
+as FlashAttention counts it.
 
     python3 bench/bench_attention.py [--seqs 512 1024 2048 4096] [--configs 3] [--json out.json]
 """
@@ -104,7 +105,11 @@ def run_one(seq: int, causal: bool, args, dev, target) -> dict:
                     key=lambda c: attention_time(w, c, target))
     out = torch.empty_like(q)
     ours = []
-    for cfg in [chosen] + ranked[:args.configs]:
+    configs = [chosen] + ranked[:args.configs]
+    if not any(c.mma == "mma_sync" for c in configs):
+        # the best mma.sync configuration too, for the wgmma form's gain
+        configs += [c for c in ranked if c.mma == "mma_sync"][:1]
+    for cfg in configs:
         loaded = compile_module(attention_module(w, cfg), target).load(dev)
         arrays = [from_dlpack(t) for t in (q, k, v, out)]
         loaded(*arrays)
@@ -138,10 +143,9 @@ def main() -> None:
     args = p.parse_args()
 
     from ptxforge.backend_ptx import cuda
-    from ptxforge.target import as_target
 
     dev = cuda(0)
-    target = as_target(f"cuda -arch={dev.sm}")
+    target = dev.target  # sm_90a on Hopper: the wgmma form is a candidate
     rows = []
     print(f"{'seq':>6} {'causal':>6} {'ours us':>9} {'TFLOP/s':>8} {'torch us':>9} "
           f"{'TFLOP/s':>8} {'backend':>9} {'ratio':>6}  default config")

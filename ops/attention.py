@@ -194,8 +194,8 @@ def build_attention(out: Tensor, target="cuda", config: AttentionConfig | None =
 
     t = as_target(target)
     w = attention_workload(out)
-    # the simulator runs what an sm_90 GPU runs: check the config against that target
-    limits = as_target("cuda") if t.is_sim else t
+    # the simulator runs what a GPU of its arch runs: check the config against that GPU
+    limits = as_target(f"cuda -arch={t.arch}") if t.is_sim else t
     cfg = config if config is not None else choose_attention_config(w, limits)
     check_attention_config(w, cfg, limits)
     return BuiltModule(attention_module(w, cfg), t, name)

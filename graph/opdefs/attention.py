@@ -153,7 +153,7 @@ def fused_attention_refusal(call: Call, target=None) -> str | None:
                           call.attrs["is_causal"], call.attrs["scale"], mask)
     t = as_target(target) if target is not None else Target.current() or as_target("cuda")
     if t.is_sim:
-        t = as_target("cuda")
+        t = as_target(f"cuda -arch={t.arch}")
     try:
         choose_attention_config(w, t)
     except AttentionError as e:
@@ -196,7 +196,7 @@ def fused_attention_module(func, target=None):
         return None  # something else fused into the function
     w = attention_workload(out)
     t = as_target(target) if target is not None else Target.current() or as_target("cuda")
-    limits = as_target("cuda") if t.is_sim else t
+    limits = as_target(f"cuda -arch={t.arch}") if t.is_sim else t
     try:
         choose_attention_config(w, limits)  # can the kernel run it at all
     except AttentionError:

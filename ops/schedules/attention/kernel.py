@@ -142,6 +142,16 @@ class _Kernel:
         self.acc = Buffer("row_acc", F32, [1], "local")
         self.bx, self.by, self.bz, self.ty = (_var(n) for n in ("bq", "bh", "bb", "warp"))
 
+    @property
+    def block(self) -> tuple:
+        """The launch's block: 32 lanes x the warps."""
+        return (32, self.cfg.warps, 1)
+
+    @property
+    def kernel_attrs(self) -> dict:
+        """Further attributes of the kernel function (none here)."""
+        return {}
+
     # -- addressing ---------------------------------------------------------------------
     @property
     def kv_head(self) -> Expr:
@@ -320,13 +330,22 @@ class _Kernel:
             stride *= shape[d]
         return self.mask[idx]
 
+    def warp_lanes(self, fn) -> Stmt:
+        """``fn(lane, warp)`` on every thread: the lane in its warp and the warp's index in
+        the block (warps on ``threadIdx.y``, lanes on ``threadIdx.x``)."""
+        return _lanes(lambda tx: fn(tx, self.ty))
+
+    def p_at(self, gr: Expr, c: Expr) -> Expr:
+        """Where probability ``(row gr of the block, key c of the tile)`` lies in ``P_s``."""
+        return gr * _i(self.lay.p_ld) + c
+
     def softmax(self, tile: Expr) -> Stmt:
         w, bc, lay = self.w, self.cfg.block_kv, self.lay
         half = bc // 2
 
-        def lane(tx):
+        def lane(tx, warp):
             r, h = tx % _i(16), tx // _i(16)
-            gr = self.ty * _i(MMA_ROWS) + r
+            gr = warp * _i(MMA_ROWS) + r
             qi = self.row0() + gr
 
             def score_pass(c2):
@@ -355,7 +374,7 @@ class _Kernel:
                     c = c2 * _i(2) + h
                     p = Var("prob", F32)
                     return Let(p, call("exp", self.s_s[gr * _i(lay.s_ld) + c] - m_use), Seq([
-                        Store(self.p_s, [gr * _i(lay.p_ld) + c], Cast(w.dtype, p)),
+                        Store(self.p_s, [self.p_at(gr, c)], Cast(w.dtype, p)),
                         Store(self.acc, [_i(0)], self.acc[_i(0)] + p)]))
                 return _loop("pc", half, body)
 
@@ -363,7 +382,7 @@ class _Kernel:
                      "vote")
             mt, m_old, grow, m_new, m_use, alpha, tot, vote = (
                 Var(n, "bool" if n == "grow" else F32) for n in names)
-            votes = _warp_any(vote, Seq([If(tx == _i(0), Store(self.w_s, [self.ty], vote))]))
+            votes = _warp_any(vote, Seq([If(tx == _i(0), Store(self.w_s, [warp], vote))]))
             update = Let(tot, self.acc[_i(0)] + shfl_xor(self.acc[_i(0)], 16), Seq([
                 Store(self.l_r, [_i(0)], self.l_r[_i(0)] * alpha + tot),
                 Store(self.m_r, [_i(0)], m_new),
@@ -385,7 +404,7 @@ class _Kernel:
                                     Let(alpha, select(grow, call("exp", m_old - m_new),
                                                       _f(1.0)), probs)))))),
             ])
-        return _lanes(lane)
+        return self.warp_lanes(lane)
 
     def _rows_elementwise(self, fn) -> Stmt:
         """``fn(row in block, col)`` over this warp's 16 rows x v_dim, spread on its lanes."""
@@ -517,13 +536,20 @@ def attention_module(w: AttentionWorkload, cfg: AttentionConfig,
                      name: str = "attention") -> Module:
     """The device IR of the fused kernel for ``w`` with ``cfg``: a host function ``main``
     taking ``q, k, v[, mask], out`` (their n-D shapes) and one kernel. Check ``cfg``
-    first (:func:`~.knobs.check_attention_config`)."""
-    kb = _Kernel(w, cfg)
+    first (:func:`~.knobs.check_attention_config`). ``cfg.mma`` ``"wgmma"`` builds the
+    warpgroup form (:mod:`.kernel_wgmma`)."""
+    if cfg.mma == "wgmma":
+        from .kernel_wgmma import WgmmaKernel
+
+        kb = WgmmaKernel(w, cfg)
+    else:
+        kb = _Kernel(w, cfg)
     params = [kb.q, kb.k, kb.v] + ([kb.mask] if kb.mask is not None else []) + [kb.out]
     grid = (-(-w.q_len // cfg.block_q), w.heads, w.batch)
     kernel = PrimFunc(f"{name}_kernel0", params, kb.body(),
-                      FuncAttrs.kernel(grid, (32, cfg.warps, 1), stages=("out",),
-                                       dynamic_shared_bytes=kb.lay.total))
+                      FuncAttrs.kernel(grid, kb.block, stages=("out",),
+                                       dynamic_shared_bytes=kb.lay.total
+                                       ).replace(**kb.kernel_attrs))
     shapes = w.shapes()
     host_params = [Buffer(p.name, p.dtype, shapes[p.name]) for p in params]
     host = PrimFunc("main", host_params, Launch(kernel.name, host_params), FuncAttrs.host())

@@ -20,6 +20,9 @@ from .workload import AttentionError, AttentionWorkload, check_workload
 WARPS = (1, 2, 4, 8)
 BLOCK_KV = (16, 32, 64, 128)
 STAGES = (1, 2)
+MMAS = ("mma_sync", "wgmma")
+"""The products' instructions: ``mma.sync m16n8k16`` (a warp's 16 rows) or, on sm_90a,
+``wgmma m64nNk16`` (a warpgroup's 64 rows, operands in 128B-swizzled shared memory)."""
 MMA_ROWS = 16
 COPY_ELEMS = 8
 """16-bit elements of one 16-byte ``cp.async``."""
@@ -40,6 +43,7 @@ class AttentionConfig:
     warps: int = 4
     block_kv: int = 64
     stages: int = 2
+    mma: str = "mma_sync"
 
     @property
     def block_q(self) -> int:
@@ -49,8 +53,16 @@ class AttentionConfig:
     def threads(self) -> int:
         return 32 * self.warps
 
+    @property
+    def warpgroups(self) -> int:
+        """Warpgroups of 4 warps (64 query rows each) of a ``wgmma`` configuration."""
+        return self.warps // 4
+
     def to_dict(self) -> dict:
-        return {"warps": self.warps, "block_kv": self.block_kv, "stages": self.stages}
+        out = {"warps": self.warps, "block_kv": self.block_kv, "stages": self.stages}
+        if self.mma != "mma_sync":
+            out["mma"] = self.mma
+        return out
 
 
 @dataclass(frozen=True)
@@ -74,7 +86,14 @@ def shared_layout(w: AttentionWorkload, cfg: AttentionConfig) -> SharedLayout:
     then, once Q's fragments are loaded, the probabilities in the input dtype), ``stages``
     K and V tiles, ``SO_s`` (the float32 scores, and the float32 output tile while the
     scores are dead: the rescaling and the end), one float32 per row (the rescale factor,
-    then the inverse sum) and one per warp (its vote for a rescaling)."""
+    then the inverse sum) and one per warp (its vote for a rescaling). A ``wgmma``
+    configuration has its own layout (:func:`~.knobs_wgmma.wgmma_layout`, with the same
+    ``sizes``, ``offsets``, ``total``, ``s_ld`` and ``o_ld``)."""
+    if cfg.mma == "wgmma":
+        # the wgmma form's own layout (swizzled panels; see knobs_wgmma.wgmma_layout)
+        from .knobs_wgmma import wgmma_layout
+
+        return wgmma_layout(w, cfg)
     e, ev, br, bc = w.head_dim, w.v_dim, cfg.block_q, cfg.block_kv
     q_ld, k_ld, v_ld = e + PAD16, e + PAD16, ev + PAD16
     s_ld, p_ld, o_ld = bc + PAD32, bc + PAD16, ev + PAD32
@@ -92,7 +111,12 @@ def shared_layout(w: AttentionWorkload, cfg: AttentionConfig) -> SharedLayout:
 
 def registers_estimate(w: AttentionWorkload, cfg: AttentionConfig) -> int:
     """32-bit registers a thread holds: its share of the Q (16-bit pairs), scores and output
-    fragments (float32), plus a fixed overhead."""
+    fragments (float32), plus a fixed overhead (``wgmma`` configurations:
+    :func:`~.knobs_wgmma.wgmma_registers`)."""
+    if cfg.mma == "wgmma":
+        from .knobs_wgmma import wgmma_registers
+
+        return wgmma_registers(w, cfg)
     lanes = 32
     q = MMA_ROWS * w.head_dim // lanes // 2
     s = MMA_ROWS * cfg.block_kv // lanes
@@ -105,6 +129,13 @@ def check_attention_config(w: AttentionWorkload, cfg: AttentionConfig,
     """Raise :class:`AttentionError` naming the rule ``cfg`` breaks for ``w`` on
     ``target``."""
     check_workload(w)
+    if cfg.mma not in MMAS:
+        raise AttentionError(f"mma must be one of {MMAS}, got {cfg.mma!r}")
+    if cfg.mma == "wgmma":
+        from .knobs_wgmma import check_wgmma_config
+
+        check_wgmma_config(w, cfg, target)
+        return
     if not target.has_ldmatrix or not target.has_mma("m16n8k16", w.dtype):
         raise AttentionError(f"fused attention runs mma.sync m16n8k16 and ldmatrix, which "
                              f"{target.arch} lacks; use an sm_80 or newer target")
@@ -153,6 +184,10 @@ def attention_candidates(w: AttentionWorkload, target: Target) -> list[Attention
                 except AttentionError:
                     continue
                 out.append(cfg)
+    if target.has_wgmma:
+        from .knobs_wgmma import wgmma_candidates
+
+        out += wgmma_candidates(w, target)
     return out
 
 
@@ -162,7 +197,12 @@ def attention_time(w: AttentionWorkload, cfg: AttentionConfig, target: Target) -
     A step (one K/V tile) costs the larger of its tensor-core work (at the target's
     ``mma_sync_peak_fraction``) and its tile copies (at ``tile_copy_bytes_per_clock``, not
     hidden with one stage), plus the row work of the softmax done by the block's threads
-    through shared memory and its barriers. Causal blocks visit about half the tiles."""
+    through shared memory and its barriers. Causal blocks visit about half the tiles.
+    ``wgmma`` configurations: :func:`~.knobs_wgmma.wgmma_attention_time`."""
+    if cfg.mma == "wgmma":
+        from .knobs_wgmma import wgmma_attention_time
+
+        return wgmma_attention_time(w, cfg, target)
     br, bc = cfg.block_q, cfg.block_kv
     q_tiles = -(-w.q_len // br)
     kv_tiles = -(-w.kv_len // bc)
@@ -189,12 +229,14 @@ def attention_time(w: AttentionWorkload, cfg: AttentionConfig, target: Target) -
 
 
 def choose_attention_config(w: AttentionWorkload, target: Target) -> AttentionConfig:
-    """The candidate :func:`attention_time` ranks first (ties: more warps, then larger
-    ``block_kv``)."""
+    """The candidate :func:`attention_time` ranks first (ties: wgmma, more warps, then
+    larger ``block_kv``)."""
     cands = attention_candidates(w, target)
+    # wgmma doubles the products' rate on sm_90a: where it is legal, it runs them
+    cands = [c for c in cands if c.mma == "wgmma"] or cands
     if not cands:
         # the smallest configuration's rule names the reason (dtype, head dim, target)
         check_attention_config(w, AttentionConfig(1, BLOCK_KV[0], 1), target)
         raise AttentionError(f"no fused attention configuration fits {w} on {target.arch}")
-    return min(cands, key=lambda c: (round(attention_time(w, c, target), 9), -c.warps,
-                                     -c.block_kv, -c.stages))
+    return min(cands, key=lambda c: (round(attention_time(w, c, target), 9),
+                                     c.mma != "wgmma", -c.warps, -c.block_kv, -c.stages))

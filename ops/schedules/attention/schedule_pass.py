@@ -19,7 +19,8 @@ from ....ir.stmt import Module
 from ....passes import Pass, register_pass
 from ....passes.errors import PassError
 from .kernel import attention_module
-from .knobs import BLOCK_KV, STAGES, WARPS, AttentionConfig, check_attention_config
+from .knobs import BLOCK_KV, MMAS, STAGES, WARPS, AttentionConfig, check_attention_config
+from .knobs_wgmma import WGMMA_STAGES
 from .workload import AttentionError, AttentionMask, AttentionWorkload
 
 PARAMS = ("q", "k", "v")
@@ -75,9 +76,12 @@ class FusedAttention(Pass):
     Parameters:
         warps: warps per block; each owns 16 query rows.
         block_kv: keys per tile of the loop over keys (16, 32, 64 or 128).
-        stages: 1 (copy, then compute) or 2 (the next tile's copies overlap this one).
+        stages: 1 (copy, then compute) or 2 (the next tile's copies overlap this one); 3
+            with wgmma (the next tile's Q K^T overlaps this tile's softmax).
         causal: the attention's causal mask (top-left aligned).
         scale: the attention's score scale; None is ``1 / sqrt(head dim)``.
+        mma: the products' instructions, ``"mma_sync"`` or ``"wgmma"`` (sm_90a: warps 4
+            or 8, one warpgroup per 64 query rows; block_kv 64 or 128).
     """
 
     name = "fused_attention"
@@ -86,15 +90,18 @@ class FusedAttention(Pass):
     stages: int = 2
     causal: bool = False
     scale: float | None = None
+    mma: str = "mma_sync"
 
     @property
     def config(self) -> AttentionConfig:
-        return AttentionConfig(self.warps, self.block_kv, self.stages)
+        return AttentionConfig(self.warps, self.block_kv, self.stages, self.mma)
 
     def apply(self, module: Module, ctx) -> Module:
+        stages = WGMMA_STAGES if self.mma == "wgmma" else STAGES
         for what, value, allowed in (("warps", self.warps, WARPS),
                                      ("block_kv", self.block_kv, BLOCK_KV),
-                                     ("stages", self.stages, STAGES)):
+                                     ("stages", self.stages, stages),
+                                     ("mma", self.mma, MMAS)):
             if value not in allowed:
                 raise PassError(f"fused_attention: {what} must be one of {allowed}, got "
                                 f"{value}")
@@ -120,7 +127,8 @@ def fused_attention_device_module(module: Module, step: FusedAttention, target) 
 
     w = workload_of_module(module, step.causal, step.scale)
     t = as_target(target)
-    check_attention_config(w, step.config, as_target("cuda") if t.is_sim else t)
+    # the simulator runs what a GPU of its arch runs: check against that GPU's limits
+    check_attention_config(w, step.config, as_target(f"cuda -arch={t.arch}") if t.is_sim else t)
     mod = attention_module(w, step.config)
     # the host takes the module's parameters in its order; the kernel q, k, v[, mask], out
     params = [Buffer(p.name, p.dtype, p.shape) for p in module.main.params]

@@ -1,0 +1,401 @@
+"""The fused attention kernel with both products on wgmma (sm_90a).
+
+The block holds ``warps / 4`` warpgroups (``threadIdx.y``) of 128 threads
+(``threadIdx.x``); warpgroup ``g`` owns query rows ``64 g .. 64 g + 63``, and its warp ``w``
+rows ``16 w ..`` of those, as the accumulators' layout has it. Per key tile:
+
+1. ``cp.async`` copies K and V into their 128B-swizzled shared layouts (16-byte chunk ``c``
+   of row ``r`` at chunk ``c ^ (r % 8)``), as the matrix descriptors read them;
+2. ``S = Q K^T``: one ``wgmma m64n{block_kv}k16`` per 16 columns of the head dim (A = the
+   Q tile, B = the K tile ``[N, K]``, both K-major in 64-column panels), fenced,
+   committed and waited for; the accumulators are stored to a float32 tile;
+3. the softmax of :class:`~.kernel._Kernel` (two threads a row, running maximum and sum in
+   float32, conditional rescaling) writes the probabilities into the swizzled ``P_s``;
+4. where some row's maximum moved, the output accumulated so far is *flushed*: stored to
+   the float32 tile and added, scaled by ``exp(m_old - m_new)``, to the float32 output
+   ``O_s`` in shared memory, and the accumulators are zeroed (the intrinsics give no way
+   back from memory into a warpgroup's accumulators); with the conditional rescaling
+   this is rare;
+5. ``O += P V``: one ``wgmma m64n{v_dim}k16`` per 16 keys, A = ``P_s`` (K-major), B = the V
+   tile as it lies in memory, ``[K, N]``, read MN-major (``_kn``) in 64-column panels.
+
+At the end ``out = (O_s + O) / l``. The generic-proxy writes the wgmmas read (the copies,
+the probabilities) are followed by ``fence.proxy.async`` before the barrier that
+publishes them.
+"""
+
+from __future__ import annotations
+
+from ....ir import dtype as dt
+from ....ir.expr import Cast, Expr, IntImm, Var, emin, floordiv, floormod, select
+from ....ir.intrin.keys import IntrinKey
+from ....ir.stmt import (
+    Alloc,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
+    Barrier,
+    Buffer,
+    For,
+    If,
+    Let,
+    Seq,
+    Stmt,
+    Store,
+    WgmmaSync,
+)
+from .kernel import F32, NEG_INF, _f, _i, _intrin, _Kernel, _loop, _loop_var
+from .knobs import COPY_ELEMS, MMA_ROWS
+from .knobs_wgmma import PANEL, wgmma_layout
+
+WG = 128
+"""Threads of a warpgroup."""
+PANEL_ELEMS = PANEL * PANEL
+"""Elements of one 64-row panel of 64 columns (8192 bytes: the MN-major B's LBO)."""
+
+
+def _xor3(a: Expr, b: Expr) -> Expr:
+    """``a XOR b`` for ``0 <= a, b < 8`` (the IR has no xor; LLVM folds the power-of-two
+    divisions into shifts and masks)."""
+    from ....passes.lower.swizzle_layout import xor_bits
+
+    return xor_bits(a, b, 3)
+
+
+def swizzled(row: Expr, col: Expr) -> Expr:
+    """Element ``col`` (< 64) of ``row`` of a 64-column panel in the 128B swizzle: the
+    16-byte chunk ``col / 8`` moves to ``chunk ^ (row % 8)``."""
+    return row * _i(PANEL) + _xor3(col // _i(COPY_ELEMS), floormod(row, 8)) * _i(
+        COPY_ELEMS) + floormod(col, COPY_ELEMS)
+
+
+class WgmmaKernel(_Kernel):
+    """Builds the wgmma form of the kernel for one workload and configuration."""
+
+    def __init__(self, w, cfg):
+        self.w, self.cfg = w, cfg
+        self.lay = lay = wgmma_layout(w, cfg)
+        ab = w.dtype
+        e, ev, br, bc = w.head_dim, w.v_dim, cfg.block_q, cfg.block_kv
+        self.k_s_mma = IntrinKey("wgmma", ab=ab, acc=F32, n=bc)
+        self.k_o_mma = IntrinKey("wgmma", ab=ab, acc=F32, n=ev, b_kn=True)
+        self.k_store = IntrinKey("store", "C", acc=F32, scope="warpgroup")
+        self.q = Buffer("q", ab, [w.batch * w.heads * w.q_len * e])
+        self.k = Buffer("k", ab, [w.batch * w.kv_heads * w.kv_len * e])
+        self.v = Buffer("v", ab, [w.batch * w.kv_heads * w.kv_len * ev])
+        self.mask = None
+        if w.mask is not None:
+            n = 1
+            for s in w.mask.shape:
+                n *= s
+            self.mask = Buffer("mask", w.mask.dtype, [n])
+        self.out = Buffer("out", ab, [w.batch * w.heads * w.q_len * ev])
+        self.q_sz = lay.q_panels * br * PANEL
+        self.k_sz = lay.q_panels * bc * PANEL
+        self.v_sz = bc * lay.v_panels * PANEL
+        self.q_s = Buffer("Q_s", ab, [self.q_sz], "shared")
+        self.k_s = Buffer("K_s", ab, [cfg.stages * self.k_sz], "shared")
+        self.v_s = Buffer("V_s", ab, [cfg.stages * self.v_sz], "shared")
+        self.p_s = Buffer("P_s", ab, [bc * br], "shared")
+        self.s_s = Buffer("S_s", F32, [br * lay.s_ld], "shared")
+        self.o_s = Buffer("O_s", F32, [br * lay.o_ld], "shared")
+        self.r_s = Buffer("R_s", F32, [br], "shared")
+        self.w_s = Buffer("W_s", F32, [cfg.warps], "shared")
+        self.sf = Buffer("S_acc", F32, [64 * bc], "warpgroup")
+        self.of = Buffer("O_acc", F32, [64 * ev], "warpgroup")
+        self.m_r = Buffer("row_max", F32, [1], "local")
+        self.l_r = Buffer("row_sum", F32, [1], "local")
+        self.acc = Buffer("row_acc", F32, [1], "local")
+        self.bx, self.by, self.bz = (Var(n) for n in ("bq", "bh", "bb"))
+        self.ty = Var("wg")  # the warpgroup
+
+    @property
+    def block(self) -> tuple:
+        return (WG, self.cfg.warpgroups, 1)
+
+    @property
+    def kernel_attrs(self) -> dict:
+        # the 16-bit tiles the wgmmas read lie in the 128B swizzle (3 bits)
+        return {"swizzle": {b.name: 3 for b in (self.q_s, self.k_s, self.v_s, self.p_s)}}
+
+    # -- threads --------------------------------------------------------------------------
+    def threads(self, fn) -> For:
+        """``fn(tx)`` on the 128 threads of each warpgroup."""
+        return _loop("tx", WG, fn, "thread", "threadIdx.x")
+
+    def warp_lanes(self, fn) -> Stmt:
+        return self.threads(lambda tx: fn(floormod(tx, 32),
+                                          self.ty * _i(4) + floordiv(tx, 32)))
+
+    def p_at(self, gr: Expr, c: Expr) -> Expr:
+        panel = c // _i(PANEL)
+        return panel * _i(self.cfg.block_q * PANEL) + swizzled(gr, floormod(c, PANEL))
+
+    # -- copies ---------------------------------------------------------------------------
+    def _copy(self, dst: Buffer, dst_at, src: Buffer, src_row, first: Expr, rows: int,
+              limit: int, cols: int) -> Stmt:
+        """cp.async ``rows`` rows of ``cols`` elements (row ``first + r`` of ``src``, zeros
+        past ``limit``) to ``dst_at(r, chunk)`` of ``dst``, 16 bytes a copy."""
+        per_row = cols // COPY_ELEMS
+        total = rows * per_row
+        threads = self.cfg.threads
+        steps = -(-total // threads)
+
+        def body(it):
+            def lane(tx):
+                c = it * _i(threads) + self.ty * _i(WG) + tx
+                r, ch = c // _i(per_row), c % _i(per_row)
+                g = first + r
+                inside = g < _i(limit)
+                src_i = src_row(emin(g, _i(limit - 1))) + ch * _i(COPY_ELEMS)
+                nbytes = COPY_ELEMS * dt.nbytes(dst.dtype)
+                cp = AsyncCopy(dst, dst_at(r, ch), src, src_i, nbytes,
+                               select(inside, IntImm(nbytes, "int32"), IntImm(0, "int32")))
+                return cp if total % threads == 0 else If(c < _i(total), cp)
+            return self.threads(lane)
+
+        return _loop("cp", steps, body, "unroll" if steps <= 8 else "serial")
+
+    def _k_major_at(self, base: Expr, rows: int):
+        """Chunk ``ch`` of row ``r`` of a K-major tile in 64-column panels of ``rows``
+        rows."""
+        def at(r, ch):
+            panel = ch // _i(PANEL // COPY_ELEMS)
+            col = floormod(ch, PANEL // COPY_ELEMS) * _i(COPY_ELEMS)
+            return base + panel * _i(rows * PANEL) + swizzled(r, col)
+        return at
+
+    def copy_q(self) -> Stmt:
+        w = self.w
+        base = (self.bz * _i(w.heads) + self.by) * _i(w.q_len)
+        return self._copy(self.q_s, self._k_major_at(_i(0), self.cfg.block_q), self.q,
+                          lambda g: (base + g) * _i(w.head_dim), self.row0(),
+                          self.cfg.block_q, w.q_len, w.head_dim)
+
+    def copy_kv(self, tile: Expr, stage) -> Stmt:
+        w, bc, vp = self.w, self.cfg.block_kv, self.lay.v_panels
+        base = (self.bz * _i(w.kv_heads) + self.kv_head) * _i(w.kv_len)
+        first = tile * _i(bc)
+        stage = _i(stage) if isinstance(stage, int) else stage
+        k = self._copy(self.k_s, self._k_major_at(stage * _i(self.k_sz), bc), self.k,
+                       lambda g: (base + g) * _i(w.head_dim), first, bc, w.kv_len,
+                       w.head_dim)
+
+        def v_at(r, ch):
+            # [key chunk of 64][panel of 64 columns][64 keys][64 columns], swizzled rows
+            panel = ch // _i(PANEL // COPY_ELEMS)
+            col = floormod(ch, PANEL // COPY_ELEMS) * _i(COPY_ELEMS)
+            chunk = r // _i(PANEL)
+            return (stage * _i(self.v_sz) + (chunk * _i(vp) + panel) * _i(PANEL_ELEMS)
+                    + swizzled(floormod(r, PANEL), col))
+        v = self._copy(self.v_s, v_at, self.v, lambda g: (base + g) * _i(w.v_dim), first,
+                       bc, w.kv_len, w.v_dim)
+        return Seq([k, v])
+
+    # -- the warpgroup's products ---------------------------------------------------------
+    def _fill(self, acc: Buffer, n: int) -> Stmt:
+        key = IntrinKey("fill", acc=F32, n=n, scope="warpgroup")
+        return _loop("fi", 64, lambda i: _loop(
+            "fj", n, lambda j: Store(acc, [i * _i(n) + j], _f(0.0))), annotations=_intrin(key))
+
+    def _wgmma(self, key: IntrinKey, c: Buffer, n: int, a: Buffer, a_base: Expr, b: Buffer,
+               b_at) -> Stmt:
+        """``C[i, j] += A[i, k] * B`` over a 64 x n x 16 step: A rows 64 elements apart
+        from ``a_base``; B's element ``b_at(j, k)``."""
+        def inner(i, j, kk):
+            ci = i * _i(n) + j
+            prod = Cast(F32, a[a_base + i * _i(PANEL) + kk]) * Cast(F32, b[b_at(j, kk)])
+            return Store(c, [ci], c[ci] + prod)
+        return _loop("wi", 64, lambda i: _loop("wj", n, lambda j: _loop(
+            "wk", 16, lambda kk: inner(i, j, kk))), annotations=_intrin(key))
+
+    def _batch(self, steps: list, wait: bool = True) -> Stmt:
+        tail = [WgmmaSync("wait", 0)] if wait else []
+        return Seq([WgmmaSync("fence"), *steps, WgmmaSync("commit"), *tail])
+
+    def scores(self, stage: Expr, wait: bool = True) -> Stmt:
+        """``S_acc = Q K^T`` of this warpgroup's 64 rows and the tile's keys (issued and
+        committed; waited for unless ``wait`` is False)."""
+        bc, br = self.cfg.block_kv, self.cfg.block_q
+        steps = []
+        for kk in range(self.w.head_dim // 16):
+            p, off = divmod(kk * 16, PANEL)
+            a_base = _i(p * br * PANEL + off) + self.ty * _i(64 * PANEL)
+            k_base = stage * _i(self.k_sz) + _i(p * bc * PANEL + off)
+            steps.append(self._wgmma(self.k_s_mma, self.sf, bc, self.q_s, a_base, self.k_s,
+                                     lambda j, k, kb=k_base: kb + j * _i(PANEL) + k))
+        return Seq([self._fill(self.sf, bc), self._batch(steps, wait)])
+
+    def pv(self, stage: Expr, wait: bool = True) -> Stmt:
+        """``O_acc += P V`` of this warpgroup's rows."""
+        ev, bc, br = self.w.v_dim, self.cfg.block_kv, self.cfg.block_q
+        vp = self.lay.v_panels
+        steps = []
+        for kk in range(bc // 16):
+            p, off = divmod(kk * 16, PANEL)
+            a_base = _i(p * br * PANEL + off) + self.ty * _i(64 * PANEL)
+            v_base = stage * _i(self.v_sz) + _i(p * vp * PANEL_ELEMS + off * PANEL)
+
+            def b_at(j, k, vb=v_base):
+                col = j if ev == PANEL else floormod(j, PANEL) + floordiv(j, PANEL) * _i(
+                    PANEL_ELEMS)
+                return vb + k * _i(PANEL) + col
+            steps.append(self._wgmma(self.k_o_mma, self.of, ev, self.p_s, a_base, self.v_s,
+                                     b_at))
+        return self._batch(steps, wait)
+
+    def _store_acc(self, acc: Buffer, n: int, dst: Buffer, ld: int) -> Stmt:
+        """The warpgroup's 64 x n accumulator to its rows of the float32 ``dst``."""
+        row = self.ty * _i(64)
+
+        def tile(t):
+            return Seq([_loop("si", 64, lambda i: _loop("sj", 8, lambda j: Store(
+                dst, [(row + i) * _i(ld) + _i(8 * t) + j], acc[i * _i(n) + _i(8 * t) + j])),
+                annotations=_intrin(self.k_store))])
+        return Seq([tile(t) for t in range(n // 8)])
+
+    # -- rows -----------------------------------------------------------------------------
+    def _rows(self, fn) -> Stmt:
+        """``fn(row in block, col)`` over this warpgroup's 64 rows x v_dim."""
+        ev = self.w.v_dim
+        per = 64 * ev // WG
+
+        def body(it):
+            def lane(tx):
+                e = it * _i(WG) + tx
+                return fn(self.ty * _i(64) + e // _i(ev), e % _i(ev))
+            return self.threads(lane)
+        return _loop("re", per, body)
+
+    def flush(self) -> Stmt:
+        """``O_s = (O_s + O_acc) * alpha`` row by row, then ``O_acc = 0``."""
+        s_ld, o_ld = self.lay.s_ld, self.lay.o_ld
+
+        def scale(gr, c):
+            at = gr * _i(o_ld) + c
+            return Store(self.o_s, [at], (self.o_s[at] + self.s_s[gr * _i(s_ld) + c])
+                         * self.r_s[gr])
+        return Seq([self._store_acc(self.of, self.w.v_dim, self.s_s, s_ld), Barrier(),
+                    self._rows(scale), self._fill(self.of, self.w.v_dim)])
+
+    def epilogue(self) -> Stmt:
+        w, s_ld, o_ld = self.w, self.lay.s_ld, self.lay.o_ld
+
+        def inv(lane, warp):
+            gr = warp * _i(MMA_ROWS) + lane % _i(16)
+            lsum = self.l_r[_i(0)]
+            return If(lane < _i(16), Store(self.r_s, [gr], select(
+                lsum == _f(0.0), _f(0.0), _f(1.0) / lsum)))
+
+        def store(gr, c):
+            qi = self.row0() + gr
+            at = ((self.bz * _i(w.heads) + self.by) * _i(w.q_len) + qi) * _i(w.v_dim) + c
+            total = self.o_s[gr * _i(o_ld) + c] + self.s_s[gr * _i(s_ld) + c]
+            return If(qi < _i(w.q_len), Store(self.out, [at], Cast(w.dtype,
+                                                                   total * self.r_s[gr])))
+        # the barrier: a flush of the last tile read S_s, which the store overwrites
+        return Seq([Barrier(), self._store_acc(self.of, w.v_dim, self.s_s, s_ld),
+                    self.warp_lanes(inv), Barrier(), self._rows(store)])
+
+    # -- the loop over key tiles ----------------------------------------------------------
+    def key_loop(self) -> Stmt:
+        w, cfg = self.w, self.cfg
+        total = -(-w.kv_len // cfg.block_kv)
+        needed = self.kv_tiles_needed()
+        publish = [AsyncWait(0), WgmmaSync("fence_proxy_async"), Barrier()]
+
+        def step(j):
+            sv = Var("stage")
+            if cfg.stages == 2:
+                nxt = j + _i(1)
+                fetch = self.copy_kv(nxt, floormod(nxt, 2))
+                if not (isinstance(needed, int) and needed == 1):
+                    fetch = If(nxt < (_i(needed) if isinstance(needed, int) else needed),
+                               fetch)
+                head = [*publish, fetch, AsyncCommit()]
+                stage_value, tail = floormod(j, 2), []
+            else:
+                head = [self.copy_kv(j, 0), AsyncCommit(), *publish]
+                stage_value, tail = _i(0), [Barrier()]
+            body = Seq([
+                *head,
+                self.scores(sv),
+                self._store_acc(self.sf, cfg.block_kv, self.s_s, self.lay.s_ld),
+                Barrier(), self.softmax(j), WgmmaSync("fence_proxy_async"), Barrier(),
+                If(self.any_vote(), self.flush()) if total > 1 else None,
+                self.pv(sv), *tail,
+            ])
+            body = Let(sv, stage_value, body)
+            if isinstance(needed, int):
+                return body
+            return If(j < needed, body)
+        return _loop("kv", total, step)
+
+    def key_loop_overlapped(self) -> Stmt:
+        """Three K/V stages: the next tile's ``Q K^T`` runs on the tensor cores while the
+        threads compute this tile's softmax (from the scores' shared copy, so one
+        accumulator serves), then ``P V``; one wait covers both. The tile after next is
+        copied while this one is used (its stage held the tile before, done with)."""
+        w, cfg = self.w, self.cfg
+        total = -(-w.kv_len // cfg.block_kv)
+        needed = self.kv_tiles_needed()
+        need = _i(needed) if isinstance(needed, int) else needed
+
+        def step(j):
+            s_next, s_this = Var("stage_next"), Var("stage")
+            nxt, after = j + _i(1), j + _i(2)
+            has_next = nxt < need
+            flush = (If(self.any_vote(), Seq([self.flush(), Barrier()]))  # S_s was its tile
+                     if total > 1 else None)
+            body = Seq([
+                AsyncWait(0), WgmmaSync("fence_proxy_async"), Barrier(),
+                If(after < need, Seq([self.copy_kv(after, floormod(after, 3)),
+                                      AsyncCommit()])),
+                If(has_next, self.scores(s_next, wait=False)),
+                self.softmax(j), WgmmaSync("fence_proxy_async"), Barrier(),
+                flush,
+                self.pv(s_this, wait=False), WgmmaSync("wait", 0),
+                If(has_next, self._store_acc(self.sf, cfg.block_kv, self.s_s,
+                                             self.lay.s_ld)),
+            ])
+            body = Let(s_this, floormod(j, 3), Let(s_next, floormod(nxt, 3), body))
+            if isinstance(needed, int):
+                return body
+            return If(j < needed, body)
+        # the first tile's scores before the loop
+        first = Seq([AsyncWait(1), WgmmaSync("fence_proxy_async"), Barrier(),
+                     self.scores(_i(0)),
+                     self._store_acc(self.sf, cfg.block_kv, self.s_s, self.lay.s_ld)])
+        return Seq([first, _loop("kv", total, step)])
+
+    def body(self) -> Stmt:
+        cfg, o_ld = self.cfg, self.lay.o_ld
+        init = self.threads(lambda tx: Seq([Store(self.m_r, [_i(0)], NEG_INF),
+                                            Store(self.l_r, [_i(0)], _f(0.0))]))
+        zero_o = self._rows(lambda gr, c: Store(self.o_s, [gr * _i(o_ld) + c], _f(0.0)))
+        prologue = [self.copy_q(), AsyncCommit()]
+        if cfg.stages >= 2:
+            prologue += [self.copy_kv(_i(0), 0), AsyncCommit()]
+        if cfg.stages == 3:
+            # the second tile in flight too (an empty group where there is none: the
+            # first wait, for all but one group, then covers Q and the first tile)
+            second = self.copy_kv(_i(1), 1)
+            needed = self.kv_tiles_needed()
+            if not isinstance(needed, int):
+                second = If(_i(1) < needed, second)
+            elif needed < 2:
+                second = None
+            prologue += [second, AsyncCommit()]
+        loop = self.key_loop_overlapped() if cfg.stages == 3 else self.key_loop()
+        per_wg: Stmt = Seq([init, zero_o, *prologue, self._fill(self.of, self.w.v_dim),
+                            loop, self.epilogue()])
+        for buf in (self.acc, self.l_r, self.m_r, self.of, self.sf):
+            per_wg = Alloc(buf, per_wg)
+        s: Stmt = _loop_var(self.ty, cfg.warpgroups, per_wg, "threadIdx.y")
+        lay = self.lay
+        for buf in (self.w_s, self.r_s, self.o_s, self.s_s, self.p_s, self.v_s, self.k_s,
+                    self.q_s):
+            s = Alloc(buf, s, dyn_offset=lay.offsets[buf.name])
+        s = _loop_var(self.bz, self.w.batch, s, "blockIdx.z")
+        s = _loop_var(self.by, self.w.heads, s, "blockIdx.y")
+        return _loop_var(self.bx, -(-self.w.q_len // cfg.block_q), s, "blockIdx.x")

@@ -1,0 +1,190 @@
+"""The ``wgmma`` configurations of the fused attention kernel (sm_90a): their rules, shared
+layout and time estimate.
+
+A ``wgmma`` configuration runs both products on ``wgmma.mma_async m64nNk16``: a warpgroup
+of 4 warps owns 64 query rows, so ``warps`` is 4 or 8 (one or two warpgroups, ``block_q``
+64 or 128). ``S = Q K^T`` is one ``m64n{block_kv}k16`` per 16 columns of the head dim, A
+(Q) and B (the K tile, ``[N, K]``) K-major in 128B-swizzled shared memory; ``O += P V``
+one ``m64n{v_dim}k16`` per 16 keys, A (the probabilities) K-major in shared memory (the
+intrinsics here take A from shared memory only) and B (the V tile as it lies in memory,
+``[K, N]``) MN-major (``_kn``). The rules follow from those layouts: ``block_kv`` 64 or
+128 (whole 64-key panels of P and V), ``v_dim`` a multiple of 64 (the MN-major B is read
+in 64-column panels), both products' N within wgmma's 256.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ....target import Target
+from .workload import AttentionError, AttentionWorkload
+
+WGMMA_WARPS = (4, 8)
+WGMMA_BLOCK_KV = (64, 128)
+WGMMA_STAGES = (1, 2, 3)
+"""K/V tiles in shared memory: 1 (copy, then use), 2 (the next tile's copies overlap), 3
+(the tile after next is copied while the next tile's ``Q K^T`` overlaps this tile's
+softmax)."""
+PANEL = 64
+"""16-bit elements of a 128-byte row: one 128B swizzle atom's row."""
+ATOM_ALIGN = 1024
+PAD32 = 4
+BASE_REGISTERS = 56
+"""Registers beyond the accumulators (addresses, loop counters, the running max and sum):
+ptxas 13 gave 92 to 180 registers for head dims 64 and 128, 4 and 8 warps, ``block_kv``
+64 and 128 on sm_90a, no spills, within 30 of this estimate."""
+REGISTER_BUDGET = 255
+
+
+@dataclass(frozen=True)
+class WgmmaLayout:
+    """Shared buffers of a ``wgmma`` configuration: ``sizes`` and ``offsets`` in bytes
+    (1024-byte aligned: the 128B swizzle's atoms); ``s_ld``/``o_ld`` the float32 rows
+    of the scores (also the accumulator tile stored for a rescale and at the end) and of
+    the flushed output; ``q_panels`` the 64-column panels of a Q or K row, ``v_panels``
+    of a V row; the 16-bit tiles hold no padding (the swizzle spreads the banks)."""
+
+    q_panels: int
+    v_panels: int
+    s_ld: int
+    o_ld: int
+    sizes: dict
+    offsets: dict
+    total: int
+
+
+def wgmma_layout(w: AttentionWorkload, cfg) -> WgmmaLayout:
+    """``Q_s`` ``[q_panels][block_q][64]``, ``K_s`` ``stages x [q_panels][block_kv][64]``,
+    ``V_s`` ``stages x [block_kv / 64][v_panels][64][64]`` (64 K-rows a panel: the
+    MN-major descriptor's 8192-byte LBO), ``P_s`` ``[block_kv / 64][block_q][64]``, all
+    16-bit and 128B-swizzled; ``S_s`` and ``O_s`` float32 ``[block_q][ld]``; one float32
+    per row (``R_s``) and per warp (``W_s``)."""
+    br, bc = cfg.block_q, cfg.block_kv
+    qp = -(-w.head_dim // PANEL)
+    vp = -(-w.v_dim // PANEL)
+    s_ld = max(bc, w.v_dim) + PAD32
+    o_ld = w.v_dim + PAD32
+    sizes = {
+        "Q_s": qp * br * PANEL * 2, "K_s": cfg.stages * qp * bc * PANEL * 2,
+        "V_s": cfg.stages * bc * vp * PANEL * 2, "P_s": bc * br * 2,
+        "S_s": br * s_ld * 4, "O_s": br * o_ld * 4, "R_s": br * 4, "W_s": cfg.warps * 4,
+    }
+    offsets, at = {}, 0
+    for name, n in sizes.items():
+        offsets[name] = at
+        at += -(-n // ATOM_ALIGN) * ATOM_ALIGN
+    return WgmmaLayout(qp, vp, s_ld, o_ld, sizes, offsets, at)
+
+
+def wgmma_registers(w: AttentionWorkload, cfg) -> int:
+    """32-bit registers a thread holds: its share of the two accumulators (``block_kv /
+    2`` and ``v_dim / 2`` float32) plus a fixed overhead."""
+    return cfg.block_kv // 2 + w.v_dim // 2 + BASE_REGISTERS
+
+
+def check_wgmma_config(w: AttentionWorkload, cfg, target: Target) -> None:
+    """Raise :class:`AttentionError` naming the rule the ``wgmma`` configuration ``cfg``
+    breaks for ``w`` on ``target``."""
+    if not target.has_wgmma:
+        raise AttentionError(f"mma='wgmma' needs sm_90a (the arch-specific Hopper target); "
+                             f"{target.arch} has no wgmma: build for 'cuda -arch=sm_90a' or "
+                             "take mma='mma_sync'")
+    if not target.has_cp_async:
+        raise AttentionError(f"fused attention stages K and V with cp.async, which "
+                             f"{target.arch} lacks")
+    if cfg.warps not in WGMMA_WARPS:
+        raise AttentionError(f"mma='wgmma' runs warpgroups of 4 warps, 64 query rows each: "
+                             f"warps must be one of {WGMMA_WARPS} (block_q 64 or 128), got "
+                             f"{cfg.warps}")
+    if cfg.block_kv not in WGMMA_BLOCK_KV:
+        raise AttentionError(f"mma='wgmma' reads P and V in 64-key panels: block_kv must be "
+                             f"one of {WGMMA_BLOCK_KV}, got {cfg.block_kv}")
+    if cfg.stages not in WGMMA_STAGES:
+        raise AttentionError(f"mma='wgmma' takes stages in {WGMMA_STAGES} (3: the next "
+                             f"tile's Q K^T overlaps this tile's softmax), got {cfg.stages}")
+    if w.v_dim % PANEL or w.v_dim > 256:
+        raise AttentionError(f"mma='wgmma' reads V as the MN-major B of m64n{w.v_dim}k16, in "
+                             f"64-column panels: v_dim must be 64, 128, 192 or 256, got "
+                             f"{w.v_dim}; take mma='mma_sync'")
+    if w.head_dim % 16 or w.head_dim > 256:
+        raise AttentionError(f"mma='wgmma': head_dim {w.head_dim} is not a multiple of 16 "
+                             "up to 256 (k16 steps of Q K^T)")
+    lay = wgmma_layout(w, cfg)
+    limit = target.max_shared_memory_per_block_optin
+    if lay.total > limit:
+        fewer = [what for what, more in (("4 warps", cfg.warps > 4),
+                                         ("block_kv 64", cfg.block_kv > 64),
+                                         ("one stage", cfg.stages > 1)) if more]
+        fix = (f"take {' or '.join(fewer)}" if fewer else
+               "no wgmma configuration fits these head dims: take mma='mma_sync'")
+        raise AttentionError(f"the configuration {cfg.to_dict()} needs {lay.total} bytes of "
+                             f"shared memory per block; {target.arch} allows {limit}: {fix}")
+    regs = wgmma_registers(w, cfg)
+    if regs > REGISTER_BUDGET:
+        raise AttentionError(f"the configuration {cfg.to_dict()} holds about {regs} registers "
+                             f"per thread (more than {REGISTER_BUDGET}): take block_kv 64")
+    if regs * cfg.threads > target.registers_per_block:
+        raise AttentionError(f"{regs} registers x {cfg.threads} threads exceed the "
+                             f"{target.registers_per_block} registers of a block")
+
+
+def wgmma_candidates(w: AttentionWorkload, target: Target) -> list:
+    """The legal ``wgmma`` configurations (two warpgroups only where the query rows pass
+    64; ``block_kv`` 128 only where the keys pass 64); none where the query rows or the
+    keys fill less than half of wgmma's 64-wide tiles (at most 32): there its tiles would
+    multiply mostly padding, 4x the work of 16-row ``mma.sync`` tiles (a configuration
+    given explicitly still runs such problems)."""
+    from .knobs import AttentionConfig
+
+    out = []
+    if w.q_len <= 32 or w.kv_len <= 32:
+        return out
+    for warps in WGMMA_WARPS:
+        if warps > 4 and w.q_len <= 64:
+            continue
+        for bc in WGMMA_BLOCK_KV:
+            if bc > 64 and w.kv_len <= 64:
+                continue
+            for st in WGMMA_STAGES:
+                cfg = AttentionConfig(warps, bc, st, "wgmma")
+                try:
+                    check_wgmma_config(w, cfg, target)
+                except AttentionError:
+                    continue
+                out.append(cfg)
+    return out
+
+
+def wgmma_attention_time(w: AttentionWorkload, cfg, target: Target) -> float:
+    """Estimated seconds of one launch of a ``wgmma`` configuration: as
+    :func:`~.knobs.attention_time`, the tensor-core work at the wgmma GEMM's fitted share
+    of the peak (``WGMMA_PEAK_FRACTION``, the share of a GEMM that waits for each step's
+    wgmmas, ``NO_FLIGHT_RATE``: both products are waited for before their results are
+    read) and the copies at the wgmma GEMM's ``WGMMA_COPY_BYTES_PER_CLOCK``; the row work
+    adds the scores' store from the accumulators. Not calibrated on a GPU yet."""
+    from ..tensorcore_wgmma import NO_FLIGHT_RATE, WGMMA_COPY_BYTES_PER_CLOCK, WGMMA_PEAK_FRACTION
+
+    br, bc = cfg.block_q, cfg.block_kv
+    q_tiles = -(-w.q_len // br)
+    kv_tiles = -(-w.kv_len // bc)
+    blocks = q_tiles * w.heads * w.batch
+    per_sm = max(1, int(target.blocks_per_sm(cfg.threads, wgmma_registers(w, cfg),
+                                             wgmma_layout(w, cfg).total)))
+    waves = math.ceil(blocks / (target.num_sms * per_sm))
+    clock = target.clock_hz
+    flops = 2.0 * br * bc * (w.head_dim + w.v_dim)
+    frac = WGMMA_PEAK_FRACTION * NO_FLIGHT_RATE * (1.0 if per_sm * cfg.warpgroups >= 2 else 0.8)
+    peak = target.peak_flops(w.dtype, tensor_core=True) * frac
+    t_mma = flops * per_sm / (peak / target.num_sms)
+    copy_bytes = 2.0 * bc * (w.head_dim + w.v_dim)
+    t_copy = copy_bytes * per_sm / (WGMMA_COPY_BYTES_PER_CLOCK * clock)
+    row_work = 6 * br * bc / cfg.threads + cfg.warps
+    t_rows = (row_work * 4 + 3 * target.barrier_cycles) / clock
+    if cfg.stages == 3:
+        # the softmax runs beside the next tile's Q K^T (half the tensor-core work)
+        step = max(t_mma, t_copy, t_rows + t_mma / 2)
+    else:
+        step = (max(t_mma, t_copy) if cfg.stages > 1 else t_mma + t_copy) + t_rows
+    steps = kv_tiles if not w.causal else max(1, (kv_tiles + 1) // 2 + br // (2 * bc))
+    return waves * steps * step + target.launch_seconds
