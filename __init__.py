@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 
 _LAZY = {"ir": (".ir", None), "nd": (".nd", None), "ops": (".ops", None), "te": (".te", None),
          "BuiltModule": (".driver", "BuiltModule"), "build": (".driver", "build"),
+         "build_attention": (".driver", "build_attention"),
          "lower": (".driver", "lower"), "ComputeDAG": (".passes.schedule.dag", "ScheduleDAG"),
          "cuda": (".nd", "cuda"), "gpu": (".nd", "gpu"), "sim": (".nd", "sim"),
          "tune_torch": (".torch_backend", "tune_torch")}
@@ -28,5 +29,5 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["ir", "te", "nd", "ops", "ComputeDAG", "build", "lower", "BuiltModule", "sim", "cuda",
-           "gpu", "tune_torch", "__version__"]
+__all__ = ["ir", "te", "nd", "ops", "ComputeDAG", "build", "build_attention", "lower",
+           "BuiltModule", "sim", "cuda", "gpu", "tune_torch", "__version__"]

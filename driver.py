@@ -220,3 +220,27 @@ def build(sch_or_dag, args=None, target: Target | str = "cuda", ctx=None,
     target = as_target(target)
     with target:
         return BuiltModule(lower(sch_or_dag, args, ctx), target, name)
+
+
+def build_attention(out: Tensor, target: Target | str = "cuda", config=None,
+                    name: str = "main") -> BuiltModule:
+    """Compile an :func:`ptxforge.ops.attention.attention` output as the fused attention
+    kernel: a module called with ``(q, k, v[, mask], out)`` on simulator or GPU arrays.
+    ``config`` (an :class:`~ptxforge.ops.schedules.attention.AttentionConfig`) None takes
+    :func:`~ptxforge.ops.schedules.attention.choose_attention_config`'s. Raises
+    :class:`AttentionError` where the kernel cannot run the problem (then schedule the
+    stages instead, e.g. ``default_schedule``)."""
+    from .ops.attention import attention_workload
+    from .ops.schedules.attention import (
+        attention_module,
+        check_attention_config,
+        choose_attention_config,
+    )
+
+    t = as_target(target)
+    w = attention_workload(out)
+    # the simulator runs what a GPU of its arch runs: check the config against that GPU
+    limits = as_target(f"cuda -arch={t.arch}") if t.is_sim else t
+    cfg = config if config is not None else choose_attention_config(w, limits)
+    check_attention_config(w, cfg, limits)
+    return BuiltModule(attention_module(w, cfg), t, name)

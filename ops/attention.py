@@ -9,7 +9,7 @@ query head ``h`` (key/value head ``h // (Hq / Hkv)``: grouped-query attention)::
 as te stages (the scores, the row maximum, the exponentials, the row sum, the weighted sum
 of the values, the cast to the input dtype); the last stage is tagged ``attention`` and
 carries ``causal`` and ``scale`` in its attrs. Any schedule of the stages computes it (the
-operator library's default does, unfused); :func:`build_attention` compiles it as the one
+operator library's default does, unfused); :func:`ptxforge.build_attention` compiles it as the one
 fused tensor-core kernel of :mod:`ptxforge.ops.schedules.attention` (online softmax over
 key tiles, float32 running maxima and sums), and :func:`attention_workload` reads the
 problem back from the output tensor for the tuners.
@@ -26,7 +26,7 @@ from ..ir.te import Tensor
 from .utils import accumulate_dtype, cast_to, compute_named, i_names
 
 if TYPE_CHECKING:
-    from .schedules.attention import AttentionConfig, AttentionWorkload
+    from .schedules.attention import AttentionWorkload
 
 TAG = "attention"
 
@@ -175,27 +175,3 @@ def attention_workload(out: Tensor) -> AttentionWorkload:
         mask = AttentionMask(tuple(int(x) for x in ins[3].shape), ins[3].dtype)
     return AttentionWorkload(b, hq, hk, lq, s, e, int(v.shape[3]), q.dtype,
                              bool(out.op.attrs["causal"]), out.op.attrs["scale"], mask)
-
-
-def build_attention(out: Tensor, target="cuda", config: AttentionConfig | None = None,
-                    name: str = "main"):
-    """Compile an :func:`attention` output as the fused kernel: a module called with
-    ``(q, k, v[, mask], out)`` on simulator or GPU arrays. ``config`` None takes
-    :func:`~ptxforge.ops.schedules.attention.choose_attention_config`'s. Raises
-    :class:`AttentionError` where the kernel cannot run the problem (then schedule the
-    stages instead, e.g. ``default_schedule``)."""
-    from ..driver import BuiltModule
-    from ..target import as_target
-    from .schedules.attention import (
-        attention_module,
-        check_attention_config,
-        choose_attention_config,
-    )
-
-    t = as_target(target)
-    w = attention_workload(out)
-    # the simulator runs what a GPU of its arch runs: check the config against that GPU
-    limits = as_target(f"cuda -arch={t.arch}") if t.is_sim else t
-    cfg = config if config is not None else choose_attention_config(w, limits)
-    check_attention_config(w, cfg, limits)
-    return BuiltModule(attention_module(w, cfg), t, name)

@@ -6,15 +6,15 @@ rules, PTX for sm_80 and sm_90a, and the same kernels on a GPU (``gpu``/``saniti
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import ptxforge
+import pytest
 from ptxforge import backend_sim, te
 from ptxforge.backend_ptx.assemble import find_ptxas
+from ptxforge.driver import build_attention
 from ptxforge.graph.opdefs.elemwise import cast_array
 from ptxforge.ir.parser import parse_module
 from ptxforge.ir.verify import verify
-from ptxforge.ops.attention import attention, attention_workload, build_attention
+from ptxforge.ops.attention import attention, attention_workload
 from ptxforge.ops.attention_testing import attention_python, attention_tolerance
 from ptxforge.ops.schedules.attention import (
     AttentionConfig,

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from ptxforge import backend_sim, te
 from ptxforge.backend_ptx.assemble import find_ptxas
 from ptxforge.backend_sim.wgmma import WgmmaProtocolError
+from ptxforge.driver import build_attention
 from ptxforge.graph.opdefs.elemwise import cast_array
 from ptxforge.ir.stmt import Module, Seq, WgmmaSync, map_stmt
 from ptxforge.ir.verify import verify
-from ptxforge.ops.attention import attention, build_attention
+from ptxforge.ops.attention import attention
 from ptxforge.ops.attention_testing import attention_python, attention_tolerance
 from ptxforge.ops.schedules.attention import (
     AttentionConfig,
