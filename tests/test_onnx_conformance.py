@@ -48,8 +48,6 @@ KNOWN_WRONG = {
     "test_causal_conv_with_state_silu_fp16": "the reference executor's fp16 silu rounds "
                                             "differently from ONNX's expected output",
     "test_causal_conv_with_state_silu_fp16_expanded": "as the unexpanded case",
-    "test_size": "Size gives shape [1], not []: graph.ir.Constant makes 0-d arrays 1-d",
-    "test_size_example": "as test_size",
 }
 """Node tests known to give wrong numbers (docs/onnx_support.md lists them as such): each is
 an expected failure with its cause, and passing is an error until the case is taken off this
