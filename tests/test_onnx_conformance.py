@@ -45,9 +45,6 @@ KNOWN_WRONG = {
         "attn_mask_causal_bf16", "attn_mask_causal_bf16_expanded", "causal_bf16",
         "causal_bf16_expanded", "causal_fp16", "causal_fp16_expanded",
         "padded_kv_bf16_expanded")},
-    "test_causal_conv_with_state_silu_fp16": "the reference executor's fp16 silu rounds "
-                                            "differently from ONNX's expected output",
-    "test_causal_conv_with_state_silu_fp16_expanded": "as the unexpanded case",
 }
 """Node tests known to give wrong numbers (docs/onnx_support.md lists them as such): each is
 an expected failure with its cause, and passing is an error until the case is taken off this
