@@ -95,3 +95,72 @@ def test_onnx_causal_conv_silu_float16_matches_onnx_reference():
         # float32 sums in another order: at most one unit in the last place apart
         np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32),
                                    rtol=2.0 ** -10, atol=0)
+
+
+def _build_run(net, feeds):
+    lib = graph.build(net, "sim")
+    m = graph.GraphModule(lib, ptxforge.sim())
+    m.set_input(**feeds)
+    m.run()
+    return m.get_output(0).numpy()
+
+
+def test_float16_softmax_kernel_rounds_as_the_reference():
+    """A float16 softmax computes in float16 (ONNX's softmax_precision default, numpy's
+    arithmetic): the kernel gives the reference executor's bits, not a float32 softmax
+    rounded once (a unit in the last place apart on about a tenth of these elements)."""
+    rng = np.random.default_rng(11)
+    xv = (rng.standard_normal((16, 37)) * 4).astype(np.float16)
+    x = graph.var("x", xv.shape, "float16")
+    net = graph.function([graph.nn.softmax(x)])
+    ref = graph.evaluate(net, {"x": xv}, {})
+    np.testing.assert_array_equal(_build_run(net, {"x": xv}), ref)
+    once = testing.softmax_python(xv.astype(np.float32)).astype(np.float16)
+    assert not np.array_equal(once, ref)  # the data tells the two definitions apart
+
+
+@pytest.mark.parametrize("dtype,scale,moves", [("float16", 0.5946, False),
+                                               ("float16", 0.5, True),
+                                               ("float32", 0.5946, True)])
+def test_scaled_product_operands_keep_their_16_bit_rounding(dtype, scale, moves):
+    """Exporters scale an attention's query and key by sqrt(scale) each. Moving a factor
+    onto the product skips the 16-bit rounding of the scaled operands; in float16 only a
+    power of two (exact) moves, and the optimized graph gives the original's bits."""
+    from ptxforge.graph.build_module import optimize
+    from ptxforge.graph.ir import Call, post_order
+
+    rng = np.random.default_rng(2)
+    qv = rng.random((6, 4, 8)).astype(dtype)
+    kv = rng.random((6, 8, 6)).astype(dtype)
+    q, k = graph.var("q", qv.shape, dtype), graph.var("k", kv.shape, dtype)
+    s = graph.const(np.asarray(scale, dtype), "s", dtype)
+    net = graph.function([graph.nn.batch_matmul(Call("multiply", [q, s]),
+                                                Call("multiply", [k, s]),
+                                                transpose_b=False)])
+    opt = optimize(net, {}, fuse=False)
+    ops = [n.op for n in post_order(opt.outputs) if isinstance(n, Call)]
+    assert (ops.count("multiply") == 1) == moves
+    feeds = {"q": qv, "k": kv}
+    want = graph.evaluate(net, feeds, {})
+    if not moves:
+        np.testing.assert_array_equal(graph.evaluate(opt, feeds, {}), want)
+        np.testing.assert_array_equal(_build_run(net, feeds), want)
+
+
+def test_float16_causal_attention_compiles_to_the_reference_bits():
+    """ONNX's attention function body in float16 (scaled query and key, causal bias,
+    softmax, product with V): the compiled network gives the reference executor's bits."""
+    from ptxforge.graph.ir import Call
+
+    rng = np.random.default_rng(4)
+    qv, kv, vv = (rng.random(s).astype(np.float16) for s in ((6, 4, 8), (6, 8, 6), (6, 6, 8)))
+    q, k, v = (graph.var(n, a.shape, "float16") for n, a in zip("qkv", (qv, kv, vv)))
+    s = graph.const(np.asarray(8 ** -0.25, np.float16), "s", "float16")
+    bias = np.where(np.arange(6)[None, :] <= np.arange(4)[:, None], 0, -np.inf)
+    scores = graph.nn.batch_matmul(Call("multiply", [q, s]), Call("multiply", [k, s]),
+                                   transpose_b=False)
+    scores = Call("add", [scores, graph.const(bias.astype(np.float16), "bias", "float16")])
+    net = graph.function([graph.nn.batch_matmul(graph.nn.softmax(scores), v,
+                                                transpose_b=False)])
+    feeds = {"q": qv, "k": kv, "v": vv}
+    np.testing.assert_array_equal(_build_run(net, feeds), graph.evaluate(net, feeds, {}))
