@@ -123,7 +123,7 @@ gpu = cuda
 def array(data, device=None):
     """Copy ``data`` (numpy or array-like) to ``device`` (default: the simulator)."""
     device = device or sim()
-    arr = np.ascontiguousarray(np.asarray(data))
+    arr = np.require(np.asarray(data), requirements="C")  # a 0-d array stays 0-d
     if isinstance(device, SimDevice):
         dt.from_numpy(arr.dtype)
         return SimArray(arr.copy(), device)

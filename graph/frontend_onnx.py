@@ -91,7 +91,10 @@ class _Importer:
     # -- values -----------------------------------------------------------------------------
 
     def is_static(self, name: str) -> bool:
-        return name in self.static and name not in self.nodes
+        # a known value that a converter has also taken as a graph constant stays known
+        # (a weight made a parameter does not: the graph may be given other weights)
+        return name in self.static and (name not in self.nodes
+                                        or isinstance(self.nodes[name], Constant))
 
     def tensor(self, name: str) -> Node:
         """The graph node of value ``name`` (initializers become parameters, other known

@@ -163,7 +163,8 @@ class Constant(Node):
             arr = arr.astype(np.float32)
         elif arr.dtype == np.int64 and arr.ndim == 0:
             arr = arr.astype(np.int32)
-        self.value = np.ascontiguousarray(arr)
+        # np.ascontiguousarray would make a 0-d array 1-d (a scalar's type is shape ())
+        self.value = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
         self.value.setflags(write=False)
         self.name = name
         self.ty = TensorType(self.value.shape, dt.from_numpy(self.value.dtype))

@@ -44,10 +44,12 @@ def function_body(node, opset: int, input_types: list | None):
         fn.ParseFromString(schema.get_function_with_opset_version(plain))
     elif schema.has_function:
         fn = schema.function_body
-    elif dependent is not None and input_types is not None \
-            and all(t is not None for t in input_types):
+    elif dependent is not None and input_types is not None and all(
+            t is not None or not name for t, name in zip(input_types, node.input)):
+        # an optional input left out ('') has no type: an empty TypeProto says so
         data = schema.get_context_dependent_function_with_opset_version(
-            dependent, node.SerializeToString(), [t.SerializeToString() for t in input_types])
+            dependent, node.SerializeToString(),
+            [(t or onnx.TypeProto()).SerializeToString() for t in input_types])
         if data:
             fn = onnx.FunctionProto()
             fn.ParseFromString(data)

@@ -39,6 +39,14 @@ def _at(precision: str, *arrays) -> list:
     raise ValueError(f"precision must be 'float32' or 'tf32', got {precision!r}")
 
 
+def _accumulator(*arrays) -> tuple[np.dtype, np.dtype]:
+    """``(accumulator, result)`` dtypes of a sum of products of ``arrays``: float16 and
+    bfloat16 sum in float32 and round once at the end, as the kernels do (a running sum
+    rounded to 16 bits after every tap drifts by several units in the last place)."""
+    res = np.result_type(*arrays)
+    return (np.dtype(np.float32) if dt.is_half(dt.from_numpy(res)) else res), res
+
+
 def _pair(value) -> tuple[int, int]:
     if isinstance(value, int):
         return value, value
@@ -91,11 +99,13 @@ def conv2d_nchw_python(a_np, w_np, stride, padding, dilation=1,
     stride, dilation = _pair(stride), _pair(dilation)
     pads, _, out_hw = _window_geometry((h, w), (kh, kw), stride, padding, dilation)
     padded = _pad_nchw(a_np, pads)
-    out = np.zeros((k, n) + out_hw, dtype=np.result_type(a_np, w_np))
+    acc, res = _accumulator(a_np, w_np)
+    out = np.zeros((k, n) + out_hw, dtype=acc)
     for y, x, rows, cols in _taps((kh, kw), stride, dilation, out_hw):
         # (K, C) x (N, C, OH, OW) over C: one BLAS call per tap
-        out += np.tensordot(w_np[:, :, y, x], padded[:, :, rows, cols], axes=([1], [1]))
-    return out.transpose(1, 0, 2, 3)
+        out += np.tensordot(w_np[:, :, y, x].astype(acc), padded[:, :, rows, cols].astype(acc),
+                            axes=([1], [1]))
+    return out.transpose(1, 0, 2, 3).astype(res, copy=False)
 
 
 def conv2d_nhwc_python(a_np, w_np, stride, padding, dilation=1,
@@ -118,11 +128,12 @@ def depthwise_conv2d_nchw_python(input_np, filter_np, stride, padding, dilation=
     stride, dilation = _pair(stride), _pair(dilation)
     pads, _, out_hw = _window_geometry((h, w), (kh, kw), stride, padding, dilation)
     padded = _pad_nchw(input_np, pads)
-    out = np.zeros((n, c, m) + out_hw, dtype=np.result_type(input_np, filter_np))
+    acc, res = _accumulator(input_np, filter_np)
+    out = np.zeros((n, c, m) + out_hw, dtype=acc)
     for y, x, rows, cols in _taps((kh, kw), stride, dilation, out_hw):
-        window = padded[:, :, rows, cols]
-        out += window[:, :, None] * filter_np[None, :, :, y, x, None, None]
-    return out.reshape((n, c * m) + out_hw)
+        window = padded[:, :, rows, cols].astype(acc)
+        out += window[:, :, None] * filter_np[None, :, :, y, x, None, None].astype(acc)
+    return out.reshape((n, c * m) + out_hw).astype(res, copy=False)
 
 
 def depthwise_conv2d_nhwc_python(input_np, filter_np, stride, padding, dilation=1) -> np.ndarray:

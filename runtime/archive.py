@@ -41,7 +41,9 @@ def array_member(files: dict, name: str, value) -> dict:
     Host dtypes ``.npy`` cannot describe (``ml_dtypes.bfloat16`` saves as raw ``V2``) are
     stored as unsigned integers of their width; the entry's dtype says how to read them.
     """
-    arr = np.ascontiguousarray(value.numpy() if hasattr(value, "numpy") else np.asarray(value))
+    # np.require keeps a 0-d value 0-d (np.ascontiguousarray would make it shape [1])
+    arr = np.require(value.numpy() if hasattr(value, "numpy") else np.asarray(value),
+                     requirements="C")
     stored = arr if arr.dtype.kind in "biufc" else arr.view(f"u{arr.dtype.itemsize}")
     buf = io.BytesIO()
     np.save(buf, stored, allow_pickle=False)

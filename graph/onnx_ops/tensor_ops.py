@@ -4,14 +4,16 @@ tiling, padding, splitting, ordering); the products (MatMul, Gemm, Einsum) are i
 
 Every operator that exporters use to compute shapes (Gather, Expand, ConstantOfShape,
 Range, Slice, Tile, Split, ...) also evaluates at import time when its inputs are known
-then; Range, ConstantOfShape, NonZero, Compress and Unique evaluate only then (their
-output shapes depend on data, and shapes here are static).
+then; Range, ConstantOfShape, NonZero and Unique need the values that decide their output
+shapes known then (shapes here are static; the error names the graph inputs to fix), and
+Compress its condition.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...ir import dtype as dt
 from ..frontend_onnx import OnnxImportError, register_converter
 from ..ir import Constant, Node
 from ..op import get_op
@@ -51,6 +53,21 @@ def _ref(op: str, attrs_of=lambda a: {}):
         return [opdef.ref(values, opdef.normalize_attrs(attrs_of(a)))]
 
     return static
+
+
+def _shape_value(im, node, k: int, operand: str, what: str) -> np.ndarray:
+    """Input ``k`` (``operand``), which decides ``what`` (an output shape or length), as
+    known at import time; otherwise an ``OnnxDataDependentError`` naming the graph inputs
+    it is computed from (``from_onnx(..., constants=)`` imports the model for given
+    values of them)."""
+    from ..frontend_onnx import OnnxDataDependentError
+
+    try:
+        return _const_input(im, node, k, operand)
+    except OnnxDataDependentError as e:
+        raise OnnxDataDependentError(
+            f"{what} depends on the values of its inputs, which are computed at run time, "
+            f"and shapes here are static: {e}", e.inputs) from None
 
 
 def _data_dependent(what: str):
@@ -150,8 +167,14 @@ def _constant_of_shape(im, node, a):
     return [np.full(shape, value[0], dtype=value.dtype)]
 
 
-register_converter("ConstantOfShape", static=_constant_of_shape)(
-    lambda im, node, a: _data_dependent("the output shape"))
+@register_converter("ConstantOfShape", static=_constant_of_shape)
+def _constant_of_shape_node(im, node, a):
+    # the shape must be known now (a data-dependent one names the inputs to fix); a known
+    # shape reaches here only when the result is too large to fold: a broadcast scalar
+    _shape_value(im, node, 0, "shape", "the output shape")
+    full = _constant_of_shape(im, node, a)[0]
+    return GT.broadcast_to(Constant(full.reshape(-1)[:1].reshape(()), node.output[0],
+                                    dt.from_numpy(full.dtype)), full.shape)
 
 
 def _range(im, node, a):
@@ -162,8 +185,38 @@ def _range(im, node, a):
     return [(start + np.arange(count) * delta).astype(start.dtype)]
 
 
-register_converter("Range", static=_range)(
-    lambda im, node, a: _data_dependent("the output length"))
+@register_converter("Range", static=_range)
+def _range_node(im, node, a):
+    # start, limit and delta set the length: each must be known now (else the error names
+    # the graph inputs to fix); known ones reach here only for a result too large to fold
+    for k, what in enumerate(("start", "limit", "delta")):
+        _shape_value(im, node, k, what, "the output length")
+    value = _range(im, node, a)[0]
+    return Constant(value, node.output[0], dt.from_numpy(value.dtype))
+
+
+def _eye_like_value(im, node, a):
+    from ..onnx_model import ONNX_DTYPES
+
+    shape = tuple(im.shape(node.input[0]))
+    if len(shape) != 2:
+        raise OnnxImportError(f"the input must be 2-D, got shape {list(shape)}")
+    if "dtype" in a:
+        dtype = ONNX_DTYPES.get(int(a["dtype"]))
+        if dtype is None:
+            raise OnnxImportError(f"dtype {int(a['dtype'])} is not supported; supported: "
+                                  f"{', '.join(sorted(set(ONNX_DTYPES.values())))}")
+    else:
+        dtype = im.tensor(node.input[0]).dtype if node.input[0] in im.nodes else \
+            dt.from_numpy(_s(im, node).dtype)
+    return np.eye(*shape, k=int(a.get("k", 0)), dtype=dt.to_numpy(dtype)), dtype
+
+
+@register_converter("EyeLike", static=lambda im, node, a: [_eye_like_value(im, node, a)[0]])
+def _eye_like(im, node, a):
+    # only the input's shape matters, and shapes are static: a constant
+    value, dtype = _eye_like_value(im, node, a)
+    return Constant(value, node.output[0], dtype)
 
 
 def _size_static(im, node, a):
@@ -203,11 +256,37 @@ def _unique(im, node, a):
             counts.astype(np.int64)]
 
 
+@register_converter("Compress", static=_compress)
+def _compress_node(im, node, a):
+    # the condition sets the output length: known now, the data may be a tensor of the
+    # graph, and the compress is a take of the selected indices
+    cond = _shape_value(im, node, 1, "condition", "the output length")
+    cond = cond.astype(bool).reshape(-1)
+    data = im.tensor(node.input[0])
+    axis = a.get("axis")
+    if axis is None:
+        data = GT.reshape(data, (-1,))
+        axis = 0
+    axis = int(axis) % data.ndim
+    if cond.size > data.shape[axis]:
+        raise OnnxImportError(f"the condition has {cond.size} elements, more than the "
+                              f"{data.shape[axis]} of axis {axis}")
+    picked = np.flatnonzero(cond).astype(np.int64)
+    if picked.size == 0:
+        raise OnnxImportError("the condition selects nothing; empty tensors are not supported")
+    return GI.take(data, Constant(picked, node.output[0] + "_indices", "int64"), axis)
+
+
 for _op, _fn, _what in (("NonZero", _nonzero, "the number of non-zero elements"),
-                        ("Compress", _compress, "the output length"),
                         ("Unique", _unique, "the number of distinct values")):
-    register_converter(_op, static=_fn)(
-        lambda im, node, a, _what=_what: _data_dependent(_what))
+    def _by_value(im, node, a, _fn=_fn, _what=_what):
+        # the output's shape is a function of the input's values: known now (the error
+        # names the graph inputs to fix otherwise), it is computed here
+        _shape_value(im, node, 0, "input", _what)
+        return [Constant(v, f"{node.output[0]}_{k}", dt.from_numpy(np.asarray(v).dtype))
+                for k, v in enumerate(_fn(im, node, a))]
+
+    register_converter(_op, static=_fn)(_by_value)
 
 
 # -- shape-preserving and stretching ---------------------------------------------------------

@@ -11,7 +11,10 @@ operator library and the graph passes after it expect:
   ``transpose_b`` (and likewise for ``a``), so no transposed copy is made;
 - a scalar constant multiplying an operand of a product (an attention's scale, split by
   exporters between query and key) multiplies the product instead: one multiply, in the
-  product's epilogue.
+  product's epilogue. In float16 and bfloat16 only a power of two moves (exact in any
+  order): any other factor rounds the scaled operand to 16 bits first, as the graph says,
+  and the product of rounded operands differs from the rounded product by units in the
+  last place (a float32 graph, mixed precision's included, moves every factor).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...ir import dtype as dt
 from .. import opdefs as G
 from ..ir import Call, Constant, Graph, Node, rewrite
 from ..opdefs.elemwise import cast_array
@@ -61,6 +65,16 @@ def _scalar_factor(node: Node) -> tuple[Node, Constant] | None:
                 x = Call(layout.op, (x,), layout.attrs)
             return x, c
     return None
+
+
+def _moves_exactly(c: Constant) -> bool:
+    """Whether factor ``c`` may move from an operand onto the product: always in 32 and 64
+    bits (one rounding in another place, far inside any tolerance); in 16 bits only a power
+    of two, which scales without rounding."""
+    if not dt.is_half(c.dtype):
+        return True
+    v = abs(float(c.value.reshape(()).astype(np.float32)))
+    return v > 0 and np.isfinite(v) and float(np.log2(v)).is_integer()
 
 
 def _swapped_operand(x: Node) -> Node | None:
@@ -112,7 +126,8 @@ def _batch_matmul(call: Call, args: tuple) -> Node | None:
         found = _scalar_factor((a, b)[k])
         # the product's result dtype may differ from its operands' (out_dtype): a factor
         # moves onto the result only in the result's own dtype
-        if found is not None and found[1].dtype == call.dtype:
+        if (found is not None and found[1].dtype == call.dtype
+                and _moves_exactly(found[1])):
             x, c = found
             a, b = (x, b) if k == 0 else (a, x)
             scales.append(c)

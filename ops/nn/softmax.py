@@ -58,6 +58,17 @@ def softmax(x: Tensor, axis: int = -1, out_dtype: str | None = None,
 
     # the maximum is exact in any dtype; exp and the sum run in float32 for 16-bit inputs
     acc = accumulate_dtype(x.dtype)
+
+    def in_input_precision(v):
+        # a float16 softmax computes in float16, as the reference executor (numpy) and ONNX
+        # (softmax_precision defaults to the input's) define it: the shifted input, each
+        # exponential and the row sum are rounded to float16, the sum accumulating in
+        # float32 as numpy's float16 sum does. Skipping those roundings moves results by a
+        # unit in the last place, which a product with V afterwards makes two. bfloat16 is
+        # left unrounded: numpy (ml_dtypes) rounds its sum after every term, in order, which
+        # no parallel reduction reproduces.
+        return cast_to(cast_to(v, x.dtype), acc) if x.dtype == "float16" else v
+
     max_elem = compute_named(
         reduced, i_names(len(reduced)),
         lambda *i: te.max(x[with_reduce(i, k1)], axis=k1),
@@ -65,7 +76,8 @@ def softmax(x: Tensor, axis: int = -1, out_dtype: str | None = None,
     )
     exp = compute_named(
         shape, i_names(len(shape)),
-        lambda *i: te.exp(cast_to(x[i], acc) - cast_to(max_elem[without_axis(i)], acc)),
+        lambda *i: in_input_precision(te.exp(in_input_precision(
+            cast_to(x[i], acc) - cast_to(max_elem[without_axis(i)], acc)))),
         "T_softmax_exp", tag.SOFTMAX,
     )
     expsum = compute_named(
@@ -74,7 +86,7 @@ def softmax(x: Tensor, axis: int = -1, out_dtype: str | None = None,
         "T_softmax_expsum", tag.SOFTMAX,
     )
     def norm(*i):
-        q = exp[i] / expsum[without_axis(i)]
+        q = exp[i] / in_input_precision(expsum[without_axis(i)])
         if nan_to_zero:
             q = te.if_then_else(q != q, te.const(0.0, acc), q)
         return cast_to(q, out_dtype)
