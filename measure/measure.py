@@ -56,6 +56,7 @@ class Builder(abc.ABC):
         out: dict = {}
         while len(out) < len(inputs):
             for key, res in self.collect(None):
+                inputs[key].learn_pipeline(res.pipeline_text, bool(res.error_no))
                 out[key] = res
         return [out[i] for i in range(len(inputs))]
 
@@ -179,6 +180,9 @@ class Flow:
         for key, b in self.builder.collect(0.0):
             if key not in self._inputs:
                 continue
+            # a candidate sent as a plan learns its pipeline text from its build (the text
+            # its record will hold), whether or not the build succeeded
+            self._inputs[key].learn_pipeline(b.pipeline_text, bool(b.error_no))
             if b.error_no:
                 del self._inputs[key]
                 done.append((key, result_of_failed_build(b)))
