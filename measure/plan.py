@@ -24,6 +24,13 @@ import uuid
 import weakref
 from collections import OrderedDict
 
+from ..ir.expr import IRError
+
+
+class PlanError(IRError):
+    """A plan does not schedule (a template rejected its config): the candidate is an
+    ``INSTANTIATION_ERROR``, as a pipeline that does not apply is."""
+
 
 class SchedulePlan(abc.ABC):
     """A candidate's schedule, to be made where it is compiled.
@@ -64,8 +71,6 @@ class SchedulePlan(abc.ABC):
         plan's pipeline made here, once. Empty for a plan that does not schedule."""
         if self._text or self._failed:
             return self._text
-        from ..ir.expr import IRError
-
         try:
             self._text = self.pipeline().text
         except IRError:

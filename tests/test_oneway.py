@@ -271,3 +271,71 @@ def test_tune_op_profile_says_where_the_time_went(tmp_path, capsys):
     assert "build:" in prof and "for 4 candidates" in prof
     assert "schedule" in prof and "lower" in prof
     assert "trials/s" in prof
+
+
+# -- AutoTVM ------------------------------------------------------------------------------------
+
+
+def test_autotvm_candidates_are_instantiated_by_the_builder_only(tmp_path):
+    from ptxforge import autotvm
+    from ptxforge.autotvm.task import TASKS as AUTOTVM_TASKS
+    from ptxforge.tests.test_autotvm import COUNTED_CALLS
+
+    task = autotvm.task.create("test/counted_matmul", args=(64, 32, 64), target="cuda")
+    cfgs = [task.config_space.get(i) for i in (5, 17)]
+    COUNTED_CALLS.clear()
+    cands = [task.candidate(c) for c in cfgs]
+    raws = [c.to_measure() for c in cands]
+    assert not COUNTED_CALLS and all(not r.scheduled_text for r in raws)
+    builds = measure.LocalBuilder(n_parallel=0, compile_to="ir").build(raws)
+    assert len(COUNTED_CALLS) == 2  # once per candidate, in the builder
+    for cfg, cand, b in zip(cfgs, cands, builds):
+        assert b.error_no == 0, b.error_msg
+        want = task.pipeline(cfg).text
+        assert b.pipeline_text == want and cand.pipeline_text == want
+        assert cand.to_measure().pipeline_text == want
+        eager = build_candidate(task.measure_input(cfg).to_measure(), BuildOptions("sim", "ir"))
+        assert eager.artifact.device_ir == b.artifact.device_ir
+    # the record of a candidate holds the text its build returned
+    log = str(tmp_path / "at.log")
+    autotvm.record.save(log, cands, [measure.MeasureResult((1e-3,), 0, "", 0.0, 0.0)] * 2)
+    assert [i.pipeline_text for i, _ in autotvm.record.load_from_file(log)] == [
+        c.pipeline_text for c in cands]
+    # a process without the task rebuilds it from the plan's bytes
+    data = pickle.dumps(cands[0].plan)
+    del AUTOTVM_TASKS._mine[task._plan_token]
+    try:
+        plan = pickle.loads(data)
+        assert plan.task is not task and plan.config == cfgs[0]
+        assert plan.pipeline().text == cands[0].pipeline_text
+    finally:
+        AUTOTVM_TASKS.register(task)
+
+
+def _picky(n):
+    """A template that refuses half of its configs (knob ``refuse``)."""
+    from ptxforge import autotvm
+
+    a = te.placeholder((n,), name="A")
+    b = te.compute((n,), lambda i: a[i] * 2.0, name="B")
+    s = te.create_schedule(b.op)
+    cfg = autotvm.get_config()
+    cfg.define_knob("refuse", [0, 1])
+    if cfg["refuse"].val:
+        raise autotvm.InstantiationError("this template refuses refuse=1")
+    (i,) = s[b].op.axis
+    s[b].bind(i, te.thread_axis("threadIdx.x"))
+    return s, [a, b]
+
+
+def test_an_autotvm_config_the_template_rejects_is_an_instantiation_error():
+    from ptxforge import autotvm
+
+    autotvm.template("test/oneway_picky", _picky)
+    task = autotvm.task.create("test/oneway_picky", args=(32,), target="cuda")
+    good, bad = (task.candidate(task.config_space.get(i)) for i in (0, 1))
+    opts = BuildOptions(compile_to="ir")
+    assert build_candidate(good.to_measure(), opts).error_no == 0
+    res = build_candidate(bad.to_measure(), opts)
+    assert res.error_no == measure.MeasureErrorNo.INSTANTIATION_ERROR
+    assert "refuses refuse=1" in res.error_msg and res.pipeline_text == ""
