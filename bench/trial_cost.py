@@ -7,7 +7,10 @@ ResNet-18 on sm_90a sketches (tensor-core, wgmma and CUDA-core sketches alike).
         [--compile-to ptx|ir|cubin] [--tasks bert:1,bert:2,resnet-18:3]
 
 States come from one round of the search policy with a random model, so they are the
-states a tuning run measures first. Both parts run in this process, one after the other.
+states a tuning run measures first. Both parts run in this process, one after the other,
+for the path before the one-way change (the tuner builds the state's pipeline and sends
+text; the builder parses and applies it) and for the one-way path (the tuner sends the
+state; the builder makes and applies the pipeline).
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ import statistics
 import time
 
 from ptxforge import autosched
+from ptxforge.autosched.state import State, candidate_input, state_payload
 from ptxforge.graph.zoo import get_network
 from ptxforge.measure.build import BuildOptions, build_candidate
-from ptxforge.stages import TOP_LEVEL
+from ptxforge.stages import TOP_LEVEL, merge
 
 
 def tasks_of(spec: str, target: str) -> list:
@@ -36,17 +40,23 @@ def tasks_of(spec: str, target: str) -> list:
     return out
 
 
-def make_inputs(task, rows) -> list:
-    """The measure inputs of searched states, as the tuner makes them."""
-    from ptxforge.autosched import tuner
-
-    if hasattr(tuner, "candidate_inputs"):
-        return tuner.candidate_inputs(task, rows)
-    from ptxforge.autosched.state import State, state_payload
+def old_input(task, state):
+    """The measure input as the tuner made it before the one-way path: the state's
+    pipeline built here (a tensor-core sketch builds its te schedule) and sent as text."""
     from ptxforge.measure import MeasureInput
 
-    return [MeasureInput(task.task_spec, s.pipeline_text(task), state_payload(task, s))
-            for s in (State.from_row(r, task) for r in rows)]
+    return MeasureInput(task.task_spec, state.pipeline_text(task), state_payload(task, state))
+
+
+def _cpu(fn, *args):
+    # both paths build the same kernels: without this, the second would load them from
+    # the builder's kernel cache instead of compiling them
+    from ptxforge.measure import build
+
+    build._kernel_caches.clear()
+    t = time.process_time()
+    out = fn(*args)
+    return out, time.process_time() - t
 
 
 def main(argv=None) -> None:
@@ -58,30 +68,37 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     target = "cuda -arch=sm_90a"
     opts = BuildOptions(target_sm="sm_90a", compile_to=args.compile_to)
+    print("CPU seconds of this process (time.process_time), mean per candidate; the old and "
+          "the one-way path alternate on each state, so both see the same machine load")
     for label, task in tasks_of(args.tasks, target):
         policy = autosched.SketchPolicy(task, autosched.RandomModel(seed=args.seed),
                                         seed=args.seed, verbose=0)
         rows = policy.search_one_round(args.states)
         task.task_spec.module()  # parsed once per builder process, not per candidate
-        main_s, build_s, stages = [], [], {}
+        cost = {k: [] for k in ("old_main", "old_build", "new_main", "new_build")}
+        stages: dict = {"old": {}, "new": {}}
         for r in rows:
-            t = time.perf_counter()
-            inp = make_inputs(task, [r])[0]
-            main_s.append(time.perf_counter() - t)
-            res = build_candidate(inp, opts)
-            build_s.append(res.time_cost)
-            for k, v in res.stage_seconds.items():
-                stages.setdefault(k, []).append(v)
+            st = State.from_row(r, task)
+            inp, t = _cpu(old_input, task, st)
+            cost["old_main"].append(t)
+            res, t = _cpu(build_candidate, inp, opts)
+            cost["old_build"].append(t)
+            merge(stages["old"], res.stage_seconds)
+            inp, t = _cpu(candidate_input, task, st)
+            cost["new_main"].append(t)
+            res, t = _cpu(build_candidate, inp, opts)
+            cost["new_build"].append(t)
+            merge(stages["new"], res.stage_seconds)
         sk = sorted({task.sketches[int(r[0])].name for r in rows})
-        print(f"{label}: {len(rows)} states of {len(sk)} sketches ({', '.join(sk)[:90]})")
-        print(f"  main process per trial: {1e3 * statistics.mean(main_s):7.1f} ms "
-              f"(median {1e3 * statistics.median(main_s):.1f})")
-        print(f"  builder per candidate:  {1e3 * statistics.mean(build_s):7.1f} ms "
-              f"(median {1e3 * statistics.median(build_s):.1f})")
-        shown = [k for k in (*TOP_LEVEL, "parse", "apply", "analyze", "llvm_opt")
-                 if k in stages]
-        print("  by stage (mean ms): " + ", ".join(
-            f"{k} {1e3 * sum(stages[k]) / len(rows):.1f}" for k in shown))
+        print(f"{label}: {len(rows)} states of {', '.join(sk)[:100]}")
+        for path in ("old", "new"):
+            m = 1e3 * statistics.mean(cost[f"{path}_main"])
+            b = 1e3 * statistics.mean(cost[f"{path}_build"])
+            shown = [k for k in (*TOP_LEVEL, "parse", "apply", "analyze", "llvm_opt")
+                     if k in stages[path]]
+            split = ", ".join(f"{k} {1e3 * stages[path][k] / len(rows):.0f}" for k in shown)
+            print(f"  {path}: main process {m:7.1f} ms/trial, builder {b:7.1f} ms/candidate "
+                  f"(wall ms by stage: {split})")
 
 
 if __name__ == "__main__":

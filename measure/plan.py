@@ -78,6 +78,27 @@ class SchedulePlan(abc.ABC):
         return self._text
 
 
+class PipelinePlan(SchedulePlan):
+    """A schedule given as a pipeline object (a runner's reference schedule): applied as it
+    is, its text known without a build."""
+
+    def __init__(self, pipeline):
+        self._pipeline = pipeline
+        self._text = pipeline.text
+
+    def pipeline(self):
+        return self._pipeline
+
+    def schedule(self, module, ctx) -> tuple:
+        from ..passes.pipeline import SchedulePipeline
+
+        pipeline = SchedulePipeline.of(self._pipeline)
+        return pipeline(module, ctx), pipeline
+
+    def __reduce__(self):
+        return (PipelinePlan, (self._pipeline,))
+
+
 class TaskRegistry:
     """Tasks by token, in the process that made them (weakly: a task no one uses any more
     goes) and in the processes that rebuilt them from a plan's bytes (the last

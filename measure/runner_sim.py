@@ -23,6 +23,7 @@ from .build import BuildOptions, build_candidate
 from .check import compare, poisoned, random_array
 from .estimate import module_seconds, simulation_seconds
 from .measure import PooledRunner
+from .plan import PipelinePlan
 from .pool import WorkerPool
 from .reference import reference_pipeline
 from .result import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, error_result
@@ -127,7 +128,8 @@ class SimRunner(PooledRunner):
         key = (task.workload_key, task.text_hash)
         if key not in self._references:
             try:
-                b = build_candidate(MeasureInput(task, reference_pipeline(task).text),
+                plan = PipelinePlan(reference_pipeline(task))
+                b = build_candidate(MeasureInput(task, "", plan=plan),
                                     BuildOptions(compile_to="ir"))
                 self._references[key] = (
                     f"skipped: the reference schedule did not build: {b.error_msg[:300]}"
