@@ -86,9 +86,15 @@ class StatePlan(SchedulePlan):
         self.sketch = state.sketch
         self.values = tuple(int(v) for v in state.values)
 
+    missing = ""  # why the sketch is not in a task rebuilt from the plan's bytes
+
     def pipeline(self) -> Pipeline:
         """The schedule passes of the state (the sketch's steps run here: a tensor-core
         step builds its te schedule)."""
+        if self.sketch < 0:
+            from ..measure.plan import PlanError
+
+            raise PlanError(self.missing)
         return self.task.sketches[self.sketch].pipeline(self.values)
 
     def schedule(self, module, ctx) -> tuple:
@@ -98,7 +104,9 @@ class StatePlan(SchedulePlan):
         return pipeline(module, ctx), pipeline
 
     def __reduce__(self):
-        return (_plan_of, (self.token, _task_source(self.task), self.sketch, self.values))
+        name = self.task.sketches[self.sketch].name
+        return (_plan_of, (self.token, _task_source(self.task), self.sketch, name,
+                           self.values))
 
     def __repr__(self):
         return f"StatePlan({self.task.workload_key[:60]}, sketch {self.sketch}, {self.values})"
@@ -126,9 +134,17 @@ def _rebuild_task(source: tuple):
                       hardware_params=hardware_params, desc=desc)
 
 
-def _plan_of(token: str, source: bytes, sketch: int, values: tuple) -> StatePlan:
+def _plan_of(token: str, source: bytes, sketch: int, name: str, values: tuple) -> StatePlan:
     plan = StatePlan.__new__(StatePlan)
     plan.task = TASKS.lookup(token, source, _rebuild_task)
+    sketches = plan.task.sketches
+    if not (0 <= sketch < len(sketches) and sketches[sketch].name == name):
+        # a task rebuilt elsewhere made its sketches in another order: find it by name
+        # (unpickling never raises: a missing sketch fails the build, not the worker)
+        found = [k for k, sk in enumerate(sketches) if sk.name == name]
+        sketch = found[0] if found else -1
+        plan.missing = (f"the task rebuilt in this process has no sketch {name!r} (it has "
+                        f"{[sk.name for sk in sketches]})")
     plan.token, plan.sketch, plan.values = token, sketch, values
     return plan
 
