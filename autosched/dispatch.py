@@ -107,7 +107,11 @@ class ApplyHistoryBest:
         ranked = self.query_ranked(key)[:MAX_TRIED]
         if not ranked:
             return None
-        task = SearchTask(compute_dag=ComputeDAG(func.build_tensors()), workload_key=key,
+        # the tensors the function's key was hashed from (a FusedFunction lowers its
+        # graph to te once), not a second lowering
+        tensors = getattr(func, "tensors", None)
+        tensors = list(tensors) if tensors is not None else func.build_tensors()
+        task = SearchTask(compute_dag=ComputeDAG(tensors), workload_key=key,
                           desc=getattr(func, "name", ""))
         name = getattr(func, "name", key)
         for n, (inp, _) in enumerate(ranked):

@@ -4,6 +4,10 @@ A state turns into a pass pipeline (:meth:`State.pipeline`) or its text
 (:meth:`State.pipeline_text`), and into the JSON payload records store next to that text
 (:func:`state_payload`), from which :func:`state_from_payload` recovers it (by sketch name
 and explicit slot values, so records stay readable and survive reordering of sketches).
+
+The tuner measures a state without making its pipeline: :func:`candidate_input` gives the
+builder a :class:`StatePlan` (the task's token, the sketch and the slot values), and the
+builder worker makes the pipeline, applies it once and returns its text for the record.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..measure.plan import SchedulePlan, TaskRegistry
 from ..passes.pipeline import Pipeline
 
 PAYLOAD_KIND = "autosched"
@@ -65,3 +70,89 @@ def state_from_payload(task, payload) -> State | None:
             except (ValueError, TypeError, KeyError, IndexError, AttributeError):
                 return None
     return None
+
+
+TASKS = TaskRegistry()
+"""The search tasks plans of this process name (and those rebuilt from plans' bytes)."""
+
+
+class StatePlan(SchedulePlan):
+    """A state of a task, for the builder to schedule: the task (by its token in
+    :data:`TASKS`), the sketch index and the slot values."""
+
+    def __init__(self, task, state: State):
+        self.task = task
+        self.token = TASKS.register(task)
+        self.sketch = state.sketch
+        self.values = tuple(int(v) for v in state.values)
+
+    missing = ""  # why the sketch is not in a task rebuilt from the plan's bytes
+
+    def pipeline(self) -> Pipeline:
+        """The schedule passes of the state (the sketch's steps run here: a tensor-core
+        step builds its te schedule)."""
+        if self.sketch < 0:
+            from ..measure.plan import PlanError
+
+            raise PlanError(self.missing)
+        return self.task.sketches[self.sketch].pipeline(self.values)
+
+    def schedule(self, module, ctx) -> tuple:
+        from ..passes.pipeline import SchedulePipeline
+
+        pipeline = SchedulePipeline.of(self.pipeline())
+        return pipeline(module, ctx), pipeline
+
+    def __reduce__(self):
+        name = self.task.sketches[self.sketch].name
+        return (_plan_of, (self.token, _task_source(self.task), self.sketch, name,
+                           self.values))
+
+    def __repr__(self):
+        return f"StatePlan({self.task.workload_key[:60]}, sketch {self.sketch}, {self.values})"
+
+
+def _task_source(task) -> bytes:
+    """What rebuilds ``task`` in another process (pickled once per task): its tensors, key,
+    target, hardware figures and description."""
+    src = getattr(task, "_plan_source", None)
+    if src is None:
+        import pickle
+
+        src = pickle.dumps((list(task.tensors), task.workload_key, task.target,
+                            task.hardware_params, task.desc))
+        task._plan_source = src
+    return src
+
+
+def _rebuild_task(source: tuple):
+    from ..ir.compute_dag import ComputeDAG
+    from .search_task import SearchTask
+
+    tensors, key, target, hardware_params, desc = source
+    return SearchTask(compute_dag=ComputeDAG(tensors), workload_key=key, target=target,
+                      hardware_params=hardware_params, desc=desc)
+
+
+def _plan_of(token: str, source: bytes, sketch: int, name: str, values: tuple) -> StatePlan:
+    plan = StatePlan.__new__(StatePlan)
+    plan.task = TASKS.lookup(token, source, _rebuild_task)
+    sketches = plan.task.sketches
+    if not (0 <= sketch < len(sketches) and sketches[sketch].name == name):
+        # a task rebuilt elsewhere made its sketches in another order: find it by name
+        # (unpickling never raises: a missing sketch fails the build, not the worker)
+        found = [k for k, sk in enumerate(sketches) if sk.name == name]
+        sketch = found[0] if found else -1
+        plan.missing = (f"the task rebuilt in this process has no sketch {name!r} (it has "
+                        f"{[sk.name for sk in sketches]})")
+    plan.token, plan.sketch, plan.values = token, sketch, values
+    return plan
+
+
+def candidate_input(task, state: State):
+    """The measure input of ``state``: the task's spec, the state's payload and a
+    :class:`StatePlan`; its pipeline text comes back from the builder."""
+    from ..measure import MeasureInput
+
+    return MeasureInput(task.task_spec, "", state_payload(task, state),
+                        plan=StatePlan(task, state))

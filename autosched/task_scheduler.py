@@ -35,6 +35,7 @@ import numpy as np
 
 from ..atomic_file import replace_atomically
 from ..measure.stream import MeasureStream
+from ..stages import stage
 from .state import state_from_payload
 from .tuner import PendingRound, can_search_ahead, start_round
 
@@ -429,11 +430,13 @@ class TaskScheduler:
         """Wait for a round's results; record them, update its task's best cost and the
         objective."""
         task_idx, rows = rnd.task_idx, rnd.rows
-        results = rnd.future.result()
+        with stage("measure"):
+            results = rnd.future.result()
         if len(rows):
-            for cb in self.tune_option.measure_callbacks:
-                cb(rnd.inputs, results)
-            self.search_policies[task_idx].add_measured(rows, results)
+            with stage("learn"):
+                for cb in self.tune_option.measure_callbacks:
+                    cb(rnd.inputs, results)
+                self.search_policies[task_idx].add_measured(rows, results)
 
         self.task_cts[task_idx] += 1
         for res in results:

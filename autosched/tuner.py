@@ -6,7 +6,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from .state import State, state_payload
+from ..stages import stage
+from .state import State, candidate_input
 
 
 @dataclass
@@ -45,23 +46,29 @@ def can_search_ahead(policy) -> bool:
     return hasattr(policy, "mark_in_flight")
 
 
+def candidate_inputs(task, rows) -> list:
+    """The measure inputs of population ``rows`` of ``task``: each carries its state (a
+    :class:`~ptxforge.autosched.state.StatePlan`) and its record payload, and no schedule;
+    the builder makes the schedule and returns the pipeline text for the record."""
+    return [candidate_input(task, State.from_row(r, task)) for r in rows]
+
+
 def start_round(task, policy, n: int, stream, task_idx: int = 0,
                 measure_callbacks=()) -> PendingRound:
     """Search up to ``n`` states with ``policy``, mark them in flight and submit their
     measure inputs to ``stream`` (an empty round is done at once). Those of
     ``measure_callbacks`` with an ``on_result`` (e.g. a record writer) get each result as
     it arrives."""
-    from ..measure import MeasureInput
     from ..measure.record import streaming_hook
 
     t0 = time.perf_counter()
-    rows = policy.search_one_round(n)
-    inputs: list = []
-    if len(rows):
-        if can_search_ahead(policy):
-            policy.mark_in_flight(rows)
-        inputs = [MeasureInput(task.task_spec, s.pipeline_text(task), state_payload(task, s))
-                  for s in (State.from_row(r, task) for r in rows)]
+    with stage("search"):
+        rows = policy.search_one_round(n)
+        inputs: list = []
+        if len(rows):
+            if can_search_ahead(policy):
+                policy.mark_in_flight(rows)
+            inputs = candidate_inputs(task, rows)
     return PendingRound(rows, inputs,
                         stream.submit(inputs, streaming_hook(measure_callbacks)),
                         time.perf_counter() - t0, task_idx)
@@ -109,11 +116,13 @@ def run_tuning(task, policy, options) -> TuningSummary:
                 continue
             rnd = inflight.popleft()
             t1 = time.perf_counter()
-            results = rnd.future.result()
+            with stage("measure"):
+                results = rnd.future.result()
             waited = time.perf_counter() - t1
-            for cb in options.measure_callbacks:
-                cb(rnd.inputs, results)
-            policy.add_measured(rnd.rows, results)
+            with stage("learn"):
+                for cb in options.measure_callbacks:
+                    cb(rnd.inputs, results)
+                policy.add_measured(rnd.rows, results)
             summary.rounds += 1
             summary.search_s += rnd.search_s
             summary.measure_s += waited

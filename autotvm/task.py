@@ -12,7 +12,9 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..measure.plan import PlanError, SchedulePlan, TaskRegistry
 from ..measure.result import MeasureInput as RawInput
 from ..measure.result import TaskSpec
 from ..passes.pipeline import Pipeline
@@ -103,15 +105,27 @@ def _as_args(args) -> tuple:
 
 @dataclass(frozen=True)
 class MeasureInput:
-    """An AutoTVM candidate: the task and one config (``pipeline_text``: its schedule as
-    pass text, empty when the template could not be instantiated; ``scheduled_text``: the
-    IR that schedule gives, which the builder takes instead of applying it again)."""
+    """An AutoTVM candidate: the task and one config (:attr:`pipeline_text`: its schedule
+    as pass text, empty when the template could not be instantiated; ``scheduled_text``:
+    the IR that schedule gives, which the builder takes instead of applying it again;
+    ``plan``: a :class:`ConfigPlan` when the candidate goes to the builder unscheduled,
+    :meth:`Task.candidate`: the builder instantiates the template, and the pipeline text is
+    the one its build returned)."""
 
     target: str
     task: Task
     config: ConfigEntity
-    pipeline_text: str = ""
+    _pipeline_text: str = ""
     scheduled_text: str = field(default="", compare=False, repr=False)
+    plan: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def pipeline_text(self) -> str:
+        """The schedule as pass text (for a plan: what its build returned, or made here
+        when no build returned one)."""
+        if self._pipeline_text or self.plan is None:
+            return self._pipeline_text
+        return self.plan.pipeline_text()
 
     def payload(self) -> dict:
         """What a record stores to rebuild this input."""
@@ -120,8 +134,74 @@ class MeasureInput:
                             "config": self.config.to_json_dict()}}
 
     def to_measure(self) -> RawInput:
-        """The builder's and runner's view of this candidate."""
-        return RawInput(self.task.spec, self.pipeline_text, self.payload(), self.scheduled_text)
+        """The builder's and runner's view of this candidate (sharing its plan, so the
+        text a build returns reaches both)."""
+        return RawInput(self.task.spec, self._pipeline_text, self.payload(),
+                        self.scheduled_text, self.plan)
+
+    def __repr__(self) -> str:
+        return (f"MeasureInput(target={self.target!r}, task={self.task!r}, "
+                f"config={self.config!r}, pipeline_text={self._pipeline_text!r})")
+
+
+TASKS = TaskRegistry()
+"""The AutoTVM tasks plans of this process name (and those rebuilt from plans' bytes)."""
+
+
+class ConfigPlan(SchedulePlan):
+    """A config of a task, for the builder to instantiate: the template runs in the builder
+    worker (once), and its schedule is both the scheduled IR and the pipeline."""
+
+    def __init__(self, task: Task, config: ConfigEntity):
+        self.task = task
+        self.config = config
+        self.token = TASKS.register(task)
+
+    def pipeline(self) -> Pipeline:
+        return self._instance().pipeline
+
+    def schedule(self, module, ctx) -> tuple:
+        s = self._instance()
+        return s.module, s.pipeline
+
+    def _instance(self):
+        """The template's schedule for the config; a template that rejects the config
+        raises :class:`~ptxforge.measure.plan.PlanError` (any exception of it marks the
+        config invalid, as the tuner has always treated it)."""
+        from ..ir.expr import IRError
+
+        try:
+            s, _ = self.task.instantiate(self.config)
+        except IRError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a template's failure is the config's
+            raise PlanError(f"{type(e).__name__}: {e}") from e
+        return s
+
+    def __reduce__(self):
+        src = getattr(self.task, "_plan_source", None)
+        if src is None:
+            import pickle
+
+            src = pickle.dumps((self.task.name, list(self.task.args), self.task.target))
+            self.task._plan_source = src
+        return (_config_plan, (self.token, src, self.config.index))
+
+    def __repr__(self):
+        return f"ConfigPlan({self.task.name}, config {self.config.index})"
+
+
+def _rebuild_task(source: tuple) -> Task:
+    name, args, target = source
+    return create(name, args, target)
+
+
+def _config_plan(token: str, source: bytes, index: int) -> ConfigPlan:
+    plan = ConfigPlan.__new__(ConfigPlan)
+    plan.task = TASKS.lookup(token, source, _rebuild_task)
+    plan.config = plan.task.config_space.get(index)
+    plan.token = token
+    return plan
 
 
 def _jsonable_args(args):
@@ -208,6 +288,13 @@ class Task:
         config."""
         s, _ = self.instantiate(config)
         return MeasureInput(self.target, self, config, str(s.pipeline), str(s.module))
+
+    def candidate(self, config: ConfigEntity) -> MeasureInput:
+        """The candidate for ``config`` without running the template here: the builder
+        instantiates it in its worker (a :class:`ConfigPlan`) and returns the pipeline text
+        for the record; a config the template rejects comes back as an
+        ``INSTANTIATION_ERROR`` result. What a tuner sends to the builders."""
+        return MeasureInput(self.target, self, config, "", plan=ConfigPlan(self, config))
 
     def __repr__(self):
         return (f"Task(func_name={self.name}, args={self.args}, kwargs={{}}, "

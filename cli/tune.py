@@ -9,6 +9,8 @@ import os
 import time
 
 from .. import autosched, ops, te
+from ..stages import collect
+from .profile import format_profile
 from .progress import ProgressBar, logger
 
 # -- built-in workloads -----------------------------------------------------------------------
@@ -160,7 +162,7 @@ def tune_op_command(args) -> int:
     if args.trials < 1 or args.per_round < 1:
         raise SystemExit("--trials and --per-round must be at least 1")
     runner = resolve_runner(args.runner)
-    task = autosched.SearchTask(func=func, args=wl_args, target="cuda")
+    task = autosched.SearchTask(func=func, args=wl_args, target=args.target)
     logger.info(f"workload {task.workload_key}, {task.flop_ct / 1e6:.1f} MFLOP; runner "
                 f"{runner}, log {args.log}")
     logger.debug(str(task.compute_dag))
@@ -196,7 +198,8 @@ def tune_op_command(args) -> int:
         measure_callbacks=[autosched.RecordToFile(args.log), progress])
     t0 = time.perf_counter()
     try:
-        summary = task.tune(options, search_policy=policy)
+        with collect() as main_stages:
+            summary = task.tune(options, search_policy=policy)
     finally:
         bar.close()
         measurement.close()
@@ -204,6 +207,8 @@ def tune_op_command(args) -> int:
     print(f"{summary.trials} trials in {elapsed:.1f} s ({summary.trials / max(elapsed, 1e-9):.2f}"
           f" trials/s; search {summary.search_s:.1f} s, measurement {summary.measure_s:.1f} s), "
           f"{summary.errors} errors{f'; resumed after {earlier} trials' if resume else ''}")
+    if args.profile:
+        print(format_profile(main_stages, measurement.builder, summary.trials, elapsed))
     return _report_best(task, args.log)
 
 
@@ -241,7 +246,18 @@ def add_tune_op_parser(sub) -> None:
                    help="simulator runner: also run candidates on the simulator and compare "
                         "them with a reference")
     p.add_argument("--seed", type=int, default=0, help="search seed")
+    p.add_argument("--target", default="cuda",
+                   help="the target the sketches are made for (\"cuda\", \"cuda "
+                        "-arch=sm_90a\", ...); records name it")
+    add_profile_argument(p)
     p.set_defaults(fn=tune_op_command)
+
+
+def add_profile_argument(p) -> None:
+    """``--profile``: where the run's time went, in the final summary."""
+    p.add_argument("--profile", action="store_true",
+                   help="print where the time went: search, build by stage (worker "
+                        "seconds), measurement, trials/s")
 
 
 # -- tune-network -----------------------------------------------------------------------------
@@ -285,7 +301,8 @@ def _tune_network(args, tasks, weights, runner: str, todo: int, resume: bool,
         measure_callbacks=[autosched.RecordToFile(args.log)])
     t0 = time.perf_counter()
     try:
-        scheduler.tune(options)
+        with collect() as main_stages:
+            scheduler.tune(options)
     finally:
         bar.close()
         measurement.close()
@@ -293,6 +310,8 @@ def _tune_network(args, tasks, weights, runner: str, todo: int, resume: bool,
     print(format_table(scheduler, None))
     print(f"{scheduler.ct} trials in {elapsed:.1f} s ({scheduler.ct / max(elapsed, 1e-9):.2f} "
           f"trials/s){f'; resumed from {args.log}' if resume else ''}; the table is in {table}")
+    if args.profile:
+        print(format_profile(main_stages, measurement.builder, scheduler.ct, elapsed))
 
 
 NETWORK_TOLERANCE = {"float32": 1e-4, "tf32": 5e-3, "float16": 1e-2, "bfloat16": 4e-2}
@@ -431,4 +450,5 @@ def add_tune_network_parser(sub) -> None:
     p.add_argument("--table", help="where the task table is kept (default: the log's name "
                                    "with .tasks.txt)")
     p.add_argument("--seed", type=int, default=0)
+    add_profile_argument(p)
     p.set_defaults(fn=tune_network_command)

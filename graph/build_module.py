@@ -45,6 +45,15 @@ def optimize(net: Graph, params: dict | None = None, *, layout: str | None = Non
     return pipeline(graph, ctx)
 
 
+def function_tensors(func) -> list:
+    """The te tensors of a fused function, lowered from the graph once: those its workload
+    key was hashed from (:attr:`FusedFunction.tensors`), which every schedule of it reuses
+    (te tensors are immutable; a schedule copies what it changes). Other function-like
+    objects are asked for fresh ones."""
+    tensors = getattr(func, "tensors", None)
+    return list(tensors) if tensors is not None else func.build_tensors()
+
+
 def fused_rows_default(func: FusedFunction, target: Target | str | None = None):
     """``(Schedule, args)`` for a row-wise normalization (softmax, layer norm, RMS norm and
     what fused into them) as one kernel with a block per row and cross-thread reductions
@@ -61,7 +70,7 @@ def fused_rows_default(func: FusedFunction, target: Target | str | None = None):
     from ..autosched.search_task import SearchTask
     from ..ir.compute_dag import ComputeDAG
 
-    task = SearchTask(compute_dag=ComputeDAG(func.build_tensors()),
+    task = SearchTask(compute_dag=ComputeDAG(function_tensors(func)),
                       workload_key=func.workload_key, desc=func.name)
     step = fused_rows_step(task)
     if step is None:
@@ -87,7 +96,7 @@ def default_schedule_for(func: FusedFunction, target: Target | str | None = None
         rows = None
     if rows is not None:
         return rows
-    tensors = func.build_tensors()
+    tensors = function_tensors(func)
     try:
         from ..ops.schedules import default_schedule
 

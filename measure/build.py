@@ -20,6 +20,7 @@ import weakref
 from dataclasses import dataclass
 
 from ..ir.expr import IRError
+from ..stages import collect, stage
 from ..target import Target, TargetError, as_target
 from .artifact import BuildArtifact
 from .measure import Builder
@@ -78,8 +79,10 @@ def _cache(directory: str | None = None):
     return cache
 
 
-def _fail(code: MeasureErrorNo, msg: str, t0: float, stages: dict) -> BuildResult:
-    return BuildResult(None, int(code), msg, time.perf_counter() - t0, dict(stages))
+def _fail(code: MeasureErrorNo, msg: str, t0: float, stages: dict,
+          pipeline_text: str = "") -> BuildResult:
+    return BuildResult(None, int(code), msg, time.perf_counter() - t0, dict(stages),
+                       pipeline_text)
 
 
 def build_candidate(inp: MeasureInput, options: BuildOptions = BuildOptions()) -> BuildResult:
@@ -94,8 +97,18 @@ def build_candidate(inp: MeasureInput, options: BuildOptions = BuildOptions()) -
         target = options.target_for(inp.task.target)
     except TargetError as e:
         return _fail(MeasureErrorNo.COMPILE_DEVICE, str(e), t0, stages)
-    with target:  # lowering checks the target's limits
-        return _build(inp, options, target, ctx, t0, stages)
+    # the compiler's own stage markers (ptxforge.stages) fill ``collected``; the builder's
+    # coarse timings below fill in the stages no marker reported
+    with target, collect() as collected:  # lowering checks the target's limits
+        res = _build(inp, options, target, ctx, t0, stages)
+    if not collected:
+        return res
+    times = dict(collected)
+    for name, sec in res.stage_seconds.items():
+        times.setdefault(name, sec)
+    if res.artifact is not None:
+        res.artifact.stage_seconds = dict(times)
+    return dataclasses.replace(res, stage_seconds=times)
 
 
 def _build(inp: MeasureInput, options: BuildOptions, target: Target, ctx, t0: float,
@@ -103,10 +116,17 @@ def _build(inp: MeasureInput, options: BuildOptions, target: Target, ctx, t0: fl
     from ..passes import SchedulePipeline
     from ..passes.lower import lowering_pipeline
 
+    made = ""  # the text of the pipeline made from the input's plan, for the record
     try:
         t = time.perf_counter()
         module = inp.task.module()
-        if inp.scheduled_text:
+        if inp.plan is not None and not inp.scheduled_text:
+            # the one-way path: the schedule is made here, from the search state, once
+            with ctx, stage("schedule"):
+                scheduled, pipeline = inp.plan.schedule(module, ctx)
+            stages["schedule"] = time.perf_counter() - t
+            made = pipeline.text
+        elif inp.scheduled_text:
             # the tuner applied the schedule already: its result, not a second application
             from ..ir.parser import parse_module
 
@@ -127,36 +147,32 @@ def _build(inp: MeasureInput, options: BuildOptions, target: Target, ctx, t0: fl
         device = lowering_pipeline()(scheduled, ctx)
         stages["lower"] = time.perf_counter() - t
     except IRError as e:
-        return _fail(MeasureErrorNo.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", t0, stages)
+        return _fail(MeasureErrorNo.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", t0, stages,
+                     made)
     except Exception as e:  # not a schedule problem: a defect, reported with its traceback
         return _fail(MeasureErrorNo.UNKNOWN_ERROR,
                      f"{type(e).__name__} while applying or lowering the schedule: {e}\n"
-                     f"{traceback.format_exc()}", t0, stages)
+                     f"{traceback.format_exc()}", t0, stages, made)
 
     try:
         outputs = check_host(device)
     except ValueError as e:
-        return _fail(MeasureErrorNo.COMPILE_HOST, str(e), t0, stages)
+        return _fail(MeasureErrorNo.COMPILE_HOST, str(e), t0, stages, made)
 
     from .kernel_stats import analyze_module
 
     t = time.perf_counter()
     stats = analyze_module(device)
     stages["analyze"] = time.perf_counter() - t
-    device_ir = str(device)
     kernels: dict = {}
     if options.compile_to != "ir":
         result = _compile(device, options, target, kernels, stages)
         if result is not None:
             code, msg = result
-            return _fail(code, msg, t0, stages)
-    from ..ir.printer import print_func
-
-    host = device.host
-    artifact = BuildArtifact(device_ir, kernels, stats, outputs, target.arch,
-                             dict(stages), print_func(host))
+            return _fail(code, msg, t0, stages, made)
+    artifact = BuildArtifact(device, kernels, stats, outputs, target.arch, dict(stages))
     return BuildResult(artifact, int(MeasureErrorNo.NO_ERROR), "", time.perf_counter() - t0,
-                       dict(stages))
+                       dict(stages), made)
 
 
 _STAGE_NAMES = {"llvm_ir": "llvm_ir", "parse": "llvm_parse", "llvm_opt": "llvm_opt",
@@ -322,6 +338,7 @@ class LocalBuilder(Builder):
         self._inline: list = []
         self._stage_totals: dict = {}
         self._built = 0
+        self._build_seconds = 0.0
         self._kernels = {False: 0, True: 0}  # compiled, reused from a cache
 
     # -- streaming interface -----------------------------------------------------------------
@@ -408,12 +425,28 @@ class LocalBuilder(Builder):
 
     def _account(self, res: BuildResult) -> BuildResult:
         self._built += 1
+        self._build_seconds += res.time_cost
         if res.artifact is not None:
             for k in res.artifact.kernels.values():
                 self._kernels[k.cache_hit] += 1
         for k, v in res.stage_seconds.items():
             self._stage_totals[k] = self._stage_totals.get(k, 0.0) + v
         return res
+
+    @property
+    def stage_totals(self) -> dict:
+        """Seconds per build stage, summed over every candidate built so far."""
+        return dict(self._stage_totals)
+
+    @property
+    def builds(self) -> int:
+        """Candidates built so far (failed builds included)."""
+        return self._built
+
+    @property
+    def build_seconds(self) -> float:
+        """Seconds the builds so far took, summed over the workers."""
+        return self._build_seconds
 
     def stage_summary(self) -> str:
         """Mean seconds per candidate of each build stage so far, one line."""

@@ -56,6 +56,7 @@ class Builder(abc.ABC):
         out: dict = {}
         while len(out) < len(inputs):
             for key, res in self.collect(None):
+                _learn(inputs[key], res)
                 out[key] = res
         return [out[i] for i in range(len(inputs))]
 
@@ -138,6 +139,14 @@ class PooledRunner(Runner):
             self._pool = None
 
 
+def _learn(inp, build: BuildResult) -> None:
+    """Hand a candidate sent as a plan the pipeline text its build made (inputs of other
+    kinds, which some callers measure with builders of their own, have nothing to learn)."""
+    learn = getattr(inp, "learn_pipeline", None)
+    if learn is not None:
+        learn(getattr(build, "pipeline_text", ""), bool(build.error_no))
+
+
 def result_of_failed_build(build: BuildResult) -> MeasureResult:
     """The measure result of a candidate whose build failed."""
     return MeasureResult((ERROR_COST,), int(build.error_no), build.error_msg, build.time_cost,
@@ -179,6 +188,9 @@ class Flow:
         for key, b in self.builder.collect(0.0):
             if key not in self._inputs:
                 continue
+            # a candidate sent as a plan learns its pipeline text from its build (the text
+            # its record will hold), whether or not the build succeeded
+            _learn(self._inputs[key], b)
             if b.error_no:
                 del self._inputs[key]
                 done.append((key, result_of_failed_build(b)))

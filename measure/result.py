@@ -102,23 +102,44 @@ class TaskSpec:
 
 @dataclass(frozen=True)
 class MeasureInput:
-    """One candidate: a task plus a schedule as pass pipeline text (``pipeline_text``: the
-    form in which a candidate crosses process boundaries and is stored in records; builders
-    parse it with :meth:`~ptxforge.passes.pipeline.Pipeline.parse`).
+    """One candidate: a task plus a schedule as pass pipeline text (:attr:`pipeline_text`:
+    the form in which a candidate is stored in records and replayed; builders parse it with
+    :meth:`~ptxforge.passes.pipeline.Pipeline.parse`), or a plan of it.
 
     ``payload`` is what the tuner stores in the record next to the pipeline (AutoTVM: the
     config entity; the auto-scheduler: its state); it must be JSON-able.
 
-    ``scheduled_text``: the scheduled tensor IR as text, when the tuner has it already
-    (AutoTVM runs its template, which applies the schedule, to learn the pipeline); the
+    ``scheduled_text``: the scheduled tensor IR as text, when the tuner has it already; the
     builder then parses it instead of applying the pipeline a second time. Records do not
     store it, and it takes no part in comparisons.
+
+    ``plan``: a :class:`~ptxforge.measure.plan.SchedulePlan` the builder makes the schedule
+    from, in its worker (the one-way path: the tuner sends the search state, not text).
+    The pipeline text is then what the build returns (:meth:`learn_pipeline`); a reader that
+    asks for it before (a builder that ignores plans) has the plan make it. Takes no part
+    in comparisons.
     """
 
     task: TaskSpec
-    pipeline_text: str
+    _pipeline_text: str = ""
     payload: dict | None = None
     scheduled_text: str = field(default="", compare=False, repr=False)
+    plan: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def pipeline_text(self) -> str:
+        """The schedule as pass pipeline text (for a plan: the text its build returned, or
+        made now when no build returned one; empty when the plan does not schedule)."""
+        if self._pipeline_text or self.plan is None:
+            return self._pipeline_text
+        return self.plan.pipeline_text()
+
+    def learn_pipeline(self, text: str, failed: bool = False) -> None:
+        """Take the pipeline text the builder made from :attr:`plan` (``failed``: the build
+        failed without making one, e.g. the schedule does not apply: the record then holds
+        no pipeline, and the text is not made again here)."""
+        if self.plan is not None and not self._pipeline_text:
+            self.plan.learn(text, failed)
 
     @property
     def state(self):
@@ -128,6 +149,12 @@ class MeasureInput:
 
         return SchedulePipeline.parse(self.pipeline_text)
 
+    def __repr__(self) -> str:
+        text = self._pipeline_text or (self.plan.known_text() if self.plan is not None else "")
+        plan = f", plan={self.plan!r}" if self.plan is not None else ""
+        return (f"MeasureInput(task={self.task!r}, pipeline_text={text!r}, "
+                f"payload={self.payload!r}{plan})")
+
 
 @dataclass(frozen=True)
 class BuildResult:
@@ -135,7 +162,11 @@ class BuildResult:
 
     ``artifact`` (a :class:`~ptxforge.measure.artifact.BuildArtifact`, picklable) is None on
     error; ``time_cost`` is the seconds the build took; ``stage_seconds`` splits that time
-    by stage (parse, apply, lower, analyze, llvm_ir, llvm_opt, ptx, cubin).
+    by stage (``schedule`` when the builder made the schedule from a plan, else ``parse``
+    and ``apply``; ``lower``, ``analyze``, ``llvm_ir``, ``llvm_opt``, ``ptx``, ``ptxas``, and
+    whatever finer stages the compiler reports through :mod:`ptxforge.stages`);
+    ``pipeline_text``: the text of the pipeline the builder made from the input's plan
+    (empty for an input that came with its text, or whose plan did not schedule).
     """
 
     artifact: Any
@@ -143,6 +174,7 @@ class BuildResult:
     error_msg: str
     time_cost: float
     stage_seconds: dict = field(default_factory=dict)
+    pipeline_text: str = ""
 
 
 @dataclass(frozen=True)

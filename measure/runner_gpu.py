@@ -24,6 +24,7 @@ from .artifact import BuildArtifact
 from .build import BuildOptions, build_candidate
 from .check import compare, poisoned, random_array
 from .measure import PooledRunner
+from .plan import PipelinePlan
 from .pool import Retire, WorkerPool
 from .reference import reference_pipeline
 from .result import ERROR_COST, BuildResult, MeasureErrorNo, MeasureInput, MeasureResult
@@ -255,7 +256,7 @@ class LocalRunner(PooledRunner):
         if key not in self._references:
             try:
                 pipe = reference_pipeline(task)
-                b = build_candidate(MeasureInput(task, pipe.text),
+                b = build_candidate(MeasureInput(task, "", plan=PipelinePlan(pipe)),
                                     BuildOptions(target_sm=target_sm, compile_to="cubin"))
                 self._references[key] = b.artifact if not b.error_no else (
                     f"skipped: the reference schedule did not build: {b.error_msg[:300]}")

@@ -23,6 +23,7 @@ from .build import BuildOptions, build_candidate
 from .check import compare, poisoned, random_array
 from .estimate import module_seconds, simulation_seconds
 from .measure import PooledRunner
+from .plan import PipelinePlan
 from .pool import WorkerPool
 from .reference import reference_pipeline
 from .result import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, error_result
@@ -30,12 +31,13 @@ from .result import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, er
 
 @dataclass(frozen=True)
 class SimRequest:
-    """One candidate for a simulator worker."""
+    """One candidate for a simulator worker: the device-IR modules (objects; pickled to the
+    worker) of the candidate and of the task's reference."""
 
     task_key: str
-    device_ir: str
+    module: object
     output_params: tuple
-    reference_ir: str
+    reference: object
     seed: int = 0
 
 
@@ -51,9 +53,8 @@ def _host(module):
 def sim_check(req: SimRequest) -> dict:
     """Run a candidate and (once per task) the reference on the simulator; compare."""
     from ..backend_sim import SimError, run
-    from ..ir.parser import parse_module
 
-    module = parse_module(req.device_ir)
+    module = req.module
     params = _host(module).params
     outputs = req.output_params
     if _state.get("task") != req.task_key:
@@ -61,7 +62,7 @@ def sim_check(req: SimRequest) -> dict:
         _state["inputs"] = [random_array(p, rng) for p in params]
         _state["reference"] = None
         _state["task"] = req.task_key
-        ref_module = parse_module(req.reference_ir)
+        ref_module = req.reference
         arrays = _arrays(params, outputs)
         try:
             run(ref_module, arrays)
@@ -122,16 +123,17 @@ class SimRunner(PooledRunner):
         return f"{self.target.arch} model (estimated)"
 
     def _reference(self, task):
-        """(device IR text, estimated simulation seconds) of the task's reference, or why
+        """(device-IR module, estimated simulation seconds) of the task's reference, or why
         there is none."""
         key = (task.workload_key, task.text_hash)
         if key not in self._references:
             try:
-                b = build_candidate(MeasureInput(task, reference_pipeline(task).text),
+                plan = PipelinePlan(reference_pipeline(task))
+                b = build_candidate(MeasureInput(task, "", plan=plan),
                                     BuildOptions(compile_to="ir"))
                 self._references[key] = (
                     f"skipped: the reference schedule did not build: {b.error_msg[:300]}"
-                    if b.error_no else (b.artifact.device_ir,
+                    if b.error_no else (b.artifact.module,
                                         simulation_seconds(b.artifact.stats)))
             except ValueError as e:
                 self._references[key] = f"skipped: {e}"
@@ -163,7 +165,7 @@ class SimRunner(PooledRunner):
         if isinstance(ref, str):
             self._ready.append((key, _with(done, correctness=ref)))
             return
-        ref_ir, ref_sim = ref
+        ref_module, ref_sim = ref
         sim = simulation_seconds(art.stats)
         if sim > self.max_sim_seconds or ref_sim > 3 * self.max_sim_seconds:
             what = "candidate" if sim > self.max_sim_seconds else "reference"
@@ -174,8 +176,8 @@ class SimRunner(PooledRunner):
             return
         if self._pool is None:
             self._pool = WorkerPool(self.n_parallel, "fork", name="ptxforge-sim-runner")
-        req = SimRequest(f"{inp.task.workload_key}/{inp.task.text_hash}", art.device_ir,
-                         art.output_params, ref_ir)
+        req = SimRequest(f"{inp.task.workload_key}/{inp.task.text_hash}", art.module,
+                         art.output_params, ref_module)
         limit = 3 * self.max_sim_seconds + 3 * ref_sim + 5.0
         self._jobs[key] = (done, limit)
         self._pool.submit(key, sim_check, (req,), limit)

@@ -1,0 +1,105 @@
+"""Where one auto-scheduler trial's time goes, measured on the CPU: the main process's
+part (turn a searched state into a measure input) and the builder's part per stage
+(schedule, lower, LLVM IR, O3, PTX, ptxas), for states of the fp16 tasks of BERT and
+ResNet-18 on sm_90a sketches (tensor-core, wgmma and CUDA-core sketches alike).
+
+    PYTHONPATH=<parent of the checkout> python3 bench/trial_cost.py [--states 12]
+        [--compile-to ptx|ir|cubin] [--tasks bert:1,bert:2,resnet-18:3]
+
+States come from one round of the search policy with a random model, so they are the
+states a tuning run measures first. Both parts run in this process, one after the other,
+for the path before the one-way change (the tuner builds the state's pipeline and sends
+text; the builder parses and applies it) and for the one-way path (the tuner sends the
+state; the builder makes and applies the pipeline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from ptxforge import autosched
+from ptxforge.autosched.state import State, candidate_input, state_payload
+from ptxforge.graph.zoo import get_network
+from ptxforge.measure.build import BuildOptions, build_candidate
+from ptxforge.stages import TOP_LEVEL, merge
+
+
+def tasks_of(spec: str, target: str) -> list:
+    """``[(label, SearchTask)]`` for ``net:index`` items of ``spec``."""
+    nets: dict = {}
+    out = []
+    for item in spec.split(","):
+        name, idx = item.rsplit(":", 1)
+        if name not in nets:
+            net, params, _, _ = get_network(name, 1, "NHWC", "float32")
+            nets[name] = autosched.extract_tasks(net, params, target, precision="float16")[0]
+        task = nets[name][int(idx)]
+        out.append((f"{name}:{idx} {task.desc[8:60]}", task))
+    return out
+
+
+def old_input(task, state):
+    """The measure input as the tuner made it before the one-way path: the state's
+    pipeline built here (a tensor-core sketch builds its te schedule) and sent as text."""
+    from ptxforge.measure import MeasureInput
+
+    return MeasureInput(task.task_spec, state.pipeline_text(task), state_payload(task, state))
+
+
+def _cpu(fn, *args):
+    # both paths build the same kernels: without this, the second would load them from
+    # the builder's kernel cache instead of compiling them
+    from ptxforge.measure import build
+
+    build._kernel_caches.clear()
+    t = time.process_time()
+    out = fn(*args)
+    return out, time.process_time() - t
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--states", type=int, default=12)
+    ap.add_argument("--tasks", default="bert:1,bert:2,resnet-18:3")
+    ap.add_argument("--compile-to", default="ptx", choices=("ir", "ptx", "cubin"))
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    target = "cuda -arch=sm_90a"
+    opts = BuildOptions(target_sm="sm_90a", compile_to=args.compile_to)
+    print("CPU seconds of this process (time.process_time), mean per candidate; the old and "
+          "the one-way path alternate on each state, so both see the same machine load")
+    for label, task in tasks_of(args.tasks, target):
+        policy = autosched.SketchPolicy(task, autosched.RandomModel(seed=args.seed),
+                                        seed=args.seed, verbose=0)
+        rows = policy.search_one_round(args.states)
+        task.task_spec.module()  # parsed once per builder process, not per candidate
+        cost = {k: [] for k in ("old_main", "old_build", "new_main", "new_build")}
+        stages: dict = {"old": {}, "new": {}}
+        for r in rows:
+            st = State.from_row(r, task)
+            inp, t = _cpu(old_input, task, st)
+            cost["old_main"].append(t)
+            res, t = _cpu(build_candidate, inp, opts)
+            cost["old_build"].append(t)
+            merge(stages["old"], res.stage_seconds)
+            inp, t = _cpu(candidate_input, task, st)
+            cost["new_main"].append(t)
+            res, t = _cpu(build_candidate, inp, opts)
+            cost["new_build"].append(t)
+            merge(stages["new"], res.stage_seconds)
+        sk = sorted({task.sketches[int(r[0])].name for r in rows})
+        print(f"{label}: {len(rows)} states of {', '.join(sk)[:100]}")
+        for path in ("old", "new"):
+            m = 1e3 * statistics.mean(cost[f"{path}_main"])
+            b = 1e3 * statistics.mean(cost[f"{path}_build"])
+            shown = [k for k in (*TOP_LEVEL, "parse", "apply", "analyze", "llvm_opt")
+                     if k in stages[path]]
+            split = ", ".join(f"{k} {1e3 * stages[path][k] / len(rows):.0f}" for k in shown)
+            print(f"  {path}: main process {m:7.1f} ms/trial, builder {b:7.1f} ms/candidate "
+                  f"(wall ms by stage: {split})")
+
+
+if __name__ == "__main__":
+    main()

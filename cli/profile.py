@@ -1,0 +1,41 @@
+"""``--profile`` of the tuning commands: where a run's time went.
+
+The main process's stages (``search``: the search of each round and the making of its
+measure inputs; ``measure``: waiting for measurements; ``learn``: records and the cost
+model) come from :func:`ptxforge.stages.collect` around the run; the builders' stages
+(``schedule``, ``lower``, LLVM, PTX, ptxas, ...) are summed over the build results, in
+worker seconds (the workers build in parallel, so they can add up to more than the wall
+time).
+"""
+
+from __future__ import annotations
+
+from ..stages import TOP_LEVEL
+
+MAIN_STAGES = ("search", "measure", "learn")
+
+
+def format_profile(main: dict, builder, trials: int, wall_s: float) -> str:
+    """The profile lines of a tuning run: ``main`` the stage seconds of the main process,
+    ``builder`` the run's builder (its ``stage_totals`` and ``builds``, when it keeps
+    them)."""
+    lines = ["profile:"]
+    known = ", ".join(f"{k} {main.get(k, 0.0):.2f} s" for k in MAIN_STAGES)
+    lines.append(f"  main process: {known} (wall {wall_s:.2f} s)")
+    totals = dict(getattr(builder, "stage_totals", {}) or {})
+    builds = int(getattr(builder, "builds", 0) or 0)
+    if builds:
+        total = float(getattr(builder, "build_seconds", 0.0) or 0.0)
+        # the stages that split a build first, then the finer or coarser ones reported
+        names = [k for k in TOP_LEVEL if k in totals] + sorted(
+            (k for k in totals if k not in TOP_LEVEL), key=lambda k: -totals[k])
+        parts = ", ".join(f"{k} {totals[k]:.2f}" for k in names)
+        lines.append(f"  build: {total:.2f} worker-s for {builds} candidates "
+                     f"({1e3 * total / builds:.0f} ms each); by stage (s): {parts}")
+    else:
+        lines.append("  build: no stage times (the builder keeps none)")
+    rate = trials / wall_s if wall_s > 0 else 0.0
+    per = 1e3 * (main.get("search", 0.0) + main.get("learn", 0.0)) / max(trials, 1)
+    lines.append(f"  {trials} trials, {rate:.2f} trials/s; main process {per:.1f} ms per "
+                 "trial (search and learn)")
+    return "\n".join(lines)
