@@ -28,6 +28,7 @@ from math import gcd
 import numpy as np
 
 from . import dtype as dt
+from . import simplify_cache as _cache
 from .arith import INDEX_DTYPES, LEAF_TYPES, Analyzer, Lin, Ranges, const_bounds, int_range
 from .expr import (
     Bin,
@@ -1006,9 +1007,18 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
     """An equivalent, never bigger, simplified form of ``e``.
 
     ``ranges`` gives inclusive bounds of vars (loop vars: ``(0, extent - 1)``). Every node
-    keeps its dtype.
+    keeps its dtype. Inside :func:`~ptxforge.ir.simplify_cache.simplify_cache` (lowering
+    opens one) a repeated question is answered from the cache.
     """
-    return _Simplifier(ranges).run(e)
+    cache = _cache.current()
+    if cache is None:
+        return _Simplifier(ranges).run(e)
+    key, hit = cache.lookup(e, ranges)
+    if hit is not None:
+        return hit
+    result = _Simplifier(ranges).run(e)
+    cache.store(key, e, result)
+    return result
 
 
 def prove(cond: Expr, ranges: Ranges | None = None) -> bool:
