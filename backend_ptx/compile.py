@@ -18,8 +18,8 @@ import time
 
 from ..ir.stmt import PrimFunc
 from ..target import Target, as_target
-from . import nvptx
 from . import launch as launch_info
+from . import nvptx
 from .assemble import (
     ASSEMBLERS,
     AssemblerError,
@@ -283,6 +283,10 @@ def _run_stages(kernel: CompiledKernel, start: str, stop: str, llvm_text: str,
                 f"{what}: the PTX has no entry named {kernel.symbol}; a replacement must "
                 "keep the kernel's symbol")
         check_grid_dependency_wait(ptx, what)
+        if kernel.launch.dependent_launch and module is None and (
+                launch_info.GRID_DEPENDENCY_WAIT not in ptx):
+            # a replacement PTX without the wait must be launched after the kernel before it
+            kernel.launch = dataclasses.replace(kernel.launch, dependent_launch=False)
         kernel.sources["ptx"] = ptx
         if stop == "ptx" or asm is None:
             return

@@ -17,7 +17,6 @@ from ..ir.stmt import Alloc, Launch, Module, PrimFunc, Seq, Stmt
 from ..target import Target, as_target
 from .cuda_driver import CudaError, Device, call, cuda, driver, release_failed
 from .kernel import CompiledKernel, CompileError, stage_name
-from . import launch as launch_info
 from .launch import LaunchInfo
 from .ndarray import NDArray, empty, from_dlpack
 from .timer import ProfileResult, time_evaluator
@@ -69,8 +68,7 @@ class LoadedKernel:
         self._smem = launch.dynamic_shared_bytes
         # a kernel that waits for its grid dependencies first (codegen, sm_90 and later) may
         # start while the kernel before it in the stream finishes
-        self.dependent_launch = (launch_info.GRID_DEPENDENCY_WAIT
-                                 in (compiled.sources.get("ptx") or ""))
+        self.dependent_launch = launch.dependent_launch
         self._config = None
         n = len(launch.params)
         self._values = (ctypes.c_uint64 * max(n, 1))()
