@@ -369,15 +369,13 @@ def compile_module(device_module: Module, target: Target | str | None = None, *,
     ``cp.async.bulk.prefetch`` (sm_90a and later) each kernel prefetches the ones it reads
     into L2 before it waits for the kernel before it (``compile_kernel``'s
     ``prefetch_l2``)."""
-    from .compile import compile_kernel  # the compiler (LLVM) only where compiling
+    from .compile import compile_kernels  # the compiler (LLVM) only where compiling
 
     target = as_target(target)
     prefetch = (kernel_params_of(device_module, constant_params)
                 if constant_params and target.has_l2_prefetch else {})
-    kernels = {}
-    for f in device_module.kernels():
-        kernels[f.name] = compile_kernel(f, target, prefetch_l2=prefetch.get(f.name, ()),
-                                         **options)
+    kernels = compile_kernels(device_module.kernels(), target, prefetch_l2=prefetch,
+                              **options)
     if not kernels:
         raise CompileError(
             "the module has no kernels (functions of level kernel); lower it "

@@ -198,3 +198,33 @@ def test_a_replacement_ptx_without_the_wait_is_launched_plainly():
     plain = compile_kernel(kernel, "sm_90a", replace={"ptx": "\n".join(lines) + "\n"},
                            stop_after="ptx", cache=False)
     assert not plain.launch.dependent_launch
+
+
+def test_one_ptxas_process_assembles_every_kernel_of_a_module(monkeypatch):
+    from ptxforge.backend_ptx import assemble as asm_mod
+    from ptxforge.backend_ptx import compile_kernel, compile_module, find_ptxas
+
+    if find_ptxas() is None:
+        pytest.skip("ptxas is not installed")
+    calls = []
+    real = asm_mod.run_ptxas_many
+
+    def counted(ptxs, *args, **kwargs):
+        calls.append(len(ptxs))
+        return real(ptxs, *args, **kwargs)
+
+    monkeypatch.setattr("ptxforge.backend_ptx.compile.run_ptxas_many", counted)
+    from ptxforge import ops, te
+    from ptxforge.ops.schedules import default_schedule
+
+    x = te.placeholder((32, 64), name="x")
+    y = ops.nn.softmax(x, axis=-1)  # three kernels
+    with Target("cuda -arch=sm_90a"):
+        dev = ptxforge.lower(default_schedule(y), [x, y])
+    mod = compile_module(dev, "sm_90a", assembler="ptxas", cache=False)
+    assert len(mod.kernels) == 3 and calls == [3]
+    for f in dev.kernels():
+        alone = compile_kernel(f, "sm_90a", assembler="ptxas", cache=False)
+        k = mod.kernels[f.name]
+        assert k.resources == alone.resources
+        assert k.symbol.encode() in k.cubin
