@@ -68,25 +68,39 @@ class SimplifyCache:
             if id(x) in names:
                 stack.pop()
                 continue
-            kids = children(x)
+            t = type(x)
+            kids = (x.a, x.b) if (t is Bin or t is Cmp) else children(x)
             pending = False
             for k in kids:
                 if id(k) not in names:
-                    stack.append(k)
-                    pending = True
+                    tk = type(k)
+                    if tk is IntImm or tk is Var:  # leaves: named at once
+                        self._leaf(k)
+                    else:
+                        stack.append(k)
+                        pending = True
             if pending:
                 continue
             stack.pop()
+            if not kids:
+                self._leaf(x)
+                continue
             sig, own = _signature(x)
             kid_names = tuple(names[id(k)][1] for k in kids)
-            key = sig + kid_names
-            n = self._intern.get(key)
-            if n is None:
-                n = len(self._vars)
-                self._intern[key] = n
-                self._vars.append(self._merge_vars(own, kid_names))
-            names[id(x)] = (x, n)
+            self._add(x, sig + kid_names, None, kid_names)
         return names[id(e)][1]
+
+    def _leaf(self, x: Expr) -> None:
+        sig, own = _signature(x)
+        self._add(x, sig, own, ())
+
+    def _add(self, x: Expr, key: tuple, own: Var | None, kid_names: tuple) -> None:
+        n = self._intern.get(key)
+        if n is None:
+            n = len(self._vars)
+            self._intern[key] = n
+            self._vars.append(self._merge_vars(own, kid_names))
+        self._names[id(x)] = (x, n)
 
     def _merge_vars(self, own: Var | None, kid_names: tuple) -> tuple:
         vs = [own] if own is not None else []
