@@ -43,7 +43,9 @@ _COMPILER = {"nvptx": (".nvptx", None), "KernelCache": (".cache", "KernelCache")
              "default_cache": (".cache", "default_cache"),
              "CodegenError": (".exprgen", "CodegenError"),
              "codegen_kernel": (".codegen", "codegen_kernel"),
-             "assemble": (".compile", "assemble"), "compile_kernel": (".compile", "compile_kernel")}
+             "assemble": (".compile", "assemble"), "compile_kernel": (".compile", "compile_kernel"),
+             "assemble_many": (".compile", "assemble_many"),
+             "compile_kernels": (".compile", "compile_kernels")}
 
 
 def __getattr__(name: str):
@@ -75,8 +77,10 @@ __all__ = [
     "ResourceUsage",
     "array",
     "assemble",
+    "assemble_many",
     "codegen_kernel",
     "compile_kernel",
+    "compile_kernels",
     "compile_module",
     "cuda",
     "default_cache",

@@ -91,9 +91,10 @@ def parse_report(log: str, symbol: str, source: str = "ptxas") -> ResourceUsage:
     """Parse the verbose report of ptxas (or nvJitLink) for kernel ``symbol``."""
     lines = log.splitlines()
     start = None
+    # the whole name: a report of several kernels names main_kernel1 and main_kernel10
+    props = re.compile(rf"Function properties for {re.escape(symbol)}\s*$")
     for i, line in enumerate(lines):
-        if f"Function properties for {symbol}" in line or \
-                f"Compiling entry function '{symbol}'" in line:
+        if props.search(line) or f"Compiling entry function '{symbol}'" in line:
             start = i
             break
     if start is None:
@@ -124,24 +125,35 @@ def parse_report(log: str, symbol: str, source: str = "ptxas") -> ResourceUsage:
 def run_ptxas(ptx: str, sm: str, flags: tuple[str, ...] = (), ptxas: str | None = None,
               timeout: float = 600.0) -> tuple[bytes, str]:
     """Assemble ``ptx`` for ``sm`` with ``ptxas -O3 -v``; return the cubin and the log."""
+    return run_ptxas_many([ptx], sm, flags, ptxas, timeout)
+
+
+def run_ptxas_many(ptxs: list[str], sm: str, flags: tuple[str, ...] = (),
+                   ptxas: str | None = None, timeout: float = 600.0) -> tuple[bytes, str]:
+    """Assemble several PTX texts for ``sm`` with one ``ptxas -O3 -v`` process into one
+    cubin holding all their kernels (their top-level names must differ); return the cubin
+    and the log, which reports every kernel."""
     exe = ptxas or find_ptxas()
     if exe is None:
         raise AssemblerError(
             "ptxas was not found (set PTXFORGE_PTXAS, put CUDA's bin folder on PATH, or "
             "compile with assembler='nvjitlink')")
     with tempfile.TemporaryDirectory(prefix="ptxforge-") as tmp:
-        src = os.path.join(tmp, "kernel.ptx")
+        srcs = []
+        for i, ptx in enumerate(ptxs):
+            srcs.append(os.path.join(tmp, f"kernel{i}.ptx" if len(ptxs) > 1 else "kernel.ptx"))
+            with open(srcs[-1], "w") as f:
+                f.write(ptx)
         out = os.path.join(tmp, "kernel.cubin")
-        with open(src, "w") as f:
-            f.write(ptx)
-        cmd = [exe, f"-arch={sm}", "-O3", "-v", *flags, src, "-o", out]
+        cmd = [exe, f"-arch={sm}", "-O3", "-v", *flags, *srcs, "-o", out]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as e:
             raise AssemblerError(f"ptxas took more than {timeout:.0f} s: {' '.join(cmd)}") from e
         log = proc.stdout + proc.stderr
         if proc.returncode != 0:
-            raise AssemblerError(f"ptxas failed ({' '.join(cmd)}):\n{_with_context(log, ptx)}")
+            context = _with_context(log, ptxs[0]) if len(ptxs) == 1 else log
+            raise AssemblerError(f"ptxas failed ({' '.join(cmd)}):\n{context}")
         with open(out, "rb") as f:
             return f.read(), log
 

@@ -25,9 +25,10 @@ from .assemble import ResourceUsage
 from .kernel import CompiledKernel
 from .launch import LaunchInfo, ParamInfo
 
-FORMAT_VERSION = 3
-"""Bumped when the generated code changes for the same device IR (3: kernels for sm_90 and
-later wait for their grid dependencies first), so older entries are rebuilt."""
+FORMAT_VERSION = 4
+"""Bumped when the generated code or an entry's fields change for the same device IR (3:
+kernels for sm_90 and later wait for their grid dependencies first; 4: the launch records
+that wait), so older entries are rebuilt."""
 
 
 def cache_key(device_ir_text: str, *parts) -> str:
@@ -93,6 +94,7 @@ class KernelCache:
             "launch": {"name": la.name, "symbol": la.symbol, "grid": la.grid,
                        "block": la.block, "static_shared_bytes": la.static_shared_bytes,
                        "dynamic_shared_bytes": la.dynamic_shared_bytes,
+                       "dependent_launch": la.dependent_launch,
                        "params": [vars(p) for p in la.params]},
             "sources": k.sources,
             "cubin": None if k.cubin is None else base64.b64encode(k.cubin).decode(),
@@ -126,7 +128,8 @@ class KernelCache:
             launch = LaunchInfo(la["name"], la["symbol"],
                                 tuple(ParamInfo(**p) for p in la["params"]),
                                 tuple(la["grid"]), tuple(la["block"]),
-                                la["static_shared_bytes"], la["dynamic_shared_bytes"])
+                                la["static_shared_bytes"], la["dynamic_shared_bytes"],
+                                bool(la["dependent_launch"]))
             res = data["resources"]
             return CompiledKernel(
                 name=data["name"], target=data["target"], launch=launch,

@@ -64,8 +64,8 @@ from ..ir.stmt import (
     walk_exprs,
 )
 from ..target import Target, as_target
-from . import nvptx
 from . import launch as launch_info
+from . import nvptx
 from . import wgmma as wgmma_ptx
 from .async_copy import AsyncCopyCodegen
 from .exprgen import BufRef, CodegenError, ExprCodegen, llvm_type
@@ -179,7 +179,8 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         self._plan_shared(func.body)
         if self.prefetch_l2:
             self._prefetch_to_l2(infos)
-        if self.target.has_dependent_launch:
+        dependent = self.target.has_dependent_launch
+        if dependent:
             for asm in (launch_info.GRID_DEPENDENCY_WAIT, launch_info.GRID_DEPENDENTS_LAUNCH):
                 self.w.op(f'call void asm sideeffect "{asm}", "~{{memory}}"()')
         self.stmt(func.body)
@@ -207,7 +208,7 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         if self.parts.metadata:
             out += [""] + self.parts.metadata
         launch = LaunchInfo(func.name, self.symbol, tuple(infos), self.grid, self.block,
-                            self.static_shared, self.dynamic_shared)
+                            self.static_shared, self.dynamic_shared, dependent)
         return "\n".join(out) + "\n", launch
 
     def _prefetch_to_l2(self, infos: list[ParamInfo]) -> None:

@@ -16,10 +16,11 @@ import re
 import threading
 import time
 
+from .. import stages
 from ..ir.stmt import PrimFunc
 from ..target import Target, as_target
-from . import nvptx
 from . import launch as launch_info
+from . import nvptx
 from .assemble import (
     ASSEMBLERS,
     AssemblerError,
@@ -28,6 +29,7 @@ from .assemble import (
     parse_report,
     run_nvjitlink,
     run_ptxas,
+    run_ptxas_many,
 )
 from .cache import KernelCache, cache_key, default_cache
 from .codegen import codegen_kernel
@@ -190,54 +192,121 @@ def compile_kernel(
             may run (a network's weights): each block prefetches its share into L2 before
             the kernel waits for its grid dependencies (sm_90 and later; codegen).
     """
-    replace = dict(replace or {})
-    if len(replace) > 1:
-        raise CompileError(f"replace one stage at most; got {sorted(replace)}")
-    start = stage_name(next(iter(replace))) if replace else "device_ir"
-    if replace and start == "device_ir":
-        raise CompileError("replace the device IR by passing another kernel function")
-    stop = stage_name(stop_after)
-    if STAGES.index(stop) < STAGES.index(start):
-        raise CompileError(f"stop_after={stop} comes before the replaced stage {start}")
-    replacement = replace.get(next(iter(replace))) if replace else None
-    asm = choose_assembler(assembler) if stop == "cubin" else None
+    job = _Job(kernel_func, dict(replace or {}), tuple(prefetch_l2))
+    return _compile([job], target, stop_after, assembler, tuple(ptxas_flags), dump_dir,
+                    cache)[0]
 
+
+def compile_kernels(
+    kernel_funcs,
+    target: Target | str | None = None,
+    *,
+    stop_after: str = "cubin",
+    assembler: str = "auto",
+    ptxas_flags: tuple[str, ...] = (),
+    dump_dir: str | None = None,
+    cache: KernelCache | bool | None = True,
+    prefetch_l2: dict | None = None,
+) -> dict[str, CompiledKernel]:
+    """Compile the kernels of one module for ``target``: ``{name: CompiledKernel}``.
+
+    Each kernel goes through its own LLVM stages (and cache entry), as with
+    :func:`compile_kernel`; with ptxas, the kernels not found in the cache are assembled by
+    one ptxas process (its start-up is a good part of a small kernel's assembly), into one
+    cubin that every one of them keeps and loads by its symbol. Kernels whose PTX define the
+    same top-level name are assembled one by one. ``prefetch_l2``: ``{kernel name: names}``
+    as :func:`compile_kernel`'s; the other arguments as there.
+    """
+    prefetch = prefetch_l2 or {}
+    jobs = [_Job(f, {}, tuple(prefetch.get(f.name, ()))) for f in kernel_funcs]
+    out = _compile(jobs, target, stop_after, assembler, tuple(ptxas_flags), dump_dir, cache)
+    return {k.name: k for k in out}
+
+
+@dataclasses.dataclass
+class _Job:
+    """One kernel to compile, and its state between the stages."""
+
+    func: PrimFunc
+    replace: dict
+    prefetch_l2: tuple
+    kernel: CompiledKernel | None = None
+    key: str | None = None
+
+
+def _compile(jobs: list, target, stop_after: str, assembler: str, flags: tuple,
+             dump_dir: str | None, cache) -> list[CompiledKernel]:
+    stop = stage_name(stop_after)
+    asm = choose_assembler(assembler) if stop == "cubin" else None
     target = as_target(target)
-    device_ir = _print_device_ir(kernel_func)
     store = default_cache() if cache is True else (
         cache if isinstance(cache, KernelCache) else None)
-    key = None
-    if store is not None:
-        limits = (target.max_threads_per_block, target.max_shared_memory_per_block,
-                  target.max_shared_memory_per_block_optin)
-        key = cache_key(device_ir, target.arch, limits, start, replacement, stop, asm,
-                        tuple(ptxas_flags), tuple(prefetch_l2))
-        hit = store.get(key)
-        if hit is not None:
-            hit = dataclasses.replace(hit, cache_hit=True, stage_seconds={})
+    limits = (target.max_threads_per_block, target.max_shared_memory_per_block,
+              target.max_shared_memory_per_block_optin)
+    to_assemble = []
+    for job in jobs:
+        replace = job.replace
+        if len(replace) > 1:
+            raise CompileError(f"replace one stage at most; got {sorted(replace)}")
+        start = stage_name(next(iter(replace))) if replace else "device_ir"
+        if replace and start == "device_ir":
+            raise CompileError("replace the device IR by passing another kernel function")
+        if STAGES.index(stop) < STAGES.index(start):
+            raise CompileError(f"stop_after={stop} comes before the replaced stage {start}")
+        replacement = replace.get(next(iter(replace))) if replace else None
+        device_ir = _print_device_ir(job.func)
+        if store is not None:
+            job.key = cache_key(device_ir, target.arch, limits, start, replacement, stop, asm,
+                                flags, job.prefetch_l2)
+            hit = store.get(job.key)
+            if hit is not None:
+                job.kernel = dataclasses.replace(hit, cache_hit=True, stage_seconds={})
+                if dump_dir:
+                    job.kernel.dump(dump_dir)
+                continue
+        seconds: dict = {}
+        t0 = time.perf_counter()
+        with stages.stage("llvm_ir"):
+            llvm_text, launch = codegen_kernel(job.func, target, job.prefetch_l2)
+        seconds["llvm_ir"] = time.perf_counter() - t0
+        kernel = CompiledKernel(job.func.name, target.arch, launch, {"device_ir": device_ir},
+                                started_from=start, stage_seconds=seconds)
+        job.kernel = kernel
+        what = f"kernel {job.func.name}"
+        later = asm is not None and start != "cubin"  # assembled below, with the others
+        try:
+            _run_stages(kernel, start, stop, llvm_text, replacement, asm, flags, what,
+                        assemble_now=not later)
+        except BaseException:
             if dump_dir:
-                hit.dump(dump_dir)
-            return hit
-
-    seconds: dict = {}
-    t0 = time.perf_counter()
-    llvm_text, launch = codegen_kernel(kernel_func, target, tuple(prefetch_l2))
-    seconds["llvm_ir"] = time.perf_counter() - t0
-    kernel = CompiledKernel(kernel_func.name, target.arch, launch, {"device_ir": device_ir},
-                            started_from=start, stage_seconds=seconds)
-    what = f"kernel {kernel_func.name}"
+                kernel.dump(dump_dir)
+            raise
+        if later:
+            to_assemble.append(job)
+        else:
+            _finish(job, store, dump_dir)
     try:
-        _run_stages(kernel, start, stop, llvm_text, replacement, asm, tuple(ptxas_flags), what)
+        if to_assemble:
+            assemble_many([j.kernel for j in to_assemble], asm, flags)
     finally:
         if dump_dir:
-            kernel.dump(dump_dir)
+            for j in to_assemble:
+                j.kernel.dump(dump_dir)
+    for j in to_assemble:
+        _finish(j, store, None)
+    return [j.kernel for j in jobs]
+
+
+def _finish(job: _Job, store: KernelCache | None, dump_dir: str | None) -> None:
+    if dump_dir:
+        job.kernel.dump(dump_dir)
     if store is not None:
-        store.put(key, kernel)
-    return kernel
+        store.put(job.key, job.kernel)
 
 
 def _run_stages(kernel: CompiledKernel, start: str, stop: str, llvm_text: str,
-                replacement, asm: str | None, flags: tuple, what: str) -> None:
+                replacement, asm: str | None, flags: tuple, what: str,
+                assemble_now: bool = True) -> None:
     seconds = kernel.stage_seconds
     sm = kernel.target
     order = STAGES.index
@@ -254,7 +323,8 @@ def _run_stages(kernel: CompiledKernel, start: str, stop: str, llvm_text: str,
         text = llvm_text if start == "device_ir" else replacement
         kernel.sources["llvm_ir"] = text
         t0 = time.perf_counter()
-        module = parse_llvm(text, what)
+        with stages.stage("llvm_ir"):
+            module = parse_llvm(text, what)
         seconds["parse"] = time.perf_counter() - t0
         if stop == "llvm_ir":
             return
@@ -262,11 +332,13 @@ def _run_stages(kernel: CompiledKernel, start: str, stop: str, llvm_text: str,
         if module is None:
             kernel.sources["llvm_opt"] = replacement
             t0 = time.perf_counter()
-            module = parse_llvm(replacement, what)
+            with stages.stage("llvm_ir"):
+                module = parse_llvm(replacement, what)
             seconds["parse"] = time.perf_counter() - t0
         else:
             t0 = time.perf_counter()
-            optimize(module, sm, pair_halves=bool(_HALF_TYPES.search(text)))
+            with stages.stage("opt"):
+                optimize(module, sm, pair_halves=bool(_HALF_TYPES.search(text)))
             seconds["llvm_opt"] = time.perf_counter() - t0
             kernel.sources["llvm_opt"] = str(module)
         if stop == "llvm_opt":
@@ -276,17 +348,70 @@ def _run_stages(kernel: CompiledKernel, start: str, stop: str, llvm_text: str,
             ptx = replacement
         else:
             t0 = time.perf_counter()
-            ptx = emit_ptx(module, sm)
+            with stages.stage("ptx"):
+                ptx = emit_ptx(module, sm)
             seconds["ptx"] = time.perf_counter() - t0
         if not re.search(rf"\.entry\s+{re.escape(kernel.symbol)}\s*\(", ptx):
             raise CompileError(
                 f"{what}: the PTX has no entry named {kernel.symbol}; a replacement must "
                 "keep the kernel's symbol")
         check_grid_dependency_wait(ptx, what)
+        if kernel.launch.dependent_launch and module is None and (
+                launch_info.GRID_DEPENDENCY_WAIT not in ptx):
+            # a replacement PTX without the wait must be launched after the kernel before it
+            kernel.launch = dataclasses.replace(kernel.launch, dependent_launch=False)
         kernel.sources["ptx"] = ptx
         if stop == "ptx" or asm is None:
             return
-    assemble(kernel, asm, flags)
+    if assemble_now:
+        assemble(kernel, asm, flags)
+
+
+_TOP_LEVEL_NAME = re.compile(
+    r"^(?:\.visible\s+|\.weak\s+)?(?:\.entry|\.func|\.global|\.shared|\.const)\b"
+    r"[^\n(;]*?([A-Za-z_$%][\w$]*)\s*(?:\[[^\]]*\]\s*)?[(;={]", re.M)
+"""A definition at the top level of a PTX text (``.extern`` declarations excepted) and its
+name."""
+
+
+def _defined_names(ptx: str) -> list[str]:
+    return [m.group(1) for m in _TOP_LEVEL_NAME.finditer(ptx)]
+
+
+def assemble_many(kernels: list, assembler: str = "auto", flags: tuple = ()) -> None:
+    """Assemble the PTX of every kernel (of one target) into its cubin in place: with
+    ptxas, in one process for all whose PTX define distinct top-level names (each keeps the
+    cubin holding them all); one by one otherwise."""
+    asm = choose_assembler(assembler)
+    together = []
+    if asm == "ptxas" and len(kernels) > 1 and len({k.target for k in kernels}) == 1:
+        seen: set = set()
+        for k in kernels:
+            names = set(_defined_names(k.get_source("ptx")))
+            if names & seen:
+                together = []
+                break
+            seen |= names
+            together.append(k)
+    if len(together) < 2:
+        for k in kernels:
+            assemble(k, asm, flags)
+        return
+    t0 = time.perf_counter()
+    try:
+        with stages.stage("ptxas"):
+            cubin, log = run_ptxas_many([k.get_source("ptx") for k in together],
+                                        together[0].target, flags)
+    except AssemblerError as e:
+        names = ", ".join(k.name for k in together)
+        raise CompileError(f"kernels {names}: {e}") from e
+    share = (time.perf_counter() - t0) / len(together)  # the process's time, split evenly
+    for k in together:
+        k.stage_seconds["cubin"] = share
+        k.cubin = cubin
+        k.assembler = asm
+        k.assembler_log = log
+        k.resources = parse_report(log, k.symbol, asm)
 
 
 def assemble(kernel: CompiledKernel, assembler: str = "auto", flags: tuple = ()) -> None:
@@ -299,10 +424,11 @@ def assemble(kernel: CompiledKernel, assembler: str = "auto", flags: tuple = ())
     ptx = kernel.get_source("ptx")
     t0 = time.perf_counter()
     try:
-        if asm == "ptxas":
-            cubin, log = run_ptxas(ptx, kernel.target, flags)
-        else:
-            cubin, log = run_nvjitlink(ptx, kernel.target, flags)
+        with stages.stage("ptxas"):
+            if asm == "ptxas":
+                cubin, log = run_ptxas(ptx, kernel.target, flags)
+            else:
+                cubin, log = run_nvjitlink(ptx, kernel.target, flags)
     except AssemblerError as e:
         raise CompileError(f"kernel {kernel.name}: {e}") from e
     kernel.stage_seconds["cubin"] = time.perf_counter() - t0

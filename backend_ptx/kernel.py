@@ -103,6 +103,7 @@ class CompiledKernel:
             "grid": list(la.grid), "block": list(la.block),
             "static_shared_bytes": la.static_shared_bytes,
             "dynamic_shared_bytes": la.dynamic_shared_bytes,
+            "dependent_launch": la.dependent_launch,
             "params": [{"name": p.name, "dtype": p.dtype, "size": p.size,
                         "readonly": p.readonly, "writeonly": p.writeonly} for p in la.params],
             "resources": None if self.resources is None else vars(self.resources),

@@ -13,7 +13,8 @@ GRID_DEPENDENCY_WAIT = "griddepcontrol.wait;"
 until the grids this one depends on (the kernel before it in its stream, under
 programmatic dependent launch) have finished and their memory is visible. Without such a
 launch it returns at once. The runtime launches a kernel whose PTX has it as a dependent
-launch (``LoadedKernel.dependent_launch``)."""
+launch: the code generator records that it emitted the wait in
+``LaunchInfo.dependent_launch``, which the runtime reads."""
 
 GRID_DEPENDENTS_LAUNCH = "griddepcontrol.launch_dependents;"
 """The second: let the next kernel of the stream launch (it waits in its own first
@@ -37,7 +38,13 @@ class ParamInfo:
 
 @dataclass(frozen=True)
 class LaunchInfo:
-    """What launching a kernel needs: its PTX symbol, parameters and launch extents."""
+    """What launching a kernel needs: its PTX symbol, parameters and launch extents.
+
+    ``dependent_launch``: the kernel waits for its grid dependencies before it touches
+    memory (:data:`GRID_DEPENDENCY_WAIT` first, emitted by the code generator for sm_90 and
+    later), so the runtime may launch it with programmatic stream serialization; a kernel
+    without the wait must be launched plainly.
+    """
 
     name: str
     symbol: str
@@ -46,6 +53,7 @@ class LaunchInfo:
     block: tuple[int, int, int]
     static_shared_bytes: int
     dynamic_shared_bytes: int
+    dependent_launch: bool = False
 
     @property
     def threads_per_block(self) -> int:

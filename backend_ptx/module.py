@@ -17,7 +17,6 @@ from ..ir.stmt import Alloc, Launch, Module, PrimFunc, Seq, Stmt
 from ..target import Target, as_target
 from .cuda_driver import CudaError, Device, call, cuda, driver, release_failed
 from .kernel import CompiledKernel, CompileError, stage_name
-from . import launch as launch_info
 from .launch import LaunchInfo
 from .ndarray import NDArray, empty, from_dlpack
 from .timer import ProfileResult, time_evaluator
@@ -69,8 +68,7 @@ class LoadedKernel:
         self._smem = launch.dynamic_shared_bytes
         # a kernel that waits for its grid dependencies first (codegen, sm_90 and later) may
         # start while the kernel before it in the stream finishes
-        self.dependent_launch = (launch_info.GRID_DEPENDENCY_WAIT
-                                 in (compiled.sources.get("ptx") or ""))
+        self.dependent_launch = launch.dependent_launch
         self._config = None
         n = len(launch.params)
         self._values = (ctypes.c_uint64 * max(n, 1))()
@@ -371,15 +369,13 @@ def compile_module(device_module: Module, target: Target | str | None = None, *,
     ``cp.async.bulk.prefetch`` (sm_90a and later) each kernel prefetches the ones it reads
     into L2 before it waits for the kernel before it (``compile_kernel``'s
     ``prefetch_l2``)."""
-    from .compile import compile_kernel  # the compiler (LLVM) only where compiling
+    from .compile import compile_kernels  # the compiler (LLVM) only where compiling
 
     target = as_target(target)
     prefetch = (kernel_params_of(device_module, constant_params)
                 if constant_params and target.has_l2_prefetch else {})
-    kernels = {}
-    for f in device_module.kernels():
-        kernels[f.name] = compile_kernel(f, target, prefetch_l2=prefetch.get(f.name, ()),
-                                         **options)
+    kernels = compile_kernels(device_module.kernels(), target, prefetch_l2=prefetch,
+                              **options)
     if not kernels:
         raise CompileError(
             "the module has no kernels (functions of level kernel); lower it "

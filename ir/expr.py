@@ -571,6 +571,14 @@ def conjuncts(e: Expr | None) -> list:
 
 
 def children(e: Expr) -> tuple:
+    # the common node types by exact type first: every walk of the IR calls this
+    t = type(e)
+    if t is Bin or t is Cmp:
+        return (e.a, e.b)
+    if t is Var or t is IntImm or t is FloatImm:
+        return ()
+    if t is Load:
+        return e.indices
     if isinstance(e, (Bin, Cmp)):
         return (e.a, e.b)
     if isinstance(e, Not):
@@ -591,7 +599,10 @@ def children(e: Expr) -> tuple:
 def rebuild(e: Expr, new_children: tuple) -> Expr:
     """A copy of ``e`` with its children replaced (``e`` itself when nothing changed)."""
     old = children(e)
-    if all(a is b for a, b in zip(old, new_children)):
+    for a, b in zip(old, new_children):
+        if a is not b:
+            break
+    else:
         return e
     c = new_children
     if isinstance(e, Bin):

@@ -28,6 +28,7 @@ from math import gcd
 import numpy as np
 
 from . import dtype as dt
+from . import simplify_cache as _cache
 from .arith import INDEX_DTYPES, LEAF_TYPES, Analyzer, Lin, Ranges, const_bounds, int_range
 from .expr import (
     Bin,
@@ -1006,9 +1007,18 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
     """An equivalent, never bigger, simplified form of ``e``.
 
     ``ranges`` gives inclusive bounds of vars (loop vars: ``(0, extent - 1)``). Every node
-    keeps its dtype.
+    keeps its dtype. Inside :func:`~ptxforge.ir.simplify_cache.simplify_cache` (lowering
+    opens one) a repeated question is answered from the cache.
     """
-    return _Simplifier(ranges).run(e)
+    cache = _cache.current()
+    if cache is None:
+        return _Simplifier(ranges).run(e)
+    key, hit = cache.lookup(e, ranges)
+    if hit is not None:
+        return hit
+    result = _Simplifier(ranges).run(e)
+    cache.store(key, e, result)
+    return result
 
 
 def prove(cond: Expr, ranges: Ranges | None = None) -> bool:
@@ -1037,6 +1047,9 @@ def simplify_stmt(stmt: Stmt, ranges: Ranges | None = None,
 class _StmtSimplifier:
     def __init__(self, unwrap_unit_loops: bool):
         self.unwrap = unwrap_unit_loops
+        # inside simplify_cache(), an expression met again with the same ranges of its vars
+        # (a statement copied several times) is answered from the cache
+        self.cache = _cache.current()
         # scopes stay alive until the end: freeing each one as its loop closes makes the
         # allocator map and unmap memory over and over inside a big pass
         self.scopes: list[_Simplifier] = []
@@ -1044,6 +1057,17 @@ class _StmtSimplifier:
     def _scope(self, sim: _Simplifier) -> _Simplifier:
         self.scopes.append(sim)
         return sim
+
+    def _expr(self, sim: _Simplifier, e: Expr) -> Expr:
+        cache = self.cache
+        if cache is None:
+            return sim.run(e)
+        key, hit = cache.lookup(e, sim.ranges)
+        if hit is not None:
+            return hit
+        result = sim.run(e)
+        cache.store(key, e, result)
+        return result
 
     def _narrowed(self, sim: _Simplifier, ranges: Ranges) -> _Simplifier:
         return sim if ranges is sim.ranges else self._scope(sim.with_ranges(ranges))
@@ -1058,8 +1082,8 @@ class _StmtSimplifier:
         if isinstance(s, Block):
             return self._block(s, sim)
         if isinstance(s, Store):
-            idx = tuple(sim.run(i) for i in s.indices)
-            v = sim.run(s.value)
+            idx = tuple(self._expr(sim, i) for i in s.indices)
+            v = self._expr(sim, s.value)
             if v is s.value and all(a is b for a, b in zip(idx, s.indices)):
                 return s
             return Store(s.buffer, idx, v)
@@ -1069,7 +1093,7 @@ class _StmtSimplifier:
                 return Seq(())
             return s if body is s.body else s.replace(body=body)
         if isinstance(s, Let):
-            v = sim.run(s.value)
+            v = self._expr(sim, s.value)
             inner = sim
             if not dt.is_float(v.dtype):
                 b = sim.bounds(v)
@@ -1080,7 +1104,7 @@ class _StmtSimplifier:
                 return Seq(())
             return s if (v is s.value and body is s.body) else Let(s.var, v, body)
         if isinstance(s, AsyncCopy):
-            return map_async_copy(s, sim.run)
+            return map_async_copy(s, lambda e: self._expr(sim, e))
         return s
 
     def _seq(self, s: Seq, sim: _Simplifier) -> Stmt:
@@ -1108,7 +1132,7 @@ class _StmtSimplifier:
         return s if body is s.body else s.replace(body=body)
 
     def _if(self, s: If, sim: _Simplifier) -> Stmt:
-        cond = sim.run(s.cond)
+        cond = self._expr(sim, s.cond)
         if isinstance(cond, IntImm):
             if cond.value:
                 return self.visit(s.then, sim)
@@ -1128,14 +1152,14 @@ class _StmtSimplifier:
         if _is_empty(then):
             if else_ is None:
                 return Seq(())
-            return If(sim.run(Not(cond)), else_)
+            return If(self._expr(sim, Not(cond)), else_)
         if cond is s.cond and then is s.then and else_ is s.else_:
             return s
         return If(cond, then, else_)
 
     def _block(self, s: Block, sim: _Simplifier) -> Stmt:
-        bindings = tuple(sim.run(b) for b in s.bindings)
-        pred = None if s.predicate is None else sim.run(s.predicate)
+        bindings = tuple(self._expr(sim, b) for b in s.bindings)
+        pred = None if s.predicate is None else self._expr(sim, s.predicate)
         if isinstance(pred, IntImm):
             if not pred.value:
                 return Seq(())

@@ -48,7 +48,8 @@ def kernel_entries(ptx_module, prefix: str, files: dict) -> dict:
                        "params": [dataclasses.asdict(p) for p in launch.params],
                        "grid": list(launch.grid), "block": list(launch.block),
                        "static_shared_bytes": launch.static_shared_bytes,
-                       "dynamic_shared_bytes": launch.dynamic_shared_bytes}}
+                       "dynamic_shared_bytes": launch.dynamic_shared_bytes,
+                       "dependent_launch": launch.dependent_launch}}
         files[f"{prefix}{name}.ptx"] = k.get_source("ptx").encode("utf-8")
         if k.cubin is not None:
             files[f"{prefix}{name}.cubin"] = bytes(k.cubin)
@@ -137,7 +138,9 @@ class ExportedPtx:
                 launch["name"], launch["symbol"],
                 tuple(ParamInfo(**p) for p in launch["params"]), tuple(launch["grid"]),
                 tuple(launch["block"]), int(launch["static_shared_bytes"]),
-                int(launch["dynamic_shared_bytes"]))
+                int(launch["dynamic_shared_bytes"]),
+                # files written before the field existed launch plainly (always correct)
+                bool(launch.get("dependent_launch", False)))
             compiled[name] = CompiledKernel(name, arch, info, {"ptx": ptx},
                                             cubin if use_cubin else None,
                                             started_from="export")

@@ -58,7 +58,7 @@ LAUNCH = Obj({
     "block": List(Int(1, MAX_BLOCK), 3, 3),
     "static_shared_bytes": Int(0, MAX_BYTES),
     "dynamic_shared_bytes": Int(0, MAX_BYTES),
-})
+}, optional={"dependent_launch": Bool()})
 
 CODE = Obj({
     "device_ir": MEMBER,

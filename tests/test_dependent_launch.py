@@ -156,3 +156,75 @@ def test_kernel_params_of_follows_the_host_launches():
     assert got and all(len(v) == 1 for v in got.values())
     assert kernel_params_of(mod, ()) == {}
     assert kernel_params_of(mod, ("no_such_param",)) == {}
+
+
+def _softmax_kernel():
+    from ptxforge import ops, te
+    from ptxforge.ops.schedules import default_schedule
+
+    x = te.placeholder((32, 64), name="x")
+    y = ops.nn.softmax(x, axis=-1)
+    with ptxforge.target.Target("cuda -arch=sm_90a"):
+        mod = ptxforge.lower(default_schedule(y), [x, y])
+    return mod.kernels()[0]
+
+
+def test_the_launch_records_the_wait_the_code_generator_emits(tmp_path):
+    from ptxforge.backend_ptx import compile_kernel
+    from ptxforge.backend_ptx.cache import KernelCache
+
+    kernel = _softmax_kernel()
+    for arch, waits in (("sm_90a", True), ("sm_80", False)):
+        ck = compile_kernel(kernel, arch, stop_after="ptx", cache=False)
+        assert ck.launch.dependent_launch is waits
+        assert (launch_info.GRID_DEPENDENCY_WAIT in ck.get_source("ptx")) is waits
+        assert ck.summary()["dependent_launch"] is waits
+    # the attribute survives the kernel cache's disk form
+    cache = KernelCache(str(tmp_path))
+    compile_kernel(kernel, "sm_90a", stop_after="ptx", cache=cache)
+    again = compile_kernel(kernel, "sm_90a", stop_after="ptx", cache=KernelCache(str(tmp_path)))
+    assert again.cache_hit and again.launch.dependent_launch
+
+
+def test_a_replacement_ptx_without_the_wait_is_launched_plainly():
+    from ptxforge.backend_ptx import compile_kernel
+
+    kernel = _softmax_kernel()
+    ptx = compile_kernel(kernel, "sm_90a", stop_after="ptx", cache=False).get_source("ptx")
+    kept = compile_kernel(kernel, "sm_90a", replace={"ptx": ptx}, stop_after="ptx",
+                          cache=False)
+    assert kept.launch.dependent_launch
+    lines = [ln for ln in ptx.splitlines() if "griddepcontrol" not in ln]
+    plain = compile_kernel(kernel, "sm_90a", replace={"ptx": "\n".join(lines) + "\n"},
+                           stop_after="ptx", cache=False)
+    assert not plain.launch.dependent_launch
+
+
+def test_one_ptxas_process_assembles_every_kernel_of_a_module(monkeypatch):
+    from ptxforge.backend_ptx import assemble as asm_mod
+    from ptxforge.backend_ptx import compile_kernel, compile_module, find_ptxas
+
+    if find_ptxas() is None:
+        pytest.skip("ptxas is not installed")
+    calls = []
+    real = asm_mod.run_ptxas_many
+
+    def counted(ptxs, *args, **kwargs):
+        calls.append(len(ptxs))
+        return real(ptxs, *args, **kwargs)
+
+    monkeypatch.setattr("ptxforge.backend_ptx.compile.run_ptxas_many", counted)
+    from ptxforge import ops, te
+    from ptxforge.ops.schedules import default_schedule
+
+    x = te.placeholder((32, 64), name="x")
+    y = ops.nn.softmax(x, axis=-1)  # three kernels
+    with Target("cuda -arch=sm_90a"):
+        dev = ptxforge.lower(default_schedule(y), [x, y])
+    mod = compile_module(dev, "sm_90a", assembler="ptxas", cache=False)
+    assert len(mod.kernels) == 3 and calls == [3]
+    for f in dev.kernels():
+        alone = compile_kernel(f, "sm_90a", assembler="ptxas", cache=False)
+        k = mod.kernels[f.name]
+        assert k.resources == alone.resources
+        assert k.symbol.encode() in k.cubin

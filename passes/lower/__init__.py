@@ -11,6 +11,10 @@ validate_gpu``
 
 from __future__ import annotations
 
+from ...ir.stmt import Module
+from ...stages import stage
+from ..context import PassContext
+from ..pipeline import Pipeline
 from . import (  # noqa: F401  (importing registers the passes)
     check_coverage,
     compact_buffers,
@@ -44,11 +48,33 @@ LOWERING_PIPELINE = (
 )
 
 
-def lowering_pipeline():
-    """The default lowering pipeline as a :class:`~ptxforge.passes.Pipeline`."""
-    from ..pipeline import Pipeline
+class LoweringPipeline(Pipeline):
+    """A pipeline of lowering passes: run, it reports its time as the ``"lower"`` stage and
+    each pass's as ``"lower.<pass name>"`` (:mod:`ptxforge.stages`)."""
 
-    return Pipeline.parse(LOWERING_PIPELINE)
+    __slots__ = ()
+
+    def __call__(self, module: Module, ctx: PassContext | None = None) -> Module:
+        ctx = ctx if ctx is not None else PassContext.current()
+        with stage("lower"), ctx:
+            for p in self.passes:
+                with stage("lower." + p.name):
+                    module = ctx.run_pass(p, module)
+        return module
+
+    def __repr__(self) -> str:
+        return f"LoweringPipeline.parse({self.text!r})"
 
 
-__all__ = ["LOWERING_PIPELINE", "LoweringError", "lowering_pipeline"]
+_DEFAULT: LoweringPipeline | None = None
+
+
+def lowering_pipeline() -> LoweringPipeline:
+    """The default lowering pipeline (parsed once; a pipeline is immutable)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = LoweringPipeline.parse(LOWERING_PIPELINE)
+    return _DEFAULT
+
+
+__all__ = ["LOWERING_PIPELINE", "LoweringError", "LoweringPipeline", "lowering_pipeline"]

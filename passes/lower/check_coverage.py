@@ -39,6 +39,7 @@ from ...ir.traversal import block_paths
 from ..base import Pass
 from ..registry import register_pass
 from ..schedule.compute_at import output_buffers, reads_of
+from .buffer_uses import BufferUses
 from .common import LoweringError
 from .compact_buffers import placed_scope
 
@@ -239,6 +240,7 @@ def check_coverage(func: PrimFunc) -> PrimFunc:
         body = body.body
     kernels = list(body.stmts) if isinstance(body, Seq) else [body]
     params = set(func.params)
+    uses = BufferUses()
     for kernel in kernels:
         paths = block_paths(kernel)
         launch = _launch(kernel, paths)
@@ -251,11 +253,12 @@ def check_coverage(func: PrimFunc) -> PrimFunc:
             _check_nesting(name, loops, feeds)
             # a tuple compute's stage writes one buffer per output; each may have readers
             for k, buf in enumerate(output_buffers(block)):
-                scope = "global" if buf in params else placed_scope(func.body, buf)
+                scope = "global" if buf in params else placed_scope(func.body, buf, uses)
                 if k == 0 and block.init is not None:
                     _check_reduction(name, block, loops, scope, launch)
-                readers = [p for other, p in paths.items()
-                           if other != name and reads_of(p[-1], buf)]
+                # (a stage that does not touch buf is skipped before its loads are read)
+                readers = [p for other, p in paths.items() if other != name
+                           and uses.accesses(p[-1], buf) and reads_of(p[-1], buf)]
                 if readers:
                     _check_producer(name, path, scope, readers, launch)
     return func

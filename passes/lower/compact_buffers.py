@@ -11,10 +11,22 @@ from ...ir.attrs import Level
 from ...ir.expr import IntImm, Load, floordiv, floormod
 from ...ir.region import access_region
 from ...ir.simplify import simplify
-from ...ir.stmt import Alloc, Buffer, For, PrimFunc, Stmt, Store, map_stmt, stmt_children
-from ...ir.traversal import accesses_buffer, collect_accesses, replace_at, rewrite_loads
+from ...ir.simplify_cache import simplify_cache
+from ...ir.stmt import (
+    Alloc,
+    Buffer,
+    For,
+    PrimFunc,
+    Stmt,
+    Store,
+    stmt_children,
+    stmt_exprs,
+    walk_exprs,
+)
+from ...ir.traversal import replace_at, rewrite_loads
 from ..base import Pass
 from ..registry import register_pass
+from .buffer_uses import BufferUses, map_stmt_where
 from .common import LoweringError
 
 
@@ -23,43 +35,28 @@ def _is_thread(n) -> bool:
         n.thread.startswith("blockIdx")
 
 
-def _lca_path(root: Stmt, buf) -> list:
+def _lca_path(root: Stmt, buf, uses: BufferUses) -> list:
     """Path from ``root`` to the deepest statement holding every access of ``buf``."""
-    holds: set = set()
-
-    def mark(x) -> bool:
-        found = _own_access(x, buf)
-        for c in stmt_children(x):
-            if mark(c):
-                found = True
-        if found:
-            holds.add(id(x))
-        return found
-
-    mark(root)
     path = [root]
     cur = root
     while True:
-        if isinstance(cur, Store) or _own_access(cur, buf):
+        if isinstance(cur, Store) or uses.owns(cur, buf):
             return path
-        kids = [c for c in stmt_children(cur) if id(c) in holds]
+        kids = [c for c in stmt_children(cur) if uses.accesses(c, buf)]
         if len(kids) != 1:
             return path
         cur = kids[0]
         path.append(cur)
 
 
-def _own_access(s, buf) -> bool:
-    """Whether ``s`` itself (not its children) accesses ``buf``."""
-    from ...ir.stmt import stmt_exprs
-    from ...ir.traversal import reads_buffer
-
-    if isinstance(s, Store) and s.buffer is buf:
-        return True
-    return any(reads_buffer(e, buf) for e in stmt_exprs(s))
-
-
 def compact_buffers(func: PrimFunc) -> PrimFunc:
+    # placing each buffer bounds its accesses and shifts them, asking the simplifier about
+    # the same indices again and again
+    with simplify_cache():
+        return _compact_buffers(func)
+
+
+def _compact_buffers(func: PrimFunc) -> PrimFunc:
     body = func.body
     # peel the function-level allocations of intermediates
     allocs = []
@@ -69,8 +66,9 @@ def compact_buffers(func: PrimFunc) -> PrimFunc:
     aligns = func.attrs.storage_align
     panels = func.attrs.panels
     kept = []
+    uses = BufferUses()
     for buf in allocs:
-        body, stays = _place(body, buf, aligns.get(buf.name), panels.get(buf.name))
+        body, stays = _place(body, buf, aligns.get(buf.name), panels.get(buf.name), uses)
         if stays is not None:
             if aligns.get(stays.name):
                 strided = _aligned(stays, aligns[stays.name])
@@ -80,6 +78,32 @@ def compact_buffers(func: PrimFunc) -> PrimFunc:
     for b in reversed(kept):
         body = Alloc(b, body)
     return func.replace(body=body)
+
+
+def _accesses(s: Stmt, buf, uses: BufferUses, reads_only: bool) -> list:
+    """``[(index tuple, enclosing loops below s)]`` of every load (and store, unless
+    ``reads_only``) of ``buf`` in ``s``, in program order, as
+    :func:`~ptxforge.ir.traversal.collect_accesses` lists them; subtrees that do not access
+    ``buf`` are skipped."""
+    out: list = []
+
+    def visit(x, loops):
+        if not uses.accesses(x, buf):
+            return
+        if isinstance(x, Store) and x.buffer is buf and not reads_only:
+            out.append((x.indices, loops))
+        for e in stmt_exprs(x):
+            if buf in uses.loads(e):
+                out.extend((y.indices, loops) for y in walk_exprs(e)
+                           if isinstance(y, Load) and y.buffer is buf)
+        if isinstance(x, For):
+            visit(x.body, loops + (x,))
+        else:
+            for c in stmt_children(x):
+                visit(c, loops)
+
+    visit(s, ())
+    return out
 
 
 def _aligned(buf: Buffer, aligns) -> Buffer:
@@ -106,21 +130,23 @@ def _scope_at(buf: Buffer, loops: list) -> str:
     return buf.scope
 
 
-def placed_scope(body: Stmt, buf: Buffer) -> str:
+def placed_scope(body: Stmt, buf: Buffer, uses: BufferUses | None = None) -> str:
     """The scope ``buf`` will have after this pass, for an intermediate allocated in
-    ``body``; a buffer nothing in ``body`` accesses keeps its own."""
-    if not accesses_buffer(body, buf):
+    ``body``; a buffer nothing in ``body`` accesses keeps its own. ``uses``: the answers
+    about ``body`` known so far (pass one to ask about many buffers)."""
+    uses = uses or BufferUses()
+    if not uses.accesses(body, buf):
         return buf.scope
-    return _scope_at(buf, [n for n in _lca_path(body, buf) if isinstance(n, For)])
+    return _scope_at(buf, [n for n in _lca_path(body, buf, uses) if isinstance(n, For)])
 
 
-def _place(body: Stmt, buf: Buffer, aligns=None, panel: int | None = None):
+def _place(body: Stmt, buf: Buffer, aligns, panel: int | None, uses: BufferUses):
     """Put ``buf``'s allocation at its use; returns (body, buffer to keep at top or None).
     With ``panel`` (``layout_panels``) the compacted buffer's last dimension is stored in
     panels of that many elements, the panel index outermost."""
-    if not accesses_buffer(body, buf):
+    if not uses.accesses(body, buf):
         return body, None
-    path = _lca_path(body, buf)
+    path = _lca_path(body, buf, uses)
     loops = [n for n in path if isinstance(n, For)]
     scope = _scope_at(buf, loops)
     if scope == "global":
@@ -140,7 +166,8 @@ def _place(body: Stmt, buf: Buffer, aligns=None, panel: int | None = None):
     lca = path[-1]
     # the region readers demand sizes the buffer (as TVM's bound inference does); a
     # producer computed at a loop writes only that region (its predicate guards overhang)
-    accesses = collect_accesses(lca, buf, (), reads_only=True) or collect_accesses(lca, buf, ())
+    accesses = (_accesses(lca, buf, uses, reads_only=True)
+                or _accesses(lca, buf, uses, reads_only=False))
     index_sets = []
     inner_ranges: dict = {n.var: (0, n.extent - 1) for n in ranging_above}
     for idx, inner_loops in accesses:
@@ -176,6 +203,9 @@ def _place(body: Stmt, buf: Buffer, aligns=None, panel: int | None = None):
         return out
 
     def fix_expr(e):
+        if buf not in uses.loads(e):
+            return e
+
         def load(x):
             if x.buffer is buf:
                 return Load(new_buf, shift(x.indices))
@@ -196,11 +226,14 @@ def _place(body: Stmt, buf: Buffer, aligns=None, panel: int | None = None):
                 alloc_at = k
                 break
     target = path[alloc_at]
+    def rewrite(x: Stmt) -> Stmt:
+        # only the subtrees that access the buffer change
+        return map_stmt_where(x, lambda n: uses.accesses(n, buf), fix_stmt, fix_expr)
+
     if isinstance(target, For) and alloc_at == len(path) - 1:
-        new_target = target.replace(body=Alloc(new_buf, map_stmt(target.body, fix_stmt,
-                                                                  fix_expr)))
+        new_target = target.replace(body=Alloc(new_buf, rewrite(target.body)))
     else:
-        new_target = Alloc(new_buf, map_stmt(target, fix_stmt, fix_expr))
+        new_target = Alloc(new_buf, rewrite(target))
     return replace_at(path[: alloc_at + 1], new_target), None
 
 

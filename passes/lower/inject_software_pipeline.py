@@ -34,12 +34,14 @@ from ...ir import dtype as dt
 from ...ir.attrs import Level
 from ...ir.expr import IntImm, Load, floormod, substitute
 from ...ir.simplify import simplify_stmt
+from ...ir.simplify_cache import simplify_cache
 from ...ir.stmt import (
     Alloc,
     AsyncCommit,
     AsyncCopy,
     AsyncWait,
     Barrier,
+    Block,
     Buffer,
     For,
     If,
@@ -108,6 +110,48 @@ def _retarget(s: Stmt, slots: dict, slot) -> Stmt:
         return None
 
     return map_stmt(s, fstmt=fs, fexpr=fe)
+
+
+def _binders(s: Stmt) -> tuple:
+    """The vars and buffers ``s`` itself binds."""
+    if isinstance(s, (For, Let)):
+        return (s.var,)
+    if isinstance(s, Alloc):
+        return (s.buffer,)
+    if isinstance(s, Block):
+        return tuple(iv.var for iv in s.iter_vars)
+    return ()
+
+
+def _rebind_copies(s: Stmt) -> Stmt:
+    """``s`` in SSA form again: a subtree that binds a var or buffer already bound earlier
+    (in program order) is replaced by a fresh copy of itself."""
+    seen: set = set()
+
+    def go(x: Stmt) -> Stmt:
+        own = _binders(x)
+        if any(b in seen for b in own):
+            return fresh_copy(x)
+        seen.update(own)
+        if isinstance(x, Seq):
+            kids = [go(c) for c in x.stmts]
+            return x if all(a is b for a, b in zip(kids, x.stmts)) else Seq(kids)
+        if isinstance(x, (For, Alloc, Let)):
+            body = go(x.body)
+            if body is x.body:
+                return x
+            return Let(x.var, x.value, body) if isinstance(x, Let) else x.replace(body=body)
+        if isinstance(x, If):
+            then = go(x.then)
+            else_ = None if x.else_ is None else go(x.else_)
+            return x if (then is x.then and else_ is x.else_) else If(x.cond, then, else_)
+        if isinstance(x, Block):
+            init = None if x.init is None else go(x.init)
+            body = go(x.body)
+            return x if (init is x.init and body is x.body) else x.replace(init=init, body=body)
+        return x
+
+    return go(s)
 
 
 class _Pipeliner:
@@ -197,7 +241,8 @@ class _Pipeliner:
         fetch_s = Seq(fetch)
 
         def fetch_at(it, slot):
-            return _retarget(fresh_copy(substitute_stmt(fetch_s, {v: it})), self.slots, slot)
+            # the copies share the fetch's own vars until they are simplified (below)
+            return _retarget(substitute_stmt(fetch_s, {v: it}), self.slots, slot)
 
         # plain shared stages are multi-buffered alike, without groups to commit or wait for
         copies = any(isinstance(x, AsyncCopy) for x in walk(fetch_s))
@@ -228,7 +273,11 @@ class _Pipeliner:
         ann = {a: b for a, b in loop.annotations.items() if a != ANNOTATION}
         new_loop = loop.replace(body=Seq(steady), annotations=ann)
         out = Seq(prologue + [new_loop] + ([AsyncWait(0)] if copies else []))
-        return simplify_stmt(out, unwrap_unit_loops=False)
+        # the copies of the fetch hold the same expressions wherever the loop var is not in
+        # them: simplified once, with the cache; then each copy gets vars of its own
+        with simplify_cache():
+            out = simplify_stmt(out, unwrap_unit_loops=False)
+        return _rebind_copies(out)
 
 
 def inject_software_pipeline(func: PrimFunc) -> PrimFunc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.attrs import Level
-from ...ir.expr import IntImm, Load
+from ...ir.expr import IntImm, Load, free_vars
 from ...ir.stmt import (
     Alloc,
     Barrier,
@@ -24,9 +24,11 @@ from ...ir.stmt import (
     Stmt,
     Store,
     map_stmt,
+    stmt_children,
+    stmt_exprs,
     substitute_stmt,
 )
-from ...ir.traversal import rewrite_loads, uses_var, walk
+from ...ir.traversal import rewrite_loads, walk
 from ..base import Pass
 from ..registry import register_pass
 from .common import fresh_copy
@@ -48,7 +50,25 @@ def _inject(loop: For) -> Stmt:
     for node in list(walk(body)):
         if isinstance(node, Alloc):
             body = _expand(body, node.buffer, v, n)
-    return _push(body, v, n)
+    return _push(body, v, n, _UsesVar(v))
+
+
+class _UsesVar:
+    """Whether a statement uses ``var`` anywhere, memoized per node: ``_push`` asks at every
+    level of a nest, which walking each subtree again would make quadratic in its depth."""
+
+    def __init__(self, var):
+        self.var = var
+        self._memo: dict[int, tuple[Stmt, bool]] = {}
+
+    def __call__(self, s: Stmt) -> bool:
+        hit = self._memo.get(id(s))
+        if hit is not None:
+            return hit[1]
+        found = any(self.var in free_vars(e) for e in stmt_exprs(s)) or any(
+            self(c) for c in stmt_children(s))
+        self._memo[id(s)] = (s, found)
+        return found
 
 
 def _expand(s: Stmt, buf: Buffer, v, n) -> Stmt:
@@ -76,27 +96,24 @@ def _replicate(s: Stmt, v, n) -> Stmt:
     return Seq([fresh_copy(substitute_stmt(s, {v: IntImm(k)})) for k in range(n)])
 
 
-def _push(s: Stmt, v, n) -> Stmt:
-    if not uses_var(s, v):
+def _push(s: Stmt, v, n, uses: _UsesVar) -> Stmt:
+    if not uses(s):
         return s
     if isinstance(s, Seq):
-        return Seq([_push(c, v, n) for c in s.stmts])
+        return Seq([_push(c, v, n, uses) for c in s.stmts])
     if isinstance(s, For):
-        return s.replace(body=_push(s.body, v, n))
+        return s.replace(body=_push(s.body, v, n, uses))
     if isinstance(s, Alloc):
-        return s.replace(body=_push(s.body, v, n))
+        return s.replace(body=_push(s.body, v, n, uses))
     if isinstance(s, If):
-        from ...ir.expr import free_vars
-
         if v in free_vars(s.cond) or _has_barrier(s):
             return _replicate(s, v, n)
-        return If(s.cond, _push(s.then, v, n), None if s.else_ is None else _push(s.else_, v, n))
+        return If(s.cond, _push(s.then, v, n, uses),
+                  None if s.else_ is None else _push(s.else_, v, n, uses))
     if isinstance(s, Let):
-        from ...ir.expr import free_vars
-
         if v in free_vars(s.value):
             return _replicate(s, v, n)
-        return Let(s.var, s.value, _push(s.body, v, n))
+        return Let(s.var, s.value, _push(s.body, v, n, uses))
     return _replicate(s, v, n)
 
 

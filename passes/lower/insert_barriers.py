@@ -19,27 +19,42 @@ from ...ir.stmt import (
     stmt_children,
     stmt_exprs,
 )
-from ...ir.traversal import replace_child, walk, walk_exprs
+from ...ir.traversal import replace_child, walk_exprs
 from ..base import Pass
 from ..registry import register_pass
 
 
-def _rw(s: Stmt) -> tuple:
-    """(shared buffers written, shared buffers read) anywhere in ``s``."""
-    w, r = set(), set()
-    for x in walk(s):
-        if isinstance(x, Store) and x.buffer.scope == "shared":
-            w.add(x.buffer)
-        elif isinstance(x, AsyncCopy):
-            w.add(x.dst)  # lands by the wait before the reads, which this barrier follows
-        for e in stmt_exprs(x):
+class _SharedAccess:
+    """(shared buffers written, shared buffers read) anywhere in a statement, memoized per
+    node: every sequence of a nest asks about its children, whose answers are its own
+    children's (a rebuilt sequence shares them), so each node is looked at once."""
+
+    def __init__(self):
+        self._memo: dict[int, tuple[Stmt, frozenset, frozenset]] = {}
+
+    def __call__(self, s: Stmt) -> tuple:
+        hit = self._memo.get(id(s))
+        if hit is not None:
+            return hit[1], hit[2]
+        w, r = set(), set()
+        if isinstance(s, Store) and s.buffer.scope == "shared":
+            w.add(s.buffer)
+        elif isinstance(s, AsyncCopy):
+            w.add(s.dst)  # lands by the wait before the reads, which this barrier follows
+        for e in stmt_exprs(s):
             r.update(y.buffer for y in walk_exprs(e)
                      if isinstance(y, Load) and y.buffer.scope == "shared")
-    return w, r
+        for c in stmt_children(s):
+            cw, cr = self(c)
+            w |= cw
+            r |= cr
+        out = (s, frozenset(w), frozenset(r))
+        self._memo[id(s)] = out
+        return out[1], out[2]
 
 
 def insert_barriers(func: PrimFunc) -> PrimFunc:
-    return func.replace(body=_go(func.body))
+    return func.replace(body=_go(func.body, _SharedAccess()))
 
 
 def _conflict(pw, pr, w, r) -> bool:
@@ -48,9 +63,9 @@ def _conflict(pw, pr, w, r) -> bool:
     return bool((pw & r) or (pr & w))
 
 
-def _sync_seq(stmts: list, loop_carried: bool) -> list:
+def _sync_seq(stmts: list, loop_carried: bool, rw: _SharedAccess) -> list:
     """Insert barriers between children of a sequence (run twice for loop bodies)."""
-    info = [_rw(s) for s in stmts]
+    info = [rw(s) for s in stmts]
 
     def run(pw, pr, emit):
         out = []
@@ -87,19 +102,19 @@ def _starts_with_barrier(s: Stmt) -> bool:
             return False
 
 
-def _go(s: Stmt, in_loop: bool = False) -> Stmt:
+def _go(s: Stmt, rw: _SharedAccess, in_loop: bool = False) -> Stmt:
     if isinstance(s, Seq):
-        kids = [_go(c) for c in s.stmts]
-        return Seq(_sync_seq(kids, in_loop))
+        kids = [_go(c, rw) for c in s.stmts]
+        return Seq(_sync_seq(kids, in_loop, rw))
     if isinstance(s, For) and s.kind != "thread":
         body = s.body
         if not isinstance(body, Seq):
             body = Seq([body])
-        nb = _go(body, in_loop=True)
+        nb = _go(body, rw, in_loop=True)
         return s.replace(body=nb)
     out = s
     for c in stmt_children(s):
-        nc = _go(c, in_loop if isinstance(s, (For, If)) else False)
+        nc = _go(c, rw, in_loop if isinstance(s, (For, If)) else False)
         if nc is not c:
             out = replace_child(out, c, nc)
     return out

@@ -1,0 +1,174 @@
+"""A cache of :func:`~ptxforge.ir.simplify.simplify` results, open for one lowering run.
+
+Lowering asks the simplifier about the same index expressions over and over: every access
+of a buffer is bounded for each placement, the bounds are shifted into the compacted
+buffer, loop bodies are copied and simplified again. ``simplify(e, ranges)`` depends only on
+the structure of ``e`` and on the ranges of the vars that occur in it, so inside
+``with simplify_cache():`` its results are kept under that key and a repeated question is
+answered at once. Outside such a block nothing is cached.
+
+Keys are small ints interned per cache: every node is named once by its structure (its op,
+dtype and its children's names; vars, buffers and opaque nodes by identity), memoized by
+node, so an expression that shares its subtrees with earlier ones costs only its new nodes.
+Every node named is kept alive by the cache, so the identities in its keys stay unique
+while it is open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+from .expr import (
+    Bin,
+    Call,
+    Cast,
+    Cmp,
+    Expr,
+    FloatImm,
+    IntImm,
+    Load,
+    Not,
+    Select,
+    TensorRead,
+    Var,
+    children,
+)
+
+_ACTIVE: contextvars.ContextVar[SimplifyCache | None] = contextvars.ContextVar(
+    "ptxforge_simplify_cache", default=None)
+
+_NO_VARS: tuple = ()
+
+
+class SimplifyCache:
+    """Structural names of expressions and the simplified form of each (name, ranges)."""
+
+    __slots__ = ("_names", "_vars", "_intern", "_results", "hits", "misses")
+
+    def __init__(self):
+        self._names: dict[int, tuple[Expr, int]] = {}  # id(node) -> (node, name)
+        self._vars: list[tuple] = []  # name -> the node's vars, sorted by id
+        self._intern: dict[tuple, int] = {}
+        self._results: dict[tuple, tuple[Expr, Expr]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def name(self, e: Expr) -> int:
+        """A small int equal for structurally equal expressions (vars by identity)."""
+        names = self._names
+        hit = names.get(id(e))
+        if hit is not None:
+            return hit[1]
+        # post-order with an explicit stack: long sums must not recurse
+        stack = [e]
+        while stack:
+            x = stack[-1]
+            if id(x) in names:
+                stack.pop()
+                continue
+            t = type(x)
+            kids = (x.a, x.b) if (t is Bin or t is Cmp) else children(x)
+            pending = False
+            for k in kids:
+                if id(k) not in names:
+                    tk = type(k)
+                    if tk is IntImm or tk is Var:  # leaves: named at once
+                        self._leaf(k)
+                    else:
+                        stack.append(k)
+                        pending = True
+            if pending:
+                continue
+            stack.pop()
+            if not kids:
+                self._leaf(x)
+                continue
+            sig, own = _signature(x)
+            kid_names = tuple(names[id(k)][1] for k in kids)
+            self._add(x, sig + kid_names, None, kid_names)
+        return names[id(e)][1]
+
+    def _leaf(self, x: Expr) -> None:
+        sig, own = _signature(x)
+        self._add(x, sig, own, ())
+
+    def _add(self, x: Expr, key: tuple, own: Var | None, kid_names: tuple) -> None:
+        n = self._intern.get(key)
+        if n is None:
+            n = len(self._vars)
+            self._intern[key] = n
+            self._vars.append(self._merge_vars(own, kid_names))
+        self._names[id(x)] = (x, n)
+
+    def _merge_vars(self, own: Var | None, kid_names: tuple) -> tuple:
+        vs = [own] if own is not None else []
+        for k in kid_names:
+            vs.extend(self._vars[k])
+        if len(vs) <= 1:
+            return tuple(vs) if vs else _NO_VARS
+        return tuple(sorted({id(v): v for v in vs}.values(), key=id))
+
+    def lookup(self, e: Expr, ranges) -> tuple[tuple, Expr | None]:
+        """(key, cached result or None) of ``simplify(e, ranges)``."""
+        n = self.name(e)
+        vs = self._vars[n]
+        key = (n, tuple(ranges.get(v) for v in vs)) if ranges and vs else (n,)
+        hit = self._results.get(key)
+        if hit is None:
+            self.misses += 1
+            return key, None
+        self.hits += 1
+        source, result = hit
+        # an expression the simplifier left as it was is returned as itself
+        return key, (e if result is source else result)
+
+    def store(self, key: tuple, e: Expr, result: Expr) -> None:
+        self._results[key] = (e, result)
+
+
+def _signature(x: Expr) -> tuple[tuple, Var | None]:
+    """The node's own part of its structural key, and the var it is (if it is one)."""
+    t = type(x)
+    if t is Var:
+        return ("v", id(x)), x
+    if t is IntImm:
+        return ("i", x.value, x.dtype), None
+    if t is FloatImm:
+        return ("f", x.value.hex(), x.dtype), None
+    if t is Bin:
+        return ("b", x.op, x.dtype), None
+    if t is Cmp:
+        return ("c", x.op), None
+    if t is Not:
+        return ("n",), None
+    if t is Select:
+        return ("s",), None
+    if t is Cast:
+        return ("cast", x.dtype), None
+    if t is Call:
+        return ("call", x.op, x.dtype, len(x.args)), None
+    if t is Load:
+        return ("load", id(x.buffer), len(x.indices)), None
+    if t is TensorRead:
+        return ("read", id(x.tensor), len(x.indices)), None
+    # a reduction or anything else: equal only to itself
+    return ("opaque", id(x)), None
+
+
+def current() -> SimplifyCache | None:
+    """The cache of the innermost open :func:`simplify_cache` block, or None."""
+    return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def simplify_cache() -> Iterator[SimplifyCache]:
+    """Cache ``simplify`` results in the enclosed block (in this thread or task); blocks
+    nest, an inner one starting empty."""
+    cache = SimplifyCache()
+    token = _ACTIVE.set(cache)
+    try:
+        yield cache
+    finally:
+        _ACTIVE.reset(token)
