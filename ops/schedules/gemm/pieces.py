@@ -174,13 +174,14 @@ def copy_vec(form, row: int | None = None) -> int:
 
 def schedule_tile_copy(s, sh, f, ko, vec: int, threads: tuple, async_copy: bool,
                        align: int | None = None, swizzle: int = 0,
-                       unit_vectorize: bool = True) -> None:
+                       unit_vectorize: bool = True, bind_after_split: bool = False) -> None:
     """The copy of shared operand tile ``sh`` at every step ``ko`` of accumulator stage
     ``f``: all threads of the block (``threads``, innermost first), ``vec`` elements at a
     time, rows ``align`` elements apart (padding against ldmatrix bank conflicts) or
     XOR-swizzled with ``swizzle`` bits (wgmma's 128B layout), with ``cp.async`` if
     ``async_copy``. ``unit_vectorize``: vectorize the copy loop of one element too (the
-    convolution's copies leave it a serial loop)."""
+    convolution's copies leave it a serial loop). ``bind_after_split``: bind the thread loops
+    after all the splits (the same loops, printed in another order)."""
     s[sh].compute_at(f, ko)
     st = s[sh]
     rax = list(st.op.axis)
@@ -188,8 +189,13 @@ def schedule_tile_copy(s, sh, f, ko, vec: int, threads: tuple, async_copy: bool,
         st.storage_align(rax[-2], align, 0)
     fused = st.fuse(*rax)
     fused, v = st.split(fused, factor=vec)
+    bound = []
     for n, tag in threads:
         fused, t = st.split(fused, factor=n)
+        bound.append((t, tag))
+        if not bind_after_split:
+            st.bind(t, tag)
+    for t, tag in bound if bind_after_split else ():
         st.bind(t, tag)
     if vec > 1 or unit_vectorize:
         st.vectorize(v)

@@ -86,14 +86,16 @@ from .stages import gemm_stages
 
 def schedule_gemm(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, knobs,
                   target: Target | str | None = None, remap=None,
-                  row_reductions: tuple = ()) -> None:
+                  row_reductions: tuple = (), bind_after_split: bool = False) -> None:
     """Schedule product stage ``op`` of ``s`` (``form``: its :class:`~.forms.GemmForm`; a
     conv2d NHWC stage's implicit GEMM where ``form.conv``) and its fused element-wise
     ``epilogue`` with ``knobs`` (a :class:`~.knobs.TensorCoreConfig`: mma.sync, or a
     :class:`~.knobs.WgmmaScheduleConfig`: wgmma) on ``target``. The caller checked the
     knobs (:mod:`.rules`). ``remap``: the epilogue's :class:`~..remap.OutputRemap` (it
     stores the product in another layout); ``row_reductions``: reductions along the C
-    tile's rows the epilogue reads (:mod:`..gemm_rows`).
+    tile's rows the epilogue reads (:mod:`..gemm_rows`). ``bind_after_split``: the
+    wgmma operand copies bind their thread loops after all their splits (the order
+    :func:`schedule_dense_wgmma` prints, which its tests edit; the same kernel).
 
     Without an epilogue, or with only the cast to a 16-bit output, and without padding,
     each warp (warpgroup) stores its accumulators to the output; otherwise they go to a
@@ -165,7 +167,8 @@ def schedule_gemm(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, 
                 # in 64-column panels
                 schedule_b_kn_copy(s, sh, f, ko, vec, threads, async_copy, bn)
             else:
-                schedule_tile_copy(s, sh, f, ko, vec, threads, async_copy, swizzle=3)
+                schedule_tile_copy(s, sh, f, ko, vec, threads, async_copy, swizzle=3,
+                                   bind_after_split=bind_after_split)
             continue
         row = bn if is_b and kn else bk
         align = row + knobs.pad if knobs.pad else None
@@ -452,5 +455,5 @@ def schedule_dense_wgmma(tensors, cfg: WgmmaScheduleConfig | None = None,
     if form.b_kn:
         raise ScheduleError("wgmma dense takes B as [N, K] (K-major operands)")
     cfg.check(form.M, form.N, form.K, target)
-    schedule_gemm(s, op, cast, form, cfg, target)
+    schedule_gemm(s, op, cast, form, cfg, target, bind_after_split=True)
     return s
