@@ -12,7 +12,6 @@ from .gemm.chooser import (  # noqa: F401
     choose_gemm_config,
     gemm_candidates,
     remap_config,
-    split_k_gemm_config,
     unsplit_gemm_config,
     wgmma_choice,
 )

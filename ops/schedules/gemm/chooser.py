@@ -158,16 +158,6 @@ SPLIT_K_CHOICES = split_parts(MMA_SYNC_SPACE)
 """The split-K parts the default chooser tries."""
 
 
-def split_k_gemm_config(form: GemmForm, target: Target | str | None = None
-                        ) -> TensorCoreConfig | None:
-    """The split-K configuration :func:`gemm_time` expects fastest for ``form``, or None
-    (a broadcast batch, or a reduction too short to split)."""
-    target = as_target(target)
-    return _best([c for c in gemm_candidates(form, target) if c.split_k > 1], form, target)
-
-
-
-
 def _first_legal(form, target, bm, bn, bk, wm, wn, stages, split_k=1):
     """The legal config of these tiles with the widest copies, or None."""
     vec = 16 // form.elem_bytes
