@@ -57,9 +57,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.intrin.kinds import MMA_SYNC
-from ..ops.schedules.gemm.knobs import MMA_SYNC_SPACE, WGMMA_SPACE
+from ..ops.schedules.gemm.knobs import (
+    MMA_SYNC_SPACE,
+    mma_sync_choices,
+    wgmma_choices,
+)
 from ..ops.schedules.gemm.pieces import fragment_plans, stage_fragments, store_warp_tiles
-from ..ops.schedules.tensorcore import TensorCoreConfig, tile_limit, tile_warp_product
+from ..ops.schedules.tensorcore import TensorCoreConfig, tile_warp_product
 from ..passes.schedule.common import ScheduleError
 from ..passes.schedule.names import slot_name
 from .sketch import ChoiceSlot, Sketch
@@ -69,7 +73,6 @@ BLOCK_K_CHOICES = MMA_SYNC_SPACE.block_k
 WARP_CHOICES = MMA_SYNC_SPACE.warps
 STAGE_CHOICES = MMA_SYNC_SPACE.stages
 LAYOUT_CHOICES = (8, 0)        # rows padded by 8 elements (no ldmatrix bank conflicts), plain
-TF32_LAYOUT_CHOICES = (4, 0)   # the same 16 bytes of padding in fp32 elements
 VEC_CHOICES = MMA_SYNC_SPACE.vec
 SPLIT_K_CHOICES = MMA_SYNC_SPACE.split_k  # the reduction over that many blocks (partial sums)
 MMA_SHAPE = (16, 8, 16)
@@ -217,27 +220,18 @@ def schedule_tensorcore(step: TensorCoreStep, p: TensorCoreParams):
     return s
 
 
-def _padded_slots(step: TensorCoreStep, tf32: bool) -> list:
-    """The slots of a step whose product is padded to the block tile: tiles up to each
-    extent's :func:`~ptxforge.ops.schedules.tensorcore.tile_limit`."""
-    def upto(choices, extent):
-        return tuple(c for c in choices if c <= tile_limit(extent))
-
-    return [ChoiceSlot(step.slot("block_m"), upto(BLOCK_CHOICES, step.M)),
-            ChoiceSlot(step.slot("block_n"), upto(BLOCK_CHOICES, step.N)),
-            ChoiceSlot(step.slot("block_k"), upto(BLOCK_K_CHOICES, step.K)),
-            ChoiceSlot(step.slot("warps_m"), WARP_CHOICES),
-            ChoiceSlot(step.slot("warps_n"), WARP_CHOICES),
-            ChoiceSlot(step.slot("stages"), STAGE_CHOICES),
-            ChoiceSlot(step.slot("layout"), TF32_LAYOUT_CHOICES if tf32 else LAYOUT_CHOICES),
-            ChoiceSlot(step.slot("vec"), MMA_SYNC_SPACE.tf32_vec if tf32 else VEC_CHOICES)]
-
-
-def _split_k_slot(step: TensorCoreStep, allowed: bool = True) -> ChoiceSlot:
-    """The split-K parts a padded step may sample: 1, and where ``allowed`` those of
-    :data:`SPLIT_K_CHOICES` that leave each part at least 16 reduction columns."""
-    return ChoiceSlot(step.slot("split_k"), tuple(
-        p for p in SPLIT_K_CHOICES if p == 1 or (allowed and step.K >= 16 * p)))
+def _padded_slots(step: TensorCoreStep, form, divide: bool = False) -> list:
+    """The slots of a step whose product is padded to the block tile: the one knob space
+    of ``form`` (:func:`~ptxforge.ops.schedules.gemm.knobs.mma_sync_choices`; ``divide``:
+    tiles that divide the product, no split-K), the shared layout as elements of padding
+    per row."""
+    ch = mma_sync_choices(form, divide)
+    eb = form.elem_bytes
+    return ([ChoiceSlot(step.slot(k), ch[k]) for k in (
+        "block_m", "block_n", "block_k", "warps_m", "warps_n", "stages")]
+        + [ChoiceSlot(step.slot("layout"), tuple(b // eb for b in ch["pad_bytes"])),
+           ChoiceSlot(step.slot("vec"), ch["vec"]),
+           ChoiceSlot(step.slot("split_k"), ch["split_k"])])
 
 
 def _padded_config(step: TensorCoreStep, vals, tf32: bool, **extra) -> TensorCoreConfig:
@@ -274,7 +268,10 @@ class TensorCoreConvStep(TensorCoreStep):
         return 4 if self.tf32 else 2
 
     def slots(self) -> list:
-        return _padded_slots(self, self.tf32) + [_split_k_slot(self)]
+        from ..ops.schedules.gemm.forms import GemmForm
+
+        return _padded_slots(self, GemmForm(1, self.M, self.N, self.K, self.in_dtype,
+                                            "float32", self.b_kn, self.tf32, conv=True))
 
     def conv_config(self, vals) -> TensorCoreConfig:
         """The conv schedule's configuration of one state."""
@@ -338,11 +335,7 @@ class TensorCoreGemmStep(TensorCoreStep):
         # no split-K over a broadcast batch (implicit_gemm cannot pad it) nor into an
         # epilogue that stores the product in another layout, which also needs tiles that
         # divide the product
-        slots = _padded_slots(self, self.form.tf32)
-        if self.remapped:
-            whole = {sl.name: sl for sl in TensorCoreStep.slots(self)[:3]}
-            slots = [whole.get(sl.name, sl) for sl in slots]
-        return slots + [_split_k_slot(self, self.form.paddable and not self.remapped)]
+        return _padded_slots(self, self.form, self.remapped)
 
     def gemm_config(self, vals) -> TensorCoreConfig:
         """The GEMM schedule's configuration of one state."""
@@ -363,8 +356,6 @@ def schedule_tensorcore_gemm(step: TensorCoreGemmStep, cfg: TensorCoreConfig, ta
         s, c.op, epi, cfg, target, step.form))
 
 
-WGMMA_STAGE_CHOICES = WGMMA_SPACE.stages
-WGMMA_SPLIT_K_CHOICES = WGMMA_SPACE.split_k
 
 
 @dataclass(frozen=True)
@@ -386,21 +377,9 @@ class WgmmaGemmStep(TensorCoreStep):
         return slot_name(self.stage, "wg", kind)
 
     def slots(self) -> list:
-        from ..ops.schedules.tensorcore_wgmma import BLOCK_K, BLOCK_N
-
-        f = self.form
-        pad = f.paddable and not self.remapped
-        bn = tuple(n for n in BLOCK_N if (n <= max(tile_limit(f.N), BLOCK_N[0]) if pad
-                                          else f.N % n == 0))
-        wgs = tuple(w for w in WGMMA_SPACE.warpgroups
-                    if (w == 1 or f.M > 64 if pad else f.M % (64 * w) == 0))
-        steps = -(-f.K // BLOCK_K)
-        split = tuple(p for p in WGMMA_SPLIT_K_CHOICES if p == 1 or (pad and steps >= p))
-        return [ChoiceSlot(self.slot("block_n"), bn),
-                ChoiceSlot(self.slot("warpgroups"), wgs),
-                ChoiceSlot(self.slot("stages"), WGMMA_STAGE_CHOICES),
-                ChoiceSlot(self.slot("in_flight"), WGMMA_SPACE.in_flight),
-                ChoiceSlot(self.slot("split_k"), split)]
+        ch = wgmma_choices(self.form, self.remapped)  # the one knob space of the form
+        return [ChoiceSlot(self.slot(k), ch[k]) for k in (
+            "block_n", "warpgroups", "stages", "in_flight", "split_k")]
 
     def wgmma_config(self, vals):
         """The wgmma schedule's configuration of one state."""

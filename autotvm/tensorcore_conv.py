@@ -27,8 +27,9 @@ from __future__ import annotations
 from .. import te
 from ..ir.te import ComputeOp
 from ..ops import nn
-from ..ops.schedules.gemm.knobs import MMA_SYNC_SPACE
-from ..ops.schedules.tensorcore import TensorCoreConfig, tile_limit
+from ..ops.schedules.gemm.forms import conv_gemm_form
+from ..ops.schedules.gemm.knobs import mma_sync_choices
+from ..ops.schedules.tensorcore import TensorCoreConfig
 from ..ops.schedules.tensorcore_conv import (
     check_conv_config,
     choose_conv_config,
@@ -39,11 +40,6 @@ from .dispatch import get_config
 from .task import template
 
 NAME = "conv2d_nhwc_tensorcore.cuda"
-BLOCKS = MMA_SYNC_SPACE.blocks
-BLOCK_K = MMA_SYNC_SPACE.block_k
-WARPS = MMA_SYNC_SPACE.warps
-STAGES = MMA_SYNC_SPACE.stages
-SPLIT_K = MMA_SYNC_SPACE.split_k
 
 
 def conv2d_nhwc_declaration(N, H, W, CI, CO, KH, KW, stride, padding, dtype="float16"):
@@ -91,15 +87,12 @@ def conv2d_nhwc_tensorcore(N, H, W, CI, CO, KH, KW, stride, padding, dtype="floa
     tf32 = dtype == "float32"
     M, K = N * out.shape[1] * out.shape[2], KH * KW * CI
     cfg = get_config()
-    # tiles beyond the product (padded to a power of two) would only compute zeros
-    cfg.define_knob("block_m", [b for b in BLOCKS if b <= tile_limit(M)])
-    cfg.define_knob("block_n", [b for b in BLOCKS if b <= tile_limit(CO)])
-    cfg.define_knob("block_k", list(BLOCK_K))
-    cfg.define_knob("warps_m", list(WARPS))
-    cfg.define_knob("warps_n", list(WARPS))
-    cfg.define_knob("stages", list(STAGES))
-    cfg.define_knob("vec", [4, 2, 1] if tf32 else [8, 4, 2])
-    cfg.define_knob("split_k", [p for p in SPLIT_K if p == 1 or K >= 16 * p])
+    # the one knob space of the implicit GEMM's form (tiles beyond the product, padded to
+    # a power of two, would only compute zeros)
+    ch = mma_sync_choices(conv_gemm_form(conv))
+    for knob in ("block_m", "block_n", "block_k", "warps_m", "warps_n", "stages", "vec",
+                 "split_k"):
+        cfg.define_knob(knob, list(ch[knob]))
     cfg.add_flop(2.0 * M * CO * K)
     if cfg.is_fallback:
         tc = choose_conv_config(conv)

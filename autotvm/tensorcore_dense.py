@@ -42,8 +42,8 @@ from __future__ import annotations
 
 from .. import te
 from ..ops import nn
-from ..ops.schedules.gemm.knobs import MMA_SYNC_SPACE
-from ..ops.schedules.tensorcore import TensorCoreConfig, tile_limit
+from ..ops.schedules.gemm.knobs import mma_sync_choices
+from ..ops.schedules.tensorcore import TensorCoreConfig
 from ..ops.schedules.tensorcore_gemm import (
     choose_gemm_config,
     gemm_form,
@@ -56,12 +56,7 @@ from .task import template
 
 NAME = "dense_tensorcore.cuda"
 BATCH_NAME = "batch_matmul_tensorcore.cuda"
-BLOCKS = MMA_SYNC_SPACE.blocks
-BLOCK_K = MMA_SYNC_SPACE.block_k
-WARPS = MMA_SYNC_SPACE.warps
-STAGES = MMA_SYNC_SPACE.stages
 LAYOUTS = ("pad", "plain")
-SPLIT_K = MMA_SYNC_SPACE.split_k
 LAYOUT_PAD = {"pad": 16, "plain": 0}
 """Bytes added to each shared row of the A and B tiles, by layout knob value (8 16-bit
 elements, 4 fp32)."""
@@ -108,18 +103,13 @@ def _schedule(name, a, b, out, mm, flop):
             "mma's k)")
     tf32 = form.tf32
     cfg = get_config()
-    # tiles beyond an extent rounded up to a power of two would only multiply zeros
-    cfg.define_knob("block_m", [x for x in BLOCKS if x <= tile_limit(form.M)])
-    cfg.define_knob("block_n", [x for x in BLOCKS if x <= tile_limit(form.N)])
-    cfg.define_knob("block_k", list(BLOCK_K))
-    cfg.define_knob("warps_m", list(WARPS))
-    cfg.define_knob("warps_n", list(WARPS))
-    cfg.define_knob("stages", list(STAGES))
-    cfg.define_knob("vec", [4, 2, 1] if tf32 else [8, 4, 2])
+    # the one knob space of the form (tiles up to each extent rounded up to a power of two,
+    # split-K parts of at least one mma_k step each, none over a broadcast batch)
+    ch = mma_sync_choices(form)
+    for knob in ("block_m", "block_n", "block_k", "warps_m", "warps_n", "stages", "vec"):
+        cfg.define_knob(knob, list(ch[knob]))
     cfg.define_knob("layout", list(LAYOUTS))
-    # split-K parts of at least one mma_k step each; a broadcast batch has none
-    cfg.define_knob("split_k", [p for p in SPLIT_K if p == 1 or (form.paddable
-                                                                and form.K >= 16 * p)])
+    cfg.define_knob("split_k", list(ch["split_k"]))
     cfg.add_flop(flop)
     if cfg.is_fallback:
         tc = choose_gemm_config(form, target)

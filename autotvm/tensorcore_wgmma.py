@@ -37,11 +37,8 @@ takes :func:`~ptxforge.ops.schedules.tensorcore_conv.choose_wgmma_conv_config`.
 from __future__ import annotations
 
 from ..ir.intrin.wgmma import require_wgmma
-from ..ops.schedules.gemm.knobs import WGMMA_SPACE
-from ..ops.schedules.tensorcore import tile_limit
+from ..ops.schedules.gemm.knobs import WGMMA_SPACE, wgmma_choices
 from ..ops.schedules.tensorcore_wgmma import (
-    BLOCK_K,
-    BLOCK_N,
     WgmmaScheduleConfig,
     choose_wgmma_config,
     schedule_gemm_wgmma,
@@ -56,8 +53,6 @@ from .tensorcore_dense import batch_matmul_declaration, dense_declaration
 NAME = "dense_wgmma.cuda"
 BATCH_NAME = "batch_matmul_wgmma.cuda"
 CONV_NAME = "conv2d_nhwc_wgmma.cuda"
-STAGES = WGMMA_SPACE.stages
-SPLIT_K = WGMMA_SPACE.split_k
 KNOBS = ("block_n", "warpgroups", "stages", "in_flight", "split_k")
 
 
@@ -100,16 +95,11 @@ def tune_wgmma(form, flop: float, default, schedule) -> None:
     ``schedule(config)`` with the configuration they give (``default()`` without a record);
     a configuration the schedule refuses is the instantiation error naming the rule."""
     cfg = get_config()
-    cfg.define_knob("block_n", [n for n in BLOCK_N
-                                if n <= max(tile_limit(form.N), BLOCK_N[0])
-                                and (form.paddable or form.N % n == 0)] or [BLOCK_N[0]])
-    cfg.define_knob("warpgroups", [w for w in (1, 2) if (w == 1 or form.M > 64)
-                                   and (form.paddable or form.M % (64 * w) == 0)] or [1])
-    steps = -(-form.K // BLOCK_K)
-    cfg.define_knob("stages", [s for s in STAGES if s <= max(1, steps)])
-    cfg.define_knob("in_flight", [0, 1])
-    cfg.define_knob("split_k", [p for p in SPLIT_K if p == 1 or (form.paddable
-                                                                and steps >= p)])
+    ch = wgmma_choices(form)  # the one knob space of the form
+    ch["block_n"] = ch["block_n"] or (WGMMA_SPACE.block_n[0],)
+    ch["warpgroups"] = ch["warpgroups"] or (1,)
+    for knob in KNOBS:
+        cfg.define_knob(knob, list(ch[knob]))
     cfg.add_flop(flop)
     if cfg.is_fallback:
         wc = default()

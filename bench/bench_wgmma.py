@@ -4,7 +4,7 @@ against cuBLAS (torch.matmul).
 1. The one-warpgroup tile kernel (``backend_ptx.wgmma.tile_kernel_ptx``) for every swizzle
    mode, N in 64/128/256, fp16 and bf16, against numpy: the descriptor, swizzle and
    accumulator layouts the simulator assumes are the hardware's.
-2. ``C[M, N] (f32) = A[M, K] x B[N, K]^T`` with ``backend_ptx.wgmma.gemm_kernel_ptx``, fp16
+2. ``C[M, N] (f32) = A[M, K] x B[N, K]^T`` with ``tests/wgmma_llvm_gemm.gemm_kernel_ptx``, fp16
    and bf16, checked on random inputs against a float64 reference, then timed with
    ``torch.matmul`` (bf16/fp16 out, cuBLAS) in the same process: ``--number`` launches in a
    CUDA graph replayed ``--repeat`` times between CUDA events, median per launch.
@@ -33,13 +33,9 @@ import time
 from bench_tensorcore import torch_time
 from ptxforge.backend_ptx.assemble import AssemblerError, run_ptxas
 from ptxforge.backend_ptx.cuda_driver import call, cuda, driver
-from ptxforge.backend_ptx.wgmma import (
-    GEMM_THREADS,
-    gemm_kernel_ptx,
-    gemm_shared_bytes,
-    tile_kernel_ptx,
-)
+from ptxforge.backend_ptx.wgmma import tile_kernel_ptx
 from ptxforge.ir.intrin.wgmma import get_wgmma
+from ptxforge.tests.wgmma_llvm_gemm import GEMM_THREADS, gemm_kernel_ptx, gemm_shared_bytes
 
 
 class Kernel:

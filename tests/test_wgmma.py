@@ -192,7 +192,8 @@ def test_wgmma_ptx_assembles_for_sm_90a_only():
                                                     ("bfloat16", 128, 3, 0)])
 def test_wgmma_gemm_kernel_assembles(ab, bn, stages, in_flight):
     from ptxforge.backend_ptx.assemble import find_ptxas, run_ptxas
-    from ptxforge.backend_ptx.wgmma import gemm_kernel_ptx
+
+    from .wgmma_llvm_gemm import gemm_kernel_ptx
 
     ptx = gemm_kernel_ptx(512, 512, 512, ab, bn, stages, in_flight=in_flight)
     assert ptx.count(get_wgmma(bn, ab).ptx) == 4  # four k16 steps per 64-wide K tile
@@ -204,7 +205,7 @@ def test_wgmma_gemm_kernel_assembles(ab, bn, stages, in_flight):
 
 
 def test_wgmma_gemm_kernel_rejects_what_it_cannot_run():
-    from ptxforge.backend_ptx.wgmma import gemm_kernel_ptx
+    from .wgmma_llvm_gemm import gemm_kernel_ptx
 
     with pytest.raises(WgmmaError, match="multiples of 128"):
         gemm_kernel_ptx(100, 256, 64)
@@ -218,7 +219,7 @@ def test_wgmma_gemm_kernel_rejects_what_it_cannot_run():
 
 
 def test_wgmma_dense_entry_point():
-    from ptxforge.ops.schedules.wgmma import WgmmaConfig, compile_wgmma_dense
+    from .wgmma_llvm_gemm import WgmmaConfig, compile_wgmma_dense
 
     k = compile_wgmma_dense(256, 512, 128, "bfloat16", WgmmaConfig(256, 3, 1))
     assert k.grid == (2, 2, 1) and k.block == (256, 1, 1)

@@ -206,7 +206,7 @@ def test_kn_refusals_name_the_rule():
     assert used.block_n == 64 and "_kn" in str(s.pipeline)
     # a wide MN-major B tensorized without its panel layout
     from ptxforge.ir.te import ComputeOp
-    from ptxforge.ops.schedules import tensorcore_wgmma as tw
+    from ptxforge.ops.schedules.gemm import schedule as tw
     from ptxforge.passes.errors import PassError
 
     def no_panels(s, sh, f, ko, vec, threads, async_copy, block_n):

@@ -1,12 +1,17 @@
-"""The tensor-core GEMM template, built from shared pieces.
+"""The tensor-core GEMM template: one schedule, :func:`~.schedule.schedule_gemm`, for every
+product the tensor cores run (dense, matmul, batch_matmul, conv2d NHWC as an implicit
+GEMM; mma.sync and wgmma), built from shared pieces.
 
-:mod:`.pieces` holds what every tensor-core schedule of a product does the same way: the
-fragment staging before each mma (:func:`~.pieces.stage_fragments`, its plans from the
-instruction kind, :func:`~.pieces.fragment_plans`) and the warps' stores of their
-accumulator tiles (:func:`~.pieces.store_warp_tiles`). :mod:`.choice` is the one place that
-picks wgmma or mma.sync for a product.
+One module per job: :mod:`.forms` recognizes the forms, :mod:`.knobs` holds the knob
+values and the one knob space per form, :mod:`.rules` the one legality check and
+:mod:`.estimate` the one time estimate of each kind, :mod:`.choice` picks wgmma or
+mma.sync, :mod:`.chooser` the default configurations, :mod:`.stages` and :mod:`.pieces`
+are what :mod:`.schedule` builds the kernel from (see ``docs/tensor_cores.md``).
 """
 
-from .pieces import fragment_plans, stage_fragments, store_warp_tiles
+from .forms import GemmForm, conv_gemm_form, gemm_form
+from .knobs import TensorCoreConfig, WgmmaScheduleConfig, mma_sync_choices, wgmma_choices
+from .schedule import schedule_gemm
 
-__all__ = ["fragment_plans", "stage_fragments", "store_warp_tiles"]
+__all__ = ["GemmForm", "TensorCoreConfig", "WgmmaScheduleConfig", "conv_gemm_form",
+           "gemm_form", "mma_sync_choices", "schedule_gemm", "wgmma_choices"]

@@ -38,9 +38,10 @@ def wgmma_dtype_refusal(in_dtype: str, acc_dtype: str, target: Target | str | No
 
 def wgmma_refusal(form, target: Target | str | None = None) -> str | None:
     """Why the wgmma GEMM cannot run product ``form`` (a
-    :class:`~..tensorcore_gemm.GemmForm`) on ``target``, as the end of a sentence, or None.
+    :class:`~.forms.GemmForm`) on ``target``, as the end of a sentence, or None.
     Such products stay on mma.sync."""
-    from ..tensorcore_wgmma import BLOCK_N, block_k
+    from .knobs import BLOCK_N
+    from .rules import block_k
 
     why = wgmma_dtype_refusal(form.in_dtype, form.acc_dtype, target, form.tf32)
     if why is not None:
@@ -69,10 +70,9 @@ def prefer_wgmma(form, wgmma_cfg, mma_cfg, c_tile: bool,
                  target: Target | str | None = None) -> bool:
     """Whether ``wgmma_cfg`` (None: no wgmma tiles fit) runs ``form`` faster than
     ``mma_cfg`` (None: no mma.sync tiles fit) by the two estimates
-    (:func:`~..tensorcore_wgmma.wgmma_time`, with the C tile where ``c_tile``, against
-    :func:`~..tensorcore_gemm.gemm_time`); a tie goes to mma.sync."""
-    from ..tensorcore_gemm import gemm_time
-    from ..tensorcore_wgmma import wgmma_time
+    (:func:`~.estimate.wgmma_time`, with the C tile where ``c_tile``, against
+    :func:`~.estimate.gemm_time`); a tie goes to mma.sync."""
+    from .estimate import gemm_time, wgmma_time
 
     if wgmma_cfg is None:
         return False
@@ -80,3 +80,17 @@ def prefer_wgmma(form, wgmma_cfg, mma_cfg, c_tile: bool,
         return True
     target = as_target(target)
     return gemm_time(mma_cfg, form, target) > wgmma_time(wgmma_cfg, form, target, c_tile)
+
+
+def wgmma_conv_refusal(op, target: Target | str | None = None) -> str | None:
+    """Why the wgmma convolution cannot run conv stage ``op`` on ``target``, or None: it
+    must qualify for the tensor cores (:func:`~.forms.tensorcore_conv_unsupported`), the
+    target have wgmma (sm_90a) and the inputs be float16 or bfloat16 (TF32 stays on
+    mma.sync)."""
+    from .forms import tensorcore_conv_unsupported
+
+    target = as_target(target)
+    why = tensorcore_conv_unsupported(op, target)
+    if why is None:
+        why = wgmma_dtype_refusal(op.input_tensors[0].dtype, "float32", target)
+    return why

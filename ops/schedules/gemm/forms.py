@@ -1,8 +1,9 @@
 """The one recognizer of GEMM forms: which stages are matrix products the tensor cores run.
 
-:func:`gemm_form` reads a product stage of dense, matmul or batch_matmul (the
-implicit-GEMM convolution builds its form in :func:`~..tensorcore_conv.conv_gemm_form`)
-into a :class:`GemmForm`: batch, extents, dtypes, B's layout, TF32. The rules under it are
+:func:`gemm_form` reads a product stage of dense, matmul or batch_matmul, and
+:func:`conv_gemm_form` a conv2d NHWC stage as its implicit GEMM
+(:func:`tensorcore_conv_unsupported` says which convolutions qualify), into a
+:class:`GemmForm`: batch, extents, dtypes, B's layout, TF32. The rules under it are
 stated once and shared with the graph's fusion pass, which decides on graph calls before
 any te stage exists:
 
@@ -24,6 +25,7 @@ from ....ir.expr import Bin, Call, Cast, Reduce, TensorRead, Var, children
 from ....ir.intrin.kinds import MMA_SYNC, MMA_SYNC_TF32, WGMMA_FP8, TensorCoreKind
 from ....ir.te import ComputeOp, PlaceholderOp
 from ....target import Target, as_target
+from ... import tag as _tag
 
 MIN_TILE = 16
 """The smallest block tile's rows and columns."""
@@ -80,6 +82,8 @@ class GemmForm:
     ``batch x (M + N) x K`` elements. An implicit GEMM reads less than its operands (a
     3x3 convolution's ``A`` holds each input pixel 9 times): the convolution's input and
     kernel."""
+    conv: bool = False
+    """The implicit GEMM of a conv2d NHWC stage (:func:`conv_gemm_form`)."""
 
     @property
     def input_bytes(self) -> int:
@@ -218,3 +222,98 @@ def _inputs(op: ComputeOp):
     """The tensors of the two factors (A, B) of product stage ``op``."""
     src = op.body.source
     return _operand_read(src.a).tensor, _operand_read(src.b).tensor
+
+
+# -- convolutions as implicit GEMMs ----------------------------------------------------------
+
+
+def conv_gemm_shape(op: ComputeOp) -> tuple[int, int, int, int]:
+    """``(M, N, K, C_in)`` of a conv2d NHWC stage as a matrix product."""
+    n, oh, ow, co = (int(x) for x in op.shape)
+    kh, kw, ci = (int(a.extent) for a in op.reduce_axis)
+    return n * oh * ow, co, kh * kw * ci, ci
+
+
+def tensorcore_conv_unsupported(op: ComputeOp, target: Target | str | None = None
+                                ) -> str | None:
+    """Why conv stage ``op`` cannot run on tensor cores on ``target``, or None when it can:
+    a plain (not grouped or depthwise) conv2d NHWC of float16 / bfloat16 inputs accumulated
+    in float32, or of float32 inputs declared with ``precision="tf32"``, on a GPU with
+    mma.sync (sm_80 and later)."""
+    target = as_target(target)
+    if op.tag != _tag.CONV2D_NHWC or len(op.reduce_axis) != 3 or len(op.shape) != 4:
+        return f"stage {op.name} (tag {op.tag!r}) is not a conv2d NHWC"
+    ins = op.input_tensors
+    if len(ins) != 2 or ins[0].dtype != ins[1].dtype:
+        return f"conv {op.name} does not read two inputs of one dtype"
+    dt = ins[0].dtype
+    if op.dtype != "float32":
+        return f"conv {op.name} accumulates in {op.dtype}; the tensor-core path needs float32"
+    if dt in ("float16", "bfloat16"):
+        if not target.has_mma("m16n8k16", dt):
+            return f"target {target.arch} has no mma.sync m16n8k16 for {dt} (needs sm_80+)"
+        return None
+    if dt == "float32":
+        if (op.attrs or {}).get("precision") != "tf32":
+            return (f"conv {op.name} is float32; tensor cores multiply float32 only in TF32, "
+                    "which must be asked for (precision='tf32')")
+        if not target.has_mma("m16n8k8", "tf32"):
+            return f"target {target.arch} has no TF32 mma.sync (needs sm_80+)"
+        return None
+    return f"conv {op.name} has {dt} inputs; tensor cores take float16, bfloat16 or TF32"
+
+
+def conv_gemm_form(op: ComputeOp) -> GemmForm:
+    """The :class:`GemmForm` of conv stage ``op``'s implicit GEMM (``M`` pixels x ``N``
+    output channels x ``K = KH*KW*C_in``, B the HWIO kernel as ``[K, N]``), whose DRAM
+    floor is the convolution's input and kernel read once (not the window matrix ``A``,
+    which holds each input pixel up to ``KH*KW`` times)."""
+    M, N, K, _ = conv_gemm_shape(op)
+    data, kernel = op.input_tensors
+    dt = data.dtype
+    unique = sum(_numel(t.op.input_tensors[0] if _is_pad(t) else t) for t in (data, kernel))
+    return GemmForm(1, M, N, K, dt, op.dtype, b_kn=True, tf32=dt == "float32",
+                    unique_bytes=unique * nbytes(dt), conv=True)
+
+
+def _is_pad(t) -> bool:
+    return isinstance(t.op, ComputeOp) and not t.op.reduce_axis and len(t.op.input_tensors) == 1
+
+
+def _numel(t) -> int:
+    n = 1
+    for x in t.shape:
+        n *= int(x)
+    return n
+
+
+# -- epilogues -------------------------------------------------------------------------------
+
+
+def _is_cast_of(epilogue: ComputeOp, op: ComputeOp) -> bool:
+    """Whether ``epilogue`` only casts ``op``'s output (``T_cast`` of a 16-bit output)."""
+    body = epilogue.body
+    if not isinstance(body, Cast) or not isinstance(body.value, TensorRead):
+        return False
+    r = body.value
+    return r.tensor.op is op and all(x is a.var for x, a in zip(r.indices, epilogue.axis))
+
+
+def _is_cast(t) -> bool:
+    """Whether tensor ``t`` is a cast of one tensor."""
+    return (isinstance(t.op, ComputeOp) and isinstance(t.op.body, Cast)
+            and len(t.op.input_tensors) == 1)
+
+
+def _b_is_kn(c, b) -> bool:
+    """Whether product ``c`` reads B as ``[k, n]`` (its first index is the reduce axis)."""
+    from ....passes.schedule.common import ScheduleError
+
+    red = {ax.var for ax in c.op.reduce_axis}
+    stack = [c.op.body]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, TensorRead) and x.tensor is b:
+            return x.indices[0] in red
+        stack.extend(children(x))
+    raise ScheduleError(f"tensor-core dense: {c.name} does not read {b.name}")

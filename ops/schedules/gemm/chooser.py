@@ -1,0 +1,394 @@
+"""The default choosers: the configuration of each form the estimates expect fastest.
+
+Each ranks the candidates of its kind (:func:`gemm_candidates` for mma.sync,
+:func:`wgmma_candidates` for wgmma: the knob spaces of :mod:`.knobs`, filtered by the
+legality checks of :mod:`.rules`) by the estimates of :mod:`.estimate`; near ties go to
+the larger tile. :func:`wgmma_choice` and :func:`wgmma_conv_choice` then ask
+:mod:`.choice` whether the wgmma pick beats the mma.sync one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ....ir.te import ComputeOp
+from ....passes.schedule.common import ScheduleError
+from ....target import Target, as_target
+from ..remap import epilogue_remap
+from .choice import mma_sync_refusal, prefer_wgmma, wgmma_conv_refusal, wgmma_refusal
+from .estimate import gemm_time, wgmma_time
+from .forms import GemmForm, _is_cast_of, conv_gemm_form, conv_gemm_shape
+from .knobs import (
+    B_KN_PANEL,
+    BLOCK_N,
+    MMA_SYNC_SPACE,
+    WGMMA_SPACE,
+    TensorCoreConfig,
+    WgmmaScheduleConfig,
+    split_parts,
+    tile_limit,
+)
+from .rules import (
+    _round_up,
+    block_k,
+    check_conv_config,
+    check_gemm_config,
+    check_wgmma_gemm,
+    conv_shared_bytes,
+    needs_c_tile,
+    needs_padding,
+    wgmma_padded_extents,
+)
+
+# -- mma.sync ----------------------------------------------------------------------------
+
+_BLOCKS = (  # (block_m, block_n, warps_m, warps_n): warp tiles of 16..64 x 8..64
+    (128, 128, 2, 2), (128, 64, 2, 2), (64, 128, 2, 2), (64, 64, 2, 2), (128, 32, 4, 1),
+    (64, 32, 2, 1), (32, 64, 1, 2), (128, 16, 4, 1), (32, 32, 1, 2), (64, 16, 4, 1),
+    (16, 64, 1, 4), (32, 16, 2, 1), (16, 32, 1, 2), (16, 16, 1, 2),
+)
+
+
+DEFAULT_STAGES = 4
+"""The pipeline depth the default chooser gives every tile where its shared memory and the
+reduction allow: on 2,300 measured configurations of eight products (an H200, M from 16 to
+512) 4 stages beat 2 in four cases of five, by up to 2.5x on the small-M products whose
+``K`` loop waits on global loads."""
+
+
+def gemm_candidates(form: GemmForm, target: Target | str | None = None,
+                    split_k: bool = True) -> list:
+    """Every configuration the default chooser ranks for ``form``: the block tiles of the
+    table up to each extent's :func:`~.knobs.tile_limit` (dividing ``M`` and ``N``
+    where the product cannot be padded), each ``block_k`` of 128 down to the mma's k that
+    keeps a stage's tiles within 16 KiB (32 at most for tiles of 64 x 64 and more, whose
+    copies 32 columns already hide) and pads ``K`` by at most an eighth (or no more than
+    16 would), with split-K parts of :data:`SPLIT_K_CHOICES` where the product can be
+    padded (``block_k`` of 32 or more and at least 4 steps per part), each at
+    :data:`DEFAULT_STAGES` stages where it has the steps and the shared memory (fewer
+    where not) and with the widest legal copies."""
+    target = as_target(target)
+    eb, M, N, K = form.elem_bytes, form.M, form.N, form.K
+    k_slack = max(_round_up(K, 16) - K, K // 8)
+    splits = (1,) + SPLIT_K_CHOICES if (split_k and form.paddable) else (1,)
+    out = []
+    for bm, bn, wm, wn in _BLOCKS:
+        if bm > tile_limit(M) or bn > tile_limit(N):
+            continue
+        if not form.paddable and (M % bm or N % bn):
+            continue
+        big = bm * bn >= 64 * 64
+        for bk in (128, 64, 32, 16, 8):
+            if bk < form.mma_k or (bm + bn) * bk * eb > 16384 or (big and bk > 32):
+                continue
+            if not form.paddable and K % bk:
+                continue
+            for split in splits:
+                part = bk * split
+                steps = -(-K // part)
+                if split > 1 and (bk < 32 or steps < 4):
+                    continue
+                if _round_up(K, part) - K > k_slack:
+                    continue
+                for stages in range(min(DEFAULT_STAGES, steps), 1, -1):
+                    cfg = _first_legal(form, target, bm, bn, bk, wm, wn, stages, split)
+                    if cfg is not None:
+                        out.append(cfg)
+                        break
+                else:
+                    cfg = _first_legal(form, target, bm, bn, bk, wm, wn, 1, split)
+                    if cfg is not None:
+                        out.append(cfg)
+    return out
+
+
+
+
+NEAR_TIE = 1.02
+"""Estimates within this factor of the best are a tie for the default chooser."""
+
+
+def _best(cands: list, form: GemmForm, target: Target) -> TensorCoreConfig | None:
+    """The candidate :func:`gemm_time` expects fastest. Estimates within
+    :data:`NEAR_TIE` of the best (a large product whose tiles all keep the tensor cores
+    busy; a product bound by reading its inputs from DRAM once, where the estimate is that
+    floor) go to the larger block tile (fewer copies of each input), the longer
+    ``block_k`` step, then the least work of its own and the fewest split-K parts."""
+    if not cands:
+        return None
+    timed = [(gemm_time(c, form, target), c) for c in cands]
+    fastest = min(t for t, _ in timed)
+    near = [c for t, c in timed if t <= fastest * NEAR_TIE]
+    return min(near, key=lambda c: (-c.block_m * c.block_n, -c.block_k,
+                                    gemm_time(c, form, target, dram_floor=False), c.split_k))
+
+
+def choose_gemm_config(form: GemmForm, target: Target | str | None = None) -> TensorCoreConfig:
+    """The default tiles of ``form`` on ``target``: of :func:`gemm_candidates`, the one
+    :func:`gemm_time` expects fastest (split-K included)."""
+    target = as_target(target)
+    best = _best(gemm_candidates(form, target), form, target)
+    if best is None:
+        raise ScheduleError(f"no tensor-core tiles of the default table fit {form}")
+    return best
+
+
+def unsplit_gemm_config(form: GemmForm, target: Target | str | None = None
+                        ) -> TensorCoreConfig:
+    """The default tiles of ``form`` without split-K (see :func:`choose_gemm_config`)."""
+    target = as_target(target)
+    best = _best(gemm_candidates(form, target, split_k=False), form, target)
+    if best is None:
+        raise ScheduleError(f"no tensor-core tiles of the default table fit {form}")
+    return best
+
+
+def remap_config(form: GemmForm, target: Target | str | None = None
+                 ) -> TensorCoreConfig | None:
+    """The default tiles of ``form`` for an epilogue that stores the product in another
+    layout (:mod:`.remap`): the best of :func:`gemm_candidates` without split-K whose
+    tiles divide the product, or None. Such an epilogue runs over the product's own loops,
+    which neither split-K's sum kernel nor a zero-padded tile's partial copy keeps."""
+    target = as_target(target)
+    return _best([c for c in gemm_candidates(form, target, split_k=False)
+                  if not (form.paddable and needs_padding(c, form))], form, target)
+
+
+SPLIT_K_CHOICES = split_parts(MMA_SYNC_SPACE)
+"""The split-K parts the default chooser tries."""
+
+
+def _first_legal(form, target, bm, bn, bk, wm, wn, stages, split_k=1):
+    """The legal config of these tiles with the widest copies, or None."""
+    vec = 16 // form.elem_bytes
+    for v in (vec, vec // 2, vec // 4, vec // 8):
+        if v < 1:
+            continue
+        cfg = TensorCoreConfig(
+            bm, bn, bk, wm, wn, vec=v, pad=16 // form.elem_bytes, frag_load="ldmatrix",
+            tf32=form.tf32, stages=stages,
+            async_copy=target.has_cp_async and v * form.elem_bytes in (4, 8, 16),
+            split_k=split_k)
+        try:
+            check_gemm_config(cfg, form, target=target)
+        except ScheduleError:
+            continue
+        return cfg
+    return None
+
+
+def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
+                 target: Target | str | None = None):
+    """The :class:`~.knobs.WgmmaScheduleConfig` the default schedule runs
+    product stage ``op`` (with ``epilogue``) with, or None where it stays on mma.sync: a
+    target without wgmma (sm_90a only), a product wgmma does not run
+    (:func:`~.choice.wgmma_refusal`: TF32, B read as ``[K, N]``, ``N < 64``,
+    ...), no wgmma tiles fitting (an epilogue storing another layout needs tiles that
+    divide the product), or an mma.sync configuration that
+    :func:`gemm_time` expects faster than :func:`~.estimate.wgmma_time` expects
+    the wgmma one (small products bound by reading their inputs, where wgmma's 64-row
+    tiles only pad more)."""
+
+    target = as_target(target)
+    if wgmma_refusal(form, target) is not None:
+        return None
+    remap = epilogue_remap(op, epilogue) is not None
+    epi_tile = epilogue is not None and not _is_cast_of(epilogue, op)
+    w = choose_wgmma_config(form, target, epi_tile, remap)
+    if w is None:
+        return None
+    if mma_sync_refusal(form) is not None:
+        return w  # fp8: wgmma or nothing
+    mma = remap_config(form, target) if remap else choose_gemm_config(form, target)
+    return w if prefer_wgmma(form, w, mma, needs_c_tile(w, form, epi_tile), target) else None
+
+
+
+# -- wgmma -------------------------------------------------------------------------------
+
+WGMMA_SPLIT_K_CHOICES = split_parts(WGMMA_SPACE)
+"""The split-K parts :func:`wgmma_candidates` tries."""
+
+
+def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: bool = True,
+                     divide: bool = False) -> list:
+    """Every configuration :func:`choose_wgmma_config` ranks for ``form``: ``block_n`` of
+    64, 128, 256 up to ``N`` rounded up to a power of two, 1 or 2 warpgroups (2 where
+    ``M > 64``), split-K parts of :data:`WGMMA_SPLIT_K_CHOICES` where the product can be padded
+    (at least 4 steps of 64 per part, padding ``K`` by at most an eighth or 64), each with
+    the most stages (4 down to 1; each count for the large tiles, whose C tile leaves
+    room for fewer) its steps and shared memory allow (with the C tile
+    where the epilogue reads one: ``epilogue_tile``, or the tile pads the product), one
+    wgmma group in flight from 3 stages. ``divide``: only tiles that divide the product,
+    without split-K (an epilogue storing another layout)."""
+    t = as_target(target)
+    if wgmma_refusal(form, t) is not None:
+        return []
+    K = form.K
+    bk = block_k(form)
+    slack = max(-(-K // bk) * bk - K, K // 8)
+    splits = (1,) + WGMMA_SPLIT_K_CHOICES if (split_k and form.paddable and not divide) else (1,)
+    out = []
+    for bn in BLOCK_N:
+        if bn > max(tile_limit(form.N), BLOCK_N[0]):
+            continue
+        for wgs in (1, 2):
+            if wgs == 2 and form.M <= 64:
+                continue
+            for split in splits:
+                part = bk * split
+                steps = -(-K // part)
+                if split > 1 and steps < 4:
+                    continue
+                if -(-K // part) * part - K > slack:
+                    continue
+                for stages in (4, 3, 2, 1):
+                    if stages > 1 and steps < stages:
+                        continue
+                    cfg = WgmmaScheduleConfig(bn, wgs, stages, 1 if stages >= 3 else 0, split)
+                    if divide and wgmma_padded_extents(cfg, form) != (form.M, form.N, form.K):
+                        break
+                    try:
+                        check_wgmma_gemm(cfg, form, target=t,
+                                         c_tile=needs_c_tile(cfg, form, epilogue_tile))
+                    except ScheduleError:
+                        continue
+                    out.append(cfg)
+                    break
+    return out
+
+
+SPLIT_K_GAIN = 0.85
+"""Split-K is chosen only where its estimate is below this share of the best unsplit
+one: its second kernel, and the epilogue moved into it, cost more than the estimate's
+launch (a 128 x 768 x 768 product, which the estimate finds a little faster in two
+parts, measured 3.9 us unsplit)."""
+
+
+def choose_wgmma_config(form, target=None, epilogue_tile: bool = True, remap: bool = False
+                        ) -> WgmmaScheduleConfig | None:
+    """The default wgmma tiles of ``form`` on ``target``: of :func:`wgmma_candidates`, the
+    one :func:`wgmma_time` expects fastest (near ties to the larger block tile, then the
+    fewest split-K parts; split-K only where it gains :data:`SPLIT_K_GAIN`), or None
+    where none fits. ``remap``: only tiles that divide
+    the product, no split-K. On an H100/H200: 4096^3 takes 128 x 256, 4 stages, one group
+    in flight; BERT-base's 128 x 3072 x 768 64 x 64, 1 warpgroup, 4 stages; its
+    128 x 768 x 3072 the same in split-K parts."""
+    t = as_target(target)
+    cands = wgmma_candidates(form, t, epilogue_tile, divide=remap)
+    if not cands:
+        return None
+    timed = [(wgmma_time(c, form, t, needs_c_tile(c, form, epilogue_tile)), c)
+             for c in cands]
+    unsplit = [x for x, c in timed if c.split_k == 1]
+    if unsplit:
+        best_unsplit = min(unsplit)
+        timed = [(x, c) for x, c in timed
+                 if c.split_k == 1 or x < SPLIT_K_GAIN * best_unsplit]
+    fastest = min(x for x, _ in timed)
+    near = [c for x, c in timed if x <= fastest * NEAR_TIE]
+    return min(near, key=lambda c: (
+        -c.block_m * c.block_n, -c.stages,
+        wgmma_time(c, form, t, needs_c_tile(c, form, epilogue_tile), dram_floor=False),
+        c.split_k))
+
+
+# -- convolutions ----------------------------------------------------------------------------
+
+BLOCK_CHOICES = (128, 64, 32, 16)
+
+
+def choose_conv_config(op: ComputeOp, target: Target | str | None = None) -> TensorCoreConfig:
+    """A default configuration for conv stage ``op`` on ``target``: the block tile that
+    minimizes an estimate of waves x (tile work + tile loads) over the padded product, so
+    that small layers (7x7 pixels) still spread over the SMs; warps of 16 to 64 rows and 8
+    to 64 columns; a 2- or 3-stage cp.async pipeline over the reduction; the widest copies
+    that the tiles allow. Every candidate passes :func:`check_conv_config`."""
+    target = as_target(target)
+    M, N, K, _ = conv_gemm_shape(op)
+    tf32 = op.input_tensors[0].dtype == "float32"
+    eb = 4 if tf32 else 2
+    best = None
+    for bm in BLOCK_CHOICES:
+        for bn in BLOCK_CHOICES:
+            if bn > max(16, 2 * N) or bm > max(16, 2 * M):
+                continue
+            cfg = _valid_config(op, target, bm, bn, K, tf32)
+            if cfg is None:
+                continue
+            smem = conv_shared_bytes(cfg, eb)
+            per_sm = max(1, min(4, target.max_shared_memory_per_block * 2 // smem))
+            blocks = -(-M // bm) * -(-N // bn)
+            waves = -(-blocks // (target.num_sms * per_sm))
+            cost = waves * (bm * bn + 32 * (bm + bn)) * per_sm
+            key = (cost, -bm * bn)
+            if best is None or key < best[0]:
+                best = (key, cfg)
+    if best is None:
+        raise ScheduleError(f"tensor-core conv2d {op.name}: no configuration fits target "
+                            f"{target.arch}")
+    return best[1]
+
+
+def _valid_config(op, target, bm: int, bn: int, K: int, tf32: bool):
+    """The first legal configuration of a ``bm x bn`` block tile, widest copies first."""
+    bk = 16 if K <= 16 else 32
+    wm = 2 if bm >= 32 else 1
+    wn = 4 if bn >= 128 else (2 if bn >= 16 else 1)
+    steps = -(-K // bk)
+    stages = 3 if steps >= 8 else (2 if steps >= 2 else 1)
+    for vec in ((4, 2, 1) if tf32 else (8, 4, 2, 1)):
+        cfg = TensorCoreConfig(bm, bn, bk, wm, wn, vec=vec, pad=4 if tf32 else 8,
+                               stages=stages,
+                               async_copy=vec * (4 if tf32 else 2) in (4, 8, 16),
+                               frag_load="ldmatrix", tf32=tf32)
+        try:
+            check_conv_config(cfg, op, target)
+        except ScheduleError:
+            continue
+        return cfg
+    return None
+
+
+
+def choose_wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
+    """The default wgmma configuration of conv stage ``op``: the wgmma GEMM chooser's
+    (:func:`choose_wgmma_config`, split-K included where its estimate
+    gains :data:`SPLIT_K_GAIN`) on the implicit GEMM, whose channels
+    count as at least one 64-wide tile (the schedule pads them to it)."""
+    target = as_target(target)
+    form = conv_gemm_form(op)
+    cfg = choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), target)
+    if cfg is None:
+        raise ScheduleError(f"wgmma conv2d {op.name}: no wgmma configuration fits the "
+                            f"implicit GEMM {form.M}x{form.N}x{form.K} on {target.arch}")
+    return cfg
+
+
+def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
+                      target: Target | str | None = None):
+    """The wgmma configuration the default conv schedule runs conv stage ``op`` with, or
+    None where it stays on mma.sync, as :func:`wgmma_choice` decides
+    for products: wgmma must run it (:func:`wgmma_conv_refusal`; at least 64 output
+    channels, :func:`~.choice.wgmma_refusal`), and the estimate of
+    :func:`choose_wgmma_conv_config`'s configuration
+    (:func:`~.estimate.wgmma_time`, with the C tile the epilogue reads) must beat
+    :func:`~.estimate.gemm_time`'s of :func:`choose_conv_config`'s, both on the
+    implicit GEMM with the convolution's own DRAM floor (:func:`conv_gemm_form`). On an
+    H100 at batch 16, ResNet-18's 3x3 layers measured 15-20 us on wgmma against 36-50 us
+    on mma.sync. ``epilogue`` does not change the choice (both schedules run it over a C
+    tile)."""
+
+    target = as_target(target)
+    if wgmma_conv_refusal(op, target) is not None:
+        return None
+    form = conv_gemm_form(op)
+    if wgmma_refusal(form, target) is not None:
+        return None
+    try:
+        w = choose_wgmma_conv_config(op, target)
+        mma = choose_conv_config(op, target)
+    except ScheduleError:
+        return None
+    return w if prefer_wgmma(form, w, mma, True, target) else None
+

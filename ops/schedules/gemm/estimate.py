@@ -1,0 +1,158 @@
+"""The one time estimate of each tensor-core kernel kind, to rank configurations.
+
+:func:`gemm_time` estimates the mma.sync schedule, :func:`wgmma_time` (over arrays of
+knobs: :func:`wgmma_estimate`) the wgmma one; both have the same shape (waves of blocks x
+per-step cost, a DRAM floor, a launch, split-K's second kernel and partial sums). The
+default choosers, the choice between wgmma and mma.sync (:mod:`.choice`) and the
+auto-scheduler's model of wgmma states read them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ....ir.intrin.wgmma import WARPGROUP
+from ....target import Target, as_target
+from .forms import GemmForm
+from .knobs import ROW_BYTES, TensorCoreConfig, WgmmaScheduleConfig
+from .rules import block_k, gemm_shared_bytes, padded_extents
+
+
+def gemm_time(cfg: TensorCoreConfig, form: GemmForm, target: Target | str | None = None,
+              dram_floor: bool = True) -> float:
+    """A rough estimate in seconds of ``cfg`` on ``form``, to rank the default chooser's
+    candidates (its figures fitted to 2,300 measured configurations of eight fp16
+    products, M 16 to 512, on an H200: the chooser's pick then came within 1.10x of the
+    fastest measured, geometric mean, where the fixed tile table was 1.26x):
+
+    - the blocks (the batch x the block tiles of the padded product x the split-K parts)
+      run in waves of ``num_sms`` x the blocks resident on an SM (threads, registers,
+      shared memory), the ``r`` blocks sharing an SM dividing its throughput;
+    - each ``block_k`` step of a block costs the largest of its mma work (the SM's
+      ``mma.sync`` rate, the target's ``mma_sync_peak_fraction`` of its tensor-core peak,
+      of which a warp issues to one of 4 sub-cores, so a block of fewer warps than 4 uses
+      that fraction), its tile copies (``(block_m + block_n) x block_k`` elements at the
+      target's ``tile_copy_bytes_per_clock``) and the latency of a global load that the
+      ``stages - 1`` copies in flight hide, plus a barrier; a wave costs the steps of one
+      part of the reduction;
+    - at least the inputs are read from DRAM once (``form.input_bytes``; unless
+      ``dram_floor`` is False), and one launch;
+    - split-K adds a second kernel right behind the first (the target's
+      ``dependent_launch_seconds``) and the partial sums' float32 traffic: written once by
+      the product, read once by the summing kernel (``2 x split_k x Mp x Np x 4`` bytes,
+      at L2 bandwidth while they fit half the L2, else at DRAM bandwidth).
+    """
+    target = as_target(target)
+    split = max(cfg.split_k, 1)
+    if form.paddable:
+        Mp, Np, Kp = padded_extents(cfg, form)
+    else:
+        Mp, Np, Kp = form.M, form.N, form.K
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    warps = cfg.warps_m * cfg.warps_n
+    eb = form.elem_bytes
+    blocks = form.batch * (Mp // bm) * (Np // bn) * split
+    accum = bm * bn // (32 * warps)  # float32 accumulators per thread
+    regs = min(255, 40 + accum + 8 * (bm // cfg.warps_m // 16) + 4 * (bn // cfg.warps_n // 8))
+    per_sm = max(1, target.blocks_per_sm(32 * warps, regs,
+                                         gemm_shared_bytes(cfg, form) + 1024))
+    waves = -(-blocks // (target.num_sms * per_sm))
+    r = min(per_sm, -(-blocks // target.num_sms))
+    tc_sm = (target.peak_flops("tf32" if form.tf32 else form.in_dtype, tensor_core=True)
+             * target.mma_sync_peak_fraction / (target.num_sms * target.clock_hz))
+    mma = r * 2.0 * bm * bn * bk / (tc_sm * min(1.0, r * warps / 4.0))
+    load = r * (bm + bn) * bk * eb / target.tile_copy_bytes_per_clock
+    latency = target.global_latency_cycles / max(cfg.stages - 1, 1) + target.barrier_cycles
+    steps = Kp // (bk * split)
+    t = waves * steps * (max(mma, load, latency) + target.barrier_cycles) / target.clock_hz
+    if dram_floor:
+        t = max(t, form.input_bytes / target.dram_bytes_per_s)
+    t += target.launch_seconds
+    if split > 1:
+        partial = split * form.batch * Mp * Np * 4
+        rate = target.l2_bytes_per_s if 2 * partial <= target.l2_bytes else target.dram_bytes_per_s
+        t += target.dependent_launch_seconds + 2.0 * partial / rate
+    return t
+
+
+WGMMA_PEAK_FRACTION = 0.65
+"""The share of the tensor-core peak a block's wgmmas reach while two warpgroups (of one
+block or two) keep each SM busy; one warpgroup alone reaches 0.8 of that. Fitted to the
+te schedule on an H200: 4096^3 fp16 at 128 x 256, 4 stages, one group in flight (580
+TFLOP/s)."""
+
+WGMMA_COPY_BYTES_PER_CLOCK = 80
+"""What the 16-byte cp.async copies of one SM's wgmma tiles receive from L2 in a clock
+(the mma.sync schedule's ``tile_copy_bytes_per_clock`` is a third of it: its warps also
+issue the ldmatrix and mma instructions). Fitted to BERT-base's M = 128 products on an
+H200 (64 x 64 tiles, 4 stages: 12 steps of 64 in 1.4 us, 48 in 7.3 us)."""
+
+L2_TILE_RATE = 1.8
+"""The L2 serves the tile copies of all blocks together at this multiple of the target's
+``l2_bytes_per_s`` (most copies hit lines another block just fetched); a floor of
+:func:`wgmma_time` that keeps narrow tiles of long products (many blocks reading the
+same rows of B) from looking free."""
+
+NO_FLIGHT_RATE = 0.86
+"""The rate of a wgmma GEMM that waits for each step's wgmmas (``in_flight=0``) as a share
+of one that leaves a group running: 0.2863 against 0.2473 ms at 4096^3 fp16 (128 x 256,
+4 stages, an H100)."""
+
+
+def wgmma_time(cfg: WgmmaScheduleConfig, form, target=None, c_tile: bool = False,
+               dram_floor: bool = True) -> float:
+    """A rough estimate in seconds of the wgmma GEMM with ``cfg`` on ``form``, to rank
+    :func:`~.chooser.choose_wgmma_config`'s candidates (:func:`wgmma_estimate` of one config)."""
+    return float(wgmma_estimate(cfg.block_n, cfg.warpgroups, cfg.stages, cfg.split_k, form,
+                                target, c_tile, dram_floor, cfg.in_flight))
+
+
+def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_tile=False,
+                   dram_floor: bool = True, in_flight=1):
+    """:func:`wgmma_time` over arrays of knobs (the auto-scheduler's population); the
+    shape of :func:`gemm_time`: blocks in waves of the SMs times the
+    blocks resident on one (shared memory, 128 x warpgroups threads), the ``r`` blocks
+    sharing an SM dividing its rate; each 64-column step the largest of the wgmma work
+    (at :data:`WGMMA_PEAK_FRACTION` of the SM's tensor-core peak, :data:`NO_FLIGHT_RATE`
+    of that where each step waits for its wgmmas), the tile copies (at
+    :data:`WGMMA_COPY_BYTES_PER_CLOCK`) and the global latency the ``stages - 1`` copies
+    in flight hide, plus a barrier; at least the tiles' copies from L2
+    (:data:`L2_TILE_RATE`) and the inputs read from DRAM once (``form.input_bytes``); one
+    launch; split-K's
+    second kernel and the float32 partial sums' traffic."""
+    t = as_target(target)
+    bn = np.asarray(block_n, dtype=np.int64)
+    wgs = np.asarray(warpgroups, dtype=np.int64)
+    split = np.maximum(np.asarray(split_k, dtype=np.int64), 1)
+    stages = np.asarray(stages, dtype=np.int64)
+    bm = 64 * wgs
+    bk = block_k(form)
+    if form.paddable:
+        Mp, Np = -(-form.M // bm) * bm, -(-form.N // bn) * bn
+        Kp = -(-form.K // (bk * split)) * (bk * split)
+    else:
+        Mp, Np, Kp = form.M, form.N, form.K
+    blocks = form.batch * (Mp // bm) * (Np // bn) * split
+    regs = np.minimum(255, 48 + bn // 2)
+    smem = stages * (bm + bn) * ROW_BYTES + np.where(c_tile, bm * (bn + 4) * 4, 0)
+    per_sm = np.maximum(1, t.blocks_per_sm(WARPGROUP * wgs, regs, smem + 1024))
+    waves = -(-blocks // (t.num_sms * per_sm))
+    r = np.minimum(per_sm, -(-blocks // t.num_sms))
+    tc_sm = t.peak_flops(form.in_dtype, tensor_core=True) / (t.num_sms * t.clock_hz)
+    frac = (WGMMA_PEAK_FRACTION * np.where(r * wgs >= 2, 1.0, 0.8)
+            * np.where(np.asarray(in_flight) > 0, 1.0, NO_FLIGHT_RATE))
+    mma = r * 2.0 * bm * bn * bk / (tc_sm * frac)
+    load = r * (bm + bn) * ROW_BYTES / WGMMA_COPY_BYTES_PER_CLOCK
+    latency = t.global_latency_cycles / np.maximum(stages - 1, 1)
+    steps = Kp // (bk * split)
+    sec = waves * steps * (np.maximum(np.maximum(mma, load), latency)
+                           + t.barrier_cycles) / t.clock_hz
+    tiles = blocks * steps * (bm + bn) * ROW_BYTES
+    sec = np.maximum(sec, tiles / (L2_TILE_RATE * t.l2_bytes_per_s))
+    if dram_floor:
+        sec = np.maximum(sec, form.input_bytes / t.dram_bytes_per_s)
+    sec = sec + t.launch_seconds
+    partial = split * form.batch * Mp * Np * 4.0
+    rate = np.where(2 * partial <= t.l2_bytes, t.l2_bytes_per_s, t.dram_bytes_per_s)
+    return sec + np.where(split > 1, t.dependent_launch_seconds + 2.0 * partial / rate, 0.0)
+

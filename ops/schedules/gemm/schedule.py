@@ -1,0 +1,459 @@
+"""The one tensor-core GEMM schedule, :func:`schedule_gemm`, and the entry points that
+check a stage and its knobs before they call it.
+
+:func:`schedule_gemm` writes every tensor-core kernel of a product: dense, matmul and
+batch_matmul (:func:`~.forms.gemm_form`) and conv2d NHWC as an implicit GEMM
+(:func:`~.forms.conv_gemm_form`), on mma.sync (knobs :class:`~.knobs.TensorCoreConfig`:
+warp fragments from ``ldmatrix``) or wgmma (:class:`~.knobs.WgmmaScheduleConfig`:
+warpgroup accumulators, operands read from 128B-swizzled shared tiles). It is built from
+the pieces of :mod:`.pieces` in one order: the stages (:func:`~.stages.gemm_stages`:
+padding and split-K through ``implicit_gemm``, the C tile, the epilogue inlined into the
+output, the operand tiles, the block loops), the output over the block tile (the warps'
+direct stores, or all threads over the C tile), the accumulator stores, the product's
+tiling and fragments, the operand copies and the software pipeline.
+
+The entry points name what is wrong before anything is scheduled:
+:func:`schedule_gemm_tensorcore` and :func:`schedule_gemm_wgmma` (products, the knobs'
+rules in :mod:`.rules`), :func:`schedule_conv2d_nhwc_tensorcore` and
+:func:`schedule_conv2d_nhwc_wgmma` (convolutions); :func:`schedule_matmul` and
+:func:`schedule_conv2d_nhwc` are the default stage schedules (the choice of kind in
+:mod:`.choice`, the tiles of :mod:`.chooser`). :func:`schedule_dense_tensorcore` and
+:func:`schedule_dense_wgmma` schedule the tensors of :func:`dense_tensorcore_compute`
+whole.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+from .... import te
+from ....ir.dtype import nbytes
+from ....ir.intrin.kinds import mma_kind
+from ....ir.intrin.wgmma import WARPGROUP, require_wgmma
+from ....ir.te import ComputeOp
+from ....passes.schedule.common import ScheduleError
+from ....target import Target, as_target
+from ..remap import epilogue_remap
+from ..tiled import schedule_tiled
+from .choice import mma_sync_refusal, wgmma_conv_refusal, wgmma_refusal
+from .chooser import (
+    choose_conv_config,
+    choose_gemm_config,
+    choose_wgmma_config,
+    choose_wgmma_conv_config,
+    remap_config,
+    wgmma_choice,
+    wgmma_conv_choice,
+)
+from .forms import (
+    GemmForm,
+    _b_is_kn,
+    _is_cast,
+    _is_cast_of,
+    conv_gemm_form,
+    conv_gemm_shape,
+    copies_from_memory,
+    gemm_form,
+    tensorcore_conv_unsupported,
+)
+from .knobs import TensorCoreConfig, WgmmaScheduleConfig
+from .pieces import (
+    bind_conv_output,
+    copy_vec,
+    finish_warpgroup_product,
+    fragment_plans,
+    schedule_b_kn_copy,
+    schedule_tile_copy,
+    schedule_tile_epilogue,
+    split_warpgroup_k,
+    stage_fragments,
+    store_warp_tiles,
+    store_warpgroup_tiles,
+    tile_warp_product,
+)
+from .rules import (
+    block_k,
+    check_conv_config,
+    check_gemm_config,
+    check_wgmma_conv,
+    check_wgmma_gemm,
+    copy_vectors,
+    needs_padding,
+    pads,
+)
+from .stages import gemm_stages
+
+
+def schedule_gemm(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, knobs,
+                  target: Target | str | None = None, remap=None,
+                  row_reductions: tuple = (), bind_after_split: bool = False) -> None:
+    """Schedule product stage ``op`` of ``s`` (``form``: its :class:`~.forms.GemmForm`; a
+    conv2d NHWC stage's implicit GEMM where ``form.conv``) and its fused element-wise
+    ``epilogue`` with ``knobs`` (a :class:`~.knobs.TensorCoreConfig`: mma.sync, or a
+    :class:`~.knobs.WgmmaScheduleConfig`: wgmma) on ``target``. The caller checked the
+    knobs (:mod:`.rules`). ``remap``: the epilogue's :class:`~..remap.OutputRemap` (it
+    stores the product in another layout); ``row_reductions``: reductions along the C
+    tile's rows the epilogue reads (:mod:`..gemm_rows`). ``bind_after_split``: the
+    wgmma operand copies bind their thread loops after all their splits (the order
+    :func:`schedule_dense_wgmma` prints, which its tests edit; the same kernel).
+
+    Without an epilogue, or with only the cast to a 16-bit output, and without padding,
+    each warp (warpgroup) stores its accumulators to the output; otherwise they go to a
+    float32 C tile in shared memory, which all threads of the block run the epilogue over
+    (a convolution's always). Extents the tiles do not divide, and split-K, go through
+    ``implicit_gemm``'s zero-padded operand views; the split-K parts' float32 partial sums
+    are added up, and the epilogue run, by a second kernel."""
+    target = as_target(target)
+    wg = isinstance(knobs, WgmmaScheduleConfig)
+    split = knobs.split_k if isinstance(knobs.split_k, int) and knobs.split_k > 1 else 1
+    bm, bn = knobs.block_m, knobs.block_n
+    bk = block_k(form) if wg else knobs.block_k
+    direct = not form.conv and _direct(op, epilogue, form, knobs)
+    # the mma.sync convolution in TF32 keeps B as [N, K] (no .trans of 32 bits)
+    kn = not form.tf32 if form.conv and not wg else form.b_kn
+    st = gemm_stages(s, op, epilogue, form, (bm, bn, bk), split, direct,
+                     "warpgroup" if wg else "warp", remap, kn)
+    o, cf = st.o, st.cf
+    if wg:
+        threads = ((WARPGROUP, "threadIdx.x"), (knobs.warpgroups, "threadIdx.y"))
+    else:
+        kind = mma_kind(form.in_dtype)
+        a_fr = s.cache_read(st.a_sh, "warp", [cf])
+        b_fr = s.cache_read(st.b_sh, "warp", [cf])
+        wm, wn = bm // knobs.warps_m, bn // knobs.warps_n
+        threads = ((32, "threadIdx.x"), (knobs.warps_n, "threadIdx.y"),
+                   (knobs.warps_m, "threadIdx.z"))
+
+    # the output over the block tile, and the accumulators' stores
+    if direct:
+        lead, rows, cols, at, out = (*st.batch, st.bi, st.bj), st.i, st.j, o, o.op.output(0).dtype
+    else:
+        if form.conv:
+            bind_conv_output(s, o, st.cs, split, bm, bn, threads, bn + 4 if wg else None)
+        else:
+            schedule_tile_epilogue(s, st, form, bm, bn, threads, row_reductions)
+        at, out = s[st.cs], ""
+        *lead, rows, cols = at.op.axis
+        lead = () if form.conv else tuple(lead)
+    if wg:
+        s[cf].compute_at(at, store_warpgroup_tiles(at, rows, cols, lead, out))
+    else:
+        _, wj = store_warp_tiles(at, rows, cols, wm, wn, kind.store(form.acc_dtype, out),
+                                 knobs.unroll, lead)
+        s[cf].compute_at(at, wj)
+
+    # the product, its fragments (mma.sync) and the operand copies
+    f = s[cf]
+    eb = form.elem_bytes
+    if wg:
+        ko, ki, ci = split_warpgroup_k(f, bk, form.mma_k)
+    else:
+        ko, ki = tile_warp_product(f, bk, kind.k, kind.mma(form.in_dtype, form.acc_dtype, kn),
+                                   knobs.unroll)
+        plans = fragment_plans(kind, form.in_dtype, kn, knobs.frag_load, wn)
+        stage_fragments(s, f, ki, zip((a_fr, b_fr), plans), knobs.unroll)
+    for sh, x in ((st.a_sh, st.a), (st.b_sh, st.b)):
+        is_b = sh is st.b_sh
+        if wg:
+            if form.conv:
+                vec = gcd(8, form.N if is_b else _c_in(op))
+                async_copy = vec * eb in (4, 8, 16) and target.has_cp_async
+            else:
+                vec = copy_vec(form, form.N if is_b and form.b_kn else None)
+                async_copy = (vec * eb >= 4 and target.has_cp_async
+                              and copies_from_memory(x))
+            if is_b and form.b_kn:
+                # B read as [K, N]: its [bk, block_n] tile's rows run along N (MN-major),
+                # in 64-column panels
+                schedule_b_kn_copy(s, sh, f, ko, vec, threads, async_copy, bn)
+            else:
+                schedule_tile_copy(s, sh, f, ko, vec, threads, async_copy, swizzle=3,
+                                   bind_after_split=bind_after_split)
+            continue
+        row = bn if is_b and kn else bk
+        align = row + knobs.pad if knobs.pad else None
+        if form.conv:
+            # along the channels, as wide as C_in (A) and C_out (B) allow
+            vec = copy_vectors(knobs, _c_in(op), form.N, form.tf32)[is_b]
+            schedule_tile_copy(s, sh, f, ko, vec, threads,
+                               knobs.async_copy and vec * eb in (4, 8, 16), align,
+                               unit_vectorize=False)
+        else:
+            schedule_tile_copy(s, sh, f, ko, knobs.vec, threads,
+                               knobs.async_copy and copies_from_memory(x), align)
+    if wg:
+        finish_warpgroup_product(f, ko, ki, ci, knobs, form.in_dtype, kn)
+    elif knobs.stages > 1:
+        f.pipeline(ko, knobs.stages)
+
+
+def _direct(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, knobs) -> bool:
+    """Whether the warps (warpgroups) store their accumulators straight to the output: no
+    padding, no split-K, and no epilogue but the cast to a 16-bit output."""
+    return not pads(knobs, form) and (epilogue is None or _is_cast_of(epilogue, op))
+
+
+def _c_in(op: ComputeOp) -> int:
+    return conv_gemm_shape(op)[3]
+
+
+# -- products ----------------------------------------------------------------------------
+
+
+def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None,
+                             cfg: TensorCoreConfig | None = None,
+                             target: Target | str | None = None,
+                             form: GemmForm | None = None,
+                             row_reductions: tuple = ()) -> TensorCoreConfig:
+    """Schedule product stage ``op`` (and its fused element-wise ``epilogue``) on the
+    tensor cores with mma.sync (:func:`schedule_gemm`); returns the config used (``cfg``
+    overrides the chooser). Raises :class:`ScheduleError` when ``op`` is not a product the
+    tensor cores run or ``cfg`` does not fit it (:func:`~.rules.check_gemm_config`).
+
+    When ``cfg``'s block tile does not divide the product (and no batch is broadcast), the
+    stage is first rewritten by ``implicit_gemm`` into a product of operand views padded
+    with zeros to whole tiles; the views are inlined into their shared-memory copies.
+    Fragments come from shared memory through ``ldmatrix`` (``cfg.frag_load="ldmatrix"``,
+    TF32's too: ``ldmatrix_{a_x4,b_x2,b_x4}_tf32``, 16-byte rows of 4 fp32) or lane by
+    lane (``"load"``)."""
+    target = as_target(target)
+    form = form or gemm_form(op, target)
+    if form is None:
+        raise ScheduleError(f"stage {op.name} is not a product the tensor cores of "
+                            f"{target.arch} run (see gemm_form)")
+    if mma_sync_refusal(form) is not None:
+        raise ScheduleError(f"stage {op.name}: {mma_sync_refusal(form)}")
+    remap = epilogue_remap(op, epilogue)
+    if remap is not None and cfg is None:
+        cfg = remap_config(form, target)
+        if cfg is None:
+            raise ScheduleError(f"stage {op.name}: no tiles of the default table divide "
+                                f"{form.M} x {form.N} x {form.K}, which an epilogue that "
+                                f"stores the product in another layout ({epilogue.name}) "
+                                "needs")
+    cfg = cfg or choose_gemm_config(form, target)
+    split = cfg.split_k if isinstance(cfg.split_k, int) and cfg.split_k > 1 else 1
+    if remap is not None and (split > 1 or (form.paddable and needs_padding(cfg, form))):
+        raise ScheduleError(f"stage {op.name}: an epilogue that stores the product in another "
+                            f"layout ({epilogue.name}) needs split_k 1 and tiles that divide "
+                            f"the product ({form.M} x {form.N} x {form.K}), got "
+                            f"{cfg.block_m} x {cfg.block_n} x {cfg.block_k}, split_k {split}")
+    check_gemm_config(cfg, form, f"stage {op.name}", target,
+                      c_tile=not _direct(op, epilogue, form, cfg))
+    schedule_gemm(s, op, epilogue, form, cfg, target, remap, row_reductions)
+    return cfg
+
+
+def wgmma_form(op, target, where: str, form=None):
+    """The :class:`~.forms.GemmForm` of product stage ``op`` (or ``form``, given) when
+    wgmma runs it on ``target``; else a :class:`ScheduleError` beginning with ``where``
+    that says why (not a tensor-core product, or :func:`~.choice.wgmma_refusal`)."""
+    form = form or gemm_form(op, target)
+    if form is None:
+        raise ScheduleError(f"{where}: {op.name} is not a product the tensor cores of "
+                            f"{target.arch} run (see gemm_form)")
+    why = wgmma_refusal(form, target)
+    if why is not None:
+        raise ScheduleError(f"{where}: {why}")
+    return form
+
+
+def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = None,
+                        target=None, form=None, row_reductions: tuple = ()
+                        ) -> WgmmaScheduleConfig:
+    """Schedule product stage ``op`` of ``s`` (dense, matmul or batch_matmul, as
+    :func:`~.forms.gemm_form` accepts it: fp16/bf16 with B as ``[N, K]`` or ``[K, N]``,
+    read MN-major in 64-column panels; fp8 with B as ``[N, K]``) and its fused
+    element-wise ``epilogue`` with wgmma on an sm_90a ``target`` (:func:`schedule_gemm`);
+    returns the config used (``cfg`` overrides :func:`~.chooser.choose_wgmma_config`).
+
+    Each block computes ``64 * warpgroups x block_n`` outputs: warpgroup ``w`` on
+    threadIdx.y owns 64 rows; 128-byte K steps copied with cp.async into 128B-swizzled
+    tiles, ``stages`` deep, ``in_flight`` wgmma groups left running across steps. Raises
+    :class:`ScheduleError` for a product wgmma does not run (see
+    :func:`~.choice.wgmma_refusal`) or a ``cfg`` that does not fit it. An epilogue that
+    stores the product in another layout (:mod:`..remap`) needs tiles that divide the
+    product and no split-K."""
+    target = as_target(target)
+    form = wgmma_form(op, target, f"stage {op.name}", form)
+    remap = epilogue_remap(op, epilogue)
+    if cfg is None:
+        cfg = choose_wgmma_config(form, target, remap=remap is not None)
+        if cfg is None:
+            raise ScheduleError(f"stage {op.name}: no wgmma tiles fit {form.M} x {form.N} x "
+                                f"{form.K}" + (" with tiles dividing the product (its "
+                                               "epilogue stores another layout)"
+                                               if remap is not None else ""))
+    split = cfg.split_k
+    if remap is not None and pads(cfg, form):
+        raise ScheduleError(f"stage {op.name}: an epilogue that stores the product in another "
+                            f"layout ({epilogue.name}) needs split_k 1 and wgmma tiles that "
+                            f"divide the product ({form.M} x {form.N} x {form.K}), got "
+                            f"{cfg.block_m} x {cfg.block_n} x {block_k(form)}, split_k {split}")
+    check_wgmma_gemm(cfg, form, f"stage {op.name}", target,
+                     c_tile=not _direct(op, epilogue, form, cfg))
+    schedule_gemm(s, op, epilogue, form, cfg, target, remap, row_reductions)
+    return cfg
+
+
+def schedule_matmul(s, op: ComputeOp, epilogue: ComputeOp | None = None,
+                    target: Target | str | None = None):
+    """The default stage schedule of dense, matmul and batch_matmul: on the tensor cores
+    when :func:`~.forms.gemm_form` accepts the stage (with wgmma where
+    :func:`~.chooser.wgmma_choice` picks it, on sm_90a; else mma.sync), else
+    :func:`~..tiled.schedule_tiled` (CUDA cores)."""
+    form = gemm_form(op, target)
+    if form is None:
+        return schedule_tiled(s, op, epilogue, target=target)
+    w = wgmma_choice(op, epilogue, form, target)
+    if w is None and mma_sync_refusal(form) is not None:
+        # fp8 that wgmma does not take: converted to float32 on the CUDA cores
+        return schedule_tiled(s, op, epilogue, target=target)
+    if w is not None:
+        return schedule_gemm_wgmma(s, op, epilogue, w, target=target, form=form)
+    return schedule_gemm_tensorcore(s, op, epilogue, target=target, form=form)
+
+
+# -- convolutions --------------------------------------------------------------------------
+
+
+def schedule_conv2d_nhwc_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None,
+                                    target: Target | str | None = None,
+                                    cfg: TensorCoreConfig | None = None) -> TensorCoreConfig:
+    """Schedule conv2d NHWC stage ``op`` of ``s`` (and its fused element-wise
+    ``epilogue``) on tensor cores with mma.sync, as the implicit GEMM
+    ``[pixels, KH*KW*C_in] x [KH*KW*C_in, C_out]`` (:func:`schedule_gemm`: the block's
+    copy gathers the windows of the input into the A tile, along the channels as wide as
+    ``C_in`` allows; every extent padded to the tiles); returns the configuration used
+    (``cfg``, else :func:`~.chooser.choose_conv_config`). The padding stage it reads is
+    left to the caller to inline. Raises ScheduleError when the stage or ``cfg`` does not
+    qualify, naming the rule (:func:`~.rules.check_conv_config`). TF32 keeps B as
+    ``[n, k]``."""
+    target = as_target(target)
+    why = tensorcore_conv_unsupported(op, target)
+    if why is not None:
+        raise ScheduleError(f"tensor-core conv2d: {why}")
+    cfg = cfg or choose_conv_config(op, target)
+    check_conv_config(cfg, op, target)
+    schedule_gemm(s, op, epilogue, conv_gemm_form(op), cfg, target)
+    return cfg
+
+
+def schedule_conv2d_nhwc_wgmma(s, op: ComputeOp, epilogue: ComputeOp | None = None,
+                               target: Target | str | None = None, cfg=None):
+    """Schedule conv2d NHWC stage ``op`` of ``s`` (fp16/bf16, and its fused element-wise
+    ``epilogue``) with wgmma on an sm_90a ``target``: the implicit GEMM whose B (the HWIO
+    kernel) is ``[K, N]``, read MN-major by the ``_kn`` wgmma in block tiles of 64, 128 or
+    256 channels (the shared kernel tile in 64-column panels), accumulators stored to a
+    float32 C tile that all threads run the epilogue over; split-K as the products'.
+    ``cfg``: a :class:`~.knobs.WgmmaScheduleConfig` (rules:
+    :func:`~.rules.check_wgmma_conv`; default: :func:`~.chooser.choose_wgmma_conv_config`).
+    Returns the config."""
+    target = as_target(target)
+    why = wgmma_conv_refusal(op, target)
+    if why is not None:
+        raise ScheduleError(f"wgmma conv2d: {why}")
+    if cfg is None:
+        cfg = choose_wgmma_conv_config(op, target)
+    check_wgmma_conv(cfg, op, target)
+    schedule_gemm(s, op, epilogue, conv_gemm_form(op), cfg, target)
+    return cfg
+
+
+def schedule_conv2d_nhwc(s, op: ComputeOp, epilogue: ComputeOp | None = None,
+                         target: Target | str | None = None):
+    """The default schedule of conv2d NHWC stages: tensor cores where the dtypes and the
+    target allow (:func:`~.forms.tensorcore_conv_unsupported`), with wgmma where
+    :func:`~.chooser.wgmma_conv_choice` takes it (sm_90a) and mma.sync otherwise; else the
+    tiled CUDA-core schedule."""
+    if tensorcore_conv_unsupported(op, target) is None:
+        w = wgmma_conv_choice(op, epilogue, target)
+        if w is not None:
+            return schedule_conv2d_nhwc_wgmma(s, op, epilogue, target, w)
+        return schedule_conv2d_nhwc_tensorcore(s, op, epilogue, target)
+    return schedule_tiled(s, op, epilogue, target=target)
+
+
+# -- a dense product on its own ------------------------------------------------------------
+
+
+def dense_tensorcore_compute(M: int, N: int, K: int, in_dtype: str = "float16",
+                             out_dtype: str = "float32", acc_dtype: str = "float32",
+                             b_layout: str = "nk"):
+    """``[A, B, out]`` for ``out = A x B^T`` (``b_layout="nk"``: B is ``[N, K]``) or
+    ``A x B`` (``"kn"``: B is ``[K, N]``), accumulated in ``acc_dtype`` and cast to
+    ``out_dtype`` when they differ."""
+    if b_layout not in ("nk", "kn"):
+        raise ScheduleError(f"b_layout is 'nk' or 'kn', got {b_layout!r}")
+    a = te.placeholder((M, K), in_dtype, name="A")
+    b = te.placeholder((N, K) if b_layout == "nk" else (K, N), in_dtype, name="B")
+    k = te.reduce_axis((0, K), name="k")
+
+    def body(i, j):
+        x, y = a[i, k], (b[j, k] if b_layout == "nk" else b[k, j])
+        if in_dtype != acc_dtype:
+            x, y = x.astype(acc_dtype), y.astype(acc_dtype)
+        return te.sum(x * y, axis=k)
+
+    c = te.compute((M, N), body, name="C")
+    if out_dtype == acc_dtype:
+        return [a, b, c]
+    d = te.compute((M, N), lambda i, j: c[i, j].astype(out_dtype), name="D")
+    return [a, b, d]
+
+
+def _dense_form(tensors):
+    """``(schedule, product op, cast op or None, form)`` of the tensors of
+    :func:`dense_tensorcore_compute` (a float16 accumulator too, which
+    :func:`~.forms.gemm_form` does not take)."""
+    a, b, out = tensors
+    c = out if not _is_cast(out) else out.op.input_tensors[0]
+    M, K = (int(x) for x in a.shape)
+    form = GemmForm(1, M, int(out.shape[1]), K, a.dtype, c.dtype, _b_is_kn(c, b),
+                    a.dtype == "float32")
+    return te.create_schedule(out.op), c.op, (None if out is c else out.op), form
+
+
+def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
+    """The mma.sync schedule of ``tensors`` (from :func:`dense_tensorcore_compute`), its
+    tiles dividing the product (:meth:`~.knobs.TensorCoreConfig.check`)."""
+    cfg = cfg or TensorCoreConfig()
+    s, op, cast, form = _dense_form(tensors)
+    ab = form.in_dtype
+    if ab not in ("float16", "bfloat16", "float32"):
+        raise ScheduleError(f"tensor-core dense: inputs must be float16, bfloat16 or float32 "
+                            f"(TF32), got {ab}")
+    if ab == "float32":
+        if not cfg.tf32:
+            raise ScheduleError("tensor-core dense of float32 inputs multiplies them in TF32 "
+                                "(10 mantissa bits): ask for it with TensorCoreConfig(tf32="
+                                "True)")
+        if form.b_kn:
+            raise ScheduleError("tensor-core dense in TF32 takes B as [N, K]")
+    cfg.check(form.M, form.N, form.K, mma_kind(ab).k, nbytes(ab))
+    schedule_gemm(s, op, cast, form, cfg)
+    return s
+
+
+def schedule_dense_wgmma(tensors, cfg: WgmmaScheduleConfig | None = None,
+                         target="cuda -arch=sm_90a"):
+    """The wgmma schedule of ``tensors`` (``[A, B, out]`` from
+    :func:`dense_tensorcore_compute` with ``b_layout="nk"``) for ``target``, which must
+    have wgmma (sm_90a; the simulator as ``"sim -arch=sm_90a"``), its tiles dividing the
+    product (:meth:`~.knobs.WgmmaScheduleConfig.check`)."""
+    cfg = cfg or WgmmaScheduleConfig()
+    require_wgmma(target)
+    s, op, cast, form = _dense_form(tensors)
+    ab, out = form.in_dtype, tensors[2]
+    if ab not in ("float16", "bfloat16") or tensors[1].dtype != ab:
+        raise ScheduleError(f"wgmma dense takes float16 or bfloat16 inputs, not {ab} x "
+                            f"{tensors[1].dtype} (TF32 runs on the mma.sync schedule)")
+    if form.acc_dtype != "float32":
+        raise ScheduleError(f"wgmma dense accumulates in float32, not {form.acc_dtype}")
+    if out.dtype not in ("float32", "float16", "bfloat16"):
+        raise ScheduleError(f"wgmma dense writes float32, float16 or bfloat16, not {out.dtype}")
+    if form.b_kn:
+        raise ScheduleError("wgmma dense takes B as [N, K] (K-major operands)")
+    cfg.check(form.M, form.N, form.K, target)
+    schedule_gemm(s, op, cast, form, cfg, target, bind_after_split=True)
+    return s
