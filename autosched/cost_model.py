@@ -76,15 +76,17 @@ class XGBModel(CostModel):
     The trees rank a task's states as soon as the model holds ``min_task_samples`` samples
     of the task, or as many of tasks with the same anchor operators (from this run or from
     a loaded model, see :meth:`load`), or ``num_warmup_sample`` samples in all; until then
-    the analytical ranking is used. ``max_depth``/``eta``: the trees' parameters; ``seed``
-    fixes the training for reproducible searches.
+    the analytical ranking is used. Samples of a loaded model weigh ``transfer_weight``
+    (this run's weigh 1) when the trees are trained again, so a task's own measurements win
+    over other networks' once there are some. ``max_depth``/``eta``: the trees' parameters;
+    ``seed`` fixes the training for reproducible searches.
     """
 
     def __init__(self, num_warmup_sample: int = 32, seed: int = 0, num_rounds: int = 60,
                  max_depth: int = 6, eta: float = 0.2, nthread: int | None = None,
                  verbose_eval: int = 0, min_task_samples: int = 16,
                  trees_per_update: int = 8, refit_growth: float = 2.0,
-                 max_trees: int | None = None):
+                 max_trees: int | None = None, transfer_weight: float = 0.3):
         try:  # fail here, not after the warm-up trials when the first trees are trained
             import xgboost  # noqa: F401
         except ImportError as e:
@@ -95,10 +97,13 @@ class XGBModel(CostModel):
         if refit_growth <= 1.0:
             raise ValueError(f"refit_growth must be above 1 (got {refit_growth}): the trees "
                              "are refitted when the samples have grown by this factor")
+        if not 0.0 < transfer_weight <= 1.0:
+            raise ValueError(f"transfer_weight must be in (0, 1] (got {transfer_weight})")
         if trees_per_update < 1 or num_rounds < 1:
             raise ValueError("num_rounds and trees_per_update must be at least 1")
         self.min_train = num_warmup_sample
         self.min_task_samples = min_task_samples
+        self.transfer_weight = transfer_weight
         self.seed = seed
         self.num_rounds = num_rounds
         self.trees_per_update = trees_per_update
@@ -163,7 +168,7 @@ class XGBModel(CostModel):
         import xgboost as xgb
 
         s = self.samples
-        d = xgb.DMatrix(s.features, label=s.labels, base_margin=s.margins,
+        d = xgb.DMatrix(s.features, label=s.labels, base_margin=s.margins, weight=s.weights,
                         feature_names=list(FEATURE_NAMES))
         self.booster = xgb.train(self.params, d, num_boost_round=rounds, xgb_model=start)
         self.num_trees = (self.num_trees if start is not None else 0) + rounds
@@ -222,7 +227,7 @@ class XGBModel(CostModel):
         from .model_file import load_model
 
         samples, raw, trees = load_model(path)
-        self.samples.extend(samples)
+        self.samples.extend(samples, self.transfer_weight)
         if not self._fitted_n and raw is not None:
             import xgboost as xgb
 
@@ -237,7 +242,8 @@ class XGBModel(CostModel):
 
 class SampleSet:
     """The training samples of a model: features, base margins (log2 estimated throughput),
-    labels (log2 measured throughput), and the task key and anchor tag of every row."""
+    labels (log2 measured throughput), the task key and anchor tag of every row, and its
+    training weight."""
 
     def __init__(self):
         self._parts: list = []
@@ -248,28 +254,30 @@ class SampleSet:
     def __len__(self) -> int:
         return sum(len(p[0]) for p in self._parts)
 
-    def add(self, feats, margins, labels, key: str, tag: str) -> None:
+    def add(self, feats, margins, labels, key: str, tag: str, weights=1.0) -> None:
         n = len(feats)
         self._parts.append((np.asarray(feats, dtype=np.float32),
                             np.asarray(margins, dtype=np.float32),
                             np.asarray(labels, dtype=np.float32),
-                            np.full(n, key, dtype=object), np.full(n, tag, dtype=object)))
+                            np.full(n, key, dtype=object), np.full(n, tag, dtype=object),
+                            np.broadcast_to(np.asarray(weights, dtype=np.float32), (n,))))
         self._cat = None
         self._counts[key] = self._counts.get(key, 0) + n
         self._tag_counts[tag] = self._tag_counts.get(tag, 0) + n
 
-    def extend(self, other: SampleSet) -> None:
-        for f, m, y, k, t in other.parts():
-            for key in np.unique(k):
+    def extend(self, other: SampleSet, weight: float = 1.0) -> None:
+        """Add the samples of ``other``, their weights times ``weight``."""
+        for f, m, y, k, t, w in other.parts():
+            for key in dict.fromkeys(k.tolist()):
                 sel = k == key
-                self.add(f[sel], m[sel], y[sel], str(key), str(t[sel][0]))
+                self.add(f[sel], m[sel], y[sel], str(key), str(t[sel][0]), w[sel] * weight)
 
     def parts(self) -> list:
         return [self._all()] if self._parts else []
 
     def _all(self) -> tuple:
         if self._cat is None:
-            self._cat = tuple(np.concatenate([p[j] for p in self._parts]) for j in range(5))
+            self._cat = tuple(np.concatenate([p[j] for p in self._parts]) for j in range(6))
             self._parts = [self._cat]
         return self._cat
 
@@ -284,6 +292,10 @@ class SampleSet:
     @property
     def labels(self) -> np.ndarray:
         return self._all()[2]
+
+    @property
+    def weights(self) -> np.ndarray:
+        return self._all()[5]
 
     @property
     def keys(self) -> np.ndarray:

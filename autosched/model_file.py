@@ -3,7 +3,7 @@ one ``.npz`` archive (numpy, no pickled objects) with the training samples and t
 
 Keys: ``format`` (:data:`FORMAT`), ``version``, ``feature_names`` (the columns, checked on
 loading: a model of other features cannot rank these states), ``features``, ``margins``,
-``labels`` (one row per measured state), ``task_keys`` and ``anchor_tags`` (of each row),
+``labels``, ``weights`` (one row per measured state), ``task_keys`` and ``anchor_tags``,
 ``trees`` (the xgboost booster, UBJSON bytes) and ``num_trees``. The samples travel with the
 trees so that a loaded model keeps learning: new measurements are boosted on top, and a
 refit trains on the old samples and the new ones together.
@@ -20,8 +20,8 @@ from .features import FEATURE_NAMES
 
 FORMAT = "ptxforge-cost-model"
 VERSION = 1
-_KEYS = ("format", "version", "feature_names", "features", "margins", "labels", "task_keys",
-         "anchor_tags", "trees", "num_trees")
+_KEYS = ("format", "version", "feature_names", "features", "margins", "labels", "weights",
+         "task_keys", "anchor_tags", "trees", "num_trees")
 
 
 class CostModelFileError(ValueError):
@@ -40,7 +40,8 @@ def save_model(path: str | os.PathLike, model) -> None:
         np.savez_compressed(
             f, format=np.array(FORMAT), version=np.array(VERSION),
             feature_names=np.array(FEATURE_NAMES), features=s.features, margins=s.margins,
-            labels=s.labels, task_keys=s.keys.astype(str), anchor_tags=s.tags.astype(str),
+            labels=s.labels, weights=s.weights, task_keys=s.keys.astype(str),
+            anchor_tags=s.tags.astype(str),
             trees=np.frombuffer(raw, dtype=np.uint8), num_trees=np.array(model.num_trees))
     os.replace(tmp, path)
 
@@ -80,16 +81,19 @@ def load_model(path: str | os.PathLike) -> tuple:
             "(records train-model)")
     n = len(data["labels"])
     shapes_ok = (data["features"].shape == (n, len(FEATURE_NAMES))
-                 and all(len(data[k]) == n for k in ("margins", "task_keys", "anchor_tags")))
+                 and all(len(data[k]) == n
+                         for k in ("margins", "weights", "task_keys", "anchor_tags")))
     if not shapes_ok or not np.isfinite(data["features"]).all() \
-            or not np.isfinite(data["labels"]).all() or not np.isfinite(data["margins"]).all():
+            or not all(np.isfinite(data[k]).all() for k in ("labels", "margins", "weights")) \
+            or (data["weights"] <= 0).any():
         raise CostModelFileError(f"{path}: the samples are inconsistent (rows of different "
-                                 "lengths or non-finite values); the file is damaged")
+                                 "lengths, non-finite values or weights that are not "
+                                 "positive); the file is damaged")
     samples = SampleSet()
     keys, tags = data["task_keys"], data["anchor_tags"]
     for key in dict.fromkeys(keys.tolist()):
         sel = keys == key
         samples.add(data["features"][sel], data["margins"][sel], data["labels"][sel],
-                    str(key), str(tags[sel][0]))
+                    str(key), str(tags[sel][0]), data["weights"][sel])
     raw = data["trees"].tobytes() or None
     return samples, raw, int(data["num_trees"])

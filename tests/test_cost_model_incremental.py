@@ -148,6 +148,8 @@ def test_a_saved_model_loads_with_the_same_predictions_and_keeps_learning(data, 
     loaded = autosched.XGBModel(num_warmup_sample=10**6)
     loaded.load(str(path))
     assert loaded.num_samples == 160 and loaded.num_trees == model.num_trees
+    # other networks' samples weigh less than this run's when the trees are trained again
+    np.testing.assert_allclose(loaded.samples.weights, loaded.transfer_weight)
     other = other_conv_task()
     opop = population(other, 120, seed=2)
     feats, _, est = other.features(opop)
@@ -202,5 +204,7 @@ def test_bad_model_files_are_refused_with_a_reason(data, tmp_path):
 def test_bad_parameters_are_refused():
     with pytest.raises(ValueError, match="refit_growth"):
         autosched.XGBModel(refit_growth=1.0)
+    with pytest.raises(ValueError, match="transfer_weight"):
+        autosched.XGBModel(transfer_weight=0.0)
     with pytest.raises(ValueError, match="trees_per_update"):
         autosched.XGBModel(trees_per_update=0)
