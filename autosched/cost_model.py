@@ -71,7 +71,8 @@ class XGBModel(CostModel):
     refitted from scratch (``num_rounds`` trees) only when the samples have grown by
     ``refit_growth`` since the last refit or the trees number more than ``max_trees``, so
     an update costs a few trees however many samples there are, and the amortized cost of
-    the refits stays linear in the samples.
+    the refits stays linear in the samples. (Samples of a loaded model do not count in
+    that growth: the first samples of this run refit the trees on both.)
 
     The trees rank a task's states as soon as the model holds ``min_task_samples`` samples
     of the task, or as many of tasks with the same anchor operators (from this run or from
@@ -119,7 +120,8 @@ class XGBModel(CostModel):
         self.booster = None
         self.num_trees = 0
         self._fitted_n = 0  # samples the trees have seen
-        self._refit_n = 0  # samples at the last refit from scratch
+        self._loaded_n = 0  # samples added by load()
+        self._refit_own = 0  # samples of this run (not loaded) at the last refit
         self.update_seconds: list = []  # CPU seconds of every training step, in order
         self._task_tags: dict = {}
 
@@ -148,10 +150,11 @@ class XGBModel(CostModel):
         if n == 0 or n == self._fitted_n:
             return
         t0 = time.process_time()  # this process's CPU: the trees train in this thread
-        if (self.booster is None or n >= self.refit_growth * self._refit_n
+        own = n - self._loaded_n  # a loaded model is refitted on the first samples of this run
+        if (self.booster is None or own >= self.refit_growth * self._refit_own
                 or self.num_trees + self.trees_per_update > self.max_trees):
             self._boost(None, self.num_rounds)
-            self._refit_n = n
+            self._refit_own = own
         else:
             self._boost(self.booster, self.trees_per_update)
         self._fitted_n = n
@@ -162,7 +165,8 @@ class XGBModel(CostModel):
         is due); for comparison with the incremental updates."""
         if len(self.samples):
             self._boost(None, self.num_rounds)
-            self._fitted_n = self._refit_n = len(self.samples)
+            self._fitted_n = len(self.samples)
+            self._refit_own = self._fitted_n - self._loaded_n
 
     def _boost(self, start, rounds: int) -> None:
         import xgboost as xgb
@@ -228,13 +232,15 @@ class XGBModel(CostModel):
 
         samples, raw, trees = load_model(path)
         self.samples.extend(samples, self.transfer_weight)
-        if not self._fitted_n and raw is not None:
+        self._loaded_n += len(samples)
+        if not self._fitted_n and raw is not None and len(self.samples) == len(samples):
             import xgboost as xgb
 
             self.booster = xgb.Booster()
             self.booster.load_model(bytearray(raw))
             self.num_trees = trees
-            self._fitted_n = self._refit_n = len(self.samples)
+            self._fitted_n = len(self.samples)
+            self._refit_own = 0
         else:  # samples of this run already: refit on both
             self._fitted_n = 0
             self.booster = None

@@ -158,8 +158,11 @@ def test_a_saved_model_loads_with_the_same_predictions_and_keeps_learning(data, 
     np.testing.assert_allclose(loaded.predict_log(other, feats, est),
                                model.predict_log(other, feats, est), rtol=1e-6)
     loaded.update(other, opop[:32], results(other, opop[:32]))
-    loaded.train()
-    assert loaded.num_samples == 192 and loaded.num_trees == model.num_trees + 8
+    loaded.train()  # the first samples of this run: a refit on the loaded ones and these
+    assert loaded.num_samples == 192 and loaded.num_trees == loaded.num_rounds
+    loaded.update(other, opop[32:48], results(other, opop[32:48]))
+    loaded.train()  # then trees on the residuals until this run's samples double
+    assert loaded.num_samples == 208 and loaded.num_trees == loaded.num_rounds + 8
     # a model with samples of its own refits on both after loading
     mixed = autosched.XGBModel(min_task_samples=0, num_rounds=30)
     mixed.update(other, opop[:32], results(other, opop[:32]))
