@@ -76,8 +76,8 @@ class XGBModel(CostModel):
 
     The trees rank a task's states as soon as the model holds ``min_task_samples`` samples
     of the task, or as many of tasks with the same anchor operators (from this run or from
-    a loaded model, see :meth:`load`), or ``num_warmup_sample`` samples in all; until then
-    the analytical ranking is used. Samples of a loaded model weigh ``transfer_weight``
+    a loaded model, see :meth:`load`), or ``num_warmup_sample`` samples of this run in all;
+    until then the analytical ranking is used. Samples of a loaded model weigh ``transfer_weight``
     (this run's weigh 1) when the trees are trained again, so a task's own measurements win
     over other networks' once there are some. ``max_depth``/``eta``: the trees' parameters;
     ``seed`` fixes the training for reproducible searches.
@@ -182,8 +182,8 @@ class XGBModel(CostModel):
         states now."""
         if self.booster is None and not len(self.samples):
             return False
-        if len(self.samples) >= max(self.min_train, 1):
-            return True
+        if len(self.samples) - self._loaded_n >= max(self.min_train, 1):
+            return True  # the warm-up counts this run's samples: loaded ones may not fit
         return (self.samples.count_of(task.workload_key) >= self.min_task_samples
                 or self.samples.count_tagged(self._tag(task)) >= self.min_task_samples)
 

@@ -157,6 +157,11 @@ def test_a_saved_model_loads_with_the_same_predictions_and_keeps_learning(data, 
     assert loaded.uses_trees_for(other)
     np.testing.assert_allclose(loaded.predict_log(other, feats, est),
                                model.predict_log(other, feats, est), rtol=1e-6)
+    # the warm-up counts this run's samples: a dense layer waits for samples of its own
+    small_warmup = autosched.XGBModel(num_warmup_sample=32)
+    small_warmup.load(str(path))
+    dense = autosched.SearchTask(func=cost_model_dense, args=(16, 256, 256))
+    assert small_warmup.uses_trees_for(other) and not small_warmup.uses_trees_for(dense)
     loaded.update(other, opop[:32], results(other, opop[:32]))
     loaded.train()  # the first samples of this run: a refit on the loaded ones and these
     assert loaded.num_samples == 192 and loaded.num_trees == loaded.num_rounds
