@@ -67,3 +67,17 @@ def test_train_model_needs_an_output_and_records_it_can_read(tmp_path, capsys):
     with pytest.raises(SystemExit, match="no auto-scheduler record"):
         main(["records", "train-model", str(empty), "-o", str(tmp_path / "m.npz")])
     assert not (tmp_path / "m.npz").exists()
+
+
+@pytest.mark.slow
+def test_tune_network_saves_a_model_that_seeds_another_network(tmp_path, capsys):
+    saved = tmp_path / "r18.npz"
+    common = ("--image-size", "16", "--runner", "sim", "--no-sim-check")
+    assert main(["tune-network", "resnet_v1-18", *common, "--trials", "18", "--log",
+                 str(tmp_path / "a.json"), "--save-model", str(saved)]) == 0
+    samples, _, _ = load_model(saved)
+    assert len(samples) == 18
+    assert f"cost model saved to {saved} (18 samples)" in capsys.readouterr().err
+    assert main(["tune-network", "resnet_v1-34", *common, "--trials", "18", "--log",
+                 str(tmp_path / "b.json"), "--load-model", str(saved)]) == 0
+    assert f"cost model {saved}: 18 samples" in capsys.readouterr().err
