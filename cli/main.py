@@ -213,6 +213,8 @@ def main(argv=None) -> int:
     r.add_argument("--dtype", default="float32", help="train-model: --network's precision")
     r.add_argument("--layout", default="NHWC", help="train-model: --network's layout")
     r.add_argument("--batch-size", type=int, default=1, help="train-model: --network's batch")
+    r.add_argument("--image-size", type=int, default=None,
+                   help="train-model: --network's image size (as tune-network was given)")
     r.set_defaults(fn=_records)
     p = sub.add_parser("plot", help="plot tuning curves of a record file as a PNG")
     p.add_argument("log", help="a record file (JSON lines)")

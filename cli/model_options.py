@@ -52,7 +52,8 @@ def train_model_command(args) -> int:
     if args.network:
         from .. import graph
 
-        net, params, _, _ = graph.get_network(args.network, args.batch_size, args.layout)
+        net, params, _, _ = graph.get_network(args.network, args.batch_size, args.layout,
+                                              image_size=args.image_size)
         autosched.extract_tasks(net, params, "cuda", precision=args.dtype)
     model = autosched.XGBModel()
     model.update_from_file(args.log)

@@ -81,3 +81,9 @@ def test_tune_network_saves_a_model_that_seeds_another_network(tmp_path, capsys)
     assert main(["tune-network", "resnet_v1-34", *common, "--trials", "18", "--log",
                  str(tmp_path / "b.json"), "--load-model", str(saved)]) == 0
     assert f"cost model {saved}: 18 samples" in capsys.readouterr().err
+    # a network's log names workloads that exist once its tasks are extracted: --network
+    # (in this process they are registered already; in a new one --network does it)
+    trained = tmp_path / "t.npz"
+    assert main(["records", "train-model", str(tmp_path / "b.json"), "-o", str(trained),
+                 "--network", "resnet_v1-34", "--image-size", "16"]) == 0
+    assert len(load_model(trained)[0]) == 18
