@@ -26,6 +26,10 @@ def _gflops(inp, res) -> float:
 def records_command(args) -> int:
     from ..measure import best_records, distill, load_records
 
+    if args.action == "train-model":
+        from .model_options import train_model_command
+
+        return train_model_command(args)
     if args.action == "distill":
         if not args.output:
             raise SystemExit("records distill needs --output PATH")

@@ -11,6 +11,7 @@ import time
 from .. import autosched, ops, te
 from ..stages import collect
 from .profile import format_profile
+from .model_options import add_model_arguments, check_model_file, save_model
 from .progress import ProgressBar, logger
 
 # -- built-in workloads -----------------------------------------------------------------------
@@ -169,8 +170,11 @@ def tune_op_command(args) -> int:
 
     resume = os.path.exists(args.log)
     earlier = len(autosched.load_records(args.log, task.workload_key)) if resume else 0
+    check_model_file(args.load_model)
     if args.model == "xgb":
         model = autosched.XGBModel(seed=args.seed)
+        if args.load_model:
+            model.load(args.load_model)
         if resume:
             model.update_from_file(args.log)
     else:
@@ -203,6 +207,7 @@ def tune_op_command(args) -> int:
     finally:
         bar.close()
         measurement.close()
+    save_model(model, args.save_model)
     elapsed = time.perf_counter() - t0
     print(f"{summary.trials} trials in {elapsed:.1f} s ({summary.trials / max(elapsed, 1e-9):.2f}"
           f" trials/s; search {summary.search_s:.1f} s, measurement {summary.measure_s:.1f} s), "
@@ -250,6 +255,7 @@ def add_tune_op_parser(sub) -> None:
                    help="the target the sketches are made for (\"cuda\", \"cuda "
                         "-arch=sm_90a\", ...); records name it")
     add_profile_argument(p)
+    add_model_arguments(p)
     p.set_defaults(fn=tune_op_command)
 
 
@@ -291,8 +297,10 @@ def _tune_network(args, tasks, weights, runner: str, todo: int, resume: bool,
     from ..autosched.task_scheduler import format_table
 
     bar = ProgressBar(todo, "trials")
+    check_model_file(args.load_model)
     scheduler = autosched.TaskScheduler(
         tasks, weights, load_log_file=args.log if resume else None, seed=args.seed,
+        load_model_file=args.load_model,
         callbacks=[autosched.PrintTableInfo(table), _NetworkProgress(bar)])
     measurement = Measurement(runner, args.min_repeat_ms, args.sim_check)
     options = autosched.TuningOptions(
@@ -306,6 +314,8 @@ def _tune_network(args, tasks, weights, runner: str, todo: int, resume: bool,
     finally:
         bar.close()
         measurement.close()
+    if scheduler.search_policies:
+        save_model(scheduler.search_policies[0].cost_model, args.save_model)
     elapsed = time.perf_counter() - t0
     print(format_table(scheduler, None))
     print(f"{scheduler.ct} trials in {elapsed:.1f} s ({scheduler.ct / max(elapsed, 1e-9):.2f} "
@@ -451,4 +461,5 @@ def add_tune_network_parser(sub) -> None:
                                    "with .tasks.txt)")
     p.add_argument("--seed", type=int, default=0)
     add_profile_argument(p)
+    add_model_arguments(p)
     p.set_defaults(fn=tune_network_command)
