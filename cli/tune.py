@@ -10,8 +10,8 @@ import time
 
 from .. import autosched, ops, te
 from ..stages import collect
-from .profile import format_profile
 from .model_options import add_model_arguments, check_model_file, save_model
+from .profile import format_profile
 from .progress import ProgressBar, logger
 
 # -- built-in workloads -----------------------------------------------------------------------
