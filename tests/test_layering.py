@@ -57,8 +57,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 )
 
 #: Modules at the root that make one package together.
-ROOT_MODULE_PACKAGE = {"torch_backend": "torch", "torch_partition": "torch",
-                       "torch_tuning": "torch"}
+ROOT_MODULE_PACKAGE = {"torch_backend": "torch", "torch_options": "torch",
+                       "torch_partition": "torch", "torch_tuning": "torch"}
 
 
 def package_of(module: str) -> str:
@@ -263,6 +263,14 @@ def test_no_import_circle_crosses_packages(graph):
     crossing = [c for c in circles(modules, imports) if len({package_of(m) for m in c}) > 1]
     assert not crossing, "import circles across packages:\n" + "\n".join(
         f"{len(c)} modules: {', '.join(c)}" for c in crossing)
+
+
+def test_the_torch_backend_has_no_circle(graph):
+    # its modules share options, errors and the target choice through torch_options; none
+    # imports the module that imports it
+    modules, imports = graph
+    torch = [c for c in circles(modules, imports) if any(package_of(m) == "torch" for m in c)]
+    assert not torch, f"import circles in the torch backend: {torch}"
 
 
 def test_the_checker_sees_every_kind_of_import(tmp_path):
