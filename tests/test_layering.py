@@ -35,9 +35,10 @@ NOT_PACKAGE = frozenset({"tests", "bench", "examples", "docs", "build", "dist"})
 #: packages of one floor are independent of each other.
 FLOORS: tuple[tuple[str, ...], ...] = (
     # import nothing of the project: the target description, the compile-stage clock, the
-    # one-step file writer, the network reader the graph layer installs for the tuners, and
-    # the root package (which loads its names on first use)
-    ("ptxforge", "target", "stages", "atomic_file", "network_reader"),
+    # one-step file writer, the network reader the graph layer installs for the tuners, the
+    # progress bar and logger of long runs, and the root package (which loads its names on
+    # first use)
+    ("ptxforge", "target", "stages", "atomic_file", "network_reader", "progress"),
     ("ir",),                          # dtypes, expressions, te, ComputeDAG, tensor IR
     ("passes",),                      # pass infrastructure, schedule and lowering passes
     ("te",),                          # ptxforge.te: the te front end plus create_schedule
@@ -50,10 +51,10 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("autosched",),                   # the auto-scheduler
     ("autotvm",),                     # template tuning (reuses autosched's cost-model guard)
     ("graph",),                       # networks: graph IR, importers, fusion, build
-    ("cli",),                         # python -m ptxforge, and every __main__ module
-    # the torch.compile backend (which tunes through the CLI's network loop) and TVM's
-    # names mapped onto all of the above
+    # the torch.compile backend and tune_torch (tuning through autosched's network loop);
+    # TVM's names mapped onto all of the above
     ("torch", "tvm"),
+    ("cli",),                         # python -m ptxforge, and every __main__ module
 )
 
 #: Modules at the root that make one package together.
