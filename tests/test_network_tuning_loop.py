@@ -1,8 +1,10 @@
 """The network-tuning loop below the command line (``autosched.network_tuning``): the trial
-plan of a resumed log and a short run on the simulator."""
+plan of a resumed log, a short run on the simulator, and ``ptxforge records show``, which
+took over ``python -m ptxforge.measure show``."""
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +17,8 @@ from ptxforge.autosched.network_tuning import (
     plan_trials,
     tune_network,
 )
-from ptxforge.measure import MeasureInput, MeasureResult, TaskSpec, save_records
+from ptxforge.cli.records import records_command
+from ptxforge.measure import MeasureErrorNo, MeasureInput, MeasureResult, TaskSpec, save_records
 
 
 @dataclass(frozen=True)
@@ -87,3 +90,14 @@ def test_tune_network_resumes_and_reports(tmp_path):
     with pytest.raises(ValueError, match="at least 1 trial"):
         tune_network(tasks, weights, str(log), 0)
 
+
+def test_records_show_prints_one_line_per_record(tmp_path, capsys):
+    log = tmp_path / "log.json"
+    conv = _spec('["w"]', "conv\x1b[2J")
+    _save(log, [(conv, 1e-3, 0), (conv, 1e10, int(MeasureErrorNo.COMPILE_DEVICE)),
+                (conv, 1e10, 99)])
+    args = argparse.Namespace(action="show", log=str(log), output=None)
+    assert records_command(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["conv\\x1b[2J: 1.0000 ms, 2000.00 GFLOPS",
+                     "conv\\x1b[2J: COMPILE_DEVICE", "conv\\x1b[2J: error 99"]
