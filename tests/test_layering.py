@@ -266,6 +266,19 @@ def test_no_import_circle_crosses_packages(graph):
         f"{len(c)} modules: {', '.join(c)}" for c in crossing)
 
 
+def floors_line() -> str:
+    """:data:`FLOORS` in one line, from the ground up, as README.md and
+    docs/architecture.md print it."""
+    return " <- ".join(", ".join(f"`{pkg}`" for pkg in floor) for floor in FLOORS)
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/architecture.md"])
+def test_the_docs_print_the_floors_in_one_line(doc):
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    assert floors_line() in text, (f"{doc} should print the floors of tests/test_layering.py "
+                                   f"in one line:\n{floors_line()}")
+
+
 def test_the_torch_backend_has_no_circle(graph):
     # its modules share options, errors and the target choice through torch_options; none
     # imports the module that imports it
@@ -305,6 +318,7 @@ def main() -> int:
     for c in found:
         if len({package_of(m) for m in c}) > 1:
             print(f"circle across packages, {len(c)} modules: {', '.join(c)}")
+    print(f"floors: {floors_line()}")
     bad = upward_imports(imports)
     print(f"{len(bad)} import(s) point up:")
     for imp in bad:
