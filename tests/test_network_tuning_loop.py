@@ -66,6 +66,7 @@ def test_measurement_names_a_bad_runner():
         Measurement("cpu", 5.0, False)
 
 
+@pytest.mark.slow  # a builder pool starts: a few seconds
 def test_tune_network_resumes_and_reports(tmp_path):
     # one task: a dense layer with its bias and relu fused in
     rng = np.random.default_rng(0)
