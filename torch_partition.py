@@ -19,7 +19,7 @@ from .graph.frontend_torch import TorchImportError, graph_dtype, import_graph
 from .graph.frontend_torch.importer import overload_name, source_line, static_int
 from .graph.frontend_torch.registry import lookup
 from .graph.ir import Var
-from .torch_backend import BackendError, UnsupportedOperatorsWarning, resolve_target
+from .torch_options import BackendError, UnsupportedOperatorsWarning, resolve_target
 
 
 def _tensor_ok(val) -> bool:

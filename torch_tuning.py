@@ -1,11 +1,8 @@
-"""Tuning the graphs of a PyTorch model from an empty (or partial) log, with the CLI's
-progress bar: the auto-scheduler's task scheduler over the model's fused functions, as
-``python -m ptxforge tune-network`` does for a zoo network."""
+"""Tuning the graphs of a PyTorch model from an empty (or partial) log, with the command
+line's progress bar: the auto-scheduler's task scheduler over the model's fused functions
+(:mod:`ptxforge.autosched.network_tuning`, which ``ptxforge tune-network`` runs too)."""
 
 from __future__ import annotations
-
-import argparse
-import os
 
 from .graph.ir import Graph
 
@@ -17,25 +14,18 @@ def tune_graph(net: Graph, params: dict, trials: int, log: str, *, precision: st
     appending to ``log`` (resumed when it exists: earlier trials of these tasks count).
     ``target`` ``"cuda"`` measures on the GPU, ``"sim"`` estimates on the simulator.
     Returns the number of trials measured now."""
-    from . import autosched
-    from .cli.tune import _tune_network
+    from .autosched import extract_tasks
+    from .autosched.network_tuning import plan_trials, tune_network
 
-    tasks, weights = autosched.extract_tasks(net, params, "cuda", precision=precision)
+    tasks, weights = extract_tasks(net, params, "cuda", precision=precision)
     if not tasks:
         return 0
-    if trials < len(tasks):
-        raise ValueError(f"trials must be at least the number of tasks ({len(tasks)}), got "
-                         f"{trials}")
-    resume = os.path.exists(log)
-    keys = {t.workload_key for t in tasks}
-    earlier = (sum(1 for inp, _ in autosched.load_records(log)
-                   if inp.task.workload_key in keys) if resume else 0)
-    todo = max(trials - earlier, len(tasks)) if trials > earlier else 0
-    if not todo:
+    plan = plan_trials(tasks, log, trials)
+    if not plan.todo:
         return 0
     runner = "sim" if target == "sim" else "gpu"
-    args = argparse.Namespace(log=log, seed=seed, per_round=per_round,
-                              min_repeat_ms=min_repeat_ms, sim_check=runner == "sim")
-    table = (log[:-5] if log.endswith(".json") else log) + ".tasks.txt"
-    _tune_network(args, tasks, weights, runner, todo, resume, table)
-    return todo
+    run = tune_network(tasks, weights, log, plan.todo, runner=runner, resume=plan.resume,
+                       seed=seed, per_round=per_round, min_repeat_ms=min_repeat_ms,
+                       sim_check=runner == "sim")
+    print(run.report())
+    return plan.todo

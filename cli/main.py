@@ -204,9 +204,13 @@ def main(argv=None) -> int:
                    help="also print the LLVM IR or PTX of the result")
     i.set_defaults(fn=_inspect)
     add_opt_parser(sub)
-    r = sub.add_parser("records", help="list, show the best of, or distill a record file, or "
-                                       "train a cost model on it")
-    r.add_argument("action", choices=("list", "best", "distill", "train-model"))
+    r = sub.add_parser("records", help="list, show, show the best of, or distill a record "
+                                       "file, or train a cost model on it")
+    r.add_argument("action", choices=("list", "show", "best", "distill", "train-model"),
+                   help="list: a table of every record; show: one line per record (the "
+                        "error's name or the time); best: the best record per workload; "
+                        "distill: write the best record per workload to --output; "
+                        "train-model: fit a cost model on the records, saved to --output")
     r.add_argument("log", help="a record file (JSON lines)")
     r.add_argument("--output", "-o", help="where distill (train-model) writes")
     r.add_argument("--network", help="train-model: the zoo network whose log it is")

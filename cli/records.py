@@ -1,4 +1,4 @@
-"""``ptxforge records``: list, best and distill a record file."""
+"""``ptxforge records``: list, show, best and distill a record file."""
 
 from __future__ import annotations
 
@@ -23,6 +23,19 @@ def _gflops(inp, res) -> float:
     return inp.task.flop / t / 1e9 if t > 0 and inp.task.flop else 0.0
 
 
+def _outcome(inp, res) -> str:
+    """A record's outcome in words: the error's name, or the time and the rate."""
+    from ..measure import MeasureErrorNo
+
+    if res.error_no:
+        known = res.error_no in set(MeasureErrorNo)
+        return MeasureErrorNo(res.error_no).name if known else f"error {res.error_no}"
+    what = f"{res.mean * 1e3:.4f} ms" + (" (estimated)" if res.estimated else "")
+    if inp.task.flop and res.mean > 0:
+        what += f", {inp.task.flop / res.mean / 1e9:.2f} GFLOPS"
+    return what
+
+
 def records_command(args) -> int:
     from ..measure import best_records, distill, load_records
 
@@ -41,6 +54,10 @@ def records_command(args) -> int:
         # Say so rather than print an empty table: a log whose every line was skipped (not
         # JSON, another file given by mistake) reads as a log with no records.
         print(f"{printable(args.log)} holds no records", file=sys.stderr)
+    if args.action == "show":
+        for inp, res in recs:
+            print(f"{printable(inp.task.name or inp.task.workload_key)}: {_outcome(inp, res)}")
+        return 0
     if args.action == "list":
         print(f"{'#':>5}  {'task':<40} {'error':>5} {'time (ms)':>12} {'GFLOP/s':>10}")
         for k, (inp, res) in enumerate(recs):

@@ -9,6 +9,12 @@ import os
 import time
 
 from .. import autosched, ops, te
+from ..autosched.network_tuning import (
+    Measurement,
+    default_table,
+    plan_trials,
+    tune_network,
+)
 from ..stages import collect
 from .model_options import add_model_arguments, check_model_file, save_model
 from .profile import format_profile
@@ -95,32 +101,6 @@ def resolve_runner(choice: str | None) -> str:
         raise SystemExit("--runner gpu: no CUDA GPU answers here (cuInit / cuDeviceGetCount); "
                          "use --runner sim to tune with the simulator's estimates")
     return choice
-
-
-class Measurement:
-    """The builder and runner of one tuning command; :meth:`close` stops their workers."""
-
-    def __init__(self, runner: str, min_repeat_ms: float, sim_check: bool):
-        from .. import measure
-
-        self.kind = runner
-        if runner == "gpu":
-            self._ctx = autosched.LocalRPCMeasureContext(repeat=1, min_repeat_ms=min_repeat_ms,
-                                                         timeout=10)
-            self.runner = self._ctx.runner
-            self.builder = measure.LocalBuilder()
-        else:
-            self._ctx = None
-            self.runner = measure.SimRunner(check_correctness=sim_check)
-            # the simulator runs device IR: no PTX or cubin needed
-            self.builder = measure.LocalBuilder(compile_to="ir")
-
-    def close(self) -> None:
-        self.builder.close()
-        if self._ctx is not None:
-            self._ctx.close()
-        else:
-            self.runner.close()
 
 
 def _ms(cost: float, estimated: bool) -> str:
@@ -269,59 +249,19 @@ def add_profile_argument(p) -> None:
 # -- tune-network -----------------------------------------------------------------------------
 
 
-class _NetworkProgress(autosched.TaskSchedulerCallback):
-    """After every task scheduler round: the bar and a log message."""
-
-    def __init__(self, bar: ProgressBar):
-        self.bar = bar
-        self.rounds = 0
-
-    def post_tune(self, task_scheduler, task_id):
-        from ..autosched.task_scheduler import FAILED_COST
-
-        ts = task_scheduler
-        self.rounds += 1
-        est = any(ts.best_estimated)
-        if all(c < FAILED_COST for c in ts.best_costs):
-            total = f"{ts.cur_score * 1e3:.3f} ms{' (estimated)' if est else ''}"
-        else:
-            total = "-"
-        self.bar.update(ts.ct, f"round {self.rounds}  latency {total}")
-        logger.info(f"round {self.rounds}: task {task_id} ({ts.tasks[task_id].desc}), "
-                    f"{ts.ct}/{self.bar.total} trials, estimated total latency {total}")
-
-
 def _tune_network(args, tasks, weights, runner: str, todo: int, resume: bool,
                   table: str) -> None:
     """Run the task scheduler for ``todo`` trials and print its table."""
-    from ..autosched.task_scheduler import format_table
-
-    bar = ProgressBar(todo, "trials")
     check_model_file(args.load_model)
-    scheduler = autosched.TaskScheduler(
-        tasks, weights, load_log_file=args.log if resume else None, seed=args.seed,
-        load_model_file=args.load_model,
-        callbacks=[autosched.PrintTableInfo(table), _NetworkProgress(bar)])
-    measurement = Measurement(runner, args.min_repeat_ms, args.sim_check)
-    options = autosched.TuningOptions(
-        num_measure_trials=todo, num_measures_per_round=args.per_round,
-        builder=measurement.builder, runner=measurement.runner, verbose=0,
-        measure_callbacks=[autosched.RecordToFile(args.log)])
-    t0 = time.perf_counter()
-    try:
-        with collect() as main_stages:
-            scheduler.tune(options)
-    finally:
-        bar.close()
-        measurement.close()
-    if scheduler.search_policies:
-        save_model(scheduler.search_policies[0].cost_model, args.save_model)
-    elapsed = time.perf_counter() - t0
-    print(format_table(scheduler, None))
-    print(f"{scheduler.ct} trials in {elapsed:.1f} s ({scheduler.ct / max(elapsed, 1e-9):.2f} "
-          f"trials/s){f'; resumed from {args.log}' if resume else ''}; the table is in {table}")
+    run = tune_network(tasks, weights, args.log, todo, runner=runner, resume=resume,
+                       table=table, seed=args.seed, per_round=args.per_round,
+                       min_repeat_ms=args.min_repeat_ms, sim_check=args.sim_check,
+                       load_model=args.load_model)
+    if run.scheduler.search_policies:
+        save_model(run.scheduler.search_policies[0].cost_model, args.save_model)
+    print(run.report())
     if args.profile:
-        print(format_profile(main_stages, measurement.builder, scheduler.ct, elapsed))
+        print(format_profile(run.stages, run.builder, run.trials, run.elapsed_s))
 
 
 NETWORK_TOLERANCE = {"float32": 1e-4, "tf32": 5e-3, "float16": 1e-2, "bfloat16": 4e-2}
@@ -344,8 +284,7 @@ def tune_network_command(args) -> int:
     # an ONNX model imports as it was written (NCHW): --layout converts it in the build
     layout = args.layout if is_model_file(args.network) else None
     runner = resolve_runner(args.runner)
-    table = args.table or ((args.log[:-5] if args.log.endswith(".json") else args.log)
-                           + ".tasks.txt")
+    table = args.table or default_table(args.log)
     logger.info(f"network {loaded.label}, batch {args.batch_size}, {args.layout}, "
                 f"{args.dtype}, runner {runner}, log {args.log}")
     net, params = loaded.net, loaded.params
@@ -358,12 +297,8 @@ def tune_network_command(args) -> int:
     if args.trials < len(tasks):
         raise SystemExit(f"--trials must be at least the number of tasks ({len(tasks)})")
 
-    resume = os.path.exists(args.log)
-    keys = {t.workload_key for t in tasks}
-    earlier = (sum(1 for inp, _ in autosched.load_records(args.log)
-                   if inp.task.workload_key in keys) if resume else 0)
-    # every round of the task scheduler's warm-up needs a trial per task
-    todo = max(args.trials - earlier, len(tasks)) if args.trials > earlier else 0
+    plan = plan_trials(tasks, args.log, args.trials)
+    resume, earlier, todo = plan.resume, plan.earlier, plan.todo
     if resume:
         logger.info(f"resuming from {args.log}: {earlier} earlier trials of this network's "
                     "tasks are not measured again")

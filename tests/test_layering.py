@@ -35,9 +35,10 @@ NOT_PACKAGE = frozenset({"tests", "bench", "examples", "docs", "build", "dist"})
 #: packages of one floor are independent of each other.
 FLOORS: tuple[tuple[str, ...], ...] = (
     # import nothing of the project: the target description, the compile-stage clock, the
-    # one-step file writer, the network reader the graph layer installs for the tuners, and
-    # the root package (which loads its names on first use)
-    ("ptxforge", "target", "stages", "atomic_file", "network_reader"),
+    # one-step file writer, the network reader the graph layer installs for the tuners, the
+    # progress bar and logger of long runs, and the root package (which loads its names on
+    # first use)
+    ("ptxforge", "target", "stages", "atomic_file", "network_reader", "progress"),
     ("ir",),                          # dtypes, expressions, te, ComputeDAG, tensor IR
     ("passes",),                      # pass infrastructure, schedule and lowering passes
     ("te",),                          # ptxforge.te: the te front end plus create_schedule
@@ -50,15 +51,15 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("autosched",),                   # the auto-scheduler
     ("autotvm",),                     # template tuning (reuses autosched's cost-model guard)
     ("graph",),                       # networks: graph IR, importers, fusion, build
-    ("cli",),                         # python -m ptxforge, and every __main__ module
-    # the torch.compile backend (which tunes through the CLI's network loop) and TVM's
-    # names mapped onto all of the above
+    # the torch.compile backend and tune_torch (tuning through autosched's network loop);
+    # TVM's names mapped onto all of the above
     ("torch", "tvm"),
+    ("cli",),                         # python -m ptxforge, and every __main__ module
 )
 
 #: Modules at the root that make one package together.
-ROOT_MODULE_PACKAGE = {"torch_backend": "torch", "torch_partition": "torch",
-                       "torch_tuning": "torch"}
+ROOT_MODULE_PACKAGE = {"torch_backend": "torch", "torch_options": "torch",
+                       "torch_partition": "torch", "torch_tuning": "torch"}
 
 
 def package_of(module: str) -> str:
@@ -265,6 +266,27 @@ def test_no_import_circle_crosses_packages(graph):
         f"{len(c)} modules: {', '.join(c)}" for c in crossing)
 
 
+def floors_line() -> str:
+    """:data:`FLOORS` in one line, from the ground up, as README.md and
+    docs/architecture.md print it."""
+    return " <- ".join(", ".join(f"`{pkg}`" for pkg in floor) for floor in FLOORS)
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/architecture.md"])
+def test_the_docs_print_the_floors_in_one_line(doc):
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    assert floors_line() in text, (f"{doc} should print the floors of tests/test_layering.py "
+                                   f"in one line:\n{floors_line()}")
+
+
+def test_the_torch_backend_has_no_circle(graph):
+    # its modules share options, errors and the target choice through torch_options; none
+    # imports the module that imports it
+    modules, imports = graph
+    torch = [c for c in circles(modules, imports) if any(package_of(m) == "torch" for m in c)]
+    assert not torch, f"import circles in the torch backend: {torch}"
+
+
 def test_the_checker_sees_every_kind_of_import(tmp_path):
     # a small package with one import of each form, two of them pointing up the floors
     files = {
@@ -296,6 +318,7 @@ def main() -> int:
     for c in found:
         if len({package_of(m) for m in c}) > 1:
             print(f"circle across packages, {len(c)} modules: {', '.join(c)}")
+    print(f"floors: {floors_line()}")
     bad = upward_imports(imports)
     print(f"{len(bad)} import(s) point up:")
     for imp in bad:
