@@ -7,12 +7,11 @@ placeholders) gets the sketch ``fused_attention(<output>)``. Its one step,
 stages) and emits the ``fused_attention`` schedule step with it, so a state is recorded,
 printed and replayed like any other; :func:`attention_model` ranks the states by
 :func:`~ptxforge.ops.schedules.attention.attention_time`, the default chooser's estimate.
-The general sketches of such a task (the unfused stages on CUDA cores) stay and compete.
-Candidates are built by :class:`~ptxforge.autotvm.attention.AttentionBuilder`.
-
-To search it, the task's sketch list takes :func:`attention_sketches` and the kernel
-model dispatches :class:`AttentionStep` to :func:`attention_model` (as for the row-epilogue
-rule, ``gemm_rows``).
+The general sketches of such a task (the unfused stages on CUDA cores) stay and compete:
+``SearchTask.sketches`` adds :func:`attention_sketches`, and the kernel model
+(``autosched/kernel_model.py``) dispatches :class:`AttentionStep` to
+:func:`attention_model`. The usual builders (:class:`~ptxforge.measure.LocalBuilder`)
+build a state's ``fused_attention`` step as the fused kernel.
 """
 
 from __future__ import annotations
