@@ -4,11 +4,15 @@ graph's reference on the simulator; without the option the attention is decompos
 
 from __future__ import annotations
 
+import json
+import warnings
+
 import numpy as np
 
 import ptxforge
 from ptxforge import graph
 from ptxforge.graph import opdefs as G
+from ptxforge.graph.build_module import NoTuningRecordWarning
 from ptxforge.graph.fused import distinct_functions
 from ptxforge.graph.ir import Constant, Var, graph_from_outputs
 from ptxforge.graph.opdefs.attention import attention
@@ -83,3 +87,37 @@ def test_ptx_for_the_fused_function():
     (f,) = _attention_functions(lib)
     ptx = f.ptx.get_source("ptx")
     assert "mma.sync" in ptx and "cp.async" in ptx
+
+
+def test_an_auto_scheduler_record_picks_the_configuration(tmp_path):
+    """The network's attention task, searched over the fused sketch only, gives a record
+    whose ``fused_attention`` step ``graph.build`` uses under ``ApplyHistoryBest``."""
+    from ptxforge import autosched, measure
+
+    net, x = _block(True)
+    with GraphPassContext(config={"fused_attention": True}):
+        tasks, _ = autosched.extract_tasks(net, target="cuda -arch=sm_80")
+    (task,) = [t for t in tasks if any(s.name.startswith("fused_attention(")
+                                       for s in t.sketches)]
+    k = next(i for i, s in enumerate(task.sketches) if s.name.startswith("fused_attention("))
+    task.__dict__["sketches"], task.__dict__["models"] = [task.sketches[k]], [task.models[k]]
+    log = str(tmp_path / "att.json")
+    builder = measure.LocalBuilder(n_parallel=0, compile_to="ir")
+    runner = measure.SimRunner(check_correctness=False, target="cuda -arch=sm_80")
+    opts = autosched.TuningOptions(num_measure_trials=1, num_measures_per_round=1,
+                                   builder=builder, runner=runner, verbose=0,
+                                   measure_callbacks=[autosched.RecordToFile(log)])
+    pol = autosched.SketchPolicy(task, autosched.RandomModel(seed=2), seed=2, verbose=0)
+    task.tune(opts, search_policy=pol)
+    with open(log) as f:
+        (step_text,) = [json.loads(line)["pipeline"] for line in f]
+    assert step_text.startswith("fused_attention(")
+    feeds = {"x": cast_array(RNG.standard_normal(x.shape), "float16")}
+    with autosched.ApplyHistoryBest(log), warnings.catch_warnings():
+        warnings.simplefilter("ignore", NoTuningRecordWarning)  # the other functions
+        lib = graph.build(net, "sim -arch=sm_80", fused_attention=True)
+    (f,) = _attention_functions(lib)
+    assert f.tuned and f.pipeline_text == step_text
+    want = widen(graph.evaluate(net, feeds), "float16")
+    got = widen(_run(lib, feeds), "float16")
+    assert np.abs(got - want).max() <= 2e-2 * max(1.0, np.abs(want).max())
