@@ -90,6 +90,7 @@ def test_a_short_search_builds_fused_candidates_in_the_workers(task, tmp_path):
     assert len(recs) == 3
     for rec in recs:
         assert rec["pipeline"].startswith("fused_attention("), rec["pipeline"]
+        assert rec["result"]["correctness"] == "passed", rec["result"]
     assert "lower" in builder.stage_totals
 
 
