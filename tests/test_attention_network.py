@@ -82,11 +82,15 @@ def test_off_by_default_and_the_pass_config_turns_it_on():
 
 
 def test_ptx_for_the_fused_function():
+    from ptxforge.graph.build_module import compile_function
+
     net, _ = _block(True)
-    lib = graph.build(net, "cuda -arch=sm_80", fused_attention=True)
-    (f,) = _attention_functions(lib)
+    funcs, _ = distinct_functions(graph.optimize(net, fused_attention=True))
+    (func,) = [f for f in funcs if "attention" in f.name]
+    f = compile_function(func, "cuda -arch=sm_80", None)
+    assert f.pipeline_text.startswith("fused_attention") and not f.tuned
     ptx = f.ptx.get_source("ptx")
-    assert "mma.sync" in ptx and "cp.async" in ptx
+    assert "mma.sync" in ptx and "cp.async" in ptx and "ldmatrix" in ptx
 
 
 def test_an_auto_scheduler_record_picks_the_configuration(tmp_path):
