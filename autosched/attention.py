@@ -7,12 +7,11 @@ placeholders) gets the sketch ``fused_attention(<output>)``. Its one step,
 stages) and emits the ``fused_attention`` schedule step with it, so a state is recorded,
 printed and replayed like any other; :func:`attention_model` ranks the states by
 :func:`~ptxforge.ops.schedules.attention.attention_time`, the default chooser's estimate.
-The general sketches of such a task (the unfused stages on CUDA cores) stay and compete.
-Candidates are built by :class:`~ptxforge.autotvm.attention.AttentionBuilder`.
-
-To search it, the task's sketch list takes :func:`attention_sketches` and the kernel
-model dispatches :class:`AttentionStep` to :func:`attention_model` (as for the row-epilogue
-rule, ``gemm_rows``).
+The general sketches of such a task (the unfused stages on CUDA cores) stay and compete:
+``SearchTask.sketches`` adds :func:`attention_sketches`, and the kernel model
+(``autosched/kernel_model.py``) dispatches :class:`AttentionStep` to
+:func:`attention_model`. The usual builders (:class:`~ptxforge.measure.LocalBuilder`)
+build a state's ``fused_attention`` step as the fused kernel.
 """
 
 from __future__ import annotations
@@ -86,24 +85,48 @@ def attention_sketches(task) -> list:
     return [Sketch(f"fused_attention({step.stage})", [step])] if step is not None else []
 
 
+def _config_table(step: AttentionStep) -> dict:
+    """Per configuration of ``step`` (by index): threads, registers, shared bytes, blocks
+    and the estimate, computed once per step (a population indexes them: the time model is
+    Python, too slow to run per state)."""
+    table = _TABLES.get(id(step))
+    if table is not None and table[0] is step:
+        return table[1]
+    from ..ops.schedules.attention import attention_time, shared_layout
+    from ..ops.schedules.attention.knobs import registers_estimate
+
+    w = step.workload
+    cfgs = step.configs
+    out = {
+        "threads": np.array([c.threads for c in cfgs], dtype=np.int64),
+        "regs": np.array([registers_estimate(w, c) for c in cfgs], dtype=np.int64),
+        "shared_bytes": np.array([shared_layout(w, c).total for c in cfgs], dtype=np.int64),
+        "blocks": np.array([-(-w.q_len // c.block_q) * w.heads * w.batch for c in cfgs],
+                           dtype=np.int64),
+        "est": np.array([attention_time(w, c, step.target) for c in cfgs]),
+    }
+    if len(_TABLES) > 64:
+        _TABLES.clear()
+    _TABLES[id(step)] = (step, out)
+    return out
+
+
+_TABLES: dict = {}
+
+
 def attention_model(step: AttentionStep, V, hw, n: int) -> dict:
     """Validity, resource use and the analytical time of attention states (vectorized over
     the configurations a population picks): every configuration is legal (the rule offers
     only those), the time is :func:`~ptxforge.ops.schedules.attention.attention_time`."""
-    from ..ops.schedules.attention import attention_time, shared_layout
-    from ..ops.schedules.attention.knobs import registers_estimate
     from .kernel_model import _occupancy
 
     w = step.workload
     idx = np.asarray(V[step.slot("config")], dtype=np.int64)
-    cfgs = [step.configs[int(i)] for i in idx]
-    threads = np.array([c.threads for c in cfgs], dtype=np.int64)
-    regs = np.array([registers_estimate(w, c) for c in cfgs], dtype=np.int64)
-    shared = np.array([shared_layout(w, c).total for c in cfgs], dtype=np.int64)
-    blocks = np.array([-(-w.q_len // c.block_q) * w.heads * w.batch for c in cfgs],
-                      dtype=np.int64)
+    table = _config_table(step)
+    threads, regs, shared, blocks = (table[k][idx] for k in
+                                     ("threads", "regs", "shared_bytes", "blocks"))
     occ = _occupancy(threads, regs, shared, blocks, hw)
-    est = np.array([attention_time(w, c, step.target) for c in cfgs])
+    est = table["est"][idx]
     io = 2.0 * (w.batch * w.heads * w.q_len * (w.head_dim + w.v_dim)
                 + 2 * w.batch * w.kv_heads * w.kv_len * (w.head_dim + w.v_dim) / 2)
     return {"valid": np.ones(n, dtype=bool), "blocks": blocks, "threads": threads,

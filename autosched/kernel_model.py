@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..target import resident_blocks
+from .attention import AttentionStep, attention_model
 from .fused_rows import FusedRowsStep, fused_rows_model
 from .gemm_rows import RowGemmStep, gemm_rows_model
 from .hardware import HardwareParams
@@ -261,7 +262,9 @@ class SketchModel:
             if isinstance(st, InlineStep):
                 continue
             in_bytes, work, space = self._in_bytes[st.stage]
-            if isinstance(st, FusedRowsStep):
+            if isinstance(st, AttentionStep):
+                out.insert(0, ("attention", attention_model(st, V, self.hw, n)))
+            elif isinstance(st, FusedRowsStep):
                 out.insert(0, ("fused_rows", fused_rows_model(st, V, self.hw, n)))
             elif isinstance(st, RowGemmStep):
                 out.insert(0, ("tensorcore", gemm_rows_model(st, V, self.hw, n)))

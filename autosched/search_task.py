@@ -82,14 +82,17 @@ class SearchTask:
 
     @functools.cached_property
     def sketches(self) -> list:
-        """The sketches the GPU rules generate for this computation."""
+        """The sketches the GPU rules generate for this computation (an attention's
+        fused kernel among them)."""
+        from .attention import attention_sketches
         from .fused_rows import fused_rows_sketches
         from .gemm_rows import gemm_rows_sketches
         from .sketch_rules import generate_sketches
         from .tensorcore import tensorcore_sketches
 
         return (generate_sketches(self.analysis) + tensorcore_sketches(self)
-                + fused_rows_sketches(self) + gemm_rows_sketches(self))
+                + fused_rows_sketches(self) + gemm_rows_sketches(self)
+                + attention_sketches(self))
 
     @functools.cached_property
     def models(self) -> list:

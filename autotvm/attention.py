@@ -1,14 +1,13 @@
-"""The AutoTVM template of fused attention, and the builder that compiles its candidates.
+"""The AutoTVM template of fused attention.
 
 Importing this module registers ``attention.cuda``::
 
     import ptxforge.autotvm.attention  # noqa: F401  (registers the template)
-    from ptxforge.autotvm.attention import AttentionBuilder
 
     task = autotvm.task.create("attention.cuda",
                                args=(1, 16, 16, 4096, 4096, 128, 128, "float16", True),
                                target="cuda")
-    option = autotvm.measure_option(builder=AttentionBuilder(), runner=...)
+    option = autotvm.measure_option(builder=autotvm.LocalBuilder(), runner=...)
 
 Arguments: ``B, Hq, Hkv, L, S, E, Ev, dtype[, causal, scale, mask_shape, mask_dtype]``
 (``q [B, Hq, L, E]``, ``k [B, Hkv, S, E]``, ``v [B, Hkv, S, Ev]``, an optional mask of
@@ -19,20 +18,17 @@ registers) is rejected at instantiation with an ``InstantiationError`` naming th
 and without a record the template takes ``choose_attention_config``'s configuration.
 
 The schedule is one step, ``fused_attention(warps=, block_kv=, stages=, causal=,
-scale=)``: the kernel is device IR built whole, so a candidate must be built by
-:class:`AttentionBuilder` (a :class:`~ptxforge.measure.LocalBuilder` that builds the
-kernel for inputs holding that step, and everything else as its parent does); the
-runners, records and ``apply_history_best`` are the usual ones.
+scale=)``: the kernel is device IR built whole, which the usual builders
+(:class:`~ptxforge.measure.LocalBuilder`; ``AttentionBuilder`` is another name of it) make
+for a candidate holding that step in place of the lowering; the runners, records and
+``apply_history_best`` are the usual ones.
 """
 
 from __future__ import annotations
 
-import time
-
 from .. import te
-from ..measure.artifact import BuildArtifact
-from ..measure.build import BuildOptions, LocalBuilder, build_candidate, check_host
-from ..measure.result import BuildResult, MeasureErrorNo, MeasureInput
+from ..measure.build import BuildOptions, LocalBuilder, build_candidate
+from ..measure.result import BuildResult, MeasureInput
 from ..ops.attention import attention
 from ..ops.schedules.attention import (
     AttentionConfig,
@@ -44,11 +40,7 @@ from ..ops.schedules.attention import (
 )
 from ..ops.schedules.attention.knobs import BLOCK_KV, MMA_ROWS, MMAS, STAGES, WARPS
 from ..ops.schedules.attention.knobs_wgmma import WGMMA_STAGES
-from ..ops.schedules.attention.schedule_pass import (
-    FusedAttention,
-    fused_attention_device_module,
-    fused_attention_step,
-)
+from ..ops.schedules.attention.schedule_pass import FusedAttention, fused_attention_step
 from ..target import as_target
 from .dispatch import get_config
 from .task import template
@@ -141,79 +133,15 @@ def dispatched_config(w: AttentionWorkload) -> AttentionConfig:
     return step.config
 
 
-def _fail(code: MeasureErrorNo, msg: str, t0: float, stages: dict) -> BuildResult:
-    return BuildResult(None, int(code), msg, time.perf_counter() - t0, dict(stages))
-
-
 def build_attention_candidate(inp: MeasureInput,
                               options: BuildOptions | None = None) -> BuildResult:
-    """Build one candidate whose schedule holds a ``fused_attention`` step as the fused
-    kernel (any other as :func:`~ptxforge.measure.build.build_candidate` does); every
-    failure comes back as an error code."""
-    from ..ir.printer import print_func
-    from ..measure.build import _compile
-    from ..measure.kernel_stats import analyze_module
-    from ..passes import SchedulePipeline
-
-    options = options or BuildOptions()
-    t0 = time.perf_counter()
-    stages: dict = {}
-    try:
-        step = fused_attention_step(SchedulePipeline.parse(inp.pipeline_text))
-    except Exception:  # noqa: BLE001 - the generic builder reports a bad pipeline
-        step = None
-    if step is None:
-        return build_candidate(inp, options)
-    try:
-        target = options.target_for(inp.task.target)
-    except Exception as e:  # noqa: BLE001
-        return _fail(MeasureErrorNo.COMPILE_DEVICE, str(e), t0, stages)
-    with target:
-        t = time.perf_counter()
-        try:
-            device = fused_attention_device_module(inp.task.module(), step, target)
-        except AttentionError as e:
-            return _fail(MeasureErrorNo.INSTANTIATION_ERROR, f"AttentionError: {e}", t0,
-                         stages)
-        stages["lower"] = time.perf_counter() - t
-        if options.verify:
-            from ..ir.verify import verify
-
-            verify(device)
-        outputs = check_host(device)
-        stats = analyze_module(device)
-        kernels: dict = {}
-        if options.compile_to != "ir":
-            failed = _compile(device, options, target, kernels, stages)
-            if failed is not None:
-                return _fail(failed[0], failed[1], t0, stages)
-    artifact = BuildArtifact(str(device), kernels, stats, outputs, target.arch, dict(stages),
-                             print_func(device.host))
-    return BuildResult(artifact, int(MeasureErrorNo.NO_ERROR), "", time.perf_counter() - t0,
-                       dict(stages))
+    """Build one candidate: :func:`~ptxforge.measure.build.build_candidate`, which builds a
+    schedule holding a ``fused_attention`` step as the fused kernel itself (kept for the
+    callers written before it did)."""
+    return build_candidate(inp, options or BuildOptions())
 
 
-class AttentionBuilder(LocalBuilder):
-    """A :class:`~ptxforge.measure.LocalBuilder` that builds candidates holding a
-    ``fused_attention`` step as the fused kernel, in the calling process (one at a time),
-    and hands every other candidate to its worker processes."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._attention: list = []
-
-    def submit(self, key, inp: MeasureInput) -> None:
-        if "fused_attention(" in inp.pipeline_text:
-            self._attention.append((key, inp))
-        else:
-            super().submit(key, inp)
-
-    @property
-    def pending(self) -> int:
-        return len(self._attention) + super().pending
-
-    def collect(self, timeout: float | None = 0.0) -> list:
-        if self._attention:
-            key, inp = self._attention.pop(0)
-            return [(key, build_attention_candidate(inp, self.options))]
-        return super().collect(timeout)
+AttentionBuilder = LocalBuilder
+"""The builder of attention candidates: :class:`~ptxforge.measure.LocalBuilder` builds a
+``fused_attention`` step as the fused kernel in its worker processes like any other
+candidate (the name stays for the callers written before it did)."""

@@ -36,13 +36,25 @@ class NoTuningRecordWarning(UserWarning):
 def optimize(net: Graph, params: dict | None = None, *, layout: str | None = None,
              winograd: bool = False, fuse: bool = True,
              ctx: GraphPassContext | None = None, precision: str | None = None,
-             pad_channels: int | None = None) -> Graph:
+             pad_channels: int | None = None, fused_attention: bool = False) -> Graph:
     """Bind ``params`` and run the optimization pipeline (see
     :func:`~ptxforge.graph.passes.optimization_pipeline`); the result calls fused functions
-    unless ``fuse`` is False. ``precision`` and ``pad_channels`` as :func:`build`."""
+    unless ``fuse`` is False. ``precision``, ``pad_channels`` and ``fused_attention`` as
+    :func:`build`."""
     pipeline = optimization_pipeline(layout, winograd, fuse, precision, pad_channels)
     graph = bind_params(net, params)
-    return pipeline(graph, ctx)
+    ctx = ctx if ctx is not None else GraphPassContext.current()
+    if not fused_attention:
+        return pipeline(graph, ctx)
+    # the graph pass config key ``fused_attention``, for this run only
+    from .opdefs.attention import FUSED_OPTION
+
+    before = ctx.config
+    ctx.config = {**before, FUSED_OPTION: True}
+    try:
+        return pipeline(graph, ctx)
+    finally:
+        ctx.config = before
 
 
 def function_tensors(func) -> list:
@@ -231,6 +243,35 @@ def compile_function(func: FusedFunction, target: Target | str, schedule_fn: Sch
         return _compile_function(func, target, schedule_fn, tuple(constant_args))
 
 
+def _attention_device(func: FusedFunction, target: Target, sch) -> tuple[Module, str] | None:
+    """``(device module, pipeline text)`` of the fused attention kernel for ``func``: with
+    ``sch`` (a schedule from ``schedule_fn``) when its pipeline holds a ``fused_attention``
+    step, else, for a function that computes one ``nn.attention`` of its inputs, with the
+    configuration :func:`~ptxforge.graph.opdefs.attention.fused_attention_module` takes
+    (an AutoTVM record of ``attention.cuda``, or the default chooser's); None otherwise."""
+    from ..ops.attention import TAG
+
+    if sch is not None:
+        from ..ops.schedules.attention.schedule_pass import (
+            fused_attention_device_module,
+            fused_attention_step,
+        )
+
+        pipeline = getattr(sch, "pipeline", None)
+        step = fused_attention_step(pipeline) if pipeline is not None else None
+        if step is None:
+            return None
+        return fused_attention_device_module(sch.module, step, target), pipeline.text
+    if getattr(function_tensors(func)[-1].op, "tag", "") != TAG:
+        return None  # cheap: most functions are no attention
+    from .opdefs.attention import fused_attention_module
+
+    mod = fused_attention_module(func, target)
+    if mod is None:
+        return None
+    return mod, "fused_attention"
+
+
 def _compile_function(func: FusedFunction, target: Target, schedule_fn: ScheduleFn | None,
                       constant_args: tuple[int, ...] = ()) -> CompiledFunction:
     from ..driver import lower
@@ -238,20 +279,31 @@ def _compile_function(func: FusedFunction, target: Target, schedule_fn: Schedule
     t0 = time.perf_counter()
     chosen = schedule_fn(func) if schedule_fn is not None else None
     tuned = chosen is not None
-    if chosen is None:
-        if schedule_fn is not None:
-            warnings.warn(f"no tuning record for {func.name} (workload key "
-                          f"{func.workload_key}); using the default schedule",
-                          NoTuningRecordWarning, stacklevel=3)
-        chosen = default_schedule_for(func, target)
-    sch, args = chosen
     try:
-        device_module = lower(sch, list(args))
+        # an attention kept whole (graph pass config ``fused_attention``) runs as the fused
+        # kernel: from a tuned ``fused_attention`` step, else its own default configuration
+        fused = _attention_device(func, target, chosen[0] if tuned else None)
     except Exception as e:
-        if tuned:
-            raise GraphError(f"{func.name}: the schedule from schedule_fn does not lower: "
-                             f"{e}") from e
-        raise GraphError(f"{func.name}: the default schedule does not lower: {e}") from e
+        raise GraphError(f"{func.name}: the fused attention kernel cannot be built: "
+                         f"{e}") from e
+    if fused is not None:
+        device_module, pipeline_text = fused
+    else:
+        if chosen is None:
+            if schedule_fn is not None:
+                warnings.warn(f"no tuning record for {func.name} (workload key "
+                              f"{func.workload_key}); using the default schedule",
+                              NoTuningRecordWarning, stacklevel=3)
+            chosen = default_schedule_for(func, target)
+        sch, args = chosen
+        try:
+            device_module = lower(sch, list(args))
+        except Exception as e:
+            if tuned:
+                raise GraphError(f"{func.name}: the schedule from schedule_fn does not "
+                                 f"lower: {e}") from e
+            raise GraphError(f"{func.name}: the default schedule does not lower: {e}") from e
+        pipeline_text = getattr(getattr(sch, "pipeline", None), "text", "")
     ptx = None
     if not target.is_sim:
         from ..backend_ptx import compile_module
@@ -260,7 +312,6 @@ def _compile_function(func: FusedFunction, target: Target, schedule_fn: Schedule
         names = tuple(host.params[j].name for j in constant_args
                       if host is not None and j < len(host.params))
         ptx = compile_module(device_module, target, constant_params=names)
-    pipeline_text = getattr(getattr(sch, "pipeline", None), "text", "")
     return CompiledFunction(func, device_module, ptx, tuned, pipeline_text,
                             time.perf_counter() - t0)
 
@@ -268,7 +319,8 @@ def _compile_function(func: FusedFunction, target: Target, schedule_fn: Schedule
 def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
           schedule_fn: ScheduleFn | None = None, *, layout: str | None = None,
           winograd: bool = False, ctx: GraphPassContext | None = None,
-          precision: str | None = None, pad_channels: int | None = None) -> GraphLibrary:
+          precision: str | None = None, pad_channels: int | None = None,
+          fused_attention: bool = False) -> GraphLibrary:
     """Compile a network.
 
     Args:
@@ -302,6 +354,14 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
             16-byte copies; 1: no padding. The padded convolutions have their own
             workload keys: tune with the same value (``extract_tasks(...,
             pad_channels=)``).
+        fused_attention: run each ``nn.attention`` the fused tensor-core kernel can run
+            (16-bit inputs, head dims multiples of 16, sm_80 or newer; see
+            ``docs/attention.md``) as that one kernel, with the configuration of an AutoTVM
+            record of ``attention.cuda``, an auto-scheduler record's ``fused_attention``
+            step or the default chooser; the others are decomposed into batched products
+            and a softmax, as they all are by default. The same as the graph pass config
+            ``{"fused_attention": True}`` in ``ctx``. Off by default: the kernel has not
+            been timed on a GPU yet.
     """
     try:
         target = as_target(target)
@@ -313,7 +373,8 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
 
         schedule_fn = current_schedule_fn()
     fused = optimize(net, params, layout=layout, winograd=winograd, ctx=ctx,
-                     precision=precision, pad_channels=pad_channels)
+                     precision=precision, pad_channels=pad_channels,
+                     fused_attention=fused_attention)
     consts = _constant_names(fused)
     plan = plan_memory(fused, consts)
     _, of_call = distinct_functions(fused, include_views=True)

@@ -117,6 +117,7 @@ def _build(inp: MeasureInput, options: BuildOptions, target: Target, ctx, t0: fl
     from ..passes.lower import lowering_pipeline
 
     made = ""  # the text of the pipeline made from the input's plan, for the record
+    pipeline = None
     try:
         t = time.perf_counter()
         module = inp.task.module()
@@ -144,7 +145,12 @@ def _build(inp: MeasureInput, options: BuildOptions, target: Target, ctx, t0: fl
             scheduled = pipeline(module, ctx)
             stages["apply"] = time.perf_counter() - t
         t = time.perf_counter()
-        device = lowering_pipeline()(scheduled, ctx)
+        step = _attention_step(inp, pipeline)
+        if step is not None:
+            # the fused attention kernel is device IR built whole, not lowered from stages
+            device = _attention_device(scheduled, step, target, options)
+        else:
+            device = lowering_pipeline()(scheduled, ctx)
         stages["lower"] = time.perf_counter() - t
     except IRError as e:
         return _fail(MeasureErrorNo.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", t0, stages,
@@ -175,14 +181,44 @@ def _build(inp: MeasureInput, options: BuildOptions, target: Target, ctx, t0: fl
                        dict(stages), made)
 
 
+def _attention_step(inp: MeasureInput, pipeline):
+    """The ``fused_attention`` step of the candidate's schedule, or None: from the
+    pipeline made or parsed here, else (a schedule applied by the tuner) from its text."""
+    from ..ops.schedules.attention.schedule_pass import fused_attention_step
+
+    if pipeline is None:
+        if "fused_attention(" not in inp.pipeline_text:
+            return None
+        from ..passes import SchedulePipeline
+
+        pipeline = SchedulePipeline.parse(inp.pipeline_text)
+    return fused_attention_step(pipeline)
+
+
+def _attention_device(scheduled, step, target: Target, options: BuildOptions):
+    """The device IR of the fused attention kernel for the candidate's module (which the
+    ``fused_attention`` step left as it was); an ``AttentionError`` (an ``IRError``) where
+    the target cannot run the configuration."""
+    from ..ops.schedules.attention.schedule_pass import fused_attention_device_module
+
+    with stage("lower"):
+        device = fused_attention_device_module(scheduled, step, target)
+    if options.verify:
+        from ..ir.verify import verify
+
+        verify(device)
+    return device
+
+
 _STAGE_NAMES = {"llvm_ir": "llvm_ir", "parse": "llvm_parse", "llvm_opt": "llvm_opt",
                 "ptx": "ptx", "cubin": "ptxas"}
 
 
 def _compile(device, options: BuildOptions, target: Target, kernels: dict, stages: dict):
-    """Compile every kernel into ``kernels``; (error code, message) on failure."""
+    """Compile every kernel into ``kernels`` (one ptxas process for the candidate's
+    kernels); (error code, message) on failure."""
     from ..backend_ptx.assemble import find_ptxas
-    from ..backend_ptx.compile import compile_kernel
+    from ..backend_ptx.compile import compile_kernels
 
     if options.compile_to == "cubin" and find_ptxas() is None:
         return (MeasureErrorNo.COMPILE_DEVICE,
@@ -191,14 +227,16 @@ def _compile(device, options: BuildOptions, target: Target, kernels: dict, stage
                 "PATH or set PTXFORGE_PTXAS; without a GPU use the simulator runner with "
                 "LocalBuilder(compile_to='ir')")
     stop = "cubin" if options.compile_to == "cubin" else "ptx"
-    for k in device.kernels():
-        try:
-            ck = compile_kernel(k, target, stop_after=stop,
-                                assembler="ptxas" if stop == "cubin" else "auto",
-                                ptxas_flags=tuple(options.ptxas_flags),
-                                cache=_cache(options.kernel_cache_dir))
-        except Exception as e:  # codegen, LLVM and the assembler all fail as device compile
-            return (MeasureErrorNo.COMPILE_DEVICE, f"{type(e).__name__}: {e}")
+    funcs = list(device.kernels())
+    try:
+        compiled = compile_kernels(funcs, target, stop_after=stop,
+                                   assembler="ptxas" if stop == "cubin" else "auto",
+                                   ptxas_flags=tuple(options.ptxas_flags),
+                                   cache=_cache(options.kernel_cache_dir))
+    except Exception as e:  # codegen, LLVM and the assembler all fail as device compile
+        return (MeasureErrorNo.COMPILE_DEVICE, f"{type(e).__name__}: {e}")
+    for k in funcs:
+        ck = compiled[k.name]
         for name, sec in ck.stage_seconds.items():
             key = _STAGE_NAMES.get(name, name)
             stages[key] = stages.get(key, 0.0) + sec

@@ -209,7 +209,7 @@ class Tuner(abc.ABC):
             for k, cfg in enumerate(configs):
                 t = time.perf_counter()
                 try:
-                    inp = self.task.measure_input(cfg)
+                    inp = self.task.candidate(cfg)
                 except Exception as e:  # any template failure marks the config invalid
                     inp = MeasureInput(self.task.target, self.task, cfg, "")
                     results[k] = error_result(MeasureErrorNo.INSTANTIATION_ERROR,
