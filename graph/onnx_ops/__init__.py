@@ -7,6 +7,7 @@ from . import (  # noqa: F401  (registration)
     nn_ops,
     qlinear_ops,
     quant_ops,
+    sampling_ops,
     sequence_ops,
     tensor_ops,
 )
