@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from ..ir import dtype as dt
-from . import onnx_functions, onnx_static
+from . import onnx_float8, onnx_functions, onnx_static
 from . import opdefs as G
 from .ir import Constant, Graph, GraphError, Node, Var
 from .onnx_model import (
@@ -81,8 +81,10 @@ class _Importer:
             if constants and inp.name in constants:
                 # an input fixed to a value: a constant of the input's dtype
                 var = input_var(inp, np.shape(constants[inp.name]), dtype)
-                self.static[inp.name] = np.asarray(constants[inp.name],
-                                                   dtype=dt.to_numpy(var.dtype))
+                self.static[inp.name] = (
+                    onnx_float8.static_value(constants[inp.name], var.dtype)
+                    if onnx_float8.is_float8(var.dtype)
+                    else np.asarray(constants[inp.name], dtype=dt.to_numpy(var.dtype)))
                 continue
             var = input_var(inp, shape_dict.get(inp.name), dtype)
             self.inputs.append(var)
@@ -114,7 +116,9 @@ class _Importer:
             if value.dtype == np.float64 and self.dtype != "float64":
                 value = value.astype(self.dtype)
             # the dtype given: an int64 scalar stays int64 (ONNX's shapes and sizes are)
-            node = Constant(value, name, dt.from_numpy(value.dtype))
+            node = (onnx_float8.constant(value, name)
+                    if onnx_float8.is_float8(dt.from_numpy(value.dtype))
+                    else Constant(value, name, dt.from_numpy(value.dtype)))
         self.nodes[name] = node
         return node
 
@@ -227,7 +231,9 @@ class _Importer:
         elif op == "CastLike" and self.is_static(node.input[0]):
             # a constant cast to a tensor's dtype (function bodies write this for scalars)
             like = self.tensor(node.input[1]).dtype
-            outs = [self.static[node.input[0]].astype(dt.to_numpy(like))]
+            value = self.static[node.input[0]]
+            outs = [onnx_float8.static_cast(value, like, bool(a.get("saturate", 1)))
+                    if onnx_float8.is_float8(like) else value.astype(dt.to_numpy(like))]
         elif op in ("Shape", "Size"):
             shape = self.shape(node.input[0])
             outs = [onnx_static.shape_of(shape, a) if op == "Shape"
@@ -365,8 +371,13 @@ def _cast(im, node, a):
     x = im.tensor(node.input[0])
     to = ONNX_DTYPES.get(int(a["to"]))
     if to is None:
-        raise OnnxImportError(f"Cast {node.name!r} to ONNX type {int(a['to'])} is not supported")
-    return x if to == x.dtype else G.cast(x, to)
+        from onnx import TensorProto
+
+        raise OnnxImportError(
+            f"Cast {node.name!r} to ONNX type {int(a['to'])} "
+            f"({TensorProto.DataType.Name(int(a['to']))}) is not supported; supported: "
+            f"{', '.join(sorted(set(ONNX_DTYPES.values())))}")
+    return onnx_float8.cast(x, to, bool(a.get("saturate", 1)), node.name or node.output[0])
 
 
 _HANDLERS = {
@@ -398,7 +409,7 @@ def _s(im, node, k=0):
 def _cast_like(im, node, a):
     x = im.tensor(node.input[0])
     to = im.tensor(node.input[1]).dtype
-    return x if to == x.dtype else G.cast(x, to)
+    return onnx_float8.cast(x, to, bool(a.get("saturate", 1)), node.name or node.output[0])
 
 
 _FALLBACK = {"CastLike": _cast_like}

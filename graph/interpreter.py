@@ -16,7 +16,10 @@ def evaluate_call(call: Call, args: list[np.ndarray]) -> np.ndarray:
         return run_graph(call.op, dict(zip((p.name for p in call.op.params), args)))[0]
     from .op import get_op
 
-    out = get_op(call.op).ref(args, call.attrs)
+    if call.op_name == "cast" and (_float8(call.dtype) or _float8(call.args[0].dtype)):
+        out = _float8_cast(args[0], call.args[0].dtype, call.dtype)
+    else:
+        out = get_op(call.op).ref(args, call.attrs)
     out = np.asarray(out)
     want = dt.to_numpy(call.dtype)
     if out.dtype != want:
@@ -25,6 +28,26 @@ def evaluate_call(call: Call, args: list[np.ndarray]) -> np.ndarray:
         raise GraphError(f"{call.op_name}: the reference returned shape {list(out.shape)}, the "
                          f"type says {list(call.shape)}")
     return out
+
+
+def _float8(dtype: str) -> bool:
+    return dtype.startswith("float8")
+
+
+def _float8_cast(x: np.ndarray, src: str, dst: str) -> np.ndarray:
+    """A cast from or to an fp8 dtype (host arrays: ``uint8`` bit patterns): fp8 values
+    are read exactly, and rounding to fp8 is ``cvt.rn.satfinite``'s, from the source's
+    exact value (:mod:`ptxforge.ir.float8`)."""
+    from ..ir.float8 import float8_bits, float8_from_bits
+    from .opdefs.elemwise import cast_array
+
+    if _float8(src):
+        x = float8_from_bits(x, src)
+    elif src == "bfloat16":
+        x = dt.from_bfloat16(x)
+    if _float8(dst):
+        return float8_bits(np.asarray(x, dtype=np.float64), dst)
+    return cast_array(x, dst)
 
 
 def run_graph(graph: Graph, inputs: dict | None = None, params: dict | None = None
@@ -42,6 +65,12 @@ def run_graph(graph: Graph, inputs: dict | None = None, params: dict | None = No
         if tuple(arr.shape) != p.shape:
             raise GraphError(f"parameter %{p.name} needs shape {list(p.shape)}, got "
                              f"{list(arr.shape)}")
+        if _float8(p.dtype) and arr.dtype != np.uint8:
+            # fp8 values (an ml_dtypes array, or floats) rather than bit patterns: encoded
+            # as a copy into a device array encodes them
+            from ..ir.float8 import float8_bits
+
+            arr = float8_bits(arr.astype(np.float64), p.dtype)
         try:  # float data for an integer parameter, or integers that wrap, are refused
             arr = dt.host_array(arr, p.dtype, f"parameter %{p.name}")
         except dt.DTypeError as e:

@@ -8,9 +8,9 @@ from .ir import GraphError, Var, check_shape
 
 ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
                7: "int64", 9: "bool", 10: "float16", 11: "float64", 12: "uint32",
-               13: "uint64", 16: "bfloat16"}
+               13: "uint64", 16: "bfloat16", 17: "float8_e4m3fn", 19: "float8_e5m2"}
 """ONNX element types by number, as graph dtypes (the others: strings, complex numbers,
-8-bit and 4-bit floats, are refused with their name)."""
+the fnuz and e8m0 8-bit floats, 4-bit and 2-bit types, are refused with their name)."""
 
 
 class OnnxImportError(GraphError):

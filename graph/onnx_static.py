@@ -172,7 +172,12 @@ def _gather_elements(inputs, a, opset):
 def _cast(inputs, a, opset):
     from onnx import helper
 
-    return [inputs[0].astype(helper.tensor_dtype_to_np_dtype(int(a["to"])))]
+    from .onnx_float8 import FLOAT8, static_cast
+
+    to = int(a["to"])
+    if to in FLOAT8:  # ONNX's saturation rules (numpy's astype never saturates)
+        return [static_cast(inputs[0], FLOAT8[to], bool(a.get("saturate", 1)))]
+    return [inputs[0].astype(helper.tensor_dtype_to_np_dtype(to))]
 
 
 def _binary(fn):

@@ -194,6 +194,8 @@ def run_case(case: NodeCase, compiled: bool = True) -> Outcome:
     data set's values when the importer names them (``from_onnx(..., constants=)``, as a
     user of such a model does); the outcome lists them in ``bound``."""
 
+    from ptxforge.graph.onnx_float8 import host_bits
+
     model, sets = case.load()
     for ins, outs in sets:
         if not all(_is_tensor(v) for v in list(ins) + list(outs)):
@@ -202,7 +204,8 @@ def run_case(case: NodeCase, compiled: bool = True) -> Outcome:
     names = [i.name for i in model.graph.input]
     bound: tuple = ()
     for ins, expected in sets:
-        feeds = dict(zip(names, ins))
+        # fp8 inputs as ptxforge holds them on the host: bit patterns
+        feeds = {k: host_bits(v) for k, v in zip(names, ins)}
         imported = _import(model, feeds, bound)
         if isinstance(imported, Outcome):
             return imported
@@ -283,6 +286,11 @@ def _compare(got, expected, case: NodeCase) -> str:
         return f"{len(got)} outputs, expected {len(expected)}"
     for k, (g, e) in enumerate(zip(got, expected)):
         g = np.asarray(g)
+        if e.dtype.name.startswith("float8"):
+            bad = _compare_float8(g, e)
+            if bad:
+                return f"output {k}: {bad}"
+            continue
         if g.dtype != e.dtype:
             return f"output {k}: dtype {g.dtype}, expected {e.dtype}"
         if g.shape != e.shape:
@@ -299,6 +307,21 @@ def _compare(got, expected, case: NodeCase) -> str:
                 return f"output {k}: values differ (max abs error {err:.3g})"
         elif not np.array_equal(g, e):
             return f"output {k}: values differ"
+    return ""
+
+
+def _compare_float8(got: np.ndarray, expected: np.ndarray) -> str:
+    """'' when ``got`` (fp8 bit patterns, ptxforge's host form) holds exactly the values of
+    ``expected`` (an ml_dtypes fp8 array; NaNs in the same places, of either sign)."""
+    from ptxforge.ir.float8 import float8_from_bits
+
+    if got.dtype != np.uint8:
+        return f"dtype {got.dtype}, expected {expected.dtype.name} bit patterns (uint8)"
+    if got.shape != expected.shape:
+        return f"shape {list(got.shape)}, expected {list(expected.shape)}"
+    g = float8_from_bits(got, expected.dtype.name)
+    if not np.array_equal(g, expected.astype(np.float32), equal_nan=True):
+        return f"{expected.dtype.name} values differ"
     return ""
 
 

@@ -2,4 +2,12 @@
 family; each registers its converters with :func:`ptxforge.graph.frontend_onnx.register_converter`.
 """
 
-from . import math_ops, nn_ops, quant_ops, tensor_ops  # noqa: F401  (registration)
+from . import (  # noqa: F401  (registration)
+    math_ops,
+    nn_ops,
+    qlinear_ops,
+    quant_ops,
+    sampling_ops,
+    sequence_ops,
+    tensor_ops,
+)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dtype as dt
+from .. import onnx_float8
 from .. import opdefs as G
 from ..frontend_onnx import OnnxImportError, register_converter
 from ..interpreter import run_graph
@@ -298,7 +299,8 @@ for _op, _name in _COMPARE.items():
 @converter("CastLike", static=True)
 def _cast_like(im, node, a):
     x, like = im.tensor(node.input[0]), im.tensor(node.input[1])
-    return x if x.dtype == like.dtype else G.cast(x, like.dtype)
+    return onnx_float8.cast(x, like.dtype, bool(a.get("saturate", 1)),
+                            node.name or node.output[0])
 
 
 @converter("Where", static=True)

@@ -98,32 +98,36 @@ def _bias_add(im, node, y: Node, index: int, k: int) -> Node:
 @register_converter("Conv")
 def _conv(im, node, a):
     x = im.tensor(node.input[0])
-    w = im.tensor(node.input[1])
+    y = convolution(node, a, x, im.tensor(node.input[1]))
+    return _bias_add(im, node, y, 2, x.ndim - 2)
+
+
+def convolution(node, a, x: Node, w: Node) -> Node:
+    """ONNX's ``Conv`` of ``x`` by ``w`` without the bias (attributes ``a``), 1-D to 3-D;
+    ``ConvInteger`` and ``QLinearConv`` use it on their int32 operands."""
     k = _spatial_rank(node, x)
     if w.ndim != k + 2:
-        raise OnnxImportError(f"Conv {node.name!r}: weight {list(w.shape)} must have {k + 2} "
-                              f"dimensions for input {list(x.shape)}")
+        raise OnnxImportError(f"{node.op_type} {node.name!r}: weight {list(w.shape)} must "
+                              f"have {k + 2} dimensions for input {list(x.shape)}")
     kernel = list(w.shape[2:])
     if "kernel_shape" in a and _ints(a["kernel_shape"]) != kernel:
-        raise OnnxImportError(f"Conv {node.name!r}: kernel_shape {_ints(a['kernel_shape'])} "
-                              f"does not match the weight {list(w.shape)}")
+        raise OnnxImportError(f"{node.op_type} {node.name!r}: kernel_shape "
+                              f"{_ints(a['kernel_shape'])} does not match the weight "
+                              f"{list(w.shape)}")
     strides, dil, before, after = _window_attrs(node, {**a, "__in": x.shape[2:]}, k, kernel)
     groups = int(a.get("group", 1))
     if k == 1:
         n, c, length = x.shape
         y = G.conv2d(_reshaped(x, (n, c, 1, length)), _reshaped(w, w.shape[:2] + (1, kernel[0])),
                      (1, strides[0]), (0, before[0], 0, after[0]), (1, dil[0]), groups=groups)
-        y = _bias_add(im, node, y, 2, 2)
         return _reshaped(y, (n, y.shape[1], y.shape[3]))
     if k == 2:
-        y = G.conv2d(x, w, strides, (before[0], before[1], after[0], after[1]), dil,
-                     groups=groups)
-    elif k == 3:
-        y = conv_nd(x, w, strides, before + after, dil, groups)
-    else:
-        raise OnnxImportError(f"Conv {node.name!r}: {k}-D convolutions are not supported "
-                              "(1-D, 2-D and 3-D are)")
-    return _bias_add(im, node, y, 2, k)
+        return G.conv2d(x, w, strides, (before[0], before[1], after[0], after[1]), dil,
+                        groups=groups)
+    if k == 3:
+        return conv_nd(x, w, strides, before + after, dil, groups)
+    raise OnnxImportError(f"{node.op_type} {node.name!r}: {k}-D convolutions are not "
+                          "supported (1-D, 2-D and 3-D are)")
 
 
 @register_converter("ConvTranspose")

@@ -18,6 +18,7 @@ from ..frontend_onnx import OnnxImportError, register_converter
 from ..ir import Constant, Node
 from ..op import get_op
 from ..opdefs import index as GI
+from ..opdefs import scan as GS
 from ..opdefs import transform as GT
 
 
@@ -344,6 +345,12 @@ def _cumsum_attrs(im, node, a):
     [_s(im, node)], get_op("cumsum").normalize_attrs(_cumsum_attrs(im, node, a)))])
 def _cumsum(im, node, a):
     return GI.cumsum(im.tensor(node.input[0]), **_cumsum_attrs(im, node, a))
+
+
+@register_converter("CumProd", static=lambda im, node, a: [get_op("cumprod").ref(
+    [_s(im, node)], get_op("cumprod").normalize_attrs(_cumsum_attrs(im, node, a)))])
+def _cumprod(im, node, a):
+    return GS.cumprod(im.tensor(node.input[0]), **_cumsum_attrs(im, node, a))
 
 
 def _one_hot_args(im, node, a):

@@ -432,3 +432,6 @@ def trilu(data: Node, k: int | Node = 0, upper: bool = True) -> Call:
     if isinstance(k, Node):
         return Call("trilu", [data, k], {"upper": upper})
     return Call("trilu", [data], {"k": k, "upper": upper})
+
+
+from . import scan  # noqa: E402,F401  (registers cumprod)
