@@ -11,10 +11,12 @@ for the selected schedules, the scheduled IR as text (``<name>.scheduled.ir``) a
 device IR its parsed form lowers to (``<name>.device.ir``): the inputs and expected outputs
 of ``tests/test_lowering_identity.py``, regenerated (with ``--only``) when a lowering change
 is meant to change kernels. ``--profile N`` prints the top N functions of a cProfile run
-over the whole corpus.
+over the whole corpus. ``--ops`` counts the Python bytecode operations each kernel's
+lowering executes (a traced run, about 50x slower), per kernel and per pass: unlike time,
+the count does not depend on the machine's load, so two versions compare exactly.
 
     python3 bench/bench_lowering.py [--runs 3] [--only seed,dense] [--backend]
-        [--save DIR | --check DIR] [--fixtures DIR] [--profile 30]
+        [--save DIR | --check DIR] [--fixtures DIR] [--profile 30] [--ops]
 """
 
 from __future__ import annotations
@@ -49,6 +51,36 @@ def scheduled(name: str):
 def lower(target, module):
     with target:
         return lowering_pipeline()(module, PassContext(verify=False))
+
+
+def count_ops(target, module) -> dict:
+    """Python bytecode operations executed by each pass of lowering ``module`` (as
+    :func:`lower` does), by pass name."""
+    counts: dict = {}
+    n = 0
+
+    def local(frame, event, arg):
+        nonlocal n
+        if event == "opcode":
+            n += 1
+        return local
+
+    def trace(frame, event, arg):
+        frame.f_trace_opcodes = True
+        return local
+
+    pipeline = lowering_pipeline()
+    ctx = PassContext(verify=False)
+    with target, ctx:
+        for p in pipeline.passes:
+            n = 0
+            sys.settrace(trace)
+            try:
+                module = ctx.run_pass(p, module)
+            finally:
+                sys.settrace(None)
+            counts[p.name] = counts.get(p.name, 0) + n
+    return counts
 
 
 def backend_ms(target, device) -> dict:
@@ -102,6 +134,8 @@ def main(argv=None) -> int:
     ap.add_argument("--check", metavar="DIR")
     ap.add_argument("--fixtures", metavar="DIR")
     ap.add_argument("--profile", type=int, default=0, metavar="N")
+    ap.add_argument("--ops", action="store_true",
+                    help="count the Python operations of each kernel's lowering, per pass")
     args = ap.parse_args(argv)
     names = [n for n in CORPUS if not args.only or any(p in n for p in args.only.split(","))]
     inputs = {n: scheduled(n) for n in names}
@@ -148,6 +182,16 @@ def main(argv=None) -> int:
         prof.disable()
         pstats.Stats(prof).sort_stats("cumulative").print_stats(args.profile)
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
+    if args.ops:
+        per_pass: dict = {}
+        print(f"{'kernel':42s} {'M ops':>8s}")
+        for n in names:
+            counts = count_ops(*inputs[n])
+            stages.merge(per_pass, counts)
+            print(f"{n:42s} {sum(counts.values()) / 1e6:8.3f}", flush=True)
+        print(f"{'total':42s} {sum(per_pass.values()) / 1e6:8.3f}")
+        for p, c in sorted(per_pass.items(), key=lambda kv: -kv[1]):
+            print(f"  {p:40s} {c / 1e6:8.3f}")
     if failed:
         print(f"{failed} kernel(s) differ from {args.check}")
     return 1 if failed else 0

@@ -220,6 +220,13 @@ class Analyzer:
         hit = self._lins.get(id(e))
         if hit is not None:
             return hit[1]
+        if type(e) is Var:  # an atom of its own, without the walk below
+            k = self.key(e)
+            if k not in self.atoms:
+                self.atoms[k] = e
+            out = Lin(0, {k: 1})
+            self._lins[id(e)] = (e, out)
+            return out
         c = 0
         terms: dict[int, int] = {}
         # walk the affine spine with an explicit stack: long sums must not recurse

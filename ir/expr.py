@@ -121,6 +121,11 @@ class IntImm(Expr):
     __slots__ = ("value",)
 
     def __init__(self, value: int, dtype: str = dt.INDEX):
+        if type(value) is int and dtype == "int32":
+            # the index constant the simplifier makes by the thousand: nothing to convert
+            self.value = value
+            self.dtype = dtype
+            return
         self.value = int(value) if dtype != "bool" else int(bool(value))
         self.dtype = dt.check(dtype)
 
@@ -152,6 +157,8 @@ and the remainder takes the sign of the dividend (ONNX ``Div`` and ``Mod`` with 
 on floats ``div`` is IEEE division and ``mod`` is C's ``fmod``. ``floordiv`` and
 ``floormod`` round toward minus infinity (Python's ``//`` and ``%``)."""
 CMP_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
+_BIN_OP_SET = frozenset(BIN_OPS)
+_CMP_OP_SET = frozenset(CMP_OPS)
 
 
 class Bin(Expr):
@@ -161,7 +168,7 @@ class Bin(Expr):
     __slots__ = ("op", "a", "b")
 
     def __init__(self, op: str, a: Expr, b: Expr, dtype: str | None = None):
-        if op not in BIN_OPS:
+        if op not in _BIN_OP_SET:
             raise IRError(f"unknown binary op {op!r}; expected one of {BIN_OPS}")
         self.op = op
         self.a = a
@@ -175,7 +182,7 @@ class Cmp(Expr):
     __slots__ = ("op", "a", "b")
 
     def __init__(self, op: str, a: Expr, b: Expr):
-        if op not in CMP_OPS:
+        if op not in _CMP_OP_SET:
             raise IRError(f"unknown comparison {op!r}; expected one of {CMP_OPS}")
         self.op = op
         self.a = a
@@ -598,6 +605,17 @@ def children(e: Expr) -> tuple:
 
 def rebuild(e: Expr, new_children: tuple) -> Expr:
     """A copy of ``e`` with its children replaced (``e`` itself when nothing changed)."""
+    t = type(e)
+    if t is Bin:
+        a, b = new_children
+        if a is e.a and b is e.b:
+            return e
+        return Bin(e.op, a, b, e.dtype)
+    if t is Cmp:
+        a, b = new_children
+        if a is e.a and b is e.b:
+            return e
+        return Cmp(e.op, a, b)
     old = children(e)
     for a, b in zip(old, new_children):
         if a is not b:
@@ -628,9 +646,17 @@ def rebuild(e: Expr, new_children: tuple) -> Expr:
 
 def transform(e: Expr, fn) -> Expr:
     """Bottom-up rewrite: ``fn(node)`` returns a replacement or None to keep the node."""
-    kids = children(e)
-    if kids:
-        e = rebuild(e, tuple(transform(k, fn) for k in kids))
+    t = type(e)
+    if t is Bin or t is Cmp:
+        # the common node spelled out (every rewrite of loads walks whole index trees)
+        a, b = e.a, e.b
+        na, nb = transform(a, fn), transform(b, fn)
+        if na is not a or nb is not b:
+            e = Bin(e.op, na, nb, e.dtype) if t is Bin else Cmp(e.op, na, nb)
+    elif t is not Var and t is not IntImm and t is not FloatImm:
+        kids = children(e)
+        if kids:
+            e = rebuild(e, tuple([transform(k, fn) for k in kids]))
     r = fn(e)
     return e if r is None else r
 
@@ -641,12 +667,23 @@ def substitute(e: Expr, vmap: dict) -> Expr:
         return e
 
     def go(x):
+        t = type(x)
+        if t is Bin or t is Cmp:
+            a, b = x.a, x.b
+            na, nb = go(a), go(b)
+            if na is a and nb is b:
+                return x
+            return Bin(x.op, na, nb, x.dtype) if t is Bin else Cmp(x.op, na, nb)
+        if t is Var:
+            return vmap.get(x, x)
+        if t is IntImm or t is FloatImm:
+            return x
         if isinstance(x, Var):
             return vmap.get(x, x)
         kids = children(x)
         if not kids:
             return x
-        return rebuild(x, tuple(go(k) for k in kids))
+        return rebuild(x, tuple([go(k) for k in kids]))
 
     return go(e)
 

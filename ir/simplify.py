@@ -294,12 +294,14 @@ class _Lazy:
 class _Simplifier(Analyzer):
     """Simplifies expressions under one set of var ranges, memoizing by node."""
 
-    def __init__(self, ranges: Ranges | None = None, share: _Simplifier | None = None):
+    def __init__(self, ranges: Ranges | None = None, share: _Simplifier | None = None,
+                 points: dict | None = None):
         super().__init__(ranges, share)
         self._memo: dict[int, tuple[Expr, Expr]] = {}
-        # a var whose range is one value is that constant
-        self._points = {v: IntImm(r[0], v.dtype) for v, r in self.ranges.items()
-                        if r[0] == r[1]}
+        # a var whose range is one value is that constant (``points``: those of
+        # ``ranges``, where the caller knows them)
+        self._points = points if points is not None else {
+            v: IntImm(r[0], v.dtype) for v, r in self.ranges.items() if r[0] == r[1]}
         if share is not None:
             self._splits = share._splits
             self._ksize = share._ksize
@@ -314,7 +316,13 @@ class _Simplifier(Analyzer):
     def with_range(self, var: Var, r: tuple[int, int]) -> _Simplifier:
         ranges = dict(self.ranges)
         ranges[var] = r
-        return _Simplifier(ranges, self)
+        points = self._points
+        if r[0] == r[1]:
+            points = dict(points)
+            points[var] = IntImm(r[0], var.dtype)
+        elif var in points:
+            points = {v: c for v, c in points.items() if v is not var}
+        return _Simplifier(ranges, self, points)
 
     # ------------------------------------------------------------------ traversal
     def run(self, root: Expr) -> Expr:
@@ -328,41 +336,74 @@ class _Simplifier(Analyzer):
             return points.get(root, root) if points and type(root) is Var else root
         # post-order with an explicit stack: long chains must not recurse
         leaves = LEAF_TYPES
+        rewrite = self._rewrite
         stack = [root]
+        pop = stack.pop
+        push = stack.append
         while stack:
             x = stack[-1]
             if id(x) in memo:
-                stack.pop()
+                pop()
                 continue
             tx = type(x)
             if tx is Bin or tx is Cmp:
-                kids = (x.a, x.b)
-            elif tx is Select:
-                kids = (x.cond,)
-            else:
-                kids = children(x)
-            pushed = False
-            for k in kids:
-                if type(k) not in leaves and id(k) not in memo:
-                    stack.append(k)
+                # the common case, spelled out: two operands, no tuple of kids
+                a = x.a
+                b = x.b
+                ta = type(a)
+                tb = type(b)
+                pushed = False
+                if ta not in leaves and id(a) not in memo:
+                    push(a)
                     pushed = True
-            if pushed:
-                continue
-            stack.pop()
-            if points:
-                vals = tuple((points.get(k, k) if type(k) is Var else k) if type(k) in leaves
-                             else memo[id(k)][1] for k in kids)
+                if tb not in leaves and id(b) not in memo:
+                    push(b)
+                    pushed = True
+                if pushed:
+                    continue
+                pop()
+                if ta in leaves:
+                    va = points.get(a, a) if points and ta is Var else a
+                else:
+                    va = memo[id(a)][1]
+                if tb in leaves:
+                    vb = points.get(b, b) if points and tb is Var else b
+                else:
+                    vb = memo[id(b)][1]
+                if tx is Bin:
+                    r = self._rewrite_bin(x, va, vb)
+                else:
+                    if type(va) is _Lazy:
+                        va = self._force(va)
+                    if type(vb) is _Lazy:
+                        vb = self._force(vb)
+                    r = self._cmp(x, va, vb)
+                if r.dtype != x.dtype:
+                    # never change a node's type: keep the node over its simplified children
+                    r = rebuild(x, (self._force(va), self._force(vb)))
             else:
-                vals = tuple(k if type(k) in leaves else memo[id(k)][1] for k in kids)
-            r = self._rewrite(x, vals)
-            if r.dtype != x.dtype:
-                # never change a node's type: keep the node over its simplified children
-                r = rebuild(x, tuple(self._force(v) for v in vals))
+                kids = (x.cond,) if tx is Select else children(x)
+                pushed = False
+                for k in kids:
+                    if type(k) not in leaves and id(k) not in memo:
+                        push(k)
+                        pushed = True
+                if pushed:
+                    continue
+                pop()
+                if points:
+                    vals = tuple((points.get(k, k) if type(k) is Var else k)
+                                 if type(k) in leaves else memo[id(k)][1] for k in kids)
+                else:
+                    vals = tuple(k if type(k) in leaves else memo[id(k)][1] for k in kids)
+                r = rewrite(x, vals)
+                if r.dtype != x.dtype:
+                    r = rebuild(x, tuple(self._force(v) for v in vals))
             memo[id(x)] = (x, r)
-            if id(r) not in memo and type(r) not in leaves:
+            if type(r) not in leaves and id(r) not in memo:
                 memo[id(r)] = (r, r)
         r = memo[id(root)][1]
-        return self._force(r) if isinstance(r, _Lazy) else r
+        return self._force(r) if type(r) is _Lazy else r
 
     def _force(self, v) -> Expr:
         """The expression of a simplified value (printing a lazy sum)."""
@@ -388,6 +429,21 @@ class _Simplifier(Analyzer):
         if id(e) not in self._memo:
             self._memo[id(e)] = (e, e)
         return e
+
+    def _rewrite_bin(self, x: Bin, a, b):
+        """:meth:`_rewrite` of a ``Bin`` with its simplified operands ``a``, ``b``."""
+        op = x.op
+        if op != "and" and op != "or":
+            dtype = x.dtype
+            if a.dtype != dtype or b.dtype != dtype:
+                return self._mixed(x, self._force(a), self._force(b))
+            if dtype in INDEX_DTYPES and (op == "add" or op == "sub" or op == "mul"):
+                return self._affine(x, a, b)
+        if type(a) is _Lazy:
+            a = self._force(a)
+        if type(b) is _Lazy:
+            b = self._force(b)
+        return self._bin(x, a, b)
 
     def _rewrite(self, x: Expr, kids: tuple):
         if type(x) is Bin and x.op not in ("and", "or"):
@@ -555,20 +611,25 @@ class _Simplifier(Analyzer):
     def _affine(self, x: Bin, a, b):
         """add, sub, mul of index dtype: the affine form, printed lazily."""
         op, dtype = x.op, x.dtype
+        # _vlin and _vsize spelled out: this runs for every index add, sub and multiply
+        ta, tb = type(a), type(b)
         if op == "mul":
-            if isinstance(b, IntImm):
-                lin = self._vlin(a).scale(b.value)
-            elif isinstance(a, IntImm):
-                lin = self._vlin(b).scale(a.value)
+            if tb is IntImm:
+                lin = (a.lin if ta is _Lazy else self.lin(a)).scale(b.value)
+            elif ta is IntImm:
+                lin = (b.lin if tb is _Lazy else self.lin(b)).scale(a.value)
             else:
                 return self._product(x, self._force(a), self._force(b))
         else:
-            lin = self._vlin(a).add(self._vlin(b), 1 if op == "add" else -1)
-            lin = self._merge_splits(lin, dtype)
+            lin = (a.lin if ta is _Lazy else self.lin(a)).add(
+                b.lin if tb is _Lazy else self.lin(b), 1 if op == "add" else -1)
+            if len(lin.terms) > 1:
+                lin = self._merge_splits(lin, dtype)
         if not lin.terms:
             return _const(lin.c, dtype)
         canon = self.lin_size(lin)
-        local = 1 + self._vsize(a) + self._vsize(b)
+        local = (1 + (min(a.canon, a.local) if ta is _Lazy else self.size(a))
+                 + (min(b.canon, b.local) if tb is _Lazy else self.size(b)))
         if lin.c == 0 and len(lin.terms) == 1 and canon <= local:
             ((k, v),) = lin.terms.items()
             if v == 1:
@@ -602,10 +663,13 @@ class _Simplifier(Analyzer):
         """
         if len(lin.terms) < 2:
             return lin
+        splits = self._splits
         for _ in range(len(lin.terms)):
             groups: dict[int, list] = {}
             for k in lin.terms:
-                sp = self._split_key(k)
+                sp = splits.get(k, False)
+                if sp is False:
+                    sp = self._split_key(k)
                 if sp is not None:
                     groups.setdefault(sp[0], []).append((k, sp))
             if not groups:

@@ -63,13 +63,43 @@ class SimplifyCache:
             return hit[1]
         # post-order with an explicit stack: long sums must not recurse
         stack = [e]
+        intern = self._intern
         while stack:
             x = stack[-1]
             if id(x) in names:
                 stack.pop()
                 continue
             t = type(x)
-            kids = (x.a, x.b) if (t is Bin or t is Cmp) else children(x)
+            if t is Bin or t is Cmp:
+                # the common node spelled out: its key is its op, dtype and two names
+                a, b = x.a, x.b
+                pending = False
+                if id(a) not in names:
+                    ta = type(a)
+                    if ta is IntImm or ta is Var:
+                        self._leaf(a)
+                    else:
+                        stack.append(a)
+                        pending = True
+                if id(b) not in names:
+                    tb = type(b)
+                    if tb is IntImm or tb is Var:
+                        self._leaf(b)
+                    else:
+                        stack.append(b)
+                        pending = True
+                if pending:
+                    continue
+                stack.pop()
+                na, nb = names[id(a)][1], names[id(b)][1]
+                key = ("b", x.op, x.dtype, na, nb) if t is Bin else ("c", x.op, na, nb)
+                n = intern.get(key)
+                if n is None:
+                    self._add(x, key, None, (na, nb))
+                else:
+                    names[id(x)] = (x, n)
+                continue
+            kids = children(x)
             pending = False
             for k in kids:
                 if id(k) not in names:
@@ -86,7 +116,7 @@ class SimplifyCache:
                 self._leaf(x)
                 continue
             sig, own = _signature(x)
-            kid_names = tuple(names[id(k)][1] for k in kids)
+            kid_names = tuple([names[id(k)][1] for k in kids])
             self._add(x, sig + kid_names, None, kid_names)
         return names[id(e)][1]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...ir.expr import Expr, Load, children
+from ...ir.expr import Bin, Cmp, Expr, FloatImm, IntImm, Load, Var, children
 from ...ir.stmt import (
     Alloc,
     AsyncCopy,
@@ -47,11 +47,19 @@ class BufferUses:
             return hit[1]
         found = set()
         stack = [e]
+        pop, push = stack.pop, stack.append
         while stack:
-            x = stack.pop()
-            if type(x) is Load:
-                found.add(x.buffer)
-            stack.extend(children(x))
+            x = pop()
+            t = type(x)
+            if t is Bin or t is Cmp:  # the common nodes, without a tuple of kids
+                push(x.a)
+                push(x.b)
+            elif t is Var or t is IntImm or t is FloatImm:
+                continue
+            else:
+                if t is Load:
+                    found.add(x.buffer)
+                stack.extend(children(x))
         out = frozenset(found) if found else _EMPTY
         self._loads[id(e)] = (e, out)
         return out
