@@ -178,7 +178,7 @@ def schedule_tensorcore_conv(step: TensorCoreConvStep, cfg: TensorCoreConfig,
                              target=None):
     """The te schedule of ``step``'s convolution with configuration ``cfg``: the default
     tensor-core conv schedule between the inlines of :func:`_schedule_product`."""
-    from ..ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_tensorcore
+    from ..ops.schedules.gemm.schedule import schedule_conv2d_nhwc_tensorcore
 
     return _schedule_product(step, lambda s, c, epi: schedule_conv2d_nhwc_tensorcore(
         s, c.op, epi, target, cfg))
@@ -242,7 +242,7 @@ class TensorCoreGemmStep(TensorCoreStep):
 def schedule_tensorcore_gemm(step: TensorCoreGemmStep, cfg: TensorCoreConfig, target=None):
     """The te schedule of ``step``'s product with configuration ``cfg``: the default
     tensor-core GEMM schedule between the inlines of :func:`_schedule_product`."""
-    from ..ops.schedules.tensorcore_gemm import schedule_gemm_tensorcore
+    from ..ops.schedules.gemm.schedule import schedule_gemm_tensorcore
 
     return _schedule_product(step, lambda s, c, epi: schedule_gemm_tensorcore(
         s, c.op, epi, cfg, target, step.form))
@@ -275,7 +275,7 @@ class WgmmaGemmStep(TensorCoreStep):
 
     def wgmma_config(self, vals):
         """The wgmma schedule's configuration of one state."""
-        from ..ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig
+        from ..ops.schedules.gemm.knobs import WgmmaScheduleConfig
 
         return WgmmaScheduleConfig(*(int(vals[self.slot(k)]) for k in (
             "block_n", "warpgroups", "stages", "in_flight", "split_k")))
@@ -291,7 +291,7 @@ class WgmmaGemmStep(TensorCoreStep):
 def schedule_wgmma_gemm(step: WgmmaGemmStep, cfg, target=None):
     """The te schedule of ``step``'s product with wgmma configuration ``cfg``: the default
     wgmma GEMM schedule between the inlines of :func:`_schedule_product`."""
-    from ..ops.schedules.tensorcore_wgmma import schedule_gemm_wgmma
+    from ..ops.schedules.gemm.schedule import schedule_gemm_wgmma
 
     return _schedule_product(step, lambda s, c, epi: schedule_gemm_wgmma(
         s, c.op, epi, cfg, target, step.form))
@@ -304,8 +304,8 @@ def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
     configuration that schedules."""
     from ..ir.dtype import nbytes
     from ..ops.schedules.gemm.choice import wgmma_refusal
-    from ..ops.schedules.tensorcore_gemm import _is_cast_of, gemm_form
-    from ..ops.schedules.tensorcore_wgmma import choose_wgmma_config
+    from ..ops.schedules.gemm.chooser import choose_wgmma_config
+    from ..ops.schedules.gemm.forms import _is_cast_of, gemm_form
 
     if not task.target.has_wgmma:
         return None
@@ -349,7 +349,7 @@ class WgmmaConvStep(WgmmaGemmStep):
 def schedule_wgmma_conv(step: WgmmaConvStep, cfg, target=None):
     """The te schedule of ``step``'s convolution with wgmma configuration ``cfg``: the
     wgmma conv schedule between the inlines of :func:`_schedule_product`."""
-    from ..ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+    from ..ops.schedules.gemm.schedule import schedule_conv2d_nhwc_wgmma
 
     return _schedule_product(step, lambda s, c, epi: schedule_conv2d_nhwc_wgmma(
         s, c.op, epi, target, cfg))
@@ -361,7 +361,7 @@ def wgmma_conv_step(task) -> WgmmaConvStep | None:
     configuration schedules."""
     from ..ir.dtype import nbytes
     from ..ops.schedules.gemm.choice import wgmma_dtype_refusal
-    from ..ops.schedules.tensorcore_conv import conv_gemm_form
+    from ..ops.schedules.gemm.forms import conv_gemm_form
 
     if not task.target.has_wgmma:
         return None
@@ -392,7 +392,7 @@ def tensorcore_gemm_step(task) -> TensorCoreGemmStep | None:
     tag: fp16 / bf16, or float32 declared TF32, accumulated in float32; padded when no
     tile divides it) by element-wise stages only."""
     from ..ir.dtype import nbytes
-    from ..ops.schedules.tensorcore_gemm import gemm_form
+    from ..ops.schedules.gemm.forms import gemm_form
 
     prod = _single_product(task)
     if prod is None:
@@ -447,10 +447,7 @@ def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
     tensorcore_conv_unsupported`) by element-wise stages only, its inputs read directly or
     through a padding stage."""
     from ..ir.dtype import nbytes
-    from ..ops.schedules.tensorcore_conv import (
-        conv_gemm_shape,
-        tensorcore_conv_unsupported,
-    )
+    from ..ops.schedules.gemm.forms import conv_gemm_shape, tensorcore_conv_unsupported
 
     prod = _single_product(task)
     if prod is None:
@@ -613,7 +610,9 @@ def wgmma_model(step: WgmmaGemmStep, V, hw, n: int) -> dict:
     :func:`~ptxforge.ops.schedules.tensorcore_wgmma.wgmma_estimate`, in the statistics'
     names the features read (a warpgroup is 4 warps; wgmma reads its tiles from shared
     memory itself: no fragment loads, no bank conflicts)."""
-    from ..ops.schedules.tensorcore_wgmma import BLOCK_K, WARPGROUP, wgmma_estimate
+    from ..ir.intrin.wgmma import WARPGROUP
+    from ..ops.schedules.gemm.estimate import wgmma_estimate
+    from ..ops.schedules.gemm.knobs import BLOCK_K
     from .kernel_model import _occupancy
 
     f = step.form

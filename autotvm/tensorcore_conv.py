@@ -27,14 +27,11 @@ from __future__ import annotations
 from .. import te
 from ..ir.te import ComputeOp
 from ..ops import nn
+from ..ops.schedules.gemm.chooser import choose_conv_config
 from ..ops.schedules.gemm.forms import conv_gemm_form
-from ..ops.schedules.gemm.knobs import mma_sync_choices
-from ..ops.schedules.tensorcore import TensorCoreConfig
-from ..ops.schedules.tensorcore_conv import (
-    check_conv_config,
-    choose_conv_config,
-    schedule_conv2d_nhwc_tensorcore,
-)
+from ..ops.schedules.gemm.knobs import TensorCoreConfig, mma_sync_choices
+from ..ops.schedules.gemm.rules import check_conv_config
+from ..ops.schedules.gemm.schedule import schedule_conv2d_nhwc_tensorcore
 from ..passes.schedule.common import ScheduleError
 from .dispatch import get_config
 from .task import template

@@ -42,13 +42,10 @@ from __future__ import annotations
 
 from .. import te
 from ..ops import nn
-from ..ops.schedules.gemm.knobs import mma_sync_choices
-from ..ops.schedules.tensorcore import TensorCoreConfig
-from ..ops.schedules.tensorcore_gemm import (
-    choose_gemm_config,
-    gemm_form,
-    schedule_gemm_tensorcore,
-)
+from ..ops.schedules.gemm.chooser import choose_gemm_config
+from ..ops.schedules.gemm.forms import gemm_form
+from ..ops.schedules.gemm.knobs import TensorCoreConfig, mma_sync_choices
+from ..ops.schedules.gemm.schedule import schedule_gemm_tensorcore
 from ..passes.schedule.common import ScheduleError
 from ..target import as_target
 from .dispatch import get_config

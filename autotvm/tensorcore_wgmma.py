@@ -37,13 +37,9 @@ takes :func:`~ptxforge.ops.schedules.tensorcore_conv.choose_wgmma_conv_config`.
 from __future__ import annotations
 
 from ..ir.intrin.wgmma import require_wgmma
-from ..ops.schedules.gemm.knobs import WGMMA_SPACE, wgmma_choices
-from ..ops.schedules.tensorcore_wgmma import (
-    WgmmaScheduleConfig,
-    choose_wgmma_config,
-    schedule_gemm_wgmma,
-    wgmma_form,
-)
+from ..ops.schedules.gemm.chooser import choose_wgmma_config
+from ..ops.schedules.gemm.knobs import WGMMA_SPACE, WgmmaScheduleConfig, wgmma_choices
+from ..ops.schedules.gemm.schedule import schedule_gemm_wgmma, wgmma_form
 from ..passes.schedule.common import ScheduleError
 from ..target import Target, as_target
 from .dispatch import get_config
@@ -157,12 +153,10 @@ def _batch_defaults(B, M, N, K, dtype="float16", out_dtype=None):
 @template(CONV_NAME)
 def conv2d_nhwc_wgmma(N, H, W, CI, CO, KH, KW, stride, padding, dtype="float16"):
     """The wgmma conv2d NHWC template (see the module doc)."""
-    from ..ops.schedules.tensorcore_conv import (
-        choose_wgmma_conv_config,
-        conv_gemm_form,
-        schedule_conv2d_nhwc_wgmma,
-        wgmma_conv_refusal,
-    )
+    from ..ops.schedules.gemm.choice import wgmma_conv_refusal
+    from ..ops.schedules.gemm.chooser import choose_wgmma_conv_config
+    from ..ops.schedules.gemm.forms import conv_gemm_form
+    from ..ops.schedules.gemm.schedule import schedule_conv2d_nhwc_wgmma
     from .tensorcore_conv import conv2d_nhwc_declaration, inline_around
 
     target = as_target(None)
@@ -182,7 +176,7 @@ def conv2d_nhwc_wgmma(N, H, W, CI, CO, KH, KW, stride, padding, dtype="float16")
 
 @conv2d_nhwc_wgmma.defaults
 def _conv_defaults(N, H, W, CI, CO, KH, KW, stride, padding, dtype="float16"):
-    from ..ops.schedules.tensorcore_conv import choose_wgmma_conv_config
+    from ..ops.schedules.gemm.chooser import choose_wgmma_conv_config
     from .tensorcore_conv import conv2d_nhwc_declaration
 
     conv = conv2d_nhwc_declaration(N, H, W, CI, CO, KH, KW, stride, padding, dtype)[3]

@@ -23,11 +23,8 @@ import time
 import numpy as np
 import ptxforge
 from ptxforge.backend_ptx import array, compile_module, cuda, empty
-from ptxforge.ops.schedules.tensorcore import (
-    TensorCoreConfig,
-    dense_tensorcore_compute,
-    schedule_dense_tensorcore,
-)
+from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
+from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute, schedule_dense_tensorcore
 
 CONFIGS = [
     TensorCoreConfig(128, 128, 64, 2, 4),

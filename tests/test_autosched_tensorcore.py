@@ -7,8 +7,9 @@ import os
 import time
 
 import numpy as np
-import ptxforge
 import pytest
+
+import ptxforge
 from ptxforge import autosched, measure, ops, te
 from ptxforge.autosched.evolution import mutate, random_population
 from ptxforge.autosched.features import population_features
@@ -17,7 +18,7 @@ from ptxforge.autosched.search_policy import SketchPolicy
 from ptxforge.autosched.state import State, state_from_payload
 from ptxforge.autosched.tensorcore import TensorCoreStep, bank_conflict
 from ptxforge.ir import dtype as dt
-from ptxforge.ops.schedules.tensorcore import dense_tensorcore_compute
+from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute
 
 SM80 = "cuda -arch=sm_80"
 

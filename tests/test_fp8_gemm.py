@@ -14,7 +14,8 @@ from ptxforge.ir.dtype import round_to
 from ptxforge.ir.float8 import float8_bits, float8_from_bits, quantize
 from ptxforge.ops.scaled_mm import ScaledMMError, scaled_mm, scaled_mm_reference
 from ptxforge.ops.schedules.default import default_schedule
-from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig, schedule_gemm_wgmma
+from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
+from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_wgmma
 from ptxforge.passes.schedule.common import ScheduleError
 from ptxforge.target import as_target
 
@@ -177,7 +178,7 @@ def test_what_wgmma_does_not_take_runs_on_the_cuda_cores(M, N, K, target):
 def test_refusals():
     from ptxforge.backend_ptx import compile_module
     from ptxforge.backend_ptx.exprgen import CodegenError
-    from ptxforge.ops.schedules.tensorcore_gemm import schedule_gemm_tensorcore
+    from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_tensorcore
 
     # mma.sync has no fp8 here: its schedule says so
     tensors = _decl(128, 128, 256, "float8_e4m3fn", "float16")
