@@ -30,7 +30,7 @@ from .sketch import ChoiceSlot, Sketch
 class RowGemmStep:
     """The product ``stage`` with its row epilogue ending in ``output``; ``configs``: the
     tile configurations a state chooses among (by index); ``form``: the product's
-    :class:`~ptxforge.ops.schedules.tensorcore_gemm.GemmForm`; ``tensors``: the task's
+    :class:`~ptxforge.ops.schedules.gemm.forms.GemmForm`; ``tensors``: the task's
     output tensor (not compared)."""
 
     stage: str

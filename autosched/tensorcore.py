@@ -9,7 +9,7 @@ A conv2d NHWC (not grouped or depthwise) of float16 / bfloat16 inputs summed in 
 or of float32 inputs declared with ``precision="tf32"``, followed by element-wise stages
 (bias, residual add, activation, cast), gets the sketch ``tensorcore_conv(conv)``: its
 step, :class:`TensorCoreConvStep`, samples the same levels and runs the default
-tensor-core conv schedule (:func:`~ptxforge.ops.schedules.tensorcore_conv.
+tensor-core conv schedule (:func:`~ptxforge.ops.schedules.gemm.schedule.
 schedule_conv2d_nhwc_tensorcore`: the ``implicit_gemm`` pass gathers the windows of the
 input into the A tile, ``M = N*OH*OW`` output pixels by ``K = KH*KW*C_in`` columns) with
 the sampled configuration; M, N and K are padded to the block tile, so 49 output pixels or
@@ -33,12 +33,12 @@ tensorcore_wgmma.wgmma_refusal`) also gets ``wgmma_gemm(C)``: its step,
 :class:`WgmmaGemmStep`, samples ``block_n`` (64, 128, 256), ``warpgroups`` (1 or 2:
 block tiles of 64 or 128 rows), ``stages``, ``in_flight`` (wgmma groups left running
 across K steps) and ``split_k``, and runs the default wgmma GEMM schedule
-(:func:`~ptxforge.ops.schedules.tensorcore_wgmma.schedule_gemm_wgmma`) with them; it
+(:func:`~ptxforge.ops.schedules.gemm.schedule.schedule_gemm_wgmma`) with them; it
 competes with the mma.sync sketches, and :func:`wgmma_model` ranks its states with the
 estimate the default chooser uses. A convolution that gets ``tensorcore_conv(C)`` in
 16-bit inputs also gets ``wgmma_conv(C)`` there: :class:`WgmmaConvStep` samples the same
 slots (the HWIO kernel, B read as ``[K, N]``, in 64-column panels of the shared tile) for
-:func:`~ptxforge.ops.schedules.tensorcore_conv.schedule_conv2d_nhwc_wgmma`, split-K
+:func:`~ptxforge.ops.schedules.gemm.schedule.schedule_conv2d_nhwc_wgmma`, split-K
 included, ranked by the same estimate on the implicit GEMM.
 
 Other shapes of computation, float32 products not declared TF32 (TF32 is never chosen
@@ -205,9 +205,9 @@ def _schedule_product(step: TensorCoreStep, schedule):
 class TensorCoreGemmStep(TensorCoreStep):
     """A dense / matmul / batch_matmul ``stage`` and its element-wise epilogue, on the
     default tensor-core GEMM schedule with the sampled configuration
-    (:func:`~ptxforge.ops.schedules.tensorcore_gemm.schedule_gemm_tensorcore`: padding
+    (:func:`~ptxforge.ops.schedules.gemm.schedule.schedule_gemm_tensorcore`: padding
     through ``implicit_gemm``, lane-by-lane TF32 fragments, split-K). ``form``: the
-    product's :class:`~ptxforge.ops.schedules.tensorcore_gemm.GemmForm`."""
+    product's :class:`~ptxforge.ops.schedules.gemm.forms.GemmForm`."""
 
     form: object = field(default=None, compare=False, hash=False)
     late: tuple = field(default=(), compare=False, hash=False)
@@ -255,7 +255,7 @@ class WgmmaGemmStep(TensorCoreStep):
     """A dense / matmul / batch_matmul ``stage`` and its element-wise epilogue on the
     default wgmma GEMM schedule (sm_90a) with the sampled ``block_n``, ``warpgroups``,
     ``stages``, ``in_flight`` and ``split_k``. ``form``: the product's
-    :class:`~ptxforge.ops.schedules.tensorcore_gemm.GemmForm`; ``remapped``: the output
+    :class:`~ptxforge.ops.schedules.gemm.forms.GemmForm`; ``remapped``: the output
     stores the product in another layout (tiles that divide it, no split-K)."""
 
     form: object = field(default=None, compare=False, hash=False)
@@ -300,7 +300,7 @@ def schedule_wgmma_gemm(step: WgmmaGemmStep, cfg, target=None):
 def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
     """The wgmma GEMM step for ``task``, or None: a target with wgmma and a task
     :func:`tensorcore_gemm_step` takes whose product wgmma runs
-    (:func:`~ptxforge.ops.schedules.tensorcore_wgmma.wgmma_refusal`), with at least one
+    (:func:`~ptxforge.ops.schedules.gemm.choice.wgmma_refusal`), with at least one
     configuration that schedules."""
     from ..ir.dtype import nbytes
     from ..ops.schedules.gemm.choice import wgmma_refusal
@@ -340,7 +340,7 @@ class WgmmaConvStep(WgmmaGemmStep):
     ``warpgroups``, ``stages``, ``in_flight`` and ``split_k`` (float32 partial sums on
     blockIdx.z, summed by a second kernel with the epilogue) as the wgmma GEMM step does.
     ``form``: the implicit GEMM's
-    :func:`~ptxforge.ops.schedules.tensorcore_conv.conv_gemm_form` (for the model)."""
+    :func:`~ptxforge.ops.schedules.gemm.forms.conv_gemm_form` (for the model)."""
 
     def schedule(self, cfg):
         return schedule_wgmma_conv(self, cfg, self.target)
@@ -443,7 +443,7 @@ def _single_product(task):
 def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
     """The tensor-core conv step for ``task``, or None when the rule does not apply: one
     output computed from a single conv2d NHWC stage that can run on tensor cores on the
-    task's target (:func:`~ptxforge.ops.schedules.tensorcore_conv.
+    task's target (:func:`~ptxforge.ops.schedules.gemm.forms.
     tensorcore_conv_unsupported`) by element-wise stages only, its inputs read directly or
     through a padding stage."""
     from ..ir.dtype import nbytes
@@ -604,10 +604,10 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
 
 def wgmma_model(step: WgmmaGemmStep, V, hw, n: int) -> dict:
     """Validity, resource use and the analytical time of wgmma GEMM states (vectorized):
-    the rules of :func:`~ptxforge.ops.schedules.tensorcore_wgmma.check_wgmma_gemm` (one
+    the rules of :func:`~ptxforge.ops.schedules.gemm.rules.check_wgmma_gemm` (one
     group in flight needs 3 stages, each split-K part at least ``stages`` steps of 64, the
     shared tiles and C tile within the opt-in limit) and the estimate of
-    :func:`~ptxforge.ops.schedules.tensorcore_wgmma.wgmma_estimate`, in the statistics'
+    :func:`~ptxforge.ops.schedules.gemm.estimate.wgmma_estimate`, in the statistics'
     names the features read (a warpgroup is 4 warps; wgmma reads its tiles from shared
     memory itself: no fragment loads, no bank conflicts)."""
     from ..ir.intrin.wgmma import WARPGROUP

@@ -16,7 +16,7 @@ the pipeline ``stages`` (1: none; else cp.async into that many buffers), ``vec``
 (elements per copy) and ``split_k`` (the reduction split over that many blocks into
 float32 partial sums, which a second kernel adds up with the epilogue: for layers with few
 output tiles, such as 7x7 pixels). A combination that breaks a rule of the schedule
-(:func:`~ptxforge.ops.schedules.tensorcore_conv.check_conv_config`: warp tiles of whole
+(:func:`~ptxforge.ops.schedules.gemm.rules.check_conv_config`: warp tiles of whole
 m16n8 fragments, shared memory of the target, enough reduction steps for the stages, copy
 widths) is rejected at instantiation with an :class:`InstantiationError` naming the rule.
 Without a tuned record the template uses the default schedule's configuration.

@@ -1,7 +1,7 @@
 """The default tensor-core GEMM chooser against measurements of every configuration.
 
 ``measure`` (needs a GPU) builds every configuration the default chooser ranks
-(:func:`~ptxforge.ops.schedules.tensorcore_gemm.gemm_candidates`) plus the other stage
+(:func:`~ptxforge.ops.schedules.gemm.chooser.gemm_candidates`) plus the other stage
 counts of each, for each product (fp16 in, fp32 accumulation, fp16 out), checks each on
 random inputs against a float64 reference, times it (CUDA graph of ``--number`` launches,
 median of ``--repeat``) next to cuBLAS (``torch.matmul``) in the same process, and writes
