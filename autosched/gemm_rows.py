@@ -30,7 +30,7 @@ from .sketch import ChoiceSlot, Sketch
 class RowGemmStep:
     """The product ``stage`` with its row epilogue ending in ``output``; ``configs``: the
     tile configurations a state chooses among (by index); ``form``: the product's
-    :class:`~ptxforge.ops.schedules.tensorcore_gemm.GemmForm`; ``tensors``: the task's
+    :class:`~ptxforge.ops.schedules.gemm.forms.GemmForm`; ``tensors``: the task's
     output tensor (not compared)."""
 
     stage: str
@@ -79,8 +79,8 @@ def schedule_row_gemm(step: RowGemmStep, cfg):
 def row_gemm_step(task) -> RowGemmStep | None:
     """The row-epilogue step of ``task``, or None when the rule does not apply (not a row
     epilogue, no tensor-core product on the task's target, no tile covering the row)."""
+    from ..ops.schedules.gemm.forms import gemm_form
     from ..ops.schedules.gemm_rows import row_configs
-    from ..ops.schedules.tensorcore_gemm import gemm_form
 
     outs = list(task.ir_dag.outputs)
     if len(outs) != 1:
@@ -112,9 +112,9 @@ def gemm_rows_model(step: RowGemmStep, V, hw, n: int) -> dict:
     """Validity, resource use and the analytical time of row-epilogue states (vectorized
     over the configurations a population picks): every configuration is legal (the rule
     offers only those), the time is :func:`~ptxforge.ops.schedules.gemm_rows.row_time`."""
+    from ..ops.schedules.gemm.knobs import WgmmaScheduleConfig
+    from ..ops.schedules.gemm.rules import gemm_shared_bytes, wgmma_shared_bytes
     from ..ops.schedules.gemm_rows import row_threads_of, row_time
-    from ..ops.schedules.tensorcore_gemm import gemm_shared_bytes
-    from ..ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig, wgmma_shared_bytes
     from .kernel_model import _occupancy
 
     f = step.form

@@ -60,13 +60,20 @@ def state_payload(task, state: State) -> dict:
 
 def state_from_payload(task, payload) -> State | None:
     """The state a record's payload describes, or None if it is not one of this task's
-    sketches (another tuner's record, or a sketch this version no longer makes)."""
+    sketches (another tuner's record, or a sketch this version no longer makes). A record
+    of a retired sketch maps onto the sketch that took its place
+    (:func:`~ptxforge.autosched.tensorcore.migrate_payload`)."""
     if not isinstance(payload, dict) or payload.get("kind") != PAYLOAD_KIND:
         return None
+    name, values = payload.get("sketch"), payload.get("state", {})
+    if not any(sk.name == name for sk in task.sketches) and isinstance(name, str):
+        from .tensorcore import migrate_payload
+
+        name, values = migrate_payload(name, values) or (name, values)
     for k, sk in enumerate(task.sketches):
-        if sk.name == payload.get("sketch"):
+        if sk.name == name:
             try:
-                return State(k, sk.row_of(payload.get("state", {})))
+                return State(k, sk.row_of(values))
             except (ValueError, TypeError, KeyError, IndexError, AttributeError):
                 return None
     return None

@@ -1,36 +1,31 @@
-"""The tensor-core sketch rule: matrix products of float16 / bfloat16 inputs on sm_80+.
+"""The tensor-core sketch rules: matrix products and convolutions on sm_80+.
 
-A task whose computation is one product ``C[i, j] = sum(A[i, k] * B[j, k])`` (or
-``B[k, j]``; batch_matmul with a leading batch index), accumulated in float32 (or float16),
-followed only by element-wise stages (bias, activation, cast), gets one extra sketch,
-``tensorcore(C)``, next to the CUDA-core ones (which stay and compete). Its one step,
-:class:`TensorCoreStep`, samples the block tile (``block_m x block_n``), the warp grid
-(``warps_m x warps_n``: the warp tile is their quotient), ``block_k`` (a multiple of the
-intrinsic's k = 16), the number of pipeline stages, the shared layout (rows padded by 8
-elements, which removes ldmatrix bank conflicts, or plain) and the copy width; the
-intrinsic level is ``mma.sync m16n8k16`` fed by ``ldmatrix``. Its passes
-(:func:`schedule_tensorcore`: cache_read / cache_write to shared and warp scope, split,
-bind, storage_align, async_copy, software_pipeline, tensorize) are ordinary schedule
-passes, so a state is recorded, printed and replayed like any other.
+The sketches' steps share :class:`TensorCoreStep` (the product's extents and dtypes, the
+slot names ``<stage>.tc.<knob>``) and run the tensor-core GEMM template
+(:mod:`ptxforge.ops.schedules.gemm`) with the sampled knobs, so a state is recorded,
+printed and replayed like any other.
 
 A conv2d NHWC (not grouped or depthwise) of float16 / bfloat16 inputs summed in float32,
 or of float32 inputs declared with ``precision="tf32"``, followed by element-wise stages
 (bias, residual add, activation, cast), gets the sketch ``tensorcore_conv(conv)``: its
 step, :class:`TensorCoreConvStep`, samples the same levels and runs the default
-tensor-core conv schedule (:func:`~ptxforge.ops.schedules.tensorcore_conv.
+tensor-core conv schedule (:func:`~ptxforge.ops.schedules.gemm.schedule.
 schedule_conv2d_nhwc_tensorcore`: the ``implicit_gemm`` pass gathers the windows of the
 input into the A tile, ``M = N*OH*OW`` output pixels by ``K = KH*KW*C_in`` columns) with
 the sampled configuration; M, N and K are padded to the block tile, so 49 output pixels or
 3 input channels need no special case.
 
-A dense / matmul / batch_matmul stage (float16 / bfloat16, or float32 declared with
-``precision="tf32"``; any extents) gets ``tensorcore_gemm(C)``: its step,
+A product stage (dense, matmul, batch_matmul, or a user's stage of that form:
+:func:`~ptxforge.ops.schedules.gemm.forms.gemm_form` with any tag; float16 / bfloat16, or
+float32 declared with ``precision="tf32"``; any extents) gets ``tensorcore_gemm(C)``: its step,
 :class:`TensorCoreGemmStep`, samples the same levels plus ``split_k`` (the reduction in
 that many parts on ``blockIdx.z``, float32 partial sums that a second kernel adds up with
 the epilogue: for products with few block tiles and a long reduction) and runs the default
 tensor-core GEMM schedule with them (zero padding through ``implicit_gemm``, TF32 fragments
-loaded with ldmatrix as the 16-bit ones). Where ``tensorcore(C)`` takes the stage too,
-both sketches compete, ``tensorcore(C)`` first.
+loaded with ldmatrix as the 16-bit ones). It took the place of the sketch
+``tensorcore(C)`` (a second writer of the same kernels, for tiles that divide the
+product): records of that sketch replay from their pipelines as ever, and their states
+map onto ``tensorcore_gemm(C)`` (:func:`migrate_payload`).
 
 On a target with wgmma (sm_90a), a dense / matmul / batch_matmul stage that wgmma runs
 (fp16 / bf16, B read as ``[N, K]``, ``N >= 64``: :func:`~ptxforge.ops.schedules.
@@ -38,12 +33,12 @@ tensorcore_wgmma.wgmma_refusal`) also gets ``wgmma_gemm(C)``: its step,
 :class:`WgmmaGemmStep`, samples ``block_n`` (64, 128, 256), ``warpgroups`` (1 or 2:
 block tiles of 64 or 128 rows), ``stages``, ``in_flight`` (wgmma groups left running
 across K steps) and ``split_k``, and runs the default wgmma GEMM schedule
-(:func:`~ptxforge.ops.schedules.tensorcore_wgmma.schedule_gemm_wgmma`) with them; it
+(:func:`~ptxforge.ops.schedules.gemm.schedule.schedule_gemm_wgmma`) with them; it
 competes with the mma.sync sketches, and :func:`wgmma_model` ranks its states with the
 estimate the default chooser uses. A convolution that gets ``tensorcore_conv(C)`` in
 16-bit inputs also gets ``wgmma_conv(C)`` there: :class:`WgmmaConvStep` samples the same
 slots (the HWIO kernel, B read as ``[K, N]``, in 64-column panels of the shared tile) for
-:func:`~ptxforge.ops.schedules.tensorcore_conv.schedule_conv2d_nhwc_wgmma`, split-K
+:func:`~ptxforge.ops.schedules.gemm.schedule.schedule_conv2d_nhwc_wgmma`, split-K
 included, ranked by the same estimate on the implicit GEMM.
 
 Other shapes of computation, float32 products not declared TF32 (TF32 is never chosen
@@ -56,34 +51,27 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.intrin.kinds import MMA_SYNC
 from ..ops.schedules.gemm.knobs import (
     MMA_SYNC_SPACE,
+    TensorCoreConfig,
     mma_sync_choices,
     wgmma_choices,
 )
-from ..ops.schedules.gemm.pieces import fragment_plans, stage_fragments, store_warp_tiles
-from ..ops.schedules.tensorcore import TensorCoreConfig, tile_warp_product
 from ..passes.schedule.common import ScheduleError
 from ..passes.schedule.names import slot_name
 from .sketch import ChoiceSlot, Sketch
 
-BLOCK_CHOICES = MMA_SYNC_SPACE.blocks
-BLOCK_K_CHOICES = MMA_SYNC_SPACE.block_k
-WARP_CHOICES = MMA_SYNC_SPACE.warps
-STAGE_CHOICES = MMA_SYNC_SPACE.stages
-LAYOUT_CHOICES = (8, 0)        # rows padded by 8 elements (no ldmatrix bank conflicts), plain
-VEC_CHOICES = MMA_SYNC_SPACE.vec
 SPLIT_K_CHOICES = MMA_SYNC_SPACE.split_k  # the reduction over that many blocks (partial sums)
-MMA_SHAPE = (16, 8, 16)
 
 
 @dataclass(frozen=True)
 class TensorCoreStep:
-    """The product ``stage`` (``batch`` products of ``M x N x K``) and its element-wise
-    epilogue (ending in ``output``) on tensor cores. ``b_kn``: B is read as ``[k, n]``.
-    ``tensors``: the te tensors ``(A, B, C, output)``; ``inlined``: the epilogue stages to
-    inline (neither is compared)."""
+    """What the tensor-core steps share: the product ``stage`` (``batch`` products of
+    ``M x N x K``) and its element-wise epilogue (ending in ``output``), their slots named
+    ``<stage>.tc.<knob>``. ``b_kn``: B is read as ``[k, n]``. ``tensors``: the te tensors
+    ``(C, output)``; ``inlined``: the epilogue stages to inline (neither is compared). The
+    steps (:class:`TensorCoreGemmStep`, :class:`TensorCoreConvStep`) define the slots and
+    the schedule."""
 
     stage: str
     output: str
@@ -101,29 +89,11 @@ class TensorCoreStep:
     def slot(self, kind: str) -> str:
         return slot_name(self.stage, "tc", kind)
 
-    def _divisors(self, choices, extent) -> tuple:
-        return tuple(c for c in choices if extent % c == 0) or (choices[0],)
-
-    def slots(self) -> list:
-        return [ChoiceSlot(self.slot("block_m"), self._divisors(BLOCK_CHOICES, self.M)),
-                ChoiceSlot(self.slot("block_n"), self._divisors(BLOCK_CHOICES, self.N)),
-                ChoiceSlot(self.slot("block_k"), self._divisors(BLOCK_K_CHOICES, self.K)),
-                ChoiceSlot(self.slot("warps_m"), WARP_CHOICES),
-                ChoiceSlot(self.slot("warps_n"), WARP_CHOICES),
-                ChoiceSlot(self.slot("stages"), STAGE_CHOICES),
-                ChoiceSlot(self.slot("layout"), LAYOUT_CHOICES),
-                ChoiceSlot(self.slot("vec"), VEC_CHOICES)]
-
     def config(self, vals) -> TensorCoreParams:
         """The parameters of one state (``vals``: slot values by name)."""
         return TensorCoreParams(*(int(vals[self.slot(k)]) for k in (
             "block_m", "block_n", "block_k", "warps_m", "warps_n", "stages", "layout",
             "vec")))
-
-    def emit(self, vals, out) -> None:
-        s = schedule_tensorcore(self, self.config(vals))
-        out["structure"].extend(s.pipeline)
-
 
 @dataclass(frozen=True)
 class TensorCoreParams:
@@ -140,84 +110,6 @@ class TensorCoreParams:
     stages: int
     layout: int
     vec: int
-
-
-def schedule_tensorcore(step: TensorCoreStep, p: TensorCoreParams):
-    """The te schedule of ``step``'s computation with parameters ``p``.
-
-    The accumulators are cached twice (cache_write to shared, then to warp): each warp's
-    m16n8 fragments are stored into the block's shared tile of C with ``store_c``, and the
-    output stage (the epilogue: bias, activation, cast, with its element-wise producers
-    inlined) reads that tile, its threads covering the block tile row-major so that global
-    stores are coalesced. A and B are staged to shared memory with cp.async (``stages``
-    buffers, software-pipelined over the ``block_k`` loop when more than one) and loaded
-    into fragments with ``ldmatrix``.
-    """
-    from .. import te
-
-    a, b, c, out = step.tensors
-    s = te.create_schedule(out.op)
-    for t in step.inlined:
-        s[t].compute_inline()
-    c_sh = s.cache_write(c, "shared")
-    cf = s.cache_write(c_sh, "warp")
-    if out is not c:
-        s[c].compute_inline()
-    a_sh = s.cache_read(a, "shared", [cf])
-    b_sh = s.cache_read(b, "shared", [cf])
-    a_fr = s.cache_read(a_sh, "warp", [cf])
-    b_fr = s.cache_read(b_sh, "warp", [cf])
-    wm, wn = p.block_m // p.warps_m, p.block_n // p.warps_n
-    threads = (("threadIdx.x", 32), ("threadIdx.y", p.warps_n), ("threadIdx.z", p.warps_m))
-
-    def spread(st, fused) -> None:
-        for tag, n in threads:
-            fused, t = st.split(fused, factor=n)
-            st.bind(t, te.thread_axis(tag))
-
-    # the epilogue: blocks of block_m x block_n outputs, all threads of a block over them
-    o = s[out]
-    *lead, i, j = o.op.axis
-    bi, i = o.split(i, factor=p.block_m)
-    bj, j = o.split(j, factor=p.block_n)
-    o.reorder(*lead, bi, bj, i, j)
-    if lead:  # a batch of products: one grid layer per batch index
-        o.bind(lead[0], te.thread_axis("blockIdx.z"))
-    o.bind(bi, te.thread_axis("blockIdx.y"))
-    o.bind(bj, te.thread_axis("blockIdx.x"))
-    spread(o, o.fuse(i, j))
-    # the block's C tile in shared memory: each warp stores its m16n8 fragments
-    s[c_sh].compute_at(o, bj)
-    st = s[c_sh]
-    *c_lead, ci, cj = st.op.axis
-    kind = MMA_SYNC
-    _, wj = store_warp_tiles(st, ci, cj, wm, wn, kind.store(step.acc_dtype), True,
-                             tuple(c_lead))
-    # the accumulators of one warp tile, k in block_k stages of 16
-    s[cf].compute_at(st, wj)
-    f = s[cf]
-    ko, ki = tile_warp_product(f, p.block_k, MMA_SHAPE[2],
-                               kind.mma(step.in_dtype, step.acc_dtype, step.b_kn))
-    # fragments from shared memory with ldmatrix, for each k step
-    plans = fragment_plans(kind, step.in_dtype, step.b_kn, "ldmatrix", wn)
-    stage_fragments(s, f, ki, zip((a_fr, b_fr), plans))
-    # shared tiles of A and B: every thread copies vec elements at a time with cp.async
-    for sh in (a_sh, b_sh):
-        s[sh].compute_at(f, ko)
-        st = s[sh]
-        *s_lead, r, col = st.op.axis
-        row = p.block_n if (sh is b_sh and step.b_kn) else p.block_k
-        if p.layout > 0:
-            st.storage_align(r, row + p.layout, 0)
-        elif p.layout < 0:
-            st.swizzle(-p.layout)
-        fused, v = st.split(st.fuse(*s_lead, r, col), factor=p.vec)
-        spread(st, fused)
-        st.vectorize(v)
-        st.async_copy()
-    if p.stages > 1:
-        f.pipeline(ko, p.stages)
-    return s
 
 
 def _padded_slots(step: TensorCoreStep, form, divide: bool = False) -> list:
@@ -286,7 +178,7 @@ def schedule_tensorcore_conv(step: TensorCoreConvStep, cfg: TensorCoreConfig,
                              target=None):
     """The te schedule of ``step``'s convolution with configuration ``cfg``: the default
     tensor-core conv schedule between the inlines of :func:`_schedule_product`."""
-    from ..ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_tensorcore
+    from ..ops.schedules.gemm.schedule import schedule_conv2d_nhwc_tensorcore
 
     return _schedule_product(step, lambda s, c, epi: schedule_conv2d_nhwc_tensorcore(
         s, c.op, epi, target, cfg))
@@ -313,9 +205,9 @@ def _schedule_product(step: TensorCoreStep, schedule):
 class TensorCoreGemmStep(TensorCoreStep):
     """A dense / matmul / batch_matmul ``stage`` and its element-wise epilogue, on the
     default tensor-core GEMM schedule with the sampled configuration
-    (:func:`~ptxforge.ops.schedules.tensorcore_gemm.schedule_gemm_tensorcore`: padding
+    (:func:`~ptxforge.ops.schedules.gemm.schedule.schedule_gemm_tensorcore`: padding
     through ``implicit_gemm``, lane-by-lane TF32 fragments, split-K). ``form``: the
-    product's :class:`~ptxforge.ops.schedules.tensorcore_gemm.GemmForm`."""
+    product's :class:`~ptxforge.ops.schedules.gemm.forms.GemmForm`."""
 
     form: object = field(default=None, compare=False, hash=False)
     late: tuple = field(default=(), compare=False, hash=False)
@@ -350,7 +242,7 @@ class TensorCoreGemmStep(TensorCoreStep):
 def schedule_tensorcore_gemm(step: TensorCoreGemmStep, cfg: TensorCoreConfig, target=None):
     """The te schedule of ``step``'s product with configuration ``cfg``: the default
     tensor-core GEMM schedule between the inlines of :func:`_schedule_product`."""
-    from ..ops.schedules.tensorcore_gemm import schedule_gemm_tensorcore
+    from ..ops.schedules.gemm.schedule import schedule_gemm_tensorcore
 
     return _schedule_product(step, lambda s, c, epi: schedule_gemm_tensorcore(
         s, c.op, epi, cfg, target, step.form))
@@ -363,7 +255,7 @@ class WgmmaGemmStep(TensorCoreStep):
     """A dense / matmul / batch_matmul ``stage`` and its element-wise epilogue on the
     default wgmma GEMM schedule (sm_90a) with the sampled ``block_n``, ``warpgroups``,
     ``stages``, ``in_flight`` and ``split_k``. ``form``: the product's
-    :class:`~ptxforge.ops.schedules.tensorcore_gemm.GemmForm`; ``remapped``: the output
+    :class:`~ptxforge.ops.schedules.gemm.forms.GemmForm`; ``remapped``: the output
     stores the product in another layout (tiles that divide it, no split-K)."""
 
     form: object = field(default=None, compare=False, hash=False)
@@ -383,7 +275,7 @@ class WgmmaGemmStep(TensorCoreStep):
 
     def wgmma_config(self, vals):
         """The wgmma schedule's configuration of one state."""
-        from ..ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig
+        from ..ops.schedules.gemm.knobs import WgmmaScheduleConfig
 
         return WgmmaScheduleConfig(*(int(vals[self.slot(k)]) for k in (
             "block_n", "warpgroups", "stages", "in_flight", "split_k")))
@@ -399,7 +291,7 @@ class WgmmaGemmStep(TensorCoreStep):
 def schedule_wgmma_gemm(step: WgmmaGemmStep, cfg, target=None):
     """The te schedule of ``step``'s product with wgmma configuration ``cfg``: the default
     wgmma GEMM schedule between the inlines of :func:`_schedule_product`."""
-    from ..ops.schedules.tensorcore_wgmma import schedule_gemm_wgmma
+    from ..ops.schedules.gemm.schedule import schedule_gemm_wgmma
 
     return _schedule_product(step, lambda s, c, epi: schedule_gemm_wgmma(
         s, c.op, epi, cfg, target, step.form))
@@ -408,12 +300,12 @@ def schedule_wgmma_gemm(step: WgmmaGemmStep, cfg, target=None):
 def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
     """The wgmma GEMM step for ``task``, or None: a target with wgmma and a task
     :func:`tensorcore_gemm_step` takes whose product wgmma runs
-    (:func:`~ptxforge.ops.schedules.tensorcore_wgmma.wgmma_refusal`), with at least one
+    (:func:`~ptxforge.ops.schedules.gemm.choice.wgmma_refusal`), with at least one
     configuration that schedules."""
     from ..ir.dtype import nbytes
     from ..ops.schedules.gemm.choice import wgmma_refusal
-    from ..ops.schedules.tensorcore_gemm import _is_cast_of, gemm_form
-    from ..ops.schedules.tensorcore_wgmma import choose_wgmma_config
+    from ..ops.schedules.gemm.chooser import choose_wgmma_config
+    from ..ops.schedules.gemm.forms import _is_cast_of, gemm_form
 
     if not task.target.has_wgmma:
         return None
@@ -421,7 +313,7 @@ def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
     if prod is None:
         return None
     op, out, stage, output, inlined, late = prod
-    form = gemm_form(op, task.target)
+    form = gemm_form(op, task.target, tags=None)
     if form is None or wgmma_refusal(form, task.target) is not None:
         return None
     remapped = tuple(out.shape) != tuple(op.output(0).shape)
@@ -448,7 +340,7 @@ class WgmmaConvStep(WgmmaGemmStep):
     ``warpgroups``, ``stages``, ``in_flight`` and ``split_k`` (float32 partial sums on
     blockIdx.z, summed by a second kernel with the epilogue) as the wgmma GEMM step does.
     ``form``: the implicit GEMM's
-    :func:`~ptxforge.ops.schedules.tensorcore_conv.conv_gemm_form` (for the model)."""
+    :func:`~ptxforge.ops.schedules.gemm.forms.conv_gemm_form` (for the model)."""
 
     def schedule(self, cfg):
         return schedule_wgmma_conv(self, cfg, self.target)
@@ -457,7 +349,7 @@ class WgmmaConvStep(WgmmaGemmStep):
 def schedule_wgmma_conv(step: WgmmaConvStep, cfg, target=None):
     """The te schedule of ``step``'s convolution with wgmma configuration ``cfg``: the
     wgmma conv schedule between the inlines of :func:`_schedule_product`."""
-    from ..ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+    from ..ops.schedules.gemm.schedule import schedule_conv2d_nhwc_wgmma
 
     return _schedule_product(step, lambda s, c, epi: schedule_conv2d_nhwc_wgmma(
         s, c.op, epi, target, cfg))
@@ -469,7 +361,7 @@ def wgmma_conv_step(task) -> WgmmaConvStep | None:
     configuration schedules."""
     from ..ir.dtype import nbytes
     from ..ops.schedules.gemm.choice import wgmma_dtype_refusal
-    from ..ops.schedules.tensorcore_conv import conv_gemm_form
+    from ..ops.schedules.gemm.forms import conv_gemm_form
 
     if not task.target.has_wgmma:
         return None
@@ -495,18 +387,18 @@ def wgmma_conv_step(task) -> WgmmaConvStep | None:
 
 def tensorcore_gemm_step(task) -> TensorCoreGemmStep | None:
     """The tensor-core GEMM step for ``task``, or None when the rule does not apply: one
-    output computed from a single product that the default tensor-core GEMM schedule runs
-    on the task's target (:func:`~ptxforge.ops.schedules.tensorcore_gemm.gemm_form`: fp16 /
-    bf16, or float32 declared TF32; padded when no tile divides it) by element-wise stages
-    only."""
+    output computed from a single product that the tensor-core GEMM template runs on the
+    task's target (:func:`~ptxforge.ops.schedules.gemm.forms.gemm_form`, a stage of any
+    tag: fp16 / bf16, or float32 declared TF32, accumulated in float32; padded when no
+    tile divides it) by element-wise stages only."""
     from ..ir.dtype import nbytes
-    from ..ops.schedules.tensorcore_gemm import gemm_form
+    from ..ops.schedules.gemm.forms import gemm_form
 
     prod = _single_product(task)
     if prod is None:
         return None
     op, out, stage, output, inlined, late = prod
-    form = gemm_form(op, task.target)
+    form = gemm_form(op, task.target, tags=None)
     if form is None:
         return None
     step = TensorCoreGemmStep(stage, output, form.M, form.N, form.K, form.in_dtype,
@@ -548,87 +440,14 @@ def _single_product(task):
     return op, out, names[id(op)], names[id(out.op)], inlined, late
 
 
-def _reads_of(expr) -> list:
-    from ..ir.expr import TensorRead, children
-
-    out, stack = [], [expr]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, TensorRead):
-            out.append(x)
-        stack.extend(children(x))
-    return out
-
-
-def tensorcore_step(task) -> TensorCoreStep | None:
-    """The tensor-core step for ``task``, or None when the rule does not apply: one output
-    of shape ``[M, N]`` (or ``[batch, M, N]``), computed from a single product
-    ``C[i, j] = sum_k A[i, k] B[j, k]`` (or ``B[k, j]``; batch_matmul: ``A[b, i, k]`` and
-    ``B[b, j, k]`` or ``B[b, k, j]``) of float16 / bfloat16 inputs by element-wise stages only, with
-    ``M % 16 == N % 8 == K % 16 == 0``, on a target with mma.sync m16n8k16."""
-    from ..ir.dtype import nbytes
-    from ..ir.te import PlaceholderOp
-
-    an = task.analysis
-    outs = list(task.ir_dag.outputs)
-    reds = [n for n, st in an.stages.items() if st.reduce]
-    if len(outs) != 1 or len(reds) != 1:
-        return None
-    st_c = an.stages[reds[0]]
-    c = st_c.op.output(0)
-    out = outs[0]
-    if (len(c.op.axis) not in (2, 3) or len(c.op.reduce_axis) != 1
-            or tuple(out.shape) != tuple(c.shape)):
-        return None
-    ins = list(c.op.input_tensors)
-    if len(ins) != 2 or not all(isinstance(t.op, PlaceholderOp) for t in ins):
-        return None
-    dt = ins[0].dtype
-    if dt not in ("float16", "bfloat16") or ins[1].dtype != dt:
-        return None
-    if c.dtype not in ("float32", "float16") or not task.target.has_mma("m16n8k16", dt):
-        return None
-    if c.dtype == "float16" and dt != "float16":
-        return None
-    *lead, i_var, j_var = (ax.var for ax in c.op.axis)
-    (k_var,) = (ax.var for ax in c.op.reduce_axis)
-    lead = tuple(lead)            # batch_matmul: the batch index leads every read
-    reads = {r.tensor: tuple(r.indices) for r in _reads_of(c.op.body) if r.tensor in ins}
-    a = next((t for t, ix in reads.items() if ix == lead + (i_var, k_var)), None)
-    b = next((t for t, ix in reads.items() if t is not a and ix in (lead + (j_var, k_var),
-                                                                    lead + (k_var, j_var))),
-             None)
-    if a is None or b is None:
-        return None
-    batch = int(c.op.axis[0].extent) if lead else 1
-    M, N = (int(x.extent) for x in c.op.axis[-2:])
-    K = int(c.op.reduce_axis[0].extent)
-    if M % 16 or N % 8 or K % 16:
-        return None
-    names = {id(st.op): n for n, st in an.stages.items()}
-    inlined = tuple(st.op.output(0) for n, st in an.stages.items()
-                    if st.op is not c.op and st.op is not out.op)
-    step = TensorCoreStep(names[id(c.op)], names[id(out.op)], M, N, K, dt, c.dtype,
-                          nbytes(out.dtype), reads[b] == lead + (k_var, j_var), batch,
-                          (a, b, c, out), inlined)
-    try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
-        schedule_tensorcore(step, TensorCoreParams(16, 8, 16, 1, 1, 1, 8, 2))
-    except ScheduleError:
-        return None
-    return step
-
-
 def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
     """The tensor-core conv step for ``task``, or None when the rule does not apply: one
     output computed from a single conv2d NHWC stage that can run on tensor cores on the
-    task's target (:func:`~ptxforge.ops.schedules.tensorcore_conv.
+    task's target (:func:`~ptxforge.ops.schedules.gemm.forms.
     tensorcore_conv_unsupported`) by element-wise stages only, its inputs read directly or
     through a padding stage."""
     from ..ir.dtype import nbytes
-    from ..ops.schedules.tensorcore_conv import (
-        conv_gemm_shape,
-        tensorcore_conv_unsupported,
-    )
+    from ..ops.schedules.gemm.forms import conv_gemm_shape, tensorcore_conv_unsupported
 
     prod = _single_product(task)
     if prod is None:
@@ -654,13 +473,10 @@ def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
 
 def tensorcore_sketches(task) -> list:
     """The tensor-core sketches of ``task`` (empty when the rule does not apply): the
-    ldmatrix sketch, the GEMM sketch (split-K among its slots) and, on sm_90a, the wgmma
-    GEMM sketch where each applies, in that order, else the conv sketch and, on sm_90a,
-    the wgmma conv sketch."""
+    GEMM sketch (split-K among its slots) and, on sm_90a, the wgmma GEMM sketch where
+    each applies, in that order, else the conv sketch and, on sm_90a, the wgmma conv
+    sketch."""
     out = []
-    step = tensorcore_step(task)
-    if step is not None:
-        out.append(Sketch(f"tensorcore({step.stage})", [step]))
     gemm = tensorcore_gemm_step(task)
     if gemm is not None:
         out.append(Sketch(f"tensorcore_gemm({gemm.stage})", [gemm]))
@@ -690,7 +506,7 @@ def bank_conflict(row_bytes) -> np.ndarray:
 def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     """Validity, resource use and an analytical time of tensor-core states (vectorized).
     A conv or GEMM step's product is padded to the block tile (its extents need not
-    divide; a GEMM over a broadcast batch must divide), a dense step's must divide. With
+    divide; a GEMM over a broadcast batch must divide). With
     split-K (conv and GEMM steps) each block runs one part of the padded reduction, the
     parts are more blocks, and the partial sums cost a second launch and their float32
     traffic (written, then read by the summing kernel)."""
@@ -702,7 +518,7 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
     wm_, wn_ = V[step.slot("warps_m")], V[step.slot("warps_n")]
     stages, layout, vec = V[step.slot("stages")], V[step.slot("layout")], V[step.slot("vec")]
     conv = isinstance(step, TensorCoreConvStep)
-    gemm = isinstance(step, TensorCoreGemmStep)
+    gemm = not conv
     pad = np.maximum(layout, 0)
     warps = wm_ * wn_
     threads = warps * 32
@@ -713,7 +529,7 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
         M, N = (-(-x // b) * b for x, b in ((step.M, bm), (step.N, bn)))
         K = -(-step.K // (bk * split)) * bk   # per split-K part
         valid = (layout >= 0) & (warps <= 32)
-    elif gemm:
+    else:
         eb, mma_k = step.elem_bytes, step.mma_k
         split = V[step.slot("split_k")]
         if step.form.paddable:
@@ -727,11 +543,6 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
         valid = valid & (layout >= 0) & (step.K % vec == 0)
         if step.b_kn:
             valid = valid & (step.N % vec == 0)
-    else:
-        eb, mma_k = 2, MMA_SHAPE[2]
-        split = np.ones(n, dtype=np.int64)
-        M, N, K = step.M, step.N, step.K
-        valid = (step.M % bm == 0) & (step.N % bn == 0) & (step.K % bk == 0)
     valid = valid & ((bm % wm_ == 0) & (wm % 16 == 0) & (bn % wn_ == 0) & (wn % 8 == 0)
                      & ((bm * bk) % (threads * vec) == 0) & ((bn * bk) % (threads * vec) == 0))
     a_row = bk + pad
@@ -793,13 +604,15 @@ def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
 
 def wgmma_model(step: WgmmaGemmStep, V, hw, n: int) -> dict:
     """Validity, resource use and the analytical time of wgmma GEMM states (vectorized):
-    the rules of :func:`~ptxforge.ops.schedules.tensorcore_wgmma.check_wgmma_gemm` (one
+    the rules of :func:`~ptxforge.ops.schedules.gemm.rules.check_wgmma_gemm` (one
     group in flight needs 3 stages, each split-K part at least ``stages`` steps of 64, the
     shared tiles and C tile within the opt-in limit) and the estimate of
-    :func:`~ptxforge.ops.schedules.tensorcore_wgmma.wgmma_estimate`, in the statistics'
+    :func:`~ptxforge.ops.schedules.gemm.estimate.wgmma_estimate`, in the statistics'
     names the features read (a warpgroup is 4 warps; wgmma reads its tiles from shared
     memory itself: no fragment loads, no bank conflicts)."""
-    from ..ops.schedules.tensorcore_wgmma import BLOCK_K, WARPGROUP, wgmma_estimate
+    from ..ir.intrin.wgmma import WARPGROUP
+    from ..ops.schedules.gemm.estimate import wgmma_estimate
+    from ..ops.schedules.gemm.knobs import BLOCK_K
     from .kernel_model import _occupancy
 
     f = step.form
@@ -835,3 +648,25 @@ def wgmma_model(step: WgmmaGemmStep, V, hw, n: int) -> dict:
             "regs": regs, "r0": steps, "est": est, "tc_mma_k": np.full(n, 16),
             "tc_warps": 4 * wgs, "tc_stages": stages, "tc_bytes_per_mma": np.zeros(n),
             "tc_flop": np.full(n, flop), "split_k": split, **occ}
+
+
+RETIRED_SKETCHES = {"tensorcore": "tensorcore_gemm"}
+"""Sketches this version no longer makes, by the sketch whose states take their records'
+values: ``tensorcore(C)`` (tiles dividing the product, no split-K) wrote the kernels of
+``tensorcore_gemm(C)``'s states of the same slot values and ``split_k`` 1."""
+
+
+def migrate_payload(name: str, state: dict) -> tuple[str, dict] | None:
+    """``(sketch name, slot values)`` that a record of retired sketch ``name`` maps to
+    (:data:`RETIRED_SKETCHES`), or None when ``name`` is not a retired sketch. A record of
+    ``tensorcore(C)`` becomes a state of ``tensorcore_gemm(C)``: the same block tile,
+    ``block_k``, warp grid, stages, shared layout and copy width (its slots have the same
+    names) and ``split_k`` 1. Only the state is mapped (to train the cost model and to
+    resume a search); the record's kernel is replayed from its stored pipeline, unchanged
+    (the dispatch contexts apply ``pipeline_text``, not the state)."""
+    kind, _, rest = name.partition("(")
+    new = RETIRED_SKETCHES.get(kind)
+    if new is None or not rest.endswith(")") or not isinstance(state, dict):
+        return None
+    stage = rest[:-1]
+    return f"{new}({stage})", {**state, slot_name(stage, "tc", "split_k"): 1}

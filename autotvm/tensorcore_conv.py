@@ -16,7 +16,7 @@ the pipeline ``stages`` (1: none; else cp.async into that many buffers), ``vec``
 (elements per copy) and ``split_k`` (the reduction split over that many blocks into
 float32 partial sums, which a second kernel adds up with the epilogue: for layers with few
 output tiles, such as 7x7 pixels). A combination that breaks a rule of the schedule
-(:func:`~ptxforge.ops.schedules.tensorcore_conv.check_conv_config`: warp tiles of whole
+(:func:`~ptxforge.ops.schedules.gemm.rules.check_conv_config`: warp tiles of whole
 m16n8 fragments, shared memory of the target, enough reduction steps for the stages, copy
 widths) is rejected at instantiation with an :class:`InstantiationError` naming the rule.
 Without a tuned record the template uses the default schedule's configuration.
@@ -27,14 +27,11 @@ from __future__ import annotations
 from .. import te
 from ..ir.te import ComputeOp
 from ..ops import nn
+from ..ops.schedules.gemm.chooser import choose_conv_config
 from ..ops.schedules.gemm.forms import conv_gemm_form
-from ..ops.schedules.gemm.knobs import mma_sync_choices
-from ..ops.schedules.tensorcore import TensorCoreConfig
-from ..ops.schedules.tensorcore_conv import (
-    check_conv_config,
-    choose_conv_config,
-    schedule_conv2d_nhwc_tensorcore,
-)
+from ..ops.schedules.gemm.knobs import TensorCoreConfig, mma_sync_choices
+from ..ops.schedules.gemm.rules import check_conv_config
+from ..ops.schedules.gemm.schedule import schedule_conv2d_nhwc_tensorcore
 from ..passes.schedule.common import ScheduleError
 from .dispatch import get_config
 from .task import template

@@ -15,7 +15,7 @@ Arguments: ``M, N, K, dtype[, out_dtype]`` (``data [M, K] x weight [N, K]^T``) a
 template's name asks for tensor cores, so here float32 inputs are multiplied in TF32.
 
 Both run the default schedule of these products,
-:func:`~ptxforge.ops.schedules.tensorcore_gemm.schedule_gemm_tensorcore`, with the
+:func:`~ptxforge.ops.schedules.gemm.schedule.schedule_gemm_tensorcore`, with the
 configuration the knobs give: the block tile (``block_m x block_n``, each at most its
 extent rounded up to a power of two), ``block_k``, the warp grid (``warps_m x warps_n``),
 the pipeline ``stages`` (1: none; else that many cp.async buffers), ``vec`` (elements per
@@ -26,13 +26,13 @@ over that many blocks on ``blockIdx.z`` into float32 partial sums, which a secon
 adds up with the epilogue; for products with few block tiles and a long reduction, such as
 BERT's dense layers at batch 1). A product whose extents the block tile does not divide
 is padded with zeros (``implicit_gemm``). A combination that breaks a rule of the schedule
-(:func:`~ptxforge.ops.schedules.tensorcore_gemm.check_gemm_config`: warp tiles of whole
+(:func:`~ptxforge.ops.schedules.gemm.rules.check_gemm_config`: warp tiles of whole
 m16n8 fragments, copies that do not straddle rows, enough ``block_k`` steps for the
 stages in each split-K part, the target's shared memory) is rejected at instantiation
 with an
 :class:`~ptxforge.autotvm.space.InstantiationError` naming the rule. Without a tuned record
 the templates use the default schedule's configuration
-(:func:`~ptxforge.ops.schedules.tensorcore_gemm.choose_gemm_config`).
+(:func:`~ptxforge.ops.schedules.gemm.chooser.choose_gemm_config`).
 
 An XOR-swizzled shared layout is not a knob: the fragment loads (ldmatrix and the
 lane-by-lane loads) need shared addresses affine in their loops, which a swizzle is not.
@@ -42,13 +42,10 @@ from __future__ import annotations
 
 from .. import te
 from ..ops import nn
-from ..ops.schedules.gemm.knobs import mma_sync_choices
-from ..ops.schedules.tensorcore import TensorCoreConfig
-from ..ops.schedules.tensorcore_gemm import (
-    choose_gemm_config,
-    gemm_form,
-    schedule_gemm_tensorcore,
-)
+from ..ops.schedules.gemm.chooser import choose_gemm_config
+from ..ops.schedules.gemm.forms import gemm_form
+from ..ops.schedules.gemm.knobs import TensorCoreConfig, mma_sync_choices
+from ..ops.schedules.gemm.schedule import schedule_gemm_tensorcore
 from ..passes.schedule.common import ScheduleError
 from ..target import as_target
 from .dispatch import get_config

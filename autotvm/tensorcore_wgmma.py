@@ -12,7 +12,7 @@ Arguments: ``M, N, K, dtype[, out_dtype]`` (``data [M, K] x weight [N, K]^T``) a
 ``B, M, N, K, dtype[, out_dtype]`` (``x [B, M, K] x y [B, N, K]^T``); ``dtype`` float16 or
 bfloat16, float32 sums cast to ``dtype`` unless ``out_dtype="float32"``. Both run the
 default schedule of these products on sm_90a,
-:func:`~ptxforge.ops.schedules.tensorcore_wgmma.schedule_gemm_wgmma` (any extents: those
+:func:`~ptxforge.ops.schedules.gemm.schedule.schedule_gemm_wgmma` (any extents: those
 the tiles do not divide are padded with zeros), with the knobs ``block_n`` (64, 128, 256:
 the wgmma's N, up to N rounded up to a power of two), ``warpgroups`` (1 or 2: block tiles
 of 64 or 128 rows; 2 where M > 64), ``stages`` (1 to 5 cp.async buffers, at most the K
@@ -27,23 +27,19 @@ target without wgmma (anything but sm_90a) the templates refuse to instantiate: 
 
 ``conv2d_nhwc_wgmma.cuda`` takes the arguments of ``conv2d_nhwc_tensorcore.cuda``
 (``N, H, W, CI, CO, KH, KW, stride, padding, dtype``; float16 or bfloat16) and runs
-:func:`~ptxforge.ops.schedules.tensorcore_conv.schedule_conv2d_nhwc_wgmma` with the same
+:func:`~ptxforge.ops.schedules.gemm.schedule.schedule_conv2d_nhwc_wgmma` with the same
 knobs over its implicit GEMM (the HWIO kernel is B read as ``[K, N]``, in 64-column
 panels; ``split_k`` up to the K steps of 64), checked by
-:func:`~ptxforge.ops.schedules.tensorcore_conv.check_wgmma_conv`; without a record it
-takes :func:`~ptxforge.ops.schedules.tensorcore_conv.choose_wgmma_conv_config`.
+:func:`~ptxforge.ops.schedules.gemm.rules.check_wgmma_conv`; without a record it
+takes :func:`~ptxforge.ops.schedules.gemm.chooser.choose_wgmma_conv_config`.
 """
 
 from __future__ import annotations
 
 from ..ir.intrin.wgmma import require_wgmma
-from ..ops.schedules.gemm.knobs import WGMMA_SPACE, wgmma_choices
-from ..ops.schedules.tensorcore_wgmma import (
-    WgmmaScheduleConfig,
-    choose_wgmma_config,
-    schedule_gemm_wgmma,
-    wgmma_form,
-)
+from ..ops.schedules.gemm.chooser import choose_wgmma_config
+from ..ops.schedules.gemm.knobs import WGMMA_SPACE, WgmmaScheduleConfig, wgmma_choices
+from ..ops.schedules.gemm.schedule import schedule_gemm_wgmma, wgmma_form
 from ..passes.schedule.common import ScheduleError
 from ..target import Target, as_target
 from .dispatch import get_config
@@ -60,7 +56,7 @@ def default_wgmma_config(M: int, N: int, K: int, target: Target | str | None = N
                          dtype: str = "float16", out_dtype: str | None = None,
                          batch: int = 0) -> WgmmaScheduleConfig:
     """The configuration without a record: the default chooser's
-    (:func:`~ptxforge.ops.schedules.tensorcore_wgmma.choose_wgmma_config`) for the
+    (:func:`~ptxforge.ops.schedules.gemm.chooser.choose_wgmma_config`) for the
     template's product (128 x 256, 4 stages, one group in flight at 4096^3)."""
     t = as_target(target)
     decl = (dense_declaration(M, N, K, dtype, out_dtype) if not batch
@@ -157,12 +153,10 @@ def _batch_defaults(B, M, N, K, dtype="float16", out_dtype=None):
 @template(CONV_NAME)
 def conv2d_nhwc_wgmma(N, H, W, CI, CO, KH, KW, stride, padding, dtype="float16"):
     """The wgmma conv2d NHWC template (see the module doc)."""
-    from ..ops.schedules.tensorcore_conv import (
-        choose_wgmma_conv_config,
-        conv_gemm_form,
-        schedule_conv2d_nhwc_wgmma,
-        wgmma_conv_refusal,
-    )
+    from ..ops.schedules.gemm.choice import wgmma_conv_refusal
+    from ..ops.schedules.gemm.chooser import choose_wgmma_conv_config
+    from ..ops.schedules.gemm.forms import conv_gemm_form
+    from ..ops.schedules.gemm.schedule import schedule_conv2d_nhwc_wgmma
     from .tensorcore_conv import conv2d_nhwc_declaration, inline_around
 
     target = as_target(None)
@@ -182,7 +176,7 @@ def conv2d_nhwc_wgmma(N, H, W, CI, CO, KH, KW, stride, padding, dtype="float16")
 
 @conv2d_nhwc_wgmma.defaults
 def _conv_defaults(N, H, W, CI, CO, KH, KW, stride, padding, dtype="float16"):
-    from ..ops.schedules.tensorcore_conv import choose_wgmma_conv_config
+    from ..ops.schedules.gemm.chooser import choose_wgmma_conv_config
     from .tensorcore_conv import conv2d_nhwc_declaration
 
     conv = conv2d_nhwc_declaration(N, H, W, CI, CO, KH, KW, stride, padding, dtype)[3]

@@ -19,19 +19,18 @@ import argparse
 import json
 
 import numpy as np
-
 import ptxforge
 from ptxforge import ops, te
 from ptxforge.backend_ptx import array, compile_module, cuda, empty
 from ptxforge.ir.te import ComputeOp
 from ptxforge.ops.schedules import default_schedule
+from ptxforge.ops.schedules.gemm.forms import gemm_form
 from ptxforge.ops.schedules.gemm_rows import (
     row_configs,
     row_epilogue,
     row_time,
     schedule_gemm_rows,
 )
-from ptxforge.ops.schedules.tensorcore_gemm import gemm_form
 from ptxforge.target import Target
 
 

@@ -80,7 +80,7 @@ def flop(shape) -> float:
 def build_default(shape, target):
     """``(compiled module, tensors, seconds, config)`` of the default schedule (the config
     of the wgmma conv where the default takes it, sm_90a, else of the mma.sync conv)."""
-    from ptxforge.ops.schedules.tensorcore_conv import choose_conv_config, wgmma_conv_choice
+    from ptxforge.ops.schedules.gemm.chooser import choose_conv_config, wgmma_conv_choice
 
     data, kernel, out, conv = template.conv2d_nhwc_declaration(*template_args(shape))
     t0 = time.perf_counter()
@@ -95,7 +95,7 @@ def build_default(shape, target):
 def build_wgmma(shape, target, cfg):
     """``(compiled module, tensors, seconds)`` of the wgmma conv with ``cfg`` (a
     ``WgmmaScheduleConfig``; sm_90a)."""
-    from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+    from ptxforge.ops.schedules.gemm.schedule import schedule_conv2d_nhwc_wgmma
 
     data, kernel, out, conv = template.conv2d_nhwc_declaration(*template_args(shape))
     t0 = time.perf_counter()
@@ -239,7 +239,7 @@ def describe(cfg) -> str:
 
 def wgmma_config(text: str):
     """``BN,WG,ST,FL,SK`` -> a ``WgmmaScheduleConfig``."""
-    from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig
+    from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
 
     vals = [int(x) for x in text.split(",")]
     if len(vals) != 5:

@@ -34,8 +34,9 @@ def build(M, N, K, ab, out_dtype, cfg=None):
     from ptxforge.backend_ptx import compile_module
     from ptxforge.ops.scaled_mm import scaled_mm
     from ptxforge.ops.schedules import default_schedule
-    from ptxforge.ops.schedules.tensorcore_gemm import gemm_form, wgmma_choice
-    from ptxforge.ops.schedules.tensorcore_wgmma import schedule_gemm_wgmma
+    from ptxforge.ops.schedules.gemm.chooser import wgmma_choice
+    from ptxforge.ops.schedules.gemm.forms import gemm_form
+    from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_wgmma
     from ptxforge.target import as_target
 
     a = te.placeholder((M, K), ab, name="A")
@@ -60,7 +61,7 @@ def build(M, N, K, ab, out_dtype, cfg=None):
 
 
 def main(argv=None) -> int:
-    from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig
+    from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
     from ptxforge.passes.schedule.common import ScheduleError
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

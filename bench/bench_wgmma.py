@@ -142,8 +142,7 @@ def te_build(M, N, K, ab, cfg=None, log=None):
     from ptxforge import autotvm
     from ptxforge.autotvm import tensorcore_wgmma as tw
     from ptxforge.backend_ptx import compile_module
-    from ptxforge.ops.schedules.tensorcore import dense_tensorcore_compute
-    from ptxforge.ops.schedules.tensorcore_wgmma import schedule_dense_wgmma
+    from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute, schedule_dense_wgmma
 
     target = ptxforge.target.as_target(TE_TARGET)
     t0 = time.perf_counter()
@@ -193,7 +192,7 @@ def te_rows(M, N, K, ab, a, b, want, cublas, args) -> bool:
     import numpy as np
     from ptxforge.backend_ptx import array, cuda, empty
     from ptxforge.ir import dtype as dt
-    from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig
+    from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
 
     dev = cuda(0)
     flop = 2.0 * M * N * K

@@ -84,12 +84,9 @@ def build(M, N, K, epilogue, how):
     from ptxforge.backend_ptx import compile_module
     from ptxforge.ir.te import ComputeOp
     from ptxforge.ops.schedules import default_schedule
-    from ptxforge.ops.schedules.tensorcore_gemm import (
-        choose_gemm_config,
-        gemm_form,
-        wgmma_choice,
-    )
-    from ptxforge.ops.schedules.tensorcore_wgmma import schedule_gemm_wgmma
+    from ptxforge.ops.schedules.gemm.chooser import choose_gemm_config, wgmma_choice
+    from ptxforge.ops.schedules.gemm.forms import gemm_form
+    from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_wgmma
     from ptxforge.target import as_target
 
     args, y, prod = layer(M, N, K, epilogue)
@@ -129,7 +126,7 @@ def try_build(M, N, K, epilogue, how):
 
 
 def main(argv=None) -> int:
-    from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig
+    from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", nargs="*", default=None, help="M,N,K (default: BERT's)")

@@ -1,7 +1,7 @@
 """The default tensor-core GEMM chooser against measurements of every configuration.
 
 ``measure`` (needs a GPU) builds every configuration the default chooser ranks
-(:func:`~ptxforge.ops.schedules.tensorcore_gemm.gemm_candidates`) plus the other stage
+(:func:`~ptxforge.ops.schedules.gemm.chooser.gemm_candidates`) plus the other stage
 counts of each, for each product (fp16 in, fp32 accumulation, fp16 out), checks each on
 random inputs against a float64 reference, times it (CUDA graph of ``--number`` launches,
 median of ``--repeat``) next to cuBLAS (``torch.matmul``) in the same process, and writes
@@ -38,7 +38,7 @@ TARGET = "cuda -arch=sm_90a"
 
 def _form(M, N, K, target):
     from ptxforge.autotvm.tensorcore_dense import dense_declaration
-    from ptxforge.ops.schedules.tensorcore_gemm import gemm_form
+    from ptxforge.ops.schedules.gemm.forms import gemm_form
 
     data, weight, out, prod = dense_declaration(M, N, K, "float16", "float16")
     return (data, weight, out, prod), gemm_form(prod, target)
@@ -57,7 +57,8 @@ def configs(M, N, K, target=TARGET) -> list:
     """The chooser's candidates and each at every other legal stage count (2 to 4)."""
     from dataclasses import replace
 
-    from ptxforge.ops.schedules.tensorcore_gemm import check_gemm_config, gemm_candidates
+    from ptxforge.ops.schedules.gemm.chooser import gemm_candidates
+    from ptxforge.ops.schedules.gemm.rules import check_gemm_config
     from ptxforge.passes.schedule.common import ScheduleError
 
     _, form = _form(M, N, K, target)
@@ -78,7 +79,7 @@ def _build(args):
     import ptxforge
     from ptxforge import te
     from ptxforge.backend_ptx import compile_module
-    from ptxforge.ops.schedules.tensorcore_gemm import schedule_gemm_tensorcore
+    from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_tensorcore
 
     (data, weight, out, prod), _ = _form(M, N, K, target)
     s = te.create_schedule(out.op)
@@ -167,7 +168,7 @@ def measure(args) -> int:
 def evaluate(path: str, target: str = TARGET, quiet: bool = False) -> float:
     """Print the chooser's picks against the measurements in ``path``; return the
     geometric mean of pick / fastest over the products whose pick was measured."""
-    from ptxforge.ops.schedules.tensorcore_gemm import choose_gemm_config
+    from ptxforge.ops.schedules.gemm.chooser import choose_gemm_config
 
     by = defaultdict(dict)
     cublas = {}

@@ -289,19 +289,14 @@ def default_cases() -> list:
 
 def explicit_cases() -> list:
     """The schedule functions at explicit configurations (every kernel writer)."""
-    from ptxforge.ops.schedules.tensorcore import (
-        TensorCoreConfig,
+    from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig, WgmmaScheduleConfig
+    from ptxforge.ops.schedules.gemm.schedule import (
         dense_tensorcore_compute,
-        schedule_dense_tensorcore,
-    )
-    from ptxforge.ops.schedules.tensorcore_conv import (
         schedule_conv2d_nhwc_tensorcore,
         schedule_conv2d_nhwc_wgmma,
-    )
-    from ptxforge.ops.schedules.tensorcore_gemm import schedule_gemm_tensorcore
-    from ptxforge.ops.schedules.tensorcore_wgmma import (
-        WgmmaScheduleConfig,
+        schedule_dense_tensorcore,
         schedule_dense_wgmma,
+        schedule_gemm_tensorcore,
         schedule_gemm_wgmma,
     )
 

@@ -75,7 +75,7 @@ def kernel_seconds(stats: KernelStats, registers: int | None = None,
     int_cycles = warp_work * (stats.int_ops / 4) / (t.int32_lanes_per_sm / lanes)
     compute = (fp_cycles + int_cycles) / hide / clock
     if stats.mma_flops or stats.wgmma_flops:
-        from ..ops.schedules.tensorcore_wgmma import WGMMA_PEAK_FRACTION
+        from ..ops.schedules.gemm.estimate import WGMMA_PEAK_FRACTION
 
         tc = t.peak_flops("float16", tensor_core=True) / (t.num_sms * clock)  # per SM clock
         threads_sm = per_sm * stats.threads

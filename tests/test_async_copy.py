@@ -429,8 +429,8 @@ def test_pipelined_matmul_gpu_timing():
 
 @pytest.mark.parametrize("stages", [0, 3])
 def test_tensor_core_dense_with_async_copies_and_pipelining(stages):
-    from ptxforge.ops.schedules.tensorcore import (
-        TensorCoreConfig,
+    from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
+    from ptxforge.ops.schedules.gemm.schedule import (
         dense_tensorcore_compute,
         schedule_dense_tensorcore,
     )
@@ -457,8 +457,11 @@ def test_cp_async_of_bfloat16_tiles_on_the_simulator():
     """A bfloat16 buffer lives in a float32 host array: a cp.async of 16 bytes still moves
     eight elements (the element size is the IR's, not the host array's)."""
     from ptxforge.ir import dtype as dt
-    from ptxforge.ops.schedules.tensorcore import (TensorCoreConfig, dense_tensorcore_compute,
-                                                   schedule_dense_tensorcore)
+    from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
+    from ptxforge.ops.schedules.gemm.schedule import (
+        dense_tensorcore_compute,
+        schedule_dense_tensorcore,
+    )
 
     t = dense_tensorcore_compute(32, 32, 32, "bfloat16", "float32")
     rng = np.random.default_rng(0)

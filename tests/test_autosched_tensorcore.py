@@ -7,8 +7,9 @@ import os
 import time
 
 import numpy as np
-import ptxforge
 import pytest
+
+import ptxforge
 from ptxforge import autosched, measure, ops, te
 from ptxforge.autosched.evolution import mutate, random_population
 from ptxforge.autosched.features import population_features
@@ -17,7 +18,7 @@ from ptxforge.autosched.search_policy import SketchPolicy
 from ptxforge.autosched.state import State, state_from_payload
 from ptxforge.autosched.tensorcore import TensorCoreStep, bank_conflict
 from ptxforge.ir import dtype as dt
-from ptxforge.ops.schedules.tensorcore import dense_tensorcore_compute
+from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute
 
 SM80 = "cuda -arch=sm_80"
 
@@ -74,12 +75,17 @@ def short_tune(task, log: str, trials: int, per_round: int) -> None:
 def test_rule_applies_to_fp16_products_on_sm80_only():
     names = [s.name for s in autosched.SearchTask(func=tc_dense_fp16, args=(64, 64, 64),
                                                   target=SM80).sketches]
-    assert names[-1] == "tensorcore(C)" and "tile(C)" in names
-    # a target without mma.sync; awkward extents of a product that is no operator of the
-    # library (the padded GEMM sketch takes dense / matmul / batch_matmul stages)
-    for args, target in (((64, 64, 64), "cuda -arch=sm_75"), ((48, 64, 24), SM80)):
-        task = autosched.SearchTask(func=tc_dense_fp16, args=args, target=target)
-        assert not any(s.name.startswith("tensorcore") for s in task.sketches)
+    # a product users declare themselves gets the GEMM sketch (the retired tensorcore(C)
+    # took such stages; records of it map onto this one: test_tensorcore_records.py)
+    assert names[-1] == "tensorcore_gemm(C)" and "tile(C)" in names
+    assert "tensorcore(C)" not in names
+    # a target without mma.sync
+    task = autosched.SearchTask(func=tc_dense_fp16, args=(64, 64, 64), target="cuda -arch=sm_75")
+    assert not any(s.name.startswith("tensorcore") for s in task.sketches)
+    # awkward extents of such a product: padded to the tiles by the GEMM sketch
+    task = autosched.SearchTask(func=tc_dense_fp16, args=(48, 64, 24), target=SM80)
+    assert [s.name for s in task.sketches if s.name.startswith("tensorcore")] == [
+        "tensorcore_gemm(C)"]
     # float32: TF32 is never chosen silently
     task = autosched.SearchTask(func=tc_dense_fp32, args=(64, 64, 64), target=SM80)
     assert not any(s.name.startswith("tensorcore") for s in task.sketches)
@@ -141,16 +147,15 @@ def _inputs(tensors, rng):
 def test_sampled_tensor_core_states_compute_the_product():
     """Every valid state the search may draw builds and matches numpy: fp16 with the
     bias + relu + cast epilogue, bf16 with B as [k, n] (ldmatrix .trans), and
-    batch_matmul (the batch on blockIdx.z; a library operator, so both the ldmatrix
-    sketch and the GEMM sketch take it, and both are checked)."""
+    batch_matmul (the batch on blockIdx.z), each on the GEMM sketch."""
     rng = np.random.default_rng(0)
     for fn, args, n in ((tc_dense_layer, (32, 48, 64, "float16"), 3),
                         (tc_dense_kn, (32, 64, 32, "bfloat16"), 2),
                         (tc_batch_matmul, (3, 32, 16, 32, "float16"), 2)):
         task = autosched.SearchTask(func=fn, args=args, target=SM80)
         tcs = [k for k, s in enumerate(task.sketches) if s.name.startswith("tensorcore")]
-        want = (["tensorcore(C)"] if fn is not tc_batch_matmul else
-                ["tensorcore(T_batch_matmul_NT)", "tensorcore_gemm(T_batch_matmul_NT)"])
+        want = (["tensorcore_gemm(C)"] if fn is not tc_batch_matmul else
+                ["tensorcore_gemm(T_batch_matmul_NT)"])
         assert [task.sketches[k].name for k in tcs] == want
         pop = random_population(task, 400 * len(tcs), rng)
         for tc in tcs:
@@ -364,8 +369,8 @@ def tc_gemm_layer(M, N, K, dtype, precision=None):
                                   (16, 24, 24, "float32", "tf32")],
                          ids=["fp16_padded", "bf16_padded", "tf32"])
 def test_gemm_sketch_pads_awkward_and_tf32_products(args):
-    """Products the ldmatrix sketch does not take (no tile divides them, or TF32 declared)
-    get ``tensorcore_gemm``: the model's valid states schedule, and they match numpy."""
+    """Products no tile divides, or declared TF32, get ``tensorcore_gemm``: the model's
+    valid states schedule, and they match numpy."""
     from ptxforge.autosched.tensorcore import TensorCoreGemmStep
 
     task = autosched.SearchTask(func=tc_gemm_layer, args=args, target=SM80)
@@ -396,7 +401,7 @@ def test_gemm_sketch_pads_awkward_and_tf32_products(args):
 
 
 def test_gemm_sketch_split_k_states_compute_the_product():
-    """An fp16 dense layer both tensor-core sketches take: the GEMM sketch's ``split_k``
+    """An fp16 dense layer on the GEMM sketch (its only tensor-core sketch): its ``split_k``
     slot, the model's estimate of its states (valid ones schedule), and sampled states
     with split_k > 1 build (the parts on blockIdx.z) and match numpy."""
     from ptxforge.autosched.tensorcore import SPLIT_K_CHOICES, TensorCoreGemmStep
@@ -404,7 +409,8 @@ def test_gemm_sketch_split_k_states_compute_the_product():
     task = autosched.SearchTask(func=tc_gemm_layer, args=(32, 32, 256, "float16"),
                                 target=SM80)
     names = [s.name for s in task.sketches]
-    assert names[-2:] == ["tensorcore(T_matmul_NT)", "tensorcore_gemm(T_matmul_NT)"]
+    assert names[-1] == "tensorcore_gemm(T_matmul_NT)"
+    assert [n for n in names if n.startswith("tensorcore")] == names[-1:]
     tc = len(names) - 1
     sk = task.sketches[tc]
     step = sk.steps[0]

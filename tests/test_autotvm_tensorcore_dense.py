@@ -7,8 +7,9 @@ IR) against numpy float64."""
 from __future__ import annotations
 
 import numpy as np
-import ptxforge
 import pytest
+
+import ptxforge
 from ptxforge import autotvm
 from ptxforge.autotvm import tensorcore_dense as template
 from ptxforge.autotvm.space import InstantiationError
@@ -18,7 +19,8 @@ from ptxforge.ir.intrin import ANNOTATION
 from ptxforge.ir.stmt import For, walk
 from ptxforge.measure import LocalBuilder, load_records
 from ptxforge.ops.schedules import default_schedule
-from ptxforge.ops.schedules.tensorcore_gemm import choose_gemm_config, gemm_form
+from ptxforge.ops.schedules.gemm.chooser import choose_gemm_config
+from ptxforge.ops.schedules.gemm.forms import gemm_form
 from ptxforge.target import as_target
 
 SM80 = "cuda -arch=sm_80"

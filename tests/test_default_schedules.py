@@ -9,9 +9,10 @@ import re
 import zlib
 
 import numpy as np
+import pytest
+
 import ptxforge
 import ptxforge.ops as ops
-import pytest
 from ptxforge import te, workloads
 from ptxforge.ir.te import ComputeOp
 from ptxforge.ops import testing as ref
@@ -386,7 +387,7 @@ def test_a_matrix_vector_product_reads_its_weights_directly():
 
 def test_registry_maps_tags_to_stage_schedules():
     assert default_schedule_for("conv2d_nchw") is schedule_tiled
-    from ptxforge.ops.schedules.tensorcore_gemm import schedule_matmul
+    from ptxforge.ops.schedules.gemm.schedule import schedule_matmul
 
     # products: tensor cores where they apply, else schedule_tiled
     assert default_schedule_for("dense") is schedule_matmul

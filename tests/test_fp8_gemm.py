@@ -14,7 +14,8 @@ from ptxforge.ir.dtype import round_to
 from ptxforge.ir.float8 import float8_bits, float8_from_bits, quantize
 from ptxforge.ops.scaled_mm import ScaledMMError, scaled_mm, scaled_mm_reference
 from ptxforge.ops.schedules.default import default_schedule
-from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig, schedule_gemm_wgmma
+from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
+from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_wgmma
 from ptxforge.passes.schedule.common import ScheduleError
 from ptxforge.target import as_target
 
@@ -67,6 +68,9 @@ def _ulp(want, out_dtype):
     (128, 128, 256, "float8_e4m3fn", "float16"),
     (100, 200, 300, "float8_e5m2", "bfloat16"),   # padded to the tiles (zero-filled)
     (64, 128, 2048, "float8_e4m3fn", "float32"),
+    # K padded from a multiple of 16: the padding guards come in groups of 16 elements,
+    # one test per 16-byte cp.async (groups of 8 made the copies 1-byte, refused)
+    (100, 192, 160, "float8_e5m2", "bfloat16"),
 ])
 def test_default_schedule_on_wgmma_matches_numpy(M, N, K, ab, out_dtype):
     tensors = _decl(M, N, K, ab, out_dtype)
@@ -75,6 +79,21 @@ def test_default_schedule_on_wgmma_matches_numpy(M, N, K, ab, out_dtype):
     assert "wgmma_m64n" in text and f"k32_{'e4m3' if 'e4m3' in ab else 'e5m2'}_f32" in text
     got, want, acc = _run_sim(tensors, s, M, N, K, ab, out_dtype)
     assert np.all(np.abs(got - want) <= _ulp(want, out_dtype) * 1.01 + acc)
+
+
+@pytest.mark.parametrize("K", [96, 160, 224])
+def test_padded_k_copies_16_bytes_at_a_time(K):
+    """A reduction padded to the 128-element step from a multiple of 16: every operand copy
+    is a 16-byte cp.async whose padding guard tests the whole vector."""
+    from ptxforge.ir.stmt import AsyncCopy, walk
+
+    tensors = _decl(64, 128, K, "float8_e4m3fn", "float16")
+    with as_target(SIM):
+        s = default_schedule(tensors[-1], target=SIM)
+        kernels = ptxforge.lower(s, tensors).kernels()
+    copies = [c for k in kernels for c in walk(k.body) if isinstance(c, AsyncCopy)]
+    assert {c.src.name for c in copies} == {"A", "B"}
+    assert {c.bytes for c in copies} == {16}
 
 
 def test_explicit_wgmma_config_with_split_k():
@@ -159,7 +178,7 @@ def test_what_wgmma_does_not_take_runs_on_the_cuda_cores(M, N, K, target):
 def test_refusals():
     from ptxforge.backend_ptx import compile_module
     from ptxforge.backend_ptx.exprgen import CodegenError
-    from ptxforge.ops.schedules.tensorcore_gemm import schedule_gemm_tensorcore
+    from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_tensorcore
 
     # mma.sync has no fp8 here: its schedule says so
     tensors = _decl(128, 128, 256, "float8_e4m3fn", "float16")

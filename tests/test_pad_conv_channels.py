@@ -12,8 +12,9 @@ import re
 from collections import Counter
 
 import numpy as np
-import ptxforge
 import pytest
+
+import ptxforge
 from ptxforge import graph
 from ptxforge.graph import nn as gnn
 from ptxforge.graph.passes import PadConvChannels, optimization_pipeline
@@ -193,11 +194,11 @@ def test_the_padded_stem_copies_its_input_8_bytes_at_a_time_with_cp_async():
 def test_mma_sync_and_wgmma_conv_schedules_run_the_padded_stem(ci, dtype):
     """K = 7*7*4 = 196 (7*7*8 = 392) padded to the block's K; the copies of A as wide as
     the channels: vec 4 (8) elements."""
-    from ptxforge.ops.schedules.tensorcore_conv import (
+    from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
+    from ptxforge.ops.schedules.gemm.schedule import (
         schedule_conv2d_nhwc_tensorcore,
         schedule_conv2d_nhwc_wgmma,
     )
-    from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig
 
     tensors, arrays, reference = conv_layer(1, 16, 16, ci, 64, 7, 2, 3, dtype, "bias_relu")
     want = reference()

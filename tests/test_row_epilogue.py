@@ -5,8 +5,9 @@ schedule of :mod:`ptxforge.ops.schedules.gemm_rows`, the ``gemm_rows`` sketch)."
 from __future__ import annotations
 
 import numpy as np
-import ptxforge
 import pytest
+
+import ptxforge
 from ptxforge import autosched, graph, ops, te
 from ptxforge.autosched.evolution import random_population
 from ptxforge.autosched.features import population_features
@@ -15,6 +16,8 @@ from ptxforge.autosched.state import State
 from ptxforge.graph import nn, passes
 from ptxforge.ir.te import ComputeOp
 from ptxforge.ops.schedules import default_schedule
+from ptxforge.ops.schedules.gemm.forms import GemmForm, gemm_form
+from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig, WgmmaScheduleConfig
 from ptxforge.ops.schedules.gemm_rows import (
     choose_row_config,
     row_configs,
@@ -22,9 +25,6 @@ from ptxforge.ops.schedules.gemm_rows import (
     row_threads,
     schedule_gemm_rows,
 )
-from ptxforge.ops.schedules.tensorcore import TensorCoreConfig
-from ptxforge.ops.schedules.tensorcore_gemm import GemmForm, gemm_form
-from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig
 
 from .lowp import host
 

@@ -88,7 +88,7 @@ def _shared_tree() -> KernelCase:
 
 
 def _wgmma_kn() -> KernelCase:
-    from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig
+    from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
 
     from .test_wgmma_kn import _matmul, _schedule
 
@@ -104,7 +104,7 @@ def _wgmma_kn() -> KernelCase:
 
 
 def _wgmma_split_k() -> KernelCase:
-    from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig
+    from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
 
     from .test_wgmma_gemm import _dense, _schedule
 

@@ -18,11 +18,8 @@ from ptxforge.backend_sim import tensorcore as simtc
 from ptxforge.backend_sim.runtime import Chunk
 from ptxforge.ir.intrin import ROLES, IntrinError, get_intrin, list_intrins
 from ptxforge.ir.verify import IRVerifyError, verify
-from ptxforge.ops.schedules.tensorcore import (
-    TensorCoreConfig,
-    dense_tensorcore_compute,
-    schedule_dense_tensorcore,
-)
+from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
+from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute, schedule_dense_tensorcore
 from ptxforge.passes.errors import PassError
 from ptxforge.passes.schedule.common import ScheduleError
 

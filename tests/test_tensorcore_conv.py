@@ -6,8 +6,9 @@ against float64 numpy, its rule errors, PTX, and a mixed-precision network."""
 from __future__ import annotations
 
 import numpy as np
-import ptxforge
 import pytest
+
+import ptxforge
 from ptxforge import te
 from ptxforge.backend_ptx import compile_module, find_ptxas
 from ptxforge.ir import dtype as dt
@@ -16,13 +17,11 @@ from ptxforge.ir.stmt import For, walk
 from ptxforge.ops import nn
 from ptxforge.ops import testing as ref
 from ptxforge.ops.schedules import default_schedule
-from ptxforge.ops.schedules.tensorcore import TensorCoreConfig
-from ptxforge.ops.schedules.tensorcore_conv import (
-    check_conv_config,
-    choose_conv_config,
-    schedule_conv2d_nhwc_tensorcore,
-    tensorcore_conv_unsupported,
-)
+from ptxforge.ops.schedules.gemm.chooser import choose_conv_config
+from ptxforge.ops.schedules.gemm.forms import tensorcore_conv_unsupported
+from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
+from ptxforge.ops.schedules.gemm.rules import check_conv_config
+from ptxforge.ops.schedules.gemm.schedule import schedule_conv2d_nhwc_tensorcore
 from ptxforge.passes import Pipeline
 from ptxforge.passes.errors import PassError
 from ptxforge.passes.schedule.common import ScheduleError

@@ -13,12 +13,10 @@ from ptxforge import graph, ops, te
 from ptxforge.backend_ptx import compile_module
 from ptxforge.ir import dtype as dt
 from ptxforge.ops.schedules import default_schedule
-from ptxforge.ops.schedules.tensorcore import TensorCoreConfig
-from ptxforge.ops.schedules.tensorcore_gemm import (
-    choose_gemm_config,
-    gemm_form,
-    schedule_gemm_tensorcore,
-)
+from ptxforge.ops.schedules.gemm.chooser import choose_gemm_config
+from ptxforge.ops.schedules.gemm.forms import gemm_form
+from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
+from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_tensorcore
 from ptxforge.passes.schedule.common import ScheduleError
 
 from .lowp import host, run_sim

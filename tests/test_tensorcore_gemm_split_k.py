@@ -13,15 +13,13 @@ from ptxforge import ops, te
 from ptxforge.backend_ptx import compile_module, find_ptxas
 from ptxforge.ir import dtype as dt
 from ptxforge.ops.schedules import default_schedule
-from ptxforge.ops.schedules.tensorcore import SPLIT_SUM_THREADS, TensorCoreConfig
-from ptxforge.ops.schedules.tensorcore_gemm import (
-    check_gemm_config,
-    choose_gemm_config,
-    gemm_form,
-    gemm_time,
-    schedule_gemm_tensorcore,
-    unsplit_gemm_config,
-)
+from ptxforge.ops.schedules.gemm.chooser import choose_gemm_config, unsplit_gemm_config
+from ptxforge.ops.schedules.gemm.estimate import gemm_time
+from ptxforge.ops.schedules.gemm.forms import gemm_form
+from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
+from ptxforge.ops.schedules.gemm.pieces import SPLIT_SUM_THREADS
+from ptxforge.ops.schedules.gemm.rules import check_gemm_config
+from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_tensorcore
 from ptxforge.passes.schedule.common import ScheduleError
 
 from .lowp import run_sim

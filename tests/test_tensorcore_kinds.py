@@ -8,7 +8,7 @@ import pytest
 from ptxforge.ir.intrin import IntrinError, IntrinKey, get_intrin, intrin_name, list_intrins, lookup
 from ptxforge.ir.intrin.kinds import KINDS, MMA_SYNC, MMA_SYNC_TF32, WGMMA, mma_kind
 from ptxforge.ops.schedules.gemm.choice import prefer_wgmma, wgmma_dtype_refusal, wgmma_refusal
-from ptxforge.ops.schedules.tensorcore_gemm import GemmForm
+from ptxforge.ops.schedules.gemm.forms import GemmForm
 
 
 def test_every_intrinsic_has_a_key_that_finds_it():
@@ -116,8 +116,8 @@ def test_wgmma_refusal_rules():
 
 
 def test_prefer_wgmma_ties_go_to_mma_sync():
-    from ptxforge.ops.schedules.tensorcore_gemm import choose_gemm_config, gemm_time
-    from ptxforge.ops.schedules.tensorcore_wgmma import choose_wgmma_config, wgmma_time
+    from ptxforge.ops.schedules.gemm.chooser import choose_gemm_config, choose_wgmma_config
+    from ptxforge.ops.schedules.gemm.estimate import gemm_time, wgmma_time
 
     h = "cuda -arch=sm_90a"
     big, thin = _form(), _form(M=1)

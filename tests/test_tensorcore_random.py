@@ -11,11 +11,8 @@ import numpy as np
 
 import ptxforge
 from ptxforge.ir.dtype import round_to
-from ptxforge.ops.schedules.tensorcore import (
-    TensorCoreConfig,
-    dense_tensorcore_compute,
-    schedule_dense_tensorcore,
-)
+from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
+from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute, schedule_dense_tensorcore
 from ptxforge.passes.errors import PassError
 from ptxforge.passes.lower.common import LoweringError
 from ptxforge.passes.schedule.common import ScheduleError

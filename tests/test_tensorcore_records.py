@@ -3,7 +3,10 @@
 they recorded: AutoTVM records of the mma.sync dense, batch_matmul and conv templates and
 of the wgmma dense template, and auto-scheduler records of the ``tensorcore``,
 ``tensorcore_gemm`` and ``wgmma_gemm`` sketches. The knobs and slots they store are values
-(or positions in choice tuples that only grow at their end), so no migration is needed.
+(or positions in choice tuples that only grow at their end), so no migration is needed,
+but for the retired sketch ``tensorcore(C)``: its records replay from their stored
+pipelines (what the dispatch contexts apply) and their states map onto
+``tensorcore_gemm(C)`` (``split_k`` 1), by the rule of ``migrate_payload``.
 
 The logs are never regenerated for a change of code; they stand for logs users have."""
 
@@ -72,15 +75,50 @@ def test_old_autotvm_tensor_core_records_dispatch():
                            "wgmma_gemm(T_matmul_NT)"}),
 ])
 def test_old_autosched_tensor_core_records_replay(target, sketches):
+    from ptxforge.autosched.printer import schedule_from_pipeline
+
     recs = [(i, r) for i, r in measure.load_records(AUTOSCHED_LOG)
             if i.task.target == target]
     assert recs
     seen = set()
     for inp, _ in recs:
         task = autosched.SearchTask(workload_key=inp.task.workload_key, target=target)
+        want = Pipeline.parse(inp.pipeline_text).text
+        # every record replays its stored pipeline (ApplyHistoryBest, apply_best)
+        assert schedule_from_pipeline(task, inp.pipeline_text).pipeline.text == want
         state = state_from_payload(task, inp.payload)
         assert state is not None
-        seen.add(inp.payload["sketch"])
-        assert (Pipeline.parse(state.pipeline_text(task)).text
-                == Pipeline.parse(inp.pipeline_text).text)
+        name = inp.payload["sketch"]
+        seen.add(name)
+        sketch = task.sketches[state.sketch]
+        if name.startswith("tensorcore("):
+            # the retired sketch: the state of tensorcore_gemm with its values, split_k 1
+            assert name not in {s.name for s in task.sketches}
+            assert sketch.name == "tensorcore_gemm" + name[len("tensorcore"):]
+            values = sketch.describe(state.values)
+            assert values == {**inp.payload["state"], "T_matmul_NT.tc.split_k": 1}
+            assert "mma_m16n8k16_" in state.pipeline_text(task)
+        else:
+            assert sketch.name == name
+            assert Pipeline.parse(state.pipeline_text(task)).text == want
     assert seen == sketches
+
+
+def test_old_tensorcore_sketch_records_dispatch_their_kernels(tmp_path):
+    """A log of the retired sketch's records only: ``apply_best`` applies the best one as
+    recorded, the very pipeline (on sm_80 and sm_90a)."""
+    import json
+
+    with open(AUTOSCHED_LOG) as f:
+        lines = [ln for ln in f if json.loads(ln)["payload"]["sketch"].startswith("tensorcore(")]
+    for target in ("cuda -arch=sm_80", "cuda -arch=sm_90a"):
+        mine = [ln for ln in lines if json.loads(ln)["task"]["target"] == target]
+        log = tmp_path / f"old_{target[-5:]}.json"
+        log.write_text("".join(mine))
+        ok = [(i, r) for i, r in measure.load_records(str(log)) if r.ok]
+        assert mine and ok
+        inp, _ = min(ok, key=lambda ir: ir[1].mean)
+        task = autosched.SearchTask(workload_key=inp.task.workload_key, target=target)
+        sch, _ = task.apply_best(str(log))
+        assert sch.pipeline.text == Pipeline.parse(inp.pipeline_text).text
+        assert "mma_m16n8k16" in sch.pipeline.text

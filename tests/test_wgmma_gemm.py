@@ -12,12 +12,10 @@ import ptxforge
 from ptxforge import ops, te
 from ptxforge.ir.te import ComputeOp
 from ptxforge.ops.schedules import default_schedule
-from ptxforge.ops.schedules.tensorcore_gemm import GemmForm, gemm_form, wgmma_choice
-from ptxforge.ops.schedules.tensorcore_wgmma import (
-    WgmmaScheduleConfig,
-    choose_wgmma_config,
-    schedule_gemm_wgmma,
-)
+from ptxforge.ops.schedules.gemm.chooser import choose_wgmma_config, wgmma_choice
+from ptxforge.ops.schedules.gemm.forms import GemmForm, gemm_form
+from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
+from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_wgmma
 from ptxforge.passes.schedule.common import ScheduleError
 
 from .lowp import f64, host, measure_on_sim

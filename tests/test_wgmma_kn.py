@@ -23,7 +23,8 @@ from ptxforge.ir.intrin.wgmma import (
     tile_offsets,
     tile_offsets_mn,
 )
-from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig, schedule_gemm_wgmma
+from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
+from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_wgmma
 from ptxforge.passes.schedule.common import ScheduleError
 
 from .lowp import f64, host, measure_on_sim
@@ -210,7 +211,7 @@ def test_kn_refusals_name_the_rule():
     from ptxforge.passes.errors import PassError
 
     def no_panels(s, sh, f, ko, vec, threads, async_copy, block_n):
-        from ptxforge.ops.schedules.tensorcore_gemm import schedule_tile_copy
+        from ptxforge.ops.schedules.gemm.pieces import schedule_tile_copy
         schedule_tile_copy(s, sh, f, ko, vec, threads, async_copy, swizzle=3)
 
     s = te.create_schedule(y.op)
@@ -279,7 +280,7 @@ def test_kn_panels_ptx_for_sm_90a(what, cfg):
     # LBO 8192 (the panel stride), SBO 1024; ptxas takes it without spills
     from ptxforge.backend_ptx import compile_module
     from ptxforge.backend_ptx.assemble import find_ptxas, run_ptxas
-    from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+    from ptxforge.ops.schedules.gemm.schedule import schedule_conv2d_nhwc_wgmma
     from ptxforge.target import as_target
 
     from .test_tensorcore_conv import conv_layer, inlined_schedule
@@ -360,10 +361,8 @@ def test_kn_wgmma_on_the_gpu(M, N, K, ab, out, batch, cfg):
 ], ids=["resnet_3x3", "bf16_stride2", "1x1", "narrow_channels", "split_k2", "split_k4",
         "n128", "n128_c256_split_k2", "n256"])
 def test_conv2d_nhwc_on_wgmma_matches_numpy(shape, epilogue, dtype, cfg):
-    from ptxforge.ops.schedules.tensorcore_conv import (
-        choose_wgmma_conv_config,
-        schedule_conv2d_nhwc_wgmma,
-    )
+    from ptxforge.ops.schedules.gemm.chooser import choose_wgmma_conv_config
+    from ptxforge.ops.schedules.gemm.schedule import schedule_conv2d_nhwc_wgmma
 
     from .test_tensorcore_conv import check, conv_layer, inlined_schedule
 
@@ -391,7 +390,7 @@ def test_conv2d_nhwc_on_wgmma_matches_numpy(shape, epilogue, dtype, cfg):
 def test_conv2d_nhwc_wgmma_refusals_and_ptx():
     from ptxforge.backend_ptx import compile_module
     from ptxforge.backend_ptx.assemble import find_ptxas, run_ptxas
-    from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+    from ptxforge.ops.schedules.gemm.schedule import schedule_conv2d_nhwc_wgmma
     from ptxforge.target import as_target
 
     from .test_tensorcore_conv import conv_layer, inlined_schedule
@@ -440,7 +439,7 @@ def test_conv2d_nhwc_wgmma_refusals_and_ptx():
 ])
 def test_conv2d_nhwc_wgmma_on_the_gpu(shape, epilogue, dtype, cfg):
     from ptxforge.backend_ptx import array, compile_module, cuda, empty
-    from ptxforge.ops.schedules.tensorcore_conv import schedule_conv2d_nhwc_wgmma
+    from ptxforge.ops.schedules.gemm.schedule import schedule_conv2d_nhwc_wgmma
     from ptxforge.target import as_target
 
     from .test_tensorcore_conv import check, conv_layer, inlined_schedule
@@ -547,13 +546,9 @@ def test_the_default_conv_schedule_takes_wgmma_on_sm_90a_only():
     15 us against 37 us on mma.sync); sm_80, sm_90 and TF32 stay on mma.sync; a batch-1
     7x7 layer (49 pixels, K = 4608) splits the reduction."""
     from ptxforge.ops.schedules import default_schedule
-    from ptxforge.ops.schedules.tensorcore_conv import (
-        choose_conv_config,
-        conv_gemm_form,
-        wgmma_conv_choice,
-    )
-    from ptxforge.ops.schedules.tensorcore_gemm import gemm_time
-    from ptxforge.ops.schedules.tensorcore_wgmma import wgmma_time
+    from ptxforge.ops.schedules.gemm.chooser import choose_conv_config, wgmma_conv_choice
+    from ptxforge.ops.schedules.gemm.estimate import gemm_time, wgmma_time
+    from ptxforge.ops.schedules.gemm.forms import conv_gemm_form
 
     from .test_tensorcore_conv import conv_layer, inlined_schedule
 
@@ -585,8 +580,9 @@ def test_the_default_conv_takes_wide_kernel_tiles_where_the_estimate_does():
     """B as [K, N] offers block_n 128 and 256 (up to C_out): the chooser takes 128 where
     the estimate ranks it first (batch-16 3x3 128 -> 128 at 28x28: 128 x 128 tiles);
     ResNet-18's layer1 (64 channels) has only 64-wide tiles to choose."""
-    from ptxforge.ops.schedules.tensorcore_conv import conv_gemm_form, wgmma_conv_choice
-    from ptxforge.ops.schedules.tensorcore_wgmma import wgmma_candidates, wgmma_time
+    from ptxforge.ops.schedules.gemm.chooser import wgmma_candidates, wgmma_conv_choice
+    from ptxforge.ops.schedules.gemm.estimate import wgmma_time
+    from ptxforge.ops.schedules.gemm.forms import conv_gemm_form
 
     from .test_tensorcore_conv import conv_layer, inlined_schedule
 

@@ -15,8 +15,8 @@ from ptxforge.ir import dtype as dt
 from ptxforge.ir.intrin.wgmma import WgmmaError
 from ptxforge.ir.stmt import Module, Seq, WgmmaSync, map_stmt
 from ptxforge.ir.verify import IRVerifyError
-from ptxforge.ops.schedules.tensorcore import dense_tensorcore_compute
-from ptxforge.ops.schedules.tensorcore_wgmma import WgmmaScheduleConfig, schedule_dense_wgmma
+from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
+from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute, schedule_dense_wgmma
 from ptxforge.passes import Pipeline
 from ptxforge.passes.errors import PassError
 from ptxforge.passes.schedule.common import ScheduleError

@@ -3,7 +3,7 @@
 
 The tensor-core convolutions run NHWC as an implicit GEMM whose A tile is gathered from the
 input along its channels, in copies as wide as the channel count allows
-(:func:`~ptxforge.ops.schedules.tensorcore_conv.copy_vectors`). A network's first
+(:func:`~ptxforge.ops.schedules.gemm.rules.copy_vectors`). A network's first
 convolution reads 3 channels (an RGB image): one 2-byte element per copy and no
 ``cp.async``, which makes ResNet's 7x7 stem slow. With the channels padded to 4 the copies
 are 8 bytes (16 in TF32), to 8 they are 16 bytes; the reduction grows from ``KH*KW*3`` to

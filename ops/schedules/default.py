@@ -47,7 +47,8 @@ def _stores_through_remap(op: ComputeOp, target: Target) -> bool:
     """Whether the default schedule of reduction ``op`` can store its result through a
     remapped epilogue (:mod:`.remap`): the tensor-core GEMM's can, where its tiles divide
     the product (no zero padding)."""
-    from .tensorcore_gemm import GEMM_TAGS, gemm_form, remap_config
+    from .gemm.chooser import remap_config
+    from .gemm.forms import GEMM_TAGS, gemm_form
 
     if op.tag not in GEMM_TAGS:
         return False
@@ -59,8 +60,8 @@ def _row_epilogue(compute_ops: list, tensors: list, target: Target):
     """The :class:`~.gemm_rows.RowEpilogue` of the DAG when its tensor-core product has a
     tile covering whole rows on ``target`` (:func:`~.gemm_rows.choose_row_config`), else
     None."""
+    from .gemm.forms import gemm_form
     from .gemm_rows import choose_row_config, row_epilogue
-    from .tensorcore_gemm import gemm_form
 
     rows = row_epilogue(compute_ops, tensors)
     if rows is None:

@@ -32,7 +32,7 @@ from ...ir.te import ComputeOp
 from ...passes.schedule.common import ScheduleError
 from ...target import Target, as_target
 from .analysis import is_epilogue_of, reads_through
-from .tensorcore import TensorCoreConfig
+from .gemm.knobs import TensorCoreConfig
 
 MAX_ROW = 256
 """The longest row (the product's ``N``) one block tile covers: wgmma's widest tile, and
@@ -70,7 +70,7 @@ def _reads_rows_of(red: ComputeOp, product: ComputeOp, inlined: set) -> bool:
 def row_epilogue(compute_ops: list, outputs: list) -> RowEpilogue | None:
     """The :class:`RowEpilogue` of a DAG (its compute stages in topological order and its
     output tensors), or None when it is not one (see the module doc)."""
-    from .tensorcore_gemm import GEMM_TAGS
+    from .gemm.forms import GEMM_TAGS
 
     if len(outputs) != 1 or outputs[0].op.num_outputs != 1:
         return None
@@ -237,7 +237,7 @@ def row_gemm_configs(form, target: Target | str | None = None) -> list:
     each side (warp tiles of 16 to 64 rows, 8 to 128 columns), at most 256 threads, each
     with the first legal ``block_k`` and stages of
     :func:`~.tensorcore_gemm._first_legal`, no split-K."""
-    from .tensorcore_gemm import _first_legal
+    from .gemm.chooser import _first_legal
 
     target = as_target(target)
     bn = form.N
@@ -282,7 +282,7 @@ def _wgmma_threads(cfg) -> tuple:
 def row_threads_of(cfg) -> tuple:
     """The block's threads (``(extent, tag)``, innermost first) of a row epilogue's config
     (wgmma or mma.sync)."""
-    from .tensorcore_wgmma import WgmmaScheduleConfig
+    from .gemm.knobs import WgmmaScheduleConfig
 
     return _wgmma_threads(cfg) if isinstance(cfg, WgmmaScheduleConfig) else _mma_threads(cfg)
 
@@ -293,7 +293,8 @@ def row_configs(form, target: Target | str | None = None) -> list:
     tile, no split-K and ``block_m`` dividing ``M``) where wgmma runs the product, then
     the mma.sync ones of :func:`row_gemm_configs`; each with threads that fit the row
     reductions (:func:`row_threads`)."""
-    from .tensorcore_wgmma import wgmma_candidates, wgmma_padded_extents
+    from .gemm.chooser import wgmma_candidates
+    from .gemm.rules import wgmma_padded_extents
 
     target = as_target(target)
     if form.N > MAX_ROW:
@@ -315,8 +316,8 @@ def row_time(cfg, form, target: Target | str | None = None) -> float:
     :func:`~.tensorcore_gemm.gemm_time`) plus, per wave of blocks, the two row reductions
     (:func:`row_threads`' serial steps at :data:`ROW_STEP_CYCLES`) and the normalization
     (the tile's elements over the block's threads)."""
-    from .tensorcore_gemm import gemm_time
-    from .tensorcore_wgmma import WgmmaScheduleConfig, wgmma_time
+    from .gemm.estimate import gemm_time, wgmma_time
+    from .gemm.knobs import WgmmaScheduleConfig
 
     t = as_target(target)
     if isinstance(cfg, WgmmaScheduleConfig):
@@ -354,8 +355,9 @@ def schedule_gemm_rows(s, rows: RowEpilogue, target: Target | str | None = None,
     """Schedule the DAG of ``rows`` (:func:`row_epilogue`) in one kernel (see the module
     doc); ``cfg`` overrides :func:`choose_row_config`. Returns the config used; raises
     :class:`ScheduleError` where no tile covers the product's rows."""
-    from .tensorcore_gemm import gemm_form, schedule_gemm_tensorcore
-    from .tensorcore_wgmma import WgmmaScheduleConfig, schedule_gemm_wgmma
+    from .gemm.forms import gemm_form
+    from .gemm.knobs import WgmmaScheduleConfig
+    from .gemm.schedule import schedule_gemm_tensorcore, schedule_gemm_wgmma
 
     target = as_target(target)
     p = rows.product

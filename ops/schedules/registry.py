@@ -15,10 +15,9 @@ from collections.abc import Callable
 
 from ...ir.te import ComputeOp
 from .. import tag as _tag
+from .gemm.schedule import schedule_conv2d_nhwc, schedule_matmul
 from .injective import schedule_injective
 from .reduction import schedule_reduce
-from .tensorcore_conv import schedule_conv2d_nhwc
-from .tensorcore_gemm import schedule_matmul
 from .tiled import schedule_tiled
 
 StageSchedule = Callable[..., object]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from math import gcd
 from typing import Literal
 
+from ...ir import dtype as dt
 from ...ir.expr import (
     Bin,
     Cmp,
@@ -64,6 +65,18 @@ from .names import fresh_name, implicit_gemm_names
 GUARD_VECTOR = 8
 """Padding guards are written per group of this many elements (where the true extent
 allows), so that a vectorized copy of a padded tile tests its guard once per vector."""
+
+GUARD_BYTES = 16
+"""... and of at least this many bytes of the operands (a 16-byte cp.async): 16 elements of
+a one-byte dtype (fp8), whose copies are vectors of 16; a guard of 8 there would split each
+vector in two halves with their own tests, which cp.async cannot copy."""
+
+
+def guard_group(extent: int, elem_bytes: int) -> int:
+    """The elements per group of the padding guard of a dimension of ``extent`` elements of
+    ``elem_bytes`` bytes: :data:`GUARD_VECTOR`, or :data:`GUARD_BYTES` worth of elements
+    where that is more, as much of it as divides ``extent``."""
+    return gcd(extent, max(GUARD_VECTOR, GUARD_BYTES // max(elem_bytes, 1)))
 
 
 @dataclass(frozen=True)
@@ -187,12 +200,12 @@ def _fuse(ivs, values: dict):
     return e
 
 
-def _guard(var: Var, extent: int, padded: int):
+def _guard(var: Var, extent: int, padded: int, elem_bytes: int):
     """``var < extent`` for a padded dimension (None when not padded), written on groups of
-    :data:`GUARD_VECTOR` elements where ``extent`` allows."""
+    :func:`guard_group` elements where ``extent`` allows."""
     if padded == extent:
         return None
-    g = gcd(extent, GUARD_VECTOR)
+    g = guard_group(extent, elem_bytes)
     if g > 1:
         return Cmp("lt", floordiv(var, IntImm(g)), IntImm(extent // g))
     return Cmp("lt", var, IntImm(extent))
@@ -254,7 +267,9 @@ def implicit_gemm(func: PrimFunc, stage: str, pad_m: int = 1, pad_n: int = 1, pa
     vm, vn, vk = Var("vm"), Var("vn"), Var("vk")
     vmap = {**_unfuse(vb, view.b_vars), **_unfuse(vm, view.m_vars), **_unfuse(vn, view.n_vars),
             **_unfuse(vk, view.k_vars)}
-    gm, gn, gk = _guard(vm, M, Mp), _guard(vn, N, Np), _guard(vk, K, Kp)
+    esize = min(dt.nbytes(view.a.dtype), dt.nbytes(view.b.dtype))
+    gm, gn, gk = (_guard(vm, M, Mp, esize), _guard(vn, N, Np, esize),
+                  _guard(vk, K, Kp, esize))
 
     def operand(buf, cond):
         load = next(x for x in _loads(block.body.value.b) if x.buffer is buf)

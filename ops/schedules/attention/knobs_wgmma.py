@@ -163,7 +163,7 @@ def wgmma_attention_time(w: AttentionWorkload, cfg, target: Target) -> float:
     wgmmas, ``NO_FLIGHT_RATE``: both products are waited for before their results are
     read) and the copies at the wgmma GEMM's ``WGMMA_COPY_BYTES_PER_CLOCK``; the row work
     adds the scores' store from the accumulators. Not calibrated on a GPU yet."""
-    from ..tensorcore_wgmma import NO_FLIGHT_RATE, WGMMA_COPY_BYTES_PER_CLOCK, WGMMA_PEAK_FRACTION
+    from ..gemm.estimate import NO_FLIGHT_RATE, WGMMA_COPY_BYTES_PER_CLOCK, WGMMA_PEAK_FRACTION
 
     br, bc = cfg.block_q, cfg.block_kv
     q_tiles = -(-w.q_len // br)

@@ -123,11 +123,17 @@ def _operand_read(x):
             return None
 
 
-def gemm_form(op: ComputeOp, target: Target | str | None = None) -> GemmForm | None:
+def gemm_form(op: ComputeOp, target: Target | str | None = None,
+              tags: tuple | None = GEMM_TAGS) -> GemmForm | None:
     """The :class:`GemmForm` of stage ``op`` when the tensor cores of ``target`` can run it
-    with :func:`schedule_gemm_tensorcore`, else None (the CUDA-core schedule runs it)."""
+    with :func:`schedule_gemm_tensorcore`, else None (the CUDA-core schedule runs it).
+    ``tags``: the operator tags taken (the default schedules: the library's products);
+    None takes a stage of any tag whose body is such a product (the auto-scheduler's
+    sketches, for products users declare themselves)."""
     target = as_target(target)
-    if not isinstance(op, ComputeOp) or op.tag not in GEMM_TAGS or len(op.reduce_axis) != 1:
+    if not isinstance(op, ComputeOp) or len(op.reduce_axis) != 1:
+        return None
+    if tags is not None and op.tag not in tags:
         return None
     if len(op.axis) not in (2, 3) or not isinstance(op.body, Reduce):
         return None
