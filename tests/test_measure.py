@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 from ptxforge import te
+from ptxforge.cli.main import main as ptxforge_cli
 from ptxforge.measure import (
     BuildOptions,
     LocalBuilder,
@@ -30,7 +31,6 @@ from ptxforge.measure import (
     load_records,
     measure_batch,
 )
-from ptxforge.measure import __main__ as measure_cli
 from ptxforge.measure.check import compare
 from ptxforge.measure.pool import Retire, WorkerPool
 from ptxforge.passes import register_function_pass
@@ -367,9 +367,9 @@ def test_distill_keeps_the_best_per_workload(tmp_path, capsys):
     assert distill(path, out) == 2
     assert sorted(i.pipeline_text for i, _ in load_records(out)) == ["p1", "p3"]
     out2 = tmp_path / "best2.log"
-    assert measure_cli.main(["distill", str(path), str(out2)]) == 0
+    assert ptxforge_cli(["records", "distill", str(path), "-o", str(out2)]) == 0
     assert out2.read_text() == out.read_text()
-    assert "2 workload" in capsys.readouterr().out
+    assert "2 workloads" in capsys.readouterr().out
 
 
 # -- the worker pool --------------------------------------------------------------------------
