@@ -29,7 +29,7 @@ map onto ``tensorcore_gemm(C)`` (:func:`migrate_payload`).
 
 On a target with wgmma (sm_90a), a dense / matmul / batch_matmul stage that wgmma runs
 (fp16 / bf16, B read as ``[N, K]``, ``N >= 64``: :func:`~ptxforge.ops.schedules.
-tensorcore_wgmma.wgmma_refusal`) also gets ``wgmma_gemm(C)``: its step,
+gemm.choice.wgmma_refusal`) also gets ``wgmma_gemm(C)``: its step,
 :class:`WgmmaGemmStep`, samples ``block_n`` (64, 128, 256), ``warpgroups`` (1 or 2:
 block tiles of 64 or 128 rows), ``stages``, ``in_flight`` (wgmma groups left running
 across K steps) and ``split_k``, and runs the default wgmma GEMM schedule

@@ -12,7 +12,7 @@ but it is no measurement. The model is a bounded roofline per streaming multipro
 * issue time of floating-point and index arithmetic, slowed down when too few warps are
   resident to hide latency; tensor-core work (mma.sync at the target's
   ``mma_sync_peak_fraction`` of its tensor peak, wgmma at
-  :data:`~ptxforge.ops.schedules.tensorcore_wgmma.WGMMA_PEAK_FRACTION`);
+  :data:`~ptxforge.ops.schedules.gemm.estimate.WGMMA_PEAK_FRACTION`);
 * shared-memory time including bank conflicts, L2 time from the 32-byte sectors the warps
   touch (coalescing), DRAM time from the bytes of the buffers, and a global-load latency
   term for kernels with little parallelism;

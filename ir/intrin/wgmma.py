@@ -72,7 +72,7 @@ def require_wgmma(target) -> None:
         raise WgmmaError(
             f"wgmma needs sm_90a (the arch-specific Hopper target); target {t.arch} has no "
             "wgmma: build for 'cuda -arch=sm_90a', or use the mma.sync schedule "
-            "(ops/schedules/tensorcore.py) on this target")
+            "(ops/schedules/gemm/) on this target")
 
 
 @dataclass(frozen=True)

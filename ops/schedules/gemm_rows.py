@@ -3,7 +3,7 @@ the product's kernel.
 
 An attention's scores ``softmax(Q K^T * scale)`` are a batch matmul whose rows (``N``
 columns, the sequence length) fit one block tile. :func:`row_epilogue` recognizes such a
-DAG: one tensor-core product ``P`` (:func:`~.tensorcore_gemm.gemm_form`), an output stage
+DAG: one tensor-core product ``P`` (:func:`~.gemm.forms.gemm_form`), an output stage
 element-wise in ``P``, row reductions (softmax's maximum and exponential sum: one reduce
 axis running over the last axis of ``P``, the output's leading axes as their own), and
 element-wise stages between them (the scale, casts, the exponential), which are inlined.
@@ -11,7 +11,7 @@ element-wise stages between them (the scale, casts, the exponential), which are 
 :func:`schedule_gemm_rows` runs ``P`` on the tensor cores (wgmma on sm_90a where it takes
 the product, else mma.sync) with ``block_n`` covering the whole row, and ``block_m``
 dividing ``M``: each block stores its accumulators to the float32 C tile in shared memory
-(the GEMM's tile epilogue, :func:`~.tensorcore_gemm.schedule_tile_epilogue`), then computes
+(the GEMM's tile epilogue, :func:`~.gemm.pieces.schedule_tile_epilogue`), then computes
 every row reduction over the tile (:func:`schedule_row_reductions`: the tile's rows spread
 over the block's threads, each row reduced by one thread or, where threads are left, by a
 cross-thread reduction over the remaining thread index) into a small shared buffer, and
@@ -236,7 +236,7 @@ def row_gemm_configs(form, target: Target | str | None = None) -> list:
     covers the row), ``block_m`` of 128 down to 16 dividing ``M``, 1 to 4 warps along
     each side (warp tiles of 16 to 64 rows, 8 to 128 columns), at most 256 threads, each
     with the first legal ``block_k`` and stages of
-    :func:`~.tensorcore_gemm._first_legal`, no split-K."""
+    :func:`~.gemm.chooser._first_legal`, no split-K."""
     from .gemm.chooser import _first_legal
 
     target = as_target(target)
@@ -289,7 +289,7 @@ def row_threads_of(cfg) -> tuple:
 
 def row_configs(form, target: Target | str | None = None) -> list:
     """Every tile configuration a row epilogue over ``form`` may take on ``target``: the
-    wgmma ones (:func:`~.tensorcore_wgmma.wgmma_candidates` with ``block_n = N``, the C
+    wgmma ones (:func:`~.gemm.chooser.wgmma_candidates` with ``block_n = N``, the C
     tile, no split-K and ``block_m`` dividing ``M``) where wgmma runs the product, then
     the mma.sync ones of :func:`row_gemm_configs`; each with threads that fit the row
     reductions (:func:`row_threads`)."""
@@ -312,8 +312,8 @@ threads of a warp in flight) in :func:`row_time`."""
 
 def row_time(cfg, form, target: Target | str | None = None) -> float:
     """A rough estimate in seconds of the row epilogue with ``cfg``: the product's
-    (:func:`~.tensorcore_wgmma.wgmma_time` with the C tile, or
-    :func:`~.tensorcore_gemm.gemm_time`) plus, per wave of blocks, the two row reductions
+    (:func:`~.gemm.estimate.wgmma_time` with the C tile, or
+    :func:`~.gemm.estimate.gemm_time`) plus, per wave of blocks, the two row reductions
     (:func:`row_threads`' serial steps at :data:`ROW_STEP_CYCLES`) and the normalization
     (the tile's elements over the block's threads)."""
     from .gemm.estimate import gemm_time, wgmma_time

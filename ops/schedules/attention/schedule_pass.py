@@ -7,7 +7,7 @@ module it is applied to as it is, after checking that it is the tensor IR of an
 ``ops.attention`` (parameters ``q, k, v[, mask], out`` of matching shapes) and that the
 configuration is one of the knob space; :func:`fused_attention_device_module` reads the
 problem from that module and the knobs from the pass and builds the kernel. The
-attention builder (:class:`~ptxforge.autotvm.attention.AttentionBuilder`) does that for
+builders (:func:`~ptxforge.measure.build.build_candidate`) do that for
 every candidate of the AutoTVM template and the auto-scheduler's attention sketch.
 """
 
