@@ -98,9 +98,9 @@ def test_every_thread_count_makes_one_correct_kernel(fn, args):
 @pytest.mark.parametrize("precision", ["float16", "tf32"])
 def test_a_bert_layer_gets_its_sketches(precision):
     """The tasks of a BERT encoder layer as the network tuner extracts them: softmax and
-    layer norm get the fused-rows sketch, the dense layers a tensor-core sketch (the
-    ldmatrix one in float16, the GEMM one in TF32); with fuse_ops' row epilogues on, the
-    attention scores with their softmax (one function) get the row-epilogue sketch."""
+    layer norm get the fused-rows sketch, the dense layers the tensor-core GEMM sketch; with
+    fuse_ops' row epilogues on, the attention scores with their softmax (one function) get
+    the row-epilogue sketch."""
     from ptxforge import graph
     from ptxforge.graph.zoo.bert import bert_encoder
 
@@ -120,7 +120,7 @@ def test_a_bert_layer_gets_its_sketches(precision):
     assert "gemm_rows(T_batch_matmul_NT)" in rows_desc[scores]
     dense = [d for d in by_desc if "dense" in d]
     assert dense
-    want = "tensorcore(" if precision == "float16" else "tensorcore_gemm("
+    want = "tensorcore_gemm("  # in both precisions since tensorcore(C) was retired
     for d in dense:
         assert any(n.startswith(want) for n in by_desc[d]), (d, by_desc[d])
 

@@ -38,7 +38,9 @@ def test_save_train_and_load_a_model(tmp_path, capsys):
     assert main(["records", "train-model", str(log), "-o", str(trained)]) == 0
     assert "trained on 8 records of 1 workloads" in capsys.readouterr().out
     a, _, _ = load_model(trained)
-    np.testing.assert_array_equal(a.labels, samples.labels)
+    # the same samples; the log holds them in the order builds finished, the model in the
+    # order results came back, which parallel builds may swap
+    np.testing.assert_array_equal(np.sort(a.labels), np.sort(samples.labels))
 
     log2 = tmp_path / "b.json"
     assert tune(OTHER, log2, "--load-model", str(trained)) == 0

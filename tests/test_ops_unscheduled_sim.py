@@ -30,7 +30,7 @@ CASE_OF_OP = {
     "global_avg_pool2d": "global_pool2d", "global_max_pool2d": "global_pool2d",
     "global_pool2d": "global_pool2d", "leaky_relu": "leaky_relu", "matmul": "matmul",
     "max_pool2d": "max_pool2d", "pad": "pad", "pool2d": "max_pool2d", "relu": "relu",
-    "softmax": "softmax",
+    "softmax": "softmax", "attention": "attention",
 }
 NOT_OPERATORS = {"broadcast", "nn", "reduction", "tag", "testing", "transform", "get_pad_tuple",
                  "precision", "allow_tf32", "tf32"}

@@ -265,6 +265,19 @@ def softmax(shape=(3, 9), axis=-1, dtype="float32") -> Workload:
                     lambda d: ref.softmax_python(d.astype(np.float64), axis), -3.0, 3.0)
 
 
+def attention(batch=1, heads=2, kv_heads=1, q_len=5, kv_len=7, dim=8, causal=True,
+              dtype="float32") -> Workload:
+    """Scaled dot-product attention (grouped-query when ``kv_heads < heads``), unfused."""
+    from ..attention import attention as t_attention
+    from ..attention_testing import attention_python
+
+    q = _ph((batch, heads, q_len, dim), "q", dtype)
+    k = _ph((batch, kv_heads, kv_len, dim), "k", dtype)
+    v = _ph((batch, kv_heads, kv_len, dim), "v", dtype)
+    return Workload("attention", [q, k, v, t_attention(q, k, v, causal=causal)],
+                    lambda a, b, c: attention_python(a, b, c, causal=causal), -2.0, 2.0)
+
+
 def batch_norm(shape=(2, 3, 4, 4), axis=1, dtype="float32") -> Workload:
     c = shape[axis]
     x = _ph(shape, "data", dtype)
@@ -414,6 +427,7 @@ CASES: dict[str, Callable[..., Workload]] = {
     "min": lambda **kw: reduce("min", **kw),
     "mean": lambda **kw: reduce("mean", **kw),
     "softmax": softmax,
+    "attention": attention,
     "max_pool2d": max_pool2d,
     "avg_pool2d": avg_pool2d,
     "global_pool2d": global_pool2d,
@@ -466,6 +480,7 @@ SMALL: dict[str, list[dict]] = {
     "min": [{"axis": 0}],
     "mean": [{}, {"axis": (1, 2)}],
     "softmax": [{}, {"shape": (2, 5, 3), "axis": 1}],
+    "attention": [{}, {"heads": 2, "kv_heads": 2, "q_len": 3, "kv_len": 3, "causal": False}],
     "max_pool2d": [{}, {"n": 2, "c": 3, "h": 6, "w": 5, "k": 2, "stride": 2, "pad": 0},
                    {"layout": "NHWC"}, {"ceil_mode": True, "h": 6, "w": 6, "pad": 0}],
     "avg_pool2d": [{}, {"n": 2, "count_include_pad": True}, {"layout": "NHWC", "k": 2,
