@@ -162,8 +162,14 @@ def test_random_states_lower_and_match_the_static_model(name):
     pop = pol.sample_initial_population(32)
     assert len(pop) == 32
     assert set(np.unique(pop[:, 0])) == set(range(len(task.sketches)))
-    with multiprocessing.get_context("fork").Pool(2) as pool:
+    # close and join rather than the context manager's terminate(): the workers exit when
+    # the queue ends, instead of being sent SIGTERM while one may wait on the queue's lock
+    pool = multiprocessing.get_context("fork").Pool(2)
+    try:
         problems = pool.map(_lower_and_compare, [(name, row) for row in pop])
+    finally:
+        pool.close()
+        pool.join()
     invalid = collections.Counter(p for p in problems if p)
     assert not invalid, invalid
 
