@@ -566,19 +566,23 @@ def walk_exprs(e: Expr) -> Iterator[Expr]:
         stack.extend(expr_children(x))
 
 
-def map_stmt(s: Stmt, fstmt: Callable | None = None, fexpr: Callable | None = None) -> Stmt:
+def map_stmt(s: Stmt, fstmt: Callable | None = None, fexpr: Callable | None = None,
+             visit: Callable[[Stmt], bool] | None = None) -> Stmt:
     """Rebuild ``s`` bottom-up.
 
     ``fexpr(expr) -> expr`` is applied to every expression held by a statement (the whole
     expression, not recursively: use :func:`ptxforge.ir.expr.transform` inside it for
     that). ``fstmt(stmt) -> stmt | None`` is applied to every statement after its children
-    were rebuilt; None keeps it. Unchanged subtrees are shared, not copied.
+    were rebuilt; None keeps it. Unchanged subtrees are shared, not copied. ``visit(stmt)
+    -> bool`` (optional) keeps the subtrees it is false for as they are, unvisited.
     """
 
     def fe(e):
         return e if fexpr is None or e is None else fexpr(e)
 
     def go(x: Stmt) -> Stmt:
+        if visit is not None and not visit(x):
+            return x
         if isinstance(x, Seq):
             kids = [go(c) for c in x.stmts]
             y = x if all(a is b for a, b in zip(kids, x.stmts)) else Seq(kids)

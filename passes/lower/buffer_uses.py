@@ -13,16 +13,10 @@ from collections.abc import Callable
 
 from ...ir.expr import Bin, Cmp, Expr, FloatImm, IntImm, Load, Var, children
 from ...ir.stmt import (
-    Alloc,
     AsyncCopy,
-    Block,
-    For,
-    If,
-    Let,
-    Seq,
     Stmt,
     Store,
-    map_async_copy,
+    map_stmt,
     stmt_children,
     stmt_exprs,
 )
@@ -111,47 +105,4 @@ def map_stmt_where(s: Stmt, visit: Callable[[Stmt], bool],
     true; the others are kept as they are. The same result as ``map_stmt`` where ``fstmt``
     and ``fexpr`` change nothing in the subtrees skipped (a rewrite of one buffer's
     accesses skips the subtrees that do not access it)."""
-
-    def fe(e):
-        return e if fexpr is None or e is None else fexpr(e)
-
-    def go(x: Stmt) -> Stmt:
-        if not visit(x):
-            return x
-        if isinstance(x, Seq):
-            kids = [go(c) for c in x.stmts]
-            y = x if all(a is b for a, b in zip(kids, x.stmts)) else Seq(kids)
-        elif isinstance(x, (For, Alloc)):
-            b = go(x.body)
-            y = x if b is x.body else x.replace(body=b)
-        elif isinstance(x, If):
-            c, t = fe(x.cond), go(x.then)
-            e = None if x.else_ is None else go(x.else_)
-            y = x if (c is x.cond and t is x.then and e is x.else_) else If(c, t, e)
-        elif isinstance(x, Block):
-            bind = tuple(fe(b) for b in x.bindings)
-            pred = fe(x.predicate)
-            init = None if x.init is None else go(x.init)
-            body = go(x.body)
-            same = (all(a is b for a, b in zip(bind, x.bindings)) and pred is x.predicate
-                    and init is x.init and body is x.body)
-            y = x if same else x.replace(bindings=bind, predicate=pred, init=init, body=body)
-        elif isinstance(x, Store):
-            idx = tuple(fe(i) for i in x.indices)
-            v = fe(x.value)
-            same = v is x.value and all(a is b for a, b in zip(idx, x.indices))
-            y = x if same else Store(x.buffer, idx, v)
-        elif isinstance(x, Let):
-            v, b = fe(x.value), go(x.body)
-            y = x if (v is x.value and b is x.body) else Let(x.var, v, b)
-        elif isinstance(x, AsyncCopy):
-            y = map_async_copy(x, fe)
-        else:
-            y = x
-        if fstmt is not None:
-            r = fstmt(y)
-            if r is not None:
-                return r
-        return y
-
-    return go(s)
+    return map_stmt(s, fstmt, fexpr, visit=visit)
