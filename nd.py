@@ -290,7 +290,7 @@ def wrap_tensor(t, device=None, what: str = "the tensor"):
         _refuse_move(where, device, what)
     if where == "cpu":
         return SimArray(_host_view(t, dtype, shape), SimDevice(0), dtype)
-    from ..backend_ptx import NDArray, cuda
+    from .backend_ptx import NDArray, cuda
 
     ptr = int(t.data_ptr())
     if ptr % ALIGN_BYTES:

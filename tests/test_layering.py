@@ -141,6 +141,11 @@ class _Resolver:
             if not self._is_package(module):
                 base.pop()
             if node.level > 1:
+                # a relative import that climbs out of the package fails only when that
+                # line runs (often a GPU-only branch), so the reader refuses it here
+                assert node.level - 1 < len(base), (
+                    f"{module}:{node.lineno} imports with {node.level} dots, above the "
+                    "top of the package")
                 base = base[:-(node.level - 1)]
             source = ".".join(base + ([node.module] if node.module else []))
         else:
