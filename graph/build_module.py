@@ -47,10 +47,10 @@ def optimize(net: Graph, params: dict | None = None, *, layout: str | None = Non
     if not fused_attention:
         return pipeline(graph, ctx)
     # the graph pass config key ``fused_attention``, for this run only
-    from .opdefs.attention import FUSED_OPTION
+    from .opdefs.attention import FUSED_OPTION, FUSED_PRECISION_OPTION
 
     before = ctx.config
-    ctx.config = {**before, FUSED_OPTION: True}
+    ctx.config = {**before, FUSED_OPTION: True, FUSED_PRECISION_OPTION: precision}
     try:
         return pipeline(graph, ctx)
     finally:

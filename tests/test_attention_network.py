@@ -25,23 +25,23 @@ B, L, HEADS, E = 1, 24, 2, 16
 HIDDEN = HEADS * E
 
 
-def _weight(name: str) -> Constant:
+def _weight(name: str, dtype: str = "float16") -> Constant:
     w = RNG.standard_normal((HIDDEN, HIDDEN)) / np.sqrt(HIDDEN)
-    return Constant(cast_array(w, "float16"), name, dtype="float16")
+    return Constant(cast_array(w, dtype), name, dtype=dtype)
 
 
-def _block(causal: bool):
+def _block(causal: bool, dtype: str = "float16"):
     """x [B, L, HIDDEN] -> projections, heads, attention, heads merged, projection."""
-    x = Var("x", (B, L, HIDDEN), "float16")
+    x = Var("x", (B, L, HIDDEN), dtype)
     flat = G.reshape(x, (B * L, HIDDEN))
 
     def heads(name):
-        y = G.reshape(G.dense(flat, _weight(name)), (B, L, HEADS, E))
+        y = G.reshape(G.dense(flat, _weight(name, dtype)), (B, L, HEADS, E))
         return G.transpose(y, (0, 2, 1, 3))
 
     att = attention(heads("wq"), heads("wk"), heads("wv"), is_causal=causal)
     merged = G.reshape(G.transpose(att, (0, 2, 1, 3)), (B * L, HIDDEN))
-    return graph_from_outputs(G.dense(merged, _weight("wo"))), x
+    return graph_from_outputs(G.dense(merged, _weight("wo", dtype))), x
 
 
 def _run(lib, feeds) -> np.ndarray:
@@ -66,6 +66,22 @@ def test_network_runs_the_fused_kernel_and_matches_the_reference():
     assert len(kernels) == 1 and "attention" in kernels[0].name
     got = widen(_run(lib, feeds), "float16")
     assert np.abs(got - want).max() <= 2e-2 * max(1.0, np.abs(want).max())
+
+
+def test_a_float32_network_built_in_float16_runs_the_fused_kernel():
+    # the attention of a float32 network (an import) is judged in the build's precision:
+    # it stays whole, to_mixed_precision casts it down, and the kernel runs it
+    net, x = _block(causal=False, dtype="float32")
+    feeds = {"x": RNG.standard_normal(x.shape).astype(np.float32)}
+    want = graph.evaluate(net, feeds)
+    lib = graph.build(net, "sim -arch=sm_80", precision="float16", fused_attention=True)
+    assert len(_attention_functions(lib)) == 1, lib.summary()
+    got = _run(lib, feeds)
+    assert got.dtype == np.float32
+    assert np.abs(got - want).max() <= 2e-2 * max(1.0, np.abs(want).max())
+    # in float32 the kernel cannot run it: the attention is decomposed as before
+    lib32 = graph.build(net, "sim -arch=sm_80", fused_attention=True)
+    assert not _attention_functions(lib32)
 
 
 def test_off_by_default_and_the_pass_config_turns_it_on():

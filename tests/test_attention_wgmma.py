@@ -382,3 +382,16 @@ def test_wgmma_attention_on_the_gpu(w):
         got = widen(out.numpy(), w.dtype)
         assert np.abs(got - want).max() <= attention_tolerance(w.dtype) * max(
             1.0, np.abs(want).max()), cfg
+
+
+def test_a_float32_problem_has_no_wgmma_configuration():
+    # its tensor-core rate is zero: the rule refuses it before any estimate divides by it
+    from ptxforge.ops.schedules.attention.knobs_wgmma import check_wgmma_config, wgmma_candidates
+
+    w = AttentionWorkload(1, 2, 2, 128, 128, 64, 64, "float32", False)
+    t = as_target("cuda -arch=sm_90a")
+    with pytest.raises(AttentionError, match="float16 and bfloat16"):
+        check_wgmma_config(w, AttentionConfig(4, 64, 2, "wgmma"), t)
+    assert wgmma_candidates(w, t) == []
+    with pytest.raises(AttentionError, match="float16 and bfloat16"):
+        choose_attention_config(w, t)

@@ -128,11 +128,17 @@ FUSED_OPTION = "fused_attention"
 """The graph pass config key that keeps eligible ``nn.attention`` calls whole for the fused
 kernel (``GraphPassContext(config={"fused_attention": True})``)."""
 
+FUSED_PRECISION_OPTION = "fused_attention.precision"
+"""The graph pass config key holding the build's ``precision`` while ``fused_attention`` is
+on (set by ``graph.build``): a float32 attention of a 16-bit build is judged in that dtype."""
 
-def fused_attention_refusal(call: Call, target=None) -> str | None:
+
+def fused_attention_refusal(call: Call, target=None, dtype: str | None = None) -> str | None:
     """Why the fused kernel cannot run ``call`` on ``target`` (default: the current one), or
     None when it can: 16-bit inputs, head dims multiples of 16 up to 256, a bool or float
-    mask, an sm_80 or newer target, and a configuration that fits it."""
+    mask, an sm_80 or newer target, and a configuration that fits it. ``dtype``: the dtype
+    the call will run in, where a later pass changes it (``to_mixed_precision`` casts a
+    float32 attention and its float mask to the build's 16-bit precision)."""
     from ...ops.schedules.attention import (
         AttentionError,
         AttentionMask,
@@ -144,12 +150,13 @@ def fused_attention_refusal(call: Call, target=None) -> str | None:
     if call.op != OP:
         return f"{call.op} is not {OP}"
     q, k, v = call.args[:3]
+    dtype = dtype or q.dtype
     mask = None
     if len(call.args) == 4:
         m = call.args[3]
-        mask = AttentionMask(tuple(m.shape), m.dtype)
+        mask = AttentionMask(tuple(m.shape), dtype if m.dtype == "float32" else m.dtype)
     b, hq, lq, e = q.shape
-    w = AttentionWorkload(b, hq, k.shape[1], lq, k.shape[2], e, v.shape[3], q.dtype,
+    w = AttentionWorkload(b, hq, k.shape[1], lq, k.shape[2], e, v.shape[3], dtype,
                           call.attrs["is_causal"], call.attrs["scale"], mask)
     t = as_target(target) if target is not None else Target.current() or as_target("cuda")
     if t.is_sim:
@@ -167,9 +174,14 @@ def keeps_fused_attention(call: Call) -> bool:
     it (:func:`fused_attention_refusal`)."""
     from ..passes.base import GraphPassContext
 
-    if not GraphPassContext.current().config.get(FUSED_OPTION, False):
+    config = GraphPassContext.current().config
+    if not config.get(FUSED_OPTION, False):
         return False
-    return fused_attention_refusal(call) is None
+    low = config.get(FUSED_PRECISION_OPTION)
+    # a float32 attention of a float16/bfloat16 build runs in that dtype after
+    # to_mixed_precision (nn.attention is one of its ALWAYS operators)
+    dtype = low if call.args[0].dtype == "float32" and low in ("float16", "bfloat16") else None
+    return fused_attention_refusal(call, dtype=dtype) is None
 
 
 def fused_attention_module(func, target=None):

@@ -4,7 +4,9 @@ As TVM's ToMixedPrecision, every operator has a policy (:data:`MIXED_PRECISION_P
 
 - ``ALWAYS``: convolutions and matrix products take low-precision inputs (float32 arguments
   are cast) and produce a low-precision result; the operators accumulate in float32 and
-  round once (``ops.utils.accumulate_dtype``), so only the inputs lose precision.
+  round once (``ops.utils.accumulate_dtype``), so only the inputs lose precision. An
+  ``nn.attention`` kept whole for the fused kernel (its softmax in float32 registers)
+  is one of them.
 - ``FOLLOW``: element-wise and layout operators, pooling, bias add: low precision when every
   non-constant float argument already is, else float32 (constants take the other
   arguments' dtype). A residual add of two low-precision convolutions stays low; an add
@@ -40,7 +42,7 @@ class MixedPolicy(Enum):
     NEVER = "never"
 
 
-_ALWAYS = ("nn.conv2d", "nn.dense", "nn.matmul", "nn.batch_matmul")
+_ALWAYS = ("nn.conv2d", "nn.dense", "nn.matmul", "nn.batch_matmul", "nn.attention")
 _FOLLOW = (
     "add", "subtract", "multiply", "divide", "maximum", "minimum", "negative", "nn.relu",
     "nn.leaky_relu", "clip", "tanh", "sigmoid", "erf", "nn.bias_add", "nn.max_pool2d",

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from ....target import Target
-from .workload import AttentionError, AttentionWorkload
+from .workload import AttentionError, AttentionWorkload, check_workload
 
 WGMMA_WARPS = (4, 8)
 WGMMA_BLOCK_KV = (64, 128)
@@ -90,6 +90,7 @@ def check_wgmma_config(w: AttentionWorkload, cfg, target: Target) -> None:
         raise AttentionError(f"mma='wgmma' needs sm_90a (the arch-specific Hopper target); "
                              f"{target.arch} has no wgmma: build for 'cuda -arch=sm_90a' or "
                              "take mma='mma_sync'")
+    check_workload(w)  # the problem's own rules (dtype, head dims) come first
     if not target.has_cp_async:
         raise AttentionError(f"fused attention stages K and V with cp.async, which "
                              f"{target.arch} lacks")
