@@ -5,7 +5,10 @@ GPU. Each build is checked against eager fp32 on random token ids before it is t
 (``GraphModule.benchmark``: one CUDA graph, median of 5 repeats of at least 300 ms).
 
     python3 bench/bench_from_torch.py bert:1:128 bert:8:512 gpt2:1:1024   # model:batch:seq
+    python3 bench/bench_from_torch.py --profile 10 gpt2:1:1024   # + where the time goes
 """
+import argparse
+import os
 import sys
 import time
 import warnings
@@ -18,7 +21,7 @@ from ptxforge import graph
 from ptxforge.graph.torch_reference import cuda_graph, time_cuda
 
 
-def run(model_name: str, b: int, s: int, flags) -> None:
+def run(model_name: str, b: int, s: int, flags, profile: int = 0) -> None:
     """Import, build with each ``fused_attention`` flag, check, time, print."""
     torch.manual_seed(0)
     if model_name == "bert":
@@ -62,6 +65,13 @@ def run(model_name: str, b: int, s: int, flags) -> None:
         res[fa] = ms
         print(f"  fused_attention={fa}: built {time.perf_counter()-t0:.0f} s, {n} launches, "
               f"err {err:.2e}, {ms:.4f} ms", flush=True)
+        if profile:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            from bench_hf_onnx import kernel_profile
+
+            plain = graph.GraphModule(lib, dev, use_cuda_graph=False)
+            print(kernel_profile(torch, plain, lib, {"input_ids": ids.numpy()}, profile),
+                  flush=True)
     ids_c = ids.cuda()
     with torch.no_grad():
         comp = torch.compile(mh, mode="reduce-overhead")
@@ -75,6 +85,13 @@ def run(model_name: str, b: int, s: int, flags) -> None:
     torch._dynamo.reset()
 
 if __name__ == "__main__":
-    for spec in sys.argv[1:]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("specs", nargs="+", help="model:batch:seq, model bert or gpt2")
+    p.add_argument("--profile", type=int, default=0,
+                   help="print the N fused functions that take longest (CUDA profiler)")
+    args = p.parse_args()
+    for spec in args.specs:
         name, b, s = spec.split(":")
-        run(name, int(b), int(s), (False, True))
+        if name not in ("bert", "gpt2"):
+            raise SystemExit(f"unknown model {name!r} in {spec!r}: bert or gpt2")
+        run(name, int(b), int(s), (False, True), args.profile)
