@@ -13,7 +13,18 @@ from collections.abc import Callable
 
 from ..ir import dtype as dt
 from ..ir import te
-from ..ir.expr import Expr, as_expr, emax, emin, floordiv, floormod, truncdiv, truncmod
+from ..ir.expr import (
+    Expr,
+    FloatImm,
+    IntImm,
+    as_expr,
+    emax,
+    emin,
+    floordiv,
+    floormod,
+    truncdiv,
+    truncmod,
+)
 from ..ir.te import Tensor
 from . import tag
 from .utils import ax_names, compute_named, fail, shape_str
@@ -171,12 +182,24 @@ def minimum(lhs, rhs):
     return _binary("minimum", emin, lhs, rhs)
 
 
+_SMALL_POWERS: dict[float, Callable[[Expr], Expr]] = {
+    1.0: lambda x: x,
+    2.0: lambda x: x * x,  # the correctly rounded square, as pow's
+    3.0: lambda x: x * x * x,  # within an ulp of the cube in x's dtype
+}
+"""Exponents :func:`power` writes as products when the exponent is a constant."""
+
+
 def power(lhs, rhs):
     """Element-wise ``lhs ** rhs`` for floats with broadcasting (stage ``T_power``)."""
 
     def rule(x: Expr, y: Expr) -> Expr:
         if not dt.is_float(x.dtype):
             fail("power", f"needs float operands, got {x.dtype}")
+        if isinstance(y, (FloatImm, IntImm)) and float(y.value) in _SMALL_POWERS:
+            # a known square or cube as products (GELU's tanh form cubes, variances
+            # square): the pow routine takes logarithms in float64 for a float32 base
+            return _SMALL_POWERS[float(y.value)](x)
         return te.power(x, y.astype(x.dtype) if y.dtype != x.dtype else y)
 
     return _binary("power", rule, lhs, rhs)

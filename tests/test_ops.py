@@ -687,6 +687,19 @@ def test_broadcast_with_scalars(rng, fn, np_fn, name):
                              "min(2, 3)"}
 
 
+@pytest.mark.parametrize("exponent", [1.0, 2.0, 3.0, 1.7, -2.0])
+def test_a_known_small_power_is_products(rng, exponent):
+    # squares and cubes need no pow routine (float64 logarithms for a float32 base);
+    # other exponents keep it
+    a = te.placeholder((4, 5), name="a")
+    out = ops.power(a, exponent)
+    body = str(out.op.body[0] if isinstance(out.op.body, (list, tuple)) else out.op.body)
+    assert ("pow" in body) == (exponent not in (1.0, 2.0, 3.0)), body
+    av = rand(rng, (4, 5), lo=-2.0, hi=2.0) if exponent != 1.7 else rand(rng, (4, 5), lo=0.5)
+    got = run1(out, {a: av})
+    np.testing.assert_allclose(got, np.power(av, np.float32(exponent)), rtol=3e-7, atol=0)
+
+
 def test_integer_floor_division_and_modulo(rng):
     a = te.placeholder((3, 4), "int32", name="a")
     b = te.placeholder((4,), "int32", name="b")
