@@ -143,8 +143,9 @@ def fused_rows_sketches(task) -> list:
 
 def fused_rows_model(step: FusedRowsStep, V, hw, n: int) -> dict:
     """Validity, resource use and an analytical time of fused-rows states (vectorized):
-    the row's reads (cached after the first pass), the shuffles and barriers of each
-    reduction and the strided loop of each thread, over the waves of row blocks."""
+    the row's reads (cached after the first pass) at the bandwidth the loads in flight
+    allow, the shuffles and barriers of each reduction and the strided loop of each
+    thread, over the waves of row blocks."""
     from .kernel_model import _occupancy
 
     threads = V[step.slot("threads")]
@@ -162,7 +163,16 @@ def fused_rows_model(step: FusedRowsStep, V, hw, n: int) -> dict:
     tree = len(step.reductions) * (np.log2(threads) * hw.shuffle_cycles
                                    + (1 + (threads > 32)) * hw.barrier_cycles)
     compute = occ["waves"] * (loop + tree) / hw.clock_hz
-    mem = step.unique / hw.dram_bytes_per_s
+    # Little's law: a resident warp has one 32-element load of the row in flight per
+    # iteration of its strided loop (a few when the loop is unrolled), so few warps with
+    # plain loops cannot keep DRAM busy (GPT-2's 1,024-wide softmax rows, one warp each
+    # and not unrolled, ran at a fifth of the bandwidth on an H100)
+    per_elem = step.unique / max(1, step.rows * step.cols)
+    ilp = np.where(unroll > 0, np.minimum(per_thread, 4), 1)
+    in_flight = occ["warps_per_sm"] * 32 * per_elem * ilp
+    bandwidth = np.minimum(hw.dram_bytes_per_s,
+                           hw.num_sms * in_flight * hw.clock_hz / hw.global_latency_cycles)
+    mem = step.unique / bandwidth
     valid = (threads <= 1024) & (per_thread >= 1)
     est = np.maximum(compute, mem) + hw.launch_s
     return {"valid": valid, "blocks": blocks, "threads": threads, "regs": regs,

@@ -68,6 +68,33 @@ def test_rule_applies_to_row_normalizations_only():
     assert not any(s.name.startswith("fused_rows") for s in task.sketches)
 
 
+@autosched.register_workload
+def fr_softmax_half(rows, n):
+    """Float16 scores to float16 probabilities, the softmax in float32 (a 16-bit network's)."""
+    x = te.placeholder((rows, n), "float16", name="x")
+    return [x, ops.nn.softmax(ops.cast(x, "float32"), out_dtype="float16")]
+
+
+def test_wide_rows_need_loads_in_flight():
+    # GPT-2's attention softmax (12 heads x 1,024 rows of 1,024): one warp a row with a
+    # plain loop keeps too few loads in flight to stream the scores at DRAM speed; the
+    # model says so, and an unrolled loop or more warps win
+    from ptxforge.autosched.fused_rows import fused_rows_model, fused_rows_step
+    from ptxforge.autosched.hardware import HardwareParams
+    from ptxforge.target import as_target
+
+    task = autosched.SearchTask(func=fr_softmax_half, args=(12 * 1024, 1024),
+                                target="cuda -arch=sm_90a")
+    step = fused_rows_step(task)
+    threads, unroll = np.array([32, 32, 256]), np.array([0, 1, 0])
+    hw = HardwareParams.from_target(as_target("cuda -arch=sm_90a"))
+    est = fused_rows_model(step, {step.slot("threads"): threads, step.slot("unroll"): unroll},
+                           hw, 3)["est"]
+    assert est[0] > 1.5 * est[1] and est[0] > 1.5 * est[2], est
+    # at DRAM speed the model cannot go below the bytes over the bandwidth
+    assert est.min() >= step.unique / hw.dram_bytes_per_s
+
+
 @pytest.mark.parametrize("fn,args", [(fr_softmax, (2, 3, 40)), (fr_layer_norm, (6, 72))],
                          ids=["softmax", "layer_norm"])
 def test_every_thread_count_makes_one_correct_kernel(fn, args):
