@@ -69,7 +69,7 @@ def run(model_name: str, b: int, s: int, flags, profile: int = 0) -> None:
             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
             from bench_hf_onnx import kernel_profile
 
-            plain = graph.GraphModule(lib, dev, use_cuda_graph=False)
+            plain = graph.GraphModule(lib, dev, use_cuda_graph=False, dependent_launch=False)
             print(kernel_profile(torch, plain, lib, {"input_ids": ids.numpy()}, profile),
                   flush=True)
     ids_c = ids.cuda()

@@ -112,7 +112,9 @@ def kernel_table(lib) -> str:
 def kernel_profile(torch, module, lib, feeds: dict, top: int) -> str:
     """Where the time goes: each of our fused functions' kernels as the CUDA profiler saw
     them in one run (plain launches, in order), summed per function, the ``top`` largest
-    by total time."""
+    by total time. ``module`` must launch without programmatic dependent launch: with it a
+    kernel starts before its predecessor ends and waits inside, so the profiler charges
+    the predecessor's time to it."""
     from torch.profiler import ProfilerActivity, profile
 
     module.set_input(**feeds)
@@ -228,7 +230,7 @@ def bench(torch, name: str, args) -> dict:
         row["compile_s"] = time.perf_counter() - t0
         row["compile_ms"] = time_cuda(torch, lambda: compiled(*low_inputs), 300, 5) * 1e3
     if args.profile:
-        plain = graph.GraphModule(lib, dev, use_cuda_graph=False)
+        plain = graph.GraphModule(lib, dev, use_cuda_graph=False, dependent_launch=False)
         print(kernel_profile(torch, plain, lib, feeds, args.profile), flush=True)
     print(f"[{name}] ours {row['ours_ms']:.4f} ms | PyTorch {args.dtype} CUDA graph "
           f"{row['graph_ms']:.4f} ms | torch.compile(reduce-overhead) {row['compile_ms']:.4f} "
