@@ -22,6 +22,7 @@ writing it: it is copied into the caller's array after the run (on the same stre
 from __future__ import annotations
 
 import ctypes
+import warnings
 
 import numpy as np
 
@@ -29,6 +30,11 @@ from ..ir import dtype as dt
 from ..nd import SimArray
 from . import GraphError
 from .graph_executor import GraphModule
+
+
+class CudaGraphFallbackWarning(UserWarning):
+    """A module's kernels could not be captured in one CUDA graph: they launch one by one
+    (still zero-copy, on the caller's stream), paying a launch each."""
 
 
 class ZeroCopyGraphModule(GraphModule):
@@ -138,8 +144,12 @@ class ZeroCopyGraphModule(GraphModule):
         try:
             self._patched = _PatchableGraph.capture(self)
         except (CudaError, AttributeError, TypeError, ValueError) as e:
-            # launching one by one on the caller's stream is still zero-copy, only slower
+            # launching one by one on the caller's stream is still zero-copy, only slower:
+            # said once, since a network of small kernels can lose a third of its speed
             self.bound_graph_error = f"{type(e).__name__}: {e}"
+            warnings.warn(f"the module's kernels could not be captured in a CUDA graph "
+                          f"({self.bound_graph_error}); they launch one by one",
+                          CudaGraphFallbackWarning, stacklevel=3)
 
 
 class _KernelNode:

@@ -174,3 +174,18 @@ def test_captured_graph_is_re_pointed_only_where_a_pointer_changed(monkeypatch):
     assert [p[0] for p in patched] == ["node0"] and list(graph.nodes[0].values) == [0x3000,
                                                                                    0x9000]
     assert calls[-1] == ("cuGraphLaunch", (None, 78))
+
+
+def test_a_failed_capture_is_said_once_and_the_kernels_launch_one_by_one(monkeypatch):
+    from ptxforge.runtime import zero_copy
+
+    def refuse(module):
+        raise ValueError("the capture of k left 2 dependencies, expected its one kernel node")
+
+    monkeypatch.setattr(zero_copy._PatchableGraph, "capture", classmethod(
+        lambda cls, module: refuse(module)))
+    module = ZeroCopyGraphModule(graph.build(_net(), target="sim"))
+    with pytest.warns(zero_copy.CudaGraphFallbackWarning, match="2 dependencies"):
+        module._capture_patchable()
+    assert module._patched is None
+    assert "2 dependencies" in module.bound_graph_error
