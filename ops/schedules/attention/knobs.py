@@ -26,9 +26,13 @@ MMAS = ("mma_sync", "wgmma")
 MMA_ROWS = 16
 COPY_ELEMS = 8
 """16-bit elements of one 16-byte ``cp.async``."""
-# shared rows padded so ldmatrix's 8 row addresses fall in different banks
+# shared rows padded so ldmatrix's 8 row addresses fall in different banks (16-bit rows
+# of 16 n + 8 elements: 4 words mod 8 apart)
 PAD16 = 8
-PAD32 = 4
+PAD32 = 8
+"""Float32 rows of 16 n + 8 elements: 8 rows 8 words (mod 32) apart, so a warp's pairs of
+accumulator elements (8 rows x 8 consecutive words, stored and read as 8-byte pairs) take
+every bank once per 16 lanes (:mod:`.banks`)."""
 REGISTER_BUDGET = 255
 BASE_REGISTERS = 72
 """Registers beyond the fragments (addresses, loop counters, the running max and sum):
@@ -96,10 +100,12 @@ def shared_layout(w: AttentionWorkload, cfg: AttentionConfig) -> SharedLayout:
         return wgmma_layout(w, cfg)
     e, ev, br, bc = w.head_dim, w.v_dim, cfg.block_q, cfg.block_kv
     q_ld, k_ld, v_ld = e + PAD16, e + PAD16, ev + PAD16
-    s_ld, p_ld, o_ld = bc + PAD32, bc + PAD16, ev + PAD32
+    # the scores and the output share their float32 buffer and its row length
+    s_ld = o_ld = max(bc, ev) + PAD32
+    p_ld = bc + PAD16
     sizes = {  # bytes
         "QP_s": br * max(q_ld, p_ld) * 2, "K_s": cfg.stages * bc * k_ld * 2,
-        "V_s": cfg.stages * bc * v_ld * 2, "SO_s": br * max(s_ld, o_ld) * 4,
+        "V_s": cfg.stages * bc * v_ld * 2, "SO_s": br * s_ld * 4,
         "R_s": br * 4, "W_s": cfg.warps * 4,
     }
     offsets, at = {}, 0
