@@ -14,7 +14,6 @@ in 64-column panels), both products' N within wgmma's 256.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ....target import Target
@@ -168,14 +167,11 @@ def wgmma_attention_time(w: AttentionWorkload, cfg, target: Target) -> float:
     read) and the copies at the wgmma GEMM's ``WGMMA_COPY_BYTES_PER_CLOCK``; the row work
     adds the scores' store from the accumulators. Not calibrated on a GPU yet."""
     from ..gemm.estimate import NO_FLIGHT_RATE, WGMMA_COPY_BYTES_PER_CLOCK, WGMMA_PEAK_FRACTION
+    from .knobs import busiest_slot_steps
 
     br, bc = cfg.block_q, cfg.block_kv
-    q_tiles = -(-w.q_len // br)
-    kv_tiles = -(-w.kv_len // bc)
-    blocks = q_tiles * w.heads * w.batch
     per_sm = max(1, int(target.blocks_per_sm(cfg.threads, wgmma_registers(w, cfg),
                                              wgmma_layout(w, cfg).total)))
-    waves = math.ceil(blocks / (target.num_sms * per_sm))
     clock = target.clock_hz
     flops = 2.0 * br * bc * (w.head_dim + w.v_dim)
     frac = WGMMA_PEAK_FRACTION * NO_FLIGHT_RATE * (1.0 if per_sm * cfg.warpgroups >= 2 else 0.8)
@@ -183,12 +179,14 @@ def wgmma_attention_time(w: AttentionWorkload, cfg, target: Target) -> float:
     t_mma = flops * per_sm / (peak / target.num_sms)
     copy_bytes = 2.0 * bc * (w.head_dim + w.v_dim)
     t_copy = copy_bytes * per_sm / (WGMMA_COPY_BYTES_PER_CLOCK * clock)
-    row_work = 6 * br * bc / cfg.threads + cfg.warps
-    t_rows = (row_work * 4 + 3 * target.barrier_cycles) / clock
+    # the scores stored, read once, the probabilities written; the barriers (two a step,
+    # three with one stage)
+    row_work = 3 * br * bc / cfg.threads + cfg.warps
+    t_rows = (row_work * 4 + (3 if cfg.stages == 1 else 2) * target.barrier_cycles) / clock
     if cfg.stages == 3:
         # the softmax runs beside the next tile's Q K^T (half the tensor-core work)
         step = max(t_mma, t_copy, t_rows + t_mma / 2)
     else:
         step = (max(t_mma, t_copy) if cfg.stages > 1 else t_mma + t_copy) + t_rows
-    steps = kv_tiles if not w.causal else max(1, (kv_tiles + 1) // 2 + br // (2 * bc))
-    return waves * steps * step + target.launch_seconds
+    steps = busiest_slot_steps(w, cfg, target.num_sms * per_sm)
+    return steps * step + target.launch_seconds
