@@ -214,24 +214,37 @@ class _Kernel:
 
         return _loop("cp", steps, body, "unroll" if steps <= 8 else "serial")
 
+    def q_row(self, g: Expr) -> Expr:
+        """Where query row ``g`` of the block's head starts in ``q`` (the layout's
+        strides)."""
+        w = self.w
+        return w.row_start(self.bz, self.by, g, _i(w.heads), _i(w.q_len), _i(w.head_dim))
+
+    def kv_row(self, g: Expr, dim: int) -> Expr:
+        """Where key row ``g`` of the block's key head starts in ``k`` (``dim`` the head
+        dim) or ``v`` (the value dim)."""
+        w = self.w
+        return w.row_start(self.bz, self.kv_head, g, _i(w.kv_heads), _i(w.kv_len), _i(dim))
+
+    def out_at(self, qi: Expr, c: Expr) -> Expr:
+        """Where element ``c`` of the block's output row ``qi`` lies in ``out``."""
+        w = self.w
+        return w.row_start(self.bz, self.by, qi, _i(w.heads), _i(w.q_len), _i(w.v_dim)) + c
+
     def copy_q(self) -> Stmt:
         w = self.w
-        e = w.head_dim
-        base = (self.bz * _i(w.heads) + self.by) * _i(w.q_len)
-        return self._copy_rows(self.q_s, _i(0), self.lay.q_ld, self.q,
-                               lambda g: (base + g) * _i(e), self.row0(),
-                               self.cfg.block_q, w.q_len, e)
+        return self._copy_rows(self.q_s, _i(0), self.lay.q_ld, self.q, self.q_row,
+                               self.row0(), self.cfg.block_q, w.q_len, w.head_dim)
 
     def copy_kv(self, tile: Expr, stage: Expr | int) -> Stmt:
         w, bc, lay = self.w, self.cfg.block_kv, self.lay
-        base = (self.bz * _i(w.kv_heads) + self.kv_head) * _i(w.kv_len)
         first = tile * _i(bc)
         stage = _i(stage) if isinstance(stage, int) else stage
         k = self._copy_rows(self.k_s, stage * _i(bc * lay.k_ld), lay.k_ld, self.k,
-                            lambda g: (base + g) * _i(w.head_dim), first, bc, w.kv_len,
+                            lambda g: self.kv_row(g, w.head_dim), first, bc, w.kv_len,
                             w.head_dim)
         v = self._copy_rows(self.v_s, stage * _i(bc * lay.v_ld), lay.v_ld, self.v,
-                            lambda g: (base + g) * _i(w.v_dim), first, bc, w.kv_len,
+                            lambda g: self.kv_row(g, w.v_dim), first, bc, w.kv_len,
                             w.v_dim)
         return Seq([k, v])
 
@@ -501,9 +514,8 @@ class _Kernel:
 
         def store(gr, c):
             qi = self.row0() + gr
-            at = ((self.bz * _i(w.heads) + self.by) * _i(w.q_len) + qi) * _i(w.v_dim) + c
             val = Cast(w.dtype, self.o_s[self.o_at(gr, c)] * self.r_s[gr])
-            return If(qi < _i(w.q_len), Store(self.out, [at], val))
+            return If(qi < _i(w.q_len), Store(self.out, [self.out_at(qi, c)], val))
         return Seq([self._frag_to_shared(self.of, w.v_dim, self.o_s, self.lay.o_ld),
                     self.inverse_sums(), Barrier(), self._rows_elementwise(store)])
 

@@ -175,18 +175,15 @@ class WgmmaKernel(_Kernel):
 
     def copy_q(self) -> Stmt:
         w = self.w
-        base = (self.bz * _i(w.heads) + self.by) * _i(w.q_len)
         return self._copy(self.q_s, self._k_major_at(_i(0), self.cfg.block_q), self.q,
-                          lambda g: (base + g) * _i(w.head_dim), self.row0(),
-                          self.cfg.block_q, w.q_len, w.head_dim)
+                          self.q_row, self.row0(), self.cfg.block_q, w.q_len, w.head_dim)
 
     def copy_kv(self, tile: Expr, stage) -> Stmt:
         w, bc, vp = self.w, self.cfg.block_kv, self.lay.v_panels
-        base = (self.bz * _i(w.kv_heads) + self.kv_head) * _i(w.kv_len)
         first = tile * _i(bc)
         stage = _i(stage) if isinstance(stage, int) else stage
         k = self._copy(self.k_s, self._k_major_at(stage * _i(self.k_sz), bc), self.k,
-                       lambda g: (base + g) * _i(w.head_dim), first, bc, w.kv_len,
+                       lambda g: self.kv_row(g, w.head_dim), first, bc, w.kv_len,
                        w.head_dim)
 
         def v_at(r, ch):
@@ -196,7 +193,7 @@ class WgmmaKernel(_Kernel):
             chunk = r // _i(PANEL)
             return (stage * _i(self.v_sz) + (chunk * _i(vp) + panel) * _i(PANEL_ELEMS)
                     + swizzled(floormod(r, PANEL), col))
-        v = self._copy(self.v_s, v_at, self.v, lambda g: (base + g) * _i(w.v_dim), first,
+        v = self._copy(self.v_s, v_at, self.v, lambda g: self.kv_row(g, w.v_dim), first,
                        bc, w.kv_len, w.v_dim)
         return Seq([k, v])
 
@@ -294,10 +291,9 @@ class WgmmaKernel(_Kernel):
 
         def store(gr, c):
             qi = self.row0() + gr
-            at = ((self.bz * _i(w.heads) + self.by) * _i(w.q_len) + qi) * _i(w.v_dim) + c
             total = self.o_s[self.o_at(gr, c)] + self.s_s[self.s_at(gr, c)]
-            return If(qi < _i(w.q_len), Store(self.out, [at], Cast(w.dtype,
-                                                                   total * self.r_s[gr])))
+            return If(qi < _i(w.q_len), Store(self.out, [self.out_at(qi, c)],
+                                              Cast(w.dtype, total * self.r_s[gr])))
         # each thread stores into S_s the elements it last read there (no barrier before);
         # the barrier after publishes them and the inverse sums to the rows' threads
         return Seq([self._store_acc(self.of, w.v_dim, self.s_s, self.lay.s_ld),
