@@ -103,3 +103,60 @@ def test_ptx_of_the_bshd_layout():
     src = compile_module(attention_module(w, AttentionConfig(8, 64, 1, "wgmma")),
                          as_target("cuda -arch=sm_90a")).get_source("ptx")
     assert "wgmma.mma_async" in src and "cp.async" in src and ".local" not in src
+
+
+# -- in the graph --------------------------------------------------------------------------
+
+
+def _calls(g) -> list:
+    from ptxforge.graph.ir import Call
+
+    out = []
+    for f in [g, *[n.op for n in g.nodes() if isinstance(n, Call) and not isinstance(
+            n.op, str)]]:
+        out += [n for n in f.nodes() if isinstance(n, Call) and isinstance(n.op, str)]
+    return out
+
+
+def test_fusion_folds_the_head_transposes_into_the_attention():
+    import sys
+    from pathlib import Path
+
+    from ptxforge import graph
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_attention_network import _block
+
+    net, x = _block(causal=True)
+    before = [c.op for c in _calls(graph.optimize(net, fused_attention=True, fuse=False))]
+    assert before.count("transpose") == 4 and "nn.attention" in before
+    calls = _calls(graph.optimize(net, fused_attention=True))
+    (att,) = [c for c in calls if c.op == "nn.attention"]
+    assert att.attrs["layout"] == "bshd" and "transpose" not in [c.op for c in calls]
+    # decomposed (the option off), nothing changes
+    off = [c.op for c in _calls(graph.optimize(net))]
+    assert "nn.attention" not in off and "transpose" in off
+
+
+def test_a_bshd_graph_attention_decomposed_and_fused_match_its_reference():
+    from ptxforge import graph
+    from ptxforge.graph.ir import Var, graph_from_outputs
+    from ptxforge.graph.opdefs.attention import attention as g_attention
+
+    q = Var("q", (1, 24, 2, 16), "float16")
+    k = Var("k", (1, 24, 1, 16), "float16")
+    v = Var("v", (1, 24, 1, 16), "float16")
+    net = graph_from_outputs(g_attention(q, k, v, is_causal=True, layout="bshd"))
+    assert tuple(net.outputs[0].shape) == (1, 24, 2, 16)
+    feeds = {n: cast_array(RNG.standard_normal(t.shape), "float16")
+             for n, t in (("q", q), ("k", k), ("v", v))}
+    want = attention_python(feeds["q"], feeds["k"], feeds["v"], causal=True, layout="bshd")
+    ref = widen(graph.evaluate(net, feeds), "float16")
+    assert np.abs(ref - want).max() < 4e-3
+    for fused in (False, True):
+        lib = graph.build(net, "sim -arch=sm_80", fused_attention=fused)
+        m = graph.GraphModule(lib, ptxforge.sim())
+        m.set_input(**feeds)
+        m.run()
+        got = widen(m.get_output(0).numpy(), "float16")
+        assert np.abs(got - want).max() < 2e-2, fused
