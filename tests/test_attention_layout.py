@@ -160,3 +160,30 @@ def test_a_bshd_graph_attention_decomposed_and_fused_match_its_reference():
         m.run()
         got = widen(m.get_output(0).numpy(), "float16")
         assert np.abs(got - want).max() < 2e-2, fused
+
+
+# -- on a GPU ----------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.sanitize
+@pytest.mark.parametrize("causal", [False, True])
+def test_bshd_layout_on_the_gpu(causal):
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+
+    dev = cuda(0)
+    w = AttentionWorkload(2, 4, 2, 130, 200, 128, 128, "float16", causal, layout="bshd")
+    cfgs = [AttentionConfig(2, 32, 2)]
+    if dev.target.has_wgmma:
+        cfgs += [AttentionConfig(8, 64, 1, "wgmma"), AttentionConfig(4, 128, 1, "wgmma")]
+    sh = w.shapes()
+    q, k, v = (cast_array(RNG.standard_normal(sh[n]), w.dtype) for n in ("q", "k", "v"))
+    want = attention_python(q, k, v, None, w.scale, w.causal, layout="bshd")
+    for cfg in cfgs:
+        check_attention_config(w, cfg, dev.target)
+        loaded = compile_module(attention_module(w, cfg), dev.target).load(dev)
+        out = empty(sh["out"], w.dtype, dev)
+        loaded(*[array(a, dev, w.dtype) for a in (q, k, v)], out)
+        got = widen(out.numpy(), w.dtype)
+        assert np.abs(got - want).max() <= attention_tolerance(w.dtype) * max(
+            1.0, np.abs(want).max()), cfg
