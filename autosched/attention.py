@@ -47,7 +47,7 @@ class AttentionStep:
 
         w = self.workload
         return FusedAttention(cfg.warps, cfg.block_kv, cfg.stages, w.causal, w.scale,
-                              cfg.mma)
+                              cfg.mma, w.layout)
 
     def emit(self, vals, out) -> None:
         cfg = self.configs[int(vals[self.slot("config")])]

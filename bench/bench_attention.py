@@ -70,6 +70,7 @@ def run_one(seq: int, causal: bool, args, dev, target) -> dict:
         attention_time,
         choose_attention_config,
     )
+    from ptxforge.ops.schedules.attention.knobs import raw_attention_time
     from torch.nn.attention import sdpa_kernel
 
     dtype = getattr(torch, args.dtype)
@@ -105,7 +106,7 @@ def run_one(seq: int, causal: bool, args, dev, target) -> dict:
                     key=lambda c: attention_time(w, c, target))
     out = torch.empty_like(q)
     ours = []
-    configs = [chosen] + ranked[:args.configs]
+    configs = [chosen] + (ranked if args.all else ranked[:args.configs])
     if not any(c.mma == "mma_sync" for c in configs):
         # the best mma.sync configuration too, for the wgmma form's gain
         configs += [c for c in ranked if c.mma == "mma_sync"][:1]
@@ -119,6 +120,7 @@ def run_one(seq: int, causal: bool, args, dev, target) -> dict:
                                   graph=True)(*arrays).median
         ours.append({"config": cfg.to_dict(), "us": t * 1e6, "tflops": w.flops / t / 1e12,
                      "max_err": err, "estimate_us": attention_time(w, cfg, target) * 1e6,
+                     "raw_estimate_us": raw_attention_time(w, cfg, target) * 1e6,
                      "default": cfg == chosen})
     row["ours"] = ours
     best = min(ours, key=lambda o: o["us"])
@@ -137,6 +139,9 @@ def main() -> None:
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     p.add_argument("--configs", type=int, default=3)
+    p.add_argument("--all", action="store_true",
+                   help="time every legal configuration (the data to recalibrate the "
+                        "estimate: ops/schedules/attention/calibration.py)")
     p.add_argument("--number", type=int, default=20)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--json", default="")

@@ -43,18 +43,29 @@ STAGES = ("T_attention_qk", "T_attention_score", "T_attention_max", "T_attention
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-              causal: bool = False, scale: float | None = None) -> Tensor:
+              causal: bool = False, scale: float | None = None,
+              layout: str = "bhsd") -> Tensor:
     """Scaled dot-product attention (see the module's docstring). ``q [B, Hq, L, E]``,
     ``k [B, Hkv, S, E]``, ``v [B, Hkv, S, Ev]``, ``mask`` broadcasting to ``[B, Hq, L, S]``
     (bool: True keeps; float: added); ``scale`` None is ``1 / sqrt(E)``. Returns ``[B, Hq,
-    L, Ev]`` in q's dtype, accumulated in float32 for 16-bit inputs."""
+    L, Ev]`` in q's dtype, accumulated in float32 for 16-bit inputs. ``layout="bshd"``
+    takes q, k, v and returns the output as ``[B, L, H, E]`` (what a projection writes and
+    reads: the head split and merge transposes folded into the addressing); the mask
+    still broadcasts to ``[B, Hq, L, S]``."""
+    if layout not in ("bhsd", "bshd"):
+        raise _error(f"attention: layout must be 'bhsd' ([B, H, L, E]) or 'bshd' "
+                     f"([B, L, H, E]), got {layout!r}")
+    dims = "[batch, seq, heads, dim]" if layout == "bshd" else "[batch, heads, seq, dim]"
     for what, t in (("q", q), ("k", k), ("v", v)):
         if len(t.shape) != 4:
-            raise _error(f"attention: {what} must be 4-D [batch, heads, seq, dim], "
-                                 f"got {list(t.shape)}")
-    b, hq, lq, e = (int(x) for x in q.shape)
-    bk, hk, s, ek = (int(x) for x in k.shape)
-    bv, hv, sv, ev = (int(x) for x in v.shape)
+            raise _error(f"attention: {what} must be 4-D {dims}, got {list(t.shape)}")
+
+    def bhsd(t):
+        n, x, y, d = (int(a) for a in t.shape)
+        return (n, y, x, d) if layout == "bshd" else (n, x, y, d)
+    b, hq, lq, e = bhsd(q)
+    bk, hk, s, ek = bhsd(k)
+    bv, hv, sv, ev = bhsd(v)
     if not b == bk == bv or hk != hv or s != sv or e != ek or hk == 0 or hq % hk:
         raise _error(f"attention: q {list(q.shape)}, k {list(k.shape)} and v "
                              f"{list(v.shape)} do not agree (same batch; k and v the same "
@@ -75,11 +86,15 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
     def kv_head(h):
         return h if group == 1 else h // group
 
+    def at(t, n, h, i, d):
+        """Element ``(n, h, i, d)`` of ``t`` in the layout's order."""
+        return t[n, i, h, d] if layout == "bshd" else t[n, h, i, d]
+
     re = te.reduce_axis((0, e), name="re")
     raw = compute_named(
         (b, hq, lq, s), i_names(4),
-        lambda n, h, i, j: te.sum(cast_to(q[n, h, i, re], acc)
-                                  * cast_to(k[n, kv_head(h), j, re], acc), axis=re),
+        lambda n, h, i, j: te.sum(cast_to(at(q, n, h, i, re), acc)
+                                  * cast_to(at(k, n, kv_head(h), j, re), acc), axis=re),
         STAGES[0], "batch_matmul")
 
     def mask_index(idx):
@@ -113,14 +128,22 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                             STAGES[4], "softmax_output")
     rv = te.reduce_axis((0, s), name="rv")
     attrs = {"causal": bool(causal), "scale": None if scale is None else float(scale)}
+    if layout != "bhsd":
+        attrs["layout"] = layout
     out_tag = TAG if acc == q.dtype else "batch_matmul"
-    out = compute_named(
-        (b, hq, lq, ev), i_names(4),
-        lambda n, h, i, d: te.sum(
+
+    def weighted(n, h, i, d):
+        return te.sum(
             select(row_sum[n, h, i] == const(0.0, acc), const(0.0, acc),
-                   expo[n, h, i, rv] / row_sum[n, h, i]) * cast_to(v[n, kv_head(h), rv, d], acc),
-            axis=rv),
-        STAGES[5], out_tag, attrs if out_tag == TAG else None)
+                   expo[n, h, i, rv] / row_sum[n, h, i])
+            * cast_to(at(v, n, kv_head(h), rv, d), acc), axis=rv)
+    if layout == "bshd":
+        out = compute_named((b, lq, hq, ev), i_names(4),
+                            lambda n, i, h, d: weighted(n, h, i, d),
+                            STAGES[5], out_tag, attrs if out_tag == TAG else None)
+    else:
+        out = compute_named((b, hq, lq, ev), i_names(4), weighted, STAGES[5], out_tag,
+                            attrs if out_tag == TAG else None)
     if out.dtype == q.dtype:
         return out
     return compute_named(out.shape, i_names(4), lambda *i: out(*i).astype(q.dtype),
@@ -168,10 +191,15 @@ def attention_workload(out: Tensor) -> AttentionWorkload:
 
     ins = attention_inputs(out)
     q, k, v = ins[:3]
+    layout = out.op.attrs.get("layout", "bhsd")
     b, hq, lq, e = (int(x) for x in q.shape)
     hk, s = int(k.shape[1]), int(k.shape[2])
+    if layout == "bshd":
+        lq, hq = hq, lq
+        hk, s = s, hk
     mask = None
     if len(ins) == 4:
         mask = AttentionMask(tuple(int(x) for x in ins[3].shape), ins[3].dtype)
     return AttentionWorkload(b, hq, hk, lq, s, e, int(v.shape[3]), q.dtype,
-                             bool(out.op.attrs["causal"]), out.op.attrs["scale"], mask)
+                             bool(out.op.attrs["causal"]), out.op.attrs["scale"], mask,
+                             layout)

@@ -10,14 +10,20 @@ from .testing import widen
 
 
 def attention_python(q, k, v, mask=None, scale: float | None = None,
-                     causal: bool = False, dtype: str | None = None) -> np.ndarray:
+                     causal: bool = False, dtype: str | None = None,
+                     layout: str = "bhsd") -> np.ndarray:
     """``softmax(q k^T * scale (+ mask) (causal)) v`` per batch and query head in float64,
     as float32. ``q [B, Hq, L, E]``, ``k [B, Hkv, S, E]``, ``v [B, Hkv, S, Ev]`` with ``Hq``
     a multiple of ``Hkv`` (grouped-query: query head ``h`` reads key head ``h // (Hq /
     Hkv)``). A bool mask keeps the scores where True, any other mask is added; both
     broadcast to ``[B, Hq, L, S]``. ``causal`` drops key ``j > i`` (top-left aligned, as
     PyTorch). A row with every score dropped gives zeros. ``dtype`` names the inputs'
-    dtype where bfloat16 arrays hold bit patterns (see :func:`~ptxforge.ops.testing.widen`)."""
+    dtype where bfloat16 arrays hold bit patterns (see :func:`~ptxforge.ops.testing.widen`).
+    ``layout="bshd"``: q, k, v and the result are ``[B, L, H, E]``."""
+    if layout == "bshd":
+        q, k, v = (np.swapaxes(x, 1, 2) for x in (q, k, v))
+        return np.ascontiguousarray(np.swapaxes(
+            attention_python(q, k, v, mask, scale, causal, dtype), 1, 2))
     qd, kd, vd = (widen(x, dtype) for x in (q, k, v))
     group = qd.shape[1] // kd.shape[1]
     if group > 1:

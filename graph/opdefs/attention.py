@@ -8,6 +8,9 @@
 mask broadcasts to [B, Hq, L, S]: a bool mask keeps the scores where it is True (the others
 become -inf), a float mask is added. ``is_causal`` masks key ``j > i`` (top-left aligned, as
 PyTorch). A row with every score masked gives zeros, as PyTorch's math kernel does.
+``layout="bshd"`` takes q, k, v and gives the result as [B, L, H, E] (what the
+projections around an attention write and read; ``fold_attention_layout`` rewrites the
+head transposes around a fused attention into it).
 
 Its te lowering is ``ops.attention`` (the scores, the softmax's stages and the weighted sum
 of the values, tagged ``attention``); ``fused_attention_module`` compiles such a function as
@@ -30,20 +33,30 @@ from .common import broadcast_shapes, expect_float, fail
 OP = "nn.attention"
 
 
-def _dims(types: list[TensorType]) -> tuple[int, int, int, int, int, int, int]:
+LAYOUTS = ("bhsd", "bshd")
+
+
+def _bhsd(shape: tuple, layout: str) -> tuple:
+    """A q/k/v/output shape as ``[batch, heads, seq, dim]``."""
+    return (shape[0], shape[2], shape[1], shape[3]) if layout == "bshd" else tuple(shape)
+
+
+def _dims(types: list[TensorType], layout: str = "bhsd"
+          ) -> tuple[int, int, int, int, int, int, int]:
     if len(types) not in (3, 4):
         fail(OP, f"takes q, k, v and an optional mask (3 or 4 arguments), got {len(types)}")
     q, k, v = types[:3]
+    dims = "[batch, seq, heads, dim]" if layout == "bshd" else "[batch, heads, seq, dim]"
     for what, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim != 4:
-            fail(OP, f"{what} must be 4-D [batch, heads, seq, dim], got {t}")
+            fail(OP, f"{what} must be 4-D {dims}, got {t}")
         expect_float(OP, what, t)
     if len({q.dtype, k.dtype, v.dtype}) != 1:
         fail(OP, f"q, k and v have different dtypes {q.dtype}, {k.dtype}, {v.dtype}; cast "
                  "them to one first")
-    b, hq, lq, e = q.shape
-    bk, hk, s, ek = k.shape
-    bv, hv, sv, ev = v.shape
+    b, hq, lq, e = _bhsd(q.shape, layout)
+    bk, hk, s, ek = _bhsd(k.shape, layout)
+    bv, hv, sv, ev = _bhsd(v.shape, layout)
     if not b == bk == bv:
         fail(OP, f"batch sizes differ: q {b}, k {bk}, v {bv}")
     if hk != hv:
@@ -59,7 +72,8 @@ def _dims(types: list[TensorType]) -> tuple[int, int, int, int, int, int, int]:
 
 
 def _infer(types, attrs):
-    b, hq, _, lq, s, _, ev = _dims(types)
+    layout = attrs.get("layout", "bhsd")
+    b, hq, _, lq, s, _, ev = _dims(types, layout)
     if len(types) == 4:
         mask = types[3]
         if mask.ndim > 4:
@@ -71,7 +85,7 @@ def _infer(types, attrs):
         if got != (b, hq, lq, s):
             fail(OP, f"the mask {list(mask.shape)} does not broadcast to the scores "
                      f"[{b}, {hq}, {lq}, {s}]")
-    return TensorType((b, hq, lq, ev), types[0].dtype)
+    return TensorType(_bhsd((b, hq, lq, ev), layout), types[0].dtype)
 
 
 def _normalize(attrs):
@@ -80,7 +94,13 @@ def _normalize(attrs):
         fail(OP, f"scale must be a number or None (1/sqrt(head dim)), got {scale!r}")
     if not isinstance(attrs["is_causal"], bool):
         fail(OP, f"is_causal must be a bool, got {attrs['is_causal']!r}")
-    return {"scale": None if scale is None else float(scale), "is_causal": attrs["is_causal"]}
+    out = {"scale": None if scale is None else float(scale), "is_causal": attrs["is_causal"]}
+    layout = attrs.get("layout") or "bhsd"
+    if layout not in LAYOUTS:
+        fail(OP, f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout != "bhsd":  # the default is left out (graphs print as before)
+        out["layout"] = layout
+    return out
 
 
 def _scale(attrs, e: int) -> float:
@@ -91,37 +111,43 @@ def _lower(a, attrs):
     from ...ops.attention import attention as attention_te
 
     mask = a[3] if len(a) == 4 else None
-    return attention_te(a[0], a[1], a[2], mask, attrs["is_causal"], attrs["scale"])
+    return attention_te(a[0], a[1], a[2], mask, attrs["is_causal"], attrs["scale"],
+                        attrs.get("layout", "bhsd"))
 
 
 def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask=None,
-                        scale: float | None = None, is_causal: bool = False) -> np.ndarray:
+                        scale: float | None = None, is_causal: bool = False,
+                        layout: str = "bhsd") -> np.ndarray:
     """The numpy reference of ``nn.attention`` (float64 inside, rounded once at the end)."""
     from ...ir import dtype as dt
     from ...ops.attention_testing import attention_python
     from .elemwise import cast_array
 
-    out = attention_python(q, k, v, mask, scale, is_causal)
+    out = attention_python(q, k, v, mask, scale, is_causal, layout=layout)
     return cast_array(out, dt.from_numpy(np.asarray(q).dtype))
 
 
 def _ref(a, attrs):
     return attention_reference(a[0], a[1], a[2], a[3] if len(a) == 4 else None,
-                               attrs["scale"], attrs["is_causal"])
+                               attrs["scale"], attrs["is_causal"], attrs.get("layout", "bhsd"))
 
 
 register_op(OpDef(
     name=OP, num_inputs=None, infer=_infer, lower=_lower, ref=_ref, pattern=OpPattern.OPAQUE,
-    defaults={"scale": None, "is_causal": False}, normalize=_normalize,
+    defaults={"scale": None, "is_causal": False, "layout": None}, normalize=_normalize,
 ))
 
 
 def attention(q: Node, k: Node, v: Node, mask: Node | None = None, scale: float | None = None,
-              is_causal: bool = False) -> Call:
+              is_causal: bool = False, layout: str = "bhsd") -> Call:
     """``softmax(q @ k^T * scale + mask) @ v`` per head (see the module's docstring);
-    ``scale`` None is ``1 / sqrt(head dim)``."""
+    ``scale`` None is ``1 / sqrt(head dim)``; ``layout`` ``"bshd"``: q, k, v and the
+    result ``[B, L, H, E]``."""
     args = [q, k, v] + ([mask] if mask is not None else [])
-    return Call(OP, args, {"scale": scale, "is_causal": is_causal})
+    attrs = {"scale": scale, "is_causal": is_causal}
+    if layout != "bhsd":
+        attrs["layout"] = layout
+    return Call(OP, args, attrs)
 
 
 FUSED_OPTION = "fused_attention"
@@ -155,9 +181,11 @@ def fused_attention_refusal(call: Call, target=None, dtype: str | None = None) -
     if len(call.args) == 4:
         m = call.args[3]
         mask = AttentionMask(tuple(m.shape), dtype if m.dtype == "float32" else m.dtype)
-    b, hq, lq, e = q.shape
-    w = AttentionWorkload(b, hq, k.shape[1], lq, k.shape[2], e, v.shape[3], dtype,
-                          call.attrs["is_causal"], call.attrs["scale"], mask)
+    layout = call.attrs.get("layout", "bhsd")
+    b, hq, lq, e = _bhsd(q.shape, layout)
+    _, hk, s, _ = _bhsd(k.shape, layout)
+    w = AttentionWorkload(b, hq, hk, lq, s, e, v.shape[3], dtype,
+                          call.attrs["is_causal"], call.attrs["scale"], mask, layout)
     t = as_target(target) if target is not None else Target.current() or as_target("cuda")
     if t.is_sim:
         t = as_target(f"cuda -arch={t.arch}")

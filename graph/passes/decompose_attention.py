@@ -53,6 +53,15 @@ def _causal(rows: int, cols: int, group: int, dtype: str) -> Constant:
 def decompose(call: Call, args: tuple) -> Node | None:
     if call.op != "nn.attention" or keeps_fused_attention(call):
         return None
+    if call.attrs.get("layout") == "bshd":
+        # [B, L, H, E] operands: the [B, H, L, E] attention of their transposes
+        from ..opdefs.attention import attention
+
+        heads = (0, 2, 1, 3)
+        inner = attention(*(G.transpose(a, heads) for a in args[:3]),
+                          args[3] if len(args) == 4 else None, call.attrs["scale"],
+                          call.attrs["is_causal"])
+        return G.transpose(decompose(inner, tuple(inner.args)) or inner, heads)
     q, k, v = args[:3]
     mask = args[3] if len(args) == 4 else None
     b, hq, lq, e = q.shape

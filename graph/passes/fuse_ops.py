@@ -487,6 +487,11 @@ class FuseOps(GraphPass):
         if not isinstance(rows, bool):
             raise GraphError(f"{CONFIG_ROWS} in the pass context's config is a bool, got "
                              f"{rows!r}")
+        if self.layouts:
+            # the head transposes around a fused attention become its addressing
+            from .fold_attention_layout import fold_attention_layout
+
+            graph = fold_attention_layout(graph)
         nodes, groups = partition(graph, self.layouts, rows, self.max_depth)
         members: dict[int, list[Call]] = {}
         for n in nodes:

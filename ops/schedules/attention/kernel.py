@@ -122,12 +122,13 @@ class _Kernel:
         br, bc, lay = cfg.block_q, cfg.block_kv, self.lay
         # Q's tile is dead once its fragments are loaded, the probabilities are first written
         # after the barriers of the first key tile: one buffer; so are the scores and the
-        # output tile (used while the scores are dead)
+        # output tile (used while the scores are dead; one row length, so that element
+        # (row, col) of both is the same thread's)
         self.q_s = Buffer("QP_s", ab, [br * max(lay.q_ld, lay.p_ld)], "shared")
         self.p_s = self.q_s
         self.k_s = Buffer("K_s", ab, [cfg.stages * bc * lay.k_ld], "shared")
         self.v_s = Buffer("V_s", ab, [cfg.stages * bc * lay.v_ld], "shared")
-        self.s_s = Buffer("SO_s", F32, [br * max(lay.s_ld, lay.o_ld)], "shared")
+        self.s_s = Buffer("SO_s", F32, [br * lay.s_ld], "shared")
         self.o_s = self.s_s
         self.r_s = Buffer("R_s", F32, [br], "shared")
         self.w_s = Buffer("W_s", F32, [cfg.warps], "shared")
@@ -137,10 +138,24 @@ class _Kernel:
         self.pf = Buffer("P_frag", ab, [16 * 16], "warp")
         self.vf = Buffer("V_frag", ab, [16 * 16], "warp")
         self.of = Buffer("O_frag", F32, [MMA_ROWS * ev], "warp")
-        self.m_r = Buffer("row_max", F32, [1], "local")
-        self.l_r = Buffer("row_sum", F32, [1], "local")
-        self.acc = Buffer("row_acc", F32, [1], "local")
+        self._row_registers()
         self.bx, self.by, self.bz, self.ty = (_var(n) for n in ("bq", "bh", "bb", "warp"))
+
+    def _row_registers(self) -> None:
+        """A thread's registers for its two rows of the softmax (:meth:`own_elements`):
+        running maximum and sum, the maximum the probabilities use, the rescale factor, a
+        partial maximum or sum; the masked scores of the tile; the thread's vote."""
+        self.m_r = Buffer("row_max", F32, [2], "local")
+        self.l_r = Buffer("row_sum", F32, [2], "local")
+        self.m_use = Buffer("row_max_use", F32, [2], "local")
+        self.alpha_r = Buffer("row_alpha", F32, [2], "local")
+        self.acc = Buffer("row_acc", F32, [2], "local")
+        self.sc = Buffer("row_scores", F32, [self.cfg.block_kv // 2], "local")
+        self.vote_r = Buffer("row_vote", F32, [1], "local")
+
+    @property
+    def row_buffers(self) -> tuple:
+        return (self.m_r, self.l_r, self.m_use, self.alpha_r, self.acc, self.sc, self.vote_r)
 
     @property
     def block(self) -> tuple:
@@ -199,24 +214,37 @@ class _Kernel:
 
         return _loop("cp", steps, body, "unroll" if steps <= 8 else "serial")
 
+    def q_row(self, g: Expr) -> Expr:
+        """Where query row ``g`` of the block's head starts in ``q`` (the layout's
+        strides)."""
+        w = self.w
+        return w.row_start(self.bz, self.by, g, _i(w.heads), _i(w.q_len), _i(w.head_dim))
+
+    def kv_row(self, g: Expr, dim: int) -> Expr:
+        """Where key row ``g`` of the block's key head starts in ``k`` (``dim`` the head
+        dim) or ``v`` (the value dim)."""
+        w = self.w
+        return w.row_start(self.bz, self.kv_head, g, _i(w.kv_heads), _i(w.kv_len), _i(dim))
+
+    def out_at(self, qi: Expr, c: Expr) -> Expr:
+        """Where element ``c`` of the block's output row ``qi`` lies in ``out``."""
+        w = self.w
+        return w.row_start(self.bz, self.by, qi, _i(w.heads), _i(w.q_len), _i(w.v_dim)) + c
+
     def copy_q(self) -> Stmt:
         w = self.w
-        e = w.head_dim
-        base = (self.bz * _i(w.heads) + self.by) * _i(w.q_len)
-        return self._copy_rows(self.q_s, _i(0), self.lay.q_ld, self.q,
-                               lambda g: (base + g) * _i(e), self.row0(),
-                               self.cfg.block_q, w.q_len, e)
+        return self._copy_rows(self.q_s, _i(0), self.lay.q_ld, self.q, self.q_row,
+                               self.row0(), self.cfg.block_q, w.q_len, w.head_dim)
 
     def copy_kv(self, tile: Expr, stage: Expr | int) -> Stmt:
         w, bc, lay = self.w, self.cfg.block_kv, self.lay
-        base = (self.bz * _i(w.kv_heads) + self.kv_head) * _i(w.kv_len)
         first = tile * _i(bc)
         stage = _i(stage) if isinstance(stage, int) else stage
         k = self._copy_rows(self.k_s, stage * _i(bc * lay.k_ld), lay.k_ld, self.k,
-                            lambda g: (base + g) * _i(w.head_dim), first, bc, w.kv_len,
+                            lambda g: self.kv_row(g, w.head_dim), first, bc, w.kv_len,
                             w.head_dim)
         v = self._copy_rows(self.v_s, stage * _i(bc * lay.v_ld), lay.v_ld, self.v,
-                            lambda g: (base + g) * _i(w.v_dim), first, bc, w.kv_len,
+                            lambda g: self.kv_row(g, w.v_dim), first, bc, w.kv_len,
                             w.v_dim)
         return Seq([k, v])
 
@@ -339,20 +367,46 @@ class _Kernel:
         """Where probability ``(row gr of the block, key c of the tile)`` lies in ``P_s``."""
         return gr * _i(self.lay.p_ld) + c
 
+    def s_at(self, gr: Expr, c: Expr) -> Expr:
+        """Where score ``(row gr of the block, key c of the tile)`` lies in the float32
+        tile (also the output's element ``(gr, c)`` there: one row length for both)."""
+        return gr * _i(self.lay.s_ld) + c
+
+    def o_at(self, gr: Expr, c: Expr) -> Expr:
+        """Where output element ``(row gr, column c)`` lies in the float32 output tile."""
+        return gr * _i(self.lay.o_ld) + c
+
+    def own_elements(self, lane: Expr, warp: Expr, cols: int, fn) -> Stmt:
+        """``fn(i, gr, c, slot)`` over the elements of a ``16 x cols`` accumulator tile of
+        this warp that the thread itself holds (and stores, and loads back): rows ``lane /
+        4`` and ``+ 8`` (``i`` 0 and 1), columns ``8 t + 2 (lane % 4)`` and ``+ 1``, as the
+        accumulator layout of ``mma.sync`` and ``wgmma`` has it; ``slot`` numbers them
+        ``0 .. cols / 2 - 1``. A thread reading only what it wrote itself needs no
+        barrier, and a warp's accesses fall on 8 rows x 8 consecutive words: one pass of
+        the 32 banks where rows lie 8 words (mod 32) apart (``s_ld`` / 8 odd)."""
+        per_row = cols // 4
+        g, q = lane // _i(4), lane % _i(4)
+
+        def row(i):
+            gr = warp * _i(MMA_ROWS) + g + i * _i(8)
+            return _loop("ot", cols // 8, lambda t: _loop(
+                "oe", 2, lambda e: fn(i, gr, t * _i(8) + q * _i(2) + e,
+                                      i * _i(per_row) + t * _i(2) + e), "unroll"), "unroll")
+        return _loop("oi", 2, row, "unroll")
+
     def softmax(self, tile: Expr) -> Stmt:
-        w, bc, lay = self.w, self.cfg.block_kv, self.lay
-        half = bc // 2
+        """Scale and mask this tile's scores, move the running maxima, write the
+        probabilities and the warp's vote for a rescaling. Each thread takes its own
+        elements of the scores (:meth:`own_elements`: two rows, the 4 lanes of a quad
+        share a row and join their maxima and sums with two shuffles), reads each once and
+        keeps the masked scores in registers."""
+        w, bc = self.w, self.cfg.block_kv
 
         def lane(tx, warp):
-            r, h = tx % _i(16), tx // _i(16)
-            gr = warp * _i(MMA_ROWS) + r
-            qi = self.row0() + gr
-
-            def score_pass(c2):
-                c = c2 * _i(2) + h
+            def score(i, gr, c, slot):
+                qi = self.row0() + gr
                 kj = tile * _i(bc) + c
-                at = gr * _i(lay.s_ld) + c
-                s = self.s_s[at] * _f(w.softmax_scale)
+                s = self.s_s[self.s_at(gr, c)] * _f(w.softmax_scale)
                 keep = kj < _i(w.kv_len)
                 if w.causal:
                     keep = keep & (kj <= qi)
@@ -362,97 +416,108 @@ class _Kernel:
                         s = s + (m if m.dtype == F32 else Cast(F32, m))
                     else:
                         keep = keep & m
-                # bound once: the score's expression reads S_s[at], which the first store
-                # overwrites
                 sv = Var("score", F32)
                 return Let(sv, select(keep, s, NEG_INF), Seq([
-                    Store(self.s_s, [at], sv),
-                    Store(self.acc, [_i(0)], emax(self.acc[_i(0)], sv))]))
+                    Store(self.sc, [slot], sv),
+                    Store(self.acc, [i], emax(self.acc[i], sv))]))
 
-            def prob_pass(m_use):
-                def body(c2):
-                    c = c2 * _i(2) + h
-                    p = Var("prob", F32)
-                    return Let(p, call("exp", self.s_s[gr * _i(lay.s_ld) + c] - m_use), Seq([
-                        Store(self.p_s, [self.p_at(gr, c)], Cast(w.dtype, p)),
-                        Store(self.acc, [_i(0)], self.acc[_i(0)] + p)]))
-                return _loop("pc", half, body)
+            def prob(i, gr, c, slot):
+                p = Var("prob", F32)
+                return Let(p, call("exp", self.sc[slot] - self.m_use[i]), Seq([
+                    Store(self.p_s, [self.p_at(gr, c)], Cast(w.dtype, p)),
+                    Store(self.acc, [i], self.acc[i] + p)]))
 
-            names = ("tile_max", "max_old", "grow", "max_new", "max_use", "alpha", "tot",
-                     "vote")
-            mt, m_old, grow, m_new, m_use, alpha, tot, vote = (
-                Var(n, "bool" if n == "grow" else F32) for n in names)
-            votes = _warp_any(vote, Seq([If(tx == _i(0), Store(self.w_s, [warp], vote))]))
-            update = Let(tot, self.acc[_i(0)] + shfl_xor(self.acc[_i(0)], 16), Seq([
-                Store(self.l_r, [_i(0)], self.l_r[_i(0)] * alpha + tot),
-                Store(self.m_r, [_i(0)], m_new),
-                If(h == _i(0), Store(self.r_s, [gr], alpha)),
-                Let(vote, select(grow, _f(1.0), _f(0.0)), votes),
-            ]))
-            probs = Seq([Store(self.acc, [_i(0)], _f(0.0)), prob_pass(m_use), update])
-            # the maximum moves where the row had none yet (its output is zero) or the
-            # tile's exceeds it by more than the threshold (then the output is rescaled)
-            moves = (m_old == NEG_INF) | grow
+            def row(i):
+                names = ("tile_max", "max_old", "grow", "max_new", "max_use", "alpha")
+                mt, m_old, grow, m_new, m_use, alpha = (
+                    Var(n, "bool" if n == "grow" else F32) for n in names)
+                # the maximum moves where the row had none yet (its output is zero) or the
+                # tile's exceeds it by more than the threshold (then the output is rescaled)
+                moves = (m_old == NEG_INF) | grow
+                update = Seq([
+                    Store(self.m_use, [i], m_use), Store(self.alpha_r, [i], alpha),
+                    Store(self.m_r, [i], m_new), Store(self.acc, [i], _f(0.0)),
+                    Store(self.vote_r, [_i(0)], emax(self.vote_r[_i(0)],
+                                                     select(grow, _f(1.0), _f(0.0)))),
+                ])
+                return _quad(self.acc[i], emax, mt, Let(m_old, self.m_r[i], Let(
+                    grow, (m_old != NEG_INF) & (mt > m_old + _f(RESCALE_THRESHOLD)),
+                    Let(m_new, select(moves, emax(m_old, mt), m_old),
+                        Let(m_use, select(m_new == NEG_INF, _f(0.0), m_new),
+                            Let(alpha, select(grow, call("exp", m_old - m_new), _f(1.0)),
+                                update))))))
+
+            def row_sum(i):
+                tot = Var("tot", F32)
+                return _quad(self.acc[i], lambda a, b: a + b, tot, Store(
+                    self.l_r, [i], self.l_r[i] * self.alpha_r[i] + tot))
+
+            vote = Var("vote", F32)
             return Seq([
-                Store(self.acc, [_i(0)], NEG_INF),
-                _loop("sc", half, score_pass),
-                Let(mt, emax(self.acc[_i(0)], shfl_xor(self.acc[_i(0)], 16)),
-                    Let(m_old, self.m_r[_i(0)],
-                        Let(grow, (m_old != NEG_INF) & (mt > m_old + _f(RESCALE_THRESHOLD)),
-                            Let(m_new, select(moves, emax(m_old, mt), m_old),
-                                Let(m_use, select(m_new == NEG_INF, _f(0.0), m_new),
-                                    Let(alpha, select(grow, call("exp", m_old - m_new),
-                                                      _f(1.0)), probs)))))),
+                _loop("mi", 2, lambda i: Store(self.acc, [i], NEG_INF), "unroll"),
+                Store(self.vote_r, [_i(0)], _f(0.0)),
+                self.own_elements(tx, warp, bc, score),
+                _loop("mr", 2, row, "unroll"),
+                self.own_elements(tx, warp, bc, prob),
+                _loop("ms", 2, row_sum, "unroll"),
+                Let(vote, self.vote_r[_i(0)], _warp_any(vote, Seq([
+                    If(tx == _i(0), Store(self.w_s, [warp], vote))]))),
             ])
         return self.warp_lanes(lane)
 
     def _rows_elementwise(self, fn) -> Stmt:
-        """``fn(row in block, col)`` over this warp's 16 rows x v_dim, spread on its lanes."""
+        """``fn(row in block, col)`` over this warp's 16 rows x v_dim, spread on its lanes:
+        32 consecutive columns of one row at a time (a row of 80 takes three, the last
+        half used), so a warp's access never spans two rows (whose banks may overlap)."""
         ev = self.w.v_dim
-        per_lane = MMA_ROWS * ev // 32
+        passes = -(-ev // 32)
 
         def body(it):
             def lane(tx):
-                e = it * _i(32) + tx
-                return fn(self.ty * _i(MMA_ROWS) + e // _i(ev), e % _i(ev))
+                c = (it % _i(passes)) * _i(32) + tx
+                out = fn(self.ty * _i(MMA_ROWS) + it // _i(passes), c)
+                return out if ev % 32 == 0 else If(c < _i(ev), out)
             return _lanes(lane)
-        return _loop("re", per_lane, body)
+        return _loop("re", MMA_ROWS * passes, body)
 
     def any_vote(self) -> Expr:
-        """Whether some warp's rows moved their maximum this tile (read by every thread
-        after the barrier that follows the votes: the same value in the whole block)."""
-        total = self.w_s[_i(0)]
-        for wi in range(1, self.cfg.warps):
-            total = total + self.w_s[_i(wi)]
-        return total > _f(0.0)
+        """Whether some row of this warp moved its maximum this tile (read by the warp's
+        threads after the barrier that follows the votes: the same value in the warp; the
+        rescaling it guards holds no barrier, so warps may decide apart)."""
+        return self.w_s[self.ty] > _f(0.0)
 
     def rescale(self) -> Stmt:
-        """``O *= exp(m_old - m_new)`` row by row, through shared memory."""
-        o_ld = self.lay.o_ld
+        """``O *= exp(m_old - m_new)`` row by row, through shared memory: each thread
+        scales the elements it stored itself and loads back (no barrier)."""
+        ev = self.w.v_dim
 
-        def scale(gr, c):
-            at = gr * _i(o_ld) + c
-            return Store(self.o_s, [at], self.o_s[at] * self.r_s[gr])
-        return Seq([self._frag_to_shared(self.of, self.w.v_dim, self.o_s, o_ld), Barrier(),
-                    self._rows_elementwise(scale), Barrier(),
-                    self._shared_to_frag(self.of, self.w.v_dim, self.o_s, o_ld)])
+        def scale(i, gr, c, slot):
+            at = self.o_at(gr, c)
+            return Store(self.o_s, [at], self.o_s[at] * self.alpha_r[i])
+        return Seq([self._frag_to_shared(self.of, ev, self.o_s, self.lay.o_ld),
+                    self.warp_lanes(lambda tx, warp: self.own_elements(tx, warp, ev, scale)),
+                    self._shared_to_frag(self.of, ev, self.o_s, self.lay.o_ld)])
+
+    def inverse_sums(self) -> Stmt:
+        """``R_s[row] = 1 / l`` (zero for a row with every score masked), written by the
+        first lane of each quad for its two rows."""
+        def lane(tx, warp):
+            def row(i):
+                gr = warp * _i(MMA_ROWS) + tx // _i(4) + i * _i(8)
+                lsum = self.l_r[i]
+                return Store(self.r_s, [gr], select(lsum == _f(0.0), _f(0.0), _f(1.0) / lsum))
+            return If(tx % _i(4) == _i(0), _loop("ir", 2, row, "unroll"))
+        return self.warp_lanes(lane)
 
     def epilogue(self) -> Stmt:
-        w, o_ld = self.w, self.lay.o_ld
-
-        def inv(tx):
-            gr = self.ty * _i(MMA_ROWS) + tx % _i(16)
-            lsum = self.l_r[_i(0)]
-            return If(tx < _i(16), Store(self.r_s, [gr], select(
-                lsum == _f(0.0), _f(0.0), _f(1.0) / lsum)))
+        w = self.w
 
         def store(gr, c):
             qi = self.row0() + gr
-            at = ((self.bz * _i(w.heads) + self.by) * _i(w.q_len) + qi) * _i(w.v_dim) + c
-            val = Cast(w.dtype, self.o_s[gr * _i(o_ld) + c] * self.r_s[gr])
-            return If(qi < _i(w.q_len), Store(self.out, [at], val))
-        return Seq([self._frag_to_shared(self.of, w.v_dim, self.o_s, o_ld), _lanes(inv),
-                    Barrier(), self._rows_elementwise(store)])
+            val = Cast(w.dtype, self.o_s[self.o_at(gr, c)] * self.r_s[gr])
+            return If(qi < _i(w.q_len), Store(self.out, [self.out_at(qi, c)], val))
+        return Seq([self._frag_to_shared(self.of, w.v_dim, self.o_s, self.lay.o_ld),
+                    self.inverse_sums(), Barrier(), self._rows_elementwise(store)])
 
     # -- the loop over key tiles --------------------------------------------------------
     def key_loop(self) -> Stmt:
@@ -479,11 +544,14 @@ class _Kernel:
                 stage = _i(0)
                 head = [self.copy_kv(j, 0), AsyncCommit(), AsyncWait(0), Barrier()]
                 tail = [Barrier()]
+            # no barrier between the scores' store and the softmax: each thread reads the
+            # elements it stored; the one after the softmax publishes P (ldmatrix reads
+            # other lanes' probabilities) and the votes
             body = Seq([
                 *head,
                 self.scores(stage), self._frag_to_shared(self.sf, cfg.block_kv, self.s_s,
                                                          self.lay.s_ld),
-                Barrier(), self.softmax(j), Barrier(),
+                self.softmax(j), Barrier(),
                 If(self.any_vote(), self.rescale()) if total > 1 else None,
                 self.pv(stage), *tail,
             ])
@@ -492,17 +560,21 @@ class _Kernel:
             return If(j < needed, body)
         return _loop("kv", total, step)
 
+    def init_rows(self) -> Stmt:
+        """Running maxima minus infinity, sums zero (both rows of every thread)."""
+        return self.warp_lanes(lambda tx, warp: _loop("ri", 2, lambda i: Seq([
+            Store(self.m_r, [i], NEG_INF), Store(self.l_r, [i], _f(0.0))]), "unroll"))
+
     def body(self) -> Stmt:
         cfg = self.cfg
-        init = _lanes(lambda tx: Seq([Store(self.m_r, [_i(0)], NEG_INF),
-                                      Store(self.l_r, [_i(0)], _f(0.0))]))
+        init = self.init_rows()
         prologue = [self.copy_q(), AsyncCommit(), AsyncWait(0), Barrier(), self.load_q_frag()]
         if cfg.stages == 2:
             prologue += [self.copy_kv(_i(0), 0), AsyncCommit()]
         per_warp: Stmt = Seq([init, *prologue, self._fill(self.of, self.w.v_dim),
                               self.key_loop(), self.epilogue()])
-        for buf in (self.acc, self.l_r, self.m_r, self.of, self.vf, self.pf, self.sf,
-                    self.kf, self.qf):
+        for buf in (*self.row_buffers, self.of, self.vf, self.pf, self.sf, self.kf,
+                    self.qf):
             per_warp = Alloc(buf, per_warp)
         s: Stmt = _loop_var(self.ty, cfg.warps, per_warp, "threadIdx.y")
         lay = self.lay
@@ -511,6 +583,14 @@ class _Kernel:
         s = _loop_var(self.bz, self.w.batch, s, "blockIdx.z")
         s = _loop_var(self.by, self.w.heads, s, "blockIdx.y")
         return _loop_var(self.bx, -(-self.w.q_len // cfg.block_q), s, "blockIdx.x")
+
+
+def _quad(value: Expr, op, out: Var, body: Stmt) -> Stmt:
+    """``body`` with ``out`` bound to ``op`` over the 4 lanes of the quad (lanes ``4k ..
+    4k + 3``: the threads sharing a row of the accumulator layout), by two shuffles."""
+    half = Var(out.name, F32)
+    return Let(half, op(value, shfl_xor(value, 1)), Let(out, op(half, shfl_xor(half, 2)),
+                                                        body))
 
 
 def _warp_any(flag: Var, body: Stmt) -> Stmt:

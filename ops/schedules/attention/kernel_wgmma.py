@@ -44,8 +44,8 @@ from ....ir.stmt import (
     Store,
     WgmmaSync,
 )
-from .kernel import F32, NEG_INF, _f, _i, _intrin, _Kernel, _loop, _loop_var
-from .knobs import COPY_ELEMS, MMA_ROWS
+from .kernel import F32, _f, _i, _intrin, _Kernel, _loop, _loop_var
+from .knobs import COPY_ELEMS
 from .knobs_wgmma import PANEL, wgmma_layout
 
 WG = 128
@@ -103,9 +103,7 @@ class WgmmaKernel(_Kernel):
         self.w_s = Buffer("W_s", F32, [cfg.warps], "shared")
         self.sf = Buffer("S_acc", F32, [64 * bc], "warpgroup")
         self.of = Buffer("O_acc", F32, [64 * ev], "warpgroup")
-        self.m_r = Buffer("row_max", F32, [1], "local")
-        self.l_r = Buffer("row_sum", F32, [1], "local")
-        self.acc = Buffer("row_acc", F32, [1], "local")
+        self._row_registers()
         self.bx, self.by, self.bz = (Var(n) for n in ("bq", "bh", "bb"))
         self.ty = Var("wg")  # the warpgroup
 
@@ -130,6 +128,16 @@ class WgmmaKernel(_Kernel):
     def p_at(self, gr: Expr, c: Expr) -> Expr:
         panel = c // _i(PANEL)
         return panel * _i(self.cfg.block_q * PANEL) + swizzled(gr, floormod(c, PANEL))
+
+    def any_vote(self) -> Expr:
+        """Whether some row of this warpgroup moved its maximum this tile (its 4 warps'
+        votes, read after the barrier that follows them: the same value in the warpgroup,
+        as its flush's accumulator store and zeroing need; the flush holds no barrier, so
+        warpgroups may decide apart)."""
+        total = self.w_s[self.ty * _i(4)]
+        for k in range(1, 4):
+            total = total + self.w_s[self.ty * _i(4) + _i(k)]
+        return total > _f(0.0)
 
     # -- copies ---------------------------------------------------------------------------
     def _copy(self, dst: Buffer, dst_at, src: Buffer, src_row, first: Expr, rows: int,
@@ -167,18 +175,15 @@ class WgmmaKernel(_Kernel):
 
     def copy_q(self) -> Stmt:
         w = self.w
-        base = (self.bz * _i(w.heads) + self.by) * _i(w.q_len)
         return self._copy(self.q_s, self._k_major_at(_i(0), self.cfg.block_q), self.q,
-                          lambda g: (base + g) * _i(w.head_dim), self.row0(),
-                          self.cfg.block_q, w.q_len, w.head_dim)
+                          self.q_row, self.row0(), self.cfg.block_q, w.q_len, w.head_dim)
 
     def copy_kv(self, tile: Expr, stage) -> Stmt:
         w, bc, vp = self.w, self.cfg.block_kv, self.lay.v_panels
-        base = (self.bz * _i(w.kv_heads) + self.kv_head) * _i(w.kv_len)
         first = tile * _i(bc)
         stage = _i(stage) if isinstance(stage, int) else stage
         k = self._copy(self.k_s, self._k_major_at(stage * _i(self.k_sz), bc), self.k,
-                       lambda g: (base + g) * _i(w.head_dim), first, bc, w.kv_len,
+                       lambda g: self.kv_row(g, w.head_dim), first, bc, w.kv_len,
                        w.head_dim)
 
         def v_at(r, ch):
@@ -188,7 +193,7 @@ class WgmmaKernel(_Kernel):
             chunk = r // _i(PANEL)
             return (stage * _i(self.v_sz) + (chunk * _i(vp) + panel) * _i(PANEL_ELEMS)
                     + swizzled(floormod(r, PANEL), col))
-        v = self._copy(self.v_s, v_at, self.v, lambda g: (base + g) * _i(w.v_dim), first,
+        v = self._copy(self.v_s, v_at, self.v, lambda g: self.kv_row(g, w.v_dim), first,
                        bc, w.kv_len, w.v_dim)
         return Seq([k, v])
 
@@ -268,34 +273,31 @@ class WgmmaKernel(_Kernel):
         return _loop("re", per, body)
 
     def flush(self) -> Stmt:
-        """``O_s = (O_s + O_acc) * alpha`` row by row, then ``O_acc = 0``."""
-        s_ld, o_ld = self.lay.s_ld, self.lay.o_ld
+        """``O_s = (O_s + O_acc) * alpha`` row by row, then ``O_acc = 0``: each thread
+        adds and scales the elements it stored itself (no barrier)."""
+        ev = self.w.v_dim
 
-        def scale(gr, c):
-            at = gr * _i(o_ld) + c
-            return Store(self.o_s, [at], (self.o_s[at] + self.s_s[gr * _i(s_ld) + c])
-                         * self.r_s[gr])
-        return Seq([self._store_acc(self.of, self.w.v_dim, self.s_s, s_ld), Barrier(),
-                    self._rows(scale), self._fill(self.of, self.w.v_dim)])
+        def scale(i, gr, c, slot):
+            at = self.o_at(gr, c)
+            return Store(self.o_s, [at], (self.o_s[at] + self.s_s[self.s_at(gr, c)])
+                         * self.alpha_r[i])
+        return Seq([self._store_acc(self.of, ev, self.s_s, self.lay.s_ld),
+                    self.warp_lanes(lambda lane, warp: self.own_elements(lane, warp, ev,
+                                                                         scale)),
+                    self._fill(self.of, ev)])
 
     def epilogue(self) -> Stmt:
-        w, s_ld, o_ld = self.w, self.lay.s_ld, self.lay.o_ld
-
-        def inv(lane, warp):
-            gr = warp * _i(MMA_ROWS) + lane % _i(16)
-            lsum = self.l_r[_i(0)]
-            return If(lane < _i(16), Store(self.r_s, [gr], select(
-                lsum == _f(0.0), _f(0.0), _f(1.0) / lsum)))
+        w = self.w
 
         def store(gr, c):
             qi = self.row0() + gr
-            at = ((self.bz * _i(w.heads) + self.by) * _i(w.q_len) + qi) * _i(w.v_dim) + c
-            total = self.o_s[gr * _i(o_ld) + c] + self.s_s[gr * _i(s_ld) + c]
-            return If(qi < _i(w.q_len), Store(self.out, [at], Cast(w.dtype,
-                                                                   total * self.r_s[gr])))
-        # the barrier: a flush of the last tile read S_s, which the store overwrites
-        return Seq([Barrier(), self._store_acc(self.of, w.v_dim, self.s_s, s_ld),
-                    self.warp_lanes(inv), Barrier(), self._rows(store)])
+            total = self.o_s[self.o_at(gr, c)] + self.s_s[self.s_at(gr, c)]
+            return If(qi < _i(w.q_len), Store(self.out, [self.out_at(qi, c)],
+                                              Cast(w.dtype, total * self.r_s[gr])))
+        # each thread stores into S_s the elements it last read there (no barrier before);
+        # the barrier after publishes them and the inverse sums to the rows' threads
+        return Seq([self._store_acc(self.of, w.v_dim, self.s_s, self.lay.s_ld),
+                    self.inverse_sums(), Barrier(), self._rows(store)])
 
     # -- the loop over key tiles ----------------------------------------------------------
     def key_loop(self) -> Stmt:
@@ -320,8 +322,9 @@ class WgmmaKernel(_Kernel):
             body = Seq([
                 *head,
                 self.scores(sv),
+                # no barrier before the softmax: each thread reads the scores it stored
                 self._store_acc(self.sf, cfg.block_kv, self.s_s, self.lay.s_ld),
-                Barrier(), self.softmax(j), WgmmaSync("fence_proxy_async"), Barrier(),
+                self.softmax(j), WgmmaSync("fence_proxy_async"), Barrier(),
                 If(self.any_vote(), self.flush()) if total > 1 else None,
                 self.pv(sv), *tail,
             ])
@@ -345,8 +348,8 @@ class WgmmaKernel(_Kernel):
             s_next, s_this = Var("stage_next"), Var("stage")
             nxt, after = j + _i(1), j + _i(2)
             has_next = nxt < need
-            flush = (If(self.any_vote(), Seq([self.flush(), Barrier()]))  # S_s was its tile
-                     if total > 1 else None)
+            # the flush's use of S_s is each thread's own elements, as the scores' store
+            flush = If(self.any_vote(), self.flush()) if total > 1 else None
             body = Seq([
                 AsyncWait(0), WgmmaSync("fence_proxy_async"), Barrier(),
                 If(after < need, Seq([self.copy_kv(after, floormod(after, 3)),
@@ -370,8 +373,7 @@ class WgmmaKernel(_Kernel):
 
     def body(self) -> Stmt:
         cfg, o_ld = self.cfg, self.lay.o_ld
-        init = self.threads(lambda tx: Seq([Store(self.m_r, [_i(0)], NEG_INF),
-                                            Store(self.l_r, [_i(0)], _f(0.0))]))
+        init = self.init_rows()
         zero_o = self._rows(lambda gr, c: Store(self.o_s, [gr * _i(o_ld) + c], _f(0.0)))
         prologue = [self.copy_q(), AsyncCommit()]
         if cfg.stages >= 2:
@@ -389,7 +391,7 @@ class WgmmaKernel(_Kernel):
         loop = self.key_loop_overlapped() if cfg.stages == 3 else self.key_loop()
         per_wg: Stmt = Seq([init, zero_o, *prologue, self._fill(self.of, self.w.v_dim),
                             loop, self.epilogue()])
-        for buf in (self.acc, self.l_r, self.m_r, self.of, self.sf):
+        for buf in (*self.row_buffers, self.of, self.sf):
             per_wg = Alloc(buf, per_wg)
         s: Stmt = _loop_var(self.ty, cfg.warpgroups, per_wg, "threadIdx.y")
         lay = self.lay

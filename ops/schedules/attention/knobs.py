@@ -11,7 +11,6 @@ default chooser, the AutoTVM template and the auto-scheduler's sketch all enumer
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ....target import Target
@@ -26,9 +25,13 @@ MMAS = ("mma_sync", "wgmma")
 MMA_ROWS = 16
 COPY_ELEMS = 8
 """16-bit elements of one 16-byte ``cp.async``."""
-# shared rows padded so ldmatrix's 8 row addresses fall in different banks
+# shared rows padded so ldmatrix's 8 row addresses fall in different banks (16-bit rows
+# of 16 n + 8 elements: 4 words mod 8 apart)
 PAD16 = 8
-PAD32 = 4
+PAD32 = 8
+"""Float32 rows of 16 n + 8 elements: 8 rows 8 words (mod 32) apart, so a warp's pairs of
+accumulator elements (8 rows x 8 consecutive words, stored and read as 8-byte pairs) take
+every bank once per 16 lanes (:mod:`.banks`)."""
 REGISTER_BUDGET = 255
 BASE_REGISTERS = 72
 """Registers beyond the fragments (addresses, loop counters, the running max and sum):
@@ -96,10 +99,12 @@ def shared_layout(w: AttentionWorkload, cfg: AttentionConfig) -> SharedLayout:
         return wgmma_layout(w, cfg)
     e, ev, br, bc = w.head_dim, w.v_dim, cfg.block_q, cfg.block_kv
     q_ld, k_ld, v_ld = e + PAD16, e + PAD16, ev + PAD16
-    s_ld, p_ld, o_ld = bc + PAD32, bc + PAD16, ev + PAD32
+    # the scores and the output share their float32 buffer and its row length
+    s_ld = o_ld = max(bc, ev) + PAD32
+    p_ld = bc + PAD16
     sizes = {  # bytes
         "QP_s": br * max(q_ld, p_ld) * 2, "K_s": cfg.stages * bc * k_ld * 2,
-        "V_s": cfg.stages * bc * v_ld * 2, "SO_s": br * max(s_ld, o_ld) * 4,
+        "V_s": cfg.stages * bc * v_ld * 2, "SO_s": br * s_ld * 4,
         "R_s": br * 4, "W_s": cfg.warps * 4,
     }
     offsets, at = {}, 0
@@ -191,25 +196,62 @@ def attention_candidates(w: AttentionWorkload, target: Target) -> list[Attention
     return out
 
 
+def block_steps(w: AttentionWorkload, cfg: AttentionConfig) -> list:
+    """Key tiles each query tile's block visits, in launch order (``blockIdx.x``): all of
+    them, or under the causal mask those up to its last row's diagonal."""
+    br, bc = cfg.block_q, cfg.block_kv
+    kv_tiles = -(-w.kv_len // bc)
+    if not w.causal:
+        return [kv_tiles] * -(-w.q_len // br)
+    return [max(1, -(-min(min(q0 + br, w.q_len), w.kv_len) // bc))
+            for q0 in range(0, w.q_len, br)]
+
+
+def busiest_slot_steps(w: AttentionWorkload, cfg: AttentionConfig, slots: int) -> int:
+    """Steps of the busiest of ``slots`` block slots (SMs x resident blocks) when the
+    blocks start in launch order (query tiles, then heads, then batches), each on the
+    first slot free: waves x steps for equal blocks; for causal ones the tail of long
+    blocks (a single wave runs as long as its longest block)."""
+    import heapq
+
+    per_head = block_steps(w, cfg)
+    n = len(per_head) * w.heads * w.batch
+    if n <= slots:
+        return max(per_head)
+    if min(per_head) == max(per_head):
+        return -(-n // slots) * per_head[0]
+    free = [0] * slots
+    for _ in range(w.heads * w.batch):
+        for s in per_head:
+            heapq.heapreplace(free, free[0] + s)
+    return max(free)
+
+
 def attention_time(w: AttentionWorkload, cfg: AttentionConfig, target: Target) -> float:
-    """Estimated seconds of one launch: waves of blocks x the serial steps of one block.
+    """Estimated seconds of one launch: :func:`raw_attention_time` times the calibration
+    factor of the configuration's class, measured on an H100
+    (:func:`~.calibration.calibration_factor`)."""
+    from .calibration import calibration_factor
+
+    return raw_attention_time(w, cfg, target) * calibration_factor(cfg)
+
+
+def raw_attention_time(w: AttentionWorkload, cfg: AttentionConfig, target: Target) -> float:
+    """The analytical estimate of one launch: the steps of the busiest block slot
+    (:func:`busiest_slot_steps`) x the time of a step.
 
     A step (one K/V tile) costs the larger of its tensor-core work (at the target's
     ``mma_sync_peak_fraction``) and its tile copies (at ``tile_copy_bytes_per_clock``, not
     hidden with one stage), plus the row work of the softmax done by the block's threads
-    through shared memory and its barriers. Causal blocks visit about half the tiles.
-    ``wgmma`` configurations: :func:`~.knobs_wgmma.wgmma_attention_time`."""
+    through shared memory and its barriers. ``wgmma`` configurations:
+    :func:`~.knobs_wgmma.wgmma_attention_time`."""
     if cfg.mma == "wgmma":
         from .knobs_wgmma import wgmma_attention_time
 
         return wgmma_attention_time(w, cfg, target)
     br, bc = cfg.block_q, cfg.block_kv
-    q_tiles = -(-w.q_len // br)
-    kv_tiles = -(-w.kv_len // bc)
-    blocks = q_tiles * w.heads * w.batch
     per_sm = max(1, int(target.blocks_per_sm(cfg.threads, registers_estimate(w, cfg),
                                              shared_layout(w, cfg).total)))
-    waves = math.ceil(blocks / (target.num_sms * per_sm))
     clock = target.clock_hz
     mma_flops = 2.0 * br * bc * (w.head_dim + w.v_dim)
     peak = target.peak_flops(w.dtype, tensor_core=True) * target.mma_sync_peak_fraction
@@ -217,15 +259,15 @@ def attention_time(w: AttentionWorkload, cfg: AttentionConfig, target: Target) -
     t_mma = mma_flops * per_sm / (peak / target.num_sms)
     copy_bytes = 2.0 * bc * (w.head_dim + w.v_dim)
     t_copy = copy_bytes * per_sm / (target.tile_copy_bytes_per_clock * clock)
-    # per thread: the scores read, masked, written, read again and the probabilities
-    # written (the output's rescaling is rare: only where a row's maximum jumps), plus
-    # the warps' votes and the barriers (three a step with two stages, four with one)
-    row_work = 5 * br * bc / cfg.threads + cfg.warps
-    barriers = 3 if cfg.stages > 1 else 4
+    # per thread: the scores stored, read once and the probabilities written (the
+    # output's rescaling is rare: only where a row's maximum jumps), plus the warps'
+    # votes and the barriers (two a step with two stages, three with one)
+    row_work = 3 * br * bc / cfg.threads + cfg.warps
+    barriers = 2 if cfg.stages > 1 else 3
     t_rows = (row_work * 4 + barriers * target.barrier_cycles) / clock
     step = (max(t_mma, t_copy) if cfg.stages > 1 else t_mma + t_copy) + t_rows
-    steps = kv_tiles if not w.causal else max(1, (kv_tiles + 1) // 2 + br // (2 * bc))
-    return waves * steps * step + target.launch_seconds
+    steps = busiest_slot_steps(w, cfg, target.num_sms * per_sm)
+    return steps * step + target.launch_seconds
 
 
 def choose_attention_config(w: AttentionWorkload, target: Target) -> AttentionConfig:

@@ -14,7 +14,6 @@ in 64-column panels), both products' N within wgmma's 256.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ....target import Target
@@ -29,11 +28,13 @@ softmax)."""
 PANEL = 64
 """16-bit elements of a 128-byte row: one 128B swizzle atom's row."""
 ATOM_ALIGN = 1024
-PAD32 = 4
+PAD32 = 8
+"""Float32 rows of 16 n + 8 elements (see :data:`~.knobs.PAD32`)."""
 BASE_REGISTERS = 56
-"""Registers beyond the accumulators (addresses, loop counters, the running max and sum):
-ptxas 13 gave 92 to 180 registers for head dims 64 and 128, 4 and 8 warps, ``block_kv``
-64 and 128 on sm_90a, no spills, within 30 of this estimate."""
+"""Registers beyond the accumulators and the softmax's scores (addresses, loop counters,
+the running maxima and sums): ptxas 13 gave 106 to 254 registers for head dims 64 and 128,
+4 and 8 warps, ``block_kv`` 64 and 128, 1 to 3 stages on sm_90a, no spills, within 40 of
+this estimate."""
 REGISTER_BUDGET = 255
 
 
@@ -79,8 +80,9 @@ def wgmma_layout(w: AttentionWorkload, cfg) -> WgmmaLayout:
 
 def wgmma_registers(w: AttentionWorkload, cfg) -> int:
     """32-bit registers a thread holds: its share of the two accumulators (``block_kv /
-    2`` and ``v_dim / 2`` float32) plus a fixed overhead."""
-    return cfg.block_kv // 2 + w.v_dim // 2 + BASE_REGISTERS
+    2`` and ``v_dim / 2`` float32), the masked scores its softmax keeps (``block_kv / 2``)
+    plus a fixed overhead."""
+    return cfg.block_kv + w.v_dim // 2 + BASE_REGISTERS
 
 
 def check_wgmma_config(w: AttentionWorkload, cfg, target: Target) -> None:
@@ -165,14 +167,11 @@ def wgmma_attention_time(w: AttentionWorkload, cfg, target: Target) -> float:
     read) and the copies at the wgmma GEMM's ``WGMMA_COPY_BYTES_PER_CLOCK``; the row work
     adds the scores' store from the accumulators. Not calibrated on a GPU yet."""
     from ..gemm.estimate import NO_FLIGHT_RATE, WGMMA_COPY_BYTES_PER_CLOCK, WGMMA_PEAK_FRACTION
+    from .knobs import busiest_slot_steps
 
     br, bc = cfg.block_q, cfg.block_kv
-    q_tiles = -(-w.q_len // br)
-    kv_tiles = -(-w.kv_len // bc)
-    blocks = q_tiles * w.heads * w.batch
     per_sm = max(1, int(target.blocks_per_sm(cfg.threads, wgmma_registers(w, cfg),
                                              wgmma_layout(w, cfg).total)))
-    waves = math.ceil(blocks / (target.num_sms * per_sm))
     clock = target.clock_hz
     flops = 2.0 * br * bc * (w.head_dim + w.v_dim)
     frac = WGMMA_PEAK_FRACTION * NO_FLIGHT_RATE * (1.0 if per_sm * cfg.warpgroups >= 2 else 0.8)
@@ -180,12 +179,14 @@ def wgmma_attention_time(w: AttentionWorkload, cfg, target: Target) -> float:
     t_mma = flops * per_sm / (peak / target.num_sms)
     copy_bytes = 2.0 * bc * (w.head_dim + w.v_dim)
     t_copy = copy_bytes * per_sm / (WGMMA_COPY_BYTES_PER_CLOCK * clock)
-    row_work = 6 * br * bc / cfg.threads + cfg.warps
-    t_rows = (row_work * 4 + 3 * target.barrier_cycles) / clock
+    # the scores stored, read once, the probabilities written; the barriers (two a step,
+    # three with one stage)
+    row_work = 3 * br * bc / cfg.threads + cfg.warps
+    t_rows = (row_work * 4 + (3 if cfg.stages == 1 else 2) * target.barrier_cycles) / clock
     if cfg.stages == 3:
         # the softmax runs beside the next tile's Q K^T (half the tensor-core work)
         step = max(t_mma, t_copy, t_rows + t_mma / 2)
     else:
         step = (max(t_mma, t_copy) if cfg.stages > 1 else t_mma + t_copy) + t_rows
-    steps = kv_tiles if not w.causal else max(1, (kv_tiles + 1) // 2 + br // (2 * bc))
-    return waves * steps * step + target.launch_seconds
+    steps = busiest_slot_steps(w, cfg, target.num_sms * per_sm)
+    return steps * step + target.launch_seconds

@@ -21,7 +21,7 @@ from ....passes.errors import PassError
 from .kernel import attention_module
 from .knobs import BLOCK_KV, MMAS, STAGES, WARPS, AttentionConfig, check_attention_config
 from .knobs_wgmma import WGMMA_STAGES
-from .workload import AttentionError, AttentionMask, AttentionWorkload
+from .workload import LAYOUTS, AttentionError, AttentionMask, AttentionWorkload
 
 PARAMS = ("q", "k", "v")
 
@@ -45,9 +45,11 @@ def _roles(module: Module) -> list:
     return named + rest
 
 
-def workload_of_module(module: Module, causal: bool, scale: float | None) -> AttentionWorkload:
+def workload_of_module(module: Module, causal: bool, scale: float | None,
+                       layout: str = "bhsd") -> AttentionWorkload:
     """The attention problem whose tensor IR (from ``to_ir`` of an ``ops.attention``
-    output) ``module`` holds (its parameters as :func:`_roles` reads them)."""
+    output) ``module`` holds (its parameters as :func:`_roles` reads them, in
+    ``layout``: the shapes alone do not tell ``[B, H, L, E]`` from ``[B, L, H, E]``)."""
     params = _roles(module)
     q, k, v = params[:3]
     out = params[-1]
@@ -55,12 +57,18 @@ def workload_of_module(module: Module, causal: bool, scale: float | None) -> Att
         if b.ndim != 4:
             raise AttentionError(f"fused_attention: {b.name} is {list(b.shape)}, not 4-D "
                                  "[batch, heads, seq, dim]")
+    if layout not in LAYOUTS:
+        raise AttentionError(f"fused_attention: layout must be one of {LAYOUTS}, got "
+                             f"{layout!r}")
     bq, hq, lq, e = q.shape
+    hk, s = k.shape[1], k.shape[2]
+    if layout == "bshd":
+        hq, lq, hk, s = lq, hq, s, hk
     mask = None
     if len(params) == 5:
         mask = AttentionMask(tuple(params[3].shape), params[3].dtype)
-    w = AttentionWorkload(bq, hq, k.shape[1], lq, k.shape[2], e, v.shape[3], q.dtype,
-                          causal, scale, mask)
+    w = AttentionWorkload(bq, hq, hk, lq, s, e, v.shape[3], q.dtype, causal, scale, mask,
+                          layout)
     if tuple(out.shape) != w.shapes()["out"] or out.dtype != q.dtype:
         raise AttentionError(f"fused_attention: the output {out.name} is {out.dtype} "
                              f"{list(out.shape)}; attention of q {list(q.shape)} and v "
@@ -82,6 +90,8 @@ class FusedAttention(Pass):
         scale: the attention's score scale; None is ``1 / sqrt(head dim)``.
         mma: the products' instructions, ``"mma_sync"`` or ``"wgmma"`` (sm_90a: warps 4
             or 8, one warpgroup per 64 query rows; block_kv 64 or 128).
+        layout: how q, k, v and the output lie: ``"bhsd"`` ``[B, H, L, E]`` or ``"bshd"``
+            ``[B, L, H, E]`` (the attention's ``layout``).
     """
 
     name = "fused_attention"
@@ -91,6 +101,7 @@ class FusedAttention(Pass):
     causal: bool = False
     scale: float | None = None
     mma: str = "mma_sync"
+    layout: str = "bhsd"
 
     @property
     def config(self) -> AttentionConfig:
@@ -106,7 +117,7 @@ class FusedAttention(Pass):
                 raise PassError(f"fused_attention: {what} must be one of {allowed}, got "
                                 f"{value}")
         try:
-            workload_of_module(module, self.causal, self.scale)
+            workload_of_module(module, self.causal, self.scale, self.layout)
         except AttentionError as e:
             raise PassError(str(e)) from None
         return module
@@ -125,7 +136,7 @@ def fused_attention_device_module(module: Module, step: FusedAttention, target) 
     from ....ir.stmt import Buffer, Launch
     from ....target import as_target
 
-    w = workload_of_module(module, step.causal, step.scale)
+    w = workload_of_module(module, step.causal, step.scale, step.layout)
     t = as_target(target)
     # the simulator runs what a GPU of its arch runs: check against that GPU's limits
     check_attention_config(w, step.config, as_target(f"cuda -arch={t.arch}") if t.is_sim else t)

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from ....ir.expr import IRError
 
 INPUT_DTYPES = ("float16", "bfloat16")
+LAYOUTS = ("bhsd", "bshd")
+"""How q, k, v and the output lie in memory: ``bhsd`` ``[batch, heads, seq, dim]``, or
+``bshd`` ``[batch, seq, heads, dim]``, as a projection writes them (the head split and merge
+transposes folded into the kernel's addressing)."""
 HEAD_DIMS = (64, 80, 128)
 """The head dimensions the kernel is tested and tuned for; any multiple of 16 up to 256
 builds (``check_workload``)."""
@@ -40,7 +44,8 @@ class AttentionMask:
 @dataclass(frozen=True)
 class AttentionWorkload:
     """One attention problem (see the module's docstring). ``scale`` None is
-    ``1 / sqrt(head_dim)``."""
+    ``1 / sqrt(head_dim)``; ``layout`` one of :data:`LAYOUTS` (the mask broadcasts to
+    the scores ``[B, Hq, L, S]`` in both)."""
 
     batch: int
     heads: int
@@ -53,6 +58,7 @@ class AttentionWorkload:
     causal: bool = False
     scale: float | None = None
     mask: AttentionMask | None = None
+    layout: str = "bhsd"
 
     @property
     def group(self) -> int:
@@ -73,17 +79,32 @@ class AttentionWorkload:
 
     def shapes(self) -> dict:
         """The tensors' shapes by name (q, k, v, [mask,] out)."""
-        out = {"q": (self.batch, self.heads, self.q_len, self.head_dim),
-               "k": (self.batch, self.kv_heads, self.kv_len, self.head_dim),
-               "v": (self.batch, self.kv_heads, self.kv_len, self.v_dim)}
+        def shape(heads, seq, dim):
+            if self.layout == "bshd":
+                return (self.batch, seq, heads, dim)
+            return (self.batch, heads, seq, dim)
+        out = {"q": shape(self.heads, self.q_len, self.head_dim),
+               "k": shape(self.kv_heads, self.kv_len, self.head_dim),
+               "v": shape(self.kv_heads, self.kv_len, self.v_dim)}
         if self.mask is not None:
             out["mask"] = tuple(self.mask.shape)
-        out["out"] = (self.batch, self.heads, self.q_len, self.v_dim)
+        out["out"] = shape(self.heads, self.q_len, self.v_dim)
         return out
+
+    def row_start(self, batch, head, row, heads: int, seq: int, dim: int):
+        """The flat index of element 0 of ``row`` (a position) of ``head`` in ``batch`` of a
+        tensor of ``heads`` x ``seq`` rows of ``dim`` in this layout (ints or index
+        expressions)."""
+        if self.layout == "bshd":
+            return ((batch * seq + row) * heads + head) * dim
+        return ((batch * heads + head) * seq + row) * dim
 
 
 def check_workload(w: AttentionWorkload) -> None:
     """Raise :class:`AttentionError` naming the first rule ``w`` breaks."""
+    if w.layout not in LAYOUTS:
+        raise AttentionError(f"fused attention: layout must be one of {LAYOUTS} "
+                             f"([B, H, L, E] or [B, L, H, E]), got {w.layout!r}")
     if w.dtype not in INPUT_DTYPES:
         raise AttentionError(f"fused attention runs {' and '.join(INPUT_DTYPES)} inputs on "
                              f"tensor cores, got {w.dtype}; cast q, k and v first")
