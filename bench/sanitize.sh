@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # compute-sanitizer over every kernel family: memcheck and racecheck (more tools with
 # TOOLS="memcheck racecheck synccheck initcheck") over the GPU tests under the `sanitize`
-# mark (tests/test_sanitize.py: one small case per family; tests/test_attention_fused.py and
-# tests/test_attention_wgmma.py and
-# tests/test_attention_layout.py: the fused attention kernel, both forms and layouts), one pytest process per test so
-# that a report names its test, then a summary table.
+# mark (tests/test_sanitize.py: one small case per family; tests/test_attention_fused.py,
+# test_attention_wgmma.py and test_attention_layout.py: the fused attention kernel, both
+# forms and layouts), one pytest process per test so that a report names its test, then a
+# summary table.
 #
 #   bench/sanitize.sh [OUT_DIR]          (default: sanitize-results/)
 #
