@@ -19,7 +19,12 @@ from .graph.frontend_torch import TorchImportError, graph_dtype, import_graph
 from .graph.frontend_torch.importer import overload_name, source_line, static_int
 from .graph.frontend_torch.registry import lookup
 from .graph.ir import Var
-from .torch_options import BackendError, UnsupportedOperatorsWarning, resolve_target
+from .torch_options import (
+    BackendError,
+    UnsupportedOperatorsWarning,
+    is_simulator,
+    resolve_target,
+)
 
 
 def _tensor_ok(val) -> bool:
@@ -56,11 +61,20 @@ def node_supported(node, rejected: set[str]) -> bool:
     if not hasattr(node.target, "_schema"):
         return False
     conv = lookup(overload_name(node.target))
-    if conv is None or not conv.available:
+    if conv is None or not conv.available or _uncomputed_reads(node, conv):
         return False
     outs = _used_vals(node)
     ins = [v for a in node.all_input_nodes for v in _used_vals(a)]
     return all(_tensor_ok(v) for v in outs + ins)
+
+
+def _uncomputed_reads(node, conv) -> list[int]:
+    """The positions of ``node``'s results that the graph reads but ``conv`` does not
+    compute (a fused attention's log-sum-exp, which only training reads)."""
+    if conv.computes is None:
+        return []
+    used = {u.args[1] for u in node.users if u.target is operator.getitem}
+    return sorted(k for k in used if k not in conv.computes)
 
 
 def _used_vals(node) -> list:
@@ -90,6 +104,11 @@ def why_unsupported(node) -> str:
         return "no converter"
     if not conv.available:
         return "needs graph op(s) " + ", ".join(conv.missing_ops())
+    unread = _uncomputed_reads(node, conv)
+    if unread:
+        returns = node.target._schema.returns
+        names = ", ".join(returns[k].name or f"result {k}" for k in unread)
+        return f"the graph reads its {names}, which ptxforge does not compute"
     for v in _used_vals(node) + [v for a in node.all_input_nodes for v in _used_vals(a)]:
         try:
             graph_dtype(v.dtype)
@@ -127,21 +146,23 @@ class CompiledPartition:
             from .torch_tuning import tune_graph
 
             tune_graph(net, params, opts.trials, opts.log, precision=opts.precision,
-                       target="sim" if target == "sim" else "cuda")
+                       target="sim" if is_simulator(target) else "cuda",
+                       fused_attention=opts.fused_attention)
+        kw = {"precision": _precision(opts)}
+        if opts.fused_attention is not None:
+            kw["fused_attention"] = opts.fused_attention
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", graph.NoTuningRecordWarning)
             if opts.log:
                 from . import autosched
 
                 with autosched.ApplyHistoryBest(opts.log):
-                    self.lib = graph.build(net, target=target, params=params,
-                                           precision=_precision(opts))
+                    self.lib = graph.build(net, target=target, params=params, **kw)
             else:
-                self.lib = graph.build(net, target=target, params=params,
-                                       precision=_precision(opts))
+                self.lib = graph.build(net, target=target, params=params, **kw)
         from .runtime.zero_copy import ZeroCopyGraphModule
 
-        if target == "sim":
+        if is_simulator(target):
             self.module = ZeroCopyGraphModule(self.lib)
         else:
             import ptxforge
@@ -155,9 +176,23 @@ class CompiledPartition:
 
     def __call__(self, *tensors):
         if self.module is None:
+            self._check_devices(tensors, [True] * len(self.names))
             self._build(tensors)
         outs = self._run(tensors)
         return outs if len(outs) != 1 else outs[0]
+
+    def _check_devices(self, tensors, used) -> None:
+        """A GPU build takes CUDA tensors only: a CPU tensor is refused (before the first
+        build, and before any launch) with what to do about it."""
+        if is_simulator(self.target):
+            return
+        for name, use, t in zip(self.names, used, tensors):
+            if use and getattr(t, "device", None) is not None and t.device.type != "cuda":
+                what = "weight" if name in self.static else "input"
+                raise BackendError(
+                    f"{what} {name} is on {t.device}, but this graph was compiled for the GPU "
+                    f"({self.target}); move the model and its inputs to CUDA (model.cuda(), "
+                    "x.cuda()) or compile with options={'target': 'sim'}")
 
     def _run(self, tensors) -> tuple:
         """Run on the tensors themselves: inputs wrapped without a copy, outputs allocated
@@ -165,17 +200,13 @@ class CompiledPartition:
         place; on a GPU, on PyTorch's current stream."""
         import torch
 
-        on_gpu = self.target != "sim"
+        on_gpu = not is_simulator(self.target)
         device = next((t.device for t in tensors if hasattr(t, "device")),
                       torch.device("cuda" if on_gpu else "cpu"))
+        self._check_devices(tensors, self.used)
         inputs = {}
         for name, used, t in zip(self.names, self.used, tensors):
             if used:
-                if on_gpu and t.device.type != "cuda":
-                    raise BackendError(
-                        f"input {name} is on {t.device}, but this graph was compiled for the "
-                        "GPU; move the model and its inputs to CUDA (model.cuda(), x.cuda()) "
-                        "or compile with options={'target': 'sim'}")
                 inputs[name] = self._wrap(t, name)
         if not on_gpu:
             device = torch.device("cpu")  # the simulator runs on host memory
@@ -192,7 +223,7 @@ class CompiledPartition:
         from .nd import DLPackError, wrap_tensor
 
         t = t.detach()
-        if self.target == "sim" and t.device.type != "cpu":
+        if is_simulator(self.target) and t.device.type != "cpu":
             t = t.cpu()  # a GPU tensor given to a simulator build: one copy to the host
         try:
             return wrap_tensor(t, self.module.device, what)
@@ -235,7 +266,7 @@ def compile_partitioned(gm, example_inputs, opts, fullgraph: bool = False):
     rejected: set[str] = set()
     while True:
         unsupported = [n for n in gm.graph.nodes if n.op == "call_function"
-                       and not node_supported(n, rejected)]
+                       and not node_supported(n, rejected) and not _takes_from(n, rejected)]
         if unsupported and fullgraph:
             raise BackendError("fullgraph=True, but ptxforge cannot run "
                                + "; ".join(describe(n) for n in unsupported[:5])
@@ -256,6 +287,14 @@ def compile_partitioned(gm, example_inputs, opts, fullgraph: bool = False):
             warnings.warn("these operators run in PyTorch, between ptxforge's kernels: "
                           + ", ".join(key), UnsupportedOperatorsWarning, stacklevel=2)
     return compiled
+
+
+def _takes_from(node, rejected: set[str]) -> bool:
+    """``node`` is a ``getitem`` of an unsupported node, which is listed instead."""
+    if node.target is not operator.getitem:
+        return False
+    src = node.args[0]
+    return hasattr(src, "op") and not node_supported(src, rejected)
 
 
 class _RejectNode(Exception):
@@ -281,6 +320,8 @@ def _static_inputs(gm) -> set[str]:
 def _partition_and_build(gm, rejected: set[str], target: str, opts, static: set[str]):
     import copy
 
+    import torch
+
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -288,7 +329,10 @@ def _partition_and_build(gm, rejected: set[str], target: str, opts, static: set[
         def is_node_supported(self, submodules, node) -> bool:
             return node_supported(node, rejected)
 
-    work = copy.deepcopy(gm)
+    # a copy of the graph only: the module's tensor attributes (constants AOT autograd
+    # lifted, such as GPT-2's causal mask) are shared, since copying them under the fake
+    # tensor mode AOT autograd has active fails
+    work = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
     partitioner = CapabilityBasedPartitioner(work, Support(), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     fused = partitioner.fuse_partitions(partitions)
