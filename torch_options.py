@@ -8,6 +8,7 @@ compiled partitions) both stand on this module, so neither imports the other's c
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from .graph.frontend_torch import TorchImportError
@@ -49,6 +50,9 @@ class BackendOptions:
         fused_attention: compile each attention (``scaled_dot_product_attention``, kept
             whole as ``nn.attention``) the fused tensor-core kernel can run as that kernel;
             None (default): ``graph.build``'s default.
+        on_build: called with each :class:`~ptxforge.torch_partition.CompiledPartition`
+            once it is built (its ``net``, its ``lib``: the graph and the library), to
+            report what was compiled (a benchmark counts tuned functions and kernels).
     """
 
     precision: str = "float32"
@@ -57,6 +61,7 @@ class BackendOptions:
     trials: int = 0
     cuda_graph: bool = True
     fused_attention: bool | None = None
+    on_build: Callable | None = None
 
     @classmethod
     def from_dict(cls, options: dict | None) -> BackendOptions:
@@ -74,6 +79,8 @@ class BackendOptions:
         if opts.fused_attention is not None and not isinstance(opts.fused_attention, bool):
             raise BackendError(f"fused_attention must be True, False or None, got "
                                f"{opts.fused_attention!r}")
+        if opts.on_build is not None and not callable(opts.on_build):
+            raise BackendError(f"on_build must be callable, got {opts.on_build!r}")
         if opts.trials and not opts.log:
             raise BackendError("trials > 0 needs a log file to write the records to "
                                "(options={'trials': N, 'log': 'model.json'})")

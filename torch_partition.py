@@ -126,6 +126,10 @@ class CompiledPartition:
     buffers (AOT autograd's static inputs, ``static``) are then bound as weights, so the
     graph passes fold and re-lay them out once and later calls pass only the activations.
     Like PyTorch's CUDA graphs, this assumes the weights do not change after that call.
+
+    Attributes:
+        net: the imported graph of the partition.
+        lib: the :class:`~ptxforge.graph.GraphLibrary` built from it (after the first call).
     """
 
     def __init__(self, net, target: str, opts, static: frozenset = frozenset()):
@@ -173,6 +177,8 @@ class CompiledPartition:
         self.used = [name in self.lib.plan.inputs for name in self.names]
         plan = self.lib.plan
         self.out_types = [plan.slots[k].ty for k in plan.outputs]
+        if opts.on_build is not None:
+            opts.on_build(self)
 
     def __call__(self, *tensors):
         if self.module is None:
@@ -188,7 +194,8 @@ class CompiledPartition:
             return
         for name, use, t in zip(self.names, used, tensors):
             if use and getattr(t, "device", None) is not None and t.device.type != "cuda":
-                what = "weight" if name in self.static else "input"
+                what = ("the model's parameter or buffer" if name in self.static
+                        else "input")
                 raise BackendError(
                     f"{what} {name} is on {t.device}, but this graph was compiled for the GPU "
                     f"({self.target}); move the model and its inputs to CUDA (model.cuda(), "
@@ -321,7 +328,6 @@ def _partition_and_build(gm, rejected: set[str], target: str, opts, static: set[
     import copy
 
     import torch
-
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
 

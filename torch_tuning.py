@@ -43,10 +43,15 @@ def _extract(net: Graph, params: dict, precision: str, fused_attention: bool):
     from .graph.opdefs.attention import FUSED_OPTION
     from .graph.passes.base import GraphPassContext
 
-    ctx = GraphPassContext.current()
-    before = ctx.config
-    ctx.config = {**before, FUSED_OPTION: True}
+    outer = GraphPassContext.current()
+    config = {**outer.config, FUSED_OPTION: True}
+    if not outer.active:
+        # no context entered: current() would make a new one per call, so enter one
+        with GraphPassContext(config=config):
+            return extract_tasks(net, params, "cuda", precision=precision)
+    before = outer.config
+    outer.config = config
     try:
         return extract_tasks(net, params, "cuda", precision=precision)
     finally:
-        ctx.config = before
+        outer.config = before

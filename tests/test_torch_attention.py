@@ -280,3 +280,19 @@ def test_hf_gpt2_gets_one_causal_attention_per_layer(partitions):
                         partitions) == 2
     calls = [c for p in partitions for c in p.net.calls() if c.op == "nn.attention"]
     assert all(c.attrs["is_causal"] or len(c.args) == 4 for c in calls)
+
+
+def test_tuning_with_fused_attention_extracts_the_attention_as_one_task():
+    from ptxforge.graph.frontend_torch import from_torch
+    from ptxforge.torch_tuning import _extract
+
+    class Attend(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    args = _qkv(hq=2, hk=2, lq=16, lk=16, e=16, ev=16, dtype=torch.float16)
+    net, params = from_torch(Attend(), args)
+    on = [t.desc for t in _extract(net, params, "float16", True)[0]]
+    off = [t.desc for t in _extract(net, params, "float16", False)[0]]
+    assert sum("attention" in d for d in on) == 1, on
+    assert not any("attention" in d for d in off), off

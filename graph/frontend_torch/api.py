@@ -15,7 +15,6 @@ from .importer import (
 )
 from .registry import lookup
 
-
 ATTENTION_OVERLOADS = (
     "scaled_dot_product_attention.default",
     "_scaled_dot_product_flash_attention.default",
