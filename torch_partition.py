@@ -269,6 +269,7 @@ def compile_partitioned(gm, example_inputs, opts, fullgraph: bool = False):
     compiled partitions; returns a callable of the graph's inputs."""
     if _has_symbolic_shapes(gm):
         return _PerShape(gm, opts, fullgraph)
+    _drop_empty_cat_inputs(gm)
     target = resolve_target(opts.target)
     rejected: set[str] = set()
     while True:
@@ -294,6 +295,32 @@ def compile_partitioned(gm, example_inputs, opts, fullgraph: bool = False):
             warnings.warn("these operators run in PyTorch, between ptxforge's kernels: "
                           + ", ".join(key), UnsupportedOperatorsWarning, stacklevel=2)
     return compiled
+
+
+def _drop_empty_cat_inputs(gm) -> None:
+    """Remove, in place, the empty 1-D tensors a ``cat`` concatenates (which ``torch.cat``
+    skips): a key/value cache starts as ``torch.tensor([])`` (Hugging Face's
+    ``DynamicCache``), and an empty tensor would keep the ``cat``, and so the graph around
+    it, out of the compiled partitions."""
+    import torch
+
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
+            continue
+        tensors = node.args[0]
+        kept = [t for t in tensors if not _empty_1d(t)]
+        if kept and len(kept) < len(tensors):
+            node.args = (kept,) + tuple(node.args[1:])
+            changed = True
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+
+
+def _empty_1d(node) -> bool:
+    val = node.meta.get("val") if hasattr(node, "meta") else None
+    return hasattr(val, "shape") and tuple(val.shape) == (0,)
 
 
 def _takes_from(node, rejected: set[str]) -> bool:
