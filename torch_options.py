@@ -92,7 +92,8 @@ _warned_sim = False
 
 def is_simulator(target: str) -> bool:
     """Whether ``target`` (``"sim"``, ``"sim -arch=sm_80"``) runs on the CPU simulator."""
-    return str(target).split(maxsplit=1)[0] == "sim" if str(target).strip() else False
+    words = str(target).split()
+    return bool(words) and words[0] == "sim"
 
 
 def resolve_target(target: str) -> str:

@@ -182,7 +182,8 @@ class CompiledPartition:
 
     def __call__(self, *tensors):
         if self.module is None:
-            self._check_devices(tensors, [True] * len(self.names))
+            # the weights are copied to the host while building, wherever they are
+            self._check_devices(tensors, [name not in self.static for name in self.names])
             self._build(tensors)
         outs = self._run(tensors)
         return outs if len(outs) != 1 else outs[0]
@@ -194,10 +195,8 @@ class CompiledPartition:
             return
         for name, use, t in zip(self.names, used, tensors):
             if use and getattr(t, "device", None) is not None and t.device.type != "cuda":
-                what = ("the model's parameter or buffer" if name in self.static
-                        else "input")
                 raise BackendError(
-                    f"{what} {name} is on {t.device}, but this graph was compiled for the GPU "
+                    f"input {name} is on {t.device}, but this graph was compiled for the GPU "
                     f"({self.target}); move the model and its inputs to CUDA (model.cuda(), "
                     "x.cuda()) or compile with options={'target': 'sim'}")
 
@@ -309,7 +308,10 @@ def _drop_empty_cat_inputs(gm) -> None:
         if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
             continue
         tensors = node.args[0]
-        kept = [t for t in tensors if not _empty_1d(t)]
+        out = node.meta.get("val")
+        # an empty input of another dtype takes part in the type promotion: it stays
+        kept = [t for t in tensors
+                if not (_empty_1d(t) and t.meta["val"].dtype == getattr(out, "dtype", None))]
         if kept and len(kept) < len(tensors):
             node.args = (kept,) + tuple(node.args[1:])
             changed = True
