@@ -82,6 +82,20 @@ def test_torch_compile_hands_the_backend_one_attention(case, partitions):
                    for p in partitions for c in p.net.calls()), "attention came in pieces"
 
 
+def test_dynamic_shapes_keep_the_attention_per_shape(partitions):
+    """A graph captured with symbolic sizes is specialized per shape at call time; the
+    custom operator's fake implementation follows the symbolic sizes."""
+    def fn(q):
+        return 3 * F.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+    compiled = _compile(fn, dynamic=True)
+    with torch.no_grad():
+        for length in (5, 9):
+            q = torch.randn(1, 2, length, 8)
+            torch.testing.assert_close(compiled(q), fn(q), rtol=1e-5, atol=1e-5)
+    assert [sum(c.op == "nn.attention" for c in p.net.calls()) for p in partitions] == [1, 1]
+
+
 def test_training_graphs_keep_attention_and_their_gradients_match_eager(partitions):
     """With gradients on, the custom operator's backward (written with plain operators)
     gives eager's gradients, grouped-query heads and an additive mask included."""
