@@ -38,13 +38,15 @@ SIM_TARGET = "sim -arch=sm_80"
 @dataclass
 class Workload:
     """One model to compare: the fp32 module (eval), its positional inputs and keyword
-    inputs, and what it is."""
+    inputs, what it is, and whether it has attention (else one ``--fused-attention``
+    setting is enough)."""
 
     name: str
     model: torch.nn.Module
     args: tuple
     kwargs: dict
     description: str
+    attention: bool = True
 
 
 @dataclass
@@ -125,7 +127,8 @@ def build(name: str, *, tiny: bool = False, batch: int = 1, seq: int = 128) -> W
                 import torchvision
 
                 return Workload(name, torchvision.models.resnet50().eval(), (x,), {},
-                                f"torchvision ResNet-50, batch {batch}, {side}x{side}")
+                                f"torchvision ResNet-50, batch {batch}, {side}x{side}",
+                                attention=False)
             except ImportError:
                 pass
         size = (dict(embedding_size=8, hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1])
@@ -133,7 +136,7 @@ def build(name: str, *, tiny: bool = False, batch: int = 1, seq: int = 128) -> W
         model = _hf("ResNetModel", "ResNetConfig", **size)
         return Workload(name, model.eval(), (x,), {},
                         f"HF ResNetModel (ResNet-50{' layout, tiny' if tiny else ''}), "
-                        f"batch {batch}, {side}x{side}")
+                        f"batch {batch}, {side}x{side}", attention=False)
     raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
 
 
@@ -184,8 +187,8 @@ def fused_settings(choice: str) -> list[bool]:
     return {"on": [True], "off": [False], "both": [True, False]}[choice]
 
 
-def variant(fused: bool) -> str:
-    return f"ptxforge (fused attention {'on' if fused else 'off'})"
+def variant(fused: bool, attention: bool = True) -> str:
+    return f"ptxforge (fused attention {'on' if fused else 'off'})" if attention else "ptxforge"
 
 
 def fresh_log(path: str, resume: bool) -> None:
@@ -214,8 +217,9 @@ def run_model(work: Workload, args) -> Row:
         ref = first(work.model(*work.args, **work.kwargs)).float()
     half = work.model.half().to(device)
     x16, kw16 = to_device(work.args, device, True), to_device(work.kwargs, device, True)
-    for fused in fused_settings(args.fused_attention):
-        label = variant(fused)
+    settings = fused_settings(args.fused_attention)
+    for fused in settings if work.attention else settings[:1]:
+        label = variant(fused, work.attention)
         log = os.path.join(args.logdir, f"{work.name}_fp16{'_fused' if fused else ''}.json")
         if args.trials:
             fresh_log(log, args.resume)

@@ -36,6 +36,20 @@ def test_arguments(bench):
     assert bench.fused_settings("both") == [True, False]
     with pytest.raises(SystemExit):
         bench.parse(["--models", "llama"])
+    assert bench.variant(True) == "ptxforge (fused attention on)"
+    assert bench.variant(True, attention=False) == "ptxforge"
+
+
+def test_workloads_are_the_four_models(bench):
+    pytest.importorskip("transformers")
+    works = {n: bench.build(n, tiny=True) for n in bench.MODELS}
+    assert [n for n, w in works.items() if not w.attention] == ["resnet50"]
+    assert "attention_mask" in works["bert"].kwargs
+    assert works["gpt2"].model.config.use_cache is False
+    assert works["vit"].model.config._attn_implementation == "sdpa"
+    for w in works.values():
+        with torch.no_grad():
+            assert bench.first(w.model(*w.args, **w.kwargs)).isfinite().all()
 
 
 def test_tuning_starts_from_an_empty_log(bench, tmp_path):
