@@ -6,10 +6,12 @@
 
 The package registers the backend through the ``torch_dynamo_backends`` entry point, so no
 import is needed. Each graph Dynamo captures goes through AOT autograd with the Core ATen
-decompositions (attention kept whole); the graph is partitioned: the regions every node of
-which has a converter (:mod:`ptxforge.graph.frontend_torch`) are imported, built and run
-by ptxforge, and the other nodes stay with PyTorch (a warning lists them once; with
-``fullgraph=True`` an unsupported node is an error naming it).
+decompositions, ``scaled_dot_product_attention`` kept whole (rewritten first into an operator
+AOT autograd does not dispatch: :mod:`ptxforge.graph.frontend_torch.sdpa_op`). The graph is
+partitioned: the regions every node of which has a converter
+(:mod:`ptxforge.graph.frontend_torch`) are imported, built and run by ptxforge, and the
+other nodes stay with PyTorch (a warning lists them once; with ``fullgraph=True`` an
+unsupported node is an error naming it).
 
 Options (``options={...}``): see :class:`BackendOptions`. Without a GPU the compiled
 partitions run on the CPU simulator (a one-time warning says so), so the whole path is
@@ -38,8 +40,12 @@ def ptxforge_backend(gm, example_inputs, options: dict | None = None):
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
+    from .graph.frontend_torch.sdpa_op import keep_attention_whole
+
     opts = BackendOptions.from_dict(options)
     fullgraph = _fullgraph()
+    # before AOT autograd dispatches SDPA into a device's kernel or its math composition
+    keep_attention_whole(gm)
 
     def fw_compiler(fx_module, inputs):
         return make_boxed_func(compile_partitioned(fx_module, inputs, opts, fullgraph))
@@ -66,20 +72,21 @@ def _fullgraph() -> bool:
 
 
 def _decompositions() -> dict:
-    import torch
     from torch._decomp import core_aten_decompositions
 
-    table = dict(core_aten_decompositions())
-    table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
-    return table
+    from .graph.frontend_torch.api import keep_attention
+
+    return keep_attention(dict(core_aten_decompositions()))
 
 
 def tune_torch(model, example_args, trials: int, log: str, *, precision: str = "float32",
-               target: str = "cuda", kwargs: dict | None = None):
+               target: str = "cuda", kwargs: dict | None = None,
+               fused_attention: bool | None = None):
     """Tune the kernels of ``model`` (exported with ``example_args``) with ``trials``
     measurement trials in all, appending records to ``log``, with the CLI's progress bar;
     then ``torch.compile(model, backend="ptxforge", options={"log": log})`` builds with
-    them. Returns the number of records written."""
+    them. ``fused_attention`` as the backend option (give both the same value: the tasks
+    differ). Returns the number of records written."""
     from .graph.frontend_torch import from_torch
     from .torch_tuning import tune_graph
 
@@ -87,4 +94,5 @@ def tune_torch(model, example_args, trials: int, log: str, *, precision: str = "
         raise BackendError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     net, params = from_torch(model.eval() if hasattr(model, "eval") else model,
                              tuple(example_args), kwargs)
-    return tune_graph(net, params, trials, log, precision=precision, target=target)
+    return tune_graph(net, params, trials, log, precision=precision, target=target,
+                      fused_attention=fused_attention)

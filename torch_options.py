@@ -8,6 +8,7 @@ compiled partitions) both stand on this module, so neither imports the other's c
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from .graph.frontend_torch import TorchImportError
@@ -39,11 +40,19 @@ class BackendOptions:
         log: a tuning-record file applied as ``ApplyHistoryBest`` does; functions without a
             record get the default schedules.
         target: ``"auto"`` (the GPU if there is one, else the simulator with a warning),
-            ``"sim"``, or a CUDA target string (``"cuda"``, ``"cuda -arch=sm_90a"``).
+            ``"sim"`` (``"sim -arch=sm_80"``: the simulator running kernels built for that
+            GPU, tensor-core and fused-attention ones included), or a CUDA target string
+            (``"cuda"``, ``"cuda -arch=sm_90a"``).
         trials: tune every captured graph from ``log`` (created if missing) with this many
             trials before building it (0: no tuning); needs a GPU.
         cuda_graph: capture each compiled partition in a CUDA graph (one per input shape)
             and replay it on later calls.
+        fused_attention: compile each attention (``scaled_dot_product_attention``, kept
+            whole as ``nn.attention``) the fused tensor-core kernel can run as that kernel;
+            None (default): ``graph.build``'s default.
+        on_build: called with each :class:`~ptxforge.torch_partition.CompiledPartition`
+            once it is built (its ``net``, its ``lib``: the graph and the library), to
+            report what was compiled (a benchmark counts tuned functions and kernels).
     """
 
     precision: str = "float32"
@@ -51,6 +60,8 @@ class BackendOptions:
     target: str = "auto"
     trials: int = 0
     cuda_graph: bool = True
+    fused_attention: bool | None = None
+    on_build: Callable | None = None
 
     @classmethod
     def from_dict(cls, options: dict | None) -> BackendOptions:
@@ -65,6 +76,11 @@ class BackendOptions:
             raise BackendError(f"precision must be one of {PRECISIONS}, got {opts.precision!r}")
         if not isinstance(opts.trials, int) or opts.trials < 0:
             raise BackendError(f"trials must be a non-negative int, got {opts.trials!r}")
+        if opts.fused_attention is not None and not isinstance(opts.fused_attention, bool):
+            raise BackendError(f"fused_attention must be True, False or None, got "
+                               f"{opts.fused_attention!r}")
+        if opts.on_build is not None and not callable(opts.on_build):
+            raise BackendError(f"on_build must be callable, got {opts.on_build!r}")
         if opts.trials and not opts.log:
             raise BackendError("trials > 0 needs a log file to write the records to "
                                "(options={'trials': N, 'log': 'model.json'})")
@@ -72,6 +88,12 @@ class BackendOptions:
 
 
 _warned_sim = False
+
+
+def is_simulator(target: str) -> bool:
+    """Whether ``target`` (``"sim"``, ``"sim -arch=sm_80"``) runs on the CPU simulator."""
+    words = str(target).split()
+    return bool(words) and words[0] == "sim"
 
 
 def resolve_target(target: str) -> str:

@@ -19,7 +19,12 @@ from .graph.frontend_torch import TorchImportError, graph_dtype, import_graph
 from .graph.frontend_torch.importer import overload_name, source_line, static_int
 from .graph.frontend_torch.registry import lookup
 from .graph.ir import Var
-from .torch_options import BackendError, UnsupportedOperatorsWarning, resolve_target
+from .torch_options import (
+    BackendError,
+    UnsupportedOperatorsWarning,
+    is_simulator,
+    resolve_target,
+)
 
 
 def _tensor_ok(val) -> bool:
@@ -56,11 +61,20 @@ def node_supported(node, rejected: set[str]) -> bool:
     if not hasattr(node.target, "_schema"):
         return False
     conv = lookup(overload_name(node.target))
-    if conv is None or not conv.available:
+    if conv is None or not conv.available or _uncomputed_reads(node, conv):
         return False
     outs = _used_vals(node)
     ins = [v for a in node.all_input_nodes for v in _used_vals(a)]
     return all(_tensor_ok(v) for v in outs + ins)
+
+
+def _uncomputed_reads(node, conv) -> list[int]:
+    """The positions of ``node``'s results that the graph reads but ``conv`` does not
+    compute (a fused attention's log-sum-exp, which only training reads)."""
+    if conv.computes is None:
+        return []
+    used = {u.args[1] for u in node.users if u.target is operator.getitem}
+    return sorted(k for k in used if k not in conv.computes)
 
 
 def _used_vals(node) -> list:
@@ -90,6 +104,11 @@ def why_unsupported(node) -> str:
         return "no converter"
     if not conv.available:
         return "needs graph op(s) " + ", ".join(conv.missing_ops())
+    unread = _uncomputed_reads(node, conv)
+    if unread:
+        returns = node.target._schema.returns
+        names = ", ".join(returns[k].name or f"result {k}" for k in unread)
+        return f"the graph reads its {names}, which ptxforge does not compute"
     for v in _used_vals(node) + [v for a in node.all_input_nodes for v in _used_vals(a)]:
         try:
             graph_dtype(v.dtype)
@@ -107,6 +126,10 @@ class CompiledPartition:
     buffers (AOT autograd's static inputs, ``static``) are then bound as weights, so the
     graph passes fold and re-lay them out once and later calls pass only the activations.
     Like PyTorch's CUDA graphs, this assumes the weights do not change after that call.
+
+    Attributes:
+        net: the imported graph of the partition.
+        lib: the :class:`~ptxforge.graph.GraphLibrary` built from it (after the first call).
     """
 
     def __init__(self, net, target: str, opts, static: frozenset = frozenset()):
@@ -127,21 +150,23 @@ class CompiledPartition:
             from .torch_tuning import tune_graph
 
             tune_graph(net, params, opts.trials, opts.log, precision=opts.precision,
-                       target="sim" if target == "sim" else "cuda")
+                       target="sim" if is_simulator(target) else "cuda",
+                       fused_attention=opts.fused_attention)
+        kw = {"precision": _precision(opts)}
+        if opts.fused_attention is not None:
+            kw["fused_attention"] = opts.fused_attention
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", graph.NoTuningRecordWarning)
             if opts.log:
                 from . import autosched
 
                 with autosched.ApplyHistoryBest(opts.log):
-                    self.lib = graph.build(net, target=target, params=params,
-                                           precision=_precision(opts))
+                    self.lib = graph.build(net, target=target, params=params, **kw)
             else:
-                self.lib = graph.build(net, target=target, params=params,
-                                       precision=_precision(opts))
+                self.lib = graph.build(net, target=target, params=params, **kw)
         from .runtime.zero_copy import ZeroCopyGraphModule
 
-        if target == "sim":
+        if is_simulator(target):
             self.module = ZeroCopyGraphModule(self.lib)
         else:
             import ptxforge
@@ -152,12 +177,28 @@ class CompiledPartition:
         self.used = [name in self.lib.plan.inputs for name in self.names]
         plan = self.lib.plan
         self.out_types = [plan.slots[k].ty for k in plan.outputs]
+        if opts.on_build is not None:
+            opts.on_build(self)
 
     def __call__(self, *tensors):
         if self.module is None:
+            # the weights are copied to the host while building, wherever they are
+            self._check_devices(tensors, [name not in self.static for name in self.names])
             self._build(tensors)
         outs = self._run(tensors)
         return outs if len(outs) != 1 else outs[0]
+
+    def _check_devices(self, tensors, used) -> None:
+        """A GPU build takes CUDA tensors only: a CPU tensor is refused (before the first
+        build, and before any launch) with what to do about it."""
+        if is_simulator(self.target):
+            return
+        for name, use, t in zip(self.names, used, tensors):
+            if use and getattr(t, "device", None) is not None and t.device.type != "cuda":
+                raise BackendError(
+                    f"input {name} is on {t.device}, but this graph was compiled for the GPU "
+                    f"({self.target}); move the model and its inputs to CUDA (model.cuda(), "
+                    "x.cuda()) or compile with options={'target': 'sim'}")
 
     def _run(self, tensors) -> tuple:
         """Run on the tensors themselves: inputs wrapped without a copy, outputs allocated
@@ -165,17 +206,13 @@ class CompiledPartition:
         place; on a GPU, on PyTorch's current stream."""
         import torch
 
-        on_gpu = self.target != "sim"
+        on_gpu = not is_simulator(self.target)
         device = next((t.device for t in tensors if hasattr(t, "device")),
                       torch.device("cuda" if on_gpu else "cpu"))
+        self._check_devices(tensors, self.used)
         inputs = {}
         for name, used, t in zip(self.names, self.used, tensors):
             if used:
-                if on_gpu and t.device.type != "cuda":
-                    raise BackendError(
-                        f"input {name} is on {t.device}, but this graph was compiled for the "
-                        "GPU; move the model and its inputs to CUDA (model.cuda(), x.cuda()) "
-                        "or compile with options={'target': 'sim'}")
                 inputs[name] = self._wrap(t, name)
         if not on_gpu:
             device = torch.device("cpu")  # the simulator runs on host memory
@@ -192,7 +229,7 @@ class CompiledPartition:
         from .nd import DLPackError, wrap_tensor
 
         t = t.detach()
-        if self.target == "sim" and t.device.type != "cpu":
+        if is_simulator(self.target) and t.device.type != "cpu":
             t = t.cpu()  # a GPU tensor given to a simulator build: one copy to the host
         try:
             return wrap_tensor(t, self.module.device, what)
@@ -231,11 +268,12 @@ def compile_partitioned(gm, example_inputs, opts, fullgraph: bool = False):
     compiled partitions; returns a callable of the graph's inputs."""
     if _has_symbolic_shapes(gm):
         return _PerShape(gm, opts, fullgraph)
+    _drop_empty_cat_inputs(gm)
     target = resolve_target(opts.target)
     rejected: set[str] = set()
     while True:
         unsupported = [n for n in gm.graph.nodes if n.op == "call_function"
-                       and not node_supported(n, rejected)]
+                       and not node_supported(n, rejected) and not _takes_from(n, rejected)]
         if unsupported and fullgraph:
             raise BackendError("fullgraph=True, but ptxforge cannot run "
                                + "; ".join(describe(n) for n in unsupported[:5])
@@ -256,6 +294,43 @@ def compile_partitioned(gm, example_inputs, opts, fullgraph: bool = False):
             warnings.warn("these operators run in PyTorch, between ptxforge's kernels: "
                           + ", ".join(key), UnsupportedOperatorsWarning, stacklevel=2)
     return compiled
+
+
+def _drop_empty_cat_inputs(gm) -> None:
+    """Remove, in place, the empty 1-D tensors a ``cat`` concatenates (which ``torch.cat``
+    skips): a key/value cache starts as ``torch.tensor([])`` (Hugging Face's
+    ``DynamicCache``), and an empty tensor would keep the ``cat``, and so the graph around
+    it, out of the compiled partitions."""
+    import torch
+
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
+            continue
+        tensors = node.args[0]
+        out = node.meta.get("val")
+        # an empty input of another dtype takes part in the type promotion: it stays
+        kept = [t for t in tensors
+                if not (_empty_1d(t) and t.meta["val"].dtype == getattr(out, "dtype", None))]
+        if kept and len(kept) < len(tensors):
+            node.args = (kept,) + tuple(node.args[1:])
+            changed = True
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+
+
+def _empty_1d(node) -> bool:
+    val = node.meta.get("val") if hasattr(node, "meta") else None
+    return hasattr(val, "shape") and tuple(val.shape) == (0,)
+
+
+def _takes_from(node, rejected: set[str]) -> bool:
+    """``node`` is a ``getitem`` of an unsupported node, which is listed instead."""
+    if node.target is not operator.getitem:
+        return False
+    src = node.args[0]
+    return hasattr(src, "op") and not node_supported(src, rejected)
 
 
 class _RejectNode(Exception):
@@ -281,6 +356,7 @@ def _static_inputs(gm) -> set[str]:
 def _partition_and_build(gm, rejected: set[str], target: str, opts, static: set[str]):
     import copy
 
+    import torch
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -288,7 +364,10 @@ def _partition_and_build(gm, rejected: set[str], target: str, opts, static: set[
         def is_node_supported(self, submodules, node) -> bool:
             return node_supported(node, rejected)
 
-    work = copy.deepcopy(gm)
+    # a copy of the graph only: the module's tensor attributes (constants AOT autograd
+    # lifted, such as GPT-2's causal mask) are shared, since copying them under the fake
+    # tensor mode AOT autograd has active fails
+    work = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
     partitioner = CapabilityBasedPartitioner(work, Support(), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     fused = partitioner.fuse_partitions(partitions)

@@ -1,134 +1,322 @@
 """torch.compile(backend="ptxforge") against torch.compile(mode="reduce-overhead"), in one
-process on one GPU, fp16: HF BERT-base (seq 128, batch 1), torchvision ResNet-50 (batch 1),
-GPT-2 small (seq 128) and ViT-B/16 (224x224), PyTorch with SDPA attention and its CUDA graph.
+process on one GPU, fp16: Hugging Face BERT-base (the whole model with its attention mask,
+seq 128, batch 1), ResNet-50 (batch 1, 224x224; torchvision's, else transformers' ResNet-50,
+the same network), GPT-2 small (seq 128) and ViT-B/16 (224x224), PyTorch with SDPA attention
+and its CUDA graph.
 
-Each model is first tuned from an empty log with ``ptxforge.tune_torch`` (``--trials`` in
-all), then compiled both ways; the outputs are checked against PyTorch eager fp32 on random
-inputs before anything is timed (CUDA events, median of ``--repeat`` timings of ``--number``
-calls each, after warm-up). Prints a table with the ratios.
+For each model and each ``--fused-attention`` setting, ptxforge is first tuned from an empty
+log with ``ptxforge.tune_torch`` (``--trials`` in all; an existing log is moved aside unless
+``--resume``), then the model is compiled both ways. Every compiled model is checked against
+PyTorch eager fp32 on random inputs before anything is timed (CUDA events, the median of
+``--repeat`` timings of ``--number`` calls each, after warm-up). Prints a table per model
+with the ratios, and writes it as JSON with ``--json``.
 
-    python bench/bench_torch_backend.py --trials 2000 --logdir bench/results/torch_logs
-    python bench/bench_torch_backend.py --models resnet50 --trials 0   # default schedules
+    python bench/bench_torch_backend.py --models bert resnet50 gpt2 vit --trials 2000
+    python bench/bench_torch_backend.py --models bert --trials 0 --fused-attention both
+    python bench/bench_torch_backend.py --dry-run          # tiny configs on the simulator
+
+``--dry-run`` needs no GPU: tiny configurations of the same models go through the same
+steps (tuning estimated on the simulator, the backend on ``sim -arch=sm_80``, the check
+against eager fp32); nothing is timed and PyTorch's CUDA-graph mode is left out.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import sys
+from dataclasses import asdict, dataclass, field
 
 import torch
 
 MODELS = ("bert", "resnet50", "gpt2", "vit")
+SIM_TARGET = "sim -arch=sm_80"
 
 
-def build(name: str):
-    """The model (fp32, eval, CUDA) and its example inputs."""
-    torch.manual_seed(0)
-    if name == "resnet50":
-        import torchvision
+@dataclass
+class Workload:
+    """One model to compare: the fp32 module (eval), its positional inputs and keyword
+    inputs, what it is, and whether it has attention (else one ``--fused-attention``
+    setting is enough)."""
 
-        return torchvision.models.resnet50().eval().cuda(), (torch.randn(1, 3, 224, 224),)
-    if name == "vit":
-        import torchvision
+    name: str
+    model: torch.nn.Module
+    args: tuple
+    kwargs: dict
+    description: str
+    attention: bool = True
 
-        return torchvision.models.vit_b_16().eval().cuda(), (torch.randn(1, 3, 224, 224),)
+
+@dataclass
+class Row:
+    """The result of one model: milliseconds per call of each compiled variant (None: not
+    timed), and each variant's largest difference from eager fp32 (a share of the largest
+    output)."""
+
+    model: str
+    description: str
+    times_ms: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)
+    compiled: dict = field(default_factory=dict)
+
+
+def compiled_summary(parts: list) -> dict:
+    """What ptxforge compiled (from the backend's ``on_build`` reports): partitions, the
+    attentions kept whole, distinct functions, those with a tuning record, the fused
+    attention kernels and the kernel launches per call."""
+    funcs = [f for p in parts for f in p.lib.functions.values()]
+    return {
+        "partitions": len(parts),
+        "attentions": sum(c.op == "nn.attention" for p in parts for c in p.net.calls()),
+        "functions": len(funcs),
+        "tuned": sum(bool(f.tuned) for f in funcs),
+        "fused_attention_kernels": sum(f.pipeline_text.startswith("fused_attention")
+                                       for f in funcs),
+        "launches": sum(k is not None for p in parts for k in p.lib.call_keys),
+    }
+
+
+def _hf(cls: str, config_cls: str, **config):
     import transformers
 
+    cfg = getattr(transformers, config_cls)(**config)
+    cfg.return_dict = False
+    return getattr(transformers, cls)(cfg)
+
+
+def build(name: str, *, tiny: bool = False, batch: int = 1, seq: int = 128) -> Workload:
+    """The model ``name`` (fp32, eval, on the CPU, seeded weights) and random inputs;
+    ``tiny``: a small configuration of the same architecture."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
+    if tiny:
+        seq = min(seq, 16)
     if name == "bert":
-        cfg = transformers.BertConfig(attn_implementation="sdpa")
-        model = transformers.BertModel(cfg)
-    elif name == "gpt2":
-        cfg = transformers.GPT2Config(attn_implementation="sdpa")
-        model = transformers.GPT2Model(cfg)
-    else:
-        raise SystemExit(f"unknown model {name!r}; choose from {MODELS}")
-    model.config.return_dict = False
-    ids = torch.randint(0, cfg.vocab_size, (1, 128))
-    return model.eval().cuda(), (ids,)
+        size = (dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, vocab_size=96, max_position_embeddings=64)
+                if tiny else {})
+        model = _hf("BertModel", "BertConfig", attn_implementation="sdpa", **size)
+        ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=gen)
+        mask = torch.ones(batch, seq, dtype=torch.int64)
+        return Workload(name, model.eval(), (ids,), {"attention_mask": mask},
+                        f"HF BertModel{' (tiny)' if tiny else ''}, batch {batch}, seq {seq}")
+    if name == "gpt2":
+        size = (dict(n_embd=32, n_layer=2, n_head=2, vocab_size=96, n_positions=64,
+                     bos_token_id=0, eos_token_id=0) if tiny else {})
+        model = _hf("GPT2Model", "GPT2Config", attn_implementation="sdpa", use_cache=False,
+                    **size)
+        ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=gen)
+        return Workload(name, model.eval(), (ids,), {},
+                        f"HF GPT2Model{' (tiny)' if tiny else ''}, batch {batch}, seq {seq}")
+    if name == "vit":
+        size = (dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, image_size=32, patch_size=8) if tiny else {})
+        model = _hf("ViTModel", "ViTConfig", attn_implementation="sdpa", **size)
+        side = model.config.image_size
+        x = torch.randn(batch, 3, side, side, generator=gen)
+        return Workload(name, model.eval(), (x,), {},
+                        f"HF ViTModel (ViT-B/16{' layout, tiny' if tiny else ''}), "
+                        f"batch {batch}, {side}x{side}")
+    if name == "resnet50":
+        side = 32 if tiny else 224
+        x = torch.randn(batch, 3, side, side, generator=gen)
+        if not tiny:
+            try:
+                import torchvision
+
+                return Workload(name, torchvision.models.resnet50().eval(), (x,), {},
+                                f"torchvision ResNet-50, batch {batch}, {side}x{side}",
+                                attention=False)
+            except ImportError:
+                pass
+        size = (dict(embedding_size=8, hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1])
+                if tiny else {})
+        model = _hf("ResNetModel", "ResNetConfig", **size)
+        return Workload(name, model.eval(), (x,), {},
+                        f"HF ResNetModel (ResNet-50{' layout, tiny' if tiny else ''}), "
+                        f"batch {batch}, {side}x{side}", attention=False)
+    raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
 
 
-def to_device(args, half: bool):
-    out = []
-    for a in args:
-        a = a.cuda()
-        out.append(a.half() if half and a.is_floating_point() else a)
-    return tuple(out)
+def to_device(values, device: str, half: bool):
+    """Tensors moved to ``device``, floating ones cast to fp16 with ``half``."""
+    def move(a):
+        if not isinstance(a, torch.Tensor):
+            return a
+        a = a.to(device)
+        return a.half() if half and a.is_floating_point() else a
+
+    if isinstance(values, dict):
+        return {k: move(v) for k, v in values.items()}
+    return tuple(move(a) for a in values)
 
 
-def first(out):
+def first(out) -> torch.Tensor:
     while isinstance(out, (tuple, list)):
         out = out[0]
     return out
 
 
-def time_it(fn, args, number: int, repeat: int) -> float:
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    got, want = got.float().cpu(), want.float().cpu()
+    return float((got - want).abs().max() / want.abs().max().clamp_min(1e-30))
+
+
+def time_it(fn, args, kwargs, number: int, repeat: int) -> float:
+    """The median over ``repeat`` CUDA-event timings of ``number`` calls, in ms per call."""
     with torch.no_grad():
         for _ in range(3):
-            fn(*args)
+            fn(*args, **kwargs)
         torch.cuda.synchronize()
         times = []
         for _ in range(repeat):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(number):
-                fn(*args)
+                fn(*args, **kwargs)
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) / number)
     return statistics.median(times)
 
 
-def main() -> int:
+def fused_settings(choice: str) -> list[bool]:
+    return {"on": [True], "off": [False], "both": [True, False]}[choice]
+
+
+def variant(fused: bool, attention: bool = True) -> str:
+    return f"ptxforge (fused attention {'on' if fused else 'off'})" if attention else "ptxforge"
+
+
+def fresh_log(path: str, resume: bool) -> None:
+    """Start ``path`` empty (the old one kept beside it as ``.prev``) unless ``resume``."""
+    if os.path.exists(path) and not resume:
+        os.replace(path, path + ".prev")
+        print(f"moved the earlier log aside: {path}.prev", flush=True)
+
+
+def compile_ours(model, log: str | None, target: str, fused: bool, parts: list):
+    """``model`` through the backend; each compiled partition is appended to ``parts``."""
+    torch._dynamo.reset()
+    return torch.compile(model, backend="ptxforge", dynamic=False, options={
+        "precision": "float16", "log": log if log and os.path.exists(log) else None,
+        "target": target, "fused_attention": fused, "on_build": parts.append})
+
+
+def run_model(work: Workload, args) -> Row:
+    """Tune, compile, check and (on a GPU) time one model."""
     import ptxforge
 
+    device = "cpu" if args.dry_run else "cuda"
+    target = SIM_TARGET if args.dry_run else "cuda"
+    row = Row(work.name, work.description)
+    with torch.no_grad():
+        ref = first(work.model(*work.args, **work.kwargs)).float()
+    half = work.model.half().to(device)
+    x16, kw16 = to_device(work.args, device, True), to_device(work.kwargs, device, True)
+    settings = fused_settings(args.fused_attention)
+    for fused in settings if work.attention else settings[:1]:
+        label = variant(fused, work.attention)
+        log = os.path.join(args.logdir, f"{work.name}_fp16{'_fused' if fused else ''}.json")
+        if args.trials:
+            fresh_log(log, args.resume)
+            ptxforge.tune_torch(half, x16, trials=args.trials, log=log, precision="float16",
+                                target="sim" if args.dry_run else "cuda", kwargs=kw16,
+                                fused_attention=fused)
+        parts: list = []
+        ours = compile_ours(half, log, target, fused, parts)
+        row.errors[label] = check(ours, x16, kw16, ref, label, work.name, args.tolerance)
+        row.compiled[label] = compiled_summary(parts)
+        print(f"{work.name}: {label} compiled {row.compiled[label]}", flush=True)
+        if not args.dry_run:
+            row.times_ms[label] = time_it(ours, x16, kw16, args.number, args.repeat)
+    if not args.dry_run:
+        label = "torch.compile reduce-overhead"
+        torch._dynamo.reset()
+        theirs = torch.compile(half, mode="reduce-overhead", dynamic=False)
+        row.errors[label] = check(theirs, x16, kw16, ref, label, work.name, args.tolerance)
+        row.times_ms[label] = time_it(theirs, x16, kw16, args.number, args.repeat)
+    return row
+
+
+def check(fn, x, kw, ref, label: str, model: str, tolerance: float) -> float:
+    """The largest difference of ``fn``'s output from eager fp32; over ``tolerance`` the
+    benchmark stops (a wrong result is not timed)."""
+    with torch.no_grad():
+        got = first(fn(*x, **kw))
+    err = relative_error(got, ref)
+    if not err <= tolerance:
+        raise SystemExit(f"{model}: {label} differs from eager fp32 by {err:.2e} of the "
+                         f"largest output (tolerance {tolerance:.0e})")
+    print(f"{model}: {label} matches eager fp32 ({err:.2e} of the largest output)", flush=True)
+    return err
+
+
+def table(rows: list[Row]) -> str:
+    """One markdown table per model: each variant's time, its ratio to PyTorch's
+    reduce-overhead time and its difference from eager fp32."""
+    out = []
+    for row in rows:
+        base = row.times_ms.get("torch.compile reduce-overhead")
+        out += [f"\n{row.model}: {row.description}",
+                "| variant | ms per call | speed-up over reduce-overhead | max error | launches "
+                "| functions tuned |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        for label, err in row.errors.items():
+            t = row.times_ms.get(label)
+            ms = f"{t:.4f}" if t is not None else "not timed"
+            ratio = f"{base / t:.2f}x" if t and base else "-"
+            c = row.compiled.get(label)
+            launches = c["launches"] if c else "-"
+            tuned = f"{c['tuned']} of {c['functions']}" if c else "-"
+            out.append(f"| {label} | {ms} | {ratio} | {err:.1e} | {launches} | {tuned} |")
+    return "\n".join(out)
+
+
+def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    p.add_argument("--trials", type=int, default=2000, help="tuning trials per model (0: none)")
+    p.add_argument("--trials", type=int, default=2000,
+                   help="tuning trials per model and setting, from an empty log (0: none)")
+    p.add_argument("--resume", action="store_true",
+                   help="tune on from the existing logs instead of starting them empty")
+    p.add_argument("--fused-attention", choices=("on", "off", "both"), default="both",
+                   help="compile attention as the fused kernel, decomposed, or both")
     p.add_argument("--logdir", default="bench/results/torch_logs")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--seq", type=int, default=128, help="sequence length of BERT and GPT-2")
     p.add_argument("--number", type=int, default=50)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--tolerance", type=float, default=3e-2,
                    help="largest difference from eager fp32, as a share of the largest output")
-    args = p.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("this benchmark needs a CUDA GPU")
+    p.add_argument("--json", help="write the rows to this file")
+    p.add_argument("--dry-run", action="store_true",
+                   help="tiny configurations on the CPU simulator; nothing timed")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if not args.dry_run and not torch.cuda.is_available():
+        raise SystemExit("this benchmark needs a CUDA GPU (or --dry-run)")
     os.makedirs(args.logdir, exist_ok=True)
     rows = []
     for name in args.models:
-        model, inputs = build(name)
-        x32 = to_device(inputs, half=False)
-        with torch.no_grad():
-            ref = first(model(*x32)).float()
-        half = model.half()
-        x16 = to_device(inputs, half=True)
-        log = os.path.join(args.logdir, f"{name}_fp16.json")
-        if args.trials:
-            ptxforge.tune_torch(half, x16, trials=args.trials, log=log, precision="float16")
-        torch._dynamo.reset()
-        ours = torch.compile(half, backend="ptxforge", dynamic=False, options={
-            "precision": "float16", "log": log if os.path.exists(log) else None,
-            "target": "cuda"})
-        theirs = torch.compile(half, mode="reduce-overhead", dynamic=False)
-        with torch.no_grad():
-            for label, fn in (("ptxforge", ours), ("reduce-overhead", theirs)):
-                got = first(fn(*x16)).float()
-                err = float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
-                if err > args.tolerance:
-                    raise SystemExit(f"{name}: {label} differs from eager fp32 by {err:.2e} of "
-                                     "the largest output")
-        t_ours = time_it(ours, x16, args.number, args.repeat)
-        t_theirs = time_it(theirs, x16, args.number, args.repeat)
-        rows.append((name, t_ours, t_theirs))
-        print(f"{name}: ptxforge {t_ours:.4f} ms, reduce-overhead {t_theirs:.4f} ms", flush=True)
-    print(f"\nGPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, fp16, "
-          f"{args.trials} trials per model")
-    print("| model | ptxforge | torch.compile reduce-overhead | ratio |")
-    print("| --- | --- | --- | --- |")
-    for name, a, b in rows:
-        print(f"| {name} | {a:.4f} ms | {b:.4f} ms | {b / a:.2f}x |")
+        work = build(name, tiny=args.dry_run, batch=args.batch, seq=args.seq)
+        rows.append(run_model(work, args))
+    where = ("the CPU simulator (dry run, not timed)" if args.dry_run else
+             f"{torch.cuda.get_device_name()}")
+    print(f"\n{where}, torch {torch.__version__}, fp16, {args.trials} trials per model and "
+          "setting" + table(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": where, "torch": torch.__version__, "trials": args.trials,
+                       "rows": [asdict(r) for r in rows]}, f, indent=1)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

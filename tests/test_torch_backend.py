@@ -151,3 +151,36 @@ def test_cpu_tensors_given_to_a_cuda_build_are_refused_before_any_launch():
     with pytest.raises(BackendError, match=r"input x is on cpu, but this graph was compiled "
                                            r"for the GPU.*x\.cuda\(\)"):
         part(torch.zeros(3))
+
+
+def test_float8_tensors_are_named_as_the_cause():
+    with pytest.raises(Exception, match=r"float8 tensors are not supported yet: "
+                                        r"float8_e4m3fn"), torch.no_grad():
+        _compile(lambda x: x.to(torch.float32) * 2, fullgraph=True)(
+            torch.ones(3).to(torch.float8_e4m3fn))
+
+
+def test_cpu_tensors_given_to_a_cuda_build_through_torch_compile():
+    """options={'target': 'cuda'} with CPU tensors: refused at the first call, before the
+    build (so without a GPU too), naming the tensor and what to do."""
+    torch._dynamo.reset()
+    compiled = torch.compile(Block().eval(), backend=ptxforge_backend,
+                             options={"target": "cuda"})
+    with pytest.raises(BackendError, match=r"is on cpu, but this graph was compiled for the "
+                                           r"GPU \(cuda\); move the model and its inputs to "
+                                           r"CUDA"), torch.no_grad():
+        compiled(torch.randn(1, 3, 6, 6))
+
+
+def test_tuning_a_model_torch_export_cannot_trace_is_a_clear_error(tmp_path):
+    from ptxforge.graph.frontend_torch import TorchImportError
+    from ptxforge.torch_backend import tune_torch
+
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            return x if x.sum() > 0 else -x  # control flow on a value
+
+    with pytest.raises(TorchImportError, match=r"torch.export cannot trace DataDependent"):
+        tune_torch(DataDependent(), (torch.ones(3),), trials=1, log=str(tmp_path / "l.json"),
+                   target="sim")
+    assert not (tmp_path / "l.json").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from ptxforge import graph
 
 torch = pytest.importorskip("torch")

@@ -15,15 +15,39 @@ from .importer import (
 )
 from .registry import lookup
 
+ATTENTION_OVERLOADS = (
+    "scaled_dot_product_attention.default",
+    "_scaled_dot_product_flash_attention.default",
+    "_scaled_dot_product_flash_attention_for_cpu.default",
+    "_scaled_dot_product_efficient_attention.default",
+    "_scaled_dot_product_cudnn_attention.default",
+    "_scaled_dot_product_fused_attention_overrideable.default",
+)
+"""The attention overloads (of ``torch.ops.aten``) kept whole: each becomes one
+``nn.attention`` (:mod:`.convert_attention`)."""
 
-def decomposition_table() -> dict:
-    """torch.export's default decompositions (to Core ATen), except that
-    ``scaled_dot_product_attention`` stays whole, to become ``nn.attention``."""
+
+def keep_attention(table: dict) -> dict:
+    """``table`` (a decomposition table) without the :data:`ATTENTION_OVERLOADS`: torch
+    decomposes the fused kernels' overloads into products and a softmax (the CPU one even
+    returns the attention weights in place of its log-sum-exp)."""
     import torch
 
-    table = torch.export.default_decompositions()
-    table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
+    for name in ATTENTION_OVERLOADS:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
+        if op is not None:
+            table.pop(op, None)
     return table
+
+
+def decomposition_table() -> dict:
+    """torch.export's default decompositions (to Core ATen), except that attention
+    (``scaled_dot_product_attention`` and the fused kernels' overloads) stays whole, to
+    become ``nn.attention``."""
+    import torch
+
+    return keep_attention(torch.export.default_decompositions())
 
 
 def _needs_decomposition(ep) -> bool:

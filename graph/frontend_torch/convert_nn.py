@@ -1,4 +1,5 @@
-"""Converters of products, convolutions, normalizations, pools, resizes and attention."""
+"""Converters of products, convolutions, normalizations, pools and resizes (attention:
+:mod:`.convert_attention`)."""
 
 from __future__ import annotations
 
@@ -308,34 +309,3 @@ def _upsample_bilinear(cx, a):
     both = cx.call("nn.dense", [reshape(cx, cols, (n * c * ow, h)), wh])
     back = cx.call("transpose", [reshape(cx, both, (n * c, ow, oh))], {"axes": [0, 2, 1]})
     return reshape(cx, back, (n, c, oh, ow))
-
-
-# -- attention ----------------------------------------------------------------------------
-
-@converter("aten.scaled_dot_product_attention.default", needs=("nn.attention", "reshape"),
-           maps_to="nn.attention", note="dropout_p=0 only")
-def _sdpa(cx, a):
-    q, k, v = a.query, a.key, a.value
-    if a.dropout_p:
-        cx.fail(f"dropout_p={a.dropout_p} is random; pass 0 (eval mode) for inference")
-    lead = q.shape[:-2]
-    def as4(t):
-        if t.ndim == 4:
-            return t
-        b = numel(t.shape[:-3]) if t.ndim > 4 else 1
-        return reshape(cx, t, (b,) + tuple(t.shape[-3:]) if t.ndim > 3 else
-                       (1,) + tuple(t.shape))
-    q4, k4, v4 = as4(q), as4(k), as4(v)
-    args = [q4, k4, v4]
-    if a.attn_mask is not None:
-        mask = a.attn_mask
-        if mask.ndim > 4:
-            mask = reshape(cx, mask, (numel(mask.shape[:-3]),) + tuple(mask.shape[-3:]))
-        if mask.dtype != "bool" and mask.dtype != q.dtype:
-            mask = operand(cx, mask, q.dtype)
-        args.append(mask)
-    if q4.shape[1] != k4.shape[1] and not a.enable_gqa:
-        cx.fail(f"q has {q4.shape[1]} heads and k {k4.shape[1]}: pass enable_gqa=True for "
-                "grouped-query attention")
-    out = cx.call("nn.attention", args, {"scale": a.scale, "is_causal": bool(a.is_causal)})
-    return reshape(cx, out, tuple(lead) + tuple(out.shape[-2:]))

@@ -27,6 +27,8 @@ class Converter:
             views that emit nothing).
         maps_to: a short description for the coverage table (default: ``needs``).
         note: a limit of the translation (an argument value it rejects), for the docs.
+        computes: for an overload returning several values, the positions of those the
+            converter computes (the others are refused where a graph reads them); None: all.
     """
 
     overload: str
@@ -34,6 +36,7 @@ class Converter:
     needs: tuple[str, ...]
     maps_to: str
     note: str = ""
+    computes: tuple[int, ...] | None = None
 
     def missing_ops(self) -> list[str]:
         """The graph operators this converter needs that are not registered."""
@@ -57,7 +60,7 @@ CONVERTERS: dict[str, Converter] = {}
 
 
 def converter(*overloads: str, needs: tuple[str, ...] | str = (), maps_to: str = "",
-              note: str = ""):
+              note: str = "", computes: tuple[int, ...] | None = None):
     """Register ``fn`` as the converter of each of ``overloads``."""
     needed = (needs,) if isinstance(needs, str) else tuple(needs)
 
@@ -67,7 +70,7 @@ def converter(*overloads: str, needs: tuple[str, ...] | str = (), maps_to: str =
                 raise ValueError(f"{name} already has a converter")
             CONVERTERS[name] = Converter(name, fn, needed,
                                          maps_to or ", ".join(needed) or "import-time value",
-                                         note)
+                                         note, computes)
         return fn
 
     return wrap
@@ -87,6 +90,7 @@ def _load() -> None:
     if not _loaded:
         _loaded = True
         from . import (  # noqa: F401
+            convert_attention,
             convert_extra,
             convert_grad,
             convert_math,
