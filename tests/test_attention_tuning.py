@@ -15,6 +15,7 @@ from ptxforge.autotvm.space import InstantiationError
 from ptxforge.autotvm.tuner import GridSearchTuner
 from ptxforge.measure import load_records
 from ptxforge.ops.schedules.attention import (
+    AttentionError,
     AttentionMask,
     AttentionWorkload,
     choose_attention_config,
@@ -129,3 +130,18 @@ def test_auto_scheduler_sketch_ranks_and_builds_its_states():
     backend_sim.run(res.artifact.device_module(), [*args, o])
     want = attention_python(*args, causal=True)
     assert np.abs(o.astype(np.float64) - want).max() < 4e-3
+
+
+def test_a_refused_step_raises_a_pass_error_naming_the_rule():
+    # the step's own checks raise the pass error of the pass framework (pass, original)
+    from ptxforge.passes.errors import PassError
+
+    task = autotvm.task.create(template.NAME, args=ARGS, target="cuda")
+    sch, _ = task.instantiate(task.default_config())
+    step = [p for p in sch.pipeline if isinstance(p, FusedAttention)][0]
+    bad = FusedAttention(warps=3, block_kv=step.block_kv, stages=step.stages,
+                         causal=step.causal)
+    with pytest.raises(PassError, match="warps must be one of") as info:
+        bad.apply(None, None)
+    assert isinstance(info.value.original, AttentionError)
+    assert info.value.pass_ is bad

@@ -114,12 +114,12 @@ class FusedAttention(Pass):
                                      ("stages", self.stages, stages),
                                      ("mma", self.mma, MMAS)):
             if value not in allowed:
-                raise PassError(f"fused_attention: {what} must be one of {allowed}, got "
-                                f"{value}")
+                raise PassError(self, AttentionError(
+                    f"fused_attention: {what} must be one of {allowed}, got {value}"))
         try:
             workload_of_module(module, self.causal, self.scale, self.layout)
         except AttentionError as e:
-            raise PassError(str(e)) from None
+            raise PassError(self, e, module) from e
         return module
 
 
