@@ -145,3 +145,35 @@ def test_a_refused_step_raises_a_pass_error_naming_the_rule():
         bad.apply(None, None)
     assert isinstance(info.value.original, AttentionError)
     assert info.value.pass_ is bad
+
+
+def test_a_function_whose_mask_comes_first_gets_its_roles_from_the_stages():
+    # a network's fused function orders its parameters as the graph gives them (HF BERT's
+    # bool mask first): the kernel still takes q, k, v, mask from the attention's stages
+    import numpy as np
+    from ptxforge import backend_sim, ops, te
+    from ptxforge.graph.opdefs.elemwise import cast_array
+    from ptxforge.ir.to_ir import to_ir
+    from ptxforge.ops.attention_testing import attention_python, attention_tolerance
+    from ptxforge.ops.schedules.attention.schedule_pass import fused_attention_device_module
+    from ptxforge.ops.testing import widen
+
+    rng = np.random.default_rng(5)
+    m = te.placeholder((1, 1, 24, 24), "bool", name="p0")
+    v = te.placeholder((1, 2, 24, 32), "float16", name="p1")
+    q = te.placeholder((1, 2, 24, 16), "float16", name="p2")
+    k = te.placeholder((1, 2, 24, 16), "float16", name="p3")
+    out = ops.attention(q, k, v, m)
+    module = to_ir([m, v, q, k, out])
+    step = FusedAttention(warps=1, block_kv=16, stages=2)
+    device = fused_attention_device_module(module, step, "sim -arch=sm_80")
+    mask = rng.random((1, 1, 24, 24)) < 0.7
+    mask[..., 0] = True
+    vals = {n: cast_array(rng.standard_normal(t.shape), "float16")
+            for n, t in (("v", v), ("q", q), ("k", k))}
+    res = cast_array(np.zeros((1, 2, 24, 32)), "float16")
+    backend_sim.run(device, [mask, vals["v"], vals["q"], vals["k"], res])
+    want = attention_python(vals["q"], vals["k"], vals["v"], mask, None, False,
+                            dtype="float16")
+    err = np.abs(widen(res, "float16") - want).max() / max(1.0, np.abs(want).max())
+    assert err <= attention_tolerance("float16"), err

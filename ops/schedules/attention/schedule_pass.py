@@ -36,13 +36,48 @@ def _roles(module: Module) -> list:
                              "an attention takes q, k, v, an optional mask and the output")
     by_name = {p.name: p for p in params}
     if not all(n in by_name for n in PARAMS):
-        return params
+        return _roles_from_stages(module, params)
     named = [by_name[n] for n in PARAMS] + ([by_name["mask"]] if len(params) == 5 else [])
     rest = [p for p in params if p not in named]
     if len(rest) != 1 or (len(params) == 5 and "mask" not in by_name):
         raise AttentionError(f"fused_attention: cannot tell the mask and the output apart "
                              f"among {[p.name for p in params]}")
     return named + rest
+
+
+def _roles_from_stages(module: Module, params: list) -> list:
+    """``[q, k, v, (mask,) out]`` read from the attention's stages: the scores' product
+    loads q then k, the score stage the mask, the values' product v (a fused function
+    orders its parameters as the graph gives them: a network's mask often comes first).
+    Falls back to the parameters' order where the stages are not found."""
+    from ....ir.expr import Load, children
+    from ....ir.stmt import Block, stmt_exprs, walk
+    from ...attention import STAGES
+
+    ids = {id(p): p for p in params}
+    loads: dict[str, list] = {}
+
+    def in_order(e, found: list) -> None:  # operands left to right: q before k
+        if isinstance(e, Load) and id(e.buffer) in ids and ids[id(e.buffer)] not in found:
+            found.append(ids[id(e.buffer)])
+        for c in children(e):
+            in_order(c, found)
+
+    for st in walk(module.main.body):
+        if isinstance(st, Block) and st.name in (STAGES[0], STAGES[1], STAGES[5]):
+            found = loads.setdefault(st.name, [])
+            for inner in walk(st.body):
+                for e in stmt_exprs(inner):
+                    in_order(e, found)
+    qk, score, pv = (loads.get(n, []) for n in (STAGES[0], STAGES[1], STAGES[5]))
+    if len(qk) != 2 or len(pv) != 1:
+        return params
+    mask = [b for b in score if b not in qk]
+    roles = qk + pv + mask[:1]
+    rest = [p for p in params if p not in roles]
+    if len(rest) != 1 or len(roles) + 1 != len(params):
+        return params
+    return roles + rest
 
 
 def workload_of_module(module: Module, causal: bool, scale: float | None,
