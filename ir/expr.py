@@ -97,8 +97,9 @@ class Expr:
     def __invert__(self):
         return Not(self)
 
-    def __hash__(self):
-        return id(self)
+    # hashed by identity, in C: every dict of vars and memo of nodes hashes through here,
+    # and a Python method would cost a call per look-up
+    __hash__ = object.__hash__
 
     def __bool__(self):
         raise IRError(

@@ -275,12 +275,15 @@ class _Lazy:
 
     Printing every partial sum of a long chain would cost quadratic time; only sums used
     by a non-affine parent (or returned) become expressions. ``canon`` and ``local`` are
-    the sizes of the canonical form and of the rebuilt original node.
+    the sizes of the canonical form and of the rebuilt original node. ``merged``: ``lin``
+    joined pieces of a split value (``floordiv(x, c)*c + floormod(x, c)``), which may have
+    used the ranges; such a form is not recorded as the affine form of a rebuilt node,
+    whose structure does not show it (the tables of forms outlive the ranges).
     """
 
-    __slots__ = ("x", "lin", "a", "b", "canon", "local", "expr", "dtype")
+    __slots__ = ("x", "lin", "a", "b", "canon", "local", "expr", "dtype", "merged")
 
-    def __init__(self, x: Bin, lin: Lin, a, b, canon: int, local: int):
+    def __init__(self, x: Bin, lin: Lin, a, b, canon: int, local: int, merged: bool):
         self.x = x
         self.lin = lin
         self.a = a
@@ -289,25 +292,27 @@ class _Lazy:
         self.local = local
         self.expr: Expr | None = None
         self.dtype = x.dtype
+        self.merged = merged
 
 
 class _Simplifier(Analyzer):
     """Simplifies expressions under one set of var ranges, memoizing by node."""
 
-    def __init__(self, ranges: Ranges | None = None, share: _Simplifier | None = None,
-                 points: dict | None = None):
+    def __init__(self, ranges: Ranges | None = None, share: _Simplifier | None = None):
         super().__init__(ranges, share)
         self._memo: dict[int, tuple[Expr, Expr]] = {}
-        # a var whose range is one value is that constant (``points``: those of
-        # ``ranges``, where the caller knows them)
-        self._points = points if points is not None else {
-            v: IntImm(r[0], v.dtype) for v, r in self.ranges.items() if r[0] == r[1]}
+        # what each var met so far stands for: a var whose range is one value is that
+        # constant, any other itself (filled as vars are met: a scope's ranges may hold
+        # many vars its expressions never use)
+        self._points: dict[Var, Expr] = {}
         if share is not None:
             self._splits = share._splits
             self._ksize = share._ksize
+            self._cache = share._cache
         else:
             self._splits: dict[int, tuple | None] = {}
             self._ksize: dict[int, int] = {}
+            self._cache = None
 
     def with_ranges(self, ranges: Ranges) -> _Simplifier:
         """A simplifier for other ranges, sharing the range-independent tables."""
@@ -316,13 +321,14 @@ class _Simplifier(Analyzer):
     def with_range(self, var: Var, r: tuple[int, int]) -> _Simplifier:
         ranges = dict(self.ranges)
         ranges[var] = r
-        points = self._points
-        if r[0] == r[1]:
-            points = dict(points)
-            points[var] = IntImm(r[0], var.dtype)
-        elif var in points:
-            points = {v: c for v, c in points.items() if v is not var}
-        return _Simplifier(ranges, self, points)
+        return _Simplifier(ranges, self)
+
+    def _point(self, v: Var) -> Expr:
+        """The constant ``v`` is where its range is one value, else ``v``."""
+        r = self.ranges.get(v)
+        p = IntImm(r[0], v.dtype) if r is not None and r[0] == r[1] else v
+        self._points[v] = p
+        return p
 
     # ------------------------------------------------------------------ traversal
     def run(self, root: Expr) -> Expr:
@@ -333,7 +339,26 @@ class _Simplifier(Analyzer):
             return self._force(hit[1])
         points = self._points
         if type(root) in LEAF_TYPES:
-            return points.get(root, root) if points and type(root) is Var else root
+            if type(root) is Var:
+                p = points.get(root)
+                return self._point(root) if p is None else p
+            return root
+        cache = self._cache
+        if cache is not None:
+            # inside simplify_cache(): a subtree met before (same structure, same ranges of
+            # its vars) is not simplified again
+            cache.name(root)  # names every node below too
+            names = cache.names
+            var_sets = cache.var_sets
+            results = cache.results
+            rget = self.ranges.get if self.ranges else None
+            n = names[id(root)][1]
+            vs = var_sets[n]
+            hit = results.get((n, tuple(map(rget, vs))) if rget and vs else n)
+            if hit is not None:
+                r = root if hit[1] is hit[0] else hit[1]
+                memo[id(root)] = (root, r)
+                return self._force(r)
         # post-order with an explicit stack: long chains must not recurse
         leaves = LEAF_TYPES
         rewrite = self._rewrite
@@ -354,20 +379,48 @@ class _Simplifier(Analyzer):
                 tb = type(b)
                 pushed = False
                 if ta not in leaves and id(a) not in memo:
-                    push(a)
-                    pushed = True
+                    if cache is None:
+                        push(a)
+                        pushed = True
+                    else:
+                        n = names[id(a)][1]
+                        vs = var_sets[n]
+                        hit = results.get((n, tuple(map(rget, vs))) if rget and vs else n)
+                        if hit is None:
+                            push(a)
+                            pushed = True
+                        else:
+                            memo[id(a)] = (a, a if hit[1] is hit[0] else hit[1])
                 if tb not in leaves and id(b) not in memo:
-                    push(b)
-                    pushed = True
+                    if cache is None:
+                        push(b)
+                        pushed = True
+                    else:
+                        n = names[id(b)][1]
+                        vs = var_sets[n]
+                        hit = results.get((n, tuple(map(rget, vs))) if rget and vs else n)
+                        if hit is None:
+                            push(b)
+                            pushed = True
+                        else:
+                            memo[id(b)] = (b, b if hit[1] is hit[0] else hit[1])
                 if pushed:
                     continue
                 pop()
-                if ta in leaves:
-                    va = points.get(a, a) if points and ta is Var else a
+                if ta is Var:
+                    va = points.get(a)
+                    if va is None:
+                        va = self._point(a)
+                elif ta in leaves:
+                    va = a
                 else:
                     va = memo[id(a)][1]
-                if tb in leaves:
-                    vb = points.get(b, b) if points and tb is Var else b
+                if tb is Var:
+                    vb = points.get(b)
+                    if vb is None:
+                        vb = self._point(b)
+                elif tb in leaves:
+                    vb = b
                 else:
                     vb = memo[id(b)][1]
                 if tx is Bin:
@@ -386,20 +439,28 @@ class _Simplifier(Analyzer):
                 pushed = False
                 for k in kids:
                     if type(k) not in leaves and id(k) not in memo:
+                        if cache is not None:
+                            n = names[id(k)][1]
+                            vs = var_sets[n]
+                            hit = results.get((n, tuple(map(rget, vs))) if rget and vs else n)
+                            if hit is not None:
+                                memo[id(k)] = (k, k if hit[1] is hit[0] else hit[1])
+                                continue
                         push(k)
                         pushed = True
                 if pushed:
                     continue
                 pop()
-                if points:
-                    vals = tuple((points.get(k, k) if type(k) is Var else k)
-                                 if type(k) in leaves else memo[id(k)][1] for k in kids)
-                else:
-                    vals = tuple(k if type(k) in leaves else memo[id(k)][1] for k in kids)
+                vals = tuple(self._point(k) if type(k) is Var else (
+                    k if type(k) in leaves else memo[id(k)][1]) for k in kids)
                 r = rewrite(x, vals)
                 if r.dtype != x.dtype:
                     r = rebuild(x, tuple(self._force(v) for v in vals))
             memo[id(x)] = (x, r)
+            if cache is not None:
+                n = names[id(x)][1]
+                vs = var_sets[n]
+                results[(n, tuple(map(rget, vs))) if rget and vs else n] = (x, r)
             if type(r) not in leaves and id(r) not in memo:
                 memo[id(r)] = (r, r)
         r = memo[id(root)][1]
@@ -414,7 +475,8 @@ class _Simplifier(Analyzer):
                 e = self.from_lin(v.lin, v.x.dtype)
             else:
                 e = rebuild(v.x, (self._force(v.a), self._force(v.b)))
-                self.set_lin(e, v.lin)
+                if not v.merged:
+                    self.set_lin(e, v.lin)
             v.expr = self._done(e)
         return v.expr
 
@@ -613,6 +675,7 @@ class _Simplifier(Analyzer):
         op, dtype = x.op, x.dtype
         # _vlin and _vsize spelled out: this runs for every index add, sub and multiply
         ta, tb = type(a), type(b)
+        merged = (ta is _Lazy and a.merged) or (tb is _Lazy and b.merged)
         if op == "mul":
             if tb is IntImm:
                 lin = (a.lin if ta is _Lazy else self.lin(a)).scale(b.value)
@@ -624,7 +687,10 @@ class _Simplifier(Analyzer):
             lin = (a.lin if ta is _Lazy else self.lin(a)).add(
                 b.lin if tb is _Lazy else self.lin(b), 1 if op == "add" else -1)
             if len(lin.terms) > 1:
-                lin = self._merge_splits(lin, dtype)
+                m = self._merge_splits(lin, dtype)
+                if m is not lin:
+                    lin = m
+                    merged = True
         if not lin.terms:
             return _const(lin.c, dtype)
         canon = self.lin_size(lin)
@@ -634,7 +700,7 @@ class _Simplifier(Analyzer):
             ((k, v),) = lin.terms.items()
             if v == 1:
                 return self.atoms[k]
-        return _Lazy(x, lin, a, b, canon, local)
+        return _Lazy(x, lin, a, b, canon, local, merged)
 
     def _single(self, e: Expr) -> tuple[int, Expr]:
         """``e`` as ``g * atom`` when it is one scaled term, else ``(1, e)``."""
@@ -1071,18 +1137,23 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
     """An equivalent, never bigger, simplified form of ``e``.
 
     ``ranges`` gives inclusive bounds of vars (loop vars: ``(0, extent - 1)``). Every node
-    keeps its dtype. Inside :func:`~ptxforge.ir.simplify_cache.simplify_cache` (lowering
-    opens one) a repeated question is answered from the cache.
+    keeps its dtype. Inside :func:`~ptxforge.ir.simplify_cache.simplify_cache` (the
+    lowering pipeline opens one) a subtree simplified before under the same ranges of its
+    vars is answered from the cache.
     """
     cache = _cache.current()
     if cache is None:
         return _Simplifier(ranges).run(e)
-    key, hit = cache.lookup(e, ranges)
-    if hit is not None:
-        return hit
-    result = _Simplifier(ranges).run(e)
-    cache.store(key, e, result)
-    return result
+    return _Simplifier(ranges, _shared(cache)).run(e)
+
+
+def _shared(cache: _cache.SimplifyCache) -> _Simplifier:
+    """The simplifier holding the range-independent tables of ``cache``'s block."""
+    root = cache.root
+    if root is None:
+        root = cache.root = _Simplifier()
+        root._cache = cache
+    return root
 
 
 def prove(cond: Expr, ranges: Ranges | None = None) -> bool:
@@ -1105,15 +1176,14 @@ def simplify_stmt(stmt: Stmt, ranges: Ranges | None = None,
     Thread and vthread loops are never changed (their bodies are simplified). A statement
     that vanishes entirely becomes an empty ``Seq``.
     """
-    return _StmtSimplifier(unwrap_unit_loops).visit(stmt, _Simplifier(dict(ranges or {})))
+    cache = _cache.current()
+    share = None if cache is None else _shared(cache)
+    return _StmtSimplifier(unwrap_unit_loops).visit(stmt, _Simplifier(dict(ranges or {}), share))
 
 
 class _StmtSimplifier:
     def __init__(self, unwrap_unit_loops: bool):
         self.unwrap = unwrap_unit_loops
-        # inside simplify_cache(), an expression met again with the same ranges of its vars
-        # (a statement copied several times) is answered from the cache
-        self.cache = _cache.current()
         # scopes stay alive until the end: freeing each one as its loop closes makes the
         # allocator map and unmap memory over and over inside a big pass
         self.scopes: list[_Simplifier] = []
@@ -1121,17 +1191,6 @@ class _StmtSimplifier:
     def _scope(self, sim: _Simplifier) -> _Simplifier:
         self.scopes.append(sim)
         return sim
-
-    def _expr(self, sim: _Simplifier, e: Expr) -> Expr:
-        cache = self.cache
-        if cache is None:
-            return sim.run(e)
-        key, hit = cache.lookup(e, sim.ranges)
-        if hit is not None:
-            return hit
-        result = sim.run(e)
-        cache.store(key, e, result)
-        return result
 
     def _narrowed(self, sim: _Simplifier, ranges: Ranges) -> _Simplifier:
         return sim if ranges is sim.ranges else self._scope(sim.with_ranges(ranges))
@@ -1146,8 +1205,8 @@ class _StmtSimplifier:
         if isinstance(s, Block):
             return self._block(s, sim)
         if isinstance(s, Store):
-            idx = tuple(self._expr(sim, i) for i in s.indices)
-            v = self._expr(sim, s.value)
+            idx = tuple(sim.run(i) for i in s.indices)
+            v = sim.run(s.value)
             if v is s.value and all(a is b for a, b in zip(idx, s.indices)):
                 return s
             return Store(s.buffer, idx, v)
@@ -1157,7 +1216,7 @@ class _StmtSimplifier:
                 return Seq(())
             return s if body is s.body else s.replace(body=body)
         if isinstance(s, Let):
-            v = self._expr(sim, s.value)
+            v = sim.run(s.value)
             inner = sim
             if not dt.is_float(v.dtype):
                 b = sim.bounds(v)
@@ -1168,7 +1227,7 @@ class _StmtSimplifier:
                 return Seq(())
             return s if (v is s.value and body is s.body) else Let(s.var, v, body)
         if isinstance(s, AsyncCopy):
-            return map_async_copy(s, lambda e: self._expr(sim, e))
+            return map_async_copy(s, sim.run)
         return s
 
     def _seq(self, s: Seq, sim: _Simplifier) -> Stmt:
@@ -1196,7 +1255,7 @@ class _StmtSimplifier:
         return s if body is s.body else s.replace(body=body)
 
     def _if(self, s: If, sim: _Simplifier) -> Stmt:
-        cond = self._expr(sim, s.cond)
+        cond = sim.run(s.cond)
         if isinstance(cond, IntImm):
             if cond.value:
                 return self.visit(s.then, sim)
@@ -1216,14 +1275,14 @@ class _StmtSimplifier:
         if _is_empty(then):
             if else_ is None:
                 return Seq(())
-            return If(self._expr(sim, Not(cond)), else_)
+            return If(sim.run(Not(cond)), else_)
         if cond is s.cond and then is s.then and else_ is s.else_:
             return s
         return If(cond, then, else_)
 
     def _block(self, s: Block, sim: _Simplifier) -> Stmt:
-        bindings = tuple(self._expr(sim, b) for b in s.bindings)
-        pred = None if s.predicate is None else self._expr(sim, s.predicate)
+        bindings = tuple(sim.run(b) for b in s.bindings)
+        pred = None if s.predicate is None else sim.run(s.predicate)
         if isinstance(pred, IntImm):
             if not pred.value:
                 return Seq(())

@@ -7,6 +7,9 @@ the structure of ``e`` and on the ranges of the vars that occur in it, so inside
 ``with simplify_cache():`` its results are kept under that key and a repeated question is
 answered at once. Outside such a block nothing is cached.
 
+The simplifier asks about every subtree, not only whole expressions: an index copied into
+another expression, or the same access bounded in several places, is simplified once.
+
 Keys are small ints interned per cache: every node is named once by its structure (its op,
 dtype and its children's names; vars, buffers and opaque nodes by identity), memoized by
 node, so an expression that shares its subtrees with earlier ones costs only its new nodes.
@@ -43,21 +46,28 @@ _NO_VARS: tuple = ()
 
 
 class SimplifyCache:
-    """Structural names of expressions and the simplified form of each (name, ranges)."""
+    """Structural names of expressions and the simplified form of each (name, ranges).
 
-    __slots__ = ("_names", "_vars", "_intern", "_results", "hits", "misses")
+    ``results`` maps ``name`` (an expression without vars, or simplified without ranges)
+    or ``(name, ranges of its vars)`` to ``(source, result)``; the simplifier fills and
+    reads it for every subtree it simplifies. ``root`` holds the simplifier whose
+    range-independent tables (affine forms, keys, sizes) every simplification in the block
+    shares (set by :mod:`ptxforge.ir.simplify`).
+    """
+
+    __slots__ = ("names", "var_sets", "_intern", "results", "root")
 
     def __init__(self):
-        self._names: dict[int, tuple[Expr, int]] = {}  # id(node) -> (node, name)
-        self._vars: list[tuple] = []  # name -> the node's vars, sorted by id
+        self.names: dict[int, tuple[Expr, int]] = {}  # id(node) -> (node, name)
+        self.var_sets: list[tuple] = []  # name -> the node's vars
         self._intern: dict[tuple, int] = {}
-        self._results: dict[tuple, tuple[Expr, Expr]] = {}
-        self.hits = 0
-        self.misses = 0
+        self.results: dict = {}
+        self.root = None
 
     def name(self, e: Expr) -> int:
-        """A small int equal for structurally equal expressions (vars by identity)."""
-        names = self._names
+        """A small int equal for structurally equal expressions (vars by identity); every
+        node below ``e`` is named too."""
+        names = self.names
         hit = names.get(id(e))
         if hit is not None:
             return hit[1]
@@ -127,35 +137,27 @@ class SimplifyCache:
     def _add(self, x: Expr, key: tuple, own: Var | None, kid_names: tuple) -> None:
         n = self._intern.get(key)
         if n is None:
-            n = len(self._vars)
+            n = len(self.var_sets)
             self._intern[key] = n
-            self._vars.append(self._merge_vars(own, kid_names))
-        self._names[id(x)] = (x, n)
+            self.var_sets.append(self._merge_vars(own, kid_names))
+        self.names[id(x)] = (x, n)
 
     def _merge_vars(self, own: Var | None, kid_names: tuple) -> tuple:
-        vs = [own] if own is not None else []
+        # any fixed order will do: a name's vars are listed once, when it is first made
+        if own is not None:
+            return (own,)
+        sets = self.var_sets
+        if len(kid_names) == 2:
+            va, vb = sets[kid_names[0]], sets[kid_names[1]]
+            if not vb or va == vb:
+                return va
+            if not va:
+                return vb
+            return tuple(dict.fromkeys(va + vb))
+        vs: tuple = ()
         for k in kid_names:
-            vs.extend(self._vars[k])
-        if len(vs) <= 1:
-            return tuple(vs) if vs else _NO_VARS
-        return tuple(sorted({id(v): v for v in vs}.values(), key=id))
-
-    def lookup(self, e: Expr, ranges) -> tuple[tuple, Expr | None]:
-        """(key, cached result or None) of ``simplify(e, ranges)``."""
-        n = self.name(e)
-        vs = self._vars[n]
-        key = (n, tuple(ranges.get(v) for v in vs)) if ranges and vs else (n,)
-        hit = self._results.get(key)
-        if hit is None:
-            self.misses += 1
-            return key, None
-        self.hits += 1
-        source, result = hit
-        # an expression the simplifier left as it was is returned as itself
-        return key, (e if result is source else result)
-
-    def store(self, key: tuple, e: Expr, result: Expr) -> None:
-        self._results[key] = (e, result)
+            vs += sets[k]
+        return tuple(dict.fromkeys(vs)) if vs else _NO_VARS
 
 
 def _signature(x: Expr) -> tuple[tuple, Var | None]:
@@ -194,8 +196,13 @@ def current() -> SimplifyCache | None:
 
 @contextlib.contextmanager
 def simplify_cache() -> Iterator[SimplifyCache]:
-    """Cache ``simplify`` results in the enclosed block (in this thread or task); blocks
-    nest, an inner one starting empty."""
+    """Cache ``simplify`` results in the enclosed block (in this thread or task). Inside an
+    open block, a nested one is that same cache (a lowering pass run by the lowering
+    pipeline shares the pipeline's)."""
+    outer = _ACTIVE.get()
+    if outer is not None:
+        yield outer
+        return
     cache = SimplifyCache()
     token = _ACTIVE.set(cache)
     try:
