@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ...ir.expr import IRError, Load, Var, transform
+from ...ir.intrin import ANNOTATION
+from ...ir.intrin.wgmma import is_wgmma_loop as _is_wgmma_nest
 from ...ir.stmt import (
     Alloc,
     AsyncCopy,
@@ -94,3 +96,10 @@ def lowering_target(ctx) -> Target:
     """The target lowering checks against: the context's (:attr:`PassContext.target`), or
     the current target without a context."""
     return ctx.target if ctx is not None else as_target(None)
+
+
+def is_wgmma_loop(s: Stmt) -> bool:
+    """Whether ``s`` is a loop tensorized as a wgmma (its nest runs as one). A statement
+    that is no tensorized loop is refused before the intrinsic is looked up: the passes
+    ask this of every statement they walk."""
+    return isinstance(s, For) and ANNOTATION in s.annotations and _is_wgmma_nest(s)
