@@ -99,7 +99,13 @@ class AffineRules:
         atoms = self.atoms
         ksize = self._ksize
         terms = list(lin.terms.items())
-        head = next((i for i, (_, v) in enumerate(terms) if v > 0), None)
+        head = None
+        i = 0
+        for _, v in terms:  # the first positive term leads
+            if v > 0:
+                head = i
+                break
+            i += 1
         if head:
             terms.insert(0, terms.pop(head))
         e = None

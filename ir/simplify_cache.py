@@ -73,7 +73,9 @@ class SimplifyCache:
             return hit[1]
         # post-order with an explicit stack: long sums must not recurse
         stack = [e]
+        push = stack.append
         intern = self._intern
+        sets = self.var_sets
         while stack:
             x = stack[-1]
             if id(x) in names:
@@ -81,33 +83,47 @@ class SimplifyCache:
                 continue
             t = type(x)
             if t is Bin or t is Cmp:
-                # the common node spelled out: its key is its op, dtype and two names
+                # the common node spelled out: its key is its op, dtype and two names;
+                # int and var operands are named on the spot
                 a, b = x.a, x.b
                 pending = False
-                if id(a) not in names:
-                    ta = type(a)
-                    if ta is IntImm or ta is Var:
-                        self._leaf(a)
-                    else:
-                        stack.append(a)
-                        pending = True
-                if id(b) not in names:
-                    tb = type(b)
-                    if tb is IntImm or tb is Var:
-                        self._leaf(b)
-                    else:
-                        stack.append(b)
-                        pending = True
+                ha = names.get(id(a))
+                if ha is not None:
+                    na = ha[1]
+                elif type(a) is IntImm:
+                    na = self._const(a)
+                elif type(a) is Var:
+                    na = self._var(a)
+                else:
+                    push(a)
+                    pending = True
+                hb = names.get(id(b))
+                if hb is not None:
+                    nb = hb[1]
+                elif type(b) is IntImm:
+                    nb = self._const(b)
+                elif type(b) is Var:
+                    nb = self._var(b)
+                else:
+                    push(b)
+                    pending = True
                 if pending:
                     continue
                 stack.pop()
-                na, nb = names[id(a)][1], names[id(b)][1]
                 key = ("b", x.op, x.dtype, na, nb) if t is Bin else ("c", x.op, na, nb)
                 n = intern.get(key)
                 if n is None:
-                    self._add(x, key, None, (na, nb))
-                else:
-                    names[id(x)] = (x, n)
+                    # a new name: its vars are its operands' (any fixed order will do: a
+                    # name's vars are listed once, when it is made)
+                    n = intern[key] = len(sets)
+                    va, vb = sets[na], sets[nb]
+                    if not vb or va is vb:
+                        sets.append(va)
+                    elif not va:
+                        sets.append(vb)
+                    else:
+                        sets.append(tuple(dict.fromkeys(va + vb)))
+                names[id(x)] = (x, n)
                 continue
             kids = children(x)
             pending = False
@@ -117,7 +133,7 @@ class SimplifyCache:
                     if tk is IntImm or tk is Var:  # leaves: named at once
                         self._leaf(k)
                     else:
-                        stack.append(k)
+                        push(k)
                         pending = True
             if pending:
                 continue
@@ -129,6 +145,24 @@ class SimplifyCache:
             kid_names = tuple([names[id(k)][1] for k in kids])
             self._add(x, sig + kid_names, None, kid_names)
         return names[id(e)][1]
+
+    def _const(self, x: IntImm) -> int:
+        key = ("i", x.value, x.dtype)
+        n = self._intern.get(key)
+        if n is None:
+            n = self._intern[key] = len(self.var_sets)
+            self.var_sets.append(_NO_VARS)
+        self.names[id(x)] = (x, n)
+        return n
+
+    def _var(self, x: Var) -> int:
+        key = ("v", id(x))
+        n = self._intern.get(key)
+        if n is None:
+            n = self._intern[key] = len(self.var_sets)
+            self.var_sets.append((x,))
+        self.names[id(x)] = (x, n)
+        return n
 
     def _leaf(self, x: Expr) -> None:
         sig, own = _signature(x)
@@ -143,20 +177,11 @@ class SimplifyCache:
         self.names[id(x)] = (x, n)
 
     def _merge_vars(self, own: Var | None, kid_names: tuple) -> tuple:
-        # any fixed order will do: a name's vars are listed once, when it is first made
         if own is not None:
             return (own,)
-        sets = self.var_sets
-        if len(kid_names) == 2:
-            va, vb = sets[kid_names[0]], sets[kid_names[1]]
-            if not vb or va == vb:
-                return va
-            if not va:
-                return vb
-            return tuple(dict.fromkeys(va + vb))
         vs: tuple = ()
         for k in kid_names:
-            vs += sets[k]
+            vs += self.var_sets[k]
         return tuple(dict.fromkeys(vs)) if vs else _NO_VARS
 
 

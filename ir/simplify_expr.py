@@ -73,11 +73,14 @@ class Simplifier(AffineRules, LogicRules, Analyzer):
             rget = self.ranges.get if self.ranges else None
             n = names[id(root)][1]
             vs = var_sets[n]
-            hit = results.get((n, tuple(map(rget, vs))) if rget and vs else n)
+            key = (n, tuple(map(rget, vs))) if rget and vs else n
+            hit = results.get(key)
             if hit is not None:
                 r = root if hit[1] is hit[0] else hit[1]
                 memo[id(root)] = (root, r)
                 return self._force(r)
+            # the key of each node to simplify, kept until its result is stored
+            keys = {id(root): key}
         # post-order with an explicit stack: long chains must not recurse
         leaves = LEAF_TYPES
         rewrite = self._rewrite
@@ -104,8 +107,10 @@ class Simplifier(AffineRules, LogicRules, Analyzer):
                     else:
                         n = names[id(a)][1]
                         vs = var_sets[n]
-                        hit = results.get((n, tuple(map(rget, vs))) if rget and vs else n)
+                        key = (n, tuple(map(rget, vs))) if rget and vs else n
+                        hit = results.get(key)
                         if hit is None:
+                            keys[id(a)] = key
                             push(a)
                             pushed = True
                         else:
@@ -117,8 +122,10 @@ class Simplifier(AffineRules, LogicRules, Analyzer):
                     else:
                         n = names[id(b)][1]
                         vs = var_sets[n]
-                        hit = results.get((n, tuple(map(rget, vs))) if rget and vs else n)
+                        key = (n, tuple(map(rget, vs))) if rget and vs else n
+                        hit = results.get(key)
                         if hit is None:
+                            keys[id(b)] = key
                             push(b)
                             pushed = True
                         else:
@@ -161,10 +168,12 @@ class Simplifier(AffineRules, LogicRules, Analyzer):
                         if cache is not None:
                             n = names[id(k)][1]
                             vs = var_sets[n]
-                            hit = results.get((n, tuple(map(rget, vs))) if rget and vs else n)
+                            key = (n, tuple(map(rget, vs))) if rget and vs else n
+                            hit = results.get(key)
                             if hit is not None:
                                 memo[id(k)] = (k, k if hit[1] is hit[0] else hit[1])
                                 continue
+                            keys[id(k)] = key
                         push(k)
                         pushed = True
                 if pushed:
@@ -177,9 +186,7 @@ class Simplifier(AffineRules, LogicRules, Analyzer):
                     r = rebuild(x, tuple(self._force(v) for v in vals))
             memo[id(x)] = (x, r)
             if cache is not None:
-                n = names[id(x)][1]
-                vs = var_sets[n]
-                results[(n, tuple(map(rget, vs))) if rget and vs else n] = (x, r)
+                results[keys.pop(id(x))] = (x, r)
             if type(r) not in leaves and id(r) not in memo:
                 memo[id(r)] = (r, r)
         r = memo[id(root)][1]
