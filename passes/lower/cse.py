@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ...ir import dtype as dt
 from ...ir.attrs import Level
-from ...ir.expr import Bin, Cmp, Load, Var, children, expr_key, rebuild
+from ...ir.expr import Bin, Cast, Cmp, FloatImm, IntImm, Load, Var, children, expr_key, rebuild
 from ...ir.stmt import Let, PrimFunc, Seq, Store, map_stmt, seq, walk_exprs
 from ..base import Pass
 from ..registry import register_pass
@@ -41,9 +41,18 @@ class _Keys:
         hit = self._memo.get(id(e))
         if hit is not None:
             return hit[1]
+        # each signature is expr_key's with the children's keys in place of theirs
         t = type(e)
         if t is Bin or t is Cmp:
             sig = (e.op, e.dtype, self(e.a), self(e.b))
+        elif t is Var:
+            sig = ("v", id(e))
+        elif t is IntImm or t is FloatImm:
+            sig = ("i" if t is IntImm else "f", e.value, e.dtype)
+        elif t is Load:
+            sig = ("load", id(e.buffer)) + tuple([self(i) for i in e.indices])
+        elif t is Cast:
+            sig = ("cast", e.dtype, self(e.value))
         else:
             sig = ("other", expr_key(e))
         k = self._intern.get(sig)
