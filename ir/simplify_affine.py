@@ -36,15 +36,12 @@ class Lazy:
 
     Printing every partial sum of a long chain would cost quadratic time; only sums used
     by a non-affine parent (or returned) become expressions. ``canon`` and ``local`` are
-    the sizes of the canonical form and of the rebuilt original node. ``merged``: ``lin``
-    joined pieces of a split value (``floordiv(x, c)*c + floormod(x, c)``), which may have
-    used the ranges; such a form is not recorded as the affine form of a rebuilt node,
-    whose structure does not show it (the tables of forms outlive the ranges).
+    the sizes of the canonical form and of the rebuilt original node.
     """
 
-    __slots__ = ("x", "lin", "a", "b", "canon", "local", "expr", "dtype", "merged")
+    __slots__ = ("x", "lin", "a", "b", "canon", "local", "expr", "dtype")
 
-    def __init__(self, x: Bin, lin: Lin, a, b, canon: int, local: int, merged: bool):
+    def __init__(self, x: Bin, lin: Lin, a, b, canon: int, local: int):
         self.x = x
         self.lin = lin
         self.a = a
@@ -53,7 +50,6 @@ class Lazy:
         self.local = local
         self.expr: Expr | None = None
         self.dtype = x.dtype
-        self.merged = merged
 
 
 class AffineRules:
@@ -149,7 +145,6 @@ class AffineRules:
         op, dtype = x.op, x.dtype
         # _vlin and _vsize spelled out: this runs for every index add, sub and multiply
         ta, tb = type(a), type(b)
-        merged = (ta is Lazy and a.merged) or (tb is Lazy and b.merged)
         if op == "mul":
             if tb is IntImm:
                 lin = (a.lin if ta is Lazy else self.lin(a)).scale(b.value)
@@ -161,10 +156,7 @@ class AffineRules:
             lin = (a.lin if ta is Lazy else self.lin(a)).add(
                 b.lin if tb is Lazy else self.lin(b), 1 if op == "add" else -1)
             if len(lin.terms) > 1:
-                m = self._merge_splits(lin, dtype)
-                if m is not lin:
-                    lin = m
-                    merged = True
+                lin = self._merge_splits(lin, dtype)
         if not lin.terms:
             return const_of(lin.c, dtype)
         canon = self.lin_size(lin)
@@ -174,7 +166,7 @@ class AffineRules:
             ((k, v),) = lin.terms.items()
             if v == 1:
                 return self.atoms[k]
-        return Lazy(x, lin, a, b, canon, local, merged)
+        return Lazy(x, lin, a, b, canon, local)
 
     def _single(self, e: Expr) -> tuple[int, Expr]:
         """``e`` as ``g * atom`` when it is one scaled term, else ``(1, e)``."""

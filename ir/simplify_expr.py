@@ -200,11 +200,25 @@ class Simplifier(AffineRules, LogicRules, Analyzer):
             if v.canon <= v.local:
                 e = self.from_lin(v.lin, v.x.dtype)
             else:
-                e = rebuild(v.x, (self._force(v.a), self._force(v.b)))
-                if not v.merged:
+                fa, fb = self._force(v.a), self._force(v.b)
+                e = rebuild(v.x, (fa, fb))
+                if self._written(v, fa, fb):
                     self.set_lin(e, v.lin)
             v.expr = self._done(e)
         return v.expr
+
+    def _written(self, v: Lazy, a: Expr, b: Expr) -> bool:
+        """Whether ``v.lin`` is the affine form of ``v``'s op over ``a`` and ``b`` as they
+        are written. It is not where pieces of a split value were merged
+        (``floordiv(x, c)*c + floormod(x, c)``), which may have used the ranges: such a
+        form is not recorded for the rebuilt node (the tables of forms outlive the ranges).
+        """
+        op = v.x.op
+        if op == "mul":
+            s = self.lin(a).scale(b.value) if type(b) is IntImm else self.lin(b).scale(a.value)
+        else:
+            s = self.lin(a).add(self.lin(b), 1 if op == "add" else -1)
+        return s.c == v.lin.c and s.terms == v.lin.terms
 
     def _vlin(self, v) -> Lin:
         return v.lin if type(v) is Lazy else self.lin(v)
