@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from lowering_corpus import CORPUS  # noqa: E402
 from ptxforge import stages  # noqa: E402
+from ptxforge.ir.simplify_cache import simplify_cache  # noqa: E402
 from ptxforge.passes import PassContext  # noqa: E402
 from ptxforge.passes.lower import lowering_pipeline  # noqa: E402
 from ptxforge.target import as_target  # noqa: E402
@@ -71,7 +72,8 @@ def count_ops(target, module) -> dict:
 
     pipeline = lowering_pipeline()
     ctx = PassContext(verify=False)
-    with target, ctx:
+    # as LoweringPipeline.__call__ does: one simplifier cache for the whole run
+    with target, ctx, simplify_cache():
         for p in pipeline.passes:
             n = 0
             sys.settrace(trace)

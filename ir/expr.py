@@ -97,8 +97,9 @@ class Expr:
     def __invert__(self):
         return Not(self)
 
-    def __hash__(self):
-        return id(self)
+    # hashed by identity, in C: every dict of vars and memo of nodes hashes through here,
+    # and a Python method would cost a call per look-up
+    __hash__ = object.__hash__
 
     def __bool__(self):
         raise IRError(
@@ -648,9 +649,22 @@ def transform(e: Expr, fn) -> Expr:
     """Bottom-up rewrite: ``fn(node)`` returns a replacement or None to keep the node."""
     t = type(e)
     if t is Bin or t is Cmp:
-        # the common node spelled out (every rewrite of loads walks whole index trees)
+        # the common node spelled out (every rewrite of loads walks whole index trees),
+        # and its var and constant operands given to ``fn`` here
         a, b = e.a, e.b
-        na, nb = transform(a, fn), transform(b, fn)
+        ta, tb = type(a), type(b)
+        if ta is Var or ta is IntImm or ta is FloatImm:
+            na = fn(a)
+            if na is None:
+                na = a
+        else:
+            na = transform(a, fn)
+        if tb is Var or tb is IntImm or tb is FloatImm:
+            nb = fn(b)
+            if nb is None:
+                nb = b
+        else:
+            nb = transform(b, fn)
         if na is not a or nb is not b:
             e = Bin(e.op, na, nb, e.dtype) if t is Bin else Cmp(e.op, na, nb)
     elif t is not Var and t is not IntImm and t is not FloatImm:

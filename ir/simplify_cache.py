@@ -7,6 +7,9 @@ the structure of ``e`` and on the ranges of the vars that occur in it, so inside
 ``with simplify_cache():`` its results are kept under that key and a repeated question is
 answered at once. Outside such a block nothing is cached.
 
+The simplifier asks about every subtree, not only whole expressions: an index copied into
+another expression, or the same access bounded in several places, is simplified once.
+
 Keys are small ints interned per cache: every node is named once by its structure (its op,
 dtype and its children's names; vars, buffers and opaque nodes by identity), memoized by
 node, so an expression that shares its subtrees with earlier ones costs only its new nodes.
@@ -43,27 +46,36 @@ _NO_VARS: tuple = ()
 
 
 class SimplifyCache:
-    """Structural names of expressions and the simplified form of each (name, ranges)."""
+    """Structural names of expressions and the simplified form of each (name, ranges).
 
-    __slots__ = ("_names", "_vars", "_intern", "_results", "hits", "misses")
+    ``results`` maps ``name`` (an expression without vars, or simplified without ranges)
+    or ``(name, ranges of its vars)`` to ``(source, result)``; the simplifier fills and
+    reads it for every subtree it simplifies. ``root`` holds the simplifier whose
+    range-independent tables (affine forms, keys, sizes) every simplification in the block
+    shares (set by :mod:`ptxforge.ir.simplify`).
+    """
+
+    __slots__ = ("names", "var_sets", "_intern", "results", "root")
 
     def __init__(self):
-        self._names: dict[int, tuple[Expr, int]] = {}  # id(node) -> (node, name)
-        self._vars: list[tuple] = []  # name -> the node's vars, sorted by id
+        self.names: dict[int, tuple[Expr, int]] = {}  # id(node) -> (node, name)
+        self.var_sets: list[tuple] = []  # name -> the node's vars
         self._intern: dict[tuple, int] = {}
-        self._results: dict[tuple, tuple[Expr, Expr]] = {}
-        self.hits = 0
-        self.misses = 0
+        self.results: dict = {}
+        self.root = None
 
     def name(self, e: Expr) -> int:
-        """A small int equal for structurally equal expressions (vars by identity)."""
-        names = self._names
+        """A small int equal for structurally equal expressions (vars by identity); every
+        node below ``e`` is named too."""
+        names = self.names
         hit = names.get(id(e))
         if hit is not None:
             return hit[1]
         # post-order with an explicit stack: long sums must not recurse
         stack = [e]
+        push = stack.append
         intern = self._intern
+        sets = self.var_sets
         while stack:
             x = stack[-1]
             if id(x) in names:
@@ -71,33 +83,47 @@ class SimplifyCache:
                 continue
             t = type(x)
             if t is Bin or t is Cmp:
-                # the common node spelled out: its key is its op, dtype and two names
+                # the common node spelled out: its key is its op, dtype and two names;
+                # int and var operands are named on the spot
                 a, b = x.a, x.b
                 pending = False
-                if id(a) not in names:
-                    ta = type(a)
-                    if ta is IntImm or ta is Var:
-                        self._leaf(a)
-                    else:
-                        stack.append(a)
-                        pending = True
-                if id(b) not in names:
-                    tb = type(b)
-                    if tb is IntImm or tb is Var:
-                        self._leaf(b)
-                    else:
-                        stack.append(b)
-                        pending = True
+                ha = names.get(id(a))
+                if ha is not None:
+                    na = ha[1]
+                elif type(a) is IntImm:
+                    na = self._const(a)
+                elif type(a) is Var:
+                    na = self._var(a)
+                else:
+                    push(a)
+                    pending = True
+                hb = names.get(id(b))
+                if hb is not None:
+                    nb = hb[1]
+                elif type(b) is IntImm:
+                    nb = self._const(b)
+                elif type(b) is Var:
+                    nb = self._var(b)
+                else:
+                    push(b)
+                    pending = True
                 if pending:
                     continue
                 stack.pop()
-                na, nb = names[id(a)][1], names[id(b)][1]
                 key = ("b", x.op, x.dtype, na, nb) if t is Bin else ("c", x.op, na, nb)
                 n = intern.get(key)
                 if n is None:
-                    self._add(x, key, None, (na, nb))
-                else:
-                    names[id(x)] = (x, n)
+                    # a new name: its vars are its operands' (any fixed order will do: a
+                    # name's vars are listed once, when it is made)
+                    n = intern[key] = len(sets)
+                    va, vb = sets[na], sets[nb]
+                    if not vb or va is vb:
+                        sets.append(va)
+                    elif not va:
+                        sets.append(vb)
+                    else:
+                        sets.append(tuple(dict.fromkeys(va + vb)))
+                names[id(x)] = (x, n)
                 continue
             kids = children(x)
             pending = False
@@ -107,7 +133,7 @@ class SimplifyCache:
                     if tk is IntImm or tk is Var:  # leaves: named at once
                         self._leaf(k)
                     else:
-                        stack.append(k)
+                        push(k)
                         pending = True
             if pending:
                 continue
@@ -120,6 +146,24 @@ class SimplifyCache:
             self._add(x, sig + kid_names, None, kid_names)
         return names[id(e)][1]
 
+    def _const(self, x: IntImm) -> int:
+        key = ("i", x.value, x.dtype)
+        n = self._intern.get(key)
+        if n is None:
+            n = self._intern[key] = len(self.var_sets)
+            self.var_sets.append(_NO_VARS)
+        self.names[id(x)] = (x, n)
+        return n
+
+    def _var(self, x: Var) -> int:
+        key = ("v", id(x))
+        n = self._intern.get(key)
+        if n is None:
+            n = self._intern[key] = len(self.var_sets)
+            self.var_sets.append((x,))
+        self.names[id(x)] = (x, n)
+        return n
+
     def _leaf(self, x: Expr) -> None:
         sig, own = _signature(x)
         self._add(x, sig, own, ())
@@ -127,35 +171,18 @@ class SimplifyCache:
     def _add(self, x: Expr, key: tuple, own: Var | None, kid_names: tuple) -> None:
         n = self._intern.get(key)
         if n is None:
-            n = len(self._vars)
+            n = len(self.var_sets)
             self._intern[key] = n
-            self._vars.append(self._merge_vars(own, kid_names))
-        self._names[id(x)] = (x, n)
+            self.var_sets.append(self._merge_vars(own, kid_names))
+        self.names[id(x)] = (x, n)
 
     def _merge_vars(self, own: Var | None, kid_names: tuple) -> tuple:
-        vs = [own] if own is not None else []
+        if own is not None:
+            return (own,)
+        vs: tuple = ()
         for k in kid_names:
-            vs.extend(self._vars[k])
-        if len(vs) <= 1:
-            return tuple(vs) if vs else _NO_VARS
-        return tuple(sorted({id(v): v for v in vs}.values(), key=id))
-
-    def lookup(self, e: Expr, ranges) -> tuple[tuple, Expr | None]:
-        """(key, cached result or None) of ``simplify(e, ranges)``."""
-        n = self.name(e)
-        vs = self._vars[n]
-        key = (n, tuple(ranges.get(v) for v in vs)) if ranges and vs else (n,)
-        hit = self._results.get(key)
-        if hit is None:
-            self.misses += 1
-            return key, None
-        self.hits += 1
-        source, result = hit
-        # an expression the simplifier left as it was is returned as itself
-        return key, (e if result is source else result)
-
-    def store(self, key: tuple, e: Expr, result: Expr) -> None:
-        self._results[key] = (e, result)
+            vs += self.var_sets[k]
+        return tuple(dict.fromkeys(vs)) if vs else _NO_VARS
 
 
 def _signature(x: Expr) -> tuple[tuple, Var | None]:
@@ -194,8 +221,13 @@ def current() -> SimplifyCache | None:
 
 @contextlib.contextmanager
 def simplify_cache() -> Iterator[SimplifyCache]:
-    """Cache ``simplify`` results in the enclosed block (in this thread or task); blocks
-    nest, an inner one starting empty."""
+    """Cache ``simplify`` results in the enclosed block (in this thread or task). Inside an
+    open block, a nested one is that same cache (a lowering pass run by the lowering
+    pipeline shares the pipeline's)."""
+    outer = _ACTIVE.get()
+    if outer is not None:
+        yield outer
+        return
     cache = SimplifyCache()
     token = _ACTIVE.set(cache)
     try:

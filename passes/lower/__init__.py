@@ -11,6 +11,7 @@ validate_gpu``
 
 from __future__ import annotations
 
+from ...ir.simplify_cache import simplify_cache
 from ...ir.stmt import Module
 from ...stages import stage
 from ..context import PassContext
@@ -50,13 +51,15 @@ LOWERING_PIPELINE = (
 
 class LoweringPipeline(Pipeline):
     """A pipeline of lowering passes: run, it reports its time as the ``"lower"`` stage and
-    each pass's as ``"lower.<pass name>"`` (:mod:`ptxforge.stages`)."""
+    each pass's as ``"lower.<pass name>"`` (:mod:`ptxforge.stages`). Its passes share one
+    :func:`~ptxforge.ir.simplify_cache.simplify_cache`: the index expressions one pass
+    simplified come back in the next ones, whole or as parts of bigger ones."""
 
     __slots__ = ()
 
     def __call__(self, module: Module, ctx: PassContext | None = None) -> Module:
         ctx = ctx if ctx is not None else PassContext.current()
-        with stage("lower"), ctx:
+        with stage("lower"), ctx, simplify_cache():
             for p in self.passes:
                 with stage("lower." + p.name):
                     module = ctx.run_pass(p, module)

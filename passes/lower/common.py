@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ...ir.expr import IRError, Load, Var, transform
+from ...ir.expr import Bin, Cmp, FloatImm, IntImm, IRError, Load, Var, children, rebuild, transform
+from ...ir.intrin import ANNOTATION
+from ...ir.intrin.wgmma import is_wgmma_loop as _is_wgmma_nest
 from ...ir.stmt import (
     Alloc,
     AsyncCopy,
@@ -31,6 +33,30 @@ class LoweringError(IRError):
         self.stage = stage
         self.axis = axis
         self.limit = limit
+
+
+def rewrite_loads(e, fn):
+    """``e`` with every load ``x`` replaced by ``fn(x)`` (None keeps it), its indices
+    rewritten first: :func:`ptxforge.ir.traversal.rewrite_loads`, without a call per node
+    that is no load (the lowering passes rewrite the loads of every expression)."""
+    t = type(e)
+    if t is Bin or t is Cmp:
+        a, b = e.a, e.b
+        ta, tb = type(a), type(b)
+        na = a if ta is Var or ta is IntImm or ta is FloatImm else rewrite_loads(a, fn)
+        nb = b if tb is Var or tb is IntImm or tb is FloatImm else rewrite_loads(b, fn)
+        if na is a and nb is b:
+            return e
+        return Bin(e.op, na, nb, e.dtype) if t is Bin else Cmp(e.op, na, nb)
+    if t is Var or t is IntImm or t is FloatImm:
+        return e
+    kids = children(e)
+    if kids:
+        e = rebuild(e, tuple([rewrite_loads(k, fn) for k in kids]))
+    if isinstance(e, Load):
+        r = fn(e)
+        return e if r is None else r
+    return e
 
 
 def fresh_copy(s: Stmt) -> Stmt:
@@ -94,3 +120,10 @@ def lowering_target(ctx) -> Target:
     """The target lowering checks against: the context's (:attr:`PassContext.target`), or
     the current target without a context."""
     return ctx.target if ctx is not None else as_target(None)
+
+
+def is_wgmma_loop(s: Stmt) -> bool:
+    """Whether ``s`` is a loop tensorized as a wgmma (its nest runs as one). A statement
+    that is no tensorized loop is refused before the intrinsic is looked up: the passes
+    ask this of every statement they walk."""
+    return isinstance(s, For) and ANNOTATION in s.annotations and _is_wgmma_nest(s)

@@ -23,11 +23,11 @@ from ...ir.stmt import (
     stmt_exprs,
     walk_exprs,
 )
-from ...ir.traversal import replace_at, rewrite_loads
+from ...ir.traversal import replace_at
 from ..base import Pass
 from ..registry import register_pass
 from .buffer_uses import BufferUses, map_stmt_where
-from .common import LoweringError
+from .common import LoweringError, rewrite_loads
 
 
 def _is_thread(n) -> bool:

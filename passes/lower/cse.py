@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ...ir import dtype as dt
 from ...ir.attrs import Level
-from ...ir.expr import Bin, Load, Var, children, expr_key, rebuild
+from ...ir.expr import Bin, Cast, Cmp, FloatImm, IntImm, Load, Var, children, expr_key, rebuild
 from ...ir.stmt import Let, PrimFunc, Seq, Store, map_stmt, seq, walk_exprs
 from ..base import Pass
 from ..registry import register_pass
@@ -27,7 +27,42 @@ def _loads_nothing(e) -> bool:
     return not any(isinstance(x, Load) for x in walk_exprs(e))
 
 
-def _candidates(exprs) -> list:
+class _Keys:
+    """A small int per node, equal where :func:`~ptxforge.ir.expr.expr_key` is: each node's
+    from its children's, once (``expr_key`` of every node would walk its subtree again)."""
+
+    __slots__ = ("_memo", "_intern")
+
+    def __init__(self):
+        self._memo: dict[int, tuple] = {}  # id(node) -> (node, key)
+        self._intern: dict = {}
+
+    def __call__(self, e) -> int:
+        hit = self._memo.get(id(e))
+        if hit is not None:
+            return hit[1]
+        # each signature is expr_key's with the children's keys in place of theirs
+        t = type(e)
+        if t is Bin or t is Cmp:
+            sig = (e.op, e.dtype, self(e.a), self(e.b))
+        elif t is Var:
+            sig = ("v", id(e))
+        elif t is IntImm or t is FloatImm:
+            sig = ("i" if t is IntImm else "f", e.value, e.dtype)
+        elif t is Load:
+            sig = ("load", id(e.buffer)) + tuple([self(i) for i in e.indices])
+        elif t is Cast:
+            sig = ("cast", e.dtype, self(e.value))
+        else:
+            sig = ("other", expr_key(e))
+        k = self._intern.get(sig)
+        if k is None:
+            k = self._intern[sig] = len(self._intern)
+        self._memo[id(e)] = (e, k)
+        return k
+
+
+def _candidates(exprs, key: _Keys) -> list:
     """Repeated integer subexpressions, largest first, as (key, expr)."""
     count: dict = {}
     first: dict = {}
@@ -35,7 +70,7 @@ def _candidates(exprs) -> list:
 
     def visit(e):
         if isinstance(e, Bin) and e.op in _OPS and dt.is_int(e.dtype):
-            k = expr_key(e)
+            k = key(e)
             count[k] = count.get(k, 0) + 1
             if k not in first:
                 first[k] = e
@@ -51,21 +86,23 @@ def _candidates(exprs) -> list:
     return [(k, first[k]) for k in rep]
 
 
-def _replace(e, table: dict):
-    k = expr_key(e) if isinstance(e, Bin) else None
-    if k is not None and k in table:
-        return table[k]
+def _replace(e, table: dict, key: _Keys):
+    if type(e) is Bin:
+        k = key(e)
+        if k in table:
+            return table[k]
     kids = children(e)
     if not kids:
         return e
-    return rebuild(e, tuple(_replace(c, table) for c in kids))
+    return rebuild(e, tuple(_replace(c, table, key) for c in kids))
 
 
 def _cse_stores(stores: list, shared: bool = False):
     """The stores with their repeated subexpressions bound once around them all (only
     those that load nothing when ``shared``: several stores), or None if none repeat."""
     exprs = [e for s in stores for e in (*s.indices, s.value)]
-    cands = _candidates(exprs)
+    key = _Keys()
+    cands = _candidates(exprs, key)
     if shared:
         cands = [(k, e) for k, e in cands if _loads_nothing(e)]
     if not cands:
@@ -75,10 +112,10 @@ def _cse_stores(stores: list, shared: bool = False):
     for n, (k, e) in enumerate(cands):
         v = Var(f"cse{n}", e.dtype)
         # earlier (bigger or earlier-seen) bindings may occur inside later ones
-        lets.append((v, _replace(e, table)))
+        lets.append((v, _replace(e, table, key)))
         table[k] = v
-    out = seq(*[Store(s.buffer, [_replace(i, table) for i in s.indices],
-                      _replace(s.value, table)) for s in stores])
+    out = seq(*[Store(s.buffer, [_replace(i, table, key) for i in s.indices],
+                      _replace(s.value, table, key)) for s in stores])
     for v, e in reversed(lets):
         out = Let(v, e, out)
     return out

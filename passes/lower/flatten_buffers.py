@@ -9,9 +9,9 @@ from ...ir.attrs import Level
 from ...ir.expr import IntImm, Load
 from ...ir.simplify import simplify
 from ...ir.stmt import Alloc, Buffer, PrimFunc, Store, map_stmt
-from ...ir.traversal import rewrite_loads
 from ..base import Pass
 from ..registry import register_pass
+from .common import rewrite_loads
 
 
 def flat_buffer(buf: Buffer) -> Buffer:

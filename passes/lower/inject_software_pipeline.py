@@ -54,11 +54,11 @@ from ...ir.stmt import (
     stmt_exprs,
     substitute_stmt,
 )
-from ...ir.traversal import reads_buffer, rewrite_loads, walk
+from ...ir.traversal import reads_buffer, walk
 from ..base import Pass
 from ..registry import register_pass
 from ..schedule.software_pipeline import ANNOTATION
-from .common import LoweringError, fresh_copy
+from .common import LoweringError, fresh_copy, rewrite_loads
 from .inject_wgmma_sync import IN_FLIGHT
 
 SLOT_ALIGN_BYTES = 16

@@ -28,10 +28,10 @@ from ...ir.stmt import (
     stmt_exprs,
     substitute_stmt,
 )
-from ...ir.traversal import rewrite_loads, walk
+from ...ir.traversal import walk
 from ..base import Pass
 from ..registry import register_pass
-from .common import fresh_copy
+from .common import fresh_copy, rewrite_loads
 
 
 def inject_vthread(func: PrimFunc) -> PrimFunc:

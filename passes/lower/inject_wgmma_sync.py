@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 from ...ir.attrs import Level
 from ...ir.intrin import ANNOTATION
-from ...ir.intrin.wgmma import is_wgmma_loop
 from ...ir.stmt import (
     AsyncCopy,
     AsyncWait,
@@ -46,7 +45,7 @@ from ...ir.stmt import (
 from ...ir.traversal import replace_child
 from ..base import Pass
 from ..registry import register_pass
-from .common import LoweringError
+from .common import LoweringError, is_wgmma_loop
 
 IN_FLIGHT = "wgmma_in_flight"
 """The loop annotation (a pragma) with the wgmma groups left running across iterations."""

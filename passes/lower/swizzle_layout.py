@@ -7,12 +7,11 @@ from dataclasses import dataclass
 from ...ir import dtype as dt
 from ...ir.attrs import Level
 from ...ir.expr import Expr, IntImm, Load, floordiv, floormod
-from ...ir.intrin.wgmma import is_wgmma_loop
 from ...ir.stmt import AsyncCopy, For, PrimFunc, Store
 from ...ir.traversal import map_loads, walk
 from ..base import Pass
 from ..registry import register_pass
-from .common import LoweringError
+from .common import LoweringError, is_wgmma_loop
 
 CHUNK_BYTES = 16
 
