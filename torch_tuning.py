@@ -19,7 +19,7 @@ def tune_graph(net: Graph, params: dict, trials: int, log: str, *, precision: st
     Returns the number of trials measured now."""
     from .autosched.network_tuning import plan_trials, tune_network
 
-    tasks, weights = _extract(net, params, precision, bool(fused_attention))
+    tasks, weights = _extract(net, params, precision, fused_attention)
     if not tasks:
         return 0
     plan = plan_trials(tasks, log, trials)
@@ -33,18 +33,19 @@ def tune_graph(net: Graph, params: dict, trials: int, log: str, *, precision: st
     return plan.todo
 
 
-def _extract(net: Graph, params: dict, precision: str, fused_attention: bool):
+def _extract(net: Graph, params: dict, precision: str, fused_attention: bool | None):
     """The search tasks of ``net`` as ``graph.build`` compiles it with ``fused_attention``
-    (the graph pass config key of :mod:`ptxforge.graph.opdefs.attention`, for this call)."""
+    (the graph pass config key of :mod:`ptxforge.graph.opdefs.attention`, for this call;
+    None: the build's default)."""
     from .autosched import extract_tasks
 
-    if not fused_attention:
+    if fused_attention is None:
         return extract_tasks(net, params, "cuda", precision=precision)
     from .graph.opdefs.attention import FUSED_OPTION
     from .graph.passes.base import GraphPassContext
 
     outer = GraphPassContext.current()
-    config = {**outer.config, FUSED_OPTION: True}
+    config = {**outer.config, FUSED_OPTION: bool(fused_attention)}
     if not outer.active:
         # no context entered: current() would make a new one per call, so enter one
         with GraphPassContext(config=config):

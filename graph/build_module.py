@@ -36,21 +36,23 @@ class NoTuningRecordWarning(UserWarning):
 def optimize(net: Graph, params: dict | None = None, *, layout: str | None = None,
              winograd: bool = False, fuse: bool = True,
              ctx: GraphPassContext | None = None, precision: str | None = None,
-             pad_channels: int | None = None, fused_attention: bool = False) -> Graph:
+             pad_channels: int | None = None,
+             fused_attention: bool | None = None) -> Graph:
     """Bind ``params`` and run the optimization pipeline (see
     :func:`~ptxforge.graph.passes.optimization_pipeline`); the result calls fused functions
     unless ``fuse`` is False. ``precision``, ``pad_channels`` and ``fused_attention`` as
     :func:`build`."""
+    from .opdefs.attention import FUSED_AUTO, FUSED_OPTION, FUSED_PRECISION_OPTION
+
     pipeline = optimization_pipeline(layout, winograd, fuse, precision, pad_channels)
     graph = bind_params(net, params)
     ctx = ctx if ctx is not None else GraphPassContext.current()
-    if not fused_attention:
-        return pipeline(graph, ctx)
-    # the graph pass config key ``fused_attention``, for this run only
-    from .opdefs.attention import FUSED_OPTION, FUSED_PRECISION_OPTION
-
+    # the graph pass config key ``fused_attention`` (the context's, else "auto", where the
+    # call gives none) and the build's precision, for this run only
     before = ctx.config
-    ctx.config = {**before, FUSED_OPTION: True, FUSED_PRECISION_OPTION: precision}
+    choice = (before.get(FUSED_OPTION, FUSED_AUTO) if fused_attention is None
+              else bool(fused_attention))
+    ctx.config = {**before, FUSED_OPTION: choice, FUSED_PRECISION_OPTION: precision}
     try:
         return pipeline(graph, ctx)
     finally:
@@ -320,7 +322,7 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
           schedule_fn: ScheduleFn | None = None, *, layout: str | None = None,
           winograd: bool = False, ctx: GraphPassContext | None = None,
           precision: str | None = None, pad_channels: int | None = None,
-          fused_attention: bool = False) -> GraphLibrary:
+          fused_attention: bool | None = None) -> GraphLibrary:
     """Compile a network.
 
     Args:
@@ -354,14 +356,16 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
             16-byte copies; 1: no padding. The padded convolutions have their own
             workload keys: tune with the same value (``extract_tasks(...,
             pad_channels=)``).
-        fused_attention: run each ``nn.attention`` the fused tensor-core kernel can run
-            (16-bit inputs, head dims multiples of 16, sm_80 or newer; see
+        fused_attention: True: run each ``nn.attention`` the fused tensor-core kernel can
+            run (16-bit inputs, head dims multiples of 16, sm_80 or newer; see
             ``docs/attention.md``) as that one kernel, with the configuration of an AutoTVM
             record of ``attention.cuda``, an auto-scheduler record's ``fused_attention``
             step or the default chooser; the others are decomposed into batched products
-            and a softmax, as they all are by default. The same as the graph pass config
-            ``{"fused_attention": True}`` in ``ctx``. Off by default: the kernel has not
-            been timed on a GPU yet.
+            and a softmax. False: decompose every attention. None (default): the graph
+            pass config ``{"fused_attention": ...}`` of ``ctx`` if it has one, else
+            ``"auto"``: the fused kernel where an attention has at least 256 keys
+            (``graph.opdefs.attention.AUTO_MIN_KEYS``; on an H100 the decomposed form was
+            faster at 128 keys, the kernel 19-39% faster from 512).
     """
     try:
         target = as_target(target)

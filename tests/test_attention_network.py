@@ -141,3 +141,22 @@ def test_an_auto_scheduler_record_picks_the_configuration(tmp_path):
     want = widen(graph.evaluate(net, feeds), "float16")
     got = widen(_run(lib, feeds), "float16")
     assert np.abs(got - want).max() <= 2e-2 * max(1.0, np.abs(want).max())
+
+
+def test_auto_fuses_long_attention_only():
+    # the default ("auto"): the fused kernel from AUTO_MIN_KEYS keys, the products below;
+    # an explicit choice wins either way
+    from ptxforge.graph.opdefs.attention import AUTO_MIN_KEYS
+
+    def attention_calls(seq: int, **kw) -> int:
+        q = Var("q", (1, 2, seq, 16), "float16")
+        net = graph_from_outputs(attention(q, q, q))
+        funcs = distinct_functions(graph.optimize(net, **kw))[0]
+        return sum("attention" in f.name for f in funcs)
+
+    assert attention_calls(AUTO_MIN_KEYS) == 1
+    assert attention_calls(AUTO_MIN_KEYS - 16) == 0
+    assert attention_calls(AUTO_MIN_KEYS, fused_attention=False) == 0
+    assert attention_calls(AUTO_MIN_KEYS - 16, fused_attention=True) == 1
+    with GraphPassContext(config={"fused_attention": False}) as ctx:
+        assert attention_calls(AUTO_MIN_KEYS, ctx=ctx) == 0

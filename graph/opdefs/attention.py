@@ -154,6 +154,17 @@ FUSED_OPTION = "fused_attention"
 """The graph pass config key that keeps eligible ``nn.attention`` calls whole for the fused
 kernel (``GraphPassContext(config={"fused_attention": True})``)."""
 
+FUSED_AUTO = "auto"
+"""The ``fused_attention`` setting by default: the fused kernel where the keys are at least
+:data:`AUTO_MIN_KEYS`, the batched products and softmax below."""
+
+AUTO_MIN_KEYS = 256
+"""Keys from which ``fused_attention="auto"`` runs the fused kernel. On an H100 in fp16
+(HF BERT-base from ``graph.from_torch``, default schedules) the decomposed attention was 8%
+faster at 128 keys (0.409 against 0.443 ms), the fused kernel 39% faster at 512 (batch 8:
+3.94 against 6.49 ms) and 19% at 1,024 (GPT-2: 1.69 against 2.08 ms);
+``bench/results/attention_after_h100_2026-11-27.txt``."""
+
 FUSED_PRECISION_OPTION = "fused_attention.precision"
 """The graph pass config key holding the build's ``precision`` while ``fused_attention`` is
 on (set by ``graph.build``): a float32 attention of a 16-bit build is judged in that dtype."""
@@ -198,13 +209,19 @@ def fused_attention_refusal(call: Call, target=None, dtype: str | None = None) -
 
 def keeps_fused_attention(call: Call) -> bool:
     """Whether ``decompose_attention`` leaves ``call`` whole: the active graph pass
-    context's config asks for the fused kernel (``fused_attention``) and the kernel can run
-    it (:func:`fused_attention_refusal`)."""
+    context's config asks for the fused kernel (``fused_attention`` True, or
+    :data:`FUSED_AUTO` (the default) with at least :data:`AUTO_MIN_KEYS` keys) and the
+    kernel can run it (:func:`fused_attention_refusal`)."""
     from ..passes.base import GraphPassContext
 
     config = GraphPassContext.current().config
-    if not config.get(FUSED_OPTION, False):
+    choice = config.get(FUSED_OPTION, FUSED_AUTO)
+    if not choice:
         return False
+    if choice == FUSED_AUTO:
+        _, _, s, _ = _bhsd(call.args[1].shape, call.attrs.get("layout", "bhsd"))
+        if s < AUTO_MIN_KEYS:
+            return False
     low = config.get(FUSED_PRECISION_OPTION)
     # a float32 attention of a float16/bfloat16 build runs in that dtype after
     # to_mixed_precision (nn.attention is one of its ALWAYS operators)
