@@ -57,7 +57,6 @@ from ..ops.schedules.gemm.knobs import (
     mma_sync_choices,
     wgmma_choices,
 )
-from ..passes.schedule.common import ScheduleError
 from ..passes.schedule.names import slot_name
 from .sketch import ChoiceSlot, Sketch
 
@@ -305,7 +304,7 @@ def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
     from ..ir.dtype import nbytes
     from ..ops.schedules.gemm.choice import wgmma_refusal
     from ..ops.schedules.gemm.chooser import choose_wgmma_config
-    from ..ops.schedules.gemm.forms import _is_cast_of, gemm_form
+    from ..ops.schedules.gemm.forms import direct_store, gemm_form
 
     if not task.target.has_wgmma:
         return None
@@ -316,18 +315,14 @@ def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
     form = gemm_form(op, task.target, tags=None)
     if form is None or wgmma_refusal(form, task.target) is not None:
         return None
-    remapped = tuple(out.shape) != tuple(op.output(0).shape)
-    epi_tile = out.op is not op and not (not inlined and _is_cast_of(out.op, op))
+    remapped = _remapped(op, out)
+    epi_tile = out.op is not op and not (not inlined and direct_store(op, out.op, form))
     step = WgmmaGemmStep(stage, output, form.M, form.N, form.K, form.in_dtype,
                          form.acc_dtype, nbytes(out.dtype), b_kn=form.b_kn, batch=form.batch,
                          tensors=(op.output(0), out), inlined=inlined, form=form, late=late,
                          target=task.target, remapped=remapped, epilogue_tile=epi_tile)
     cfg = choose_wgmma_config(form, task.target, epi_tile, remap=remapped)
     if cfg is None or not all(sl.choices for sl in step.slots()):
-        return None
-    try:  # the default configuration must schedule (else the epilogue is not element-wise)
-        schedule_wgmma_gemm(step, cfg, task.target)
-    except ScheduleError:
         return None
     return step
 
@@ -357,20 +352,23 @@ def schedule_wgmma_conv(step: WgmmaConvStep, cfg, target=None):
 
 def wgmma_conv_step(task) -> WgmmaConvStep | None:
     """The wgmma conv step for ``task``, or None: a target with wgmma and a task
-    :func:`tensorcore_conv_step` takes, in 16-bit inputs, whose default wgmma
-    configuration schedules."""
+    :func:`tensorcore_conv_step` takes, in 16-bit inputs, for whose implicit GEMM some
+    wgmma tiles fit (:func:`~ptxforge.ops.schedules.gemm.chooser.wgmma_conv_config`)."""
     from ..ir.dtype import nbytes
     from ..ops.schedules.gemm.choice import wgmma_dtype_refusal
+    from ..ops.schedules.gemm.chooser import wgmma_conv_config
     from ..ops.schedules.gemm.forms import conv_gemm_form
 
     if not task.target.has_wgmma:
         return None
-    prod = _single_product(task)
+    prod = _single_product(task, remap=False)
     if prod is None:
         return None
     conv_op, out, stage, output, inlined, late = prod
     in_dt = conv_op.input_tensors[0].dtype
     if wgmma_dtype_refusal(in_dt, "float32", task.target) is not None:
+        return None
+    if wgmma_conv_config(conv_op, task.target) is None:
         return None
     form = conv_gemm_form(conv_op)
     M, N, K = form.M, form.N, form.K
@@ -378,10 +376,6 @@ def wgmma_conv_step(task) -> WgmmaConvStep | None:
                          b_kn=True, batch=1, tensors=(conv_op.output(0), out),
                          inlined=inlined, form=form, late=late, target=task.target,
                          epilogue_tile=True)
-    try:  # the default configuration must schedule (shapes the conv schedule refuses)
-        schedule_wgmma_conv(step, None, task.target)
-    except ScheduleError:
-        return None
     return step
 
 
@@ -405,32 +399,27 @@ def tensorcore_gemm_step(task) -> TensorCoreGemmStep | None:
                               form.acc_dtype, nbytes(out.dtype), b_kn=form.b_kn,
                               batch=form.batch, tensors=(op.output(0), out),
                               inlined=inlined, form=form, late=late, target=task.target,
-                              remapped=tuple(out.shape) != tuple(op.output(0).shape))
-    smallest = TensorCoreConfig(16, 16, 16, 1, 1, vec=1, pad=8, stages=1, tf32=form.tf32)
-    try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
-        schedule_tensorcore_gemm(step, smallest, task.target)
-    except ScheduleError:
-        return None
+                              remapped=_remapped(op, out))
     return step
 
 
-def _single_product(task):
+def _single_product(task, remap: bool = True):
     """``(product op, output tensor, product stage name, output stage name, epilogue
     stages to inline, stages the product reads)`` of a task with one output computed from
-    one reduction of the same shape (through element-wise stages, if any) or stored by
-    the output in another layout (:func:`~ptxforge.ops.schedules.remap.epilogue_remap`),
-    else None."""
+    one reduction by an epilogue the GEMM template takes
+    (:func:`~ptxforge.ops.schedules.gemm.forms.epilogue_refusal`: element-wise stages, if
+    any, or, where ``remap``, an output storing the product in another layout), else
+    None."""
+    from ..ops.schedules.gemm.forms import epilogue_refusal
+
     an = task.analysis
     outs = list(task.ir_dag.outputs)
     reds = [n for n, st in an.stages.items() if st.reduce]
     if len(outs) != 1 or len(reds) != 1:
         return None
     op, out = an.stages[reds[0]].op, outs[0]
-    if tuple(out.shape) != tuple(op.output(0).shape):
-        from ..ops.schedules.remap import epilogue_remap
-
-        if out.op is op or epilogue_remap(op, out.op) is None:
-            return None  # not an epilogue that stores the product in another layout
+    if epilogue_refusal(op, out.op, remap) is not None:
+        return None
     late = tuple(t for t in op.input_tensors
                  if any(t.op is st.op for st in an.stages.values()))
     inlined = tuple(st.op.output(0) for st in an.stages.values()
@@ -438,6 +427,14 @@ def _single_product(task):
                     and not any(st.op is t.op for t in late))
     names = {id(st.op): n for n, st in an.stages.items()}
     return op, out, names[id(op)], names[id(out.op)], inlined, late
+
+
+def _remapped(op, out) -> bool:
+    """Whether output ``out`` stores product stage ``op`` in another layout (tiles that
+    divide the product, no split-K)."""
+    from ..ops.schedules.remap import epilogue_remap
+
+    return out.op is not op and epilogue_remap(op, out.op) is not None
 
 
 def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
@@ -449,7 +446,7 @@ def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
     from ..ir.dtype import nbytes
     from ..ops.schedules.gemm.forms import conv_gemm_shape, tensorcore_conv_unsupported
 
-    prod = _single_product(task)
+    prod = _single_product(task, remap=False)
     if prod is None:
         return None
     conv_op, out, stage, output, inlined, late = prod
@@ -463,11 +460,6 @@ def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
                               inlined=inlined, C_in=C_in, tf32=tf32,
                               unique=task.analysis.io_bytes(out), late=late,
                               target=task.target)
-    try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
-        schedule_tensorcore_conv(step, TensorCoreConfig(16, 8, 16, 1, 1, vec=1, pad=8,
-                                                        stages=1, tf32=tf32), task.target)
-    except ScheduleError:
-        return None
     return step
 
 

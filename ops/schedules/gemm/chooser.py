@@ -17,7 +17,7 @@ from ....target import Target, as_target
 from ..remap import epilogue_remap
 from .choice import mma_sync_refusal, prefer_wgmma, wgmma_conv_refusal, wgmma_refusal
 from .estimate import gemm_time, wgmma_time
-from .forms import GemmForm, _is_cast_of, conv_gemm_form, conv_gemm_shape
+from .forms import GemmForm, conv_gemm_form, conv_gemm_shape, direct_store
 from .knobs import (
     B_KN_PANEL,
     BLOCK_N,
@@ -193,7 +193,7 @@ def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
     if wgmma_refusal(form, target) is not None:
         return None
     remap = epilogue_remap(op, epilogue) is not None
-    epi_tile = epilogue is not None and not _is_cast_of(epilogue, op)
+    epi_tile = not direct_store(op, epilogue, form)
     w = choose_wgmma_config(form, target, epi_tile, remap)
     if w is None:
         return None
@@ -299,7 +299,18 @@ BLOCK_CHOICES = (128, 64, 32, 16)
 
 
 def choose_conv_config(op: ComputeOp, target: Target | str | None = None) -> TensorCoreConfig:
-    """A default configuration for conv stage ``op`` on ``target``: the block tile that
+    """:func:`conv_config`, or a :class:`ScheduleError` where no configuration fits."""
+    cfg = conv_config(op, target)
+    if cfg is None:
+        raise ScheduleError(f"tensor-core conv2d {op.name}: no configuration fits target "
+                            f"{as_target(target).arch}")
+    return cfg
+
+
+def conv_config(op: ComputeOp, target: Target | str | None = None
+                ) -> TensorCoreConfig | None:
+    """A default configuration for conv stage ``op`` on ``target`` (None where none fits):
+    the block tile that
     minimizes an estimate of waves x (tile work + tile loads) over the padded product, so
     that small layers (7x7 pixels) still spread over the SMs; warps of 16 to 64 rows and 8
     to 64 columns; a 2- or 3-stage cp.async pipeline over the reduction; the widest copies
@@ -324,10 +335,7 @@ def choose_conv_config(op: ComputeOp, target: Target | str | None = None) -> Ten
             key = (cost, -bm * bn)
             if best is None or key < best[0]:
                 best = (key, cfg)
-    if best is None:
-        raise ScheduleError(f"tensor-core conv2d {op.name}: no configuration fits target "
-                            f"{target.arch}")
-    return best[1]
+    return None if best is None else best[1]
 
 
 def _valid_config(op, target, bm: int, bn: int, K: int, tf32: bool):
@@ -351,15 +359,21 @@ def _valid_config(op, target, bm: int, bn: int, K: int, tf32: bool):
 
 
 
-def choose_wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
-    """The default wgmma configuration of conv stage ``op``: the wgmma GEMM chooser's
-    (:func:`choose_wgmma_config`, split-K included where its estimate
-    gains :data:`SPLIT_K_GAIN`) on the implicit GEMM, whose channels
-    count as at least one 64-wide tile (the schedule pads them to it)."""
-    target = as_target(target)
+def wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
+    """The default wgmma configuration of conv stage ``op``, or None where no wgmma tiles
+    fit: the wgmma GEMM chooser's (:func:`choose_wgmma_config`, split-K included where its
+    estimate gains :data:`SPLIT_K_GAIN`) on the implicit GEMM, whose channels count as at
+    least one 64-wide tile (the schedule pads them to it)."""
     form = conv_gemm_form(op)
-    cfg = choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), target)
+    return choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), as_target(target))
+
+
+def choose_wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
+    """:func:`wgmma_conv_config`, or a :class:`ScheduleError` where no tiles fit."""
+    target = as_target(target)
+    cfg = wgmma_conv_config(op, target)
     if cfg is None:
+        form = conv_gemm_form(op)
         raise ScheduleError(f"wgmma conv2d {op.name}: no wgmma configuration fits the "
                             f"implicit GEMM {form.M}x{form.N}x{form.K} on {target.arch}")
     return cfg
@@ -385,10 +399,8 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     form = conv_gemm_form(op)
     if wgmma_refusal(form, target) is not None:
         return None
-    try:
-        w = choose_wgmma_conv_config(op, target)
-        mma = choose_conv_config(op, target)
-    except ScheduleError:
+    w = wgmma_conv_config(op, target)
+    if w is None:
         return None
-    return w if prefer_wgmma(form, w, mma, True, target) else None
+    return w if prefer_wgmma(form, w, conv_config(op, target), True, target) else None
 

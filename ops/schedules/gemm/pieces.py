@@ -73,16 +73,18 @@ def store_warp_tiles(st, rows, cols, warp_m: int, warp_n: int, intrin: str,
     return wi, wj
 
 
-def store_warpgroup_tiles(st, rows, cols, lead: tuple = (), out: str = "") -> object:
+def store_warpgroup_tiles(st, rows, cols, lead: tuple = (), out: str = "",
+                          scaled: bool = False) -> object:
     """The warpgroups' stores of their accumulators by stage ``st`` over its block-tile
     loops ``rows`` and ``cols`` (``lead``: the loops kept outside, in order): warpgroup
-    ``w`` (threadIdx.y) stores rows ``64 w ..``, 64 x 8 at a time, cast to ``out``.
-    Returns the warpgroup loop (the accumulator stage attaches there)."""
+    ``w`` (threadIdx.y) stores rows ``64 w ..``, 64 x 8 at a time, cast to ``out`` (times
+    the epilogue's scalar first where ``scaled``). Returns the warpgroup loop (the
+    accumulator stage attaches there)."""
     wg, rows = st.split(rows, factor=64)
     tj, jj = st.split(cols, factor=8)
     st.reorder(*lead, wg, tj, rows, jj)
     st.bind(wg, "threadIdx.y")
-    st.tensorize(rows, WGMMA.store("float32", out))
+    st.tensorize(rows, WGMMA.store("float32", out, scaled))
     st.unroll(tj)
     return wg
 

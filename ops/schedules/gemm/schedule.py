@@ -49,10 +49,12 @@ from .forms import (
     GemmForm,
     _b_is_kn,
     _is_cast,
-    _is_cast_of,
+    accumulator_scale,
     conv_gemm_form,
     conv_gemm_shape,
     copies_from_memory,
+    direct_store,
+    epilogue_refusal,
     gemm_form,
     tensorcore_conv_unsupported,
 )
@@ -136,7 +138,8 @@ def schedule_gemm(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, 
         *lead, rows, cols = at.op.axis
         lead = () if form.conv else tuple(lead)
     if wg:
-        s[cf].compute_at(at, store_warpgroup_tiles(at, rows, cols, lead, out))
+        scaled = direct and accumulator_scale(op, epilogue) is not None
+        s[cf].compute_at(at, store_warpgroup_tiles(at, rows, cols, lead, out, scaled))
     else:
         _, wj = store_warp_tiles(at, rows, cols, wm, wn, kind.store(form.acc_dtype, out),
                                  knobs.unroll, lead)
@@ -189,12 +192,21 @@ def schedule_gemm(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, 
 
 def _direct(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, knobs) -> bool:
     """Whether the warps (warpgroups) store their accumulators straight to the output: no
-    padding, no split-K, and no epilogue but the cast to a 16-bit output."""
-    return not pads(knobs, form) and (epilogue is None or _is_cast_of(epilogue, op))
+    padding, no split-K, and no epilogue but the cast to a 16-bit output (and an fp8
+    product's scales: :func:`~.forms.direct_store`)."""
+    return not pads(knobs, form) and direct_store(op, epilogue, form)
 
 
 def _c_in(op: ComputeOp) -> int:
     return conv_gemm_shape(op)[3]
+
+
+def _check_epilogue(op: ComputeOp, epilogue: ComputeOp | None, remap: bool = True) -> None:
+    """Raise :class:`ScheduleError` where ``epilogue`` is no epilogue the template fuses
+    into product stage ``op`` (:func:`~.forms.epilogue_refusal`)."""
+    why = epilogue_refusal(op, epilogue, remap)
+    if why is not None:
+        raise ScheduleError(f"stage {op.name}: {why}")
 
 
 # -- products ----------------------------------------------------------------------------
@@ -223,6 +235,7 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
                             f"{target.arch} run (see gemm_form)")
     if mma_sync_refusal(form) is not None:
         raise ScheduleError(f"stage {op.name}: {mma_sync_refusal(form)}")
+    _check_epilogue(op, epilogue)
     remap = epilogue_remap(op, epilogue)
     if remap is not None and cfg is None:
         cfg = remap_config(form, target)
@@ -276,6 +289,7 @@ def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = 
     product and no split-K."""
     target = as_target(target)
     form = wgmma_form(op, target, f"stage {op.name}", form)
+    _check_epilogue(op, epilogue)
     remap = epilogue_remap(op, epilogue)
     if cfg is None:
         cfg = choose_wgmma_config(form, target, remap=remap is not None)
@@ -333,6 +347,7 @@ def schedule_conv2d_nhwc_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None
     why = tensorcore_conv_unsupported(op, target)
     if why is not None:
         raise ScheduleError(f"tensor-core conv2d: {why}")
+    _check_epilogue(op, epilogue, remap=False)
     cfg = cfg or choose_conv_config(op, target)
     check_conv_config(cfg, op, target)
     schedule_gemm(s, op, epilogue, conv_gemm_form(op), cfg, target)
@@ -353,6 +368,7 @@ def schedule_conv2d_nhwc_wgmma(s, op: ComputeOp, epilogue: ComputeOp | None = No
     why = wgmma_conv_refusal(op, target)
     if why is not None:
         raise ScheduleError(f"wgmma conv2d: {why}")
+    _check_epilogue(op, epilogue, remap=False)
     if cfg is None:
         cfg = choose_wgmma_conv_config(op, target)
     check_wgmma_conv(cfg, op, target)
