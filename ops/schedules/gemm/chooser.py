@@ -17,7 +17,7 @@ from ....target import Target, as_target
 from ..remap import epilogue_remap
 from .choice import mma_sync_refusal, prefer_wgmma, wgmma_conv_refusal, wgmma_refusal
 from .estimate import gemm_time, wgmma_time
-from .forms import GemmForm, conv_gemm_form, conv_gemm_shape, direct_store
+from .forms import GemmForm, conv_gemm_form, direct_store
 from .knobs import (
     B_KN_PANEL,
     BLOCK_N,
@@ -31,13 +31,14 @@ from .knobs import (
 from .rules import (
     _round_up,
     block_k,
-    check_conv_config,
-    check_gemm_config,
-    check_wgmma_gemm,
+    conv_rules,
     conv_shared_bytes,
+    first_broken,
+    gemm_rules,
     needs_c_tile,
     needs_padding,
     wgmma_padded_extents,
+    wgmma_rules,
 )
 
 # -- mma.sync ----------------------------------------------------------------------------
@@ -123,21 +124,12 @@ def _best(cands: list, form: GemmForm, target: Target) -> TensorCoreConfig | Non
                                     gemm_time(c, form, target, dram_floor=False), c.split_k))
 
 
-def choose_gemm_config(form: GemmForm, target: Target | str | None = None) -> TensorCoreConfig:
+def choose_gemm_config(form: GemmForm, target: Target | str | None = None,
+                       split_k: bool = True) -> TensorCoreConfig:
     """The default tiles of ``form`` on ``target``: of :func:`gemm_candidates`, the one
-    :func:`gemm_time` expects fastest (split-K included)."""
+    :func:`gemm_time` expects fastest (split-K included where ``split_k``)."""
     target = as_target(target)
-    best = _best(gemm_candidates(form, target), form, target)
-    if best is None:
-        raise ScheduleError(f"no tensor-core tiles of the default table fit {form}")
-    return best
-
-
-def unsplit_gemm_config(form: GemmForm, target: Target | str | None = None
-                        ) -> TensorCoreConfig:
-    """The default tiles of ``form`` without split-K (see :func:`choose_gemm_config`)."""
-    target = as_target(target)
-    best = _best(gemm_candidates(form, target, split_k=False), form, target)
+    best = _best(gemm_candidates(form, target, split_k), form, target)
     if best is None:
         raise ScheduleError(f"no tensor-core tiles of the default table fit {form}")
     return best
@@ -159,21 +151,20 @@ SPLIT_K_CHOICES = split_parts(MMA_SYNC_SPACE)
 
 
 def _first_legal(form, target, bm, bn, bk, wm, wn, stages, split_k=1):
-    """The legal config of these tiles with the widest copies, or None."""
-    vec = 16 // form.elem_bytes
-    for v in (vec, vec // 2, vec // 4, vec // 8):
+    """The legal config of these tiles with the widest copies (:func:`~.rules.gemm_rules`,
+    a convolution's :func:`~.rules.conv_rules`), or None."""
+    eb = form.elem_bytes
+    for v in (16 // eb, 8 // eb, 4 // eb, 2 // eb):
         if v < 1:
             continue
-        cfg = TensorCoreConfig(
-            bm, bn, bk, wm, wn, vec=v, pad=16 // form.elem_bytes, frag_load="ldmatrix",
-            tf32=form.tf32, stages=stages,
-            async_copy=target.has_cp_async and v * form.elem_bytes in (4, 8, 16),
-            split_k=split_k)
-        try:
-            check_gemm_config(cfg, form, target=target)
-        except ScheduleError:
-            continue
-        return cfg
+        cfg = TensorCoreConfig(bm, bn, bk, wm, wn, vec=v, pad=16 // eb, frag_load="ldmatrix",
+                               tf32=form.tf32, stages=stages,
+                               async_copy=target.has_cp_async and v * eb in (4, 8, 16),
+                               split_k=split_k)
+        rules = (conv_rules(cfg, form.M, form.N, form.K, form.tf32, target) if form.conv
+                 else gemm_rules(cfg, form, target))
+        if first_broken(rules) is None:
+            return cfg
     return None
 
 
@@ -248,10 +239,8 @@ def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: boo
                     cfg = WgmmaScheduleConfig(bn, wgs, stages, 1 if stages >= 3 else 0, split)
                     if divide and wgmma_padded_extents(cfg, form) != (form.M, form.N, form.K):
                         break
-                    try:
-                        check_wgmma_gemm(cfg, form, target=t,
-                                         c_tile=needs_c_tile(cfg, form, epilogue_tile))
-                    except ScheduleError:
+                    c_tile = needs_c_tile(cfg, form, epilogue_tile)
+                    if first_broken(wgmma_rules(cfg, form, t, c_tile)) is not None:
                         continue
                     out.append(cfg)
                     break
@@ -316,15 +305,14 @@ def conv_config(op: ComputeOp, target: Target | str | None = None
     to 64 columns; a 2- or 3-stage cp.async pipeline over the reduction; the widest copies
     that the tiles allow. Every candidate passes :func:`check_conv_config`."""
     target = as_target(target)
-    M, N, K, _ = conv_gemm_shape(op)
-    tf32 = op.input_tensors[0].dtype == "float32"
-    eb = 4 if tf32 else 2
+    form = conv_gemm_form(op)
+    M, N, eb = form.M, form.N, form.elem_bytes
     best = None
     for bm in BLOCK_CHOICES:
         for bn in BLOCK_CHOICES:
             if bn > max(16, 2 * N) or bm > max(16, 2 * M):
                 continue
-            cfg = _valid_config(op, target, bm, bn, K, tf32)
+            cfg = _valid_config(form, target, bm, bn)
             if cfg is None:
                 continue
             smem = conv_shared_bytes(cfg, eb)
@@ -338,25 +326,15 @@ def conv_config(op: ComputeOp, target: Target | str | None = None
     return None if best is None else best[1]
 
 
-def _valid_config(op, target, bm: int, bn: int, K: int, tf32: bool):
-    """The first legal configuration of a ``bm x bn`` block tile, widest copies first."""
-    bk = 16 if K <= 16 else 32
+def _valid_config(form, target, bm: int, bn: int):
+    """The first legal configuration of a ``bm x bn`` block tile for the convolution's
+    implicit GEMM ``form``, widest copies first."""
+    bk = 16 if form.K <= 16 else 32
     wm = 2 if bm >= 32 else 1
     wn = 4 if bn >= 128 else (2 if bn >= 16 else 1)
-    steps = -(-K // bk)
-    stages = 3 if steps >= 8 else (2 if steps >= 2 else 1)
-    for vec in ((4, 2, 1) if tf32 else (8, 4, 2, 1)):
-        cfg = TensorCoreConfig(bm, bn, bk, wm, wn, vec=vec, pad=4 if tf32 else 8,
-                               stages=stages,
-                               async_copy=vec * (4 if tf32 else 2) in (4, 8, 16),
-                               frag_load="ldmatrix", tf32=tf32)
-        try:
-            check_conv_config(cfg, op, target)
-        except ScheduleError:
-            continue
-        return cfg
-    return None
-
+    steps = -(-form.K // bk)
+    return _first_legal(form, target, bm, bn, bk, wm, wn,
+                        3 if steps >= 8 else (2 if steps >= 2 else 1))
 
 
 def wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
