@@ -195,6 +195,6 @@ class WgmmaScheduleConfig:
         from .rules import first_broken, wgmma_rules
 
         form = GemmForm(1, M, N, K, "float16", "float32", False, False, broadcast=True)
-        why = first_broken(wgmma_rules(self, form, target, c_tile=False))
+        why = first_broken(wgmma_rules(self, form, target, c_tile=False, steps=False))
         if why is not None:
             raise ScheduleError(f"wgmma dense {M}x{N}x{K} with {self}: {why}")

@@ -256,13 +256,14 @@ def wgmma_padded_extents(cfg, form) -> tuple:
             _round_up(form.K, block_k(form) * max(cfg.split_k, 1)))
 
 
-def wgmma_rules(k, form, target=None, c_tile=True):
+def wgmma_rules(k, form, target=None, c_tile=True, steps: bool = True):
     """The rules of wgmma knobs ``k`` (a :class:`~.knobs.WgmmaScheduleConfig`, or an
     object of arrays) for a product ``form`` that wgmma runs (the caller asked
     :func:`~.choice.wgmma_refusal`), as :func:`gemm_rules`' pairs: the knobs' ranges; no
     split-K over a broadcast batch, whose tiles divide the product (it is not padded);
-    at least ``stages`` steps of 128 bytes in each split-K part; the block's shared memory
-    (:func:`wgmma_shared_bytes`, with the C tile where ``c_tile``) within the opt-in
+    at least ``stages`` steps of 128 bytes in each split-K part (unless not ``steps``: the
+    whole-tensor entry point ``schedule_dense_wgmma`` pipelines fewer); the block's shared
+    memory (:func:`wgmma_shared_bytes`, with the C tile where ``c_tile``) within the opt-in
     limit. The wgmma convolution checks its implicit GEMM with these too."""
     t = as_target(target)
     yield np.isin(k.block_n, BLOCK_N), lambda: f"need block_n in {BLOCK_N} (got {k.block_n})"
@@ -280,16 +281,16 @@ def wgmma_rules(k, form, target=None, c_tile=True):
         "implicit_gemm, whose batch axis both operands must read)")
     bm, bk = 64 * k.warpgroups, block_k(form)
     if not form.paddable:
-        for ext, tile, name in ((form.M, bm, "64 * warpgroups"), (form.N, k.block_n,
-                                                                  "block_n"),
-                                (form.K, bk, "the K step")):
-            yield ext % tile == 0, lambda ext=ext, tile=tile, name=name: (
-                f"need {name} = {tile} to divide {ext} (a broadcast batch is not padded)")
+        for axis, ext, tile, name in (("M", form.M, bm, "64 * warpgroups ="),
+                                      ("N", form.N, k.block_n, "block_n"),
+                                      ("K", form.K, bk, "the K step")):
+            yield ext % tile == 0, lambda axis=axis, ext=ext, tile=tile, name=name: (
+                f"need {name} {tile} to divide {axis} {ext} (the product is not padded)")
     part = bk * k.split_k
-    steps = -(-form.K // part)
-    yield (k.stages <= 1) | (steps >= k.stages), lambda: (
+    n_steps = -(-form.K // part)
+    yield (not steps) | (k.stages <= 1) | (n_steps >= k.stages), lambda: (
         f"need at least {k.stages} steps of {bk} for {k.stages} pipeline stages (K = "
-        f"{form.K} padded to {steps * part} gives {steps}"
+        f"{form.K} padded to {n_steps * part} gives {n_steps}"
         f"{' per split_k part' if k.split_k > 1 else ''})")
     smem = wgmma_shared_bytes(k, c_tile)
     optin = t.max_shared_memory_per_block_optin
