@@ -57,7 +57,6 @@ from ..ops.schedules.gemm.knobs import (
     mma_sync_choices,
     wgmma_choices,
 )
-from ..passes.schedule.common import ScheduleError
 from ..passes.schedule.names import slot_name
 from .sketch import ChoiceSlot, Sketch
 
@@ -150,6 +149,8 @@ class TensorCoreConvStep(TensorCoreStep):
     unique: float = 0.0
     late: tuple = field(default=(), compare=False, hash=False)
     target: object = field(default=None, compare=False, hash=False)
+    form: object = field(default=None, compare=False, hash=False)
+    """The implicit GEMM's :class:`~ptxforge.ops.schedules.gemm.forms.GemmForm`."""
 
     @property
     def mma_k(self) -> int:
@@ -305,7 +306,7 @@ def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
     from ..ir.dtype import nbytes
     from ..ops.schedules.gemm.choice import wgmma_refusal
     from ..ops.schedules.gemm.chooser import choose_wgmma_config
-    from ..ops.schedules.gemm.forms import _is_cast_of, gemm_form
+    from ..ops.schedules.gemm.forms import direct_store, gemm_form
 
     if not task.target.has_wgmma:
         return None
@@ -316,18 +317,14 @@ def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
     form = gemm_form(op, task.target, tags=None)
     if form is None or wgmma_refusal(form, task.target) is not None:
         return None
-    remapped = tuple(out.shape) != tuple(op.output(0).shape)
-    epi_tile = out.op is not op and not (not inlined and _is_cast_of(out.op, op))
+    remapped = _remapped(op, out)
+    epi_tile = out.op is not op and not (not inlined and direct_store(op, out.op, form))
     step = WgmmaGemmStep(stage, output, form.M, form.N, form.K, form.in_dtype,
                          form.acc_dtype, nbytes(out.dtype), b_kn=form.b_kn, batch=form.batch,
                          tensors=(op.output(0), out), inlined=inlined, form=form, late=late,
                          target=task.target, remapped=remapped, epilogue_tile=epi_tile)
     cfg = choose_wgmma_config(form, task.target, epi_tile, remap=remapped)
     if cfg is None or not all(sl.choices for sl in step.slots()):
-        return None
-    try:  # the default configuration must schedule (else the epilogue is not element-wise)
-        schedule_wgmma_gemm(step, cfg, task.target)
-    except ScheduleError:
         return None
     return step
 
@@ -357,20 +354,23 @@ def schedule_wgmma_conv(step: WgmmaConvStep, cfg, target=None):
 
 def wgmma_conv_step(task) -> WgmmaConvStep | None:
     """The wgmma conv step for ``task``, or None: a target with wgmma and a task
-    :func:`tensorcore_conv_step` takes, in 16-bit inputs, whose default wgmma
-    configuration schedules."""
+    :func:`tensorcore_conv_step` takes, in 16-bit inputs, for whose implicit GEMM some
+    wgmma tiles fit (:func:`~ptxforge.ops.schedules.gemm.chooser.wgmma_conv_config`)."""
     from ..ir.dtype import nbytes
     from ..ops.schedules.gemm.choice import wgmma_dtype_refusal
+    from ..ops.schedules.gemm.chooser import wgmma_conv_config
     from ..ops.schedules.gemm.forms import conv_gemm_form
 
     if not task.target.has_wgmma:
         return None
-    prod = _single_product(task)
+    prod = _single_product(task, remap=False)
     if prod is None:
         return None
     conv_op, out, stage, output, inlined, late = prod
     in_dt = conv_op.input_tensors[0].dtype
     if wgmma_dtype_refusal(in_dt, "float32", task.target) is not None:
+        return None
+    if wgmma_conv_config(conv_op, task.target) is None:
         return None
     form = conv_gemm_form(conv_op)
     M, N, K = form.M, form.N, form.K
@@ -378,10 +378,6 @@ def wgmma_conv_step(task) -> WgmmaConvStep | None:
                          b_kn=True, batch=1, tensors=(conv_op.output(0), out),
                          inlined=inlined, form=form, late=late, target=task.target,
                          epilogue_tile=True)
-    try:  # the default configuration must schedule (shapes the conv schedule refuses)
-        schedule_wgmma_conv(step, None, task.target)
-    except ScheduleError:
-        return None
     return step
 
 
@@ -405,32 +401,27 @@ def tensorcore_gemm_step(task) -> TensorCoreGemmStep | None:
                               form.acc_dtype, nbytes(out.dtype), b_kn=form.b_kn,
                               batch=form.batch, tensors=(op.output(0), out),
                               inlined=inlined, form=form, late=late, target=task.target,
-                              remapped=tuple(out.shape) != tuple(op.output(0).shape))
-    smallest = TensorCoreConfig(16, 16, 16, 1, 1, vec=1, pad=8, stages=1, tf32=form.tf32)
-    try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
-        schedule_tensorcore_gemm(step, smallest, task.target)
-    except ScheduleError:
-        return None
+                              remapped=_remapped(op, out))
     return step
 
 
-def _single_product(task):
+def _single_product(task, remap: bool = True):
     """``(product op, output tensor, product stage name, output stage name, epilogue
     stages to inline, stages the product reads)`` of a task with one output computed from
-    one reduction of the same shape (through element-wise stages, if any) or stored by
-    the output in another layout (:func:`~ptxforge.ops.schedules.remap.epilogue_remap`),
-    else None."""
+    one reduction by an epilogue the GEMM template takes
+    (:func:`~ptxforge.ops.schedules.gemm.forms.epilogue_refusal`: element-wise stages, if
+    any, or, where ``remap``, an output storing the product in another layout), else
+    None."""
+    from ..ops.schedules.gemm.forms import epilogue_refusal
+
     an = task.analysis
     outs = list(task.ir_dag.outputs)
     reds = [n for n, st in an.stages.items() if st.reduce]
     if len(outs) != 1 or len(reds) != 1:
         return None
     op, out = an.stages[reds[0]].op, outs[0]
-    if tuple(out.shape) != tuple(op.output(0).shape):
-        from ..ops.schedules.remap import epilogue_remap
-
-        if out.op is op or epilogue_remap(op, out.op) is None:
-            return None  # not an epilogue that stores the product in another layout
+    if epilogue_refusal(op, out.op, remap) is not None:
+        return None
     late = tuple(t for t in op.input_tensors
                  if any(t.op is st.op for st in an.stages.values()))
     inlined = tuple(st.op.output(0) for st in an.stages.values()
@@ -440,6 +431,14 @@ def _single_product(task):
     return op, out, names[id(op)], names[id(out.op)], inlined, late
 
 
+def _remapped(op, out) -> bool:
+    """Whether output ``out`` stores product stage ``op`` in another layout (tiles that
+    divide the product, no split-K)."""
+    from ..ops.schedules.remap import epilogue_remap
+
+    return out.op is not op and epilogue_remap(op, out.op) is not None
+
+
 def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
     """The tensor-core conv step for ``task``, or None when the rule does not apply: one
     output computed from a single conv2d NHWC stage that can run on tensor cores on the
@@ -447,9 +446,13 @@ def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
     tensorcore_conv_unsupported`) by element-wise stages only, its inputs read directly or
     through a padding stage."""
     from ..ir.dtype import nbytes
-    from ..ops.schedules.gemm.forms import conv_gemm_shape, tensorcore_conv_unsupported
+    from ..ops.schedules.gemm.forms import (
+        conv_gemm_form,
+        conv_gemm_shape,
+        tensorcore_conv_unsupported,
+    )
 
-    prod = _single_product(task)
+    prod = _single_product(task, remap=False)
     if prod is None:
         return None
     conv_op, out, stage, output, inlined, late = prod
@@ -462,12 +465,7 @@ def tensorcore_conv_step(task) -> TensorCoreConvStep | None:
                               b_kn=not tf32, batch=1, tensors=(conv_op.output(0), out),
                               inlined=inlined, C_in=C_in, tf32=tf32,
                               unique=task.analysis.io_bytes(out), late=late,
-                              target=task.target)
-    try:  # the smallest configuration must schedule (else the epilogue is not element-wise)
-        schedule_tensorcore_conv(step, TensorCoreConfig(16, 8, 16, 1, 1, vec=1, pad=8,
-                                                        stages=1, tf32=tf32), task.target)
-    except ScheduleError:
-        return None
+                              target=task.target, form=conv_gemm_form(conv_op))
     return step
 
 
@@ -504,150 +502,112 @@ def bank_conflict(row_bytes) -> np.ndarray:
 
 
 def tensorcore_model(step: TensorCoreStep, V, hw, n: int) -> dict:
-    """Validity, resource use and an analytical time of tensor-core states (vectorized).
-    A conv or GEMM step's product is padded to the block tile (its extents need not
-    divide; a GEMM over a broadcast batch must divide). With
-    split-K (conv and GEMM steps) each block runs one part of the padded reduction, the
-    parts are more blocks, and the partial sums cost a second launch and their float32
-    traffic (written, then read by the summing kernel)."""
+    """Validity, resource use and the analytical time of mma.sync tensor-core states
+    (vectorized): the rules of the GEMM template (:func:`~ptxforge.ops.schedules.gemm.
+    rules.gemm_rules`, a convolution's :func:`~ptxforge.ops.schedules.gemm.rules.
+    conv_rules`) over the population, no more accumulators per thread than the search
+    allows (``hw.max_accumulators_per_thread``: a register budget, not a rule), and the
+    default chooser's estimate (:func:`~ptxforge.ops.schedules.gemm.estimate.
+    gemm_estimate`), in the statistics' names the features read."""
+    from types import SimpleNamespace
+
+    from ..ops.schedules.gemm.estimate import gemm_estimate
+    from ..ops.schedules.gemm.rules import (
+        conv_rules,
+        conv_shared_bytes,
+        gemm_rules,
+        holds,
+        shared_bytes,
+    )
     from .kernel_model import _occupancy
 
     if isinstance(step, WgmmaGemmStep):
         return wgmma_model(step, V, hw, n)
-    bm, bn, bk = V[step.slot("block_m")], V[step.slot("block_n")], V[step.slot("block_k")]
-    wm_, wn_ = V[step.slot("warps_m")], V[step.slot("warps_n")]
-    stages, layout, vec = V[step.slot("stages")], V[step.slot("layout")], V[step.slot("vec")]
+    k = SimpleNamespace(**{x: V[step.slot(x)] for x in (
+        "block_m", "block_n", "block_k", "warps_m", "warps_n", "stages", "vec", "split_k")},
+        pad=V[step.slot("layout")], tf32=step.form.tf32, async_copy=False,
+        frag_load="ldmatrix")
+    bm, bn, bk, split = k.block_m, k.block_n, k.block_k, k.split_k
+    f = step.form
     conv = isinstance(step, TensorCoreConvStep)
-    gemm = not conv
-    pad = np.maximum(layout, 0)
-    warps = wm_ * wn_
-    threads = warps * 32
-    wm, wn = bm // wm_, bn // wn_
     if conv:
-        eb, mma_k = step.elem_bytes, step.mma_k
-        split = V[step.slot("split_k")]
-        M, N = (-(-x // b) * b for x, b in ((step.M, bm), (step.N, bn)))
-        K = -(-step.K // (bk * split)) * bk   # per split-K part
-        valid = (layout >= 0) & (warps <= 32)
+        valid = holds(conv_rules(k, f.M, f.N, f.K, f.tf32, step.target), n)
+        shared = conv_shared_bytes(k, f.elem_bytes)
     else:
-        eb, mma_k = step.elem_bytes, step.mma_k
-        split = V[step.slot("split_k")]
-        if step.form.paddable:
-            M, N = (-(-x // b) * b for x, b in ((step.M, bm), (step.N, bn)))
-            K = -(-step.K // (bk * split)) * bk   # per split-K part
-            valid = np.ones(n, dtype=bool)
-        else:
-            M, N, K = step.M, step.N, step.K
-            valid = (step.M % bm == 0) & (step.N % bn == 0) & (step.K % bk == 0)
-        # a copy of vec elements must not straddle two rows of an input
-        valid = valid & (layout >= 0) & (step.K % vec == 0)
-        if step.b_kn:
-            valid = valid & (step.N % vec == 0)
-    valid = valid & ((bm % wm_ == 0) & (wm % 16 == 0) & (bn % wn_ == 0) & (wn % 8 == 0)
-                     & ((bm * bk) % (threads * vec) == 0) & ((bn * bk) % (threads * vec) == 0))
-    a_row = bk + pad
-    b_row = (bn if step.b_kn else bk) + pad
-    c_bytes = 4 if step.acc_dtype == "float32" else 2
-    c_cols = bn + 4 if gemm else bn     # the GEMM schedule pads its C tile's rows by 4
-    shared = (np.maximum(stages, 1) * (bm * a_row + (bk if step.b_kn else bn) * b_row) * eb
-              + bm * c_cols * c_bytes)
-    # a swizzle permutes 16-byte chunks in groups of 2**bits: the buffer holds whole groups
-    group = 16 << np.maximum(-layout, 0)
-    valid &= (layout >= 0) | (((bm * a_row * eb) % group == 0)
-                              & (((bk if step.b_kn else bn) * b_row * eb) % group == 0))
-    valid &= shared <= hw.max_shared_memory_per_block
-    blocks = step.batch * split * (M // np.maximum(bm, 1)) * (N // np.maximum(bn, 1))
-    k_iters = K // np.maximum(bk, 1)
-    valid &= (stages == 1) | (k_iters >= stages)
+        valid = holds(gemm_rules(k, f, step.target), n)
+        shared = shared_bytes(bm, bn, bk, k.stages, k.pad, f)
+    M, N = ((-(-x // b) * b for x, b in ((f.M, bm), (f.N, bn))) if f.paddable
+            else (f.M, f.N))
+    K = -(-f.K // (bk * split)) * bk if f.paddable else f.K  # per split-K part
+    warps = k.warps_m * k.warps_n
+    wm, wn = bm // k.warps_m, bn // k.warps_n
     accum = (wm * wn) // 32               # fp32 accumulators per lane
-    regs = 32 + accum + (wm // 16) * 4 + (wn // 8) * 2
     valid &= accum <= hw.max_accumulators_per_thread
-    occ = _occupancy(threads, regs, shared, blocks, hw)
-    flop = 2.0 * step.batch * step.M * step.N * step.K
-    mmas_per_warp_k = (wm // 16) * (wn // 8) * (16 // mma_k)   # per k step of 16
+    blocks = f.batch * split * (M // np.maximum(bm, 1)) * (N // np.maximum(bn, 1))
+    regs = 32 + accum + (wm // 16) * 4 + (wn // 8) * 2
+    occ = _occupancy(warps * 32, regs, shared, blocks, hw)
+    mmas_per_warp_k = (wm // 16) * (wn // 8) * (16 // f.mma_k)   # per k step of 16
     bytes_per_mma = ((wm // 16) * 512 + (wn // 8) * 256) / np.maximum(mmas_per_warp_k, 1)
-    conflict = bank_conflict(a_row * eb)
-    # a swizzle spreads the rows of one 128-byte line's worth of chunks over the banks
-    conflict = np.where(layout < 0, np.maximum(1, conflict * (a_row * eb) // 128), conflict)
-    # tensor-core time: the GPU's tensor rate over the SMs the launch fills, throttled when
-    # a warp has few independent MMAs to hide their latency (TF32 at half the rate)
-    tc_rate = hw.tensor_flops_per_sm_per_clock * hw.clock_hz / (2.0 if eb == 4 else 1.0)
-    per_sm_blocks = -(-blocks // hw.num_sms)
-    per_block_flop = 2.0 * bm * bn * K
-    ilp = np.minimum(1.0, occ["warps_per_sm"] * np.minimum(mmas_per_warp_k, 8) / 32.0)
-    mma = per_sm_blocks * per_block_flop / (tc_rate * np.maximum(ilp, 0.05))
-    # fragments from shared memory: ldmatrix bytes per block, serialized by bank conflicts
-    lds_bytes = per_block_flop / 2.0 / 16.0 * (1.0 / wn + 1.0 / wm) * 16.0 * eb
-    lds = per_sm_blocks * lds_bytes * conflict / (hw.shared_words_per_sm_per_clock * 4.0
-                                                  * hw.clock_hz)
-    global_bytes = blocks * (bm + bn) * K * eb
-    if conv:
-        unique = step.unique
-    else:
-        unique = step.batch * ((step.M + step.N) * step.K * eb
-                               + step.M * step.N * step.out_bytes)
-    mem = np.maximum(unique / hw.dram_bytes_per_s, global_bytes / hw.l2_bytes_per_s)
-    # each k step waits for its tiles unless the pipeline keeps stages - 1 loads in flight
-    latency = hw.global_latency_cycles / np.maximum(stages - 1, 1) + hw.barrier_cycles
-    sync = occ["waves"] * k_iters * latency / hw.clock_hz
-    est = np.maximum(np.maximum(mma, lds), mem) + sync + hw.launch_s
-    # split-K: the partial sums go through global memory to a second kernel
-    partial = np.where(split > 1, step.batch * split * M * N * 4.0, 0.0)
-    est = est + np.where(split > 1, hw.launch_s + 2.0 * partial / hw.dram_bytes_per_s, 0.0)
-    return {"valid": valid, "blocks": blocks, "threads": threads, "accum": accum,
-            "shared_bytes": shared, "global_bytes": global_bytes,
+    conflict = bank_conflict((bk + k.pad) * f.elem_bytes)
+    unique = step.unique if conv else (f.input_bytes + f.batch * f.M * f.N * step.out_bytes)
+    est = gemm_estimate(bm, bn, bk, k.warps_m, k.warps_n, k.stages, split, k.pad, f,
+                        step.target)
+    flop = 2.0 * f.batch * f.M * f.N * f.K
+    return {"valid": valid, "blocks": blocks, "threads": warps * 32, "accum": accum,
+            "shared_bytes": shared, "global_bytes": blocks * (bm + bn) * K * f.elem_bytes,
             "unique_bytes": np.full(n, float(unique)), "conflict": conflict,
-            "regs": regs, "r0": k_iters, "est": est, "tc_mma_k": np.full(n, mma_k),
-            "tc_warps": warps, "tc_stages": stages, "tc_bytes_per_mma": bytes_per_mma,
-            "tc_flop": np.full(n, flop), **occ}
+            "regs": regs, "r0": K // np.maximum(bk, 1), "est": est,
+            "tc_mma_k": np.full(n, f.mma_k), "tc_warps": warps, "tc_stages": k.stages,
+            "tc_bytes_per_mma": bytes_per_mma, "tc_flop": np.full(n, flop), **occ}
 
 
 def wgmma_model(step: WgmmaGemmStep, V, hw, n: int) -> dict:
     """Validity, resource use and the analytical time of wgmma GEMM states (vectorized):
-    the rules of :func:`~ptxforge.ops.schedules.gemm.rules.check_wgmma_gemm` (one
-    group in flight needs 3 stages, each split-K part at least ``stages`` steps of 64, the
-    shared tiles and C tile within the opt-in limit) and the estimate of
-    :func:`~ptxforge.ops.schedules.gemm.estimate.wgmma_estimate`, in the statistics'
-    names the features read (a warpgroup is 4 warps; wgmma reads its tiles from shared
-    memory itself: no fragment loads, no bank conflicts)."""
+    the rules of :func:`~ptxforge.ops.schedules.gemm.rules.wgmma_rules` (with the C tile
+    where the epilogue, padding or split-K needs it; tiles that divide the product where
+    the output stores another layout) and the estimate of
+    :func:`~ptxforge.ops.schedules.gemm.estimate.wgmma_estimate`, in the statistics' names
+    the features read (a warpgroup is 4 warps; wgmma reads its tiles from shared memory
+    itself: no fragment loads, no bank conflicts)."""
+    from types import SimpleNamespace
+
     from ..ir.intrin.wgmma import WARPGROUP
     from ..ops.schedules.gemm.estimate import wgmma_estimate
-    from ..ops.schedules.gemm.knobs import BLOCK_K
+    from ..ops.schedules.gemm.rules import block_k, holds, wgmma_rules, wgmma_shared_bytes
     from .kernel_model import _occupancy
 
     f = step.form
-    bn, wgs = V[step.slot("block_n")], V[step.slot("warpgroups")]
-    stages, in_flight = V[step.slot("stages")], V[step.slot("in_flight")]
-    split = V[step.slot("split_k")]
-    bm = 64 * wgs
+    k = SimpleNamespace(**{x: V[step.slot(x)] for x in (
+        "block_n", "warpgroups", "stages", "in_flight", "split_k")})
+    bn, wgs, split = k.block_n, k.warpgroups, k.split_k
+    k.block_m = bm = 64 * wgs
+    bk = block_k(f)
     pad = f.paddable and not step.remapped
     Mp = -(-f.M // bm) * bm if pad else np.full(n, f.M)
     Np = -(-f.N // bn) * bn if pad else np.full(n, f.N)
-    Kp = -(-f.K // (BLOCK_K * split)) * BLOCK_K * split
+    Kp = -(-f.K // (bk * split)) * bk * split
     c_tile = step.epilogue_tile | (split > 1) | (Mp != f.M) | (Np != f.N) | (Kp != f.K)
-    steps = Kp // (BLOCK_K * split)
-    shared = stages * (bm + bn) * BLOCK_K * 2 + np.where(c_tile, bm * (bn + 4) * 4, 0)
-    optin = step.target.max_shared_memory_per_block_optin
-    valid = ((in_flight == 0) | (stages >= 3)) & ((stages == 1) | (steps >= stages))
-    valid &= shared <= optin
-    if not pad:
-        valid &= (f.M % bm == 0) & (f.N % bn == 0) & (f.K % BLOCK_K == 0)
+    valid = holds(wgmma_rules(k, f, step.target, c_tile), n)
+    if step.remapped:  # the epilogue runs over the product's own loops: whole tiles
+        valid &= (f.M % bm == 0) & (f.N % bn == 0) & (f.K % bk == 0)
+    shared = wgmma_shared_bytes(k, c_tile)
     threads = WARPGROUP * wgs
     blocks = f.batch * split * (Mp // bm) * (Np // bn)
     accum = bn // 2
     regs = np.minimum(255, 48 + accum)
     occ = _occupancy(threads, regs, shared, blocks, hw)
-    est = wgmma_estimate(bn, wgs, stages, split, f, step.target, c_tile,
-                         in_flight=in_flight)
+    est = wgmma_estimate(bn, wgs, k.stages, split, f, step.target, c_tile,
+                         in_flight=k.in_flight)
     flop = 2.0 * f.batch * f.M * f.N * f.K
     unique = f.input_bytes + f.batch * f.M * f.N * step.out_bytes
     return {"valid": valid, "blocks": blocks, "threads": threads,
             "accum": np.broadcast_to(accum, (n,)), "shared_bytes": shared,
-            "global_bytes": blocks * (bm + bn) * Kp // split * 2,
+            "global_bytes": blocks * (bm + bn) * Kp // split * f.elem_bytes,
             "unique_bytes": np.full(n, float(unique)), "conflict": np.ones(n),
-            "regs": regs, "r0": steps, "est": est, "tc_mma_k": np.full(n, 16),
-            "tc_warps": 4 * wgs, "tc_stages": stages, "tc_bytes_per_mma": np.zeros(n),
-            "tc_flop": np.full(n, flop), "split_k": split, **occ}
+            "regs": regs, "r0": Kp // (bk * split), "est": est,
+            "tc_mma_k": np.full(n, f.mma_k), "tc_warps": 4 * wgs, "tc_stages": k.stages,
+            "tc_bytes_per_mma": np.zeros(n), "tc_flop": np.full(n, flop), "split_k": split,
+            **occ}
 
 
 RETIRED_SKETCHES = {"tensorcore": "tensorcore_gemm"}

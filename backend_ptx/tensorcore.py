@@ -135,9 +135,13 @@ class _Emitter:
 
     def wg_store(self) -> None:
         """Each thread stores its 4 elements of a 64x8 accumulator tile: thread ``32 w + l``
-        of the warpgroup holds rows ``16 w + l / 4`` (+ 8), columns ``2 (l % 4)`` (+ 1)."""
+        of the warpgroup holds rows ``16 w + l / 4`` (+ 8), columns ``2 (l % 4)`` (+ 1);
+        a scaled store multiplies each by the scalar ``alpha`` first (computed once)."""
         w = self.w
         op = self.bound.operands["M"]
+        alpha = self.bound.operands.get("alpha")
+        if alpha is not None:
+            alpha = self.cg.expr(alpha.base)
         ref = self.cg.parts.declare("llvm.nvvm.read.ptx.sreg.tid.x", "i32 ()")
         tid = w.value(f"call range(i32 0, 128) i32 {ref}()", "tid")
         warp = self.arith("lshr", tid, 5)
@@ -161,6 +165,8 @@ class _Emitter:
             for x in range(e, e + (2 if pair else 1)):
                 v = w.value(f"load {fref.elem}, ptr {self.frag_ptr('F', slot, x)}, "
                             f"align {fref.align}", "st")
+                if alpha is not None:
+                    v = w.value(f"fmul {fref.elem} {v}, {alpha}", "scaled")
                 if mref.elem != fref.elem:
                     v = w.value(f"fptrunc {fref.elem} {v} to {mref.elem}", "cvt")
                 vals.append(v)

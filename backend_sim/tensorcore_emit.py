@@ -55,7 +55,9 @@ def emit_tensor_intrin(gen, s: For, B) -> None:
             B.line(f"_W.fill({mask}, {key}, {acc('C')})")
         elif spec.kind == "store":
             m, base, ld = mem("M")
-            B.line(f"_W.store({mask}, {key}, {m}, {base}, {ld}, {acc('F')})")
+            alpha = bound.operands.get("alpha")
+            scale = "" if alpha is None else f", {code(alpha.base)}"
+            B.line(f"_W.store({mask}, {key}, {m}, {base}, {ld}, {acc('F')}{scale})")
         else:
             raise SimIRError(f"kernel {gen.name}: {spec.name} ({spec.kind}) has no warpgroup "
                              "form in the simulator")

@@ -326,8 +326,10 @@ class WgmmaChunk:
         rows, lanes = self._regs(frag, name, slot, groups, n, spec.name)
         frag[rows, lanes] = 0
 
-    def store(self, mask, spec, mem, base, ld: int, frag, name: str, slot) -> None:
-        """A 64x8 tile of the accumulator to memory, each thread its 4 elements."""
+    def store(self, mask, spec, mem, base, ld: int, frag, name: str, slot,
+              alpha=None) -> None:
+        """A 64x8 tile of the accumulator to memory, each thread its 4 elements (times the
+        float32 scalar ``alpha``, per thread, in a scaled store)."""
         from ..ir.intrin.layout import ROLES
 
         groups = self._groups(mask, spec.name)
@@ -335,6 +337,9 @@ class WgmmaChunk:
         r, cc = ROLES["wg_c"].element_map()
         rows, lanes = self._regs(frag, name, slot, groups, 4, spec.name)
         regs = frag[rows, lanes]
+        if alpha is not None:
+            a = np.asarray(alpha, np.float32)
+            regs = regs.astype(np.float32) * (a if a.ndim == 0 else a.reshape(-1)[lanes])
         out = spec.dtypes["M"]
         values = round_to(regs, out) if out != "float32" else regs
         keys = self._mem_keys(mem, base, groups, (r * ld + cc)[None], spec.name)

@@ -231,3 +231,90 @@ def test_scaled_mm_on_the_gpu(ab, out_dtype):
     want = scaled_mm_reference(a8, b8, sa, sb, ab, out_dtype).astype(np.float64)
     # the hardware's fp8 products accumulate in float32 of its own order
     assert np.abs(got - want).max() <= 4 * _ulp(np.abs(want).max(), out_dtype) + 1e-3
+
+
+# -- the per-tensor scales applied to the accumulator registers ------------------------------
+
+
+def test_scales_applied_in_registers_store_like_the_fp16_kernel():
+    """An fp8 product whose tiles divide it stores its accumulators times ``scale_a *
+    scale_b`` with the scaled warpgroup store (one multiply per element by one scalar):
+    no float32 C tile in shared memory, so its PTX has no shared load or store besides
+    the cp.async copies, reads the two scales once, and has the fp16 kernel's tile."""
+    from ptxforge.backend_ptx import compile_module
+    from ptxforge.ops.schedules.gemm.chooser import wgmma_choice
+    from ptxforge.ops.schedules.gemm.forms import gemm_form
+
+    tensors = _decl(4096, 4096, 4096, "float8_e4m3fn", "bfloat16")
+    prod = tensors[-1].op.input_tensors[0].op
+    with as_target(SM90A) as t:
+        cfg = wgmma_choice(prod, tensors[-1].op, gemm_form(prod, t), t)
+        s = default_schedule(tensors[-1], target=SM90A)
+        pm = compile_module(ptxforge.lower(s, tensors), SM90A)
+    # the fp16 kernel's tile of a large product: 128 x 256, the C tile's memory gone
+    assert (cfg.block_m, cfg.block_n, cfg.stages) == (128, 256, 4)
+    assert "store_wg_f32_bf16_scaled" in "\n".join(str(p) for p in s.pipeline)
+    (k,) = pm.kernels.values()
+    ptx = k.get_source("ptx")
+    assert "st.shared" not in ptx and "ld.shared" not in ptx
+    assert ptx.count("ld.global") == 2  # scale_a and scale_b, once per thread
+    assert ptx.count("mul.rn.f32") == 128  # 64 x 256 accumulators / 128 threads
+
+
+@pytest.mark.parametrize("out_dtype", ["float16", "bfloat16", "float32"])
+def test_scaled_store_matches_numpy(out_dtype):
+    """The scaled store on the simulator: each output element rounded once from the float32
+    accumulator times the float32 product of the scales (what the C-tile epilogue
+    computed), checked to the bit where the accumulation order cannot differ (K of one
+    step)."""
+    M, N, K = 128, 256, 128
+    tensors = _decl(M, N, K, "float8_e5m2", out_dtype)
+    s = default_schedule(tensors[-1], target=SIM)
+    assert "_scaled\"" in "\n".join(str(p) for p in s.pipeline)
+    got, want, acc = _run_sim(tensors, s, M, N, K, "float8_e5m2", out_dtype)
+    assert np.all(np.abs(got - want) <= acc + _ulp(want, out_dtype) * 1.01)
+    # scales far from one: a store that forgot them would be off by their product
+    _, _, sa, sb = _inputs(M, N, K, "float8_e5m2")
+    assert abs(sa * sb - 1) > 0.1 and np.abs(want).max() > 0
+
+
+def test_only_a_scalar_scale_is_stored_from_registers():
+    """The scaled store takes one scalar for the whole tile: a per-column factor, a 16-bit
+    product's scale and a padded fp8 product keep the epilogue over the C tile."""
+    from ptxforge.ops.schedules.gemm.forms import accumulator_scale, direct_store, gemm_form
+
+    a, b, sa, sb, out = _decl(256, 256, 256, "float8_e4m3fn", "float16")
+    prod = out.op.input_tensors[0].op
+    form = gemm_form(prod, SM90A)
+    assert accumulator_scale(prod, out.op) is not None and direct_store(prod, out.op, form)
+    col = te.placeholder((256,), "float32", name="col")
+    per_col = te.compute((256, 256), lambda i, j: prod.output(0)[i, j] * col[j], name="P")
+    assert accumulator_scale(prod, per_col.op) is None
+    assert not direct_store(prod, per_col.op, form)
+    from dataclasses import replace
+
+    assert not direct_store(prod, out.op, replace(form, in_dtype="float16"))
+    tensors = _decl(200, 256, 256, "float8_e4m3fn", "float16")  # padded: through the C tile
+    s = default_schedule(tensors[-1], target=SIM)
+    assert "_scaled\"" not in "\n".join(str(p) for p in s.pipeline)
+
+
+def test_a_scale_that_varies_in_the_nest_is_refused_by_the_intrinsic(monkeypatch):
+    """``tensorize`` of the scaled store checks that its factor is one scalar for the
+    64 x 8 tile: were a per-column factor taken for a scale, the nest would not match."""
+    from ptxforge.ir.intrin.registry import get_intrin
+    from ptxforge.ops.schedules.gemm import schedule as gemm_schedule
+    from ptxforge.passes.errors import PassError
+
+    assert get_intrin("store_wg_f32_f16_scaled").scalars == ("alpha",)
+    a, b, sa, sb, out = _decl(128, 256, 256, "float8_e4m3fn", "float16")
+    prod = out.op.input_tensors[0].op
+    col = te.placeholder((256,), "float32", name="col")
+    per_col = te.compute((128, 256), lambda i, j: (prod.output(0)[i, j] * col[j]).astype(
+        "float16"), name="P")
+    monkeypatch.setattr(gemm_schedule, "direct_store", lambda *args: True)
+    monkeypatch.setattr(gemm_schedule, "accumulator_scale", lambda *args: col)
+    s = te.create_schedule(per_col.op)
+    with pytest.raises((ScheduleError, PassError), match="invariant in the nest"):
+        schedule_gemm_wgmma(s, prod, per_col.op, WgmmaScheduleConfig(256, 2, 2, 0, 1),
+                            SIM)

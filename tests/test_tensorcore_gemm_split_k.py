@@ -13,7 +13,7 @@ from ptxforge import ops, te
 from ptxforge.backend_ptx import compile_module, find_ptxas
 from ptxforge.ir import dtype as dt
 from ptxforge.ops.schedules import default_schedule
-from ptxforge.ops.schedules.gemm.chooser import choose_gemm_config, unsplit_gemm_config
+from ptxforge.ops.schedules.gemm.chooser import choose_gemm_config
 from ptxforge.ops.schedules.gemm.estimate import gemm_time
 from ptxforge.ops.schedules.gemm.forms import gemm_form
 from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
@@ -202,7 +202,7 @@ def test_default_chooser_splits_k_where_few_blocks_meet_a_long_reduction(M, N, K
     check_gemm_config(cfg, form, target=SM90)
     if split:
         # it pays by the chooser's estimate, against the tiles it takes without split-K
-        base = unsplit_gemm_config(form, SM90)
+        base = choose_gemm_config(form, SM90, split_k=False)
         assert base.split_k == 1
         assert gemm_time(cfg, form, SM90) < gemm_time(base, form, SM90)
 

@@ -52,6 +52,8 @@ class IntrinKey:
     accumulator's). ``b_kn``: B kept as ``[K, N]`` (ldmatrix ``.trans``). ``n``: the
     instruction's N where it has several (wgmma and its zeroing). ``num``: ldmatrix's count
     of 8x8 matrices. ``scope``: where the accumulator lives, ``warp`` or ``warpgroup``.
+    ``scaled``: a store that multiplies each accumulator element by one float32 scalar
+    first (the per-tensor scales of an FP8 GEMM).
     """
 
     op: str
@@ -63,6 +65,7 @@ class IntrinKey:
     n: int = 0
     num: int = 0
     scope: str = "warp"
+    scaled: bool = False
 
     def __str__(self) -> str:
         fields = [f"{k}={v!r}" for k, v in self.__dict__.items()
@@ -87,7 +90,7 @@ def intrin_name(key: IntrinKey) -> str:
     if key.op == "store":
         out = "" if key.out in ("", key.acc) else f"_{short(key.out)}"
         pre = "store_wg" if key.scope == "warpgroup" else "store_c"
-        return f"{pre}_{short(key.acc)}{out}"
+        return f"{pre}_{short(key.acc)}{out}{'_scaled' if key.scaled else ''}"
     if key.op == "ldmatrix":
         r = key.operand.lower()
         if key.ab == "float32":

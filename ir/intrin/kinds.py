@@ -74,12 +74,13 @@ class TensorCoreKind:
         wg = self.acc_scope == "warpgroup"
         return lookup(IntrinKey("fill", acc=acc, n=n if wg else 0, scope=self.acc_scope)).name
 
-    def store(self, acc: str = "float32", out: str = "") -> str:
+    def store(self, acc: str = "float32", out: str = "", scaled: bool = False) -> str:
         """The intrinsic storing a :attr:`store_tile` of the accumulator to memory as
-        ``out`` (default: the accumulator's dtype)."""
+        ``out`` (default: the accumulator's dtype); ``scaled``: each element multiplied by
+        one float32 scalar first (warpgroup accumulators only)."""
         out = "" if out in ("", acc) else out
         return lookup(IntrinKey("store", operand="C", acc=acc, out=out,
-                                scope=self.acc_scope)).name
+                                scope=self.acc_scope, scaled=scaled)).name
 
     def fragment_load(self, operand: str, ab: str, b_kn: bool = False,
                       path: str = "ldmatrix", warp_cols: int = 16) -> FragmentPlan:

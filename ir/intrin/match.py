@@ -42,7 +42,8 @@ class Operand:
     """One operand of a matched intrinsic: ``buffer`` from element ``base`` (flat), rows
     ``ld`` elements apart; ``panel``, when nonzero, the element stride between the
     ``PANEL_WIDTH``-column panels the rows are cut into (the MN-major B of a wide ``_kn``
-    wgmma, stored by ``layout_panels``)."""
+    wgmma, stored by ``layout_panels``). A scalar operand (the intrinsic's ``scalars``) has
+    no buffer: ``base`` is the scalar expression the nest computes."""
 
     name: str
     buffer: object
@@ -121,11 +122,19 @@ def _nest(loop: For, where: str, intrin: TensorIntrin):
                   f"nest around one store (found {found})")
 
 
-def _match_expr(ir: Expr, te_e: Expr, acc: list, tf32: bool = False) -> str | None:
+def _match_expr(ir: Expr, te_e: Expr, acc: list, tf32: bool = False,
+                scalars: tuple = (), nest: frozenset = frozenset()) -> str | None:
     """Match ``ir`` against the declaration ``te_e``; append the loads to ``acc``.
     Returns None, or what differs. ``tf32``: the intrinsic rounds its inputs to TF32 (as
     ``cvt.rna.tf32.f32``), so an input read through ``round_tf32`` (a product declared with
-    ``precision="tf32"``) matches it too."""
+    ``precision="tf32"``) matches it too. ``scalars``: declared operands that match any
+    expression of their dtype free of the ``nest`` vars (appended with no buffer)."""
+    if isinstance(te_e, TensorRead) and te_e.tensor.name in scalars:
+        if ir.dtype != te_e.dtype or free_vars(ir) & nest:
+            return (f"expected a {te_e.dtype} scalar ({te_e.tensor.name}) invariant in the "
+                    f"nest, found {ir}")
+        acc.append((te_e.tensor.name, (), None, ir))
+        return None
     if isinstance(te_e, TensorRead):
         if tf32 and isinstance(ir, Call) and ir.op == "round_tf32":
             ir = ir.args[0]
@@ -136,16 +145,17 @@ def _match_expr(ir: Expr, te_e: Expr, acc: list, tf32: bool = False) -> str | No
     if isinstance(te_e, Cast):
         if not isinstance(ir, Cast) or ir.dtype != te_e.dtype:
             return f"expected a cast to {te_e.dtype}, found {ir}"
-        return _match_expr(ir.value, te_e.value, acc, tf32)
+        return _match_expr(ir.value, te_e.value, acc, tf32, scalars, nest)
     if isinstance(te_e, Bin):
         if not isinstance(ir, Bin) or ir.op != te_e.op:
             return f"expected {te_e.op} ({te_e}), found {ir}"
         n = len(acc)
-        err = _match_expr(ir.a, te_e.a, acc, tf32) or _match_expr(ir.b, te_e.b, acc, tf32)
+        more = (tf32, scalars, nest)
+        err = _match_expr(ir.a, te_e.a, acc, *more) or _match_expr(ir.b, te_e.b, acc, *more)
         if err and te_e.op in ("add", "mul"):
             del acc[n:]
-            err2 = (_match_expr(ir.a, te_e.b, acc, tf32)
-                    or _match_expr(ir.b, te_e.a, acc, tf32))
+            err2 = (_match_expr(ir.a, te_e.b, acc, *more)
+                    or _match_expr(ir.b, te_e.a, acc, *more))
             if err2 is None:
                 return None
         return err
@@ -315,7 +325,8 @@ def _match_nest(loop: For, intrin: TensorIntrin, where: str, device: bool) -> Bo
     else:
         if block is not None and block.init is not None:
             _fail(where, intrin, f"stage {block.name} is a reduction; {intrin.name} is not")
-        err = _match_expr(value, body, accesses)
+        nest = frozenset(n.var for n in loops)
+        err = _match_expr(value, body, accesses, False, intrin.scalars, nest)
     if err:
         _fail(where, intrin, f"the computation differs from the declaration "
               f"({out_name} = {body}): {err}")
@@ -324,7 +335,11 @@ def _match_nest(loop: For, intrin: TensorIntrin, where: str, device: bool) -> Bo
               f"writes {decl.dtype}")
     nest_vars = [n.var for n in loops]
     per_access = []
+    scalar_ops = {name: Operand(name, None, idx, 0) for name, _, buf, idx in accesses
+                  if buf is None}
     for name, te_idx, buf, idx in accesses:
+        if buf is None:
+            continue  # a scalar operand: the expression itself
         if buf.dtype != intrin.dtypes[name]:
             _fail(where, intrin, f"operand {name} is {buf.name} of {buf.dtype}; the intrinsic "
                   f"takes {intrin.dtypes[name]}")
@@ -348,7 +363,7 @@ def _match_nest(loop: For, intrin: TensorIntrin, where: str, device: bool) -> Bo
             operands, bad = _operands(per_access, amap, axis_names, intrin)
         if bad is None:
             _check_operands(operands, intrin, where, device)
-            return Bound(intrin, operands, tuple(loops))
+            return Bound(intrin, {**operands, **scalar_ops}, tuple(loops))
         errors.append(bad)
     _fail(where, intrin, f"no assignment of the nest's loops "
           f"({', '.join(f'{n.var.name}:{n.extent}' for n in loops)}) to the axes "

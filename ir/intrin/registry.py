@@ -30,7 +30,9 @@ class TensorIntrin:
     and ``tile_step`` the (rows, cols) from one fragment tile it fills to the next.
     ``init``: the intrinsic that zeroes the output of a reduction (what its ``init`` nest
     becomes). ``dtypes``: operand -> element dtype. ``key``: what it does, the
-    :class:`~.keys.IntrinKey` :func:`lookup` finds it by.
+    :class:`~.keys.IntrinKey` :func:`lookup` finds it by. ``scalars``: operands declared
+    as a one-element tensor read at 0 that the nest may compute as any scalar expression
+    invariant in its loops (a scaled store's factor: ``scale_a[0] * scale_b[0]``).
     """
 
     name: str
@@ -45,6 +47,7 @@ class TensorIntrin:
     tile_step: tuple = (0, 0)
     ptx: str = ""
     doc: str = ""
+    scalars: tuple = ()
     key: IntrinKey | None = field(default=None, compare=False)
     _decl: tuple = field(default=(), repr=False, compare=False)
 
@@ -137,9 +140,12 @@ def _declare(it: TensorIntrin):
     src_name, dst_name = it.operands[1], it.operands[0]
     src = te.placeholder(sh[src_name], dts[src_name], name=src_name)
     out_dtype = dts[dst_name]
+    scale = [te.placeholder((1,), dts[n], name=n) for n in it.scalars]
 
     def copy(i, j):
         v = src[i, j]
+        for x in scale:
+            v = v * x[0]
         return v if v.dtype == out_dtype else v.astype(out_dtype)
 
     return te.compute(sh[dst_name], copy, name=dst_name)
@@ -294,6 +300,15 @@ def _register_wgmma() -> None:
                               {"M": out, "F": "float32"}, {"F": "wg_c"}, ("M", "F"), key=key,
                               doc=f"a 64x8 tile of a warpgroup's wgmma accumulator to memory "
                                   f"as {o}, thread by thread"))
+        key = IntrinKey("store", "C", acc="float32", out="" if out == "float32" else out,
+                        scope="warpgroup", scaled=True)
+        register(TensorIntrin(intrin_name(key), "store",
+                              {"M": (64, 8), "F": (64, 8), "alpha": (1,)},
+                              {"M": out, "F": "float32", "alpha": "float32"}, {"F": "wg_c"},
+                              ("M", "F", "alpha"), key=key, scalars=("alpha",),
+                              doc=f"a 64x8 tile of a warpgroup's wgmma accumulator times the "
+                                  f"float32 scalar alpha to memory as {o}, thread by thread "
+                                  "(an FP8 GEMM's per-tensor scales in registers)"))
 
 
 _register_all()

@@ -14,9 +14,10 @@ epilogues, the auto-scheduler's sketches) asks them here:
 
 from __future__ import annotations
 
+from ....ir.intrin.kinds import WGMMA, WGMMA_FP8
 from ....target import Target, as_target
 
-WGMMA_INPUTS = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+WGMMA_INPUTS = WGMMA.inputs + WGMMA_FP8.inputs
 """The inputs the wgmma GEMM template runs (TF32 stays on mma.sync; fp8 runs on wgmma
 only)."""
 

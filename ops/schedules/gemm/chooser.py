@@ -17,7 +17,7 @@ from ....target import Target, as_target
 from ..remap import epilogue_remap
 from .choice import mma_sync_refusal, prefer_wgmma, wgmma_conv_refusal, wgmma_refusal
 from .estimate import gemm_time, wgmma_time
-from .forms import GemmForm, _is_cast_of, conv_gemm_form, conv_gemm_shape
+from .forms import GemmForm, conv_gemm_form, direct_store
 from .knobs import (
     B_KN_PANEL,
     BLOCK_N,
@@ -31,13 +31,14 @@ from .knobs import (
 from .rules import (
     _round_up,
     block_k,
-    check_conv_config,
-    check_gemm_config,
-    check_wgmma_gemm,
+    conv_rules,
     conv_shared_bytes,
+    first_broken,
+    gemm_rules,
     needs_c_tile,
     needs_padding,
     wgmma_padded_extents,
+    wgmma_rules,
 )
 
 # -- mma.sync ----------------------------------------------------------------------------
@@ -123,21 +124,12 @@ def _best(cands: list, form: GemmForm, target: Target) -> TensorCoreConfig | Non
                                     gemm_time(c, form, target, dram_floor=False), c.split_k))
 
 
-def choose_gemm_config(form: GemmForm, target: Target | str | None = None) -> TensorCoreConfig:
+def choose_gemm_config(form: GemmForm, target: Target | str | None = None,
+                       split_k: bool = True) -> TensorCoreConfig:
     """The default tiles of ``form`` on ``target``: of :func:`gemm_candidates`, the one
-    :func:`gemm_time` expects fastest (split-K included)."""
+    :func:`gemm_time` expects fastest (split-K included where ``split_k``)."""
     target = as_target(target)
-    best = _best(gemm_candidates(form, target), form, target)
-    if best is None:
-        raise ScheduleError(f"no tensor-core tiles of the default table fit {form}")
-    return best
-
-
-def unsplit_gemm_config(form: GemmForm, target: Target | str | None = None
-                        ) -> TensorCoreConfig:
-    """The default tiles of ``form`` without split-K (see :func:`choose_gemm_config`)."""
-    target = as_target(target)
-    best = _best(gemm_candidates(form, target, split_k=False), form, target)
+    best = _best(gemm_candidates(form, target, split_k), form, target)
     if best is None:
         raise ScheduleError(f"no tensor-core tiles of the default table fit {form}")
     return best
@@ -159,21 +151,20 @@ SPLIT_K_CHOICES = split_parts(MMA_SYNC_SPACE)
 
 
 def _first_legal(form, target, bm, bn, bk, wm, wn, stages, split_k=1):
-    """The legal config of these tiles with the widest copies, or None."""
-    vec = 16 // form.elem_bytes
-    for v in (vec, vec // 2, vec // 4, vec // 8):
+    """The legal config of these tiles with the widest copies (:func:`~.rules.gemm_rules`,
+    a convolution's :func:`~.rules.conv_rules`), or None."""
+    eb = form.elem_bytes
+    for v in (16 // eb, 8 // eb, 4 // eb, 2 // eb):
         if v < 1:
             continue
-        cfg = TensorCoreConfig(
-            bm, bn, bk, wm, wn, vec=v, pad=16 // form.elem_bytes, frag_load="ldmatrix",
-            tf32=form.tf32, stages=stages,
-            async_copy=target.has_cp_async and v * form.elem_bytes in (4, 8, 16),
-            split_k=split_k)
-        try:
-            check_gemm_config(cfg, form, target=target)
-        except ScheduleError:
-            continue
-        return cfg
+        cfg = TensorCoreConfig(bm, bn, bk, wm, wn, vec=v, pad=16 // eb, frag_load="ldmatrix",
+                               tf32=form.tf32, stages=stages,
+                               async_copy=target.has_cp_async and v * eb in (4, 8, 16),
+                               split_k=split_k)
+        rules = (conv_rules(cfg, form.M, form.N, form.K, form.tf32, target) if form.conv
+                 else gemm_rules(cfg, form, target))
+        if first_broken(rules) is None:
+            return cfg
     return None
 
 
@@ -193,7 +184,7 @@ def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
     if wgmma_refusal(form, target) is not None:
         return None
     remap = epilogue_remap(op, epilogue) is not None
-    epi_tile = epilogue is not None and not _is_cast_of(epilogue, op)
+    epi_tile = not direct_store(op, epilogue, form)
     w = choose_wgmma_config(form, target, epi_tile, remap)
     if w is None:
         return None
@@ -248,10 +239,8 @@ def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: boo
                     cfg = WgmmaScheduleConfig(bn, wgs, stages, 1 if stages >= 3 else 0, split)
                     if divide and wgmma_padded_extents(cfg, form) != (form.M, form.N, form.K):
                         break
-                    try:
-                        check_wgmma_gemm(cfg, form, target=t,
-                                         c_tile=needs_c_tile(cfg, form, epilogue_tile))
-                    except ScheduleError:
+                    c_tile = needs_c_tile(cfg, form, epilogue_tile)
+                    if first_broken(wgmma_rules(cfg, form, t, c_tile)) is not None:
                         continue
                     out.append(cfg)
                     break
@@ -299,21 +288,31 @@ BLOCK_CHOICES = (128, 64, 32, 16)
 
 
 def choose_conv_config(op: ComputeOp, target: Target | str | None = None) -> TensorCoreConfig:
-    """A default configuration for conv stage ``op`` on ``target``: the block tile that
+    """:func:`conv_config`, or a :class:`ScheduleError` where no configuration fits."""
+    cfg = conv_config(op, target)
+    if cfg is None:
+        raise ScheduleError(f"tensor-core conv2d {op.name}: no configuration fits target "
+                            f"{as_target(target).arch}")
+    return cfg
+
+
+def conv_config(op: ComputeOp, target: Target | str | None = None
+                ) -> TensorCoreConfig | None:
+    """A default configuration for conv stage ``op`` on ``target`` (None where none fits):
+    the block tile that
     minimizes an estimate of waves x (tile work + tile loads) over the padded product, so
     that small layers (7x7 pixels) still spread over the SMs; warps of 16 to 64 rows and 8
     to 64 columns; a 2- or 3-stage cp.async pipeline over the reduction; the widest copies
     that the tiles allow. Every candidate passes :func:`check_conv_config`."""
     target = as_target(target)
-    M, N, K, _ = conv_gemm_shape(op)
-    tf32 = op.input_tensors[0].dtype == "float32"
-    eb = 4 if tf32 else 2
+    form = conv_gemm_form(op)
+    M, N, eb = form.M, form.N, form.elem_bytes
     best = None
     for bm in BLOCK_CHOICES:
         for bn in BLOCK_CHOICES:
             if bn > max(16, 2 * N) or bm > max(16, 2 * M):
                 continue
-            cfg = _valid_config(op, target, bm, bn, K, tf32)
+            cfg = _valid_config(form, target, bm, bn)
             if cfg is None:
                 continue
             smem = conv_shared_bytes(cfg, eb)
@@ -324,42 +323,35 @@ def choose_conv_config(op: ComputeOp, target: Target | str | None = None) -> Ten
             key = (cost, -bm * bn)
             if best is None or key < best[0]:
                 best = (key, cfg)
-    if best is None:
-        raise ScheduleError(f"tensor-core conv2d {op.name}: no configuration fits target "
-                            f"{target.arch}")
-    return best[1]
+    return None if best is None else best[1]
 
 
-def _valid_config(op, target, bm: int, bn: int, K: int, tf32: bool):
-    """The first legal configuration of a ``bm x bn`` block tile, widest copies first."""
-    bk = 16 if K <= 16 else 32
+def _valid_config(form, target, bm: int, bn: int):
+    """The first legal configuration of a ``bm x bn`` block tile for the convolution's
+    implicit GEMM ``form``, widest copies first."""
+    bk = 16 if form.K <= 16 else 32
     wm = 2 if bm >= 32 else 1
     wn = 4 if bn >= 128 else (2 if bn >= 16 else 1)
-    steps = -(-K // bk)
-    stages = 3 if steps >= 8 else (2 if steps >= 2 else 1)
-    for vec in ((4, 2, 1) if tf32 else (8, 4, 2, 1)):
-        cfg = TensorCoreConfig(bm, bn, bk, wm, wn, vec=vec, pad=4 if tf32 else 8,
-                               stages=stages,
-                               async_copy=vec * (4 if tf32 else 2) in (4, 8, 16),
-                               frag_load="ldmatrix", tf32=tf32)
-        try:
-            check_conv_config(cfg, op, target)
-        except ScheduleError:
-            continue
-        return cfg
-    return None
+    steps = -(-form.K // bk)
+    return _first_legal(form, target, bm, bn, bk, wm, wn,
+                        3 if steps >= 8 else (2 if steps >= 2 else 1))
 
+
+def wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
+    """The default wgmma configuration of conv stage ``op``, or None where no wgmma tiles
+    fit: the wgmma GEMM chooser's (:func:`choose_wgmma_config`, split-K included where its
+    estimate gains :data:`SPLIT_K_GAIN`) on the implicit GEMM, whose channels count as at
+    least one 64-wide tile (the schedule pads them to it)."""
+    form = conv_gemm_form(op)
+    return choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), as_target(target))
 
 
 def choose_wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
-    """The default wgmma configuration of conv stage ``op``: the wgmma GEMM chooser's
-    (:func:`choose_wgmma_config`, split-K included where its estimate
-    gains :data:`SPLIT_K_GAIN`) on the implicit GEMM, whose channels
-    count as at least one 64-wide tile (the schedule pads them to it)."""
+    """:func:`wgmma_conv_config`, or a :class:`ScheduleError` where no tiles fit."""
     target = as_target(target)
-    form = conv_gemm_form(op)
-    cfg = choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), target)
+    cfg = wgmma_conv_config(op, target)
     if cfg is None:
+        form = conv_gemm_form(op)
         raise ScheduleError(f"wgmma conv2d {op.name}: no wgmma configuration fits the "
                             f"implicit GEMM {form.M}x{form.N}x{form.K} on {target.arch}")
     return cfg
@@ -385,10 +377,8 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     form = conv_gemm_form(op)
     if wgmma_refusal(form, target) is not None:
         return None
-    try:
-        w = choose_wgmma_conv_config(op, target)
-        mma = choose_conv_config(op, target)
-    except ScheduleError:
+    w = wgmma_conv_config(op, target)
+    if w is None:
         return None
-    return w if prefer_wgmma(form, w, mma, True, target) else None
+    return w if prefer_wgmma(form, w, conv_config(op, target), True, target) else None
 

@@ -9,25 +9,38 @@ auto-scheduler's model of wgmma states read them.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from ....ir.intrin.wgmma import WARPGROUP
 from ....target import Target, as_target
 from .forms import GemmForm
 from .knobs import ROW_BYTES, TensorCoreConfig, WgmmaScheduleConfig
-from .rules import block_k, gemm_shared_bytes, padded_extents
+from .rules import block_k, shared_bytes, wgmma_shared_bytes
 
 
 def gemm_time(cfg: TensorCoreConfig, form: GemmForm, target: Target | str | None = None,
               dram_floor: bool = True) -> float:
     """A rough estimate in seconds of ``cfg`` on ``form``, to rank the default chooser's
-    candidates (its figures fitted to 2,300 measured configurations of eight fp16
-    products, M 16 to 512, on an H200: the chooser's pick then came within 1.10x of the
-    fastest measured, geometric mean, where the fixed tile table was 1.26x):
+    candidates (:func:`gemm_estimate` of one configuration)."""
+    return float(gemm_estimate(cfg.block_m, cfg.block_n, cfg.block_k, cfg.warps_m,
+                               cfg.warps_n, cfg.stages, cfg.split_k, cfg.pad, form, target,
+                               dram_floor))
+
+
+def gemm_estimate(block_m, block_n, block_k, warps_m, warps_n, stages, split_k, pad, form,
+                  target=None, dram_floor: bool = True):
+    """The mma.sync schedule's time in seconds over arrays of knobs (the auto-scheduler's
+    population; :func:`gemm_time` of one), its figures fitted to 2,300 measured
+    configurations of eight fp16 products, M 16 to 512, on an H200 (the default
+    chooser's pick then came within 1.10x of the fastest measured, geometric mean, where
+    the fixed tile table was 1.26x):
 
     - the blocks (the batch x the block tiles of the padded product x the split-K parts)
       run in waves of ``num_sms`` x the blocks resident on an SM (threads, registers,
-      shared memory), the ``r`` blocks sharing an SM dividing its throughput;
+      shared memory with the C tile), the ``r`` blocks sharing an SM dividing its
+      throughput;
     - each ``block_k`` step of a block costs the largest of its mma work (the SM's
       ``mma.sync`` rate, the target's ``mma_sync_peak_fraction`` of its tensor-core peak,
       of which a warp issues to one of 4 sub-cores, so a block of fewer warps than 4 uses
@@ -42,37 +55,58 @@ def gemm_time(cfg: TensorCoreConfig, form: GemmForm, target: Target | str | None
       the product, read once by the summing kernel (``2 x split_k x Mp x Np x 4`` bytes,
       at L2 bandwidth while they fit half the L2, else at DRAM bandwidth).
     """
-    target = as_target(target)
-    split = max(cfg.split_k, 1)
+    t = as_target(target)
+    bm, bn, bk = (np.asarray(x, dtype=np.int64) for x in (block_m, block_n, block_k))
+    wm, wn = np.asarray(warps_m, dtype=np.int64), np.asarray(warps_n, dtype=np.int64)
+    stages = np.asarray(stages, dtype=np.int64)
+    split = np.maximum(np.asarray(split_k, dtype=np.int64), 1)
+    Mp, Np, blocks, steps = _tiles(form, bm, bn, bk, split)
+    warps = wm * wn
+    accum = bm * bn // (32 * warps)  # float32 accumulators per thread
+    regs = np.minimum(255, 40 + accum + 8 * (bm // wm // 16) + 4 * (bn // wn // 8))
+    waves, r = _waves(t, blocks, 32 * warps, regs,
+                      shared_bytes(bm, bn, bk, stages, pad, form, True))
+    tc_sm = (t.peak_flops("tf32" if form.tf32 else form.in_dtype, tensor_core=True)
+             * t.mma_sync_peak_fraction / (t.num_sms * t.clock_hz))
+    mma = r * 2.0 * bm * bn * bk / (tc_sm * np.minimum(1.0, r * warps / 4.0))
+    load = r * (bm + bn) * bk * form.elem_bytes / t.tile_copy_bytes_per_clock
+    latency = t.global_latency_cycles / np.maximum(stages - 1, 1) + t.barrier_cycles
+    sec = (waves * steps * (np.maximum(np.maximum(mma, load), latency) + t.barrier_cycles)
+           / t.clock_hz)
+    return _finish(sec, form, t, split, Mp * Np, dram_floor)
+
+
+def _tiles(form, bm, bn, bk, split):
+    """``(Mp, Np, blocks, steps)``: the product padded to the block tile (a broadcast
+    batch is not padded), its blocks and the ``bk`` steps of one split-K part."""
     if form.paddable:
-        Mp, Np, Kp = padded_extents(cfg, form)
+        Mp, Np = -(-form.M // bm) * bm, -(-form.N // bn) * bn
+        Kp = -(-form.K // (bk * split)) * (bk * split)
     else:
         Mp, Np, Kp = form.M, form.N, form.K
-    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    warps = cfg.warps_m * cfg.warps_n
-    eb = form.elem_bytes
-    blocks = form.batch * (Mp // bm) * (Np // bn) * split
-    accum = bm * bn // (32 * warps)  # float32 accumulators per thread
-    regs = min(255, 40 + accum + 8 * (bm // cfg.warps_m // 16) + 4 * (bn // cfg.warps_n // 8))
-    per_sm = max(1, target.blocks_per_sm(32 * warps, regs,
-                                         gemm_shared_bytes(cfg, form) + 1024))
-    waves = -(-blocks // (target.num_sms * per_sm))
-    r = min(per_sm, -(-blocks // target.num_sms))
-    tc_sm = (target.peak_flops("tf32" if form.tf32 else form.in_dtype, tensor_core=True)
-             * target.mma_sync_peak_fraction / (target.num_sms * target.clock_hz))
-    mma = r * 2.0 * bm * bn * bk / (tc_sm * min(1.0, r * warps / 4.0))
-    load = r * (bm + bn) * bk * eb / target.tile_copy_bytes_per_clock
-    latency = target.global_latency_cycles / max(cfg.stages - 1, 1) + target.barrier_cycles
-    steps = Kp // (bk * split)
-    t = waves * steps * (max(mma, load, latency) + target.barrier_cycles) / target.clock_hz
+    return Mp, Np, form.batch * (Mp // bm) * (Np // bn) * split, Kp // (bk * split)
+
+
+def _waves(t, blocks, threads, regs, smem):
+    """``(waves, r)``: the waves of ``blocks`` over the SMs, as many resident on each as
+    its threads, registers and shared memory allow, and the blocks sharing an SM."""
+    per_sm = np.maximum(1, t.blocks_per_sm(threads, regs, smem + 1024))
+    return -(-blocks // (t.num_sms * per_sm)), np.minimum(per_sm, -(-blocks // t.num_sms))
+
+
+def _finish(sec, form, t, split, mn, dram_floor: bool):
+    """``sec`` at least the inputs' DRAM floor (where ``dram_floor``), plus one launch and
+    split-K's cost over ``mn`` outputs of a batch."""
     if dram_floor:
-        t = max(t, form.input_bytes / target.dram_bytes_per_s)
-    t += target.launch_seconds
-    if split > 1:
-        partial = split * form.batch * Mp * Np * 4
-        rate = target.l2_bytes_per_s if 2 * partial <= target.l2_bytes else target.dram_bytes_per_s
-        t += target.dependent_launch_seconds + 2.0 * partial / rate
-    return t
+        sec = np.maximum(sec, form.input_bytes / t.dram_bytes_per_s)
+    return sec + t.launch_seconds + _split_k_cost(split, form.batch * mn, t)
+
+
+def _split_k_cost(split, elements, t):
+    """Split-K's second kernel and the float32 partial sums' traffic (none unsplit)."""
+    partial = split * elements * 4.0
+    rate = np.where(2 * partial <= t.l2_bytes, t.l2_bytes_per_s, t.dram_bytes_per_s)
+    return np.where(split > 1, t.dependent_launch_seconds + 2.0 * partial / rate, 0.0)
 
 
 WGMMA_PEAK_FRACTION = 0.65
@@ -127,32 +161,17 @@ def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_ti
     stages = np.asarray(stages, dtype=np.int64)
     bm = 64 * wgs
     bk = block_k(form)
-    if form.paddable:
-        Mp, Np = -(-form.M // bm) * bm, -(-form.N // bn) * bn
-        Kp = -(-form.K // (bk * split)) * (bk * split)
-    else:
-        Mp, Np, Kp = form.M, form.N, form.K
-    blocks = form.batch * (Mp // bm) * (Np // bn) * split
-    regs = np.minimum(255, 48 + bn // 2)
-    smem = stages * (bm + bn) * ROW_BYTES + np.where(c_tile, bm * (bn + 4) * 4, 0)
-    per_sm = np.maximum(1, t.blocks_per_sm(WARPGROUP * wgs, regs, smem + 1024))
-    waves = -(-blocks // (t.num_sms * per_sm))
-    r = np.minimum(per_sm, -(-blocks // t.num_sms))
+    Mp, Np, blocks, steps = _tiles(form, bm, bn, bk, split)
+    smem = wgmma_shared_bytes(SimpleNamespace(block_m=bm, block_n=bn, stages=stages), c_tile)
+    waves, r = _waves(t, blocks, WARPGROUP * wgs, np.minimum(255, 48 + bn // 2), smem)
     tc_sm = t.peak_flops(form.in_dtype, tensor_core=True) / (t.num_sms * t.clock_hz)
     frac = (WGMMA_PEAK_FRACTION * np.where(r * wgs >= 2, 1.0, 0.8)
             * np.where(np.asarray(in_flight) > 0, 1.0, NO_FLIGHT_RATE))
     mma = r * 2.0 * bm * bn * bk / (tc_sm * frac)
     load = r * (bm + bn) * ROW_BYTES / WGMMA_COPY_BYTES_PER_CLOCK
     latency = t.global_latency_cycles / np.maximum(stages - 1, 1)
-    steps = Kp // (bk * split)
     sec = waves * steps * (np.maximum(np.maximum(mma, load), latency)
                            + t.barrier_cycles) / t.clock_hz
     tiles = blocks * steps * (bm + bn) * ROW_BYTES
     sec = np.maximum(sec, tiles / (L2_TILE_RATE * t.l2_bytes_per_s))
-    if dram_floor:
-        sec = np.maximum(sec, form.input_bytes / t.dram_bytes_per_s)
-    sec = sec + t.launch_seconds
-    partial = split * form.batch * Mp * Np * 4.0
-    rate = np.where(2 * partial <= t.l2_bytes, t.l2_bytes_per_s, t.dram_bytes_per_s)
-    return sec + np.where(split > 1, t.dependent_launch_seconds + 2.0 * partial / rate, 0.0)
-
+    return _finish(sec, form, t, split, Mp * Np, dram_floor)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ....ir.dtype import nbytes
-from ....ir.expr import Bin, Call, Cast, Reduce, TensorRead, Var, children
+from ....ir.expr import Bin, Call, Cast, Reduce, TensorRead, Var, children, free_vars
 from ....ir.intrin.kinds import MMA_SYNC, MMA_SYNC_TF32, WGMMA_FP8, TensorCoreKind
 from ....ir.te import ComputeOp, PlaceholderOp
 from ....target import Target, as_target
@@ -296,6 +296,31 @@ def _numel(t) -> int:
 # -- epilogues -------------------------------------------------------------------------------
 
 
+def epilogue_refusal(op: ComputeOp, epilogue: ComputeOp | None, remap: bool = True
+                     ) -> str | None:
+    """Why stage ``epilogue`` cannot be the fused epilogue of product stage ``op`` in the
+    tensor-core GEMM template, as the end of a sentence, or None where it can: no epilogue;
+    an element-wise one (no reduction, the product's shape, every read of the product,
+    through the element-wise stages between them, at the epilogue's own index: bias,
+    residual add, activation, cast, scale); or, where ``remap`` (products, not the
+    implicit-GEMM convolution), one that stores the product in another layout
+    (:func:`~..remap.epilogue_remap`). The schedules, the sketch rules and the templates
+    ask this before anything is scheduled."""
+    if epilogue is None or epilogue is op:
+        return None
+    from ..analysis import is_epilogue_of
+    from ..remap import _stages_between, output_remap
+
+    between = _stages_between(op, epilogue)
+    if is_epilogue_of(epilogue, op, between):
+        return None
+    if remap and output_remap(epilogue, op, between) is not None:
+        return None
+    how = "" if remap else " (a convolution's epilogue stores no other layout)"
+    return (f"stage {epilogue.name} is no element-wise epilogue of {op.name}: it reads "
+            f"{op.name} elsewhere than at its own index, or reduces over it{how}")
+
+
 def _is_cast_of(epilogue: ComputeOp, op: ComputeOp) -> bool:
     """Whether ``epilogue`` only casts ``op``'s output (``T_cast`` of a 16-bit output)."""
     body = epilogue.body
@@ -303,6 +328,45 @@ def _is_cast_of(epilogue: ComputeOp, op: ComputeOp) -> bool:
         return False
     r = body.value
     return r.tensor.op is op and all(x is a.var for x, a in zip(r.indices, epilogue.axis))
+
+
+def accumulator_scale(op: ComputeOp, epilogue: ComputeOp | None):
+    """The float32 scalar expression ``s`` where ``epilogue`` is ``op``'s output times
+    ``s`` (then, maybe, cast to the output dtype) and ``s`` is the same for every element
+    (reads no axis of the epilogue: ``scale_a[0] * scale_b[0]`` of ``scaled_mm``), else
+    None."""
+    if epilogue is None or epilogue.reduce_axis or epilogue.num_outputs != 1:
+        return None
+    body = epilogue.body
+    if isinstance(body, Cast):
+        body = body.value
+    if not isinstance(body, Bin) or body.op != "mul":
+        return None
+    axes = [a.var for a in epilogue.axis]
+    for x, s in ((body.a, body.b), (body.b, body.a)):
+        if (isinstance(x, TensorRead) and x.tensor.op is op and len(x.indices) == len(axes)
+                and all(i is v for i, v in zip(x.indices, axes)) and s.dtype == "float32"
+                and not (free_vars(s) & set(axes)) and not _reads(s, op)):
+            return s
+    return None
+
+
+def _reads(e, op) -> bool:
+    if isinstance(e, TensorRead) and e.tensor.op is op:
+        return True
+    return any(_reads(c, op) for c in children(e))
+
+
+def direct_store(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm) -> bool:
+    """Whether the accumulators of product stage ``op`` reach ``epilogue``'s output through
+    the instruction kind's own store, without the float32 C tile in shared memory: no
+    epilogue, only the cast to the output dtype, or, for fp8 products (wgmma only), the
+    per-tensor scales and the cast (:func:`accumulator_scale`: a scaled store multiplies
+    the registers by one scalar). A 16-bit product's scale keeps the C tile: moving it
+    changes kernels that are timed on a GPU first."""
+    if epilogue is None or _is_cast_of(epilogue, op):
+        return True
+    return form.fp8 and accumulator_scale(op, epilogue) is not None
 
 
 def _is_cast(t) -> bool:

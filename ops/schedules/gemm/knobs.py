@@ -144,40 +144,12 @@ class TensorCoreConfig:
     def check(self, M: int, N: int, K: int, mma_k: int = 16, elem_bytes: int = 2,
               split_k_ok: bool = False) -> None:
         """Raise :class:`ScheduleError` naming the rule these knobs break on an
-        ``M x N x K`` product whose tiles divide it."""
-        wm, wn = self.block_m // self.warps_m, self.block_n // self.warps_n
-        rules = [
-            (self.split_k == 1 or split_k_ok,
-             f"split_k 1 (split_k {self.split_k}: this schedule has no split-K)"),
-            (M % self.block_m == 0, f"block_m {self.block_m} divides M {M}"),
-            (N % self.block_n == 0, f"block_n {self.block_n} divides N {N}"),
-            (K % self.block_k == 0, f"block_k {self.block_k} divides K {K}"),
-            (self.block_k % mma_k == 0, f"block_k {self.block_k} is a multiple of {mma_k}"),
-            (self.block_m % self.warps_m == 0 and wm % 16 == 0,
-             f"the warp tile's rows (block_m / warps_m = {self.block_m}/{self.warps_m}) "
-             "are a multiple of 16"),
-            (self.block_n % self.warps_n == 0 and wn % 8 == 0,
-             f"the warp tile's columns (block_n / warps_n = {self.block_n}/{self.warps_n}) "
-             "are a multiple of 8"),
-            (self.warps_m * self.warps_n * 32 <= 1024, "at most 32 warps per block"),
-            (isinstance(self.pad, int) and self.pad >= 0
-             and (self.pad * elem_bytes) % 16 == 0,
-             f"pad {self.pad} is a multiple of {16 // elem_bytes} elements of {elem_bytes} "
-             "bytes (16-byte rows)"),
-            (self.stages == 1 or 2 <= self.stages <= 5, f"stages {self.stages} is 1 to 5"),
-            (not self.async_copy or self.vec * elem_bytes in (4, 8, 16),
-             f"vec {self.vec} elements of {elem_bytes} bytes make a cp.async of 4, 8 or 16 "
-             "bytes"),
-            (self.frag_load in ("ldmatrix", "load"),
-             f"frag_load is 'ldmatrix' or 'load', not {self.frag_load!r}"),
-        ]
-        for n_el in (self.block_m * self.block_k, self.block_n * self.block_k):
-            rules.append((n_el % (32 * self.warps_m * self.warps_n * self.vec) == 0,
-                          f"the threads x vec ({32 * self.warps_m * self.warps_n} x "
-                          f"{self.vec}) divide a shared tile of {n_el} elements"))
-        for ok, rule in rules:
-            if not ok:
-                raise ScheduleError(f"tensor-core dense {M}x{N}x{K} with {self}: need {rule}")
+        ``M x N x K`` product whose tiles divide it (:func:`~.rules.knob_rules_mma`)."""
+        from .rules import first_broken, knob_rules_mma
+
+        why = first_broken(knob_rules_mma(self, M, N, K, mma_k, elem_bytes, split_k_ok))
+        if why is not None:
+            raise ScheduleError(f"tensor-core dense {M}x{N}x{K} with {self}: need {why}")
 
 
 ROW_BYTES = 128
@@ -217,23 +189,12 @@ class WgmmaScheduleConfig:
 
     def check(self, M: int, N: int, K: int, target=None) -> None:
         """Raise :class:`ScheduleError` naming the rule these knobs break on an
-        ``M x N x K`` fp16/bf16 product whose tiles divide it, without split-K."""
-        from ....target import as_target
-        from .rules import knob_rules, wgmma_shared_bytes
+        ``M x N x K`` fp16/bf16 product whose tiles divide it, without split-K (the rules
+        of :func:`~.rules.wgmma_rules` on a product that is not padded)."""
+        from .forms import GemmForm
+        from .rules import first_broken, wgmma_rules
 
-        optin = as_target(target).max_shared_memory_per_block_optin
-        smem = wgmma_shared_bytes(self)
-        rules = knob_rules(self)[:4] + [
-            (self.split_k == 1, f"split_k 1 (split_k {self.split_k}: schedule_dense_wgmma "
-                                "has no split-K; schedule_gemm_wgmma has)"),
-            knob_rules(self)[4],
-            (M % self.block_m == 0, f"64 * warpgroups = {self.block_m} to divide M {M}"),
-            (N % self.block_n == 0, f"block_n {self.block_n} to divide N {N}"),
-            (K % BLOCK_K == 0, f"K {K} to be a multiple of {BLOCK_K} (128-byte rows)"),
-            (smem <= optin, f"at most {optin} bytes of shared memory per block ({self.stages} "
-                            f"stages of {self.block_m}x{BLOCK_K} and {self.block_n}x{BLOCK_K} "
-                            f"tiles take {smem})"),
-        ]
-        for ok, rule in rules:
-            if not ok:
-                raise ScheduleError(f"wgmma dense {M}x{N}x{K} with {self}: need {rule}")
+        form = GemmForm(1, M, N, K, "float16", "float32", False, False, broadcast=True)
+        why = first_broken(wgmma_rules(self, form, target, c_tile=False, steps=False))
+        if why is not None:
+            raise ScheduleError(f"wgmma dense {M}x{N}x{K} with {self}: {why}")

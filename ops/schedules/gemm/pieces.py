@@ -73,16 +73,18 @@ def store_warp_tiles(st, rows, cols, warp_m: int, warp_n: int, intrin: str,
     return wi, wj
 
 
-def store_warpgroup_tiles(st, rows, cols, lead: tuple = (), out: str = "") -> object:
+def store_warpgroup_tiles(st, rows, cols, lead: tuple = (), out: str = "",
+                          scaled: bool = False) -> object:
     """The warpgroups' stores of their accumulators by stage ``st`` over its block-tile
     loops ``rows`` and ``cols`` (``lead``: the loops kept outside, in order): warpgroup
-    ``w`` (threadIdx.y) stores rows ``64 w ..``, 64 x 8 at a time, cast to ``out``.
-    Returns the warpgroup loop (the accumulator stage attaches there)."""
+    ``w`` (threadIdx.y) stores rows ``64 w ..``, 64 x 8 at a time, cast to ``out`` (times
+    the epilogue's scalar first where ``scaled``). Returns the warpgroup loop (the
+    accumulator stage attaches there)."""
     wg, rows = st.split(rows, factor=64)
     tj, jj = st.split(cols, factor=8)
     st.reorder(*lead, wg, tj, rows, jj)
     st.bind(wg, "threadIdx.y")
-    st.tensorize(rows, WGMMA.store("float32", out))
+    st.tensorize(rows, WGMMA.store("float32", out, scaled))
     st.unroll(tj)
     return wg
 
@@ -174,19 +176,29 @@ def copy_vec(form, row: int | None = None) -> int:
 
 def schedule_tile_copy(s, sh, f, ko, vec: int, threads: tuple, async_copy: bool,
                        align: int | None = None, swizzle: int = 0,
-                       unit_vectorize: bool = True, bind_after_split: bool = False) -> None:
+                       unit_vectorize: bool = True, bind_after_split: bool = False,
+                       panels: int = 0) -> None:
     """The copy of shared operand tile ``sh`` at every step ``ko`` of accumulator stage
     ``f``: all threads of the block (``threads``, innermost first), ``vec`` elements at a
     time, rows ``align`` elements apart (padding against ldmatrix bank conflicts) or
     XOR-swizzled with ``swizzle`` bits (wgmma's 128B layout), with ``cp.async`` if
     ``async_copy``. ``unit_vectorize``: vectorize the copy loop of one element too (the
     convolution's copies leave it a serial loop). ``bind_after_split``: bind the thread loops
-    after all the splits (the same loops, printed in another order)."""
+    after all the splits (the same loops, printed in another order). ``panels``: the tile
+    (wgmma's MN-major B, ``[64, block_n]``) is stored in panels of that many columns
+    (``layout_panels``), its copy loops in the panels' order (panel, K-row, column) so
+    that each thread's ``vec`` elements stay in one row of one panel."""
     s[sh].compute_at(f, ko)
     st = s[sh]
     rax = list(st.op.axis)
     if align:
         st.storage_align(rax[-2], align, 0)
+    if panels:
+        k, n = rax[-2:]
+        st.layout_panels(panels)
+        p, c = st.split(n, factor=panels)
+        st.reorder(p, k, c)
+        rax = [p, k, c]
     fused = st.fuse(*rax)
     fused, v = st.split(fused, factor=vec)
     bound = []
@@ -207,29 +219,10 @@ def schedule_tile_copy(s, sh, f, ko, vec: int, threads: tuple, async_copy: bool,
 
 def schedule_b_kn_copy(s, sh, f, ko, vec: int, threads: tuple, async_copy: bool,
                        block_n: int) -> None:
-    """The copy of the MN-major shared B tile ``sh`` (``[64, block_n]``, B read as ``[K,
-    N]``) at every step ``ko`` of accumulator stage ``f``, 128B-swizzled: a 64-wide tile
-    as :func:`schedule_tile_copy` copies any tile; a wider one stored in
-    64-column panels (``layout_panels``), its copy loops in the panels' order (panel, K-row,
-    column) so that each thread's ``vec`` elements stay in one row of one panel."""
-    if block_n == B_KN_PANEL:
-        schedule_tile_copy(s, sh, f, ko, vec, threads, async_copy, swizzle=3)
-        return
-    s[sh].compute_at(f, ko)
-    st = s[sh]
-    k, n = st.op.axis[-2:]
-    st.layout_panels(B_KN_PANEL)
-    p, c = st.split(n, factor=B_KN_PANEL)
-    st.reorder(p, k, c)
-    fused = st.fuse(p, k, c)
-    fused, v = st.split(fused, factor=vec)
-    for ext, tag in threads:
-        fused, t = st.split(fused, factor=ext)
-        st.bind(t, tag)
-    st.vectorize(v)
-    st.swizzle(3)
-    if async_copy:
-        st.async_copy()
+    """The 128B-swizzled copy of the MN-major shared B tile ``sh`` (``[64, block_n]``, B
+    read as ``[K, N]``): :func:`schedule_tile_copy` in 64-column panels where wider."""
+    schedule_tile_copy(s, sh, f, ko, vec, threads, async_copy, swizzle=3,
+                       panels=B_KN_PANEL if block_n > B_KN_PANEL else 0)
 
 
 EPILOGUE_UNROLL = 16

@@ -10,6 +10,8 @@ product, :func:`check_conv_config` on an implicit-GEMM convolution; wgmma knobs
 
 from __future__ import annotations
 
+import numpy as np
+
 from ....passes.schedule.common import ScheduleError
 from ....target import Target, as_target
 from .forms import GemmForm
@@ -40,91 +42,151 @@ def needs_padding(cfg: TensorCoreConfig, form: GemmForm) -> bool:
 
 
 def gemm_shared_bytes(cfg: TensorCoreConfig, form: GemmForm, c_tile: bool = True) -> int:
-    """Shared memory of one block: ``stages`` buffers of the A and B tiles (rows padded by
-    ``cfg.pad``) and, when the epilogue reads it (``c_tile``), the float32 C tile (rows
-    padded by 4)."""
-    a = cfg.block_m * (cfg.block_k + cfg.pad)
-    b = (cfg.block_k * (cfg.block_n + cfg.pad) if form.b_kn
-         else cfg.block_n * (cfg.block_k + cfg.pad))
-    c = cfg.block_m * (cfg.block_n + 4) * 4 if c_tile else 0
-    return max(cfg.stages, 1) * (a + b) * form.elem_bytes + c
+    """Shared memory of one block of ``cfg`` (:func:`shared_bytes`)."""
+    return int(shared_bytes(cfg.block_m, cfg.block_n, cfg.block_k, cfg.stages, cfg.pad, form,
+                            c_tile))
 
 
-def split_k_rule(cfg: TensorCoreConfig, K: int) -> str | None:
-    """The split-K rule ``cfg`` breaks for a reduction of ``K`` (K padded to whole
-    ``block_k * split_k`` parts), as the end of a "need ..." sentence, or None: ``split_k``
-    a positive int, and at least ``stages`` ``block_k`` steps in each part when pipelined."""
-    split = cfg.split_k
-    if not isinstance(split, int) or isinstance(split, bool) or split < 1:
-        return f"split_k to be a positive int, got {split!r}"
-    part = cfg.block_k * split
-    steps = -(-K // part)  # block_k steps per part
-    if cfg.stages > 1 and steps < cfg.stages:
-        return (f"at least {cfg.stages} block_k steps for {cfg.stages} pipeline stages (K = "
-                f"{K} padded to {steps * part} gives {steps}"
-                f"{' per split_k part' if split > 1 else ''})")
+def shared_bytes(block_m, block_n, block_k, stages, pad, form: GemmForm, c_tile=True):
+    """Shared memory of one mma.sync block (ints or arrays of knobs): ``stages`` buffers of
+    the A and B tiles (rows padded by ``pad`` elements) and, when the epilogue reads it
+    (``c_tile``), the float32 C tile (rows padded by 4)."""
+    a = block_m * (block_k + pad)
+    b = block_k * (block_n + pad) if form.b_kn else block_n * (block_k + pad)
+    c = np.where(c_tile, block_m * (block_n + 4) * C_TILE_BYTES, 0)
+    return np.maximum(stages, 1) * (a + b) * form.elem_bytes + c
+
+
+def _int(v) -> bool:
+    """Whether ``v`` is an int (not a bool), or an array of ints."""
+    if isinstance(v, np.ndarray):
+        return v.dtype.kind in "iu"
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def holds(rules, n: int) -> np.ndarray:
+    """Where every rule of ``rules`` (``(ok, rule)`` pairs over a population of ``n``
+    knob values) holds."""
+    valid = np.ones(n, dtype=bool)
+    for ok, _ in rules:
+        valid &= ok
+    return valid
+
+
+def first_broken(rules):
+    """The text of the first rule of ``rules`` that does not hold (the rules are checked
+    in order, so a rule may assume those before it), or None."""
+    for ok, rule in rules:
+        if not ok:
+            return rule()
     return None
+
+
+def knob_rules_mma(k, M, N, K, mma_k: int, eb: int, split_k_ok: bool = True):
+    """The rules of mma.sync knobs ``k`` (a :class:`TensorCoreConfig`, or any object of the
+    same attributes holding arrays over a population) on an ``M x N x K`` product that
+    its tiles divide: ``(ok, rule)`` pairs, ``ok`` a bool (array), ``rule()`` the end of a
+    "need ..." sentence. :meth:`TensorCoreConfig.check` names the first broken one; the
+    auto-scheduler's model takes them all at once."""
+    bm, bn, bk, wm, wn, vec = k.block_m, k.block_n, k.block_k, k.warps_m, k.warps_n, k.vec
+    threads = 32 * wm * wn
+    yield (np.equal(k.split_k, 1) | split_k_ok,
+           lambda: f"split_k 1 (split_k {k.split_k}: this schedule has no split-K)")
+    yield M % bm == 0, lambda: f"block_m {bm} divides M {M}"
+    yield N % bn == 0, lambda: f"block_n {bn} divides N {N}"
+    yield K % bk == 0, lambda: f"block_k {bk} divides K {K}"
+    yield bk % mma_k == 0, lambda: f"block_k {bk} is a multiple of {mma_k}"
+    yield ((bm % wm == 0) & (bm // wm % 16 == 0),
+           lambda: f"the warp tile's rows (block_m / warps_m = {bm}/{wm}) are a multiple of 16")
+    yield ((bn % wn == 0) & (bn // wn % 8 == 0),
+           lambda: f"the warp tile's columns (block_n / warps_n = {bn}/{wn}) are a multiple "
+                   "of 8")
+    yield threads <= 1024, lambda: "at most 32 warps per block"
+    yield _int(k.pad) and (k.pad >= 0) & (k.pad * eb % 16 == 0), lambda: (
+        f"pad {k.pad} is a multiple of {16 // eb} elements of {eb} bytes (16-byte rows)")
+    yield ((k.stages == 1) | ((k.stages >= 2) & (k.stages <= 5)),
+           lambda: f"stages {k.stages} is 1 to 5")
+    yield (not k.async_copy or vec * eb in (4, 8, 16),
+           lambda: f"vec {vec} elements of {eb} bytes make a cp.async of 4, 8 or 16 bytes")
+    yield (k.frag_load in ("ldmatrix", "load"),
+           lambda: f"frag_load is 'ldmatrix' or 'load', not {k.frag_load!r}")
+    for n_el in (bm * bk, bn * bk):
+        yield n_el % (threads * vec) == 0, lambda n_el=n_el: (
+            f"the threads x vec ({threads} x {vec}) divide a shared tile of {n_el} elements")
+
+
+def _steps_rule(k, K: int):
+    """At least ``stages`` ``block_k`` steps (in each split-K part) where pipelined."""
+    part = k.block_k * k.split_k
+    steps = -(-K // part)
+    return (k.stages <= 1) | (steps >= k.stages), lambda: (
+        f"need at least {k.stages} block_k steps for {k.stages} pipeline stages (K = {K} "
+        f"padded to {steps * part} gives {steps}"
+        f"{' per split_k part' if k.split_k > 1 else ''})")
+
+
+def _positive(k, names: tuple, how: str):
+    for what in names:
+        v = getattr(k, what)
+        yield _int(v) and v >= 1, lambda v=v, what=what: how.format(what=what, v=v)
+
+
+def gemm_rules(k, form: GemmForm, target: Target | str | None = None, c_tile: bool = True):
+    """The rules of mma.sync knobs ``k`` (a :class:`TensorCoreConfig`, or an object of
+    arrays) for product ``form``, as :func:`knob_rules_mma`'s pairs whose ``rule()`` is a
+    whole clause: TF32 asked for where the inputs are float32; positive ints; the rules of
+    :func:`knob_rules_mma` on the product padded to the block tile (a product over a
+    broadcast batch is not padded: there the tiles divide ``M``, ``N`` and ``K``); copies
+    of ``vec`` elements that do not straddle two rows of an input; at least ``stages``
+    ``block_k`` steps in each split-K part; no split-K over a broadcast batch (its parts
+    are computed through ``implicit_gemm``, which cannot pad such a product); the block's
+    shared memory (:func:`shared_bytes`) within the target's opt-in limit."""
+    t = as_target(target)
+    yield (not form.tf32 or k.tf32, lambda: "float32 inputs are multiplied in TF32 only "
+           "with TensorCoreConfig(tf32=True)")
+    yield from _positive(k, ("block_m", "block_n", "block_k", "vec"),
+                         "{what} must be a positive int, got {v!r}")
+    yield from _positive(k, ("split_k",), "need split_k to be a positive int, got {v!r}")
+    yield (np.logical_or(form.paddable, np.equal(k.split_k, 1)), lambda: (
+        f"need split_k 1 on a broadcast batch (split_k {k.split_k}: the split-K parts are "
+        "computed through implicit_gemm, whose batch axis both operands must read; one "
+        "operand here has batch 1)"))
+    bm, bn, bk, split = k.block_m, k.block_n, k.block_k, k.split_k
+    if form.paddable:
+        ext = (-(-form.M // bm) * bm, -(-form.N // bn) * bn,
+               -(-form.K // (bk * split)) * (bk * split))
+    else:
+        ext = (form.M, form.N, form.K)
+    for ok, rule in knob_rules_mma(k, *ext, form.mma_k, form.elem_bytes):
+        yield ok, lambda rule=rule: f"need {rule()}"
+    b_row = ("N", form.N) if form.b_kn else ("K", form.K)
+    for (name, n), t_name in ((("K", form.K), "A"), (b_row, "B")):
+        yield n % k.vec == 0, lambda name=name, n=n, t_name=t_name: (
+            f"need vec {k.vec} to divide {name} = {n} (a copy of vec elements must not "
+            f"straddle two rows of {t_name})")
+    yield _steps_rule(k, form.K)
+    smem = shared_bytes(bm, bn, bk, k.stages, k.pad, form, c_tile)
+    limit = t.max_shared_memory_per_block_optin
+    yield smem <= limit, lambda: (f"need the block's shared tiles ({smem} bytes) to fit the "
+                                  f"{limit} bytes a block of {t.arch} may use")
 
 
 def check_gemm_config(cfg: TensorCoreConfig, form: GemmForm, where: str = "",
                       target: Target | str | None = None, c_tile: bool = True) -> None:
-    """Raise :class:`ScheduleError` naming the rule ``cfg`` breaks for ``form``: the rules
-    of :meth:`TensorCoreConfig.check` on the product padded to the block tile (a product
-    over a broadcast batch is not padded: there the tiles divide ``M``, ``N`` and ``K``),
-    copies of ``vec`` elements that do not straddle two rows of an input, at least
-    ``stages`` ``block_k`` steps (in each split-K part), and the block's shared memory
-    (:func:`gemm_shared_bytes`) within the target's opt-in limit.
-
-    Split-K (``split_k > 1``): a positive int of parts, ``K`` padded to whole parts of
-    ``block_k`` steps, at least ``stages`` steps per part, and no broadcast batch (the
-    parts are computed through ``implicit_gemm``, which cannot pad such a product)."""
-    where = where or "tensor-core GEMM"
-    target = as_target(target)
-    if form.tf32 and not cfg.tf32:
-        raise ScheduleError(f"{where}: float32 inputs are multiplied in TF32 only with "
-                            "TensorCoreConfig(tf32=True)")
-    for v, what in ((cfg.block_m, "block_m"), (cfg.block_n, "block_n"),
-                    (cfg.block_k, "block_k"), (cfg.vec, "vec")):
-        if not isinstance(v, int) or v < 1:
-            raise ScheduleError(f"{where}: {what} must be a positive int, got {v!r}")
-    if not isinstance(cfg.split_k, int) or cfg.split_k < 1:
-        raise ScheduleError(f"{where}: need {split_k_rule(cfg, form.K)}")
-    if cfg.split_k > 1 and not form.paddable:
-        raise ScheduleError(
-            f"{where}: need split_k 1 on a broadcast batch (split_k {cfg.split_k}: the "
-            "split-K parts are computed through implicit_gemm, whose batch axis both "
-            "operands must read; one operand here has batch 1)")
-    if not form.paddable:
-        Mp, Np, Kp = form.M, form.N, form.K  # a broadcast batch is not padded
-    else:
-        Mp, Np, Kp = padded_extents(cfg, form)
-    try:
-        cfg.check(Mp, Np, Kp, form.mma_k, form.elem_bytes, split_k_ok=True)
-    except ScheduleError as e:
-        rule = str(e).split(": need ", 1)[-1]
-        raise ScheduleError(f"{where}: need {rule}") from None
-    rows = (("K", form.K, "A"), ("N" if form.b_kn else "K", form.N if form.b_kn else form.K,
-                                 "B"))
-    for name, n, t in rows:
-        if n % cfg.vec:
-            raise ScheduleError(f"{where}: need vec {cfg.vec} to divide {name} = {n} (a copy "
-                                f"of vec elements must not straddle two rows of {t})")
-    rule = split_k_rule(cfg, form.K)  # enough block_k steps (per part) for the stages
-    if rule is not None:
-        raise ScheduleError(f"{where}: need {rule}")
-    smem = gemm_shared_bytes(cfg, form, c_tile)
-    limit = target.max_shared_memory_per_block_optin
-    if smem > limit:
-        raise ScheduleError(f"{where}: need the block's shared tiles ({smem} bytes) to fit "
-                            f"the {limit} bytes a block of {target.arch} may use")
+    """Raise :class:`ScheduleError` naming the first rule of :func:`gemm_rules` that
+    ``cfg`` breaks for ``form``."""
+    why = first_broken(gemm_rules(cfg, form, target, c_tile))
+    if why is not None:
+        raise ScheduleError(f"{where or 'tensor-core GEMM'}: {why}")
 
 
-def conv_shared_bytes(cfg: TensorCoreConfig, elem_bytes: int) -> int:
-    """Shared memory one block of the mma.sync convolution uses: ``stages`` buffers of the
-    A and B tiles (rows padded by ``cfg.pad``) and the float32 C tile."""
+def conv_shared_bytes(cfg, elem_bytes: int):
+    """Shared memory one block of the mma.sync convolution uses (ints or arrays of knobs):
+    ``stages`` buffers of the A and B tiles (rows padded by ``cfg.pad``) and the float32 C
+    tile."""
     a = cfg.block_m * (cfg.block_k + cfg.pad)
     b = cfg.block_k * (cfg.block_n + cfg.pad)
-    return (max(cfg.stages, 1) * (a + b) * elem_bytes
+    return (np.maximum(cfg.stages, 1) * (a + b) * elem_bytes
             + cfg.block_m * cfg.block_n * C_TILE_BYTES)
 
 
@@ -137,37 +199,37 @@ def copy_vectors(cfg: TensorCoreConfig, C_in: int, N: int, tf32: bool) -> tuple[
     return gcd(cfg.vec, C_in), 1 if tf32 else gcd(cfg.vec, N)
 
 
+def conv_rules(k, M: int, N: int, K: int, tf32: bool, target: Target | str | None = None):
+    """The rules of mma.sync knobs ``k`` (a :class:`TensorCoreConfig`, or an object of
+    arrays) for the implicit GEMM ``M x N x K`` of a convolution, as :func:`gemm_rules`'
+    pairs: positive ints, the rules of :func:`knob_rules_mma` on the product padded to the
+    tiles, the A, B and C tiles within the block's shared memory, at least ``stages``
+    ``block_k`` steps in each split-K part."""
+    t = as_target(target)
+    mma_k, eb = (8, 4) if tf32 else (16, 2)
+    yield from _positive(k, ("block_m", "block_n", "block_k"), "need {what} to be a positive int")
+    yield from _positive(k, ("split_k",), "need split_k to be a positive int, got {v!r}")
+    ext = [-(-x // b) * b for x, b in ((M, k.block_m), (N, k.block_n),
+                                        (K, k.block_k * k.split_k))]
+    yield from knob_rules_mma(k, *ext, mma_k, eb)
+    smem = conv_shared_bytes(k, eb)
+    limit = t.max_shared_memory_per_block
+    yield smem <= limit, lambda: (f"need the A, B and C tiles ({smem} bytes of shared "
+                                  f"memory) to fit the block's {limit}")
+    yield _steps_rule(k, K)
+
+
 def check_conv_config(cfg: TensorCoreConfig, op, target: Target | str | None = None) -> None:
-    """Raise ScheduleError naming the rule ``cfg`` breaks for conv stage ``op`` (the rules
-    of :meth:`TensorCoreConfig.check` on the padded implicit GEMM, the shared memory of
-    the target, the pipeline depth)."""
+    """Raise ScheduleError naming the first rule of :func:`conv_rules` that ``cfg`` breaks
+    for conv stage ``op``."""
     from .forms import conv_gemm_shape
 
-    target = as_target(target)
     M, N, K, _ = conv_gemm_shape(op)
-    tf32 = op.input_tensors[0].dtype == "float32"
-    mma_k, eb = (8, 4) if tf32 else (16, 2)
-    where = f"tensor-core conv2d {op.name} (GEMM {M}x{N}x{K}) with {cfg}"
-    for v, what in ((cfg.block_m, "block_m"), (cfg.block_n, "block_n"),
-                    (cfg.block_k, "block_k")):
-        if not isinstance(v, int) or v < 1:
-            raise ScheduleError(f"{where}: need {what} to be a positive int")
-    split = cfg.split_k
-    if not isinstance(split, int) or isinstance(split, bool) or split < 1:
-        raise ScheduleError(f"{where}: need {split_k_rule(cfg, K)}")
-    Mp, Np, Kp = (_round_up(x, b) for x, b in ((M, cfg.block_m), (N, cfg.block_n),
-                                                (K, cfg.block_k * split)))
-    try:
-        cfg.check(Mp, Np, Kp, mma_k, eb, split_k_ok=True)
-    except ScheduleError as e:
-        raise ScheduleError(f"{where}: {str(e).split(': need ', 1)[-1]}") from None
-    smem = conv_shared_bytes(cfg, eb)
-    if smem > target.max_shared_memory_per_block:
-        raise ScheduleError(f"{where}: need the A, B and C tiles ({smem} bytes of shared "
-                            f"memory) to fit the block's {target.max_shared_memory_per_block}")
-    rule = split_k_rule(cfg, K)
-    if rule is not None:
-        raise ScheduleError(f"{where}: need {rule}")
+    why = first_broken(conv_rules(cfg, M, N, K, op.input_tensors[0].dtype == "float32",
+                                  target))
+    if why is not None:
+        raise ScheduleError(f"tensor-core conv2d {op.name} (GEMM {M}x{N}x{K}) with {cfg}: "
+                            f"{why}")
 
 
 # -- wgmma ------------------------------------------------------------------------------
@@ -179,10 +241,11 @@ def block_k(form) -> int:
     return ROW_BYTES // form.elem_bytes
 
 
-def wgmma_shared_bytes(cfg, c_tile: bool = False) -> int:
-    """Shared memory of the wgmma schedule: ``stages`` A and B tiles of 128-byte rows, and
-    with ``c_tile`` the float32 C tile the epilogue reads (rows padded by 4)."""
-    c = cfg.block_m * (cfg.block_n + 4) * 4 if c_tile else 0
+def wgmma_shared_bytes(cfg, c_tile=False):
+    """Shared memory of the wgmma schedule (ints or arrays of knobs): ``stages`` A and B
+    tiles of 128-byte rows, and with ``c_tile`` the float32 C tile the epilogue reads
+    (rows padded by 4)."""
+    c = np.where(c_tile, cfg.block_m * (cfg.block_n + 4) * C_TILE_BYTES, 0)
     return cfg.stages * (cfg.block_m + cfg.block_n) * ROW_BYTES + c
 
 
@@ -193,21 +256,48 @@ def wgmma_padded_extents(cfg, form) -> tuple:
             _round_up(form.K, block_k(form) * max(cfg.split_k, 1)))
 
 
-def knob_rules(cfg) -> list:
-    """``(ok, rule)`` of the wgmma knobs' own ranges."""
-    split = cfg.split_k
-    return [
-        (cfg.block_n in BLOCK_N, f"block_n in {BLOCK_N} (got {cfg.block_n})"),
-        (cfg.warpgroups in (1, 2), f"warpgroups 1 or 2 (got {cfg.warpgroups})"),
-        (isinstance(cfg.stages, int) and 1 <= cfg.stages <= 5,
-         f"stages 1 to 5 (got {cfg.stages})"),
-        (cfg.in_flight in (0, 1), f"in_flight 0 or 1 (got {cfg.in_flight})"),
-        (cfg.in_flight == 0 or cfg.stages >= 3,
-         f"3 stages or more for in_flight=1 (got {cfg.stages}: the copies run stages - 2 "
-         "tiles ahead)"),
-        (isinstance(split, int) and not isinstance(split, bool) and split >= 1,
-         f"split_k a positive int (got {split!r})"),
-    ]
+def wgmma_rules(k, form, target=None, c_tile=True, steps: bool = True):
+    """The rules of wgmma knobs ``k`` (a :class:`~.knobs.WgmmaScheduleConfig`, or an
+    object of arrays) for a product ``form`` that wgmma runs (the caller asked
+    :func:`~.choice.wgmma_refusal`), as :func:`gemm_rules`' pairs: the knobs' ranges; no
+    split-K over a broadcast batch, whose tiles divide the product (it is not padded);
+    at least ``stages`` steps of 128 bytes in each split-K part (unless not ``steps``: the
+    whole-tensor entry point ``schedule_dense_wgmma`` pipelines fewer); the block's shared
+    memory (:func:`wgmma_shared_bytes`, with the C tile where ``c_tile``) within the opt-in
+    limit. The wgmma convolution checks its implicit GEMM with these too."""
+    t = as_target(target)
+    yield np.isin(k.block_n, BLOCK_N), lambda: f"need block_n in {BLOCK_N} (got {k.block_n})"
+    yield (np.isin(k.warpgroups, (1, 2)),
+           lambda: f"need warpgroups 1 or 2 (got {k.warpgroups})")
+    yield (_int(k.stages) and (k.stages >= 1) & (k.stages <= 5),
+           lambda: f"need stages 1 to 5 (got {k.stages})")
+    yield np.isin(k.in_flight, (0, 1)), lambda: f"need in_flight 0 or 1 (got {k.in_flight})"
+    yield (k.in_flight == 0) | (k.stages >= 3), lambda: (
+        f"need 3 stages or more for in_flight=1 (got {k.stages}: the copies run stages - 2 "
+        "tiles ahead)")
+    yield from _positive(k, ("split_k",), "need split_k a positive int (got {v!r})")
+    yield np.logical_or(form.paddable, np.equal(k.split_k, 1)), lambda: (
+        "need split_k 1 on a broadcast batch (the split-K parts are computed through "
+        "implicit_gemm, whose batch axis both operands must read)")
+    bm, bk = 64 * k.warpgroups, block_k(form)
+    if not form.paddable:
+        for axis, ext, tile, name in (("M", form.M, bm, "64 * warpgroups ="),
+                                      ("N", form.N, k.block_n, "block_n"),
+                                      ("K", form.K, bk, "the K step")):
+            yield ext % tile == 0, lambda axis=axis, ext=ext, tile=tile, name=name: (
+                f"need {name} {tile} to divide {axis} {ext} (the product is not padded)")
+    part = bk * k.split_k
+    n_steps = -(-form.K // part)
+    yield (not steps) | (k.stages <= 1) | (n_steps >= k.stages), lambda: (
+        f"need at least {k.stages} steps of {bk} for {k.stages} pipeline stages (K = "
+        f"{form.K} padded to {n_steps * part} gives {n_steps}"
+        f"{' per split_k part' if k.split_k > 1 else ''})")
+    smem = wgmma_shared_bytes(k, c_tile)
+    optin = t.max_shared_memory_per_block_optin
+    yield smem <= optin, lambda: (
+        f"need at most {optin} bytes of shared memory per block ({k.stages} stages of "
+        f"{bm}x{bk} and {k.block_n}x{bk} tiles{' and the f32 C tile' if c_tile else ''} "
+        f"take {smem})")
 
 
 def check_wgmma_gemm(cfg, form, where: str = "", target=None, c_tile: bool = True) -> None:
@@ -216,49 +306,18 @@ def check_wgmma_gemm(cfg, form, where: str = "", target=None, c_tile: bool = Tru
     from .choice import wgmma_refusal
 
     where = where or "wgmma GEMM"
-    t = as_target(target)
-    why = wgmma_refusal(form, t)
+    why = wgmma_refusal(form, target)
     if why is not None:
         raise ScheduleError(f"{where}: {why}")
-    check_wgmma_knobs(cfg, form, where, t, c_tile)
+    check_wgmma_knobs(cfg, form, where, target, c_tile)
 
 
 def check_wgmma_knobs(cfg, form, where: str, target=None, c_tile: bool = True) -> None:
-    """The rules of wgmma knobs ``cfg`` for product ``form`` (one wgmma runs: the caller
-    checked that): the knobs' ranges (:func:`knob_rules`; B read as ``[K, N]`` too: whole
-    64-column panels of it), split-K only where the product is padded, at least ``stages``
-    steps per split-K part, and the block's shared memory. The wgmma convolution checks
-    its implicit GEMM with these too."""
-    t = as_target(target)
-    split = cfg.split_k
-    for ok, rule in knob_rules(cfg):
-        if not ok:
-            raise ScheduleError(f"{where} with {cfg}: need {rule}")
-    if split > 1 and not form.paddable:
-        raise ScheduleError(f"{where}: need split_k 1 on a broadcast batch (the split-K "
-                            "parts are computed through implicit_gemm, whose batch axis both "
-                            "operands must read)")
-    if not form.paddable:
-        for ext, tile, name in ((form.M, cfg.block_m, "64 * warpgroups"),
-                                (form.N, cfg.block_n, "block_n")):
-            if ext % tile:
-                raise ScheduleError(f"{where} with {cfg}: need {name} = {tile} to divide "
-                                    f"{ext} (a broadcast batch is not padded)")
-    Kp = wgmma_padded_extents(cfg, form)[2]
-    bk = block_k(form)
-    steps = Kp // (bk * split)
-    if cfg.stages > 1 and steps < cfg.stages:
-        raise ScheduleError(
-            f"{where} with {cfg}: need at least {cfg.stages} steps of {bk} for "
-            f"{cfg.stages} pipeline stages (K = {form.K} padded to {Kp} gives {steps}"
-            f"{' per split_k part' if split > 1 else ''})")
-    smem = wgmma_shared_bytes(cfg, c_tile)
-    optin = t.max_shared_memory_per_block_optin
-    if smem > optin:
-        raise ScheduleError(
-            f"{where} with {cfg}: need at most {optin} bytes of shared memory per block "
-            f"({cfg.stages} stages of {cfg.block_m}x{bk} and {cfg.block_n}x{bk} "
-            f"tiles{' and the f32 C tile' if c_tile else ''} take {smem})")
+    """Raise :class:`ScheduleError` naming the first rule of :func:`wgmma_rules` that
+    ``cfg`` breaks for ``form``."""
+    why = first_broken(wgmma_rules(cfg, form, target, c_tile))
+    if why is not None:
+        raise ScheduleError(f"{where} with {cfg}: {why}")
 
 
 def needs_c_tile(cfg, form, epilogue_tile: bool) -> bool:

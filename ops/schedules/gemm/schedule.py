@@ -49,10 +49,12 @@ from .forms import (
     GemmForm,
     _b_is_kn,
     _is_cast,
-    _is_cast_of,
+    accumulator_scale,
     conv_gemm_form,
     conv_gemm_shape,
     copies_from_memory,
+    direct_store,
+    epilogue_refusal,
     gemm_form,
     tensorcore_conv_unsupported,
 )
@@ -78,7 +80,6 @@ from .rules import (
     check_wgmma_conv,
     check_wgmma_gemm,
     copy_vectors,
-    needs_padding,
     pads,
 )
 from .stages import gemm_stages
@@ -136,7 +137,8 @@ def schedule_gemm(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, 
         *lead, rows, cols = at.op.axis
         lead = () if form.conv else tuple(lead)
     if wg:
-        s[cf].compute_at(at, store_warpgroup_tiles(at, rows, cols, lead, out))
+        scaled = direct and accumulator_scale(op, epilogue) is not None
+        s[cf].compute_at(at, store_warpgroup_tiles(at, rows, cols, lead, out, scaled))
     else:
         _, wj = store_warp_tiles(at, rows, cols, wm, wn, kind.store(form.acc_dtype, out),
                                  knobs.unroll, lead)
@@ -189,12 +191,21 @@ def schedule_gemm(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, 
 
 def _direct(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, knobs) -> bool:
     """Whether the warps (warpgroups) store their accumulators straight to the output: no
-    padding, no split-K, and no epilogue but the cast to a 16-bit output."""
-    return not pads(knobs, form) and (epilogue is None or _is_cast_of(epilogue, op))
+    padding, no split-K, and no epilogue but the cast to a 16-bit output (and an fp8
+    product's scales: :func:`~.forms.direct_store`)."""
+    return not pads(knobs, form) and direct_store(op, epilogue, form)
 
 
 def _c_in(op: ComputeOp) -> int:
     return conv_gemm_shape(op)[3]
+
+
+def _check_epilogue(op: ComputeOp, epilogue: ComputeOp | None, remap: bool = True) -> None:
+    """Raise :class:`ScheduleError` where ``epilogue`` is no epilogue the template fuses
+    into product stage ``op`` (:func:`~.forms.epilogue_refusal`)."""
+    why = epilogue_refusal(op, epilogue, remap)
+    if why is not None:
+        raise ScheduleError(f"stage {op.name}: {why}")
 
 
 # -- products ----------------------------------------------------------------------------
@@ -216,46 +227,7 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
     Fragments come from shared memory through ``ldmatrix`` (``cfg.frag_load="ldmatrix"``,
     TF32's too: ``ldmatrix_{a_x4,b_x2,b_x4}_tf32``, 16-byte rows of 4 fp32) or lane by
     lane (``"load"``)."""
-    target = as_target(target)
-    form = form or gemm_form(op, target)
-    if form is None:
-        raise ScheduleError(f"stage {op.name} is not a product the tensor cores of "
-                            f"{target.arch} run (see gemm_form)")
-    if mma_sync_refusal(form) is not None:
-        raise ScheduleError(f"stage {op.name}: {mma_sync_refusal(form)}")
-    remap = epilogue_remap(op, epilogue)
-    if remap is not None and cfg is None:
-        cfg = remap_config(form, target)
-        if cfg is None:
-            raise ScheduleError(f"stage {op.name}: no tiles of the default table divide "
-                                f"{form.M} x {form.N} x {form.K}, which an epilogue that "
-                                f"stores the product in another layout ({epilogue.name}) "
-                                "needs")
-    cfg = cfg or choose_gemm_config(form, target)
-    split = cfg.split_k if isinstance(cfg.split_k, int) and cfg.split_k > 1 else 1
-    if remap is not None and (split > 1 or (form.paddable and needs_padding(cfg, form))):
-        raise ScheduleError(f"stage {op.name}: an epilogue that stores the product in another "
-                            f"layout ({epilogue.name}) needs split_k 1 and tiles that divide "
-                            f"the product ({form.M} x {form.N} x {form.K}), got "
-                            f"{cfg.block_m} x {cfg.block_n} x {cfg.block_k}, split_k {split}")
-    check_gemm_config(cfg, form, f"stage {op.name}", target,
-                      c_tile=not _direct(op, epilogue, form, cfg))
-    schedule_gemm(s, op, epilogue, form, cfg, target, remap, row_reductions)
-    return cfg
-
-
-def wgmma_form(op, target, where: str, form=None):
-    """The :class:`~.forms.GemmForm` of product stage ``op`` (or ``form``, given) when
-    wgmma runs it on ``target``; else a :class:`ScheduleError` beginning with ``where``
-    that says why (not a tensor-core product, or :func:`~.choice.wgmma_refusal`)."""
-    form = form or gemm_form(op, target)
-    if form is None:
-        raise ScheduleError(f"{where}: {op.name} is not a product the tensor cores of "
-                            f"{target.arch} run (see gemm_form)")
-    why = wgmma_refusal(form, target)
-    if why is not None:
-        raise ScheduleError(f"{where}: {why}")
-    return form
+    return _schedule_product(s, op, epilogue, cfg, target, form, row_reductions, False)
 
 
 def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = None,
@@ -271,29 +243,62 @@ def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = 
     threadIdx.y owns 64 rows; 128-byte K steps copied with cp.async into 128B-swizzled
     tiles, ``stages`` deep, ``in_flight`` wgmma groups left running across steps. Raises
     :class:`ScheduleError` for a product wgmma does not run (see
-    :func:`~.choice.wgmma_refusal`) or a ``cfg`` that does not fit it. An epilogue that
-    stores the product in another layout (:mod:`..remap`) needs tiles that divide the
-    product and no split-K."""
+    :func:`~.choice.wgmma_refusal`) or a ``cfg`` that does not fit it."""
+    return _schedule_product(s, op, epilogue, cfg, target, form, row_reductions, True)
+
+
+def _schedule_product(s, op, epilogue, cfg, target, form, row_reductions, wg: bool):
+    """The checks of both product entry points, then :func:`schedule_gemm`: the product
+    the kind runs (:func:`~.choice.wgmma_refusal`, :func:`~.choice.mma_sync_refusal`), the
+    epilogue (:func:`~.forms.epilogue_refusal`), the default tiles where ``cfg`` is None,
+    and the knobs' rules. An epilogue that stores the product in another layout
+    (:mod:`..remap`) needs tiles that divide the product and no split-K."""
     target = as_target(target)
-    form = wgmma_form(op, target, f"stage {op.name}", form)
+    form = wgmma_form(op, target, f"stage {op.name}", form) if wg else (
+        form or _product_form(op, target))
+    why = None if wg else mma_sync_refusal(form)
+    if why is not None:
+        raise ScheduleError(f"stage {op.name}: {why}")
+    _check_epilogue(op, epilogue)
     remap = epilogue_remap(op, epilogue)
     if cfg is None:
-        cfg = choose_wgmma_config(form, target, remap=remap is not None)
+        if wg:
+            cfg = choose_wgmma_config(form, target, remap=remap is not None)
+        else:
+            cfg = remap_config(form, target) if remap else choose_gemm_config(form, target)
         if cfg is None:
-            raise ScheduleError(f"stage {op.name}: no wgmma tiles fit {form.M} x {form.N} x "
-                                f"{form.K}" + (" with tiles dividing the product (its "
-                                               "epilogue stores another layout)"
-                                               if remap is not None else ""))
-    split = cfg.split_k
-    if remap is not None and pads(cfg, form):
+            raise ScheduleError(f"stage {op.name}: no {'wgmma' if wg else 'mma.sync'} tiles "
+                                f"fit {form.M} x {form.N} x {form.K}" + (
+                                    " with tiles dividing the product (its epilogue stores "
+                                    "another layout)" if remap is not None else ""))
+    split = cfg.split_k if isinstance(cfg.split_k, int) else 1
+    if remap is not None and (split > 1 or pads(cfg, form)):
         raise ScheduleError(f"stage {op.name}: an epilogue that stores the product in another "
-                            f"layout ({epilogue.name}) needs split_k 1 and wgmma tiles that "
-                            f"divide the product ({form.M} x {form.N} x {form.K}), got "
-                            f"{cfg.block_m} x {cfg.block_n} x {block_k(form)}, split_k {split}")
-    check_wgmma_gemm(cfg, form, f"stage {op.name}", target,
-                     c_tile=not _direct(op, epilogue, form, cfg))
+                            f"layout ({epilogue.name}) needs split_k 1 and tiles that divide "
+                            f"the product ({form.M} x {form.N} x {form.K}), got {cfg}")
+    check = check_wgmma_gemm if wg else check_gemm_config
+    check(cfg, form, f"stage {op.name}", target, c_tile=not _direct(op, epilogue, form, cfg))
     schedule_gemm(s, op, epilogue, form, cfg, target, remap, row_reductions)
     return cfg
+
+
+def _product_form(op, target) -> GemmForm:
+    form = gemm_form(op, target)
+    if form is None:
+        raise ScheduleError(f"stage {op.name} is not a product the tensor cores of "
+                            f"{target.arch} run (see gemm_form)")
+    return form
+
+
+def wgmma_form(op, target, where: str, form=None):
+    """The :class:`~.forms.GemmForm` of product stage ``op`` (or ``form``, given) when
+    wgmma runs it on ``target``; else a :class:`ScheduleError` beginning with ``where``
+    that says why (not a tensor-core product, or :func:`~.choice.wgmma_refusal`)."""
+    form = form or _product_form(op, target)
+    why = wgmma_refusal(form, target)
+    if why is not None:
+        raise ScheduleError(f"{where}: {why}")
+    return form
 
 
 def schedule_matmul(s, op: ComputeOp, epilogue: ComputeOp | None = None,
@@ -329,14 +334,7 @@ def schedule_conv2d_nhwc_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None
     left to the caller to inline. Raises ScheduleError when the stage or ``cfg`` does not
     qualify, naming the rule (:func:`~.rules.check_conv_config`). TF32 keeps B as
     ``[n, k]``."""
-    target = as_target(target)
-    why = tensorcore_conv_unsupported(op, target)
-    if why is not None:
-        raise ScheduleError(f"tensor-core conv2d: {why}")
-    cfg = cfg or choose_conv_config(op, target)
-    check_conv_config(cfg, op, target)
-    schedule_gemm(s, op, epilogue, conv_gemm_form(op), cfg, target)
-    return cfg
+    return _schedule_conv(s, op, epilogue, target, cfg, False)
 
 
 def schedule_conv2d_nhwc_wgmma(s, op: ComputeOp, epilogue: ComputeOp | None = None,
@@ -349,13 +347,20 @@ def schedule_conv2d_nhwc_wgmma(s, op: ComputeOp, epilogue: ComputeOp | None = No
     ``cfg``: a :class:`~.knobs.WgmmaScheduleConfig` (rules:
     :func:`~.rules.check_wgmma_conv`; default: :func:`~.chooser.choose_wgmma_conv_config`).
     Returns the config."""
+    return _schedule_conv(s, op, epilogue, target, cfg, True)
+
+
+def _schedule_conv(s, op, epilogue, target, cfg, wg: bool):
+    """The checks of both conv entry points (the convolution the kind runs, an element-wise
+    epilogue, the knobs' rules; the default tiles where ``cfg`` is None), then
+    :func:`schedule_gemm` on the implicit GEMM."""
     target = as_target(target)
-    why = wgmma_conv_refusal(op, target)
+    why = (wgmma_conv_refusal if wg else tensorcore_conv_unsupported)(op, target)
     if why is not None:
-        raise ScheduleError(f"wgmma conv2d: {why}")
-    if cfg is None:
-        cfg = choose_wgmma_conv_config(op, target)
-    check_wgmma_conv(cfg, op, target)
+        raise ScheduleError(f"{'wgmma' if wg else 'tensor-core'} conv2d: {why}")
+    _check_epilogue(op, epilogue, remap=False)
+    cfg = cfg or (choose_wgmma_conv_config if wg else choose_conv_config)(op, target)
+    (check_wgmma_conv if wg else check_conv_config)(cfg, op, target)
     schedule_gemm(s, op, epilogue, conv_gemm_form(op), cfg, target)
     return cfg
 
