@@ -38,17 +38,7 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("node_case", cases, ids=[c.name for c in cases])
 
 
-_BF16_SOFTMAX = (
-    "bfloat16 attention 1-2 ulp off on the compiled path: ONNX's expected outputs come from "
-    "numpy with ml_dtypes, whose bfloat16 sum rounds after every term, in order; the "
-    "compiled bfloat16 softmax computes in float32 and rounds once (float16, whose numpy "
-    "sum accumulates in float32, is matched bit for bit)")
-KNOWN_WRONG = {
-    **{f"test_attention_4d_{name}": _BF16_SOFTMAX for name in (
-        "attn_mask_causal_bf16", "attn_mask_causal_bf16_expanded", "causal_bf16",
-        "causal_bf16_expanded", "causal_padded_kv_bf16", "causal_padded_kv_bf16_expanded",
-        "padded_kv_bf16", "padded_kv_bf16_expanded")},
-}
+KNOWN_WRONG: dict[str, str] = {}
 """Node tests known to give wrong numbers (docs/onnx_support.md lists them as such): each is
 an expected failure with its cause, and passing is an error until the case is taken off this
 list, so the list cannot go stale and no new wrong result hides among them."""
