@@ -3,6 +3,7 @@ family; each registers its converters with :func:`ptxforge.graph.frontend_onnx.r
 """
 
 from . import (  # noqa: F401  (registration)
+    linalg_ops,
     math_ops,
     nn_ops,
     qlinear_ops,
@@ -10,4 +11,5 @@ from . import (  # noqa: F401  (registration)
     sampling_ops,
     sequence_ops,
     tensor_ops,
+    vision_ops,
 )
