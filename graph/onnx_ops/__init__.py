@@ -3,6 +3,7 @@ family; each registers its converters with :func:`ptxforge.graph.frontend_onnx.r
 """
 
 from . import (  # noqa: F401  (registration)
+    control_ops,
     linalg_ops,
     math_ops,
     nn_ops,

@@ -1,0 +1,87 @@
+"""ONNX ``If`` with a condition known at import (the taken branch imported in place), and
+function bodies whose ``If`` branches use the body's values (``AffineGrid``), against ONNX's
+reference evaluator on the reference executor and a simulator build."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptxforge
+from ptxforge import graph
+from ptxforge.graph.frontend_onnx import OnnxDataDependentError
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+
+def _run(model, feeds, constants=None):
+    (want,) = ReferenceEvaluator(model).run(None, {**feeds, **(constants or {})})
+    net, params = graph.from_onnx(model, {k: v.shape for k, v in feeds.items()},
+                                  constants=constants)
+    np.testing.assert_allclose(graph.run_graph(net, feeds, params)[0], want, 1e-5, 1e-6)
+    lib = graph.build(net, "sim", params)
+    m = graph.GraphModule(lib, ptxforge.sim())
+    m.set_input(**{k: v for k, v in feeds.items() if k in lib.plan.inputs})
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, 1e-5, 1e-6)
+    return net
+
+
+def _if_model(cond_from_input: bool):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    then_b = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 3])])
+    two = helper.make_tensor("two", TensorProto.FLOAT, [1], [2.0])
+    else_b = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, 3])],
+                               [two])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)]
+    inputs, inits = [x], []
+    if cond_from_input:
+        inputs.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
+    else:
+        # a condition computed from a shape: the rank of x is 2
+        nodes[:0] = [helper.make_node("Shape", ["x"], ["s"]),
+                     helper.make_node("Size", ["s"], ["n"]),
+                     helper.make_node("Equal", ["n", "k"], ["c"])]
+        inits.append(helper.make_tensor("k", TensorProto.INT64, [], [3]))
+    g = helper.make_graph(nodes, "if", inputs, [y], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def test_if_on_a_shape_imports_the_taken_branch():
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    net = _run(_if_model(False), {"x": x})
+    ops = {n.op for n in graph.ir.post_order(net.outputs) if isinstance(n, graph.ir.Call)}
+    assert ops == {"multiply"}  # the else branch (rank 2 != 3): x * 2
+
+
+def test_if_on_data_names_the_input_and_imports_for_its_value():
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    model = _if_model(True)
+    with pytest.raises(OnnxDataDependentError) as e:
+        graph.from_onnx(model, {"x": x.shape, "c": ()})
+    assert e.value.inputs == ("c",)
+    net = _run(model, {"x": x}, constants={"c": np.array(True)})
+    ops = {n.op for n in graph.ir.post_order(net.outputs) if isinstance(n, graph.ir.Call)}
+    assert ops == {"nn.relu"}
+
+
+@pytest.mark.parametrize("size,align", [((2, 3, 4, 5), 0), ((1, 2, 3, 4, 2), 1)])
+def test_affine_grid_function_body_with_branches(size, align):
+    """AffineGrid has no converter: its function body branches (If) on the rank of size
+    and on align_corners, and the branches read the body's own values by name."""
+    k = len(size) - 2
+    rng = np.random.default_rng(5)
+    theta = rng.standard_normal((size[0], k, k + 1)).astype(np.float32)
+    node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align)
+    g = helper.make_graph(
+        [node], "ag", [helper.make_tensor_value_info("theta", TensorProto.FLOAT, theta.shape),
+                       helper.make_tensor_value_info("size", TensorProto.INT64, [len(size)])],
+        [helper.make_tensor_value_info("grid", TensorProto.FLOAT,
+                                       [size[0], *size[2:], k])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    _run(model, {"theta": theta}, constants={"size": np.array(size, np.int64)})
