@@ -85,3 +85,54 @@ def test_affine_grid_function_body_with_branches(size, align):
                                        [size[0], *size[2:], k])])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
     _run(model, {"theta": theta}, constants={"size": np.array(size, np.int64)})
+
+
+def test_scan_unrolled_with_directions_axes_and_an_outer_value():
+    """Two states, two scan inputs (one read backwards along axis 1), a body reading a value
+    of the enclosing graph, and two scan outputs (one stacked on axis 1, one reversed)."""
+    f = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "a_t"], ["s_mid"]),
+         helper.make_node("Mul", ["s_mid", "w"], ["s_out"]),
+         helper.make_node("Mul", ["p_in", "b_t"], ["p_out"]),
+         helper.make_node("Sub", ["s_out", "p_out"], ["y_t"]),
+         helper.make_node("Identity", ["p_out"], ["z_t"])],
+        "body",
+        [helper.make_tensor_value_info(n, f, [3]) for n in ("s_in", "p_in", "a_t", "b_t")],
+        [helper.make_tensor_value_info(n, f, [3]) for n in ("s_out", "p_out", "y_t", "z_t")])
+    node = helper.make_node("Scan", ["s0", "p0", "a", "b"], ["s", "p", "y", "z"],
+                            body=body, num_scan_inputs=2, scan_input_axes=[0, 1],
+                            scan_input_directions=[0, 1], scan_output_axes=[1, 0],
+                            scan_output_directions=[0, 1])
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["wx"], ["w"]), node],
+        "scan", [helper.make_tensor_value_info("s0", f, [3]),
+                 helper.make_tensor_value_info("p0", f, [3]),
+                 helper.make_tensor_value_info("a", f, [4, 3]),
+                 helper.make_tensor_value_info("b", f, [3, 4]),
+                 helper.make_tensor_value_info("wx", f, [3])],
+        [helper.make_tensor_value_info("y", f, [3, 4]),
+         helper.make_tensor_value_info("z", f, [4, 3]),
+         helper.make_tensor_value_info("s", f, [3])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    rng = np.random.default_rng(6)
+    feeds = {k: rng.standard_normal(shape).astype(np.float32) for k, shape in
+             (("s0", (3,)), ("p0", (3,)), ("a", (4, 3)), ("b", (3, 4)), ("wx", (3,)))}
+    # the spec's loop (ONNX's reference evaluator has no reverse directions)
+    st, pt, ys, zs = feeds["s0"], feeds["p0"], [], []
+    for t in range(4):
+        st = (st + feeds["a"][t]) * np.maximum(feeds["wx"], 0)
+        pt = pt * feeds["b"][:, 3 - t]
+        ys.append(st - pt)
+        zs.append(pt)
+    want = [np.stack(ys, 1), np.stack(zs[::-1], 0), st]
+    net, params = graph.from_onnx(model, {k: v.shape for k, v in feeds.items()})
+    for got in (graph.run_graph(net, feeds, params), None):
+        if got is None:
+            lib = graph.build(net, "sim", params)
+            m = graph.GraphModule(lib, ptxforge.sim())
+            m.set_input(**feeds)
+            m.run()
+            got = [m.get_output(k).numpy() for k in range(3)]
+        for g_, w in zip(got, want):
+            np.testing.assert_allclose(g_, w, 1e-5, 1e-6)

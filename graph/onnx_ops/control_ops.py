@@ -41,3 +41,131 @@ def _if(im, node, a):
             im.static[outer] = im.static[o.name]  # known at import, as the branch's value
         outs.append(im.tensor(o.name))
     return outs
+
+
+# -- Scan ------------------------------------------------------------------------------------
+
+
+def _names_used(g) -> tuple[set, set]:
+    """``(defined, referenced)`` value names of graph ``g`` and its subgraphs."""
+    import onnx
+
+    defined = {v.name for v in g.input} | {i.name for i in g.initializer}
+    used = {v.name for v in g.output}
+    for n in g.node:
+        defined.update(o for o in n.output if o)
+        used.update(i for i in n.input if i)
+        for a in n.attribute:
+            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+            for sub in subs:
+                d, u = _names_used(sub)
+                defined |= d
+                used |= u
+    return defined, used
+
+
+def _import_body(im, body, inputs: list, prefix: str) -> list:
+    """Import the nodes of graph ``body`` once, its inputs bound to the graph nodes
+    ``inputs`` and every value it defines renamed with ``prefix`` (values of the enclosing
+    scope keep their names); returns its output nodes."""
+    from .. import onnx_functions
+    from ..frontend_onnx import OnnxImportError as _Err
+
+    defined, used = _names_used(body)
+    rename = {"": ""}
+    rename.update({n: n for n in used - defined})
+    for v, node in zip(body.input, inputs):
+        rename[v.name] = prefix + v.name
+        im.nodes[prefix + v.name] = node
+    from onnx import numpy_helper
+
+    for init in body.initializer:
+        im.static[prefix + init.name] = numpy_helper.to_array(init)
+    for inner in body.node:
+        im._translate_named(onnx_functions._renamed_node(inner, rename, prefix, {}))
+    outs = []
+    for o in body.output:
+        name = rename.get(o.name, prefix + o.name)
+        if name not in im.nodes and name not in im.static:
+            raise _Err(f"the body output {o.name!r} is computed by no node")
+        outs.append(im.tensor(name))
+    return outs
+
+
+def _take(x, index: int, axis: int):
+    """``x``'s slice ``index`` along ``axis``, without that axis."""
+    from .. import opdefs as G
+    from ..ir import Call
+
+    part = Call("strided_slice", [x], {"begin": [index], "end": [index + 1], "axes": [axis]})
+    return G.reshape(part, [s for d, s in enumerate(x.shape) if d != axis])
+
+
+def _stack(parts: list, axis: int):
+    from .. import opdefs as G
+
+    shape = list(parts[0].shape)
+    shape.insert(axis, 1)
+    return G.concatenate([G.reshape(p, shape) for p in parts], axis)
+
+
+def _scan_once(im, node, a, states: list, scans: list, prefix: str) -> tuple[list, list]:
+    """One Scan over the scan inputs ``scans`` from ``states`` (opset 9 semantics), unrolled:
+    ``(final states, scan outputs)``."""
+    body = a["body"]
+    m = len(scans)
+    axes = [int(v) for v in a.get("scan_input_axes", [0] * m)]
+    dirs = [int(v) for v in a.get("scan_input_directions", [0] * m)]
+    axes = [ax % max(x.ndim, 1) for ax, x in zip(axes, scans)]
+    lengths = {x.shape[ax] for x, ax in zip(scans, axes)}
+    if len(lengths) != 1:
+        raise OnnxImportError(f"Scan {node.name!r}: the scan inputs have different lengths "
+                              f"{sorted(lengths)} along their scan axes")
+    (steps,) = lengths
+    k = len(body.output) - len(states)
+    if steps == 0:
+        raise OnnxImportError(f"Scan {node.name!r}: the scan inputs are empty; empty tensors "
+                              "are not supported")
+    per_step: list[list] = [[] for _ in range(k)]
+    for t in range(steps):
+        sliced = [_take(x, steps - 1 - t if d else t, ax) for x, ax, d in zip(scans, axes, dirs)]
+        outs = _import_body(im, body, states + sliced, f"{prefix}/iter{t}/")
+        states = outs[:len(states)]
+        for j in range(k):
+            per_step[j].append(outs[len(states) + j])
+    out_axes = [int(v) for v in a.get("scan_output_axes", [0] * k)]
+    out_dirs = [int(v) for v in a.get("scan_output_directions", [0] * k)]
+    stacked = []
+    for j in range(k):
+        parts = per_step[j][::-1] if out_dirs[j] else per_step[j]
+        axis = out_axes[j] % (parts[0].ndim + 1)
+        stacked.append(_stack(parts, axis))
+    return states, stacked
+
+
+@register_converter("Scan")
+def _scan(im, node, a):
+    """``Scan`` unrolled over its static number of steps (the body imported once per step);
+    opset 8's batched form runs one scan per batch element (without ``sequence_lens``)."""
+    name = node.name or node.output[0]
+    n_scan = int(a["num_scan_inputs"])
+    if im.opset >= 9:
+        ins = [im.tensor(i) for i in node.input]
+        states, outs = _scan_once(im, node, a, ins[:len(ins) - n_scan], ins[len(ins) - n_scan:],
+                                  name)
+        return states + outs
+    if node.input[0]:
+        raise OnnxImportError(f"Scan {node.name!r}: opset 8's sequence_lens is not supported "
+                              "(every sequence runs its full length)")
+    ins = [im.tensor(i) for i in node.input[1:]]
+    n_state = len(ins) - n_scan
+    batch = ins[0].shape[0]
+    a9 = dict(a)
+    a9["scan_input_axes"] = [0] * n_scan  # after the batch axis is taken out
+    a9["scan_input_directions"] = [int(v) for v in a.get("directions", [0] * n_scan)]
+    results = []
+    for b in range(batch):
+        states, outs = _scan_once(im, node, a9, [_take(x, b, 0) for x in ins[:n_state]],
+                                  [_take(x, b, 0) for x in ins[n_state:]], f"{name}/b{b}")
+        results.append(states + outs)
+    return [_stack([r[j] for r in results], 0) for j in range(len(results[0]))]
