@@ -136,3 +136,55 @@ def test_scan_unrolled_with_directions_axes_and_an_outer_value():
             got = [m.get_output(k).numpy() for k in range(3)]
         for g_, w in zip(got, want):
             np.testing.assert_allclose(g_, w, 1e-5, 1e-6)
+
+
+def _loop_model(data_condition: bool):
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    if data_condition:  # continue while the first element grows
+        cond = [helper.make_node("Greater", ["x_out", "x_in"], ["g"]),
+                helper.make_node("Cast", ["g"], ["gf"], to=f),
+                helper.make_node("ReduceMin", ["gf"], ["m"], keepdims=0),
+                helper.make_node("Cast", ["m"], ["c_out"], to=TensorProto.BOOL)]
+    else:  # continue while i < 3: four iterations
+        cond = [helper.make_node("Less", ["i", "three"], ["c_out"])]
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=f),
+         helper.make_node("Mul", ["x_in", "fi"], ["t"]),
+         helper.make_node("Add", ["t", "x_in"], ["x_out"]),
+         *cond,
+         helper.make_node("Sin", ["x_out"], ["s_out"])],
+        "body", [helper.make_tensor_value_info("i", i64, []),
+                 helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("x_in", f, [2])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_out", f, [2]),
+         helper.make_tensor_value_info("s_out", f, [2])],
+        [helper.make_tensor("three", i64, [], [3])])
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y", "s"], body=body)], "loop",
+        [helper.make_tensor_value_info("x", f, [2])],
+        [helper.make_tensor_value_info("y", f, [2]),
+         helper.make_tensor_value_info("s", f, [4, 2])],
+        [helper.make_tensor("n", i64, [], [6])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+
+
+def test_loop_unrolled_with_carried_values_scan_outputs_and_an_early_exit():
+    """A Loop with a trip count of 6 whose body stops after 4 iterations (its condition,
+    computed from the iteration number, is known at import), carrying a run-time value and
+    collecting a scan output; a condition computed from data is refused."""
+    x = np.array([0.5, -1.25], np.float32)
+    xs, ss = x, []
+    for i in range(4):
+        xs = xs * np.float32(i) + xs
+        ss.append(np.sin(xs))
+    net, params = graph.from_onnx(_loop_model(False), {"x": x.shape})
+    lib = graph.build(net, "sim", params)
+    m = graph.GraphModule(lib, ptxforge.sim())
+    m.set_input(x=x)
+    m.run()
+    for k, want in enumerate((xs, np.stack(ss))):
+        np.testing.assert_allclose(graph.run_graph(net, {"x": x}, params)[k], want, 1e-6)
+        np.testing.assert_allclose(m.get_output(k).numpy(), want, 1e-6)
+    with pytest.raises(graph.GraphError, match="condition depends on tensor data"):
+        graph.from_onnx(_loop_model(True), {"x": x.shape})

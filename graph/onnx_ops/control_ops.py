@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..frontend_onnx import OnnxImportError, register_converter
+from ..ir import Constant
 
 
 @register_converter("If")
@@ -77,6 +78,8 @@ def _import_body(im, body, inputs: list, prefix: str) -> list:
     for v, node in zip(body.input, inputs):
         rename[v.name] = prefix + v.name
         im.nodes[prefix + v.name] = node
+        if isinstance(node, Constant):  # known at import: later nodes may evaluate on it
+            im.static[prefix + v.name] = node.value
     from onnx import numpy_helper
 
     for init in body.initializer:
@@ -169,3 +172,49 @@ def _scan(im, node, a):
                                   [_take(x, b, 0) for x in ins[n_state:]], f"{name}/b{b}")
         results.append(states + outs)
     return [_stack([r[j] for r in results], 0) for j in range(len(results[0]))]
+
+
+# -- Loop ------------------------------------------------------------------------------------
+
+MAX_LOOP_STEPS = 1024
+"""The most iterations a ``Loop`` is unrolled to (each imports its body once)."""
+
+
+@register_converter("Loop")
+def _loop(im, node, a):
+    """``Loop`` unrolled: its trip count and its condition (given, and as each iteration
+    computes it) must be known at import; the loop-carried values and scan outputs are the
+    body's, iteration after iteration."""
+    name = node.name or node.output[0]
+    why = "(the graph has no control flow: a Loop is unrolled at import)"
+    trips = (int(np.asarray(im.value(node.input[0], f"Loop's trip count {why}")).reshape(()))
+             if node.input[0] else None)
+    cond = (bool(np.asarray(im.value(node.input[1], f"Loop's condition {why}")).reshape(()))
+            if len(node.input) > 1 and node.input[1] else True)
+    if trips is None and not (len(node.input) > 1 and node.input[1]):
+        raise OnnxImportError(f"Loop {node.name!r}: neither a trip count nor a condition; "
+                              "the loop would not end")
+    carried = [im.tensor(i) for i in node.input[2:]]
+    body = a["body"]
+    n_scan = len(body.output) - 1 - len(carried)
+    scans: list[list] = [[] for _ in range(n_scan)]
+    step = 0
+    while cond and (trips is None or step < trips):
+        if step == MAX_LOOP_STEPS:
+            raise OnnxImportError(f"Loop {node.name!r}: more than {MAX_LOOP_STEPS} "
+                                  "iterations; longer loops are not unrolled")
+        outs = _import_body(im, body, [Constant(np.array(step, np.int64), "", "int64"),
+                                       Constant(np.array(cond), "", "bool")] + carried,
+                            f"{name}/iter{step}/")
+        if not isinstance(outs[0], Constant):
+            raise OnnxImportError(f"Loop {node.name!r}: the body's condition depends on "
+                                  f"tensor data {why}")
+        cond = bool(outs[0].value.reshape(()))
+        carried = outs[1:1 + len(carried)]
+        for j in range(n_scan):
+            scans[j].append(outs[1 + len(carried) + j])
+        step += 1
+    if n_scan and step == 0:
+        raise OnnxImportError(f"Loop {node.name!r}: no iteration runs, so its scan outputs "
+                              "are empty; empty tensors are not supported")
+    return carried + [_stack(parts, 0) for parts in scans]
