@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (registration)
     nn_ops,
     qlinear_ops,
     quant_ops,
+    rnn_ops,
     sampling_ops,
     sequence_ops,
     tensor_ops,
