@@ -38,7 +38,15 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("node_case", cases, ids=[c.name for c in cases])
 
 
-KNOWN_WRONG: dict[str, str] = {}
+_FFT_NOISE = (
+    "ONNX's expected outputs are numpy's single-precision FFT (complex64 pocketfft), whose "
+    "rounding leaves about 1e-6 where the exact inverse is small or 0, beyond the test's "
+    "atol of 1e-7; the compiled DFT computes in float64 and gives the exact values (within "
+    "1e-12 of numpy's double-precision FFT, tests/test_onnx_signal_ops.py)")
+KNOWN_WRONG: dict[str, str] = {
+    "test_dft_inverse": _FFT_NOISE,
+    "test_dft_inverse_opset19": _FFT_NOISE,
+}
 """Node tests known to give wrong numbers (docs/onnx_support.md lists them as such): each is
 an expected failure with its cause, and passing is an error until the case is taken off this
 list, so the list cannot go stale and no new wrong result hides among them."""

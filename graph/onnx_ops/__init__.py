@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (registration)
     rnn_ops,
     sampling_ops,
     sequence_ops,
+    signal_ops,
     tensor_ops,
     vision_ops,
 )
