@@ -177,3 +177,15 @@ def test_non_max_suppression_needs_known_boxes_and_scores():
     (want,) = ReferenceEvaluator(model).run(None, feeds)
     np.testing.assert_array_equal(graph.run_graph(net, {}, params)[0], want)
     assert want.tolist() == [[0, 0, 3], [0, 0, 0], [0, 0, 2]]
+
+
+@pytest.mark.parametrize("mode,indices", [("circular", [5, 2, 0]), ("linear", [0, 3, 1])])
+def test_tensor_scatter_updates_the_cache(mode, indices):
+    rng = np.random.default_rng(6)
+    past = rng.standard_normal((3, 2, 6, 4)).astype(np.float32)
+    update = rng.standard_normal((3, 2, 3, 4)).astype(np.float32)
+    feeds = {"past": past, "update": update, "w": np.array(indices, np.int64)}
+    model = _model("TensorScatter", feeds, [3, 2, 6, 4], opset=24, mode=mode)
+    got = _check(model, feeds)
+    if mode == "circular":  # batch 0 writes rows 5, 0, 1
+        np.testing.assert_array_equal(got[0, :, [5, 0, 1]], update[0].transpose(1, 0, 2))

@@ -1,5 +1,7 @@
-"""ONNX ``MaxUnpool``, ``Col2Im``, ``RoiAlign`` and ``NonMaxSuppression``; the first three
-written with the graph's gathers, scatters, reductions and element-wise operators.
+"""ONNX ``MaxUnpool``, ``Col2Im``, ``RoiAlign``, ``TensorScatter`` and ``NonMaxSuppression``;
+all but the last written with the graph's gathers, scatters, reductions and element-wise
+operators (``TensorScatter``, a KV cache update: each cache row gathers the update row
+written to it, if any).
 
 - ``MaxUnpool``: each value of ``X`` written at its flat index in the unpooled tensor
   (``scatter_elements`` over the flattened output; on duplicates the last one wins, as in
@@ -372,3 +374,47 @@ def _non_max_suppression(im, node, a):
     # all known (the importer leaves large results to converters): the selection now
     (out,) = onnx_static.evaluate(node, values, a, im.opset)
     return Constant(np.asarray(out, dtype=np.int64), node.output[0], "int64")
+
+
+# -- TensorScatter -----------------------------------------------------------------------------
+
+
+@register_converter("TensorScatter")
+def _tensor_scatter(im, node, a):
+    """A KV cache update (opset 24): ``update``'s rows written into ``past_cache`` along
+    ``axis`` from each batch element's ``write_indices`` on (``circular``: wrapping around).
+    Written as a gather: a cache row takes the update row it receives, if any, else keeps
+    its value; a row written past the end (``linear``) is dropped."""
+    past, update = im.tensor(node.input[0]), im.tensor(node.input[1])
+    mode = _text(a.get("mode"), "linear")
+    if mode not in ("linear", "circular"):
+        _refuse(node, f"mode {mode!r}; supported: linear, circular")
+    r = past.ndim
+    axis = int(a.get("axis", -2))
+    if not -r <= axis < r or r < 2:
+        _refuse(node, f"axis {axis} is out of range for a {r}-D cache")
+    axis %= r
+    if axis == 0 or update.ndim != r or update.dtype != past.dtype or any(
+            update.shape[d] != past.shape[d] for d in range(r) if d != axis) \
+            or update.shape[axis] > past.shape[axis]:
+        _refuse(node, f"update {list(update.shape)} does not fit past_cache "
+                      f"{list(past.shape)} along axis {axis} (axis 0 is the batch)")
+    batch, size, rows = past.shape[0], past.shape[axis], update.shape[axis]
+    if _has(node, 2):
+        w = im.tensor(node.input[2])
+        w = w if w.dtype == "int64" else G.cast(w, "int64")
+    else:
+        w = _const(np.zeros(batch), "int64")
+    w = G.reshape(w, [batch] + [1] * (r - 1))
+    here = np.arange(size, dtype=np.int64).reshape([1] * axis + [size] + [1] * (r - axis - 1))
+    offset = binary("subtract", Constant(here, "", "int64"), w)
+    if mode == "circular":
+        offset = GL.where(Call("less", [offset, _const(0, "int64")]),
+                          binary("add", offset, _const(size, "int64")), offset)
+    inside = Call("logical_and", [Call("greater_equal", [offset, _const(0, "int64")]),
+                                  Call("less", [offset, _const(rows, "int64")])])
+    index = GL.where(inside, offset, _const(0, "int64"))
+    full = list(update.shape)
+    full[axis] = size
+    taken = GI.gather_elements(update, GT.broadcast_to(index, full), axis)
+    return GL.where(GT.broadcast_to(inside, full), taken, past)
