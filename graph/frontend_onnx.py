@@ -218,6 +218,10 @@ class _Importer:
             outs = [outs]
         for name, out in zip(node.output, outs):
             if name:
+                if out.ty.size == 0 and not isinstance(out, Constant):
+                    # an empty tensor needs no computing (and no kernel): a constant
+                    out = Constant(np.zeros(out.shape, dt.to_numpy(out.dtype)), name,
+                                   out.dtype)
                 self.nodes[name] = out
 
     def _evaluate(self, node) -> bool:
