@@ -110,8 +110,6 @@ EXPECTED_FAILURES = {
     "test_convinteger_with_padding": "ConvInteger (quantized) is not translated",
     "test_basic_deform_conv_with_padding": "DeformConv is not translated",
     "test_basic_deform_conv_without_padding": "DeformConv is not translated",
-    "test_batchnorm_example_training_mode": "BatchNormalization in training mode is refused",
-    "test_batchnorm_epsilon_training_mode": "BatchNormalization in training mode is refused",
 }
 
 
