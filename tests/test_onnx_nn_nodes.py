@@ -106,8 +106,6 @@ CASES = [
     "test_resize_upsample_scales_linear_half_pixel_symmetric", "test_upsample_nearest",
 ]
 EXPECTED_FAILURES = {
-    "test_convinteger_without_padding": "ConvInteger (quantized) is not translated",
-    "test_convinteger_with_padding": "ConvInteger (quantized) is not translated",
     "test_basic_deform_conv_with_padding": "DeformConv is not translated",
     "test_basic_deform_conv_without_padding": "DeformConv is not translated",
 }
