@@ -189,3 +189,20 @@ def test_tensor_scatter_updates_the_cache(mode, indices):
     got = _check(model, feeds)
     if mode == "circular":  # batch 0 writes rows 5, 0, 1
         np.testing.assert_array_equal(got[0, :, [5, 0, 1]], update[0].transpose(1, 0, 2))
+
+
+def test_deform_conv_groups_offset_groups_strides_mask_and_bias():
+    rng = np.random.default_rng(7)
+    n, c, h, w, m = 1, 4, 6, 7, 2
+    kh, kw, stride, dil, pads = 3, 2, (2, 1), (1, 2), [1, 0, 1, 1]
+    oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (w + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    feeds = {"x": rng.standard_normal((n, c, h, w)),
+             "w": rng.standard_normal((m, c // 2, kh, kw)),
+             "off": rng.standard_normal((n, 2 * 2 * kh * kw, oh, ow)) * 1.5,
+             "b": rng.standard_normal(m),
+             "mask": rng.random((n, 2 * kh * kw, oh, ow))}
+    feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
+    model = _model("DeformConv", feeds, [n, m, oh, ow], opset=19, group=2, offset_group=2,
+                   kernel_shape=[kh, kw], strides=list(stride), dilations=list(dil), pads=pads)
+    _check(model, feeds, rtol=1e-4, atol=1e-5)

@@ -1,5 +1,5 @@
-"""ONNX ``MaxUnpool``, ``Col2Im``, ``RoiAlign``, ``TensorScatter`` and ``NonMaxSuppression``;
-all but the last written with the graph's gathers, scatters, reductions and element-wise
+"""ONNX ``MaxUnpool``, ``Col2Im``, ``RoiAlign``, ``DeformConv``, ``TensorScatter`` and
+``NonMaxSuppression``; all but the last written with the graph's gathers, scatters, reductions and element-wise
 operators (``TensorScatter``, a KV cache update: each cache row gathers the update row
 written to it, if any).
 
@@ -418,3 +418,84 @@ def _tensor_scatter(im, node, a):
     full[axis] = size
     taken = GI.gather_elements(update, GT.broadcast_to(index, full), axis)
     return GL.where(GT.broadcast_to(inside, full), taken, past)
+
+
+# -- DeformConv --------------------------------------------------------------------------------
+
+
+@register_converter("DeformConv")
+def _deform_conv(im, node, a):
+    """2-D deformable convolution: each kernel tap samples the input at its position plus the
+    learned offset (bilinear, zero outside the image, as ONNX's reference samples with
+    GridSample), times the optional mask, and the sampled columns multiply the weights per
+    group (a batched product)."""
+    x, w, off = (im.tensor(i) for i in node.input[:3])
+    bias = im.tensor(node.input[3]) if _has(node, 3) else None
+    mask = im.tensor(node.input[4]) if _has(node, 4) else None
+    if x.ndim != 4 or w.ndim != 4 or off.ndim != 4:
+        _refuse(node, f"only 2-D deformable convolutions are supported (X [N, C, H, W]), got "
+                      f"X {list(x.shape)}")
+    if x.dtype != "float32":
+        _refuse(node, f"X has dtype {x.dtype}; float32 is supported")
+    n, c, h, wd = x.shape
+    m = w.shape[0]
+    kh, kw = (int(v) for v in a.get("kernel_shape", w.shape[2:]))
+    sh, sw = (int(v) for v in a.get("strides", [1, 1]))
+    dh, dw = (int(v) for v in a.get("dilations", [1, 1]))
+    pt, pl = (int(v) for v in a.get("pads", [0, 0, 0, 0])[:2])
+    group, og = int(a.get("group", 1)), int(a.get("offset_group", 1))
+    oh, ow = off.shape[2:]
+    k, p = kh * kw, oh * ow
+    if c != w.shape[1] * group or m % group or c % og or off.shape[1] != 2 * og * k \
+            or off.shape[0] != n or (mask is not None and tuple(mask.shape) != (n, og * k, oh, ow)):
+        _refuse(node, f"inconsistent shapes: X {list(x.shape)}, W {list(w.shape)}, offset "
+                      f"{list(off.shape)}, group {group}, offset_group {og}")
+    f = _F()
+    # each tap's base position [1, 1, K, P]
+    ii, jj = np.meshgrid(np.arange(oh), np.arange(ow), indexing="ij")
+    aa, bb = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
+    base_y = (-pt + sh * ii.reshape(1, -1) + dh * aa.reshape(-1, 1)).astype(np.float32)
+    base_x = (-pl + sw * jj.reshape(1, -1) + dw * bb.reshape(-1, 1)).astype(np.float32)
+    o = G.reshape(off, (n, og, k, 2, p))
+    ys = f.add(G.reshape(Call("strided_slice", [o], {"begin": [0], "end": [1], "axes": [3]}),
+                         (n, og, k, p)), Constant(base_y.reshape(1, 1, k, p), "", "float32"))
+    xs = f.add(G.reshape(Call("strided_slice", [o], {"begin": [1], "end": [2], "axes": [3]}),
+                         (n, og, k, p)), Constant(base_x.reshape(1, 1, k, p), "", "float32"))
+    y0, x0 = unary("floor", ys), unary("floor", xs)
+    fy, fx = f.sub(ys, y0), f.sub(xs, x0)
+    cg = c // og
+    data = G.reshape(x, (n, og, cg, h * wd))
+    zero = f.k(0.0)
+    total = None
+    for yy, wy in ((y0, f.sub(f.k(1.0), fy)), (f.add(y0, f.k(1.0)), fy)):
+        for xx, wx in ((x0, f.sub(f.k(1.0), fx)), (f.add(x0, f.k(1.0)), fx)):
+            inside = Call("logical_and", [
+                Call("logical_and", [f.cmp("greater_equal", yy, zero),
+                                     f.cmp("less_equal", yy, f.k(float(h - 1)))]),
+                Call("logical_and", [f.cmp("greater_equal", xx, zero),
+                                     f.cmp("less_equal", xx, f.k(float(wd - 1)))])])
+            pos = GL.where(inside, f.add(f.mul(yy, f.k(float(wd))), xx), zero)
+            index = GT.broadcast_to(G.reshape(G.cast(pos, "int64"), (n, og, 1, k * p)),
+                                    (n, og, cg, k * p))
+            weight = G.reshape(GL.where(inside, f.mul(wy, wx), zero), (n, og, 1, k * p))
+            term = f.mul(GI.gather_elements(data, index, 3), weight)
+            total = term if total is None else f.add(total, term)
+    cols = G.reshape(total, (n, og, cg, k, p))
+    if mask is not None:
+        cols = f.mul(cols, G.reshape(mask, (n, og, 1, k, p)))
+    cols = G.reshape(cols, (n, group, (c // group) * k, p))
+    outs = []
+    for g in range(group):
+        wg = G.reshape(Call("strided_slice", [w], {"begin": [g * (m // group)],
+                                                   "end": [(g + 1) * (m // group)],
+                                                   "axes": [0]}), (1, m // group, -1))
+        cg_cols = G.reshape(Call("strided_slice", [cols], {"begin": [g], "end": [g + 1],
+                                                           "axes": [1]}),
+                            (n, (c // group) * k, p))
+        wb = GT.broadcast_to(wg, (n, m // group, (c // group) * k))
+        outs.append(G.batch_matmul(wb, cg_cols, transpose_b=False))
+    y = outs[0] if group == 1 else G.concatenate(outs, 1)
+    y = G.reshape(y, (n, m, oh, ow))
+    if bias is not None:
+        y = f.add(y, G.reshape(bias, (1, m, 1, 1)))
+    return y
