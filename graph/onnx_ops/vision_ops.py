@@ -1,7 +1,8 @@
 """ONNX ``MaxUnpool``, ``Col2Im``, ``RoiAlign``, ``DeformConv``, ``TensorScatter`` and
-``NonMaxSuppression``; all but the last written with the graph's gathers, scatters, reductions and element-wise
-operators (``TensorScatter``, a KV cache update: each cache row gathers the update row
-written to it, if any).
+``NonMaxSuppression``; all but the last written with the graph's gathers, scatters,
+reductions, products and element-wise operators (``TensorScatter``, a KV cache update: each
+cache row gathers the update row written to it, if any; ``DeformConv``: bilinear samples at
+the offset tap positions, then a batched product per group).
 
 - ``MaxUnpool``: each value of ``X`` written at its flat index in the unpooled tensor
   (``scatter_elements`` over the flattened output; on duplicates the last one wins, as in
