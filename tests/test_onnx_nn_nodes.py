@@ -105,10 +105,7 @@ CASES = [
     "test_resize_downsample_scales_linear_half_pixel_symmetric",
     "test_resize_upsample_scales_linear_half_pixel_symmetric", "test_upsample_nearest",
 ]
-EXPECTED_FAILURES = {
-    "test_basic_deform_conv_with_padding": "DeformConv is not translated",
-    "test_basic_deform_conv_without_padding": "DeformConv is not translated",
-}
+EXPECTED_FAILURES: dict[str, str] = {}
 
 
 @functools.lru_cache(maxsize=1)
