@@ -68,6 +68,15 @@ class StageInfo:
         return int(np.prod([e for _, e in self.reduce], dtype=np.int64))
 
     @property
+    def ordered(self) -> bool:
+        """Whether the reduction must run serially, in index order
+        (:func:`ptxforge.ops.utils.order_sensitive`): no rule may split it over threads or
+        blocks."""
+        from ..ops.utils import order_sensitive
+
+        return order_sensitive(self.op)
+
+    @property
     def inputs(self) -> list:
         """Names of the tensors read, in order of first read."""
         out = []

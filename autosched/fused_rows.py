@@ -120,6 +120,8 @@ def fused_rows_step(task) -> FusedRowsStep | None:
             shape = tuple(int(x) for x in st.shape)
             if len(st.reduce) != 1 or shape not in (lead, lead + (1,)):
                 return None
+            if st.ordered:  # a sum that must run serially: no cross-thread reduction
+                return None
             reds.append(st.op.output(0))
         else:
             inlined.append(st.op.output(0))

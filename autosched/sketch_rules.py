@@ -54,7 +54,7 @@ def stage_options(an: DAGAnalysis, name: str, use_rfactor: bool) -> list:
     if not st.reduce:
         return ["simple"]
     opts = ["tile"] if st.has_reuse() else ["simple"]
-    if use_rfactor:
+    if use_rfactor and not st.ordered:  # an order-sensitive sum stays serial
         if opts == ["tile"] and st.reduce_size >= SPLIT_K_MIN_REDUCE:
             opts.append("split_k")
         if (st.reduce_size >= CROSS_THREAD_MIN_REDUCE

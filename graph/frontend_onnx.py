@@ -106,7 +106,8 @@ class _Importer:
         if name not in self.static:
             raise OnnxImportError(f"value {name!r} is used before it is defined")
         value = self.static[name]
-        if name in self.initializers and value.dtype.kind == "f":
+        fp8 = onnx_float8.is_float8(value.dtype.name)  # ml_dtypes: kind "f" or "V"
+        if name in self.initializers and value.dtype.kind == "f" and not fp8:
             value = self.weight(value)
             var = Var(name, value.shape, dt.from_numpy(value.dtype))
             self.params[name] = value
@@ -116,8 +117,7 @@ class _Importer:
             if value.dtype == np.float64 and self.dtype != "float64":
                 value = value.astype(self.dtype)
             # the dtype given: an int64 scalar stays int64 (ONNX's shapes and sizes are)
-            node = (onnx_float8.constant(value, name)
-                    if onnx_float8.is_float8(dt.from_numpy(value.dtype))
+            node = (onnx_float8.constant(value, name) if fp8
                     else Constant(value, name, dt.from_numpy(value.dtype)))
         self.nodes[name] = node
         return node
@@ -218,6 +218,10 @@ class _Importer:
             outs = [outs]
         for name, out in zip(node.output, outs):
             if name:
+                if out.ty.size == 0 and not isinstance(out, Constant):
+                    # an empty tensor needs no computing (and no kernel): a constant
+                    out = Constant(np.zeros(out.shape, dt.to_numpy(out.dtype)), name,
+                                   out.dtype)
                 self.nodes[name] = out
 
     def _evaluate(self, node) -> bool:

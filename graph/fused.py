@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from functools import cached_property
 
+import numpy as np
+
 from ..ir import te
 from ..ir.compute_dag import ComputeDAG
 from ..ir.expr import const
@@ -41,7 +43,7 @@ def lower_function(func: Graph) -> list:
                 raise GraphError(f"{func.name} holds a constant of shape {list(node.shape)}; "
                                  "only one-element constants can be immediates (make it a "
                                  "parameter)")
-            values[id(node)] = const(node.value.reshape(()).item(), node.dtype)
+            values[id(node)] = const(_immediate(node, func.name), node.dtype)
         elif isinstance(node, Call):
             if isinstance(node.op, Graph):
                 raise GraphError(f"{func.name} calls another function; fused functions are flat")
@@ -181,3 +183,19 @@ def extract_fused_functions(net: Graph, params: dict | None = None, *,
 # the tuners' extract_tasks reads networks through this layer's extraction (they stand
 # below the graph layer and do not import it)
 install_network_reader(extract_fused_functions)
+
+
+def _immediate(node: Constant, where: str):
+    """The value of one-element constant ``node`` as an immediate: fp8 bit patterns decoded
+    (an immediate is converted like a cast, which saturates: an fp8 infinity is refused)."""
+    value = node.value.reshape(()).item()
+    if not node.dtype.startswith("float8"):
+        return value
+    from ..ir.float8 import float8_from_bits
+
+    decoded = float(float8_from_bits(np.uint8(value), node.dtype))
+    if np.isinf(decoded):
+        raise GraphError(f"{where}: the {node.dtype} constant {node.name or ''} is an "
+                         "infinity, which an immediate cannot hold (fp8 conversions "
+                         "saturate); make it a constant of more than one element")
+    return decoded

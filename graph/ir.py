@@ -157,6 +157,15 @@ class Constant(Node):
 
     def __init__(self, value, name: str = "", dtype: str | None = None):
         arr = np.asarray(value)
+        if arr.dtype.name.startswith("float8") and dtype is None:
+            dtype = arr.dtype.name  # an ml_dtypes fp8 array
+        if dtype is not None and dtype.startswith("float8"):
+            # fp8 values are held as their uint8 bit patterns, as fp8 host arrays are
+            self.value = _float8_bits(arr, dtype, name)
+            self.value.setflags(write=False)
+            self.name = name
+            self.ty = TensorType(self.value.shape, dtype)
+            return
         if dtype is not None:
             arr = arr.astype(dt.to_numpy(dtype))
         elif arr.dtype == np.float64:
@@ -173,6 +182,17 @@ class Constant(Node):
     def is_scalar(self) -> bool:
         """True for a constant of one element (folded into expressions as an immediate)."""
         return self.value.size == 1
+
+
+def _float8_bits(arr: np.ndarray, dtype: str, name: str) -> np.ndarray:
+    """The uint8 bit patterns of an fp8 constant of ``dtype`` given as bit patterns (uint8)
+    or as an ml_dtypes array of that format."""
+    if arr.dtype == np.uint8:
+        return np.ascontiguousarray(arr)
+    if arr.dtype.name == dtype:
+        return np.ascontiguousarray(arr).view(np.uint8)
+    raise GraphError(f"constant {name!r} of dtype {dtype}: give its uint8 bit patterns or an "
+                     f"ml_dtypes {dtype} array, not {arr.dtype.name} data")
 
 
 class Call(Node):
@@ -379,11 +399,13 @@ def bind_params(graph: Graph, params: dict | None) -> Graph:
     for name, value in params.items():
         var = by_name[name]
         arr = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-        if tuple(arr.shape) != var.shape or dt.from_numpy(arr.dtype) != var.dtype:
+        # an fp8 parameter takes its uint8 bit patterns (or an ml_dtypes array)
+        fp8 = var.dtype.startswith("float8") and arr.dtype.name in ("uint8", var.dtype)
+        if tuple(arr.shape) != var.shape or (not fp8 and dt.from_numpy(arr.dtype) != var.dtype):
             raise GraphError(
                 f"param {name}: the graph expects {var.ty}, got an array of shape "
                 f"{list(arr.shape)} and dtype {arr.dtype}")
-        consts[id(var)] = Constant(arr, name)
+        consts[id(var)] = Constant(arr, name, var.dtype if fp8 else None)
     memo: dict[int, Node] = {}
     for node in graph.nodes():
         if isinstance(node, Var):

@@ -10,8 +10,10 @@ largest finite one, infinities included, becomes that largest value of its sign,
 NaN: exactly the GPU's ``cvt.rn.satfinite`` that the compiled cast uses. With
 ``saturate=0`` such a value becomes NaN in ``float8_e4m3fn`` (which has no infinities) and
 an infinity of its sign in ``float8_e5m2``: the saturating cast with the overflowing
-elements replaced, decided on the input (:data:`OVERFLOW`). The fnuz variants and the 4-bit
-and 2-bit types are not supported (they have no graph dtype).
+elements replaced, decided on the input (:data:`OVERFLOW`); the e5m2 infinities are loaded
+from a two-element constant, as no conversion makes them. fp8 constants (initializers and
+values computed at import) are graph constants holding their bit patterns. The fnuz
+variants and the 4-bit and 2-bit types are not supported (they have no graph dtype).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..ir import dtype as dt
 from . import opdefs as G
 from .ir import Call, Constant, Node
 from .onnx_model import OnnxImportError
+from .opdefs import index as GI
 from .opdefs import logic as GL
 
 FLOAT8 = {17: "float8_e4m3fn", 19: "float8_e5m2"}
@@ -78,14 +81,20 @@ def static_cast(x: np.ndarray, to: str, saturate: bool) -> np.ndarray:
 
 
 def constant(value: np.ndarray, name: str) -> Node:
-    """The graph node of an import-time fp8 value: refused, naming it. Graph constants
-    hold numbers in numpy's own dtypes, and folding a cast of one to fp8 would leave a
-    ``uint8`` constant where an fp8 tensor belongs; values cast to fp8 and back at
-    import time (the usual fp8 round trip of weights) are fine."""
-    raise OnnxImportError(
-        f"{name!r}: a {np.asarray(value).dtype.name} constant (an initializer, or a value "
-        "computed at import time) used at run time is not supported; fp8 values may come "
-        "from graph inputs and casts of computed tensors")
+    """The graph constant of an import-time fp8 value (an ``ml_dtypes`` array, or uint8
+    bit patterns): it holds the bit patterns, as fp8 host arrays do."""
+    value = np.asarray(value)
+    return Constant(value, name, value.dtype.name if value.dtype.name in OVERFLOW else None)
+
+
+def _infinities(dtype: str, what: str) -> Constant:
+    """``[+inf, -inf]`` in fp8 ``dtype`` (float8_e5m2) as a two-element constant: a kernel
+    loads its bit patterns (one-element constants become immediates, which convert with
+    saturation)."""
+    import ml_dtypes
+
+    return Constant(np.array([np.inf, -np.inf], dtype=getattr(ml_dtypes, dtype)),
+                    f"{what}_infinities", dtype)
 
 
 def cast(x: Node, to: str, saturate: bool, what: str) -> Node:
@@ -104,14 +113,19 @@ def cast(x: Node, to: str, saturate: bool, what: str) -> Node:
         x = G.cast(x, "float32")  # one fp8 format to the other: exact through float32
     if saturate:
         return G.cast(x, to)
-    if to == "float8_e5m2":
-        raise OnnxImportError(
-            f"{what}: a cast to float8_e5m2 with saturate=0 is not supported: its overflows "
-            "are infinities, and the GPU's conversion (cvt.rn.satfinite) saturates; "
-            "saturate=1 (ONNX's default) is supported")
-    # float8_e4m3fn: an overflow is NaN, which the saturating conversion keeps
     src = x if dt.is_float(x.dtype) else G.cast(x, "float32")
     limit = OVERFLOW[to]
+    if to == "float8_e5m2":
+        # an overflow is an infinity of its sign, which no conversion makes (cvt.rn.satfinite
+        # saturates): the saturating cast, with the infinities' bit patterns selected where
+        # the magnitude reaches the halfway point to 65536 (the tie rounds to the even
+        # infinity)
+        over = Call("greater_equal", [Call("abs", [src]),
+                                      Constant(np.array(limit), f"{what}_limit", src.dtype)])
+        negative = Call("less", [src, Constant(np.array(0.0), f"{what}_zero", src.dtype)])
+        inf = GI.take(_infinities(to, what), G.cast(negative, "int64"), 0)
+        return GL.where(over, inf, G.cast(src, to))
+    # float8_e4m3fn: an overflow is NaN, which the saturating conversion keeps
     over = Call("greater", [Call("abs", [src]), Constant(np.array(limit), f"{what}_limit",
                                                           src.dtype)])
     nan = Constant(np.array(np.nan), f"{what}_nan", src.dtype)

@@ -88,7 +88,6 @@ def _with_defaults(node, schema):
 def _instantiate(fn, node) -> list:
     """The body of function ``fn`` as nodes of the caller: formal inputs and outputs renamed
     to the node's, inner values to fresh names, attribute references resolved."""
-    import onnx
 
     prefix = f"{node.name or node.output[0]}/{node.op_type}{next(_counter)}/"
     rename = {"": ""}
@@ -99,24 +98,66 @@ def _instantiate(fn, node) -> list:
     for formal, actual in zip(fn.output, node.output):
         rename[formal] = actual or prefix + formal
     attrs = {a.name: a for a in node.attribute}
-    nodes = []
-    for inner in fn.node:
-        new = onnx.NodeProto()
-        new.CopyFrom(inner)
-        new.name = prefix + (inner.name or inner.output[0])
-        del new.input[:]
-        new.input.extend(rename.setdefault(i, prefix + i) if i else "" for i in inner.input)
-        del new.output[:]
-        new.output.extend(rename.setdefault(o, prefix + o) if o else "" for o in inner.output)
-        del new.attribute[:]
-        for a in inner.attribute:
-            if a.ref_attr_name:
-                if a.ref_attr_name in attrs:
-                    ref = onnx.AttributeProto()
-                    ref.CopyFrom(attrs[a.ref_attr_name])
-                    ref.name = a.name
-                    new.attribute.append(ref)
-            else:
-                new.attribute.append(a)
-        nodes.append(new)
-    return nodes
+    return [_renamed_node(inner, rename, prefix, attrs) for inner in fn.node]
+
+
+def _name(rename: dict, prefix: str, value: str) -> str:
+    return rename.setdefault(value, prefix + value) if value else ""
+
+
+def _renamed_node(inner, rename: dict, prefix: str, attrs: dict):
+    """Function-body node ``inner`` with its values renamed (``rename``, else ``prefix`` +
+    name), attribute references resolved from the caller's ``attrs``, and the same done
+    inside its subgraphs (an ``If``'s branches use the body's values by name)."""
+    import onnx
+
+    new = onnx.NodeProto()
+    new.CopyFrom(inner)
+    new.name = prefix + (inner.name or inner.output[0])
+    del new.input[:]
+    new.input.extend(_name(rename, prefix, i) for i in inner.input)
+    del new.output[:]
+    new.output.extend(_name(rename, prefix, o) for o in inner.output)
+    del new.attribute[:]
+    for a in inner.attribute:
+        if a.ref_attr_name:
+            if a.ref_attr_name in attrs:
+                ref = onnx.AttributeProto()
+                ref.CopyFrom(attrs[a.ref_attr_name])
+                ref.name = a.name
+                new.attribute.append(ref)
+            continue
+        if a.type == onnx.AttributeProto.GRAPH:
+            a = _with_graph(a, _renamed_graph(a.g, rename, prefix, attrs))
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            graphs = [_renamed_graph(g, rename, prefix, attrs) for g in a.graphs]
+            a = _with_graph(a, None, graphs)
+        new.attribute.append(a)
+    return new
+
+
+def _renamed_graph(g, rename: dict, prefix: str, attrs: dict):
+    import onnx
+
+    out = onnx.GraphProto()
+    out.CopyFrom(g)
+    for vi in list(out.input) + list(out.output) + list(out.value_info):
+        vi.name = _name(rename, prefix, vi.name)
+    for init in out.initializer:
+        init.name = _name(rename, prefix, init.name)
+    del out.node[:]
+    out.node.extend(_renamed_node(n, rename, prefix, attrs) for n in g.node)
+    return out
+
+
+def _with_graph(a, g=None, graphs=None):
+    import onnx
+
+    new = onnx.AttributeProto()
+    new.CopyFrom(a)
+    if g is not None:
+        new.g.CopyFrom(g)
+    if graphs is not None:
+        del new.graphs[:]
+        new.graphs.extend(graphs)
+    return new

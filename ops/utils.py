@@ -176,6 +176,18 @@ def accumulate_dtype(dtype: str) -> str:
     return "float32" if dt.is_half(dtype) else dtype
 
 
+def order_sensitive(op) -> bool:
+    """Whether compute ``op``'s reduction gives a result that depends on the order its terms
+    are taken in: a sum whose running total is a 16-bit float rounds after every term
+    (``softmax(..., sum_dtype="bfloat16")``, ONNX's bfloat16 softmax). Only a serial loop
+    over the reduction, in index order, computes it: schedules must not split it over
+    threads or blocks (cross-thread reductions, rfactor, split-K)."""
+    from ..ir.expr import Reduce
+
+    return any(isinstance(b, Reduce) and b.combiner == "sum" and dt.is_half(b.dtype)
+               for b in getattr(op, "bodies", ()))
+
+
 def cast_output(t: Tensor, dtype: str) -> Tensor:
     """``t`` itself when it has ``dtype``, else a stage ``T_cast`` (tag ``elemwise``)
     rounding it to ``dtype``: how a float32 accumulation becomes a 16-bit output."""

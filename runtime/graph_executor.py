@@ -254,9 +254,11 @@ class GraphModule:
 
     # -- the user interface -----------------------------------------------------------------
 
-    def set_input(self, key=None, value=None, **inputs) -> None:
+    def set_input(self, key=None, value=None, /, **inputs) -> None:
         """Copy input data (or replace a weight): ``set_input("data", x)`` or
-        ``set_input(data=x)``; ``value`` is a numpy array or a device array."""
+        ``set_input(data=x)``; ``value`` is a numpy array or a device array. ``key`` and
+        ``value`` are positional only, so inputs named ``key`` or ``value`` (an attention's)
+        go by keyword too."""
         if key is not None:
             inputs[key] = value
         plan = self.lib.plan

@@ -132,9 +132,12 @@ def test_batched_matmul_and_layer_norm():
 
 
 def test_unsupported_operators_are_named():
-    nodes = [helper.make_node("Det", ["x"], ["y"], name="det1")]
-    model = make_model(nodes, [tensor("x", [3, 4, 4])], [tensor("y", [3])], [])
-    with pytest.raises(graph.GraphError, match="'det1': ONNX operator Det is not supported"):
+    nodes = [helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], name="pool1",
+                              pooled_shape=[2, 2])]
+    model = make_model(nodes, [tensor("x", [1, 3, 8, 8]), tensor("rois", [2, 5])],
+                       [tensor("y", [2, 3, 2, 2])], [])
+    with pytest.raises(graph.GraphError,
+                       match="'pool1': ONNX operator MaxRoiPool is not supported"):
         graph.from_onnx(model)
 
 

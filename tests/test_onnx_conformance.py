@@ -38,16 +38,14 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("node_case", cases, ids=[c.name for c in cases])
 
 
-_BF16_SOFTMAX = (
-    "bfloat16 attention 1-2 ulp off on the compiled path: ONNX's expected outputs come from "
-    "numpy with ml_dtypes, whose bfloat16 sum rounds after every term, in order; the "
-    "compiled bfloat16 softmax computes in float32 and rounds once (float16, whose numpy "
-    "sum accumulates in float32, is matched bit for bit)")
-KNOWN_WRONG = {
-    **{f"test_attention_4d_{name}": _BF16_SOFTMAX for name in (
-        "attn_mask_causal_bf16", "attn_mask_causal_bf16_expanded", "causal_bf16",
-        "causal_bf16_expanded", "causal_padded_kv_bf16", "causal_padded_kv_bf16_expanded",
-        "padded_kv_bf16", "padded_kv_bf16_expanded")},
+_FFT_NOISE = (
+    "ONNX's expected outputs are numpy's single-precision FFT (complex64 pocketfft), whose "
+    "rounding leaves about 1e-6 where the exact inverse is small or 0, beyond the test's "
+    "atol of 1e-7; the compiled DFT computes in float64 and matches numpy's double-precision "
+    "FFT (tests/test_onnx_signal_ops.py)")
+KNOWN_WRONG: dict[str, str] = {
+    "test_dft_inverse": _FFT_NOISE,
+    "test_dft_inverse_opset19": _FFT_NOISE,
 }
 """Node tests known to give wrong numbers (docs/onnx_support.md lists them as such): each is
 an expected failure with its cause, and passing is an error until the case is taken off this

@@ -84,6 +84,23 @@ def test_non_saturating_cast_to_e4m3fn_overflows_to_nan():
     assert decoded[EDGES.index(464.0)] == 448 and np.isnan(decoded[EDGES.index(465.0)])
 
 
+@pytest.mark.parametrize("src", ["float32", "float16"])
+def test_non_saturating_cast_to_e5m2_overflows_to_infinity(src):
+    with np.errstate(over="ignore"):
+        x = np.array(EDGES, np.float32).astype(src)
+    model = _model([helper.make_node("Cast", ["x"], ["y"], to=F8["float8_e5m2"],
+                                     saturate=0)],
+                   {"x": (src, x.shape)}, F8["float8_e5m2"], x.shape)
+    _check(model, {"x": x})
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    decoded = want.astype(np.float32)
+    # 61439 rounds to the largest finite value (in float32 data; float16 holds 61440), the
+    # tie at 61440 to the infinity
+    assert decoded[EDGES.index(61439.0)] == (57344 if src == "float32" else np.inf)
+    assert decoded[EDGES.index(61440.0)] == np.inf
+    assert decoded[EDGES.index(-61441.0)] == -np.inf
+
+
 def test_cast_from_float8_inputs_and_between_formats():
     bits = np.arange(256, dtype=np.uint8)
     for src in F8:
@@ -107,14 +124,38 @@ def test_cast_like_takes_the_float8_type_of_its_second_input():
     _check(model, {"x": x, "like": like})
 
 
-def test_float8_initializer_used_at_run_time_is_refused():
+def test_float8_initializers_used_at_run_time():
+    """fp8 initializers are graph constants holding their bit patterns: a tensor one is a
+    weight the kernel loads, a one-element one an immediate (NaN included)."""
     w = np.array([0.5, -448, 3.25, np.nan], np.float32).astype(ml_dtypes.float8_e4m3fn)
-    init = numpy_helper.from_array(w, "w")
-    nodes = [helper.make_node("Where", ["c", "w", "x"], ["y"])]
-    model = _model(nodes, {"c": ("bool", (4,)), "x": ("float8_e4m3fn", (4,))},
-                   F8["float8_e4m3fn"], (4,), [init])
-    with pytest.raises(graph.GraphError, match="'w': a float8_e4m3fn constant"):
-        graph.from_onnx(model, {"c": (4,), "x": (4,)})
+    s = np.array([np.nan], np.float32).astype(ml_dtypes.float8_e4m3fn)
+    nodes = [helper.make_node("Where", ["c", "w", "x"], ["t"]),
+             helper.make_node("Where", ["d", "s", "t"], ["y"])]
+    model = _model(nodes, {"c": ("bool", (4,)), "d": ("bool", (4,)),
+                           "x": ("float8_e4m3fn", (4,))},
+                   F8["float8_e4m3fn"], (4,),
+                   [numpy_helper.from_array(w, "w"), numpy_helper.from_array(s, "s")])
+    x = np.array([1, 2, -3, 0.25], np.float32).astype(ml_dtypes.float8_e4m3fn)
+    feeds = {"c": np.array([True, False, True, True]), "d": np.array([False, False, True,
+                                                                       False]), "x": x}
+    net, params = graph.from_onnx(model, {k: v.shape for k, v in feeds.items()})
+    consts = [n for n in graph.ir.post_order(net.outputs) if isinstance(n, graph.ir.Constant)]
+    assert {c.dtype for c in consts} == {"float8_e4m3fn"}
+    assert all(c.value.dtype == np.uint8 for c in consts)
+    lib = _check(model, feeds)
+    assert "cvt" not in lib.get_source()  # selected as bit patterns, never converted
+
+
+def test_float8_infinity_initializer_keeps_its_bits():
+    """A one-element e5m2 infinity (an ml_dtypes array numpy calls a float) stays an fp8
+    constant whose bits the kernel loads: no conversion (they saturate) turns it into the
+    largest finite value, and the output stays fp8."""
+    inf = np.array([np.inf], np.float32).astype(ml_dtypes.float8_e5m2)
+    nodes = [helper.make_node("Where", ["c", "inf", "x"], ["y"])]
+    model = _model(nodes, {"c": ("bool", (3,)), "x": ("float8_e5m2", (3,))},
+                   F8["float8_e5m2"], (3,), [numpy_helper.from_array(inf, "inf")])
+    x = np.array([1, 2, -3], np.float32).astype(ml_dtypes.float8_e5m2)
+    _check(model, {"c": np.array([True, False, True]), "x": x})
 
 
 def test_int_and_constant_sources():
@@ -133,8 +174,6 @@ def test_int_and_constant_sources():
 
 
 @pytest.mark.parametrize("node,inputs,message", [
-    (helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT8E5M2, saturate=0),
-     {"x": ("float32", (3,))}, "float8_e5m2 with saturate=0 is not supported"),
     (helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT8E4M3FNUZ),
      {"x": ("float32", (3,))}, "FLOAT8E4M3FNUZ.* is not supported"),
 ])
@@ -162,3 +201,9 @@ def test_non_saturating_cast_compiles_to_ptx():
     net, params = graph.from_onnx(model, {"x": x.shape})
     ptx = graph.build(net, "cuda -arch=sm_90a", params).get_source("ptx")
     assert "cvt.rn.satfinite.e4m3x2.f32" in ptx
+    model = _model([helper.make_node("Cast", ["x"], ["y"], to=F8["float8_e5m2"],
+                                     saturate=0)],
+                   {"x": ("float32", x.shape)}, F8["float8_e5m2"], x.shape)
+    net, params = graph.from_onnx(model, {"x": x.shape})
+    ptx = graph.build(net, "cuda -arch=sm_90a", params).get_source("ptx")
+    assert "cvt.rn.satfinite.e5m2x2.f32" in ptx

@@ -105,14 +105,7 @@ CASES = [
     "test_resize_downsample_scales_linear_half_pixel_symmetric",
     "test_resize_upsample_scales_linear_half_pixel_symmetric", "test_upsample_nearest",
 ]
-EXPECTED_FAILURES = {
-    "test_convinteger_without_padding": "ConvInteger (quantized) is not translated",
-    "test_convinteger_with_padding": "ConvInteger (quantized) is not translated",
-    "test_basic_deform_conv_with_padding": "DeformConv is not translated",
-    "test_basic_deform_conv_without_padding": "DeformConv is not translated",
-    "test_batchnorm_example_training_mode": "BatchNormalization in training mode is refused",
-    "test_batchnorm_epsilon_training_mode": "BatchNormalization in training mode is refused",
-}
+EXPECTED_FAILURES: dict[str, str] = {}
 
 
 @functools.lru_cache(maxsize=1)

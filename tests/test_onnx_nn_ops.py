@@ -307,14 +307,34 @@ def test_batch_norm_on_3d_and_5d_data():
         check(model, {"x": x}, layouts=(None,))
 
 
-def test_batch_norm_training_mode_is_a_clear_error():
+def test_batch_norm_training_mode_uses_the_batch_statistics():
+    """Training mode (opset 14+): the batch's mean and population variance normalize, and
+    the running statistics are blended with momentum; the saved statistics of opset 9 are
+    refused."""
+    from onnx.reference import ReferenceEvaluator
+
     node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
-                            training_mode=1)
+                            training_mode=1, momentum=0.8)
+    inits = [init("s", rand(3)), init("b", rand(3)), init("m", rand(3)), init("v", rand(3))]
     model = make_model([node], [info("x", [2, 3, 4])],
-                       [info("y", None), info("rm", None), info("rv", None)],
-                       [init("s", rand(3)), init("b", rand(3)), init("m", rand(3)),
-                        init("v", rand(3))], opset=15)
-    with pytest.raises(OnnxImportError, match="training mode"):
+                       [info("y", [2, 3, 4]), info("rm", [3]), info("rv", [3])], inits,
+                       opset=15)
+    x = rand(2, 3, 4)
+    want = ReferenceEvaluator(model).run(None, {"x": x})
+    net, params = graph.from_onnx(model)
+    lib = graph.build(net, "sim", params)
+    m = graph.GraphModule(lib, ptxforge.sim())
+    m.set_input(x=x)
+    m.run()
+    for k, w in enumerate(want):
+        np.testing.assert_allclose(graph.run_graph(net, {"x": x}, params)[k], w, 1e-5, 1e-6)
+        np.testing.assert_allclose(m.get_output(k).numpy(), w, 1e-5, 1e-6)
+    old = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"],
+                           ["y", "rm", "rv", "sm", "sv"])
+    model = make_model([old], [info("x", [2, 3, 4])],
+                       [info("y", [2, 3, 4])] + [info(n, [3]) for n in ("rm", "rv", "sm", "sv")],
+                       inits, opset=9)
+    with pytest.raises(OnnxImportError, match="training mode before opset 14"):
         graph.from_onnx(model)
 
 

@@ -3,11 +3,16 @@ family; each registers its converters with :func:`ptxforge.graph.frontend_onnx.r
 """
 
 from . import (  # noqa: F401  (registration)
+    control_ops,
+    linalg_ops,
     math_ops,
     nn_ops,
     qlinear_ops,
     quant_ops,
+    rnn_ops,
     sampling_ops,
     sequence_ops,
+    signal_ops,
     tensor_ops,
+    vision_ops,
 )

@@ -378,7 +378,11 @@ def _softmax(im, node, a):
     x = im.tensor(node.input[0])
     _expect(node, x, FLOATS)
     data, axis, restore = _rows(im, node, a, x)
-    return restore(G.softmax(data, axis))
+    # ONNX computes a bfloat16 softmax in bfloat16 (its reference: numpy on bfloat16 arrays,
+    # the row sum rounded after every term, in order; Attention's softmax_precision
+    # default, "the input's precision", reaches this Softmax through its function body)
+    serial = "bfloat16" if x.dtype == "bfloat16" else ""
+    return restore(G.softmax(data, axis, sum_dtype=serial))
 
 
 def log_softmax(x: Node, axis: int) -> Node:

@@ -235,15 +235,34 @@ register_converter("GlobalLpPool")(_global_converter("lp"))
 
 @register_converter("BatchNormalization")
 def _batch_norm(im, node, a):
-    if int(a.get("training_mode", 0)) or any(_has(node, j, outputs=True) for j in (1, 2, 3, 4)):
+    training = bool(int(a.get("training_mode", 0)))
+    if (training or any(_has(node, j, outputs=True) for j in (1, 2, 3, 4))) \
+            and (im.opset < 14 or any(_has(node, j, outputs=True) for j in (3, 4))):
         raise OnnxImportError(
-            f"BatchNormalization {node.name!r}: training mode (training_mode=1, or the running "
+            f"BatchNormalization {node.name!r}: training mode before opset 14 (the saved "
             "statistics as outputs) is not supported; export the model in eval mode")
     x, scale, bias, mean, var = (im.tensor(i) for i in node.input[:5])
     if x.ndim < 2:
         raise OnnxImportError(f"BatchNormalization {node.name!r}: the input must be [N, C, ...],"
                               f" got {list(x.shape)}")
-    return G.batch_norm(x, scale, bias, mean, var, 1, float(a.get("epsilon", 1e-5)))
+    eps = float(a.get("epsilon", 1e-5))
+    if not training:
+        return G.batch_norm(x, scale, bias, mean, var, 1, eps)
+    # training mode (opset 14+): the batch's statistics over every axis but the channels
+    # (the population variance) normalize; the running ones are blended with momentum
+    axes = [d for d in range(x.ndim) if d != 1]
+    batch_mean = G.mean(x, axes, False)
+    centered = G.subtract(x, G.reshape(batch_mean, [1, -1] + [1] * (x.ndim - 2)))
+    batch_var = G.mean(G.multiply(centered, centered), axes, False)
+    y = G.batch_norm(x, scale, bias, batch_mean, batch_var, 1, eps)
+    momentum = float(a.get("momentum", 0.9))
+
+    def blend(running, current):
+        keep = Constant(np.array(momentum, running.dtype), "", running.dtype)
+        take = Constant(np.array(1 - momentum, current.dtype), "", current.dtype)
+        return G.add(G.multiply(running, keep), G.multiply(current, take))
+
+    return [y, blend(mean, batch_mean), blend(var, batch_var)]
 
 
 def _stats(x: Node, axes: list[int], epsilon: float) -> tuple[Node, Node]:

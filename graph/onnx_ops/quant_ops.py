@@ -5,7 +5,8 @@ neighbours:
 - ``DequantizeLinear``: ``(float32(x) - float32(zero_point)) * scale``, in the scale's dtype;
 - ``QuantizeLinear``: ``saturate(round_half_even(x / scale) + zero_point)``, computed in
   float32 and cast to the zero point's type (``output_dtype`` when given; uint8 without
-  either).
+  either). To float8 (e4m3fn, e5m2): ``x / scale`` cast with ONNX's rules
+  (:mod:`ptxforge.graph.onnx_float8`, ``saturate`` as given); the zero point must be 0.
 
 Scales and zero points are per tensor (scalars), per axis (1-D along ``axis``) or blocked
 (``block_size``: one per ``block_size`` elements of ``axis``, spread by a gather). The
@@ -18,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dtype as dt
+from .. import onnx_float8
 from .. import opdefs as G
 from ..frontend_onnx import OnnxImportError, register_converter
 from ..ir import Constant, Node
@@ -27,6 +29,7 @@ from ..opdefs import transform as GT
 from ..opdefs.arith import binary, unary
 
 _QUANTIZED = ("int8", "uint8", "int16", "uint16")
+_FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
 _SCALES = ("float32", "float16", "bfloat16")
 
 
@@ -71,9 +74,9 @@ def _as_float32(v: Node) -> Node:
 @register_converter("DequantizeLinear")
 def _dequantize(im, node, a):
     x = im.tensor(node.input[0])
-    if x.dtype not in _QUANTIZED + ("int32",):
+    if x.dtype not in _QUANTIZED + ("int32",) + _FLOAT8:
         raise OnnxImportError(f"x has dtype {x.dtype}; supported: "
-                              f"{', '.join(_QUANTIZED + ('int32',))}")
+                              f"{', '.join(_QUANTIZED + ('int32',) + _FLOAT8)}")
     scale = _spread(im, node, a, 1, x, "scale")
     if scale.dtype not in _SCALES:
         raise OnnxImportError(f"the scale has dtype {scale.dtype}; supported: "
@@ -100,9 +103,9 @@ def _quantized_dtype(im, node, a) -> str:
         want = ONNX_DTYPES.get(int(a["output_dtype"]))
         if want != dtype:
             raise OnnxImportError(f"output_dtype {want} differs from the zero point's {dtype}")
-    if dtype not in _QUANTIZED:
+    if dtype not in _QUANTIZED + _FLOAT8:
         raise OnnxImportError(f"quantizing to {dtype} is not supported; supported: "
-                              f"{', '.join(_QUANTIZED)}")
+                              f"{', '.join(_QUANTIZED + _FLOAT8)}")
     return dtype
 
 
@@ -114,6 +117,14 @@ def _quantize(im, node, a):
                               f"{', '.join(_SCALES + ('int32',))}")
     dtype = _quantized_dtype(im, node, a)
     scale = _spread(im, node, a, 1, x, "scale")
+    if dtype in _FLOAT8:
+        # ONNX's float8 quantization has no offset: the zero point must be known to be 0
+        if _has(node, 2) and np.asarray(im.value(
+                node.input[2], "a float8 zero point (it must be 0)")).astype(np.float32).any():
+            raise OnnxImportError("a float8 zero point must be 0")
+        q = binary("divide", _as_float32(x), _as_float32(scale))
+        return onnx_float8.cast(q, dtype, bool(a.get("saturate", 1)),
+                                node.name or node.output[0])
     # ONNX's reference divides in float32 and rounds half to even (numpy's rint)
     q = unary("round", binary("divide", _as_float32(x), _as_float32(scale)))
     if _has(node, 2):

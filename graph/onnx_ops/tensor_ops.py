@@ -514,9 +514,10 @@ def _slice(im, node, a):
         start, stop, step = slice(s, e, st).indices(x.shape[ax])
         count = len(range(start, stop, step))
         if count == 0:
-            raise OnnxImportError(f"the slice {s}:{e}:{st} of axis {ax} "
-                                  f"(extent {x.shape[ax]}) is empty; empty tensors are not "
-                                  "supported")
+            # nothing selected: an empty tensor, which needs no computing
+            shape = list(x.shape)
+            shape[ax] = 0
+            return Constant(np.zeros(shape, dt.to_numpy(x.dtype)), node.output[0], x.dtype)
         if step < 0:
             start, step = start + step * (count - 1), -step
             flip.append(ax)

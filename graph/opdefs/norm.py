@@ -128,11 +128,22 @@ def _softmax_infer(types, attrs):
     (data,) = types
     expect_float("nn.softmax", "data", data)
     axis_index("nn.softmax", attrs["axis"], data.ndim)
+    sum_dtype = attrs.get("sum_dtype", "")
+    if sum_dtype and sum_dtype != data.dtype:
+        fail("nn.softmax", f"sum_dtype {sum_dtype!r} is not supported for {data.dtype} "
+                           f"data: leave it empty (float32 sums for 16-bit data) or give "
+                           f"the data's own dtype {data.dtype!r}")
     return TensorType(data.shape, rounded_output("nn.softmax", data, attrs))
 
 
 def _softmax_ref(a, attrs):
-    out = testing.softmax_python(a[0], attrs["axis"])
+    x = a[0]
+    if x.dtype.name == "bfloat16" and not attrs.get("sum_dtype"):
+        # as the kernels compute it: float32 inside, one rounding (numpy on bfloat16
+        # arrays would round the running sum after every term: sum_dtype="bfloat16")
+        out = testing.softmax_python(x.astype(np.float32), attrs["axis"]).astype(x.dtype)
+    else:
+        out = testing.softmax_python(x, attrs["axis"])
     if attrs["nan_to_zero"]:
         out = np.where(np.isnan(out), np.zeros((), out.dtype), out)
     return _round_output(out, a[0], attrs)
@@ -142,22 +153,29 @@ register_op(OpDef(
     name="nn.softmax", num_inputs=1, infer=_softmax_infer,
     lower=lambda a, attrs: ops.nn.softmax(a[0], attrs["axis"],
                                             attrs.get("out_dtype") or None,
-                                            nan_to_zero=attrs["nan_to_zero"]),
+                                            nan_to_zero=attrs["nan_to_zero"],
+                                            sum_dtype=attrs.get("sum_dtype") or None),
     ref=_softmax_ref,
-    pattern=OpPattern.OPAQUE, defaults={"axis": -1, "out_dtype": "", "nan_to_zero": False},
+    pattern=OpPattern.OPAQUE,
+    defaults={"axis": -1, "out_dtype": "", "nan_to_zero": False, "sum_dtype": ""},
     normalize=lambda attrs: dict(empty_out_dtype(attrs),
                                  nan_to_zero=bool(attrs["nan_to_zero"])),
 ))
 
 
-def softmax(data: Node, axis: int = -1, out_dtype: str = "", nan_to_zero: bool = False
-            ) -> Call:
+def softmax(data: Node, axis: int = -1, out_dtype: str = "", nan_to_zero: bool = False,
+            sum_dtype: str = "") -> Call:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``; the result in ``out_dtype``
     (default: the data's dtype; see the module's docstring). ``nan_to_zero``: NaN results
     (a row of only minus infinities: an attention row whose keys are all masked) are 0, as
-    ``where(isnan(p), 0, p)`` after the softmax gives."""
-    return Call("nn.softmax", [data], {"axis": axis, "out_dtype": out_dtype,
-                                       "nan_to_zero": nan_to_zero})
+    ``where(isnan(p), 0, p)`` after the softmax gives. ``sum_dtype``: "" (float32 row sums
+    for 16-bit data) or the data's own 16-bit dtype: the running sum rounded to it after
+    every term, in order, as ONNX defines a bfloat16 softmax
+    (:func:`ptxforge.ops.nn.softmax`)."""
+    attrs = {"axis": axis, "out_dtype": out_dtype, "nan_to_zero": nan_to_zero}
+    if sum_dtype:
+        attrs["sum_dtype"] = sum_dtype
+    return Call("nn.softmax", [data], attrs)
 
 
 

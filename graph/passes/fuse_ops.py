@@ -317,6 +317,10 @@ def row_epilogue_fits(product: Node, between: list, row_op: Node) -> bool:
     if not (isinstance(row_op, Call) and isinstance(row_op.op, str)
             and row_op.op in ROW_EPILOGUE_OPS):
         return False
+    if row_op.attrs.get("sum_dtype"):
+        # a row sum that must run serially, in order: the row epilogue may split rows
+        # over threads
+        return False
     if not tensor_core_product(product, shapes=True):
         return False
     shape = tuple(product.shape)
