@@ -1,8 +1,13 @@
 """TVM's three tutorials (``examples/tvm_tutorials/``), their code as written apart from the
 import prefix, the simulator for the GPU and the trial counts, run end to end on the CPU.
 
-The network tutorial tunes 29 tasks and takes about 90 s on two cores; it runs when
-``PTXFORGE_TUTORIALS=all`` (the two layer tutorials always run)."""
+The runs are under the ``tutorials`` mark, which ``.ci/run`` runs after the fast suite
+(``pytest -m tutorials``): a layer tutorial takes up to about 20 s of CPU in its processes.
+The fast suite keeps the same flows at a smaller cost: ``test_example_autotvm.py`` (the
+AutoTVM template tuned on the simulator, records, apply_history_best) and
+``test_tvm_namespace.py::test_print_python_code_from_state`` (an auto-scheduler search
+through ``ptxforge.tvm``). The network tutorial tunes 29 tasks and takes about 90 s on two
+cores; it runs when ``PTXFORGE_TUTORIALS=all`` as well."""
 
 from __future__ import annotations
 
@@ -51,6 +56,7 @@ def test_tutorials_differ_from_tvm_only_in_the_lines_they_list():
 
 
 @pytest.mark.slow
+@pytest.mark.tutorials
 def test_autoscheduler_conv2d_layer_tutorial(tmp_path):
     out = _run("autoscheduler_conv2d_layer.py", tmp_path)
     assert "Computational DAG:" in out and "Lowered TIR:" in out
@@ -60,6 +66,7 @@ def test_autoscheduler_conv2d_layer_tutorial(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.tutorials
 def test_autotvm_conv2d_tutorial(tmp_path):
     out = _run("autotvm_conv2d.py", tmp_path)
     assert "ConfigSpace (len=" in out and "Best config:" in out
@@ -68,6 +75,7 @@ def test_autotvm_conv2d_tutorial(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.tutorials
 @pytest.mark.skipif(os.environ.get("PTXFORGE_TUTORIALS") != "all",
                     reason="about 90 s: set PTXFORGE_TUTORIALS=all")
 def test_autoscheduler_network_tutorial(tmp_path):
