@@ -207,9 +207,10 @@ def test_states_of_every_sketch_match_numpy_on_the_simulator(name):
     mod = to_ir(task.ir_dag)
     ran = collections.Counter()
     for s in range(len(task.sketches)):
-        for row in pop[pop[:, 0] == s][:2]:
+        for i, row in enumerate(pop[pop[:, 0] == s][:2]):
             st = autosched.State.from_row(row, task)
-            f = ptxforge.build(st.pipeline(task)(mod), None, "sim")
+            with roundtrip_skipped(i > 0):  # the round trip on each sketch's first state
+                f = ptxforge.build(st.pipeline(task)(mod), None, "sim")
             out = np.zeros(task.tensors[-1].shape, "float32")
             f(*ins, out)
             np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4,

@@ -390,8 +390,9 @@ def test_gemm_sketch_pads_awkward_and_tf32_products(args):
     pop = pop[pop[:, 0] == tc]
     _, valid, est = population_features(task.models, pop, task.flop_ct, 132)
     assert valid.any() and np.isfinite(est[valid]).all()
-    for row in pop[valid][:10]:
-        State.from_row(row, task).pipeline_text(task)
+    with roundtrip_skipped():  # checked on the two states built below
+        for row in pop[valid][:10]:
+            State.from_row(row, task).pipeline_text(task)
     want = "mma_m16n8k8_tf32_f32" if args[3] == "float32" else "mma_m16n8k16"
     for row in pop[valid][:2]:
         text = State.from_row(row, task).pipeline_text(task)
