@@ -9,6 +9,7 @@ broken IR is visible) and :class:`PassTiming` last (its clock excludes the other
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import sys
@@ -286,13 +287,29 @@ class CheckRoundTrip(PassInstrument):
     form is complete). Off by default; ``PTXFORGE_CHECK_ROUNDTRIP=1`` adds it to every
     context, as the test suite does."""
 
-    def run_after_pass(self, pass_: Pass, module_before: Module, module_after: Module) -> None:
-        from ..ir.parser import roundtrip_check
+    _LIMIT = 1 << 16
+    _checked: set[bytes] = set()
+    """Digests of the texts that round-tripped in this process: print -> parse -> print is
+    a function of the text, so a text met again (a pass that changed nothing, the same
+    kernel lowered by another test) need not be parsed again. Parsing is most of the
+    check's time."""
 
+    def run_after_pass(self, pass_: Pass, module_before: Module, module_after: Module) -> None:
+        from ..ir.parser import parse_module, roundtrip_check
+        from ..ir.printer import print_module
+
+        text = print_module(module_after)
+        key = hashlib.blake2b(text.encode(), digest_size=16).digest()
+        if key in CheckRoundTrip._checked:
+            return
         try:
-            roundtrip_check(module_after)
+            if print_module(parse_module(text)) != text:
+                roundtrip_check(module_after)  # raises with the diff of the two texts
         except AssertionError as e:
             raise AssertionError(f"the IR after {pass_.text} does not round-trip: {e}") from None
+        if len(CheckRoundTrip._checked) >= CheckRoundTrip._LIMIT:
+            CheckRoundTrip._checked.clear()
+        CheckRoundTrip._checked.add(key)
 
 
 def load_verifier():

@@ -27,6 +27,18 @@ def gpu_available() -> bool:
         return False
 
 
+def pytest_configure(config):
+    # pytest-xdist's default "load" hands each worker a fixed first quarter of the suite in
+    # order; the auto-scheduler and tuning files at the front of it took one worker minutes
+    # past the other. "worksteal" lets an idle worker take queued tests from a busy one.
+    # An explicit --dist on the command line is kept.
+    if hasattr(config, "workerinput") or getattr(config.option, "dist", "no") != "load":
+        return
+    if not any(a == "--dist" or a.startswith("--dist=") or a == "-d"
+               for a in config.invocation_params.args):
+        config.option.dist = "worksteal"
+
+
 def pytest_collection_modifyitems(config, items):
     if gpu_available():
         return

@@ -12,6 +12,8 @@ from ptxforge.autosched.fused_rows import FusedRowsStep
 from ptxforge.autosched.printer import schedule_from_pipeline
 from ptxforge.autosched.state import State
 
+from .roundtrip import roundtrip_skipped
+
 SM80 = "cuda -arch=sm_80"
 
 
@@ -112,12 +114,14 @@ def test_every_thread_count_makes_one_correct_kernel(fn, args):
         if text in seen:
             continue
         seen.add(text)
-        sch = schedule_from_pipeline(task, text)
-        (kern,) = ptxforge.lower(sch, task.tensors).kernels()  # one kernel per task
-        assert tuple(kern.attrs.launch.grid)[0] == step.rows
-        arrays = [rng.standard_normal(t.shape).astype("float32") for t in task.tensors[:-1]]
-        out = np.zeros(task.tensors[-1].shape, "float32")
-        ptxforge.build(sch, task.tensors, target="sim")(*arrays, out)
+        with roundtrip_skipped(len(seen) > 2):  # the round trip on the first two states
+            sch = schedule_from_pipeline(task, text)
+            (kern,) = ptxforge.lower(sch, task.tensors).kernels()  # one kernel per task
+            assert tuple(kern.attrs.launch.grid)[0] == step.rows
+            arrays = [rng.standard_normal(t.shape).astype("float32")
+                      for t in task.tensors[:-1]]
+            out = np.zeros(task.tensors[-1].shape, "float32")
+            ptxforge.build(sch, task.tensors, target="sim")(*arrays, out)
         np.testing.assert_allclose(out, _reference(fn, arrays), rtol=1e-4, atol=1e-5)
     assert len(seen) >= 4
 

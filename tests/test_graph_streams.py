@@ -13,6 +13,8 @@ import pytest
 from ptxforge import backend_sim, graph
 from ptxforge.runtime.graph_executor import CAPTURE_STREAMS, assign_streams, step_dependencies
 
+from .roundtrip import roundtrip_skipped
+
 
 def test_dependencies_are_the_storage_conflicts():
     acc = [
@@ -64,7 +66,10 @@ def test_any_order_the_dependencies_allow_gives_the_serial_result(name):
         # float32: in float16 the query, key and value slices join the attention's
         # tensor-core products, and the layer's steps form one chain
         net, precision = graph.function(out), None
-    lib = graph.build(net, "sim", params, precision=precision)
+    # resnet-18's kernels round-trip through the IR text in test_graph_build; here only the
+    # order of the steps matters
+    with roundtrip_skipped(name == "resnet"):
+        lib = graph.build(net, "sim", params, precision=precision)
     x = np.random.default_rng(1).standard_normal(shape).astype("float32")
     m = graph.GraphModule(lib)
     m.run(data=x)

@@ -1,8 +1,13 @@
 """TVM's three tutorials (``examples/tvm_tutorials/``), their code as written apart from the
 import prefix, the simulator for the GPU and the trial counts, run end to end on the CPU.
 
-The network tutorial tunes 29 tasks and takes about 90 s on two cores; it runs when
-``PTXFORGE_TUTORIALS=all`` (the two layer tutorials always run)."""
+The runs are under the ``tutorials`` mark, which ``.ci/run`` runs after the fast suite
+(``pytest -m tutorials``): a layer tutorial takes up to about 20 s of CPU in its processes.
+The fast suite keeps the same flows at a smaller cost: ``test_example_autotvm.py`` (the
+AutoTVM template tuned on the simulator, records, apply_history_best) and
+``test_tvm_namespace.py::test_print_python_code_from_state`` (an auto-scheduler search
+through ``ptxforge.tvm``). The network tutorial tunes 29 tasks and takes about 90 s on two
+cores; it runs when ``PTXFORGE_TUTORIALS=all`` as well."""
 
 from __future__ import annotations
 
@@ -28,7 +33,11 @@ def _import_root() -> str:
 
 
 def _run(name: str, cwd) -> str:
-    env = {**os.environ, "PYTHONPATH": _import_root(), "PTXFORGE_SEED": "0"}
+    # without the print / parse round trip of every pass that the suite turns on: the
+    # tutorials' schedules round-trip in test_autotvm, test_autosched_sketch and
+    # test_golden_schedules, and the check was three quarters of these runs' time
+    env = {**os.environ, "PYTHONPATH": _import_root(), "PTXFORGE_SEED": "0",
+           "PTXFORGE_CHECK_ROUNDTRIP": "0"}
     p = subprocess.run([sys.executable, os.path.join(TUTORIALS, name)], cwd=cwd, env=env,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -47,6 +56,7 @@ def test_tutorials_differ_from_tvm_only_in_the_lines_they_list():
 
 
 @pytest.mark.slow
+@pytest.mark.tutorials
 def test_autoscheduler_conv2d_layer_tutorial(tmp_path):
     out = _run("autoscheduler_conv2d_layer.py", tmp_path)
     assert "Computational DAG:" in out and "Lowered TIR:" in out
@@ -56,6 +66,7 @@ def test_autoscheduler_conv2d_layer_tutorial(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.tutorials
 def test_autotvm_conv2d_tutorial(tmp_path):
     out = _run("autotvm_conv2d.py", tmp_path)
     assert "ConfigSpace (len=" in out and "Best config:" in out
@@ -64,6 +75,7 @@ def test_autotvm_conv2d_tutorial(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.tutorials
 @pytest.mark.skipif(os.environ.get("PTXFORGE_TUTORIALS") != "all",
                     reason="about 90 s: set PTXFORGE_TUTORIALS=all")
 def test_autoscheduler_network_tutorial(tmp_path):
