@@ -90,7 +90,12 @@ def _matmul(im, node, a):
         lead = x.shape[:-1]
         flat = G.reshape(x, (_prod(lead), x.shape[-1]))
         return G.reshape(G.dense(flat, w), lead + (by[1],))
-    y = im.tensor(bname)
+    return matmul_vectors(node, x, im.tensor(bname))
+
+
+def matmul_vectors(node, x: Node, y: Node) -> Node:
+    """numpy's ``matmul`` of graph nodes of at least one dimension: a 1-D operand is a row
+    (left) or a column (right) that the result drops (:func:`matmul_nd` for the rest)."""
     row, col = x.ndim == 1, y.ndim == 1
     if row:
         x = G.reshape(x, (1, x.shape[0]))

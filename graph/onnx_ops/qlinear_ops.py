@@ -27,14 +27,11 @@ from .. import opdefs as G
 from ..frontend_onnx import OnnxImportError, register_converter
 from ..ir import Constant, Node
 from ..opdefs.arith import binary, unary
-from .linear_ops import matmul_nd
+from .common import has_input as _has
+from .linear_ops import matmul_vectors
 from .nn_ops import convolution
 
 _TYPES = ("int8", "uint8")
-
-
-def _has(node, k: int) -> bool:
-    return len(node.input) > k and bool(node.input[k])
 
 
 def _operand(im, node, k: int, what: str) -> Node:
@@ -73,18 +70,7 @@ def _product(node, x: Node, y: Node) -> Node:
     if x.ndim == 0 or y.ndim == 0:
         raise OnnxImportError(f"{node.op_type} {node.name!r}: operands must have at least "
                               "one dimension")
-    row, col = x.ndim == 1, y.ndim == 1
-    if row:
-        x = G.reshape(x, (1, x.shape[0]))
-    if col:
-        y = G.reshape(y, (y.shape[0], 1))
-    out = matmul_nd(node, x, y)
-    shape = out.shape
-    if row:
-        shape = shape[:-2] + shape[-1:]
-    if col:
-        shape = shape[:-1]
-    return out if out.shape == shape else G.reshape(out, shape)
+    return matmul_vectors(node, x, y)
 
 
 @register_converter("MatMulInteger")

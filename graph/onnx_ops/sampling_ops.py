@@ -28,20 +28,16 @@ from ..opdefs import index as GI
 from ..opdefs import logic as GL
 from ..opdefs import transform as GT
 from ..opdefs.arith import binary, unary
+from .common import text_attr as _text
 
 _MODES = {"bilinear": "linear", "bicubic": "cubic", "linear": "linear", "cubic": "cubic",
           "nearest": "nearest"}
 _CUBIC_A = -0.75
 
 
-def _text(value, default: str) -> str:
-    if value is None:
-        return default
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-class _Builder:
-    """Element-wise graph arithmetic in one float dtype."""
+class FloatArith:
+    """Element-wise graph arithmetic in one float dtype (GridSample's and RoiAlign's
+    sampling rules are written with it)."""
 
     def __init__(self, dtype: str):
         self.dtype = dtype
@@ -57,6 +53,9 @@ class _Builder:
 
     def mul(self, a, b):
         return binary("multiply", a, b)
+
+    def div(self, a, b):
+        return binary("divide", a, b)
 
     def where(self, cond, a, b):
         return GL.where(cond, a, b)
@@ -84,7 +83,7 @@ class _Builder:
         return self.where(Call("logical_or", [below, above]), folded, v)
 
 
-def _cubic(b: _Builder, t: Node) -> list:
+def _cubic(b: FloatArith, t: Node) -> list:
     """The weights of the taps at -1, 0, 1, 2 for the fraction ``t``, in ONNX's order of
     operations."""
     a = _CUBIC_A
@@ -121,7 +120,7 @@ def _grid_sample(im, node, a):
             raise OnnxImportError(f"{what} has dtype {t}; GridSample takes float tensors")
     align = bool(a.get("align_corners", 0))
     dtype = "float64" if "float64" in (x.dtype, grid.dtype) else "float32"
-    b = _Builder(dtype)
+    b = FloatArith(dtype)
     n, c = x.shape[:2]
     dims = x.shape[2:]
     out = grid.shape[1:-1]

@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import onnx_static
 from .. import opdefs as G
-from ..frontend_onnx import OnnxImportError, register_converter
+from ..frontend_onnx import register_converter
 from ..ir import Call, Constant, Node
 from ..opdefs import index as GI
 from ..opdefs import logic as GL
@@ -42,20 +42,10 @@ from ..opdefs import transform as GT
 from ..opdefs.arith import binary, unary
 from ..opdefs.mapping import FLOATS
 from ..opdefs.reduce import reduce as reduction
-
-
-def _has(node, k: int) -> bool:
-    return len(node.input) > k and bool(node.input[k])
-
-
-def _text(value, default: str) -> str:
-    if value is None:
-        return default
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _refuse(node, message: str):
-    raise OnnxImportError(f"{node.op_type} {node.name!r}: {message}")
+from .common import has_input as _has
+from .common import refuse as _refuse
+from .common import text_attr as _text
+from .sampling_ops import FloatArith
 
 
 def _const(value, dtype: str) -> Constant:
@@ -174,31 +164,7 @@ def _col2im(im, node, a):
 # -- RoiAlign ----------------------------------------------------------------------------------
 
 
-class _F:
-    """Element-wise float32 graph arithmetic."""
-
-    dtype = "float32"
-
-    def k(self, v):
-        return _const(v, self.dtype)
-
-    def add(self, a, b):
-        return binary("add", a, b)
-
-    def sub(self, a, b):
-        return binary("subtract", a, b)
-
-    def mul(self, a, b):
-        return binary("multiply", a, b)
-
-    def div(self, a, b):
-        return binary("divide", a, b)
-
-    def cmp(self, op, a, b):
-        return Call(op, [a, b])
-
-
-def _axis_taps(f: _F, coord: Node, size: int):
+def _axis_taps(f: FloatArith, coord: Node, size: int):
     """ONNX's bilinear rule along one axis of ``size`` pixels: ``(low, high, w_low,
     w_high, inside)`` for sample coordinates ``coord``."""
     inside = Call("logical_and", [f.cmp("greater_equal", coord, f.k(-1.0)),
@@ -252,7 +218,7 @@ def _roi_align(im, node, a):
     offset = 0.5 if half_pixel else 0.0
     n, c, h, w = x.shape
     r = rois.shape[0]
-    f = _F()
+    f = FloatArith("float32")
     grid_y = _grid(im, node, sampling, oh, 1, scale, offset, half_pixel)
     grid_x = _grid(im, node, sampling, ow, 0, scale, offset, half_pixel)
     gh = sampling if grid_y is None else max(int(grid_y.max(initial=0)), 1)
@@ -451,7 +417,7 @@ def _deform_conv(im, node, a):
             or off.shape[0] != n or (mask is not None and tuple(mask.shape) != (n, og * k, oh, ow)):
         _refuse(node, f"inconsistent shapes: X {list(x.shape)}, W {list(w.shape)}, offset "
                       f"{list(off.shape)}, group {group}, offset_group {og}")
-    f = _F()
+    f = FloatArith("float32")
     # each tap's base position [1, 1, K, P]
     ii, jj = np.meshgrid(np.arange(oh), np.arange(ow), indexing="ij")
     aa, bb = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
