@@ -12,15 +12,10 @@ from ..ir import Constant, Node
 from ..opdefs import index as GI
 from ..opdefs import logic as GL
 from ..opdefs.reduce import reduce as reduction
+from .common import text_attr as _text
 from .math_ops import log_softmax
 
 _REDUCTIONS = ("none", "sum", "mean")
-
-
-def _text(value, default: str) -> str:
-    if value is None:
-        return default
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def nll_loss(x: Node, target: Node, weight: Node | None, ignore_index: int | None,

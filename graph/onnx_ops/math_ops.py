@@ -25,22 +25,11 @@ from ..opdefs.arith import binary, unary
 from ..opdefs.mapping import FLOATS, INTS
 from ..opdefs.reduce import argmax, argmin
 from ..opdefs.reduce import reduce as reduction
+from .common import has_input as _has
+from .common import refuse as _refuse
+from .common import text_attr as _text
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def _has(node, k: int) -> bool:
-    return len(node.input) > k and bool(node.input[k])
-
-
-def _text(value, default: str) -> str:
-    if value is None:
-        return default
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _refuse(node, message: str):
-    raise OnnxImportError(f"{node.op_type} {node.name!r}: {message}")
 
 
 class _Constants:

@@ -20,16 +20,11 @@ from ..ir import Constant, Node
 from ..opdefs.conv_nd import conv_nd, conv_transpose
 from ..opdefs.norm_nd import group_norm, lrn
 from ..opdefs.pool_nd import max_pool_indices, pool
+from .common import text_attr as _text
 
 
 def _ints(v) -> list[int]:
     return [int(x) for x in v]
-
-
-def _text(value, default: str) -> str:
-    if value is None:
-        return default
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _has(node, index: int, outputs: bool = False) -> bool:

@@ -27,14 +27,11 @@ from ..onnx_model import ONNX_DTYPES
 from ..opdefs import index as GI
 from ..opdefs import transform as GT
 from ..opdefs.arith import binary, unary
+from .common import has_input as _has
 
 _QUANTIZED = ("int8", "uint8", "int16", "uint16")
 _FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
 _SCALES = ("float32", "float16", "bfloat16")
-
-
-def _has(node, k: int) -> bool:
-    return len(node.input) > k and bool(node.input[k])
 
 
 def _spread(im, node, a, k: int, x: Node, what: str) -> Node:

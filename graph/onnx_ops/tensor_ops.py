@@ -20,20 +20,12 @@ from ..op import get_op
 from ..opdefs import index as GI
 from ..opdefs import scan as GS
 from ..opdefs import transform as GT
+from .common import has_input as _has
+from .common import text_attr as _text
 
 
 def _ints(values) -> list[int]:
     return [int(v) for v in np.asarray(values).reshape(-1)]
-
-
-def _text(value, default: str) -> str:
-    if value is None:
-        return default
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _has(node, k: int) -> bool:
-    return len(node.input) > k and bool(node.input[k])
 
 
 def _s(im, node, k: int = 0) -> np.ndarray:
