@@ -1,6 +1,8 @@
-"""Hugging Face models as users bring them: exported to ONNX, imported, built, timed.
+"""Hugging Face and torchvision models as users bring them: exported to ONNX, imported,
+built, timed.
 
-For each model (full-size configurations with random weights, nothing downloaded):
+For each model (full-size configurations with random weights, nothing downloaded; the
+torchvision ones are ``convnext_t`` (ConvNeXt-T) and ``efficientnet_b0``):
 
 - PyTorch exports it with ``torch.onnx.export`` (its default, the dynamo exporter, at
   opset 18; ``--exporter torchscript``: the TorchScript exporter at opset 17);
@@ -14,7 +16,8 @@ Outputs are checked first on random inputs against PyTorch float32 (the largest 
 as a share of the largest output; PyTorch ``--dtype``'s own difference beside it).
 
     python3 bench/bench_hf_onnx.py --models bert_encoder,bert,gpt2,vit [--trials 1000]
-        [--dtype float16] [--exporter dynamo|torchscript] [--out DIR]
+        [--dtype float16] [--batch 1] [--seq 128] [--exporter dynamo|torchscript] [--out DIR]
+    python3 bench/bench_hf_onnx.py --models convnext_t,efficientnet_b0
 """
 
 from __future__ import annotations
@@ -28,16 +31,23 @@ import warnings
 
 import numpy as np
 
-MODELS = ("bert_encoder", "bert", "gpt2", "vit")
+MODELS = ("bert_encoder", "bert", "gpt2", "vit", "convnext_t", "efficientnet_b0")
+VISION = {"convnext_t": "convnext_tiny", "efficientnet_b0": "efficientnet_b0"}
 
 
-def hf_model(torch, name: str, seq: int):
-    """``(module, example inputs as numpy arrays by name, output name)``: the model in eval
-    mode, float32, SDPA attention."""
-    import transformers as tf
-
+def hf_model(torch, name: str, seq: int, batch: int = 1):
+    """``(module, example inputs as numpy arrays by name)``: the model in eval mode,
+    float32, SDPA attention, ``batch`` rows of ``seq`` tokens (or images of 224x224)."""
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
+    if name in VISION:
+        import torchvision
+
+        model = getattr(torchvision.models, VISION[name])(weights=None)
+        px = rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)
+        return model.eval(), {"images": px}
+    import transformers as tf
+
     if name in ("bert", "bert_encoder"):
         model = tf.BertModel(tf.BertConfig(attn_implementation="sdpa"), add_pooling_layer=False)
         if name == "bert_encoder":
@@ -49,10 +59,10 @@ def hf_model(torch, name: str, seq: int):
                 def forward(self, hidden):
                     return self.m.encoder(hidden).last_hidden_state
 
-            feeds = {"hidden": rng.standard_normal((1, seq, 768)).astype(np.float32)}
+            feeds = {"hidden": rng.standard_normal((batch, seq, 768)).astype(np.float32)}
             return Encoder(model).eval(), feeds
-        ids = rng.integers(0, 30522, (1, seq)).astype(np.int64)
-        mask = np.ones((1, seq), np.int64)
+        ids = rng.integers(0, 30522, (batch, seq)).astype(np.int64)
+        mask = np.ones((batch, seq), np.int64)
 
         class Bert(torch.nn.Module):
             def __init__(self, m):
@@ -75,7 +85,7 @@ def hf_model(torch, name: str, seq: int):
             def forward(self, input_ids):
                 return self.m(input_ids=input_ids, use_cache=False).logits
 
-        ids = rng.integers(0, 50257, (1, seq)).astype(np.int64)
+        ids = rng.integers(0, 50257, (batch, seq)).astype(np.int64)
         return Gpt2(model).eval(), {"input_ids": ids}
     if name == "vit":
         model = tf.ViTModel(tf.ViTConfig(attn_implementation="sdpa"), add_pooling_layer=False)
@@ -88,7 +98,7 @@ def hf_model(torch, name: str, seq: int):
             def forward(self, pixel_values):
                 return self.m(pixel_values=pixel_values).last_hidden_state
 
-        px = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+        px = rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)
         return Vit(model).eval(), {"pixel_values": px}
     raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
 
@@ -174,10 +184,10 @@ def bench(torch, name: str, args) -> dict:
     from ptxforge import autosched, graph
     from ptxforge.graph.torch_reference import TORCH_DTYPES, cuda_graph, time_cuda
 
-    row = {"model": name}
+    row = {"model": name if args.batch == 1 else f"{name} b{args.batch}"}
     seq = args.seq if name != "gpt2" else args.gpt2_seq
-    model, feeds = hf_model(torch, name, seq)
-    path = os.path.join(args.out, f"{name}_{args.exporter}.onnx")
+    model, feeds = hf_model(torch, name, seq, args.batch)
+    path = os.path.join(args.out, f"{name}_b{args.batch}_s{seq}_{args.exporter}.onnx")
     t0 = time.perf_counter()
     export(torch, model, feeds, path, args.exporter == "dynamo")
     print(f"[{name}] exported to {path} in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -218,6 +228,20 @@ def bench(torch, name: str, args) -> dict:
               f"PyTorch {args.dtype} {row['torch_err']:.2e}", flush=True)
         if row["err"] > max(5 * row["torch_err"], 1e-2):
             raise SystemExit(f"{name}: our output differs from PyTorch's ({row['err']:.2e})")
+        if args.match_float32:
+            # the same import built in float32 against PyTorch float32: where random weights
+            # overflow 16 bits (both sides' 16-bit errors are then large), this is the check
+            lib32 = graph.build(net, "cuda", params, precision="float32")
+            m32_module = graph.GraphModule(lib32, dev)
+            m32_module.set_input(**feeds)
+            m32_module.run()
+            got32 = m32_module.get_output(0).numpy().astype(np.float32)
+            row["err32"] = float(np.abs(got32 - ref).max()) / scale
+            print(f"[{name}] float32 build: largest difference from PyTorch float32 "
+                  f"{row['err32']:.2e}", flush=True)
+            if not row["err32"] <= 1e-3:
+                raise SystemExit(f"{name}: our float32 build differs from PyTorch's "
+                                 f"({row['err32']:.2e})")
         row["ours_ms"] = module.benchmark(dev, repeat=5, min_repeat_ms=300).median * 1e3
 
         row["graph_ms"] = time_cuda(torch, cuda_graph(torch, lambda: mlo(*low_inputs)), 300,
@@ -243,12 +267,15 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="bert_encoder,bert,gpt2,vit")
     p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
     p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--batch", type=int, default=1)
     p.add_argument("--gpt2-seq", type=int, default=1024)
     p.add_argument("--trials", type=int, default=0,
                    help="auto-scheduling trials per model from an empty log (0: defaults)")
     p.add_argument("--exporter", default="dynamo", choices=("dynamo", "torchscript"))
     p.add_argument("--profile", type=int, default=0,
                    help="print the N kernels of ours that take the most time")
+    p.add_argument("--match-float32", action="store_true",
+                   help="also build the import in float32 and check it against PyTorch float32")
     p.add_argument("--out", default="hf_onnx")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)

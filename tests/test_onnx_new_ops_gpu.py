@@ -60,7 +60,12 @@ def test_non_saturating_e5m2_cast_on_the_gpu():
                    [("y", TensorProto.FLOAT8E5M2, [9])], 21)
     (want,) = ReferenceEvaluator(model).run(None, {"x": x})
     (got,) = _on_gpu(model, {"x": x})
-    np.testing.assert_array_equal(got, want.view(np.uint8))
+    want = want.view(np.uint8)
+    # e5m2 has three NaN patterns per sign (S.11111.{01,10,11}): the GPU's cvt and the
+    # simulator write 0x7F, ONNX's reference (ml_dtypes) 0x7E; every other value bit for bit
+    nan = np.isnan(x)
+    assert (got[nan] & 0x7C == 0x7C).all() and (got[nan] & 0x03 != 0).all(), got[nan]
+    np.testing.assert_array_equal(got[~nan], want[~nan])
 
 
 def test_lstm_roi_align_and_dft_on_the_gpu():
