@@ -236,12 +236,22 @@ def bench(torch, name: str, args) -> dict:
             m32_module.set_input(**feeds)
             m32_module.run()
             got32 = m32_module.get_output(0).numpy().astype(np.float32)
-            row["err32"] = float(np.abs(got32 - ref).max()) / scale
-            print(f"[{name}] float32 build: largest difference from PyTorch float32 "
-                  f"{row['err32']:.2e}", flush=True)
-            if not row["err32"] <= 1e-3:
-                raise SystemExit(f"{name}: our float32 build differs from PyTorch's "
-                                 f"({row['err32']:.2e})")
+            # onnxruntime (CPU, float32) on the same file is the third opinion: a full-size
+            # network with random weights can be ill-conditioned enough that two correct
+            # float32 implementations differ by more than a fixed tolerance
+            import onnxruntime as ort
+
+            sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            want = sess.run(None, feeds)[0].astype(np.float32)
+            row["err32"] = float(np.abs(got32 - want).max()) / scale
+            torch_ort = float(np.abs(ref - want).max()) / scale
+            print(f"[{name}] float32 build: largest difference from onnxruntime float32 "
+                  f"{row['err32']:.2e} (PyTorch float32 from onnxruntime {torch_ort:.2e}, "
+                  f"ours from PyTorch {float(np.abs(got32 - ref).max()) / scale:.2e})",
+                  flush=True)
+            if not row["err32"] <= max(1e-4, 3 * torch_ort):
+                raise SystemExit(f"{name}: our float32 build differs from onnxruntime's "
+                                 f"({row['err32']:.2e}; PyTorch's differs by {torch_ort:.2e})")
         row["ours_ms"] = module.benchmark(dev, repeat=5, min_repeat_ms=300).median * 1e3
 
         row["graph_ms"] = time_cuda(torch, cuda_graph(torch, lambda: mlo(*low_inputs)), 300,
