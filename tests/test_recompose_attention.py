@@ -349,7 +349,8 @@ def test_scale_computed_from_an_input_is_no_attention_scale():
 
 MANIFEST = json.loads((CORPUS / "manifest.json").read_text())
 TRANSFORMERS = ["bert-dynamo", "bert-torchscript", "distilbert-torchscript", "gpt2-dynamo",
-                "llama-dynamo", "roberta-dynamo", "vit-torchscript", "whisper_encoder-dynamo"]
+                "llama-dynamo", "roberta-dynamo", "t5_encoder-torchscript", "vit-torchscript",
+                "whisper_encoder-dynamo"]
 
 
 @pytest.mark.parametrize("key", TRANSFORMERS)

@@ -24,8 +24,11 @@ Only a rewrite that computes the same function is made:
   ``where(cond, fill, scores)``) with a scalar fill, at the scores' shape. A constant mask
   that drops exactly the keys after each query (a Trilu or causal-bias constant) with minus
   infinity, or with a fill at most :data:`NEG_LARGE` (finfo.min) where it is the only mask,
-  is ``is_causal``; one other mask at most is the 4th operand (a ``where`` with minus
-  infinity as a bool mask, with a finite fill as the additive ``where(cond, 0, fill)``);
+  is ``is_causal``; the other masks are the 4th operand: one as it is (a ``where`` with
+  minus infinity as a bool mask, with a finite fill as the additive ``where(cond, 0,
+  fill)``), several as their sum where all but one add only 0 or values at most
+  :data:`NEG_LARGE` (T5's position bias and its padding mask), so that adding them first
+  gives the scores what adding them one by one gives;
 - ``nn.attention`` gives 0 for a row whose scores are all minus infinity, where a softmax
   gives NaN: without the exporter's NaN guard (``where(isnan(p), 0, p)``) a mask is taken
   only when no row can be all minus infinity (a constant checked row by row, or a mask whose
@@ -46,7 +49,7 @@ import numpy as np
 from .. import opdefs as G
 from ..ir import Call, Constant, Graph, Node, Var
 from ..opdefs.elemwise import cast_array
-from .attention_pattern import AttentionMatch, MaskTerm, match_attention
+from .attention_pattern import AttentionMatch, MaskTerm, match_attention, scalar
 from .base import GraphPass, register_graph_pass
 from .digit_view import DIGIT_OPS, DigitView
 
@@ -57,6 +60,8 @@ HEADS = (0, 2, 1, 3)
 
 _FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
               "float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
+_OVERFLOW = {"float16": 65504.0 + 16.0, "bfloat16": 3.3895313892515355e38 + 2.0 ** 119,
+             "float32": 3.4028234663852886e38 + 2.0 ** 103, "float64": math.inf}
 
 
 def _bounds(node: Node) -> tuple[float, float] | None:
@@ -98,13 +103,6 @@ def _bounds(node: Node) -> tuple[float, float] | None:
             return None
         return min(ends), max(ends)
     return None
-
-
-def _finite(node: Node) -> bool:
-    """Whether every value of ``node`` is provably finite in its dtype."""
-    b = _bounds(node)
-    limit = _FLOAT_MAX.get(node.dtype)
-    return b is not None and limit is not None and -limit <= b[0] and b[1] <= limit
 
 
 def _rows(term: MaskTerm, lq: int, s: int) -> np.ndarray | None:
@@ -173,7 +171,7 @@ class _Plan:
 
     match: AttentionMatch
     layouts: tuple  # per q, k, v: (reshape target, transpose axes)
-    mask: MaskTerm | None
+    masks: tuple[MaskTerm, ...]  # summed into the 4th operand (one: as it is)
     is_causal: bool
     mask_heads: bool  # reshape a [B * H, L, S] mask to [B, H, L, S]
 
@@ -195,6 +193,45 @@ def _layout(shape: tuple, view: DigitView) -> tuple[tuple, tuple] | None:
         if base is not None and base.transpose(axes).canonical() == canon:
             return tuple(z), tuple(axes)
     return None
+
+
+def _selects(term: MaskTerm) -> bool:
+    """Whether every value ``term`` adds is 0 or at most :data:`NEG_LARGE`: added to any
+    other mask first, it gives the scores the values it gives them added last."""
+    if term.kind != "add":
+        return term.fill <= NEG_LARGE
+    node = term.node
+    if isinstance(node, Constant):
+        v = np.asarray(node.value, np.float64)
+        return bool(np.all((v == 0.0) | (v <= NEG_LARGE)))
+    if isinstance(node, Call) and node.op == "where":
+        values = [scalar(a) for a in node.args[1:]]
+        return all(x is not None and (x == 0.0 or x <= NEG_LARGE) for x in values)
+    return False
+
+
+def _term_bounds(term: MaskTerm) -> tuple[float, float] | None:
+    if term.kind == "add":
+        return _bounds(term.node)
+    return min(0.0, term.fill), max(0.0, term.fill)
+
+
+def _no_empty_rows(masks: list, lq: int, s: int, causal: bool) -> bool:
+    """Whether no row of scores can be all minus infinity (where the softmax gives NaN and
+    ``nn.attention`` 0): a constant mask checked row by row, any other provably finite."""
+    if len(masks) == 1:
+        empty = _empty_rows(masks[0], lq, s, causal)
+        if empty is not None:
+            return not empty
+    lo = hi = 0.0
+    for t in masks:
+        b = _term_bounds(t)
+        if b is None:
+            return False
+        lo, hi = lo + b[0], hi + b[1]
+    # a sum rounds to the largest finite value until half a unit beyond it
+    limit = _OVERFLOW.get(masks[0].node.dtype if masks[0].kind == "add" else "float32")
+    return limit is not None and -limit < lo and hi < limit
 
 
 def plan_attention(call: Call) -> _Plan | None:
@@ -219,26 +256,18 @@ def plan_attention(call: Call) -> _Plan | None:
     elif "inf" in kinds:
         causal = True
         masks = [t for t, k in zip(masks, kinds) if k != "inf"]
-    if len(masks) > 1:
-        return None
-    mask = masks[0] if masks else None
-    if mask is not None and mask.kind != "add" and not mask.fill < math.inf:
+    if any(t.kind != "add" and not t.fill < math.inf for t in masks):
         return None  # a NaN or +inf fill: no mask of nn.attention writes it
-    if mask is not None and not m.nan_guard:
-        empty = _empty_rows(mask, lq, s, causal)
-        if empty is None:
-            safe = (_finite(mask.node) if mask.kind == "add" else not math.isinf(mask.fill))
-            if not safe:
-                return None
-        elif empty:
-            return None
+    if sum(not _selects(t) for t in masks) > 1:
+        return None  # two general masks: their sum would round differently
+    if masks and not m.nan_guard and not _no_empty_rows(masks, lq, s, causal):
+        return None
     mask_heads = False
-    if mask is not None and len(m.scores) == 3 and mask.node.ndim == 3 and \
-            mask.node.shape[0] != 1:
-        if tuple(mask.node.shape) != m.scores:
+    if len(m.scores) == 3 and any(t.node.ndim == 3 and t.node.shape[0] != 1 for t in masks):
+        if len(masks) > 1 or tuple(masks[0].node.shape) != m.scores:
             return None
         mask_heads = True
-    return _Plan(m, tuple(layouts), mask, causal, mask_heads)
+    return _Plan(m, tuple(layouts), tuple(masks), causal, mask_heads)
 
 
 def _operand(source: Node, layout: tuple) -> Node:
@@ -247,20 +276,27 @@ def _operand(source: Node, layout: tuple) -> Node:
     return x if axes == (0, 1, 2, 3) else G.transpose(x, axes)
 
 
-def _mask_node(plan: _Plan, memo: dict) -> Node | None:
-    term = plan.mask
-    if term is None:
-        return None
+def _term_node(term: MaskTerm, memo: dict, dtype: str, additive: bool) -> Node:
+    """``term`` as a bool mask (a ``where`` with minus infinity, unless ``additive``) or as
+    values added to the scores."""
     node = memo[id(term.node)]
+    if term.kind == "add":
+        return node
+    if math.isinf(term.fill) and not additive:
+        return node if term.kind == "keep" else G.logical_not(node)
+    zero = Constant(cast_array(np.zeros(()), dtype), dtype=dtype)
+    fill = Constant(cast_array(np.asarray(term.fill), dtype), "mask_fill", dtype=dtype)
+    return G.where(node, zero, fill) if term.kind == "keep" else G.where(node, fill, zero)
+
+
+def _mask_node(plan: _Plan, memo: dict) -> Node | None:
+    if not plan.masks:
+        return None
     dtype = plan.match.dtype
-    if term.kind != "add":
-        if math.isinf(term.fill):
-            node = node if term.kind == "keep" else G.logical_not(node)
-        else:
-            zero = Constant(cast_array(np.zeros(()), dtype), dtype=dtype)
-            fill = Constant(cast_array(np.asarray(term.fill), dtype), "mask_fill", dtype=dtype)
-            node = (G.where(node, zero, fill) if term.kind == "keep"
-                    else G.where(node, fill, zero))
+    additive = len(plan.masks) > 1
+    node = _term_node(plan.masks[0], memo, dtype, additive)
+    for term in plan.masks[1:]:
+        node = G.add(node, _term_node(term, memo, dtype, additive))
     if plan.mask_heads:
         b, h, _ = plan.match.heads
         node = G.reshape(node, (b, h) + tuple(node.shape[1:]))
