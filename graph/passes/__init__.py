@@ -26,6 +26,7 @@ from .fold_output_cast import FoldOutputCast
 from .fold_scale_axis import FoldScaleAxis
 from .fuse_ops import FuseOps
 from .pad_conv_channels import PadConvChannels
+from .recompose_attention import RecomposeAttention
 from .simplify_inference import SimplifyInference
 from .sink_layout_ops import SinkLayoutOps
 from .to_mixed_precision import MIXED_PRECISION_POLICY, MixedPolicy, ToMixedPrecision
@@ -44,7 +45,8 @@ __all__ = [
     "CanonicalizeNorms", "CanonicalizeProducts", "CombineParallelDense", "ConvertLayout",
     "DecomposeAttention", "EliminateCommonSubexpr", "FoldConstant", "FoldNanGuard",
     "FoldOutputCast", "FoldScaleAxis", "FuseOps", "GraphPass", "GraphPassContext",
-    "GraphPipeline", "GraphVerify", "MixedPolicy", "PadConvChannels", "SimplifyInference",
+    "GraphPipeline", "GraphVerify", "MixedPolicy", "PadConvChannels", "RecomposeAttention",
+    "SimplifyInference",
     "SinkLayoutOps", "ToMixedPrecision", "UseTF32", "Winograd", "canonicalization_pipeline",
     "check_pad_channels", "check_precision", "optimization_pipeline", "register_graph_pass",
 ]
@@ -76,13 +78,17 @@ def check_pad_channels(pad_channels: int | None) -> int:
 def canonicalization_pipeline() -> GraphPipeline:
     """The passes that write what importers give the way the kernels expect it::
 
-        eliminate_common_subexpr, decompose_attention, canonicalize_norms,
+        eliminate_common_subexpr, recompose_attention, decompose_attention, canonicalize_norms,
         canonicalize_arith, fold_nan_guard, sink_layout_ops, canonicalize_products, sink_layout_ops,
         eliminate_common_subexpr, fold_constant
 
     A network from an ONNX file or ``torch.export`` then reaches the same fused kernels as
-    the same network written with the graph operators directly."""
-    return GraphPipeline([EliminateCommonSubexpr(), DecomposeAttention(), CanonicalizeNorms(),
+    the same network written with the graph operators directly. ``recompose_attention``
+    writes the attention exporters spell out as products, masks and a softmax as one
+    ``nn.attention``, so ``decompose_attention`` chooses for it as for ``graph.from_torch``'s
+    (the fused kernel or the products)."""
+    return GraphPipeline([EliminateCommonSubexpr(), RecomposeAttention(), DecomposeAttention(),
+                          CanonicalizeNorms(),
                           CanonicalizeArith(), FoldNanGuard(), SinkLayoutOps(),
                           CanonicalizeProducts(),
                           SinkLayoutOps(), EliminateCommonSubexpr(), FoldConstant()])
