@@ -5,6 +5,7 @@ and :func:`wgmma_conv_choice` ask :mod:`.choice` whether wgmma beats mma.sync.""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from ....ir.te import ComputeOp
@@ -257,27 +258,50 @@ def choose_wgmma_config(form, target=None, epilogue_tile: bool = True, remap: bo
 # -- convolutions ----------------------------------------------------------------------------
 
 BLOCK_CHOICES = (128, 64, 32, 16)
+CONV_RANKINGS = ("count", "estimate")
+"""How :func:`conv_config` ranks mma.sync conv tiles: ``"count"``, its own count of waves x
+(tile work + tile loads) over one ``block_k`` and stage choice per tile; ``"estimate"``,
+the products' chooser on the implicit GEMM (:func:`gemm_candidates` ranked by
+:func:`~.estimate.gemm_time`, split-K and 4 stages included)."""
+DEFAULT_CONV_RANKING = "count"
+"""The ranking used where neither the call nor :data:`CONV_RANKING_ENV` names one; it stays
+``"count"`` until a GPU A/B (``bench/bench_conv_chooser.py``) shows the estimate faster."""
+CONV_RANKING_ENV = "PTXFORGE_CONV_RANKING"
 
 
-def choose_conv_config(op: ComputeOp, target: Target | str | None = None) -> TensorCoreConfig:
+def conv_ranking(ranking: str | None = None) -> str:
+    """``ranking``, else the environment's :data:`CONV_RANKING_ENV`, else
+    :data:`DEFAULT_CONV_RANKING`; a name outside :data:`CONV_RANKINGS` is an error."""
+    r = ranking or os.environ.get(CONV_RANKING_ENV) or DEFAULT_CONV_RANKING
+    if r not in CONV_RANKINGS:
+        raise ValueError(f"conv ranking {r!r} (argument or ${CONV_RANKING_ENV}) is not one "
+                         f"of {', '.join(CONV_RANKINGS)}")
+    return r
+
+
+def choose_conv_config(op: ComputeOp, target: Target | str | None = None,
+                       ranking: str | None = None) -> TensorCoreConfig:
     """:func:`conv_config`, or a :class:`ScheduleError` where no configuration fits."""
-    cfg = conv_config(op, target)
+    cfg = conv_config(op, target, ranking)
     if cfg is None:
         raise ScheduleError(f"tensor-core conv2d {op.name}: no configuration fits target "
                             f"{as_target(target).arch}")
     return cfg
 
 
-def conv_config(op: ComputeOp, target: Target | str | None = None
-                ) -> TensorCoreConfig | None:
-    """A default configuration for conv stage ``op`` on ``target`` (None where none fits):
-    the block tile that
-    minimizes an estimate of waves x (tile work + tile loads) over the padded product, so
-    that small layers (7x7 pixels) still spread over the SMs; warps of 16 to 64 rows and 8
-    to 64 columns; a 2- or 3-stage cp.async pipeline over the reduction; the widest copies
-    that the tiles allow. Every candidate passes :func:`check_conv_config`."""
+def conv_config(op: ComputeOp, target: Target | str | None = None,
+                ranking: str | None = None) -> TensorCoreConfig | None:
+    """A default configuration for conv stage ``op`` on ``target`` (None where none fits),
+    ranked as :func:`conv_ranking` says. ``"count"``: the block tile that minimizes
+    waves x (tile work + tile loads) over the padded product, so that small layers (7x7
+    pixels) still spread over the SMs; warps of 16 to 64 rows and 8 to 64 columns; a 2- or
+    3-stage cp.async pipeline; the widest copies the tiles allow. ``"estimate"``:
+    :func:`choose_gemm_config`'s pick on :func:`~.forms.conv_gemm_form`. Every candidate
+    passes :func:`~.rules.check_conv_config`."""
     target = as_target(target)
     form = conv_gemm_form(op)
+    if conv_ranking(ranking) == "estimate":
+        return _best(gemm_candidates(form, target), form, target)
     M, N, eb = form.M, form.N, form.elem_bytes
     best = None
     for bm in BLOCK_CHOICES:
@@ -328,11 +352,11 @@ def choose_wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
 
 
 def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
-                      target: Target | str | None = None):
+                      target: Target | str | None = None, ranking: str | None = None):
     """The wgmma configuration the default conv schedule runs ``op`` with, or None where
     it stays on mma.sync, decided as :func:`wgmma_choice` does for products: wgmma must run
     it (:func:`~.choice.wgmma_conv_refusal`, :func:`~.choice.wgmma_refusal`) and its
-    estimate (with the C tile) beat that of :func:`conv_config`'s pick,
+    estimate (with the C tile) beat that of :func:`conv_config`'s pick under ``ranking``,
     both on :func:`conv_gemm_form`. ``epilogue`` does not change the choice."""
     target = as_target(target)
     if wgmma_conv_refusal(op, target) is not None:
@@ -343,5 +367,5 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     w = wgmma_conv_config(op, target)
     if w is None:
         return None
-    return w if prefer_wgmma(form, w, conv_config(op, target), True, target) else None
+    return w if prefer_wgmma(form, w, conv_config(op, target, ranking), True, target) else None
 
