@@ -105,20 +105,24 @@ def describe(conv, target, ranking: str) -> str:
 
 @functools.cache
 def conv_functions(networks: tuple, batch: int, target) -> list:
-    """``(network, FusedFunction, conv stage)`` of every distinct function of the fp16 NHWC
-    ``networks`` that holds a tensor-core convolution, each once (the stem is shared)."""
-    out, keys = [], set()
+    """``(calls, FusedFunction, conv stage)`` of every distinct function of the fp16 NHWC
+    ``networks`` that holds a tensor-core convolution, each once (``calls``: how many times
+    each network calls it; the stem is shared)."""
+    out, seen = [], {}
     for name in networks:
         net, params, _, _ = graph.get_network(name, batch, "NHWC")
         funcs, _ = distinct_functions(optimize(net, params, precision="float16"))
         for f in funcs:
-            if f.is_view or f.workload_key in keys:
+            if f.is_view:
+                continue
+            if f.workload_key in seen:
+                seen[f.workload_key][name] = f.count
                 continue
             conv = conv_stage(function_tensors(f))
             if conv is None or tensorcore_conv_unsupported(conv, target) is not None:
                 continue
-            keys.add(f.workload_key)
-            out.append((name, f, conv))
+            seen[f.workload_key] = calls = {name: f.count}
+            out.append((calls, f, conv))
     return out
 
 
@@ -136,7 +140,7 @@ def _build_job(job) -> dict:
 
 
 def build_layers(args, target) -> list:
-    """``[(network, FusedFunction, conv, {ranking: (module, description) or None})]`` for
+    """``[(calls, FusedFunction, conv, {ranking: (module, description) or None})]`` for
     every conv function, built by ``args.jobs`` worker processes (spawned: a forked child
     of a process holding a CUDA context must not use CUDA). The kernels land in the disk
     cache the network builds read too."""
@@ -270,17 +274,17 @@ def time_layers(args, dev, target, rng) -> list[dict]:
     layers = build_layers(args, target)
     print(f"built {len(layers)} conv functions x {len(RANKINGS)} rankings in "
           f"{time.perf_counter() - t0:.0f} s", flush=True)
-    for net, f, conv, variants in layers:
+    for calls, f, conv, variants in layers:
         name = layer_name(f, conv)
         if "error" in variants:
             print(f"{name}: build failed: {variants['error']}", flush=True)
-            rows.append(dict(layer=name, network=net, error=variants["error"]))
+            rows.append(dict(layer=name, calls=calls, error=variants["error"]))
             continue
         host = random_args(f, rng)
         want = reference(f, host)
         gpu_args = [array(x, dev) for x in host]
         out_t = function_tensors(f)[-1]
-        loaded, row = {}, dict(layer=name, network=net, calls=f.count)
+        loaded, row = {}, dict(layer=name, calls=calls)
         for r, v in variants.items():
             if v is None:
                 continue
@@ -303,8 +307,9 @@ def time_layers(args, dev, target, rng) -> list[dict]:
             row["estimate_us"], row["estimate_cfg"] = row["count_us"], "(same kernel)"
         row["ratio"] = row["count_us"] / row["estimate_us"]
         rows.append(row)
-        print(f"{name:50s} x{f.count:<2d} {row['count_cfg']:28s} {row['count_us']:8.2f} us  "
-              f"{row['estimate_cfg']:28s} {row['estimate_us']:8.2f} us  {row['ratio']:.3f}"
+        print(f"{name:50s} x{sum(calls.values()):<2d} {row['count_cfg']:28s} "
+              f"{row['count_us']:8.2f} us  {row['estimate_cfg']:28s} "
+              f"{row['estimate_us']:8.2f} us  {row['ratio']:.3f}"
               f"{'' if row['correct'] else '  WRONG'}", flush=True)
     return rows
 
@@ -354,9 +359,9 @@ def run_gpu(args) -> int:
         moved = [r for r in done if r["estimate_cfg"] != "(same kernel)"]
         per_net = {}
         for r in done:
-            c, e = per_net.get(r["network"], (0.0, 0.0))
-            per_net[r["network"]] = (c + r["calls"] * r["count_us"],
-                                     e + r["calls"] * r["estimate_us"])
+            for net, n in r["calls"].items():
+                c, e = per_net.get(net, (0.0, 0.0))
+                per_net[net] = (c + n * r["count_us"], e + n * r["estimate_us"])
         print(f"layers: {len(moved)} of {len(done)} differ; geometric mean count/estimate "
               f"{geomean([r['ratio'] for r in moved]):.3f} over those, "
               f"{geomean([r['ratio'] for r in done]):.3f} over all "

@@ -199,6 +199,8 @@ def run_gpu(args) -> int:
         rows = []
         for (shape, kind, cfg), mod, desc in entries:
             if isinstance(mod, str):
+                print(f"  {M}x{N}x{K} {desc}: build failed: {mod}", flush=True)
+                ok &= kind != "default"
                 continue
             loaded = mod.load(dev)
             loaded(xd, wd, yd)
@@ -214,7 +216,9 @@ def run_gpu(args) -> int:
                                       "us": us, "estimate_us": est, "err": err,
                                       "cublas_us": cublas}) + "\n")
             del loaded
-        default = next(r for r in rows if r[1] == "default")
+        if not rows:
+            continue
+        default = next((r for r in rows if r[1] == "default"), (math.nan, "", "default ?"))
         best = min(rows, key=lambda r: r[0])
         ranked = [r for r in rows if r[1] != "default" and math.isfinite(r[3])]
         est_pick = min(ranked, key=lambda r: r[3]) if ranked else default
