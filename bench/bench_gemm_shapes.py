@@ -25,7 +25,8 @@ import numpy as np
 import ptxforge
 from bench_tensorcore import describe, rel_err, torch_time
 from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
-from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute, schedule_dense_tensorcore
+from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute
+from ptxforge.tests.tensorcore_dense import schedule_dense_tensorcore
 
 TF32_CONFIGS = [
     # fragments through ldmatrix (rows padded by 4 fp32: no bank conflicts), then the

@@ -24,7 +24,8 @@ import numpy as np
 import ptxforge
 from ptxforge.backend_ptx import array, compile_module, cuda, empty
 from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
-from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute, schedule_dense_tensorcore
+from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute
+from ptxforge.tests.tensorcore_dense import schedule_dense_tensorcore
 
 CONFIGS = [
     TensorCoreConfig(128, 128, 64, 2, 4),
@@ -93,8 +94,8 @@ def sanitize(M: int = 128, N: int = 128, K: int = 64) -> None:
         "import numpy as np, ptxforge\n"
         "from ptxforge.backend_ptx import array, compile_module, cuda, empty\n"
         "from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig\n"
-        "from ptxforge.ops.schedules.gemm.schedule import (dense_tensorcore_compute,\n"
-        "                                                  schedule_dense_tensorcore)\n"
+        "from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute\n"
+        "from ptxforge.tests.tensorcore_dense import schedule_dense_tensorcore\n"
         f"t = dense_tensorcore_compute({M}, {N}, {K})\n"
         "dev = cuda(0)\n"
         "rng = np.random.default_rng(1)\n"

@@ -142,7 +142,8 @@ def te_build(M, N, K, ab, cfg=None, log=None):
     from ptxforge import autotvm
     from ptxforge.autotvm import tensorcore_wgmma as tw
     from ptxforge.backend_ptx import compile_module
-    from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute, schedule_dense_wgmma
+    from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute
+    from ptxforge.tests.tensorcore_dense import schedule_dense_wgmma
 
     target = ptxforge.target.as_target(TE_TARGET)
     t0 = time.perf_counter()

@@ -294,11 +294,10 @@ def explicit_cases() -> list:
         dense_tensorcore_compute,
         schedule_conv2d_nhwc_tensorcore,
         schedule_conv2d_nhwc_wgmma,
-        schedule_dense_tensorcore,
-        schedule_dense_wgmma,
         schedule_gemm_tensorcore,
         schedule_gemm_wgmma,
     )
+    from ptxforge.tests.tensorcore_dense import schedule_dense_tensorcore, schedule_dense_wgmma
 
     TC, WG = TensorCoreConfig, WgmmaScheduleConfig
 

@@ -430,10 +430,9 @@ def test_pipelined_matmul_gpu_timing():
 @pytest.mark.parametrize("stages", [0, 3])
 def test_tensor_core_dense_with_async_copies_and_pipelining(stages):
     from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
-    from ptxforge.ops.schedules.gemm.schedule import (
-        dense_tensorcore_compute,
-        schedule_dense_tensorcore,
-    )
+    from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute
+
+    from .tensorcore_dense import schedule_dense_tensorcore
 
     M = N = K = 128
     A, B, C = dense_tensorcore_compute(M, N, K, "float16", out_dtype="float32")
@@ -458,10 +457,9 @@ def test_cp_async_of_bfloat16_tiles_on_the_simulator():
     eight elements (the element size is the IR's, not the host array's)."""
     from ptxforge.ir import dtype as dt
     from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
-    from ptxforge.ops.schedules.gemm.schedule import (
-        dense_tensorcore_compute,
-        schedule_dense_tensorcore,
-    )
+    from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute
+
+    from .tensorcore_dense import schedule_dense_tensorcore
 
     t = dense_tensorcore_compute(32, 32, 32, "bfloat16", "float32")
     rng = np.random.default_rng(0)

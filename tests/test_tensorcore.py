@@ -19,9 +19,11 @@ from ptxforge.backend_sim.runtime import Chunk
 from ptxforge.ir.intrin import ROLES, IntrinError, get_intrin, list_intrins
 from ptxforge.ir.verify import IRVerifyError, verify
 from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
-from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute, schedule_dense_tensorcore
+from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute
 from ptxforge.passes.errors import PassError
 from ptxforge.passes.schedule.common import ScheduleError
+
+from .tensorcore_dense import schedule_dense_tensorcore
 
 RNG = np.random.default_rng(7)
 REJECTED = (PassError, ScheduleError)  # the schedule API wraps a pass's error

@@ -12,10 +12,12 @@ import numpy as np
 import ptxforge
 from ptxforge.ir.dtype import round_to
 from ptxforge.ops.schedules.gemm.knobs import TensorCoreConfig
-from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute, schedule_dense_tensorcore
+from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute
 from ptxforge.passes.errors import PassError
 from ptxforge.passes.lower.common import LoweringError
 from ptxforge.passes.schedule.common import ScheduleError
+
+from .tensorcore_dense import check_mma_knobs, schedule_dense_tensorcore
 
 
 def random_case(rng):
@@ -41,7 +43,7 @@ def random_case(rng):
         if tf32:
             acc, out, layout = "float32", "float32", "nk"
         try:
-            cfg.check(M, N, K, 8 if tf32 else 16, 4 if tf32 else 2)
+            check_mma_knobs(cfg, M, N, K, 8 if tf32 else 16, 4 if tf32 else 2)
         except ScheduleError:
             continue
         return M, N, K, cfg, acc, out, layout

@@ -16,13 +16,14 @@ from ptxforge.ir.intrin.wgmma import WgmmaError
 from ptxforge.ir.stmt import Module, Seq, WgmmaSync, map_stmt
 from ptxforge.ir.verify import IRVerifyError
 from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
-from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute, schedule_dense_wgmma
+from ptxforge.ops.schedules.gemm.schedule import dense_tensorcore_compute
 from ptxforge.passes import Pipeline
 from ptxforge.passes.errors import PassError
 from ptxforge.passes.schedule.common import ScheduleError
 from ptxforge.target import as_target
 
 from .lowp import f64, host
+from .tensorcore_dense import schedule_dense_wgmma
 
 SIM = "sim -arch=sm_90a"
 RNG = np.random.default_rng(90)

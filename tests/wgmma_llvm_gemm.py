@@ -4,9 +4,9 @@ B[N, K]^T``, fp16 or bf16 inputs, outside te.
 The loop nest is written here directly (nothing schedules it, the simulator cannot run
 it), so it serves as a check of the wgmma layouts, descriptors and protocol on the
 hardware (``tests/test_wgmma.py`` assembles it, ``bench/bench_wgmma.py`` times it) next to
-the te schedule of the same GEMM (:func:`ptxforge.ops.schedules.gemm.schedule.
-schedule_dense_wgmma`). :func:`compile_wgmma_dense` checks target, dtypes and shapes and
-returns the PTX and its launch.
+the te schedule of the same GEMM (``schedule_dense_wgmma`` of
+``tests/tensorcore_dense.py``). :func:`compile_wgmma_dense` checks target, dtypes and
+shapes and returns the PTX and its launch.
 """
 
 from __future__ import annotations

@@ -294,13 +294,13 @@ def row_configs(form, target: Target | str | None = None) -> list:
     the mma.sync ones of :func:`row_gemm_configs`; each with threads that fit the row
     reductions (:func:`row_threads`)."""
     from .gemm.chooser import wgmma_candidates
-    from .gemm.rules import wgmma_padded_extents
+    from .gemm.rules import padded_extents
 
     target = as_target(target)
     if form.N > MAX_ROW:
         return []
     wg = [c for c in wgmma_candidates(form, target, epilogue_tile=True, split_k=False)
-          if c.block_n == form.N and wgmma_padded_extents(c, form)[0] == form.M]
+          if c.block_n == form.N and padded_extents(c, form)[0] == form.M]
     cands = wg + row_gemm_configs(form, target)
     return [c for c in cands if row_threads(c.block_m, row_threads_of(c), form.N) is not None]
 

@@ -1,13 +1,8 @@
 """The tensor-core GEMM template: one schedule, :func:`~.schedule.schedule_gemm`, for every
-product the tensor cores run (dense, matmul, batch_matmul, conv2d NHWC as an implicit
-GEMM; mma.sync and wgmma), built from shared pieces.
-
-One module per job: :mod:`.forms` recognizes the forms, :mod:`.knobs` holds the knob
-values and the one knob space per form, :mod:`.rules` the one legality check and
-:mod:`.estimate` the one time estimate of each kind, :mod:`.choice` picks wgmma or
-mma.sync, :mod:`.chooser` the default configurations, :mod:`.stages` and :mod:`.pieces`
-are what :mod:`.schedule` builds the kernel from (see ``docs/tensor_cores.md``).
-"""
+product the tensor cores run (dense, matmul, batch_matmul, conv2d NHWC as an implicit GEMM;
+mma.sync and wgmma), built from shared pieces; one module per job (``forms``, ``knobs``,
+``rules``, ``estimate``, ``choice``, ``chooser``, ``stages``, ``pieces``, ``schedule``: see
+``docs/tensor_cores.md``)."""
 
 from .forms import GemmForm, conv_gemm_form, gemm_form
 from .knobs import TensorCoreConfig, WgmmaScheduleConfig, mma_sync_choices, wgmma_choices

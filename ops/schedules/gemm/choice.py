@@ -1,16 +1,7 @@
-"""The one place that chooses wgmma or mma.sync for a product.
-
-Two questions decide it, and every caller (the default GEMM and conv schedules, the row
-epilogues, the auto-scheduler's sketches) asks them here:
-
-- :func:`wgmma_refusal`: can wgmma run the product at all? A target with wgmma (sm_90a),
-  16-bit inputs into float32 accumulators, ``N`` at least the narrowest wgmma tile, and a
-  product that can be padded to the tile (or that the smallest wgmma tiles divide);
-- :func:`prefer_wgmma`: of the configurations each kind's chooser picked, is the wgmma one
-  expected faster? A tie goes to mma.sync: both at the floor of reading the inputs from
-  DRAM once (``M`` = 1 or 16 of 4096^2), mma.sync's 16-row tiles pad less (measured on an
-  H100: 12.7 and 12.9 us against wgmma's 16.5 and 15.8).
-"""
+"""The one place that chooses wgmma or mma.sync for a product, asked by every caller:
+:func:`wgmma_refusal` (can wgmma run it at all?) and :func:`prefer_wgmma` (is the wgmma pick
+expected faster? A tie goes to mma.sync: at the DRAM floor, ``M`` = 1 or 16 of 4096^2,
+its 16-row tiles pad less: 12.7 and 12.9 us against wgmma's 16.5 and 15.8 on an H100)."""
 
 from __future__ import annotations
 
@@ -24,8 +15,7 @@ only)."""
 
 def wgmma_dtype_refusal(in_dtype: str, acc_dtype: str, target: Target | str | None = None,
                         tf32: bool = False) -> str | None:
-    """Why wgmma cannot multiply ``in_dtype`` inputs into ``acc_dtype`` on ``target``, as
-    the end of a sentence, or None."""
+    """Why wgmma cannot multiply ``in_dtype`` into ``acc_dtype`` on ``target``, or None."""
     t = as_target(target)
     if not t.has_wgmma:
         return f"wgmma needs sm_90a; the target is {t.arch}"
@@ -38,9 +28,7 @@ def wgmma_dtype_refusal(in_dtype: str, acc_dtype: str, target: Target | str | No
 
 
 def wgmma_refusal(form, target: Target | str | None = None) -> str | None:
-    """Why the wgmma GEMM cannot run product ``form`` (a
-    :class:`~.forms.GemmForm`) on ``target``, as the end of a sentence, or None.
-    Such products stay on mma.sync."""
+    """Why wgmma cannot run product ``form`` on ``target`` (it stays on mma.sync), or None."""
     from .knobs import BLOCK_N
     from .rules import block_k
 
@@ -69,10 +57,8 @@ def mma_sync_refusal(form) -> str | None:
 
 def prefer_wgmma(form, wgmma_cfg, mma_cfg, c_tile: bool,
                  target: Target | str | None = None) -> bool:
-    """Whether ``wgmma_cfg`` (None: no wgmma tiles fit) runs ``form`` faster than
-    ``mma_cfg`` (None: no mma.sync tiles fit) by the two estimates
-    (:func:`~.estimate.wgmma_time`, with the C tile where ``c_tile``, against
-    :func:`~.estimate.gemm_time`); a tie goes to mma.sync."""
+    """Whether ``wgmma_cfg`` runs ``form`` faster than ``mma_cfg`` by the estimates (either
+    None where no tiles fit); a tie goes to mma.sync."""
     from .estimate import gemm_time, wgmma_time
 
     if wgmma_cfg is None:
@@ -84,10 +70,7 @@ def prefer_wgmma(form, wgmma_cfg, mma_cfg, c_tile: bool,
 
 
 def wgmma_conv_refusal(op, target: Target | str | None = None) -> str | None:
-    """Why the wgmma convolution cannot run conv stage ``op`` on ``target``, or None: it
-    must qualify for the tensor cores (:func:`~.forms.tensorcore_conv_unsupported`), the
-    target have wgmma (sm_90a) and the inputs be float16 or bfloat16 (TF32 stays on
-    mma.sync)."""
+    """Why the wgmma conv cannot run conv stage ``op`` on ``target``, or None."""
     from .forms import tensorcore_conv_unsupported
 
     target = as_target(target)

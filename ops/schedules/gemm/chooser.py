@@ -1,14 +1,11 @@
-"""The default choosers: the configuration of each form the estimates expect fastest.
-
-Each ranks the candidates of its kind (:func:`gemm_candidates` for mma.sync,
-:func:`wgmma_candidates` for wgmma: the knob spaces of :mod:`.knobs`, filtered by the
-legality checks of :mod:`.rules`) by the estimates of :mod:`.estimate`; near ties go to
-the larger tile. :func:`wgmma_choice` and :func:`wgmma_conv_choice` then ask
-:mod:`.choice` whether the wgmma pick beats the mma.sync one.
-"""
+"""The default choosers: of each kind's candidates (:func:`gemm_candidates`,
+:func:`wgmma_candidates`: the knob spaces of :mod:`.knobs` filtered by :mod:`.rules`), the
+one :mod:`.estimate` expects fastest, near ties to the larger tile; :func:`wgmma_choice`
+and :func:`wgmma_conv_choice` ask :mod:`.choice` whether wgmma beats mma.sync."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from ....ir.te import ComputeOp
@@ -37,7 +34,7 @@ from .rules import (
     gemm_rules,
     needs_c_tile,
     needs_padding,
-    wgmma_padded_extents,
+    padded_extents,
     wgmma_rules,
 )
 
@@ -51,23 +48,18 @@ _BLOCKS = (  # (block_m, block_n, warps_m, warps_n): warp tiles of 16..64 x 8..6
 
 
 DEFAULT_STAGES = 4
-"""The pipeline depth the default chooser gives every tile where its shared memory and the
-reduction allow: on 2,300 measured configurations of eight products (an H200, M from 16 to
-512) 4 stages beat 2 in four cases of five, by up to 2.5x on the small-M products whose
-``K`` loop waits on global loads."""
+"""The depth the default chooser gives every tile where shared memory and ``K`` allow: 4
+beat 2 in four of five of 2,300 measured configurations (an H200), by up to 2.5x at small M."""
 
 
 def gemm_candidates(form: GemmForm, target: Target | str | None = None,
                     split_k: bool = True) -> list:
-    """Every configuration the default chooser ranks for ``form``: the block tiles of the
-    table up to each extent's :func:`~.knobs.tile_limit` (dividing ``M`` and ``N``
-    where the product cannot be padded), each ``block_k`` of 128 down to the mma's k that
-    keeps a stage's tiles within 16 KiB (32 at most for tiles of 64 x 64 and more, whose
-    copies 32 columns already hide) and pads ``K`` by at most an eighth (or no more than
-    16 would), with split-K parts of :data:`SPLIT_K_CHOICES` where the product can be
-    padded (``block_k`` of 32 or more and at least 4 steps per part), each at
-    :data:`DEFAULT_STAGES` stages where it has the steps and the shared memory (fewer
-    where not) and with the widest legal copies."""
+    """Every configuration the default chooser ranks for ``form``: the table's block tiles
+    up to :func:`~.knobs.tile_limit` (dividing ``M``, ``N`` where the product cannot be
+    padded); each ``block_k`` from 128 down to the mma's k with a stage's tiles within 16
+    KiB (at most 32 from 64 x 64 tiles) padding ``K`` by at most an eighth; split-K parts
+    of :data:`SPLIT_K_CHOICES` where paddable (``block_k`` >= 32, >= 4 steps a part);
+    :data:`DEFAULT_STAGES` stages where steps and shared memory allow; widest copies."""
     target = as_target(target)
     eb, M, N, K = form.elem_bytes, form.M, form.N, form.K
     k_slack = max(_round_up(K, 16) - K, K // 8)
@@ -103,18 +95,14 @@ def gemm_candidates(form: GemmForm, target: Target | str | None = None,
     return out
 
 
-
-
 NEAR_TIE = 1.02
 """Estimates within this factor of the best are a tie for the default chooser."""
 
 
 def _best(cands: list, form: GemmForm, target: Target) -> TensorCoreConfig | None:
-    """The candidate :func:`gemm_time` expects fastest. Estimates within
-    :data:`NEAR_TIE` of the best (a large product whose tiles all keep the tensor cores
-    busy; a product bound by reading its inputs from DRAM once, where the estimate is that
-    floor) go to the larger block tile (fewer copies of each input), the longer
-    ``block_k`` step, then the least work of its own and the fewest split-K parts."""
+    """The candidate :func:`gemm_time` expects fastest; ties within :data:`NEAR_TIE` (all
+    tiles busy, or all at the DRAM floor) go to the larger block tile, the longer
+    ``block_k``, the least work without the floor, the fewest split-K parts."""
     if not cands:
         return None
     timed = [(gemm_time(c, form, target), c) for c in cands]
@@ -137,10 +125,9 @@ def choose_gemm_config(form: GemmForm, target: Target | str | None = None,
 
 def remap_config(form: GemmForm, target: Target | str | None = None
                  ) -> TensorCoreConfig | None:
-    """The default tiles of ``form`` for an epilogue that stores the product in another
-    layout (:mod:`.remap`): the best of :func:`gemm_candidates` without split-K whose
-    tiles divide the product, or None. Such an epilogue runs over the product's own loops,
-    which neither split-K's sum kernel nor a zero-padded tile's partial copy keeps."""
+    """The default tiles of ``form`` for an epilogue storing another layout
+    (:mod:`.remap`, which runs over the product's own loops): the best of
+    :func:`gemm_candidates` without split-K whose tiles divide the product, or None."""
     target = as_target(target)
     return _best([c for c in gemm_candidates(form, target, split_k=False)
                   if not (form.paddable and needs_padding(c, form))], form, target)
@@ -151,8 +138,7 @@ SPLIT_K_CHOICES = split_parts(MMA_SYNC_SPACE)
 
 
 def _first_legal(form, target, bm, bn, bk, wm, wn, stages, split_k=1):
-    """The legal config of these tiles with the widest copies (:func:`~.rules.gemm_rules`,
-    a convolution's :func:`~.rules.conv_rules`), or None."""
+    """The legal config of these tiles with the widest copies, or None."""
     eb = form.elem_bytes
     for v in (16 // eb, 8 // eb, 4 // eb, 2 // eb):
         if v < 1:
@@ -170,16 +156,11 @@ def _first_legal(form, target, bm, bn, bk, wm, wn, stages, split_k=1):
 
 def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
                  target: Target | str | None = None):
-    """The :class:`~.knobs.WgmmaScheduleConfig` the default schedule runs
-    product stage ``op`` (with ``epilogue``) with, or None where it stays on mma.sync: a
-    target without wgmma (sm_90a only), a product wgmma does not run
-    (:func:`~.choice.wgmma_refusal`: TF32, B read as ``[K, N]``, ``N < 64``,
-    ...), no wgmma tiles fitting (an epilogue storing another layout needs tiles that
-    divide the product), or an mma.sync configuration that
-    :func:`gemm_time` expects faster than :func:`~.estimate.wgmma_time` expects
-    the wgmma one (small products bound by reading their inputs, where wgmma's 64-row
-    tiles only pad more)."""
-
+    """The :class:`~.knobs.WgmmaScheduleConfig` the default schedule runs product stage
+    ``op`` (with ``epilogue``) with, or None where it stays on mma.sync: wgmma does not
+    run it (:func:`~.choice.wgmma_refusal`), no wgmma tiles fit, or the mma.sync pick's
+    estimate is faster (:func:`~.choice.prefer_wgmma`; small products at the DRAM floor,
+    where 64-row tiles only pad more)."""
     target = as_target(target)
     if wgmma_refusal(form, target) is not None:
         return None
@@ -194,7 +175,6 @@ def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
     return w if prefer_wgmma(form, w, mma, needs_c_tile(w, form, epi_tile), target) else None
 
 
-
 # -- wgmma -------------------------------------------------------------------------------
 
 WGMMA_SPLIT_K_CHOICES = split_parts(WGMMA_SPACE)
@@ -203,15 +183,12 @@ WGMMA_SPLIT_K_CHOICES = split_parts(WGMMA_SPACE)
 
 def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: bool = True,
                      divide: bool = False) -> list:
-    """Every configuration :func:`choose_wgmma_config` ranks for ``form``: ``block_n`` of
-    64, 128, 256 up to ``N`` rounded up to a power of two, 1 or 2 warpgroups (2 where
-    ``M > 64``), split-K parts of :data:`WGMMA_SPLIT_K_CHOICES` where the product can be padded
-    (at least 4 steps of 64 per part, padding ``K`` by at most an eighth or 64), each with
-    the most stages (4 down to 1; each count for the large tiles, whose C tile leaves
-    room for fewer) its steps and shared memory allow (with the C tile
-    where the epilogue reads one: ``epilogue_tile``, or the tile pads the product), one
-    wgmma group in flight from 3 stages. ``divide``: only tiles that divide the product,
-    without split-K (an epilogue storing another layout)."""
+    """Every configuration :func:`choose_wgmma_config` ranks for ``form``: ``block_n`` up
+    to :func:`~.knobs.tile_limit` of ``N``, 1 or 2 warpgroups (2 where ``M > 64``), split-K
+    parts of :data:`WGMMA_SPLIT_K_CHOICES` where paddable (>= 4 steps a part, ``K`` padded
+    by at most an eighth), the most stages (4 down to 1) its steps and shared memory allow
+    (with the C tile where ``epilogue_tile`` or padding needs it), one group in flight
+    from 3 stages. ``divide``: only tiles dividing the product, no split-K."""
     t = as_target(target)
     if wgmma_refusal(form, t) is not None:
         return []
@@ -237,7 +214,7 @@ def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: boo
                     if stages > 1 and steps < stages:
                         continue
                     cfg = WgmmaScheduleConfig(bn, wgs, stages, 1 if stages >= 3 else 0, split)
-                    if divide and wgmma_padded_extents(cfg, form) != (form.M, form.N, form.K):
+                    if divide and padded_extents(cfg, form) != (form.M, form.N, form.K):
                         break
                     c_tile = needs_c_tile(cfg, form, epilogue_tile)
                     if first_broken(wgmma_rules(cfg, form, t, c_tile)) is not None:
@@ -248,21 +225,17 @@ def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: boo
 
 
 SPLIT_K_GAIN = 0.85
-"""Split-K is chosen only where its estimate is below this share of the best unsplit
-one: its second kernel, and the epilogue moved into it, cost more than the estimate's
-launch (a 128 x 768 x 768 product, which the estimate finds a little faster in two
-parts, measured 3.9 us unsplit)."""
+"""Split-K is chosen only below this share of the best unsplit estimate: its second kernel
+costs more than the estimate's launch (128 x 768 x 768 measured 3.9 us unsplit)."""
 
 
 def choose_wgmma_config(form, target=None, epilogue_tile: bool = True, remap: bool = False
                         ) -> WgmmaScheduleConfig | None:
-    """The default wgmma tiles of ``form`` on ``target``: of :func:`wgmma_candidates`, the
-    one :func:`wgmma_time` expects fastest (near ties to the larger block tile, then the
-    fewest split-K parts; split-K only where it gains :data:`SPLIT_K_GAIN`), or None
-    where none fits. ``remap``: only tiles that divide
-    the product, no split-K. On an H100/H200: 4096^3 takes 128 x 256, 4 stages, one group
-    in flight; BERT-base's 128 x 3072 x 768 64 x 64, 1 warpgroup, 4 stages; its
-    128 x 768 x 3072 the same in split-K parts."""
+    """Of :func:`wgmma_candidates`, the one :func:`wgmma_time` expects fastest (near ties
+    to the larger tile, more stages, fewer split-K parts; split-K only where it gains
+    :data:`SPLIT_K_GAIN`), or None. ``remap``: tiles dividing the product, no split-K.
+    On an H100: 4096^3 takes 128 x 256, 4 stages, one group in flight; 128 x 3072 x 768
+    64 x 64, 4 stages; 128 x 768 x 3072 the same in split-K parts."""
     t = as_target(target)
     cands = wgmma_candidates(form, t, epilogue_tile, divide=remap)
     if not cands:
@@ -285,27 +258,50 @@ def choose_wgmma_config(form, target=None, epilogue_tile: bool = True, remap: bo
 # -- convolutions ----------------------------------------------------------------------------
 
 BLOCK_CHOICES = (128, 64, 32, 16)
+CONV_RANKINGS = ("count", "estimate")
+"""How :func:`conv_config` ranks mma.sync conv tiles: ``"count"``, its own count of waves x
+(tile work + tile loads) over one ``block_k`` and stage choice per tile; ``"estimate"``,
+the products' chooser on the implicit GEMM (:func:`gemm_candidates` ranked by
+:func:`~.estimate.gemm_time`, split-K and 4 stages included)."""
+DEFAULT_CONV_RANKING = "count"
+"""The ranking used where neither the call nor :data:`CONV_RANKING_ENV` names one; it stays
+``"count"`` until a GPU A/B (``bench/bench_conv_chooser.py``) shows the estimate faster."""
+CONV_RANKING_ENV = "PTXFORGE_CONV_RANKING"
 
 
-def choose_conv_config(op: ComputeOp, target: Target | str | None = None) -> TensorCoreConfig:
+def conv_ranking(ranking: str | None = None) -> str:
+    """``ranking``, else the environment's :data:`CONV_RANKING_ENV`, else
+    :data:`DEFAULT_CONV_RANKING`; a name outside :data:`CONV_RANKINGS` is an error."""
+    r = ranking or os.environ.get(CONV_RANKING_ENV) or DEFAULT_CONV_RANKING
+    if r not in CONV_RANKINGS:
+        raise ValueError(f"conv ranking {r!r} (argument or ${CONV_RANKING_ENV}) is not one "
+                         f"of {', '.join(CONV_RANKINGS)}")
+    return r
+
+
+def choose_conv_config(op: ComputeOp, target: Target | str | None = None,
+                       ranking: str | None = None) -> TensorCoreConfig:
     """:func:`conv_config`, or a :class:`ScheduleError` where no configuration fits."""
-    cfg = conv_config(op, target)
+    cfg = conv_config(op, target, ranking)
     if cfg is None:
         raise ScheduleError(f"tensor-core conv2d {op.name}: no configuration fits target "
                             f"{as_target(target).arch}")
     return cfg
 
 
-def conv_config(op: ComputeOp, target: Target | str | None = None
-                ) -> TensorCoreConfig | None:
-    """A default configuration for conv stage ``op`` on ``target`` (None where none fits):
-    the block tile that
-    minimizes an estimate of waves x (tile work + tile loads) over the padded product, so
-    that small layers (7x7 pixels) still spread over the SMs; warps of 16 to 64 rows and 8
-    to 64 columns; a 2- or 3-stage cp.async pipeline over the reduction; the widest copies
-    that the tiles allow. Every candidate passes :func:`check_conv_config`."""
+def conv_config(op: ComputeOp, target: Target | str | None = None,
+                ranking: str | None = None) -> TensorCoreConfig | None:
+    """A default configuration for conv stage ``op`` on ``target`` (None where none fits),
+    ranked as :func:`conv_ranking` says. ``"count"``: the block tile that minimizes
+    waves x (tile work + tile loads) over the padded product, so that small layers (7x7
+    pixels) still spread over the SMs; warps of 16 to 64 rows and 8 to 64 columns; a 2- or
+    3-stage cp.async pipeline; the widest copies the tiles allow. ``"estimate"``:
+    :func:`choose_gemm_config`'s pick on :func:`~.forms.conv_gemm_form`. Every candidate
+    passes :func:`~.rules.check_conv_config`."""
     target = as_target(target)
     form = conv_gemm_form(op)
+    if conv_ranking(ranking) == "estimate":
+        return _best(gemm_candidates(form, target), form, target)
     M, N, eb = form.M, form.N, form.elem_bytes
     best = None
     for bm in BLOCK_CHOICES:
@@ -338,16 +334,14 @@ def _valid_config(form, target, bm: int, bn: int):
 
 
 def wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
-    """The default wgmma configuration of conv stage ``op``, or None where no wgmma tiles
-    fit: the wgmma GEMM chooser's (:func:`choose_wgmma_config`, split-K included where its
-    estimate gains :data:`SPLIT_K_GAIN`) on the implicit GEMM, whose channels count as at
-    least one 64-wide tile (the schedule pads them to it)."""
+    """:func:`choose_wgmma_config` on conv stage ``op``'s implicit GEMM (its channels at
+    least one 64-wide tile, which the schedule pads them to), or None."""
     form = conv_gemm_form(op)
     return choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), as_target(target))
 
 
 def choose_wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
-    """:func:`wgmma_conv_config`, or a :class:`ScheduleError` where no tiles fit."""
+    """:func:`wgmma_conv_config`, or a :class:`ScheduleError`."""
     target = as_target(target)
     cfg = wgmma_conv_config(op, target)
     if cfg is None:
@@ -358,19 +352,12 @@ def choose_wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
 
 
 def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
-                      target: Target | str | None = None):
-    """The wgmma configuration the default conv schedule runs conv stage ``op`` with, or
-    None where it stays on mma.sync, as :func:`wgmma_choice` decides
-    for products: wgmma must run it (:func:`wgmma_conv_refusal`; at least 64 output
-    channels, :func:`~.choice.wgmma_refusal`), and the estimate of
-    :func:`choose_wgmma_conv_config`'s configuration
-    (:func:`~.estimate.wgmma_time`, with the C tile the epilogue reads) must beat
-    :func:`~.estimate.gemm_time`'s of :func:`choose_conv_config`'s, both on the
-    implicit GEMM with the convolution's own DRAM floor (:func:`conv_gemm_form`). On an
-    H100 at batch 16, ResNet-18's 3x3 layers measured 15-20 us on wgmma against 36-50 us
-    on mma.sync. ``epilogue`` does not change the choice (both schedules run it over a C
-    tile)."""
-
+                      target: Target | str | None = None, ranking: str | None = None):
+    """The wgmma configuration the default conv schedule runs ``op`` with, or None where
+    it stays on mma.sync, decided as :func:`wgmma_choice` does for products: wgmma must run
+    it (:func:`~.choice.wgmma_conv_refusal`, :func:`~.choice.wgmma_refusal`) and its
+    estimate (with the C tile) beat that of :func:`conv_config`'s pick under ``ranking``,
+    both on :func:`conv_gemm_form`. ``epilogue`` does not change the choice."""
     target = as_target(target)
     if wgmma_conv_refusal(op, target) is not None:
         return None
@@ -380,5 +367,5 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     w = wgmma_conv_config(op, target)
     if w is None:
         return None
-    return w if prefer_wgmma(form, w, conv_config(op, target), True, target) else None
+    return w if prefer_wgmma(form, w, conv_config(op, target, ranking), True, target) else None
 

@@ -1,11 +1,7 @@
-"""The one time estimate of each tensor-core kernel kind, to rank configurations.
-
-:func:`gemm_time` estimates the mma.sync schedule, :func:`wgmma_time` (over arrays of
-knobs: :func:`wgmma_estimate`) the wgmma one; both have the same shape (waves of blocks x
-per-step cost, a DRAM floor, a launch, split-K's second kernel and partial sums). The
-default choosers, the choice between wgmma and mma.sync (:mod:`.choice`) and the
-auto-scheduler's model of wgmma states read them.
-"""
+"""The one time estimate of each tensor-core kind, to rank configurations: :func:`gemm_time`
+(mma.sync) and :func:`wgmma_time`, over arrays of knobs :func:`gemm_estimate` and
+:func:`wgmma_estimate` (the auto-scheduler's models). Both are waves of blocks x a per-step
+cost, a DRAM floor, a launch, and split-K's second kernel and partial sums."""
 
 from __future__ import annotations
 
@@ -22,8 +18,7 @@ from .rules import block_k, shared_bytes, wgmma_shared_bytes
 
 def gemm_time(cfg: TensorCoreConfig, form: GemmForm, target: Target | str | None = None,
               dram_floor: bool = True) -> float:
-    """A rough estimate in seconds of ``cfg`` on ``form``, to rank the default chooser's
-    candidates (:func:`gemm_estimate` of one configuration)."""
+    """:func:`gemm_estimate` of one configuration, in seconds."""
     return float(gemm_estimate(cfg.block_m, cfg.block_n, cfg.block_k, cfg.warps_m,
                                cfg.warps_n, cfg.stages, cfg.split_k, cfg.pad, form, target,
                                dram_floor))
@@ -31,30 +26,15 @@ def gemm_time(cfg: TensorCoreConfig, form: GemmForm, target: Target | str | None
 
 def gemm_estimate(block_m, block_n, block_k, warps_m, warps_n, stages, split_k, pad, form,
                   target=None, dram_floor: bool = True):
-    """The mma.sync schedule's time in seconds over arrays of knobs (the auto-scheduler's
-    population; :func:`gemm_time` of one), its figures fitted to 2,300 measured
-    configurations of eight fp16 products, M 16 to 512, on an H200 (the default
-    chooser's pick then came within 1.10x of the fastest measured, geometric mean, where
-    the fixed tile table was 1.26x):
-
-    - the blocks (the batch x the block tiles of the padded product x the split-K parts)
-      run in waves of ``num_sms`` x the blocks resident on an SM (threads, registers,
-      shared memory with the C tile), the ``r`` blocks sharing an SM dividing its
-      throughput;
-    - each ``block_k`` step of a block costs the largest of its mma work (the SM's
-      ``mma.sync`` rate, the target's ``mma_sync_peak_fraction`` of its tensor-core peak,
-      of which a warp issues to one of 4 sub-cores, so a block of fewer warps than 4 uses
-      that fraction), its tile copies (``(block_m + block_n) x block_k`` elements at the
-      target's ``tile_copy_bytes_per_clock``) and the latency of a global load that the
-      ``stages - 1`` copies in flight hide, plus a barrier; a wave costs the steps of one
-      part of the reduction;
-    - at least the inputs are read from DRAM once (``form.input_bytes``; unless
-      ``dram_floor`` is False), and one launch;
-    - split-K adds a second kernel right behind the first (the target's
-      ``dependent_launch_seconds``) and the partial sums' float32 traffic: written once by
-      the product, read once by the summing kernel (``2 x split_k x Mp x Np x 4`` bytes,
-      at L2 bandwidth while they fit half the L2, else at DRAM bandwidth).
-    """
+    """The mma.sync schedule's time in seconds over arrays of knobs, fitted to 2,300
+    measured configurations of eight fp16 products (M 16 to 512, an H200: the chooser's
+    pick within 1.10x of the fastest measured, geometric mean). The blocks run in waves of
+    the SMs x the blocks resident on one, the ``r`` sharing an SM dividing its rate; a
+    ``block_k`` step costs the largest of the mma work (``mma_sync_peak_fraction`` of the
+    peak; a block of fewer than 4 warps uses that share of the 4 sub-cores), the tile
+    copies (``tile_copy_bytes_per_clock``) and the global latency ``stages - 1`` copies in
+    flight hide, plus a barrier; at least the DRAM floor (unless not ``dram_floor``), one
+    launch, and split-K's cost (:func:`_split_k_cost`)."""
     t = as_target(target)
     bm, bn, bk = (np.asarray(x, dtype=np.int64) for x in (block_m, block_n, block_k))
     wm, wn = np.asarray(warps_m, dtype=np.int64), np.asarray(warps_n, dtype=np.int64)
@@ -77,8 +57,7 @@ def gemm_estimate(block_m, block_n, block_k, warps_m, warps_n, stages, split_k, 
 
 
 def _tiles(form, bm, bn, bk, split):
-    """``(Mp, Np, blocks, steps)``: the product padded to the block tile (a broadcast
-    batch is not padded), its blocks and the ``bk`` steps of one split-K part."""
+    """``(Mp, Np, blocks, steps)``: the padded product, its blocks, the steps a part."""
     if form.paddable:
         Mp, Np = -(-form.M // bm) * bm, -(-form.N // bn) * bn
         Kp = -(-form.K // (bk * split)) * (bk * split)
@@ -88,22 +67,21 @@ def _tiles(form, bm, bn, bk, split):
 
 
 def _waves(t, blocks, threads, regs, smem):
-    """``(waves, r)``: the waves of ``blocks`` over the SMs, as many resident on each as
-    its threads, registers and shared memory allow, and the blocks sharing an SM."""
+    """``(waves, r)``: the waves of ``blocks`` over the SMs and the blocks sharing one."""
     per_sm = np.maximum(1, t.blocks_per_sm(threads, regs, smem + 1024))
     return -(-blocks // (t.num_sms * per_sm)), np.minimum(per_sm, -(-blocks // t.num_sms))
 
 
 def _finish(sec, form, t, split, mn, dram_floor: bool):
-    """``sec`` at least the inputs' DRAM floor (where ``dram_floor``), plus one launch and
-    split-K's cost over ``mn`` outputs of a batch."""
+    """``sec`` at least the DRAM floor (where ``dram_floor``), plus a launch and split-K."""
     if dram_floor:
         sec = np.maximum(sec, form.input_bytes / t.dram_bytes_per_s)
     return sec + t.launch_seconds + _split_k_cost(split, form.batch * mn, t)
 
 
 def _split_k_cost(split, elements, t):
-    """Split-K's second kernel and the float32 partial sums' traffic (none unsplit)."""
+    """Split-K's second kernel right behind the first and the float32 partial sums written
+    and read once (at L2 bandwidth while they fit half the L2); none unsplit."""
     partial = split * elements * 4.0
     rate = np.where(2 * partial <= t.l2_bytes, t.l2_bytes_per_s, t.dram_bytes_per_s)
     return np.where(split > 1, t.dependent_launch_seconds + 2.0 * partial / rate, 0.0)
@@ -135,25 +113,18 @@ of one that leaves a group running: 0.2863 against 0.2473 ms at 4096^3 fp16 (128
 
 def wgmma_time(cfg: WgmmaScheduleConfig, form, target=None, c_tile: bool = False,
                dram_floor: bool = True) -> float:
-    """A rough estimate in seconds of the wgmma GEMM with ``cfg`` on ``form``, to rank
-    :func:`~.chooser.choose_wgmma_config`'s candidates (:func:`wgmma_estimate` of one config)."""
+    """:func:`wgmma_estimate` of one configuration, in seconds."""
     return float(wgmma_estimate(cfg.block_n, cfg.warpgroups, cfg.stages, cfg.split_k, form,
                                 target, c_tile, dram_floor, cfg.in_flight))
 
 
 def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_tile=False,
                    dram_floor: bool = True, in_flight=1):
-    """:func:`wgmma_time` over arrays of knobs (the auto-scheduler's population); the
-    shape of :func:`gemm_time`: blocks in waves of the SMs times the
-    blocks resident on one (shared memory, 128 x warpgroups threads), the ``r`` blocks
-    sharing an SM dividing its rate; each 64-column step the largest of the wgmma work
-    (at :data:`WGMMA_PEAK_FRACTION` of the SM's tensor-core peak, :data:`NO_FLIGHT_RATE`
-    of that where each step waits for its wgmmas), the tile copies (at
-    :data:`WGMMA_COPY_BYTES_PER_CLOCK`) and the global latency the ``stages - 1`` copies
-    in flight hide, plus a barrier; at least the tiles' copies from L2
-    (:data:`L2_TILE_RATE`) and the inputs read from DRAM once (``form.input_bytes``); one
-    launch; split-K's
-    second kernel and the float32 partial sums' traffic."""
+    """The wgmma schedule's time over arrays of knobs, in the shape of
+    :func:`gemm_estimate`: each 128-byte step the largest of the wgmma work
+    (:data:`WGMMA_PEAK_FRACTION`, :data:`NO_FLIGHT_RATE`), the tile copies
+    (:data:`WGMMA_COPY_BYTES_PER_CLOCK`) and the latency the copies in flight hide; at
+    least the tiles' L2 traffic (:data:`L2_TILE_RATE`) and the DRAM floor."""
     t = as_target(target)
     bn = np.asarray(block_n, dtype=np.int64)
     wgs = np.asarray(warpgroups, dtype=np.int64)

@@ -1,20 +1,8 @@
-"""The one recognizer of GEMM forms: which stages are matrix products the tensor cores run.
-
-:func:`gemm_form` reads a product stage of dense, matmul or batch_matmul, and
-:func:`conv_gemm_form` a conv2d NHWC stage as its implicit GEMM
-(:func:`tensorcore_conv_unsupported` says which convolutions qualify), into a
-:class:`GemmForm`: batch, extents, dtypes, B's layout, TF32. The rules under it are
-stated once and shared with the graph's fusion pass, which decides on graph calls before
-any te stage exists:
-
-- :func:`product_kind`: the instruction kind that multiplies the inputs (16-bit inputs on
-  ``mma.sync m16n8k16``; float32 only where the user asked for TF32), or None;
-- :func:`layout_ok`: A read as ``[M, K]`` (no transposed A), B as ``[N, K]`` or, where
-  the kind takes it, ``[K, N]``;
-- :func:`whole_tiles`: extents the smallest tile (16 x 16 x the mma's k) divides, which a
-  product that is not padded (a broadcast batch, an epilogue storing another layout)
-  needs.
-"""
+"""The one recognizer of GEMM forms: :func:`gemm_form` reads a dense, matmul or
+batch_matmul stage and :func:`conv_gemm_form` a conv2d NHWC stage (as its implicit GEMM)
+into a :class:`GemmForm`. The rules under it (:func:`product_kind`, :func:`layout_ok`,
+:func:`whole_tiles`) are shared with the graph's fusion pass, which decides on graph calls
+before any te stage exists."""
 
 from __future__ import annotations
 
@@ -32,10 +20,8 @@ MIN_TILE = 16
 
 
 def product_kind(in_dtype: str, precision: str | None = None) -> TensorCoreKind | None:
-    """The kind that multiplies ``in_dtype`` inputs at ``precision``: fp16/bf16 on mma.sync
-    m16n8k16 (or wgmma, :mod:`.choice`), fp8 (e4m3, e5m2) on wgmma m64nNk32 only, float32
-    on m16n8k8 TF32 only at ``precision="tf32"`` (never chosen silently); None where the
-    tensor cores do not run the product."""
+    """The kind that multiplies ``in_dtype`` inputs: fp16/bf16 on mma.sync (or wgmma), fp8
+    on wgmma only, float32 on TF32 only at ``precision="tf32"``; else None."""
     if in_dtype in MMA_SYNC.inputs:
         return MMA_SYNC
     if in_dtype in WGMMA_FP8.inputs:
@@ -46,15 +32,13 @@ def product_kind(in_dtype: str, precision: str | None = None) -> TensorCoreKind 
 
 
 def layout_ok(kind: TensorCoreKind, transpose_a: bool, b_kn: bool) -> bool:
-    """Whether ``kind``'s fragment loads take the operands: A as ``[M, K]`` (there is no
-    ldmatrix of a transposed A here), B as ``[N, K]`` or, where the kind allows it,
-    ``[K, N]``."""
+    """Whether ``kind`` takes the operands: A as ``[M, K]``, B as ``[N, K]`` or, where the
+    kind allows it, ``[K, N]``."""
     return not transpose_a and (kind.b_kn or not b_kn)
 
 
 def whole_tiles(kind: TensorCoreKind, M: int, N: int, K: int) -> bool:
-    """Whether the smallest tile divides the product (``M``, ``N`` by 16, ``K`` by the
-    mma's k)."""
+    """Whether the smallest tile (16 x 16 x the mma's k) divides the product."""
     return M % MIN_TILE == 0 and N % MIN_TILE == 0 and K % kind.k == 0
 
 
@@ -78,10 +62,8 @@ class GemmForm:
     batched: bool = False  # a batch_matmul stage (axes b, i, j)
     broadcast: bool = False  # a batch of more than one over an operand of batch 1
     unique_bytes: int = 0
-    """The bytes of input the product reads from memory at least; 0: its two operands,
-    ``batch x (M + N) x K`` elements. An implicit GEMM reads less than its operands (a
-    3x3 convolution's ``A`` holds each input pixel 9 times): the convolution's input and
-    kernel."""
+    """The bytes of input read at least (0: the two operands); an implicit GEMM's are the
+    conv's input and kernel, not the window matrix."""
     conv: bool = False
     """The implicit GEMM of a conv2d NHWC stage (:func:`conv_gemm_form`)."""
 
@@ -110,8 +92,7 @@ class GemmForm:
 
 
 def _operand_read(x):
-    """The tensor read of one factor of the product: ``A[..]``, a cast of it, or
-    ``round_tf32`` of it (the TF32 rounding the mma does itself)."""
+    """The tensor read of one factor: ``A[..]``, a cast of it or ``round_tf32`` of it."""
     while True:
         if isinstance(x, TensorRead):
             return x
@@ -125,11 +106,9 @@ def _operand_read(x):
 
 def gemm_form(op: ComputeOp, target: Target | str | None = None,
               tags: tuple | None = GEMM_TAGS) -> GemmForm | None:
-    """The :class:`GemmForm` of stage ``op`` when the tensor cores of ``target`` can run it
-    with :func:`schedule_gemm_tensorcore`, else None (the CUDA-core schedule runs it).
-    ``tags``: the operator tags taken (the default schedules: the library's products);
-    None takes a stage of any tag whose body is such a product (the auto-scheduler's
-    sketches, for products users declare themselves)."""
+    """The :class:`GemmForm` of stage ``op`` when the tensor cores of ``target`` run it,
+    else None. ``tags``: the operator tags taken (None: any stage whose body is a product,
+    for the auto-scheduler's sketches)."""
     target = as_target(target)
     if not isinstance(op, ComputeOp) or len(op.reduce_axis) != 1:
         return None
@@ -202,12 +181,9 @@ def gemm_form(op: ComputeOp, target: Target | str | None = None,
 
 
 def copies_from_memory(t) -> bool:
-    """Whether the shared-memory copy of operand ``t`` only moves elements of an input: ``t``
-    is a placeholder, or a chain of stages each reading one element of the next and
-    computing nothing (a slice, reshape or transpose that the graph fused into the
-    product), which the default schedule inlines into the copy. Such a copy can be a
-    ``cp.async`` (16 bytes wide where the remapped index is contiguous and aligned,
-    narrower where that is not provable)."""
+    """Whether the shared copy of operand ``t`` only moves input elements (a placeholder,
+    or stages each reading one element of the next: a fused slice, reshape or transpose),
+    so that it can be a ``cp.async``."""
     while isinstance(t.op, ComputeOp):
         op = t.op
         if op.reduce_axis or op.num_outputs != 1 or not isinstance(op.body, TensorRead):
@@ -242,10 +218,8 @@ def conv_gemm_shape(op: ComputeOp) -> tuple[int, int, int, int]:
 
 def tensorcore_conv_unsupported(op: ComputeOp, target: Target | str | None = None
                                 ) -> str | None:
-    """Why conv stage ``op`` cannot run on tensor cores on ``target``, or None when it can:
-    a plain (not grouped or depthwise) conv2d NHWC of float16 / bfloat16 inputs accumulated
-    in float32, or of float32 inputs declared with ``precision="tf32"``, on a GPU with
-    mma.sync (sm_80 and later)."""
+    """Why conv stage ``op`` cannot run on tensor cores on ``target``, or None: a plain
+    conv2d NHWC of fp16/bf16 (or TF32-declared float32) inputs summed in float32, sm_80+."""
     target = as_target(target)
     if op.tag != _tag.CONV2D_NHWC or len(op.reduce_axis) != 3 or len(op.shape) != 4:
         return f"stage {op.name} (tag {op.tag!r}) is not a conv2d NHWC"
@@ -270,10 +244,8 @@ def tensorcore_conv_unsupported(op: ComputeOp, target: Target | str | None = Non
 
 
 def conv_gemm_form(op: ComputeOp) -> GemmForm:
-    """The :class:`GemmForm` of conv stage ``op``'s implicit GEMM (``M`` pixels x ``N``
-    output channels x ``K = KH*KW*C_in``, B the HWIO kernel as ``[K, N]``), whose DRAM
-    floor is the convolution's input and kernel read once (not the window matrix ``A``,
-    which holds each input pixel up to ``KH*KW`` times)."""
+    """The :class:`GemmForm` of conv stage ``op``'s implicit GEMM (pixels x output channels
+    x ``KH*KW*C_in``, B the HWIO kernel as ``[K, N]``; DRAM floor: input and kernel)."""
     M, N, K, _ = conv_gemm_shape(op)
     data, kernel = op.input_tensors
     dt = data.dtype
@@ -298,14 +270,10 @@ def _numel(t) -> int:
 
 def epilogue_refusal(op: ComputeOp, epilogue: ComputeOp | None, remap: bool = True
                      ) -> str | None:
-    """Why stage ``epilogue`` cannot be the fused epilogue of product stage ``op`` in the
-    tensor-core GEMM template, as the end of a sentence, or None where it can: no epilogue;
-    an element-wise one (no reduction, the product's shape, every read of the product,
-    through the element-wise stages between them, at the epilogue's own index: bias,
-    residual add, activation, cast, scale); or, where ``remap`` (products, not the
-    implicit-GEMM convolution), one that stores the product in another layout
-    (:func:`~..remap.epilogue_remap`). The schedules, the sketch rules and the templates
-    ask this before anything is scheduled."""
+    """Why the template cannot fuse stage ``epilogue`` into product stage ``op``, or None
+    where it can: none; an element-wise one (every read of the product at the epilogue's
+    own index: bias, residual, activation, cast, scale); or, where ``remap`` (not for
+    convolutions), one storing another layout (:func:`~..remap.epilogue_remap`)."""
     if epilogue is None or epilogue is op:
         return None
     from ..analysis import is_epilogue_of
@@ -331,10 +299,8 @@ def _is_cast_of(epilogue: ComputeOp, op: ComputeOp) -> bool:
 
 
 def accumulator_scale(op: ComputeOp, epilogue: ComputeOp | None):
-    """The float32 scalar expression ``s`` where ``epilogue`` is ``op``'s output times
-    ``s`` (then, maybe, cast to the output dtype) and ``s`` is the same for every element
-    (reads no axis of the epilogue: ``scale_a[0] * scale_b[0]`` of ``scaled_mm``), else
-    None."""
+    """The float32 scalar ``s`` where ``epilogue`` is ``op``'s output times ``s`` (maybe
+    cast), ``s`` reading no axis (``scaled_mm``'s ``scale_a[0] * scale_b[0]``); else None."""
     if epilogue is None or epilogue.reduce_axis or epilogue.num_outputs != 1:
         return None
     body = epilogue.body
@@ -358,32 +324,9 @@ def _reads(e, op) -> bool:
 
 
 def direct_store(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm) -> bool:
-    """Whether the accumulators of product stage ``op`` reach ``epilogue``'s output through
-    the instruction kind's own store, without the float32 C tile in shared memory: no
-    epilogue, only the cast to the output dtype, or, for fp8 products (wgmma only), the
-    per-tensor scales and the cast (:func:`accumulator_scale`: a scaled store multiplies
-    the registers by one scalar). A 16-bit product's scale keeps the C tile: moving it
-    changes kernels that are timed on a GPU first."""
+    """Whether ``op``'s accumulators reach the output through the kind's own store, not the
+    C tile: no epilogue, only a cast, or for fp8 the per-tensor scales and the cast
+    (:func:`accumulator_scale`; a 16-bit product's scale keeps the C tile)."""
     if epilogue is None or _is_cast_of(epilogue, op):
         return True
     return form.fp8 and accumulator_scale(op, epilogue) is not None
-
-
-def _is_cast(t) -> bool:
-    """Whether tensor ``t`` is a cast of one tensor."""
-    return (isinstance(t.op, ComputeOp) and isinstance(t.op.body, Cast)
-            and len(t.op.input_tensors) == 1)
-
-
-def _b_is_kn(c, b) -> bool:
-    """Whether product ``c`` reads B as ``[k, n]`` (its first index is the reduce axis)."""
-    from ....passes.schedule.common import ScheduleError
-
-    red = {ax.var for ax in c.op.reduce_axis}
-    stack = [c.op.body]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, TensorRead) and x.tensor is b:
-            return x.indices[0] in red
-        stack.extend(children(x))
-    raise ScheduleError(f"tensor-core dense: {c.name} does not read {b.name}")

@@ -1,12 +1,7 @@
-"""The one legality check of each tensor-core form: functions of the knob values and the
-:class:`~.forms.GemmForm`, never "run the schedule and catch the error".
-
-The schedules, the default choosers, the AutoTVM templates and the auto-scheduler's sketch
-states all ask these (a configuration the schedule would refuse is one they name the rule
-of). mma.sync knobs (:class:`~.knobs.TensorCoreConfig`): :func:`check_gemm_config` on a
-product, :func:`check_conv_config` on an implicit-GEMM convolution; wgmma knobs
-(:class:`~.knobs.WgmmaScheduleConfig`): :func:`check_wgmma_knobs` on either.
-"""
+"""The one legality check of each tensor-core form, a function of the knob values and the
+:class:`~.forms.GemmForm` that the schedules, the choosers, the templates and the sketches
+all ask: ``(ok, rule)`` pairs over ints or arrays of knobs (:func:`gemm_rules`,
+:func:`conv_rules`, :func:`wgmma_rules`); the ``check_*`` functions name the first broken."""
 
 from __future__ import annotations
 
@@ -28,16 +23,16 @@ def _round_up(x: int, m: int) -> int:
 # -- mma.sync ---------------------------------------------------------------------------
 
 
-def padded_extents(cfg: TensorCoreConfig, form: GemmForm) -> tuple[int, int, int]:
-    """``(Mp, Np, Kp)``: the product's extents rounded up to ``cfg``'s block tile (``K`` to
-    ``split_k`` parts of whole ``block_k`` steps)."""
+def padded_extents(cfg, form: GemmForm) -> tuple[int, int, int]:
+    """``(Mp, Np, Kp)``: the extents rounded up to the tiles of ``cfg`` (either kind; ``K``
+    to split-K parts of whole steps)."""
+    bk = block_k(form) if hasattr(cfg, "warpgroups") else cfg.block_k
     return (_round_up(form.M, cfg.block_m), _round_up(form.N, cfg.block_n),
-            _round_up(form.K, cfg.block_k * max(cfg.split_k, 1)))
+            _round_up(form.K, bk * max(cfg.split_k, 1)))
 
 
 def needs_padding(cfg: TensorCoreConfig, form: GemmForm) -> bool:
-    """Whether ``cfg``'s block tile leaves part of a tile outside ``form``'s product (the
-    schedule then pads the operands with zeros through ``implicit_gemm``)."""
+    """Whether ``cfg``'s tiles leave part of a tile outside ``form``'s product."""
     return padded_extents(cfg, form) != (form.M, form.N, form.K)
 
 
@@ -48,9 +43,8 @@ def gemm_shared_bytes(cfg: TensorCoreConfig, form: GemmForm, c_tile: bool = True
 
 
 def shared_bytes(block_m, block_n, block_k, stages, pad, form: GemmForm, c_tile=True):
-    """Shared memory of one mma.sync block (ints or arrays of knobs): ``stages`` buffers of
-    the A and B tiles (rows padded by ``pad`` elements) and, when the epilogue reads it
-    (``c_tile``), the float32 C tile (rows padded by 4)."""
+    """Shared memory of one mma.sync block (ints or arrays): ``stages`` A and B tiles (rows
+    padded by ``pad``) and, with ``c_tile``, the float32 C tile (rows padded by 4)."""
     a = block_m * (block_k + pad)
     b = block_k * (block_n + pad) if form.b_kn else block_n * (block_k + pad)
     c = np.where(c_tile, block_m * (block_n + 4) * C_TILE_BYTES, 0)
@@ -58,15 +52,14 @@ def shared_bytes(block_m, block_n, block_k, stages, pad, form: GemmForm, c_tile=
 
 
 def _int(v) -> bool:
-    """Whether ``v`` is an int (not a bool), or an array of ints."""
+    """Whether ``v`` is an int (not a bool) or an array of ints."""
     if isinstance(v, np.ndarray):
         return v.dtype.kind in "iu"
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def holds(rules, n: int) -> np.ndarray:
-    """Where every rule of ``rules`` (``(ok, rule)`` pairs over a population of ``n``
-    knob values) holds."""
+    """Where every rule of ``rules`` holds over a population of ``n``."""
     valid = np.ones(n, dtype=bool)
     for ok, _ in rules:
         valid &= ok
@@ -74,8 +67,8 @@ def holds(rules, n: int) -> np.ndarray:
 
 
 def first_broken(rules):
-    """The text of the first rule of ``rules`` that does not hold (the rules are checked
-    in order, so a rule may assume those before it), or None."""
+    """The text of the first rule that does not hold (in order: a rule may assume those
+    before it), or None."""
     for ok, rule in rules:
         if not ok:
             return rule()
@@ -83,11 +76,9 @@ def first_broken(rules):
 
 
 def knob_rules_mma(k, M, N, K, mma_k: int, eb: int, split_k_ok: bool = True):
-    """The rules of mma.sync knobs ``k`` (a :class:`TensorCoreConfig`, or any object of the
-    same attributes holding arrays over a population) on an ``M x N x K`` product that
-    its tiles divide: ``(ok, rule)`` pairs, ``ok`` a bool (array), ``rule()`` the end of a
-    "need ..." sentence. :meth:`TensorCoreConfig.check` names the first broken one; the
-    auto-scheduler's model takes them all at once."""
+    """The rules of mma.sync knobs ``k`` (a :class:`TensorCoreConfig`, or an object of
+    arrays) on an ``M x N x K`` product its tiles divide: ``(ok, rule)`` pairs, ``rule()``
+    the end of a "need ..." sentence."""
     bm, bn, bk, wm, wn, vec = k.block_m, k.block_n, k.block_k, k.warps_m, k.warps_n, k.vec
     threads = 32 * wm * wn
     yield (np.equal(k.split_k, 1) | split_k_ok,
@@ -132,15 +123,10 @@ def _positive(k, names: tuple, how: str):
 
 
 def gemm_rules(k, form: GemmForm, target: Target | str | None = None, c_tile: bool = True):
-    """The rules of mma.sync knobs ``k`` (a :class:`TensorCoreConfig`, or an object of
-    arrays) for product ``form``, as :func:`knob_rules_mma`'s pairs whose ``rule()`` is a
-    whole clause: TF32 asked for where the inputs are float32; positive ints; the rules of
-    :func:`knob_rules_mma` on the product padded to the block tile (a product over a
-    broadcast batch is not padded: there the tiles divide ``M``, ``N`` and ``K``); copies
-    of ``vec`` elements that do not straddle two rows of an input; at least ``stages``
-    ``block_k`` steps in each split-K part; no split-K over a broadcast batch (its parts
-    are computed through ``implicit_gemm``, which cannot pad such a product); the block's
-    shared memory (:func:`shared_bytes`) within the target's opt-in limit."""
+    """The rules of mma.sync knobs ``k`` for product ``form`` (``rule()`` a whole clause):
+    TF32 asked for; positive ints; no split-K over a broadcast batch (which is not padded);
+    :func:`knob_rules_mma` on the padded product; copies that do not straddle two rows;
+    at least ``stages`` steps a split-K part; shared memory within the opt-in limit."""
     t = as_target(target)
     yield (not form.tf32 or k.tf32, lambda: "float32 inputs are multiplied in TF32 only "
            "with TensorCoreConfig(tf32=True)")
@@ -173,17 +159,14 @@ def gemm_rules(k, form: GemmForm, target: Target | str | None = None, c_tile: bo
 
 def check_gemm_config(cfg: TensorCoreConfig, form: GemmForm, where: str = "",
                       target: Target | str | None = None, c_tile: bool = True) -> None:
-    """Raise :class:`ScheduleError` naming the first rule of :func:`gemm_rules` that
-    ``cfg`` breaks for ``form``."""
+    """Raise :class:`ScheduleError` naming the first rule of :func:`gemm_rules` broken."""
     why = first_broken(gemm_rules(cfg, form, target, c_tile))
     if why is not None:
         raise ScheduleError(f"{where or 'tensor-core GEMM'}: {why}")
 
 
 def conv_shared_bytes(cfg, elem_bytes: int):
-    """Shared memory one block of the mma.sync convolution uses (ints or arrays of knobs):
-    ``stages`` buffers of the A and B tiles (rows padded by ``cfg.pad``) and the float32 C
-    tile."""
+    """Shared memory of one mma.sync conv block: ``stages`` A and B tiles and the C tile."""
     a = cfg.block_m * (cfg.block_k + cfg.pad)
     b = cfg.block_k * (cfg.block_n + cfg.pad)
     return (np.maximum(cfg.stages, 1) * (a + b) * elem_bytes
@@ -191,20 +174,17 @@ def conv_shared_bytes(cfg, elem_bytes: int):
 
 
 def copy_vectors(cfg: TensorCoreConfig, C_in: int, N: int, tf32: bool) -> tuple[int, int]:
-    """Elements per copy of the mma.sync convolution's A tile (along channels: as many of
-    ``cfg.vec`` as divide ``C_in``) and of its B tile (along output channels; TF32 keeps B
-    as ``[n, k]``, whose rows are not contiguous in the kernel: one element)."""
+    """Elements per copy of the mma.sync conv's A tile (as many of ``cfg.vec`` as divide
+    ``C_in``) and B tile (of ``N``; TF32 keeps B as ``[n, k]``: one)."""
     from math import gcd
 
     return gcd(cfg.vec, C_in), 1 if tf32 else gcd(cfg.vec, N)
 
 
 def conv_rules(k, M: int, N: int, K: int, tf32: bool, target: Target | str | None = None):
-    """The rules of mma.sync knobs ``k`` (a :class:`TensorCoreConfig`, or an object of
-    arrays) for the implicit GEMM ``M x N x K`` of a convolution, as :func:`gemm_rules`'
-    pairs: positive ints, the rules of :func:`knob_rules_mma` on the product padded to the
-    tiles, the A, B and C tiles within the block's shared memory, at least ``stages``
-    ``block_k`` steps in each split-K part."""
+    """The rules of mma.sync knobs ``k`` for a conv's implicit GEMM ``M x N x K``: positive
+    ints, :func:`knob_rules_mma` on the padded product, the tiles within the block's shared
+    memory, at least ``stages`` steps a split-K part."""
     t = as_target(target)
     mma_k, eb = (8, 4) if tf32 else (16, 2)
     yield from _positive(k, ("block_m", "block_n", "block_k"), "need {what} to be a positive int")
@@ -220,8 +200,7 @@ def conv_rules(k, M: int, N: int, K: int, tf32: bool, target: Target | str | Non
 
 
 def check_conv_config(cfg: TensorCoreConfig, op, target: Target | str | None = None) -> None:
-    """Raise ScheduleError naming the first rule of :func:`conv_rules` that ``cfg`` breaks
-    for conv stage ``op``."""
+    """Raise ScheduleError naming the first rule of :func:`conv_rules` broken."""
     from .forms import conv_gemm_shape
 
     M, N, K, _ = conv_gemm_shape(op)
@@ -236,35 +215,22 @@ def check_conv_config(cfg: TensorCoreConfig, op, target: Target | str | None = N
 
 
 def block_k(form) -> int:
-    """The K step of ``form``'s wgmma shared tiles: one 128-byte row of its elements (64
-    of fp16/bf16, 128 of fp8)."""
+    """The K step of ``form``'s wgmma tiles: one 128-byte row (64 fp16, 128 fp8)."""
     return ROW_BYTES // form.elem_bytes
 
 
 def wgmma_shared_bytes(cfg, c_tile=False):
-    """Shared memory of the wgmma schedule (ints or arrays of knobs): ``stages`` A and B
-    tiles of 128-byte rows, and with ``c_tile`` the float32 C tile the epilogue reads
-    (rows padded by 4)."""
+    """Shared memory of the wgmma schedule: ``stages`` A and B tiles of 128-byte rows and,
+    with ``c_tile``, the float32 C tile (rows padded by 4)."""
     c = np.where(c_tile, cfg.block_m * (cfg.block_n + 4) * C_TILE_BYTES, 0)
     return cfg.stages * (cfg.block_m + cfg.block_n) * ROW_BYTES + c
 
 
-def wgmma_padded_extents(cfg, form) -> tuple:
-    """``(Mp, Np, Kp)``: the product's extents rounded up to ``cfg``'s wgmma tiles (``K``
-    to ``split_k`` parts of whole 128-byte steps)."""
-    return (_round_up(form.M, cfg.block_m), _round_up(form.N, cfg.block_n),
-            _round_up(form.K, block_k(form) * max(cfg.split_k, 1)))
-
-
 def wgmma_rules(k, form, target=None, c_tile=True, steps: bool = True):
-    """The rules of wgmma knobs ``k`` (a :class:`~.knobs.WgmmaScheduleConfig`, or an
-    object of arrays) for a product ``form`` that wgmma runs (the caller asked
-    :func:`~.choice.wgmma_refusal`), as :func:`gemm_rules`' pairs: the knobs' ranges; no
-    split-K over a broadcast batch, whose tiles divide the product (it is not padded);
-    at least ``stages`` steps of 128 bytes in each split-K part (unless not ``steps``: the
-    whole-tensor entry point ``schedule_dense_wgmma`` pipelines fewer); the block's shared
-    memory (:func:`wgmma_shared_bytes`, with the C tile where ``c_tile``) within the opt-in
-    limit. The wgmma convolution checks its implicit GEMM with these too."""
+    """The rules of wgmma knobs ``k`` for a product ``form`` wgmma runs (convolutions' too):
+    the knobs' ranges; no split-K over a broadcast batch, whose tiles divide it; at least
+    ``stages`` steps a split-K part (unless not ``steps``); shared memory (with the C tile
+    where ``c_tile``) within the opt-in limit."""
     t = as_target(target)
     yield np.isin(k.block_n, BLOCK_N), lambda: f"need block_n in {BLOCK_N} (got {k.block_n})"
     yield (np.isin(k.warpgroups, (1, 2)),
@@ -301,8 +267,8 @@ def wgmma_rules(k, form, target=None, c_tile=True, steps: bool = True):
 
 
 def check_wgmma_gemm(cfg, form, where: str = "", target=None, c_tile: bool = True) -> None:
-    """Raise :class:`ScheduleError` naming the rule ``cfg`` breaks for product ``form`` on
-    ``target``: those of :func:`~.choice.wgmma_refusal`, then :func:`check_wgmma_knobs`."""
+    """Raise :class:`ScheduleError` for :func:`~.choice.wgmma_refusal`, then
+    :func:`check_wgmma_knobs`."""
     from .choice import wgmma_refusal
 
     where = where or "wgmma GEMM"
@@ -313,35 +279,29 @@ def check_wgmma_gemm(cfg, form, where: str = "", target=None, c_tile: bool = Tru
 
 
 def check_wgmma_knobs(cfg, form, where: str, target=None, c_tile: bool = True) -> None:
-    """Raise :class:`ScheduleError` naming the first rule of :func:`wgmma_rules` that
-    ``cfg`` breaks for ``form``."""
+    """Raise :class:`ScheduleError` naming the first rule of :func:`wgmma_rules` broken."""
     why = first_broken(wgmma_rules(cfg, form, target, c_tile))
     if why is not None:
         raise ScheduleError(f"{where} with {cfg}: {why}")
 
 
 def needs_c_tile(cfg, form, epilogue_tile: bool) -> bool:
-    """Whether the wgmma schedule with ``cfg`` stores the accumulators through the shared
-    C tile: the epilogue reads one (``epilogue_tile``: more than a cast), or the tiles pad
-    the product, or the reduction is split."""
+    """Whether the wgmma schedule stores through the C tile: the epilogue reads one
+    (``epilogue_tile``), or the tiles pad the product or split K."""
     return epilogue_tile or pads(cfg, form)
 
 
 def pads(knobs, form) -> bool:
-    """Whether the tiles of ``knobs`` (mma.sync or wgmma) leave part of a tile outside
-    ``form``'s product, or split its reduction: the schedule then computes it through
-    ``implicit_gemm``'s zero-padded operand views and the C tile (a product over a
-    broadcast batch is never padded)."""
+    """Whether ``knobs`` (either kind) pad ``form``'s product or split its reduction (the
+    schedule then goes through ``implicit_gemm`` and the C tile)."""
     split = knobs.split_k if isinstance(knobs.split_k, int) else 1
-    wg = hasattr(knobs, "warpgroups")
-    ext = (wgmma_padded_extents if wg else padded_extents)(knobs, form)
+    ext = padded_extents(knobs, form)
     return form.paddable and (split > 1 or ext != (form.M, form.N, form.K))
 
 
 def check_wgmma_conv(cfg, op, target: Target | str | None = None) -> None:
-    """Raise ScheduleError naming the rule wgmma knobs ``cfg`` break for conv stage
-    ``op``: :func:`~.choice.wgmma_conv_refusal`, then :func:`check_wgmma_knobs` on the
-    implicit GEMM (with the C tile)."""
+    """Raise ScheduleError for :func:`~.choice.wgmma_conv_refusal`, then
+    :func:`check_wgmma_knobs` on the implicit GEMM (with the C tile)."""
     from .choice import wgmma_conv_refusal
     from .forms import conv_gemm_form
 

@@ -1,35 +1,16 @@
-"""The one tensor-core GEMM schedule, :func:`schedule_gemm`, and the entry points that
-check a stage and its knobs before they call it.
-
-:func:`schedule_gemm` writes every tensor-core kernel of a product: dense, matmul and
-batch_matmul (:func:`~.forms.gemm_form`) and conv2d NHWC as an implicit GEMM
-(:func:`~.forms.conv_gemm_form`), on mma.sync (knobs :class:`~.knobs.TensorCoreConfig`:
-warp fragments from ``ldmatrix``) or wgmma (:class:`~.knobs.WgmmaScheduleConfig`:
-warpgroup accumulators, operands read from 128B-swizzled shared tiles). It is built from
-the pieces of :mod:`.pieces` in one order: the stages (:func:`~.stages.gemm_stages`:
-padding and split-K through ``implicit_gemm``, the C tile, the epilogue inlined into the
-output, the operand tiles, the block loops), the output over the block tile (the warps'
-direct stores, or all threads over the C tile), the accumulator stores, the product's
-tiling and fragments, the operand copies and the software pipeline.
-
-The entry points name what is wrong before anything is scheduled:
-:func:`schedule_gemm_tensorcore` and :func:`schedule_gemm_wgmma` (products, the knobs'
-rules in :mod:`.rules`), :func:`schedule_conv2d_nhwc_tensorcore` and
-:func:`schedule_conv2d_nhwc_wgmma` (convolutions); :func:`schedule_matmul` and
-:func:`schedule_conv2d_nhwc` are the default stage schedules (the choice of kind in
-:mod:`.choice`, the tiles of :mod:`.chooser`). :func:`schedule_dense_tensorcore` and
-:func:`schedule_dense_wgmma` schedule the tensors of :func:`dense_tensorcore_compute`
-whole.
-"""
+"""The one tensor-core GEMM schedule, :func:`schedule_gemm` (products and conv2d NHWC as an
+implicit GEMM; mma.sync or wgmma), and the entry points that check a stage and its knobs
+before calling it: :func:`schedule_gemm_tensorcore`, :func:`schedule_gemm_wgmma`,
+:func:`schedule_conv2d_nhwc_tensorcore`, :func:`schedule_conv2d_nhwc_wgmma`, and the default
+stage schedules :func:`schedule_matmul` and :func:`schedule_conv2d_nhwc`."""
 
 from __future__ import annotations
 
 from math import gcd
 
 from .... import te
-from ....ir.dtype import nbytes
 from ....ir.intrin.kinds import mma_kind
-from ....ir.intrin.wgmma import WARPGROUP, require_wgmma
+from ....ir.intrin.wgmma import WARPGROUP
 from ....ir.te import ComputeOp
 from ....passes.schedule.common import ScheduleError
 from ....target import Target, as_target
@@ -47,8 +28,6 @@ from .chooser import (
 )
 from .forms import (
     GemmForm,
-    _b_is_kn,
-    _is_cast,
     accumulator_scale,
     conv_gemm_form,
     conv_gemm_shape,
@@ -88,22 +67,17 @@ from .stages import gemm_stages
 def schedule_gemm(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, knobs,
                   target: Target | str | None = None, remap=None,
                   row_reductions: tuple = (), bind_after_split: bool = False) -> None:
-    """Schedule product stage ``op`` of ``s`` (``form``: its :class:`~.forms.GemmForm`; a
-    conv2d NHWC stage's implicit GEMM where ``form.conv``) and its fused element-wise
-    ``epilogue`` with ``knobs`` (a :class:`~.knobs.TensorCoreConfig`: mma.sync, or a
-    :class:`~.knobs.WgmmaScheduleConfig`: wgmma) on ``target``. The caller checked the
-    knobs (:mod:`.rules`). ``remap``: the epilogue's :class:`~..remap.OutputRemap` (it
-    stores the product in another layout); ``row_reductions``: reductions along the C
-    tile's rows the epilogue reads (:mod:`..gemm_rows`). ``bind_after_split``: the
-    wgmma operand copies bind their thread loops after all their splits (the order
-    :func:`schedule_dense_wgmma` prints, which its tests edit; the same kernel).
+    """Schedule product stage ``op`` of ``s`` (``form``: its :class:`~.forms.GemmForm`,
+    a conv's implicit GEMM where ``form.conv``) and its fused element-wise ``epilogue``
+    with checked ``knobs`` (:class:`~.knobs.TensorCoreConfig`: mma.sync;
+    :class:`~.knobs.WgmmaScheduleConfig`: wgmma). ``remap``: the epilogue's
+    :class:`~..remap.OutputRemap`; ``row_reductions``: row reductions over the C tile the
+    epilogue reads (:mod:`..gemm_rows`); ``bind_after_split``: the wgmma copies bind their
+    thread loops after all splits (the same kernel, printed in another order).
 
-    Without an epilogue, or with only the cast to a 16-bit output, and without padding,
-    each warp (warpgroup) stores its accumulators to the output; otherwise they go to a
-    float32 C tile in shared memory, which all threads of the block run the epilogue over
-    (a convolution's always). Extents the tiles do not divide, and split-K, go through
-    ``implicit_gemm``'s zero-padded operand views; the split-K parts' float32 partial sums
-    are added up, and the epilogue run, by a second kernel."""
+    The warps store straight to the output where there is no padding and no epilogue but
+    a cast (:func:`_direct`); otherwise through a float32 C tile that all threads run the
+    epilogue over. Padding and split-K go through ``implicit_gemm`` (:mod:`.stages`)."""
     target = as_target(target)
     wg = isinstance(knobs, WgmmaScheduleConfig)
     split = knobs.split_k if isinstance(knobs.split_k, int) and knobs.split_k > 1 else 1
@@ -190,9 +164,8 @@ def schedule_gemm(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, 
 
 
 def _direct(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, knobs) -> bool:
-    """Whether the warps (warpgroups) store their accumulators straight to the output: no
-    padding, no split-K, and no epilogue but the cast to a 16-bit output (and an fp8
-    product's scales: :func:`~.forms.direct_store`)."""
+    """Whether the warps store their accumulators straight to the output: no padding, no
+    split-K, no epilogue but a cast (:func:`~.forms.direct_store`)."""
     return not pads(knobs, form) and direct_store(op, epilogue, form)
 
 
@@ -201,8 +174,8 @@ def _c_in(op: ComputeOp) -> int:
 
 
 def _check_epilogue(op: ComputeOp, epilogue: ComputeOp | None, remap: bool = True) -> None:
-    """Raise :class:`ScheduleError` where ``epilogue`` is no epilogue the template fuses
-    into product stage ``op`` (:func:`~.forms.epilogue_refusal`)."""
+    """Raise :class:`ScheduleError` where the template cannot fuse ``epilogue`` into ``op``
+    (:func:`~.forms.epilogue_refusal`)."""
     why = epilogue_refusal(op, epilogue, remap)
     if why is not None:
         raise ScheduleError(f"stage {op.name}: {why}")
@@ -216,43 +189,28 @@ def schedule_gemm_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None
                              target: Target | str | None = None,
                              form: GemmForm | None = None,
                              row_reductions: tuple = ()) -> TensorCoreConfig:
-    """Schedule product stage ``op`` (and its fused element-wise ``epilogue``) on the
-    tensor cores with mma.sync (:func:`schedule_gemm`); returns the config used (``cfg``
-    overrides the chooser). Raises :class:`ScheduleError` when ``op`` is not a product the
-    tensor cores run or ``cfg`` does not fit it (:func:`~.rules.check_gemm_config`).
-
-    When ``cfg``'s block tile does not divide the product (and no batch is broadcast), the
-    stage is first rewritten by ``implicit_gemm`` into a product of operand views padded
-    with zeros to whole tiles; the views are inlined into their shared-memory copies.
-    Fragments come from shared memory through ``ldmatrix`` (``cfg.frag_load="ldmatrix"``,
-    TF32's too: ``ldmatrix_{a_x4,b_x2,b_x4}_tf32``, 16-byte rows of 4 fp32) or lane by
-    lane (``"load"``)."""
+    """Schedule product stage ``op`` (and its fused element-wise ``epilogue``) with
+    mma.sync (:func:`schedule_gemm`); returns the config used (``cfg``, else the
+    chooser's). Raises :class:`ScheduleError` when the tensor cores do not run ``op`` or
+    ``cfg`` breaks a rule (:func:`~.rules.check_gemm_config`)."""
     return _schedule_product(s, op, epilogue, cfg, target, form, row_reductions, False)
 
 
 def schedule_gemm_wgmma(s, op, epilogue=None, cfg: WgmmaScheduleConfig | None = None,
                         target=None, form=None, row_reductions: tuple = ()
                         ) -> WgmmaScheduleConfig:
-    """Schedule product stage ``op`` of ``s`` (dense, matmul or batch_matmul, as
-    :func:`~.forms.gemm_form` accepts it: fp16/bf16 with B as ``[N, K]`` or ``[K, N]``,
-    read MN-major in 64-column panels; fp8 with B as ``[N, K]``) and its fused
-    element-wise ``epilogue`` with wgmma on an sm_90a ``target`` (:func:`schedule_gemm`);
-    returns the config used (``cfg`` overrides :func:`~.chooser.choose_wgmma_config`).
-
-    Each block computes ``64 * warpgroups x block_n`` outputs: warpgroup ``w`` on
-    threadIdx.y owns 64 rows; 128-byte K steps copied with cp.async into 128B-swizzled
-    tiles, ``stages`` deep, ``in_flight`` wgmma groups left running across steps. Raises
-    :class:`ScheduleError` for a product wgmma does not run (see
-    :func:`~.choice.wgmma_refusal`) or a ``cfg`` that does not fit it."""
+    """Schedule product stage ``op`` (and its fused element-wise ``epilogue``) with wgmma
+    on an sm_90a ``target`` (:func:`schedule_gemm`; B as ``[K, N]`` read MN-major in
+    64-column panels, fp8 as ``[N, K]`` only); returns the config used (``cfg``, else
+    :func:`~.chooser.choose_wgmma_config`'s). Raises :class:`ScheduleError` for a product
+    wgmma does not run (:func:`~.choice.wgmma_refusal`) or a ``cfg`` that breaks a rule."""
     return _schedule_product(s, op, epilogue, cfg, target, form, row_reductions, True)
 
 
 def _schedule_product(s, op, epilogue, cfg, target, form, row_reductions, wg: bool):
-    """The checks of both product entry points, then :func:`schedule_gemm`: the product
-    the kind runs (:func:`~.choice.wgmma_refusal`, :func:`~.choice.mma_sync_refusal`), the
-    epilogue (:func:`~.forms.epilogue_refusal`), the default tiles where ``cfg`` is None,
-    and the knobs' rules. An epilogue that stores the product in another layout
-    (:mod:`..remap`) needs tiles that divide the product and no split-K."""
+    """The checks of both product entry points (the kind runs the product, the epilogue
+    fuses, the knobs' rules; a remapping epilogue needs tiles dividing the product and no
+    split-K), the default tiles where ``cfg`` is None, then :func:`schedule_gemm`."""
     target = as_target(target)
     form = wgmma_form(op, target, f"stage {op.name}", form) if wg else (
         form or _product_form(op, target))
@@ -291,9 +249,8 @@ def _product_form(op, target) -> GemmForm:
 
 
 def wgmma_form(op, target, where: str, form=None):
-    """The :class:`~.forms.GemmForm` of product stage ``op`` (or ``form``, given) when
-    wgmma runs it on ``target``; else a :class:`ScheduleError` beginning with ``where``
-    that says why (not a tensor-core product, or :func:`~.choice.wgmma_refusal`)."""
+    """The :class:`~.forms.GemmForm` of ``op`` (or ``form``) where wgmma runs it on
+    ``target``, else a :class:`ScheduleError` beginning with ``where`` that says why."""
     form = form or _product_form(op, target)
     why = wgmma_refusal(form, target)
     if why is not None:
@@ -303,10 +260,9 @@ def wgmma_form(op, target, where: str, form=None):
 
 def schedule_matmul(s, op: ComputeOp, epilogue: ComputeOp | None = None,
                     target: Target | str | None = None):
-    """The default stage schedule of dense, matmul and batch_matmul: on the tensor cores
-    when :func:`~.forms.gemm_form` accepts the stage (with wgmma where
-    :func:`~.chooser.wgmma_choice` picks it, on sm_90a; else mma.sync), else
-    :func:`~..tiled.schedule_tiled` (CUDA cores)."""
+    """The default stage schedule of dense, matmul and batch_matmul: the tensor cores
+    where :func:`~.forms.gemm_form` takes the stage (wgmma where
+    :func:`~.chooser.wgmma_choice` picks it), else :func:`~..tiled.schedule_tiled`."""
     form = gemm_form(op, target)
     if form is None:
         return schedule_tiled(s, op, epilogue, target=target)
@@ -325,34 +281,26 @@ def schedule_matmul(s, op: ComputeOp, epilogue: ComputeOp | None = None,
 def schedule_conv2d_nhwc_tensorcore(s, op: ComputeOp, epilogue: ComputeOp | None = None,
                                     target: Target | str | None = None,
                                     cfg: TensorCoreConfig | None = None) -> TensorCoreConfig:
-    """Schedule conv2d NHWC stage ``op`` of ``s`` (and its fused element-wise
-    ``epilogue``) on tensor cores with mma.sync, as the implicit GEMM
-    ``[pixels, KH*KW*C_in] x [KH*KW*C_in, C_out]`` (:func:`schedule_gemm`: the block's
-    copy gathers the windows of the input into the A tile, along the channels as wide as
-    ``C_in`` allows; every extent padded to the tiles); returns the configuration used
-    (``cfg``, else :func:`~.chooser.choose_conv_config`). The padding stage it reads is
-    left to the caller to inline. Raises ScheduleError when the stage or ``cfg`` does not
-    qualify, naming the rule (:func:`~.rules.check_conv_config`). TF32 keeps B as
-    ``[n, k]``."""
+    """Schedule conv2d NHWC stage ``op`` (and its fused element-wise ``epilogue``) with
+    mma.sync as the implicit GEMM ``[pixels, KH*KW*C_in] x [KH*KW*C_in, C_out]``, the A
+    tile's copy gathering the input's windows (:func:`schedule_gemm`); returns the config
+    used (``cfg``, else :func:`~.chooser.choose_conv_config`'s). The caller inlines the
+    padding stage. Raises ScheduleError naming the rule broken
+    (:func:`~.rules.check_conv_config`)."""
     return _schedule_conv(s, op, epilogue, target, cfg, False)
 
 
 def schedule_conv2d_nhwc_wgmma(s, op: ComputeOp, epilogue: ComputeOp | None = None,
                                target: Target | str | None = None, cfg=None):
-    """Schedule conv2d NHWC stage ``op`` of ``s`` (fp16/bf16, and its fused element-wise
-    ``epilogue``) with wgmma on an sm_90a ``target``: the implicit GEMM whose B (the HWIO
-    kernel) is ``[K, N]``, read MN-major by the ``_kn`` wgmma in block tiles of 64, 128 or
-    256 channels (the shared kernel tile in 64-column panels), accumulators stored to a
-    float32 C tile that all threads run the epilogue over; split-K as the products'.
-    ``cfg``: a :class:`~.knobs.WgmmaScheduleConfig` (rules:
-    :func:`~.rules.check_wgmma_conv`; default: :func:`~.chooser.choose_wgmma_conv_config`).
-    Returns the config."""
+    """Schedule conv2d NHWC stage ``op`` (fp16/bf16, and its ``epilogue``) with wgmma on
+    sm_90a: the implicit GEMM, B (the HWIO kernel) read MN-major as ``[K, N]``. ``cfg``:
+    a :class:`~.knobs.WgmmaScheduleConfig` (rules: :func:`~.rules.check_wgmma_conv`;
+    default: :func:`~.chooser.choose_wgmma_conv_config`). Returns the config."""
     return _schedule_conv(s, op, epilogue, target, cfg, True)
 
 
 def _schedule_conv(s, op, epilogue, target, cfg, wg: bool):
-    """The checks of both conv entry points (the convolution the kind runs, an element-wise
-    epilogue, the knobs' rules; the default tiles where ``cfg`` is None), then
+    """The checks of both conv entry points, the default tiles where ``cfg`` is None, then
     :func:`schedule_gemm` on the implicit GEMM."""
     target = as_target(target)
     why = (wgmma_conv_refusal if wg else tensorcore_conv_unsupported)(op, target)
@@ -367,10 +315,9 @@ def _schedule_conv(s, op, epilogue, target, cfg, wg: bool):
 
 def schedule_conv2d_nhwc(s, op: ComputeOp, epilogue: ComputeOp | None = None,
                          target: Target | str | None = None):
-    """The default schedule of conv2d NHWC stages: tensor cores where the dtypes and the
-    target allow (:func:`~.forms.tensorcore_conv_unsupported`), with wgmma where
-    :func:`~.chooser.wgmma_conv_choice` takes it (sm_90a) and mma.sync otherwise; else the
-    tiled CUDA-core schedule."""
+    """The default schedule of conv2d NHWC stages: the tensor cores where
+    :func:`~.forms.tensorcore_conv_unsupported` allows (wgmma where
+    :func:`~.chooser.wgmma_conv_choice` takes it), else the tiled CUDA-core schedule."""
     if tensorcore_conv_unsupported(op, target) is None:
         w = wgmma_conv_choice(op, epilogue, target)
         if w is not None:
@@ -405,60 +352,3 @@ def dense_tensorcore_compute(M: int, N: int, K: int, in_dtype: str = "float16",
         return [a, b, c]
     d = te.compute((M, N), lambda i, j: c[i, j].astype(out_dtype), name="D")
     return [a, b, d]
-
-
-def _dense_form(tensors):
-    """``(schedule, product op, cast op or None, form)`` of the tensors of
-    :func:`dense_tensorcore_compute` (a float16 accumulator too, which
-    :func:`~.forms.gemm_form` does not take)."""
-    a, b, out = tensors
-    c = out if not _is_cast(out) else out.op.input_tensors[0]
-    M, K = (int(x) for x in a.shape)
-    form = GemmForm(1, M, int(out.shape[1]), K, a.dtype, c.dtype, _b_is_kn(c, b),
-                    a.dtype == "float32")
-    return te.create_schedule(out.op), c.op, (None if out is c else out.op), form
-
-
-def schedule_dense_tensorcore(tensors, cfg: TensorCoreConfig | None = None):
-    """The mma.sync schedule of ``tensors`` (from :func:`dense_tensorcore_compute`), its
-    tiles dividing the product (:meth:`~.knobs.TensorCoreConfig.check`)."""
-    cfg = cfg or TensorCoreConfig()
-    s, op, cast, form = _dense_form(tensors)
-    ab = form.in_dtype
-    if ab not in ("float16", "bfloat16", "float32"):
-        raise ScheduleError(f"tensor-core dense: inputs must be float16, bfloat16 or float32 "
-                            f"(TF32), got {ab}")
-    if ab == "float32":
-        if not cfg.tf32:
-            raise ScheduleError("tensor-core dense of float32 inputs multiplies them in TF32 "
-                                "(10 mantissa bits): ask for it with TensorCoreConfig(tf32="
-                                "True)")
-        if form.b_kn:
-            raise ScheduleError("tensor-core dense in TF32 takes B as [N, K]")
-    cfg.check(form.M, form.N, form.K, mma_kind(ab).k, nbytes(ab))
-    schedule_gemm(s, op, cast, form, cfg)
-    return s
-
-
-def schedule_dense_wgmma(tensors, cfg: WgmmaScheduleConfig | None = None,
-                         target="cuda -arch=sm_90a"):
-    """The wgmma schedule of ``tensors`` (``[A, B, out]`` from
-    :func:`dense_tensorcore_compute` with ``b_layout="nk"``) for ``target``, which must
-    have wgmma (sm_90a; the simulator as ``"sim -arch=sm_90a"``), its tiles dividing the
-    product (:meth:`~.knobs.WgmmaScheduleConfig.check`)."""
-    cfg = cfg or WgmmaScheduleConfig()
-    require_wgmma(target)
-    s, op, cast, form = _dense_form(tensors)
-    ab, out = form.in_dtype, tensors[2]
-    if ab not in ("float16", "bfloat16") or tensors[1].dtype != ab:
-        raise ScheduleError(f"wgmma dense takes float16 or bfloat16 inputs, not {ab} x "
-                            f"{tensors[1].dtype} (TF32 runs on the mma.sync schedule)")
-    if form.acc_dtype != "float32":
-        raise ScheduleError(f"wgmma dense accumulates in float32, not {form.acc_dtype}")
-    if out.dtype not in ("float32", "float16", "bfloat16"):
-        raise ScheduleError(f"wgmma dense writes float32, float16 or bfloat16, not {out.dtype}")
-    if form.b_kn:
-        raise ScheduleError("wgmma dense takes B as [N, K] (K-major operands)")
-    cfg.check(form.M, form.N, form.K, target)
-    schedule_gemm(s, op, cast, form, cfg, target, bind_after_split=True)
-    return s

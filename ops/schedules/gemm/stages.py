@@ -14,14 +14,10 @@ from .rules import _round_up
 
 @dataclass
 class GemmStages:
-    """The stages of a tensor-core product that :func:`gemm_stages` made: ``o`` the stage
-    that writes the output (the epilogue, the product, or split-K's partial sums) with its
-    block loops (``batch`` on blockIdx.z, ``bi`` on blockIdx.y, ``bj`` on blockIdx.x) and
-    the loops of the block tile (``i``, ``j``); ``cf`` the accumulator stage; ``cs`` the
-    float32 C tile in shared memory (None where the accumulators go straight to the
-    output); ``a_sh``, ``b_sh`` the shared operand tiles, copies of the product's inputs
-    ``a``, ``b`` (through the zero-padded views of ``implicit_gemm``, inlined into the
-    copies, where ``padded``)."""
+    """What :func:`gemm_stages` made: ``o`` the stage writing the output (epilogue,
+    product or partial sums) with its block loops (``batch`` on blockIdx.z, ``bi`` on y,
+    ``bj`` on x) and tile loops (``i``, ``j``); ``cf`` the accumulators; ``cs`` the C tile
+    (None: direct stores); ``a_sh``, ``b_sh`` the shared copies of inputs ``a``, ``b``."""
 
     o: object
     cf: object
@@ -43,20 +39,15 @@ class GemmStages:
 def gemm_stages(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, tile: tuple,
                 split: int, direct: bool, acc_scope: str, remap=None,
                 b_kn: bool | None = None) -> GemmStages:
-    """The stages every tensor-core schedule of a product stage ``op`` shares (mma.sync's
-    warp fragments, ``acc_scope="warp"``, and wgmma's warpgroup accumulators,
-    ``"warpgroup"``): a product padded to ``tile`` (``(block_m, block_n, block_k)``)
-    through ``implicit_gemm`` where the tile does not divide it or the reduction is split
-    (``split`` parts of float32 partial sums on blockIdx.z, summed by a second kernel that
-    runs the epilogue: :func:`~.pieces.split_k_partials`), the accumulator stage, the
-    shared C tile (unless ``direct``), the epilogue inlined into the output, the shared
-    operand tiles, and the output's block loops bound to blockIdx (the batch and split-K
-    part fused on z). ``remap``: the epilogue's :class:`~..remap.OutputRemap`, whose loops
-    then run in the product's order.
-
-    A convolution (``form.conv``) is always an implicit GEMM (its B as ``[K, N]`` unless
-    ``b_kn`` says otherwise: TF32 keeps it ``[N, K]``) through the C tile; its output's
-    loops are left to :func:`~.pieces.bind_conv_output`."""
+    """The stages every tensor-core schedule of product stage ``op`` shares (accumulators
+    in ``acc_scope``, ``"warp"`` or ``"warpgroup"``): the product padded to ``tile``
+    through ``implicit_gemm`` where needed (and ``split`` parts of partial sums:
+    :func:`~.pieces.split_k_partials`), the accumulator stage, the C tile (unless
+    ``direct``), the epilogue inlined into the output, the shared operand tiles, the block
+    loops bound (batch and split-K part fused on z). ``remap``: the epilogue's
+    :class:`~..remap.OutputRemap`. A convolution is always an implicit GEMM through the C
+    tile (B ``[K, N]`` unless ``b_kn``), its output loops left to
+    :func:`~.pieces.bind_conv_output`."""
     bm, bn, bk = tile
     padded = form.conv or form.paddable and (split > 1 or (form.M, form.N, form.K) != (
         _round_up(form.M, bm), _round_up(form.N, bn), _round_up(form.K, bk * split)))

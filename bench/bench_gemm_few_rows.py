@@ -1,0 +1,263 @@
+"""A sweep of the few-row fp16 products over the legal tensor-core configurations, against
+cuBLAS, for fitting the default chooser (issue 26, item 3).
+
+Shapes: ``y[M, N] = fp16(x[M, K] @ w[N, K]^T)`` for M in 1, 8, 16, 32, 64, 128, 256 and N, K
+in 768, 3072, 4096 (``--m``, ``--nk`` to narrow). Per shape, built for ``cuda -arch=sm_90a``
+by ``--jobs`` worker processes and then, on the GPU, checked against a float64 reference and
+graph-timed (``--number`` launches in a CUDA graph, median of ``--repeat`` replays):
+
+- ``default``: ``default_schedule`` (the chooser's pick, wgmma or mma.sync);
+- ``wgmma``: every ``block_n`` x ``warpgroups`` x ``stages`` (``--stages``, one group in
+  flight) x ``split_k`` (``--splits``) the rules allow (``wgmma_rules``);
+- ``mma``: the ``--top-mma`` candidates of the mma.sync chooser (``gemm_candidates``) that
+  its estimate ranks first;
+- ``cuBLAS``: ``torch.nn.functional.linear`` in fp16 (reduced-precision reductions off).
+
+It prints per shape cuBLAS, the default and the best measured configuration with
+cuBLAS/ours, and the estimate's own pick among what was measured; ``--json`` writes one
+line per measured kernel (shape, kind, knobs, microseconds, the estimate in microseconds)
+for fitting the estimates. The default sweep builds about 2,600 kernels: about 4 minutes on
+an H100 host with 16 build workers.
+
+    python3 bench/bench_gemm_few_rows.py [--m 1,8,16,32,64,128,256] [--nk 768,3072,4096]
+        [--stages 3,4,5] [--splits 1,2,4,8] [--top-mma 8] [--json sweep.jsonl]
+    python3 bench/bench_gemm_few_rows.py --dry-run --m 16,128 --nk 768   # no GPU: builds
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+TARGET = "cuda -arch=sm_90a"
+TOLERANCE = 1e-2  # of the largest output: fp16 output, fp32 sums
+
+
+def layer(M: int, N: int, K: int):
+    """``(x, w, y, product op, form)`` of the fp16 product cast to fp16."""
+    from ptxforge import ops, te
+    from ptxforge.ops.schedules.gemm.forms import gemm_form
+
+    x = te.placeholder((M, K), "float16", name="x")
+    w = te.placeholder((N, K), "float16", name="w")
+    y = ops.nn.dense(x, w)
+    prod = next(op for op in te.create_schedule(y.op).dag.ops
+                if getattr(op, "reduce_axis", None))
+    return x, w, y, prod, gemm_form(prod, TARGET)
+
+
+def configs(M: int, N: int, K: int, args) -> list:
+    """``[(kind, knobs or None, estimate seconds)]`` of the sweep for one shape."""
+    from ptxforge.ops.schedules.gemm.chooser import gemm_candidates
+    from ptxforge.ops.schedules.gemm.estimate import gemm_time, wgmma_time
+    from ptxforge.ops.schedules.gemm.forms import direct_store
+    from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig, wgmma_choices
+    from ptxforge.ops.schedules.gemm.rules import first_broken, needs_c_tile, wgmma_rules
+
+    _, _, y, prod, form = layer(M, N, K)
+    epi_tile = not direct_store(prod, None if y.op is prod else y.op, form)
+    out = [("default", None, float("nan"))]
+    ch = wgmma_choices(form)
+    for bn, wg, st, sk in itertools.product(ch["block_n"], ch["warpgroups"], args.stages,
+                                            args.splits):
+        if st not in ch["stages"] or sk not in ch["split_k"]:
+            continue
+        cfg = WgmmaScheduleConfig(bn, wg, st, 1 if st >= 3 else 0, sk)
+        c_tile = needs_c_tile(cfg, form, epi_tile)
+        if first_broken(wgmma_rules(cfg, form, TARGET, c_tile)) is None:
+            out.append(("wgmma", cfg, wgmma_time(cfg, form, TARGET, c_tile)))
+    mma = sorted(((gemm_time(c, form, TARGET), c) for c in gemm_candidates(form, TARGET)),
+                 key=lambda x: x[0])[:args.top_mma]
+    out += [("mma", c, t) for t, c in mma]
+    return out
+
+
+def describe(kind: str, cfg) -> str:
+    if cfg is None:
+        return kind
+    if kind == "wgmma":
+        return (f"wgmma {cfg.block_m}x{cfg.block_n} s{cfg.stages} f{cfg.in_flight} "
+                f"sk{cfg.split_k}")
+    return (f"mma {cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.warps_m}x{cfg.warps_n} "
+            f"s{cfg.stages} sk{cfg.split_k}")
+
+
+def build(job):
+    """A build worker: ``(job, compiled module or an error text, description)``."""
+    import warnings
+
+    import ptxforge
+    from ptxforge import te
+    from ptxforge.backend_ptx import compile_module
+    from ptxforge.ir.te import ComputeOp
+    from ptxforge.ops.schedules import default_schedule
+    from ptxforge.ops.schedules.gemm.chooser import choose_gemm_config, wgmma_choice
+    from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_tensorcore, schedule_gemm_wgmma
+    from ptxforge.target import as_target
+
+    warnings.simplefilter("ignore")
+    (M, N, K), kind, cfg = job
+    x, w, y, prod, form = layer(M, N, K)
+    target = as_target(TARGET)
+    epi = None if y.op is prod else y.op
+    try:
+        with target:
+            if kind == "default":
+                s = default_schedule(y, target)
+                wc = wgmma_choice(prod, epi, form, target)
+                desc = ("default " + describe("wgmma", wc) if wc is not None else
+                        "default " + describe("mma", choose_gemm_config(form, target)))
+            else:
+                s = te.create_schedule(y.op)
+                for op in s.dag.ops:  # what lies between the product and the output
+                    if isinstance(op, ComputeOp) and op is not prod and op is not y.op:
+                        s[op].compute_inline()
+                (schedule_gemm_wgmma if kind == "wgmma" else schedule_gemm_tensorcore)(
+                    s, prod, epi, cfg, target=target, form=form)
+                desc = describe(kind, cfg)
+            return job, compile_module(ptxforge.lower(s, [x, w, y]), target), desc
+    except Exception as e:  # a refused or failing build is reported, never hidden
+        return job, f"{type(e).__name__}: {str(e)[:200]}", describe(kind, cfg)
+
+
+def build_all(jobs: list, n_workers: int):
+    """Build ``jobs`` in ``n_workers`` spawned processes (a forked child of a process
+    holding a CUDA context must not use CUDA), in order."""
+    if n_workers <= 1:
+        return [build(j) for j in jobs]
+    with ProcessPoolExecutor(n_workers, mp_context=multiprocessing.get_context("spawn")) as p:
+        return list(p.map(build, jobs, chunksize=4))
+
+
+def shapes(args) -> list:
+    return [(m, n, k) for m in args.m for n in args.nk for k in args.nk]
+
+
+def all_jobs(args) -> tuple[list, dict]:
+    estimates, jobs = {}, []
+    for shape in shapes(args):
+        for kind, cfg, est in configs(*shape, args):
+            jobs.append((shape, kind, cfg))
+            estimates[(shape, kind, cfg)] = est
+    return jobs, estimates
+
+
+def geomean(xs) -> float:
+    xs = [x for x in xs if x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def dry_run(args) -> int:
+    t0 = time.perf_counter()
+    jobs, _ = all_jobs(args)
+    built = build_all(jobs, args.jobs)
+    bad = [(j, m) for j, m, _ in built if isinstance(m, str)]
+    for (shape, kind, cfg), m in bad:
+        print(f"  {shape} {describe(kind, cfg)}: {m}")
+    print(f"{len(jobs)} kernels over {len(shapes(args))} shapes, {len(bad)} failed; "
+          f"{time.perf_counter() - t0:.0f} s")
+    return 1 if bad else 0
+
+
+def run_gpu(args) -> int:
+    import torch
+    from bench_tensorcore import torch_time
+    from ptxforge.backend_ptx import array, cuda, empty
+
+    t0 = time.perf_counter()
+    jobs, estimates = all_jobs(args)
+    built = build_all(jobs, args.jobs)
+    print(f"built {len(jobs)} kernels over {len(shapes(args))} shapes in "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
+    dev = cuda(0)
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    print(f"device: {dev.name}; torch {torch.__version__}", flush=True)
+    by_shape: dict = {}
+    for job, mod, desc in built:
+        by_shape.setdefault(job[0], []).append((job, mod, desc))
+    rng = np.random.default_rng(args.seed)
+    out = open(args.json, "w") if args.json else None
+    ok, ratios_default, ratios_best = True, [], []
+    for (M, N, K), entries in by_shape.items():
+        xh = (rng.standard_normal((M, K)) * 0.5).astype(np.float16)
+        wh = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float16)
+        want = xh.astype(np.float64) @ wh.astype(np.float64).T
+        tx, tw = torch.from_numpy(xh).cuda(), torch.from_numpy(wh).cuda()
+        cublas = torch_time(lambda tx=tx, tw=tw: torch.nn.functional.linear(tx, tw), args.number,
+                            args.repeat) * 1e3
+        xd, wd = array(xh, dev), array(wh, dev)
+        yd = empty((M, N), "float16", dev)
+        rows = []
+        for (shape, kind, cfg), mod, desc in entries:
+            if isinstance(mod, str):
+                print(f"  {M}x{N}x{K} {desc}: build failed: {mod}", flush=True)
+                ok &= kind != "default"
+                continue
+            loaded = mod.load(dev)
+            loaded(xd, wd, yd)
+            got = yd.numpy().astype(np.float64)
+            err = float(np.abs(got - want).max() / np.abs(want).max())
+            us = loaded.time_evaluator("main", number=args.number, repeat=args.repeat,
+                                       graph=True)(xd, wd, yd).median * 1e6
+            est = estimates[(shape, kind, cfg)] * 1e6
+            rows.append((us, kind, desc, est, err))
+            ok &= err <= TOLERANCE
+            if out:
+                out.write(json.dumps({"M": M, "N": N, "K": K, "kind": kind, "config": desc,
+                                      "us": us, "estimate_us": est, "err": err,
+                                      "cublas_us": cublas}) + "\n")
+            del loaded
+        if not rows:
+            continue
+        default = next((r for r in rows if r[1] == "default"), (math.nan, "", "default ?"))
+        best = min(rows, key=lambda r: r[0])
+        ranked = [r for r in rows if r[1] != "default" and math.isfinite(r[3])]
+        est_pick = min(ranked, key=lambda r: r[3]) if ranked else default
+        ratios_default.append(cublas / default[0])
+        ratios_best.append(cublas / best[0])
+        print(f"{M:4d}x{N:4d}x{K:4d} cuBLAS {cublas:7.2f} us | {default[2]:34s} "
+              f"{default[0]:7.2f} us {cublas / default[0]:.3f} | best {best[2]:34s} "
+              f"{best[0]:7.2f} us {cublas / best[0]:.3f} | estimate's pick {est_pick[2]} "
+              f"{est_pick[0]:.2f} us | {len(rows)} kernels"
+              f"{'' if all(r[4] <= TOLERANCE for r in rows) else '  WRONG'}", flush=True)
+    if out:
+        out.close()
+    print(f"cuBLAS/ours, geometric mean over {len(ratios_default)} shapes: default "
+          f"{geomean(ratios_default):.3f} ({sum(r >= 0.9 for r in ratios_default)} at 0.9 or "
+          f"more), best measured {geomean(ratios_best):.3f} "
+          f"({sum(r >= 0.9 for r in ratios_best)}); {time.perf_counter() - t0:.0f} s in all")
+    return 0 if ok else 1
+
+
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--m", type=ints, default=[1, 8, 16, 32, 64, 128, 256])
+    p.add_argument("--nk", type=ints, default=[768, 3072, 4096])
+    p.add_argument("--stages", type=ints, default=[3, 4, 5])
+    p.add_argument("--splits", type=ints, default=[1, 2, 4, 8])
+    p.add_argument("--top-mma", type=int, default=8)
+    p.add_argument("--number", type=int, default=20)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
+    p.add_argument("--json")
+    p.add_argument("--dry-run", action="store_true", help="no GPU: build every kernel")
+    args = p.parse_args(argv)
+    return dry_run(args) if args.dry_run else run_gpu(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
