@@ -61,6 +61,7 @@ from .workload import AttentionWorkload
 
 F32 = "float32"
 NEG_INF = FloatImm(float("-inf"), F32)
+LOG2E = 1.4426950408889634
 RESCALE_THRESHOLD = 8.0
 """How far (in the exponent) a row's scores may exceed its running maximum before the
 maximum moves and the output is rescaled: probabilities stay below ``e^8``, about 2981."""
@@ -394,26 +395,48 @@ class _Kernel:
                                       i * _i(per_row) + t * _i(2) + e), "unroll"), "unroll")
         return _loop("oi", 2, row, "unroll")
 
+    def score_units(self) -> float:
+        """The base-2 exponent of one unit of the values the softmax keeps (its masked
+        scores, maxima and threshold): ``scale log2(e)`` where they are the raw products
+        ``Q K^T`` (a positive scale and no additive mask: the maximum of the raw scores is
+        that of the scaled ones), else 1 (the scores scaled, and the additive mask added,
+        in base 2 as they are read)."""
+        w = self.w
+        if w.softmax_scale > 0 and not (w.mask is not None and w.mask.additive):
+            return w.softmax_scale * LOG2E
+        return 1.0
+
     def softmax(self, tile: Expr) -> Stmt:
-        """Scale and mask this tile's scores, move the running maxima, write the
-        probabilities and the warp's vote for a rescaling. Each thread takes its own
-        elements of the scores (:meth:`own_elements`: two rows, the 4 lanes of a quad
-        share a row and join their maxima and sums with two shuffles), reads each once and
-        keeps the masked scores in registers."""
+        """Mask this tile's scores, move the running maxima, write the probabilities and
+        the warp's vote for a rescaling. Each thread takes its own elements of the scores
+        (:meth:`own_elements`: two rows, the 4 lanes of a quad share a row and join their
+        maxima and sums with two shuffles), reads each once and keeps the masked scores in
+        registers.
+
+        The exponentials are base 2 (``ex2.approx``: one instruction a score), as
+        FlashAttention computes them: ``exp(x - m) = 2^((x - m) log2 e)``. Where the
+        softmax keeps the raw products (:meth:`score_units`), the scale and ``log2 e`` are
+        one factor ``u`` and a probability is ``2^(s u - m u)``, one ``fma`` and one
+        ``ex2`` with ``m u`` taken once a row; the running maxima and sums stay float32."""
         w, bc = self.w, self.cfg.block_kv
+        unit = self.score_units()
+        # RESCALE_THRESHOLD is in natural-log units: the same bound on the probabilities
+        threshold = RESCALE_THRESHOLD * LOG2E / unit
 
         def lane(tx, warp):
             def score(i, gr, c, slot):
                 qi = self.row0() + gr
                 kj = tile * _i(bc) + c
-                s = self.s_s[self.s_at(gr, c)] * _f(w.softmax_scale)
+                s = self.s_s[self.s_at(gr, c)]
+                if unit == 1.0:
+                    s = s * _f(w.softmax_scale * LOG2E)
                 keep = kj < _i(w.kv_len)
                 if w.causal:
                     keep = keep & (kj <= qi)
                 m = self._mask_value(qi, kj)
                 if m is not None:
                     if w.mask.additive:
-                        s = s + (m if m.dtype == F32 else Cast(F32, m))
+                        s = s + (m if m.dtype == F32 else Cast(F32, m)) * _f(LOG2E)
                     else:
                         keep = keep & m
                 sv = Var("score", F32)
@@ -423,7 +446,10 @@ class _Kernel:
 
             def prob(i, gr, c, slot):
                 p = Var("prob", F32)
-                return Let(p, call("exp", self.sc[slot] - self.m_use[i]), Seq([
+                # m_use holds -(m u): 2^(s u - m u) is one fma and one ex2
+                x = (self.sc[slot] + self.m_use[i] if unit == 1.0
+                     else call("fma", self.sc[slot], _f(unit), self.m_use[i]))
+                return Let(p, call("exp2", x), Seq([
                     Store(self.p_s, [self.p_at(gr, c)], Cast(w.dtype, p)),
                     Store(self.acc, [i], self.acc[i] + p)]))
 
@@ -435,16 +461,18 @@ class _Kernel:
                 # tile's exceeds it by more than the threshold (then the output is rescaled)
                 moves = (m_old == NEG_INF) | grow
                 update = Seq([
-                    Store(self.m_use, [i], m_use), Store(self.alpha_r, [i], alpha),
+                    Store(self.m_use, [i], -(m_use * _f(unit)) if unit != 1.0 else -m_use),
+                    Store(self.alpha_r, [i], alpha),
                     Store(self.m_r, [i], m_new), Store(self.acc, [i], _f(0.0)),
                     Store(self.vote_r, [_i(0)], emax(self.vote_r[_i(0)],
                                                      select(grow, _f(1.0), _f(0.0)))),
                 ])
+                shift = m_old - m_new if unit == 1.0 else (m_old - m_new) * _f(unit)
                 return _quad(self.acc[i], emax, mt, Let(m_old, self.m_r[i], Let(
-                    grow, (m_old != NEG_INF) & (mt > m_old + _f(RESCALE_THRESHOLD)),
+                    grow, (m_old != NEG_INF) & (mt > m_old + _f(threshold)),
                     Let(m_new, select(moves, emax(m_old, mt), m_old),
                         Let(m_use, select(m_new == NEG_INF, _f(0.0), m_new),
-                            Let(alpha, select(grow, call("exp", m_old - m_new), _f(1.0)),
+                            Let(alpha, select(grow, call("exp2", shift), _f(1.0)),
                                 update))))))
 
             def row_sum(i):
