@@ -110,9 +110,7 @@ class _Kernel:
         self.k_store = IntrinKey("store", "C", acc=F32)
         self.k_load = IntrinKey("load", "C", acc=F32)
         e, ev = w.head_dim, w.v_dim
-        self.q = Buffer("q", ab, [w.batch * w.heads * w.q_len * e])
-        self.k = Buffer("k", ab, [w.batch * w.kv_heads * w.kv_len * e])
-        self.v = Buffer("v", ab, [w.batch * w.kv_heads * w.kv_len * ev])
+        self.q, self.k, self.v = _operand_buffers(w)
         self.mask = None
         if w.mask is not None:
             n = 1
@@ -217,15 +215,17 @@ class _Kernel:
 
     def q_row(self, g: Expr) -> Expr:
         """Where query row ``g`` of the block's head starts in ``q`` (the layout's
-        strides)."""
+        strides, or q's view)."""
         w = self.w
-        return w.row_start(self.bz, self.by, g, _i(w.heads), _i(w.q_len), _i(w.head_dim))
+        return w.operand_start(0, self.bz, self.by, g, _i(w.heads), _i(w.q_len),
+                               _i(w.head_dim))
 
-    def kv_row(self, g: Expr, dim: int) -> Expr:
-        """Where key row ``g`` of the block's key head starts in ``k`` (``dim`` the head
-        dim) or ``v`` (the value dim)."""
+    def kv_row(self, g: Expr, dim: int, which: int) -> Expr:
+        """Where key row ``g`` of the block's key head starts in ``k`` (``which`` 1,
+        ``dim`` the head dim) or ``v`` (2, the value dim)."""
         w = self.w
-        return w.row_start(self.bz, self.kv_head, g, _i(w.kv_heads), _i(w.kv_len), _i(dim))
+        return w.operand_start(which, self.bz, self.kv_head, g, _i(w.kv_heads), _i(w.kv_len),
+                               _i(dim))
 
     def out_at(self, qi: Expr, c: Expr) -> Expr:
         """Where element ``c`` of the block's output row ``qi`` lies in ``out``."""
@@ -242,10 +242,10 @@ class _Kernel:
         first = tile * _i(bc)
         stage = _i(stage) if isinstance(stage, int) else stage
         k = self._copy_rows(self.k_s, stage * _i(bc * lay.k_ld), lay.k_ld, self.k,
-                            lambda g: self.kv_row(g, w.head_dim), first, bc, w.kv_len,
+                            lambda g: self.kv_row(g, w.head_dim, 1), first, bc, w.kv_len,
                             w.head_dim)
         v = self._copy_rows(self.v_s, stage * _i(bc * lay.v_ld), lay.v_ld, self.v,
-                            lambda g: self.kv_row(g, w.v_dim), first, bc, w.kv_len,
+                            lambda g: self.kv_row(g, w.v_dim, 2), first, bc, w.kv_len,
                             w.v_dim)
         return Seq([k, v])
 
@@ -611,6 +611,19 @@ class _Kernel:
         s = _loop_var(self.bz, self.w.batch, s, "blockIdx.z")
         s = _loop_var(self.by, self.w.heads, s, "blockIdx.y")
         return _loop_var(self.bx, -(-self.w.q_len // cfg.block_q), s, "blockIdx.x")
+
+
+def _operand_buffers(w: AttentionWorkload) -> tuple:
+    """The kernel's flat ``q``, ``k``, ``v`` parameters: the operands, or the wider tensors
+    they are viewed in (:class:`~.workload.OperandView`)."""
+    shapes = w.shapes()
+    out = []
+    for name in "qkv":
+        n = 1
+        for d in shapes[name]:
+            n *= d
+        out.append(Buffer(name, w.dtype, [n]))
+    return tuple(out)
 
 
 def _quad(value: Expr, op, out: Var, body: Stmt) -> Stmt:

@@ -44,7 +44,7 @@ from ....ir.stmt import (
     Store,
     WgmmaSync,
 )
-from .kernel import F32, _f, _i, _intrin, _Kernel, _loop, _loop_var
+from .kernel import F32, _f, _i, _intrin, _Kernel, _loop, _loop_var, _operand_buffers
 from .knobs import COPY_ELEMS
 from .knobs_wgmma import PANEL, wgmma_layout
 
@@ -76,13 +76,11 @@ class WgmmaKernel(_Kernel):
         self.w, self.cfg = w, cfg
         self.lay = lay = wgmma_layout(w, cfg)
         ab = w.dtype
-        e, ev, br, bc = w.head_dim, w.v_dim, cfg.block_q, cfg.block_kv
+        ev, br, bc = w.v_dim, cfg.block_q, cfg.block_kv
         self.k_s_mma = IntrinKey("wgmma", ab=ab, acc=F32, n=bc)
         self.k_o_mma = IntrinKey("wgmma", ab=ab, acc=F32, n=ev, b_kn=True)
         self.k_store = IntrinKey("store", "C", acc=F32, scope="warpgroup")
-        self.q = Buffer("q", ab, [w.batch * w.heads * w.q_len * e])
-        self.k = Buffer("k", ab, [w.batch * w.kv_heads * w.kv_len * e])
-        self.v = Buffer("v", ab, [w.batch * w.kv_heads * w.kv_len * ev])
+        self.q, self.k, self.v = _operand_buffers(w)
         self.mask = None
         if w.mask is not None:
             n = 1
@@ -183,7 +181,7 @@ class WgmmaKernel(_Kernel):
         first = tile * _i(bc)
         stage = _i(stage) if isinstance(stage, int) else stage
         k = self._copy(self.k_s, self._k_major_at(stage * _i(self.k_sz), bc), self.k,
-                       lambda g: self.kv_row(g, w.head_dim), first, bc, w.kv_len,
+                       lambda g: self.kv_row(g, w.head_dim, 1), first, bc, w.kv_len,
                        w.head_dim)
 
         def v_at(r, ch):
@@ -193,7 +191,7 @@ class WgmmaKernel(_Kernel):
             chunk = r // _i(PANEL)
             return (stage * _i(self.v_sz) + (chunk * _i(vp) + panel) * _i(PANEL_ELEMS)
                     + swizzled(floormod(r, PANEL), col))
-        v = self._copy(self.v_s, v_at, self.v, lambda g: self.kv_row(g, w.v_dim), first,
+        v = self._copy(self.v_s, v_at, self.v, lambda g: self.kv_row(g, w.v_dim, 2), first,
                        bc, w.kv_len, w.v_dim)
         return Seq([k, v])
 
