@@ -5,7 +5,10 @@ default, ``--arch sm_80`` for the mma.sync form alone), finds the key loop (the
 outermost loop of the PTX whose body holds the tensor-core products) and counts its
 instructions: all of them, per score of the block's tile (``block_q x block_kv``), and by
 kind (``ex2.approx``, shared loads and stores, barriers, shuffles, the products,
-conversions, float arithmetic). ``--json`` writes the rows.
+conversions, float arithmetic). ``loop`` is the loop's whole body (every branch: the
+rare rescaling, the masked edge tiles); ``interior`` what a tile away from the diagonal
+and the end runs (the kernel built without the rescaling and the edge tiles' masks, for
+counting only). ``--json`` writes the rows.
 
     python3 bench/bench_attention_ptx.py [--seq 4096] [--causal] [--arch sm_90a] [--json out.json]
 """
@@ -95,6 +98,24 @@ def count(ptx: str) -> dict:
     return row
 
 
+def interior_ptx(w, cfg, target) -> str:
+    """The PTX of the kernel as an interior tile runs it: without the rare rescaling of
+    the output and without the masks of the edge tiles (not a correct kernel: for
+    counting the common path only)."""
+    from unittest import mock
+
+    from ptxforge.backend_ptx import compile_module
+    from ptxforge.ir.stmt import Seq
+    from ptxforge.ops.schedules.attention import attention_module
+    from ptxforge.ops.schedules.attention.kernel import _Kernel
+    from ptxforge.ops.schedules.attention.kernel_wgmma import WgmmaKernel
+
+    with mock.patch.object(_Kernel, "edge_tile", lambda self, tile: None), \
+            mock.patch.object(_Kernel, "rescale", lambda self: Seq([])), \
+            mock.patch.object(WgmmaKernel, "flush", lambda self: Seq([])):
+        return compile_module(attention_module(w, cfg), target).get_source("ptx")
+
+
 def main() -> None:
     from ptxforge.backend_ptx import compile_module
     from ptxforge.ops.schedules.attention import AttentionWorkload, attention_module
@@ -122,14 +143,16 @@ def main() -> None:
     for cfg in cfgs:
         ptx = compile_module(attention_module(w, cfg), target).get_source("ptx")
         row = count(ptx)
-        scores = cfg.block_q * cfg.block_kv
-        threads = cfg.block_q * 2  # 32 lanes a warp of 16 rows
-        row.update(config=str(cfg), per_score=round(row["total"] * threads / scores, 3),
-                   chosen=cfg == chosen)
+        inner = count(interior_ptx(w, cfg, target))
+        per_thread = cfg.block_q * cfg.block_kv / cfg.threads
+        row.update(config=str(cfg), per_score=round(row["total"] / per_thread, 3),
+                   chosen=cfg == chosen, interior=inner,
+                   interior_per_score=round(inner["total"] / per_thread, 3))
         rows.append(row)
-        kinds = " ".join(f"{k}={row[k]}" for k in KINDS)
-        print(f"{cfg}: loop {row['total']} instructions a thread "
-              f"({row['per_score']} a score), kernel {row['kernel_total']}; {kinds}")
+        kinds = " ".join(f"{k}={inner[k]}" for k in KINDS)
+        print(f"{cfg}: loop {row['total']} instructions a thread ({row['per_score']} a "
+              f"score), kernel {row['kernel_total']}; interior tile {inner['total']} "
+              f"({row['interior_per_score']} a score): {kinds}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

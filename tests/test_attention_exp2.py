@@ -194,3 +194,32 @@ def test_the_key_loop_takes_one_ex2_a_score(target, cfg):
     # beside the products and their operands' loads, the accurate exp took 48 to 55
     # instructions a score in these loops; now 21 to 26
     assert row["total"] - row["mma"] - row["ldmatrix"] <= 27 * per_thread, row
+
+
+# -- the edge tiles -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cfg", [AttentionConfig(2, 32, 2), AttentionConfig(4, 64, 1, "wgmma"),
+                                 AttentionConfig(4, 64, 3, "wgmma")],
+                         ids=["mma", "wgmma", "wgmma-3"])
+@pytest.mark.parametrize("lq,s", [(150, 190), (190, 150)])
+def test_causal_edge_and_interior_tiles_match_numpy(cfg, lq, s):
+    # several query blocks, each with interior tiles (no masks), diagonal tiles and a
+    # last partial tile of keys
+    w = AttentionWorkload(1, 1, 1, lq, s, 64, 64, "float16", True)
+    assert _run(w, cfg) <= attention_tolerance("float16")
+
+
+def test_causal_interior_tiles_skip_the_position_masks():
+    bench = _bench()
+    cfg = AttentionConfig(8, 64, 1, "wgmma")
+    causal, plain = (AttentionWorkload(1, 16, 16, 4096, 4096, 64, 64, "float16", c)
+                     for c in (True, False))
+    c = bench.count(bench.interior_ptx(causal, cfg, SM90))
+    p = bench.count(bench.interior_ptx(plain, cfg, SM90))
+    # the edge test is a few instructions a tile, nothing a score (the masks on every
+    # tile cost about 4 instructions a score: 128 a thread)
+    assert c["total"] - p["total"] <= 8, (c, p)
+    # the loop holds both forms of the softmax: masked for the edge tiles, plain
+    full = bench.count(compile_module(attention_module(causal, cfg), SM90).get_source("ptx"))
+    assert full["ex2"] == 2 * (cfg.block_q * cfg.block_kv // cfg.threads + 2)

@@ -406,12 +406,36 @@ class _Kernel:
             return w.softmax_scale * LOG2E
         return 1.0
 
+    def edge_tile(self, tile: Expr) -> Expr | None:
+        """Whether key tile ``tile`` needs the masks of its position: it reaches past the
+        keys (the last tile, where ``block_kv`` does not divide them) or, causal, past the
+        block's first query row; None where no tile does. The others (under a causal mask
+        all but the one or two tiles on the diagonal) keep every score."""
+        w, bc = self.w, self.cfg.block_kv
+        cond = None
+        if w.kv_len % bc:
+            cond = tile == _i(w.kv_len // bc)
+        if w.causal:
+            diag = tile * _i(bc) + _i(bc - 1) > self.row0()
+            cond = diag if cond is None else cond | diag
+        return cond
+
     def softmax(self, tile: Expr) -> Stmt:
-        """Mask this tile's scores, move the running maxima, write the probabilities and
-        the warp's vote for a rescaling. Each thread takes its own elements of the scores
-        (:meth:`own_elements`: two rows, the 4 lanes of a quad share a row and join their
-        maxima and sums with two shuffles), reads each once and keeps the masked scores in
-        registers.
+        """The softmax of key tile ``tile`` (:meth:`tile_softmax`): with the masks of the
+        keys' positions on the tiles that need them (:meth:`edge_tile`), without on the
+        others (two compares and a select a score fewer)."""
+        edge = self.edge_tile(tile)
+        if edge is None:
+            return self.tile_softmax(tile, False)
+        return If(edge, self.tile_softmax(tile, True), self.tile_softmax(tile, False))
+
+    def tile_softmax(self, tile: Expr, edge: bool) -> Stmt:
+        """Mask this tile's scores (the keys past the end and the causal rule where
+        ``edge``, a bool or additive mask always), move the running maxima, write the
+        probabilities and the warp's vote for a rescaling. Each thread takes its own
+        elements of the scores (:meth:`own_elements`: two rows, the 4 lanes of a quad
+        share a row and join their maxima and sums with two shuffles), reads each once and
+        keeps the masked scores in registers.
 
         The exponentials are base 2 (``ex2.approx``: one instruction a score), as
         FlashAttention computes them: ``exp(x - m) = 2^((x - m) log2 e)``. Where the
@@ -430,17 +454,19 @@ class _Kernel:
                 s = self.s_s[self.s_at(gr, c)]
                 if unit == 1.0:
                     s = s * _f(w.softmax_scale * LOG2E)
-                keep = kj < _i(w.kv_len)
-                if w.causal:
-                    keep = keep & (kj <= qi)
+                keep = None
+                if edge:
+                    keep = kj < _i(w.kv_len)
+                    if w.causal:
+                        keep = keep & (kj <= qi)
                 m = self._mask_value(qi, kj)
                 if m is not None:
                     if w.mask.additive:
                         s = s + (m if m.dtype == F32 else Cast(F32, m)) * _f(LOG2E)
                     else:
-                        keep = keep & m
+                        keep = m if keep is None else keep & m
                 sv = Var("score", F32)
-                return Let(sv, select(keep, s, NEG_INF), Seq([
+                return Let(sv, s if keep is None else select(keep, s, NEG_INF), Seq([
                     Store(self.sc, [slot], sv),
                     Store(self.acc, [i], emax(self.acc[i], sv))]))
 
