@@ -7,6 +7,8 @@ protocol, PTX for sm_90a, the rules of the knob and the chooser's preference; on
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from ptxforge import backend_sim, te
@@ -244,9 +246,15 @@ def test_wgmma_rules_name_what_is_wrong():
     ]:
         with pytest.raises(AttentionError, match=rule):
             check_attention_config(w, cfg, target)
+    # head dim 256 fits an H100 with the smallest configuration (190 KiB: the output
+    # goes through the scores' tile in chunks as wide as the keys); on a GPU with less
+    # shared memory no wgmma configuration does
+    wide = AttentionWorkload(1, 1, 1, 128, 128, 256, 256)
+    check_attention_config(wide, wg(4, 64, 1), H100)
+    small = copy.copy(H100)
+    object.__setattr__(small, "max_shared_memory_per_block_optin", 160 * 1024)
     with pytest.raises(AttentionError, match="no wgmma configuration fits"):
-        check_attention_config(AttentionWorkload(1, 1, 1, 128, 128, 256, 256), wg(4, 64, 1),
-                               H100)
+        check_attention_config(wide, wg(4, 64, 1), small)
     with pytest.raises(AttentionError, match="v_dim must be 64, 128, 192 or 256"):
         check_attention_config(AttentionWorkload(1, 1, 1, 128, 128, 80, 80), wg(), H100)
 

@@ -46,7 +46,7 @@ from ....ir.stmt import (
 )
 from .kernel import F32, _f, _i, _intrin, _Kernel, _loop, _loop_var, _operand_buffers
 from .knobs import COPY_ELEMS
-from .knobs_wgmma import PANEL, wgmma_layout
+from .knobs_wgmma import PANEL, output_chunk, wgmma_layout
 
 WG = 128
 """Threads of a warpgroup."""
@@ -247,15 +247,18 @@ class WgmmaKernel(_Kernel):
                                      b_at))
         return self._batch(steps, wait)
 
-    def _store_acc(self, acc: Buffer, n: int, dst: Buffer, ld: int) -> Stmt:
-        """The warpgroup's 64 x n accumulator to its rows of the float32 ``dst``."""
+    def _store_acc(self, acc: Buffer, n: int, dst: Buffer, ld: int, first: int = 0,
+                   cols: int | None = None) -> Stmt:
+        """The warpgroup's 64 x n accumulator (its columns ``first ..`` ``first + cols``)
+        to its rows of the float32 ``dst``, from column 0."""
         row = self.ty * _i(64)
+        cols = n if cols is None else cols
 
         def tile(t):
             return Seq([_loop("si", 64, lambda i: _loop("sj", 8, lambda j: Store(
-                dst, [(row + i) * _i(ld) + _i(8 * t) + j], acc[i * _i(n) + _i(8 * t) + j])),
-                annotations=_intrin(self.k_store))])
-        return Seq([tile(t) for t in range(n // 8)])
+                dst, [(row + i) * _i(ld) + _i(8 * t - first) + j],
+                acc[i * _i(n) + _i(8 * t) + j])), annotations=_intrin(self.k_store))])
+        return Seq([tile(t) for t in range(first // 8, (first + cols) // 8)])
 
     # -- rows -----------------------------------------------------------------------------
     def _rows(self, fn) -> Stmt:
@@ -270,32 +273,40 @@ class WgmmaKernel(_Kernel):
             return self.threads(lane)
         return _loop("re", per, body)
 
+    def _accumulate_output(self, alpha: bool) -> Stmt:
+        """``O_s += O_acc`` (``alpha``: ``O_s = (O_s + O_acc) * alpha``), through ``S_s``
+        (as wide as the key tile: :func:`~.knobs_wgmma.output_chunk` columns of
+        ``O_acc`` at a time): each thread stores its accumulator elements of a chunk and
+        adds, scales, the elements it stored itself (no barrier)."""
+        ev, cw = self.w.v_dim, output_chunk(self.w, self.cfg)
+
+        def chunk(k):
+            def add(i, gr, c, slot):
+                at = self.o_at(gr, _i(k * cw) + c)
+                total = self.o_s[at] + self.s_s[self.s_at(gr, c)]
+                return Store(self.o_s, [at], total * self.alpha_r[i] if alpha else total)
+            return Seq([
+                self._store_acc(self.of, ev, self.s_s, self.lay.s_ld, k * cw, cw),
+                self.warp_lanes(lambda lane, warp: self.own_elements(lane, warp, cw, add))])
+        return Seq([chunk(k) for k in range(ev // cw)])
+
     def flush(self) -> Stmt:
         """``O_s = (O_s + O_acc) * alpha`` row by row, then ``O_acc = 0``: each thread
         adds and scales the elements it stored itself (no barrier)."""
-        ev = self.w.v_dim
-
-        def scale(i, gr, c, slot):
-            at = self.o_at(gr, c)
-            return Store(self.o_s, [at], (self.o_s[at] + self.s_s[self.s_at(gr, c)])
-                         * self.alpha_r[i])
-        return Seq([self._store_acc(self.of, ev, self.s_s, self.lay.s_ld),
-                    self.warp_lanes(lambda lane, warp: self.own_elements(lane, warp, ev,
-                                                                         scale)),
-                    self._fill(self.of, ev)])
+        return Seq([self._accumulate_output(True), self._fill(self.of, self.w.v_dim)])
 
     def epilogue(self) -> Stmt:
         w = self.w
 
         def store(gr, c):
             qi = self.row0() + gr
-            total = self.o_s[self.o_at(gr, c)] + self.s_s[self.s_at(gr, c)]
-            return If(qi < _i(w.q_len), Store(self.out, [self.out_at(qi, c)],
-                                              Cast(w.dtype, total * self.r_s[gr])))
-        # each thread stores into S_s the elements it last read there (no barrier before);
-        # the barrier after publishes them and the inverse sums to the rows' threads
-        return Seq([self._store_acc(self.of, w.v_dim, self.s_s, self.lay.s_ld),
-                    self.inverse_sums(), Barrier(), self._rows(store)])
+            return If(qi < _i(w.q_len), Store(self.out, [self.out_at(qi, c)], Cast(
+                w.dtype, self.o_s[self.o_at(gr, c)] * self.r_s[gr])))
+        # each thread stores into S_s the elements it last read there and adds them to
+        # O_s (no barrier before); the barrier after publishes O_s and the inverse sums to
+        # the rows' threads
+        return Seq([self._accumulate_output(False), self.inverse_sums(), Barrier(),
+                    self._rows(store)])
 
     # -- the loop over key tiles ----------------------------------------------------------
     def key_loop(self) -> Stmt:
