@@ -99,3 +99,18 @@ def test_chunked_configurations_on_the_gpu(cfg, e):
         got = out.numpy().astype(np.float64)
         assert np.abs(got - want).max() <= attention_tolerance("float16") * max(
             1.0, np.abs(want).max()), (w, cfg)
+
+
+@pytest.mark.parametrize("w,cfg", [
+    (AttentionWorkload(1, 1, 1, 128, 128, 128, 128, "float16", True), wg(8, 64, 2)),
+    (AttentionWorkload(1, 1, 1, 64, 64, 256, 256, "float16", False), wg(4, 64, 1))],
+    ids=["8x64x2", "4x64x1-d256"])
+def test_the_chunks_are_conflict_free(w, cfg):
+    from ptxforge.ops.schedules.attention.banks import shared_access_ways
+
+    acc = shared_access_ways(attention_module(w, cfg).kernels()[0])
+    assert acc and all(a.ways == 1 for a in acc), [a for a in acc if a.ways != 1]
+    # the output accumulator's chunks: stored as pairs into the scores' tile, added into
+    # the output tile
+    assert any(a.buffer == "S_s" and a.kind == "store" and a.how != "scalar" for a in acc)
+    assert any(a.buffer == "O_s" and a.kind == "store" and a.how == "scalar" for a in acc)
