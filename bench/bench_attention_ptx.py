@@ -8,7 +8,8 @@ kind (``ex2.approx``, shared loads and stores, barriers, shuffles, the products,
 conversions, float arithmetic). ``loop`` is the loop's whole body (every branch: the
 rare rescaling, the masked edge tiles); ``interior`` what a tile away from the diagonal
 and the end runs (the kernel built without the rescaling and the edge tiles' masks, for
-counting only). ``--json`` writes the rows.
+counting only). With two stages an iteration of the loop runs two tiles (each its own
+stage); the figures a score divide by both. ``--json`` writes the rows.
 
     python3 bench/bench_attention_ptx.py [--seq 4096] [--causal] [--arch sm_90a] [--json out.json]
 """
@@ -98,6 +99,12 @@ def count(ptx: str) -> dict:
     return row
 
 
+def tiles_per_iteration(cfg) -> int:
+    """Key tiles one iteration of the key loop runs: two with two stages (each tile its
+    stage, known to the code), else one."""
+    return 2 if cfg.stages == 2 else 1
+
+
 def interior_ptx(w, cfg, target) -> str:
     """The PTX of the kernel as an interior tile runs it: without the rare rescaling of
     the output and without the masks of the edge tiles (not a correct kernel: for
@@ -144,7 +151,8 @@ def main() -> None:
         ptx = compile_module(attention_module(w, cfg), target).get_source("ptx")
         row = count(ptx)
         inner = count(interior_ptx(w, cfg, target))
-        per_thread = cfg.block_q * cfg.block_kv / cfg.threads
+        # scores a thread takes an iteration of the loop
+        per_thread = cfg.block_q * cfg.block_kv / cfg.threads * tiles_per_iteration(cfg)
         row.update(config=str(cfg), per_score=round(row["total"] / per_thread, 3),
                    chosen=cfg == chosen, interior=inner,
                    interior_per_score=round(inner["total"] / per_thread, 3))

@@ -335,11 +335,14 @@ def test_ptx_for_sm_90a_runs_the_products_on_wgmma(dtype, cfg):
     w = AttentionWorkload(1, 16, 16, 4096, 4096, 64, 64, dtype, True)
     src = compile_module(attention_module(w, cfg), H100).get_source("ptx")
     s = {"float16": "f16", "bfloat16": "bf16"}[dtype]
-    # S = Q K^T: 4 of N = block_kv (head dim 64); P V: block_kv / 16 of N = 64 (v_dim)
+    # S = Q K^T: 4 of N = block_kv (head dim 64); P V: block_kv / 16 of N = 64 (v_dim);
+    # per key tile, two tiles an iteration of the loop with two stages (each its stage)
+    tiles = 2 if cfg.stages == 2 else 1
     want = {f"m64n{cfg.block_kv}k16": 4}
     want["m64n64k16"] = want.get("m64n64k16", 0) + cfg.block_kv // 16
     for shape, n in want.items():
-        assert src.count(f"wgmma.mma_async.sync.aligned.{shape}.f32.{s}.{s}") == n, shape
+        assert src.count(f"wgmma.mma_async.sync.aligned.{shape}.f32.{s}.{s}") == n * tiles, \
+            shape
     for ins in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned",
                 "wgmma.wait_group.sync.aligned \t0", "fence.proxy.async.shared::cta",
                 "cp.async", "shfl.sync.bfly"):

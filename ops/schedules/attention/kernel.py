@@ -579,14 +579,16 @@ class _Kernel:
         total = -(-w.kv_len // cfg.block_kv)
         needed = self.kv_tiles_needed()
 
-        def step(j):
+        def step(j, parity=None):
+            # parity: the tile's stage where the loop knows it (two tiles an iteration),
+            # so the copies' and the fragments' addresses are constants of the step
             if cfg.stages == 2:
                 # wait for this tile, then (all warps past the barrier, so done with the
                 # tile before, which used the other stage) fetch the next one while this
                 # one is used: no barrier needed at the end of the step
-                stage = j % _i(2)
+                stage = j % _i(2) if parity is None else _i(parity)
                 nxt = j + _i(1)
-                fetch = self.copy_kv(nxt, nxt % _i(2))
+                fetch = self.copy_kv(nxt, nxt % _i(2) if parity is None else _i(1 - parity))
                 if not (isinstance(needed, int) and needed == 1):
                     fetch = If(nxt < (_i(needed) if isinstance(needed, int) else needed),
                                fetch)
@@ -610,8 +612,13 @@ class _Kernel:
                 self.pv(stage), *tail,
             ])
             if isinstance(needed, int):
-                return body
+                # the second tile of a pair exists only where the tile count is even
+                return body if parity != 1 or total % 2 == 0 else If(j < _i(needed), body)
             return If(j < needed, body)
+
+        if cfg.stages == 2 and total > 1:
+            return _loop("kv2", -(-total // 2), lambda jj: Seq([
+                step(jj * _i(2), 0), step(jj * _i(2) + _i(1), 1)]))
         return _loop("kv", total, step)
 
     def init_rows(self) -> Stmt:

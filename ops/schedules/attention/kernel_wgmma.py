@@ -315,16 +315,20 @@ class WgmmaKernel(_Kernel):
         needed = self.kv_tiles_needed()
         publish = [AsyncWait(0), WgmmaSync("fence_proxy_async"), Barrier()]
 
-        def step(j):
+        def step(j, parity=None):
+            # parity: the tile's stage where the loop knows it (two tiles an iteration),
+            # so the copies' and the descriptors' addresses are constants of the step
             sv = Var("stage")
             if cfg.stages == 2:
                 nxt = j + _i(1)
-                fetch = self.copy_kv(nxt, floormod(nxt, 2))
+                fetch = self.copy_kv(nxt, floormod(nxt, 2) if parity is None
+                                     else _i(1 - parity))
                 if not (isinstance(needed, int) and needed == 1):
                     fetch = If(nxt < (_i(needed) if isinstance(needed, int) else needed),
                                fetch)
                 head = [*publish, fetch, AsyncCommit()]
-                stage_value, tail = floormod(j, 2), []
+                stage_value = floormod(j, 2) if parity is None else _i(parity)
+                tail = []
             else:
                 head = [self.copy_kv(j, 0), AsyncCommit(), *publish]
                 stage_value, tail = _i(0), [Barrier()]
@@ -339,8 +343,17 @@ class WgmmaKernel(_Kernel):
             ])
             body = Let(sv, stage_value, body)
             if isinstance(needed, int):
-                return body
+                return body if j_known_inside(j, parity) else If(j < _i(needed), body)
             return If(j < needed, body)
+
+        def j_known_inside(j, parity) -> bool:
+            # the loop's tiles are all needed; the second of a pair only where the tile
+            # count is even
+            return parity is None or parity == 0 or total % 2 == 0
+
+        if cfg.stages == 2 and total > 1:
+            return _loop("kv2", -(-total // 2), lambda jj: Seq([
+                step(jj * _i(2), 0), step(jj * _i(2) + _i(1), 1)]))
         return _loop("kv", total, step)
 
     def key_loop_overlapped(self) -> Stmt:
