@@ -243,3 +243,40 @@ def test_the_step_records_the_views_and_reads_back():
     step = FusedAttention(4, 64, 2, False, None, "mma_sync", "bshd", views_param(w))
     assert parse_pass(step.text) == step
     assert views_param(w) == (1, 64, 2, 64, 0, 1, 64, 2, 64, 128, 1, 64, 2, 64, 256)
+
+
+@pytest.mark.torch_frontend
+def test_hugging_face_bert_reads_its_combined_projection_in_place():
+    """Hugging Face's BertModel through graph.from_torch (SDPA attention, 256 tokens: the
+    fused kernel by default): its attention reads the combined Q/K/V product through
+    views, three slice kernels fewer than without the fold, and matches eager on the
+    simulator."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from ptxforge.graph import from_torch
+    from ptxforge.graph.fused import distinct_functions
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=64,
+                                     vocab_size=96, max_position_embeddings=300)
+    model = transformers.BertModel(config).eval()
+    model.set_attn_implementation("sdpa")
+    ids = torch.from_numpy(RNG.integers(0, 96, (1, 256)))
+    mask = torch.ones(1, 256, dtype=torch.int64)
+    mask[0, 200:] = 0
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask, return_dict=False)[0].numpy()
+    net, params = from_torch(model, (ids,), {"attention_mask": mask})
+    opt = graph.optimize(net, params, precision="float16")
+    with GraphPassContext(config={VIEWS_OPTION: False}):
+        sliced = graph.optimize(net, params, precision="float16")
+    n_opt, n_sliced = (len(distinct_functions(g)[0]) for g in (opt, sliced))
+    assert n_opt == n_sliced - 3
+    lib = graph.build(net, "sim -arch=sm_80", params=params, precision="float16")
+    assert any(f.pipeline_text.startswith("fused_attention") for f in lib.functions.values())
+    m = graph.GraphModule(lib, ptxforge.sim())
+    m.set_input(**{p.name: a.numpy() for p, a in zip(net.params, (ids, mask))})
+    m.run()
+    got = m.get_output(0).numpy().astype(np.float64)
+    assert np.abs(got - want).max() <= 3e-2 * max(1.0, np.abs(want).max())
