@@ -8,8 +8,8 @@ kind (``ex2.approx``, shared loads and stores, barriers, shuffles, the products,
 conversions, float arithmetic). ``loop`` is the loop's whole body (every branch: the
 rare rescaling, the masked edge tiles); ``interior`` what a tile away from the diagonal
 and the end runs (the kernel built without the rescaling and the edge tiles' masks, for
-counting only). With two stages an iteration of the loop runs two tiles (each its own
-stage); the figures a score divide by both. ``--json`` writes the rows.
+counting only). With two or three stages an iteration of the loop runs as many tiles
+(each its own stage); the figures a score divide by them. ``--json`` writes the rows.
 
     python3 bench/bench_attention_ptx.py [--seq 4096] [--causal] [--arch sm_90a] [--json out.json]
 """
@@ -100,9 +100,9 @@ def count(ptx: str) -> dict:
 
 
 def tiles_per_iteration(cfg) -> int:
-    """Key tiles one iteration of the key loop runs: two with two stages (each tile its
-    stage, known to the code), else one."""
-    return 2 if cfg.stages == 2 else 1
+    """Key tiles one iteration of the key loop runs: as many as the stages (each tile its
+    stage, known to the code; for a problem of at least that many tiles)."""
+    return cfg.stages
 
 
 def interior_ptx(w, cfg, target) -> str:

@@ -366,7 +366,9 @@ class WgmmaKernel(_Kernel):
         needed = self.kv_tiles_needed()
         need = _i(needed) if isinstance(needed, int) else needed
 
-        def step(j):
+        def step(j, phase=None):
+            # phase: j mod 3 where the loop knows it (three tiles an iteration), so the
+            # stages, and with them the copies' and descriptors' addresses, are constants
             s_next, s_this = Var("stage_next"), Var("stage")
             nxt, after = j + _i(1), j + _i(2)
             has_next = nxt < need
@@ -374,7 +376,8 @@ class WgmmaKernel(_Kernel):
             flush = If(self.any_vote(), self.flush()) if total > 1 else None
             body = Seq([
                 AsyncWait(0), WgmmaSync("fence_proxy_async"), Barrier(),
-                If(after < need, Seq([self.copy_kv(after, floormod(after, 3)),
+                If(after < need, Seq([self.copy_kv(after, floormod(after, 3) if phase is None
+                                                   else _i((phase + 2) % 3)),
                                       AsyncCommit()])),
                 If(has_next, self.scores(s_next, wait=False)),
                 self.softmax(j), WgmmaSync("fence_proxy_async"), Barrier(),
@@ -383,14 +386,21 @@ class WgmmaKernel(_Kernel):
                 If(has_next, self._store_acc(self.sf, cfg.block_kv, self.s_s,
                                              self.lay.s_ld)),
             ])
-            body = Let(s_this, floormod(j, 3), Let(s_next, floormod(nxt, 3), body))
+            this, after_this = ((floormod(j, 3), floormod(nxt, 3)) if phase is None
+                                else (_i(phase), _i((phase + 1) % 3)))
+            body = Let(s_this, this, Let(s_next, after_this, body))
             if isinstance(needed, int):
-                return body
+                # a tile of the last iteration past the count is skipped
+                return body if phase in (None, 0) or total % 3 == 0 else If(
+                    j < _i(needed), body)
             return If(j < needed, body)
         # the first tile's scores before the loop
         first = Seq([AsyncWait(1), WgmmaSync("fence_proxy_async"), Barrier(),
                      self.scores(_i(0)),
                      self._store_acc(self.sf, cfg.block_kv, self.s_s, self.lay.s_ld)])
+        if total > 2:
+            return Seq([first, _loop("kv3", -(-total // 3), lambda jj: Seq([
+                step(jj * _i(3) + _i(r), r) for r in range(3)]))])
         return Seq([first, _loop("kv", total, step)])
 
     def body(self) -> Stmt:
