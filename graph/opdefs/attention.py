@@ -10,7 +10,9 @@ become -inf), a float mask is added. ``is_causal`` masks key ``j > i`` (top-left
 PyTorch). A row with every score masked gives zeros, as PyTorch's math kernel does.
 ``layout="bshd"`` takes q, k, v and gives the result as [B, L, H, E] (what the
 projections around an attention write and read; ``fold_attention_layout`` rewrites the
-head transposes around a fused attention into it).
+head transposes around a fused attention into it). ``views`` (``bshd`` only) reads an
+operand as ``(batch, seq, heads, dim, offset)`` out of the rows of a wider argument: the
+slices of a combined Q/K/V projection, which ``fold_attention_layout`` folds in too.
 
 Its te lowering is ``ops.attention`` (the scores, the softmax's stages and the weighted sum
 of the values, tagged ``attention``); ``fused_attention_module`` compiles such a function as
