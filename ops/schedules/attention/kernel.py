@@ -191,7 +191,9 @@ class _Kernel:
     def _copy_rows(self, dst: Buffer, dst_base: Expr, dst_ld: int, src: Buffer,
                    src_row: callable, first: Expr, rows: int, limit: int, cols: int) -> Stmt:
         """cp.async ``rows`` rows of ``cols`` elements (row ``first + r`` of ``src``, read
-        where below ``limit``, zeros past it) into ``dst`` rows ``dst_ld`` apart."""
+        where below ``limit``, zeros past it) into ``dst`` rows ``dst_ld`` apart. Where
+        every tile is whole (``limit`` a multiple of ``rows``; the callers copy no tile
+        past the last), no clamp and no zero fill."""
         per_row = cols // COPY_ELEMS
         total = rows * per_row
         threads = self.cfg.threads
@@ -202,12 +204,16 @@ class _Kernel:
                 c = it * _i(threads) + self.ty * _i(32) + tx
                 r, ch = c // _i(per_row), c % _i(per_row)
                 g = first + r
-                inside = g < _i(limit)
-                src_i = src_row(emin(g, _i(limit - 1))) + ch * _i(COPY_ELEMS)
                 dst_i = dst_base + r * _i(dst_ld) + ch * _i(COPY_ELEMS)
                 nbytes = COPY_ELEMS * dt.nbytes(dst.dtype)
-                cp = AsyncCopy(dst, dst_i, src, src_i, nbytes,
-                               select(inside, IntImm(nbytes, "int32"), IntImm(0, "int32")))
+                if limit % rows == 0:
+                    cp = AsyncCopy(dst, dst_i, src, src_row(g) + ch * _i(COPY_ELEMS), nbytes)
+                else:
+                    inside = g < _i(limit)
+                    src_i = src_row(emin(g, _i(limit - 1))) + ch * _i(COPY_ELEMS)
+                    cp = AsyncCopy(dst, dst_i, src, src_i, nbytes,
+                                   select(inside, IntImm(nbytes, "int32"),
+                                          IntImm(0, "int32")))
                 return cp if total % threads == 0 else If(c < _i(total), cp)
             return _lanes(lane)
 
@@ -589,7 +595,9 @@ class _Kernel:
                 stage = j % _i(2) if parity is None else _i(parity)
                 nxt = j + _i(1)
                 fetch = self.copy_kv(nxt, nxt % _i(2) if parity is None else _i(1 - parity))
-                if not (isinstance(needed, int) and needed == 1):
+                if isinstance(needed, int) and needed == 1:
+                    fetch = None  # the one tile: no next one (an empty copy group)
+                else:
                     fetch = If(nxt < (_i(needed) if isinstance(needed, int) else needed),
                                fetch)
                 head = [AsyncWait(0), Barrier(), fetch, AsyncCommit()]

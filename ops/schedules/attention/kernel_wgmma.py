@@ -141,7 +141,9 @@ class WgmmaKernel(_Kernel):
     def _copy(self, dst: Buffer, dst_at, src: Buffer, src_row, first: Expr, rows: int,
               limit: int, cols: int) -> Stmt:
         """cp.async ``rows`` rows of ``cols`` elements (row ``first + r`` of ``src``, zeros
-        past ``limit``) to ``dst_at(r, chunk)`` of ``dst``, 16 bytes a copy."""
+        past ``limit``) to ``dst_at(r, chunk)`` of ``dst``, 16 bytes a copy. Where every
+        tile the kernel copies is whole (``limit`` a multiple of ``rows``, and the callers
+        copy no tile past the last), the rows need no clamp and the copies no zero fill."""
         per_row = cols // COPY_ELEMS
         total = rows * per_row
         threads = self.cfg.threads
@@ -152,11 +154,16 @@ class WgmmaKernel(_Kernel):
                 c = it * _i(threads) + self.ty * _i(WG) + tx
                 r, ch = c // _i(per_row), c % _i(per_row)
                 g = first + r
-                inside = g < _i(limit)
-                src_i = src_row(emin(g, _i(limit - 1))) + ch * _i(COPY_ELEMS)
                 nbytes = COPY_ELEMS * dt.nbytes(dst.dtype)
-                cp = AsyncCopy(dst, dst_at(r, ch), src, src_i, nbytes,
-                               select(inside, IntImm(nbytes, "int32"), IntImm(0, "int32")))
+                if limit % rows == 0:
+                    src_i = src_row(g) + ch * _i(COPY_ELEMS)
+                    cp = AsyncCopy(dst, dst_at(r, ch), src, src_i, nbytes)
+                else:
+                    inside = g < _i(limit)
+                    src_i = src_row(emin(g, _i(limit - 1))) + ch * _i(COPY_ELEMS)
+                    cp = AsyncCopy(dst, dst_at(r, ch), src, src_i, nbytes,
+                                   select(inside, IntImm(nbytes, "int32"),
+                                          IntImm(0, "int32")))
                 return cp if total % threads == 0 else If(c < _i(total), cp)
             return self.threads(lane)
 
@@ -177,12 +184,21 @@ class WgmmaKernel(_Kernel):
                           self.q_row, self.row0(), self.cfg.block_q, w.q_len, w.head_dim)
 
     def copy_kv(self, tile: Expr, stage) -> Stmt:
+        return Seq([self.copy_k(tile, stage), self.copy_v(tile, stage)])
+
+    def copy_k(self, tile: Expr, stage) -> Stmt:
+        """cp.async of K's tile ``tile`` into its ``stage`` (K-major, swizzled panels)."""
+        w, bc = self.w, self.cfg.block_kv
+        stage = _i(stage) if isinstance(stage, int) else stage
+        return self._copy(self.k_s, self._k_major_at(stage * _i(self.k_sz), bc), self.k,
+                          lambda g: self.kv_row(g, w.head_dim, 1), tile * _i(bc), bc,
+                          w.kv_len, w.head_dim)
+
+    def copy_v(self, tile: Expr, stage) -> Stmt:
+        """cp.async of V's tile ``tile`` into its ``stage`` (MN-major 64 x 64 panels)."""
         w, bc, vp = self.w, self.cfg.block_kv, self.lay.v_panels
         first = tile * _i(bc)
         stage = _i(stage) if isinstance(stage, int) else stage
-        k = self._copy(self.k_s, self._k_major_at(stage * _i(self.k_sz), bc), self.k,
-                       lambda g: self.kv_row(g, w.head_dim, 1), first, bc, w.kv_len,
-                       w.head_dim)
 
         def v_at(r, ch):
             # [key chunk of 64][panel of 64 columns][64 keys][64 columns], swizzled rows
@@ -191,9 +207,8 @@ class WgmmaKernel(_Kernel):
             chunk = r // _i(PANEL)
             return (stage * _i(self.v_sz) + (chunk * _i(vp) + panel) * _i(PANEL_ELEMS)
                     + swizzled(floormod(r, PANEL), col))
-        v = self._copy(self.v_s, v_at, self.v, lambda g: self.kv_row(g, w.v_dim, 2), first,
-                       bc, w.kv_len, w.v_dim)
-        return Seq([k, v])
+        return self._copy(self.v_s, v_at, self.v, lambda g: self.kv_row(g, w.v_dim, 2), first,
+                          bc, w.kv_len, w.v_dim)
 
     # -- the warpgroup's products ---------------------------------------------------------
     def _fill(self, acc: Buffer, n: int) -> Stmt:
@@ -315,23 +330,23 @@ class WgmmaKernel(_Kernel):
         needed = self.kv_tiles_needed()
         publish = [AsyncWait(0), WgmmaSync("fence_proxy_async"), Barrier()]
 
+        if cfg.stages == 1:
+            return self.key_loop_one_stage()
+
         def step(j, parity=None):
             # parity: the tile's stage where the loop knows it (two tiles an iteration),
             # so the copies' and the descriptors' addresses are constants of the step
+            # two stages: wait for this tile, then (every warpgroup past the barrier, so
+            # done with the tile before, which used the other stage) fetch the next one
             sv = Var("stage")
-            if cfg.stages == 2:
-                nxt = j + _i(1)
-                fetch = self.copy_kv(nxt, floormod(nxt, 2) if parity is None
-                                     else _i(1 - parity))
-                if not (isinstance(needed, int) and needed == 1):
-                    fetch = If(nxt < (_i(needed) if isinstance(needed, int) else needed),
-                               fetch)
-                head = [*publish, fetch, AsyncCommit()]
-                stage_value = floormod(j, 2) if parity is None else _i(parity)
-                tail = []
+            nxt = j + _i(1)
+            fetch = self.copy_kv(nxt, floormod(nxt, 2) if parity is None else _i(1 - parity))
+            if isinstance(needed, int) and needed == 1:
+                fetch = None  # the one tile: no next one (an empty copy group)
             else:
-                head = [self.copy_kv(j, 0), AsyncCommit(), *publish]
-                stage_value, tail = _i(0), [Barrier()]
+                fetch = If(nxt < (_i(needed) if isinstance(needed, int) else needed), fetch)
+            head = [*publish, fetch, AsyncCommit()]
+            stage_value = floormod(j, 2) if parity is None else _i(parity)
             body = Seq([
                 *head,
                 self.scores(sv),
@@ -339,7 +354,7 @@ class WgmmaKernel(_Kernel):
                 self._store_acc(self.sf, cfg.block_kv, self.s_s, self.lay.s_ld),
                 self.softmax(j), WgmmaSync("fence_proxy_async"), Barrier(),
                 If(self.any_vote(), self.flush()) if total > 1 else None,
-                self.pv(sv), *tail,
+                self.pv(sv),
             ])
             body = Let(sv, stage_value, body)
             if isinstance(needed, int):
@@ -354,6 +369,45 @@ class WgmmaKernel(_Kernel):
         if cfg.stages == 2 and total > 1:
             return _loop("kv2", -(-total // 2), lambda jj: Seq([
                 step(jj * _i(2), 0), step(jj * _i(2) + _i(1), 1)]))
+        return _loop("kv", total, step)
+
+    def key_loop_one_stage(self) -> Stmt:
+        """One K/V stage, the two tiles copied apart so that each copy overlaps work: K's
+        next tile once every warpgroup is past its ``Q K^T`` (the barrier that publishes
+        P), during ``P V``; V's next tile once every warpgroup is past its ``P V``, during
+        the next ``Q K^T`` and softmax. Each is a copy group of its own: a step waits for
+        all but the newest group (K) before ``Q K^T`` and for all (V) before the barrier
+        that publishes P."""
+        w, cfg = self.w, self.cfg
+        total = -(-w.kv_len // cfg.block_kv)
+        needed = self.kv_tiles_needed()
+        need = _i(needed) if isinstance(needed, int) else needed
+        stage = _i(0)
+
+        def step(j):
+            nxt = j + _i(1)
+            more = nxt < need
+
+            def fetch(copy):
+                # an empty group where there is no next tile keeps the waits' counting
+                if isinstance(needed, int) and needed == 1:
+                    return AsyncCommit()
+                return Seq([If(more, copy(nxt, 0)), AsyncCommit()])
+            body = Seq([
+                AsyncWait(1), WgmmaSync("fence_proxy_async"), Barrier(),
+                self.scores(stage),
+                # no barrier before the softmax: each thread reads the scores it stored
+                self._store_acc(self.sf, cfg.block_kv, self.s_s, self.lay.s_ld),
+                self.softmax(j),
+                AsyncWait(0), WgmmaSync("fence_proxy_async"), Barrier(),
+                fetch(self.copy_k),
+                If(self.any_vote(), self.flush()) if total > 1 else None,
+                self.pv(stage), Barrier(),
+                fetch(self.copy_v),
+            ])
+            if isinstance(needed, int):
+                return body
+            return If(j < needed, body)
         return _loop("kv", total, step)
 
     def key_loop_overlapped(self) -> Stmt:
@@ -408,6 +462,10 @@ class WgmmaKernel(_Kernel):
         init = self.init_rows()
         zero_o = self._rows(lambda gr, c: Store(self.o_s, [gr * _i(o_ld) + c], _f(0.0)))
         prologue = [self.copy_q(), AsyncCommit()]
+        if cfg.stages == 1:
+            # K's and V's first tiles, one copy group each (key_loop_one_stage)
+            prologue += [self.copy_k(_i(0), 0), AsyncCommit(), self.copy_v(_i(0), 0),
+                         AsyncCommit()]
         if cfg.stages >= 2:
             prologue += [self.copy_kv(_i(0), 0), AsyncCommit()]
         if cfg.stages == 3:
