@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from ....ir import dtype as dt
 from ....ir.attrs import FuncAttrs
-from ....ir.expr import Cast, Expr, FloatImm, IntImm, Var, call, emax, emin, select, shfl_xor
+from ....ir.expr import Cast, Expr, FloatImm, IntImm, Var, call, emax, emin, select
 from ....ir.intrin import ANNOTATION
 from ....ir.intrin.keys import IntrinKey
 from ....ir.intrin.registry import lookup
@@ -57,6 +57,7 @@ from ....ir.stmt import (
     Store,
 )
 from .knobs import COPY_ELEMS, MMA_ROWS, AttentionConfig, shared_layout
+from .lanes import quad_reduce, warp_any
 from .workload import AttentionWorkload
 
 F32 = "float32"
@@ -500,7 +501,7 @@ class _Kernel:
                                                      select(grow, _f(1.0), _f(0.0)))),
                 ])
                 shift = m_old - m_new if unit == 1.0 else (m_old - m_new) * _f(unit)
-                return _quad(self.acc[i], emax, mt, Let(m_old, self.m_r[i], Let(
+                return quad_reduce(self.acc[i], emax, mt, Let(m_old, self.m_r[i], Let(
                     grow, (m_old != NEG_INF) & (mt > m_old + _f(threshold)),
                     Let(m_new, select(moves, emax(m_old, mt), m_old),
                         Let(m_use, select(m_new == NEG_INF, _f(0.0), m_new),
@@ -509,7 +510,7 @@ class _Kernel:
 
             def row_sum(i):
                 tot = Var("tot", F32)
-                return _quad(self.acc[i], lambda a, b: a + b, tot, Store(
+                return quad_reduce(self.acc[i], lambda a, b: a + b, tot, Store(
                     self.l_r, [i], self.l_r[i] * self.alpha_r[i] + tot))
 
             vote = Var("vote", F32)
@@ -520,7 +521,7 @@ class _Kernel:
                 _loop("mr", 2, row, "unroll"),
                 self.own_elements(tx, warp, bc, prob),
                 _loop("ms", 2, row_sum, "unroll"),
-                Let(vote, self.vote_r[_i(0)], _warp_any(vote, Seq([
+                Let(vote, self.vote_r[_i(0)], warp_any(vote, Seq([
                     If(tx == _i(0), Store(self.w_s, [warp], vote))]))),
             ])
         return self.warp_lanes(lane)
@@ -665,29 +666,6 @@ def _operand_buffers(w: AttentionWorkload) -> tuple:
             n *= d
         out.append(Buffer(name, w.dtype, [n]))
     return tuple(out)
-
-
-def _quad(value: Expr, op, out: Var, body: Stmt) -> Stmt:
-    """``body`` with ``out`` bound to ``op`` over the 4 lanes of the quad (lanes ``4k ..
-    4k + 3``: the threads sharing a row of the accumulator layout), by two shuffles."""
-    half = Var(out.name, F32)
-    return Let(half, op(value, shfl_xor(value, 1)), Let(out, op(half, shfl_xor(half, 2)),
-                                                        body))
-
-
-def _warp_any(flag: Var, body: Stmt) -> Stmt:
-    """``body`` with ``flag`` (0.0 or 1.0 in each lane) rebound to its maximum over the
-    warp: a butterfly of shuffles, every lane ends with the same value."""
-    for mask in (16, 8, 4, 2, 1):
-        nxt = Var("vote", F32)
-        body = Let(nxt, emax(flag, shfl_xor(flag, mask)), _rebind(body, flag, nxt))
-    return body
-
-
-def _rebind(s: Stmt, old: Var, new: Var) -> Stmt:
-    from ....ir.stmt import substitute_stmt
-
-    return substitute_stmt(s, {old: new})
 
 
 def _loop_var(v: Var, extent: int, body: Stmt, thread: str) -> For:
