@@ -43,11 +43,11 @@ class AttentionStep:
 
     def step_pass(self, cfg):
         """The ``fused_attention`` schedule step of configuration ``cfg``."""
-        from ..ops.schedules.attention.schedule_pass import FusedAttention
+        from ..ops.schedules.attention.schedule_pass import FusedAttention, views_param
 
         w = self.workload
         return FusedAttention(cfg.warps, cfg.block_kv, cfg.stages, w.causal, w.scale,
-                              cfg.mma, w.layout)
+                              cfg.mma, w.layout, views_param(w))
 
     def emit(self, vals, out) -> None:
         cfg = self.configs[int(vals[self.slot("config")])]
@@ -71,8 +71,9 @@ def attention_step(task) -> AttentionStep | None:
     except AttentionError:
         return None
     params = list(task.tensors)
-    if len(params) != len(ins) + 1 or any(a is not b for a, b in zip(ins, params)):
-        return None  # stages fused before the attention: the kernel reads placeholders only
+    # the kernel reads placeholders only (q, k and v may be one: a combined projection's)
+    if {id(t) for t in ins} != {id(t) for t in params[:-1]} or params[-1] is not out:
+        return None  # stages fused before the attention
     configs = tuple(attention_candidates(w, task.target))
     if not configs:
         return None

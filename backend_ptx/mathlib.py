@@ -14,6 +14,11 @@ Methods (``float`` = f32, ``double`` = f64; half types are computed in f32 by co
 * ``exp``: ``n = rint(x / ln 2)``, ``r = x - n ln 2`` (two-part ln 2, fused), Taylor series
   of degree 7 (f32) or 13 (f64) on ``|r| <= ln2/2``, times ``2^n`` applied as two exact
   power-of-two factors so the result can reach the subnormal range. About 1 ulp.
+* ``exp2``: f32 is the hardware's ``ex2.approx.ftz.f32`` (:data:`.nvptx.EX2_APPROX_FTZ_F32`,
+  within 2 ulp, subnormals flushed to zero; not target-neutral, so not in
+  :data:`MATH_OPS`, which the host JIT tests), what the softmax of fused attention spends
+  on a score; f64 is ``n = rint(x)``, ``exp((x - n) ln 2) 2^n`` (``x - n`` exact, the
+  power of two applied as two exact factors), about 1 ulp.
 * ``log``: ``x = m 2^k`` with ``m`` in ``[sqrt(1/2), sqrt(2))``; ``log(m) = f - f^2/2 +
   s (f^2/2 + R(s^2))`` with ``f = m - 1``, ``s = f / (2 + f)``, ``R`` the series of
   ``2 atanh(s) - 2 s`` (4 terms for f32, 10 for f64); plus ``k ln 2`` (two-part). About 1 ulp.
@@ -52,7 +57,7 @@ from fractions import Fraction
 from math import factorial
 
 from .llvm_text import FunctionWriter, ModuleParts, float_literal, int_literal
-from .nvptx import INTRINSIC_SUFFIX
+from .nvptx import EX2_APPROX_FTZ_F32, INTRINSIC_SUFFIX
 
 # erf(x)/x as a polynomial in z = x^2, z in [0, 1] (f64; the f32 erf uses ERF_SMALL_F32)
 ERF_SMALL_F64 = (5.957176147748911e-11, -1.1372848856791674e-09, 1.4659775274047436e-08,
@@ -100,6 +105,7 @@ TANH_SMALL = {
 }
 
 LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
 # ln 2 split so that k * hi is exact for every exponent k of the type
 LN2_HI = {"float": 0.693145751953125, "double": 0.6931471803691238}
 LN2_LO = {"float": 1.428606765330187e-06, "double": 1.9082149292705877e-10}
@@ -198,14 +204,15 @@ def helper_name(op: str, ty: str) -> str:
 def math_call(parts: ModuleParts, op: str, ty: str) -> str:
     """Define the helper for ``op`` on ``ty`` (``float``/``double``) in ``parts`` once;
     return its ``@name``."""
-    if op not in _BUILDERS:
-        raise ValueError(f"no math helper for {op!r}; have {sorted(_BUILDERS)}")
+    builders = _BUILDERS if op != "exp2" else {"exp2": _exp2}
+    if op not in builders:
+        raise ValueError(f"no math helper for {op!r}; have {sorted(_BUILDERS)} and exp2")
     if ty not in ("float", "double"):
         raise ValueError(f"math helpers exist for float and double, not {ty}")
     name = helper_name(op, ty)
     if name not in parts.helpers:
         parts.helpers[name] = ""  # reserve: builders may call other helpers first
-        parts.helpers[name] = _BUILDERS[op](parts, ty, name)
+        parts.helpers[name] = builders[op](parts, ty, name)
     return "@" + name
 
 
@@ -224,16 +231,37 @@ def _exp(parts: ModuleParts, ty: str, name: str) -> str:
     nneg = w.value(f"fneg {ty} {n}", "nneg")
     r = b.fma(nneg, b.c(LN2_HI[ty]), xc, "r")
     r = b.fma(nneg, b.c(LN2_LO[ty]), r, "r")
-    p = b.horner(EXP_TAYLOR[ty], r)
-    ni = w.value(f"fptosi {ty} {n} to {f.ity}", "ni")
+    y = _scale_pow2(b, b.horner(EXP_TAYLOR[ty], r), n)
+    return b.finish(name, ["x"], b.select(isnan, x, y, "res"))
+
+
+def _scale_pow2(b: _Body, y: str, n: str) -> str:
+    """``y * 2^n`` (``n`` an integral float within the exponent range) as two exact
+    power-of-two factors, so that the product may reach the subnormal range."""
+    f, w = b.f, b.w
+    ni = w.value(f"fptosi {b.ty} {n} to {f.ity}", "ni")
     n1 = w.value(f"ashr {f.ity} {ni}, 1", "n1")
     n2 = w.value(f"sub {f.ity} {ni}, {n1}", "n2")
-    scales = []
     for k in (n1, n2):
         e = w.value(f"add {f.ity} {k}, {b.ci(f.bias)}", "e")
         e = w.value(f"shl {f.ity} {e}, {b.ci(f.mant)}", "e")
-        scales.append(w.value(f"bitcast {f.ity} {e} to {ty}", "scale"))
-    y = b.bin("fmul", b.bin("fmul", p, scales[0], "y"), scales[1], "y")
+        y = b.bin("fmul", y, w.value(f"bitcast {f.ity} {e} to {b.ty}", "scale"), "y")
+    return y
+
+
+def _exp2(parts: ModuleParts, ty: str, name: str) -> str:
+    b = _Body(parts, ty)
+    if ty == "float":
+        ref = parts.declare(EX2_APPROX_FTZ_F32, "float (float)")
+        return b.finish(name, ["x"], b.w.value(f"call float {ref}(float %x)", "res"))
+    x = "%x"
+    isnan = b.fcmp("uno", x, x, "isnan")
+    # exp's clamps in base 2: beyond them the result is inf or 0 anyway
+    hi = b.select(b.fcmp("ogt", x, b.c(1025.0)), b.c(1025.0), x, "xc")
+    xc = b.select(b.fcmp("olt", hi, b.c(-1077.0)), b.c(-1077.0), hi, "xc")
+    n = b.intr("rint", [xc], "n")
+    r = b.bin("fmul", b.bin("fsub", xc, n, "r"), b.c(LN2), "r")
+    y = _scale_pow2(b, b.call(math_call(parts, "exp", ty), [r], "p"), n)
     return b.finish(name, ["x"], b.select(isnan, x, y, "res"))
 
 

@@ -78,6 +78,11 @@ def cp_async_intrinsic(nbytes: int, zero_fill: bool) -> str:
     return f"llvm.nvvm.cp.async.{kind}.shared.global.{nbytes}" + (".s" if zero_fill else "")
 
 
+EX2_APPROX_FTZ_F32 = "llvm.nvvm.ex2.approx.ftz.f"
+"""``ex2.approx.ftz.f32`` (``float (float)``): 2^x in one MUFU.EX2, within 2 ulp, subnormal
+inputs and results flushed to zero (FlashAttention's softmax exponent). ``llvm.exp2.f32``
+lowers to ``ex2.approx.f32`` without ``.ftz``, which adds the subnormal handling."""
+
 CP_ASYNC_COMMIT_INTRINSIC = "llvm.nvvm.cp.async.commit.group"
 """``cp.async.commit_group`` (``void ()``)."""
 

@@ -21,7 +21,7 @@ from .mathfns import int_range, wrap
 
 CMP_SYMBOL = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 ARITH_SYMBOL = {"add": "+", "sub": "-", "mul": "*"}
-NUMPY_UNARY = ("exp", "log", "sqrt", "sin", "cos", "tanh", "floor", "ceil")
+NUMPY_UNARY = ("exp", "exp2", "log", "sqrt", "sin", "cos", "tanh", "floor", "ceil")
 HELPER_UNARY = {"rsqrt": "_rsqrt", "sigmoid": "_sigmoid", "erf": "_erf", "round": "_round",
                 "round_tf32": "_tf32"}
 MAX_PARENS = 120

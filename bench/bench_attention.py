@@ -13,6 +13,7 @@ through the module's ``time_evaluator(graph=True)``), TFLOP/s with the causal wo
 as FlashAttention counts it.
 
     python3 bench/bench_attention.py [--seqs 512 1024 2048 4096] [--configs 3] [--json out.json]
+        [--all] [--combined]
 """
 
 from __future__ import annotations
@@ -123,12 +124,47 @@ def run_one(seq: int, causal: bool, args, dev, target) -> dict:
                      "raw_estimate_us": raw_attention_time(w, cfg, target) * 1e6,
                      "default": cfg == chosen})
     row["ours"] = ours
+    if args.combined:
+        row["combined"] = run_combined(w, chosen, want, args, dev, target)
     best = min(ours, key=lambda o: o["us"])
     row["ours_us"] = best["us"]
     row["ours_tflops"] = best["tflops"]
     if best_torch is not None:
         row["speedup_vs_torch"] = best_torch[1] * 1e6 / best["us"]
     return row
+
+
+def run_combined(w, cfg, want, args, dev, target) -> dict:
+    """The configuration ``cfg`` reading q, k, v as views of one ``[B * L, 3 H E]`` tensor
+    (a combined projection's output, ``layout="bshd"``: ``OperandView``), the output as
+    ``[B, L, H, E]``: its time and error against ``want`` (``[B, H, L, E]``)."""
+    import dataclasses
+
+    import torch
+    from ptxforge.backend_ptx import compile_module, from_dlpack
+    from ptxforge.ops.schedules.attention import attention_module
+    from ptxforge.ops.schedules.attention.workload import OperandView
+
+    b, h, seq, e = w.batch, w.heads, w.q_len, w.head_dim
+    cols = 3 * h * e
+    views = tuple(OperandView(cols, o, (b * seq, cols)) for o in (0, h * e, 2 * h * e))
+    wv = dataclasses.replace(w, layout="bshd", views=views)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    # the same q, k, v as the plain run (the same generator), laid into one tensor
+    q, k, v = (torch.randn(w.shapes()[n], device="cuda", dtype=getattr(torch, args.dtype),
+                           generator=g) for n in ("q", "k", "v"))
+    qkv = torch.cat([x.transpose(1, 2).reshape(b * seq, h * e) for x in (q, k, v)], dim=1)
+    out = torch.empty((b, seq, h, e), device="cuda", dtype=q.dtype)
+    loaded = compile_module(attention_module(wv, cfg), target).load(dev)
+    arrays = [from_dlpack(t) for t in (qkv.contiguous(), out)]
+    args_k = [arrays[0], arrays[0], arrays[0], arrays[1]]
+    loaded(*args_k)
+    torch.cuda.synchronize()
+    err = float((out.float().transpose(1, 2) - want).abs().max())
+    t = loaded.time_evaluator("main", number=args.number, repeat=args.repeat,
+                              graph=True)(*args_k).median
+    return {"config": cfg.to_dict(), "us": t * 1e6, "tflops": w.flops / t / 1e12,
+            "max_err": err}
 
 
 def main() -> None:
@@ -142,6 +178,9 @@ def main() -> None:
     p.add_argument("--all", action="store_true",
                    help="time every legal configuration (the data to recalibrate the "
                         "estimate: ops/schedules/attention/calibration.py)")
+    p.add_argument("--combined", action="store_true",
+                   help="also time the default configuration reading q, k, v as views of "
+                        "one [B*L, 3*H*E] tensor (the slices of a combined projection)")
     p.add_argument("--number", type=int, default=20)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--json", default="")
@@ -164,6 +203,10 @@ def main() -> None:
                   f"{r.get('torch_tflops', float('nan')):>8.1f} "
                   f"{r.get('torch_best', '-'):>9} {r.get('speedup_vs_torch', float('nan')):>6.2f}"
                   f"  {d['config']} ({d['us']:.1f} us, err {d['max_err']:.2g})")
+            if "combined" in r:
+                c = r["combined"]
+                print(f"{'':>14} combined q/k/v views: {c['us']:.1f} us, "
+                      f"{c['tflops']:.1f} TFLOP/s, err {c['max_err']:.2g}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": dev.name if hasattr(dev, "name") else str(dev),

@@ -234,6 +234,10 @@ class Cast(Expr):
 INTRINSICS = {
     # name: number of arguments
     "exp": 1,
+    # 2^x for the softmax of fused attention: on the GPU the hardware's approximation
+    # (float32: ex2.approx.ftz, within 2 ulp, subnormals flushed to zero), in the
+    # simulator numpy's exp2
+    "exp2": 1,
     "log": 1,
     "sqrt": 1,
     "rsqrt": 1,
@@ -522,7 +526,8 @@ def emax(a, b) -> Expr:
 def call(op: str, *args) -> Expr:
     args = tuple(as_expr(a) for a in args)
     dtype = args[0].dtype
-    if op in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "pow"):
+    if op in ("exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos",
+              "pow"):
         if not dt.is_float(dtype):
             raise IRError(f"{op} needs a float argument, got {dtype}")
     if op == "round_tf32" and dtype != "float32":

@@ -150,6 +150,49 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                          "T_attention_out", TAG, attrs)
 
 
+VIEW_TAG = "attention_view"
+"""The tag of an :func:`operand_view` stage (its attrs: ``row_stride``, ``offset``)."""
+
+
+def operand_view(base: Tensor, shape, offset: int, name: str = "x") -> Tensor:
+    """The ``[B, S, H, D]`` operand (``shape``) of a ``bshd`` attention read out of the
+    rows of ``base``: element ``(b, s, h, d)`` is element ``offset + h D + d`` of row
+    ``b S + s`` (the rows: every dimension of ``base`` but its last, ``row_stride``
+    elements). A stage of its own (tagged :data:`VIEW_TAG`) that any schedule computes as
+    a copy; the fused kernel reads ``base`` through it instead
+    (:class:`~ptxforge.ops.schedules.attention.OperandView`), as it reads the slices of a
+    combined Q/K/V projection."""
+    b, seq, heads, dim = (int(x) for x in shape)
+    lead = [int(x) for x in base.shape[:-1]]
+    stride = int(base.shape[-1]) if base.shape else 0
+    rows = 1
+    for d in lead:
+        rows *= d
+    if not lead or rows != b * seq or offset < 0 or offset + heads * dim > stride:
+        raise _error(f"attention: a view of {heads} heads of {dim} from element {offset} of "
+                     f"{b * seq} rows does not fit {name}'s tensor {list(base.shape)} (its "
+                     "rows: every dimension but the last)")
+
+    def body(n, i, h, d):
+        pos = n * seq + i
+        idx = []
+        for extent in reversed(lead[1:]):
+            idx.append(pos % extent)
+            pos = pos // extent
+        idx.append(pos)
+        return base[(*reversed(idx), h * dim + d + offset)]
+    return compute_named((b, seq, heads, dim), i_names(4), body,
+                         f"T_attention_{name}_view", VIEW_TAG,
+                         {"row_stride": stride, "offset": int(offset)})
+
+
+def _viewed(t: Tensor) -> tuple:
+    """``(base, view attrs)`` of an :func:`operand_view` stage, ``(t, None)`` otherwise."""
+    if getattr(t.op, "tag", "") == VIEW_TAG:
+        return t.op.input_tensors[0], t.op.attrs
+    return t, None
+
+
 def _check_mask(mask: Tensor, scores: tuple) -> None:
     shape = tuple(int(x) for x in mask.shape)
     ok = len(shape) <= 4 and all(g in (1, w) for g, w in zip(reversed(shape), reversed(scores)))
@@ -173,8 +216,8 @@ def _stage(out: Tensor, name: str) -> Tensor:
     raise _error(f"{out.op.name} is not the output of ops.attention (no stage {name})")
 
 
-def attention_inputs(out: Tensor) -> list[Tensor]:
-    """``[q, k, v]`` (and the mask when there is one) of an :func:`attention` output."""
+def _operands(out: Tensor) -> list[Tensor]:
+    """``[q, k, v]`` as the attention's stages read them (views included), and the mask."""
     if out.op.tag != TAG:
         raise _error(f"{out.op.name} (tag {out.op.tag!r}) is not the output of "
                              "ops.attention")
@@ -185,12 +228,26 @@ def attention_inputs(out: Tensor) -> list[Tensor]:
     return [q, k, v] + mask[:1]
 
 
+def attention_inputs(out: Tensor) -> list[Tensor]:
+    """``[q, k, v]`` (and the mask when there is one) of an :func:`attention` output: the
+    tensors the fused kernel reads, where an operand is an :func:`operand_view` its base
+    (so q, k and v may be one tensor)."""
+    ins = _operands(out)
+    return [_viewed(t)[0] for t in ins[:3]] + ins[3:]
+
+
 def attention_workload(out: Tensor) -> AttentionWorkload:
     """The :class:`AttentionWorkload` an :func:`attention` output computes."""
     from .schedules.attention import AttentionMask, AttentionWorkload
+    from .schedules.attention.workload import OperandView
 
-    ins = attention_inputs(out)
+    ins = _operands(out)
     q, k, v = ins[:3]
+    views = []
+    for t in (q, k, v):
+        base, attrs = _viewed(t)
+        views.append(None if attrs is None else OperandView(
+            attrs["row_stride"], attrs["offset"], tuple(int(x) for x in base.shape)))
     layout = out.op.attrs.get("layout", "bhsd")
     b, hq, lq, e = (int(x) for x in q.shape)
     hk, s = int(k.shape[1]), int(k.shape[2])
@@ -202,4 +259,4 @@ def attention_workload(out: Tensor) -> AttentionWorkload:
         mask = AttentionMask(tuple(int(x) for x in ins[3].shape), ins[3].dtype)
     return AttentionWorkload(b, hq, hk, lq, s, e, int(v.shape[3]), q.dtype,
                              bool(out.op.attrs["causal"]), out.op.attrs["scale"], mask,
-                             layout)
+                             layout, tuple(views) if any(views) else None)

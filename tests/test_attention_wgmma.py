@@ -7,6 +7,8 @@ protocol, PTX for sm_90a, the rules of the knob and the chooser's preference; on
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from ptxforge import backend_sim, te
@@ -244,9 +246,15 @@ def test_wgmma_rules_name_what_is_wrong():
     ]:
         with pytest.raises(AttentionError, match=rule):
             check_attention_config(w, cfg, target)
+    # head dim 256 fits an H100 with the smallest configuration (190 KiB: the output
+    # goes through the scores' tile in chunks as wide as the keys); on a GPU with less
+    # shared memory no wgmma configuration does
+    wide = AttentionWorkload(1, 1, 1, 128, 128, 256, 256)
+    check_attention_config(wide, wg(4, 64, 1), H100)
+    small = copy.copy(H100)
+    object.__setattr__(small, "max_shared_memory_per_block_optin", 160 * 1024)
     with pytest.raises(AttentionError, match="no wgmma configuration fits"):
-        check_attention_config(AttentionWorkload(1, 1, 1, 128, 128, 256, 256), wg(4, 64, 1),
-                               H100)
+        check_attention_config(wide, wg(4, 64, 1), small)
     with pytest.raises(AttentionError, match="v_dim must be 64, 128, 192 or 256"):
         check_attention_config(AttentionWorkload(1, 1, 1, 128, 128, 80, 80), wg(), H100)
 
@@ -327,11 +335,14 @@ def test_ptx_for_sm_90a_runs_the_products_on_wgmma(dtype, cfg):
     w = AttentionWorkload(1, 16, 16, 4096, 4096, 64, 64, dtype, True)
     src = compile_module(attention_module(w, cfg), H100).get_source("ptx")
     s = {"float16": "f16", "bfloat16": "bf16"}[dtype]
-    # S = Q K^T: 4 of N = block_kv (head dim 64); P V: block_kv / 16 of N = 64 (v_dim)
+    # S = Q K^T: 4 of N = block_kv (head dim 64); P V: block_kv / 16 of N = 64 (v_dim);
+    # per key tile, two tiles an iteration of the loop with two stages (each its stage)
+    tiles = 2 if cfg.stages == 2 else 1
     want = {f"m64n{cfg.block_kv}k16": 4}
     want["m64n64k16"] = want.get("m64n64k16", 0) + cfg.block_kv // 16
     for shape, n in want.items():
-        assert src.count(f"wgmma.mma_async.sync.aligned.{shape}.f32.{s}.{s}") == n, shape
+        assert src.count(f"wgmma.mma_async.sync.aligned.{shape}.f32.{s}.{s}") == n * tiles, \
+            shape
     for ins in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned",
                 "wgmma.wait_group.sync.aligned \t0", "fence.proxy.async.shared::cta",
                 "cp.async", "shfl.sync.bfly"):

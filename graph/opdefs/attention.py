@@ -10,7 +10,9 @@ become -inf), a float mask is added. ``is_causal`` masks key ``j > i`` (top-left
 PyTorch). A row with every score masked gives zeros, as PyTorch's math kernel does.
 ``layout="bshd"`` takes q, k, v and gives the result as [B, L, H, E] (what the
 projections around an attention write and read; ``fold_attention_layout`` rewrites the
-head transposes around a fused attention into it).
+head transposes around a fused attention into it). ``views`` (``bshd`` only) reads an
+operand as ``(batch, seq, heads, dim, offset)`` out of the rows of a wider argument: the
+slices of a combined Q/K/V projection, which ``fold_attention_layout`` folds in too.
 
 Its te lowering is ``ops.attention`` (the scores, the softmax's stages and the weighted sum
 of the values, tagged ``attention``); ``fused_attention_module`` compiles such a function as
@@ -71,8 +73,32 @@ def _dims(types: list[TensorType], layout: str = "bhsd"
     return b, hq, hk, lq, s, e, ev
 
 
+def _viewed_types(types: list, attrs) -> list:
+    """The types of q, k, v as the attention reads them: each operand with a view (the
+    attribute ``views``: ``(batch, seq, heads, dim, offset)``) is the ``[B, S, H, D]``
+    slice of its argument's rows, which must be ``B S`` rows of a last dimension taking
+    the ``H D`` elements from ``offset``; the mask as it is."""
+    views = attrs.get("views")
+    if not views:
+        return list(types)
+    out = list(types)
+    for which, (name, view) in enumerate(zip("qkv", views)):
+        if not view:
+            continue
+        t = types[which]
+        b, seq, heads, dim, offset = view
+        rows = math.prod(t.shape[:-1]) if t.ndim else 0
+        if t.ndim < 2 or rows != b * seq or offset + heads * dim > t.shape[-1]:
+            fail(OP, f"the view {list(view)} (batch, seq, heads, dim, offset) of {name} does "
+                     f"not fit its argument {t}: it needs {b * seq} rows of at least "
+                     f"{offset + heads * dim} elements")
+        out[which] = TensorType((b, seq, heads, dim), t.dtype)
+    return out
+
+
 def _infer(types, attrs):
     layout = attrs.get("layout", "bhsd")
+    types = _viewed_types(types, attrs)
     b, hq, _, lq, s, _, ev = _dims(types, layout)
     if len(types) == 4:
         mask = types[3]
@@ -100,6 +126,21 @@ def _normalize(attrs):
         fail(OP, f"layout must be one of {LAYOUTS}, got {layout!r}")
     if layout != "bhsd":  # the default is left out (graphs print as before)
         out["layout"] = layout
+    views = attrs.get("views")
+    if views:
+        try:
+            views = tuple(tuple(int(x) for x in v) if v else () for v in views)
+        except (TypeError, ValueError):
+            fail(OP, f"views must list, for q, k and v, (batch, seq, heads, dim, offset) or "
+                     f"nothing, got {views!r}")
+        if len(views) != 3 or any(len(v) not in (0, 5) for v in views):
+            fail(OP, f"views must list, for q, k and v, (batch, seq, heads, dim, offset) or "
+                     f"nothing, got {views!r}")
+        if layout != "bshd":
+            fail(OP, "views read q, k and v as [B, S, H, D] slices of rows: layout 'bshd' "
+                     f"only, got {layout!r}")
+        if any(views):
+            out["views"] = views
     return out
 
 
@@ -109,10 +150,24 @@ def _scale(attrs, e: int) -> float:
 
 def _lower(a, attrs):
     from ...ops.attention import attention as attention_te
+    from ...ops.attention import operand_view
 
     mask = a[3] if len(a) == 4 else None
-    return attention_te(a[0], a[1], a[2], mask, attrs["is_causal"], attrs["scale"],
+    qkv = list(a[:3])
+    for which, view in enumerate(attrs.get("views") or ()):
+        if view:
+            qkv[which] = operand_view(qkv[which], view[:4], view[4], "qkv"[which])
+    return attention_te(*qkv, mask, attrs["is_causal"], attrs["scale"],
                         attrs.get("layout", "bhsd"))
+
+
+def view_array(base: np.ndarray, view) -> np.ndarray:
+    """The ``[B, S, H, D]`` operand a view ``(batch, seq, heads, dim, offset)`` reads out
+    of ``base`` (its rows: every dimension but the last)."""
+    b, seq, heads, dim, offset = view
+    rows = np.asarray(base).reshape(b * seq, -1)
+    return np.ascontiguousarray(rows[:, offset:offset + heads * dim]).reshape(b, seq, heads,
+                                                                               dim)
 
 
 def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask=None,
@@ -128,26 +183,39 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask=None,
 
 
 def _ref(a, attrs):
-    return attention_reference(a[0], a[1], a[2], a[3] if len(a) == 4 else None,
+    qkv = [view_array(x, view) if view else x
+           for x, view in zip(a[:3], attrs.get("views") or ((), (), ()))]
+    return attention_reference(*qkv, a[3] if len(a) == 4 else None,
                                attrs["scale"], attrs["is_causal"], attrs.get("layout", "bhsd"))
 
 
 register_op(OpDef(
     name=OP, num_inputs=None, infer=_infer, lower=_lower, ref=_ref, pattern=OpPattern.OPAQUE,
-    defaults={"scale": None, "is_causal": False, "layout": None}, normalize=_normalize,
+    defaults={"scale": None, "is_causal": False, "layout": None, "views": None},
+    normalize=_normalize,
 ))
 
 
 def attention(q: Node, k: Node, v: Node, mask: Node | None = None, scale: float | None = None,
-              is_causal: bool = False, layout: str = "bhsd") -> Call:
+              is_causal: bool = False, layout: str = "bhsd", views=None) -> Call:
     """``softmax(q @ k^T * scale + mask) @ v`` per head (see the module's docstring);
     ``scale`` None is ``1 / sqrt(head dim)``; ``layout`` ``"bshd"``: q, k, v and the
-    result ``[B, L, H, E]``."""
+    result ``[B, L, H, E]``; ``views`` (``bshd`` only): for each of q, k, v, ``(batch,
+    seq, heads, dim, offset)`` where the argument is a wider tensor whose rows hold the
+    operand's ``heads x dim`` elements from ``offset`` (the slices of a combined Q/K/V
+    projection, see ``fold_attention_layout``), or ``()`` for an operand given as it is."""
     args = [q, k, v] + ([mask] if mask is not None else [])
     attrs = {"scale": scale, "is_causal": is_causal}
     if layout != "bhsd":
         attrs["layout"] = layout
+    if views:
+        attrs["views"] = views
     return Call(OP, args, attrs)
+
+
+def operand_types(call: Call) -> list:
+    """The types of ``call``'s q, k, v as the attention reads them (through its views)."""
+    return _viewed_types([a.ty for a in call.args[:3]], call.attrs)
 
 
 FUSED_OPTION = "fused_attention"
@@ -186,7 +254,7 @@ def fused_attention_refusal(call: Call, target=None, dtype: str | None = None) -
 
     if call.op != OP:
         return f"{call.op} is not {OP}"
-    q, k, v = call.args[:3]
+    q, k, v = operand_types(call)
     dtype = dtype or q.dtype
     mask = None
     if len(call.args) == 4:
@@ -196,7 +264,8 @@ def fused_attention_refusal(call: Call, target=None, dtype: str | None = None) -
     b, hq, lq, e = _bhsd(q.shape, layout)
     _, hk, s, _ = _bhsd(k.shape, layout)
     w = AttentionWorkload(b, hq, hk, lq, s, e, v.shape[3], dtype,
-                          call.attrs["is_causal"], call.attrs["scale"], mask, layout)
+                          call.attrs["is_causal"], call.attrs["scale"], mask, layout,
+                          _workload_views(call))
     t = as_target(target) if target is not None else Target.current() or as_target("cuda")
     if t.is_sim:
         t = as_target(f"cuda -arch={t.arch}")
@@ -205,6 +274,18 @@ def fused_attention_refusal(call: Call, target=None, dtype: str | None = None) -
     except AttentionError as e:
         return str(e)
     return None
+
+
+def _workload_views(call: Call) -> tuple | None:
+    """The kernel's :class:`~ptxforge.ops.schedules.attention.OperandView` of each operand
+    of ``call`` (None where it has no view), or None."""
+    from ...ops.schedules.attention.workload import OperandView
+
+    views = call.attrs.get("views")
+    if not views:
+        return None
+    return tuple(OperandView(a.shape[-1], v[4], tuple(a.shape)) if v else None
+                 for a, v in zip(call.args[:3], views))
 
 
 def keeps_fused_attention(call: Call) -> bool:
@@ -219,7 +300,7 @@ def keeps_fused_attention(call: Call) -> bool:
     if not choice:
         return False
     if choice == FUSED_AUTO:
-        _, _, s, _ = _bhsd(call.args[1].shape, call.attrs.get("layout", "bhsd"))
+        _, _, s, _ = _bhsd(operand_types(call)[1].shape, call.attrs.get("layout", "bhsd"))
         if s < AUTO_MIN_KEYS:
             return False
     low = config.get(FUSED_PRECISION_OPTION)
@@ -249,7 +330,9 @@ def fused_attention_module(func, target=None):
     if getattr(out.op, "tag", "") != TAG:
         return None
     ins = attention_inputs(out)
-    if len(ins) != len(tensors) - 1 or any(a is not b for a, b in zip(ins, tensors[:-1])):
+    # every input of the function is an operand (q, k and v may be one tensor: the views
+    # of a combined projection)
+    if {id(t) for t in ins} != {id(t) for t in tensors[:-1]}:
         return None  # something else fused into the function
     w = attention_workload(out)
     t = as_target(target) if target is not None else Target.current() or as_target("cuda")
@@ -267,6 +350,11 @@ def fused_attention_module(func, target=None):
     host = mod.host
     from ...ir.stmt import Buffer, Launch, Module
 
-    renamed = [Buffer(t_.name, p.dtype, p.shape) for t_, p in zip(tensors, host.params)]
-    new_host = host.replace(params=renamed, body=Launch(host.body.kernel, renamed))
+    # the host takes the function's tensors; the kernel q, k, v[, mask], out, where some
+    # may be one tensor
+    params = {id(t_): Buffer(t_.name, t_.dtype, tuple(int(d) for d in t_.shape))
+              for t_ in tensors}
+    new_host = host.replace(params=list(params.values()),
+                            body=Launch(host.body.kernel, [params[id(t_)] for t_ in
+                                                           (*ins, out)]))
     return Module([new_host, *mod.kernels()])

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from ....ir import dtype as dt
 from ....ir.attrs import FuncAttrs
-from ....ir.expr import Cast, Expr, FloatImm, IntImm, Var, call, emax, emin, select, shfl_xor
+from ....ir.expr import Cast, Expr, FloatImm, IntImm, Var, call, emax, emin, select
 from ....ir.intrin import ANNOTATION
 from ....ir.intrin.keys import IntrinKey
 from ....ir.intrin.registry import lookup
@@ -57,10 +57,12 @@ from ....ir.stmt import (
     Store,
 )
 from .knobs import COPY_ELEMS, MMA_ROWS, AttentionConfig, shared_layout
+from .lanes import quad_reduce, warp_any
 from .workload import AttentionWorkload
 
 F32 = "float32"
 NEG_INF = FloatImm(float("-inf"), F32)
+LOG2E = 1.4426950408889634
 RESCALE_THRESHOLD = 8.0
 """How far (in the exponent) a row's scores may exceed its running maximum before the
 maximum moves and the output is rescaled: probabilities stay below ``e^8``, about 2981."""
@@ -109,9 +111,7 @@ class _Kernel:
         self.k_store = IntrinKey("store", "C", acc=F32)
         self.k_load = IntrinKey("load", "C", acc=F32)
         e, ev = w.head_dim, w.v_dim
-        self.q = Buffer("q", ab, [w.batch * w.heads * w.q_len * e])
-        self.k = Buffer("k", ab, [w.batch * w.kv_heads * w.kv_len * e])
-        self.v = Buffer("v", ab, [w.batch * w.kv_heads * w.kv_len * ev])
+        self.q, self.k, self.v = _operand_buffers(w)
         self.mask = None
         if w.mask is not None:
             n = 1
@@ -192,7 +192,9 @@ class _Kernel:
     def _copy_rows(self, dst: Buffer, dst_base: Expr, dst_ld: int, src: Buffer,
                    src_row: callable, first: Expr, rows: int, limit: int, cols: int) -> Stmt:
         """cp.async ``rows`` rows of ``cols`` elements (row ``first + r`` of ``src``, read
-        where below ``limit``, zeros past it) into ``dst`` rows ``dst_ld`` apart."""
+        where below ``limit``, zeros past it) into ``dst`` rows ``dst_ld`` apart. Where
+        every tile is whole (``limit`` a multiple of ``rows``; the callers copy no tile
+        past the last), no clamp and no zero fill."""
         per_row = cols // COPY_ELEMS
         total = rows * per_row
         threads = self.cfg.threads
@@ -203,12 +205,16 @@ class _Kernel:
                 c = it * _i(threads) + self.ty * _i(32) + tx
                 r, ch = c // _i(per_row), c % _i(per_row)
                 g = first + r
-                inside = g < _i(limit)
-                src_i = src_row(emin(g, _i(limit - 1))) + ch * _i(COPY_ELEMS)
                 dst_i = dst_base + r * _i(dst_ld) + ch * _i(COPY_ELEMS)
                 nbytes = COPY_ELEMS * dt.nbytes(dst.dtype)
-                cp = AsyncCopy(dst, dst_i, src, src_i, nbytes,
-                               select(inside, IntImm(nbytes, "int32"), IntImm(0, "int32")))
+                if limit % rows == 0:
+                    cp = AsyncCopy(dst, dst_i, src, src_row(g) + ch * _i(COPY_ELEMS), nbytes)
+                else:
+                    inside = g < _i(limit)
+                    src_i = src_row(emin(g, _i(limit - 1))) + ch * _i(COPY_ELEMS)
+                    cp = AsyncCopy(dst, dst_i, src, src_i, nbytes,
+                                   select(inside, IntImm(nbytes, "int32"),
+                                          IntImm(0, "int32")))
                 return cp if total % threads == 0 else If(c < _i(total), cp)
             return _lanes(lane)
 
@@ -216,15 +222,17 @@ class _Kernel:
 
     def q_row(self, g: Expr) -> Expr:
         """Where query row ``g`` of the block's head starts in ``q`` (the layout's
-        strides)."""
+        strides, or q's view)."""
         w = self.w
-        return w.row_start(self.bz, self.by, g, _i(w.heads), _i(w.q_len), _i(w.head_dim))
+        return w.operand_start(0, self.bz, self.by, g, _i(w.heads), _i(w.q_len),
+                               _i(w.head_dim))
 
-    def kv_row(self, g: Expr, dim: int) -> Expr:
-        """Where key row ``g`` of the block's key head starts in ``k`` (``dim`` the head
-        dim) or ``v`` (the value dim)."""
+    def kv_row(self, g: Expr, dim: int, which: int) -> Expr:
+        """Where key row ``g`` of the block's key head starts in ``k`` (``which`` 1,
+        ``dim`` the head dim) or ``v`` (2, the value dim)."""
         w = self.w
-        return w.row_start(self.bz, self.kv_head, g, _i(w.kv_heads), _i(w.kv_len), _i(dim))
+        return w.operand_start(which, self.bz, self.kv_head, g, _i(w.kv_heads), _i(w.kv_len),
+                               _i(dim))
 
     def out_at(self, qi: Expr, c: Expr) -> Expr:
         """Where element ``c`` of the block's output row ``qi`` lies in ``out``."""
@@ -241,10 +249,10 @@ class _Kernel:
         first = tile * _i(bc)
         stage = _i(stage) if isinstance(stage, int) else stage
         k = self._copy_rows(self.k_s, stage * _i(bc * lay.k_ld), lay.k_ld, self.k,
-                            lambda g: self.kv_row(g, w.head_dim), first, bc, w.kv_len,
+                            lambda g: self.kv_row(g, w.head_dim, 1), first, bc, w.kv_len,
                             w.head_dim)
         v = self._copy_rows(self.v_s, stage * _i(bc * lay.v_ld), lay.v_ld, self.v,
-                            lambda g: self.kv_row(g, w.v_dim), first, bc, w.kv_len,
+                            lambda g: self.kv_row(g, w.v_dim, 2), first, bc, w.kv_len,
                             w.v_dim)
         return Seq([k, v])
 
@@ -394,36 +402,87 @@ class _Kernel:
                                       i * _i(per_row) + t * _i(2) + e), "unroll"), "unroll")
         return _loop("oi", 2, row, "unroll")
 
+    def score_units(self) -> float:
+        """The base-2 exponent of one unit of the values the softmax keeps (its masked
+        scores, maxima and threshold): ``scale log2(e)`` where they are the raw products
+        ``Q K^T`` (a positive scale and no additive mask: the maximum of the raw scores is
+        that of the scaled ones), else 1 (the scores scaled, and the additive mask added,
+        in base 2 as they are read)."""
+        w = self.w
+        if w.softmax_scale > 0 and not (w.mask is not None and w.mask.additive):
+            return w.softmax_scale * LOG2E
+        return 1.0
+
+    def edge_tile(self, tile: Expr) -> Expr | None:
+        """Whether key tile ``tile`` needs the masks of its position: it reaches past the
+        keys (the last tile, where ``block_kv`` does not divide them) or, causal, past the
+        block's first query row; None where no tile does. The others (under a causal mask
+        all but the one or two tiles on the diagonal) keep every score."""
+        w, bc = self.w, self.cfg.block_kv
+        cond = None
+        if w.kv_len % bc:
+            cond = tile == _i(w.kv_len // bc)
+        if w.causal:
+            diag = tile * _i(bc) + _i(bc - 1) > self.row0()
+            cond = diag if cond is None else cond | diag
+        return cond
+
     def softmax(self, tile: Expr) -> Stmt:
-        """Scale and mask this tile's scores, move the running maxima, write the
+        """The softmax of key tile ``tile`` (:meth:`tile_softmax`): with the masks of the
+        keys' positions on the tiles that need them (:meth:`edge_tile`), without on the
+        others (two compares and a select a score fewer)."""
+        edge = self.edge_tile(tile)
+        if edge is None:
+            return self.tile_softmax(tile, False)
+        return If(edge, self.tile_softmax(tile, True), self.tile_softmax(tile, False))
+
+    def tile_softmax(self, tile: Expr, edge: bool) -> Stmt:
+        """Mask this tile's scores (the keys past the end and the causal rule where
+        ``edge``, a bool or additive mask always), move the running maxima, write the
         probabilities and the warp's vote for a rescaling. Each thread takes its own
         elements of the scores (:meth:`own_elements`: two rows, the 4 lanes of a quad
         share a row and join their maxima and sums with two shuffles), reads each once and
-        keeps the masked scores in registers."""
+        keeps the masked scores in registers.
+
+        The exponentials are base 2 (``ex2.approx``: one instruction a score), as
+        FlashAttention computes them: ``exp(x - m) = 2^((x - m) log2 e)``. Where the
+        softmax keeps the raw products (:meth:`score_units`), the scale and ``log2 e`` are
+        one factor ``u`` and a probability is ``2^(s u - m u)``, one ``fma`` and one
+        ``ex2`` with ``m u`` taken once a row; the running maxima and sums stay float32."""
         w, bc = self.w, self.cfg.block_kv
+        unit = self.score_units()
+        # RESCALE_THRESHOLD is in natural-log units: the same bound on the probabilities
+        threshold = RESCALE_THRESHOLD * LOG2E / unit
 
         def lane(tx, warp):
             def score(i, gr, c, slot):
                 qi = self.row0() + gr
                 kj = tile * _i(bc) + c
-                s = self.s_s[self.s_at(gr, c)] * _f(w.softmax_scale)
-                keep = kj < _i(w.kv_len)
-                if w.causal:
-                    keep = keep & (kj <= qi)
+                s = self.s_s[self.s_at(gr, c)]
+                if unit == 1.0:
+                    s = s * _f(w.softmax_scale * LOG2E)
+                keep = None
+                if edge:
+                    keep = kj < _i(w.kv_len)
+                    if w.causal:
+                        keep = keep & (kj <= qi)
                 m = self._mask_value(qi, kj)
                 if m is not None:
                     if w.mask.additive:
-                        s = s + (m if m.dtype == F32 else Cast(F32, m))
+                        s = s + (m if m.dtype == F32 else Cast(F32, m)) * _f(LOG2E)
                     else:
-                        keep = keep & m
+                        keep = m if keep is None else keep & m
                 sv = Var("score", F32)
-                return Let(sv, select(keep, s, NEG_INF), Seq([
+                return Let(sv, s if keep is None else select(keep, s, NEG_INF), Seq([
                     Store(self.sc, [slot], sv),
                     Store(self.acc, [i], emax(self.acc[i], sv))]))
 
             def prob(i, gr, c, slot):
                 p = Var("prob", F32)
-                return Let(p, call("exp", self.sc[slot] - self.m_use[i]), Seq([
+                # m_use holds -(m u): 2^(s u - m u) is one fma and one ex2
+                x = (self.sc[slot] + self.m_use[i] if unit == 1.0
+                     else call("fma", self.sc[slot], _f(unit), self.m_use[i]))
+                return Let(p, call("exp2", x), Seq([
                     Store(self.p_s, [self.p_at(gr, c)], Cast(w.dtype, p)),
                     Store(self.acc, [i], self.acc[i] + p)]))
 
@@ -435,21 +494,23 @@ class _Kernel:
                 # tile's exceeds it by more than the threshold (then the output is rescaled)
                 moves = (m_old == NEG_INF) | grow
                 update = Seq([
-                    Store(self.m_use, [i], m_use), Store(self.alpha_r, [i], alpha),
+                    Store(self.m_use, [i], -(m_use * _f(unit)) if unit != 1.0 else -m_use),
+                    Store(self.alpha_r, [i], alpha),
                     Store(self.m_r, [i], m_new), Store(self.acc, [i], _f(0.0)),
                     Store(self.vote_r, [_i(0)], emax(self.vote_r[_i(0)],
                                                      select(grow, _f(1.0), _f(0.0)))),
                 ])
-                return _quad(self.acc[i], emax, mt, Let(m_old, self.m_r[i], Let(
-                    grow, (m_old != NEG_INF) & (mt > m_old + _f(RESCALE_THRESHOLD)),
+                shift = m_old - m_new if unit == 1.0 else (m_old - m_new) * _f(unit)
+                return quad_reduce(self.acc[i], emax, mt, Let(m_old, self.m_r[i], Let(
+                    grow, (m_old != NEG_INF) & (mt > m_old + _f(threshold)),
                     Let(m_new, select(moves, emax(m_old, mt), m_old),
                         Let(m_use, select(m_new == NEG_INF, _f(0.0), m_new),
-                            Let(alpha, select(grow, call("exp", m_old - m_new), _f(1.0)),
+                            Let(alpha, select(grow, call("exp2", shift), _f(1.0)),
                                 update))))))
 
             def row_sum(i):
                 tot = Var("tot", F32)
-                return _quad(self.acc[i], lambda a, b: a + b, tot, Store(
+                return quad_reduce(self.acc[i], lambda a, b: a + b, tot, Store(
                     self.l_r, [i], self.l_r[i] * self.alpha_r[i] + tot))
 
             vote = Var("vote", F32)
@@ -460,7 +521,7 @@ class _Kernel:
                 _loop("mr", 2, row, "unroll"),
                 self.own_elements(tx, warp, bc, prob),
                 _loop("ms", 2, row_sum, "unroll"),
-                Let(vote, self.vote_r[_i(0)], _warp_any(vote, Seq([
+                Let(vote, self.vote_r[_i(0)], warp_any(vote, Seq([
                     If(tx == _i(0), Store(self.w_s, [warp], vote))]))),
             ])
         return self.warp_lanes(lane)
@@ -525,15 +586,19 @@ class _Kernel:
         total = -(-w.kv_len // cfg.block_kv)
         needed = self.kv_tiles_needed()
 
-        def step(j):
+        def step(j, parity=None):
+            # parity: the tile's stage where the loop knows it (two tiles an iteration),
+            # so the copies' and the fragments' addresses are constants of the step
             if cfg.stages == 2:
                 # wait for this tile, then (all warps past the barrier, so done with the
                 # tile before, which used the other stage) fetch the next one while this
                 # one is used: no barrier needed at the end of the step
-                stage = j % _i(2)
+                stage = j % _i(2) if parity is None else _i(parity)
                 nxt = j + _i(1)
-                fetch = self.copy_kv(nxt, nxt % _i(2))
-                if not (isinstance(needed, int) and needed == 1):
+                fetch = self.copy_kv(nxt, nxt % _i(2) if parity is None else _i(1 - parity))
+                if isinstance(needed, int) and needed == 1:
+                    fetch = None  # the one tile: no next one (an empty copy group)
+                else:
                     fetch = If(nxt < (_i(needed) if isinstance(needed, int) else needed),
                                fetch)
                 head = [AsyncWait(0), Barrier(), fetch, AsyncCommit()]
@@ -556,8 +621,13 @@ class _Kernel:
                 self.pv(stage), *tail,
             ])
             if isinstance(needed, int):
-                return body
+                # the second tile of a pair exists only where the tile count is even
+                return body if parity != 1 or total % 2 == 0 else If(j < _i(needed), body)
             return If(j < needed, body)
+
+        if cfg.stages == 2 and total > 1:
+            return _loop("kv2", -(-total // 2), lambda jj: Seq([
+                step(jj * _i(2), 0), step(jj * _i(2) + _i(1), 1)]))
         return _loop("kv", total, step)
 
     def init_rows(self) -> Stmt:
@@ -585,27 +655,17 @@ class _Kernel:
         return _loop_var(self.bx, -(-self.w.q_len // cfg.block_q), s, "blockIdx.x")
 
 
-def _quad(value: Expr, op, out: Var, body: Stmt) -> Stmt:
-    """``body`` with ``out`` bound to ``op`` over the 4 lanes of the quad (lanes ``4k ..
-    4k + 3``: the threads sharing a row of the accumulator layout), by two shuffles."""
-    half = Var(out.name, F32)
-    return Let(half, op(value, shfl_xor(value, 1)), Let(out, op(half, shfl_xor(half, 2)),
-                                                        body))
-
-
-def _warp_any(flag: Var, body: Stmt) -> Stmt:
-    """``body`` with ``flag`` (0.0 or 1.0 in each lane) rebound to its maximum over the
-    warp: a butterfly of shuffles, every lane ends with the same value."""
-    for mask in (16, 8, 4, 2, 1):
-        nxt = Var("vote", F32)
-        body = Let(nxt, emax(flag, shfl_xor(flag, mask)), _rebind(body, flag, nxt))
-    return body
-
-
-def _rebind(s: Stmt, old: Var, new: Var) -> Stmt:
-    from ....ir.stmt import substitute_stmt
-
-    return substitute_stmt(s, {old: new})
+def _operand_buffers(w: AttentionWorkload) -> tuple:
+    """The kernel's flat ``q``, ``k``, ``v`` parameters: the operands, or the wider tensors
+    they are viewed in (:class:`~.workload.OperandView`)."""
+    shapes = w.shapes()
+    out = []
+    for name in "qkv":
+        n = 1
+        for d in shapes[name]:
+            n *= d
+        out.append(Buffer(name, w.dtype, [n]))
+    return tuple(out)
 
 
 def _loop_var(v: Var, extent: int, body: Stmt, thread: str) -> For:

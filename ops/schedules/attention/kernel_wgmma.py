@@ -44,9 +44,9 @@ from ....ir.stmt import (
     Store,
     WgmmaSync,
 )
-from .kernel import F32, _f, _i, _intrin, _Kernel, _loop, _loop_var
+from .kernel import F32, _f, _i, _intrin, _Kernel, _loop, _loop_var, _operand_buffers
 from .knobs import COPY_ELEMS
-from .knobs_wgmma import PANEL, wgmma_layout
+from .knobs_wgmma import PANEL, output_chunk, wgmma_layout
 
 WG = 128
 """Threads of a warpgroup."""
@@ -76,13 +76,11 @@ class WgmmaKernel(_Kernel):
         self.w, self.cfg = w, cfg
         self.lay = lay = wgmma_layout(w, cfg)
         ab = w.dtype
-        e, ev, br, bc = w.head_dim, w.v_dim, cfg.block_q, cfg.block_kv
+        ev, br, bc = w.v_dim, cfg.block_q, cfg.block_kv
         self.k_s_mma = IntrinKey("wgmma", ab=ab, acc=F32, n=bc)
         self.k_o_mma = IntrinKey("wgmma", ab=ab, acc=F32, n=ev, b_kn=True)
         self.k_store = IntrinKey("store", "C", acc=F32, scope="warpgroup")
-        self.q = Buffer("q", ab, [w.batch * w.heads * w.q_len * e])
-        self.k = Buffer("k", ab, [w.batch * w.kv_heads * w.kv_len * e])
-        self.v = Buffer("v", ab, [w.batch * w.kv_heads * w.kv_len * ev])
+        self.q, self.k, self.v = _operand_buffers(w)
         self.mask = None
         if w.mask is not None:
             n = 1
@@ -143,7 +141,9 @@ class WgmmaKernel(_Kernel):
     def _copy(self, dst: Buffer, dst_at, src: Buffer, src_row, first: Expr, rows: int,
               limit: int, cols: int) -> Stmt:
         """cp.async ``rows`` rows of ``cols`` elements (row ``first + r`` of ``src``, zeros
-        past ``limit``) to ``dst_at(r, chunk)`` of ``dst``, 16 bytes a copy."""
+        past ``limit``) to ``dst_at(r, chunk)`` of ``dst``, 16 bytes a copy. Where every
+        tile the kernel copies is whole (``limit`` a multiple of ``rows``, and the callers
+        copy no tile past the last), the rows need no clamp and the copies no zero fill."""
         per_row = cols // COPY_ELEMS
         total = rows * per_row
         threads = self.cfg.threads
@@ -154,11 +154,16 @@ class WgmmaKernel(_Kernel):
                 c = it * _i(threads) + self.ty * _i(WG) + tx
                 r, ch = c // _i(per_row), c % _i(per_row)
                 g = first + r
-                inside = g < _i(limit)
-                src_i = src_row(emin(g, _i(limit - 1))) + ch * _i(COPY_ELEMS)
                 nbytes = COPY_ELEMS * dt.nbytes(dst.dtype)
-                cp = AsyncCopy(dst, dst_at(r, ch), src, src_i, nbytes,
-                               select(inside, IntImm(nbytes, "int32"), IntImm(0, "int32")))
+                if limit % rows == 0:
+                    src_i = src_row(g) + ch * _i(COPY_ELEMS)
+                    cp = AsyncCopy(dst, dst_at(r, ch), src, src_i, nbytes)
+                else:
+                    inside = g < _i(limit)
+                    src_i = src_row(emin(g, _i(limit - 1))) + ch * _i(COPY_ELEMS)
+                    cp = AsyncCopy(dst, dst_at(r, ch), src, src_i, nbytes,
+                                   select(inside, IntImm(nbytes, "int32"),
+                                          IntImm(0, "int32")))
                 return cp if total % threads == 0 else If(c < _i(total), cp)
             return self.threads(lane)
 
@@ -179,12 +184,21 @@ class WgmmaKernel(_Kernel):
                           self.q_row, self.row0(), self.cfg.block_q, w.q_len, w.head_dim)
 
     def copy_kv(self, tile: Expr, stage) -> Stmt:
+        return Seq([self.copy_k(tile, stage), self.copy_v(tile, stage)])
+
+    def copy_k(self, tile: Expr, stage) -> Stmt:
+        """cp.async of K's tile ``tile`` into its ``stage`` (K-major, swizzled panels)."""
+        w, bc = self.w, self.cfg.block_kv
+        stage = _i(stage) if isinstance(stage, int) else stage
+        return self._copy(self.k_s, self._k_major_at(stage * _i(self.k_sz), bc), self.k,
+                          lambda g: self.kv_row(g, w.head_dim, 1), tile * _i(bc), bc,
+                          w.kv_len, w.head_dim)
+
+    def copy_v(self, tile: Expr, stage) -> Stmt:
+        """cp.async of V's tile ``tile`` into its ``stage`` (MN-major 64 x 64 panels)."""
         w, bc, vp = self.w, self.cfg.block_kv, self.lay.v_panels
         first = tile * _i(bc)
         stage = _i(stage) if isinstance(stage, int) else stage
-        k = self._copy(self.k_s, self._k_major_at(stage * _i(self.k_sz), bc), self.k,
-                       lambda g: self.kv_row(g, w.head_dim), first, bc, w.kv_len,
-                       w.head_dim)
 
         def v_at(r, ch):
             # [key chunk of 64][panel of 64 columns][64 keys][64 columns], swizzled rows
@@ -193,9 +207,8 @@ class WgmmaKernel(_Kernel):
             chunk = r // _i(PANEL)
             return (stage * _i(self.v_sz) + (chunk * _i(vp) + panel) * _i(PANEL_ELEMS)
                     + swizzled(floormod(r, PANEL), col))
-        v = self._copy(self.v_s, v_at, self.v, lambda g: self.kv_row(g, w.v_dim), first,
-                       bc, w.kv_len, w.v_dim)
-        return Seq([k, v])
+        return self._copy(self.v_s, v_at, self.v, lambda g: self.kv_row(g, w.v_dim, 2), first,
+                          bc, w.kv_len, w.v_dim)
 
     # -- the warpgroup's products ---------------------------------------------------------
     def _fill(self, acc: Buffer, n: int) -> Stmt:
@@ -249,15 +262,18 @@ class WgmmaKernel(_Kernel):
                                      b_at))
         return self._batch(steps, wait)
 
-    def _store_acc(self, acc: Buffer, n: int, dst: Buffer, ld: int) -> Stmt:
-        """The warpgroup's 64 x n accumulator to its rows of the float32 ``dst``."""
+    def _store_acc(self, acc: Buffer, n: int, dst: Buffer, ld: int, first: int = 0,
+                   cols: int | None = None) -> Stmt:
+        """The warpgroup's 64 x n accumulator (its columns ``first ..`` ``first + cols``)
+        to its rows of the float32 ``dst``, from column 0."""
         row = self.ty * _i(64)
+        cols = n if cols is None else cols
 
         def tile(t):
             return Seq([_loop("si", 64, lambda i: _loop("sj", 8, lambda j: Store(
-                dst, [(row + i) * _i(ld) + _i(8 * t) + j], acc[i * _i(n) + _i(8 * t) + j])),
-                annotations=_intrin(self.k_store))])
-        return Seq([tile(t) for t in range(n // 8)])
+                dst, [(row + i) * _i(ld) + _i(8 * t - first) + j],
+                acc[i * _i(n) + _i(8 * t) + j])), annotations=_intrin(self.k_store))])
+        return Seq([tile(t) for t in range(first // 8, (first + cols) // 8)])
 
     # -- rows -----------------------------------------------------------------------------
     def _rows(self, fn) -> Stmt:
@@ -272,32 +288,40 @@ class WgmmaKernel(_Kernel):
             return self.threads(lane)
         return _loop("re", per, body)
 
+    def _accumulate_output(self, alpha: bool) -> Stmt:
+        """``O_s += O_acc`` (``alpha``: ``O_s = (O_s + O_acc) * alpha``), through ``S_s``
+        (as wide as the key tile: :func:`~.knobs_wgmma.output_chunk` columns of
+        ``O_acc`` at a time): each thread stores its accumulator elements of a chunk and
+        adds, scales, the elements it stored itself (no barrier)."""
+        ev, cw = self.w.v_dim, output_chunk(self.w, self.cfg)
+
+        def chunk(k):
+            def add(i, gr, c, slot):
+                at = self.o_at(gr, _i(k * cw) + c)
+                total = self.o_s[at] + self.s_s[self.s_at(gr, c)]
+                return Store(self.o_s, [at], total * self.alpha_r[i] if alpha else total)
+            return Seq([
+                self._store_acc(self.of, ev, self.s_s, self.lay.s_ld, k * cw, cw),
+                self.warp_lanes(lambda lane, warp: self.own_elements(lane, warp, cw, add))])
+        return Seq([chunk(k) for k in range(ev // cw)])
+
     def flush(self) -> Stmt:
         """``O_s = (O_s + O_acc) * alpha`` row by row, then ``O_acc = 0``: each thread
         adds and scales the elements it stored itself (no barrier)."""
-        ev = self.w.v_dim
-
-        def scale(i, gr, c, slot):
-            at = self.o_at(gr, c)
-            return Store(self.o_s, [at], (self.o_s[at] + self.s_s[self.s_at(gr, c)])
-                         * self.alpha_r[i])
-        return Seq([self._store_acc(self.of, ev, self.s_s, self.lay.s_ld),
-                    self.warp_lanes(lambda lane, warp: self.own_elements(lane, warp, ev,
-                                                                         scale)),
-                    self._fill(self.of, ev)])
+        return Seq([self._accumulate_output(True), self._fill(self.of, self.w.v_dim)])
 
     def epilogue(self) -> Stmt:
         w = self.w
 
         def store(gr, c):
             qi = self.row0() + gr
-            total = self.o_s[self.o_at(gr, c)] + self.s_s[self.s_at(gr, c)]
-            return If(qi < _i(w.q_len), Store(self.out, [self.out_at(qi, c)],
-                                              Cast(w.dtype, total * self.r_s[gr])))
-        # each thread stores into S_s the elements it last read there (no barrier before);
-        # the barrier after publishes them and the inverse sums to the rows' threads
-        return Seq([self._store_acc(self.of, w.v_dim, self.s_s, self.lay.s_ld),
-                    self.inverse_sums(), Barrier(), self._rows(store)])
+            return If(qi < _i(w.q_len), Store(self.out, [self.out_at(qi, c)], Cast(
+                w.dtype, self.o_s[self.o_at(gr, c)] * self.r_s[gr])))
+        # each thread stores into S_s the elements it last read there and adds them to
+        # O_s (no barrier before); the barrier after publishes O_s and the inverse sums to
+        # the rows' threads
+        return Seq([self._accumulate_output(False), self.inverse_sums(), Barrier(),
+                    self._rows(store)])
 
     # -- the loop over key tiles ----------------------------------------------------------
     def key_loop(self) -> Stmt:
@@ -306,19 +330,23 @@ class WgmmaKernel(_Kernel):
         needed = self.kv_tiles_needed()
         publish = [AsyncWait(0), WgmmaSync("fence_proxy_async"), Barrier()]
 
-        def step(j):
+        if cfg.stages == 1:
+            return self.key_loop_one_stage()
+
+        def step(j, parity=None):
+            # parity: the tile's stage where the loop knows it (two tiles an iteration),
+            # so the copies' and the descriptors' addresses are constants of the step
+            # two stages: wait for this tile, then (every warpgroup past the barrier, so
+            # done with the tile before, which used the other stage) fetch the next one
             sv = Var("stage")
-            if cfg.stages == 2:
-                nxt = j + _i(1)
-                fetch = self.copy_kv(nxt, floormod(nxt, 2))
-                if not (isinstance(needed, int) and needed == 1):
-                    fetch = If(nxt < (_i(needed) if isinstance(needed, int) else needed),
-                               fetch)
-                head = [*publish, fetch, AsyncCommit()]
-                stage_value, tail = floormod(j, 2), []
+            nxt = j + _i(1)
+            fetch = self.copy_kv(nxt, floormod(nxt, 2) if parity is None else _i(1 - parity))
+            if isinstance(needed, int) and needed == 1:
+                fetch = None  # the one tile: no next one (an empty copy group)
             else:
-                head = [self.copy_kv(j, 0), AsyncCommit(), *publish]
-                stage_value, tail = _i(0), [Barrier()]
+                fetch = If(nxt < (_i(needed) if isinstance(needed, int) else needed), fetch)
+            head = [*publish, fetch, AsyncCommit()]
+            stage_value = floormod(j, 2) if parity is None else _i(parity)
             body = Seq([
                 *head,
                 self.scores(sv),
@@ -326,9 +354,57 @@ class WgmmaKernel(_Kernel):
                 self._store_acc(self.sf, cfg.block_kv, self.s_s, self.lay.s_ld),
                 self.softmax(j), WgmmaSync("fence_proxy_async"), Barrier(),
                 If(self.any_vote(), self.flush()) if total > 1 else None,
-                self.pv(sv), *tail,
+                self.pv(sv),
             ])
             body = Let(sv, stage_value, body)
+            if isinstance(needed, int):
+                return body if j_known_inside(j, parity) else If(j < _i(needed), body)
+            return If(j < needed, body)
+
+        def j_known_inside(j, parity) -> bool:
+            # the loop's tiles are all needed; the second of a pair only where the tile
+            # count is even
+            return parity is None or parity == 0 or total % 2 == 0
+
+        if cfg.stages == 2 and total > 1:
+            return _loop("kv2", -(-total // 2), lambda jj: Seq([
+                step(jj * _i(2), 0), step(jj * _i(2) + _i(1), 1)]))
+        return _loop("kv", total, step)
+
+    def key_loop_one_stage(self) -> Stmt:
+        """One K/V stage, the two tiles copied apart so that each copy overlaps work: K's
+        next tile once every warpgroup is past its ``Q K^T`` (the barrier that publishes
+        P), during ``P V``; V's next tile once every warpgroup is past its ``P V``, during
+        the next ``Q K^T`` and softmax. Each is a copy group of its own: a step waits for
+        all but the newest group (K) before ``Q K^T`` and for all (V) before the barrier
+        that publishes P."""
+        w, cfg = self.w, self.cfg
+        total = -(-w.kv_len // cfg.block_kv)
+        needed = self.kv_tiles_needed()
+        need = _i(needed) if isinstance(needed, int) else needed
+        stage = _i(0)
+
+        def step(j):
+            nxt = j + _i(1)
+            more = nxt < need
+
+            def fetch(copy):
+                # an empty group where there is no next tile keeps the waits' counting
+                if isinstance(needed, int) and needed == 1:
+                    return AsyncCommit()
+                return Seq([If(more, copy(nxt, 0)), AsyncCommit()])
+            body = Seq([
+                AsyncWait(1), WgmmaSync("fence_proxy_async"), Barrier(),
+                self.scores(stage),
+                # no barrier before the softmax: each thread reads the scores it stored
+                self._store_acc(self.sf, cfg.block_kv, self.s_s, self.lay.s_ld),
+                self.softmax(j),
+                AsyncWait(0), WgmmaSync("fence_proxy_async"), Barrier(),
+                fetch(self.copy_k),
+                If(self.any_vote(), self.flush()) if total > 1 else None,
+                self.pv(stage), Barrier(),
+                fetch(self.copy_v),
+            ])
             if isinstance(needed, int):
                 return body
             return If(j < needed, body)
@@ -344,7 +420,9 @@ class WgmmaKernel(_Kernel):
         needed = self.kv_tiles_needed()
         need = _i(needed) if isinstance(needed, int) else needed
 
-        def step(j):
+        def step(j, phase=None):
+            # phase: j mod 3 where the loop knows it (three tiles an iteration), so the
+            # stages, and with them the copies' and descriptors' addresses, are constants
             s_next, s_this = Var("stage_next"), Var("stage")
             nxt, after = j + _i(1), j + _i(2)
             has_next = nxt < need
@@ -352,7 +430,8 @@ class WgmmaKernel(_Kernel):
             flush = If(self.any_vote(), self.flush()) if total > 1 else None
             body = Seq([
                 AsyncWait(0), WgmmaSync("fence_proxy_async"), Barrier(),
-                If(after < need, Seq([self.copy_kv(after, floormod(after, 3)),
+                If(after < need, Seq([self.copy_kv(after, floormod(after, 3) if phase is None
+                                                   else _i((phase + 2) % 3)),
                                       AsyncCommit()])),
                 If(has_next, self.scores(s_next, wait=False)),
                 self.softmax(j), WgmmaSync("fence_proxy_async"), Barrier(),
@@ -361,14 +440,21 @@ class WgmmaKernel(_Kernel):
                 If(has_next, self._store_acc(self.sf, cfg.block_kv, self.s_s,
                                              self.lay.s_ld)),
             ])
-            body = Let(s_this, floormod(j, 3), Let(s_next, floormod(nxt, 3), body))
+            this, after_this = ((floormod(j, 3), floormod(nxt, 3)) if phase is None
+                                else (_i(phase), _i((phase + 1) % 3)))
+            body = Let(s_this, this, Let(s_next, after_this, body))
             if isinstance(needed, int):
-                return body
+                # a tile of the last iteration past the count is skipped
+                return body if phase in (None, 0) or total % 3 == 0 else If(
+                    j < _i(needed), body)
             return If(j < needed, body)
         # the first tile's scores before the loop
         first = Seq([AsyncWait(1), WgmmaSync("fence_proxy_async"), Barrier(),
                      self.scores(_i(0)),
                      self._store_acc(self.sf, cfg.block_kv, self.s_s, self.lay.s_ld)])
+        if total > 2:
+            return Seq([first, _loop("kv3", -(-total // 3), lambda jj: Seq([
+                step(jj * _i(3) + _i(r), r) for r in range(3)]))])
         return Seq([first, _loop("kv", total, step)])
 
     def body(self) -> Stmt:
@@ -376,6 +462,10 @@ class WgmmaKernel(_Kernel):
         init = self.init_rows()
         zero_o = self._rows(lambda gr, c: Store(self.o_s, [gr * _i(o_ld) + c], _f(0.0)))
         prologue = [self.copy_q(), AsyncCommit()]
+        if cfg.stages == 1:
+            # K's and V's first tiles, one copy group each (key_loop_one_stage)
+            prologue += [self.copy_k(_i(0), 0), AsyncCommit(), self.copy_v(_i(0), 0),
+                         AsyncCommit()]
         if cfg.stages >= 2:
             prologue += [self.copy_kv(_i(0), 0), AsyncCommit()]
         if cfg.stages == 3:

@@ -14,6 +14,7 @@ in 64-column panels), both products' N within wgmma's 256.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ....target import Target
@@ -55,6 +56,13 @@ class WgmmaLayout:
     total: int
 
 
+def output_chunk(w: AttentionWorkload, cfg) -> int:
+    """Columns of the output accumulator stored at a time through the scores' float32
+    tile (a flush, the epilogue): all ``v_dim`` where the key tile is as wide, else the
+    widest width dividing both (64 or 128), so that the tile is no wider than the keys."""
+    return w.v_dim if w.v_dim <= cfg.block_kv else math.gcd(w.v_dim, cfg.block_kv)
+
+
 def wgmma_layout(w: AttentionWorkload, cfg) -> WgmmaLayout:
     """``Q_s`` ``[q_panels][block_q][64]``, ``K_s`` ``stages x [q_panels][block_kv][64]``,
     ``V_s`` ``stages x [block_kv / 64][v_panels][64][64]`` (64 K-rows a panel: the
@@ -64,7 +72,7 @@ def wgmma_layout(w: AttentionWorkload, cfg) -> WgmmaLayout:
     br, bc = cfg.block_q, cfg.block_kv
     qp = -(-w.head_dim // PANEL)
     vp = -(-w.v_dim // PANEL)
-    s_ld = max(bc, w.v_dim) + PAD32
+    s_ld = max(bc, output_chunk(w, cfg)) + PAD32
     o_ld = w.v_dim + PAD32
     sizes = {
         "Q_s": qp * br * PANEL * 2, "K_s": cfg.stages * qp * bc * PANEL * 2,

@@ -80,14 +80,108 @@ def _roles_from_stages(module: Module, params: list) -> list:
     return roles + rest
 
 
+VIEW_INTS = 5
+"""Integers per operand in ``FusedAttention.views``: batch, seq, heads, dim, offset."""
+
+
+def _roles_viewed(module: Module, views: tuple) -> list:
+    """``[q, k, v, (mask,) out]`` of a module whose operands are (some of them) views
+    (:func:`~ptxforge.ops.attention.operand_view`) of its parameters, read from the
+    stages: a viewed operand's base is the parameter its view stage loads, the others
+    those the products load; q, k and v may be one parameter."""
+    from ....ir.expr import Load, children
+    from ....ir.stmt import Block, stmt_exprs, walk
+    from ...attention import STAGES
+
+    params = list(module.main.params)
+    ids = {id(p): p for p in params}
+    loads: dict[str, list] = {}
+
+    def in_order(e, found: list) -> None:
+        if isinstance(e, Load) and id(e.buffer) in ids and ids[id(e.buffer)] not in found:
+            found.append(ids[id(e.buffer)])
+        for c in children(e):
+            in_order(c, found)
+
+    for st in walk(module.main.body):
+        if isinstance(st, Block):
+            found = loads.setdefault(st.name, [])
+            for inner in walk(st.body):
+                for e in stmt_exprs(inner):
+                    in_order(e, found)
+    direct = loads.get(STAGES[0], []) + loads.get(STAGES[5], [])
+    roles = []
+    for which, name in enumerate("qkv"):
+        base = loads.get(f"T_attention_{name}_view", [])
+        if views[which] is not None:
+            if len(base) != 1:
+                raise AttentionError(f"fused_attention: the view of {name} (stage "
+                                     f"T_attention_{name}_view) is not found in the module")
+            roles.append(base[0])
+        else:
+            if not direct:
+                raise AttentionError(f"fused_attention: cannot find {name} among the "
+                                     f"parameters {[p.name for p in params]}")
+            roles.append(direct.pop(0))
+    operands = {id(p) for p in roles}
+    mask = [p for p in loads.get(STAGES[1], []) if id(p) not in operands]
+    roles += mask[:1]
+    rest = [p for p in params if id(p) not in {id(r) for r in roles}]
+    if len(rest) != 1:
+        raise AttentionError(f"fused_attention: cannot tell the output among the "
+                             f"parameters {[p.name for p in params]}")
+    return roles + rest
+
+
+def operand_views(views) -> tuple | None:
+    """``FusedAttention.views`` (``VIEW_INTS`` integers per operand, batch 0 for one
+    without a view) as ``((batch, seq, heads, dim, offset) or None, ...)`` for q, k, v."""
+    if not views:
+        return None
+    views = tuple(int(x) for x in views)
+    if len(views) != 3 * VIEW_INTS:
+        raise AttentionError(f"fused_attention: views takes {3 * VIEW_INTS} integers "
+                             f"(batch, seq, heads, dim, offset for each of q, k, v; batch 0 "
+                             f"for an operand without a view), got {len(views)}")
+    out = tuple(views[i:i + VIEW_INTS] if views[i] else None
+                for i in range(0, 3 * VIEW_INTS, VIEW_INTS))
+    return out if any(out) else None
+
+
+def views_param(w: AttentionWorkload) -> tuple:
+    """``FusedAttention.views`` of the workload ``w`` (empty where it has no views)."""
+    if w.views is None:
+        return ()
+    dims = ((w.q_len, w.heads, w.head_dim), (w.kv_len, w.kv_heads, w.head_dim),
+            (w.kv_len, w.kv_heads, w.v_dim))
+    out: list = []
+    for view, (seq, heads, dim) in zip(w.views, dims):
+        out += [w.batch, seq, heads, dim, view.offset] if view is not None else [0] * 5
+    return tuple(out)
+
+
 def workload_of_module(module: Module, causal: bool, scale: float | None,
-                       layout: str = "bhsd") -> AttentionWorkload:
+                       layout: str = "bhsd", views=()) -> AttentionWorkload:
     """The attention problem whose tensor IR (from ``to_ir`` of an ``ops.attention``
     output) ``module`` holds (its parameters as :func:`_roles` reads them, in
-    ``layout``: the shapes alone do not tell ``[B, H, L, E]`` from ``[B, L, H, E]``)."""
-    params = _roles(module)
-    q, k, v = params[:3]
+    ``layout``: the shapes alone do not tell ``[B, H, L, E]`` from ``[B, L, H, E]``;
+    ``views`` as :func:`operand_views` reads them: the operands read out of wider
+    parameters)."""
+    from .workload import OperandView, check_workload
+
+    viewed = operand_views(views)
+    params = _roles(module) if viewed is None else _roles_viewed(module, viewed)
     out = params[-1]
+    if viewed is not None:
+        # the operands' shapes from the views, their bases as the kernel reads them
+        kernel_views = tuple(None if vw is None else OperandView(p.shape[-1], vw[4],
+                                                                 tuple(p.shape))
+                             for p, vw in zip(params[:3], viewed))
+        shapes = [p.shape if vw is None else vw[:4] for p, vw in zip(params[:3], viewed)]
+        q, k, v = (_Shape(sh, params[0].dtype, p.name) for sh, p in zip(shapes, params))
+    else:
+        kernel_views = None
+        q, k, v = params[:3]
     for b in (q, k, v, out):
         if b.ndim != 4:
             raise AttentionError(f"fused_attention: {b.name} is {list(b.shape)}, not 4-D "
@@ -103,12 +197,27 @@ def workload_of_module(module: Module, causal: bool, scale: float | None,
     if len(params) == 5:
         mask = AttentionMask(tuple(params[3].shape), params[3].dtype)
     w = AttentionWorkload(bq, hq, hk, lq, s, e, v.shape[3], q.dtype, causal, scale, mask,
-                          layout)
+                          layout, kernel_views)
+    if kernel_views is not None:
+        check_workload(w)  # the views against the parameters they read
     if tuple(out.shape) != w.shapes()["out"] or out.dtype != q.dtype:
         raise AttentionError(f"fused_attention: the output {out.name} is {out.dtype} "
                              f"{list(out.shape)}; attention of q {list(q.shape)} and v "
                              f"{list(v.shape)} gives {q.dtype} {list(w.shapes()['out'])}")
     return w
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A viewed operand's shape and dtype, as a parameter's (``workload_of_module``)."""
+
+    shape: tuple
+    dtype: str
+    name: str
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
 
 
 @register_pass
@@ -127,6 +236,9 @@ class FusedAttention(Pass):
             or 8, one warpgroup per 64 query rows; block_kv 64 or 128).
         layout: how q, k, v and the output lie: ``"bhsd"`` ``[B, H, L, E]`` or ``"bshd"``
             ``[B, L, H, E]`` (the attention's ``layout``).
+        views: empty, or for each of q, k, v the 5 integers batch, seq, heads, dim,
+            offset of its view into a wider parameter (batch 0: none; ``bshd`` only;
+            the slices of a combined Q/K/V projection, see ``fold_attention_layout``).
     """
 
     name = "fused_attention"
@@ -137,6 +249,7 @@ class FusedAttention(Pass):
     scale: float | None = None
     mma: str = "mma_sync"
     layout: str = "bhsd"
+    views: tuple[int, ...] = ()
 
     @property
     def config(self) -> AttentionConfig:
@@ -152,7 +265,7 @@ class FusedAttention(Pass):
                 raise PassError(self, AttentionError(
                     f"fused_attention: {what} must be one of {allowed}, got {value}"))
         try:
-            workload_of_module(module, self.causal, self.scale, self.layout)
+            workload_of_module(module, self.causal, self.scale, self.layout, self.views)
         except AttentionError as e:
             raise PassError(self, e, module) from e
         return module
@@ -171,7 +284,7 @@ def fused_attention_device_module(module: Module, step: FusedAttention, target) 
     from ....ir.stmt import Buffer, Launch
     from ....target import as_target
 
-    w = workload_of_module(module, step.causal, step.scale, step.layout)
+    w = workload_of_module(module, step.causal, step.scale, step.layout, step.views)
     t = as_target(target)
     # the simulator runs what a GPU of its arch runs: check against that GPU's limits
     check_attention_config(w, step.config, as_target(f"cuda -arch={t.arch}") if t.is_sim else t)
@@ -179,6 +292,8 @@ def fused_attention_device_module(module: Module, step: FusedAttention, target) 
     # the host takes the module's parameters in its order; the kernel q, k, v[, mask], out
     params = [Buffer(p.name, p.dtype, p.shape) for p in module.main.params]
     by_name = {p.name: p for p in params}
-    args = [by_name[p.name] for p in _roles(module)]
+    viewed = operand_views(step.views)
+    roles = _roles(module) if viewed is None else _roles_viewed(module, viewed)
+    args = [by_name[p.name] for p in roles]
     host = mod.host.replace(params=params, body=Launch(mod.host.body.kernel, args))
     return Module([host, *mod.kernels()])

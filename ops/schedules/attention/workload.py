@@ -42,6 +42,21 @@ class AttentionMask:
 
 
 @dataclass(frozen=True)
+class OperandView:
+    """q, k or v (``[B, S, H, D]``, layout ``bshd``) read out of a wider tensor, as the
+    slices of a combined Q/K/V projection lie in its output: element ``(b, s, h, d)`` at
+    ``(b S + s) row_stride + offset + h D + d`` of the tensor of shape ``base_shape``
+    (its last dimension ``row_stride``, the others multiplying to ``B S``)."""
+
+    row_stride: int
+    offset: int
+    base_shape: tuple
+
+    def size(self) -> int:
+        return math.prod(self.base_shape)
+
+
+@dataclass(frozen=True)
 class AttentionWorkload:
     """One attention problem (see the module's docstring). ``scale`` None is
     ``1 / sqrt(head_dim)``; ``layout`` one of :data:`LAYOUTS` (the mask broadcasts to
@@ -59,6 +74,13 @@ class AttentionWorkload:
     scale: float | None = None
     mask: AttentionMask | None = None
     layout: str = "bhsd"
+    views: tuple | None = None
+    """None, or one :class:`OperandView` or None for each of q, k and v: the operands read
+    through a row stride and an offset (layout ``bshd`` only)."""
+
+    def view(self, which: int) -> OperandView | None:
+        """The view of operand ``which`` (0 q, 1 k, 2 v), or None."""
+        return self.views[which] if self.views is not None else None
 
     @property
     def group(self) -> int:
@@ -86,6 +108,9 @@ class AttentionWorkload:
         out = {"q": shape(self.heads, self.q_len, self.head_dim),
                "k": shape(self.kv_heads, self.kv_len, self.head_dim),
                "v": shape(self.kv_heads, self.kv_len, self.v_dim)}
+        for which, name in enumerate("qkv"):
+            if self.view(which) is not None:
+                out[name] = tuple(self.view(which).base_shape)
         if self.mask is not None:
             out["mask"] = tuple(self.mask.shape)
         out["out"] = shape(self.heads, self.q_len, self.v_dim)
@@ -98,6 +123,14 @@ class AttentionWorkload:
         if self.layout == "bshd":
             return ((batch * seq + row) * heads + head) * dim
         return ((batch * heads + head) * seq + row) * dim
+
+    def operand_start(self, which: int, batch, head, row, heads: int, seq: int, dim: int):
+        """:meth:`row_start` of operand ``which`` (0 q, 1 k, 2 v) through its view, if it
+        has one."""
+        view = self.view(which)
+        if view is None:
+            return self.row_start(batch, head, row, heads, seq, dim)
+        return (batch * seq + row) * view.row_stride + view.offset + head * dim
 
 
 def check_workload(w: AttentionWorkload) -> None:
@@ -138,8 +171,50 @@ def check_workload(w: AttentionWorkload) -> None:
         if m.dtype != "bool" and m.dtype not in ("float16", "bfloat16", "float32"):
             raise AttentionError(f"the mask must be bool or float16/bfloat16/float32, got "
                                  f"{m.dtype}")
+    if w.views is not None:
+        _check_views(w)
     biggest = max(w.batch * w.heads * w.q_len * max(w.head_dim, w.v_dim),
-                  w.batch * w.kv_heads * w.kv_len * max(w.head_dim, w.v_dim))
+                  w.batch * w.kv_heads * w.kv_len * max(w.head_dim, w.v_dim),
+                  *(v.size() for v in w.views or () if v is not None))
     if biggest >= 2**31:
         raise AttentionError(f"fused attention indexes its tensors in int32; a tensor of "
                              f"{biggest} elements is too large: split the batch")
+
+
+COPY_ALIGN = 8
+"""Elements of a 16-byte ``cp.async``: a view's row stride and offset are multiples of it,
+so that every copy's source stays 16-byte aligned."""
+
+
+def _check_views(w: AttentionWorkload) -> None:
+    if not isinstance(w.views, tuple) or len(w.views) != 3:
+        raise AttentionError(f"fused attention: views must be a tuple of three entries (q, "
+                             f"k, v; each an OperandView or None), got {w.views!r}")
+    if w.layout != "bshd" and any(v is not None for v in w.views):
+        raise AttentionError("fused attention: operand views need layout 'bshd' (positions "
+                             "outside heads, as a projection writes them), got "
+                             f"{w.layout!r}")
+    dims = ((w.q_len, w.heads, w.head_dim), (w.kv_len, w.kv_heads, w.head_dim),
+            (w.kv_len, w.kv_heads, w.v_dim))
+    for name, view, (seq, heads, dim) in zip("qkv", w.views, dims):
+        if view is None:
+            continue
+        if not isinstance(view, OperandView):
+            raise AttentionError(f"fused attention: the view of {name} must be an "
+                                 f"OperandView or None, got {view!r}")
+        base = tuple(view.base_shape)
+        if not base or base[-1] != view.row_stride or math.prod(base[:-1]) != w.batch * seq:
+            raise AttentionError(
+                f"fused attention: {name} viewed in a tensor {list(base)}: its last "
+                f"dimension must be the row stride {view.row_stride} and the others must "
+                f"multiply to batch x positions = {w.batch * seq}")
+        if view.offset < 0 or view.offset + heads * dim > view.row_stride:
+            raise AttentionError(
+                f"fused attention: {name}'s {heads} heads of {dim} from offset "
+                f"{view.offset} do not fit in rows of {view.row_stride} elements")
+        if view.row_stride % COPY_ALIGN or view.offset % COPY_ALIGN:
+            raise AttentionError(
+                f"fused attention: {name}'s row stride {view.row_stride} and offset "
+                f"{view.offset} must be multiples of {COPY_ALIGN} elements (its tiles are "
+                "copied 16 bytes at a time from 16-byte aligned addresses); copy the slice "
+                "first")
