@@ -128,6 +128,7 @@ class NetworkTuning:
         log: the record file written.
         table: the file the task table was written to.
         resumed: whether the run started from earlier records of ``log``.
+        runner: the run's runner (closed), which keeps its workers' times.
     """
 
     scheduler: TaskScheduler
@@ -137,6 +138,7 @@ class NetworkTuning:
     log: str
     table: str
     resumed: bool
+    runner: object = None
 
     @property
     def trials(self) -> int:
@@ -191,4 +193,4 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
         bar.close()
         measurement.close()
     return NetworkTuning(scheduler, time.perf_counter() - t0, dict(stages),
-                         measurement.builder, log, table, resume)
+                         measurement.builder, log, table, resume, measurement.runner)

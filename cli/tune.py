@@ -193,7 +193,8 @@ def tune_op_command(args) -> int:
           f" trials/s; search {summary.search_s:.1f} s, measurement {summary.measure_s:.1f} s), "
           f"{summary.errors} errors{f'; resumed after {earlier} trials' if resume else ''}")
     if args.profile:
-        print(format_profile(main_stages, measurement.builder, summary.trials, elapsed))
+        print(format_profile(main_stages, measurement.builder, summary.trials, elapsed,
+                             measurement.runner))
     return _report_best(task, args.log)
 
 
@@ -261,7 +262,7 @@ def _tune_network(args, tasks, weights, runner: str, todo: int, resume: bool,
         save_model(run.scheduler.search_policies[0].cost_model, args.save_model)
     print(run.report())
     if args.profile:
-        print(format_profile(run.stages, run.builder, run.trials, run.elapsed_s))
+        print(format_profile(run.stages, run.builder, run.trials, run.elapsed_s, run.runner))
 
 
 NETWORK_TOLERANCE = {"float32": 1e-4, "tf32": 5e-3, "float16": 1e-2, "bfloat16": 4e-2}
@@ -288,7 +289,7 @@ def tune_network_command(args) -> int:
     logger.info(f"network {loaded.label}, batch {args.batch_size}, {args.layout}, "
                 f"{args.dtype}, runner {runner}, log {args.log}")
     net, params = loaded.net, loaded.params
-    tasks, weights = autosched.extract_tasks(net, params, "cuda", layout=layout,
+    tasks, weights = autosched.extract_tasks(net, params, args.target, layout=layout,
                                              precision=args.dtype,
                                              pad_channels=args.pad_channels)
     logger.info(f"{len(tasks)} tasks")
@@ -395,6 +396,10 @@ def add_tune_network_parser(sub) -> None:
     p.add_argument("--table", help="where the task table is kept (default: the log's name "
                                    "with .tasks.txt)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--target", default="cuda",
+                   help="the target the tasks' sketches are made for (\"cuda\": the GPU "
+                        "present, else sm_90; \"cuda -arch=sm_90a\" profiles the H100's "
+                        "wgmma sketches on a machine without one, with --runner sim)")
     add_profile_argument(p)
     add_model_arguments(p)
     p.set_defaults(fn=tune_network_command)

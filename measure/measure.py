@@ -199,8 +199,21 @@ class PooledRunner(Runner):
               if d is not None]
         return min(ds) if ds else None
 
+    _old_stats = None
+
+    @property
+    def pool_stats(self):
+        """Where the measuring workers' time went (a
+        :class:`~ptxforge.measure.pool.PoolStats` summed over the pools this runner had), or
+        None before the first measurement."""
+        now = self._pool.stats() if self._pool is not None else None
+        if now is None or self._old_stats is None:
+            return now or self._old_stats
+        return self._old_stats.merged(now)
+
     def close(self) -> None:
         if self._pool is not None:
+            self._old_stats = self.pool_stats
             self._pool.close()
             self._pool = None
         if self._refs is not None:

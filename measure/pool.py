@@ -44,6 +44,36 @@ class Retire:
 
 
 @dataclass
+class PoolStats:
+    """Where a pool's worker time went, in worker-seconds.
+
+    ``jobs``: jobs finished; ``job_s``: the time the workers ran them (as the workers
+    measured it); ``held_s``: from handing each job to a worker to reading its answer (the
+    job's time plus the time a finished worker waited for this process to read the answer
+    and give it the next job); ``starved_s``: started workers idle while no job was queued
+    (nothing to do: the caller did not submit work fast enough); ``open_s``: seconds from
+    the first job submitted to the last answer read."""
+
+    workers: int = 0
+    jobs: int = 0
+    job_s: float = 0.0
+    held_s: float = 0.0
+    starved_s: float = 0.0
+    open_s: float = 0.0
+
+    @property
+    def lag_s(self) -> float:
+        """Worker-seconds finished workers waited for this process to take their answers."""
+        return max(0.0, self.held_s - self.job_s)
+
+    def merged(self, other: PoolStats) -> PoolStats:
+        """The sums of two pools' (or two lives of one pool's) figures."""
+        return PoolStats(max(self.workers, other.workers), self.jobs + other.jobs,
+                         self.job_s + other.job_s, self.held_s + other.held_s,
+                         self.starved_s + other.starved_s, self.open_s + other.open_s)
+
+
+@dataclass
 class JobOutcome:
     """How one job ended.
 
@@ -237,6 +267,9 @@ class WorkerPool:
         self._start_failures = 0
         self._last_start_error = ""
         self.restarts = 0
+        self._stats = PoolStats(size)
+        self._first: float | None = None  # when the first job was submitted
+        self._tick_at: float | None = None  # when starvation was last accounted
         self._finalizer = weakref.finalize(self, _stop, self._workers)
 
     # -- submitting -------------------------------------------------------------------------
@@ -244,7 +277,24 @@ class WorkerPool:
     def submit(self, key: Any, fn: Callable, args: tuple = (), timeout: float | None = None):
         """Queue ``fn(*args)`` under ``key`` with a limit of ``timeout`` seconds (None: no
         limit). Results come back from :meth:`poll`."""
+        self._tick()
+        if self._first is None:
+            self._first = time.monotonic()
         self._queue.append((key, fn, tuple(args), timeout))
+
+    def stats(self) -> PoolStats:
+        """Where the workers' time went so far (:class:`PoolStats`)."""
+        self._tick()
+        return self._stats
+
+    def _tick(self) -> None:
+        """Add the time since the last call during which started workers sat idle with
+        nothing queued."""
+        now = time.monotonic()
+        if self._tick_at is not None and not self._queue:
+            idle = sum(1 for w in self._workers if w.state == "idle")
+            self._stats.starved_s += idle * (now - self._tick_at)
+        self._tick_at = now
 
     @property
     def pending(self) -> int:
@@ -289,6 +339,7 @@ class WorkerPool:
         end = None if timeout is None else time.monotonic() + timeout
         outcomes: list[JobOutcome] = []
         while True:
+            self._tick()
             outcomes += self._fail_queue_if_unstartable()
             self._top_up()
             self._dispatch()
@@ -397,6 +448,12 @@ class WorkerPool:
             self._bury(w)
             return []
         key = msg[1]
+        now = time.monotonic()
+        self._stats.jobs += 1
+        self._stats.job_s += msg[3] if kind == "ok" else msg[5]
+        self._stats.held_s += now - w.started
+        if self._first is not None:
+            self._stats.open_s = now - self._first
         w.job, w.deadline = None, None
         w.state = "retiring" if msg[-1] else "idle"
         if kind == "ok":
