@@ -257,7 +257,7 @@ def _tune_network(args, tasks, weights, runner: str, todo: int, resume: bool,
     run = tune_network(tasks, weights, args.log, todo, runner=runner, resume=resume,
                        table=table, seed=args.seed, per_round=args.per_round,
                        min_repeat_ms=args.min_repeat_ms, sim_check=args.sim_check,
-                       load_model=args.load_model)
+                       load_model=args.load_model, search_ahead=args.search_ahead)
     if run.scheduler.search_policies:
         save_model(run.scheduler.search_policies[0].cost_model, args.save_model)
     print(run.report())
@@ -309,6 +309,12 @@ def tune_network_command(args) -> int:
         print(f"{args.log} already holds {earlier} trials of this network's tasks (--trials "
               f"{args.trials}); nothing to measure")
 
+    if args.target != "cuda" and runner != "gpu":
+        # records for another GPU: the simulator's build cannot apply them (a wgmma kernel
+        # needs sm_90a), so the run ends with the tuning
+        print(f"the network is not built: the records are for {args.target}, not for the "
+              "simulator (tune with the default --target to build and check it)")
+        return 0
     target = "cuda" if runner == "gpu" else "sim"
     t0 = time.perf_counter()
     with autosched.ApplyHistoryBest(args.log):
@@ -396,6 +402,9 @@ def add_tune_network_parser(sub) -> None:
     p.add_argument("--table", help="where the task table is kept (default: the log's name "
                                    "with .tasks.txt)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--search-ahead", type=int, default=1, metavar="K",
+                   help="rounds still being built and measured while the next is searched "
+                        "(default 1; 0 waits for each round's results, as TVM does)")
     p.add_argument("--target", default="cuda",
                    help="the target the tasks' sketches are made for (\"cuda\": the GPU "
                         "present, else sm_90; \"cuda -arch=sm_90a\" profiles the H100's "
