@@ -419,8 +419,10 @@ class LocalBuilder(Builder):
             self._scratch = tempfile.mkdtemp(prefix="ptxforge-build-")
             self._unscratch = _remove_on_exit(self._scratch)
             weakref.finalize(self, self._unscratch)
+            # one candidate waits in each busy worker's pipe: a worker that finishes starts
+            # the next at once, whenever the tuner's process gets to read its answer
             self._pool = WorkerPool(self.n_parallel, "fork", _use_scratch, (self._scratch,),
-                                    name="ptxforge-builder")
+                                    name="ptxforge-builder", prefetch=1)
         self._pool.submit(key, build_candidate, (inp, self.options), self.timeout)
 
     def _share(self) -> None:
