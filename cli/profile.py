@@ -26,7 +26,8 @@ def format_pool(label: str, stats, wall_s: float) -> str:
     return (f"  {label}: {stats.workers} worker{'s' if stats.workers != 1 else ''}, "
             f"{stats.jobs} jobs: working {stats.job_s:.2f} worker-s{share}, idle with nothing "
             f"queued {stats.starved_s:.2f}, finished and waiting for the tuner's process "
-            f"{stats.lag_s:.2f}")
+            f"{stats.lag_s:.2f}, taking a job over {stats.handover_s:.2f}; open "
+            f"{stats.open_s:.1f} s")
 
 
 def format_profile(main: dict, builder, trials: int, wall_s: float, runner=None) -> str:

@@ -51,8 +51,10 @@ class PoolStats:
     measured it); ``lag_s``: the time finished workers with no job sent ahead waited for
     this process to read their answer (and give them the next job); ``starved_s``: started
     workers idle while no job was queued (nothing to do: the caller did not submit work
-    fast enough); ``open_s``: seconds from the first job submitted to the last answer
-    read."""
+    fast enough); ``handover_s``: from handing a job over (or from the end of the job
+    before, for a job sent ahead) to the worker starting it (the message through the pipe
+    and unpickled: a task the worker does not know yet arrives whole); ``open_s``: seconds
+    from the first job submitted to the last answer read."""
 
     workers: int = 0
     jobs: int = 0
@@ -60,12 +62,14 @@ class PoolStats:
     lag_s: float = 0.0
     starved_s: float = 0.0
     open_s: float = 0.0
+    handover_s: float = 0.0
 
     def merged(self, other: PoolStats) -> PoolStats:
         """The sums of two pools' (or two lives of one pool's) figures."""
         return PoolStats(max(self.workers, other.workers), self.jobs + other.jobs,
                          self.job_s + other.job_s, self.lag_s + other.lag_s,
-                         self.starved_s + other.starved_s, self.open_s + other.open_s)
+                         self.starved_s + other.starved_s, self.open_s + other.open_s,
+                         self.handover_s + other.handover_s)
 
 
 @dataclass
@@ -492,6 +496,8 @@ class WorkerPool:
         self._stats.job_s += msg[3] if kind == "ok" else msg[5]
         if not w.next:  # the worker has waited for this answer to be read since it ended
             self._stats.lag_s += max(0.0, now - msg[-1])
+        seconds = msg[3] if kind == "ok" else msg[5]
+        self._stats.handover_s += max(0.0, msg[-1] - seconds - w.started)
         if self._first is not None:
             self._stats.open_s = now - self._first
         w.job, w.deadline = None, None

@@ -39,6 +39,7 @@ def test_pool_stats_split_working_starved_and_lag():
     assert st.starved_s >= 0.7  # two workers for at least 0.4 s, one for 0.3 s more
     assert st.lag_s >= 0.15
     assert st.open_s >= 1.0
+    assert 0.0 <= st.handover_s < 0.5  # three small messages through a pipe
 
 
 def test_stats_merge_and_print():
@@ -56,6 +57,7 @@ def test_stats_merge_and_print():
     text = format_profile({"search": 1.0, "measure": 2.0}, Side(), 15, 3.0, Side())
     assert "builders: 16 workers, 15 jobs: working 6.00 worker-s (12% of 16 x 3.0 s)" in text
     assert "runner: 16 workers" in text and "idle with nothing queued 1.50" in text
+    assert "taking a job over 0.00; open 3.0 s" in text
 
 
 def _die(code: int) -> None:
