@@ -29,7 +29,14 @@ def test_tune_op_profile_splits_the_workers_time(tmp_path):
 
 
 def test_tune_network_takes_search_ahead_and_target():
-    proc = subprocess.run([sys.executable, "-m", "ptxforge", "tune-network", "--help"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0
-    assert "--search-ahead K" in proc.stdout and "--target TARGET" in proc.stdout
+    import argparse
+
+    from ptxforge.cli.tune import add_tune_network_parser
+
+    parser = argparse.ArgumentParser()
+    add_tune_network_parser(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["tune-network", "bert", "--trials", "10", "--log", "x.json"])
+    assert args.search_ahead == 1 and args.target == "cuda"
+    args = parser.parse_args(["tune-network", "bert", "--trials", "10", "--log", "x.json",
+                              "--search-ahead", "0", "--target", "cuda -arch=sm_90a"])
+    assert args.search_ahead == 0 and args.target == "cuda -arch=sm_90a"
