@@ -206,7 +206,7 @@ class _ExecProcess:
 
 
 class _Worker:
-    __slots__ = ("process", "conn", "state", "job", "started", "deadline", "next")
+    __slots__ = ("process", "conn", "state", "job", "started", "deadline", "next", "room")
 
     def __init__(self, process, conn, start_timeout: float):
         self.process = process
@@ -214,6 +214,7 @@ class _Worker:
         self.state = "starting"  # starting -> idle <-> busy; retiring; dead
         self.job = None  # (key, fn, args, timeout)
         self.next: deque = deque()  # jobs sent ahead, waiting in the pipe (``prefetch``)
+        self.room = 0  # the largest message that may be sent ahead to this worker
         self.started = time.monotonic()
         self.deadline = self.started + start_timeout
 
@@ -404,6 +405,8 @@ class WorkerPool:
                 p.start()
                 child.close()
             w = _Worker(p, parent, self.start_timeout)
+            if self.prefetch:
+                w.room = _send_buffer(parent)
             self._workers.append(w)
             live.append(w)
 
@@ -428,7 +431,7 @@ class WorkerPool:
             data = ForkingPickler.dumps((key, fn, args))
         except Exception:  # unpicklable: an idle worker's dispatch reports it
             return
-        if len(data) > PREFETCH_MAX_BYTES:
+        if len(data) > min(PREFETCH_MAX_BYTES, w.room):
             self._too_big.add(_hashable(key))
             return
         try:
@@ -577,8 +580,36 @@ class WorkerPool:
             pass
 
 
-PREFETCH_MAX_BYTES = 32 * 1024
-"""The largest job message sent ahead to a busy worker (a pipe holds 64 KiB)."""
+PREFETCH_MAX_BYTES = 128 * 1024
+"""The largest job message sent ahead to a busy worker (a GPU runner's candidate with its
+task's reference is 30-80 KB). A message is sent ahead only when it fits half the
+connection's send buffer, so that sending it never waits for the worker."""
+
+SEND_BUFFER = 1 << 20
+"""The send buffer asked for on a pool's end of each worker connection when jobs are sent
+ahead (Linux grants up to ``net.core.wmem_max``)."""
+
+
+def _send_buffer(conn) -> int:
+    """Ask for :data:`SEND_BUFFER` bytes of send buffer on ``conn`` (a socket pair end);
+    the bytes a message sent ahead may have (0 where the buffer cannot be read)."""
+    import socket
+
+    try:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+    except OSError:
+        return 0
+    try:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+        except OSError:
+            pass
+        # Linux reports twice what the kernel accounts, overhead included
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 4
+    except OSError:
+        return 0
+    finally:
+        sock.close()
 
 
 def _hashable(key):

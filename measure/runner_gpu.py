@@ -279,7 +279,9 @@ class LocalRunner(PooledRunner):
                 "runner needs LocalBuilder(compile_to='cubin')", build.time_cost, time.time())))
             return
         if self._pool is None:
-            self._pool = WorkerPool(1, self.start_method, initializer=gpu_worker_init,
+            # the next candidate waits in the worker's pipe: the GPU goes on with it at
+            # once, whenever the tuner's process gets to read the last answer
+            self._pool = WorkerPool(1, self.start_method, initializer=gpu_worker_init, prefetch=1,
                                     init_args=(self.device_id,), name="ptxforge-gpu-runner")
         ref = None
         if self.check_correctness:

@@ -175,7 +175,8 @@ class SimRunner(PooledRunner):
                 f"(max_sim_seconds={self.max_sim_seconds:g})"))))
             return
         if self._pool is None:
-            self._pool = WorkerPool(self.n_parallel, "fork", name="ptxforge-sim-runner")
+            self._pool = WorkerPool(self.n_parallel, "fork", name="ptxforge-sim-runner",
+                                    prefetch=1)
         req = SimRequest(f"{inp.task.workload_key}/{inp.task.text_hash}", art.module,
                          art.output_params, ref_module)
         limit = 3 * self.max_sim_seconds + 3 * ref_sim + 5.0

@@ -115,6 +115,7 @@ def test_large_jobs_are_not_sent_ahead():
     from ptxforge.measure import pool as pool_mod
 
     pool = _started(WorkerPool(1, "fork", prefetch=1))
+    assert pool._workers[0].room > 64 * 1024  # the send buffer was widened
     try:
         pool.submit("a", _nap, (0.2,))
         pool.submit("b", len, (b"x" * (pool_mod.PREFETCH_MAX_BYTES + 1),))
