@@ -128,6 +128,7 @@ class NetworkTuning:
         log: the record file written.
         table: the file the task table was written to.
         resumed: whether the run started from earlier records of ``log``.
+        runner: the run's runner (closed), which keeps its workers' times.
     """
 
     scheduler: TaskScheduler
@@ -137,6 +138,7 @@ class NetworkTuning:
     log: str
     table: str
     resumed: bool
+    runner: object = None
 
     @property
     def trials(self) -> int:
@@ -155,7 +157,8 @@ class NetworkTuning:
 def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
                  resume: bool | None = None, table: str | None = None, seed: int = 0,
                  per_round: int = 64, min_repeat_ms: float = 10.0,
-                 sim_check: bool = True, load_model: str | None = None) -> NetworkTuning:
+                 sim_check: bool = True, load_model: str | None = None,
+                 search_ahead: int = 1) -> NetworkTuning:
     """Run the task scheduler over ``tasks`` (weighted by ``weights``) for ``todo`` trials,
     appending records to ``log``, with a progress bar on a terminal and a log message per
     round.
@@ -168,6 +171,8 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
         min_repeat_ms, sim_check: as :class:`Measurement` takes them.
         load_model: a saved cost model (``--save-model``, ``records train-model``) that
             seeds the search.
+        search_ahead: rounds still being measured while the next one is searched
+            (:class:`~ptxforge.autosched.TuningOptions`; 0 waits for every round).
     """
     if todo < 1:
         raise ValueError(f"todo must be at least 1 trial, got {todo}")
@@ -182,7 +187,7 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
     options = TuningOptions(
         num_measure_trials=todo, num_measures_per_round=per_round,
         builder=measurement.builder, runner=measurement.runner, verbose=0,
-        measure_callbacks=[RecordToFile(log)])
+        measure_callbacks=[RecordToFile(log)], search_ahead=search_ahead)
     t0 = time.perf_counter()
     try:
         with collect() as stages:
@@ -191,4 +196,4 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
         bar.close()
         measurement.close()
     return NetworkTuning(scheduler, time.perf_counter() - t0, dict(stages),
-                         measurement.builder, log, table, resume)
+                         measurement.builder, log, table, resume, measurement.runner)

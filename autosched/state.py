@@ -106,8 +106,14 @@ class StatePlan(SchedulePlan):
 
     def schedule(self, module, ctx) -> tuple:
         from ..passes.pipeline import SchedulePipeline
+        from ..passes.schedule.schedule import record_schedules
 
-        pipeline = SchedulePipeline.of(self.pipeline())
+        with record_schedules() as made:
+            passes = self.pipeline()
+        pipeline = SchedulePipeline.of(passes)
+        done = scheduled_by(made, pipeline, module)
+        if done is not None:
+            return done, pipeline
         return pipeline(module, ctx), pipeline
 
     def __reduce__(self):
@@ -117,6 +123,40 @@ class StatePlan(SchedulePlan):
 
     def __repr__(self):
         return f"StatePlan({self.task.workload_key[:60]}, sketch {self.sketch}, {self.values})"
+
+
+_TEXTS: dict = {}  # id(module) -> (module, its text): the unscheduled modules seen here
+
+
+def _text_of(module) -> str:
+    hit = _TEXTS.get(id(module))
+    if hit is None or hit[0] is not module:
+        if len(_TEXTS) > 64:
+            _TEXTS.clear()
+        hit = _TEXTS[id(module)] = (module, str(module))
+    return hit[1]
+
+
+def scheduled_by(made: list, pipeline, module):
+    """The module a te schedule made while the state's pipeline was built, when applying
+    ``pipeline`` to ``module`` would give it again; else None.
+
+    A tensor-core sketch makes its pipeline by running a te schedule, which applies every
+    pass to its own unscheduled IR as it goes. When that schedule is the only one made,
+    its passes are the whole pipeline (the same objects, in order) and its unscheduled IR
+    prints as ``module`` does (same stages, buffers and loop names), the passes, which are
+    functions of the IR and their parameters, would rebuild exactly its module: the builder
+    takes it instead of applying them a second time."""
+    if len(made) != 1:
+        return None
+    s = made[0]
+    own = tuple(s.pipeline)  # flushes deferred primitives, as emitting the pipeline did
+    mine = tuple(pipeline)
+    if len(own) != len(mine) or any(a is not b for a, b in zip(own, mine)):
+        return None
+    if str(s.initial_module) != _text_of(module):
+        return None
+    return s.module
 
 
 def _task_source(task) -> bytes:

@@ -28,6 +28,7 @@ from .assemble import (
     nvjitlink_available,
     parse_report,
     run_nvjitlink,
+    run_nvjitlink_many,
     run_ptxas,
     run_ptxas_many,
 )
@@ -381,10 +382,11 @@ def _defined_names(ptx: str) -> list[str]:
 def assemble_many(kernels: list, assembler: str = "auto", flags: tuple = ()) -> None:
     """Assemble the PTX of every kernel (of one target) into its cubin in place: with
     ptxas, in one process for all whose PTX define distinct top-level names (each keeps the
-    cubin holding them all); one by one otherwise."""
+    cubin holding them all), with nvJitLink in one link of them all; one by one
+    otherwise."""
     asm = choose_assembler(assembler)
     together = []
-    if asm == "ptxas" and len(kernels) > 1 and len({k.target for k in kernels}) == 1:
+    if asm in ASSEMBLERS and len(kernels) > 1 and len({k.target for k in kernels}) == 1:
         seen: set = set()
         for k in kernels:
             names = set(_defined_names(k.get_source("ptx")))
@@ -400,8 +402,9 @@ def assemble_many(kernels: list, assembler: str = "auto", flags: tuple = ()) -> 
     t0 = time.perf_counter()
     try:
         with stages.stage("ptxas"):
-            cubin, log = run_ptxas_many([k.get_source("ptx") for k in together],
-                                        together[0].target, flags)
+            run = run_ptxas_many if asm == "ptxas" else run_nvjitlink_many
+            cubin, log = run([k.get_source("ptx") for k in together], together[0].target,
+                             flags)
     except AssemblerError as e:
         names = ", ".join(k.name for k in together)
         raise CompileError(f"kernels {names}: {e}") from e

@@ -15,10 +15,26 @@ from ..stages import TOP_LEVEL
 MAIN_STAGES = ("search", "measure", "learn")
 
 
-def format_profile(main: dict, builder, trials: int, wall_s: float) -> str:
+def format_pool(label: str, stats, wall_s: float) -> str:
+    """One line on where a worker pool's time went (``stats`` a
+    :class:`~ptxforge.measure.pool.PoolStats`): working, idle with nothing queued (the
+    tuner did not hand work over fast enough), and finished but waiting for the tuner's
+    process to take the answer and hand over the next job."""
+    capacity = stats.workers * wall_s
+    share = f" ({100 * stats.job_s / capacity:.0f}% of {stats.workers} x {wall_s:.1f} s)" if (
+        capacity > 0) else ""
+    return (f"  {label}: {stats.workers} worker{'s' if stats.workers != 1 else ''}, "
+            f"{stats.jobs} jobs: working {stats.job_s:.2f} worker-s{share}, idle with nothing "
+            f"queued {stats.starved_s:.2f}, finished and waiting for the tuner's process "
+            f"{stats.lag_s:.2f}, taking a job over {stats.handover_s:.2f}; open "
+            f"{stats.open_s:.1f} s")
+
+
+def format_profile(main: dict, builder, trials: int, wall_s: float, runner=None) -> str:
     """The profile lines of a tuning run: ``main`` the stage seconds of the main process,
     ``builder`` the run's builder (its ``stage_totals`` and ``builds``, when it keeps
-    them)."""
+    them), ``runner`` the run's runner; builder and runner add where their workers' time
+    went when they keep ``pool_stats``."""
     lines = ["profile:"]
     known = ", ".join(f"{k} {main.get(k, 0.0):.2f} s" for k in MAIN_STAGES)
     lines.append(f"  main process: {known} (wall {wall_s:.2f} s)")
@@ -34,6 +50,10 @@ def format_profile(main: dict, builder, trials: int, wall_s: float) -> str:
                      f"({1e3 * total / builds:.0f} ms each); by stage (s): {parts}")
     else:
         lines.append("  build: no stage times (the builder keeps none)")
+    for label, side in (("builders", builder), ("runner", runner)):
+        stats = getattr(side, "pool_stats", None)
+        if stats is not None and stats.jobs:
+            lines.append(format_pool(label, stats, wall_s))
     rate = trials / wall_s if wall_s > 0 else 0.0
     per = 1e3 * (main.get("search", 0.0) + main.get("learn", 0.0)) / max(trials, 1)
     lines.append(f"  {trials} trials, {rate:.2f} trials/s; main process {per:.1f} ms per "

@@ -193,7 +193,8 @@ def tune_op_command(args) -> int:
           f" trials/s; search {summary.search_s:.1f} s, measurement {summary.measure_s:.1f} s), "
           f"{summary.errors} errors{f'; resumed after {earlier} trials' if resume else ''}")
     if args.profile:
-        print(format_profile(main_stages, measurement.builder, summary.trials, elapsed))
+        print(format_profile(main_stages, measurement.builder, summary.trials, elapsed,
+                             measurement.runner))
     return _report_best(task, args.log)
 
 
@@ -256,12 +257,12 @@ def _tune_network(args, tasks, weights, runner: str, todo: int, resume: bool,
     run = tune_network(tasks, weights, args.log, todo, runner=runner, resume=resume,
                        table=table, seed=args.seed, per_round=args.per_round,
                        min_repeat_ms=args.min_repeat_ms, sim_check=args.sim_check,
-                       load_model=args.load_model)
+                       load_model=args.load_model, search_ahead=args.search_ahead)
     if run.scheduler.search_policies:
         save_model(run.scheduler.search_policies[0].cost_model, args.save_model)
     print(run.report())
     if args.profile:
-        print(format_profile(run.stages, run.builder, run.trials, run.elapsed_s))
+        print(format_profile(run.stages, run.builder, run.trials, run.elapsed_s, run.runner))
 
 
 NETWORK_TOLERANCE = {"float32": 1e-4, "tf32": 5e-3, "float16": 1e-2, "bfloat16": 4e-2}
@@ -288,7 +289,7 @@ def tune_network_command(args) -> int:
     logger.info(f"network {loaded.label}, batch {args.batch_size}, {args.layout}, "
                 f"{args.dtype}, runner {runner}, log {args.log}")
     net, params = loaded.net, loaded.params
-    tasks, weights = autosched.extract_tasks(net, params, "cuda", layout=layout,
+    tasks, weights = autosched.extract_tasks(net, params, args.target, layout=layout,
                                              precision=args.dtype,
                                              pad_channels=args.pad_channels)
     logger.info(f"{len(tasks)} tasks")
@@ -308,6 +309,12 @@ def tune_network_command(args) -> int:
         print(f"{args.log} already holds {earlier} trials of this network's tasks (--trials "
               f"{args.trials}); nothing to measure")
 
+    if args.target != "cuda" and runner != "gpu":
+        # records for another GPU: the simulator's build cannot apply them (a wgmma kernel
+        # needs sm_90a), so the run ends with the tuning
+        print(f"the network is not built: the records are for {args.target}, not for the "
+              "simulator (tune with the default --target to build and check it)")
+        return 0
     target = "cuda" if runner == "gpu" else "sim"
     t0 = time.perf_counter()
     with autosched.ApplyHistoryBest(args.log):
@@ -395,6 +402,13 @@ def add_tune_network_parser(sub) -> None:
     p.add_argument("--table", help="where the task table is kept (default: the log's name "
                                    "with .tasks.txt)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--search-ahead", type=int, default=1, metavar="K",
+                   help="rounds still being built and measured while the next is searched "
+                        "(default 1; 0 waits for each round's results, as TVM does)")
+    p.add_argument("--target", default="cuda",
+                   help="the target the tasks' sketches are made for (\"cuda\": the GPU "
+                        "present, else sm_90; \"cuda -arch=sm_90a\" profiles the H100's "
+                        "wgmma sketches on a machine without one, with --runner sim)")
     add_profile_argument(p)
     add_model_arguments(p)
     p.set_defaults(fn=tune_network_command)

@@ -24,10 +24,21 @@ from ..stages import collect, stage
 from ..target import Target, TargetError, as_target
 from .artifact import BuildArtifact
 from .measure import Builder
-from .pool import WorkerPool
+from .pool import PoolStats, WorkerPool
 from .result import BuildResult, MeasureErrorNo, MeasureInput
 
 COMPILE_TO = ("cubin", "ptx", "ir")
+BUILD_ASSEMBLERS = ("ptxas", "nvjitlink")
+
+
+def build_assembler(choice: str) -> str | None:
+    """The assembler ``choice`` when it is here (ptxas found, nvJitLink loadable), else
+    None."""
+    from ..backend_ptx.assemble import find_ptxas, nvjitlink_available
+
+    if choice == "nvjitlink":
+        return "nvjitlink" if nvjitlink_available() else None
+    return "ptxas" if find_ptxas() is not None else None
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,12 @@ class BuildOptions:
     are compiled for, an sm name (``"sm_90a"``) or a target string
     (``"cuda -arch=sm_80"``); None (the default) compiles for each candidate's task
     target (``"cuda"``: the present GPU, else sm_90). The target's limits are checked.
+    ``assembler`` (for ``compile_to="cubin"``): ``"ptxas"`` (one process per candidate) or
+    ``"nvjitlink"`` (in the builder's process, no process start; the same flags, through
+    ``-Xptxas``). nvJitLink compiles PTX as relocatable code (what ``ptxas -c`` does), which
+    allocates registers differently (a wgmma GEMM kernel: 92 registers against ptxas's 64,
+    a conv kernel 78 against 40), so the kernels it makes are not those ptxas makes and
+    ptxas stays the default.
     """
 
     target_sm: str | None = None
@@ -53,10 +70,14 @@ class BuildOptions:
     ptxas_flags: tuple = ()
     keep_sources: bool = False
     kernel_cache_dir: str | None = None
+    assembler: str = "ptxas"
 
     def __post_init__(self):
         if self.compile_to not in COMPILE_TO:
             raise ValueError(f"compile_to must be one of {COMPILE_TO}, got {self.compile_to!r}")
+        if self.assembler not in BUILD_ASSEMBLERS:
+            raise ValueError(f"assembler must be one of {BUILD_ASSEMBLERS}, got "
+                             f"{self.assembler!r}")
         if self.target_sm is not None:
             as_target(self.target_sm)  # a target this project cannot compile for fails here
 
@@ -215,22 +236,23 @@ _STAGE_NAMES = {"llvm_ir": "llvm_ir", "parse": "llvm_parse", "llvm_opt": "llvm_o
 
 
 def _compile(device, options: BuildOptions, target: Target, kernels: dict, stages: dict):
-    """Compile every kernel into ``kernels`` (one ptxas process for the candidate's
+    """Compile every kernel into ``kernels`` (one assembler run for the candidate's
     kernels); (error code, message) on failure."""
-    from ..backend_ptx.assemble import find_ptxas
     from ..backend_ptx.compile import compile_kernels
 
-    if options.compile_to == "cubin" and find_ptxas() is None:
+    stop = "cubin" if options.compile_to == "cubin" else "ptx"
+    asm = build_assembler(options.assembler) if stop == "cubin" else "auto"
+    if asm is None:
+        named = {"ptxas": "ptxas was not found", "nvjitlink": "nvJitLink cannot be loaded "
+                 "(cuda.bindings.nvjitlink and libnvJitLink)"}[options.assembler]
         return (MeasureErrorNo.COMPILE_DEVICE,
-                "ptxas was not found, so kernels cannot be assembled into cubins (the GPU "
+                f"{named}, so kernels cannot be assembled into cubins (the GPU "
                 "runner loads cubins only): install the CUDA toolkit, put its bin folder on "
                 "PATH or set PTXFORGE_PTXAS; without a GPU use the simulator runner with "
                 "LocalBuilder(compile_to='ir')")
-    stop = "cubin" if options.compile_to == "cubin" else "ptx"
     funcs = list(device.kernels())
     try:
-        compiled = compile_kernels(funcs, target, stop_after=stop,
-                                   assembler="ptxas" if stop == "cubin" else "auto",
+        compiled = compile_kernels(funcs, target, stop_after=stop, assembler=asm,
                                    ptxas_flags=tuple(options.ptxas_flags),
                                    cache=_cache(options.kernel_cache_dir))
     except Exception as e:  # codegen, LLVM and the assembler all fail as device compile
@@ -355,7 +377,8 @@ class LocalBuilder(Builder):
     ``timeout`` seconds is killed and recorded as ``BUILD_TIMEOUT``; a worker that dies
     costs its candidate only.
 
-    ``target_sm``, ``compile_to``, ``verify``, ``ptxas_flags``: see :class:`BuildOptions`.
+    ``target_sm``, ``compile_to``, ``verify``, ``ptxas_flags``, ``assembler``: see
+    :class:`BuildOptions`.
     ``share_kernels``: the workers share the kernels they compile through a temporary
     folder (removed by :meth:`close`), so a kernel that several candidates have in common
     is compiled once. The workers' temporary files go to a folder of their own, removed
@@ -366,10 +389,12 @@ class LocalBuilder(Builder):
 
     def __init__(self, timeout: float = 10, n_parallel: int | None = None,
                  target_sm: str | None = None, compile_to: str = "cubin", verify: bool = False,
-                 ptxas_flags: tuple = (), share_kernels: bool = True):
+                 ptxas_flags: tuple = (), share_kernels: bool = True,
+                 assembler: str = "ptxas"):
         self.timeout = timeout
         self.n_parallel = default_parallelism() if n_parallel is None else int(n_parallel)
-        self.options = BuildOptions(target_sm, compile_to, verify, tuple(ptxas_flags))
+        self.options = BuildOptions(target_sm, compile_to, verify, tuple(ptxas_flags),
+                                    assembler=assembler)
         self.share_kernels = share_kernels
         self._shared_dir: str | None = None
         self._pool: WorkerPool | None = None
@@ -378,6 +403,7 @@ class LocalBuilder(Builder):
         self._built = 0
         self._build_seconds = 0.0
         self._kernels = {False: 0, True: 0}  # compiled, reused from a cache
+        self._old_stats = PoolStats(self.n_parallel)
 
     # -- streaming interface -----------------------------------------------------------------
 
@@ -393,8 +419,10 @@ class LocalBuilder(Builder):
             self._scratch = tempfile.mkdtemp(prefix="ptxforge-build-")
             self._unscratch = _remove_on_exit(self._scratch)
             weakref.finalize(self, self._unscratch)
+            # one candidate waits in each busy worker's pipe: a worker that finishes starts
+            # the next at once, whenever the tuner's process gets to read its answer
             self._pool = WorkerPool(self.n_parallel, "fork", _use_scratch, (self._scratch,),
-                                    name="ptxforge-builder")
+                                    name="ptxforge-builder", prefetch=1)
         self._pool.submit(key, build_candidate, (inp, self.options), self.timeout)
 
     def _share(self) -> None:
@@ -438,8 +466,17 @@ class LocalBuilder(Builder):
     def next_deadline(self) -> float | None:
         return self._pool.next_deadline() if self._pool else None
 
+    @property
+    def pool_stats(self):
+        """Where the builder workers' time went (a :class:`~ptxforge.measure.pool.PoolStats`
+        summed over the pools this builder had)."""
+        if self._pool is None:
+            return self._old_stats
+        return self._old_stats.merged(self._pool.stats())
+
     def close(self) -> None:
         if self._pool is not None:
+            self._old_stats = self.pool_stats
             self._pool.close()
             self._pool = None
             self._unscratch()

@@ -89,6 +89,12 @@ class Runner(abc.ABC):
         """Release worker processes."""
         return None
 
+    def prepare(self, inp: MeasureInput) -> None:
+        """A candidate of ``inp``'s task has gone to the builders: start what measuring it
+        will need (a runner that checks correctness builds the task's reference), so it
+        is ready when the build is. Nothing by default."""
+        return None
+
     def run(self, inputs, builds) -> list[MeasureResult]:
         """Measure ``inputs`` given their successful ``builds``; results in order."""
         inputs, builds = list(inputs), list(builds)
@@ -109,18 +115,74 @@ class PooledRunner(Runner):
 
     _pool = None
     _ready: list
+    _refs = None  # ReferenceBuilds, made on first use
+    _held: dict | None = None  # reference key -> candidates waiting for that reference
 
     @property
     def pending(self) -> int:
-        return len(self._ready) + (self._pool.pending if self._pool else 0)
+        held = sum(len(v) for v in self._held.values()) if self._held else 0
+        return len(self._ready) + (self._pool.pending if self._pool else 0) + held
 
     def collect(self, timeout: float | None = 0.0) -> list:
+        self._release()
         if self._ready:
             out, self._ready = self._ready, []
             return out
+        if self._held and not (self._pool and self._pool.pending) and timeout != 0.0:
+            # only candidates waiting for their reference: wait for it
+            self._refs.poll(timeout)
+            self._release()
+            out, self._ready = self._ready, []
+            if out or self._pool is None or not self._pool.pending:
+                return out
+            timeout = 0.0
         if self._pool is None:
             return []
         return [(o.key, self._result(o)) for o in self._pool.poll(timeout)]
+
+    # -- task references, built in the background ------------------------------------------
+    def _reference_builds(self):
+        if self._refs is None:
+            import multiprocessing
+
+            from .reference_builds import ReferenceBuilds
+
+            # a daemonic process (a dask worker's) may not start children: build here
+            self._refs = ReferenceBuilds(name=f"{type(self).__name__}-reference",
+                                         in_process=multiprocessing.current_process().daemon)
+            self._held = {}
+        return self._refs
+
+    def _background_reference(self, ref_key, task, options):
+        """The reference under ``ref_key`` (an artifact or ``"skipped: ..."``), built from
+        ``task`` with ``options`` in the background; ``PENDING`` while it is built."""
+        refs = self._reference_builds()
+        refs.request(ref_key, task, options)
+        return refs.get(ref_key)
+
+    def _wait_reference(self, ref_key, task, options):
+        """The reference under ``ref_key``, waiting for its build."""
+        from .reference_builds import PENDING
+
+        ref = self._background_reference(ref_key, task, options)
+        while ref is PENDING:
+            self._refs.poll(None)
+            ref = self._refs.get(ref_key)
+        return ref
+
+    def _hold(self, ref_key, key, inp, build) -> None:
+        """Keep a candidate until its reference is built; it is submitted again then."""
+        self._held.setdefault(ref_key, []).append((key, inp, build))
+
+    def _release(self) -> None:
+        if self._refs is None or not self._held:
+            return
+        from .reference_builds import PENDING
+
+        self._refs.poll(0.0)
+        for ref_key in [k for k in self._held if self._refs.get(k) is not PENDING]:
+            for key, inp, build in self._held.pop(ref_key):
+                self.submit(key, inp, build)
 
     @abc.abstractmethod
     def _result(self, outcome) -> MeasureResult:
@@ -128,15 +190,35 @@ class PooledRunner(Runner):
         (a :class:`~ptxforge.measure.pool.JobOutcome`)."""
 
     def waitables(self) -> list:
-        return self._pool.waitables() if self._pool else []
+        refs = self._refs.waitables() if self._refs is not None else []
+        return (self._pool.waitables() if self._pool else []) + refs
 
     def next_deadline(self) -> float | None:
-        return self._pool.next_deadline() if self._pool else None
+        ds = [d for d in ((self._pool.next_deadline() if self._pool else None),
+                          (self._refs.next_deadline() if self._refs is not None else None))
+              if d is not None]
+        return min(ds) if ds else None
+
+    _old_stats = None
+
+    @property
+    def pool_stats(self):
+        """Where the measuring workers' time went (a
+        :class:`~ptxforge.measure.pool.PoolStats` summed over the pools this runner had), or
+        None before the first measurement."""
+        now = self._pool.stats() if self._pool is not None else None
+        if now is None or self._old_stats is None:
+            return now or self._old_stats
+        return self._old_stats.merged(now)
 
     def close(self) -> None:
         if self._pool is not None:
+            self._old_stats = self.pool_stats
             self._pool.close()
             self._pool = None
+        if self._refs is not None:
+            self._refs.close()  # candidates held for a reference are dropped, as queued
+            self._held.clear()  # ones are
 
 
 def _learn(inp, build: BuildResult) -> None:
@@ -178,6 +260,7 @@ class Flow:
 
     def add(self, key, inp: MeasureInput) -> None:
         self._inputs[key] = inp
+        self.runner.prepare(inp)
         self.builder.submit(key, inp)
 
     def advance(self) -> list:

@@ -44,6 +44,35 @@ class Retire:
 
 
 @dataclass
+class PoolStats:
+    """Where a pool's worker time went, in worker-seconds.
+
+    ``jobs``: jobs finished; ``job_s``: the time the workers ran them (as the workers
+    measured it); ``lag_s``: the time finished workers with no job sent ahead waited for
+    this process to read their answer (and give them the next job); ``starved_s``: started
+    workers idle while no job was queued (nothing to do: the caller did not submit work
+    fast enough); ``handover_s``: from handing a job over (or from the end of the job
+    before, for a job sent ahead) to the worker starting it (the message through the pipe
+    and unpickled: a task the worker does not know yet arrives whole); ``open_s``: seconds
+    from the first job submitted to the last answer read."""
+
+    workers: int = 0
+    jobs: int = 0
+    job_s: float = 0.0
+    lag_s: float = 0.0
+    starved_s: float = 0.0
+    open_s: float = 0.0
+    handover_s: float = 0.0
+
+    def merged(self, other: PoolStats) -> PoolStats:
+        """The sums of two pools' (or two lives of one pool's) figures."""
+        return PoolStats(max(self.workers, other.workers), self.jobs + other.jobs,
+                         self.job_s + other.job_s, self.lag_s + other.lag_s,
+                         self.starved_s + other.starved_s, self.open_s + other.open_s,
+                         self.handover_s + other.handover_s)
+
+
+@dataclass
 class JobOutcome:
     """How one job ended.
 
@@ -104,10 +133,10 @@ def _worker_main(conn, initializer, init_args, inherited=()) -> None:
             value = fn(*args)
             if isinstance(value, Retire):
                 value, retire = value.value, True
-            reply = ("ok", key, value, time.perf_counter() - t0, retire)
+            reply = ("ok", key, value, time.perf_counter() - t0, retire, time.monotonic())
         except BaseException as e:  # a job's failure is data for the parent, never fatal here
                 reply = ("error", key, type(e).__name__, str(e), traceback.format_exc(),
-                     time.perf_counter() - t0, False)
+                     time.perf_counter() - t0, False, time.monotonic())
         if not _send(conn, reply):
             return
         if retire:
@@ -125,7 +154,7 @@ def _send(conn, msg) -> bool:
             try:
                 conn.send(("error", msg[1], type(e).__name__,
                            f"the job's result could not be sent back: {e}",
-                           traceback.format_exc(), msg[3], msg[4]))
+                           traceback.format_exc(), msg[3], msg[4], msg[5]))
                 return True
             except Exception:
                 return False
@@ -177,13 +206,15 @@ class _ExecProcess:
 
 
 class _Worker:
-    __slots__ = ("process", "conn", "state", "job", "started", "deadline")
+    __slots__ = ("process", "conn", "state", "job", "started", "deadline", "next", "room")
 
     def __init__(self, process, conn, start_timeout: float):
         self.process = process
         self.conn = conn
         self.state = "starting"  # starting -> idle <-> busy; retiring; dead
         self.job = None  # (key, fn, args, timeout)
+        self.next: deque = deque()  # jobs sent ahead, waiting in the pipe (``prefetch``)
+        self.room = 0  # the largest message that may be sent ahead to this worker
         self.started = time.monotonic()
         self.deadline = self.started + start_timeout
 
@@ -215,12 +246,17 @@ class WorkerPool:
     docstring);
     ``initializer(*init_args)`` runs once in each new worker before it takes jobs (a
     worker's start-up time never counts against a job). ``start_timeout`` bounds that
-    start-up.
+    start-up. ``prefetch``: jobs sent ahead to a busy worker (waiting in its pipe), so that
+    it starts the next one the moment it finishes instead of waiting for this process to
+    read its answer and send another; a job's time limit starts when the worker finishes
+    the job before it, a job sent ahead to a worker that dies or is stopped goes back to the
+    queue, and only jobs whose message is at most :data:`PREFETCH_MAX_BYTES` are sent ahead
+    (a larger one could fill the pipe and block this process).
     """
 
     def __init__(self, size: int, method: str = "fork", initializer: Callable | None = None,
                  init_args: tuple = (), start_timeout: float = 120.0,
-                 name: str = "ptxforge-worker"):
+                 name: str = "ptxforge-worker", prefetch: int = 0):
         if size < 1:
             raise ValueError(f"a pool needs at least one worker, got size={size}")
         self.size = size
@@ -237,6 +273,11 @@ class WorkerPool:
         self._start_failures = 0
         self._last_start_error = ""
         self.restarts = 0
+        self.prefetch = max(0, int(prefetch))
+        self._too_big: set = set()  # keys of jobs too large to send ahead
+        self._stats = PoolStats(size)
+        self._first: float | None = None  # when the first job was submitted
+        self._tick_at: float | None = None  # when starvation was last accounted
         self._finalizer = weakref.finalize(self, _stop, self._workers)
 
     # -- submitting -------------------------------------------------------------------------
@@ -244,12 +285,29 @@ class WorkerPool:
     def submit(self, key: Any, fn: Callable, args: tuple = (), timeout: float | None = None):
         """Queue ``fn(*args)`` under ``key`` with a limit of ``timeout`` seconds (None: no
         limit). Results come back from :meth:`poll`."""
+        self._tick()
+        if self._first is None:
+            self._first = time.monotonic()
         self._queue.append((key, fn, tuple(args), timeout))
+
+    def stats(self) -> PoolStats:
+        """Where the workers' time went so far (:class:`PoolStats`)."""
+        self._tick()
+        return self._stats
+
+    def _tick(self) -> None:
+        """Add the time since the last call during which started workers sat idle with
+        nothing queued."""
+        now = time.monotonic()
+        if self._tick_at is not None and not self._queue:
+            idle = sum(1 for w in self._workers if w.state == "idle")
+            self._stats.starved_s += idle * (now - self._tick_at)
+        self._tick_at = now
 
     @property
     def pending(self) -> int:
         """Jobs queued or running."""
-        return len(self._queue) + sum(1 for w in self._workers if w.state == "busy")
+        return len(self._queue) + sum((w.state == "busy") + len(w.next) for w in self._workers)
 
     def run(self, jobs, timeout: float | None = None) -> list[JobOutcome]:
         """Run ``(key, fn, args)`` jobs and return their outcomes in the order given."""
@@ -289,6 +347,7 @@ class WorkerPool:
         end = None if timeout is None else time.monotonic() + timeout
         outcomes: list[JobOutcome] = []
         while True:
+            self._tick()
             outcomes += self._fail_queue_if_unstartable()
             self._top_up()
             self._dispatch()
@@ -346,10 +405,48 @@ class WorkerPool:
                 p.start()
                 child.close()
             w = _Worker(p, parent, self.start_timeout)
+            if self.prefetch:
+                w.room = _send_buffer(parent)
             self._workers.append(w)
             live.append(w)
 
     def _dispatch(self) -> None:
+        self._dispatch_idle()
+        if not self.prefetch:
+            return
+        for w in self._workers:
+            if not self._queue:
+                return
+            if w.state == "busy" and len(w.next) < self.prefetch:
+                self._send_ahead(w)
+
+    def _send_ahead(self, w: _Worker) -> None:
+        """Send the next queued job to busy worker ``w`` (it waits in the pipe)."""
+        from multiprocessing.reduction import ForkingPickler
+
+        key, fn, args, timeout = self._queue[0]
+        if _hashable(key) in self._too_big:
+            return
+        try:
+            data = ForkingPickler.dumps((key, fn, args))
+        except Exception:  # unpicklable: an idle worker's dispatch reports it
+            return
+        if len(data) > min(PREFETCH_MAX_BYTES, w.room):
+            self._too_big.add(_hashable(key))
+            return
+        try:
+            w.conn.send_bytes(data)
+        except (OSError, EOFError):  # the worker is gone; _collect sees it die
+            return
+        self._queue.popleft()
+        w.next.append((key, fn, args, timeout))
+
+    def _requeue_ahead(self, w: _Worker) -> None:
+        """The jobs sent ahead to ``w`` go back to the front of the queue, in order."""
+        while w.next:
+            self._queue.appendleft(w.next.pop())
+
+    def _dispatch_idle(self) -> None:
         for w in self._workers:
             if not self._queue:
                 return
@@ -397,8 +494,27 @@ class WorkerPool:
             self._bury(w)
             return []
         key = msg[1]
+        now = time.monotonic()
+        self._stats.jobs += 1
+        self._stats.job_s += msg[3] if kind == "ok" else msg[5]
+        if not w.next:  # the worker has waited for this answer to be read since it ended
+            self._stats.lag_s += max(0.0, now - msg[-1])
+        seconds = msg[3] if kind == "ok" else msg[5]
+        self._stats.handover_s += max(0.0, msg[-1] - seconds - w.started)
+        if self._first is not None:
+            self._stats.open_s = now - self._first
         w.job, w.deadline = None, None
-        w.state = "retiring" if msg[-1] else "idle"
+        retire = msg[4] if kind == "ok" else msg[6]
+        if retire:
+            w.state = "retiring"
+            self._requeue_ahead(w)
+        elif w.next:  # the worker went on with the job sent ahead when it sent this answer
+            w.job = w.next.popleft()
+            w.started = msg[-1]
+            timeout = w.job[3]
+            w.deadline = None if timeout is None else w.started + timeout
+        else:
+            w.state = "idle"
         if kind == "ok":
             return [JobOutcome(key, "ok", value=msg[2], seconds=msg[3])]
         return [JobOutcome(key, "error", error=msg[3], exc_type=msg[2], traceback=msg[4],
@@ -409,6 +525,7 @@ class WorkerPool:
         code = w.process.exitcode
         job = w.job
         was = w.state
+        self._requeue_ahead(w)
         self._bury(w)
         if was == "starting":
             self._start_failures += 1
@@ -435,6 +552,7 @@ class WorkerPool:
                 self._bury(w)
             elif w.state == "busy":
                 key, _, _, timeout = w.job
+                self._requeue_ahead(w)
                 self._bury(w)
                 self.restarts += 1
                 out.append(JobOutcome(key, "timeout", error=f"no answer within {timeout:g} s; "
@@ -460,6 +578,46 @@ class WorkerPool:
             w.conn.close()
         except OSError:
             pass
+
+
+PREFETCH_MAX_BYTES = 128 * 1024
+"""The largest job message sent ahead to a busy worker (a GPU runner's candidate with its
+task's reference is 30-80 KB). A message is sent ahead only when it fits half the
+connection's send buffer, so that sending it never waits for the worker."""
+
+SEND_BUFFER = 1 << 20
+"""The send buffer asked for on a pool's end of each worker connection when jobs are sent
+ahead (Linux grants up to ``net.core.wmem_max``)."""
+
+
+def _send_buffer(conn) -> int:
+    """Ask for :data:`SEND_BUFFER` bytes of send buffer on ``conn`` (a socket pair end);
+    the bytes a message sent ahead may have (0 where the buffer cannot be read)."""
+    import socket
+
+    try:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+    except OSError:
+        return 0
+    try:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+        except OSError:
+            pass
+        # Linux reports twice what the kernel accounts, overhead included
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 4
+    except OSError:
+        return 0
+    finally:
+        sock.close()
+
+
+def _hashable(key):
+    try:
+        hash(key)
+        return key
+    except TypeError:
+        return repr(key)
 
 
 def _raise(message: str):

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..target import as_target
 from .artifact import BuildArtifact
-from .build import BuildOptions, build_candidate
+from .build import BuildOptions
 from .check import compare, poisoned, random_array
 from .measure import PooledRunner
-from .plan import PipelinePlan
 from .pool import Retire, WorkerPool
-from .reference import reference_pipeline
+from .reference_builds import PENDING
 from .result import ERROR_COST, BuildResult, MeasureErrorNo, MeasureInput, MeasureResult
 
 
@@ -244,25 +244,31 @@ class LocalRunner(PooledRunner):
         self.start_method = start_method
         self._pool: WorkerPool | None = None
         self._ready: list = []
-        self._references: dict = {}
         self._build_time: dict = {}
         self._notes: dict = {}
         self._tasks: dict = {}  # key -> task key of a candidate in flight
         self._best_checked: dict = {}  # task key -> lowest mean cost that passed the check
 
+    def prepare(self, inp: MeasureInput) -> None:
+        """Start building the reference of ``inp``'s task (for the architecture its task
+        targets) while its candidate is built."""
+        if not self.check_correctness:
+            return
+        try:
+            sm = as_target(inp.task.target).arch
+        except Exception:  # a target the builder will refuse: nothing to prepare
+            return
+        self._background_reference(*self._reference_args(inp.task, sm))
+
     def _reference(self, task, target_sm: str):
-        """The task's reference artifact, built here once; or why there is none."""
-        key = (task.workload_key, task.text_hash, target_sm)
-        if key not in self._references:
-            try:
-                pipe = reference_pipeline(task)
-                b = build_candidate(MeasureInput(task, "", plan=PipelinePlan(pipe)),
-                                    BuildOptions(target_sm=target_sm, compile_to="cubin"))
-                self._references[key] = b.artifact if not b.error_no else (
-                    f"skipped: the reference schedule did not build: {b.error_msg[:300]}")
-            except ValueError as e:
-                self._references[key] = f"skipped: {e}"
-        return self._references[key]
+        """The task's reference artifact, or why there is none (a string), waiting for its
+        build."""
+        return self._wait_reference(*self._reference_args(task, target_sm))
+
+    @staticmethod
+    def _reference_args(task, target_sm: str) -> tuple:
+        return ((task.workload_key, task.text_hash, target_sm), task,
+                BuildOptions(target_sm=target_sm, compile_to="cubin"))
 
     def submit(self, key, inp: MeasureInput, build: BuildResult) -> None:
         if not build.artifact.kernels or any(
@@ -273,11 +279,17 @@ class LocalRunner(PooledRunner):
                 "runner needs LocalBuilder(compile_to='cubin')", build.time_cost, time.time())))
             return
         if self._pool is None:
-            self._pool = WorkerPool(1, self.start_method, initializer=gpu_worker_init,
+            # the next candidate waits in the worker's pipe: the GPU goes on with it at
+            # once, whenever the tuner's process gets to read the last answer
+            self._pool = WorkerPool(1, self.start_method, initializer=gpu_worker_init, prefetch=1,
                                     init_args=(self.device_id,), name="ptxforge-gpu-runner")
         ref = None
         if self.check_correctness:
-            ref = self._reference(inp.task, build.artifact.target_sm)
+            ref_args = self._reference_args(inp.task, build.artifact.target_sm)
+            ref = self._background_reference(*ref_args)
+            if ref is PENDING:  # built in the background: the candidate waits for it
+                self._hold(ref_args[0], key, inp, build)
+                return
             if isinstance(ref, str):
                 self._notes[key] = ref
                 ref = None

@@ -19,13 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..target import Target, as_target
-from .build import BuildOptions, build_candidate
+from .build import BuildOptions
 from .check import compare, poisoned, random_array
 from .estimate import module_seconds, simulation_seconds
 from .measure import PooledRunner
-from .plan import PipelinePlan
 from .pool import WorkerPool
-from .reference import reference_pipeline
+from .reference_builds import PENDING
 from .result import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, error_result
 
 
@@ -116,28 +115,25 @@ class SimRunner(PooledRunner):
         self._pool: WorkerPool | None = None
         self._ready: list = []
         self._jobs: dict = {}
-        self._references: dict = {}
 
     @property
     def device(self) -> str:
         return f"{self.target.arch} model (estimated)"
 
+    def prepare(self, inp: MeasureInput) -> None:
+        """Start building the reference of ``inp``'s task while its candidate is built."""
+        if self.check_correctness:
+            self._background_reference(*self._reference_args(inp.task))
+
     def _reference(self, task):
         """(device-IR module, estimated simulation seconds) of the task's reference, or why
-        there is none."""
-        key = (task.workload_key, task.text_hash)
-        if key not in self._references:
-            try:
-                plan = PipelinePlan(reference_pipeline(task))
-                b = build_candidate(MeasureInput(task, "", plan=plan),
-                                    BuildOptions(compile_to="ir"))
-                self._references[key] = (
-                    f"skipped: the reference schedule did not build: {b.error_msg[:300]}"
-                    if b.error_no else (b.artifact.module,
-                                        simulation_seconds(b.artifact.stats)))
-            except ValueError as e:
-                self._references[key] = f"skipped: {e}"
-        return self._references[key]
+        there is none (a string), waiting for its build."""
+        ref = self._wait_reference(*self._reference_args(task))
+        return ref if isinstance(ref, str) else (ref.module, simulation_seconds(ref.stats))
+
+    @staticmethod
+    def _reference_args(task) -> tuple:
+        return ((task.workload_key, task.text_hash), task, BuildOptions(compile_to="ir"))
 
     def submit(self, key, inp: MeasureInput, build: BuildResult) -> None:
         art = build.artifact
@@ -161,11 +157,15 @@ class SimRunner(PooledRunner):
         if not self.check_correctness:
             self._ready.append((key, done))
             return
-        ref = self._reference(inp.task)
+        ref_args = self._reference_args(inp.task)
+        ref = self._background_reference(*ref_args)
+        if ref is PENDING:  # built in the background: the candidate waits for it
+            self._hold(ref_args[0], key, inp, build)
+            return
         if isinstance(ref, str):
             self._ready.append((key, _with(done, correctness=ref)))
             return
-        ref_module, ref_sim = ref
+        ref_module, ref_sim = ref.module, simulation_seconds(ref.stats)
         sim = simulation_seconds(art.stats)
         if sim > self.max_sim_seconds or ref_sim > 3 * self.max_sim_seconds:
             what = "candidate" if sim > self.max_sim_seconds else "reference"
@@ -175,7 +175,8 @@ class SimRunner(PooledRunner):
                 f"(max_sim_seconds={self.max_sim_seconds:g})"))))
             return
         if self._pool is None:
-            self._pool = WorkerPool(self.n_parallel, "fork", name="ptxforge-sim-runner")
+            self._pool = WorkerPool(self.n_parallel, "fork", name="ptxforge-sim-runner",
+                                    prefetch=1)
         req = SimRequest(f"{inp.task.workload_key}/{inp.task.text_hash}", art.module,
                          art.output_params, ref_module)
         limit = 3 * self.max_sim_seconds + 3 * ref_sim + 5.0

@@ -32,21 +32,38 @@ class SchedulePass(Pass):
     levels = (Level.PRIM,)
 
 
+_last_paths: tuple = (None, {})  # (root, its block paths): the last function body asked
+
+
+def paths_of(root) -> dict:
+    """:func:`block_paths` of ``root``, remembered for the last root asked: a primitive
+    resolves several references in one function, and a te schedule asks again about the
+    function it just made (IR is immutable, so the same root has the same paths). Callers
+    must not change the answer."""
+    global _last_paths
+    last = _last_paths  # one read and one write of a tuple: safe across threads
+    if last[0] is root:
+        return last[1]
+    paths = block_paths(root)
+    _last_paths = (root, paths)
+    return paths
+
+
 def find_block(func: PrimFunc, name: str) -> list:
-    paths = block_paths(func.body)
+    paths = paths_of(func.body)
     if name not in paths:
         raise ScheduleError(
             f"no stage named {name!r}; stages are: {', '.join(block_names(func.body))}"
         )
-    return paths[name]
+    return list(paths[name])
 
 
 def split_ref(func: PrimFunc, ref: str) -> tuple:
     """Split ``stage.loop`` at the longest stage-name prefix that names a block."""
-    paths = block_paths(func.body)
+    paths = paths_of(func.body)
     got = resolve_ref(ref, paths)
     if got is not None:
-        return got[0], got[1], paths[got[0]]
+        return got[0], got[1], list(paths[got[0]])
     raise ScheduleError(
         f"loop reference {ref!r} does not start with a stage name; stages are: "
         f"{', '.join(block_names(func.body))}"

@@ -8,6 +8,10 @@ are the ``<stage>.<loop>`` references the passes use (:mod:`.names`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 from ...ir.te import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 from ...ir.to_ir import to_ir_with_names
 from ...ir.traversal import block_paths, enclosing_loops
@@ -347,6 +351,7 @@ class Schedule:
         self.dag = ScheduleDAG(inputs + tensors)
         self._buffer_names: dict = {}
         self._module, names = to_ir_with_names(self.dag, buffer_names=self._buffer_names)
+        self.initial_module = self._module  # the unscheduled IR the pipeline starts from
         self._names = names
         self._pipeline = SchedulePipeline([])
         # compute_at of shared-memory stages waits until the stage itself or its target
@@ -364,6 +369,7 @@ class Schedule:
                 self._stages[id(op)] = Stage(
                     self, names[id(op)], loops[:n_axis], loops[n_axis:], op.output(0))
         self._by_block = {st.block: st for st in self._stages.values()}
+        _note_made(self)
 
     @property
     def args(self) -> list:
@@ -637,6 +643,29 @@ def _param_or_stage_name(s: Schedule, t: Tensor) -> str:
     if id(t.op) in s._names:
         return s._names[id(t.op)]
     raise ScheduleError(f"tensor {t.name} is not part of this schedule")
+
+
+_RECORDING: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "ptxforge_schedules_made", default=None)
+
+
+def _note_made(s: Schedule) -> None:
+    made = _RECORDING.get()
+    if made is not None:
+        made.append(s)
+
+
+@contextlib.contextmanager
+def record_schedules() -> Iterator[list]:
+    """Collect every :class:`Schedule` created inside the block (in this thread or task),
+    in creation order: a builder that made its pipeline through a te schedule can take the
+    schedule's module instead of applying the same passes again."""
+    made: list = []
+    token = _RECORDING.set(made)
+    try:
+        yield made
+    finally:
+        _RECORDING.reset(token)
 
 
 def create_schedule(ops) -> Schedule:

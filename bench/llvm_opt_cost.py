@@ -1,0 +1,183 @@
+"""What a lighter LLVM pipeline saves in compile time, and what it costs in kernel speed.
+
+Builders optimize every kernel with LLVM's O3 pipeline (``backend_ptx.compile.optimize``), a
+good part of a candidate's build; emitting PTX from the optimized module and ptxas follow. This
+script compiles the same kernels with lighter pipelines (the new pass manager at speed levels 1
+and 2, or O3 without loop unrolling) next to O3, and reports per pipeline the CPU time of the
+optimization, of PTX emission and of ptxas, the registers and spills ptxas reports, and with
+``--time`` (on a GPU) the kernels' run time, each candidate timed under every pipeline in the
+same process. The kernels are those the auto-scheduler measures first: states of the sm_90a
+sketches (tensor-core, wgmma and CUDA-core) of the fp16 tasks of BERT and ResNet-18.
+
+    PYTHONPATH=<parent of the checkout> python3 bench/llvm_opt_cost.py [--states 8]
+        [--tasks bert:1,bert:2,resnet-18:3] [--time] [--json out.json]
+
+Without ptxas (``PTXFORGE_PTXAS`` or on ``PATH``) the script stops after PTX emission. The
+production build is not changed by this script: it is the evidence for (or against) a
+lighter pipeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+PIPELINES = {
+    "O3": {"speed_level": 3, "unroll": True},
+    "O3-no-unroll": {"speed_level": 3, "unroll": False},
+    "O2": {"speed_level": 2, "unroll": True},
+    "O1": {"speed_level": 1, "unroll": True},
+}
+
+
+def optimize_with(module, sm: str, speed_level: int, unroll: bool, pair_halves: bool) -> None:
+    """``backend_ptx.compile.optimize`` with another speed level or without unrolling."""
+    from ptxforge.backend_ptx.compile import llvm_binding, target_machine
+
+    llvm = llvm_binding()
+    pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
+    pto.loop_unrolling = unroll
+    pto.slp_vectorization = pair_halves
+    pb = llvm.create_pass_builder(target_machine(sm), pto)
+    pb.getModulePassManager().run(module, pb)
+
+
+def compile_with(func, sm: str, pipeline: dict, assemble: bool) -> tuple:
+    """(CompiledKernel or None, {stage: CPU seconds}) of ``func`` through ``pipeline``."""
+    from ptxforge.backend_ptx.compile import (
+        _HALF_TYPES,
+        compile_kernel,
+        emit_ptx,
+        parse_llvm,
+    )
+
+    ir = compile_kernel(func, sm, stop_after="llvm_ir", cache=False).sources["llvm_ir"]
+    secs = {}
+    module = parse_llvm(ir, func.name)
+    t = time.process_time()
+    optimize_with(module, sm, pipeline["speed_level"], pipeline["unroll"],
+                  bool(_HALF_TYPES.search(ir)))
+    secs["opt"] = time.process_time() - t
+    t = time.process_time()
+    emit_ptx(module, sm)
+    secs["ptx"] = time.process_time() - t
+    if not assemble:
+        return None, secs
+    t = time.perf_counter()  # ptxas runs in a child process: wall time
+    kernel = compile_kernel(func, sm, replace={"llvm_opt": str(module)}, stop_after="cubin",
+                            assembler="ptxas", cache=False)
+    secs["ptxas"] = time.perf_counter() - t - kernel.stage_seconds.get("ptx", 0.0)
+    return kernel, secs
+
+
+def time_on_gpu(artifact, dev, repeat: int = 5) -> float:
+    """The median of ``repeat`` graph-timed runs (seconds) of a built candidate."""
+    import numpy as np
+    from ptxforge.backend_ptx import array
+    from ptxforge.measure.check import random_array
+
+    module = artifact.host_module()
+    rng = np.random.default_rng(0)
+    arrays = [array(random_array(p, rng), dev) for p in module.host.params]
+    loaded = artifact.ptx_module(module).load(dev)
+    ev = loaded.time_evaluator("main", dev, number=10, repeat=repeat, min_repeat_ms=5,
+                               graph=True)
+    res = ev(*arrays)
+    dev.sync()
+    return statistics.median(res.results)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--states", type=int, default=8)
+    ap.add_argument("--tasks", default="bert:1,bert:2,resnet-18:3")
+    ap.add_argument("--pipelines", default=",".join(PIPELINES))
+    ap.add_argument("--time", action="store_true", help="time the kernels on the GPU")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="write every candidate's figures here")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    import ptxforge
+    from ptxforge import autosched
+    from ptxforge.autosched.state import State, candidate_input
+    from ptxforge.backend_ptx.assemble import find_ptxas
+    from ptxforge.measure.artifact import BuildArtifact
+    from ptxforge.measure.build import BuildOptions, build_candidate
+    from trial_cost import tasks_of
+
+    names = args.pipelines.split(",")
+    unknown = [n for n in names if n not in PIPELINES]
+    if unknown:
+        ap.error(f"unknown pipelines {unknown}; choose from {list(PIPELINES)}")
+    assemble = find_ptxas() is not None
+    if args.time and not assemble:
+        ap.error("--time needs ptxas (the GPU runs cubins)")
+    dev = ptxforge.cuda(0) if args.time else None
+    sm = "sm_90a"
+    rows_out = []
+    totals = {n: {"opt": 0.0, "ptx": 0.0, "ptxas": 0.0, "time": [], "regs": 0, "spills": 0}
+              for n in names}
+    for label, task in tasks_of(args.tasks, "cuda -arch=sm_90a"):
+        policy = autosched.SketchPolicy(task, autosched.RandomModel(seed=args.seed),
+                                        seed=args.seed, verbose=0)
+        for r in policy.search_one_round(args.states):
+            st = State.from_row(r, task)
+            res = build_candidate(candidate_input(task, st),
+                                  BuildOptions(target_sm=sm, compile_to="ir"))
+            if res.error_no:
+                continue
+            art = res.artifact
+            row = {"task": label, "sketch": task.sketches[st.sketch].name}
+            for n in names:
+                kernels, secs = {}, {"opt": 0.0, "ptx": 0.0, "ptxas": 0.0}
+                for f in art.module.kernels():
+                    k, s = compile_with(f, sm, PIPELINES[n], assemble)
+                    kernels[f.name] = k
+                    for key, v in s.items():
+                        secs[key] += v
+                row[n] = dict(secs)
+                for key, v in secs.items():
+                    totals[n][key] += v
+                if assemble:
+                    regs = max(k.resources.registers for k in kernels.values())
+                    spills = sum(k.resources.spill_store_bytes for k in kernels.values())
+                    row[n].update(registers=regs, spill_bytes=spills)
+                    totals[n]["regs"] += regs
+                    totals[n]["spills"] += spills
+                if dev is not None:
+                    built = BuildArtifact(art.module, kernels, art.stats, art.output_params, sm)
+                    row[n]["seconds"] = time_on_gpu(built, dev)
+            if dev is not None:
+                for n in names:
+                    totals[n]["time"].append(row[n]["seconds"] / row[names[0]]["seconds"])
+            rows_out.append(row)
+            print(f"{label[:28]:28s} {row['sketch'][:28]:28s} " + "  ".join(
+                f"{n}: opt {1e3 * row[n]['opt']:.0f} ptx {1e3 * row[n]['ptx']:.0f}"
+                + (f" ptxas {1e3 * row[n]['ptxas']:.0f} regs {row[n]['registers']}"
+                   if assemble else "")
+                + (f" {1e6 * row[n]['seconds']:.1f} us" if dev is not None else "")
+                for n in names), flush=True)
+    count = max(len(rows_out), 1)
+    print(f"\nmean per candidate over {len(rows_out)} candidates (CPU ms; ptxas wall ms)")
+    for n in names:
+        t = totals[n]
+        line = (f"  {n:13s} opt {1e3 * t['opt'] / count:7.1f}  ptx {1e3 * t['ptx'] / count:7.1f}")
+        if assemble:
+            line += (f"  ptxas {1e3 * t['ptxas'] / count:7.1f}  max registers "
+                     f"{t['regs'] / count:5.1f}  spill bytes {t['spills'] / count:6.1f}")
+        if t["time"]:
+            gm = statistics.geometric_mean(t["time"])
+            line += f"  kernel time vs {names[0]}: geomean {gm:.3f}x, worst {max(t['time']):.3f}x"
+        print(line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows_out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
