@@ -133,6 +133,7 @@ class CompiledPartition:
     """
 
     def __init__(self, net, target: str, opts, static: frozenset = frozenset()):
+        self.__name__ = net.name  # how the captured graph's code calls it (fused_0)
         self.net = net
         self.target = target
         self.opts = opts
@@ -441,7 +442,13 @@ def _partition_and_build(gm, rejected: set[str], target: str, opts, static: set[
             bad = _failing_node(sub, e)
             raise _RejectNode(bad, e) from e
         compiled = CompiledPartition(net, target, opts, frozenset(frozen))
-        setattr(fused, node.target, _AsModule(compiled))
+        # called as a function, not as a submodule: no nn.Module dispatch per call
+        with fused.graph.inserting_before(node):
+            call = fused.graph.call_function(compiled, tuple(node.args), dict(node.kwargs))
+        call.meta = dict(node.meta)
+        node.replace_all_uses_with(call)
+        fused.graph.erase_node(node)
+        delattr(fused, node.target)
     fused.recompile()
     return fused
 
@@ -454,20 +461,6 @@ def _failing_node(sub, error) -> str:
             return name
     # no node named: reject the whole partition's first computing node
     return names[0] if names else ""
-
-
-def _AsModule(fn):  # noqa: N802 - makes a torch module of a callable
-    import torch
-
-    class Compiled(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fn = fn
-
-        def forward(self, *args):
-            return self.fn(*args)
-
-    return Compiled()
 
 
 def _has_symbolic_shapes(gm) -> bool:
