@@ -149,12 +149,17 @@ class ZeroCopyGraphModule(GraphModule):
             self._patched.launch_pointers(ptr_of, stream)
         else:
             self._launch_steps({st: _Pointer(p) for st, p in ptr_of.items()}, stream)
+        plan = self.lib.plan
         for k, slot in binding.copies:
-            src = self._slots[slot]
-            if src.nbytes:
+            # from the caller's memory where the slot's storage is bound (an output that is
+            # an input itself), else from the module's own buffer
+            nbytes = plan.slots[slot].ty.nbytes
+            if nbytes:
                 from ..backend_ptx.cuda_driver import call
 
-                call("cuMemcpyDtoDAsync", outputs[k], src.ptr, src.nbytes, stream)
+                src = ptr_of.get(plan.slots[slot].storage, None)
+                src = self._slots[slot].ptr if src is None else src
+                call("cuMemcpyDtoDAsync", outputs[k], src, nbytes, stream)
 
     def _launch_steps(self, bound: dict, stream: int) -> None:
         """Every kernel launched one by one on ``stream`` (no CUDA graph)."""

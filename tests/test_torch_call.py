@@ -125,3 +125,63 @@ def test_function_reports_tell_tuned_default_and_copies_apart():
     assert kinds[next(n for n in kinds if "exp" in n)] == DEFAULT
     reports = function_reports(lib)
     assert all(r.calls == 1 and r.kernels >= 1 for r in reports)
+
+
+def _gpu_like(lib, patched):
+    """A ZeroCopyGraphModule as on a GPU, its device and launches recorded (no driver)."""
+    module = ZeroCopyGraphModule(lib)  # the simulator's buffers stand for the GPU's
+    module.is_sim = False
+    module.device = types.SimpleNamespace(activate=lambda: None)
+    module.use_cuda_graph = patched is not None
+    module._patched = patched
+    return module
+
+
+def test_run_pointers_re_points_the_captured_graph_and_copies_what_no_kernel_writes(
+        monkeypatch):
+    from ptxforge.backend_ptx import cuda_driver
+
+    copies = []
+    monkeypatch.setattr(cuda_driver, "call", lambda name, *args: copies.append((name, args)))
+    launched = []
+    patched = types.SimpleNamespace(launch_pointers=lambda ptr_of, stream: launched.append(
+        (dict(ptr_of), stream)))
+    module = _gpu_like(_lib(), patched)
+    b = module.pointer_binding(["x", "y"])
+    module.run_pointers(b, [0x1000, 0x2000], [0x3000, 0x4000, 0x5000], stream=9)
+    (ptr_of, stream), = launched
+    assert stream == 9
+    assert ptr_of == {b.inputs[0]: 0x1000, b.inputs[1]: 0x2000, b.outputs[0]: 0x3000}
+    plan = module.lib.plan
+    nbytes = plan.slots[plan.outputs[1]].ty.nbytes
+    # after the run, on the same stream: output 1 (y itself) from the caller's y, output 2
+    # (the softmax again) from the caller's output 0, which the kernel wrote
+    assert copies == [("cuMemcpyDtoDAsync", (0x4000, 0x2000, nbytes, 9)),
+                      ("cuMemcpyDtoDAsync", (0x5000, 0x3000, nbytes, 9))]
+
+
+def test_run_pointers_without_a_graph_launches_each_step_on_the_callers_memory(monkeypatch):
+    from ptxforge.backend_ptx import cuda_driver
+
+    monkeypatch.setattr(cuda_driver, "call", lambda name, *args: None)  # the output copies
+    launched = []
+
+    class Step:
+        def __call__(self, *arrays, stream=0, dependent=True):
+            launched.append(([getattr(a, "ptr", None) for a in arrays], stream))
+
+    module = _gpu_like(_lib(), None)
+    module._steps = [(Step(), arrays) for _, arrays in module._steps]
+    plan = module.lib.plan
+
+    def slot_array(k, bound):  # GPU arrays need the driver: the bound pointer, or none
+        ext = bound.get(plan.slots[k].storage)
+        return types.SimpleNamespace(ptr=None if ext is None else ext.ptr)
+
+    module._slot_array = slot_array
+    b = module.pointer_binding(["x", "y"])
+    module.run_pointers(b, [0x1000, 0x2000], [0x3000, 0x4000, 0x5000], stream=4)
+    assert launched and all(stream == 4 for _, stream in launched)
+    ptrs = {p for arrays, _ in launched for p in arrays}
+    assert {0x1000, 0x2000, 0x3000} <= ptrs  # read and written where the caller holds them
+    assert not ptrs & {0x4000, 0x5000}  # copied outputs are no kernel's arguments
