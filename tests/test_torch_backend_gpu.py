@@ -139,10 +139,9 @@ def test_zero_copy_on_the_current_stream(cuda, monkeypatch, cuda_graph):
         assert module._patched is not None, module.bound_graph_error
 
 
-def test_report_says_the_cuda_graph_was_captured_and_calls_stay_bit_identical(cuda):
-    """The report after the first call: the CUDA graph captured (else it names why), every
-    function compiled; later calls (the pointer path) give the same bits, also for a strided
-    input made compact on the way in."""
+def test_report_says_the_cuda_graph_was_captured_and_calls_are_bit_identical(cuda):
+    """The report after the first call: the CUDA graph captured (else it names why); later
+    calls (the pointer path) give the same bits."""
     from ptxforge.torch_backend import ptxforge_backend
 
     reports = []
@@ -153,10 +152,9 @@ def test_report_says_the_cuda_graph_was_captured_and_calls_stay_bit_identical(cu
     with torch.no_grad():
         first = compiled(x)
         again = [compiled(x) for _ in range(3)]
-        strided = compiled(x.permute(0, 1, 3, 2).contiguous().permute(0, 1, 3, 2))
     torch.cuda.synchronize()
     (report,) = reports
     assert report.cuda_graph == "captured", report.cuda_graph
     assert report.launches >= report.steps >= 1
-    for out in again + [strided]:
+    for out in again:
         assert torch.equal(out, first)
