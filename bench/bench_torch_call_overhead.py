@@ -109,8 +109,10 @@ def run(name: str, args) -> list[tuple[str, float]]:
     x = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in work.args)
     x = tuple(a.half() if args.half and a.is_floating_point() else a for a in x)
     kw = {k: v.to(device) for k, v in work.kwargs.items()}
+    description = work.description
     if name == "resnet50" and args.side:
         x = (torch.randn(1, 3, args.side, args.side, device=device, dtype=x[0].dtype),)
+        description += f" (run at {args.side}x{args.side})"
     rows = []
     for label, backend in (("Dynamo alone", ready_output_backend(False)),
                            ("Dynamo + AOT autograd", ready_output_backend(True))):
@@ -131,7 +133,7 @@ def run(name: str, args) -> list[tuple[str, float]]:
     else:
         label = "ptxforge backend"
     rows.append((label, host_us(fn, x, kw, args.number, args.repeat)))
-    print(f"\n{work.description} ({sum(len(p.names) for p in parts)} partition inputs, "
+    print(f"\n{description} ({sum(len(p.names) for p in parts)} partition inputs, "
           f"{sum(len(p.static) for p in parts)} bound as weights)")
     print("| what runs per call | host us per call |\n| --- | --- |")
     for label, us in rows:
