@@ -180,13 +180,22 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got - want).abs().max() / want.abs().max().clamp_min(1e-30))
 
 
+SKIP_GUARDS = False
+"""``--skip-guard-eval``: time every compiled variant (ours and PyTorch's alike) under
+``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``, which skips Dynamo's guard
+checks on calls once a model has one compiled graph."""
+
+
 def time_it(fn, args, kwargs, number: int, repeat: int) -> tuple[float, float]:
     """The median over ``repeat`` CUDA-event timings of ``number`` calls, in ms per call,
     and the median host time of issuing one call (before the GPU finished): when the two
     are about equal the calls are bound by the host, not by the kernels."""
+    import contextlib
     import time
 
-    with torch.no_grad():
+    stance = (torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)
+              if SKIP_GUARDS else contextlib.nullcontext())
+    with torch.no_grad(), stance:
         for _ in range(3):
             fn(*args, **kwargs)
         torch.cuda.synchronize()
@@ -381,6 +390,10 @@ def parse(argv=None) -> argparse.Namespace:
                    help="also build the model through graph.from_torch with the same log and "
                         "time it with GraphModule: the same functions, without the backend's "
                         "per-call work")
+    p.add_argument("--skip-guard-eval", action="store_true",
+                   help="time all compiled variants with Dynamo's guard checks skipped "
+                        "(torch.compiler.set_stance(skip_guard_eval_unsafe=True)): how much "
+                        "of a call is the host's")
     p.add_argument("--json", help="write the rows to this file")
     p.add_argument("--dry-run", action="store_true",
                    help="tiny configurations on the CPU simulator; nothing timed")
@@ -389,6 +402,8 @@ def parse(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse(argv)
+    global SKIP_GUARDS
+    SKIP_GUARDS = args.skip_guard_eval
     if not args.dry_run and not torch.cuda.is_available():
         raise SystemExit("this benchmark needs a CUDA GPU (or --dry-run)")
     os.makedirs(args.logdir, exist_ok=True)
