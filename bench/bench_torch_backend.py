@@ -362,8 +362,10 @@ def table(rows: list[Row]) -> str:
             c = row.compiled.get(label) or {}
             launches = c.get("launches", "-")
             tuned = (f"{c['tuned']} of {c.get('tunable', c['functions'])}" if c else "-")
-            if c.get("fallbacks"):
-                tuned += " (default: " + ", ".join(c["fallbacks"]) + ")"
+            falls = c.get("fallbacks") or []
+            if falls:
+                more = f", {len(falls) - 4} more" if len(falls) > 4 else ""
+                tuned += " (default: " + ", ".join(falls[:4]) + more + ")"
             graph_state = ", ".join(c.get("cuda_graph", [])) or "-"
             out.append(f"| {label} | {ms} | {host} | {ratio} | {err:.1e} | {launches} | "
                        f"{tuned} | {graph_state} |")
