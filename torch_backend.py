@@ -48,7 +48,9 @@ def ptxforge_backend(gm, example_inputs, options: dict | None = None):
     keep_attention_whole(gm)
 
     def fw_compiler(fx_module, inputs):
-        return make_boxed_func(compile_partitioned(fx_module, inputs, opts, fullgraph))
+        compiled = compile_partitioned(fx_module, inputs, opts, fullgraph)
+        # the graph's generated forward itself: no nn.Module dispatch per call
+        return make_boxed_func(getattr(compiled, "forward", compiled))
 
     def bw_compiler(fx_module, inputs):
         return make_boxed_func(fx_module.forward)

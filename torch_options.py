@@ -53,6 +53,11 @@ class BackendOptions:
         on_build: called with each :class:`~ptxforge.torch_partition.CompiledPartition`
             once it is built (its ``net``, its ``lib``: the graph and the library), to
             report what was compiled (a benchmark counts tuned functions and kernels).
+        report: after the first call of each compiled partition (its CUDA graph captured
+            or refused by then), True prints its
+            :class:`~ptxforge.torch_report.PartitionReport` summary (functions tuned k of
+            n, the ones that fell back to the default schedule, launches per call, CUDA
+            graph or why not); a callable receives the report instead.
     """
 
     precision: str = "float32"
@@ -62,6 +67,7 @@ class BackendOptions:
     cuda_graph: bool = True
     fused_attention: bool | None = None
     on_build: Callable | None = None
+    report: bool | Callable = False
 
     @classmethod
     def from_dict(cls, options: dict | None) -> BackendOptions:
@@ -81,6 +87,9 @@ class BackendOptions:
                                f"{opts.fused_attention!r}")
         if opts.on_build is not None and not callable(opts.on_build):
             raise BackendError(f"on_build must be callable, got {opts.on_build!r}")
+        if not isinstance(opts.report, bool) and not callable(opts.report):
+            raise BackendError(f"report must be True, False or a callable, got "
+                               f"{opts.report!r}")
         if opts.trials and not opts.log:
             raise BackendError("trials > 0 needs a log file to write the records to "
                                "(options={'trials': N, 'log': 'model.json'})")

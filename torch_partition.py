@@ -133,6 +133,7 @@ class CompiledPartition:
     """
 
     def __init__(self, net, target: str, opts, static: frozenset = frozenset()):
+        self.__name__ = net.name  # how the captured graph's code calls it (fused_0)
         self.net = net
         self.target = target
         self.opts = opts
@@ -140,6 +141,7 @@ class CompiledPartition:
         self.static = static
         self.module = None
         self.used: list[bool] = []
+        self._gpu_call = None  # the per-call path on the GPU (torch_call.GpuCall)
 
     def _build(self, tensors) -> None:
         from . import graph
@@ -177,6 +179,11 @@ class CompiledPartition:
         self.used = [name in self.lib.plan.inputs for name in self.names]
         plan = self.lib.plan
         self.out_types = [plan.slots[k].ty for k in plan.outputs]
+        if not is_simulator(target):
+            from .torch_call import GpuCall
+
+            self._gpu_call = GpuCall(self.module, self.names, self.used,
+                                     lambda tensors: self._check_devices(tensors, self.used))
         if opts.on_build is not None:
             opts.on_build(self)
 
@@ -185,8 +192,49 @@ class CompiledPartition:
             # the weights are copied to the host while building, wherever they are
             self._check_devices(tensors, [name not in self.static for name in self.names])
             self._build(tensors)
-        outs = self._run(tensors)
+            outs = self._run(tensors)
+            self._report_once()
+        elif self._gpu_call is not None:
+            outs = self._gpu_call(tensors)
+        else:
+            outs = self._run(tensors)
         return outs if len(outs) != 1 else outs[0]
+
+    def report(self):
+        """What this partition compiled and how it runs: a
+        :class:`~ptxforge.torch_report.PartitionReport` (functions tuned k of n and the
+        ones that fell back to the default schedule, launches per run, CUDA graph)."""
+        from .torch_report import PartitionReport, function_reports, library_launches
+
+        if self.module is None:
+            raise BackendError(f"partition {self.net.name} is built at its first call; "
+                               "call the compiled model first")
+        lib = self.lib
+        return PartitionReport(
+            name=self.net.name, functions=function_reports(lib),
+            steps=sum(k is not None for k in lib.call_keys), launches=library_launches(lib),
+            inputs=tuple(n for n, u in zip(self.names, self.used) if u),
+            weights=sum(n in self.static for n in self.names), cuda_graph=self._graph_state())
+
+    def _graph_state(self) -> str:
+        if is_simulator(self.target):
+            return "simulator"
+        if not self.opts.cuda_graph:
+            return "off"
+        if self.module.bound_graph_error:
+            return f"failed: {self.module.bound_graph_error}"
+        return "captured" if self.module._patched is not None else "not run yet"
+
+    def _report_once(self) -> None:
+        """The ``report`` option, after the first call (the capture has been tried)."""
+        show = self.opts.report
+        if not show:
+            return
+        rep = self.report()
+        if callable(show):
+            show(rep)
+        else:
+            print(rep.summary(), flush=True)
 
     def _check_devices(self, tensors, used) -> None:
         """A GPU build takes CUDA tensors only: a CPU tensor is refused (before the first
@@ -203,7 +251,9 @@ class CompiledPartition:
     def _run(self, tensors) -> tuple:
         """Run on the tensors themselves: inputs wrapped without a copy, outputs allocated
         by PyTorch (``torch.empty`` on the inputs' device) and written by the kernels in
-        place; on a GPU, on PyTorch's current stream."""
+        place; on a GPU, on PyTorch's current stream. (The first call on a GPU, which
+        captures the CUDA graph; later ones take the pointer path of
+        :class:`~ptxforge.torch_call.GpuCall`.)"""
         import torch
 
         on_gpu = not is_simulator(self.target)
@@ -392,7 +442,13 @@ def _partition_and_build(gm, rejected: set[str], target: str, opts, static: set[
             bad = _failing_node(sub, e)
             raise _RejectNode(bad, e) from e
         compiled = CompiledPartition(net, target, opts, frozenset(frozen))
-        setattr(fused, node.target, _AsModule(compiled))
+        # called as a function, not as a submodule: no nn.Module dispatch per call
+        with fused.graph.inserting_before(node):
+            call = fused.graph.call_function(compiled, tuple(node.args), dict(node.kwargs))
+        call.meta = dict(node.meta)
+        node.replace_all_uses_with(call)
+        fused.graph.erase_node(node)
+        delattr(fused, node.target)
     fused.recompile()
     return fused
 
@@ -405,20 +461,6 @@ def _failing_node(sub, error) -> str:
             return name
     # no node named: reject the whole partition's first computing node
     return names[0] if names else ""
-
-
-def _AsModule(fn):  # noqa: N802 - makes a torch module of a callable
-    import torch
-
-    class Compiled(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fn = fn
-
-        def forward(self, *args):
-            return self.fn(*args)
-
-    return Compiled()
 
 
 def _has_symbolic_shapes(gm) -> bool:

@@ -8,8 +8,14 @@ For each model and each ``--fused-attention`` setting, ptxforge is first tuned f
 log with ``ptxforge.tune_torch`` (``--trials`` in all; an existing log is moved aside unless
 ``--resume``), then the model is compiled both ways. Every compiled model is checked against
 PyTorch eager fp32 on random inputs before anything is timed (CUDA events, the median of
-``--repeat`` timings of ``--number`` calls each, after warm-up). Prints a table per model
-with the ratios, and writes it as JSON with ``--json``.
+``--repeat`` timings of ``--number`` calls each, after warm-up; next to it the host's time
+to issue one call, which equals it when the calls are bound by Python, not by the GPU).
+Prints a table per model with the ratios, the kernel launches per call, the functions a
+record scheduled out of those tuning made a task of (naming the ones that fell back to the
+default schedule) and whether each compiled graph replays a CUDA graph; writes it as JSON
+with ``--json``. ``--from-torch`` adds a row for the same fp16 model through
+``graph.from_torch`` and ``graph.build`` with the same log, run by ``GraphModule`` (its own
+CUDA graph, no per-call Python), and says whether it compiled the same functions.
 
     python bench/bench_torch_backend.py --models bert resnet50 gpt2 vit --trials 2000
     python bench/bench_torch_backend.py --models bert --trials 0 --fused-attention both
@@ -52,29 +58,39 @@ class Workload:
 @dataclass
 class Row:
     """The result of one model: milliseconds per call of each compiled variant (None: not
-    timed), and each variant's largest difference from eager fp32 (a share of the largest
-    output)."""
+    timed) and the host's milliseconds to issue one call, each variant's largest difference
+    from eager fp32 (a share of the largest output), and what ptxforge compiled."""
 
     model: str
     description: str
     times_ms: dict = field(default_factory=dict)
+    host_ms: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)
     compiled: dict = field(default_factory=dict)
 
 
 def compiled_summary(parts: list) -> dict:
-    """What ptxforge compiled (from the backend's ``on_build`` reports): partitions, the
-    attentions kept whole, distinct functions, those with a tuning record, the fused
-    attention kernels and the kernel launches per call."""
+    """What ptxforge compiled (from the backend's ``on_build`` partitions, after their first
+    call): partitions, the attentions kept whole, distinct functions, those a tuning record
+    scheduled out of those tuning makes a task of (the reshapes run as copies are no task),
+    the tasks that fell back to the default schedule, the fused attention kernels, the
+    function calls and kernel launches per call, and whether each partition replays a CUDA
+    graph."""
+    reports = [p.report() for p in parts]
     funcs = [f for p in parts for f in p.lib.functions.values()]
     return {
         "partitions": len(parts),
         "attentions": sum(c.op == "nn.attention" for p in parts for c in p.net.calls()),
         "functions": len(funcs),
-        "tuned": sum(bool(f.tuned) for f in funcs),
+        "tuned": sum(r.tuned for r in reports),
+        "tunable": sum(r.tunable for r in reports),
+        "fallbacks": [name for r in reports for name in r.fallbacks],
         "fused_attention_kernels": sum(f.pipeline_text.startswith("fused_attention")
                                        for f in funcs),
-        "launches": sum(k is not None for p in parts for k in p.lib.call_keys),
+        "steps": sum(r.steps for r in reports),
+        "launches": sum(r.launches for r in reports),
+        "cuda_graph": sorted({r.cuda_graph for r in reports}),
+        "keys": sorted(k for p in parts for k in p.lib.functions),
     }
 
 
@@ -164,23 +180,38 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got - want).abs().max() / want.abs().max().clamp_min(1e-30))
 
 
-def time_it(fn, args, kwargs, number: int, repeat: int) -> float:
-    """The median over ``repeat`` CUDA-event timings of ``number`` calls, in ms per call."""
-    with torch.no_grad():
+SKIP_GUARDS = False
+"""``--skip-guard-eval``: time every compiled variant (ours and PyTorch's alike) under
+``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``, which skips Dynamo's guard
+checks on calls once a model has one compiled graph."""
+
+
+def time_it(fn, args, kwargs, number: int, repeat: int) -> tuple[float, float]:
+    """The median over ``repeat`` CUDA-event timings of ``number`` calls, in ms per call,
+    and the median host time of issuing one call (before the GPU finished): when the two
+    are about equal the calls are bound by the host, not by the kernels."""
+    import contextlib
+    import time
+
+    stance = (torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)
+              if SKIP_GUARDS else contextlib.nullcontext())
+    with torch.no_grad(), stance:
         for _ in range(3):
             fn(*args, **kwargs)
         torch.cuda.synchronize()
-        times = []
+        times, host = [], []
         for _ in range(repeat):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
+            t0 = time.perf_counter()
             for _ in range(number):
                 fn(*args, **kwargs)
+            host.append((time.perf_counter() - t0) * 1e3 / number)
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) / number)
-    return statistics.median(times)
+    return statistics.median(times), statistics.median(host)
 
 
 def fused_settings(choice: str) -> list[bool]:
@@ -230,16 +261,73 @@ def run_model(work: Workload, args) -> Row:
         ours = compile_ours(half, log, target, fused, parts)
         row.errors[label] = check(ours, x16, kw16, ref, label, work.name, args.tolerance)
         row.compiled[label] = compiled_summary(parts)
-        print(f"{work.name}: {label} compiled {row.compiled[label]}", flush=True)
+        for p in parts:
+            print(f"{work.name}: {label}: {p.report().summary()}", flush=True)
         if not args.dry_run:
-            row.times_ms[label] = time_it(ours, x16, kw16, args.number, args.repeat)
+            row.times_ms[label], row.host_ms[label] = time_it(ours, x16, kw16, args.number,
+                                                              args.repeat)
+        if args.from_torch:
+            from_torch_row(row, work, half, x16, kw16, ref, log, target, fused, label, args)
     if not args.dry_run:
         label = "torch.compile reduce-overhead"
         torch._dynamo.reset()
         theirs = torch.compile(half, mode="reduce-overhead", dynamic=False)
         row.errors[label] = check(theirs, x16, kw16, ref, label, work.name, args.tolerance)
-        row.times_ms[label] = time_it(theirs, x16, kw16, args.number, args.repeat)
+        row.times_ms[label], row.host_ms[label] = time_it(theirs, x16, kw16, args.number,
+                                                          args.repeat)
     return row
+
+
+def from_torch_row(row: Row, work: Workload, half, x16, kw16, ref, log, target: str,
+                   fused: bool, ours: str, args) -> None:
+    """The same fp16 model through ``graph.from_torch`` and ``graph.build`` with the same log
+    and options, run by ``GraphModule`` (its own CUDA graph, no per-call Python): whether
+    the backend built the same functions (workload keys), and on a GPU its time, which the
+    backend's should equal but for the host's work per call."""
+    import contextlib
+    import warnings
+
+    import numpy as np
+    import ptxforge
+    from ptxforge import autosched, graph
+
+    label = f"graph.from_torch, same log{' (fused attention on)' if fused else ''}"
+    if not work.attention:
+        label = "graph.from_torch, same log"
+    net, params = graph.from_torch(half, x16, kw16)
+    records = autosched.ApplyHistoryBest(log) if os.path.exists(log) else None
+    with warnings.catch_warnings(), records or contextlib.nullcontext():
+        warnings.simplefilter("ignore", graph.NoTuningRecordWarning)
+        lib = graph.build(net, target=target, params=params, precision="float16",
+                          fused_attention=fused)
+    from ptxforge.torch_report import COPY, TUNED, function_reports, library_launches
+
+    keys = sorted(lib.functions)
+    same = keys == row.compiled[ours]["keys"]
+    funcs = function_reports(lib)
+    row.compiled[label] = {
+        "functions": len(keys), "keys": keys, "same_functions_as_backend": same,
+        "tuned": sum(f.schedule == TUNED for f in funcs),
+        "tunable": sum(f.schedule != COPY for f in funcs),
+        "fallbacks": [f.name for f in funcs if f.schedule not in (TUNED, COPY)],
+        "steps": sum(k is not None for k in lib.call_keys),
+        "launches": library_launches(lib)}
+    c = row.compiled[label]
+    print(f"{work.name}: {label}: {c['tuned']} of {c['tunable']} functions tuned; the same "
+          f"functions as {ours}: {'yes' if same else 'NO'}", flush=True)
+    dev = None if args.dry_run else ptxforge.cuda(0)
+    mod = graph.GraphModule(lib, dev)
+    # the model's inputs, positional then keyword, are the graph's parameters that are no
+    # weights, in that order
+    names = [p.name for p in net.params if p.name not in params]
+    feeds = dict(zip(names, list(x16) + list(kw16.values())))
+    mod.set_input(**{k: v.detach().cpu().numpy() for k, v in feeds.items()
+                     if k in lib.input_names})
+    mod.run()
+    out = torch.from_numpy(np.asarray(mod.get_output(0).numpy()).astype(np.float32))
+    row.errors[label] = relative_error(out, ref)
+    if not args.dry_run:
+        row.times_ms[label] = mod.benchmark(dev, repeat=args.repeat, min_repeat_ms=300).median * 1e3
 
 
 def check(fn, x, kw, ref, label: str, model: str, tolerance: float) -> float:
@@ -262,17 +350,25 @@ def table(rows: list[Row]) -> str:
     for row in rows:
         base = row.times_ms.get("torch.compile reduce-overhead")
         out += [f"\n{row.model}: {row.description}",
-                "| variant | ms per call | speed-up over reduce-overhead | max error | launches "
-                "| functions tuned |",
-                "| --- | --- | --- | --- | --- | --- |"]
+                "| variant | ms per call | host ms per call | speed-up over reduce-overhead "
+                "| max error | launches | functions tuned | CUDA graph |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for label, err in row.errors.items():
             t = row.times_ms.get(label)
             ms = f"{t:.4f}" if t is not None else "not timed"
+            h = row.host_ms.get(label)
+            host = f"{h:.4f}" if h is not None else "-"
             ratio = f"{base / t:.2f}x" if t and base else "-"
-            c = row.compiled.get(label)
-            launches = c["launches"] if c else "-"
-            tuned = f"{c['tuned']} of {c['functions']}" if c else "-"
-            out.append(f"| {label} | {ms} | {ratio} | {err:.1e} | {launches} | {tuned} |")
+            c = row.compiled.get(label) or {}
+            launches = c.get("launches", "-")
+            tuned = (f"{c['tuned']} of {c.get('tunable', c['functions'])}" if c else "-")
+            falls = c.get("fallbacks") or []
+            if falls:
+                more = f", {len(falls) - 4} more" if len(falls) > 4 else ""
+                tuned += " (default: " + ", ".join(falls[:4]) + more + ")"
+            graph_state = ", ".join(c.get("cuda_graph", [])) or "-"
+            out.append(f"| {label} | {ms} | {host} | {ratio} | {err:.1e} | {launches} | "
+                       f"{tuned} | {graph_state} |")
     return "\n".join(out)
 
 
@@ -292,6 +388,14 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--tolerance", type=float, default=3e-2,
                    help="largest difference from eager fp32, as a share of the largest output")
+    p.add_argument("--from-torch", action="store_true",
+                   help="also build the model through graph.from_torch with the same log and "
+                        "time it with GraphModule: the same functions, without the backend's "
+                        "per-call work")
+    p.add_argument("--skip-guard-eval", action="store_true",
+                   help="time all compiled variants with Dynamo's guard checks skipped "
+                        "(torch.compiler.set_stance(skip_guard_eval_unsafe=True)): how much "
+                        "of a call is the host's")
     p.add_argument("--json", help="write the rows to this file")
     p.add_argument("--dry-run", action="store_true",
                    help="tiny configurations on the CPU simulator; nothing timed")
@@ -300,6 +404,8 @@ def parse(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse(argv)
+    global SKIP_GUARDS
+    SKIP_GUARDS = args.skip_guard_eval
     if not args.dry_run and not torch.cuda.is_available():
         raise SystemExit("this benchmark needs a CUDA GPU (or --dry-run)")
     os.makedirs(args.logdir, exist_ok=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,6 +36,33 @@ from .graph_executor import GraphModule
 class CudaGraphFallbackWarning(UserWarning):
     """A module's kernels could not be captured in one CUDA graph: they launch one by one
     (still zero-copy, on the caller's stream), paying a launch each."""
+
+
+@dataclass(frozen=True)
+class PointerBinding:
+    """Where the caller's pointers go, worked out once for a fixed order of inputs
+    (:meth:`ZeroCopyGraphModule.pointer_binding`), so a call passes bare pointers.
+
+    Attributes:
+        inputs: the storage each input's pointer stands for, in the caller's order.
+        outputs: per output, the storage its kernel writes into the caller's array, or
+            None when no kernel writes it (an input or a weight itself, or an output given
+            twice): then it is copied after the run.
+        copies: ``(output index, slot)`` of the outputs copied after the run.
+    """
+
+    inputs: tuple[int, ...]
+    outputs: tuple[int | None, ...]
+    copies: tuple[tuple[int, int], ...]
+
+
+class _Pointer:
+    """A bare device pointer where the runtime expects an array (``.ptr``)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
 
 
 class ZeroCopyGraphModule(GraphModule):
@@ -79,6 +107,65 @@ class ZeroCopyGraphModule(GraphModule):
             else:
                 copies.append((k, slot))
         return bound, copies
+
+    def pointer_binding(self, input_names) -> PointerBinding:
+        """The :class:`PointerBinding` of calls that pass the inputs ``input_names`` (all of
+        the network's inputs, in that order) and every output, to :meth:`run_pointers`."""
+        plan = self.lib.plan
+        names = list(input_names)
+        if sorted(names) != sorted(plan.inputs) or len(set(names)) != len(names):
+            raise GraphError(f"a pointer binding needs exactly the inputs {sorted(plan.inputs)}"
+                             f", got {names}")
+        inputs = tuple(self._input_storage[n] for n in names)
+        taken = set(inputs)
+        outputs: list[int | None] = []
+        copies = []
+        for k, slot in enumerate(plan.outputs):
+            st = plan.slots[slot].storage
+            if plan.storages[st].kind == "output" and st not in taken:
+                outputs.append(st)
+                taken.add(st)
+            else:
+                outputs.append(None)
+                copies.append((k, slot))
+        return PointerBinding(inputs, tuple(outputs), tuple(copies))
+
+    def run_pointers(self, binding: PointerBinding, inputs, outputs, stream: int = 0) -> None:
+        """:meth:`run_bound` on bare device pointers (ints), the inputs in the order of
+        ``binding`` and one per output: the per-call path of the ``torch.compile`` backend,
+        which builds no array objects. The caller vouches for each pointer (dtype, shape,
+        device, 16-byte alignment: a torch tensor checked against the plan's types); GPU
+        modules only."""
+        if self.is_sim:
+            raise GraphError("run_pointers runs GPU modules; on the simulator use run_bound")
+        ptr_of = dict(zip(binding.inputs, inputs))
+        for st, ptr in zip(binding.outputs, outputs):
+            if st is not None:
+                ptr_of[st] = ptr
+        self.device.activate()
+        if self.use_cuda_graph and self._patched is None and not self.bound_graph_error:
+            self._capture_patchable()
+        if self._patched is not None:
+            self._patched.launch_pointers(ptr_of, stream)
+        else:
+            self._launch_steps({st: _Pointer(p) for st, p in ptr_of.items()}, stream)
+        plan = self.lib.plan
+        for k, slot in binding.copies:
+            # from the caller's memory where the slot's storage is bound (an output that is
+            # an input itself), else from the module's own buffer
+            nbytes = plan.slots[slot].ty.nbytes
+            if nbytes:
+                from ..backend_ptx.cuda_driver import call
+
+                src = ptr_of.get(plan.slots[slot].storage, None)
+                src = self._slots[slot].ptr if src is None else src
+                call("cuMemcpyDtoDAsync", outputs[k], src, nbytes, stream)
+
+    def _launch_steps(self, bound: dict, stream: int) -> None:
+        """Every kernel launched one by one on ``stream`` (no CUDA graph)."""
+        for (fn, _), slots in zip(self._steps, self._step_slots):
+            fn(*[self._slot_array(k, bound) for k in slots], stream=stream,
+               dependent=self.dependent_launch)
 
     def _check_array(self, arr, ty, what: str) -> None:
         if tuple(arr.shape) != tuple(ty.shape) or arr.dtype != ty.dtype:
@@ -128,9 +215,7 @@ class ZeroCopyGraphModule(GraphModule):
         if self._patched is not None:
             self._patched.launch(bound, stream)
         else:
-            for (fn, _), slots in zip(self._steps, self._step_slots):
-                fn(*[self._slot_array(k, bound) for k in slots], stream=stream,
-                   dependent=self.dependent_launch)
+            self._launch_steps(bound, stream)
         for k, slot in copies:
             src = self._slot_array(slot, bound)
             if src.nbytes:
@@ -165,6 +250,7 @@ class _KernelNode:
         base = ctypes.addressof(self.values)
         self.slots = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
         self.last: tuple = ()
+        self.where: tuple = ()  # ((storage or None, own pointer), ...), set by the graph
 
 
 class _PatchableGraph:
@@ -182,6 +268,12 @@ class _PatchableGraph:
         self.nodes = [n for n in nodes
                       if any(kind == "slot" and plan.slots[v].storage in outside
                              for kind, v in n.sources)]
+        slots = module._slots
+        for n in self.nodes:
+            # per argument, resolved once: the storage a call may re-point (None: a
+            # temporary) and the module's own pointer, kept where the call binds nothing
+            n.where = tuple((plan.slots[v].storage, slots[v].ptr) if kind == "slot"
+                            else (None, v) for kind, v in n.sources)
 
     @classmethod
     def capture(cls, module: ZeroCopyGraphModule) -> _PatchableGraph:
@@ -211,15 +303,15 @@ class _PatchableGraph:
         return cls(module, graph, exec_, nodes)
 
     def launch(self, bound: dict, stream: int) -> None:
+        """Launch with the storages in ``bound`` (storage -> array) at the arrays' memory."""
+        self.launch_pointers({st: arr.ptr for st, arr in bound.items()}, stream)
+
+    def launch_pointers(self, ptr_of: dict, stream: int) -> None:
+        """Launch with the storages in ``ptr_of`` (storage -> device pointer) re-pointed."""
         from ..backend_ptx.cuda_driver import call, driver
 
-        plan = self.module.lib.plan
-        slots = self.module._slots
         for n in self.nodes:
-            ptrs = tuple(bound[plan.slots[v].storage].ptr
-                         if kind == "slot" and plan.slots[v].storage in bound
-                         else (slots[v].ptr if kind == "slot" else v)
-                         for kind, v in n.sources)
+            ptrs = tuple(own if st is None else ptr_of.get(st, own) for st, own in n.where)
             if ptrs == n.last:
                 continue  # the node already points there (same tensors as the last call)
             n.values[:len(ptrs)] = ptrs

@@ -184,3 +184,24 @@ def test_tuning_a_model_torch_export_cannot_trace_is_a_clear_error(tmp_path):
         tune_torch(DataDependent(), (torch.ones(3),), trials=1, log=str(tmp_path / "l.json"),
                    target="sim")
     assert not (tmp_path / "l.json").exists()
+
+
+def test_report_option_prints_what_each_partition_built(capsys):
+    """``report=True`` prints, after a partition's first call, its functions tuned k of n
+    (no log here: every task falls back to the default schedule, each named), launches per
+    run and the CUDA graph state; later calls print nothing."""
+    torch.manual_seed(0)
+    model = Block().eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=ptxforge_backend,
+                             options={"target": "sim", "report": True})
+    x = torch.randn(2, 3, 6, 6)
+    with torch.no_grad():
+        compiled(x)
+        first = capsys.readouterr().out
+        compiled(x)
+        assert capsys.readouterr().out == ""
+    assert "ptxforge partition" in first and "CUDA graph: simulator" in first
+    assert " 0 of " in first and "default schedule (no record): vm_mod_fused" in first
+    with pytest.raises(BackendError, match="report must be"):
+        BackendOptions.from_dict({"report": "yes"})

@@ -82,7 +82,15 @@ def _record_bound_runs(monkeypatch) -> list:
                      self))
         return original(self, inputs, outputs, stream)
 
+    # the first call runs through run_bound, later ones through run_pointers (bare pointers)
+    original_ptrs = ZeroCopyGraphModule.run_pointers
+
+    def record_ptrs(self, binding, inputs, outputs, stream=0):
+        runs.append((dict(zip(binding.inputs, inputs)), list(outputs), stream, self))
+        return original_ptrs(self, binding, inputs, outputs, stream)
+
     monkeypatch.setattr(ZeroCopyGraphModule, "run_bound", record)
+    monkeypatch.setattr(ZeroCopyGraphModule, "run_pointers", record_ptrs)
     return runs
 
 
@@ -121,6 +129,7 @@ def test_zero_copy_on_the_current_stream(cuda, monkeypatch, cuda_graph):
             torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
     assert not allocs, "no device allocation by ptxforge after the first call"
     assert grown == sum(-(-o.numel() * o.element_size() // 512) * 512 for o in outs)
+    assert len(runs) == 1 + len(xs)
     for (inputs, outputs, stream, _), x, out in zip(runs[1:], xs, outs):
         assert list(inputs.values()) == [x.data_ptr()]
         assert outputs == [out.data_ptr()]
@@ -128,3 +137,24 @@ def test_zero_copy_on_the_current_stream(cuda, monkeypatch, cuda_graph):
     module = runs[-1][3]
     if cuda_graph:
         assert module._patched is not None, module.bound_graph_error
+
+
+def test_report_says_the_cuda_graph_was_captured_and_calls_are_bit_identical(cuda):
+    """The report after the first call: the CUDA graph captured (else it names why); later
+    calls (the pointer path) give the same bits."""
+    from ptxforge.torch_backend import ptxforge_backend
+
+    reports = []
+    model = _model().cuda().half()
+    compiled = torch.compile(model, backend=ptxforge_backend, dynamic=False, options={
+        "target": "cuda", "precision": "float16", "report": reports.append})
+    x = torch.randn(2, 3, 16, 16, device="cuda").half()
+    with torch.no_grad():
+        first = compiled(x)
+        again = [compiled(x) for _ in range(3)]
+    torch.cuda.synchronize()
+    (report,) = reports
+    assert report.cuda_graph == "captured", report.cuda_graph
+    assert report.launches >= report.steps >= 1
+    for out in again:
+        assert torch.equal(out, first)

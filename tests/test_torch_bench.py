@@ -78,3 +78,26 @@ def test_dry_run_of_bert_and_gpt2(bench, tmp_path):
         assert compiled["attentions"] == 2, compiled  # one per layer, kept whole
         assert compiled["fused_attention_kernels"] == 1, compiled
         assert compiled["partitions"] == 1 and compiled["tuned"] == 0
+
+
+def test_dry_run_compares_the_backend_with_from_torch_for_the_same_log(bench, tmp_path):
+    """ResNet-50's layout, tiny, tuned on the simulator: the backend applies a record to
+    every function tuning made a task of, and ``--from-torch`` builds the same functions."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "rows.json"
+    assert bench.main(["--dry-run", "--models", "resnet50", "--trials", "24", "--from-torch",
+                       "--logdir", str(tmp_path), "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    ours, theirs = row["compiled"]["ptxforge"], row["compiled"]["graph.from_torch, same log"]
+    from ptxforge.measure import load_records
+
+    (log,) = tmp_path.glob("resnet50_fp16*.json")
+    recorded = {inp.task.workload_key for inp, res in load_records(str(log))
+                if int(res.error_no) == 0}
+    # a record for every task but those whose trials failed (a loaded machine's time limit)
+    assert ours["tuned"] == len(recorded & set(ours["keys"])) > 0
+    assert ours["tuned"] + len(ours["fallbacks"]) == ours["tunable"]
+    assert ours["cuda_graph"] == ["simulator"]
+    assert theirs["same_functions_as_backend"] and theirs["keys"] == ours["keys"]
+    assert theirs["tuned"] == ours["tuned"] and theirs["launches"] == ours["launches"]
+    assert row["errors"]["graph.from_torch, same log"] < 3e-2
