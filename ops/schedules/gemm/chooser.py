@@ -115,6 +115,9 @@ def choose_gemm_config(form: GemmForm, target: Target | str | None = None,
     """The default tiles of ``form`` on ``target``: of :func:`gemm_candidates`, the one
     :func:`gemm_time` expects fastest (split-K included where ``split_k``)."""
     target = as_target(target)
+    few = few_row_mma_config(form, target)
+    if few is not None:
+        return few
     best = _best(gemm_candidates(form, target, split_k), form, target)
     if best is None:
         raise ScheduleError(f"no tensor-core tiles of the default table fit {form}")
@@ -158,12 +161,19 @@ def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
     ``op`` (with ``epilogue``) with, or None where it stays on mma.sync: wgmma does not
     run it (:func:`~.choice.wgmma_refusal`), no wgmma tiles fit, or the mma.sync pick's
     estimate is faster (:func:`~.choice.prefer_wgmma`; small products at the DRAM floor,
-    where 64-row tiles only pad more)."""
+    where 64-row tiles only pad more). Few-row fp16 products of the measured range follow
+    :func:`few_row_mma_config` and :func:`few_row_wgmma_config` instead."""
     target = as_target(target)
     if wgmma_refusal(form, target) is not None:
         return None
     remap = epilogue_remap(op, epilogue) is not None
     epi_tile = not direct_store(op, epilogue, form)
+    if not remap:  # the few-row rules, where they speak, over the estimates
+        if few_row_mma_config(form, target) is not None:
+            return None
+        few = few_row_wgmma_config(form, target, epi_tile)
+        if few is not None:
+            return few
     w = choose_wgmma_config(form, target, epi_tile, remap)
     if w is None:
         return None
@@ -251,6 +261,94 @@ def choose_wgmma_config(form, target=None, epilogue_tile: bool = True, remap: bo
         -c.block_m * c.block_n, -c.stages,
         wgmma_time(c, form, t, needs_c_tile(c, form, epilogue_tile), dram_floor=False),
         c.split_k))
+
+
+# -- few rows ---------------------------------------------------------------------------
+
+FEW_ROWS_MAX_M = 256
+"""The few-row rule covers fp16 products of at most this many rows and ``N``, ``K`` within
+:data:`FEW_ROWS_NK`: the range a sweep on an H100 measured
+(``bench/results/gemm_few_rows_sweep_h100_2026-11-27.jsonl``, replayed by
+``bench/few_rows_replay.py``)."""
+FEW_ROWS_NK = (768, 4096)
+FEW_ROWS_MIN_PART_K = 768
+"""A split-K part of the few-row rule reduces at least this many columns (12 steps)."""
+FEW_ROWS_DEEP_PART_K = 1024
+"""From this many columns a part (16 steps) the few-row rule for 64 < ``M`` <= 256 takes 5
+stages (1.07x to 1.30x faster than 4 on 8 of the sweep's 10 such shapes, a tie on the other
+two); at 12 steps 4 and 5 stages measured a tie (0.94x to 1.09x), and 4 it keeps."""
+
+
+def _few_rows(form: GemmForm) -> bool:
+    """Whether ``form`` is a product of the measured few-row range: fp16, not a conv nor a
+    batch, at most :data:`FEW_ROWS_MAX_M` rows, ``N`` and ``K`` within :data:`FEW_ROWS_NK`."""
+    lo, hi = FEW_ROWS_NK
+    return (form.in_dtype == "float16" and not form.conv and not form.batched
+            and form.paddable and not form.tf32 and form.M <= FEW_ROWS_MAX_M
+            and lo <= form.N <= hi and lo <= form.K <= hi)
+
+
+def few_row_mma_config(form: GemmForm, target: Target | str | None = None
+                       ) -> TensorCoreConfig | None:
+    """The mma.sync configuration the default takes for a few-row fp16 product on sm_90 or
+    later, or None where the estimates choose. One rule, from the same sweep as
+    :func:`few_row_wgmma_config`: ``M`` <= 16, ``N`` >= 3072, ``K`` < 3072 take 16 x 32
+    tiles of ``block_k`` 64 over the whole reduction, :data:`DEFAULT_STAGES` stages (the
+    best measured of all four such shapes; the estimates' 16 x 32 x 128 took 1.07x to
+    1.22x as long)."""
+    target = as_target(target)
+    if (target.sm < 90 or not _few_rows(form) or form.M > 16 or form.N < 3072
+            or form.K >= 3072):
+        return None
+    steps = -(-form.K // 64)
+    return _first_legal(form, target, 16, 32, 64, 1, 2, min(DEFAULT_STAGES, steps))
+
+
+def few_row_wgmma_config(form: GemmForm, target: Target | str | None = None,
+                         epilogue_tile: bool = True) -> WgmmaScheduleConfig | None:
+    """The wgmma configuration the default takes for a few-row fp16 product on sm_90a, or
+    None where the rule does not speak (outside the measured range, or its pick breaks a
+    rule) and the estimates choose. The estimates rank these products badly (the default
+    measured a geomean 0.863x cuBLAS over the sweep's 36 shapes; their own pick of 128 x
+    4096 x 4096 took 35.5 us against 20.1 us for the best): they never try 5 stages, which
+    won 18 of the 24 shapes wgmma won, and they prefer 2 warpgroups where one measured
+    faster. The rule, fitted to that sweep:
+
+    - ``M`` <= 16, ``N`` and ``K`` >= 3072: 64 x 128 tiles, 5 stages, 4 split-K parts
+      (best measured on 6 of those 8 shapes, within 4% on the other two; mma.sync with 16
+      rows took up to 1.8x as long); smaller ones follow :func:`few_row_mma_config` where
+      ``N`` >= 3072, else the estimates;
+    - 64 < ``M`` <= 256: 64 x 64 tiles (one warpgroup), one group in flight, 5 stages
+      where a part has at least :data:`FEW_ROWS_DEEP_PART_K` columns, else 4;
+      where the output has fewer tiles than half the SMs, the reduction in the most split-K
+      parts of 2, 4, 8 keeping tiles x parts within 1.5 waves and parts of at least
+      :data:`FEW_ROWS_MIN_PART_K` columns.
+
+    ``M`` of 17 to 64 was not measured and keeps the estimates' pick; so does everything
+    outside the range (:func:`_few_rows`)."""
+    target = as_target(target)
+    if not _few_rows(form) or wgmma_refusal(form, target) is not None:
+        return None
+    if form.M <= 16:
+        if form.N < 3072 or form.K < 3072:
+            return None
+        cfg = WgmmaScheduleConfig(128, 1, 5, 1, 4)
+    elif form.M > 64:
+        tiles = -(-form.M // 64) * -(-form.N // 64)
+        split = 1
+        if 2 * tiles < target.num_sms:
+            for p in (2, 4, 8):
+                if tiles * p <= 1.5 * target.num_sms and form.K // p >= FEW_ROWS_MIN_PART_K:
+                    split = p
+        # 5 stages where a part runs at least 16 steps; at 12 they tie with 4
+        stages = 5 if form.K // split >= FEW_ROWS_DEEP_PART_K else DEFAULT_STAGES
+        cfg = WgmmaScheduleConfig(64, 1, stages, 1, split)
+    else:
+        return None
+    if first_broken(wgmma_rules(cfg, form, target,
+                                needs_c_tile(cfg, form, epilogue_tile))) is not None:
+        return None
+    return cfg
 
 
 # -- convolutions ----------------------------------------------------------------------------
