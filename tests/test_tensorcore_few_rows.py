@@ -126,3 +126,50 @@ def test_the_rules_configurations_compute_the_product(M, N, K, cfg):
     _, vals, got = _run(s, args, y)
     want = _ref(vals, True, "gelu", False)
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("M,N,K,wgmma", [(16, 4096, 4096, True), (1, 4096, 768, False),
+                                         (256, 768, 4096, True)])
+def test_the_default_schedules_of_the_rules_compile_to_ptx(M, N, K, wgmma):
+    import ptxforge
+    from ptxforge.backend_ptx import compile_module
+    from ptxforge.ops.schedules import default_schedule
+    from ptxforge.target import as_target
+
+    y, args = _dense(M, N, K, bias=True, act="gelu", cast="float16")
+    target = as_target(SM90A)
+    with target:
+        ptx = compile_module(ptxforge.lower(default_schedule(y, target), args + [y]),
+                             target).get_source("ptx")
+    assert ("wgmma.mma_async" in ptx) == wgmma and ("mma.sync" in ptx) == (not wgmma)
+    assert "cp.async" in ptx and "ld.local" not in ptx and "st.local" not in ptx
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K", [(16, 4096, 4096), (1, 4096, 768), (128, 4096, 4096),
+                                   (256, 768, 4096), (100, 3072, 1000)])
+def test_the_few_row_defaults_on_the_gpu(M, N, K):
+    """The rules' picks (and a shape between the measured ones) built by the default
+    schedule for an H100, against float64 numpy."""
+    import ptxforge
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+    from ptxforge.ops.schedules import default_schedule
+    from ptxforge.target import as_target
+
+    from .lowp import f64, host
+
+    dev = cuda(0)
+    if dev.sm != "sm_90":
+        pytest.skip(f"the few-row rules are for sm_90 GPUs; this one is {dev.sm}")
+    rng = np.random.default_rng(5)
+    y, args = _dense(M, N, K, bias=True, act="gelu", cast="float16")
+    target = as_target(SM90A)
+    with target:
+        loaded = compile_module(ptxforge.lower(default_schedule(y, target), args + [y]),
+                                target).load(dev)
+    vals = [host(rng, a.shape, a.dtype) for a in args]
+    out = empty((M, N), y.dtype, dev)
+    loaded(*[array(h, dev, a.dtype) for h, a in zip(vals, args)], out)
+    want = _ref([f64(h, a.dtype) for h, a in zip(vals, args)], True, "gelu", False)
+    np.testing.assert_allclose(f64(out.numpy(), y.dtype), want, rtol=0,
+                               atol=3e-3 * np.abs(want).max())
