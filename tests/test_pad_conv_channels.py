@@ -4,7 +4,7 @@ zero rows. Which convolutions it pads, where the padding goes after fusion, that
 network computes the unpadded one's result exactly, that the tensor-core conv schedules
 (mma.sync and wgmma, the AutoTVM template and the auto-scheduler's sketches) run the padded
 stem (K = 196 and 392, padded to the block) against numpy, and that its A tile is copied
-8 bytes at a time with cp.async."""
+with cp.async as wide as the padded channels and the tiles' copy width allow."""
 
 from __future__ import annotations
 
@@ -166,25 +166,32 @@ def cp_async_bytes(ptx: str) -> Counter:
         ptx))
 
 
-def test_the_padded_stem_copies_its_input_8_bytes_at_a_time_with_cp_async():
+def test_the_padded_stem_copies_its_input_with_cp_async_as_wide_as_its_channels():
     from ptxforge.graph.build_module import compile_function
+    from ptxforge.ops.schedules.gemm.chooser import choose_conv_config
 
     net, _ = small_stem_net()
     lib = graph.build(net, SM90A, precision="float16")  # the default: 4 channels
     stem = next(f for f in lib.functions.values() if "conv2d" in f.func.name)
     assert stem.func.func.params[0].shape[-1] == 4
-    sizes = {4: cp_async_bytes(stem.ptx.get_source("ptx"))}
+    ptx = {4: stem.ptx.get_source("ptx")}
     for multiple in (1, 8):  # the stem's kernel alone
         funcs = graph.extract_fused_functions(net, precision="float16", pad_channels=multiple)
         func = next(f for f in funcs if "conv2d" in f.name)
         assert func.func.params[0].shape[-1] == (3 if multiple == 1 else multiple)
-        sizes[multiple] = cp_async_bytes(compile_function(func, SM90A, None).ptx.get_source(
-            "ptx"))
-    # 3 channels: A element by element without cp.async (only B's 16-byte copies);
-    # 4: A in 8-byte copies; 8: everything in 16-byte copies
-    assert set(sizes[1]) == {16}
-    assert sizes[4][8] > 0 and set(sizes[4]) == {8, 16}
-    assert set(sizes[8]) == {16} and sizes[8][16] > sizes[1][16]
+        ptx[multiple] = compile_function(func, SM90A, None).ptx.get_source("ptx")
+    sizes = {m: cp_async_bytes(text) for m, text in ptx.items()}
+    # the copy width of each build's default tiles (the stem: 256 pixels x 16 channels)
+    vec = {m: choose_conv_config(conv_layer(1, 32, 32, 3 if m == 1 else m, 16, 7, 2, 3)[0][-1]
+                                 .op.input_tensors[0].op, SM90A).vec for m in (1, 4, 8)}
+    # 3 channels: A element by element with synchronous loads, only B's copies are cp.async;
+    # 4 (8): A in cp.async copies of 4 (8) elements where the tiles' vec allows, B in vec
+    assert set(sizes[1]) == {2 * vec[1]}
+    for m in (4, 8):
+        assert set(sizes[m]) == {2 * min(m, vec[m]), 2 * vec[m]}, (m, vec[m], sizes[m])
+        # A's loads moved from synchronous ld.global into cp.async
+        assert ptx[m].count("ld.global") < ptx[1].count("ld.global")
+        assert sum(sizes[m].values()) > sum(sizes[1].values())
 
 
 # -- the schedules on the padded stem ------------------------------------------------------

@@ -314,14 +314,22 @@ def test_a_block_computes_only_its_own_pixels(shape):
     # warps_m x warps_n, not the whole product once per block (which is slow, or over the
     # launch limits at full ResNet-18 size). With a batch the row (n*OH + y)*OW + x has a
     # loose bound (one image) as written; the tight one comes from its simplified form.
+    # Each split-K part (blockIdx.z) is bounded the same way; the kernel summing the parts
+    # runs once over the output, one thread an element.
     (d, k, out), _, _ = conv_layer(*shape)
     conv = out.op.input_tensors[0].op
     cfg = choose_conv_config(conv, SM80)
-    (kern,) = ptxforge.lower(default_schedule(out, target=SM80), [d, k, out]).kernels()
+    kerns = ptxforge.lower(default_schedule(out, target=SM80), [d, k, out]).kernels()
+    assert len(kerns) == (1 if cfg.split_k == 1 else 2)
+    kern = kerns[0]
     assert tuple(kern.attrs.launch.block) == (32, cfg.warps_n, cfg.warps_m)
     n, h, w, _, co, kk, stride, pad = shape
     pixels = n * ((h + 2 * pad - kk) // stride + 1) * ((w + 2 * pad - kk) // stride + 1)
-    assert tuple(kern.attrs.launch.grid)[:2] == (-(-pixels // cfg.block_m), -(-co // cfg.block_n))
+    assert tuple(kern.attrs.launch.grid) == (-(-pixels // cfg.block_m), -(-co // cfg.block_n),
+                                             cfg.split_k)
+    if cfg.split_k > 1:
+        threads = kerns[1].attrs.launch.block[0] * kerns[1].attrs.launch.grid[0]
+        assert pixels * co <= threads < pixels * co + kerns[1].attrs.launch.block[0]
 
 
 def test_default_configuration_spreads_small_layers_over_the_sms():
@@ -329,7 +337,8 @@ def test_default_configuration_spreads_small_layers_over_the_sms():
     k = te.placeholder((3, 3, 512, 512), "float16", name="k")
     conv = nn.conv2d_nhwc(d, k, 1, 1, out_dtype="float16").op.input_tensors[0].op
     cfg = choose_conv_config(conv, SM80)
-    blocks = -(-49 // cfg.block_m) * (512 // cfg.block_n)
+    # every split-K part of every output tile is a block of its own
+    blocks = -(-49 // cfg.block_m) * (512 // cfg.block_n) * cfg.split_k
     assert blocks >= 64 and cfg.async_copy and cfg.stages >= 2
 
 

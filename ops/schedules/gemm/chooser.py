@@ -5,7 +5,6 @@ and :func:`wgmma_conv_choice` ask :mod:`.choice` whether wgmma beats mma.sync.""
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 from ....ir.te import ComputeOp
@@ -29,7 +28,6 @@ from .rules import (
     _round_up,
     block_k,
     conv_rules,
-    conv_shared_bytes,
     first_broken,
     gemm_rules,
     needs_c_tile,
@@ -117,6 +115,9 @@ def choose_gemm_config(form: GemmForm, target: Target | str | None = None,
     """The default tiles of ``form`` on ``target``: of :func:`gemm_candidates`, the one
     :func:`gemm_time` expects fastest (split-K included where ``split_k``)."""
     target = as_target(target)
+    few = few_row_mma_config(form, target)
+    if few is not None:
+        return few
     best = _best(gemm_candidates(form, target, split_k), form, target)
     if best is None:
         raise ScheduleError(f"no tensor-core tiles of the default table fit {form}")
@@ -160,12 +161,19 @@ def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
     ``op`` (with ``epilogue``) with, or None where it stays on mma.sync: wgmma does not
     run it (:func:`~.choice.wgmma_refusal`), no wgmma tiles fit, or the mma.sync pick's
     estimate is faster (:func:`~.choice.prefer_wgmma`; small products at the DRAM floor,
-    where 64-row tiles only pad more)."""
+    where 64-row tiles only pad more). Few-row fp16 products of the measured range follow
+    :func:`few_row_mma_config` and :func:`few_row_wgmma_config` instead."""
     target = as_target(target)
     if wgmma_refusal(form, target) is not None:
         return None
     remap = epilogue_remap(op, epilogue) is not None
     epi_tile = not direct_store(op, epilogue, form)
+    if not remap:  # the few-row rules, where they speak, over the estimates
+        if few_row_mma_config(form, target) is not None:
+            return None
+        few = few_row_wgmma_config(form, target, epi_tile)
+        if few is not None:
+            return few
     w = choose_wgmma_config(form, target, epi_tile, remap)
     if w is None:
         return None
@@ -255,82 +263,116 @@ def choose_wgmma_config(form, target=None, epilogue_tile: bool = True, remap: bo
         c.split_k))
 
 
+# -- few rows ---------------------------------------------------------------------------
+
+FEW_ROWS_MAX_M = 256
+"""The few-row rule covers fp16 products of at most this many rows and ``N``, ``K`` within
+:data:`FEW_ROWS_NK`: the range a sweep on an H100 measured
+(``bench/results/gemm_few_rows_sweep_h100_2026-11-27.jsonl``, replayed by
+``bench/few_rows_replay.py``)."""
+FEW_ROWS_NK = (768, 4096)
+FEW_ROWS_MIN_PART_K = 768
+"""A split-K part of the few-row rule reduces at least this many columns (12 steps)."""
+FEW_ROWS_DEEP_PART_K = 1024
+"""From this many columns a part (16 steps) the few-row rule for 64 < ``M`` <= 256 takes 5
+stages (1.07x to 1.30x faster than 4 on 8 of the sweep's 10 such shapes, a tie on the other
+two); at 12 steps 4 and 5 stages measured a tie (0.94x to 1.09x), and 4 it keeps."""
+
+
+def _few_rows(form: GemmForm) -> bool:
+    """Whether ``form`` is a product of the measured few-row range: fp16, not a conv nor a
+    batch, at most :data:`FEW_ROWS_MAX_M` rows, ``N`` and ``K`` within :data:`FEW_ROWS_NK`."""
+    lo, hi = FEW_ROWS_NK
+    return (form.in_dtype == "float16" and not form.conv and not form.batched
+            and form.paddable and not form.tf32 and form.M <= FEW_ROWS_MAX_M
+            and lo <= form.N <= hi and lo <= form.K <= hi)
+
+
+def few_row_mma_config(form: GemmForm, target: Target | str | None = None
+                       ) -> TensorCoreConfig | None:
+    """The mma.sync configuration the default takes for a few-row fp16 product on sm_90 or
+    later, or None where the estimates choose. One rule, from the same sweep as
+    :func:`few_row_wgmma_config`: ``M`` <= 16, ``N`` >= 3072, ``K`` < 3072 take 16 x 32
+    tiles of ``block_k`` 64 over the whole reduction, :data:`DEFAULT_STAGES` stages (the
+    best measured of all four such shapes; the estimates' 16 x 32 x 128 took 1.07x to
+    1.22x as long)."""
+    target = as_target(target)
+    if (target.sm < 90 or not _few_rows(form) or form.M > 16 or form.N < 3072
+            or form.K >= 3072):
+        return None
+    steps = -(-form.K // 64)
+    return _first_legal(form, target, 16, 32, 64, 1, 2, min(DEFAULT_STAGES, steps))
+
+
+def few_row_wgmma_config(form: GemmForm, target: Target | str | None = None,
+                         epilogue_tile: bool = True) -> WgmmaScheduleConfig | None:
+    """The wgmma configuration the default takes for a few-row fp16 product on sm_90a, or
+    None where the rule does not speak (outside the measured range, or its pick breaks a
+    rule) and the estimates choose. The estimates rank these products badly (the default
+    measured a geomean 0.863x cuBLAS over the sweep's 36 shapes; their own pick of 128 x
+    4096 x 4096 took 35.5 us against 20.1 us for the best): they never try 5 stages, which
+    won 18 of the 24 shapes wgmma won, and they prefer 2 warpgroups where one measured
+    faster. The rule, fitted to that sweep:
+
+    - ``M`` <= 16, ``N`` and ``K`` >= 3072: 64 x 128 tiles, 5 stages, 4 split-K parts
+      (best measured on 6 of those 8 shapes, within 4% on the other two; mma.sync with 16
+      rows took up to 1.8x as long); smaller ones follow :func:`few_row_mma_config` where
+      ``N`` >= 3072, else the estimates;
+    - 64 < ``M`` <= 256: 64 x 64 tiles (one warpgroup), one group in flight, 5 stages
+      where a part has at least :data:`FEW_ROWS_DEEP_PART_K` columns, else 4;
+      where the output has fewer tiles than half the SMs, the reduction in the most split-K
+      parts of 2, 4, 8 keeping tiles x parts within 1.5 waves and parts of at least
+      :data:`FEW_ROWS_MIN_PART_K` columns.
+
+    ``M`` of 17 to 64 was not measured and keeps the estimates' pick; so does everything
+    outside the range (:func:`_few_rows`)."""
+    target = as_target(target)
+    if not _few_rows(form) or wgmma_refusal(form, target) is not None:
+        return None
+    if form.M <= 16:
+        if form.N < 3072 or form.K < 3072:
+            return None
+        cfg = WgmmaScheduleConfig(128, 1, 5, 1, 4)
+    elif form.M > 64:
+        tiles = -(-form.M // 64) * -(-form.N // 64)
+        split = 1
+        if 2 * tiles < target.num_sms:
+            for p in (2, 4, 8):
+                if tiles * p <= 1.5 * target.num_sms and form.K // p >= FEW_ROWS_MIN_PART_K:
+                    split = p
+        # 5 stages where a part runs at least 16 steps; at 12 they tie with 4
+        stages = 5 if form.K // split >= FEW_ROWS_DEEP_PART_K else DEFAULT_STAGES
+        cfg = WgmmaScheduleConfig(64, 1, stages, 1, split)
+    else:
+        return None
+    if first_broken(wgmma_rules(cfg, form, target,
+                                needs_c_tile(cfg, form, epilogue_tile))) is not None:
+        return None
+    return cfg
+
+
 # -- convolutions ----------------------------------------------------------------------------
 
-BLOCK_CHOICES = (128, 64, 32, 16)
-CONV_RANKINGS = ("count", "estimate")
-"""How :func:`conv_config` ranks mma.sync conv tiles: ``"count"``, its own count of waves x
-(tile work + tile loads) over one ``block_k`` and stage choice per tile; ``"estimate"``,
-the products' chooser on the implicit GEMM (:func:`gemm_candidates` ranked by
-:func:`~.estimate.gemm_time`, split-K and 4 stages included)."""
-DEFAULT_CONV_RANKING = "count"
-"""The ranking used where neither the call nor :data:`CONV_RANKING_ENV` names one; it stays
-``"count"`` until a GPU A/B (``bench/bench_conv_chooser.py``) shows the estimate faster."""
-CONV_RANKING_ENV = "PTXFORGE_CONV_RANKING"
-
-
-def conv_ranking(ranking: str | None = None) -> str:
-    """``ranking``, else the environment's :data:`CONV_RANKING_ENV`, else
-    :data:`DEFAULT_CONV_RANKING`; a name outside :data:`CONV_RANKINGS` is an error."""
-    r = ranking or os.environ.get(CONV_RANKING_ENV) or DEFAULT_CONV_RANKING
-    if r not in CONV_RANKINGS:
-        raise ValueError(f"conv ranking {r!r} (argument or ${CONV_RANKING_ENV}) is not one "
-                         f"of {', '.join(CONV_RANKINGS)}")
-    return r
-
-
-def choose_conv_config(op: ComputeOp, target: Target | str | None = None,
-                       ranking: str | None = None) -> TensorCoreConfig:
+def choose_conv_config(op: ComputeOp, target: Target | str | None = None) -> TensorCoreConfig:
     """:func:`conv_config`, or a :class:`ScheduleError` where no configuration fits."""
-    cfg = conv_config(op, target, ranking)
+    cfg = conv_config(op, target)
     if cfg is None:
         raise ScheduleError(f"tensor-core conv2d {op.name}: no configuration fits target "
                             f"{as_target(target).arch}")
     return cfg
 
 
-def conv_config(op: ComputeOp, target: Target | str | None = None,
-                ranking: str | None = None) -> TensorCoreConfig | None:
-    """A default configuration for conv stage ``op`` on ``target`` (None where none fits),
-    ranked as :func:`conv_ranking` says. ``"count"``: the block tile that minimizes
-    waves x (tile work + tile loads) over the padded product, so that small layers (7x7
-    pixels) still spread over the SMs; warps of 16 to 64 rows and 8 to 64 columns; a 2- or
-    3-stage cp.async pipeline; the widest copies the tiles allow. ``"estimate"``:
-    :func:`choose_gemm_config`'s pick on :func:`~.forms.conv_gemm_form`. Every candidate
-    passes :func:`~.rules.check_conv_config`."""
+def conv_config(op: ComputeOp, target: Target | str | None = None) -> TensorCoreConfig | None:
+    """The default mma.sync configuration of conv stage ``op`` on ``target`` (None where none
+    fits): the products' chooser on its implicit GEMM (:func:`gemm_candidates` of
+    :func:`~.forms.conv_gemm_form` ranked by :func:`~.estimate.gemm_time`, split-K and
+    :data:`DEFAULT_STAGES` stages included), so that one knob space, legality check and
+    estimate serve products and convolutions alike. It replaced a count of waves x (tile
+    work + tile loads) over one ``block_k`` per tile: on an H100 on mma.sync only it ran
+    ResNet-18 at batch 1 2.34x and ResNet-50 1.90x faster (docs/tensor_cores.md)."""
     target = as_target(target)
     form = conv_gemm_form(op)
-    if conv_ranking(ranking) == "estimate":
-        return _best(gemm_candidates(form, target), form, target)
-    M, N, eb = form.M, form.N, form.elem_bytes
-    best = None
-    for bm in BLOCK_CHOICES:
-        for bn in BLOCK_CHOICES:
-            if bn > max(16, 2 * N) or bm > max(16, 2 * M):
-                continue
-            cfg = _valid_config(form, target, bm, bn)
-            if cfg is None:
-                continue
-            smem = conv_shared_bytes(cfg, eb)
-            per_sm = max(1, min(4, target.max_shared_memory_per_block * 2 // smem))
-            blocks = -(-M // bm) * -(-N // bn)
-            waves = -(-blocks // (target.num_sms * per_sm))
-            cost = waves * (bm * bn + 32 * (bm + bn)) * per_sm
-            key = (cost, -bm * bn)
-            if best is None or key < best[0]:
-                best = (key, cfg)
-    return None if best is None else best[1]
-
-
-def _valid_config(form, target, bm: int, bn: int):
-    """The first legal configuration of a ``bm x bn`` block tile for the convolution's
-    implicit GEMM ``form``, widest copies first."""
-    bk = 16 if form.K <= 16 else 32
-    wm = 2 if bm >= 32 else 1
-    wn = 4 if bn >= 128 else (2 if bn >= 16 else 1)
-    steps = -(-form.K // bk)
-    return _first_legal(form, target, bm, bn, bk, wm, wn,
-                        3 if steps >= 8 else (2 if steps >= 2 else 1))
+    return _best(gemm_candidates(form, target), form, target)
 
 
 def wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
@@ -352,12 +394,12 @@ def choose_wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
 
 
 def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
-                      target: Target | str | None = None, ranking: str | None = None):
+                      target: Target | str | None = None):
     """The wgmma configuration the default conv schedule runs ``op`` with, or None where
     it stays on mma.sync, decided as :func:`wgmma_choice` does for products: wgmma must run
     it (:func:`~.choice.wgmma_conv_refusal`, :func:`~.choice.wgmma_refusal`) and its
-    estimate (with the C tile) beat that of :func:`conv_config`'s pick under ``ranking``,
-    both on :func:`conv_gemm_form`. ``epilogue`` does not change the choice."""
+    estimate (with the C tile) beat that of :func:`conv_config`'s pick, both on
+    :func:`conv_gemm_form`. ``epilogue`` does not change the choice."""
     target = as_target(target)
     if wgmma_conv_refusal(op, target) is not None:
         return None
@@ -367,5 +409,5 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     w = wgmma_conv_config(op, target)
     if w is None:
         return None
-    return w if prefer_wgmma(form, w, conv_config(op, target, ranking), True, target) else None
+    return w if prefer_wgmma(form, w, conv_config(op, target), True, target) else None
 

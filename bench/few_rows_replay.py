@@ -1,0 +1,102 @@
+"""A replay of the few-row sweep (``bench/bench_gemm_few_rows.py --json``) against the
+default chooser: no GPU, only the sweep's own measurements.
+
+For each shape of the sweep it prints cuBLAS, the default the sweep measured (the chooser
+of the day of the sweep), the pick of today's chooser (``wgmma_choice``, else
+``choose_gemm_config``) with the sweep's time of that configuration, and the best measured
+configuration; a pick the sweep did not time is ``unknown`` and left out of the geometric
+means (cuBLAS / ours, above 1: faster than cuBLAS), which are over the shapes both picks
+have a time for. Where today's pick is the sweep's default, the default's own time counts.
+
+    PYTHONPATH=<parent of the checkout> python3 bench/few_rows_replay.py \\
+        [bench/results/gemm_few_rows_sweep_h100_2026-11-27.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections import defaultdict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SWEEP = os.path.join(HERE, "results", "gemm_few_rows_sweep_h100_2026-11-27.jsonl")
+
+
+def load(path: str) -> dict:
+    """``{(M, N, K): {"cublas": us, "default": (config, us), "times": {config: us}}}``
+    (``times``: the sweep's explicit configurations, without its default); failed or
+    unchecked kernels (no time) are left out."""
+    shapes: dict = defaultdict(lambda: {"times": {}, "default": None, "cublas": math.nan})
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            us = r.get("us")
+            if us is None or not math.isfinite(us):
+                continue
+            s = shapes[(r["M"], r["N"], r["K"])]
+            s["cublas"] = r["cublas_us"]
+            if r["kind"] == "default":
+                s["default"] = (r["config"].removeprefix("default "), us)
+            else:
+                s["times"][r["config"]] = us
+    return dict(shapes)
+
+
+def todays_pick(M: int, N: int, K: int) -> str:
+    """The description (as the sweep writes it) of today's default for the fp16 product."""
+    sys.path.insert(0, HERE)
+    from bench_gemm_few_rows import TARGET, describe, layer
+    from ptxforge.ops.schedules.gemm.chooser import choose_gemm_config, wgmma_choice
+    from ptxforge.target import as_target
+
+    _, _, y, prod, form = layer(M, N, K)
+    target = as_target(TARGET)
+    w = wgmma_choice(prod, None if y.op is prod else y.op, form, target)
+    return describe("wgmma", w) if w is not None else describe(
+        "mma", choose_gemm_config(form, target))
+
+
+def geomean(xs: list) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("sweep", nargs="?", default=SWEEP)
+    args = ap.parse_args(argv)
+    shapes = load(args.sweep)
+    old_r, new_r, best_r, unknown = [], [], [], 0
+    for (M, N, K), s in sorted(shapes.items()):
+        cb = s["cublas"]
+        old_cfg, old_us = s["default"] or ("(not measured)", math.nan)
+        new_cfg = todays_pick(M, N, K)
+        # the sweep's default, where today's pick is the same, else its explicit build
+        new_us = old_us if new_cfg == old_cfg else s["times"].get(new_cfg, math.nan)
+        best_cfg, best_us = min([*s["times"].items(), (old_cfg, old_us)],
+                                key=lambda x: x[1])
+        new_txt = f"{new_us:6.2f} us {cb / new_us:5.3f}" if math.isfinite(new_us) else \
+            "unknown         "
+        print(f"{M:4d}x{N:4d}x{K:4d} cuBLAS {cb:6.2f} us | sweep's default {old_cfg:28s} "
+              f"{old_us:6.2f} us {cb / old_us:5.3f} | today {new_cfg:28s} {new_txt} | best "
+              f"{best_cfg:28s} {best_us:6.2f} us {cb / best_us:5.3f}")
+        best_r.append(cb / best_us)
+        if math.isfinite(new_us) and math.isfinite(old_us):
+            old_r.append(cb / old_us)
+            new_r.append(cb / new_us)
+        else:
+            unknown += 1
+    print(f"cuBLAS/ours, geometric mean over {len(new_r)} shapes with both picks timed "
+          f"({unknown} unknown): sweep's default {geomean(old_r):.3f} "
+          f"({sum(r >= 0.9 for r in old_r)} at 0.9 or more), today's chooser "
+          f"{geomean(new_r):.3f} ({sum(r >= 0.9 for r in new_r)}); best measured over all "
+          f"{len(best_r)} shapes {geomean(best_r):.3f} ({sum(r >= 0.9 for r in best_r)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
