@@ -59,7 +59,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 
 #: Modules at the root that make one package together.
 ROOT_MODULE_PACKAGE = {"torch_backend": "torch", "torch_options": "torch",
-                       "torch_partition": "torch", "torch_tuning": "torch"}
+                       "torch_partition": "torch", "torch_tuning": "torch",
+                       "torch_call": "torch", "torch_report": "torch"}
 
 
 def package_of(module: str) -> str:
