@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 
 from ..target import ARCHS, Target, arch_for_capability, as_target
@@ -33,6 +34,7 @@ class NoGPUError(RuntimeError):
 _driver_module = None
 _init_lock = threading.Lock()
 _initialized = False
+_init_pid: int | None = None  # the process that called cuInit
 
 
 def driver():
@@ -98,6 +100,11 @@ def release_failed(error: CudaError) -> None:
     else (typically a context broken by a faulting kernel) becomes one warning."""
     if error.error_name in _EXIT_ERRORS:
         return
+    if error.error_name == "CUDA_ERROR_NOT_INITIALIZED" and _init_pid not in (None,
+                                                                             os.getpid()):
+        # a forked child (a builder or runner worker) dropping arrays or modules it
+        # inherited: they belong to the parent's context, which the child cannot touch
+        return
     import warnings
 
     warnings.warn(f"could not release a CUDA resource: {error}", RuntimeWarning, stacklevel=2)
@@ -105,7 +112,7 @@ def release_failed(error: CudaError) -> None:
 
 def init() -> None:
     """``cuInit`` once; :class:`NoGPUError` when there is no driver library or no GPU."""
-    global _initialized
+    global _initialized, _init_pid
     if _initialized:
         return
     with _init_lock:
@@ -126,6 +133,7 @@ def init() -> None:
         if call("cuDeviceGetCount") == 0:
             raise NoGPUError("the CUDA driver is installed but reports no GPU")
         _initialized = True
+        _init_pid = os.getpid()
 
 
 def device_count() -> int:
