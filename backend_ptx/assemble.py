@@ -159,35 +159,9 @@ def run_ptxas_many(ptxs: list[str], sm: str, flags: tuple[str, ...] = (),
 
 
 def run_nvjitlink(ptx: str, sm: str, flags: tuple[str, ...] = ()) -> tuple[bytes, str]:
-    """Assemble ``ptx`` for ``sm`` in process with nvJitLink; return the cubin and the log."""
-    try:
-        from cuda.bindings import nvjitlink
-    except ImportError as e:
-        raise AssemblerError("cuda.bindings.nvjitlink is not importable") from e
-    opts = [f"-arch={sm}", "-O3", "-verbose", *flags]
-    try:
-        handle = nvjitlink.create(len(opts), opts)
-    except Exception as e:  # library missing or refused the options
-        raise AssemblerError(f"nvJitLink is not usable here: {e}") from e
-    try:
-        data = ptx.encode()
-        try:
-            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
-            nvjitlink.complete(handle)
-        except nvjitlink.nvJitLinkError as e:
-            size = nvjitlink.get_error_log_size(handle)
-            buf = bytearray(size)
-            nvjitlink.get_error_log(handle, buf)
-            raise AssemblerError(
-                f"nvJitLink failed ({e}):\n"
-                f"{_with_context(buf.decode(errors='replace').rstrip(chr(0)), ptx)}") from e
-        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
-        nvjitlink.get_linked_cubin(handle, cubin)
-        log = bytearray(nvjitlink.get_info_log_size(handle))
-        nvjitlink.get_info_log(handle, log)
-        return bytes(cubin), log.decode(errors="replace").rstrip("\0")
-    finally:
-        nvjitlink.destroy(handle)
+    """Assemble ``ptx`` for ``sm`` in process with nvJitLink (``flags`` are ptxas flags, as
+    :func:`run_ptxas` takes them); return the cubin and the log."""
+    return run_nvjitlink_many([ptx], sm, flags)
 
 
 def nvjitlink_options(sm: str, flags: tuple[str, ...] = ()) -> list[str]:
