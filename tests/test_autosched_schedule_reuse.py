@@ -5,8 +5,7 @@ second application gives, and any other pipeline is applied as before."""
 from __future__ import annotations
 
 import pytest
-
-from ptxforge import autosched, te
+from ptxforge import autosched
 from ptxforge.autosched.state import State, StatePlan, scheduled_by
 from ptxforge.measure.build import BuildOptions, build_candidate
 from ptxforge.passes import PassContext
@@ -15,20 +14,7 @@ from ptxforge.passes.pipeline import SchedulePipeline
 from ptxforge.passes.schedule.schedule import create_schedule, record_schedules
 from ptxforge.target import as_target
 
-
-@autosched.register_workload
-def reuse_dense_layer(M, N, K, dtype):
-    """A dense layer with a bias and relu epilogue, cast back to ``dtype``."""
-    a = te.placeholder((M, K), dtype, name="A")
-    w = te.placeholder((N, K), dtype, name="W")
-    bias = te.placeholder((N,), "float32", name="bias")
-    k = te.reduce_axis((0, K), name="k")
-    c = te.compute((M, N), lambda i, j: te.sum(a[i, k].astype("float32")
-                                               * w[j, k].astype("float32"), axis=k), name="C")
-    d = te.compute((M, N), lambda i, j: c[i, j] + bias[j], name="add")
-    out = te.compute((M, N), lambda i, j: te.max(d[i, j], 0.0).astype(dtype), name="relu")
-    return [a, w, bias, out]
-
+from .test_autosched_tensorcore import tc_dense_layer  # registered there
 
 _TASKS: dict = {}
 
@@ -36,7 +22,7 @@ _TASKS: dict = {}
 def _task(target: str, k: int = 64):
     key = (target, k)
     if key not in _TASKS:
-        _TASKS[key] = autosched.SearchTask(func=reuse_dense_layer,
+        _TASKS[key] = autosched.SearchTask(func=tc_dense_layer,
                                            args=(64, 128, k, "float16"), target=target)
     return _TASKS[key]
 
@@ -106,7 +92,7 @@ def test_a_schedule_is_not_taken_when_its_ir_or_passes_differ():
     longer = SchedulePipeline(tuple(pipeline) + (tuple(pipeline)[-1],))
     assert scheduled_by(made, longer, module) is None
     # two schedules made: which one gave the module is unknown
-    a, w, bias, out = reuse_dense_layer(8, 8, 8, "float16")
+    a, w, bias, out = tc_dense_layer(8, 8, 8, "float16")
     assert scheduled_by(made + [create_schedule(out.op)], pipeline, module) is None
 
 
