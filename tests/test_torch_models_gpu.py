@@ -21,6 +21,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from .real_models import _first_output  # noqa: E402
+
 pytestmark = [pytest.mark.gpu, pytest.mark.torch_frontend]
 
 SEQ = 128
@@ -33,20 +35,11 @@ def _vision(name: str):
     return model, (x,)
 
 
-class _FirstOutput(torch.nn.Module):
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, *args):
-        return self.inner(*args, return_dict=False)[0]
-
-
 def _hf(cls: str, config: str, mask: bool = False, image: bool = False, **kw):
     transformers = pytest.importorskip("transformers")
     cfg = getattr(transformers, config)(**kw)
     cfg._attn_implementation = "sdpa"
-    model = _FirstOutput(getattr(transformers, cls)(cfg))
+    model = _first_output(getattr(transformers, cls)(cfg))
     g = torch.Generator().manual_seed(1)
     if image:
         return model, (torch.randn(1, 3, 224, 224, generator=g),)
