@@ -21,6 +21,7 @@ an H100 host with 16 build workers.
 
     python3 bench/bench_gemm_few_rows.py [--m 1,8,16,32,64,128,256] [--nk 768,3072,4096]
         [--stages 3,4,5] [--splits 1,2,4,8] [--top-mma 8] [--json sweep.jsonl]
+    python3 bench/bench_gemm_few_rows.py --shapes 4096x2304x768,1024x50257x768  # exact shapes
     python3 bench/bench_gemm_few_rows.py --dry-run --m 16,128 --nk 768   # no GPU: builds
 """
 
@@ -139,6 +140,8 @@ def build_all(jobs: list, n_workers: int):
 
 
 def shapes(args) -> list:
+    if args.shapes:
+        return args.shapes
     return [(m, n, k) for m in args.m for n in args.nk for k in args.nk]
 
 
@@ -242,10 +245,24 @@ def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def shape_list(text: str) -> list[tuple[int, int, int]]:
+    """``"4096x768x3072,1024x50257x768"`` -> ``[(M, N, K), ...]``."""
+    out = []
+    for item in text.split(","):
+        dims = item.strip().lower().split("x")
+        if len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
+            raise argparse.ArgumentTypeError(
+                f"--shapes takes MxNxK items separated by commas, got {item!r}")
+        out.append(tuple(int(d) for d in dims))
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--m", type=ints, default=[1, 8, 16, 32, 64, 128, 256])
     p.add_argument("--nk", type=ints, default=[768, 3072, 4096])
+    p.add_argument("--shapes", type=shape_list, default=None,
+                   help="exact MxNxK shapes, comma-separated (instead of --m x --nk x --nk)")
     p.add_argument("--stages", type=ints, default=[3, 4, 5])
     p.add_argument("--splits", type=ints, default=[1, 2, 4, 8])
     p.add_argument("--top-mma", type=int, default=8)
