@@ -84,6 +84,21 @@ class BenchmarkResult:
                 f" ms, repeats={len(self.results)}, {self.kind})")
 
 
+LAUNCH_CHOICE_NUMBER = 10
+"""Graph launches per timing when ``dependent_launch="auto"`` chooses (3 repeats, twice,
+for each of the two graphs: about 120 runs of the network, once per module)."""
+
+
+@dataclass(frozen=True)
+class LaunchChoice:
+    """What ``dependent_launch="auto"`` chose on the first run, and the seconds per run it
+    measured for each way of launching."""
+
+    chosen: str
+    dependent_seconds: float
+    plain_seconds: float
+
+
 class GraphModule:
     """A compiled network on a device: ``set_input``, ``run``, ``get_output``.
 
@@ -92,21 +107,30 @@ class GraphModule:
             or a network loaded by :func:`ptxforge.runtime.load_module`.
         dev: ``ptxforge.sim()`` or ``ptxforge.cuda(0)``.
         use_cuda_graph: capture the whole network into one CUDA graph on the first run.
-        dependent_launch: launch kernels built for sm_90 and later with programmatic
+        dependent_launch: True: launch kernels built for sm_90 and later with programmatic
             dependent launch: each starts while the kernel before it on its stream
             finishes, and waits for its results in its first instruction, which hides
             most of the gap between two kernels. False: plain launches, one after the other.
+            ``"auto"`` (the default): with a CUDA graph, the first :meth:`run` captures the
+            network both ways, times both graphs and keeps the faster (the outputs are the
+            same bits either way; which one won and the times are in :attr:`launch_choice`);
+            without a graph, dependent launches.
     """
 
     def __init__(self, lib: CompiledNetwork, dev=None, use_cuda_graph: bool = True,
-                 dependent_launch: bool = True):
+                 dependent_launch: bool | str = "auto"):
         from ..nd import sim
 
+        if dependent_launch not in (True, False, "auto"):
+            raise GraphError(f"dependent_launch must be True, False or 'auto', got "
+                             f"{dependent_launch!r}")
         self.lib = lib
         self.device = dev if dev is not None else sim()
         self.is_sim = isinstance(self.device, SimDevice)
         self.use_cuda_graph = use_cuda_graph and not self.is_sim
+        self._auto_launch = dependent_launch == "auto"
         self.dependent_launch = bool(dependent_launch)
+        self.launch_choice: LaunchChoice | None = None
         self._graph = None
         self.uses_cuda_graph = False
         self.capture_error: str = ""
@@ -291,10 +315,39 @@ class GraphModule:
         self.device.activate()
         if self.use_cuda_graph and self._graph is None:
             self._capture()
+            if self._auto_launch and self._graph is not None:
+                self._choose_launch()
         if self._graph is not None:
             self._graph.launch()
         else:
             self._launch_all(0)
+
+    def _choose_launch(self) -> None:
+        """Capture the network with plain launches beside the dependent-launch graph just
+        captured, time both and keep the faster. Dependent launch hides the gaps between
+        kernels but makes each kernel wait for its predecessor's completion in its first
+        instruction; on networks of few long kernels (batch 16) the plain graph can win."""
+        from ..backend_ptx import time_evaluator
+
+        self._auto_launch = False
+        dependent = self._graph
+        self._graph, self.dependent_launch = None, False
+        self._capture()
+        plain = self._graph
+        if plain is None:  # the second capture failed: keep the first
+            self._graph, self.dependent_launch, self.use_cuda_graph = dependent, True, True
+            return
+        seconds = {}
+        for _ in range(2):  # alternate, so a clock ramp favours neither
+            for name, g in (("dependent", dependent), ("plain", plain)):
+                t = time_evaluator(g.launch, self.device, number=LAUNCH_CHOICE_NUMBER,
+                                   repeat=3, min_repeat_ms=0.0, warmup=2)().results
+                seconds[name] = min(seconds.get(name, float("inf")), statistics.median(t))
+        use_dependent = seconds["dependent"] <= seconds["plain"]
+        self._graph = dependent if use_dependent else plain
+        self.dependent_launch = use_dependent
+        self.launch_choice = LaunchChoice("dependent" if use_dependent else "plain",
+                                          seconds["dependent"], seconds["plain"])
 
     def get_num_outputs(self) -> int:
         return len(self.lib.plan.outputs)

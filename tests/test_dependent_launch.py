@@ -95,6 +95,56 @@ def test_dependent_launches_give_the_bits_of_plain_launches(use_cuda_graph):
     assert got[0] == got[1]
 
 
+@pytest.mark.gpu
+def test_auto_launch_times_both_graphs_and_keeps_the_faster_with_the_same_bits():
+    net = chain(12, (256, 512))
+    dev = ptxforge.cuda(0)
+    lib = graph.build(net, "cuda")
+    x = RNG.standard_normal((256, 512)).astype("float32")
+    auto = graph.GraphModule(lib, dev)  # "auto" is the default
+    assert auto.launch_choice is None  # nothing is chosen before the first run
+    auto.set_input(x=x)
+    auto.run()
+    choice = auto.launch_choice
+    assert choice is not None and auto.uses_cuda_graph, auto.capture_error
+    assert choice.chosen in ("dependent", "plain")
+    assert choice.dependent_seconds > 0 and choice.plain_seconds > 0
+    faster = "dependent" if choice.dependent_seconds <= choice.plain_seconds else "plain"
+    assert choice.chosen == faster
+    assert auto.dependent_launch == (choice.chosen == "dependent")
+    got = auto.get_output(0).numpy().tobytes()
+    for dependent in (True, False):
+        m = graph.GraphModule(lib, dev, dependent_launch=dependent)
+        m.set_input(x=x)
+        m.run()
+        assert m.launch_choice is None  # an explicit choice is not measured
+        assert m.get_output(0).numpy().tobytes() == got
+    x2 = RNG.standard_normal((256, 512)).astype("float32")  # the kept graph runs new inputs
+    auto.set_input(x=x2)
+    auto.run()
+    np.testing.assert_allclose(auto.get_output(0).numpy(), graph.evaluate(net, {"x": x2}),
+                               rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad", ["yes", 1.5, None])
+def test_dependent_launch_takes_true_false_or_auto(bad):
+    lib = graph.build(chain(2, (8, 16)), "sim")
+    with pytest.raises(graph.GraphError, match="dependent_launch must be True, False or 'auto'"):
+        graph.GraphModule(lib, ptxforge.sim(), dependent_launch=bad)
+
+
+def test_auto_launch_on_the_simulator_runs_and_chooses_nothing():
+    net = chain(2, (8, 16))
+    lib = graph.build(net, "sim")
+    m = graph.GraphModule(lib, ptxforge.sim())
+    x = RNG.standard_normal((8, 16)).astype("float32")
+    m.set_input(x=x)
+    m.run()
+    assert m.launch_choice is None
+    np.testing.assert_allclose(m.get_output(0).numpy(), graph.evaluate(net, {"x": x}),
+                               rtol=1e-4, atol=1e-6)
+
+
 def test_ptx_that_touches_memory_before_the_wait_is_refused():
     from ptxforge.backend_ptx.compile import check_grid_dependency_wait
     from ptxforge.backend_ptx.kernel import CompileError
