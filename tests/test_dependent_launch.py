@@ -192,9 +192,9 @@ def test_kernels_prefetch_the_weights_they_read_into_l2_before_the_wait():
 
 def test_kernel_params_of_follows_the_host_launches():
     from ptxforge.backend_ptx.module import kernel_params_of
+    from ptxforge.driver import lower
     from ptxforge.graph.build_module import default_schedule_for
     from ptxforge.graph.fused import distinct_functions
-    from ptxforge.driver import lower
 
     fused = graph.optimize(weighted_chain(), precision="float16")
     funcs, _ = distinct_functions(fused)
