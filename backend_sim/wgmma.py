@@ -284,6 +284,14 @@ class WgmmaChunk:
                 "first")
         self.fenced = False
 
+    def touch_registers(self, acc: np.ndarray, name: str, what: str, mask=None) -> None:
+        """A register access (``ir/intrin/wgmma_regs.py``) of the accumulator ``acc`` by
+        the lanes in ``mask``: not while a wgmma writing it is in flight, and the next
+        wgmma needs a ``wgmma.fence`` first."""
+        if mask is not None and not np.any(mask):
+            return
+        self._touch(acc, name, "register " + ("reads" if what == "load" else "writes"))
+
     def _groups(self, mask, what: str) -> np.ndarray:
         """Indices of the chunk's warpgroups that run ``what``: all 128 threads or none."""
         c = self.chunk
