@@ -95,10 +95,11 @@ class WgmmaKernel(_Kernel):
         self.k_s = Buffer("K_s", ab, [cfg.stages * self.k_sz], "shared")
         self.v_s = Buffer("V_s", ab, [cfg.stages * self.v_sz], "shared")
         self.p_s = Buffer("P_s", ab, [bc * br], "shared")
-        self.s_s = Buffer("S_s", F32, [br * lay.s_ld], "shared")
-        self.o_s = Buffer("O_s", F32, [br * lay.o_ld], "shared")
-        self.r_s = Buffer("R_s", F32, [br], "shared")
-        self.w_s = Buffer("W_s", F32, [cfg.warps], "shared")
+        if "S_s" in lay.sizes:  # not with scores="registers" (kernel_wgmma_regs.py)
+            self.s_s = Buffer("S_s", F32, [br * lay.s_ld], "shared")
+            self.o_s = Buffer("O_s", F32, [br * lay.o_ld], "shared")
+            self.r_s = Buffer("R_s", F32, [br], "shared")
+            self.w_s = Buffer("W_s", F32, [cfg.warps], "shared")
         self.sf = Buffer("S_acc", F32, [64 * bc], "warpgroup")
         self.of = Buffer("O_acc", F32, [64 * ev], "warpgroup")
         self._row_registers()
@@ -323,6 +324,28 @@ class WgmmaKernel(_Kernel):
         return Seq([self._accumulate_output(False), self.inverse_sums(), Barrier(),
                     self._rows(store)])
 
+    # -- what the forms differ in (kernel_wgmma_regs.py keeps the scores in registers) ----
+    @property
+    def shared_buffers(self) -> tuple:
+        """The shared buffers, innermost allocation first."""
+        return (self.w_s, self.r_s, self.o_s, self.s_s, self.p_s, self.v_s, self.k_s,
+                self.q_s)
+
+    def scores_ready(self) -> Stmt | None:
+        """What follows ``Q K^T``'s wait before the softmax: the accumulators stored to
+        the float32 scores' tile (no barrier: each thread reads what it stored)."""
+        return self._store_acc(self.sf, self.cfg.block_kv, self.s_s, self.lay.s_ld)
+
+    def rescale_output(self, tiles: int) -> Stmt | None:
+        """After the barrier that publishes P and the votes: the flush where some row of
+        the warpgroup moved its maximum (none with one key tile)."""
+        return If(self.any_vote(), self.flush()) if tiles > 1 else None
+
+    def zero_output(self) -> Stmt | None:
+        """Before the loop: the float32 output tile zeroed."""
+        o_ld = self.lay.o_ld
+        return self._rows(lambda gr, c: Store(self.o_s, [gr * _i(o_ld) + c], _f(0.0)))
+
     # -- the loop over key tiles ----------------------------------------------------------
     def key_loop(self) -> Stmt:
         w, cfg = self.w, self.cfg
@@ -351,9 +374,9 @@ class WgmmaKernel(_Kernel):
                 *head,
                 self.scores(sv),
                 # no barrier before the softmax: each thread reads the scores it stored
-                self._store_acc(self.sf, cfg.block_kv, self.s_s, self.lay.s_ld),
+                self.scores_ready(),
                 self.softmax(j), WgmmaSync("fence_proxy_async"), Barrier(),
-                If(self.any_vote(), self.flush()) if total > 1 else None,
+                self.rescale_output(total),
                 self.pv(sv),
             ])
             body = Let(sv, stage_value, body)
@@ -397,11 +420,11 @@ class WgmmaKernel(_Kernel):
                 AsyncWait(1), WgmmaSync("fence_proxy_async"), Barrier(),
                 self.scores(stage),
                 # no barrier before the softmax: each thread reads the scores it stored
-                self._store_acc(self.sf, cfg.block_kv, self.s_s, self.lay.s_ld),
+                self.scores_ready(),
                 self.softmax(j),
                 AsyncWait(0), WgmmaSync("fence_proxy_async"), Barrier(),
                 fetch(self.copy_k),
-                If(self.any_vote(), self.flush()) if total > 1 else None,
+                self.rescale_output(total),
                 self.pv(stage), Barrier(),
                 fetch(self.copy_v),
             ])
@@ -458,9 +481,9 @@ class WgmmaKernel(_Kernel):
         return Seq([first, _loop("kv", total, step)])
 
     def body(self) -> Stmt:
-        cfg, o_ld = self.cfg, self.lay.o_ld
+        cfg = self.cfg
         init = self.init_rows()
-        zero_o = self._rows(lambda gr, c: Store(self.o_s, [gr * _i(o_ld) + c], _f(0.0)))
+        zero_o = self.zero_output()
         prologue = [self.copy_q(), AsyncCommit()]
         if cfg.stages == 1:
             # K's and V's first tiles, one copy group each (key_loop_one_stage)
@@ -485,8 +508,7 @@ class WgmmaKernel(_Kernel):
             per_wg = Alloc(buf, per_wg)
         s: Stmt = _loop_var(self.ty, cfg.warpgroups, per_wg, "threadIdx.y")
         lay = self.lay
-        for buf in (self.w_s, self.r_s, self.o_s, self.s_s, self.p_s, self.v_s, self.k_s,
-                    self.q_s):
+        for buf in self.shared_buffers:
             s = Alloc(buf, s, dyn_offset=lay.offsets[buf.name])
         s = _loop_var(self.bz, self.w.batch, s, "blockIdx.z")
         s = _loop_var(self.by, self.w.heads, s, "blockIdx.y")
