@@ -390,6 +390,40 @@ class WgmmaChunk:
             np.add.at(self.pending[aid], k, 1)
         self.open.append((id(acc), (ra, rb)))
 
+    def mma_rs(self, mask, spec, acc, acc_name: str, acc_slot, a, a_name: str, a_slot,
+               b, b_base) -> None:
+        """``wgmma.mma_async`` with A from registers: D += A x B, A the 64 x 16 16-bit
+        fragment (role ``wg_a16``: the f32 accumulator's layout of 16 columns) that each
+        thread holds in 8 registers from ``a_slot``, B from shared memory through its
+        descriptor. A's registers, like D's, may not be touched until the wait."""
+        groups = self._groups(mask, spec.name)
+        if not groups.size:
+            return
+        intrin = wgmma_of(spec)
+        if not self.fenced:
+            raise WgmmaProtocolError(
+                f"kernel {self.chunk.kernel}: {intrin.ptx} with no wgmma.fence.sync.aligned "
+                "since the warpgroup last accessed its registers (or before the first wgmma)")
+        if self._busy(a):
+            raise WgmmaProtocolError(
+                f"kernel {self.chunk.kernel}: {intrin.ptx} reads A from {a_name} while a "
+                "wgmma writing those registers is in flight")
+        n = intrin.n
+        rows16, cols16 = accumulator_map(16)
+        regs, lanes = self._regs(a, a_name, a_slot, groups, 8, spec.name)
+        va = np.zeros((groups.size, 64, 16), np.float64)
+        va[:, rows16, cols16] = a[regs, lanes].astype(np.float64)
+        vb, rb = self._operand(intrin, b, b_base, n, groups, "B")
+        prod = va @ (vb if intrin.b_kn else vb.transpose(0, 2, 1))
+        rows, cols = accumulator_map(n)
+        dregs, dlanes = self._regs(acc, acc_name, acc_slot, groups, n // 2, spec.name)
+        acc[dregs, dlanes] = (prod[:, rows, cols] + acc[dregs, dlanes]).astype(np.float32)
+        aid, k = rb
+        np.add.at(self.pending[aid], k, 1)
+        # both register operands are the group's until its wait
+        self.open.append((id(acc), (rb,)))
+        self.open.append((id(a), ()))
+
     def _operand(self, intrin: WgmmaIntrin, mem, base, rows: int, groups, what: str):
         """Values ``(ng, rows, k)`` (float64) of an operand tile and its element keys;
         ``(ng, k, rows)`` for the B of an MN-major (``_kn``) intrinsic (fp8 decoded)."""

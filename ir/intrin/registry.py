@@ -275,6 +275,21 @@ def _register_wgmma() -> None:
                 doc=f"C[64,{n}] += A[64,16] * B[16,{n}], {_b16(ab)} operands in shared memory "
                     "(128B swizzle; B MN-major: rows of 64 N elements, imm-trans-b 1), f32 "
                     "accumulators in a warpgroup's registers"))
+        for n in WGMMA_N:
+            for kn in (False, True):
+                # A from registers (the accumulator of a product before, cast to 16 bits)
+                key = IntrinKey("wgmma", ab=ab, acc="float32", n=n, b_kn=kn, a_regs=True)
+                spec = get_wgmma(n, ab, b_kn=kn)
+                b = f"B[16,{n}]" if kn else f"B[{n},16]^T"
+                register(TensorIntrin(
+                    intrin_name(key), "wgmma",
+                    {"A": (64, 16), "B": (16, n) if kn else (n, 16), "C": (64, n)},
+                    {"A": ab, "B": ab, "C": "float32"}, {"C": "wg_c", "A": "wg_a16"},
+                    ("C", "A", "B"), ptx=spec.ptx, key=key,
+                    init=intrin_name(IntrinKey("fill", acc="float32", n=n, scope="warpgroup")),
+                    doc=f"C[64,{n}] += A[64,16] * {b}, A a {_b16(ab)} fragment in the "
+                        "warpgroup's registers (role wg_a16), B in shared memory (128B "
+                        f"swizzle{'; MN-major' if kn else ''}), f32 accumulators in registers"))
     for ab in ("float8_e4m3fn", "float8_e5m2"):
         for n in WGMMA_N:
             spec = get_wgmma(n, ab)

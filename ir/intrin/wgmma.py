@@ -353,7 +353,9 @@ def wgmma_operand_buffers(body) -> set:
     for s in walk(body):
         if is_wgmma_loop(s):
             bound = _bound(s)
-            out.update(bound.operands[n].buffer for n in ("A", "B"))
+            # not an A in registers (role wg_a16): a fragment, not a shared tile
+            out.update(bound.operands[n].buffer for n in ("A", "B")
+                       if bound.intrin.role(n) is None)
     return out
 
 
