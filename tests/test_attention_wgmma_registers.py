@@ -8,6 +8,8 @@ memory; ptxas without spills); on a GPU (``gpu``/``sanitize``) against numpy."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from ptxforge import backend_sim
@@ -233,6 +235,43 @@ def test_ptx_keeps_the_scores_in_registers(dtype, cfg):
     for ins in ("wgmma.fence.sync.aligned", "wgmma.wait_group.sync.aligned \t0",
                 "fence.proxy.async.shared::cta", "shfl.sync.bfly", "ex2.approx"):
         assert ins in src, ins
+
+
+def _register_hazards(ptx: str) -> list:
+    """Accesses of a wgmma's accumulator registers the PTX orders wrongly: a read between
+    the wgmma and the next ``wgmma.wait_group``, or a write other than a ``mov`` (the zero
+    fill, which ptxas orders itself) between ``wgmma.fence`` and the wgmma."""
+    lines = [x.split("//")[0].strip() for x in ptx.splitlines()]
+    found, pending, fence = [], set(), None
+    for i, x in enumerate(lines):
+        if "wgmma.fence" in x:
+            fence = i
+        elif "wgmma.mma_async" in x:
+            d = re.search(r"\{(%[^}]*)\}", x.split("wgmma.mma_async")[1]).group(1)
+            regs = {r.strip() for r in d.split(",")}
+            for y in lines[(fence or i) + 1:i]:
+                dst = re.match(r"^([\w.]+)\s+(%\w+)", y)
+                if dst and dst.group(2) in regs and not dst.group(1).startswith("mov"):
+                    found.append(("written after the fence", y))
+            pending |= regs
+        elif "wgmma.wait_group" in x:
+            pending = set()
+        elif pending & set(re.findall(r"%\w+", x)):
+            found.append(("read before the wait", x))
+    return found
+
+
+@pytest.mark.parametrize("cfg", [rg(4, 64, 1), rg(4, 64, 2)])
+def test_ptx_orders_the_register_accesses_around_the_wgmmas(cfg):
+    # LLVM sees the asm's outputs as ready at once: the softmax's arithmetic must still
+    # come after the wait, the output's rescaling before the fence
+    from ptxforge.backend_ptx import compile_module
+
+    w = AttentionWorkload(1, 16, 16, 4096, 4096, 128, 128, "float16", True)
+    src = compile_module(attention_module(w, cfg), H100).get_source("ptx")
+    assert _register_hazards(src) == []
+    bad = src.replace("wgmma.wait_group.sync.aligned", "// wait dropped")
+    assert any(k == "read before the wait" for k, _ in _register_hazards(bad))
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas is not installed")
