@@ -273,8 +273,16 @@ class WgmmaChunk:
             self.groups = self.groups[max(0, keep):]
 
     def _busy(self, acc: np.ndarray) -> bool:
-        return any(a == id(acc) for a, _ in self.open) or any(
-            a == id(acc) for g in self.groups for a, _ in g)
+        """Whether a wgmma not yet waited for writes ``acc`` or (an RS wgmma's A, recorded
+        as ``-id``) reads it."""
+        ids = (id(acc), -id(acc))
+        return any(a in ids for a, _ in self.open) or any(
+            a in ids for g in self.groups for a, _ in g)
+
+    def _written(self, regs: np.ndarray) -> bool:
+        """Whether a wgmma not yet waited for writes ``regs`` (its accumulator)."""
+        return any(a == id(regs) for a, _ in self.open) or any(
+            a == id(regs) for g in self.groups for a, _ in g)
 
     def _touch(self, acc: np.ndarray, name: str, what: str) -> None:
         if self._busy(acc):
@@ -404,7 +412,7 @@ class WgmmaChunk:
             raise WgmmaProtocolError(
                 f"kernel {self.chunk.kernel}: {intrin.ptx} with no wgmma.fence.sync.aligned "
                 "since the warpgroup last accessed its registers (or before the first wgmma)")
-        if self._busy(a):
+        if self._written(a):
             raise WgmmaProtocolError(
                 f"kernel {self.chunk.kernel}: {intrin.ptx} reads A from {a_name} while a "
                 "wgmma writing those registers is in flight")
@@ -420,9 +428,10 @@ class WgmmaChunk:
         acc[dregs, dlanes] = (prod[:, rows, cols] + acc[dregs, dlanes]).astype(np.float32)
         aid, k = rb
         np.add.at(self.pending[aid], k, 1)
-        # both register operands are the group's until its wait
+        # both register operands are the group's until its wait (A read: -id, so other
+        # wgmmas may read it too, but no thread may write it)
         self.open.append((id(acc), (rb,)))
-        self.open.append((id(a), ()))
+        self.open.append((-id(a), ()))
 
     def _operand(self, intrin: WgmmaIntrin, mem, base, rows: int, groups, what: str):
         """Values ``(ng, rows, k)`` (float64) of an operand tile and its element keys;

@@ -9,6 +9,7 @@ memory; ptxas without spills); on a GPU (``gpu``/``sanitize``) against numpy."""
 from __future__ import annotations
 
 import re
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -285,6 +286,126 @@ def test_ptxas_assembles_the_form_without_spills(cfg):
     res = ck.resources
     assert not res.spills and res.registers * cfg.threads <= H100.registers_per_block
     assert abs(res.registers - registers_estimate(w, cfg)) <= 40
+
+
+# -- P as wgmma's A in registers (p_operand="registers") ---------------------------------
+
+SIM90 = as_target("sim -arch=sm_90a")
+
+
+def rp(warps=4, block_kv=64, stages=1) -> AttentionConfig:
+    return AttentionConfig(warps, block_kv, stages, "wgmma", "registers", "registers")
+
+
+def _rs_lowered():
+    """The RS wgmma taken as lowered by the PTX backend and routed there (what
+    ``backend_ptx/tensorcore.py`` still has to do; docs/attention.md)."""
+    import contextlib
+
+    from ptxforge.ir.intrin import registry
+
+    from .test_attention_wgmma_rs import _routed
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(_routed())
+    stack.enter_context(mock.patch.object(registry, "lowered_for", lambda key, b: True))
+    return stack
+
+
+P_CASES = [
+    (1, 1, 64, 64, "float16", False, rp(4, 64, 1)),
+    (17, 17, 128, 128, "bfloat16", True, rp(4, 64, 2)),
+    (64, 130, 128, 128, "float16", False, rp(4, 128, 1)),
+    (130, 130, 128, 128, "bfloat16", True, rp(8, 64, 1)),
+    (64, 64, 80, 64, "bfloat16", True, rp(4, 64, 2)),
+    (130, 200, 64, 128, "float16", False, rp(8, 64, 2)),
+]
+
+
+def _check_sim(w: AttentionWorkload, cfg: AttentionConfig, mask=None):
+    from ptxforge.ir.verify import verify
+
+    mod = attention_module(w, cfg)
+    verify(mod, target=SIM90)
+    args = _data(w, mask)
+    backend_sim.run(mod, args)
+    want = attention_python(*args[:3], mask, w.scale, w.causal, dtype=w.dtype)
+    got = widen(args[-1], w.dtype)
+    assert np.isfinite(got).all()
+    err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
+    assert err <= attention_tolerance(w.dtype), (w, cfg, err)
+
+
+@pytest.mark.parametrize("case", P_CASES, ids=lambda c: f"L{c[0]}-S{c[1]}-d{c[2]}v{c[3]}-"
+                         f"{c[4]}{'-causal' if c[5] else ''}-{c[6].warps}w{c[6].block_kv}"
+                         f"x{c[6].stages}")
+def test_p_in_registers_matches_numpy(case):
+    lq, s, e, ev, dtype, causal, cfg = case
+    _check_sim(AttentionWorkload(1, 2, 2, lq, s, e, ev, dtype, causal), cfg)
+
+
+def test_p_in_registers_with_masks_and_groups():
+    m = RNG.random((2, 1, 17, 70)) > 0.3
+    m[0, 0, 3] = False
+    w = AttentionWorkload(2, 4, 2, 17, 70, 64, 64, "float16", True,
+                          mask=AttentionMask(m.shape, "bool"))
+    _check_sim(w, rp(4, 64, 2), m)
+    a = cast_array(RNG.standard_normal((1, 2, 33, 65)) * 2, "float16")
+    w = AttentionWorkload(1, 2, 1, 33, 65, 128, 128, "bfloat16", False, 0.2,
+                          AttentionMask(a.shape, "float16"))
+    _check_sim(w, rp(4, 64, 1), a)
+
+
+def test_p_in_registers_rescales_and_keeps_the_protocol(monkeypatch):
+    w, q, k, v = _ramp_problem()
+    out = np.full((1, 1, 64, 64), np.nan, np.float16)
+    backend_sim.run(attention_module(w, rp(4, 64, 2)), [q, k, v, out])
+    want = attention_python(q, k, v, None, 1.0, False)
+    assert np.abs(out.astype(np.float64) - want).max() <= 4e-3 * max(1, np.abs(want).max())
+    # the probabilities written while P V's wgmmas still read them: refused
+    w = AttentionWorkload(1, 1, 1, 17, 200, 64, 64, "float16", False)
+    with pytest.raises(WgmmaProtocolError, match="in flight"):
+        backend_sim.run(_drop(attention_module(w, rp(4, 64, 2)), "wait"), _data(w))
+
+
+def test_p_in_registers_is_refused_until_the_ptx_backend_lowers_it():
+    w = AttentionWorkload(1, 16, 16, 1024, 1024, 128, 128)
+    with pytest.raises(AttentionError, match="PTX backend does not lower yet"):
+        check_attention_config(w, rp(), H100)
+    with pytest.raises(AttentionError, match="needs the scores in registers"):
+        check_attention_config(w, AttentionConfig(4, 64, 1, "wgmma", "shared", "registers"),
+                               H100)
+    assert not any(c.p_operand == "registers" for c in attention_candidates(w, H100))
+    with _rs_lowered():
+        check_attention_config(w, rp(), H100)
+        assert rp(4, 64, 2) in attention_candidates(w, H100)
+    assert shared_layout(w, rp()).total == 48 * 1024  # no P_s: Q, K and V
+
+
+@pytest.mark.parametrize("cfg", [rp(4, 64, 1), rp(4, 64, 2)])
+def test_ptx_of_p_in_registers_has_no_shared_stores(cfg):
+    from ptxforge.backend_ptx import compile_module
+
+    w = AttentionWorkload(1, 16, 16, 4096, 4096, 128, 128, "float16", True)
+    with _rs_lowered():
+        src = compile_module(attention_module(w, cfg), H100).get_source("ptx")
+    rs = [x for x in src.splitlines() if "wgmma.mma_async" in x and "}, {%r" in x]
+    assert len(rs) == 4 * cfg.stages  # P V: block_kv / 16 RS wgmmas a tile
+    assert "st.shared" not in src and "ld.shared" not in src and ".local" not in src
+    assert _register_hazards(src) == []
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas is not installed")
+@pytest.mark.parametrize("cfg", [rp(4, 64, 1), rp(4, 64, 2), rp(4, 128, 1)])
+def test_ptxas_assembles_p_in_registers_without_spills(cfg):
+    from ptxforge.backend_ptx.compile import compile_kernel
+
+    w = AttentionWorkload(1, 16, 16, 4096, 4096, 128, 128, "float16", True)
+    with _rs_lowered():
+        ck = compile_kernel(attention_module(w, cfg).kernels()[0], H100,
+                            stop_after="cubin", assembler="ptxas")
+    assert not ck.resources.spills
+    assert abs(ck.resources.registers - registers_estimate(w, cfg)) <= 40
 
 
 # -- on a GPU ----------------------------------------------------------------------------

@@ -19,6 +19,12 @@ from .layout import ROLES, WARP, FragmentRole
 
 KINDS = ("mma", "ldmatrix", "load", "store", "fill", "wgmma")
 
+RS_BACKENDS = ("sim",)
+"""The backends lowering wgmma with A from registers (the ``_rs`` intrinsics): the
+simulator. ``backend_ptx/wgmma_regs.py`` has the PTX (``emit_wgmma_rs``), but the code
+generator's tensor-intrinsic emitter (``backend_ptx/tensorcore.py``, ``wg_wgmma``) does not
+route these nests to it yet; add ``"ptx"`` here when it does."""
+
 
 @dataclass(frozen=True)
 class TensorIntrin:
@@ -33,6 +39,8 @@ class TensorIntrin:
     :class:`~.keys.IntrinKey` :func:`lookup` finds it by. ``scalars``: operands declared
     as a one-element tensor read at 0 that the nest may compute as any scalar expression
     invariant in its loops (a scaled store's factor: ``scale_a[0] * scale_b[0]``).
+    ``backends``: the backends that lower it (``"sim"``, ``"ptx"``); a schedule that needs
+    it on another asks first (:func:`lowered_for`).
     """
 
     name: str
@@ -48,6 +56,7 @@ class TensorIntrin:
     ptx: str = ""
     doc: str = ""
     scalars: tuple = ()
+    backends: tuple = ("sim", "ptx")
     key: IntrinKey | None = field(default=None, compare=False)
     _decl: tuple = field(default=(), repr=False, compare=False)
 
@@ -107,6 +116,11 @@ def get_intrin(name: str) -> TensorIntrin:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise IntrinError(f"unknown tensor intrinsic {name!r}{hint} (known: "
                           f"{', '.join(sorted(_REGISTRY))})") from None
+
+
+def lowered_for(key: IntrinKey, backend: str) -> bool:
+    """Whether the intrinsic of ``key`` is lowered by ``backend`` (``"sim"`` or ``"ptx"``)."""
+    return backend in lookup(key).backends
 
 
 def list_intrins() -> list:
@@ -285,7 +299,7 @@ def _register_wgmma() -> None:
                     intrin_name(key), "wgmma",
                     {"A": (64, 16), "B": (16, n) if kn else (n, 16), "C": (64, n)},
                     {"A": ab, "B": ab, "C": "float32"}, {"C": "wg_c", "A": "wg_a16"},
-                    ("C", "A", "B"), ptx=spec.ptx, key=key,
+                    ("C", "A", "B"), ptx=spec.ptx, key=key, backends=RS_BACKENDS,
                     init=intrin_name(IntrinKey("fill", acc="float32", n=n, scope="warpgroup")),
                     doc=f"C[64,{n}] += A[64,16] * {b}, A a {_b16(ab)} fragment in the "
                         "warpgroup's registers (role wg_a16), B in shared memory (128B "

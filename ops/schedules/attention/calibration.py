@@ -271,6 +271,8 @@ def config_class(cfg) -> tuple:
     """``(mma, warps, block_kv, stages)``, with the wgmma form's ``scores`` appended where
     it is not ``"shared"``."""
     base = (cfg.mma, cfg.warps, cfg.block_kv, cfg.stages)
+    if cfg.p_operand != "shared":
+        return (*base, cfg.scores, cfg.p_operand)
     return base if cfg.scores == "shared" else (*base, cfg.scores)
 
 
@@ -306,5 +308,6 @@ def calibration_factor(cfg) -> float:
     factors = class_factors()
     f = factors.get(config_class(cfg))
     if f is None and cfg.scores != "shared":
-        f = factors.get(config_class(dataclasses.replace(cfg, scores="shared")))
+        f = factors.get(config_class(dataclasses.replace(cfg, scores="shared",
+                                                         p_operand="shared")))
     return factors[cfg.mma] if f is None else f

@@ -331,10 +331,21 @@ class WgmmaKernel(_Kernel):
         return (self.w_s, self.r_s, self.o_s, self.s_s, self.p_s, self.v_s, self.k_s,
                 self.q_s)
 
+    @property
+    def register_fragments(self) -> tuple:
+        """The warpgroup's accumulators (allocated per warpgroup)."""
+        return (self.of, self.sf)
+
     def scores_ready(self) -> Stmt | None:
         """What follows ``Q K^T``'s wait before the softmax: the accumulators stored to
         the float32 scores' tile (no barrier: each thread reads what it stored)."""
         return self._store_acc(self.sf, self.cfg.block_kv, self.s_s, self.lay.s_ld)
+
+    def publish_p(self) -> list:
+        """With two stages, between the softmax and ``P V``: the probabilities' generic
+        writes fenced for the async proxy and published to the warpgroup (a barrier;
+        the votes too)."""
+        return [WgmmaSync("fence_proxy_async"), Barrier()]
 
     def rescale_output(self, tiles: int) -> Stmt | None:
         """After the barrier that publishes P and the votes: the flush where some row of
@@ -375,7 +386,7 @@ class WgmmaKernel(_Kernel):
                 self.scores(sv),
                 # no barrier before the softmax: each thread reads the scores it stored
                 self.scores_ready(),
-                self.softmax(j), WgmmaSync("fence_proxy_async"), Barrier(),
+                self.softmax(j), *self.publish_p(),
                 self.rescale_output(total),
                 self.pv(sv),
             ])
@@ -504,7 +515,7 @@ class WgmmaKernel(_Kernel):
         loop = self.key_loop_overlapped() if cfg.stages == 3 else self.key_loop()
         per_wg: Stmt = Seq([init, zero_o, *prologue, self._fill(self.of, self.w.v_dim),
                             loop, self.epilogue()])
-        for buf in (*self.row_buffers, self.of, self.sf):
+        for buf in (*self.row_buffers, *self.register_fragments):
             per_wg = Alloc(buf, per_wg)
         s: Stmt = _loop_var(self.ty, cfg.warpgroups, per_wg, "threadIdx.y")
         lay = self.lay

@@ -27,16 +27,37 @@ two). The copies, ``Q K^T``, ``P V`` and the barriers are those of the shared fo
 
 from __future__ import annotations
 
-from ....ir.expr import Cast, Expr, Var, call, emax, select
+from ....ir.expr import Cast, Expr, Var, call, emax, floordiv, floormod, select
+from ....ir.intrin.keys import IntrinKey
 from ....ir.intrin.wgmma_regs import acc_col, acc_row, acc_slot
 from ....ir.stmt import Buffer, If, Let, Seq, Stmt, Store
-from .kernel import F32, LOG2E, NEG_INF, RESCALE_THRESHOLD, _f, _i, _loop
-from .kernel_wgmma import WgmmaKernel
+from .kernel import F32, LOG2E, NEG_INF, RESCALE_THRESHOLD, _f, _i, _intrin, _loop
+from .kernel_wgmma import PANEL_ELEMS, WgmmaKernel
+from .knobs_wgmma import PANEL
 from .lanes import quad_reduce
 
 
 class RegisterScoresKernel(WgmmaKernel):
-    """Builds the register-scores form of the wgmma kernel."""
+    """Builds the register-scores form of the wgmma kernel (with ``p_operand``
+    ``"registers"``, P V's A from the registers the probabilities are cast into)."""
+
+    def __init__(self, w, cfg):
+        super().__init__(w, cfg)
+        self.p_regs = cfg.p_operand == "registers"
+        if self.p_regs:
+            # 64 x block_kv 16-bit probabilities: the A fragments (role wg_a16) of the
+            # block_kv / 16 wgmmas of P V; slot s holds the probability of S_acc's slot s
+            self.pf = Buffer("P_frag", w.dtype, [64 * cfg.block_kv], "warpgroup")
+            self.k_pv_rs = IntrinKey("wgmma", ab=w.dtype, acc=F32, n=w.v_dim, b_kn=True,
+                                     a_regs=True)
+
+    @property
+    def register_fragments(self) -> tuple:
+        return (self.of, self.sf, self.pf) if self.p_regs else (self.of, self.sf)
+
+    def publish_p(self) -> list:
+        # P in registers: nothing to publish (V's tile was, before Q K^T)
+        return [] if self.p_regs else super().publish_p()
 
     def _row_registers(self) -> None:
         """A thread's two rows: running maximum and sum, the maximum the probabilities
@@ -54,6 +75,8 @@ class RegisterScoresKernel(WgmmaKernel):
 
     @property
     def shared_buffers(self) -> tuple:
+        if self.p_regs:
+            return (self.v_s, self.k_s, self.q_s)
         return (self.p_s, self.v_s, self.k_s, self.q_s)
 
     def scores_ready(self) -> Stmt | None:
@@ -115,9 +138,11 @@ class RegisterScoresKernel(WgmmaKernel):
                 # m_use holds -(m u): 2^(s u - m u) is one fma and one ex2
                 x = (self.sf[slot] + self.m_use[h] if unit == 1.0
                      else call("fma", self.sf[slot], _f(unit), self.m_use[h]))
+                # P in registers: the slot of the score is the slot of the A fragment
+                keep = (Store(self.pf, [slot], Cast(w.dtype, p)) if self.p_regs
+                        else Store(self.p_s, [self.p_at(gr, c)], Cast(w.dtype, p)))
                 return Let(p, call("exp2", x), Seq([
-                    Store(self.p_s, [self.p_at(gr, c)], Cast(w.dtype, p)),
-                    Store(self.acc, [h], self.acc[h] + p)]))
+                    keep, Store(self.acc, [h], self.acc[h] + p)]))
 
             def row(h):
                 names = ("tile_max", "max_old", "grow", "max_new", "max_use", "alpha")
@@ -151,6 +176,33 @@ class RegisterScoresKernel(WgmmaKernel):
                 _loop("ms", 2, row_sum, "unroll"),
             ])
         return self.threads(lane)
+
+    def pv(self, stage: Expr, wait: bool = True) -> Stmt:
+        """``O_acc += P V``: with P in registers one RS wgmma per 16 keys, A the
+        probabilities' fragment (its 16 columns ``16 kk ..``), B the V tile MN-major as
+        in the shared form."""
+        if not self.p_regs:
+            return super().pv(stage, wait)
+        ev, bc, vp = self.w.v_dim, self.cfg.block_kv, self.lay.v_panels
+        steps = []
+        for kk in range(bc // 16):
+            p, off = divmod(kk * 16, PANEL)
+            v_base = stage * _i(self.v_sz) + _i(p * vp * PANEL_ELEMS + off * PANEL)
+
+            def b_at(j, k, vb=v_base):
+                col = j if ev == PANEL else floormod(j, PANEL) + floordiv(j, PANEL) * _i(
+                    PANEL_ELEMS)
+                return vb + k * _i(PANEL) + col
+
+            def inner(i, j, k, kk=kk, b_at=b_at):
+                ci = i * _i(ev) + j
+                prod = Cast(F32, self.pf[i * _i(bc) + _i(16 * kk) + k]) * Cast(
+                    F32, self.v_s[b_at(j, k)])
+                return Store(self.of, [ci], self.of[ci] + prod)
+            steps.append(_loop("wi", 64, lambda i, inner=inner: _loop(
+                "wj", ev, lambda j: _loop("wk", 16, lambda k: inner(i, j, k))),
+                annotations=_intrin(self.k_pv_rs)))
+        return self._batch(steps, wait)
 
     def rescale_output(self, tiles: int) -> Stmt | None:
         """``O_acc *= exp(m_old - m_new)`` on the registers of a thread one of whose rows

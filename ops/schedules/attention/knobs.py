@@ -27,6 +27,10 @@ SCORES = ("shared", "registers")
 accumulators stored to a float32 tile the softmax reads; the output flushed through
 shared memory) or ``"registers"`` (the softmax on the accumulator's registers, the
 output rescaled in them: :mod:`.kernel_wgmma_regs`)."""
+P_OPERANDS = ("shared", "registers")
+"""Where ``P V``'s A, the probabilities, comes from in the register-scores form: a
+swizzled shared tile (``"shared"``) or the registers the softmax cast them into
+(``"registers"``: wgmma with A from registers, the ``_rs`` intrinsics)."""
 MMA_ROWS = 16
 COPY_ELEMS = 8
 """16-bit elements of one 16-byte ``cp.async``."""
@@ -53,6 +57,7 @@ class AttentionConfig:
     stages: int = 2
     mma: str = "mma_sync"
     scores: str = "shared"
+    p_operand: str = "shared"
 
     @property
     def block_q(self) -> int:
@@ -73,6 +78,8 @@ class AttentionConfig:
             out["mma"] = self.mma
         if self.scores != "shared":
             out["scores"] = self.scores
+        if self.p_operand != "shared":
+            out["p_operand"] = self.p_operand
         return out
 
 
@@ -146,6 +153,12 @@ def check_attention_config(w: AttentionWorkload, cfg: AttentionConfig,
         raise AttentionError(f"mma must be one of {MMAS}, got {cfg.mma!r}")
     if cfg.scores not in SCORES:
         raise AttentionError(f"scores must be one of {SCORES}, got {cfg.scores!r}")
+    if cfg.p_operand not in P_OPERANDS:
+        raise AttentionError(f"p_operand must be one of {P_OPERANDS}, got {cfg.p_operand!r}")
+    if cfg.p_operand != "shared" and cfg.scores != "registers":
+        raise AttentionError("p_operand='registers' (the probabilities as wgmma's A in "
+                             "registers) needs the scores in registers: take mma='wgmma', "
+                             "scores='registers'")
     if cfg.scores != "shared" and cfg.mma != "wgmma":
         raise AttentionError(f"scores={cfg.scores!r} is a form of the wgmma kernel (the "
                              "softmax on wgmma's accumulator registers): take mma='wgmma' "

@@ -83,6 +83,8 @@ def wgmma_layout(w: AttentionWorkload, cfg) -> WgmmaLayout:
         "Q_s": qp * br * PANEL * 2, "K_s": cfg.stages * qp * bc * PANEL * 2,
         "V_s": cfg.stages * bc * vp * PANEL * 2, "P_s": bc * br * 2,
     }
+    if cfg.p_operand == "registers":
+        del sizes["P_s"]  # P is the A of P V's wgmmas, in registers
     s_ld = o_ld = 0
     if cfg.scores != "registers":
         s_ld = max(bc, output_chunk(w, cfg)) + PAD32
@@ -101,7 +103,9 @@ def wgmma_registers(w: AttentionWorkload, cfg) -> int:
     2`` and ``v_dim / 2`` float32), the masked scores its softmax keeps (``block_kv / 2``;
     none with ``scores="registers"``, which masks them in place) plus a fixed overhead."""
     if cfg.scores == "registers":
-        return (cfg.block_kv // 2 + w.v_dim // 2 + BASE_REGISTERS
+        # P in registers: 64 x block_kv 16-bit values over 128 threads
+        p = cfg.block_kv // 4 if cfg.p_operand == "registers" else 0
+        return (cfg.block_kv // 2 + w.v_dim // 2 + p + BASE_REGISTERS
                 + REGISTERS_FORM_EXTRA.get(cfg.stages, 64))
     return cfg.block_kv + w.v_dim // 2 + BASE_REGISTERS
 
@@ -139,6 +143,17 @@ def check_wgmma_config(w: AttentionWorkload, cfg, target: Target) -> None:
     if w.head_dim % 16 or w.head_dim > 256:
         raise AttentionError(f"mma='wgmma': head_dim {w.head_dim} is not a multiple of 16 "
                              "up to 256 (k16 steps of Q K^T)")
+    if cfg.p_operand == "registers":
+        from ....ir.intrin.keys import IntrinKey
+        from ....ir.intrin.registry import lowered_for
+
+        rs = IntrinKey("wgmma", ab=w.dtype, acc="float32", n=w.v_dim, b_kn=True, a_regs=True)
+        if not lowered_for(rs, "ptx"):
+            raise AttentionError(
+                "p_operand='registers' runs P V as wgmma with A from registers, which the "
+                "PTX backend does not lower yet (backend_ptx/tensorcore.py must route the "
+                "_rs nests to backend_ptx/wgmma_regs.py; docs/attention.md): take "
+                "p_operand='shared' (attention_module builds it for the simulator)")
     lay = wgmma_layout(w, cfg)
     limit = target.max_shared_memory_per_block_optin
     if lay.total > limit:
@@ -175,9 +190,10 @@ def wgmma_candidates(w: AttentionWorkload, target: Target) -> list:
         for bc in WGMMA_BLOCK_KV:
             if bc > 64 and w.kv_len <= 64:
                 continue
-            for scores in ("shared", "registers"):
+            for scores, p in (("shared", "shared"), ("registers", "shared"),
+                              ("registers", "registers")):
                 for st in WGMMA_STAGES:
-                    cfg = AttentionConfig(warps, bc, st, "wgmma", scores)
+                    cfg = AttentionConfig(warps, bc, st, "wgmma", scores, p)
                     try:
                         check_wgmma_config(w, cfg, target)
                     except AttentionError:

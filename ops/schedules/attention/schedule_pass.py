@@ -22,6 +22,7 @@ from .kernel import attention_module
 from .knobs import (
     BLOCK_KV,
     MMAS,
+    P_OPERANDS,
     SCORES,
     STAGES,
     WARPS,
@@ -247,6 +248,8 @@ class FusedAttention(Pass):
         scores: with wgmma, where the scores live between the products: ``"shared"``
             (a float32 tile) or ``"registers"`` (the accumulator's registers; 1 or 2
             stages).
+        p_operand: with scores in registers, where P V's A comes from: ``"shared"`` or
+            ``"registers"`` (wgmma with A from registers).
         views: empty, or for each of q, k, v the 5 integers batch, seq, heads, dim,
             offset of its view into a wider parameter (batch 0: none; ``bshd`` only;
             the slices of a combined Q/K/V projection, see ``fold_attention_layout``).
@@ -262,10 +265,12 @@ class FusedAttention(Pass):
     layout: str = "bhsd"
     views: tuple[int, ...] = ()
     scores: str = "shared"
+    p_operand: str = "shared"
 
     @property
     def config(self) -> AttentionConfig:
-        return AttentionConfig(self.warps, self.block_kv, self.stages, self.mma, self.scores)
+        return AttentionConfig(self.warps, self.block_kv, self.stages, self.mma, self.scores,
+                               self.p_operand)
 
     def apply(self, module: Module, ctx) -> Module:
         stages = WGMMA_STAGES if self.mma == "wgmma" else STAGES
@@ -273,7 +278,8 @@ class FusedAttention(Pass):
                                      ("block_kv", self.block_kv, BLOCK_KV),
                                      ("stages", self.stages, stages),
                                      ("mma", self.mma, MMAS),
-                                     ("scores", self.scores, SCORES)):
+                                     ("scores", self.scores, SCORES),
+                                     ("p_operand", self.p_operand, P_OPERANDS)):
             if value not in allowed:
                 raise PassError(self, AttentionError(
                     f"fused_attention: {what} must be one of {allowed}, got {value}"))
