@@ -62,8 +62,21 @@ def emit_wgmma_rs(em) -> None:
     addr = w.value(f"and i64 {addr}, 16383", "saddr")
     desc_b = w.value(f"or i64 {addr}, {const}", "descb")
     a_slot = em.i32(em.bound.frag_slot("A"))
-    a_regs = [w.value(f"load i32, ptr {em.frag_ptr('A', a_slot, 2 * k)}, align 4", "a")
-              for k in range(A_REGISTERS)]
+    if spec.dtypes["A"] == "float32":
+        # float32 registers (an accumulator) rounded to B's 16-bit type in pairs: one
+        # cvt.rn.{f16x2,bf16x2}.f32 a register
+        half = {"float16": "half", "bfloat16": "bfloat"}[spec.dtypes["B"]]
+        a_regs = []
+        for k in range(A_REGISTERS):
+            lo, hi = (w.value(f"load float, ptr {em.frag_ptr('A', a_slot, 2 * k + e)}, "
+                              "align 4", "p") for e in (0, 1))
+            v = w.value(f"insertelement <2 x float> poison, float {lo}, i32 0", "pp")
+            v = w.value(f"insertelement <2 x float> {v}, float {hi}, i32 1", "pp")
+            v = w.value(f"fptrunc <2 x float> {v} to <2 x {half}>", "p16")
+            a_regs.append(w.value(f"bitcast <2 x {half}> {v} to i32", "a"))
+    else:
+        a_regs = [w.value(f"load i32, ptr {em.frag_ptr('A', a_slot, 2 * k)}, align 4", "a")
+                  for k in range(A_REGISTERS)]
     slot = em.i32(em.bound.frag_slot("C"))
     ptrs = [em.frag_ptr("C", slot, e) for e in range(intrin.regs)]
     accs = [w.value(f"load float, ptr {p}, align 4", "acc") for p in ptrs]

@@ -420,7 +420,10 @@ class WgmmaChunk:
         rows16, cols16 = accumulator_map(16)
         regs, lanes = self._regs(a, a_name, a_slot, groups, 8, spec.name)
         va = np.zeros((groups.size, 64, 16), np.float64)
-        va[:, rows16, cols16] = a[regs, lanes].astype(np.float64)
+        vals = a[regs, lanes]
+        if spec.dtypes["A"] != spec.dtypes["B"]:  # float32 registers taken as 16 bits
+            vals = round_to(vals.astype(np.float32), spec.dtypes["B"])
+        va[:, rows16, cols16] = vals.astype(np.float64)
         vb, rb = self._operand(intrin, b, b_base, n, groups, "B")
         prod = va @ (vb if intrin.b_kn else vb.transpose(0, 2, 1))
         rows, cols = accumulator_map(n)

@@ -1,6 +1,7 @@
-"""wgmma with A from registers (the ``..._rs`` intrinsics): registration and lookup, the
-simulator against numpy (fp16 and bf16, N 16 and 64), the cast of an f32 accumulator into
-the A fragment of the next product by register access (slot for slot), the protocol (A's
+"""wgmma with A from registers (the ``..._rs`` and ``..._rs_cvt`` intrinsics):
+registration and lookup, the simulator against numpy (fp16 and bf16, N 16 and 64), the
+cast of an f32 accumulator into the A fragment of the next product by register access
+(slot for slot) or by the wgmma itself (``_rs_cvt``), the protocol (A's
 registers held until the wait, a fence after they are written), the verifier's fragment
 rule, and the PTX of ``backend_ptx/wgmma_regs.py`` assembled by ptxas."""
 
@@ -47,12 +48,15 @@ def _i(v: int) -> IntImm:
 
 
 def _rs(acc, n, a_frag, b_s, ab, b_base=0) -> For:
-    """``acc += a_frag x b_s^T``: the nest of an RS wgmma (B K-major rows of 64)."""
+    """``acc += a_frag x b_s^T``: the nest of an RS wgmma (B K-major rows of 64); a float32
+    ``a_frag`` (an accumulator) is rounded to ``ab`` by the wgmma (``_rs_cvt``)."""
     i, j, k = Var("i"), Var("j"), Var("k")
     ci = i * _i(n) + j
-    prod = Cast("float32", a_frag[i * _i(16) + k]) * Cast("float32", b_s[_i(b_base) + j * _i(
-        64) + k])
-    key = IntrinKey("wgmma", ab=ab, acc="float32", n=n, a_regs=True)
+    a = a_frag[i * _i(16) + k]
+    cvt = a_frag.dtype == "float32"
+    a = Cast("float32", Cast(ab, a) if cvt else a)
+    prod = a * Cast("float32", b_s[_i(b_base) + j * _i(64) + k])
+    key = IntrinKey("wgmma", ab=ab, acc="float32", n=n, a_regs=True, a_cvt=cvt)
     return For(i, 64, For(j, n, For(k, 16, Store(acc, [ci], acc[ci] + prod))),
                annotations={ANNOTATION: lookup(key).name})
 
@@ -82,11 +86,13 @@ def _copy_b(b_s, b, n, base=0) -> For:
     return For(it, n * 16 // 128, For(tx, 128, body, "thread", "threadIdx.x"))
 
 
-def _module(n: int, ab: str, chain: bool = False, drop: str = "") -> Module:
+def _module(n: int, ab: str, chain: bool = False, drop: str = "", cvt: bool = False) -> Module:
     """One warpgroup: A ``[64, 16]`` into its registers by register access (the ISA's
     layout), ``C = A B1^T`` by an RS wgmma; with ``chain``, ``P = 16-bit(C)`` slot for
-    slot (n = 16) and ``O = P B2^T`` by a second RS wgmma. ``drop``: a protocol step left
-    out ("fence": the second product's fence; "wait": the first product's wait)."""
+    slot (n = 16) and ``O = P B2^T`` by a second RS wgmma (``cvt``: the second wgmma reads
+    ``C``'s float32 registers and rounds them itself, ``_rs_cvt``). ``drop``: a protocol
+    step left out ("fence": the second product's fence; "wait": the first product's
+    wait)."""
     a = Buffer("a", ab, [64 * 16])
     b1, b2 = Buffer("b1", ab, [n * 16]), Buffer("b2", ab, [n * 16])
     out = Buffer("out", "float32", [64 * n])
@@ -108,9 +114,10 @@ def _module(n: int, ab: str, chain: bool = False, drop: str = "") -> Module:
         cast = For(tx2, 128, Seq([Store(af, [_i(s)], Cast(ab, c[_i(s)]))
                                   for _, _, _, s in acc_elements(16)]),
                    "thread", "threadIdx.x")
-        steps += [cast, _fill(o, n)]
+        steps += [_fill(o, n)] if cvt else [cast, _fill(o, n)]
         steps += [] if drop == "fence" else [WgmmaSync("fence")]
-        steps += [_rs(o, n, af, b_s, ab, n * 64), WgmmaSync("commit"), WgmmaSync("wait", 0)]
+        steps += [_rs(o, n, c if cvt else af, b_s, ab, n * 64), WgmmaSync("commit"),
+                  WgmmaSync("wait", 0)]
         result = o
     steps += _store(result, n, out)
     body = Alloc(b_s, Alloc(af, Alloc(c, Alloc(o, Seq(steps)))), dyn_offset=0)
@@ -138,6 +145,11 @@ def test_the_rs_intrinsics_are_registered_by_key():
     spec = lookup(key)
     assert spec.name == "wgmma_m64n128k16_bf16_f32_kn_rs" and spec.kind == "wgmma"
     assert spec.role("A").name == "wg_a16" and spec.role("B") is None
+    cvt = lookup(IntrinKey("wgmma", ab="float16", acc="float32", n=64, a_regs=True,
+                           a_cvt=True))
+    assert cvt.name == "wgmma_m64n64k16_f16_f32_rs_cvt" and cvt.dtypes["A"] == "float32"
+    assert "float32(float16(A[i, k]))" in str(cvt.declaration.op.body)
+    assert cvt.backends == ("sim",)  # the PTX emitter does not route RS nests yet
     assert get_intrin("wgmma_m64n64k16_f16_f32_rs").shapes["B"] == (64, 16)
 
 
@@ -151,11 +163,13 @@ def test_rs_wgmma_matches_numpy(n, ab):
     np.testing.assert_allclose(args[-1], want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("ab", ["float16", "bfloat16"])
-def test_an_accumulator_cast_slot_for_slot_is_the_next_products_a(ab):
-    # S = A B1^T (64 x 16), P = 16-bit(S) in place of A, O = P B2^T: the accumulator's
-    # k-th 16 columns and A's k-th tile share their register order
-    mod = _module(16, ab, chain=True)
+@pytest.mark.parametrize("ab,cvt", [("float16", False), ("bfloat16", False),
+                                    ("float16", True), ("bfloat16", True)])
+def test_an_accumulator_cast_slot_for_slot_is_the_next_products_a(ab, cvt):
+    # S = A B1^T (64 x 16), P = 16-bit(S) in place of A (or, cvt, S's registers rounded by
+    # the next wgmma), O = P B2^T: the accumulator's k-th 16 columns and A's k-th tile
+    # share their register order
+    mod = _module(16, ab, chain=True, cvt=cvt)
     verify(mod, target=H100)
     args = _inputs(16, ab)
     backend_sim.run(mod, args)
@@ -197,12 +211,12 @@ def _routed():
     return mock.patch.object(_Emitter, "wg_wgmma", wg_wgmma)
 
 
-@pytest.mark.parametrize("ab", ["float16", "bfloat16"])
-def test_ptx_passes_a_as_four_registers(ab):
+@pytest.mark.parametrize("ab,cvt", [("float16", False), ("bfloat16", True)])
+def test_ptx_passes_a_as_four_registers(ab, cvt):
     from ptxforge.backend_ptx import compile_module
 
     with _routed():
-        src = compile_module(_module(16, ab, chain=True), H100).get_source("ptx")
+        src = compile_module(_module(16, ab, chain=True, cvt=cvt), H100).get_source("ptx")
     s = {"float16": "f16", "bfloat16": "bf16"}[ab]
     lines = [x for x in src.splitlines() if "wgmma.mma_async" in x]
     assert len(lines) == 2
@@ -212,6 +226,8 @@ def test_ptx_passes_a_as_four_registers(ab):
         a_regs = x.split("}, {")[1].split("}")[0]
         assert len(a_regs.split(",")) == 4 and x.rstrip().endswith("p, 1, 1, 0; }")
     assert ".local" not in src and "cvt.rn." in src
+    if cvt:  # the float32 accumulator rounded in pairs into A's four registers
+        assert src.count(f"cvt.rn.{s}x2.f32") == 4
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas is not installed")

@@ -140,9 +140,13 @@ def _declare(it: TensorIntrin):
 
         b_kn = it.key.b_kn if it.key is not None else it.roles.get("B", "").endswith("_kn")
 
+        a_cvt = it.key is not None and it.key.a_cvt
+
         def body(i, j):
             x, y = a[i, k], (b[k, j] if b_kn else b[j, k])
-            if x.dtype != acc:
+            if a_cvt:  # float32 registers rounded to B's 16-bit type as they are read
+                x, y = x.astype(dts["B"]).astype(acc), y.astype(acc)
+            elif x.dtype != acc:
                 x, y = x.astype(acc), y.astype(acc)
             return te.sum(x * y, axis=k)
 
@@ -304,6 +308,18 @@ def _register_wgmma() -> None:
                     doc=f"C[64,{n}] += A[64,16] * {b}, A a {_b16(ab)} fragment in the "
                         "warpgroup's registers (role wg_a16), B in shared memory (128B "
                         f"swizzle{'; MN-major' if kn else ''}), f32 accumulators in registers"))
+                # A held as float32 (an accumulator), rounded to 16 bits by the intrinsic
+                key = IntrinKey("wgmma", ab=ab, acc="float32", n=n, b_kn=kn, a_regs=True,
+                                a_cvt=True)
+                register(TensorIntrin(
+                    intrin_name(key), "wgmma",
+                    {"A": (64, 16), "B": (16, n) if kn else (n, 16), "C": (64, n)},
+                    {"A": "float32", "B": ab, "C": "float32"}, {"C": "wg_c", "A": "wg_a16"},
+                    ("C", "A", "B"), ptx=spec.ptx, key=key, backends=RS_BACKENDS,
+                    init=intrin_name(IntrinKey("fill", acc="float32", n=n, scope="warpgroup")),
+                    doc=f"C[64,{n}] += {_b16(ab)}(A[64,16]) * {b}, A float32 registers "
+                        "(role wg_a16: an accumulator's 16 columns) converted in pairs to "
+                        f"{_b16(ab)} for an RS wgmma, B in shared memory"))
     for ab in ("float8_e4m3fn", "float8_e5m2"):
         for n in WGMMA_N:
             spec = get_wgmma(n, ab)

@@ -394,5 +394,6 @@ def descriptor_for(intrin: WgmmaIntrin, operand: str, address: int) -> MatrixDes
 
 
 def wgmma_of(spec) -> WgmmaIntrin:
-    """The :class:`WgmmaIntrin` of a registered ``wgmma`` tensor intrinsic ``spec``."""
-    return get_wgmma(spec.shapes["C"][1], spec.dtypes["A"], spec.key.b_kn)
+    """The :class:`WgmmaIntrin` of a registered ``wgmma`` tensor intrinsic ``spec`` (its
+    input type is B's: an ``_rs_cvt`` A holds float32 the instruction takes as B's type)."""
+    return get_wgmma(spec.shapes["C"][1], spec.dtypes["B"], spec.key.b_kn)

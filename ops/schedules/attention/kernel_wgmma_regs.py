@@ -44,16 +44,11 @@ class RegisterScoresKernel(WgmmaKernel):
     def __init__(self, w, cfg):
         super().__init__(w, cfg)
         self.p_regs = cfg.p_operand == "registers"
-        if self.p_regs:
-            # 64 x block_kv 16-bit probabilities: the A fragments (role wg_a16) of the
-            # block_kv / 16 wgmmas of P V; slot s holds the probability of S_acc's slot s
-            self.pf = Buffer("P_frag", w.dtype, [64 * cfg.block_kv], "warpgroup")
-            self.k_pv_rs = IntrinKey("wgmma", ab=w.dtype, acc=F32, n=w.v_dim, b_kn=True,
-                                     a_regs=True)
-
-    @property
-    def register_fragments(self) -> tuple:
-        return (self.of, self.sf, self.pf) if self.p_regs else (self.of, self.sf)
+        # P in registers: the probabilities overwrite their scores in S_acc (float32), and
+        # S_acc's 16 columns 16 kk .. are the A (role wg_a16, the same slots) of P V's
+        # kk-th wgmma, which rounds them to 16 bits in pairs as it reads them (_rs_cvt)
+        self.k_pv_rs = IntrinKey("wgmma", ab=w.dtype, acc=F32, n=w.v_dim, b_kn=True,
+                                 a_regs=True, a_cvt=True)
 
     def publish_p(self) -> list:
         # P in registers: nothing to publish (V's tile was, before Q K^T)
@@ -138,8 +133,8 @@ class RegisterScoresKernel(WgmmaKernel):
                 # m_use holds -(m u): 2^(s u - m u) is one fma and one ex2
                 x = (self.sf[slot] + self.m_use[h] if unit == 1.0
                      else call("fma", self.sf[slot], _f(unit), self.m_use[h]))
-                # P in registers: the slot of the score is the slot of the A fragment
-                keep = (Store(self.pf, [slot], Cast(w.dtype, p)) if self.p_regs
+                # P in registers: in place of its score (the slot of P V's A)
+                keep = (Store(self.sf, [slot], p) if self.p_regs
                         else Store(self.p_s, [self.p_at(gr, c)], Cast(w.dtype, p)))
                 return Let(p, call("exp2", x), Seq([
                     keep, Store(self.acc, [h], self.acc[h] + p)]))
@@ -179,8 +174,8 @@ class RegisterScoresKernel(WgmmaKernel):
 
     def pv(self, stage: Expr, wait: bool = True) -> Stmt:
         """``O_acc += P V``: with P in registers one RS wgmma per 16 keys, A the
-        probabilities' fragment (its 16 columns ``16 kk ..``), B the V tile MN-major as
-        in the shared form."""
+        probabilities in ``S_acc`` (its 16 columns ``16 kk ..``, rounded to 16 bits by the
+        wgmma), B the V tile MN-major as in the shared form."""
         if not self.p_regs:
             return super().pv(stage, wait)
         ev, bc, vp = self.w.v_dim, self.cfg.block_kv, self.lay.v_panels
@@ -196,8 +191,8 @@ class RegisterScoresKernel(WgmmaKernel):
 
             def inner(i, j, k, kk=kk, b_at=b_at):
                 ci = i * _i(ev) + j
-                prod = Cast(F32, self.pf[i * _i(bc) + _i(16 * kk) + k]) * Cast(
-                    F32, self.v_s[b_at(j, k)])
+                p16 = Cast(self.w.dtype, self.sf[i * _i(bc) + _i(16 * kk) + k])
+                prod = Cast(F32, p16) * Cast(F32, self.v_s[b_at(j, k)])
                 return Store(self.of, [ci], self.of[ci] + prod)
             steps.append(_loop("wi", 64, lambda i, inner=inner: _loop(
                 "wj", ev, lambda j: _loop("wk", 16, lambda k: inner(i, j, k))),

@@ -103,9 +103,8 @@ def wgmma_registers(w: AttentionWorkload, cfg) -> int:
     2`` and ``v_dim / 2`` float32), the masked scores its softmax keeps (``block_kv / 2``;
     none with ``scores="registers"``, which masks them in place) plus a fixed overhead."""
     if cfg.scores == "registers":
-        # P in registers: 64 x block_kv 16-bit values over 128 threads
-        p = cfg.block_kv // 4 if cfg.p_operand == "registers" else 0
-        return (cfg.block_kv // 2 + w.v_dim // 2 + p + BASE_REGISTERS
+        # P in registers takes the scores' registers (in place): none more
+        return (cfg.block_kv // 2 + w.v_dim // 2 + BASE_REGISTERS
                 + REGISTERS_FORM_EXTRA.get(cfg.stages, 64))
     return cfg.block_kv + w.v_dim // 2 + BASE_REGISTERS
 
@@ -147,7 +146,8 @@ def check_wgmma_config(w: AttentionWorkload, cfg, target: Target) -> None:
         from ....ir.intrin.keys import IntrinKey
         from ....ir.intrin.registry import lowered_for
 
-        rs = IntrinKey("wgmma", ab=w.dtype, acc="float32", n=w.v_dim, b_kn=True, a_regs=True)
+        rs = IntrinKey("wgmma", ab=w.dtype, acc="float32", n=w.v_dim, b_kn=True, a_regs=True,
+                       a_cvt=True)
         if not lowered_for(rs, "ptx"):
             raise AttentionError(
                 "p_operand='registers' runs P V as wgmma with A from registers, which the "
