@@ -14,11 +14,17 @@ Per key tile, each thread
    maxima, joined over the row's quad by two shuffles;
 2. moves the running maxima as the shared form does (conditional rescaling) and writes
    the probabilities ``2^(s u - m u)``, in the input dtype, to the swizzled ``P_s`` that
-   ``P V``'s wgmma reads (A from shared memory); sums them (two shuffles);
+   ``P V``'s wgmma reads (A from shared memory), or with ``p_operand="registers"`` over
+   their scores in ``S_acc``, which ``P V``'s RS wgmmas (``_rs_cvt``) read as A, rounding
+   them to 16 bits in pairs; sums them (two shuffles);
 3. multiplies its own output registers by ``exp(m_old - m_new)`` where one of its rows
    moved: no vote, no barrier, no flush (a thread's registers are its own).
 
 At the end each thread divides its output registers by its rows' sums and stores them.
+With P in registers the kernel stores nothing to shared memory but its copies, and with two
+stages the barrier that published P goes (V's tile was published before ``Q K^T``); the
+PTX backend does not route the RS wgmma yet, so the rules refuse that knob on a GPU
+(``knobs_wgmma.check_wgmma_config``).
 The float32 scores', output, row and vote tiles are gone from shared memory (for head dim
 128, 4 warps x 64 keys x 1 stage: 110 KiB -> 56 KiB, three blocks on an SM instead of
 two). The copies, ``Q K^T``, ``P V`` and the barriers are those of the shared form (1 or
