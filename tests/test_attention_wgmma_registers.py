@@ -152,6 +152,16 @@ def test_device_ir_prints_and_parses_back():
     assert str(parse_module(text)) == text
 
 
+@pytest.mark.parametrize("cfg", [rg(4, 64, 1), rg(8, 128, 2)])
+def test_the_only_shared_accesses_are_the_probabilities_one_way(cfg):
+    from ptxforge.ops.schedules.attention.banks import shared_access_ways
+
+    w = AttentionWorkload(1, 1, 1, 192, 192, 64, 64, "float16", True)
+    acc = shared_access_ways(attention_module(w, cfg).kernels()[0])
+    assert {(a.buffer, a.kind) for a in acc} == {("P_s", "store")}
+    assert all(a.ways == 1 for a in acc)
+
+
 # -- the knob ----------------------------------------------------------------------------
 
 
