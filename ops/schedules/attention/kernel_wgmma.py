@@ -245,22 +245,29 @@ class WgmmaKernel(_Kernel):
                                      lambda j, k, kb=k_base: kb + j * _i(PANEL) + k))
         return Seq([self._fill(self.sf, bc), self._batch(steps, wait)])
 
+    def v_at(self, stage: Expr, kk: int):
+        """``b_at(j, k)``: where element ``(key 16 kk + k, column j)`` of the V tile in
+        ``stage`` lies (``[key chunk of 64][panel of 64 columns][64 keys][64 columns]``),
+        the B of ``P V``'s ``kk``-th wgmma."""
+        ev, vp = self.w.v_dim, self.lay.v_panels
+        p, off = divmod(kk * 16, PANEL)
+        v_base = stage * _i(self.v_sz) + _i(p * vp * PANEL_ELEMS + off * PANEL)
+
+        def b_at(j, k):
+            col = j if ev == PANEL else floormod(j, PANEL) + floordiv(j, PANEL) * _i(
+                PANEL_ELEMS)
+            return v_base + k * _i(PANEL) + col
+        return b_at
+
     def pv(self, stage: Expr, wait: bool = True) -> Stmt:
         """``O_acc += P V`` of this warpgroup's rows."""
         ev, bc, br = self.w.v_dim, self.cfg.block_kv, self.cfg.block_q
-        vp = self.lay.v_panels
         steps = []
         for kk in range(bc // 16):
             p, off = divmod(kk * 16, PANEL)
             a_base = _i(p * br * PANEL + off) + self.ty * _i(64 * PANEL)
-            v_base = stage * _i(self.v_sz) + _i(p * vp * PANEL_ELEMS + off * PANEL)
-
-            def b_at(j, k, vb=v_base):
-                col = j if ev == PANEL else floormod(j, PANEL) + floordiv(j, PANEL) * _i(
-                    PANEL_ELEMS)
-                return vb + k * _i(PANEL) + col
             steps.append(self._wgmma(self.k_o_mma, self.of, ev, self.p_s, a_base, self.v_s,
-                                     b_at))
+                                     self.v_at(stage, kk)))
         return self._batch(steps, wait)
 
     def _store_acc(self, acc: Buffer, n: int, dst: Buffer, ld: int, first: int = 0,

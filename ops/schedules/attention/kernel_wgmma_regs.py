@@ -33,13 +33,12 @@ two). The copies, ``Q K^T``, ``P V`` and the barriers are those of the shared fo
 
 from __future__ import annotations
 
-from ....ir.expr import Cast, Expr, Var, call, emax, floordiv, floormod, select
+from ....ir.expr import Cast, Expr, Var, call, emax, select
 from ....ir.intrin.keys import IntrinKey
 from ....ir.intrin.wgmma_regs import acc_col, acc_row, acc_slot
 from ....ir.stmt import Buffer, If, Let, Seq, Stmt, Store
 from .kernel import F32, LOG2E, NEG_INF, RESCALE_THRESHOLD, _f, _i, _intrin, _loop
-from .kernel_wgmma import PANEL_ELEMS, WgmmaKernel
-from .knobs_wgmma import PANEL
+from .kernel_wgmma import WgmmaKernel
 from .lanes import quad_reduce
 
 
@@ -184,18 +183,12 @@ class RegisterScoresKernel(WgmmaKernel):
         wgmma), B the V tile MN-major as in the shared form."""
         if not self.p_regs:
             return super().pv(stage, wait)
-        ev, bc, vp = self.w.v_dim, self.cfg.block_kv, self.lay.v_panels
+        ev, bc = self.w.v_dim, self.cfg.block_kv
         steps = []
         for kk in range(bc // 16):
-            p, off = divmod(kk * 16, PANEL)
-            v_base = stage * _i(self.v_sz) + _i(p * vp * PANEL_ELEMS + off * PANEL)
+            v_at = self.v_at(stage, kk)
 
-            def b_at(j, k, vb=v_base):
-                col = j if ev == PANEL else floormod(j, PANEL) + floordiv(j, PANEL) * _i(
-                    PANEL_ELEMS)
-                return vb + k * _i(PANEL) + col
-
-            def inner(i, j, k, kk=kk, b_at=b_at):
+            def inner(i, j, k, kk=kk, b_at=v_at):
                 ci = i * _i(ev) + j
                 p16 = Cast(self.w.dtype, self.sf[i * _i(bc) + _i(16 * kk) + k])
                 prod = Cast(F32, p16) * Cast(F32, self.v_s[b_at(j, k)])
