@@ -47,7 +47,7 @@ class AttentionStep:
 
         w = self.workload
         return FusedAttention(cfg.warps, cfg.block_kv, cfg.stages, w.causal, w.scale,
-                              cfg.mma, w.layout, views_param(w))
+                              cfg.mma, w.layout, views_param(w), cfg.scores, cfg.p_operand)
 
     def emit(self, vals, out) -> None:
         cfg = self.configs[int(vals[self.slot("config")])]

@@ -248,6 +248,10 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
                 info = BufInfo(b.name, code, "warpgroup", b.size // WARPGROUP, b.dtype, True)
                 prelude.line(f"{code} = _C.local({b.size // WARPGROUP}, "
                              f"{storage_dtype(b.dtype)!r}, True)")
+                # register accesses (ir/intrin/wgmma_regs.py) read and write it as a
+                # thread's registers by slot, as a local buffer
+                info.flat = f"wgf{n}"
+                prelude.line(f"wgf{n} = {code}.reshape(-1)")
             elif b.scope == "warp":
                 # a fragment: each lane holds size / 32 elements (shape (size / 32, lanes))
                 if self.threads % WARP or b.size % WARP:
@@ -543,17 +547,32 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
             return f"int({code})"
         return code
 
-    def not_fragment(self, buf, what: str) -> None:
+    def not_fragment(self, buf, what: str, index: Expr | None = None,
+                     B: Block | None = None) -> None:
+        """Reject a plain access of a fragment, except a register access of a warpgroup
+        fragment (:mod:`ptxforge.ir.intrin.wgmma_regs`): one slot of every thread's
+        registers, checked against the wgmma protocol (not while a wgmma writing them is
+        in flight; a later wgmma needs a ``wgmma.fence``)."""
+        if buf.scope == "warpgroup" and index is not None:
+            if self.facts.kind(index) != SCALAR:
+                raise SimIRError(
+                    f"kernel {self.name}: register {what} of warpgroup fragment {buf.name} "
+                    f"at a slot that differs between threads ({index}); a register access "
+                    "names one slot of every thread's registers")
+            info = self.facts.buffer(buf)
+            B.line(f"_W.touch_registers({info.code}, {buf.name!r}, {what!r}, {B.mask})")
+            return
         if buf.scope in ("warp", "warpgroup"):
             raise SimIRError(f"kernel {self.name}: a plain {what} of fragment {buf.name}; "
                              "fragments are accessed only by tensor intrinsics (tensorize "
                              "the loop nest that touches it)")
 
     def load(self, e: Load, B: Block) -> str:
-        self.not_fragment(e.buffer, "load")
+        index = self.flat_index(e.buffer, e.indices)
+        self.not_fragment(e.buffer, "load", index, B)
         b = self.facts.buffer(e.buffer)
-        pos, kind = self.locate(b, self.flat_index(e.buffer, e.indices), B, "load")
-        if b.scope == "local" and b.copies:
+        pos, kind = self.locate(b, index, B, "load")
+        if b.scope in ("local", "warpgroup") and b.copies:
             if kind == SCALAR:
                 code = f"{b.code}[{pos}]"  # one row: this element of every lane
                 self.views.add(code)
@@ -567,13 +586,14 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
         return self.scalar_read(f"{b.code}[{pos}]", b.dtype)
 
     def store(self, s: Store, B: Block) -> None:
-        self.not_fragment(s.buffer, "store")
+        index = self.flat_index(s.buffer, s.indices)
+        self.not_fragment(s.buffer, "store", index, B)
         b = self.facts.buffer(s.buffer)
         vk = self.facts.kind(s.value)
         vc = self.ex(s.value, B)
-        pos, kind = self.locate(b, self.flat_index(s.buffer, s.indices), B, "store")
+        pos, kind = self.locate(b, index, B, "store")
         m, nz = B.mask, B.nz
-        if b.scope == "local" and b.copies and kind == SCALAR:
+        if b.scope in ("local", "warpgroup") and b.copies and kind == SCALAR:
             if m is None:
                 B.line(f"{b.code}[{pos}] = {vc}")
             else:

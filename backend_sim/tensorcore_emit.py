@@ -48,7 +48,11 @@ def emit_tensor_intrin(gen, s: For, B) -> None:
             f_code, slot = frag(opname)
             return f"{f_code}, {op.buffer.name!r}, {slot}"
 
-        if spec.kind == "wgmma":
+        if spec.kind == "wgmma" and spec.role("A") is not None:
+            # A from the warpgroup's registers (the "RS" form)
+            b, b_base, _ = mem("B")
+            B.line(f"_W.mma_rs({mask}, {key}, {acc('C')}, {acc('A')}, {b}, {b_base})")
+        elif spec.kind == "wgmma":
             (a, a_base, _), (b, b_base, _) = mem("A"), mem("B")
             B.line(f"_W.mma({mask}, {key}, {acc('C')}, {a}, {a_base}, {b}, {b_base})")
         elif spec.kind == "fill":

@@ -273,8 +273,16 @@ class WgmmaChunk:
             self.groups = self.groups[max(0, keep):]
 
     def _busy(self, acc: np.ndarray) -> bool:
-        return any(a == id(acc) for a, _ in self.open) or any(
-            a == id(acc) for g in self.groups for a, _ in g)
+        """Whether a wgmma not yet waited for writes ``acc`` or (an RS wgmma's A, recorded
+        as ``-id``) reads it."""
+        ids = (id(acc), -id(acc))
+        return any(a in ids for a, _ in self.open) or any(
+            a in ids for g in self.groups for a, _ in g)
+
+    def _written(self, regs: np.ndarray) -> bool:
+        """Whether a wgmma not yet waited for writes ``regs`` (its accumulator)."""
+        return any(a == id(regs) for a, _ in self.open) or any(
+            a == id(regs) for g in self.groups for a, _ in g)
 
     def _touch(self, acc: np.ndarray, name: str, what: str) -> None:
         if self._busy(acc):
@@ -283,6 +291,14 @@ class WgmmaChunk:
                 "wgmma writing it is in flight; wgmma.commit_group and wgmma.wait_group "
                 "first")
         self.fenced = False
+
+    def touch_registers(self, acc: np.ndarray, name: str, what: str, mask=None) -> None:
+        """A register access (``ir/intrin/wgmma_regs.py``) of the accumulator ``acc`` by
+        the lanes in ``mask``: not while a wgmma writing it is in flight, and the next
+        wgmma needs a ``wgmma.fence`` first."""
+        if mask is not None and not np.any(mask):
+            return
+        self._touch(acc, name, "register " + ("reads" if what == "load" else "writes"))
 
     def _groups(self, mask, what: str) -> np.ndarray:
         """Indices of the chunk's warpgroups that run ``what``: all 128 threads or none."""
@@ -381,6 +397,44 @@ class WgmmaChunk:
         for aid, k in (ra, rb):
             np.add.at(self.pending[aid], k, 1)
         self.open.append((id(acc), (ra, rb)))
+
+    def mma_rs(self, mask, spec, acc, acc_name: str, acc_slot, a, a_name: str, a_slot,
+               b, b_base) -> None:
+        """``wgmma.mma_async`` with A from registers: D += A x B, A the 64 x 16 16-bit
+        fragment (role ``wg_a16``: the f32 accumulator's layout of 16 columns) that each
+        thread holds in 8 registers from ``a_slot``, B from shared memory through its
+        descriptor. A's registers, like D's, may not be touched until the wait."""
+        groups = self._groups(mask, spec.name)
+        if not groups.size:
+            return
+        intrin = wgmma_of(spec)
+        if not self.fenced:
+            raise WgmmaProtocolError(
+                f"kernel {self.chunk.kernel}: {intrin.ptx} with no wgmma.fence.sync.aligned "
+                "since the warpgroup last accessed its registers (or before the first wgmma)")
+        if self._written(a):
+            raise WgmmaProtocolError(
+                f"kernel {self.chunk.kernel}: {intrin.ptx} reads A from {a_name} while a "
+                "wgmma writing those registers is in flight")
+        n = intrin.n
+        rows16, cols16 = accumulator_map(16)
+        regs, lanes = self._regs(a, a_name, a_slot, groups, 8, spec.name)
+        va = np.zeros((groups.size, 64, 16), np.float64)
+        vals = a[regs, lanes]
+        if spec.dtypes["A"] != spec.dtypes["B"]:  # float32 registers taken as 16 bits
+            vals = round_to(vals.astype(np.float32), spec.dtypes["B"])
+        va[:, rows16, cols16] = vals.astype(np.float64)
+        vb, rb = self._operand(intrin, b, b_base, n, groups, "B")
+        prod = va @ (vb if intrin.b_kn else vb.transpose(0, 2, 1))
+        rows, cols = accumulator_map(n)
+        dregs, dlanes = self._regs(acc, acc_name, acc_slot, groups, n // 2, spec.name)
+        acc[dregs, dlanes] = (prod[:, rows, cols] + acc[dregs, dlanes]).astype(np.float32)
+        aid, k = rb
+        np.add.at(self.pending[aid], k, 1)
+        # both register operands are the group's until its wait (A read: -id, so other
+        # wgmmas may read it too, but no thread may write it)
+        self.open.append((id(acc), (rb,)))
+        self.open.append((-id(a), ()))
 
     def _operand(self, intrin: WgmmaIntrin, mem, base, rows: int, groups, what: str):
         """Values ``(ng, rows, k)`` (float64) of an operand tile and its element keys;

@@ -5,7 +5,9 @@ Shapes: batch 1, 16 heads, head dim 128, fp16, sequence lengths 512 to 4096
 for others). Ours: the fused kernel with the default chooser's configuration
 (``choose_attention_config``), then each of the ``--configs`` next configurations by its
 time estimate (``attention_time``; on sm_90a the chooser takes the wgmma form, and the
-best ``mma.sync`` configuration is timed too). PyTorch: ``scaled_dot_product_attention``
+best ``mma.sync`` configuration is timed too, and the ``--registers`` best of the wgmma form
+with the scores in registers, ``scores="registers"``, with the fastest of each wgmma form
+printed). PyTorch: ``scaled_dot_product_attention``
 under each backend it has (flash, memory-efficient, cuDNN, math), the fastest one
 reported. Every result is checked against the math backend in float32; times are medians
 of ``--repeat`` replays of a CUDA graph of ``--number`` launches (CUDA events; ours
@@ -19,6 +21,7 @@ as FlashAttention counts it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import numpy as np
@@ -111,6 +114,13 @@ def run_one(seq: int, causal: bool, args, dev, target) -> dict:
     if not any(c.mma == "mma_sync" for c in configs):
         # the best mma.sync configuration too, for the wgmma form's gain
         configs += [c for c in ranked if c.mma == "mma_sync"][:1]
+    if not args.all:
+        # the wgmma form with the scores in registers (untimed so far, so never the
+        # default): the default's twin, then its configurations ranked first
+        twin = dataclasses.replace(chosen, scores="registers")
+        regs = [c for c in ranked if c.scores == "registers"]
+        regs = [twin] * (twin in regs) + [c for c in regs if c != twin]
+        configs += [c for c in regs if c not in configs][:args.registers]
     for cfg in configs:
         loaded = compile_module(attention_module(w, cfg), target).load(dev)
         arrays = [from_dlpack(t) for t in (q, k, v, out)]
@@ -126,6 +136,13 @@ def run_one(seq: int, causal: bool, args, dev, target) -> dict:
     row["ours"] = ours
     if args.combined:
         row["combined"] = run_combined(w, chosen, want, args, dev, target)
+    for form in ("shared", "registers"):
+        mine = [o for o in ours if o["config"].get("scores", "shared") == form
+                and o["config"].get("mma") == "wgmma"]
+        if mine:
+            fastest = min(mine, key=lambda o: o["us"])
+            row[f"wgmma_{form}_us"] = fastest["us"]
+            row[f"wgmma_{form}_config"] = fastest["config"]
     best = min(ours, key=lambda o: o["us"])
     row["ours_us"] = best["us"]
     row["ours_tflops"] = best["tflops"]
@@ -178,6 +195,9 @@ def main() -> None:
     p.add_argument("--all", action="store_true",
                    help="time every legal configuration (the data to recalibrate the "
                         "estimate: ops/schedules/attention/calibration.py)")
+    p.add_argument("--registers", type=int, default=4,
+                   help="also time this many configurations of the wgmma form with the "
+                        "scores in registers (scores='registers'), best estimates first")
     p.add_argument("--combined", action="store_true",
                    help="also time the default configuration reading q, k, v as views of "
                         "one [B*L, 3*H*E] tensor (the slices of a combined projection)")
@@ -203,6 +223,10 @@ def main() -> None:
                   f"{r.get('torch_tflops', float('nan')):>8.1f} "
                   f"{r.get('torch_best', '-'):>9} {r.get('speedup_vs_torch', float('nan')):>6.2f}"
                   f"  {d['config']} ({d['us']:.1f} us, err {d['max_err']:.2g})")
+            for form in ("shared", "registers"):
+                if f"wgmma_{form}_us" in r:
+                    print(f"{'':>14} wgmma scores={form}: fastest "
+                          f"{r[f'wgmma_{form}_us']:.1f} us {r[f'wgmma_{form}_config']}")
             if "combined" in r:
                 c = r["combined"]
                 print(f"{'':>14} combined q/k/v views: {c['us']:.1f} us, "

@@ -116,10 +116,13 @@ def interior_ptx(w, cfg, target) -> str:
     from ptxforge.ops.schedules.attention import attention_module
     from ptxforge.ops.schedules.attention.kernel import _Kernel
     from ptxforge.ops.schedules.attention.kernel_wgmma import WgmmaKernel
+    from ptxforge.ops.schedules.attention.kernel_wgmma_regs import RegisterScoresKernel
 
     with mock.patch.object(_Kernel, "edge_tile", lambda self, tile: None), \
             mock.patch.object(_Kernel, "rescale", lambda self: Seq([])), \
-            mock.patch.object(WgmmaKernel, "flush", lambda self: Seq([])):
+            mock.patch.object(WgmmaKernel, "flush", lambda self: Seq([])), \
+            mock.patch.object(RegisterScoresKernel, "rescale_output",
+                              lambda self, tiles: None):
         return compile_module(attention_module(w, cfg), target).get_source("ptx")
 
 

@@ -465,7 +465,7 @@ class _FuncVerifier:
 
     def check_access(self, b: Buffer, indices: tuple, what: str) -> None:
         self.check_buffer_in_scope(b)
-        check_fragment_access(self, b, what)
+        check_fragment_access(self, b, what, tuple(indices))
         if len(indices) != b.ndim:
             self.fail(lambda n: f"{what} {n(b)}: {len(indices)} indices for a "
                                 f"{b.ndim}-d buffer of shape {list(b.shape)}")

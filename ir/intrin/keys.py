@@ -53,7 +53,11 @@ class IntrinKey:
     instruction's N where it has several (wgmma and its zeroing). ``num``: ldmatrix's count
     of 8x8 matrices. ``scope``: where the accumulator lives, ``warp`` or ``warpgroup``.
     ``scaled``: a store that multiplies each accumulator element by one float32 scalar
-    first (the per-tensor scales of an FP8 GEMM).
+    first (the per-tensor scales of an FP8 GEMM). ``a_regs``: a wgmma whose A operand is a
+    fragment in the warpgroup's registers (role ``wg_a16``), not a shared tile; with
+    ``a_cvt`` that fragment holds float32 values the instruction takes rounded to ``ab``
+    (an accumulator's registers read as the next product's A: the conversion is the
+    intrinsic's, two values into one 32-bit register).
     """
 
     op: str
@@ -66,6 +70,8 @@ class IntrinKey:
     num: int = 0
     scope: str = "warp"
     scaled: bool = False
+    a_regs: bool = False
+    a_cvt: bool = False
 
     def __str__(self) -> str:
         fields = [f"{k}={v!r}" for k, v in self.__dict__.items()
@@ -82,7 +88,9 @@ def intrin_name(key: IntrinKey) -> str:
             return "mma_m16n8k8_tf32_f32"
         return f"mma_m16n8k16_{short(key.ab)}_{short(key.acc)}{kn}"
     if key.op == "wgmma":
-        return f"wgmma_m64n{key.n}k{wgmma_k(key.ab)}_{short(key.ab)}_{short(key.acc)}{kn}"
+        # the ISA's "RS" form: A in registers, B in shared; _cvt: A held as float32
+        rs = ("_rs_cvt" if key.a_cvt else "_rs") if key.a_regs else ""
+        return f"wgmma_m64n{key.n}k{wgmma_k(key.ab)}_{short(key.ab)}_{short(key.acc)}{kn}{rs}"
     if key.op == "fill":
         if key.scope == "warpgroup":
             return f"fill_wg_m64n{key.n}_{short(key.acc)}"

@@ -101,6 +101,11 @@ ROLES = {
     # 32 w + l of the warpgroup holds (16 w + g, 2 t + {0, 1}) and (16 w + g + 8, ...) of
     # each (g = l / 4, t = l % 4): mma.sync's c layout per warp, one warp per 16 rows
     "wg_c": FragmentRole("wg_c", 64, 8, "wg", (), WARPGROUP),
+    # the A operand of a wgmma m64nNk16 read from registers (16-bit, 64 x 16): thread
+    # 32 w + l holds a0..a7 = (16 w + g, 2 t + {0, 1}), (+ 8, ...), (..., 2 t + 8 + {0, 1}),
+    # (+ 8, + 8): the f32 accumulator's layout of 16 columns (wg_c's element map at N 16),
+    # so slot s of an accumulator's k-th 16 columns casts to slot s of A's k-th tile
+    "wg_a16": FragmentRole("wg_a16", 64, 16, "wg", (), WARPGROUP),
 }
 
 

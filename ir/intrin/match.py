@@ -514,6 +514,8 @@ def check_wgmma_swizzle(swizzle: dict, bound: Bound, where: str) -> None:
     buffers must be laid out that way (the ``swizzle`` table of the function: buffer name
     -> bits; 3 bits, applied before tensorize)."""
     for name in ("A", "B"):
+        if bound.intrin.role(name) is not None:
+            continue  # a fragment in registers (wgmma's A of the "RS" form)
         buf = bound.operands[name].buffer
         bits = swizzle.get(buf.name)
         if bits != 3:

@@ -19,6 +19,12 @@ from .layout import ROLES, WARP, FragmentRole
 
 KINDS = ("mma", "ldmatrix", "load", "store", "fill", "wgmma")
 
+RS_BACKENDS = ("sim",)
+"""The backends lowering wgmma with A from registers (the ``_rs`` intrinsics): the
+simulator. ``backend_ptx/wgmma_regs.py`` has the PTX (``emit_wgmma_rs``), but the code
+generator's tensor-intrinsic emitter (``backend_ptx/tensorcore.py``, ``wg_wgmma``) does not
+route these nests to it yet; add ``"ptx"`` here when it does."""
+
 
 @dataclass(frozen=True)
 class TensorIntrin:
@@ -33,6 +39,8 @@ class TensorIntrin:
     :class:`~.keys.IntrinKey` :func:`lookup` finds it by. ``scalars``: operands declared
     as a one-element tensor read at 0 that the nest may compute as any scalar expression
     invariant in its loops (a scaled store's factor: ``scale_a[0] * scale_b[0]``).
+    ``backends``: the backends that lower it (``"sim"``, ``"ptx"``); a schedule that needs
+    it on another asks first (:func:`lowered_for`).
     """
 
     name: str
@@ -48,6 +56,7 @@ class TensorIntrin:
     ptx: str = ""
     doc: str = ""
     scalars: tuple = ()
+    backends: tuple = ("sim", "ptx")
     key: IntrinKey | None = field(default=None, compare=False)
     _decl: tuple = field(default=(), repr=False, compare=False)
 
@@ -109,6 +118,11 @@ def get_intrin(name: str) -> TensorIntrin:
                           f"{', '.join(sorted(_REGISTRY))})") from None
 
 
+def lowered_for(key: IntrinKey, backend: str) -> bool:
+    """Whether the intrinsic of ``key`` is lowered by ``backend`` (``"sim"`` or ``"ptx"``)."""
+    return backend in lookup(key).backends
+
+
 def list_intrins() -> list:
     return sorted(_REGISTRY)
 
@@ -126,9 +140,13 @@ def _declare(it: TensorIntrin):
 
         b_kn = it.key.b_kn if it.key is not None else it.roles.get("B", "").endswith("_kn")
 
+        a_cvt = it.key is not None and it.key.a_cvt
+
         def body(i, j):
             x, y = a[i, k], (b[k, j] if b_kn else b[j, k])
-            if x.dtype != acc:
+            if a_cvt:  # float32 registers rounded to B's 16-bit type as they are read
+                x, y = x.astype(dts["B"]).astype(acc), y.astype(acc)
+            elif x.dtype != acc:
                 x, y = x.astype(acc), y.astype(acc)
             return te.sum(x * y, axis=k)
 
@@ -275,6 +293,33 @@ def _register_wgmma() -> None:
                 doc=f"C[64,{n}] += A[64,16] * B[16,{n}], {_b16(ab)} operands in shared memory "
                     "(128B swizzle; B MN-major: rows of 64 N elements, imm-trans-b 1), f32 "
                     "accumulators in a warpgroup's registers"))
+        for n in WGMMA_N:
+            for kn in (False, True):
+                # A from registers (the accumulator of a product before, cast to 16 bits)
+                key = IntrinKey("wgmma", ab=ab, acc="float32", n=n, b_kn=kn, a_regs=True)
+                spec = get_wgmma(n, ab, b_kn=kn)
+                b = f"B[16,{n}]" if kn else f"B[{n},16]^T"
+                register(TensorIntrin(
+                    intrin_name(key), "wgmma",
+                    {"A": (64, 16), "B": (16, n) if kn else (n, 16), "C": (64, n)},
+                    {"A": ab, "B": ab, "C": "float32"}, {"C": "wg_c", "A": "wg_a16"},
+                    ("C", "A", "B"), ptx=spec.ptx, key=key, backends=RS_BACKENDS,
+                    init=intrin_name(IntrinKey("fill", acc="float32", n=n, scope="warpgroup")),
+                    doc=f"C[64,{n}] += A[64,16] * {b}, A a {_b16(ab)} fragment in the "
+                        "warpgroup's registers (role wg_a16), B in shared memory (128B "
+                        f"swizzle{'; MN-major' if kn else ''}), f32 accumulators in registers"))
+                # A held as float32 (an accumulator), rounded to 16 bits by the intrinsic
+                key = IntrinKey("wgmma", ab=ab, acc="float32", n=n, b_kn=kn, a_regs=True,
+                                a_cvt=True)
+                register(TensorIntrin(
+                    intrin_name(key), "wgmma",
+                    {"A": (64, 16), "B": (16, n) if kn else (n, 16), "C": (64, n)},
+                    {"A": "float32", "B": ab, "C": "float32"}, {"C": "wg_c", "A": "wg_a16"},
+                    ("C", "A", "B"), ptx=spec.ptx, key=key, backends=RS_BACKENDS,
+                    init=intrin_name(IntrinKey("fill", acc="float32", n=n, scope="warpgroup")),
+                    doc=f"C[64,{n}] += {_b16(ab)}(A[64,16]) * {b}, A float32 registers "
+                        "(role wg_a16: an accumulator's 16 columns) converted in pairs to "
+                        f"{_b16(ab)} for an RS wgmma, B in shared memory"))
     for ab in ("float8_e4m3fn", "float8_e5m2"):
         for n in WGMMA_N:
             spec = get_wgmma(n, ab)

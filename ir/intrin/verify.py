@@ -78,12 +78,26 @@ def check_tensorized(v, s) -> None:
                    f"{bound.intrin.name}")
 
 
-def check_fragment_access(v, buf, what: str) -> None:
-    """A plain load or store of a fragment is allowed only inside a tensorized nest."""
-    if buf.scope in ("warp", "warpgroup") and v.kind == "kernel" and v.intrin_loop is None:
+def check_fragment_access(v, buf, what: str, indices: tuple = ()) -> None:
+    """A plain load or store of a ``warp`` fragment is allowed only inside a tensorized
+    nest. A ``warpgroup`` fragment (a wgmma accumulator) may also be accessed outside one
+    as a *register access* (:mod:`.wgmma_regs`): the index is then the thread's register
+    slot, the same for every thread of the warpgroup (free of ``threadIdx.x``)."""
+    if buf.scope not in ("warp", "warpgroup") or v.kind != "kernel" or v.intrin_loop is not None:
+        return
+    if buf.scope == "warp":
         v.fail(lambda n: f"{what} fragment {n(buf)} outside a tensorized loop nest; "
                          "fragments are accessed only by tensor intrinsics (tensorize the "
                          "nest that touches it)")
+    from ..expr import free_vars
+
+    lane_loop = v.hw_loops.get("threadIdx.x")
+    if lane_loop is not None and any(lane_loop.var in free_vars(i) for i in indices):
+        v.fail(lambda n: f"register {what} of warpgroup fragment {n(buf)} at a slot that "
+                         f"depends on {n(lane_loop.var)} (threadIdx.x); a register access "
+                         "names the same register slot in every thread of the warpgroup "
+                         "(its position in the tile follows from the thread: "
+                         "ir/intrin/wgmma_regs.py)")
 
 
 def check_fragment_alloc(v, buf) -> None:

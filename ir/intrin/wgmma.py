@@ -353,7 +353,9 @@ def wgmma_operand_buffers(body) -> set:
     for s in walk(body):
         if is_wgmma_loop(s):
             bound = _bound(s)
-            out.update(bound.operands[n].buffer for n in ("A", "B"))
+            # not an A in registers (role wg_a16): a fragment, not a shared tile
+            out.update(bound.operands[n].buffer for n in ("A", "B")
+                       if bound.intrin.role(n) is None)
     return out
 
 
@@ -392,5 +394,6 @@ def descriptor_for(intrin: WgmmaIntrin, operand: str, address: int) -> MatrixDes
 
 
 def wgmma_of(spec) -> WgmmaIntrin:
-    """The :class:`WgmmaIntrin` of a registered ``wgmma`` tensor intrinsic ``spec``."""
-    return get_wgmma(spec.shapes["C"][1], spec.dtypes["A"], spec.key.b_kn)
+    """The :class:`WgmmaIntrin` of a registered ``wgmma`` tensor intrinsic ``spec`` (its
+    input type is B's: an ``_rs_cvt`` A holds float32 the instruction takes as B's type)."""
+    return get_wgmma(spec.shapes["C"][1], spec.dtypes["B"], spec.key.b_kn)

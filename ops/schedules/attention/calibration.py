@@ -7,7 +7,9 @@ NVIDIA H100 80GB HBM3 (batch 1, 16 heads, head dim 128, float16, CUDA graph, med
 masks only on the tiles that reach them and the narrowed wgmma output tile
 (``bench/results/attention_all_h100_2026-11-27.txt``).
 
-A configuration's *class* is ``(mma, warps, block_kv, stages)``; its factor is the
+A configuration's *class* is ``(mma, warps, block_kv, stages)`` (``scores`` appended for
+the wgmma form with the scores in registers; a row of that form is ``(warps, block_kv,
+stages, "wgmma", "registers")``: none is timed yet); its factor is the
 geometric mean of measured / estimated over the table's rows of that class (causal or
 not). A class the table lacks takes the largest factor of its ``mma`` form: the estimate
 does not rank a configuration nobody has timed ahead of one timed fast (AutoTVM and the
@@ -16,6 +18,7 @@ auto-scheduler measure them). Re-measure and replace the table when the kernel c
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -260,12 +263,22 @@ def measured_rows() -> list:
 
     b, h, e, dtype = MEASURED_SHAPE
     return [(AttentionWorkload(b, h, h, seq, seq, e, e, dtype, causal),
-             AttentionConfig(warps, bc, st, mma), us * 1e-6)
-            for seq, causal, (warps, bc, st, mma), us in MEASURED]
+             AttentionConfig(warps, bc, st, *form), us * 1e-6)
+            for seq, causal, (warps, bc, st, *form), us in MEASURED]
 
 
 def config_class(cfg) -> tuple:
-    return (cfg.mma, cfg.warps, cfg.block_kv, cfg.stages)
+    """``(mma, warps, block_kv, stages)``, with the wgmma form's ``scores`` appended where
+    it is not ``"shared"``."""
+    base = (cfg.mma, cfg.warps, cfg.block_kv, cfg.stages)
+    if cfg.p_operand != "shared":
+        return (*base, cfg.scores, cfg.p_operand)
+    return base if cfg.scores == "shared" else (*base, cfg.scores)
+
+
+def is_timed(cfg) -> bool:
+    """Whether :data:`MEASURED` has a row of ``cfg``'s class."""
+    return config_class(cfg) in class_factors()
 
 
 @functools.lru_cache(maxsize=1)
@@ -288,6 +301,13 @@ def class_factors() -> dict:
 
 def calibration_factor(cfg) -> float:
     """How many times the analytical estimate a configuration of ``cfg``'s class ran
-    (:func:`class_factors`)."""
+    (:func:`class_factors`). A ``scores="registers"`` configuration nobody timed takes the
+    factor of its ``scores="shared"`` twin (the same copies and products; its estimate
+    already counts the row work it saves), and the chooser passes it over
+    (:func:`is_timed`) until a GPU run adds its rows to :data:`MEASURED`."""
     factors = class_factors()
-    return factors.get(config_class(cfg), factors[cfg.mma])
+    f = factors.get(config_class(cfg))
+    if f is None and cfg.scores != "shared":
+        f = factors.get(config_class(dataclasses.replace(cfg, scores="shared",
+                                                         p_operand="shared")))
+    return factors[cfg.mma] if f is None else f

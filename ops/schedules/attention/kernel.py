@@ -677,8 +677,13 @@ def attention_module(w: AttentionWorkload, cfg: AttentionConfig,
     """The device IR of the fused kernel for ``w`` with ``cfg``: a host function ``main``
     taking ``q, k, v[, mask], out`` (their n-D shapes) and one kernel. Check ``cfg``
     first (:func:`~.knobs.check_attention_config`). ``cfg.mma`` ``"wgmma"`` builds the
-    warpgroup form (:mod:`.kernel_wgmma`)."""
-    if cfg.mma == "wgmma":
+    warpgroup form (:mod:`.kernel_wgmma`; with ``cfg.scores`` ``"registers"``
+    :mod:`.kernel_wgmma_regs`)."""
+    if cfg.mma == "wgmma" and cfg.scores == "registers":
+        from .kernel_wgmma_regs import RegisterScoresKernel
+
+        kb = RegisterScoresKernel(w, cfg)
+    elif cfg.mma == "wgmma":
         from .kernel_wgmma import WgmmaKernel
 
         kb = WgmmaKernel(w, cfg)

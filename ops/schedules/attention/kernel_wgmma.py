@@ -95,10 +95,11 @@ class WgmmaKernel(_Kernel):
         self.k_s = Buffer("K_s", ab, [cfg.stages * self.k_sz], "shared")
         self.v_s = Buffer("V_s", ab, [cfg.stages * self.v_sz], "shared")
         self.p_s = Buffer("P_s", ab, [bc * br], "shared")
-        self.s_s = Buffer("S_s", F32, [br * lay.s_ld], "shared")
-        self.o_s = Buffer("O_s", F32, [br * lay.o_ld], "shared")
-        self.r_s = Buffer("R_s", F32, [br], "shared")
-        self.w_s = Buffer("W_s", F32, [cfg.warps], "shared")
+        if "S_s" in lay.sizes:  # not with scores="registers" (kernel_wgmma_regs.py)
+            self.s_s = Buffer("S_s", F32, [br * lay.s_ld], "shared")
+            self.o_s = Buffer("O_s", F32, [br * lay.o_ld], "shared")
+            self.r_s = Buffer("R_s", F32, [br], "shared")
+            self.w_s = Buffer("W_s", F32, [cfg.warps], "shared")
         self.sf = Buffer("S_acc", F32, [64 * bc], "warpgroup")
         self.of = Buffer("O_acc", F32, [64 * ev], "warpgroup")
         self._row_registers()
@@ -244,22 +245,29 @@ class WgmmaKernel(_Kernel):
                                      lambda j, k, kb=k_base: kb + j * _i(PANEL) + k))
         return Seq([self._fill(self.sf, bc), self._batch(steps, wait)])
 
+    def v_at(self, stage: Expr, kk: int):
+        """``b_at(j, k)``: where element ``(key 16 kk + k, column j)`` of the V tile in
+        ``stage`` lies (``[key chunk of 64][panel of 64 columns][64 keys][64 columns]``),
+        the B of ``P V``'s ``kk``-th wgmma."""
+        ev, vp = self.w.v_dim, self.lay.v_panels
+        p, off = divmod(kk * 16, PANEL)
+        v_base = stage * _i(self.v_sz) + _i(p * vp * PANEL_ELEMS + off * PANEL)
+
+        def b_at(j, k):
+            col = j if ev == PANEL else floormod(j, PANEL) + floordiv(j, PANEL) * _i(
+                PANEL_ELEMS)
+            return v_base + k * _i(PANEL) + col
+        return b_at
+
     def pv(self, stage: Expr, wait: bool = True) -> Stmt:
         """``O_acc += P V`` of this warpgroup's rows."""
         ev, bc, br = self.w.v_dim, self.cfg.block_kv, self.cfg.block_q
-        vp = self.lay.v_panels
         steps = []
         for kk in range(bc // 16):
             p, off = divmod(kk * 16, PANEL)
             a_base = _i(p * br * PANEL + off) + self.ty * _i(64 * PANEL)
-            v_base = stage * _i(self.v_sz) + _i(p * vp * PANEL_ELEMS + off * PANEL)
-
-            def b_at(j, k, vb=v_base):
-                col = j if ev == PANEL else floormod(j, PANEL) + floordiv(j, PANEL) * _i(
-                    PANEL_ELEMS)
-                return vb + k * _i(PANEL) + col
             steps.append(self._wgmma(self.k_o_mma, self.of, ev, self.p_s, a_base, self.v_s,
-                                     b_at))
+                                     self.v_at(stage, kk)))
         return self._batch(steps, wait)
 
     def _store_acc(self, acc: Buffer, n: int, dst: Buffer, ld: int, first: int = 0,
@@ -323,6 +331,39 @@ class WgmmaKernel(_Kernel):
         return Seq([self._accumulate_output(False), self.inverse_sums(), Barrier(),
                     self._rows(store)])
 
+    # -- what the forms differ in (kernel_wgmma_regs.py keeps the scores in registers) ----
+    @property
+    def shared_buffers(self) -> tuple:
+        """The shared buffers, innermost allocation first."""
+        return (self.w_s, self.r_s, self.o_s, self.s_s, self.p_s, self.v_s, self.k_s,
+                self.q_s)
+
+    @property
+    def register_fragments(self) -> tuple:
+        """The warpgroup's accumulators (allocated per warpgroup)."""
+        return (self.of, self.sf)
+
+    def scores_ready(self) -> Stmt | None:
+        """What follows ``Q K^T``'s wait before the softmax: the accumulators stored to
+        the float32 scores' tile (no barrier: each thread reads what it stored)."""
+        return self._store_acc(self.sf, self.cfg.block_kv, self.s_s, self.lay.s_ld)
+
+    def publish_p(self) -> list:
+        """With two stages, between the softmax and ``P V``: the probabilities' generic
+        writes fenced for the async proxy and published to the warpgroup (a barrier;
+        the votes too)."""
+        return [WgmmaSync("fence_proxy_async"), Barrier()]
+
+    def rescale_output(self, tiles: int) -> Stmt | None:
+        """After the barrier that publishes P and the votes: the flush where some row of
+        the warpgroup moved its maximum (none with one key tile)."""
+        return If(self.any_vote(), self.flush()) if tiles > 1 else None
+
+    def zero_output(self) -> Stmt | None:
+        """Before the loop: the float32 output tile zeroed."""
+        o_ld = self.lay.o_ld
+        return self._rows(lambda gr, c: Store(self.o_s, [gr * _i(o_ld) + c], _f(0.0)))
+
     # -- the loop over key tiles ----------------------------------------------------------
     def key_loop(self) -> Stmt:
         w, cfg = self.w, self.cfg
@@ -351,9 +392,9 @@ class WgmmaKernel(_Kernel):
                 *head,
                 self.scores(sv),
                 # no barrier before the softmax: each thread reads the scores it stored
-                self._store_acc(self.sf, cfg.block_kv, self.s_s, self.lay.s_ld),
-                self.softmax(j), WgmmaSync("fence_proxy_async"), Barrier(),
-                If(self.any_vote(), self.flush()) if total > 1 else None,
+                self.scores_ready(),
+                self.softmax(j), *self.publish_p(),
+                self.rescale_output(total),
                 self.pv(sv),
             ])
             body = Let(sv, stage_value, body)
@@ -397,11 +438,11 @@ class WgmmaKernel(_Kernel):
                 AsyncWait(1), WgmmaSync("fence_proxy_async"), Barrier(),
                 self.scores(stage),
                 # no barrier before the softmax: each thread reads the scores it stored
-                self._store_acc(self.sf, cfg.block_kv, self.s_s, self.lay.s_ld),
+                self.scores_ready(),
                 self.softmax(j),
                 AsyncWait(0), WgmmaSync("fence_proxy_async"), Barrier(),
                 fetch(self.copy_k),
-                If(self.any_vote(), self.flush()) if total > 1 else None,
+                self.rescale_output(total),
                 self.pv(stage), Barrier(),
                 fetch(self.copy_v),
             ])
@@ -458,9 +499,9 @@ class WgmmaKernel(_Kernel):
         return Seq([first, _loop("kv", total, step)])
 
     def body(self) -> Stmt:
-        cfg, o_ld = self.cfg, self.lay.o_ld
+        cfg = self.cfg
         init = self.init_rows()
-        zero_o = self._rows(lambda gr, c: Store(self.o_s, [gr * _i(o_ld) + c], _f(0.0)))
+        zero_o = self.zero_output()
         prologue = [self.copy_q(), AsyncCommit()]
         if cfg.stages == 1:
             # K's and V's first tiles, one copy group each (key_loop_one_stage)
@@ -481,12 +522,11 @@ class WgmmaKernel(_Kernel):
         loop = self.key_loop_overlapped() if cfg.stages == 3 else self.key_loop()
         per_wg: Stmt = Seq([init, zero_o, *prologue, self._fill(self.of, self.w.v_dim),
                             loop, self.epilogue()])
-        for buf in (*self.row_buffers, self.of, self.sf):
+        for buf in (*self.row_buffers, *self.register_fragments):
             per_wg = Alloc(buf, per_wg)
         s: Stmt = _loop_var(self.ty, cfg.warpgroups, per_wg, "threadIdx.y")
         lay = self.lay
-        for buf in (self.w_s, self.r_s, self.o_s, self.s_s, self.p_s, self.v_s, self.k_s,
-                    self.q_s):
+        for buf in self.shared_buffers:
             s = Alloc(buf, s, dyn_offset=lay.offsets[buf.name])
         s = _loop_var(self.bz, self.w.batch, s, "blockIdx.z")
         s = _loop_var(self.by, self.w.heads, s, "blockIdx.y")

@@ -22,6 +22,15 @@ STAGES = (1, 2)
 MMAS = ("mma_sync", "wgmma")
 """The products' instructions: ``mma.sync m16n8k16`` (a warp's 16 rows) or, on sm_90a,
 ``wgmma m64nNk16`` (a warpgroup's 64 rows, operands in 128B-swizzled shared memory)."""
+SCORES = ("shared", "registers")
+"""Where the wgmma form keeps the scores between ``Q K^T`` and ``P V``: ``"shared"`` (the
+accumulators stored to a float32 tile the softmax reads; the output flushed through
+shared memory) or ``"registers"`` (the softmax on the accumulator's registers, the
+output rescaled in them: :mod:`.kernel_wgmma_regs`)."""
+P_OPERANDS = ("shared", "registers")
+"""Where ``P V``'s A, the probabilities, comes from in the register-scores form: a
+swizzled shared tile (``"shared"``) or the registers the softmax cast them into
+(``"registers"``: wgmma with A from registers, the ``_rs`` intrinsics)."""
 MMA_ROWS = 16
 COPY_ELEMS = 8
 """16-bit elements of one 16-byte ``cp.async``."""
@@ -47,6 +56,8 @@ class AttentionConfig:
     block_kv: int = 64
     stages: int = 2
     mma: str = "mma_sync"
+    scores: str = "shared"
+    p_operand: str = "shared"
 
     @property
     def block_q(self) -> int:
@@ -65,6 +76,10 @@ class AttentionConfig:
         out = {"warps": self.warps, "block_kv": self.block_kv, "stages": self.stages}
         if self.mma != "mma_sync":
             out["mma"] = self.mma
+        if self.scores != "shared":
+            out["scores"] = self.scores
+        if self.p_operand != "shared":
+            out["p_operand"] = self.p_operand
         return out
 
 
@@ -136,6 +151,18 @@ def check_attention_config(w: AttentionWorkload, cfg: AttentionConfig,
     check_workload(w)
     if cfg.mma not in MMAS:
         raise AttentionError(f"mma must be one of {MMAS}, got {cfg.mma!r}")
+    if cfg.scores not in SCORES:
+        raise AttentionError(f"scores must be one of {SCORES}, got {cfg.scores!r}")
+    if cfg.p_operand not in P_OPERANDS:
+        raise AttentionError(f"p_operand must be one of {P_OPERANDS}, got {cfg.p_operand!r}")
+    if cfg.p_operand != "shared" and cfg.scores != "registers":
+        raise AttentionError("p_operand='registers' (the probabilities as wgmma's A in "
+                             "registers) needs the scores in registers: take mma='wgmma', "
+                             "scores='registers'")
+    if cfg.scores != "shared" and cfg.mma != "wgmma":
+        raise AttentionError(f"scores={cfg.scores!r} is a form of the wgmma kernel (the "
+                             "softmax on wgmma's accumulator registers): take mma='wgmma' "
+                             "(sm_90a), or scores='shared' with mma.sync")
     if cfg.mma == "wgmma":
         from .knobs_wgmma import check_wgmma_config
 
@@ -276,6 +303,10 @@ def choose_attention_config(w: AttentionWorkload, target: Target) -> AttentionCo
     cands = attention_candidates(w, target)
     # wgmma doubles the products' rate on sm_90a: where it is legal, it runs them
     cands = [c for c in cands if c.mma == "wgmma"] or cands
+    # a form no GPU has timed yet is tuned, not chosen (calibration.py)
+    from .calibration import is_timed
+
+    cands = [c for c in cands if c.scores == "shared" or is_timed(c)] or cands
     if not cands:
         # the smallest configuration's rule names the reason (dtype, head dim, target)
         check_attention_config(w, AttentionConfig(1, BLOCK_KV[0], 1), target)

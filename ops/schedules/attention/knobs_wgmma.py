@@ -36,6 +36,11 @@ BASE_REGISTERS = 56
 the running maxima and sums): ptxas 13 gave 106 to 254 registers for head dims 64 and 128,
 4 and 8 warps, ``block_kv`` 64 and 128, 1 to 3 stages on sm_90a, no spills, within 40 of
 this estimate."""
+REGISTERS_FORM_EXTRA = {1: 16, 2: 64}
+"""Registers the ``scores="registers"`` form holds beyond its accumulators and
+:data:`BASE_REGISTERS`, by stages (the two-stage loop runs two tiles an iteration): ptxas
+13 on sm_90a gave 168 to 254 registers for head dim 128, 4 and 8 warps, ``block_kv`` 64
+and 128, causal or not, no spills, within 40 of this estimate."""
 REGISTER_BUDGET = 255
 
 
@@ -68,17 +73,24 @@ def wgmma_layout(w: AttentionWorkload, cfg) -> WgmmaLayout:
     ``V_s`` ``stages x [block_kv / 64][v_panels][64][64]`` (64 K-rows a panel: the
     MN-major descriptor's 8192-byte LBO), ``P_s`` ``[block_kv / 64][block_q][64]``, all
     16-bit and 128B-swizzled; ``S_s`` and ``O_s`` float32 ``[block_q][ld]``; one float32
-    per row (``R_s``) and per warp (``W_s``)."""
+    per row (``R_s``) and per warp (``W_s``). With ``scores="registers"`` the scores and
+    the output stay in the accumulators' registers: no ``S_s``, ``O_s``, ``R_s``, ``W_s``
+    (``s_ld`` and ``o_ld`` 0)."""
     br, bc = cfg.block_q, cfg.block_kv
     qp = -(-w.head_dim // PANEL)
     vp = -(-w.v_dim // PANEL)
-    s_ld = max(bc, output_chunk(w, cfg)) + PAD32
-    o_ld = w.v_dim + PAD32
     sizes = {
         "Q_s": qp * br * PANEL * 2, "K_s": cfg.stages * qp * bc * PANEL * 2,
         "V_s": cfg.stages * bc * vp * PANEL * 2, "P_s": bc * br * 2,
-        "S_s": br * s_ld * 4, "O_s": br * o_ld * 4, "R_s": br * 4, "W_s": cfg.warps * 4,
     }
+    if cfg.p_operand == "registers":
+        del sizes["P_s"]  # P is the A of P V's wgmmas, in registers
+    s_ld = o_ld = 0
+    if cfg.scores != "registers":
+        s_ld = max(bc, output_chunk(w, cfg)) + PAD32
+        o_ld = w.v_dim + PAD32
+        sizes.update({"S_s": br * s_ld * 4, "O_s": br * o_ld * 4, "R_s": br * 4,
+                      "W_s": cfg.warps * 4})
     offsets, at = {}, 0
     for name, n in sizes.items():
         offsets[name] = at
@@ -88,8 +100,12 @@ def wgmma_layout(w: AttentionWorkload, cfg) -> WgmmaLayout:
 
 def wgmma_registers(w: AttentionWorkload, cfg) -> int:
     """32-bit registers a thread holds: its share of the two accumulators (``block_kv /
-    2`` and ``v_dim / 2`` float32), the masked scores its softmax keeps (``block_kv / 2``)
-    plus a fixed overhead."""
+    2`` and ``v_dim / 2`` float32), the masked scores its softmax keeps (``block_kv / 2``;
+    none with ``scores="registers"``, which masks them in place) plus a fixed overhead."""
+    if cfg.scores == "registers":
+        # P in registers takes the scores' registers (in place): none more
+        return (cfg.block_kv // 2 + w.v_dim // 2 + BASE_REGISTERS
+                + REGISTERS_FORM_EXTRA.get(cfg.stages, 64))
     return cfg.block_kv + w.v_dim // 2 + BASE_REGISTERS
 
 
@@ -114,6 +130,11 @@ def check_wgmma_config(w: AttentionWorkload, cfg, target: Target) -> None:
     if cfg.stages not in WGMMA_STAGES:
         raise AttentionError(f"mma='wgmma' takes stages in {WGMMA_STAGES} (3: the next "
                              f"tile's Q K^T overlaps this tile's softmax), got {cfg.stages}")
+    if cfg.scores == "registers" and cfg.stages == 3:
+        raise AttentionError("scores='registers' takes 1 or 2 stages: the overlapped form "
+                             "(stages=3) issues the next tile's Q K^T into the accumulator "
+                             "the softmax still reads (it would need a second one); take "
+                             "stages 1 or 2, or scores='shared'")
     if w.v_dim % PANEL or w.v_dim > 256:
         raise AttentionError(f"mma='wgmma' reads V as the MN-major B of m64n{w.v_dim}k16, in "
                              f"64-column panels: v_dim must be 64, 128, 192 or 256, got "
@@ -121,6 +142,18 @@ def check_wgmma_config(w: AttentionWorkload, cfg, target: Target) -> None:
     if w.head_dim % 16 or w.head_dim > 256:
         raise AttentionError(f"mma='wgmma': head_dim {w.head_dim} is not a multiple of 16 "
                              "up to 256 (k16 steps of Q K^T)")
+    if cfg.p_operand == "registers":
+        from ....ir.intrin.keys import IntrinKey
+        from ....ir.intrin.registry import lowered_for
+
+        rs = IntrinKey("wgmma", ab=w.dtype, acc="float32", n=w.v_dim, b_kn=True, a_regs=True,
+                       a_cvt=True)
+        if not lowered_for(rs, "ptx"):
+            raise AttentionError(
+                "p_operand='registers' runs P V as wgmma with A from registers, which the "
+                "PTX backend does not lower yet (backend_ptx/tensorcore.py must route the "
+                "_rs nests to backend_ptx/wgmma_regs.py; docs/attention.md): take "
+                "p_operand='shared' (attention_module builds it for the simulator)")
     lay = wgmma_layout(w, cfg)
     limit = target.max_shared_memory_per_block_optin
     if lay.total > limit:
@@ -157,13 +190,15 @@ def wgmma_candidates(w: AttentionWorkload, target: Target) -> list:
         for bc in WGMMA_BLOCK_KV:
             if bc > 64 and w.kv_len <= 64:
                 continue
-            for st in WGMMA_STAGES:
-                cfg = AttentionConfig(warps, bc, st, "wgmma")
-                try:
-                    check_wgmma_config(w, cfg, target)
-                except AttentionError:
-                    continue
-                out.append(cfg)
+            for scores, p in (("shared", "shared"), ("registers", "shared"),
+                              ("registers", "registers")):
+                for st in WGMMA_STAGES:
+                    cfg = AttentionConfig(warps, bc, st, "wgmma", scores, p)
+                    try:
+                        check_wgmma_config(w, cfg, target)
+                    except AttentionError:
+                        continue
+                    out.append(cfg)
     return out
 
 
@@ -190,6 +225,9 @@ def wgmma_attention_time(w: AttentionWorkload, cfg, target: Target) -> float:
     # the scores stored, read once, the probabilities written; the barriers (two a step,
     # three with one stage)
     row_work = 3 * br * bc / cfg.threads + cfg.warps
+    if cfg.scores == "registers":
+        # the softmax reads the accumulators' registers: only the probabilities' store
+        row_work = br * bc / cfg.threads
     t_rows = (row_work * 4 + (3 if cfg.stages == 1 else 2) * target.barrier_cycles) / clock
     if cfg.stages == 3:
         # the softmax runs beside the next tile's Q K^T (half the tensor-core work)

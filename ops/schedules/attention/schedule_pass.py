@@ -19,7 +19,16 @@ from ....ir.stmt import Module
 from ....passes import Pass, register_pass
 from ....passes.errors import PassError
 from .kernel import attention_module
-from .knobs import BLOCK_KV, MMAS, STAGES, WARPS, AttentionConfig, check_attention_config
+from .knobs import (
+    BLOCK_KV,
+    MMAS,
+    P_OPERANDS,
+    SCORES,
+    STAGES,
+    WARPS,
+    AttentionConfig,
+    check_attention_config,
+)
 from .knobs_wgmma import WGMMA_STAGES
 from .workload import LAYOUTS, AttentionError, AttentionMask, AttentionWorkload
 
@@ -236,6 +245,11 @@ class FusedAttention(Pass):
             or 8, one warpgroup per 64 query rows; block_kv 64 or 128).
         layout: how q, k, v and the output lie: ``"bhsd"`` ``[B, H, L, E]`` or ``"bshd"``
             ``[B, L, H, E]`` (the attention's ``layout``).
+        scores: with wgmma, where the scores live between the products: ``"shared"``
+            (a float32 tile) or ``"registers"`` (the accumulator's registers; 1 or 2
+            stages).
+        p_operand: with scores in registers, where P V's A comes from: ``"shared"`` or
+            ``"registers"`` (wgmma with A from registers).
         views: empty, or for each of q, k, v the 5 integers batch, seq, heads, dim,
             offset of its view into a wider parameter (batch 0: none; ``bshd`` only;
             the slices of a combined Q/K/V projection, see ``fold_attention_layout``).
@@ -250,17 +264,22 @@ class FusedAttention(Pass):
     mma: str = "mma_sync"
     layout: str = "bhsd"
     views: tuple[int, ...] = ()
+    scores: str = "shared"
+    p_operand: str = "shared"
 
     @property
     def config(self) -> AttentionConfig:
-        return AttentionConfig(self.warps, self.block_kv, self.stages, self.mma)
+        return AttentionConfig(self.warps, self.block_kv, self.stages, self.mma, self.scores,
+                               self.p_operand)
 
     def apply(self, module: Module, ctx) -> Module:
         stages = WGMMA_STAGES if self.mma == "wgmma" else STAGES
         for what, value, allowed in (("warps", self.warps, WARPS),
                                      ("block_kv", self.block_kv, BLOCK_KV),
                                      ("stages", self.stages, stages),
-                                     ("mma", self.mma, MMAS)):
+                                     ("mma", self.mma, MMAS),
+                                     ("scores", self.scores, SCORES),
+                                     ("p_operand", self.p_operand, P_OPERANDS)):
             if value not in allowed:
                 raise PassError(self, AttentionError(
                     f"fused_attention: {what} must be one of {allowed}, got {value}"))
