@@ -134,7 +134,7 @@ def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_ti
     bk = block_k(form)
     Mp, Np, blocks, steps = _tiles(form, bm, bn, bk, split)
     smem = wgmma_shared_bytes(SimpleNamespace(block_m=bm, block_n=bn, stages=stages), c_tile)
-    waves, r = _waves(t, blocks, WARPGROUP * wgs, np.minimum(255, 48 + bn // 2), smem)
+    waves, r = _waves(t, blocks, WARPGROUP * wgs, _wgmma_registers(bn), smem)
     tc_sm = t.peak_flops(form.in_dtype, tensor_core=True) / (t.num_sms * t.clock_hz)
     frac = (WGMMA_PEAK_FRACTION * np.where(r * wgs >= 2, 1.0, 0.8)
             * np.where(np.asarray(in_flight) > 0, 1.0, NO_FLIGHT_RATE))
@@ -146,3 +146,19 @@ def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_ti
     tiles = blocks * steps * (bm + bn) * ROW_BYTES
     sec = np.maximum(sec, tiles / (L2_TILE_RATE * t.l2_bytes_per_s))
     return _finish(sec, form, t, split, Mp * Np, dram_floor)
+
+
+def _wgmma_registers(block_n):
+    """Registers a thread of the wgmma schedule is expected to take: its ``block_n / 2``
+    float32 accumulators and 48 more."""
+    return np.minimum(255, 48 + np.asarray(block_n) // 2)
+
+
+def wgmma_blocks_per_sm(cfg: WgmmaScheduleConfig, target=None, c_tile: bool = False) -> int:
+    """Blocks of the wgmma schedule of ``cfg`` resident on one SM of ``target`` (shared
+    memory with the C tile where ``c_tile``, the expected registers), as the estimate
+    counts them."""
+    t = as_target(target)
+    smem = wgmma_shared_bytes(cfg, c_tile)
+    return int(t.blocks_per_sm(WARPGROUP * cfg.warpgroups, int(_wgmma_registers(cfg.block_n)),
+                               int(smem) + 1024))
