@@ -7,8 +7,11 @@ by ``--jobs`` worker processes and then, on the GPU, checked against a float64 r
 graph-timed (``--number`` launches in a CUDA graph, median of ``--repeat`` replays):
 
 - ``default``: ``default_schedule`` (the chooser's pick, wgmma or mma.sync);
-- ``wgmma``: every ``block_n`` x ``warpgroups`` x ``stages`` (``--stages``, one group in
-  flight) x ``split_k`` (``--splits``) the rules allow (``wgmma_rules``);
+- ``wgmma``: every ``block_n`` (the knob space's and ``--block-n``, e.g. 192) x
+  ``warpgroups`` x ``stages`` (``--stages``) x groups in flight from 3 stages
+  (``--in-flight``, 1 by default) x ``split_k`` (``--splits``) x block order (``--raster``,
+  1 by default: groups of row blocks, written ``r8`` after the config) the rules allow
+  (``wgmma_rules``);
 - ``mma``: the ``--top-mma`` candidates of the mma.sync chooser (``gemm_candidates``) that
   its estimate ranks first;
 - ``cuBLAS``: ``torch.nn.functional.linear`` in fp16 (reduced-precision reductions off).
@@ -22,6 +25,8 @@ an H100 host with 16 build workers.
     python3 bench/bench_gemm_few_rows.py [--m 1,8,16,32,64,128,256] [--nk 768,3072,4096]
         [--stages 3,4,5] [--splits 1,2,4,8] [--top-mma 8] [--json sweep.jsonl]
     python3 bench/bench_gemm_few_rows.py --shapes 4096x2304x768,1024x50257x768  # exact shapes
+    python3 bench/bench_gemm_few_rows.py --shapes ... --block-n 192 --in-flight 0,1 \\
+        --raster 1,8   # the mid-size kernel's knobs: 192-wide tiles, order, waits
     python3 bench/bench_gemm_few_rows.py --dry-run --m 16,128 --nk 768   # no GPU: builds
 """
 
@@ -68,11 +73,15 @@ def configs(M: int, N: int, K: int, args) -> list:
     epi_tile = not direct_store(prod, None if y.op is prod else y.op, form)
     out = [("default", None, float("nan"))]
     ch = wgmma_choices(form)
-    for bn, wg, st, sk in itertools.product(ch["block_n"], ch["warpgroups"], args.stages,
-                                            args.splits):
+    widths = ch["block_n"] + tuple(n for n in args.block_n if n not in ch["block_n"]
+                                   and n <= max(ch["block_n"]))
+    for bn, wg, st, sk, fl, ras in itertools.product(widths, ch["warpgroups"], args.stages,
+                                                     args.splits, args.in_flight, args.raster):
         if st not in ch["stages"] or sk not in ch["split_k"]:
             continue
-        cfg = WgmmaScheduleConfig(bn, wg, st, 1 if st >= 3 else 0, sk)
+        cfg = WgmmaScheduleConfig(bn, wg, st, fl if st >= 3 else 0, sk, ras)
+        if ras > 1 and -(-M // cfg.block_m) <= ras:
+            continue  # one group covers every row block: the order of raster 1 transposed
         c_tile = needs_c_tile(cfg, form, epi_tile)
         if first_broken(wgmma_rules(cfg, form, TARGET, c_tile)) is None:
             out.append(("wgmma", cfg, wgmma_time(cfg, form, TARGET, c_tile)))
@@ -87,7 +96,7 @@ def describe(kind: str, cfg) -> str:
         return kind
     if kind == "wgmma":
         return (f"wgmma {cfg.block_m}x{cfg.block_n} s{cfg.stages} f{cfg.in_flight} "
-                f"sk{cfg.split_k}")
+                f"sk{cfg.split_k}" + (f" r{cfg.raster}" if cfg.raster > 1 else ""))
     return (f"mma {cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.warps_m}x{cfg.warps_n} "
             f"s{cfg.stages} sk{cfg.split_k}")
 
@@ -265,6 +274,12 @@ def main(argv=None) -> int:
                    help="exact MxNxK shapes, comma-separated (instead of --m x --nk x --nk)")
     p.add_argument("--stages", type=ints, default=[3, 4, 5])
     p.add_argument("--splits", type=ints, default=[1, 2, 4, 8])
+    p.add_argument("--block-n", type=ints, default=[],
+                   help="wgmma widths besides the knob space's (192: 128 x 192 tiles)")
+    p.add_argument("--in-flight", type=ints, default=[1],
+                   help="wgmma groups in flight from 3 stages (0,1: both)")
+    p.add_argument("--raster", type=ints, default=[1],
+                   help="block orders: 1, or groups of that many row blocks (1,8: both)")
     p.add_argument("--top-mma", type=int, default=8)
     p.add_argument("--number", type=int, default=20)
     p.add_argument("--repeat", type=int, default=5)

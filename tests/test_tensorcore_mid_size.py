@@ -72,8 +72,9 @@ def test_outside_the_measured_range_the_rule_is_silent(shape, dtype, target):
     assert mid_size_wgmma_config(form, target) is None
 
 
-def test_a_batch_or_a_conv_is_outside_the_rule():
+def test_a_batch_a_conv_or_b_read_as_k_by_n_is_outside_the_rule():
     form = _product(4096, 2304, 768)[2]
+    assert mid_size_wgmma_config(replace(form, b_kn=True), SM90A) is None
     assert mid_size_wgmma_config(replace(form, conv=True), SM90A) is None
     assert mid_size_wgmma_config(replace(form, batch=2, batched=True), SM90A) is None
 
@@ -120,3 +121,33 @@ def test_the_rules_configurations_compute_the_product(M, N, K, cfg, bias, act):
     _, vals, got = _run(s, args, y)
     want = _ref(vals, bias, act, False)
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K,epilogue", [(4096, 768, 768, False), (1024, 768, 3072, True),
+                                            (4096, 2304, 768, False), (1000, 1000, 1000, True)])
+def test_the_mid_size_defaults_on_the_gpu(M, N, K, epilogue):
+    """The rule's picks built by the default schedule for an H100, against float64 numpy."""
+    import ptxforge
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+    from ptxforge.ops.schedules import default_schedule
+    from ptxforge.target import as_target
+
+    from .lowp import f64, host
+
+    dev = cuda(0)
+    if dev.sm != "sm_90":
+        pytest.skip(f"the mid-size rule is for sm_90 GPUs; this one is {dev.sm}")
+    rng = np.random.default_rng(9)
+    act = "gelu" if epilogue else None
+    y, args = _dense(M, N, K, bias=epilogue, act=act, cast="float16")
+    target = as_target(SM90A)
+    with target:
+        loaded = compile_module(ptxforge.lower(default_schedule(y, target), args + [y]),
+                                target).load(dev)
+    vals = [host(rng, a.shape, a.dtype) for a in args]
+    out = empty((M, N), y.dtype, dev)
+    loaded(*[array(h, dev, a.dtype) for h, a in zip(vals, args)], out)
+    want = _ref([f64(h, a.dtype) for h, a in zip(vals, args)], epilogue, act, False)
+    np.testing.assert_allclose(f64(out.numpy(), y.dtype), want, rtol=0,
+                               atol=3e-3 * np.abs(want).max())

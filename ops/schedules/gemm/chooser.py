@@ -372,12 +372,12 @@ MID_WIDE_WAVE = 0.7
 
 
 def _mid_size(form: GemmForm) -> bool:
-    """Whether ``form`` is a product of the measured mid-size range: fp16, not a conv nor a
-    batch, at least :data:`MID_MIN_M` rows and :data:`MID_MIN_N` columns, ``K`` within
-    :data:`MID_K`."""
+    """Whether ``form`` is a product of the measured mid-size range: fp16, B read K-major
+    (``[N, K]``, as a dense layer's weight), not a conv nor a batch, at least
+    :data:`MID_MIN_M` rows and :data:`MID_MIN_N` columns, ``K`` within :data:`MID_K`."""
     lo, hi = MID_K
     return (form.in_dtype == "float16" and not form.conv and not form.batched
-            and form.paddable and not form.tf32 and form.M >= MID_MIN_M
+            and not form.b_kn and form.paddable and not form.tf32 and form.M >= MID_MIN_M
             and form.N >= MID_MIN_N and lo <= form.K <= hi)
 
 

@@ -115,16 +115,18 @@ def wgmma_time(cfg: WgmmaScheduleConfig, form, target=None, c_tile: bool = False
                dram_floor: bool = True) -> float:
     """:func:`wgmma_estimate` of one configuration, in seconds."""
     return float(wgmma_estimate(cfg.block_n, cfg.warpgroups, cfg.stages, cfg.split_k, form,
-                                target, c_tile, dram_floor, cfg.in_flight))
+                                target, c_tile, dram_floor, cfg.in_flight,
+                                getattr(cfg, "raster", 1)))
 
 
 def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_tile=False,
-                   dram_floor: bool = True, in_flight=1):
+                   dram_floor: bool = True, in_flight=1, raster=1):
     """The wgmma schedule's time over arrays of knobs, in the shape of
     :func:`gemm_estimate`: each 128-byte step the largest of the wgmma work
     (:data:`WGMMA_PEAK_FRACTION`, :data:`NO_FLIGHT_RATE`), the tile copies
     (:data:`WGMMA_COPY_BYTES_PER_CLOCK`) and the latency the copies in flight hide; at
-    least the tiles' L2 traffic (:data:`L2_TILE_RATE`) and the DRAM floor."""
+    least the tiles' L2 traffic (:data:`L2_TILE_RATE`) and the DRAM floor, which reads a B
+    larger than the L2 once per group of ``raster`` row blocks (:func:`dram_passes`)."""
     t = as_target(target)
     bn = np.asarray(block_n, dtype=np.int64)
     wgs = np.asarray(warpgroups, dtype=np.int64)
@@ -145,7 +147,21 @@ def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_ti
                            + t.barrier_cycles) / t.clock_hz
     tiles = blocks * steps * (bm + bn) * ROW_BYTES
     sec = np.maximum(sec, tiles / (L2_TILE_RATE * t.l2_bytes_per_s))
+    if dram_floor:
+        b_bytes = form.batch * form.N * form.K * form.elem_bytes
+        passes = dram_passes(-(-form.M // bm), raster, b_bytes, t)
+        sec = np.maximum(sec, (form.input_bytes + (passes - 1) * b_bytes) / t.dram_bytes_per_s)
     return _finish(sec, form, t, split, Mp * Np, dram_floor)
+
+
+def dram_passes(row_blocks, raster, b_bytes: float, target) -> np.ndarray:
+    """How many times the blocks read B from DRAM: once where it fits the L2; else once per
+    group of ``raster`` row blocks (the blocks run along a row block's columns, each row
+    block streaming all of B past the L2; GPT-2's 50,257 x 768 head at 1,024 tokens in
+    128-row blocks: 8 passes over its 77 MB)."""
+    raster = np.maximum(np.asarray(raster, dtype=np.int64), 1)
+    groups = -(-np.asarray(row_blocks, dtype=np.int64) // raster)
+    return np.where(b_bytes > target.l2_bytes, groups, 1)
 
 
 def _wgmma_registers(block_n):

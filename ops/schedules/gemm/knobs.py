@@ -120,6 +120,12 @@ ROW_BYTES = 128
 """Bytes of K in a wgmma shared tile's row: one row of the 128B swizzle."""
 BLOCK_N = WGMMA_SPACE.block_n
 """The wgmma block tile widths offered (one ``m64n{block_n}k16`` per k16 step)."""
+BLOCK_N_K_MAJOR = BLOCK_N + (192,)
+"""The wgmma block tile widths a product whose B is read K-major (``[N, K]``) may take: also
+192, whose tiles fill the 132 SMs of an H100 where 128 and 256 leave part of a wave empty
+(BERT's and GPT-2's N of 768, 2304 and 3072 are multiples of 192; cuBLAS runs them in
+192-wide tiles). Not among the knob spaces' or the default candidates' widths: the sweep
+(``bench/bench_gemm_few_rows.py --block-n``) measures it first."""
 B_KN_PANEL = 64
 """The panel width of wgmma's MN-major B tile (B read as ``[K, N]``): ``block_n / 64``
 panels of 64 K-rows of one 128-byte swizzle atom of N (the descriptor's leading byte
@@ -132,13 +138,18 @@ class WgmmaScheduleConfig:
     ``block_n`` columns (the wgmma's N), ``warpgroups`` (``64 * warpgroups`` rows),
     ``stages`` shared buffers (1: no pipeline), ``in_flight`` wgmma groups left running
     across K steps (1 needs 3 stages: the copies run ``stages - 2`` tiles ahead),
-    ``split_k`` as :class:`TensorCoreConfig`'s."""
+    ``split_k`` as :class:`TensorCoreConfig`'s, ``raster`` the block order: 1 puts the
+    column blocks on blockIdx.x and the row blocks on y (consecutive blocks share their A
+    rows); ``g`` > 1 runs the blocks on blockIdx.x alone in groups of ``g`` row blocks of
+    one column block (consecutive blocks share their B tile: a B that does not stay in L2,
+    the 77 MB of GPT-2's 50,257 x 768 head, is read once instead of once per row block)."""
 
     block_n: int = 128
     warpgroups: int = 2
     stages: int = 4
     in_flight: int = 0
     split_k: int = 1
+    raster: int = 1
 
     @property
     def block_m(self) -> int:
