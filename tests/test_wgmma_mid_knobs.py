@@ -208,3 +208,39 @@ def test_the_knobs_on_the_gpu(M, N, K, cfg):
                 False)
     np.testing.assert_allclose(f64(out.numpy(), y.dtype), want, rtol=0,
                                atol=3e-3 * np.abs(want).max())
+
+
+def test_the_dense_template_tunes_the_block_order_where_there_are_row_blocks():
+    from ptxforge import autotvm
+    from ptxforge.autotvm import tensorcore_wgmma as tw
+    from ptxforge.autotvm.space import ConfigEntity, InstantiationError
+    from ptxforge.target import as_target
+
+    small = autotvm.task.create(tw.NAME, args=(128, 128, 256, "float16"), target=SIM)
+    assert list(small.config_space.space_map) == list(tw.KNOBS)  # as before: no raster
+    task = autotvm.task.create(tw.NAME, args=(256, 64, 128, "float16"), target=SIM)
+    space = task.config_space
+    assert list(space.space_map) == [*tw.KNOBS, "raster"]
+    assert [e.val for e in space.space_map["raster"].entities] == [1, 2, 4, 8]
+    # the indices of the space without the knob keep their configurations (raster 1)
+    plain = space.get(space.knob2point([0, 0, 1, 0, 0, 0]))
+    assert plain["raster"].val == 1 and plain.index < len(space) // 4
+    # a record from before the knob replays in the plain order
+    old = ConfigEntity.from_json_dict({"index": plain.index, "code_hash": None, "entity": [
+        [k, "ot", plain[k].val] for k in tw.KNOBS]}, space)
+    assert str(task.instantiate(old)[0].pipeline) == str(task.instantiate(plain)[0].pipeline)
+    # raster 4 runs the 4 row blocks of 64 under one column block on blockIdx.x
+    grouped = space.get(space.knob2point([0, 0, 1, 0, 0, 2]))
+    s, tensors = task.instantiate(grouped)
+    mod = ptxforge.build(s, tensors, target=SIM)
+    assert _grid(mod) == [4, 1, 1]
+    a, b = host(RNG, (256, 128), "float16"), host(RNG, (64, 128), "float16")
+    c = np.full((256, 64), np.nan, np.float16)
+    mod(a, b, c)
+    want = f64(a, "float16") @ f64(b, "float16").T
+    np.testing.assert_allclose(f64(c, "float16"), want, rtol=0, atol=4e-3 * np.abs(want).max())
+    bad = space.get(space.knob2point([0, 1, 1, 0, 0, 3]))  # 2 row blocks of 128: raster 8
+    with pytest.raises(InstantiationError, match="need raster 8 to divide the 2 row blocks"):
+        task.instantiate(bad)
+    with as_target("cuda -arch=sm_90a"):
+        assert task.default_config() is not None and task.default_config()["raster"].val == 1

@@ -31,6 +31,7 @@ class WgmmaSpace:
     stages: tuple = (1, 2, 3, 4, 5)
     in_flight: tuple = (0, 1)
     split_k: tuple = (1, 2, 4, 8, 16)
+    raster: tuple = (1, 2, 4, 8)
 
 
 MMA_SYNC_SPACE = MmaSyncSpace()
@@ -64,8 +65,9 @@ def mma_sync_choices(form, divide: bool = False) -> dict:
 def wgmma_choices(form, divide: bool = False) -> dict:
     """The choices of each wgmma knob over ``form``: ``block_n`` up to :func:`tile_limit`,
     2 warpgroups only where ``M > 64``, depths and split-K parts up to the 64-column steps
-    of ``K`` (split-K where paddable); not paddable or ``divide``: tiles dividing the
-    product."""
+    of ``K`` (split-K where paddable), block orders (``raster``) where more than 128 rows
+    make several row blocks (none on a convolution); not paddable or ``divide``: tiles
+    dividing the product."""
     S = WGMMA_SPACE
     pad = form.paddable and not divide
     steps = -(-form.K // BLOCK_K)
@@ -76,7 +78,13 @@ def wgmma_choices(form, divide: bool = False) -> dict:
                             if (w == 1 or form.M > 64 if pad else form.M % (64 * w) == 0)),
         "stages": tuple(x for x in S.stages if x <= max(1, steps)),
         "in_flight": S.in_flight,
-        "split_k": tuple(p for p in S.split_k if p == 1 or (pad and steps >= p))}
+        "split_k": tuple(p for p in S.split_k if p == 1 or (pad and steps >= p)),
+        "raster": S.raster[:1] if form.conv or form.M <= RASTER_MIN_M else S.raster}
+
+
+RASTER_MIN_M = 128
+"""Up to this many rows (two row blocks of 64) the block order is no choice (``raster``
+1): the tuners' spaces of such products stay as they were."""
 
 
 def split_parts(space) -> tuple:
