@@ -10,8 +10,9 @@ graph-timed (``--number`` launches in a CUDA graph, median of ``--repeat`` repla
 - ``wgmma``: every ``block_n`` (the knob space's and ``--block-n``, e.g. 192) x
   ``warpgroups`` x ``stages`` (``--stages``) x groups in flight from 3 stages
   (``--in-flight``, 1 by default) x ``split_k`` (``--splits``) x block order (``--raster``,
-  1 by default: groups of row blocks, written ``r8`` after the config) the rules allow
-  (``wgmma_rules``);
+  1 by default: groups of row blocks, written ``r8`` after the config) x epilogue
+  (``--staged``: 1 stores through the shared C tile where the fragments could go straight
+  to the output, written ``staged``) the rules allow (``wgmma_rules``);
 - ``mma``: the ``--top-mma`` candidates of the mma.sync chooser (``gemm_candidates``) that
   its estimate ranks first;
 - ``cuBLAS``: ``torch.nn.functional.linear`` in fp16 (reduced-precision reductions off).
@@ -26,7 +27,8 @@ an H100 host with 16 build workers.
         [--stages 3,4,5] [--splits 1,2,4,8] [--top-mma 8] [--json sweep.jsonl]
     python3 bench/bench_gemm_few_rows.py --shapes 4096x2304x768,1024x50257x768  # exact shapes
     python3 bench/bench_gemm_few_rows.py --shapes ... --block-n 192 --in-flight 0,1 \\
-        --raster 1,8   # the mid-size kernel's knobs: 192-wide tiles, order, waits
+        --raster 1,8 --staged 0,1   # the mid-size kernel's knobs: 192-wide tiles,
+        # block order, waits, staged epilogue
     python3 bench/bench_gemm_few_rows.py --dry-run --m 16,128 --nk 768   # no GPU: builds
 """
 
@@ -75,11 +77,14 @@ def configs(M: int, N: int, K: int, args) -> list:
     ch = wgmma_choices(form)
     widths = ch["block_n"] + tuple(n for n in args.block_n if n not in ch["block_n"]
                                    and n <= max(ch["block_n"]))
-    for bn, wg, st, sk, fl, ras in itertools.product(widths, ch["warpgroups"], args.stages,
-                                                     args.splits, args.in_flight, args.raster):
+    for bn, wg, st, sk, fl, ras, staged in itertools.product(
+            widths, ch["warpgroups"], args.stages, args.splits, args.in_flight, args.raster,
+            args.staged):
         if st not in ch["stages"] or sk not in ch["split_k"]:
             continue
-        cfg = WgmmaScheduleConfig(bn, wg, st, fl if st >= 3 else 0, sk, ras)
+        cfg = WgmmaScheduleConfig(bn, wg, st, fl if st >= 3 else 0, sk, ras, bool(staged))
+        if staged and needs_c_tile(WgmmaScheduleConfig(bn, wg, st, 0, sk), form, epi_tile):
+            continue  # the C tile is there anyway: the same kernel
         if ras > 1 and -(-M // cfg.block_m) <= ras:
             continue  # one group covers every row block: the order of raster 1 transposed
         c_tile = needs_c_tile(cfg, form, epi_tile)
@@ -96,7 +101,8 @@ def describe(kind: str, cfg) -> str:
         return kind
     if kind == "wgmma":
         return (f"wgmma {cfg.block_m}x{cfg.block_n} s{cfg.stages} f{cfg.in_flight} "
-                f"sk{cfg.split_k}" + (f" r{cfg.raster}" if cfg.raster > 1 else ""))
+                f"sk{cfg.split_k}" + (f" r{cfg.raster}" if cfg.raster > 1 else "")
+                + (" staged" if cfg.staged_epilogue else ""))
     return (f"mma {cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.warps_m}x{cfg.warps_n} "
             f"s{cfg.stages} sk{cfg.split_k}")
 
@@ -280,6 +286,9 @@ def main(argv=None) -> int:
                    help="wgmma groups in flight from 3 stages (0,1: both)")
     p.add_argument("--raster", type=ints, default=[1],
                    help="block orders: 1, or groups of that many row blocks (1,8: both)")
+    p.add_argument("--staged", type=ints, default=[0],
+                   help="wgmma epilogues: 0 as the default stores, 1 through the shared C "
+                        "tile with row-wise stores (0,1: both)")
     p.add_argument("--top-mma", type=int, default=8)
     p.add_argument("--number", type=int, default=20)
     p.add_argument("--repeat", type=int, default=5)

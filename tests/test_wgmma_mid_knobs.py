@@ -42,6 +42,8 @@ def _grid(mod) -> list:
     (256, 128, 128, False, None, False, "float16", (64, 1, 2, 0, 1, 4), [8, 1, 1]),
     (200, 192, 128, True, "gelu", False, "float16", (64, 1, 2, 0, 1, 2), [12, 1, 1]),
     (256, 128, 256, False, None, False, None, (64, 2, 2, 0, 2, 2), [4, 1, 2]),
+    # the staged epilogue: only the cast, yet through the C tile, in the grouped order
+    (256, 128, 128, False, None, False, "float16", (128, 2, 2, 0, 1, 2, True), [2, 1, 1]),
 ])
 def test_the_knobs_compute_the_product(M, N, K, bias, act, residual, cast, cfg, grid):
     y, args = _dense(M, N, K, bias=bias, act=act, residual=residual, cast=cast)
@@ -52,6 +54,9 @@ def test_the_knobs_compute_the_product(M, N, K, bias, act, residual, cast, cfg, 
     assert _grid(mod) == grid
     if used.block_n == 192:
         assert "wgmma_m64n192k16_f16_f32" in s.pipeline.text
+    if used.staged_epilogue:
+        assert '"shared", [T_matmul_NT]' in s.pipeline.text
+        assert "store_wg_f32_f16" not in s.pipeline.text
 
 
 def test_a_remapped_epilogue_takes_the_grouped_order():
@@ -79,6 +84,7 @@ def test_a_remapped_epilogue_takes_the_grouped_order():
     ((256, 256, 128), (64, 1, 2, 0, 1, 3), r"need raster 3 to divide the 4 row blocks of 64"),
     ((256, 256, 128), (64, 1, 2, 0, 1, 0), r"need raster a positive int \(got 0\)"),
     ((128, 192, 128), (96, 1, 2, 0), r"need block_n in \(64, 128, 256, 192\) \(got 96\)"),
+    ((128, 128, 128), (128, 2, 2, 0, 1, 1, 1), r"need staged_epilogue True or False \(got 1\)"),
 ])
 def test_refusals_name_the_rule(shape, cfg, rule):
     y, _ = _dense(*shape, cast="float16")
@@ -138,15 +144,20 @@ def test_the_sweep_offers_the_new_knobs():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     args = argparse.Namespace(stages=[4], splits=[1], in_flight=[0, 1], raster=[1, 4, 8],
-                              block_n=[192], top_mma=0)
+                              block_n=[192], top_mma=0, staged=[0])
     names = {bench.describe(kind, cfg) for kind, cfg, _ in bench.configs(1024, 2304, 768, args)}
     assert {"wgmma 128x192 s4 f1 sk1", "wgmma 128x192 s4 f0 sk1", "wgmma 128x128 s4 f1 sk1 r4",
             "wgmma 64x256 s4 f0 sk1 r8"} <= names
     # 8 row blocks of 128 in one group of 8 is the same order turned: not built
     assert "wgmma 128x128 s4 f1 sk1 r8" not in names
+    args = argparse.Namespace(stages=[4], splits=[1, 2], in_flight=[1], raster=[1],
+                              block_n=[], top_mma=0, staged=[0, 1])
+    names = {bench.describe(kind, cfg) for kind, cfg, _ in bench.configs(1024, 2304, 768, args)}
+    assert "wgmma 128x128 s4 f1 sk1 staged" in names
+    assert "wgmma 128x128 s4 f1 sk2 staged" not in names  # split-K: the C tile anyway
     # the default sweep is the one measured before: no 192, one group in flight, raster 1
     args = argparse.Namespace(stages=[4], splits=[1], in_flight=[1], raster=[1], block_n=[],
-                              top_mma=0)
+                              top_mma=0, staged=[0])
     names = {bench.describe(kind, cfg) for kind, cfg, _ in bench.configs(1024, 2304, 768, args)}
     assert names == {"default", "wgmma 64x64 s4 f1 sk1", "wgmma 64x128 s4 f1 sk1",
                      "wgmma 64x256 s4 f1 sk1", "wgmma 128x64 s4 f1 sk1",
@@ -179,6 +190,7 @@ def test_the_estimate_reads_a_b_larger_than_the_l2_once_per_group_of_row_blocks(
     (300, 576, 512, (192, 1, 5, 1)),          # padded: bias + gelu over the C tile
     (1024, 1000, 768, (128, 2, 4, 1, 1, 8)),  # grouped order, padded N
     (1024, 768, 768, (128, 2, 3, 0, 1, 4)),   # two blocks an SM, two tiles ahead
+    (1024, 768, 768, (128, 2, 4, 1, 1, 1, True)),  # the cast through the C tile
 ])
 def test_the_knobs_on_the_gpu(M, N, K, cfg):
     """The new knobs' kernels built for an H100 against float64 numpy."""

@@ -150,7 +150,11 @@ class WgmmaScheduleConfig:
     column blocks on blockIdx.x and the row blocks on y (consecutive blocks share their A
     rows); ``g`` > 1 runs the blocks on blockIdx.x alone in groups of ``g`` row blocks of
     one column block (consecutive blocks share their B tile: a B that does not stay in L2,
-    the 77 MB of GPT-2's 50,257 x 768 head, is read once instead of once per row block)."""
+    the 77 MB of GPT-2's 50,257 x 768 head, is read once instead of once per row block);
+    ``staged_epilogue``: the accumulators go through the float32 C tile in shared memory
+    and all threads store the output a row at a time, 4 elements a thread, even where the
+    warpgroups could store their fragments straight to it (4 bytes a thread, 8 rows a
+    warp instruction)."""
 
     block_n: int = 128
     warpgroups: int = 2
@@ -158,6 +162,7 @@ class WgmmaScheduleConfig:
     in_flight: int = 0
     split_k: int = 1
     raster: int = 1
+    staged_epilogue: bool = False
 
     @property
     def block_m(self) -> int:

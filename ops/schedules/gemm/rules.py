@@ -242,6 +242,12 @@ def wgmma_rules(k, form, target=None, c_tile=True, steps: bool = True):
     yield (_int(k.stages) and (k.stages >= 1) & (k.stages <= 5),
            lambda: f"need stages 1 to 5 (got {k.stages})")
     yield np.isin(k.in_flight, (0, 1)), lambda: f"need in_flight 0 or 1 (got {k.in_flight})"
+    staged = getattr(k, "staged_epilogue", False)
+    yield isinstance(staged, (bool, np.bool_)), lambda: (
+        f"need staged_epilogue True or False (got {staged!r})")
+    yield not (staged and form.conv), lambda: (
+        "need staged_epilogue False on a convolution (its output always goes through the C "
+        "tile)")
     yield (k.in_flight == 0) | (k.stages >= 3), lambda: (
         f"need 3 stages or more for in_flight=1 (got {k.stages}: the copies run stages - 2 "
         "tiles ahead)")
@@ -302,8 +308,9 @@ def check_wgmma_knobs(cfg, form, where: str, target=None, c_tile: bool = True) -
 
 def needs_c_tile(cfg, form, epilogue_tile: bool) -> bool:
     """Whether the wgmma schedule stores through the C tile: the epilogue reads one
-    (``epilogue_tile``), or the tiles pad the product or split K."""
-    return epilogue_tile or pads(cfg, form)
+    (``epilogue_tile``), the tiles pad the product or split K, or ``cfg`` asks for it
+    (``staged_epilogue``)."""
+    return epilogue_tile or pads(cfg, form) or bool(getattr(cfg, "staged_epilogue", False))
 
 
 def pads(knobs, form) -> bool:

@@ -166,8 +166,10 @@ def schedule_gemm(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, 
 
 def _direct(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, knobs) -> bool:
     """Whether the warps store their accumulators straight to the output: no padding, no
-    split-K, no epilogue but a cast (:func:`~.forms.direct_store`)."""
-    return not pads(knobs, form) and direct_store(op, epilogue, form)
+    split-K, no epilogue but a cast (:func:`~.forms.direct_store`), no staged epilogue
+    asked for (``staged_epilogue`` of :class:`~.knobs.WgmmaScheduleConfig`)."""
+    return (not pads(knobs, form) and not getattr(knobs, "staged_epilogue", False)
+            and direct_store(op, epilogue, form))
 
 
 def _c_in(op: ComputeOp) -> int:
