@@ -55,6 +55,7 @@ def load(path: str) -> dict:
                 continue
             s = shapes[(r["M"], r["N"], r["K"])]
             s["cublas"] = r["cublas_us"]
+            s["epilogue"] = r.get("epilogue", "none")
             if r["kind"] == "default":
                 s["default"] = (r["config"].removeprefix("default "), us)
             else:
@@ -62,14 +63,15 @@ def load(path: str) -> dict:
     return dict(shapes)
 
 
-def todays_pick(M: int, N: int, K: int) -> str:
-    """The description (as the sweep writes it) of today's default for the fp16 product."""
+def todays_pick(M: int, N: int, K: int, epilogue: str = "none") -> str:
+    """The description (as the sweep writes it) of today's default for the fp16 product
+    (with the sweep's ``epilogue``)."""
     sys.path.insert(0, HERE)
-    from bench_gemm_few_rows import TARGET, describe, layer
+    from bench_gemm_few_rows import TARGET, describe, layer_args
     from ptxforge.ops.schedules.gemm.chooser import choose_gemm_config, wgmma_choice
     from ptxforge.target import as_target
 
-    _, _, y, prod, form = layer(M, N, K)
+    _, y, prod, form = layer_args(M, N, K, epilogue)
     target = as_target(TARGET)
     w = wgmma_choice(prod, None if y.op is prod else y.op, form, target)
     return describe("wgmma", w) if w is not None else describe(
@@ -93,7 +95,7 @@ def main(argv=None) -> int:
     for (M, N, K), s in sorted(shapes.items()):
         cb = s["cublas"]
         old_cfg, old_us = s["default"] or ("(not measured)", math.nan)
-        new_cfg = todays_pick(M, N, K)
+        new_cfg = todays_pick(M, N, K, s.get("epilogue", "none"))
         # the sweep's default, where today's pick is the same, else its explicit build
         new_us = old_us if new_cfg == old_cfg else s["times"].get(new_cfg, math.nan)
         best_cfg, best_us = min([*s["times"].items(), (old_cfg, old_us)],

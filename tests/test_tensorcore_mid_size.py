@@ -14,10 +14,12 @@ import pytest
 from ptxforge.ops.schedules.gemm import chooser
 from ptxforge.ops.schedules.gemm.chooser import mid_size_wgmma_config, wgmma_choice
 from ptxforge.ops.schedules.gemm.estimate import wgmma_blocks_per_sm
+from ptxforge.ops.schedules.gemm.forms import gemm_form
 from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
 
 from .test_tensorcore_few_rows import _product
 from .test_wgmma_gemm import _dense, _ref, _run, _schedule
+from .test_wgmma_gemm import _product as _product_of
 
 SM90A = "cuda -arch=sm_90a"
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
@@ -52,11 +54,22 @@ def test_the_pair_runs_two_blocks_an_sm_only_without_the_c_tile():
     # 3 stages of 128 x 128 (96 KiB) twice on an SM; with the float32 C tile once
     assert wgmma_blocks_per_sm(PAIR, SM90A, c_tile=False) == 2
     assert wgmma_blocks_per_sm(PAIR, SM90A, c_tile=True) == 1
-    # a fused epilogue needs the C tile: 128 x 256 does not fit, nor the pair's two blocks
-    form = _product(4096, 768, 768)[2]
-    assert mid_size_wgmma_config(form, SM90A, epilogue_tile=True) == DEEP
-    form = _product(4096, 3072, 768)[2]
-    assert mid_size_wgmma_config(form, SM90A, epilogue_tile=True) == DEEP
+
+
+def test_a_fused_epilogue_is_left_to_the_estimates_unless_the_tiles_pad():
+    # the sweep stored only the cast: through the C tile where its tiles padded the
+    # product (1000^3, 3000 x 1536, the GPT-2 head), straight from the fragments elsewhere
+    for shape in ((4096, 768, 768), (4096, 3072, 768), (1024, 768, 3072)):
+        prod, _, form = _product(*shape)
+        assert mid_size_wgmma_config(form, SM90A, epilogue_tile=True) is None
+    assert mid_size_wgmma_config(_product(1000, 1000, 1000)[2], SM90A, True) == NARROW
+    # padded N: the C tile leaves 128 x 256 no room, and 128 x 128 its 5 stages (226 KB)
+    assert mid_size_wgmma_config(_product(1024, 50257, 768)[2], SM90A, True) == DEEP
+    # BERT's QKV with its bias: the default keeps the estimates' pick
+    y, _ = _dense(4096, 2304, 768, bias=True, cast="float16")
+    prod = _product_of(y)
+    form = gemm_form(prod, SM90A)
+    assert wgmma_choice(prod, y.op, form, SM90A) == chooser.choose_wgmma_config(form, SM90A)
 
 
 @pytest.mark.parametrize("shape,dtype,target", [

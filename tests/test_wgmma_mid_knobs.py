@@ -155,6 +155,12 @@ def test_the_sweep_offers_the_new_knobs():
     names = {bench.describe(kind, cfg) for kind, cfg, _ in bench.configs(1024, 2304, 768, args)}
     assert "wgmma 128x128 s4 f1 sk1 staged" in names
     assert "wgmma 128x128 s4 f1 sk2 staged" not in names  # split-K: the C tile anyway
+    # a bias (a fused epilogue) goes through the C tile in every configuration
+    args.epilogue = "bias"
+    names = {bench.describe(kind, cfg) for kind, cfg, _ in bench.configs(1024, 2304, 768, args)}
+    assert "wgmma 128x128 s4 f1 sk1" in names and not any("staged" in n for n in names)
+    inputs, y, prod, form = bench.layer_args(1024, 2304, 768, "bias")
+    assert [t.name for t in inputs] == ["x", "w", "b"] and y.op is not prod
     # the default sweep is the one measured before: no 192, one group in flight, raster 1
     args = argparse.Namespace(stages=[4], splits=[1], in_flight=[1], raster=[1], block_n=[],
                               top_mma=0, staged=[0])
