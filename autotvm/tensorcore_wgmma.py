@@ -18,7 +18,9 @@ the wgmma's N, up to N rounded up to a power of two), ``warpgroups`` (1 or 2: bl
 of 64 or 128 rows; 2 where M > 64), ``stages`` (1 to 5 cp.async buffers, at most the K
 steps of 64), ``in_flight`` (0 or 1 wgmma groups running across K steps) and ``split_k``
 (1, 2, 4, 8, 16 parts of the reduction on blockIdx.z, float32 partial sums added up by a
-second kernel). A combination the schedule refuses (in_flight 1 with fewer than 3
+second kernel) and ``raster`` (1, 2, 4, 8: the block order, groups of that many row
+blocks under each column block; 1 where M <= 128 and on convolutions). A combination the
+schedule refuses (in_flight 1 with fewer than 3
 stages, fewer K steps per split-K part than stages, more shared memory than the target
 has) is an :class:`~ptxforge.autotvm.space.InstantiationError` naming the rule. On a
 target without wgmma (anything but sm_90a) the templates refuse to instantiate: use
@@ -38,7 +40,12 @@ from __future__ import annotations
 
 from ..ir.intrin.wgmma import require_wgmma
 from ..ops.schedules.gemm.chooser import choose_wgmma_config
-from ..ops.schedules.gemm.knobs import WGMMA_SPACE, WgmmaScheduleConfig, wgmma_choices
+from ..ops.schedules.gemm.knobs import (
+    RASTER_MIN_M,
+    WGMMA_SPACE,
+    WgmmaScheduleConfig,
+    wgmma_choices,
+)
 from ..ops.schedules.gemm.schedule import schedule_gemm_wgmma, wgmma_form
 from ..passes.schedule.common import ScheduleError
 from ..target import Target, as_target
@@ -50,6 +57,11 @@ NAME = "dense_wgmma.cuda"
 BATCH_NAME = "batch_matmul_wgmma.cuda"
 CONV_NAME = "conv2d_nhwc_wgmma.cuda"
 KNOBS = ("block_n", "warpgroups", "stages", "in_flight", "split_k")
+RASTER = "raster"
+"""The block-order knob, defined after :data:`KNOBS` and only where it has a choice (more
+than 128 rows, no convolution): the first knob varies fastest in a config index, so every
+index of a space from before it is the configuration it was, and a record without it
+replays with ``raster`` 1."""
 
 
 def default_wgmma_config(M: int, N: int, K: int, target: Target | str | None = None,
@@ -96,13 +108,17 @@ def tune_wgmma(form, flop: float, default, schedule) -> None:
     ch["warpgroups"] = ch["warpgroups"] or (1,)
     for knob in KNOBS:
         cfg.define_knob(knob, list(ch[knob]))
+    if len(ch[RASTER]) > 1:
+        cfg.define_knob(RASTER, list(ch[RASTER]))
     cfg.add_flop(flop)
     if cfg.is_fallback:
         wc = default()
         if wc is None:
             raise ScheduleError(f"no wgmma tiles fit {form.M} x {form.N} x {form.K}")
     else:
-        wc = WgmmaScheduleConfig(*(cfg[k].val for k in KNOBS))
+        # a record from before the raster knob replays in the plain order
+        raster = cfg[RASTER].val if RASTER in set(cfg) else 1
+        wc = WgmmaScheduleConfig(*(cfg[k].val for k in KNOBS), raster)
     try:
         schedule(wc)
     except ScheduleError as e:
@@ -125,8 +141,12 @@ def batch_matmul_wgmma(B, M, N, K, dtype="float16", out_dtype=None):
     return _schedule(BATCH_NAME, out, mm, 2.0 * B * M * N * K), [x, y, out]
 
 
-def _knobs(c: WgmmaScheduleConfig) -> dict:
-    return {k: getattr(c, k) for k in KNOBS}
+def _knobs(c: WgmmaScheduleConfig, M: int = 0) -> dict:
+    """The knob values of ``c`` (``raster`` too where ``M`` rows give the space that knob)."""
+    out = {k: getattr(c, k) for k in KNOBS}
+    if M > RASTER_MIN_M:
+        out[RASTER] = c.raster
+    return out
 
 
 def _knob_target():
@@ -139,12 +159,13 @@ def _knob_target():
 
 @dense_wgmma.defaults
 def _defaults(M, N, K, dtype="float16", out_dtype=None):
-    return _knobs(default_wgmma_config(M, N, K, _knob_target(), dtype, out_dtype))
+    return _knobs(default_wgmma_config(M, N, K, _knob_target(), dtype, out_dtype), M)
 
 
 @batch_matmul_wgmma.defaults
 def _batch_defaults(B, M, N, K, dtype="float16", out_dtype=None):
-    return _knobs(default_wgmma_config(M, N, K, _knob_target(), dtype, out_dtype, batch=B))
+    return _knobs(default_wgmma_config(M, N, K, _knob_target(), dtype, out_dtype, batch=B),
+                  M)
 
 
 # -- conv2d NHWC: the implicit GEMM on wgmma ----------------------------------------------------

@@ -2,13 +2,19 @@
 cuBLAS, for fitting the default chooser (issue 26, item 3).
 
 Shapes: ``y[M, N] = fp16(x[M, K] @ w[N, K]^T)`` for M in 1, 8, 16, 32, 64, 128, 256 and N, K
-in 768, 3072, 4096 (``--m``, ``--nk`` to narrow). Per shape, built for ``cuda -arch=sm_90a``
-by ``--jobs`` worker processes and then, on the GPU, checked against a float64 reference and
-graph-timed (``--number`` launches in a CUDA graph, median of ``--repeat`` replays):
+in 768, 3072, 4096 (``--m``, ``--nk`` to narrow); ``--epilogue bias`` adds a bias first
+(``fp16(x @ w^T + b)``: a fused epilogue, which goes through the shared C tile). Per
+shape, built for ``cuda -arch=sm_90a`` by ``--jobs`` worker processes and then, on the
+GPU, checked against a float64 reference and graph-timed (``--number`` launches in a CUDA
+graph, median of ``--repeat`` replays):
 
 - ``default``: ``default_schedule`` (the chooser's pick, wgmma or mma.sync);
-- ``wgmma``: every ``block_n`` x ``warpgroups`` x ``stages`` (``--stages``, one group in
-  flight) x ``split_k`` (``--splits``) the rules allow (``wgmma_rules``);
+- ``wgmma``: every ``block_n`` (the knob space's and ``--block-n``, e.g. 192) x
+  ``warpgroups`` x ``stages`` (``--stages``) x groups in flight from 3 stages
+  (``--in-flight``, 1 by default) x ``split_k`` (``--splits``) x block order (``--raster``,
+  1 by default: groups of row blocks, written ``r8`` after the config) x epilogue
+  (``--staged``: 1 stores through the shared C tile where the fragments could go straight
+  to the output, written ``staged``) the rules allow (``wgmma_rules``);
 - ``mma``: the ``--top-mma`` candidates of the mma.sync chooser (``gemm_candidates``) that
   its estimate ranks first;
 - ``cuBLAS``: ``torch.nn.functional.linear`` in fp16 (reduced-precision reductions off).
@@ -22,6 +28,9 @@ an H100 host with 16 build workers.
     python3 bench/bench_gemm_few_rows.py [--m 1,8,16,32,64,128,256] [--nk 768,3072,4096]
         [--stages 3,4,5] [--splits 1,2,4,8] [--top-mma 8] [--json sweep.jsonl]
     python3 bench/bench_gemm_few_rows.py --shapes 4096x2304x768,1024x50257x768  # exact shapes
+    python3 bench/bench_gemm_few_rows.py --shapes ... --block-n 192 --in-flight 0,1 \\
+        --raster 1,8 --staged 0,1   # the mid-size kernel's knobs: 192-wide tiles,
+        # block order, waits, staged epilogue
     python3 bench/bench_gemm_few_rows.py --dry-run --m 16,128 --nk 768   # no GPU: builds
 """
 
@@ -45,15 +54,28 @@ TOLERANCE = 1e-2  # of the largest output: fp16 output, fp32 sums
 
 def layer(M: int, N: int, K: int):
     """``(x, w, y, product op, form)`` of the fp16 product cast to fp16."""
+    (x, w), y, prod, form = layer_args(M, N, K)
+    return x, w, y, prod, form
+
+
+def layer_args(M: int, N: int, K: int, epilogue: str = "none"):
+    """``(inputs, y, product op, form)`` of the fp16 product cast to fp16, with a bias
+    added first where ``epilogue`` is ``"bias"`` (a fused epilogue: the C tile)."""
     from ptxforge import ops, te
     from ptxforge.ops.schedules.gemm.forms import gemm_form
 
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue is one of {EPILOGUES}, got {epilogue!r}")
     x = te.placeholder((M, K), "float16", name="x")
     w = te.placeholder((N, K), "float16", name="w")
-    y = ops.nn.dense(x, w)
+    b = te.placeholder((N,), "float16", name="b") if epilogue == "bias" else None
+    y = ops.nn.dense(x, w, b)
     prod = next(op for op in te.create_schedule(y.op).dag.ops
                 if getattr(op, "reduce_axis", None))
-    return x, w, y, prod, gemm_form(prod, TARGET)
+    return [x, w] + ([b] if b is not None else []), y, prod, gemm_form(prod, TARGET)
+
+
+EPILOGUES = ("none", "bias")
 
 
 def configs(M: int, N: int, K: int, args) -> list:
@@ -64,15 +86,22 @@ def configs(M: int, N: int, K: int, args) -> list:
     from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig, wgmma_choices
     from ptxforge.ops.schedules.gemm.rules import first_broken, needs_c_tile, wgmma_rules
 
-    _, _, y, prod, form = layer(M, N, K)
+    _, y, prod, form = layer_args(M, N, K, getattr(args, "epilogue", "none"))
     epi_tile = not direct_store(prod, None if y.op is prod else y.op, form)
     out = [("default", None, float("nan"))]
     ch = wgmma_choices(form)
-    for bn, wg, st, sk in itertools.product(ch["block_n"], ch["warpgroups"], args.stages,
-                                            args.splits):
+    widths = ch["block_n"] + tuple(n for n in args.block_n if n not in ch["block_n"]
+                                   and n <= max(ch["block_n"]))
+    for bn, wg, st, sk, fl, ras, staged in itertools.product(
+            widths, ch["warpgroups"], args.stages, args.splits, args.in_flight, args.raster,
+            args.staged):
         if st not in ch["stages"] or sk not in ch["split_k"]:
             continue
-        cfg = WgmmaScheduleConfig(bn, wg, st, 1 if st >= 3 else 0, sk)
+        cfg = WgmmaScheduleConfig(bn, wg, st, fl if st >= 3 else 0, sk, ras, bool(staged))
+        if staged and needs_c_tile(WgmmaScheduleConfig(bn, wg, st, 0, sk), form, epi_tile):
+            continue  # the C tile is there anyway: the same kernel
+        if ras > 1 and -(-M // cfg.block_m) <= ras:
+            continue  # one group covers every row block: the order of raster 1 transposed
         c_tile = needs_c_tile(cfg, form, epi_tile)
         if first_broken(wgmma_rules(cfg, form, TARGET, c_tile)) is None:
             out.append(("wgmma", cfg, wgmma_time(cfg, form, TARGET, c_tile)))
@@ -87,7 +116,8 @@ def describe(kind: str, cfg) -> str:
         return kind
     if kind == "wgmma":
         return (f"wgmma {cfg.block_m}x{cfg.block_n} s{cfg.stages} f{cfg.in_flight} "
-                f"sk{cfg.split_k}")
+                f"sk{cfg.split_k}" + (f" r{cfg.raster}" if cfg.raster > 1 else "")
+                + (" staged" if cfg.staged_epilogue else ""))
     return (f"mma {cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.warps_m}x{cfg.warps_n} "
             f"s{cfg.stages} sk{cfg.split_k}")
 
@@ -106,8 +136,8 @@ def build(job):
     from ptxforge.target import as_target
 
     warnings.simplefilter("ignore")
-    (M, N, K), kind, cfg = job
-    x, w, y, prod, form = layer(M, N, K)
+    (M, N, K), kind, cfg, *epilogue = job
+    inputs, y, prod, form = layer_args(M, N, K, *epilogue)
     target = as_target(TARGET)
     epi = None if y.op is prod else y.op
     try:
@@ -125,7 +155,7 @@ def build(job):
                 (schedule_gemm_wgmma if kind == "wgmma" else schedule_gemm_tensorcore)(
                     s, prod, epi, cfg, target=target, form=form)
                 desc = describe(kind, cfg)
-            return job, compile_module(ptxforge.lower(s, [x, w, y]), target), desc
+            return job, compile_module(ptxforge.lower(s, inputs + [y]), target), desc
     except Exception as e:  # a refused or failing build is reported, never hidden
         return job, f"{type(e).__name__}: {str(e)[:200]}", describe(kind, cfg)
 
@@ -149,7 +179,7 @@ def all_jobs(args) -> tuple[list, dict]:
     estimates, jobs = {}, []
     for shape in shapes(args):
         for kind, cfg, est in configs(*shape, args):
-            jobs.append((shape, kind, cfg))
+            jobs.append((shape, kind, cfg, args.epilogue))
             estimates[(shape, kind, cfg)] = est
     return jobs, estimates
 
@@ -164,7 +194,7 @@ def dry_run(args) -> int:
     jobs, _ = all_jobs(args)
     built = build_all(jobs, args.jobs)
     bad = [(j, m) for j, m, _ in built if isinstance(m, str)]
-    for (shape, kind, cfg), m in bad:
+    for (shape, kind, cfg, _), m in bad:
         print(f"  {shape} {describe(kind, cfg)}: {m}")
     print(f"{len(jobs)} kernels over {len(shapes(args))} shapes, {len(bad)} failed; "
           f"{time.perf_counter() - t0:.0f} s")
@@ -195,27 +225,33 @@ def run_gpu(args) -> int:
         wh = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float16)
         want = xh.astype(np.float64) @ wh.astype(np.float64).T
         tx, tw = torch.from_numpy(xh).cuda(), torch.from_numpy(wh).cuda()
-        cublas = torch_time(lambda tx=tx, tw=tw: torch.nn.functional.linear(tx, tw), args.number,
-                            args.repeat) * 1e3
+        tb, bias = None, []
+        if args.epilogue == "bias":
+            bh = rng.standard_normal(N).astype(np.float16)
+            want = want + bh.astype(np.float64)
+            tb, bias = torch.from_numpy(bh).cuda(), [array(bh, dev)]
+        cublas = torch_time(lambda tx=tx, tw=tw, tb=tb: torch.nn.functional.linear(tx, tw, tb),
+                            args.number, args.repeat) * 1e3
         xd, wd = array(xh, dev), array(wh, dev)
         yd = empty((M, N), "float16", dev)
         rows = []
-        for (shape, kind, cfg), mod, desc in entries:
+        for (shape, kind, cfg, _), mod, desc in entries:
             if isinstance(mod, str):
                 print(f"  {M}x{N}x{K} {desc}: build failed: {mod}", flush=True)
                 ok &= kind != "default"
                 continue
             loaded = mod.load(dev)
-            loaded(xd, wd, yd)
+            loaded(xd, wd, *bias, yd)
             got = yd.numpy().astype(np.float64)
             err = float(np.abs(got - want).max() / np.abs(want).max())
             us = loaded.time_evaluator("main", number=args.number, repeat=args.repeat,
-                                       graph=True)(xd, wd, yd).median * 1e6
+                                       graph=True)(xd, wd, *bias, yd).median * 1e6
             est = estimates[(shape, kind, cfg)] * 1e6
             rows.append((us, kind, desc, est, err))
             ok &= err <= TOLERANCE
             if out:
-                out.write(json.dumps({"M": M, "N": N, "K": K, "kind": kind, "config": desc,
+                out.write(json.dumps({"M": M, "N": N, "K": K, "epilogue": args.epilogue,
+                                      "kind": kind, "config": desc,
                                       "us": us, "estimate_us": est, "err": err,
                                       "cublas_us": cublas}) + "\n")
             del loaded
@@ -265,6 +301,18 @@ def main(argv=None) -> int:
                    help="exact MxNxK shapes, comma-separated (instead of --m x --nk x --nk)")
     p.add_argument("--stages", type=ints, default=[3, 4, 5])
     p.add_argument("--splits", type=ints, default=[1, 2, 4, 8])
+    p.add_argument("--block-n", type=ints, default=[],
+                   help="wgmma widths besides the knob space's (192: 128 x 192 tiles)")
+    p.add_argument("--in-flight", type=ints, default=[1],
+                   help="wgmma groups in flight from 3 stages (0,1: both)")
+    p.add_argument("--raster", type=ints, default=[1],
+                   help="block orders: 1, or groups of that many row blocks (1,8: both)")
+    p.add_argument("--staged", type=ints, default=[0],
+                   help="wgmma epilogues: 0 as the default stores, 1 through the shared C "
+                        "tile with row-wise stores (0,1: both)")
+    p.add_argument("--epilogue", choices=EPILOGUES, default="none",
+                   help="none: the cast only; bias: a bias added first (the fused "
+                        "epilogue over the shared C tile), cuBLAS with its bias")
     p.add_argument("--top-mma", type=int, default=8)
     p.add_argument("--number", type=int, default=20)
     p.add_argument("--repeat", type=int, default=5)

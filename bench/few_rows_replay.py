@@ -9,7 +9,13 @@ means (cuBLAS / ours, above 1: faster than cuBLAS), which are over the shapes bo
 have a time for. Where today's pick is the sweep's default, the default's own time counts.
 
     PYTHONPATH=<parent of the checkout> python3 bench/few_rows_replay.py \\
-        [bench/results/gemm_few_rows_sweep_h100_2026-11-27.jsonl]
+        [bench/results/gemm_few_rows_sweep_h100_2026-11-27.jsonl ...]
+    PYTHONPATH=... python3 bench/few_rows_replay.py --mid   # the mid-size sweep
+
+Several sweeps are replayed together (a shape measured twice keeps the later file's
+lines); ``--mid`` replays ``bench/results/gemm_mid_sweep_h100_2026-11-28.jsonl`` (M of 77
+to 4,096: BERT at batch 8, GPT-2 at 1,024 tokens, odd shapes). ``--within`` also prints how
+many shapes' picks are within that factor of the best measured (as ``within 1.05: n of m``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,15 @@ from collections import defaultdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SWEEP = os.path.join(HERE, "results", "gemm_few_rows_sweep_h100_2026-11-27.jsonl")
+MID_SWEEP = os.path.join(HERE, "results", "gemm_mid_sweep_h100_2026-11-28.jsonl")
+
+
+def load_all(paths: list) -> dict:
+    """:func:`load` of each sweep of ``paths``, a later file's shapes replacing earlier ones."""
+    shapes: dict = {}
+    for path in paths:
+        shapes.update(load(path))
+    return shapes
 
 
 def load(path: str) -> dict:
@@ -40,6 +55,7 @@ def load(path: str) -> dict:
                 continue
             s = shapes[(r["M"], r["N"], r["K"])]
             s["cublas"] = r["cublas_us"]
+            s["epilogue"] = r.get("epilogue", "none")
             if r["kind"] == "default":
                 s["default"] = (r["config"].removeprefix("default "), us)
             else:
@@ -47,14 +63,15 @@ def load(path: str) -> dict:
     return dict(shapes)
 
 
-def todays_pick(M: int, N: int, K: int) -> str:
-    """The description (as the sweep writes it) of today's default for the fp16 product."""
+def todays_pick(M: int, N: int, K: int, epilogue: str = "none") -> str:
+    """The description (as the sweep writes it) of today's default for the fp16 product
+    (with the sweep's ``epilogue``)."""
     sys.path.insert(0, HERE)
-    from bench_gemm_few_rows import TARGET, describe, layer
+    from bench_gemm_few_rows import TARGET, describe, layer_args
     from ptxforge.ops.schedules.gemm.chooser import choose_gemm_config, wgmma_choice
     from ptxforge.target import as_target
 
-    _, _, y, prod, form = layer(M, N, K)
+    _, y, prod, form = layer_args(M, N, K, epilogue)
     target = as_target(TARGET)
     w = wgmma_choice(prod, None if y.op is prod else y.op, form, target)
     return describe("wgmma", w) if w is not None else describe(
@@ -67,14 +84,18 @@ def geomean(xs: list) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("sweep", nargs="?", default=SWEEP)
+    ap.add_argument("sweep", nargs="*")
+    ap.add_argument("--mid", action="store_true", help=f"replay {os.path.basename(MID_SWEEP)}")
+    ap.add_argument("--within", type=float, default=None,
+                    help="count the shapes whose pick is within this factor of the best")
     args = ap.parse_args(argv)
-    shapes = load(args.sweep)
-    old_r, new_r, best_r, unknown = [], [], [], 0
+    paths = list(args.sweep) + ([MID_SWEEP] if args.mid else [])
+    shapes = load_all(paths or [SWEEP])
+    old_r, new_r, best_r, unknown, near = [], [], [], 0, 0
     for (M, N, K), s in sorted(shapes.items()):
         cb = s["cublas"]
         old_cfg, old_us = s["default"] or ("(not measured)", math.nan)
-        new_cfg = todays_pick(M, N, K)
+        new_cfg = todays_pick(M, N, K, s.get("epilogue", "none"))
         # the sweep's default, where today's pick is the same, else its explicit build
         new_us = old_us if new_cfg == old_cfg else s["times"].get(new_cfg, math.nan)
         best_cfg, best_us = min([*s["times"].items(), (old_cfg, old_us)],
@@ -85,6 +106,7 @@ def main(argv=None) -> int:
               f"{old_us:6.2f} us {cb / old_us:5.3f} | today {new_cfg:28s} {new_txt} | best "
               f"{best_cfg:28s} {best_us:6.2f} us {cb / best_us:5.3f}")
         best_r.append(cb / best_us)
+        near += args.within is not None and new_us <= args.within * best_us
         if math.isfinite(new_us) and math.isfinite(old_us):
             old_r.append(cb / old_us)
             new_r.append(cb / new_us)
@@ -95,6 +117,9 @@ def main(argv=None) -> int:
           f"({sum(r >= 0.9 for r in old_r)} at 0.9 or more), today's chooser "
           f"{geomean(new_r):.3f} ({sum(r >= 0.9 for r in new_r)}); best measured over all "
           f"{len(best_r)} shapes {geomean(best_r):.3f} ({sum(r >= 0.9 for r in best_r)})")
+    if args.within is not None:
+        print(f"today's pick within {args.within:g} of the best measured: {near} of "
+              f"{len(best_r)} shapes")
     return 0
 
 

@@ -33,6 +33,7 @@ from .rules import (
     needs_c_tile,
     needs_padding,
     padded_extents,
+    pads,
     wgmma_rules,
 )
 
@@ -161,8 +162,9 @@ def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
     ``op`` (with ``epilogue``) with, or None where it stays on mma.sync: wgmma does not
     run it (:func:`~.choice.wgmma_refusal`), no wgmma tiles fit, or the mma.sync pick's
     estimate is faster (:func:`~.choice.prefer_wgmma`; small products at the DRAM floor,
-    where 64-row tiles only pad more). Few-row fp16 products of the measured range follow
-    :func:`few_row_mma_config` and :func:`few_row_wgmma_config` instead."""
+    where 64-row tiles only pad more). Few-row and mid-size fp16 products of the measured
+    ranges follow :func:`few_row_mma_config`, :func:`few_row_wgmma_config` and
+    :func:`mid_size_wgmma_config` instead."""
     target = as_target(target)
     if wgmma_refusal(form, target) is not None:
         return None
@@ -172,6 +174,8 @@ def wgmma_choice(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm,
         if few_row_mma_config(form, target) is not None:
             return None
         few = few_row_wgmma_config(form, target, epi_tile)
+        if few is None:
+            few = mid_size_wgmma_config(form, target, epi_tile)
         if few is not None:
             return few
     w = choose_wgmma_config(form, target, epi_tile, remap)
@@ -349,6 +353,90 @@ def few_row_wgmma_config(form: GemmForm, target: Target | str | None = None,
                                 needs_c_tile(cfg, form, epilogue_tile))) is not None:
         return None
     return cfg
+
+
+# -- mid-size products --------------------------------------------------------------------
+
+MID_MIN_M = 1000
+"""The mid-size rule covers fp16 products of at least this many rows (the fewest the H100
+sweep of ``bench/results/gemm_mid_sweep_h100_2026-11-28.jsonl`` measured), ``N`` of at least
+:data:`MID_MIN_N` and ``K`` within :data:`MID_K`."""
+MID_MIN_N = 768
+MID_K = (768, 4096)
+MID_SHORT_STEPS = 16
+"""Up to this many 64-column steps (``K`` <= 1,024) the mid-size rule runs 128 x 128 tiles
+two blocks an SM, one block's pipeline fill and epilogue under the other's K loop."""
+MID_LONG_STEPS = 32
+"""From this many steps (``K`` >= 2,048) 128 x 256 tiles pay off with a single wave of
+at least :data:`MID_WIDE_WAVE` of the SMs."""
+MID_WIDE_WAVE = 0.7
+
+
+def _mid_size(form: GemmForm) -> bool:
+    """Whether ``form`` is a product of the measured mid-size range: fp16, B read K-major
+    (``[N, K]``, as a dense layer's weight), not a conv nor a batch, at least
+    :data:`MID_MIN_M` rows and :data:`MID_MIN_N` columns, ``K`` within :data:`MID_K`."""
+    lo, hi = MID_K
+    return (form.in_dtype == "float16" and not form.conv and not form.batched
+            and not form.b_kn and form.paddable and not form.tf32 and form.M >= MID_MIN_M
+            and form.N >= MID_MIN_N and lo <= form.K <= hi)
+
+
+def mid_size_wgmma_config(form: GemmForm, target: Target | str | None = None,
+                          epilogue_tile: bool = True) -> WgmmaScheduleConfig | None:
+    """The wgmma configuration the default takes for a mid-size fp16 product (BERT at
+    batch 8 x 512 tokens, GPT-2 at 1,024: ``M`` of 1,000 to 4,096, ``K`` of 768 to 3,072) on
+    sm_90a, or None outside the measured range (:func:`_mid_size`) where the estimates
+    choose. The estimates' pick there was up to 1.21x slower than the best measured one
+    (an H100 sweep of 14 shapes, every configuration; refits of :func:`wgmma_estimate`'s
+    figures, or of a cost per step and per block of each configuration, still missed the
+    best by more than 5% on 4 to 6 of them: the measured times of the good configurations
+    lie within 10% of each other, where the waves and the per-block costs decide). The
+    rule, fitted to that sweep (``T(m, n)``: output tiles of ``m x n``, ``S``: SMs):
+
+    - ``2 T(128, 128) < S``: 64 x 128 tiles (one warpgroup), 5 stages;
+    - 128 x 256 tiles, 4 stages, where ``T(128, 256) >= 2 S``, or ``K`` has at least
+      :data:`MID_LONG_STEPS` steps and ``T(128, 256) >=`` :data:`MID_WIDE_WAVE` ``S``;
+    - up to :data:`MID_SHORT_STEPS` steps, 128 x 128 tiles of 3 stages where two blocks
+      fit an SM;
+    - else 128 x 128 tiles of 5 stages (4 where 5 do not fit).
+
+    Each with one group in flight, unsplit; a pick that breaks a rule of
+    :func:`~.rules.wgmma_rules` (with the C tile where the epilogue or padding needs it)
+    gives way to the next. The sweep's products stored only their cast, through the C
+    tile where the tiles padded them: a fused epilogue (``epilogue_tile``) over a pick
+    that does not pad is left to the estimates (None)."""
+    from .estimate import wgmma_blocks_per_sm
+
+    target = as_target(target)
+    if not _mid_size(form) or wgmma_refusal(form, target) is not None:
+        return None
+    sms = target.num_sms
+
+    def tiles(bm: int, bn: int) -> int:
+        return -(-form.M // bm) * -(-form.N // bn)
+
+    def c_tile(cfg) -> bool:
+        return needs_c_tile(cfg, form, epilogue_tile)
+
+    steps = -(-form.K // block_k(form))
+    if 2 * tiles(128, 128) < sms:
+        picks = [WgmmaScheduleConfig(128, 1, 5, 1, 1), WgmmaScheduleConfig(128, 1, 4, 1, 1)]
+    else:
+        wide, pair = WgmmaScheduleConfig(256, 2, 4, 1, 1), WgmmaScheduleConfig(128, 2, 3, 1, 1)
+        picks = []
+        if tiles(128, 256) >= 2 * sms or (steps >= MID_LONG_STEPS
+                                          and tiles(128, 256) >= MID_WIDE_WAVE * sms):
+            picks.append(wide)
+        if steps <= MID_SHORT_STEPS and wgmma_blocks_per_sm(pair, target, c_tile(pair)) >= 2:
+            picks.append(pair)
+        picks += [WgmmaScheduleConfig(128, 2, 5, 1, 1), WgmmaScheduleConfig(128, 2, 4, 1, 1)]
+    for cfg in picks:
+        if first_broken(wgmma_rules(cfg, form, target, c_tile(cfg))) is None:
+            # the sweep's C tiles came with padding only: a fused epilogue over tiles
+            # that divide the product (a bias, BERT's GELU) was not measured
+            return None if epilogue_tile and not pads(cfg, form) else cfg
+    return None
 
 
 # -- convolutions ----------------------------------------------------------------------------

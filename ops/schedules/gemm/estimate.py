@@ -115,16 +115,18 @@ def wgmma_time(cfg: WgmmaScheduleConfig, form, target=None, c_tile: bool = False
                dram_floor: bool = True) -> float:
     """:func:`wgmma_estimate` of one configuration, in seconds."""
     return float(wgmma_estimate(cfg.block_n, cfg.warpgroups, cfg.stages, cfg.split_k, form,
-                                target, c_tile, dram_floor, cfg.in_flight))
+                                target, c_tile, dram_floor, cfg.in_flight,
+                                getattr(cfg, "raster", 1)))
 
 
 def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_tile=False,
-                   dram_floor: bool = True, in_flight=1):
+                   dram_floor: bool = True, in_flight=1, raster=1):
     """The wgmma schedule's time over arrays of knobs, in the shape of
     :func:`gemm_estimate`: each 128-byte step the largest of the wgmma work
     (:data:`WGMMA_PEAK_FRACTION`, :data:`NO_FLIGHT_RATE`), the tile copies
     (:data:`WGMMA_COPY_BYTES_PER_CLOCK`) and the latency the copies in flight hide; at
-    least the tiles' L2 traffic (:data:`L2_TILE_RATE`) and the DRAM floor."""
+    least the tiles' L2 traffic (:data:`L2_TILE_RATE`) and the DRAM floor, which reads a B
+    larger than the L2 once per group of ``raster`` row blocks (:func:`dram_passes`)."""
     t = as_target(target)
     bn = np.asarray(block_n, dtype=np.int64)
     wgs = np.asarray(warpgroups, dtype=np.int64)
@@ -134,7 +136,7 @@ def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_ti
     bk = block_k(form)
     Mp, Np, blocks, steps = _tiles(form, bm, bn, bk, split)
     smem = wgmma_shared_bytes(SimpleNamespace(block_m=bm, block_n=bn, stages=stages), c_tile)
-    waves, r = _waves(t, blocks, WARPGROUP * wgs, np.minimum(255, 48 + bn // 2), smem)
+    waves, r = _waves(t, blocks, WARPGROUP * wgs, _wgmma_registers(bn), smem)
     tc_sm = t.peak_flops(form.in_dtype, tensor_core=True) / (t.num_sms * t.clock_hz)
     frac = (WGMMA_PEAK_FRACTION * np.where(r * wgs >= 2, 1.0, 0.8)
             * np.where(np.asarray(in_flight) > 0, 1.0, NO_FLIGHT_RATE))
@@ -145,4 +147,34 @@ def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_ti
                            + t.barrier_cycles) / t.clock_hz
     tiles = blocks * steps * (bm + bn) * ROW_BYTES
     sec = np.maximum(sec, tiles / (L2_TILE_RATE * t.l2_bytes_per_s))
+    if dram_floor:
+        b_bytes = form.batch * form.N * form.K * form.elem_bytes
+        passes = dram_passes(-(-form.M // bm), raster, b_bytes, t)
+        sec = np.maximum(sec, (form.input_bytes + (passes - 1) * b_bytes) / t.dram_bytes_per_s)
     return _finish(sec, form, t, split, Mp * Np, dram_floor)
+
+
+def dram_passes(row_blocks, raster, b_bytes: float, target) -> np.ndarray:
+    """How many times the blocks read B from DRAM: once where it fits the L2; else once per
+    group of ``raster`` row blocks (the blocks run along a row block's columns, each row
+    block streaming all of B past the L2; GPT-2's 50,257 x 768 head at 1,024 tokens in
+    128-row blocks: 8 passes over its 77 MB)."""
+    raster = np.maximum(np.asarray(raster, dtype=np.int64), 1)
+    groups = -(-np.asarray(row_blocks, dtype=np.int64) // raster)
+    return np.where(b_bytes > target.l2_bytes, groups, 1)
+
+
+def _wgmma_registers(block_n):
+    """Registers a thread of the wgmma schedule is expected to take: its ``block_n / 2``
+    float32 accumulators and 48 more."""
+    return np.minimum(255, 48 + np.asarray(block_n) // 2)
+
+
+def wgmma_blocks_per_sm(cfg: WgmmaScheduleConfig, target=None, c_tile: bool = False) -> int:
+    """Blocks of the wgmma schedule of ``cfg`` resident on one SM of ``target`` (shared
+    memory with the C tile where ``c_tile``, the expected registers), as the estimate
+    counts them."""
+    t = as_target(target)
+    smem = wgmma_shared_bytes(cfg, c_tile)
+    return int(t.blocks_per_sm(WARPGROUP * cfg.warpgroups, int(_wgmma_registers(cfg.block_n)),
+                               int(smem) + 1024))

@@ -31,6 +31,7 @@ class WgmmaSpace:
     stages: tuple = (1, 2, 3, 4, 5)
     in_flight: tuple = (0, 1)
     split_k: tuple = (1, 2, 4, 8, 16)
+    raster: tuple = (1, 2, 4, 8)
 
 
 MMA_SYNC_SPACE = MmaSyncSpace()
@@ -64,8 +65,9 @@ def mma_sync_choices(form, divide: bool = False) -> dict:
 def wgmma_choices(form, divide: bool = False) -> dict:
     """The choices of each wgmma knob over ``form``: ``block_n`` up to :func:`tile_limit`,
     2 warpgroups only where ``M > 64``, depths and split-K parts up to the 64-column steps
-    of ``K`` (split-K where paddable); not paddable or ``divide``: tiles dividing the
-    product."""
+    of ``K`` (split-K where paddable), block orders (``raster``) where more than 128 rows
+    make several row blocks (none on a convolution); not paddable or ``divide``: tiles
+    dividing the product."""
     S = WGMMA_SPACE
     pad = form.paddable and not divide
     steps = -(-form.K // BLOCK_K)
@@ -76,7 +78,13 @@ def wgmma_choices(form, divide: bool = False) -> dict:
                             if (w == 1 or form.M > 64 if pad else form.M % (64 * w) == 0)),
         "stages": tuple(x for x in S.stages if x <= max(1, steps)),
         "in_flight": S.in_flight,
-        "split_k": tuple(p for p in S.split_k if p == 1 or (pad and steps >= p))}
+        "split_k": tuple(p for p in S.split_k if p == 1 or (pad and steps >= p)),
+        "raster": S.raster[:1] if form.conv or form.M <= RASTER_MIN_M else S.raster}
+
+
+RASTER_MIN_M = 128
+"""Up to this many rows (two row blocks of 64) the block order is no choice (``raster``
+1): the tuners' spaces of such products stay as they were."""
 
 
 def split_parts(space) -> tuple:
@@ -120,6 +128,12 @@ ROW_BYTES = 128
 """Bytes of K in a wgmma shared tile's row: one row of the 128B swizzle."""
 BLOCK_N = WGMMA_SPACE.block_n
 """The wgmma block tile widths offered (one ``m64n{block_n}k16`` per k16 step)."""
+BLOCK_N_K_MAJOR = BLOCK_N + (192,)
+"""The wgmma block tile widths a product whose B is read K-major (``[N, K]``) may take: also
+192, whose tiles fill the 132 SMs of an H100 where 128 and 256 leave part of a wave empty
+(BERT's and GPT-2's N of 768, 2304 and 3072 are multiples of 192; cuBLAS runs them in
+192-wide tiles). Not among the knob spaces' or the default candidates' widths: the sweep
+(``bench/bench_gemm_few_rows.py --block-n``) measures it first."""
 B_KN_PANEL = 64
 """The panel width of wgmma's MN-major B tile (B read as ``[K, N]``): ``block_n / 64``
 panels of 64 K-rows of one 128-byte swizzle atom of N (the descriptor's leading byte
@@ -132,13 +146,23 @@ class WgmmaScheduleConfig:
     ``block_n`` columns (the wgmma's N), ``warpgroups`` (``64 * warpgroups`` rows),
     ``stages`` shared buffers (1: no pipeline), ``in_flight`` wgmma groups left running
     across K steps (1 needs 3 stages: the copies run ``stages - 2`` tiles ahead),
-    ``split_k`` as :class:`TensorCoreConfig`'s."""
+    ``split_k`` as :class:`TensorCoreConfig`'s, ``raster`` the block order: 1 puts the
+    column blocks on blockIdx.x and the row blocks on y (consecutive blocks share their A
+    rows); ``g`` > 1 runs the blocks on blockIdx.x alone in groups of ``g`` row blocks of
+    one column block (consecutive blocks share their B tile: a B that does not stay in L2,
+    the 77 MB of GPT-2's 50,257 x 768 head, is read once instead of once per row block);
+    ``staged_epilogue``: the accumulators go through the float32 C tile in shared memory
+    and all threads store the output a row at a time, 4 elements a thread, even where the
+    warpgroups could store their fragments straight to it (4 bytes a thread, 8 rows a
+    warp instruction)."""
 
     block_n: int = 128
     warpgroups: int = 2
     stages: int = 4
     in_flight: int = 0
     split_k: int = 1
+    raster: int = 1
+    staged_epilogue: bool = False
 
     @property
     def block_m(self) -> int:

@@ -205,7 +205,7 @@ def schedule_tile_epilogue(s, st, form, block_m: int, block_n: int,
     reductions the output reads, computed over the C tile first
     (:func:`~..gemm_rows.schedule_row_reductions`)."""
     o = st.o
-    o.reorder(*st.batch, st.bi, st.bj, st.i, st.j)
+    o.reorder(*st.block_loops, st.i, st.j)
     nthreads = 1
     for n, _ in threads:
         nthreads *= n

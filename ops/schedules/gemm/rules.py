@@ -5,12 +5,14 @@ all ask: ``(ok, rule)`` pairs over ints or arrays of knobs (:func:`gemm_rules`,
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from ....passes.schedule.common import ScheduleError
 from ....target import Target, as_target
 from .forms import GemmForm
-from .knobs import BLOCK_N, ROW_BYTES, TensorCoreConfig
+from .knobs import BLOCK_N, BLOCK_N_K_MAJOR, ROW_BYTES, TensorCoreConfig
 
 C_TILE_BYTES = 4
 """Bytes per element of the block's accumulator tile in shared memory (float32)."""
@@ -228,16 +230,24 @@ def wgmma_shared_bytes(cfg, c_tile=False):
 
 def wgmma_rules(k, form, target=None, c_tile=True, steps: bool = True):
     """The rules of wgmma knobs ``k`` for a product ``form`` wgmma runs (convolutions' too):
-    the knobs' ranges; no split-K over a broadcast batch, whose tiles divide it; at least
-    ``stages`` steps a split-K part (unless not ``steps``); shared memory (with the C tile
-    where ``c_tile``) within the opt-in limit."""
+    the knobs' ranges (``block_n`` 192 too where B is read K-major); no split-K over a
+    broadcast batch, whose tiles divide it; a ``raster`` dividing the row blocks (none on a
+    convolution); at least ``stages`` steps a split-K part (unless not ``steps``); shared
+    memory (with the C tile where ``c_tile``) within the opt-in limit."""
     t = as_target(target)
-    yield np.isin(k.block_n, BLOCK_N), lambda: f"need block_n in {BLOCK_N} (got {k.block_n})"
+    widths = BLOCK_N if (form.b_kn or form.conv) else BLOCK_N_K_MAJOR
+    yield np.isin(k.block_n, widths), lambda: f"need block_n in {widths} (got {k.block_n})"
     yield (np.isin(k.warpgroups, (1, 2)),
            lambda: f"need warpgroups 1 or 2 (got {k.warpgroups})")
     yield (_int(k.stages) and (k.stages >= 1) & (k.stages <= 5),
            lambda: f"need stages 1 to 5 (got {k.stages})")
     yield np.isin(k.in_flight, (0, 1)), lambda: f"need in_flight 0 or 1 (got {k.in_flight})"
+    staged = getattr(k, "staged_epilogue", False)
+    yield isinstance(staged, (bool, np.bool_)), lambda: (
+        f"need staged_epilogue True or False (got {staged!r})")
+    yield not (staged and form.conv), lambda: (
+        "need staged_epilogue False on a convolution (its output always goes through the C "
+        "tile)")
     yield (k.in_flight == 0) | (k.stages >= 3), lambda: (
         f"need 3 stages or more for in_flight=1 (got {k.stages}: the copies run stages - 2 "
         "tiles ahead)")
@@ -252,6 +262,17 @@ def wgmma_rules(k, form, target=None, c_tile=True, steps: bool = True):
                                       ("K", form.K, bk, "the K step")):
             yield ext % tile == 0, lambda axis=axis, ext=ext, tile=tile, name=name: (
                 f"need {name} {tile} to divide {axis} {ext} (the product is not padded)")
+    raster = getattr(k, "raster", 1)
+    yield from _positive(SimpleNamespace(raster=raster), ("raster",),
+                         "need raster a positive int (got {v!r})")
+    row_blocks = -(-form.M // bm)
+    if form.conv:
+        yield np.equal(raster, 1), lambda: (
+            f"need raster 1 on a convolution (got {raster}: its output has no row blocks)")
+    else:
+        yield row_blocks % raster == 0, lambda: (
+            f"need raster {raster} to divide the {row_blocks} row blocks of {bm} rows "
+            f"(M = {form.M})")
     part = bk * k.split_k
     n_steps = -(-form.K // part)
     yield (not steps) | (k.stages <= 1) | (n_steps >= k.stages), lambda: (
@@ -287,8 +308,9 @@ def check_wgmma_knobs(cfg, form, where: str, target=None, c_tile: bool = True) -
 
 def needs_c_tile(cfg, form, epilogue_tile: bool) -> bool:
     """Whether the wgmma schedule stores through the C tile: the epilogue reads one
-    (``epilogue_tile``), or the tiles pad the product or split K."""
-    return epilogue_tile or pads(cfg, form)
+    (``epilogue_tile``), the tiles pad the product or split K, or ``cfg`` asks for it
+    (``staged_epilogue``)."""
+    return epilogue_tile or pads(cfg, form) or bool(getattr(cfg, "staged_epilogue", False))
 
 
 def pads(knobs, form) -> bool:

@@ -87,7 +87,8 @@ def schedule_gemm(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, 
     # the mma.sync convolution in TF32 keeps B as [N, K] (no .trans of 32 bits)
     kn = not form.tf32 if form.conv and not wg else form.b_kn
     st = gemm_stages(s, op, epilogue, form, (bm, bn, bk), split, direct,
-                     "warpgroup" if wg else "warp", remap, kn)
+                     "warpgroup" if wg else "warp", remap, kn,
+                     getattr(knobs, "raster", 1) if wg else 1)
     o, cf = st.o, st.cf
     if wg:
         threads = ((WARPGROUP, "threadIdx.x"), (knobs.warpgroups, "threadIdx.y"))
@@ -101,7 +102,7 @@ def schedule_gemm(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, 
 
     # the output over the block tile, and the accumulators' stores
     if direct:
-        lead, rows, cols, at, out = (*st.batch, st.bi, st.bj), st.i, st.j, o, o.op.output(0).dtype
+        lead, rows, cols, at, out = st.block_loops, st.i, st.j, o, o.op.output(0).dtype
     else:
         if form.conv:
             bind_conv_output(s, o, st.cs, split, bm, bn, threads, bn + 4 if wg else None)
@@ -165,8 +166,10 @@ def schedule_gemm(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, 
 
 def _direct(op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, knobs) -> bool:
     """Whether the warps store their accumulators straight to the output: no padding, no
-    split-K, no epilogue but a cast (:func:`~.forms.direct_store`)."""
-    return not pads(knobs, form) and direct_store(op, epilogue, form)
+    split-K, no epilogue but a cast (:func:`~.forms.direct_store`), no staged epilogue
+    asked for (``staged_epilogue`` of :class:`~.knobs.WgmmaScheduleConfig`)."""
+    return (not pads(knobs, form) and not getattr(knobs, "staged_epilogue", False)
+            and direct_store(op, epilogue, form))
 
 
 def _c_in(op: ComputeOp) -> int:

@@ -35,10 +35,16 @@ class GemmStages:
     padded: bool
     split: int
 
+    @property
+    def block_loops(self) -> tuple:
+        """The output's block loops, outermost first (``bi`` is None where a raster fused
+        the row and column blocks into ``bj``)."""
+        return (*self.batch, *(x for x in (self.bi, self.bj) if x is not None))
+
 
 def gemm_stages(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, tile: tuple,
                 split: int, direct: bool, acc_scope: str, remap=None,
-                b_kn: bool | None = None) -> GemmStages:
+                b_kn: bool | None = None, raster: int = 1) -> GemmStages:
     """The stages every tensor-core schedule of product stage ``op`` shares (accumulators
     in ``acc_scope``, ``"warp"`` or ``"warpgroup"``): the product padded to ``tile``
     through ``implicit_gemm`` where needed (and ``split`` parts of partial sums:
@@ -47,7 +53,8 @@ def gemm_stages(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, ti
     loops bound (batch and split-K part fused on z). ``remap``: the epilogue's
     :class:`~..remap.OutputRemap`. A convolution is always an implicit GEMM through the C
     tile (B ``[K, N]`` unless ``b_kn``), its output loops left to
-    :func:`~.pieces.bind_conv_output`."""
+    :func:`~.pieces.bind_conv_output`. ``raster`` > 1: the row blocks in groups of that many
+    (dividing them) under each column block, all fused on blockIdx.x."""
     bm, bn, bk = tile
     padded = form.conv or form.paddable and (split > 1 or (form.M, form.N, form.K) != (
         _round_up(form.M, bm), _round_up(form.N, bn), _round_up(form.K, bk * split)))
@@ -95,7 +102,14 @@ def gemm_stages(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, ti
     bj, j = o.split(axes[-1], factor=bn)
     for x in batch:
         o.bind(x, "blockIdx.z")
-    o.bind(bi, "blockIdx.y")
-    o.bind(bj, "blockIdx.x")
+    if raster > 1:
+        # grouped block order: raster row blocks of one column block run one after another
+        gi, ri = o.split(bi, factor=raster)
+        o.reorder(*batch, gi, bj, ri, i, j)
+        bi, bj = None, o.fuse(gi, bj, ri)
+        o.bind(bj, "blockIdx.x")
+    else:
+        o.bind(bi, "blockIdx.y")
+        o.bind(bj, "blockIdx.x")
     return GemmStages(o, cf, cs, batch, bi, bj, i, j, a_sh, b_sh, a, b, remap, padded, split)
 
