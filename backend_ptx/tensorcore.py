@@ -102,10 +102,16 @@ class _Emitter:
     def wg_wgmma(self) -> None:
         """``wgmma.mma_async`` (inline PTX) on the accumulator registers, A and B read
         through 128B-swizzled descriptors built from the tiles' shared addresses (a ``_kn``
-        intrinsic reads B MN-major: ``imm-trans-b`` 1)."""
+        intrinsic reads B MN-major: ``imm-trans-b`` 1). An RS intrinsic (A from the
+        warpgroup's registers) goes to :func:`.wgmma_regs.emit_wgmma_rs`."""
         from ..ir.intrin.wgmma import descriptor_for, wgmma_of
         from .wgmma import mma_async_call
 
+        if self.spec.role("A") is not None:
+            from .wgmma_regs import emit_wgmma_rs
+
+            emit_wgmma_rs(self)
+            return
         spec, w = self.spec, self.w
         intrin = wgmma_of(spec)
         descs = []

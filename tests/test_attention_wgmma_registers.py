@@ -9,7 +9,6 @@ memory; ptxas without spills); on a GPU (``gpu``/``sanitize``) against numpy."""
 from __future__ import annotations
 
 import re
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -307,21 +306,6 @@ def rp(warps=4, block_kv=64, stages=1) -> AttentionConfig:
     return AttentionConfig(warps, block_kv, stages, "wgmma", "registers", "registers")
 
 
-def _rs_lowered():
-    """The RS wgmma taken as lowered by the PTX backend and routed there (what
-    ``backend_ptx/tensorcore.py`` still has to do; docs/attention.md)."""
-    import contextlib
-
-    from ptxforge.ir.intrin import registry
-
-    from .test_attention_wgmma_rs import _routed
-
-    stack = contextlib.ExitStack()
-    stack.enter_context(_routed())
-    stack.enter_context(mock.patch.object(registry, "lowered_for", lambda key, b: True))
-    return stack
-
-
 P_CASES = [
     (1, 1, 64, 64, "float16", False, rp(4, 64, 1)),
     (17, 17, 128, 128, "bfloat16", True, rp(4, 64, 2)),
@@ -378,17 +362,13 @@ def test_p_in_registers_rescales_and_keeps_the_protocol(monkeypatch):
         backend_sim.run(_drop(attention_module(w, rp(4, 64, 2)), "wait"), _data(w))
 
 
-def test_p_in_registers_is_refused_until_the_ptx_backend_lowers_it():
+def test_p_in_registers_needs_the_scores_in_registers_and_is_a_candidate():
     w = AttentionWorkload(1, 16, 16, 1024, 1024, 128, 128)
-    with pytest.raises(AttentionError, match="PTX backend does not lower yet"):
-        check_attention_config(w, rp(), H100)
     with pytest.raises(AttentionError, match="needs the scores in registers"):
         check_attention_config(w, AttentionConfig(4, 64, 1, "wgmma", "shared", "registers"),
                                H100)
-    assert not any(c.p_operand == "registers" for c in attention_candidates(w, H100))
-    with _rs_lowered():
-        check_attention_config(w, rp(), H100)
-        assert rp(4, 64, 2) in attention_candidates(w, H100)
+    check_attention_config(w, rp(), H100)
+    assert rp(4, 64, 2) in attention_candidates(w, H100)
     assert shared_layout(w, rp()).total == 48 * 1024  # no P_s: Q, K and V
 
 
@@ -397,8 +377,7 @@ def test_ptx_of_p_in_registers_has_no_shared_stores(cfg):
     from ptxforge.backend_ptx import compile_module
 
     w = AttentionWorkload(1, 16, 16, 4096, 4096, 128, 128, "float16", True)
-    with _rs_lowered():
-        src = compile_module(attention_module(w, cfg), H100).get_source("ptx")
+    src = compile_module(attention_module(w, cfg), H100).get_source("ptx")
     rs = [x for x in src.splitlines() if "wgmma.mma_async" in x and "}, {%r" in x]
     assert len(rs) == 4 * cfg.stages  # P V: block_kv / 16 RS wgmmas a tile
     assert "st.shared" not in src and "ld.shared" not in src and ".local" not in src
@@ -411,9 +390,8 @@ def test_ptxas_assembles_p_in_registers_without_spills(cfg):
     from ptxforge.backend_ptx.compile import compile_kernel
 
     w = AttentionWorkload(1, 16, 16, 4096, 4096, 128, 128, "float16", True)
-    with _rs_lowered():
-        ck = compile_kernel(attention_module(w, cfg).kernels()[0], H100,
-                            stop_after="cubin", assembler="ptxas")
+    ck = compile_kernel(attention_module(w, cfg).kernels()[0], H100,
+                        stop_after="cubin", assembler="ptxas")
     assert not ck.resources.spills
     assert abs(ck.resources.registers - registers_estimate(w, cfg)) <= 40
 

@@ -7,8 +7,6 @@ rule, and the PTX of ``backend_ptx/wgmma_regs.py`` assembled by ptxas."""
 
 from __future__ import annotations
 
-from unittest import mock
-
 import numpy as np
 import pytest
 from ptxforge import backend_sim
@@ -149,7 +147,7 @@ def test_the_rs_intrinsics_are_registered_by_key():
                            a_cvt=True))
     assert cvt.name == "wgmma_m64n64k16_f16_f32_rs_cvt" and cvt.dtypes["A"] == "float32"
     assert "float32(float16(A[i, k]))" in str(cvt.declaration.op.body)
-    assert cvt.backends == ("sim",)  # the PTX emitter does not route RS nests yet
+    assert cvt.backends == ("sim", "ptx")  # both backends lower the RS nests
     assert get_intrin("wgmma_m64n64k16_f16_f32_rs").shapes["B"] == (64, 16)
 
 
@@ -198,25 +196,11 @@ def test_a_shared_a_is_not_an_rs_operand():
         match_nest(loop, loop.annotations[ANNOTATION], device=True)
 
 
-def _routed():
-    """The tensor-intrinsic emitter with the RS nests routed to ``emit_wgmma_rs`` (the
-    hook its ``wg_wgmma`` needs; see docs/attention.md)."""
-    from ptxforge.backend_ptx.tensorcore import _Emitter
-    from ptxforge.backend_ptx.wgmma_regs import emit_wgmma_rs
-
-    shared_a = _Emitter.wg_wgmma
-
-    def wg_wgmma(self):
-        return emit_wgmma_rs(self) if self.spec.role("A") is not None else shared_a(self)
-    return mock.patch.object(_Emitter, "wg_wgmma", wg_wgmma)
-
-
 @pytest.mark.parametrize("ab,cvt", [("float16", False), ("bfloat16", True)])
 def test_ptx_passes_a_as_four_registers(ab, cvt):
     from ptxforge.backend_ptx import compile_module
 
-    with _routed():
-        src = compile_module(_module(16, ab, chain=True, cvt=cvt), H100).get_source("ptx")
+    src = compile_module(_module(16, ab, chain=True, cvt=cvt), H100).get_source("ptx")
     s = {"float16": "f16", "bfloat16": "bf16"}[ab]
     lines = [x for x in src.splitlines() if "wgmma.mma_async" in x]
     assert len(lines) == 2
@@ -234,7 +218,6 @@ def test_ptx_passes_a_as_four_registers(ab, cvt):
 def test_ptxas_assembles_the_rs_form():
     from ptxforge.backend_ptx.compile import compile_kernel
 
-    with _routed():
-        ck = compile_kernel(_module(64, "bfloat16").kernels()[0], H100, stop_after="cubin",
-                            assembler="ptxas")
+    ck = compile_kernel(_module(64, "bfloat16").kernels()[0], H100, stop_after="cubin",
+                        assembler="ptxas")
     assert not ck.resources.spills

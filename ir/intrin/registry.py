@@ -19,11 +19,10 @@ from .layout import ROLES, WARP, FragmentRole
 
 KINDS = ("mma", "ldmatrix", "load", "store", "fill", "wgmma")
 
-RS_BACKENDS = ("sim",)
+RS_BACKENDS = ("sim", "ptx")
 """The backends lowering wgmma with A from registers (the ``_rs`` intrinsics): the
-simulator. ``backend_ptx/wgmma_regs.py`` has the PTX (``emit_wgmma_rs``), but the code
-generator's tensor-intrinsic emitter (``backend_ptx/tensorcore.py``, ``wg_wgmma``) does not
-route these nests to it yet; add ``"ptx"`` here when it does."""
+simulator, and the PTX backend (``backend_ptx/tensorcore.py``'s ``wg_wgmma`` hands these
+nests to ``backend_ptx/wgmma_regs.py``'s ``emit_wgmma_rs``)."""
 
 
 @dataclass(frozen=True)

@@ -150,10 +150,9 @@ def check_wgmma_config(w: AttentionWorkload, cfg, target: Target) -> None:
                        a_cvt=True)
         if not lowered_for(rs, "ptx"):
             raise AttentionError(
-                "p_operand='registers' runs P V as wgmma with A from registers, which the "
-                "PTX backend does not lower yet (backend_ptx/tensorcore.py must route the "
-                "_rs nests to backend_ptx/wgmma_regs.py; docs/attention.md): take "
-                "p_operand='shared' (attention_module builds it for the simulator)")
+                f"p_operand='registers' runs P V as wgmma with A from registers, which the "
+                f"PTX backend does not lower for {w.dtype} with v_dim {w.v_dim}: take "
+                f"p_operand='shared'")
     lay = wgmma_layout(w, cfg)
     limit = target.max_shared_memory_per_block_optin
     if lay.total > limit:
