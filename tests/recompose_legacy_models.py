@@ -91,16 +91,17 @@ class LegacyDistilBert(LegacyBert):
 class LegacyGpt2(nn.Module):
     """GPT-2: ``where(bias[:, :, S - L:S, :S], scores, finfo.min) + (1 - mask) * finfo.min``;
     ``prefix`` > 0: earlier keys and values of every layer are inputs (a cache), so the
-    causal mask is bottom-right aligned."""
+    causal mask is bottom-right aligned; ``positions``: the causal bias's size (at least the
+    keys)."""
 
-    def __init__(self, prefix: int = 0):
+    def __init__(self, prefix: int = 0, positions: int = 64):
         super().__init__()
         torch.manual_seed(1)
         self.prefix = prefix
         self.emb = nn.Embedding(VOCAB, HIDDEN)
         self.blocks = nn.ModuleList(_Block() for _ in range(LAYERS))
-        self.register_buffer("bias", torch.tril(torch.ones(64, 64, dtype=torch.bool)).view(
-            1, 1, 64, 64), persistent=False)
+        tril = torch.tril(torch.ones(positions, positions, dtype=torch.bool))
+        self.register_buffer("bias", tril.view(1, 1, positions, positions), persistent=False)
 
     def forward(self, input_ids, attention_mask, past=None):
         x = self.emb(input_ids)

@@ -19,24 +19,37 @@ Only a rewrite that computes the same function is made:
 - the scale is a product of scalar constants, on the scores or on q and k (in 16 bits only
   powers of two move, as ``canonicalize_products`` moves them), and it comes before every
   mask; q, k and v reach the products through reshapes, transposes and a repeat of the key
-  heads (grouped-query attention) that are exactly a ``[B, H, L, E]`` head split;
+  heads (grouped-query attention) that are exactly a ``[B, H, L, E]`` head split, or one
+  batch repeated for all (a product's broadcast batch dimension, ``[B, H, L, E] @ [1, H,
+  E, S]``: the operand becomes a ``broadcast_to`` of its one batch);
 - a mask is added, or kept by ``where(cond, scores, fill)`` (or dropped by
   ``where(cond, fill, scores)``) with a scalar fill, at the scores' shape. A constant mask
-  that drops exactly the keys after each query (a Trilu or causal-bias constant) with minus
-  infinity, or with a fill at most :data:`NEG_LARGE` (finfo.min) where it is the only mask,
-  is ``is_causal``; the other masks are the 4th operand: one as it is (a ``where`` with
-  minus infinity as a bool mask, with a finite fill as the additive ``where(cond, 0,
-  fill)``), several as their sum where all but one add only 0 or values at most
-  :data:`NEG_LARGE` (T5's position bias and its padding mask), so that adding them first
-  gives the scores what adding them one by one gives;
+  that drops exactly the keys after each query (a Trilu or causal-bias constant, top-left
+  aligned) with minus infinity, or with a fill at most :data:`NEG_LARGE` (finfo.min) where
+  it is the only mask, is ``is_causal``; a bottom-right aligned one (a cache of keys before
+  the queries) is a constant mask, as ``nn.attention``'s causal mask is top-left aligned.
+  The other masks are the 4th operand: one as it is (a ``where`` with minus infinity as a
+  bool mask, with a finite fill as the additive ``where(cond, 0, fill)``; a
+  ``broadcast_to`` of it left out), several as their sum where all but one add only 0 or
+  values at most :data:`NEG_LARGE` (T5's position bias and its padding mask; GPT-2's causal
+  ``where`` and its padding mask ``(1 - attention_mask) * finfo.min``), so that adding them
+  first gives the scores what adding them one by one gives;
 - ``nn.attention`` gives 0 for a row whose scores are all minus infinity, where a softmax
-  gives NaN: without the exporter's NaN guard (``where(isnan(p), 0, p)``) a mask is taken
-  only when no row can be all minus infinity (a constant checked row by row, or a mask whose
-  values are provably finite).
+  gives NaN: without the exporter's NaN guard (``where(isnan(p), 0, p)``) masks are taken
+  only when no row can be all minus infinity: the constant masks summed position by
+  position, and each row keeping a position where they plus the lower bounds of the other
+  masks (:mod:`~ptxforge.graph.passes.attention_masks`) stay finite.
 
-A finite fill ``f <= NEG_LARGE`` and minus infinity give the same probabilities: a score
-``x`` plus ``f`` rounds to ``f`` for ``|x| < 1e31`` and ``exp(f - max)`` is 0 in every
-float format.
+A finite fill ``f <= NEG_LARGE`` and minus infinity give the same probabilities wherever a
+row keeps a score: a score ``x`` plus ``f`` rounds to ``f`` for ``|x| < 1e31`` and ``exp(f -
+max)`` is 0 in every float format. A row of only finite fills averages the values at the
+largest fill, in the imported graph and in ``nn.attention`` alike; that is why GPT-2's
+causal ``where`` with finfo.min beside a padding mask stays in the summed mask rather than
+becoming ``is_causal`` (a left-padded row would average later keys too).
+
+Each product of a softmax's result that is left as it is gets its reason: logged at level
+DEBUG on this module's logger (``logging.getLogger("ptxforge.graph.passes.recompose_
+attention")``, or ``ptxforge -v``), and listed by :func:`refusals`.
 """
 
 from __future__ import annotations
