@@ -79,8 +79,9 @@ def _export(module, feeds, path: str, dynamo: bool):
     return onnx.load(path)
 
 
-def _counts(net, params, recompose: bool, fused) -> tuple[int, int]:
-    """``(nn.attention ops after canonicalization, kernel launches of a float16 build)``."""
+def _counts(net, params, recompose: bool, fused) -> tuple[int, int, int]:
+    """``(nn.attention ops after canonicalization, function calls, kernel launches)`` of
+    a float16 build."""
     from ptxforge import graph
     from ptxforge.graph.build_module import optimize
     from ptxforge.graph.passes import RecomposeAttention
@@ -93,11 +94,11 @@ def _counts(net, params, recompose: bool, fused) -> tuple[int, int]:
         atts = sum(1 for c in g.calls() if c.op == "nn.attention")
         lib = graph.build(net, "sim -arch=sm_80", params, precision="float16",
                           fused_attention=fused)
-        launches = sum(len(list(lib.functions[k].device_module.kernels()))
-                       for k in lib.call_keys if k is not None)
+        calls = [k for k in lib.call_keys if k is not None]
+        launches = sum(len(list(lib.functions[k].device_module.kernels())) for k in calls)
     finally:
         RecomposeAttention.apply = saved
-    return atts, launches
+    return atts, len(calls), launches
 
 
 def main(argv=None) -> None:
@@ -109,9 +110,9 @@ def main(argv=None) -> None:
     ap.add_argument("--exporters", default="torchscript,dynamo")
     args = ap.parse_args(argv)
     print(f"hidden 64, 4 heads, 2 layers, batch 1, seq {args.seq}, float16 builds for sim "
-          "-arch=sm_80; cells: nn.attention ops / kernel launches")
-    print(f"{'model':<14} {'exporter':<12} {'without pass':>14} {'with (auto)':>14} "
-          f"{'with (fused)':>14}")
+          "-arch=sm_80; cells: nn.attention ops / function calls / kernel launches")
+    print(f"{'model':<14} {'exporter':<12} {'without pass':>16} {'with (auto)':>16} "
+          f"{'with (fused)':>16}")
     for name in args.models.split(","):
         for exporter in args.exporters.split(","):
             module, feeds = _module(name, args.seq)
@@ -121,8 +122,8 @@ def main(argv=None) -> None:
             net, params = graph.from_onnx(model)
             cells = [_counts(net, params, False, None), _counts(net, params, True, None),
                      _counts(net, params, True, True)]
-            print(f"{name:<14} {exporter:<12} " + " ".join(f"{a:>6} / {n:<5}" for a, n in cells),
-                  flush=True)
+            print(f"{name:<14} {exporter:<12} " + " ".join(
+                f"{a:>4} / {c:>3} / {n:<3}" for a, c, n in cells), flush=True)
 
 
 if __name__ == "__main__":

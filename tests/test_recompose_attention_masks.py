@@ -287,3 +287,43 @@ def test_the_pass_changes_nothing_it_refuses():
     net, params = graph.from_onnx(_float_padding())
     g = recomposed(net, params)
     assert RecomposeAttention()(g) is g
+
+
+# -- the mask analysis ----------------------------------------------------------------------
+
+
+def test_causal_constants_top_left_and_bottom_right():
+    from ptxforge.graph.ir import Constant
+    from ptxforge.graph.passes.attention_masks import causal
+    from ptxforge.graph.passes.attention_pattern import MaskTerm
+
+    lq, s = 3, 5
+    top = Constant(np.tril(np.ones((lq, s), bool)))
+    bottom = Constant(np.tril(np.ones((lq, s), bool), s - lq))
+    assert causal(MaskTerm("keep", top, FMIN), lq, s) == ("large", 0)
+    assert causal(MaskTerm("keep", bottom, -np.inf), lq, s) == ("inf", s - lq)
+    assert causal(MaskTerm("drop", Constant(~np.tril(np.ones((lq, s), bool))), -np.inf),
+                  lq, s) == ("inf", 0)
+    assert causal(MaskTerm("keep", bottom, -1.0), lq, s) is None  # no fill of a mask
+    additive = Constant(np.where(np.tril(np.ones((lq, s), bool), 1), 0.0, FMIN).astype(
+        np.float32))
+    assert causal(MaskTerm("add", additive), lq, s) is None  # offset 1: neither alignment
+
+
+def test_padding_mask_bounds_assume_zero_and_one():
+    from ptxforge.graph import opdefs as G
+    from ptxforge.graph.ir import Constant, Var
+    from ptxforge.graph.passes.attention_masks import bounds, selects
+    from ptxforge.graph.passes.attention_pattern import MaskTerm
+
+    one, fmin = Constant(np.float32(1.0)), Constant(np.float32(FMIN))
+    for dtype in ("int64", "int32", "bool"):
+        m = G.cast(Var("m", (B, L), dtype), "float32")
+        pad = G.multiply(G.subtract(one, m), fmin)
+        assert bounds(pad) == (FMIN, 0.0)
+        assert selects(MaskTerm("add", pad))
+    floats = G.multiply(G.subtract(one, Var("m", (B, L), "float32")), fmin)
+    assert bounds(floats) is None and not selects(MaskTerm("add", floats))
+    # an integer mask anywhere else is no 0/1 indicator
+    scaled = G.multiply(G.cast(Var("m", (B, L), "int64"), "float32"), fmin)
+    assert bounds(scaled) is None
