@@ -206,6 +206,48 @@ def test_fused_float16_build_has_no_nan_in_fully_masked_rows(monkeypatch):
     close(before, onnxruntime_out(model, f), 3e-2)
 
 
+def _sdpa_causal_and_padding(fill: float):
+    """GPT-2's SDPA export: ``Where(And(tril, padding), 0, fill)`` added, the NaN guard."""
+    n = Net(10)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, L, D])
+    mask = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [B, L])
+    q, k, v = _heads(n, "x", H), _heads(n, "x", H, perm=(0, 2, 3, 1)), _heads(n, "x", H)
+    s = n.op("Mul", [n.op("MatMul", [q, k]), n.const(np.float32(1 / np.sqrt(E)))])
+    pad = n.op("Cast", [n.op("Unsqueeze", ["attention_mask", n.const(np.array(
+        [1, 2], np.int64))])], to=TensorProto.BOOL)
+    keep = n.op("And", [_tril(n, L, L, 0), pad])
+    s = n.op("Add", [s, n.op("Where", [keep, n.const(np.float32(0)),
+                                       n.const(np.float32(fill))])])
+    p = n.op("Softmax", [s], axis=-1)
+    p = n.op("Where", [n.op("IsNaN", [p]), n.const(np.float32(0)), p])
+    return n.model([x, mask], _merge(n, n.op("MatMul", [p, v])), [B, L, D], 17)
+
+
+def test_and_of_causal_and_padding_with_minus_infinity_is_causal():
+    model = _sdpa_causal_and_padding(-np.inf)
+    f = feeds(model)
+    expected = onnxruntime_out(model, f)  # the guard: fully masked rows are 0
+    assert np.all(expected[1] == 0) and np.all(expected[0, :3] == 0)
+    net, params = graph.from_onnx(model)
+    (att,) = attentions(recomposed(net, params))
+    assert att.attrs["is_causal"] is True and att.args[3].shape == (B, 1, 1, L)
+    assert att.args[3].dtype == "bool"
+    inputs = {k: v for k, v in f.items() if k != "x"} | {"x": f["x"]}
+    close(graph.run_graph(recomposed(net, params), inputs)[0], expected, 1e-5)
+    got, _ = run_sim(net, params, f, fused_attention=False)
+    close(got, expected, 1e-5)
+    got, names = run_sim(net, params, f, fused_attention=True, precision="float16")
+    assert sum("nn_attention" in n for n in names) == 1
+    close(got, expected, 3e-2)
+
+
+def test_and_of_causal_and_padding_with_a_finite_fill_stays_one_mask():
+    # finfo.min: a fully masked row averages every key (the later ones too), which
+    # is_causal would not
+    (att,), *_ = _check(_sdpa_causal_and_padding(FMIN))
+    assert att.attrs["is_causal"] is False and att.args[3].shape == (B, 1, L, L)
+
+
 # -- what must be left as it is, with the reason ----------------------------------------------
 
 

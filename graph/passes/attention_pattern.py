@@ -40,7 +40,8 @@ class Refusal(Exception):
 
 @dataclass(frozen=True)
 class Operand:
-    """q, k or v: ``view`` (``[B, H, S, E]``, no repeated digit) of the node ``source``."""
+    """q, k or v: ``view`` (``[B, H, S, E]``) of the node ``source``; no digit repeats but
+    the batch's, where a product broadcasts one batch of it to all (stride 0)."""
 
     source: Node
     view: DigitView
@@ -224,7 +225,9 @@ def _what(node: Node) -> str:
 
 def _split_heads(view: DigitView, b: int, h: int) -> tuple[DigitView, int] | str:
     """``view`` ``[B * H, S, E]`` as ``([B, Hkv, S, E], H / Hkv)``: key heads repeated
-    ``G`` times (a least significant head digit of stride 0) are read once."""
+    ``G`` times (a least significant head digit of stride 0) are read once; a batch
+    repeated (stride 0, a product's broadcast batch dimension) stays in the view. A
+    message saying why where the view is no such split."""
     _, s, e = view.shape
     v4 = view.reshape((b, h, s, e))
     if v4 is None:

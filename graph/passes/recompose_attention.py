@@ -65,7 +65,7 @@ from ..ir import Call, Constant, Graph, Node
 from ..opdefs.elemwise import cast_array
 from ..opdefs.logic import logical_not, where
 from .attention_masks import NEG_LARGE, causal, empty_rows_reason, keeps_all, selects
-from .attention_pattern import AttentionMatch, MaskTerm, Refusal, match_attention
+from .attention_pattern import AttentionMatch, MaskTerm, Refusal, match_attention, scalar
 from .base import GraphPass, register_graph_pass
 from .digit_view import DigitView
 
@@ -130,6 +130,27 @@ def _causal_masks(masks: list, lq: int, s: int) -> tuple[bool, list]:
     return False, masks
 
 
+def _causal_half(term: MaskTerm, lq: int, s: int) -> MaskTerm | None:
+    """The data half of a mask that drops with minus infinity where ``and(causal, data)``
+    is False (``where(and(c, d), scores, -inf)`` or ``+ where(and(c, d), 0, -inf)``), ``c``
+    a top-left causal constant: ``is_causal`` and the mask ``d`` drop the same scores. With a
+    finite fill they would not: a row of only finite fills averages every key, the causal
+    ones too."""
+    if term.kind == "keep" and term.fill == -math.inf:
+        cond = term.node
+    elif term.kind == "add" and isinstance(term.node, Call) and term.node.op == "where" and \
+            scalar(term.node.args[1]) == 0.0 and scalar(term.node.args[2]) == -math.inf:
+        cond = term.node.args[0]
+    else:
+        return None
+    if not (isinstance(cond, Call) and cond.op == "logical_and"):
+        return None
+    for c, d in (cond.args, cond.args[::-1]):
+        if causal(MaskTerm("keep", c, -math.inf), lq, s) == ("inf", 0):
+            return MaskTerm("keep", d, -math.inf)
+    return None
+
+
 def plan_attention(call: Call) -> _Plan | None:
     """How ``call`` (a batched product) is written as ``nn.attention``; None where it ends
     no attention; :class:`~ptxforge.graph.passes.attention_pattern.Refusal` naming the
@@ -142,6 +163,10 @@ def plan_attention(call: Call) -> _Plan | None:
     _, lq, _ = call.shape
     s = m.k.view.shape[2]
     is_causal, masks = _causal_masks([t for t in m.masks if not keeps_all(t)], lq, s)
+    halves = [_causal_half(t, lq, s) for t in masks]
+    if any(halves):
+        is_causal = True
+        masks = [h or t for h, t in zip(halves, masks)]
     if any(t.kind != "add" and not t.fill < math.inf for t in masks):
         raise Refusal("a where fills the scores with NaN or plus infinity, which no mask of "
                       "nn.attention writes")
