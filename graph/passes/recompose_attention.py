@@ -219,9 +219,28 @@ def _term_node(term: MaskTerm, memo: dict, dtype: str, additive: bool) -> Node:
     return where(node, zero, fill) if term.kind == "keep" else where(node, fill, zero)
 
 
-def _mask_node(plan: _Plan, memo: dict) -> Node | None:
+def _mask_key(plan: _Plan, memo: dict) -> tuple:
+    """What the mask of ``plan`` is made of: data masks by node, constants by value (the
+    layers of a network each slice their own copy of a causal bias; written once, the
+    layers read one mask and the kernels that sum it run once)."""
+    def term(t: MaskTerm):
+        node = _unbroadcast(t.node)
+        if isinstance(node, Constant):
+            v = np.asarray(node.value)
+            what = ("const", node.dtype, v.shape, v.tobytes())
+        else:
+            what = id(memo[id(node)])
+        return t.kind, t.fill, what
+
+    return plan.match.dtype, plan.mask_heads, plan.match.heads, tuple(map(term, plan.masks))
+
+
+def _mask_node(plan: _Plan, memo: dict, written: dict) -> Node | None:
     if not plan.masks:
         return None
+    key = _mask_key(plan, memo)
+    if key in written:
+        return written[key]
     dtype = plan.match.dtype
     additive = len(plan.masks) > 1
     node = _term_node(plan.masks[0], memo, dtype, additive)
@@ -230,16 +249,17 @@ def _mask_node(plan: _Plan, memo: dict) -> Node | None:
     if plan.mask_heads:
         b, h, _ = plan.match.heads
         node = G.reshape(node, (b, h) + tuple(node.shape[1:]))
+    written[key] = node
     return node
 
 
-def _attention(plan: _Plan, memo: dict) -> Call:
+def _attention(plan: _Plan, memo: dict, written: dict) -> Call:
     from ..opdefs.attention import attention
 
     m = plan.match
     q, k, v = (_operand(memo[id(op.source)], lay)
                for op, lay in zip((m.q, m.k, m.v), plan.layouts))
-    return attention(q, k, v, _mask_node(plan, memo), m.scale, plan.is_causal)
+    return attention(q, k, v, _mask_node(plan, memo, written), m.scale, plan.is_causal)
 
 
 def refusals(graph: Graph) -> list[str]:
@@ -275,6 +295,7 @@ def recompose(graph: Graph) -> Graph:
         return graph
     memo: dict[int, Node] = {}
     made: dict[int, Call] = {}  # a new attention (or its reshape) by id: the attention
+    written: dict[tuple, Node] = {}  # the masks written, by what they are made of
     for node in graph.nodes():
         if not isinstance(node, Call):
             memo[id(node)] = node
@@ -282,7 +303,7 @@ def recompose(graph: Graph) -> Graph:
         args = tuple(memo[id(a)] for a in node.args)
         plan = plans.get(id(node))
         if plan is not None:
-            att = _attention(plan, memo)
+            att = _attention(plan, memo, written)
             out = att if att.shape == node.shape else G.reshape(att, node.shape)
             made[id(out)] = att
         elif node.op == "reshape" and id(args[0]) in made:
