@@ -33,7 +33,9 @@ Only a rewrite that computes the same function is made:
   ``broadcast_to`` of it left out), several as their sum where all but one add only 0 or
   values at most :data:`NEG_LARGE` (T5's position bias and its padding mask; GPT-2's causal
   ``where`` and its padding mask ``(1 - attention_mask) * finfo.min``), so that adding them
-  first gives the scores what adding them one by one gives;
+  first gives the scores what adding them one by one gives. A bool mask ``and(causal
+  constant, data)`` that drops with minus infinity is ``is_causal`` and the data mask. The
+  masks of several attentions made of the same data and equal constants are one node;
 - ``nn.attention`` gives 0 for a row whose scores are all minus infinity, where a softmax
   gives NaN: without the exporter's NaN guard (``where(isnan(p), 0, p)``) masks are taken
   only when no row can be all minus infinity: the constant masks summed position by
