@@ -14,6 +14,8 @@ float16 build, without the pass, with it (``fused_attention`` auto: the products
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import sys
 import tempfile
@@ -71,7 +73,8 @@ def _export(module, feeds, path: str, dynamo: bool):
     import torch
 
     module.eval()
-    with warnings.catch_warnings():
+    # the exporters' progress lines would break the table
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         torch.onnx.export(module, tuple(torch.from_numpy(v) for v in feeds.values()), path,
                           input_names=list(feeds), output_names=["out"],

@@ -56,41 +56,46 @@ def _tril(n: Net, rows: int, cols: int, offset: int) -> str:
     return n.const(keep, "bias")
 
 
-def legacy(kind: str, fill: float = FMIN, mask_dtype=TensorProto.INT64):
-    """One attention layer. ``kind``: ``bert`` (scores / sqrt(E) + padding mask),
-    ``gpt2`` (causal Where with ``fill``, then the padding mask), ``cache`` (GPT-2 with
-    ``P`` cached keys: bottom-right causal), ``cache_only`` (the bottom-right causal
-    ``Where`` alone), ``memory`` (keys and values of one batch, ``[1, H, E, S]``)."""
+def legacy(kind: str, fill: float = FMIN, mask_dtype=TensorProto.INT64, layers: int = 1):
+    """``layers`` attention layers (residual). ``kind``: ``bert`` (scores / sqrt(E) +
+    padding mask), ``gpt2`` (causal Where with ``fill``, then the padding mask), ``cache``
+    (GPT-2 with ``P`` cached keys: bottom-right causal), ``cache_only`` (the bottom-right
+    causal ``Where`` alone), ``memory`` (keys and values of one batch, ``[1, H, E, S]``)."""
     n = Net(5)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, L, D])
     keys = L + P if kind.startswith("cache") else L
     mask = helper.make_tensor_value_info("attention_mask", mask_dtype, [B, keys])
     inputs = [x, mask]
-    q = _heads(n, "x", H)
     if kind == "memory":
-        mem = helper.make_tensor_value_info("memory", TensorProto.FLOAT, [1, L + P, D])
-        inputs = [x, mem]
-        k = _heads_of(n, "memory", 1, L + P, perm=(0, 2, 3, 1))
-        v = _heads_of(n, "memory", 1, L + P)
-    else:
-        k, v = _heads(n, "x", H, perm=(0, 2, 3, 1)), _heads(n, "x", H)
+        inputs = [x, helper.make_tensor_value_info("memory", TensorProto.FLOAT,
+                                                   [1, L + P, D])]
     if kind.startswith("cache"):
-        past = helper.make_tensor_value_info("past", TensorProto.FLOAT, [2, B, H, P, E])
-        inputs.append(past)
-        pk = n.op("Gather", ["past", n.const(np.array(0, np.int64))], axis=0)
-        pv = n.op("Gather", ["past", n.const(np.array(1, np.int64))], axis=0)
-        k = n.op("Concat", [n.op("Transpose", [pk], perm=[0, 1, 3, 2]), k], axis=3)
-        v = n.op("Concat", [pv, v], axis=2)
-    s = n.op("Div", [n.op("MatMul", [q, k]), n.const(np.float32(np.sqrt(E)))])
-    if kind in ("gpt2", "cache", "cache_only"):
-        s = n.op("Where", [_tril(n, L, keys, keys - L), s, n.const(np.float32(fill))])
-    if kind in ("bert", "gpt2", "cache"):
-        s = n.op("Add", [s, _padding(n, "attention_mask", keys)])
-    p = n.op("Softmax", [s], axis=-1)
-    out = _merge(n, n.op("MatMul", [p, v]))
+        inputs.append(helper.make_tensor_value_info("past", TensorProto.FLOAT,
+                                                    [2, B, H, P, E]))
+    h = "x"
+    for _ in range(layers):
+        q = _heads(n, h, H)
+        if kind == "memory":
+            k = _heads_of(n, "memory", 1, L + P, perm=(0, 2, 3, 1))
+            v = _heads_of(n, "memory", 1, L + P)
+        else:
+            k, v = _heads(n, h, H, perm=(0, 2, 3, 1)), _heads(n, h, H)
+        if kind.startswith("cache"):
+            pk = n.op("Gather", ["past", n.const(np.array(0, np.int64))], axis=0)
+            pv = n.op("Gather", ["past", n.const(np.array(1, np.int64))], axis=0)
+            k = n.op("Concat", [n.op("Transpose", [pk], perm=[0, 1, 3, 2]), k], axis=3)
+            v = n.op("Concat", [pv, v], axis=2)
+        s = n.op("Div", [n.op("MatMul", [q, k]), n.const(np.float32(np.sqrt(E)))])
+        if kind in ("gpt2", "cache", "cache_only"):
+            s = n.op("Where", [_tril(n, L, keys, keys - L), s, n.const(np.float32(fill))])
+        if kind in ("bert", "gpt2", "cache"):
+            s = n.op("Add", [s, _padding(n, "attention_mask", keys)])
+        p = n.op("Softmax", [s], axis=-1)
+        out = _merge(n, n.op("MatMul", [p, v]))
+        h = out if layers == 1 else n.op("Add", [out, h])
     if kind in ("cache_only", "memory"):
         inputs = [i for i in inputs if i.name != "attention_mask"]
-    return n.model(inputs, out, [B, L, D], 17)
+    return n.model(inputs, h, [B, L, D], 17)
 
 
 def _heads_of(n: Net, x: str, batch: int, seq: int, perm=(0, 2, 1, 3)) -> str:
@@ -166,6 +171,13 @@ def test_bottom_right_causal_with_cached_keys():
     (att,), *_ = _check(legacy("cache"))
     assert att.args[1].shape == (B, H, L + P, E)
     assert att.attrs["is_causal"] is False and att.args[3].shape == (B, 1, L, L + P)
+
+
+def test_layers_share_one_mask():
+    # each layer has its own copy of the causal bias (96 elements: no small constant that
+    # eliminate_common_subexpr compares by value); the layers read one summed mask
+    atts, *_ = _check(legacy("cache", layers=2), layers=2)
+    assert atts[0].args[3] is atts[1].args[3]
 
 
 @pytest.mark.parametrize("fill", [FMIN, -np.inf])
