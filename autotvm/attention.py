@@ -18,7 +18,8 @@ out of the rows of a wider tensor, the slices of a combined Q/K/V projection; op
 with one base shape are one tensor, as the graph's combined projection is).
 :func:`template_args` writes the arguments of an :class:`AttentionWorkload` in the one
 spelling records match, so the records a graph's attention looks up are those of a task
-made from its own workload, views included. The knobs are those of the kernel's knob space
+made from its own workload, views included; :func:`extract_tasks` makes the tasks of a
+network's fused attentions. The knobs are those of the kernel's knob space
 (:mod:`ptxforge.ops.schedules.attention.knobs`): ``warps`` (16 query rows each),
 ``block_kv`` and ``stages``; a combination that breaks one of its rules (shared memory,
 registers) is rejected at instantiation with an ``InstantiationError`` naming the rule,
@@ -181,6 +182,40 @@ def dispatched_config(w: AttentionWorkload) -> AttentionConfig:
     sch, _ = attention_template(*template_args(w))
     step = fused_attention_step(sch.pipeline)
     return step.config
+
+
+def extract_tasks(net, params: dict | None = None, target="cuda", **options) -> list:
+    """The tasks of this template for the fused attentions of a network, one per distinct
+    problem, each made from the attention's own workload (:func:`template_args`: its
+    layout and views included), so that the records of tuning them are those
+    ``graph.build`` of the network looks up. ``options``: those of the build that will use
+    the records (``precision``, ``layout``, ``pad_channels``); which attentions stay whole
+    is the graph pass config's ``fused_attention`` (``graph.passes.GraphPassContext(
+    config={"fused_attention": True})`` around the call and the build)::
+
+        with GraphPassContext(config={"fused_attention": True}):
+            tasks = attention.extract_tasks(net, params, precision="float16")
+            ...  # tune each task, logging to log
+            with autotvm.apply_history_best(log):
+                lib = graph.build(net, "cuda", params, precision="float16")
+    """
+    from ..network_reader import read_network
+    from ..ops.attention import TAG, attention_inputs, attention_workload
+    from .task import create
+
+    tasks, seen = [], set()
+    for func in read_network(net, params, **options):
+        tensors = getattr(func, "tensors", None) or func.build_tensors()
+        out = tensors[-1]
+        if getattr(out.op, "tag", "") != TAG:
+            continue
+        if {id(t) for t in attention_inputs(out)} != {id(t) for t in tensors[:-1]}:
+            continue  # something else fused into the function: no fused kernel runs it
+        args = template_args(attention_workload(out))
+        if args not in seen:
+            seen.add(args)
+            tasks.append(create(NAME, args=args, target=target))
+    return tasks
 
 
 def build_attention_candidate(inp: MeasureInput,

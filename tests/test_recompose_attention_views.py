@@ -77,7 +77,9 @@ def test_a_tuned_record_of_a_viewed_attention_is_found_by_the_graph_build(tmp_pa
     lib = graph.build(net, target, fused_attention=True)
     _, w = _attention_function(lib)
     log = str(tmp_path / "attention.json")
-    task = autotvm.task.create(template.NAME, args=template.template_args(w), target="cuda")
+    with GraphPassContext(config={"fused_attention": True}):
+        (task,) = template.extract_tasks(net)
+    assert task.args == template.template_args(w)
     option = autotvm.measure_option(
         builder=template.AttentionBuilder(n_parallel=0, compile_to="ir"),
         runner=autotvm.SimRunner(max_sim_seconds=10.0))
