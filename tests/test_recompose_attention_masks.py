@@ -381,3 +381,24 @@ def test_padding_mask_bounds_assume_zero_and_one():
     # an integer mask anywhere else is no 0/1 indicator
     scaled = G.multiply(G.cast(Var("m", (B, L), "int64"), "float32"), fmin)
     assert bounds(scaled) is None
+
+
+OLD_FORMS = {
+    "softmax over the queries": "the softmax is on axis",
+    "mask added after the softmax": "changed after the softmax",
+    "scale after the mask": "the scores come from",
+    "scale per head (no scalar)": "the scores come from",
+    "probabilities transposed": "moves elements",
+    "minus infinity data mask without NaN guard": "row all minus infinity",
+}
+
+
+@pytest.mark.parametrize("case", sorted(OLD_FORMS))
+def test_the_first_refused_forms_say_why(case):
+    from .test_recompose_attention import REFUSED, sdpa_dynamo
+
+    net, params = graph.from_onnx(sdpa_dynamo(**REFUSED[case]))
+    g = recomposed(net, params)
+    assert attentions(g) == []
+    (line,) = refusals(g)
+    assert OLD_FORMS[case] in line, line

@@ -134,6 +134,17 @@ def trace(node: Node, scaled: bool) -> tuple[Node, DigitView, float] | None:
     return node, view, factor
 
 
+def _softmax_of(node: Node) -> bool:
+    """Whether ``node`` is a softmax's result (through its NaN guard and casts)."""
+    while True:
+        if _call(node, "where") and _call(node.args[0], "isnan"):
+            node = node.args[2]
+        elif _call(node, "cast"):
+            node = node.args[0]
+        else:
+            return _call(node, "nn.softmax")
+
+
 def _probabilities(node: Node, dtype: str) -> tuple[Node, bool] | None:
     """``(x, nan_guard)`` where ``node`` is the softmax of ``x`` on its last axis, in
     ``dtype`` (a float32 softmax of a 16-bit ``x`` cast back to it counts), possibly with
@@ -153,6 +164,8 @@ def _probabilities(node: Node, dtype: str) -> tuple[Node, bool] | None:
         else:
             break
     if not _call(node, "nn.softmax"):
+        if isinstance(node, Call) and any(_softmax_of(a) for a in node.args):
+            raise Refusal(f"the probabilities are changed after the softmax ({node.op})")
         return None
     if node.attrs.get("out_dtype") or node.attrs.get("sum_dtype") or \
             node.dtype != ("float32" if down else dtype):
