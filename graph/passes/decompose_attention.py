@@ -14,7 +14,9 @@ This pass writes it so::
 
 A bool mask becomes additive (0 where it keeps a score, minus infinity elsewhere) on its
 own, smaller shape; a causal mask is a constant of the same form. A row with every score
-masked gives zeros, as ``nn.attention`` defines (``nan_to_zero``).
+masked gives zeros, as ``nn.attention`` defines (``nan_to_zero``). An attention whose
+operands are read through ``views`` (the slices of a combined projection that
+``fold_attention_layout`` folded into it) gets those slices back first.
 """
 
 from __future__ import annotations
@@ -50,9 +52,28 @@ def _causal(rows: int, cols: int, group: int, dtype: str) -> Constant:
     return Constant(cast_array(np.tile(tile, (group, 1)), dtype), "causal_mask", dtype=dtype)
 
 
+def viewed_operand(x: Node, view) -> Node:
+    """The ``[B, S, H, D]`` operand a view ``(batch, seq, heads, dim, offset)`` of the
+    attention (``fold_attention_layout``) reads out of ``x``: the ``H D`` elements from
+    ``offset`` of each of its ``B S`` rows."""
+    b, seq, heads, dim, offset = view
+    rows = G.reshape(x, (b * seq, x.shape[-1])) if x.ndim != 2 else x
+    cut = G.strided_slice(rows, [offset], [offset + heads * dim], [1], [1])
+    return G.reshape(cut, (b, seq, heads, dim))
+
+
 def decompose(call: Call, args: tuple) -> Node | None:
     if call.op != "nn.attention" or keeps_fused_attention(call):
         return None
+    if call.attrs.get("views"):
+        # operands read through views: the slices they stand for, then the bshd attention
+        from ..opdefs.attention import attention
+
+        qkv = [viewed_operand(a, view) if view else a
+               for a, view in zip(args[:3], call.attrs["views"])]
+        inner = attention(*qkv, args[3] if len(args) == 4 else None, call.attrs["scale"],
+                          call.attrs["is_causal"], layout="bshd")
+        return decompose(inner, tuple(inner.args)) or inner
     if call.attrs.get("layout") == "bshd":
         # [B, L, H, E] operands: the [B, H, L, E] attention of their transposes
         from ..opdefs.attention import attention
