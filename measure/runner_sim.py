@@ -30,14 +30,23 @@ from .result import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, er
 
 @dataclass(frozen=True)
 class SimRequest:
-    """One candidate for a simulator worker: the device-IR modules (objects; pickled to the
-    worker) of the candidate and of the task's reference."""
+    """One candidate for a simulator worker: the artifacts of the candidate and of the
+    task's reference (pickled to the worker as they arrived from the builders: their
+    device IR is unpickled there, not in the tuner's process)."""
 
     task_key: str
-    module: object
-    output_params: tuple
+    artifact: object
     reference: object
     seed: int = 0
+
+    @property
+    def module(self):
+        """The candidate's device-IR module."""
+        return self.artifact.module
+
+    @property
+    def output_params(self) -> tuple:
+        return self.artifact.output_params
 
 
 _state: dict = {}
@@ -61,7 +70,7 @@ def sim_check(req: SimRequest) -> dict:
         _state["inputs"] = [random_array(p, rng) for p in params]
         _state["reference"] = None
         _state["task"] = req.task_key
-        ref_module = req.reference
+        ref_module = req.reference.module
         arrays = _arrays(params, outputs)
         try:
             run(ref_module, arrays)
@@ -165,7 +174,7 @@ class SimRunner(PooledRunner):
         if isinstance(ref, str):
             self._ready.append((key, _with(done, correctness=ref)))
             return
-        ref_module, ref_sim = ref.module, simulation_seconds(ref.stats)
+        ref_sim = simulation_seconds(ref.stats)
         sim = simulation_seconds(art.stats)
         if sim > self.max_sim_seconds or ref_sim > 3 * self.max_sim_seconds:
             what = "candidate" if sim > self.max_sim_seconds else "reference"
@@ -177,8 +186,7 @@ class SimRunner(PooledRunner):
         if self._pool is None:
             self._pool = WorkerPool(self.n_parallel, "fork", name="ptxforge-sim-runner",
                                     prefetch=1)
-        req = SimRequest(f"{inp.task.workload_key}/{inp.task.text_hash}", art.module,
-                         art.output_params, ref_module)
+        req = SimRequest(f"{inp.task.workload_key}/{inp.task.text_hash}", art, ref)
         limit = 3 * self.max_sim_seconds + 3 * ref_sim + 5.0
         self._jobs[key] = (done, limit)
         self._pool.submit(key, sim_check, (req,), limit)
