@@ -455,6 +455,8 @@ class LocalRunner(PooledRunner):
             self._parts.add(r.get("parts", {}), o.seconds,
                             stopped_early=r.get("stopped_early", False))
             if r["error_no"]:
+                if r["error_no"] == int(MeasureErrorNo.RUNTIME_DEVICE):
+                    self._ref_sent.clear()  # the worker may have retired with its context
                 return MeasureResult((ERROR_COST,), r["error_no"], r["error_msg"], all_cost, now,
                                      device=r["device"])
             if r["correctness"] == "passed" or (
