@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,9 @@ class SimRequest:
 
 _state: dict = {}
 
+TASKS_KEPT = 8
+"""Tasks whose inputs and reference outputs a simulator worker keeps."""
+
 
 def _host(module):
     from ..backend_sim import host_function
@@ -65,20 +69,25 @@ def sim_check(req: SimRequest) -> dict:
     module = req.module
     params = _host(module).params
     outputs = req.output_params
-    if _state.get("task") != req.task_key:
+    tasks = _state.setdefault("tasks", OrderedDict())
+    task = tasks.get(req.task_key)
+    if task is None:
+        # a task's inputs and reference outputs stay while candidates of a few tasks
+        # interleave (rounds in flight with a search ahead)
         rng = np.random.default_rng(req.seed)
-        _state["inputs"] = [random_array(p, rng) for p in params]
-        _state["reference"] = None
-        _state["task"] = req.task_key
-        ref_module = req.reference.module
-        arrays = _arrays(params, outputs)
+        inputs = [random_array(p, rng) for p in params]
+        arrays = _arrays(inputs, params, outputs)
         try:
-            run(ref_module, arrays)
-            _state["reference"] = [arrays[i] for i in outputs]
+            run(req.reference.module, arrays)
+            reference = [arrays[i] for i in outputs]
         except SimError as e:
-            _state["reference"] = f"skipped: the reference schedule failed: {e}"
-    ref = _state["reference"]
-    arrays = _arrays(params, outputs)
+            reference = f"skipped: the reference schedule failed: {e}"
+        task = tasks[req.task_key] = (inputs, reference)
+        while len(tasks) > TASKS_KEPT:
+            tasks.popitem(last=False)
+    tasks.move_to_end(req.task_key)
+    inputs, ref = task
+    arrays = _arrays(inputs, params, outputs)
     t0 = time.perf_counter()
     try:
         run(module, arrays)
@@ -95,10 +104,9 @@ def sim_check(req: SimRequest) -> dict:
     return {"error_no": 0, "correctness": "passed", "seconds": seconds}
 
 
-def _arrays(params, outputs) -> list:
+def _arrays(inputs: list, params, outputs) -> list:
     out = set(outputs)
-    return [poisoned(p) if i in out else _state["inputs"][i].copy()
-            for i, p in enumerate(params)]
+    return [poisoned(p) if i in out else inputs[i].copy() for i, p in enumerate(params)]
 
 
 class SimRunner(PooledRunner):
