@@ -1,4 +1,9 @@
-"""How much the measure thread's work slows the search beside it, on the CPU.
+"""What slows the tuner's search while rounds are in flight, on the CPU: busy builder
+processes beside it, and the measure thread's work.
+
+First the search beside ``--burners`` busy processes (as many as the cores: builders at
+work), at the search's priority and at the builders' niceness
+(:data:`ptxforge.measure.build.BUILDER_NICENESS`). Then the measure thread:
 
 With ``--search-ahead`` above 0 the tuner's process searches the next round while its
 measure thread moves the rounds in flight from the builders to the runner: it unpickles
@@ -11,20 +16,23 @@ candidate) and as they are now (byte payloads passed on; the runner's copy witho
 kernels' IR).
 
     PYTHONPATH=<parent of the checkout> python3 bench/search_contention.py [--rate 30]
-        [--rounds 6] [--task resnet-18:3]
+        [--rounds 6] [--task resnet-18:3] [--burners 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import pickle
+import subprocess
+import sys
 import threading
 import time
 from multiprocessing.reduction import ForkingPickler
 
 from ptxforge import autosched
 from ptxforge.autosched.state import State, candidate_input
-from ptxforge.measure.build import BuildOptions, build_candidate
+from ptxforge.measure.build import BUILDER_NICENESS, BuildOptions, build_candidate
 from ptxforge.measure.reference_builds import build_reference
 from ptxforge.measure.runner_gpu import RunRequest
 from trial_cost import tasks_of
@@ -54,6 +62,8 @@ def main(argv=None) -> None:
     ap.add_argument("--per-round", type=int, default=42)
     ap.add_argument("--rate", type=float, default=30.0, help="candidates per second")
     ap.add_argument("--states", type=int, default=6, help="distinct build results used")
+    ap.add_argument("--burners", type=int, default=os.cpu_count() or 2,
+                    help="busy processes beside the search (default: one per core)")
     args = ap.parse_args(argv)
     target = "cuda -arch=sm_90a"
     opts = BuildOptions(target_sm="sm_90a", compile_to="cubin")
@@ -100,6 +110,24 @@ def main(argv=None) -> None:
             th.join()
         return took, done[0], done[1]
 
+    def beside_burners(niceness: int) -> float:
+        burn = [subprocess.Popen(["nice", "-n", str(niceness), sys.executable, "-c",
+                                  "while True: pass"]) for _ in range(args.burners)]
+        try:
+            time.sleep(0.3)
+            return search_time(None)[0]
+        finally:
+            for p in burn:
+                p.kill()
+                p.wait()
+
+    per = args.rounds * args.per_round
+    alone = search_time(None)[0]
+    same = beside_burners(0)
+    nicer = beside_burners(BUILDER_NICENESS)
+    print(f"  search alone {alone:.2f} s ({1e3 * alone / per:.2f} ms per trial); beside "
+          f"{args.burners} busy processes at its priority {same:.2f} s, at niceness "
+          f"{BUILDER_NICENESS} {nicer:.2f} s")
     for name, work in (("alone", None), ("beside the old measure thread", old_way),
                        ("beside the new measure thread", new_way), ("alone", None)):
         took, n, busy = search_time(work)
