@@ -370,8 +370,9 @@ BUILDER_NICENESS = 10
 tuner's search and the GPU runner's worker are on every round's critical path, the builds
 are throughput: with as many builders as cores, a search at the builders' priority ran at a
 third of its speed (3.2 -> 10.6 s for ResNet-18 on the 16-core H100 machine with
-``--search-ahead 2``; 1.0 -> 3.3 s on two cores beside two busy processes, 1.6 s with them
-at niceness 10). Idle cores still go to the builders."""
+``--search-ahead 2``; on two cores, 1.21 s alone, 3.44 s beside two busy processes, 1.23 s
+beside them at niceness 10: ``bench/search_contention.py``). Idle cores still go to the
+builders."""
 
 
 def _use_scratch(folder: str, niceness: int = 0) -> None:
