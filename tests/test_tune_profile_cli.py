@@ -65,3 +65,19 @@ def test_profile_splits_the_gpu_runners_time_by_part():
     # a runner without parts (the simulator's) adds no line
     assert "runner parts" not in format_profile({}, SimpleNamespace(), 2, 1.0,
                                                 SimpleNamespace())
+
+
+def test_both_tuning_commands_take_the_runners_early_stop():
+    import argparse
+
+    from ptxforge.cli.tune import add_tune_network_parser, add_tune_op_parser
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="cmd")
+    add_tune_network_parser(sub)
+    add_tune_op_parser(sub)
+    assert parser.parse_args(["tune-op", "seed", "--trials", "8", "--log", "x.json"]).early_stop
+    assert not parser.parse_args(["tune-op", "seed", "--trials", "8", "--log", "x.json",
+                                  "--no-early-stop"]).early_stop
+    assert not parser.parse_args(["tune-network", "bert", "--trials", "10", "--log", "x.json",
+                                  "--no-early-stop"]).early_stop
