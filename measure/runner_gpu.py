@@ -40,9 +40,13 @@ class RunRequest:
     reference (its artifact, and its outputs once run) with the task's inputs, so
     ``reference`` travels with the first candidate of a task only; a worker that does not
     hold it (a fresh one, or one that dropped the task) answers ``need_reference`` and the
-    candidate comes again with it. ``check_below``: compare with the reference when the
-    mean cost is below it (``inf``: always, before timing). ``stop_above``: seconds per run
-    above which the pilot's figure ends the timing (:mod:`.timing`; ``inf``: never)."""
+    candidate comes again with it. ``best``: the task's best checked mean cost the runner
+    knows of; the worker takes the lower of it and the best it saw itself (candidates queue
+    for the worker, so the runner's figure may be older than the candidates before this
+    one). ``check_all``: check before timing, whatever the best; else a candidate is
+    checked before timing while its task has no best, and after timing when it beats the
+    best. ``stop_factor``: a candidate whose pilot is slower than this times the best ends
+    the timing there (:mod:`.timing`; ``inf``: never)."""
 
     task_key: str
     artifact: BuildArtifact
@@ -52,9 +56,10 @@ class RunRequest:
     min_repeat_ms: float
     enable_cuda_graph: bool
     seed: int = 0
-    check_below: float = math.inf
+    best: float = math.inf
     checked: bool = False
-    stop_above: float = math.inf
+    check_all: bool = False
+    stop_factor: float = math.inf
 
 
 RUN_PARTS = ("unpack", "inputs", "load", "check", "time")
@@ -73,15 +78,17 @@ TASK_BYTES_KEPT = 1 << 30
 
 class _TaskState:
     """What the worker keeps of one task: its device arrays (random inputs, poisoned
-    outputs), the reference artifact and its outputs once run."""
+    outputs), the reference artifact and its outputs once run, and the best mean cost it
+    measured (checked, where the task has a reference)."""
 
-    __slots__ = ("arrays", "nbytes", "reference", "ref_outputs")
+    __slots__ = ("arrays", "nbytes", "reference", "ref_outputs", "best")
 
     def __init__(self, arrays: list, nbytes: int):
         self.arrays = arrays
         self.nbytes = nbytes
         self.reference = None
         self.ref_outputs = None
+        self.best = math.inf
 
 
 @dataclass
@@ -243,7 +250,8 @@ def gpu_run(req: RunRequest):
         arrays = st.arrays
         t = clock()
         parts["inputs"] = t - t1
-        check_first = req.checked and math.isinf(req.check_below)
+        best = min(req.best, st.best)
+        check_first = req.checked and (req.check_all or math.isinf(best))
         if check_first and st.reference is None:
             return {"need_reference": True, "parts": parts}
         loaded = _load(req.artifact, module)
@@ -269,13 +277,14 @@ def gpu_run(req: RunRequest):
                 return out
             out["correctness"] = "passed"
         t = clock()
-        timing = _timer(loaded, arrays, req).run(req.repeat, req.min_repeat_ms,
-                                                  req.stop_above)
+        stop_above = req.stop_factor * best if math.isfinite(best) else math.inf
+        timing = _timer(loaded, arrays, req).run(req.repeat, req.min_repeat_ms, stop_above)
         dev.sync()
         parts["time"] = clock() - t
         costs = tuple(float(c) for c in timing.costs)
         out["stopped_early"] = timing.stopped_early
-        if not check_first and req.checked and sum(costs) / len(costs) < req.check_below:
+        mean = sum(costs) / len(costs)
+        if not check_first and req.checked and mean < best:
             # it would be the task's best: a kernel that skips work is fast, so check it
             msg = wrong_answer()
             if msg is None:
@@ -285,6 +294,8 @@ def gpu_run(req: RunRequest):
                     f"{msg} (checked because it beat the task's best)"))
                 return out
             out["correctness"] = "passed"
+        if out["correctness"] == "passed" or not (req.checked or timing.stopped_early):
+            st.best = min(st.best, mean)
         out.update(error_no=0, error_msg="", costs=costs)
         return out
     except CudaError as e:
@@ -421,8 +432,6 @@ class LocalRunner(PooledRunner):
                 ref = None
         task_key = f"{inp.task.workload_key}/{inp.task.text_hash}/{build.artifact.target_sm}"
         best = self._best_checked.get(task_key, math.inf)
-        below = best if self.check_correctness == "best" else math.inf
-        stop = EARLY_STOP_FACTOR * best if self.early_stop else math.inf
         send = ref if ref is not None and task_key not in self._ref_sent else None
         if send is not None:
             self._ref_sent.add(task_key)
@@ -430,8 +439,10 @@ class LocalRunner(PooledRunner):
         if send is not None:
             send = send.for_runner()
         req = RunRequest(task_key, build.artifact.for_runner(), send, self.number, self.repeat,
-                         self.min_repeat_ms, self.enable_cuda_graph, check_below=below,
-                         checked=ref is not None, stop_above=stop)
+                         self.min_repeat_ms, self.enable_cuda_graph, best=best,
+                         checked=ref is not None,
+                         check_all=self.check_correctness is True,
+                         stop_factor=EARLY_STOP_FACTOR if self.early_stop else math.inf)
         self._tasks[key] = task_key
         self._inflight[key] = (inp, build)
         self._build_time.setdefault(key, build.time_cost)

@@ -220,23 +220,24 @@ def worker(fake, monkeypatch):
     runner_gpu._state.clear()
 
 
-def request(task_key, art, ref=None, checked=True, below=math.inf, stop=math.inf):
-    return runner_gpu.RunRequest(task_key, art, ref, 3, 1, 10.0, True, check_below=below,
-                                 checked=checked, stop_above=stop)
+def request(task_key, art, ref=None, checked=True, best=math.inf, stop=math.inf,
+            check_all=False):
+    return runner_gpu.RunRequest(task_key, art, ref, 3, 1, 10.0, True, best=best,
+                                 checked=checked, check_all=check_all, stop_factor=stop)
 
 
 def test_worker_checks_with_the_reference_it_keeps(worker):
     speeds, _ = worker
     task = add_task()
     ref, good, bad = artifact(task), artifact(task), artifact(task)
-    speeds[id(bad)] = (2.0, 0.01)  # writes A + 2: a wrong answer
+    speeds[id(bad)] = (2.0, 0.005)  # writes A + 2: wrong, and faster than the best
     r = runner_gpu.gpu_run(request("t", good, ref))
     assert r["error_no"] == 0 and r["correctness"] == "passed"
     assert set(r["parts"]) == set(runner_gpu.RUN_PARTS) and r["parts"]["time"] > 0
     # the reference stays in the worker: later candidates come without it
     r = runner_gpu.gpu_run(request("t", bad, None))
     assert r["error_no"] == int(runner_gpu.MeasureErrorNo.WRONG_ANSWER)
-    assert "B:" in r["error_msg"]
+    assert "B:" in r["error_msg"] and "beat the task's best" in r["error_msg"]
 
 
 def test_worker_asks_for_a_reference_it_does_not_hold(worker):
@@ -247,9 +248,9 @@ def test_worker_asks_for_a_reference_it_does_not_hold(worker):
     speeds, _ = worker
     slow = artifact(task)
     speeds[id(slow)] = (1.0, 0.05)
-    r = runner_gpu.gpu_run(request("t", slow, None, below=1e-6))
+    r = runner_gpu.gpu_run(request("t", slow, None, best=1e-6))
     assert r["error_no"] == 0 and r["correctness"] == ""
-    r = runner_gpu.gpu_run(request("t", slow, None, below=1.0))
+    r = runner_gpu.gpu_run(request("t", slow, None, best=1.0))
     assert r.get("need_reference")
 
 
@@ -259,10 +260,10 @@ def test_worker_keeps_several_tasks(worker, monkeypatch):
     arts = [artifact(t) for t in tasks]
     for i in (0, 1, 0, 1):  # alternating tasks: each keeps its inputs and its reference
         r = runner_gpu.gpu_run(request(f"t{i}", arts[i], arts[i] if i not in
-                                       runner_gpu._state["tasks"] else None))
+                                       runner_gpu._state["tasks"] else None, check_all=True))
         assert r["error_no"] == 0 and r["correctness"] == "passed"
     assert list(runner_gpu._state["tasks"]) == ["t0", "t1"]
-    runner_gpu.gpu_run(request("t2", arts[2], arts[2]))
+    runner_gpu.gpu_run(request("t2", arts[2], arts[2], check_all=True))
     assert list(runner_gpu._state["tasks"]) == ["t1", "t2"]  # the oldest went
 
 
@@ -271,11 +272,30 @@ def test_worker_stops_a_slow_candidate_after_the_pilot(worker):
     task = add_task()
     ref, slow = artifact(task), artifact(task)
     speeds[id(slow)] = (1.0, 0.05)
-    runner_gpu.gpu_run(request("t", ref, ref))
-    r = runner_gpu.gpu_run(request("t", slow, None, below=1e-5, stop=1.5e-5))
+    runner_gpu.gpu_run(request("t", ref, ref))  # checked, and the worker's best: 10 us
+    r = runner_gpu.gpu_run(request("t", slow, None, stop=1.5))
     assert r["stopped_early"] and r["error_no"] == 0
     assert r["costs"] == (pytest.approx(5e-5),)
     assert r["correctness"] == ""  # slower than the best: not checked
+
+
+def test_worker_uses_its_own_best_where_the_runners_is_older(worker):
+    """Candidates queue for the worker with the best the runner knew when it sent them;
+    the worker checks and stops against the best it measured since."""
+    speeds, _ = worker
+    task = add_task()
+    ref, fast, slow, faster = (artifact(task) for _ in range(4))
+    speeds[id(fast)] = (1.0, 0.01)
+    speeds[id(slow)] = (1.0, 0.05)
+    speeds[id(faster)] = (1.0, 0.005)
+    # all four sent while the runner knew no best
+    r = runner_gpu.gpu_run(request("t", fast, ref, stop=1.5))
+    assert r["correctness"] == "passed" and not r["stopped_early"]
+    r = runner_gpu.gpu_run(request("t", slow, None, stop=1.5))
+    assert r["correctness"] == "" and r["stopped_early"]  # not checked again: stopped
+    r = runner_gpu.gpu_run(request("t", faster, None, stop=1.5))
+    assert r["correctness"] == "passed" and not r["stopped_early"]  # a new best: checked
+    assert runner_gpu._state["tasks"]["t"].best == pytest.approx(5e-6)
 
 
 # -- the runner's side, with an in-process pool ---------------------------------------------
