@@ -57,20 +57,21 @@ class TuningOptions:
 class LocalRPCMeasureContext:
     """The tutorial's measurement context. Measurement already runs in an isolated worker
     process (no RPC is needed): ``runner`` is a :class:`ptxforge.measure.LocalRunner` with
-    these settings; ``close()`` (or deleting the context) stops its worker."""
+    these settings (``early_stop``: its pilot timing, see :mod:`ptxforge.measure.timing`);
+    ``close()`` (or deleting the context) stops its worker."""
 
     def __init__(self, priority: int = 1, n_parallel: int = 1, timeout: float = 10,
                  number: int = 3, repeat: int = 1, min_repeat_ms: float = 0,
                  cooldown_interval: float = 0.0, enable_cpu_cache_flush: bool = False,
                  device: int = 0, check_correctness: bool | str = "best",
-                 enable_cuda_graph: bool = True):
+                 enable_cuda_graph: bool = True, early_stop: bool = True):
         from .. import measure
 
         self.runner = measure.LocalRunner(number=number, repeat=repeat,
                                           min_repeat_ms=min_repeat_ms, timeout=timeout,
                                           check_correctness=check_correctness,
                                           enable_cuda_graph=enable_cuda_graph,
-                                          device_id=device)
+                                          device_id=device, early_stop=early_stop)
 
     def close(self) -> None:
         runner = getattr(self, "runner", None)

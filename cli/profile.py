@@ -34,7 +34,8 @@ def format_profile(main: dict, builder, trials: int, wall_s: float, runner=None)
     """The profile lines of a tuning run: ``main`` the stage seconds of the main process,
     ``builder`` the run's builder (its ``stage_totals`` and ``builds``, when it keeps
     them), ``runner`` the run's runner; builder and runner add where their workers' time
-    went when they keep ``pool_stats``."""
+    went when they keep ``pool_stats``, and a GPU runner its worker's time per candidate by
+part (``run_parts``: unpack, inputs, load, check, time)."""
     lines = ["profile:"]
     known = ", ".join(f"{k} {main.get(k, 0.0):.2f} s" for k in MAIN_STAGES)
     lines.append(f"  main process: {known} (wall {wall_s:.2f} s)")
@@ -54,6 +55,10 @@ def format_profile(main: dict, builder, trials: int, wall_s: float, runner=None)
         stats = getattr(side, "pool_stats", None)
         if stats is not None and stats.jobs:
             lines.append(format_pool(label, stats, wall_s))
+    parts = getattr(runner, "run_parts", None)
+    if parts is not None and parts.candidates:
+        # the GPU runner's worker: what its time per candidate went to
+        lines.append(f"  runner parts: {parts.line()}")
     rate = trials / wall_s if wall_s > 0 else 0.0
     per = 1e3 * (main.get("search", 0.0) + main.get("learn", 0.0)) / max(trials, 1)
     lines.append(f"  {trials} trials, {rate:.2f} trials/s; main process {per:.1f} ms per "

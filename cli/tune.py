@@ -172,7 +172,7 @@ def tune_op_command(args) -> int:
         print(f"{args.log} already holds {earlier} trials of this workload (--trials "
               f"{args.trials}); nothing to measure")
         return _report_best(task, args.log)
-    measurement = Measurement(runner, args.min_repeat_ms, args.sim_check)
+    measurement = Measurement(runner, args.min_repeat_ms, args.sim_check, args.early_stop)
     bar = ProgressBar(todo, "trials")
     progress = _OpProgress(task, bar, best_res.mean if best_res else float("inf"),
                            bool(best_res.estimated) if best_res else False)
@@ -213,6 +213,13 @@ def _report_best(task, log: str) -> int:
     return 0
 
 
+def add_early_stop_argument(p) -> None:
+    """``--early-stop`` / ``--no-early-stop``: the GPU runner's pilot timing."""
+    p.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
+                   help="GPU runner: end the timing of a candidate after a 1 ms pilot when "
+                        "it is more than 1.5 times slower than its task's best")
+
+
 def add_tune_op_parser(sub) -> None:
     """The ``tune-op`` subcommand's arguments."""
     p = sub.add_parser("tune-op", help="auto-schedule one operator (resumes from --log)")
@@ -231,6 +238,7 @@ def add_tune_op_parser(sub) -> None:
     p.add_argument("--sim-check", action=argparse.BooleanOptionalAction, default=True,
                    help="simulator runner: also run candidates on the simulator and compare "
                         "them with a reference")
+    add_early_stop_argument(p)
     p.add_argument("--seed", type=int, default=0, help="search seed")
     p.add_argument("--target", default="cuda",
                    help="the target the sketches are made for (\"cuda\", \"cuda "
@@ -257,7 +265,8 @@ def _tune_network(args, tasks, weights, runner: str, todo: int, resume: bool,
     run = tune_network(tasks, weights, args.log, todo, runner=runner, resume=resume,
                        table=table, seed=args.seed, per_round=args.per_round,
                        min_repeat_ms=args.min_repeat_ms, sim_check=args.sim_check,
-                       load_model=args.load_model, search_ahead=args.search_ahead)
+                       load_model=args.load_model, search_ahead=args.search_ahead,
+                       early_stop=args.early_stop)
     if run.scheduler.search_policies:
         save_model(run.scheduler.search_policies[0].cost_model, args.save_model)
     print(run.report())
@@ -402,9 +411,11 @@ def add_tune_network_parser(sub) -> None:
     p.add_argument("--table", help="where the task table is kept (default: the log's name "
                                    "with .tasks.txt)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--search-ahead", type=int, default=1, metavar="K",
+    p.add_argument("--search-ahead", type=int, default=2, metavar="K",
                    help="rounds still being built and measured while the next is searched "
-                        "(default 1; 0 waits for each round's results, as TVM does)")
+                        "(default 2: candidates of three tasks in flight keep the builders "
+                        "busy; 0 waits for each round's results, as TVM does)")
+    add_early_stop_argument(p)
     p.add_argument("--target", default="cuda",
                    help="the target the tasks' sketches are made for (\"cuda\": the GPU "
                         "present, else sm_90; \"cuda -arch=sm_90a\" profiles the H100's "

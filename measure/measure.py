@@ -138,7 +138,13 @@ class PooledRunner(Runner):
             timeout = 0.0
         if self._pool is None:
             return []
-        return [(o.key, self._result(o)) for o in self._pool.poll(timeout)]
+        out = [(o.key, self._result(o)) for o in self._pool.poll(timeout)]
+        # None: the job was submitted again (a worker that lacked what it needed)
+        return [(key, r) for key, r in out if r is not None] + self._take_ready()
+
+    def _take_ready(self) -> list:
+        out, self._ready = self._ready, []
+        return out
 
     # -- task references, built in the background ------------------------------------------
     def _reference_builds(self):
@@ -185,9 +191,10 @@ class PooledRunner(Runner):
                 self.submit(key, inp, build)
 
     @abc.abstractmethod
-    def _result(self, outcome) -> MeasureResult:
+    def _result(self, outcome) -> MeasureResult | None:
         """The :class:`MeasureResult` of a finished pool job
-        (a :class:`~ptxforge.measure.pool.JobOutcome`)."""
+        (a :class:`~ptxforge.measure.pool.JobOutcome`), or None when the candidate was
+        submitted again instead."""
 
     def waitables(self) -> list:
         refs = self._refs.waitables() if self._refs is not None else []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,17 +31,29 @@ from .result import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, er
 
 @dataclass(frozen=True)
 class SimRequest:
-    """One candidate for a simulator worker: the device-IR modules (objects; pickled to the
-    worker) of the candidate and of the task's reference."""
+    """One candidate for a simulator worker: the artifacts of the candidate and of the
+    task's reference (pickled to the worker as they arrived from the builders: their
+    device IR is unpickled there, not in the tuner's process)."""
 
     task_key: str
-    module: object
-    output_params: tuple
+    artifact: object
     reference: object
     seed: int = 0
 
+    @property
+    def module(self):
+        """The candidate's device-IR module."""
+        return self.artifact.module
+
+    @property
+    def output_params(self) -> tuple:
+        return self.artifact.output_params
+
 
 _state: dict = {}
+
+TASKS_KEPT = 8
+"""Tasks whose inputs and reference outputs a simulator worker keeps."""
 
 
 def _host(module):
@@ -56,20 +69,25 @@ def sim_check(req: SimRequest) -> dict:
     module = req.module
     params = _host(module).params
     outputs = req.output_params
-    if _state.get("task") != req.task_key:
+    tasks = _state.setdefault("tasks", OrderedDict())
+    task = tasks.get(req.task_key)
+    if task is None:
+        # a task's inputs and reference outputs stay while candidates of a few tasks
+        # interleave (rounds in flight with a search ahead)
         rng = np.random.default_rng(req.seed)
-        _state["inputs"] = [random_array(p, rng) for p in params]
-        _state["reference"] = None
-        _state["task"] = req.task_key
-        ref_module = req.reference
-        arrays = _arrays(params, outputs)
+        inputs = [random_array(p, rng) for p in params]
+        arrays = _arrays(inputs, params, outputs)
         try:
-            run(ref_module, arrays)
-            _state["reference"] = [arrays[i] for i in outputs]
+            run(req.reference.module, arrays)
+            reference = [arrays[i] for i in outputs]
         except SimError as e:
-            _state["reference"] = f"skipped: the reference schedule failed: {e}"
-    ref = _state["reference"]
-    arrays = _arrays(params, outputs)
+            reference = f"skipped: the reference schedule failed: {e}"
+        task = tasks[req.task_key] = (inputs, reference)
+        while len(tasks) > TASKS_KEPT:
+            tasks.popitem(last=False)
+    tasks.move_to_end(req.task_key)
+    inputs, ref = task
+    arrays = _arrays(inputs, params, outputs)
     t0 = time.perf_counter()
     try:
         run(module, arrays)
@@ -86,10 +104,9 @@ def sim_check(req: SimRequest) -> dict:
     return {"error_no": 0, "correctness": "passed", "seconds": seconds}
 
 
-def _arrays(params, outputs) -> list:
+def _arrays(inputs: list, params, outputs) -> list:
     out = set(outputs)
-    return [poisoned(p) if i in out else _state["inputs"][i].copy()
-            for i, p in enumerate(params)]
+    return [poisoned(p) if i in out else inputs[i].copy() for i, p in enumerate(params)]
 
 
 class SimRunner(PooledRunner):
@@ -165,7 +182,7 @@ class SimRunner(PooledRunner):
         if isinstance(ref, str):
             self._ready.append((key, _with(done, correctness=ref)))
             return
-        ref_module, ref_sim = ref.module, simulation_seconds(ref.stats)
+        ref_sim = simulation_seconds(ref.stats)
         sim = simulation_seconds(art.stats)
         if sim > self.max_sim_seconds or ref_sim > 3 * self.max_sim_seconds:
             what = "candidate" if sim > self.max_sim_seconds else "reference"
@@ -177,8 +194,7 @@ class SimRunner(PooledRunner):
         if self._pool is None:
             self._pool = WorkerPool(self.n_parallel, "fork", name="ptxforge-sim-runner",
                                     prefetch=1)
-        req = SimRequest(f"{inp.task.workload_key}/{inp.task.text_hash}", art.module,
-                         art.output_params, ref_module)
+        req = SimRequest(f"{inp.task.workload_key}/{inp.task.text_hash}", art, ref)
         limit = 3 * self.max_sim_seconds + 3 * ref_sim + 5.0
         self._jobs[key] = (done, limit)
         self._pool.submit(key, sim_check, (req,), limit)
