@@ -3,9 +3,9 @@
 # TOOLS="memcheck racecheck synccheck initcheck") over the GPU tests under the `sanitize`
 # mark (tests/test_sanitize.py: one small case per family; tests/test_attention_fused.py,
 # test_attention_output_chunks.py,
-# test_attention_wgmma.py and test_attention_layout.py: the fused attention kernel, both
-# forms and layouts), one pytest process per test so that a report names its test, then a
-# summary table.
+# test_attention_wgmma.py, test_attention_wgmma_registers.py and test_attention_layout.py:
+# the fused attention kernel, its forms and layouts), one pytest process per test so that
+# a report names its test, then a summary table.
 #
 #   bench/sanitize.sh [OUT_DIR]          (default: sanitize-results/)
 #
@@ -25,7 +25,8 @@ fi
 mkdir -p "$OUT"
 mapfile -t TESTS < <(python3 -m pytest -q --collect-only -m "sanitize and gpu" \
     tests/test_sanitize.py tests/test_attention_fused.py tests/test_attention_wgmma.py \
-    tests/test_attention_layout.py tests/test_attention_output_chunks.py 2>/dev/null | grep '::')
+    tests/test_attention_layout.py tests/test_attention_output_chunks.py \
+    tests/test_attention_wgmma_registers.py 2>/dev/null | grep '::')
 if [ "${#TESTS[@]}" -eq 0 ]; then
     echo "no tests under the sanitize mark were collected" >&2
     exit 2
