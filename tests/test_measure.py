@@ -282,6 +282,32 @@ def test_compare_reports_the_first_mismatch():
     assert "1 of 6" in msg and "[1, 2]" in msg
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_compare_is_isclose_with_equal_nans_chunk_by_chunk(dtype, monkeypatch):
+    from ptxforge.measure import check
+
+    monkeypatch.setattr(check, "CHUNK", 1000)  # several chunks, a mismatch in a later one
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n = int(rng.integers(1, 4000))
+        ref = rng.standard_normal(n).astype(dtype)
+        out = (ref + rng.standard_normal(n) * rng.choice([0, 1e-6, 1e-4, 1e-2], n)).astype(dtype)
+        at = rng.choice(n, min(n, 16), replace=False)
+        ref[at[:4]], out[at[:2]] = np.inf, np.inf  # equal infinities only are close
+        ref[at[4:8]], out[at[4:6]] = np.nan, np.nan  # so are two NaNs
+        out[at[8:10]], ref[at[10:12]] = -np.inf, -np.inf
+        finite = np.isfinite(ref)
+        scale = float(np.abs(ref[finite]).max()) if finite.any() else 0.0
+        want = ~np.isclose(out, ref, rtol=check.RTOL, equal_nan=True,
+                           atol=check.ATOL_FRACTION * max(scale, 1e-30))
+        msg = compare([out.reshape(-1, 1)], [ref.reshape(-1, 1)], ["C"])
+        if not want.any():
+            assert msg == ""
+            continue
+        first = int(np.flatnonzero(want)[0])
+        assert f"{int(want.sum())} of {n} elements" in msg and f"[{first}, 0]" in msg
+
+
 # -- the analytical model ---------------------------------------------------------------------
 
 
