@@ -49,7 +49,8 @@ class Measurement:
             self._ctx = LocalRPCMeasureContext(repeat=1, min_repeat_ms=min_repeat_ms,
                                                timeout=10, early_stop=early_stop)
             self.runner = self._ctx.runner
-            self.builder = measure.LocalBuilder()
+            # the search and the GPU runner's worker are on every round's critical path
+            self.builder = measure.LocalBuilder(niceness=measure.build.BUILDER_NICENESS)
         else:
             self._ctx = None
             self.runner = measure.SimRunner(check_correctness=sim_check)

@@ -394,9 +394,11 @@ class LocalBuilder(Builder):
 
     ``target_sm``, ``compile_to``, ``verify``, ``ptxas_flags``, ``assembler``: see
     :class:`BuildOptions`.
-    ``niceness``: how much lower the workers' CPU priority is than this process's (default
-    :data:`BUILDER_NICENESS`; 0 keeps it), so the search and the runner beside them get
-    the cores they need first.
+    ``niceness``: how much lower the workers' CPU priority is than this process's (0, the
+    default, keeps it; the network tuner's GPU path passes :data:`BUILDER_NICENESS`, so its
+    search and runner get the cores they need first). Not the default: a build's
+    ``timeout`` is wall time, and niced workers beside other busy processes (a shared
+    machine, a parallel test run) can be starved past it.
     ``share_kernels``: the workers share the kernels they compile through a temporary
     folder (removed by :meth:`close`), so a kernel that several candidates have in common
     is compiled once. The workers' temporary files go to a folder of their own, removed
@@ -408,7 +410,7 @@ class LocalBuilder(Builder):
     def __init__(self, timeout: float = 10, n_parallel: int | None = None,
                  target_sm: str | None = None, compile_to: str = "cubin", verify: bool = False,
                  ptxas_flags: tuple = (), share_kernels: bool = True,
-                 assembler: str = "ptxas", niceness: int = BUILDER_NICENESS):
+                 assembler: str = "ptxas", niceness: int = 0):
         if niceness < 0:
             raise ValueError(f"niceness must be at least 0 (a lower priority), got {niceness}")
         self.niceness = int(niceness)
