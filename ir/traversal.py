@@ -115,15 +115,23 @@ def block_names(root: Stmt) -> list:
 def block_paths(root: Stmt) -> dict:
     """``{block name: [root, ..., block]}`` for every block under ``root``."""
     out: dict = {}
-    stack = [(root, [root])]
+    # one path list shared by the walk, copied only where a block is met (pre-order, as
+    # the blocks appear in the program)
+    path: list = []
+    stack = [(root, 0)]
     while stack:
-        node, path = stack.pop()
+        node, depth = stack.pop()
+        del path[depth:]
+        path.append(node)
         if isinstance(node, Block):
             if node.name in out:
                 raise IRError(f"two blocks are named {node.name}")
-            out[node.name] = path
-        for c in reversed(stmt_children(node)):
-            stack.append((c, path + [c]))
+            out[node.name] = path.copy()
+        kids = stmt_children(node)
+        if kids:
+            depth += 1
+            for c in reversed(kids):
+                stack.append((c, depth))
     return out
 
 
