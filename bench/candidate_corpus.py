@@ -158,6 +158,20 @@ def cut(text: str, to: str) -> str:
     return text
 
 
+def write_fixtures(folder: str, cands: list) -> None:
+    """``states.json`` (the candidates' entries of the corpus file) and ``<name>.device.ir``
+    for each: what ``tests/test_lowering_candidates.py`` checks."""
+    os.makedirs(folder, exist_ok=True)
+    with open(STATES) as f:
+        entries = {it["name"]: it for it in json.load(f)}
+    with open(os.path.join(folder, "states.json"), "w") as f:
+        json.dump([entries[name] for name, _, _ in cands], f, indent=1)
+        f.write("\n")
+    for name, task, st in cands:
+        with open(_file(folder, name)[:-4] + ".device.ir", "w") as f:
+            f.write(cut(fingerprint(build(task, st, "ir")), "ir"))
+
+
 def first_difference(a: str, b: str) -> str:
     la, lb = a.splitlines(), b.splitlines()
     for i, (x, y) in enumerate(zip(la, lb)):
@@ -178,6 +192,9 @@ def main(argv=None) -> int:
     ap.add_argument("--save", metavar="DIR")
     ap.add_argument("--check", metavar="DIR")
     ap.add_argument("--profile", type=int, default=0, metavar="N")
+    ap.add_argument("--fixtures", metavar="DIR",
+                    help="write the selected states and their device IR there (the data of "
+                         "tests/test_lowering_candidates.py)")
     ap.add_argument("--ops", action="store_true",
                     help="count the Python operations of each build to device IR")
     ap.add_argument("--regenerate", action="store_true",
@@ -192,6 +209,9 @@ def main(argv=None) -> int:
         print(f"{len(states)} states written to {STATES}")
         return 0
     cands = load_candidates(only=args.only)
+    if args.fixtures:
+        write_fixtures(args.fixtures, cands)
+        return 0
     for _, task, _ in cands:
         task.task_spec.module()  # parsed once per builder process, not per candidate
     if args.ops:
