@@ -16,7 +16,7 @@ import re
 import threading
 import time
 
-from .. import stages
+from .. import gc_pause, stages
 from ..ir.stmt import PrimFunc
 from ..target import Target, as_target
 from . import launch as launch_info
@@ -237,6 +237,12 @@ class _Job:
 
 def _compile(jobs: list, target, stop_after: str, assembler: str, flags: tuple,
              dump_dir: str | None, cache) -> list[CompiledKernel]:
+    with gc_pause.paused():  # the LLVM IR text is built from many short-lived objects
+        return _compile_jobs(jobs, target, stop_after, assembler, flags, dump_dir, cache)
+
+
+def _compile_jobs(jobs: list, target, stop_after: str, assembler: str, flags: tuple,
+                  dump_dir: str | None, cache) -> list[CompiledKernel]:
     stop = stage_name(stop_after)
     asm = choose_assembler(assembler) if stop == "cubin" else None
     target = as_target(target)

@@ -11,6 +11,7 @@ validate_gpu``
 
 from __future__ import annotations
 
+from ... import gc_pause
 from ...ir.simplify_cache import simplify_cache
 from ...ir.stmt import Module
 from ...stages import stage
@@ -59,7 +60,7 @@ class LoweringPipeline(Pipeline):
 
     def __call__(self, module: Module, ctx: PassContext | None = None) -> Module:
         ctx = ctx if ctx is not None else PassContext.current()
-        with stage("lower"), ctx, simplify_cache():
+        with stage("lower"), ctx, simplify_cache(), gc_pause.paused():
             for p in self.passes:
                 with stage("lower." + p.name):
                     module = ctx.run_pass(p, module)

@@ -12,6 +12,7 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
+from ... import gc_pause
 from ...ir.te import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 from ...ir.to_ir import to_ir_with_names
 from ...ir.traversal import enclosing_loops
@@ -663,7 +664,9 @@ def record_schedules() -> Iterator[list]:
     made: list = []
     token = _RECORDING.set(made)
     try:
-        yield made
+        # the schedule's passes run as it is made: the collector waits until it is done
+        with gc_pause.paused():
+            yield made
     finally:
         _RECORDING.reset(token)
 
