@@ -93,18 +93,28 @@ def reads_of(block: Block, buf) -> list:
     return out
 
 
+_loaded: dict = {}  # id(block) -> (block, the buffers its stores and conditions load)
+
+
 def reads_any(block: Block, bufs) -> bool:
     """Whether :func:`reads_of` finds a load of any of ``bufs`` in ``block`` (without
-    making the index tuples)."""
-    ids = {id(b) for b in bufs}
-    for e in _read_exprs(block):
-        stack = [e]
-        while stack:
-            x = stack.pop()
-            if isinstance(x, Load) and id(x.buffer) in ids:
-                return True
-            stack.extend(children(x))
-    return False
+    making the index tuples). A schedule asks this of every stage after each primitive,
+    and most stages are the same (immutable) blocks as before: each block's loaded buffers
+    are listed once and remembered (for the most recent few thousand blocks)."""
+    hit = _loaded.get(id(block))
+    if hit is None or hit[0] is not block:
+        loaded = set()
+        for e in _read_exprs(block):
+            stack = [e]
+            while stack:
+                x = stack.pop()
+                if isinstance(x, Load):
+                    loaded.add(x.buffer)
+                stack.extend(children(x))
+        if len(_loaded) >= 4096:
+            _loaded.clear()
+        hit = _loaded[id(block)] = (block, frozenset(loaded))
+    return not hit[1].isdisjoint(bufs)
 
 
 def _affine_coeffs(e, loop_vars: set):
