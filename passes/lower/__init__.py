@@ -60,7 +60,8 @@ class LoweringPipeline(Pipeline):
 
     def __call__(self, module: Module, ctx: PassContext | None = None) -> Module:
         ctx = ctx if ctx is not None else PassContext.current()
-        with stage("lower"), ctx, simplify_cache(), gc_pause.paused():
+        # the collector resumes after the cache is gone, not while its tables are alive
+        with gc_pause.paused(), stage("lower"), ctx, simplify_cache():
             for p in self.passes:
                 with stage("lower." + p.name):
                     module = ctx.run_pass(p, module)

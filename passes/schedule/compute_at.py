@@ -100,7 +100,7 @@ def reads_any(block: Block, bufs) -> bool:
     """Whether :func:`reads_of` finds a load of any of ``bufs`` in ``block`` (without
     making the index tuples). A schedule asks this of every stage after each primitive,
     and most stages are the same (immutable) blocks as before: each block's loaded buffers
-    are listed once and remembered (for the most recent few thousand blocks)."""
+    are listed once and remembered (for about the last thousand blocks: a schedule's)."""
     hit = _loaded.get(id(block))
     if hit is None or hit[0] is not block:
         loaded = set()
@@ -111,7 +111,7 @@ def reads_any(block: Block, bufs) -> bool:
                 if isinstance(x, Load):
                     loaded.add(x.buffer)
                 stack.extend(children(x))
-        if len(_loaded) >= 4096:
+        if len(_loaded) >= 1024:
             _loaded.clear()
         hit = _loaded[id(block)] = (block, frozenset(loaded))
     return not hit[1].isdisjoint(bufs)
