@@ -7,6 +7,7 @@ import threading
 from dataclasses import dataclass
 
 import pytest
+
 from ptxforge import gc_pause
 from ptxforge.ir import te
 from ptxforge.ir.to_ir import to_ir
