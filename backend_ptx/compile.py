@@ -16,8 +16,9 @@ import re
 import threading
 import time
 
-from .. import gc_pause, stages
+from .. import stages
 from ..ir.stmt import PrimFunc
+from ..passes import gc_pause
 from ..target import Target, as_target
 from . import launch as launch_info
 from . import nvptx

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, overload
 
-from .. import gc_pause
+from . import gc_pause
 from .base import Pass
 from .errors import (
     LoweringPassInScheduleError,

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from ptxforge import gc_pause
 from ptxforge.ir import te
 from ptxforge.ir.to_ir import to_ir
-from ptxforge.passes import Pass, PassContext, Pipeline
+from ptxforge.passes import Pass, PassContext, Pipeline, gc_pause
 from ptxforge.passes.lower import lowering_pipeline
 from ptxforge.target import as_target
 

@@ -11,10 +11,10 @@ validate_gpu``
 
 from __future__ import annotations
 
-from ... import gc_pause
 from ...ir.simplify_cache import simplify_cache
 from ...ir.stmt import Module
 from ...stages import stage
+from .. import gc_pause
 from ..context import PassContext
 from ..pipeline import Pipeline
 from . import (  # noqa: F401  (importing registers the passes)

@@ -12,10 +12,10 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
-from ... import gc_pause
 from ...ir.te import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 from ...ir.to_ir import to_ir_with_names
 from ...ir.traversal import enclosing_loops
+from .. import gc_pause
 from ..base import Pass
 from ..pipeline import Pipeline, SchedulePipeline
 from .async_copy import AsyncCopy
