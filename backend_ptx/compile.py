@@ -18,6 +18,7 @@ import time
 
 from .. import stages
 from ..ir.stmt import PrimFunc
+from ..passes import gc_pause
 from ..target import Target, as_target
 from . import launch as launch_info
 from . import nvptx
@@ -208,6 +209,7 @@ def compile_kernels(
     dump_dir: str | None = None,
     cache: KernelCache | bool | None = True,
     prefetch_l2: dict | None = None,
+    keep_llvm_opt: bool = True,
 ) -> dict[str, CompiledKernel]:
     """Compile the kernels of one module for ``target``: ``{name: CompiledKernel}``.
 
@@ -216,11 +218,15 @@ def compile_kernels(
     one ptxas process (its start-up is a good part of a small kernel's assembly), into one
     cubin that every one of them keeps and loads by its symbol. Kernels whose PTX define the
     same top-level name are assembled one by one. ``prefetch_l2``: ``{kernel name: names}``
-    as :func:`compile_kernel`'s; the other arguments as there.
+    as :func:`compile_kernel`'s. ``keep_llvm_opt=False`` leaves the optimized LLVM module
+    out of each kernel's ``sources`` (printing it costs a few ms a kernel: a builder that
+    keeps only PTX and cubins need not pay it; kept anyway with ``dump_dir`` or
+    ``stop_after="llvm_opt"``). The other arguments as :func:`compile_kernel`'s.
     """
     prefetch = prefetch_l2 or {}
     jobs = [_Job(f, {}, tuple(prefetch.get(f.name, ()))) for f in kernel_funcs]
-    out = _compile(jobs, target, stop_after, assembler, tuple(ptxas_flags), dump_dir, cache)
+    out = _compile(jobs, target, stop_after, assembler, tuple(ptxas_flags), dump_dir, cache,
+                   keep_llvm_opt)
     return {k.name: k for k in out}
 
 
@@ -236,8 +242,18 @@ class _Job:
 
 
 def _compile(jobs: list, target, stop_after: str, assembler: str, flags: tuple,
-             dump_dir: str | None, cache) -> list[CompiledKernel]:
+             dump_dir: str | None, cache, keep_llvm_opt: bool = True) -> list[CompiledKernel]:
+    with gc_pause.paused():  # the LLVM IR text is built from many short-lived objects
+        return _compile_jobs(jobs, target, stop_after, assembler, flags, dump_dir, cache,
+                             keep_llvm_opt)
+
+
+def _compile_jobs(jobs: list, target, stop_after: str, assembler: str, flags: tuple,
+                  dump_dir: str | None, cache, keep_llvm_opt: bool) -> list[CompiledKernel]:
     stop = stage_name(stop_after)
+    keep_llvm_opt = keep_llvm_opt or bool(dump_dir) or stop == "llvm_opt"
+    # a kernel kept without its optimized module is its own cache entry
+    partial = () if keep_llvm_opt else (("sources", "no llvm_opt"),)
     asm = choose_assembler(assembler) if stop == "cubin" else None
     target = as_target(target)
     store = default_cache() if cache is True else (
@@ -258,7 +274,7 @@ def _compile(jobs: list, target, stop_after: str, assembler: str, flags: tuple,
         device_ir = _print_device_ir(job.func)
         if store is not None:
             job.key = cache_key(device_ir, target.arch, limits, start, replacement, stop, asm,
-                                flags, job.prefetch_l2)
+                                flags, job.prefetch_l2, *partial)
             hit = store.get(job.key)
             if hit is not None:
                 job.kernel = dataclasses.replace(hit, cache_hit=True, stage_seconds={})
@@ -277,7 +293,7 @@ def _compile(jobs: list, target, stop_after: str, assembler: str, flags: tuple,
         later = asm is not None and start != "cubin"  # assembled below, with the others
         try:
             _run_stages(kernel, start, stop, llvm_text, replacement, asm, flags, what,
-                        assemble_now=not later)
+                        assemble_now=not later, keep_llvm_opt=keep_llvm_opt)
         except BaseException:
             if dump_dir:
                 kernel.dump(dump_dir)
@@ -307,7 +323,7 @@ def _finish(job: _Job, store: KernelCache | None, dump_dir: str | None) -> None:
 
 def _run_stages(kernel: CompiledKernel, start: str, stop: str, llvm_text: str,
                 replacement, asm: str | None, flags: tuple, what: str,
-                assemble_now: bool = True) -> None:
+                assemble_now: bool = True, keep_llvm_opt: bool = True) -> None:
     seconds = kernel.stage_seconds
     sm = kernel.target
     order = STAGES.index
@@ -341,7 +357,8 @@ def _run_stages(kernel: CompiledKernel, start: str, stop: str, llvm_text: str,
             with stages.stage("opt"):
                 optimize(module, sm, pair_halves=bool(_HALF_TYPES.search(text)))
             seconds["llvm_opt"] = time.perf_counter() - t0
-            kernel.sources["llvm_opt"] = str(module)
+            if keep_llvm_opt:
+                kernel.sources["llvm_opt"] = str(module)
         if stop == "llvm_opt":
             return
     if order(start) <= order("ptx"):

@@ -3,11 +3,13 @@
 Builders optimize every kernel with LLVM's O3 pipeline (``backend_ptx.compile.optimize``), a
 good part of a candidate's build; emitting PTX from the optimized module and ptxas follow. This
 script compiles the same kernels with lighter pipelines (the new pass manager at speed levels 1
-and 2, or O3 without loop unrolling) next to O3, and reports per pipeline the CPU time of the
-optimization, of PTX emission and of ptxas, the registers and spills ptxas reports, and with
-``--time`` (on a GPU) the kernels' run time, each candidate timed under every pipeline in the
-same process. The kernels are those the auto-scheduler measures first: states of the sm_90a
-sketches (tensor-core, wgmma and CUDA-core) of the fp16 tasks of BERT and ResNet-18.
+and 2, or O3 without loop unrolling or without the loop vectorizer) next to O3, and reports per
+pipeline the CPU time of the optimization, of PTX emission and of ptxas, the registers and
+spills ptxas reports, and with ``--time`` (on a GPU) the kernels' run time, each candidate
+timed under every pipeline in the same process; for each pipeline it counts the kernels whose
+PTX is byte for byte the first pipeline's (only such a pipeline can replace O3 without a GPU
+run). The kernels are those the auto-scheduler measures first: states of the sm_90a sketches
+(tensor-core, wgmma and CUDA-core) of the fp16 tasks of BERT and ResNet-18.
 
     PYTHONPATH=<parent of the checkout> python3 bench/llvm_opt_cost.py [--states 8]
         [--tasks bert:1,bert:2,resnet-18:3] [--time] [--json out.json]
@@ -27,26 +29,35 @@ import time
 
 PIPELINES = {
     "O3": {"speed_level": 3, "unroll": True},
+    "O3-no-loop-vectorize": {"speed_level": 3, "unroll": True, "loop_vectorize": False},
     "O3-no-unroll": {"speed_level": 3, "unroll": False},
     "O2": {"speed_level": 2, "unroll": True},
     "O1": {"speed_level": 1, "unroll": True},
 }
+"""``O3-no-loop-vectorize``: O3 without the loop vectorizer and interleaving. NVPTX gives
+the vectorizer 32-bit registers, so it can only pair 16-bit values (``<2 x half>``) in loops
+LLVM does not unroll fully; on the candidates measured the PTX is identical to O3's."""
 
 
-def optimize_with(module, sm: str, speed_level: int, unroll: bool, pair_halves: bool) -> None:
-    """``backend_ptx.compile.optimize`` with another speed level or without unrolling."""
+def optimize_with(module, sm: str, speed_level: int, unroll: bool, pair_halves: bool,
+                  loop_vectorize: bool = True) -> None:
+    """``backend_ptx.compile.optimize`` with another speed level, without unrolling or
+    without the loop vectorizer."""
     from ptxforge.backend_ptx.compile import llvm_binding, target_machine
 
     llvm = llvm_binding()
     pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
     pto.loop_unrolling = unroll
     pto.slp_vectorization = pair_halves
+    pto.loop_vectorization = loop_vectorize
+    pto.loop_interleaving = loop_vectorize
     pb = llvm.create_pass_builder(target_machine(sm), pto)
     pb.getModulePassManager().run(module, pb)
 
 
 def compile_with(func, sm: str, pipeline: dict, assemble: bool) -> tuple:
-    """(CompiledKernel or None, {stage: CPU seconds}) of ``func`` through ``pipeline``."""
+    """(CompiledKernel or None, {stage: CPU seconds}, PTX) of ``func`` through
+    ``pipeline``."""
     from ptxforge.backend_ptx.compile import (
         _HALF_TYPES,
         compile_kernel,
@@ -59,18 +70,18 @@ def compile_with(func, sm: str, pipeline: dict, assemble: bool) -> tuple:
     module = parse_llvm(ir, func.name)
     t = time.process_time()
     optimize_with(module, sm, pipeline["speed_level"], pipeline["unroll"],
-                  bool(_HALF_TYPES.search(ir)))
+                  bool(_HALF_TYPES.search(ir)), pipeline.get("loop_vectorize", True))
     secs["opt"] = time.process_time() - t
     t = time.process_time()
-    emit_ptx(module, sm)
+    ptx = emit_ptx(module, sm)
     secs["ptx"] = time.process_time() - t
     if not assemble:
-        return None, secs
+        return None, secs, ptx
     t = time.perf_counter()  # ptxas runs in a child process: wall time
     kernel = compile_kernel(func, sm, replace={"llvm_opt": str(module)}, stop_after="cubin",
                             assembler="ptxas", cache=False)
     secs["ptxas"] = time.perf_counter() - t - kernel.stage_seconds.get("ptx", 0.0)
-    return kernel, secs
+    return kernel, secs, ptx
 
 
 def time_on_gpu(artifact, dev, repeat: int = 5) -> float:
@@ -119,8 +130,10 @@ def main(argv=None) -> int:
     dev = ptxforge.cuda(0) if args.time else None
     sm = "sm_90a"
     rows_out = []
-    totals = {n: {"opt": 0.0, "ptx": 0.0, "ptxas": 0.0, "time": [], "regs": 0, "spills": 0}
+    totals = {n: {"opt": 0.0, "ptx": 0.0, "ptxas": 0.0, "time": [], "regs": 0, "spills": 0,
+                  "same_ptx": 0}
               for n in names}
+    n_kernels = 0
     for label, task in tasks_of(args.tasks, "cuda -arch=sm_90a"):
         policy = autosched.SketchPolicy(task, autosched.RandomModel(seed=args.seed),
                                         seed=args.seed, verbose=0)
@@ -132,14 +145,19 @@ def main(argv=None) -> int:
                 continue
             art = res.artifact
             row = {"task": label, "sketch": task.sketches[st.sketch].name}
+            first: dict = {}  # kernel name -> its PTX under the first pipeline
+            n_kernels += len(list(art.module.kernels()))
             for n in names:
                 kernels, secs = {}, {"opt": 0.0, "ptx": 0.0, "ptxas": 0.0}
+                same = 0
                 for f in art.module.kernels():
-                    k, s = compile_with(f, sm, PIPELINES[n], assemble)
+                    k, s, ptx = compile_with(f, sm, PIPELINES[n], assemble)
                     kernels[f.name] = k
+                    same += first.setdefault(f.name, ptx) == ptx
                     for key, v in s.items():
                         secs[key] += v
-                row[n] = dict(secs)
+                row[n] = dict(secs, same_ptx=same)
+                totals[n]["same_ptx"] += same
                 for key, v in secs.items():
                     totals[n][key] += v
                 if assemble:
@@ -165,7 +183,8 @@ def main(argv=None) -> int:
     print(f"\nmean per candidate over {len(rows_out)} candidates (CPU ms; ptxas wall ms)")
     for n in names:
         t = totals[n]
-        line = (f"  {n:13s} opt {1e3 * t['opt'] / count:7.1f}  ptx {1e3 * t['ptx'] / count:7.1f}")
+        line = (f"  {n:20s} opt {1e3 * t['opt'] / count:7.1f}  ptx {1e3 * t['ptx'] / count:7.1f}"
+                f"  PTX as {names[0]}'s: {t['same_ptx']} of {n_kernels} kernels")
         if assemble:
             line += (f"  ptxas {1e3 * t['ptxas'] / count:7.1f}  max registers "
                      f"{t['regs'] / count:5.1f}  spill bytes {t['spills'] / count:6.1f}")

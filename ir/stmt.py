@@ -523,6 +523,16 @@ def shared_memory(func: PrimFunc) -> tuple[int, int]:
 
 def stmt_children(s: Stmt) -> tuple:
     """Sub-statements, in order."""
+    # the common node types by exact type first: every walk of the IR calls this
+    t = type(s)
+    if t is Seq:
+        return s.stmts
+    if t is For or t is Alloc or t is Let:
+        return (s.body,)
+    if t is Store:
+        return ()
+    if t is Block:
+        return (s.body,) if s.init is None else (s.init, s.body)
     if isinstance(s, Seq):
         return s.stmts
     if isinstance(s, (For, Alloc, Let)):

@@ -115,15 +115,33 @@ def block_names(root: Stmt) -> list:
 def block_paths(root: Stmt) -> dict:
     """``{block name: [root, ..., block]}`` for every block under ``root``."""
     out: dict = {}
-    stack = [(root, [root])]
+    # one path list shared by the walk, copied only where a block is met (pre-order, as
+    # the blocks appear in the program); stores, the leaves, are not visited
+    path: list = []
+    stack = [(root, 0)]
+    pop, push = stack.pop, stack.append
     while stack:
-        node, path = stack.pop()
+        node, depth = pop()
+        del path[depth:]
+        path.append(node)
+        depth += 1
+        t = type(node)
+        if t is For or t is Alloc or t is Let:
+            body = node.body
+            if type(body) is not Store:
+                push((body, depth))
+            continue
+        if t is Seq:
+            for c in reversed(node.stmts):
+                if type(c) is not Store:
+                    push((c, depth))
+            continue
         if isinstance(node, Block):
             if node.name in out:
                 raise IRError(f"two blocks are named {node.name}")
-            out[node.name] = path
+            out[node.name] = path.copy()
         for c in reversed(stmt_children(node)):
-            stack.append((c, path + [c]))
+            push((c, depth))
     return out
 
 

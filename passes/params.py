@@ -158,6 +158,9 @@ def _is_union(tp: Any) -> bool:
 
 
 def _coerce(value: Any, tp: Any, strict: bool) -> Any:
+    t = type(value)
+    if t is tp and (t is int or t is str or t is float or t is bool):
+        return value  # the common case, what the checks below return for it unchanged
     if tp is Any or tp is object:
         return freeze(value)
     origin = typing.get_origin(tp)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, overload
 
+from . import gc_pause
 from .base import Pass
 from .errors import (
     LoweringPassInScheduleError,
@@ -91,7 +92,7 @@ class Pipeline:
         from .context import PassContext
 
         ctx = ctx if ctx is not None else PassContext.current()
-        with ctx:
+        with ctx, gc_pause.paused():  # (a build's IR is freed by reference counting)
             for p in self._passes:
                 module = ctx.run_pass(p, module)
         return module

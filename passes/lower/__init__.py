@@ -14,6 +14,7 @@ from __future__ import annotations
 from ...ir.simplify_cache import simplify_cache
 from ...ir.stmt import Module
 from ...stages import stage
+from .. import gc_pause
 from ..context import PassContext
 from ..pipeline import Pipeline
 from . import (  # noqa: F401  (importing registers the passes)
@@ -59,7 +60,8 @@ class LoweringPipeline(Pipeline):
 
     def __call__(self, module: Module, ctx: PassContext | None = None) -> Module:
         ctx = ctx if ctx is not None else PassContext.current()
-        with stage("lower"), ctx, simplify_cache():
+        # the collector resumes after the cache is gone, not while its tables are alive
+        with gc_pause.paused(), stage("lower"), ctx, simplify_cache():
             for p in self.passes:
                 with stage("lower." + p.name):
                     module = ctx.run_pass(p, module)

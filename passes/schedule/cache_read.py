@@ -5,12 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.expr import Load, Var
-from ...ir.stmt import Alloc, Block, BlockVar, Buffer, For, PrimFunc, Seq, Store, map_stmt, seq
-from ...ir.traversal import block_names, block_paths, replace_at, rewrite_loads
+from ...ir.stmt import (
+    Alloc,
+    Block,
+    BlockVar,
+    Buffer,
+    For,
+    PrimFunc,
+    Seq,
+    Store,
+    map_stmt,
+    seq,
+    walk,
+)
+from ...ir.traversal import block_names, replace_at, rewrite_loads
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import ScheduleError, SchedulePass, on_main
-from .compute_at import reads_of
+from .common import ScheduleError, SchedulePass, on_main, paths_of
+from .compute_at import reads_any
 from .names import cache_name, copy_axes, fresh_name
 
 
@@ -63,7 +75,7 @@ def top_level_index(body, block_name: str) -> tuple:
     """``(list of top-level statements, index of the one holding the block)``."""
     stmts, wrap = unwrap_allocs(body)
     for k, s in enumerate(stmts):
-        if block_name in block_paths(s):
+        if any(isinstance(n, Block) and n.name == block_name for n in walk(s)):
             return stmts, k, wrap
     raise ScheduleError(f"stage {block_name} not found at top level")
 
@@ -96,19 +108,19 @@ def cache_read(func: PrimFunc, buffer: str, scope: str, readers) -> PrimFunc:
     readers = list(readers)
     if not readers:
         raise ScheduleError(f"cache_read {buffer}: give at least one reader stage")
-    paths = block_paths(func.body)
+    paths = paths_of(func.body)
     for r in readers:
         if r not in paths:
             raise ScheduleError(
                 f"cache_read {buffer}: no stage {r!r}; stages: {', '.join(block_names(func.body))}"
             )
-        if not reads_of(paths[r][-1], src):
+        if not reads_any(paths[r][-1], (src,)):
             raise ScheduleError(f"cache_read {buffer}: stage {r} does not read {buffer}")
     name = fresh_name(cache_name(buffer, scope), set(paths))
     dst = Buffer(name, src.dtype, src.shape, scope)
     body = func.body
     for r in readers:
-        p = block_paths(body)[r]
+        p = paths_of(body)[r]
         body = replace_at(p, redirect_loads(p[-1], src, dst))
     stmts, first, allocs = top_level_index(body, readers[0])
     for r in readers[1:]:

@@ -32,20 +32,22 @@ class SchedulePass(Pass):
     levels = (Level.PRIM,)
 
 
-_last_paths: tuple = (None, {})  # (root, its block paths): the last function body asked
+_recent_paths: list = []  # [(root, its block paths)], the most recently asked last
+_RECENT = 4
 
 
 def paths_of(root) -> dict:
-    """:func:`block_paths` of ``root``, remembered for the last root asked: a primitive
-    resolves several references in one function, and a te schedule asks again about the
-    function it just made (IR is immutable, so the same root has the same paths). Callers
-    must not change the answer."""
-    global _last_paths
-    last = _last_paths  # one read and one write of a tuple: safe across threads
-    if last[0] is root:
-        return last[1]
+    """:func:`block_paths` of ``root``, remembered for the last few roots asked: a
+    primitive resolves several references in one function (and in the loop it works on),
+    and a te schedule asks again about the function it just made (IR is immutable, so the
+    same root has the same paths). Callers must not change the answer."""
+    global _recent_paths
+    recent = _recent_paths  # read once, replaced whole: safe across threads
+    for k in range(len(recent) - 1, -1, -1):
+        if recent[k][0] is root:
+            return recent[k][1]
     paths = block_paths(root)
-    _last_paths = (root, paths)
+    _recent_paths = recent[1 - _RECENT:] + [(root, paths)]
     return paths
 
 

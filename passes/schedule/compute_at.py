@@ -14,11 +14,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.arith import affine_in
-from ...ir.expr import Load, Var, conjuncts, const, free_vars, logical_and, substitute
+from ...ir.expr import (
+    Load,
+    Var,
+    children,
+    conjuncts,
+    const,
+    free_vars,
+    logical_and,
+    substitute,
+)
 from ...ir.region import access_region
 from ...ir.simplify import const_bounds, prove, simplify
 from ...ir.stmt import Block, For, If, PrimFunc, Seq, Store, walk
-from ...ir.traversal import block_paths, blocks_under, replace_at
+from ...ir.traversal import blocks_under, replace_at
 from ..params import Ref, positional
 from ..registry import register_pass
 from .common import (
@@ -29,6 +38,7 @@ from .common import (
     loop_names_on_path,
     on_main,
     own_loop_top,
+    paths_of,
 )
 from .names import copy_axis, fresh_name
 
@@ -58,26 +68,53 @@ def output_buffer(block: Block, primitive: str = ""):
     return bufs[0]
 
 
+def _read_exprs(block: Block):
+    """The expressions of ``block`` whose loads :func:`reads_of` reads: every store's
+    indices and value and every condition, in program order."""
+    for s in walk(block):
+        if isinstance(s, Store):
+            yield from s.indices
+            yield s.value
+        elif hasattr(s, "cond"):
+            yield s.cond
+
+
 def reads_of(block: Block, buf) -> list:
     """Index tuples of every load of ``buf`` in ``block``, in terms of loop vars."""
     vmap = {iv.var: b for iv, b in zip(block.iter_vars, block.bindings)}
     out = []
-    for s in walk(block):
-        exprs = []
-        if isinstance(s, Store):
-            exprs = list(s.indices) + [s.value]
-        elif hasattr(s, "cond"):
-            exprs = [s.cond]
-        for e in exprs:
+    for e in _read_exprs(block):
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, Load) and x.buffer is buf:
+                out.append(tuple(substitute(i, vmap) for i in x.indices))
+            stack.extend(children(x))
+    return out
+
+
+_loaded: dict = {}  # id(block) -> (block, the buffers its stores and conditions load)
+
+
+def reads_any(block: Block, bufs) -> bool:
+    """Whether :func:`reads_of` finds a load of any of ``bufs`` in ``block`` (without
+    making the index tuples). A schedule asks this of every stage after each primitive,
+    and most stages are the same (immutable) blocks as before: each block's loaded buffers
+    are listed once and remembered (for about the last thousand blocks: a schedule's)."""
+    hit = _loaded.get(id(block))
+    if hit is None or hit[0] is not block:
+        loaded = set()
+        for e in _read_exprs(block):
             stack = [e]
             while stack:
                 x = stack.pop()
-                if isinstance(x, Load) and x.buffer is buf:
-                    out.append(tuple(substitute(i, vmap) for i in x.indices))
-                from ...ir.expr import children
-
+                if isinstance(x, Load):
+                    loaded.add(x.buffer)
                 stack.extend(children(x))
-    return out
+        if len(_loaded) >= 1024:
+            _loaded.clear()
+        hit = _loaded[id(block)] = (block, frozenset(loaded))
+    return not hit[1].isdisjoint(bufs)
 
 
 def _affine_coeffs(e, loop_vars: set):
@@ -100,8 +137,8 @@ def compute_at(func: PrimFunc, stage: str, loop: str) -> PrimFunc:
     if any(n is target for n in ppath):
         raise ScheduleError(f"compute_at {stage}: {loop} is one of its own loops")
     consumers = [
-        (name, p[-1]) for name, p in block_paths(func.body).items()
-        if name != stage and any(reads_of(p[-1], b) for b in bufs)
+        (name, p[-1]) for name, p in paths_of(func.body).items()
+        if name != stage and reads_any(p[-1], bufs)
     ]
     if not consumers:
         raise ScheduleError(f"compute_at {stage}: no stage reads {names}")
@@ -132,7 +169,7 @@ def compute_at(func: PrimFunc, stage: str, loop: str) -> PrimFunc:
     for n in lpath:
         if isinstance(n, For) and n.var not in fixed_ranges:
             inner[n.var] = (0, n.extent - 1)
-    cpaths = block_paths(target)
+    cpaths = paths_of(target)
     for name, _ in consumers:
         cp = cpaths[name]
         for n in cp[1:-1]:
@@ -145,16 +182,11 @@ def compute_at(func: PrimFunc, stage: str, loop: str) -> PrimFunc:
     region = access_region(accesses, bufs[0].shape, inner, fixed_ranges)
     # 3. the producer's nest over that region
     taken = loop_names_on_path(lpath) | {
-        n.var.name for b in blocks_under(target) for n in _loops_above(target, b)
+        n.var.name for p in cpaths.values() for n in p if isinstance(n, For)
     }
     nest = _restructure(producer, own_loops, region, taken, fixed_ranges)
     new_target = target.replace(body=Seq([nest, target.body]))
     return func1.replace(body=replace_at(lpath, new_target))
-
-
-def _loops_above(root, block) -> list:
-    paths = block_paths(root)
-    return [n for n in paths[block.name] if isinstance(n, For)]
 
 
 def _stores_at_own_axes(producer: Block, spatial: list) -> bool:

@@ -6,10 +6,17 @@ from dataclasses import dataclass
 
 from ...ir.expr import substitute
 from ...ir.stmt import Alloc, Block, PrimFunc, Store, map_stmt, walk
-from ...ir.traversal import block_paths, replace_at, rewrite_loads
+from ...ir.traversal import replace_at, rewrite_loads
 from ..params import Ref, positional
 from ..registry import register_pass
-from .common import ScheduleError, SchedulePass, find_block, on_main, own_loop_top
+from .common import (
+    ScheduleError,
+    SchedulePass,
+    find_block,
+    on_main,
+    own_loop_top,
+    paths_of,
+)
 
 
 def check_single_output(block: Block, primitive: str) -> None:
@@ -62,7 +69,7 @@ def compute_inline(func: PrimFunc, stage: str) -> PrimFunc:
             f"compute_inline {stage}: it writes {buf.name}, an argument of the function; "
             "only intermediate stages can be inlined"
         )
-    for other_name, other_path in block_paths(func.body).items():
+    for other_name, other_path in paths_of(func.body).items():
         if other_name == stage:
             continue
         for s in walk(other_path[-1]):

@@ -14,14 +14,15 @@ from collections.abc import Iterator
 
 from ...ir.te import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 from ...ir.to_ir import to_ir_with_names
-from ...ir.traversal import block_paths, enclosing_loops
+from ...ir.traversal import enclosing_loops
+from .. import gc_pause
 from ..base import Pass
 from ..pipeline import Pipeline, SchedulePipeline
 from .async_copy import AsyncCopy
 from .bind import Bind
 from .cache_read import CacheRead
 from .cache_write import CacheWrite
-from .common import ScheduleError
+from .common import ScheduleError, paths_of
 from .compute_at import ComputeAt
 from .compute_inline import ComputeInline
 from .dag import ScheduleDAG
@@ -158,7 +159,7 @@ class Stage:
         return [LoopHandle(self.block, n, self.schedule) for n in self._loop_names()]
 
     def _loop_names(self) -> list:
-        paths = block_paths(self.schedule._module.main.body)
+        paths = paths_of(self.schedule._module.main.body)
         if self.block not in paths:
             raise ScheduleError(f"stage {self.block} no longer exists (was it inlined?)")
         return [n.var.name for n in enclosing_loops(paths[self.block])]
@@ -268,7 +269,7 @@ class Stage:
         # a tuple compute cannot be inlined: say so now, not when the inline is applied
         from .compute_inline import check_single_output
 
-        paths = block_paths(self.schedule._module.main.body)
+        paths = paths_of(self.schedule._module.main.body)
         if self.block in paths:
             check_single_output(paths[self.block][-1], "compute_inline")
         # te schedules are declarative: a stage inlined here may still be cached
@@ -360,7 +361,7 @@ class Schedule:
         self._pending: list = []
         self._shared_stages: set = set()
         self._stages: dict = {}
-        paths = block_paths(self._module.main.body)
+        paths = paths_of(self._module.main.body)
         for op in self.dag.ops:
             if isinstance(op, ComputeOp):
                 # the loop names to_ir gave (unique in the function: i0, i0_1, ...)
@@ -418,16 +419,16 @@ class Schedule:
         """Names of the stages that read the buffer ``name`` in the current IR (for a tuple
         compute's stage, any of the buffers it writes)."""
         from .cache_read import find_buffer
-        from .compute_at import output_buffers, reads_of
+        from .compute_at import output_buffers, reads_any
 
-        paths = block_paths(self._module.main.body)
+        paths = paths_of(self._module.main.body)
         try:
             bufs = [find_buffer(self._module.main, name)]
         except ScheduleError:
             if name not in paths:
                 return set()
             bufs = output_buffers(paths[name][-1])
-        return {b for b, p in paths.items() if any(reads_of(p[-1], x) for x in bufs)}
+        return {b for b, p in paths.items() if reads_any(p[-1], bufs)}
 
     def uncompute(self, block: str) -> None:
         """Drop every ``compute_inline`` / ``compute_at`` of stage ``block`` (pending or
@@ -501,13 +502,13 @@ class Schedule:
         readers = readers if isinstance(readers, (list, tuple)) else [readers]
         names = [self[r].block if not isinstance(r, str) else r for r in readers]
         buf = self._block_of(tensor)
-        before = set(block_paths(self._module.main.body))
+        before = set(paths_of(self._module.main.body))
         # a pending inline of a stage that reads ``buf`` must happen first, so that the
         # readers read ``buf`` directly (an inline of ``buf`` itself waits: its copy stage
         # computes it)
         touched = self.readers_of(buf) - {buf}
         self.apply(CacheRead(buf, scope, tuple(names)), touches=touched, only=ComputeInline)
-        new = [b for b in block_paths(self._module.main.body) if b not in before][0]
+        new = [b for b in paths_of(self._module.main.body) if b not in before][0]
         if scope == "shared":
             self._shared_stages.add(new)
         shape = tensor.shape
@@ -578,11 +579,11 @@ class Schedule:
         from .implicit_gemm import ImplicitGemm
 
         stage = self[tensor]
-        before = set(block_paths(self._module.main.body))
+        before = set(paths_of(self._module.main.body))
         self.apply(ImplicitGemm(stage.block, int(pad_m), int(pad_n), int(pad_k), b_layout),
                    touches=(stage.block,), structural=True)
         body = self._module.main.body
-        paths = block_paths(body)
+        paths = paths_of(body)
         new = [b for b in block_names(body) if b not in before]
         out = []
         for name in new:
@@ -607,7 +608,7 @@ class Schedule:
                    structural=True)
         loop = resolve_ref(ref, (stage.block,))[1]
         rf_name = rfactor_name(stage.block)
-        paths = block_paths(self._module.main.body)
+        paths = paths_of(self._module.main.body)
         rf_loops = [n.var.name for n in enclosing_loops(paths[rf_name])]
         s_names = [n for n in stage._axis_names if n in rf_loops]
         if len(s_names) != len(stage._axis_names):
@@ -663,7 +664,9 @@ def record_schedules() -> Iterator[list]:
     made: list = []
     token = _RECORDING.set(made)
     try:
-        yield made
+        # the schedule's passes run as it is made: the collector waits until it is done
+        with gc_pause.paused():
+            yield made
     finally:
         _RECORDING.reset(token)
 

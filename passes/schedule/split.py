@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.expr import IntImm, Var, const, logical_and
-from ...ir.stmt import Block, For, PrimFunc, map_stmt, substitute_stmt
+from ...ir.stmt import Block, For, PrimFunc, map_stmt, substitute_stmt, walk
 from ...ir.traversal import replace_at
 from ..params import Ref, positional
 from ..registry import register_pass
@@ -71,15 +71,7 @@ def split(func: PrimFunc, loop: str, factors=None, nparts=None) -> PrimFunc:
 
 
 def _loop_names_below(s) -> set:
-    names = set()
-
-    def visit(x):
-        if isinstance(x, For):
-            names.add(x.var.name)
-        return None
-
-    map_stmt(s, fstmt=visit)
-    return names
+    return {x.var.name for x in walk(s) if isinstance(x, For)}
 
 
 def _add_predicate(body, cond):
