@@ -109,7 +109,7 @@ def _fail(code: MeasureErrorNo, msg: str, t0: float, stages: dict,
 def build_candidate(inp: MeasureInput, options: BuildOptions = BuildOptions()) -> BuildResult:
     """Build one candidate for its task's target (or ``options.target_sm``); every failure
     comes back as an error code and message."""
-    from ..passes import PassContext
+    from ..passes import PassContext, gc_pause
 
     t0 = time.perf_counter()
     stages: dict = {}
@@ -120,7 +120,9 @@ def build_candidate(inp: MeasureInput, options: BuildOptions = BuildOptions()) -
         return _fail(MeasureErrorNo.COMPILE_DEVICE, str(e), t0, stages)
     # the compiler's own stage markers (ptxforge.stages) fill ``collected``; the builder's
     # coarse timings below fill in the stages no marker reported
-    with target, collect() as collected:  # lowering checks the target's limits
+    # one collector pause for the whole candidate (schedule to cubin), not one per stage:
+    # nearly everything a build allocates is freed by reference counting
+    with target, collect() as collected, gc_pause.paused():  # lowering checks the limits
         res = _build(inp, options, target, ctx, t0, stages)
     if not collected:
         return res
@@ -252,9 +254,11 @@ def _compile(device, options: BuildOptions, target: Target, kernels: dict, stage
                 "LocalBuilder(compile_to='ir')")
     funcs = list(device.kernels())
     try:
+        # the optimized LLVM module is printed only for a builder that keeps the sources
         compiled = compile_kernels(funcs, target, stop_after=stop, assembler=asm,
                                    ptxas_flags=tuple(options.ptxas_flags),
-                                   cache=_cache(options.kernel_cache_dir))
+                                   cache=_cache(options.kernel_cache_dir),
+                                   keep_llvm_opt=options.keep_sources)
     except Exception as e:  # codegen, LLVM and the assembler all fail as device compile
         return (MeasureErrorNo.COMPILE_DEVICE, f"{type(e).__name__}: {e}")
     for k in funcs:
