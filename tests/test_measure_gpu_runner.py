@@ -70,7 +70,7 @@ def test_without_early_stop_every_candidate_is_timed_in_full():
 
 
 def test_the_reference_goes_again_to_a_worker_that_replaced_a_faulted_one():
-    from test_measure import oob_input
+    from .test_measure import oob_input
 
     task = matmul_task(128)
     good = MeasureInput(task, FAST)
