@@ -416,7 +416,7 @@ def test_register_scores_on_the_gpu(w):
     if not dev.target.has_wgmma:
         pytest.skip(f"wgmma needs a Hopper GPU (sm_90a), this one is {dev.sm}")
     for cfg in (rg(4, 64, 1), rg(4, 64, 2), rg(8, 64, 2), rg(4, 128, 1),
-                rp(4, 64, 1), rp(4, 64, 2), rp(8, 64, 2)):
+                rp(4, 64, 1), rp(4, 64, 2), rp(8, 64, 2), rp(4, 128, 1)):
         check_attention_config(w, cfg, dev.target)
         loaded = compile_module(attention_module(w, cfg), H100).load(dev)
         args = _data(w)

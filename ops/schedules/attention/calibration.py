@@ -8,8 +8,11 @@ masks only on the tiles that reach them and the narrowed wgmma output tile
 (``bench/results/attention_all_h100_2026-11-27.txt``).
 
 A configuration's *class* is ``(mma, warps, block_kv, stages)`` (``scores`` appended for
-the wgmma form with the scores in registers; a row of that form is ``(warps, block_kv,
-stages, "wgmma", "registers")``: none is timed yet); its factor is the
+the wgmma form with the scores in registers, and ``p_operand`` after it where P is in
+registers too; rows of those forms are ``(warps, block_kv, stages, "wgmma", "registers"[,
+"registers"])``, timed at 1024 and 4096 keys by ``bench/bench_attention.py --seqs 1024 4096
+--registers 6`` (2026-11-28, ``bench/results/attention_registers_h100_2026-11-28.txt``));
+its factor is the
 geometric mean of measured / estimated over the table's rows of that class (causal or
 not). A class the table lacks takes the largest factor of its ``mma`` form: the estimate
 does not rank a configuration nobody has timed ahead of one timed fast (AutoTVM and the
@@ -253,6 +256,44 @@ MEASURED = (
     (4096, True, (1, 16, 1, "mma_sync"), 1044.1),
     (4096, True, (1, 128, 1, "mma_sync"), 1210.0),
     (4096, True, (1, 128, 2, "mma_sync"), 1578.2),
+    # the wgmma form with the scores (and P) in registers: bench/bench_attention.py --seqs
+    # 1024 4096 --registers 6 on the same kind of H100 (2026-11-28; attention_registers_h100)
+    (1024, False, (4, 128, 1, "wgmma", "registers", "registers"), 24.4),
+    (1024, False, (4, 64, 2, "wgmma", "registers", "registers"), 25.3),
+    (1024, False, (4, 128, 1, "wgmma", "registers"), 25.4),
+    (1024, False, (4, 64, 1, "wgmma", "registers"), 25.8),
+    (1024, False, (4, 64, 2, "wgmma", "registers"), 26.3),
+    (1024, False, (8, 64, 2, "wgmma", "registers", "registers"), 27.3),
+    (1024, False, (8, 64, 2, "wgmma", "registers"), 27.6),
+    (1024, False, (8, 64, 1, "wgmma", "registers"), 28.4),
+    (1024, False, (8, 64, 1, "wgmma", "registers", "registers"), 29.4),
+    (1024, True, (4, 64, 2, "wgmma", "registers", "registers"), 21.8),
+    (1024, True, (4, 128, 1, "wgmma", "registers", "registers"), 21.9),
+    (1024, True, (4, 128, 1, "wgmma", "registers"), 23.3),
+    (1024, True, (4, 64, 2, "wgmma", "registers"), 23.5),
+    (1024, True, (4, 64, 1, "wgmma", "registers"), 24.0),
+    (1024, True, (8, 64, 2, "wgmma", "registers", "registers"), 24.2),
+    (1024, True, (8, 64, 1, "wgmma", "registers", "registers"), 26.8),
+    (1024, True, (8, 64, 2, "wgmma", "registers"), 28.2),
+    (1024, True, (8, 64, 1, "wgmma", "registers"), 28.9),
+    (4096, False, (4, 128, 1, "wgmma", "registers", "registers"), 276.8),
+    (4096, False, (4, 64, 1, "wgmma", "registers", "registers"), 283.9),
+    (4096, False, (4, 64, 2, "wgmma", "registers", "registers"), 304.4),
+    (4096, False, (4, 64, 2, "wgmma", "registers"), 305.0),
+    (4096, False, (4, 64, 1, "wgmma", "registers"), 306.0),
+    (4096, False, (8, 64, 2, "wgmma", "registers", "registers"), 310.7),
+    (4096, False, (4, 128, 1, "wgmma", "registers"), 314.7),
+    (4096, False, (8, 64, 2, "wgmma", "registers"), 341.6),
+    (4096, False, (8, 64, 1, "wgmma", "registers"), 364.7),
+    (4096, True, (4, 64, 1, "wgmma", "registers", "registers"), 188.3),
+    (4096, True, (4, 128, 1, "wgmma", "registers", "registers"), 189.3),
+    (4096, True, (4, 64, 2, "wgmma", "registers", "registers"), 193.2),
+    (4096, True, (4, 128, 1, "wgmma", "registers"), 199.9),
+    (4096, True, (4, 64, 2, "wgmma", "registers"), 207.6),
+    (4096, True, (4, 64, 1, "wgmma", "registers"), 215.8),
+    (4096, True, (8, 64, 2, "wgmma", "registers", "registers"), 221.4),
+    (4096, True, (8, 64, 2, "wgmma", "registers"), 263.5),
+    (4096, True, (8, 64, 1, "wgmma", "registers"), 275.4),
 )
 
 
