@@ -30,6 +30,10 @@ from collections import defaultdict
 HERE = os.path.dirname(os.path.abspath(__file__))
 SWEEP = os.path.join(HERE, "results", "gemm_few_rows_sweep_h100_2026-11-27.jsonl")
 MID_SWEEP = os.path.join(HERE, "results", "gemm_mid_sweep_h100_2026-11-28.jsonl")
+MID_KNOBS = os.path.join(HERE, "results", "gemm_mid_knobs_h100_2026-11-28.jsonl")
+"""The knob sweep of BERT's four products at batch 8 x 512 tokens (128 x 192 tiles, block
+orders, the staged epilogue besides every configuration of the space, unsplit): it replaces
+those shapes of :data:`MID_SWEEP`."""
 
 
 def load_all(paths: list) -> dict:
@@ -85,11 +89,12 @@ def geomean(xs: list) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("sweep", nargs="*")
-    ap.add_argument("--mid", action="store_true", help=f"replay {os.path.basename(MID_SWEEP)}")
+    ap.add_argument("--mid", action="store_true", help=f"replay {os.path.basename(MID_SWEEP)} "
+                    f"and {os.path.basename(MID_KNOBS)}")
     ap.add_argument("--within", type=float, default=None,
                     help="count the shapes whose pick is within this factor of the best")
     args = ap.parse_args(argv)
-    paths = list(args.sweep) + ([MID_SWEEP] if args.mid else [])
+    paths = list(args.sweep) + ([MID_SWEEP, MID_KNOBS] if args.mid else [])
     shapes = load_all(paths or [SWEEP])
     old_r, new_r, best_r, unknown, near = [], [], [], 0, 0
     for (M, N, K), s in sorted(shapes.items()):

@@ -370,6 +370,12 @@ MID_LONG_STEPS = 32
 """From this many steps (``K`` >= 2,048) 128 x 256 tiles pay off with a single wave of
 at least :data:`MID_WIDE_WAVE` of the SMs."""
 MID_WIDE_WAVE = 0.7
+MID_192_MIN_M = 4096
+"""From this many rows, with ``N`` a multiple of 192, the mid-size rule runs 128 x 192 tiles:
+the H100 sweep of the wgmma knobs (``bench/results/gemm_mid_knobs_h100_2026-11-28.txt``,
+BERT's products at batch 8 x 512 tokens) measured them fastest, 0.68-0.88x cuBLAS where the
+earlier rule's picks ran 0.53-0.69x: 384 to 1,024 blocks fill the 132 SMs in whole waves
+where 128 x 256 tiles left a third of the last wave idle."""
 
 
 def _mid_size(form: GemmForm) -> bool:
@@ -399,7 +405,11 @@ def mid_size_wgmma_config(form: GemmForm, target: Target | str | None = None,
       :data:`MID_LONG_STEPS` steps and ``T(128, 256) >=`` :data:`MID_WIDE_WAVE` ``S``;
     - up to :data:`MID_SHORT_STEPS` steps, 128 x 128 tiles of 3 stages where two blocks
       fit an SM;
-    - else 128 x 128 tiles of 5 stages (4 where 5 do not fit).
+    - else 128 x 128 tiles of 5 stages (4 where 5 do not fit);
+    - before all these, from :data:`MID_192_MIN_M` rows with ``N`` a multiple of 192:
+      128 x 192 tiles, 3 stages through the C tile up to :data:`MID_SHORT_STEPS` steps (a
+      fused epilogue too: it stores the same way), 4 stages from :data:`MID_LONG_STEPS`
+      (without a fused epilogue).
 
     Each with one group in flight, unsplit; a pick that breaks a rule of
     :func:`~.rules.wgmma_rules` (with the C tile where the epilogue or padding needs it)
@@ -420,6 +430,17 @@ def mid_size_wgmma_config(form: GemmForm, target: Target | str | None = None,
         return needs_c_tile(cfg, form, epilogue_tile)
 
     steps = -(-form.K // block_k(form))
+    if form.M >= MID_192_MIN_M and form.N % 192 == 0:
+        # short K: 3 stages, the accumulators through the C tile and stored a row at a
+        # time (as a fused epilogue stores them: 10.9 us for 4096 x 768 x 768 against
+        # 15.6); long K: 4 stages, stored from the fragments (the bias epilogue of this
+        # one was not measured: it is left to the picks below)
+        pick = (WgmmaScheduleConfig(192, 2, 3, 1, 1, staged_epilogue=True)
+                if steps <= MID_SHORT_STEPS else
+                WgmmaScheduleConfig(192, 2, 4, 1, 1) if steps >= MID_LONG_STEPS else None)
+        if pick is not None and (pick.staged_epilogue or not epilogue_tile) and first_broken(
+                wgmma_rules(pick, form, target, c_tile(pick))) is None:
+            return pick
     if 2 * tiles(128, 128) < sms:
         picks = [WgmmaScheduleConfig(128, 1, 5, 1, 1), WgmmaScheduleConfig(128, 1, 4, 1, 1)]
     else:
