@@ -100,11 +100,10 @@ def test_additive_mask_bf16():
     _check(w, wg(4, 64, 1), m)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_random_workloads_and_wgmma_configurations(seed):
-    """A random problem (lengths, head dims, heads, dtype, causal, scale, mask) with a
-    random legal wgmma configuration, on inputs of standard deviation 2."""
-    rng = np.random.default_rng(100 + seed)
+def check_random_problem(rng, pick) -> None:
+    """A random problem (lengths, head dims, heads, dtype, causal, scale, mask) run on the
+    simulator with a random legal candidate that ``pick`` keeps, on inputs of standard
+    deviation 2, against the numpy reference."""
     lq, s = (int(x) for x in rng.integers(33, 150, 2))
     e, ev = int(rng.choice([64, 80, 128])), int(rng.choice([64, 128]))
     hk, g, b = int(rng.choice([1, 2])), int(rng.choice([1, 2])), int(rng.choice([1, 2]))
@@ -119,7 +118,7 @@ def test_random_workloads_and_wgmma_configurations(seed):
         mask = AttentionMask(shape, mdt)
     w = AttentionWorkload(b, hk * g, hk, lq, s, e, ev, dtype, bool(rng.integers(2)),
                           None if rng.integers(2) else 0.2, mask)
-    cands = [c for c in attention_candidates(w, H100) if c.mma == "wgmma"]
+    cands = [c for c in attention_candidates(w, H100) if pick(c)]
     cfg = cands[int(rng.integers(len(cands)))]
     sh = w.shapes()
     args = [cast_array(rng.standard_normal(sh[n]) * 2, dtype) for n in "qkv"]
@@ -130,6 +129,11 @@ def test_random_workloads_and_wgmma_configurations(seed):
     assert np.isfinite(got).all(), (w, cfg)
     err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
     assert err <= attention_tolerance(dtype), (w, cfg, err)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_workloads_and_wgmma_configurations(seed):
+    check_random_problem(np.random.default_rng(100 + seed), lambda c: c.mma == "wgmma")
 
 
 def _ramp_problem():

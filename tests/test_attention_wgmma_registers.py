@@ -32,7 +32,7 @@ from ptxforge.ops.schedules.attention.knobs import registers_estimate, shared_la
 from ptxforge.ops.testing import widen
 from ptxforge.target import as_target
 
-from .test_attention_wgmma import _check, _data, _drop, _ramp_problem
+from .test_attention_wgmma import _check, _data, _drop, _ramp_problem, check_random_problem
 
 RNG = np.random.default_rng(91)
 H100 = as_target("cuda -arch=sm_90a")
@@ -83,34 +83,7 @@ def test_additive_masks(mdt):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_random_workloads_and_register_configurations(seed):
-    """A random problem (lengths, head dims, heads, dtype, causal, scale, mask) with a
-    random legal register-scores configuration, on inputs of standard deviation 2."""
-    rng = np.random.default_rng(200 + seed)
-    lq, s = (int(x) for x in rng.integers(33, 150, 2))
-    e, ev = int(rng.choice([64, 80, 128])), int(rng.choice([64, 128]))
-    hk, g, b = int(rng.choice([1, 2])), int(rng.choice([1, 2])), int(rng.choice([1, 2]))
-    dtype = str(rng.choice(["float16", "bfloat16"]))
-    shape = [(b, 1, 1, s), (lq, s)][int(rng.integers(2))]
-    kind = int(rng.integers(3))
-    mask = marr = None
-    if kind:
-        mdt = "bool" if kind == 1 else "float16"
-        marr = rng.random(shape) > 0.3 if kind == 1 else cast_array(
-            rng.standard_normal(shape), mdt)
-        mask = AttentionMask(shape, mdt)
-    w = AttentionWorkload(b, hk * g, hk, lq, s, e, ev, dtype, bool(rng.integers(2)),
-                          None if rng.integers(2) else 0.2, mask)
-    cands = [c for c in attention_candidates(w, H100) if c.scores == "registers"]
-    cfg = cands[int(rng.integers(len(cands)))]
-    sh = w.shapes()
-    args = [cast_array(rng.standard_normal(sh[n]) * 2, dtype) for n in "qkv"]
-    out = cast_array(np.full(sh["out"], np.nan), dtype)
-    backend_sim.run(attention_module(w, cfg), [*args] + ([marr] if kind else []) + [out])
-    want = attention_python(*args, marr, w.scale, w.causal, dtype=dtype)
-    got = widen(out, dtype)
-    assert np.isfinite(got).all(), (w, cfg)
-    err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
-    assert err <= attention_tolerance(dtype), (w, cfg, err)
+    check_random_problem(np.random.default_rng(200 + seed), lambda c: c.scores == "registers")
 
 
 def _ramp_error(stages: int) -> float:
