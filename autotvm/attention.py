@@ -21,12 +21,18 @@ spelling records match, so the records a graph's attention looks up are those of
 made from its own workload, views included; :func:`extract_tasks` makes the tasks of a
 network's fused attentions. The knobs are those of the kernel's knob space
 (:mod:`ptxforge.ops.schedules.attention.knobs`): ``warps`` (16 query rows each),
-``block_kv`` and ``stages``; a combination that breaks one of its rules (shared memory,
-registers) is rejected at instantiation with an ``InstantiationError`` naming the rule,
-and without a record the template takes ``choose_attention_config``'s configuration.
+``block_kv`` and ``stages``, and on an sm_90a target ``mma`` (``mma_sync``, ``wgmma``),
+``scores`` and ``p_operand`` (``shared``, ``registers``: the wgmma forms with the scores,
+and P V's A, in registers). ``scores`` and ``p_operand`` come last with ``shared`` first,
+so a config index of the space before them names the same configuration, and a record
+written before them (its entity list without them) applies the shared form. A
+combination that breaks one of the kernel's rules (shared memory, registers, ``p_operand
+="registers"`` without ``scores="registers"``, register scores with mma.sync) is
+rejected at instantiation with an ``InstantiationError`` naming the rule, and without a
+record the template takes ``choose_attention_config``'s configuration.
 
 The schedule is one step, ``fused_attention(warps=, block_kv=, stages=, causal=,
-scale=)``: the kernel is device IR built whole, which the usual builders
+scale=, mma=, scores=, p_operand=)``: the kernel is device IR built whole, which the usual builders
 (:class:`~ptxforge.measure.LocalBuilder`; ``AttentionBuilder`` is another name of it) make
 for a candidate holding that step in place of the lowering; the runners, records and
 ``apply_history_best`` are the usual ones.
