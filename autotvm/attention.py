@@ -21,12 +21,18 @@ spelling records match, so the records a graph's attention looks up are those of
 made from its own workload, views included; :func:`extract_tasks` makes the tasks of a
 network's fused attentions. The knobs are those of the kernel's knob space
 (:mod:`ptxforge.ops.schedules.attention.knobs`): ``warps`` (16 query rows each),
-``block_kv`` and ``stages``; a combination that breaks one of its rules (shared memory,
-registers) is rejected at instantiation with an ``InstantiationError`` naming the rule,
-and without a record the template takes ``choose_attention_config``'s configuration.
+``block_kv`` and ``stages``, and on an sm_90a target ``mma`` (``mma_sync``, ``wgmma``),
+``scores`` and ``p_operand`` (``shared``, ``registers``: the wgmma forms with the scores,
+and P V's A, in registers). ``scores`` and ``p_operand`` come last with ``shared`` first,
+so a config index of the space before them names the same configuration, and a record
+written before them (its entity list without them) applies the shared form. A
+combination that breaks one of the kernel's rules (shared memory, registers, ``p_operand
+="registers"`` without ``scores="registers"``, register scores with mma.sync) is
+rejected at instantiation with an ``InstantiationError`` naming the rule, and without a
+record the template takes ``choose_attention_config``'s configuration.
 
 The schedule is one step, ``fused_attention(warps=, block_kv=, stages=, causal=,
-scale=)``: the kernel is device IR built whole, which the usual builders
+scale=, mma=, scores=, p_operand=)``: the kernel is device IR built whole, which the usual builders
 (:class:`~ptxforge.measure.LocalBuilder`; ``AttentionBuilder`` is another name of it) make
 for a candidate holding that step in place of the lowering; the runners, records and
 ``apply_history_best`` are the usual ones.
@@ -46,7 +52,15 @@ from ..ops.schedules.attention import (
     check_attention_config,
     choose_attention_config,
 )
-from ..ops.schedules.attention.knobs import BLOCK_KV, MMA_ROWS, MMAS, STAGES, WARPS
+from ..ops.schedules.attention.knobs import (
+    BLOCK_KV,
+    MMA_ROWS,
+    MMAS,
+    P_OPERANDS,
+    SCORES,
+    STAGES,
+    WARPS,
+)
 from ..ops.schedules.attention.knobs_wgmma import WGMMA_STAGES
 from ..ops.schedules.attention.schedule_pass import (
     FusedAttention,
@@ -122,20 +136,37 @@ def attention_template(B, Hq, Hkv, L, S, E, Ev, dtype="float16", causal=False, s
     if target.has_wgmma:
         # sm_90a: the products on wgmma (warps 4 or 8, block_kv 64 or 128) or mma.sync
         cfg.define_knob("mma", list(MMAS))
+        # the wgmma forms with the scores (and P V's A) in registers. Defined last, each
+        # with "shared" first: a config index of the space before them (the first knob
+        # varies fastest) names the same configuration, with both "shared"
+        cfg.define_knob("scores", list(SCORES))
+        cfg.define_knob("p_operand", list(P_OPERANDS))
     cfg.add_flop(w.flops)
     if cfg.is_fallback:
         ac = choose_attention_config(w, target)
     else:
-        mma = cfg["mma"].val if target.has_wgmma else MMAS[0]
-        ac = AttentionConfig(cfg["warps"].val, cfg["block_kv"].val, cfg["stages"].val, mma)
+        ac = _config_of(cfg, target.has_wgmma)
         try:
             check_attention_config(w, ac, target)
         except AttentionError as e:
             cfg.raise_error(str(e))
     s = te.create_schedule(tensors[-1].op)
     s.apply(FusedAttention(ac.warps, ac.block_kv, ac.stages, w.causal, w.scale, ac.mma,
-                           w.layout, views_param(w)))
+                           w.layout, views_param(w), scores=ac.scores,
+                           p_operand=ac.p_operand))
     return s, tensors
+
+
+def _config_of(cfg, wgmma: bool) -> AttentionConfig:
+    """The kernel configuration of a config entity. A knob the entity lacks takes its first
+    candidate: a record written before the ``scores`` / ``p_operand`` knobs existed holds
+    neither and meant the shared form."""
+    def knob(name: str, first: str) -> str:
+        return cfg[name].val if wgmma and name in cfg else first
+
+    return AttentionConfig(cfg["warps"].val, cfg["block_kv"].val, cfg["stages"].val,
+                           knob("mma", MMAS[0]), knob("scores", SCORES[0]),
+                           knob("p_operand", P_OPERANDS[0]))
 
 
 @attention_template.defaults
@@ -143,10 +174,16 @@ def _defaults(B, Hq, Hkv, L, S, E, Ev, dtype="float16", causal=False, scale=None
               mask_shape=None, mask_dtype="bool", layout="bhsd", views=None):
     _, w = attention_declaration(B, Hq, Hkv, L, S, E, Ev, dtype, causal, scale, mask_shape,
                                  mask_dtype, layout, views)
+    target = as_target(None)
     try:
-        return choose_attention_config(w, as_target(None)).to_dict()
+        ac = choose_attention_config(w, target)
     except AttentionError:
         return {}
+    out = {"warps": ac.warps, "block_kv": ac.block_kv, "stages": ac.stages}
+    if target.has_wgmma:
+        # every knob of the space, the shared defaults included (to_dict leaves them out)
+        out.update(mma=ac.mma, scores=ac.scores, p_operand=ac.p_operand)
+    return out
 
 
 def template_args(w: AttentionWorkload) -> tuple:
