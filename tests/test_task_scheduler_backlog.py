@@ -1,0 +1,157 @@
+"""The task scheduler's warm-up keeps the builders fed: the next round is searched while the
+builders still have work, not only once the oldest round in flight is measured (a round
+with one slow build used to hold back the rounds behind it while the builders idled).
+
+A threaded in-test builder with a few workers logs when its workers wait with nothing
+queued; one candidate of every round builds slowly."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+
+from ptxforge import autosched, measure
+from ptxforge.autosched.search_policy import SketchPolicy
+from ptxforge.autosched.task_scheduler import BACKLOG_PER_WORKER, builder_low_water
+
+from .test_task_scheduler import Order, TaskRunner, sched_conv_relu
+
+POLICY = {"evolutionary_search_population": 64, "evolutionary_search_num_iters": 1}
+SLOW_BUILD_S = 0.5
+FAST_BUILD_S = 0.01
+
+
+class SlowSearch(SketchPolicy):
+    """A search of ``delay`` seconds a round (the main process's share of a real one)."""
+
+    delay = 0.03
+
+    def search_one_round(self, num_measure):
+        time.sleep(self.delay)
+        return super().search_one_round(num_measure)
+
+
+class ThreadBuilder(measure.Builder):
+    """``n_parallel`` worker threads; the first candidate of every third batch handed over
+    takes :data:`SLOW_BUILD_S`, the others :data:`FAST_BUILD_S`. Each worker logs the
+    intervals it waited with nothing queued."""
+
+    def __init__(self, n_parallel: int = 4):
+        self.n_parallel = n_parallel
+        self._jobs: queue.Queue = queue.Queue()
+        self._done: list = []
+        self._lock = threading.Lock()
+        self._pending = 0
+        self.waits: list = []  # (start, end) of a worker waiting for a job
+        self.submits: list = []
+        self._seen_batches: set = set()
+        self._threads = [threading.Thread(target=self._work, daemon=True)
+                         for _ in range(n_parallel)]
+        for t in self._threads:
+            t.start()
+
+    def _work(self):
+        while True:
+            t0 = time.monotonic()
+            job = self._jobs.get()
+            self.waits.append((t0, time.monotonic()))
+            if job is None:
+                return
+            key, seconds = job
+            time.sleep(seconds)
+            with self._lock:
+                self._done.append((key, measure.BuildResult("built", 0, "", seconds)))
+
+    def submit(self, key, inp):
+        batch = key[0] if isinstance(key, tuple) else key
+        slow = batch not in self._seen_batches and len(self._seen_batches) % 3 == 0
+        self._seen_batches.add(batch)
+        with self._lock:
+            self._pending += 1
+        self.submits.append(time.monotonic())
+        self._jobs.put((key, SLOW_BUILD_S if slow else FAST_BUILD_S))
+
+    def collect(self, timeout=0.0):
+        with self._lock:
+            out, self._done = self._done, []
+            self._pending -= len(out)
+        return out
+
+    @property
+    def pending(self):
+        return self._pending
+
+    def close(self):
+        for _ in self._threads:
+            self._jobs.put(None)
+
+    def starved_s(self) -> float:
+        """Worker-seconds spent waiting with nothing queued between the first and the last
+        candidate handed over (the waits after the last one are the unavoidable tail)."""
+        lo, hi = self.submits[0], self.submits[-1]
+        return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in self.waits)
+
+
+def tune_once(tmp_path, name, ahead, n_tasks=8, per_round=8):
+    shapes = [(co, ci) for co in (8, 16, 32) for ci in (8, 16, 32)][:n_tasks]
+    tasks = [autosched.SearchTask(func=sched_conv_relu, args=(1, 8, 8, co, ci, 3),
+                                  desc=f"conv{k}") for k, (co, ci) in enumerate(shapes)]
+    model = autosched.RandomModel(seed=0)
+    policies = [SlowSearch(t, model, POLICY, seed=k, verbose=0) for k, t in enumerate(tasks)]
+    builder = ThreadBuilder()
+    log = str(tmp_path / f"{name}.json")
+    order = Order()
+    ts = autosched.TaskScheduler(tasks, callbacks=[order])
+    opts = autosched.TuningOptions(
+        num_measure_trials=n_tasks * per_round, num_measures_per_round=per_round,
+        builder=builder, runner=TaskRunner(tasks), verbose=0, search_ahead=ahead,
+        measure_callbacks=[autosched.RecordToFile(log)])
+    t0 = time.monotonic()
+    try:
+        ts.tune(opts, search_policy=policies)
+    finally:
+        builder.close()
+    wall = time.monotonic() - t0
+    records = measure.load_records(log)
+    keys = [(inp.task.workload_key, json.dumps(inp.payload, sort_keys=True))
+            for inp, _ in records]
+    return ts, order, builder, keys, wall
+
+
+class Workers:
+    def __init__(self, n):
+        self.n_parallel = n
+
+
+def test_low_water_is_a_backlog_per_worker():
+    assert builder_low_water(Workers(16)) == 16 * BACKLOG_PER_WORKER
+    assert builder_low_water(Workers(0)) >= BACKLOG_PER_WORKER  # in-process: one per CPU
+
+
+def test_warm_up_keeps_the_builders_fed_past_a_slow_build(tmp_path):
+    ts, order, builder, keys, wall = tune_once(tmp_path, "a", ahead=2)
+    n = len(ts.tasks)
+    # every task got its round, taken in the order searched; every state measured once
+    assert order.ids[:n] == list(range(n))
+    assert ts.ct == n * 8 == sum(ts.task_trials) == len(keys)
+    assert len(set(keys)) == len(keys)
+    assert all(c < 1.0 for c in ts.best_costs)
+    # Waiting for the oldest round (with a build of 0.5 s, while the two rounds behind it
+    # take 0.04 s on 4 workers) left 3 workers idle for 0.4 s every third round, some
+    # 3.5 worker-s in all; fed by the backlog, they idle only while a search runs.
+    starved = builder.starved_s()
+    assert starved < 1.2, f"the builders waited {starved:.2f} worker-s with nothing queued"
+    # the warm-up searches see no results, so the rounds are the same run after run
+    again = tune_once(tmp_path, "b", ahead=2)
+    assert sorted(again[3]) == sorted(keys)
+
+
+def test_no_search_ahead_still_waits_for_every_round(tmp_path):
+    ts, order, builder, keys, _ = tune_once(tmp_path, "sync", ahead=0, n_tasks=3)
+    assert order.ids == [0, 1, 2] and len(keys) == 24
+    # the second round was handed over only after the first one, with its slow build,
+    # was measured: no backlog rule searches ahead of it
+    first = [builder.submits[8 * k] for k in range(3)]
+    assert first[1] - first[0] >= SLOW_BUILD_S, first
