@@ -155,3 +155,25 @@ def test_no_search_ahead_still_waits_for_every_round(tmp_path):
     # was measured: no backlog rule searches ahead of it
     first = [builder.submits[8 * k] for k in range(3)]
     assert first[1] - first[0] >= SLOW_BUILD_S, first
+
+
+def test_stream_counts_candidates_until_their_build_comes_back():
+    from ptxforge.measure.stream import MeasureStream
+
+    from .test_measure_stream import TimedRunner, inputs
+
+    builder = ThreadBuilder(n_parallel=2)
+    try:
+        with MeasureStream(builder, TimedRunner(seconds=0.2)) as stream:
+            assert stream.unbuilt == 0
+            fut = stream.submit(inputs([1, 2, 3, 4, 5]))
+            # the first build takes 0.5 s: at least it is still out; the runner's 1 s
+            # of work does not count
+            assert 1 <= stream.unbuilt <= 5
+            deadline = time.monotonic() + 5
+            while stream.unbuilt and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert stream.unbuilt == 0 and not fut.done()  # built, still being run
+            assert [r.costs[0] for r in fut.result(timeout=5)] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    finally:
+        builder.close()
