@@ -34,12 +34,14 @@ class SlowSearch(SketchPolicy):
 
 
 class ThreadBuilder(measure.Builder):
-    """``n_parallel`` worker threads; the first candidate of every third batch handed over
-    takes :data:`SLOW_BUILD_S`, the others :data:`FAST_BUILD_S`. Each worker logs the
-    intervals it waited with nothing queued."""
+    """``n_parallel`` worker threads; the first candidate of every ``slow_every``-th batch
+    handed over (none for 0) takes :data:`SLOW_BUILD_S`, the others ``fast_s``.
+    Each worker logs the intervals it waited with nothing queued."""
 
-    def __init__(self, n_parallel: int = 4):
+    def __init__(self, n_parallel: int = 4, slow_every: int = 3, fast_s: float = FAST_BUILD_S):
         self.n_parallel = n_parallel
+        self.slow_every = slow_every
+        self.fast_s = fast_s
         self._jobs: queue.Queue = queue.Queue()
         self._done: list = []
         self._lock = threading.Lock()
@@ -66,12 +68,13 @@ class ThreadBuilder(measure.Builder):
 
     def submit(self, key, inp):
         batch = key[0] if isinstance(key, tuple) else key
-        slow = batch not in self._seen_batches and len(self._seen_batches) % 3 == 0
+        slow = (batch not in self._seen_batches and self.slow_every > 0
+                and len(self._seen_batches) % self.slow_every == 0)
         self._seen_batches.add(batch)
         with self._lock:
             self._pending += 1
         self.submits.append(time.monotonic())
-        self._jobs.put((key, SLOW_BUILD_S if slow else FAST_BUILD_S))
+        self._jobs.put((key, SLOW_BUILD_S if slow else self.fast_s))
 
     def collect(self, timeout=0.0):
         with self._lock:
@@ -94,19 +97,40 @@ class ThreadBuilder(measure.Builder):
         return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in self.waits)
 
 
-def tune_once(tmp_path, name, ahead, n_tasks=8, per_round=8):
+class LateRunner(TaskRunner):
+    """A runner that hands back nothing for ``start_s`` after its first candidate (a GPU
+    worker coming up, or stalled by a candidate that runs into its timeout)."""
+
+    def __init__(self, tasks, start_s: float):
+        super().__init__(tasks)
+        self.start_s = start_s
+        self.first = None
+
+    def submit(self, key, inp, build):
+        if self.first is None:
+            self.first = time.monotonic()
+        super().submit(key, inp, build)
+
+    def collect(self, timeout=0.0):
+        if self.first is None or time.monotonic() < self.first + self.start_s:
+            return []
+        return super().collect(timeout)
+
+
+def tune_once(tmp_path, name, ahead, n_tasks=8, per_round=8, runner_start_s=0.0,
+              slow_every=3, fast_s=FAST_BUILD_S):
     shapes = [(co, ci) for co in (8, 16, 32) for ci in (8, 16, 32)][:n_tasks]
     tasks = [autosched.SearchTask(func=sched_conv_relu, args=(1, 8, 8, co, ci, 3),
                                   desc=f"conv{k}") for k, (co, ci) in enumerate(shapes)]
     model = autosched.RandomModel(seed=0)
     policies = [SlowSearch(t, model, POLICY, seed=k, verbose=0) for k, t in enumerate(tasks)]
-    builder = ThreadBuilder()
+    builder = ThreadBuilder(slow_every=slow_every, fast_s=fast_s)
     log = str(tmp_path / f"{name}.json")
     order = Order()
     ts = autosched.TaskScheduler(tasks, callbacks=[order])
     opts = autosched.TuningOptions(
         num_measure_trials=n_tasks * per_round, num_measures_per_round=per_round,
-        builder=builder, runner=TaskRunner(tasks), verbose=0, search_ahead=ahead,
+        builder=builder, runner=LateRunner(tasks, runner_start_s), verbose=0, search_ahead=ahead,
         measure_callbacks=[autosched.RecordToFile(log)])
     t0 = time.monotonic()
     try:
@@ -146,6 +170,18 @@ def test_warm_up_keeps_the_builders_fed_past_a_slow_build(tmp_path):
     # the warm-up searches see no results, so the rounds are the same run after run
     again = tune_once(tmp_path, "b", ahead=2)
     assert sorted(again[3]) == sorted(keys)
+
+
+def test_warm_up_keeps_building_while_the_runner_stalls(tmp_path):
+    # The runner hands back nothing for its first 0.8 s: waiting for the oldest round left
+    # the 4 workers idle once three rounds (0.08 s of builds each) were built; fed by the
+    # backlog, every warm-up round is built meanwhile.
+    ts, order, builder, keys, _ = tune_once(tmp_path, "stall", ahead=2, runner_start_s=0.8,
+                                            slow_every=0, fast_s=0.04)
+    assert order.ids[:len(ts.tasks)] == list(range(len(ts.tasks)))
+    assert ts.ct == len(keys) == len(set(keys)) == 64
+    starved = builder.starved_s()
+    assert starved < 1.0, f"the builders waited {starved:.2f} worker-s with nothing queued"
 
 
 def test_no_search_ahead_still_waits_for_every_round(tmp_path):
