@@ -16,12 +16,24 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 from collections.abc import Iterator
 
 _lock = threading.Lock()
 _depth = 0
 _resume = False  # whether the outermost block found the collector on
+
+
+def _after_fork_in_child() -> None:
+    # a worker forked while another thread of its parent held the lock (a build in the
+    # tuner's process) would wait for it forever at its first build: start afresh
+    global _lock, _depth, _resume
+    _lock, _depth, _resume = threading.Lock(), 0, False
+    gc.enable()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextlib.contextmanager
