@@ -374,6 +374,12 @@ class WgmmaChunk:
             idx = idx + off[lanes][:, :, None]
         return idx
 
+    def _require_fence(self, intrin) -> None:
+        if not self.fenced:
+            raise WgmmaProtocolError(
+                f"kernel {self.chunk.kernel}: {intrin.ptx} with no wgmma.fence.sync.aligned "
+                "since the warpgroup last accessed its registers (or before the first wgmma)")
+
     def mma(self, mask, spec, acc, acc_name: str, acc_slot, a, a_base, b, b_base) -> None:
         """``wgmma.mma_async`` for every warpgroup: D (registers) += A x B^T, A and B read
         from shared memory through the 128B-swizzled descriptors of their tiles."""
@@ -381,10 +387,7 @@ class WgmmaChunk:
         if not groups.size:
             return
         intrin = wgmma_of(spec)
-        if not self.fenced:
-            raise WgmmaProtocolError(
-                f"kernel {self.chunk.kernel}: {intrin.ptx} with no wgmma.fence.sync.aligned "
-                "since the warpgroup last accessed its registers (or before the first wgmma)")
+        self._require_fence(intrin)
         n = intrin.n
         va, ra = self._operand(intrin, a, a_base, 64, groups, "A")
         vb, rb = self._operand(intrin, b, b_base, n, groups, "B")
@@ -408,10 +411,7 @@ class WgmmaChunk:
         if not groups.size:
             return
         intrin = wgmma_of(spec)
-        if not self.fenced:
-            raise WgmmaProtocolError(
-                f"kernel {self.chunk.kernel}: {intrin.ptx} with no wgmma.fence.sync.aligned "
-                "since the warpgroup last accessed its registers (or before the first wgmma)")
+        self._require_fence(intrin)
         if self._written(a):
             raise WgmmaProtocolError(
                 f"kernel {self.chunk.kernel}: {intrin.ptx} reads A from {a_name} while a "

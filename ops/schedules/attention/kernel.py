@@ -351,6 +351,27 @@ class _Kernel:
         return _loop("pk", bc // 16, step, "unroll")
 
     # -- the rows' softmax --------------------------------------------------------------
+    def _scaled_score(self, s: Expr, qi: Expr, kj: Expr, unit: float, edge: bool):
+        """``(score, keep)`` of the raw product ``s`` of query row ``qi`` and key ``kj``:
+        scaled to base 2 unless the scale was folded elsewhere (``unit`` 1.0 scales here),
+        the additive mask added; ``keep`` the condition the score survives (the keys'
+        end and the causal diagonal where ``edge``, a boolean mask), or None."""
+        w = self.w
+        if unit == 1.0:
+            s = s * _f(w.softmax_scale * LOG2E)
+        keep = None
+        if edge:
+            keep = kj < _i(w.kv_len)
+            if w.causal:
+                keep = keep & (kj <= qi)
+        m = self._mask_value(qi, kj)
+        if m is not None:
+            if w.mask.additive:
+                s = s + (m if m.dtype == F32 else Cast(F32, m)) * _f(LOG2E)
+            else:
+                keep = m if keep is None else keep & m
+        return s, keep
+
     def _mask_value(self, qi: Expr, kj: Expr) -> Expr | None:
         """The mask's element of score ``(qi, kj)`` (indices clamped into the tensor)."""
         w = self.w
@@ -458,20 +479,7 @@ class _Kernel:
             def score(i, gr, c, slot):
                 qi = self.row0() + gr
                 kj = tile * _i(bc) + c
-                s = self.s_s[self.s_at(gr, c)]
-                if unit == 1.0:
-                    s = s * _f(w.softmax_scale * LOG2E)
-                keep = None
-                if edge:
-                    keep = kj < _i(w.kv_len)
-                    if w.causal:
-                        keep = keep & (kj <= qi)
-                m = self._mask_value(qi, kj)
-                if m is not None:
-                    if w.mask.additive:
-                        s = s + (m if m.dtype == F32 else Cast(F32, m)) * _f(LOG2E)
-                    else:
-                        keep = m if keep is None else keep & m
+                s, keep = self._scaled_score(self.s_s[self.s_at(gr, c)], qi, kj, unit, edge)
                 sv = Var("score", F32)
                 return Let(sv, s if keep is None else select(keep, s, NEG_INF), Seq([
                     Store(self.sc, [slot], sv),

@@ -109,21 +109,9 @@ class RegisterScoresKernel(WgmmaKernel):
             def score(h, gr, c, slot):
                 qi = self.row0() + gr
                 kj = tile * _i(bc) + c
-                s = self.sf[slot]
-                changed = unit == 1.0
-                if changed:
-                    s = s * _f(w.softmax_scale * LOG2E)
-                keep = None
-                if edge:
-                    keep = kj < _i(w.kv_len)
-                    if w.causal:
-                        keep = keep & (kj <= qi)
-                m = self._mask_value(qi, kj)
-                if m is not None:
-                    if w.mask.additive:
-                        s = s + (m if m.dtype == F32 else Cast(F32, m)) * _f(LOG2E)
-                    else:
-                        keep = m if keep is None else keep & m
+                raw = self.sf[slot]
+                s, keep = self._scaled_score(raw, qi, kj, unit, edge)
+                changed = s is not raw
                 if keep is not None:
                     s = select(keep, s, NEG_INF)
                     changed = True
