@@ -105,14 +105,20 @@ def bounds(node: Node) -> tuple[float, float] | None:
 
 def rows(term: MaskTerm, lq: int, s: int) -> np.ndarray | None:
     """The values of a constant mask applied to every batch and head alike, as
-    ``[lq, s]``; None for any other mask."""
+    ``[lq, s]``: of shape ``[1, ..., 1, lq, s]``, or with leading dimensions over which
+    every ``[lq, s]`` block is equal (the dynamo exporter folds GPT-2's causal mask of a
+    batch of sequences into a ``[B, 1, L, L]`` constant, the same for each); None for any
+    other mask."""
     node = term.node
     if not isinstance(node, Constant):
         return None
     v = np.asarray(node.value)
-    if v.ndim < 2 or tuple(v.shape[-2:]) != (lq, s) or any(d != 1 for d in v.shape[:-2]):
+    if v.ndim < 2 or tuple(v.shape[-2:]) != (lq, s):
         return None
-    return v.reshape(lq, s)
+    blocks = v.reshape(-1, lq, s)
+    if len(blocks) > 1 and not np.all(blocks == blocks[:1]):
+        return None
+    return blocks[0]
 
 
 def causal(term: MaskTerm, lq: int, s: int) -> tuple[str, int] | None:
