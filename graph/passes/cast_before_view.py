@@ -14,10 +14,11 @@ A cast commutes with a reshape (both keep the elements in their order), so this 
 writes ``cast(reshape(x))`` as ``reshape(cast(x))`` (through any chain of
 :data:`~ptxforge.graph.opdefs.transform.VIEW_OPS`) where the cast is a graph output that
 no other call reads. The cast then joins ``x``'s kernel as its epilogue, which stores the
-output dtype directly, and the reshape is a view: the memory plan lets ``x``'s kernel write into the output's storage
-(:func:`~ptxforge.graph.memory_plan.plan_memory`), so no kernel copies it. Only outputs are
-rewritten: elsewhere the reshape may already join its readers' kernel, and moving a cast up
-to a product would make the product store the wider dtype for them.
+output dtype directly, and the reshape is a view: the memory plan lets ``x``'s kernel write
+into the output's storage (:func:`~ptxforge.graph.memory_plan.plan_memory`), so no kernel
+copies it. Only outputs are rewritten: elsewhere the reshape may already join its readers'
+kernel, and moving a cast up to a product would make the product store the wider dtype for
+them.
 """
 
 from __future__ import annotations
