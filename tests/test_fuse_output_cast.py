@@ -93,19 +93,20 @@ def test_a_product_that_is_an_output_too_keeps_the_copy():
 
 
 def test_the_pass_moves_only_output_casts_of_views():
-    x = graph.var("x", (4, 6))
+    x = graph.var("x", (4, 6), "float16")
     y = nn.relu(x)
-    cast_view = graph.cast(graph.reshape(y, (2, 12)), "float16")
+    cast_view = graph.cast(graph.reshape(y, (2, 12)), "float32")
     moved = CastBeforeView()(graph.function(cast_view))
     (out,) = moved.outputs
     assert out.op == "reshape" and out.args[0].op == "cast" and out.args[0].args[0] is y
-    assert out.shape == (2, 12) and out.dtype == "float16"
-    # a cast read by another call stays where it is (moving it would compute it twice)
-    other = graph.add(cast_view, graph.const(np.float16(1.0)))
+    assert out.shape == (2, 12) and out.dtype == "float32"
+    # an output's cast up that another call reads stays where it is (moving it for the
+    # output would compute it twice)
+    other = graph.add(cast_view, graph.const(np.float32(1.0)))
     net = graph.function([cast_view, other])
     assert CastBeforeView()(net) is net
     # no view under the cast, or a constant under it: nothing to move
-    assert hoist(graph.cast(y, "float16")) is None
+    assert hoist(graph.cast(y, "float32")) is None
     assert hoist(graph.cast(graph.reshape(graph.const(rand(4, 6)), (24,)), "float16")) is None
     assert hoist(graph.reshape(y, (24,))) is None
 
@@ -118,3 +119,30 @@ def test_fused_graph_has_the_cast_in_the_products_function():
     calls = [n for n in fused.nodes() if isinstance(n, graph.Call)]
     assert [bool(c.op.attrs.get("view")) for c in calls] == [False, True]
     assert [c.op for c in calls[0].op.calls()] == ["nn.dense", "cast"]
+
+
+def test_a_cast_down_through_private_reshapes_moves_and_folds():
+    """A float32 layer norm reshaped to two dimensions and cast down for a product (GPT-2's
+    and BERT's first layer norm): the cast moves above the reshape, the norm stores float16
+    itself and no kernel casts."""
+    x = graph.var("x", (1, M, K))
+    g, b = graph.const(rand(K), "g"), graph.const(rand(K), "b")
+    norm = nn.layer_norm(x, g, b)
+    flat = graph.reshape(norm, (M, K))
+    net = graph.function(graph.add(nn.dense(flat, graph.const(W, "w")),
+                                   graph.const(np.float32(1.0))))
+    lib = graph.build(net, "sim", precision="float16")
+    # the norm (storing float16), then the product with its bias and the output's cast
+    assert kernels(lib) == ["vm_mod_fused_nn_layer_norm", "vm_mod_fused_nn_dense_add_cast"]
+    first = lib.functions[next(k for k in lib.call_keys if k is not None)].func.func
+    assert first.outputs[0].dtype == "float16"
+    xin = rand(1, M, K)
+    (got,) = run(lib, xin)
+    mu, var = xin.mean(-1, keepdims=True), xin.var(-1, keepdims=True)
+    want = ((xin - mu) / np.sqrt(var + 1e-5) * g.value + b.value).reshape(M, K) @ W.T + 1
+    np.testing.assert_allclose(got, want, atol=1e-2 * np.abs(want).max())
+    # a cast up stays below its reshape (moved, a product would store float32 for it)
+    h = graph.var("h", (M, N), "float16")
+    up = graph.cast(graph.reshape(h, (1, M, N)), "float32")
+    inner = graph.function(graph.add(up, graph.const(np.float32(1.0))))
+    assert CastBeforeView()(inner) is inner

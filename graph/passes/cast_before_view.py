@@ -1,4 +1,5 @@
-"""``cast_before_view``: a graph output that casts a reshaped value casts it before the reshape.
+"""``cast_before_view``: a cast of reshaped values (a graph output's, or a cast down) is made
+before the reshapes.
 
 A network built in float16 or bfloat16 returns its outputs in their own dtype
 (``to_mixed_precision``'s ``keep_io_dtype``), so an output computed in 16 bits ends in a
@@ -16,17 +17,23 @@ writes ``cast(reshape(x))`` as ``reshape(cast(x))`` (through any chain of
 no other call reads. The cast then joins ``x``'s kernel as its epilogue, which stores the
 output dtype directly, and the reshape is a view: the memory plan lets ``x``'s kernel write
 into the output's storage (:func:`~ptxforge.graph.memory_plan.plan_memory`), so no kernel
-copies it. Only outputs are rewritten: elsewhere the reshape may already join its readers'
-kernel, and moving a cast up to a product would make the product store the wider dtype for
-them.
+copies it.
+
+Elsewhere only a cast down (float32 to float16) moves, where nothing else reads the
+reshapes: the producer may then store the narrow value itself (``fold_output_cast`` folds it
+into a layer norm's ``out_dtype``: the first layer norm of GPT-2 and BERT, whose result is
+reshaped to two dimensions before the products' cast) and the reshape is a view. A cast up
+stays: moved into a product's epilogue it would make the product store the wider dtype for
+readers that widen it in their own kernel today.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...ir import dtype as dt
 from .. import opdefs as G
-from ..ir import Call, Constant, Graph, Node, consumers
+from ..ir import Call, Constant, Graph, Node, consumers, rewrite
 from ..opdefs.transform import VIEW_OPS
 from .base import GraphPass, register_graph_pass
 
@@ -50,24 +57,41 @@ def hoist(call: Node) -> Node | None:
     return G.reshape(G.cast(source, call.dtype), tuple(call.shape))
 
 
+def _narrowing(call: Call) -> bool:
+    src, dst = call.args[0].dtype, call.dtype
+    return dt.is_float(src) and dt.is_float(dst) and dt.bits(dst) < dt.bits(src)
+
+
+def _private_views(node: Node, readers: dict) -> bool:
+    """Whether every view call from ``node`` down to its source has one reader."""
+    while isinstance(node, Call) and isinstance(node.op, str) and node.op in VIEW_OPS:
+        if len(readers.get(id(node), ())) != 1:
+            return False
+        node = node.args[0]
+    return True
+
+
 @register_graph_pass
 @dataclass(frozen=True)
 class CastBeforeView(GraphPass):
-    """Move the cast of a graph output below the reshapes it reads (see the module doc)."""
+    """Move the cast of a graph output, and a cast down read through reshapes that nothing
+    else reads, below those reshapes (see the module doc)."""
 
     name = "cast_before_view"
 
     def apply(self, graph: Graph, ctx) -> Graph:
         readers = consumers(graph.nodes())
-        new, changed = [], False
-        done: dict[int, Node] = {}
-        for out in graph.outputs:
-            if id(out) not in done:
-                # a cast other calls read too stays: rewriting only the output would compute
-                # it twice
-                done[id(out)] = (hoist(out) if not readers.get(id(out)) else None) or out
-            changed |= done[id(out)] is not out
-            new.append(done[id(out)])
-        if not changed:
-            return graph
-        return Graph(graph.params, new, graph.name, graph.attrs)
+        outputs = {id(o) for o in graph.outputs}
+
+        def move(call: Call, args: tuple) -> Node | None:
+            if call.op != "cast":
+                return None
+            # an output's cast that other calls read too stays: rewriting it for the output
+            # alone would compute it twice
+            if id(call) in outputs and not readers.get(id(call)):
+                return hoist(Call(call.op, args, call.attrs))
+            if _narrowing(call) and _private_views(call.args[0], readers):
+                return hoist(Call(call.op, args, call.attrs))
+            return None
+
+        return rewrite(graph, move)
