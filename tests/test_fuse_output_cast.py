@@ -51,10 +51,12 @@ def reference(x):
     return x16 @ w16.T
 
 
-@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
-def test_logits_cast_joins_the_product_and_the_reshape_is_free(precision):
+@pytest.mark.parametrize("precision,target", [("float16", "sim"), ("bfloat16", "sim"),
+                                              ("float16", "sim -arch=sm_90a")])
+def test_logits_cast_joins_the_product_and_the_reshape_is_free(precision, target):
+    # sm_90a: the wgmma form of the product, storing float32 from its warpgroup tiles
     net = logits_net()
-    lib = graph.build(net, "sim", precision=precision)
+    lib = graph.build(net, target, precision=precision)
     # the input's cast down, then the product storing float32 straight into the output;
     # no kernel reshapes or casts the product's result
     assert kernels(lib) == ["vm_mod_fused_cast", "vm_mod_fused_nn_dense_cast"]
