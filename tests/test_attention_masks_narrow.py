@@ -160,3 +160,26 @@ def test_tiny_bert_sdpa_export_reads_a_padding_row(tmp_path):
     got, names = run_sim(net, params, feeds, fused_attention=True, precision="float16")
     assert sum("nn_attention" in n for n in names) == 2
     close(got, expected, 3e-2)
+
+
+def test_a_front_ends_attention_mask_is_narrowed_too():
+    """``graph.from_torch`` keeps SDPA whole: its mask, spread the same way, is narrowed by
+    the same pass, and the attention computes the same."""
+    from ptxforge.graph.opdefs.attention import attention
+    from ptxforge.graph.opdefs.logic import logical_and, where
+    from ptxforge.graph.passes import RecomposeAttention
+
+    q, k, v = (graph.var(n, (B, H, L, E)) for n in "qkv")
+    pad = graph.var("pad", (B, 1, 1, L), "bool")
+    keep = logical_and(graph.const(np.ones((1, 1, L, 1), bool)), pad)
+    mask = where(keep, graph.const(np.float32(0)), graph.const(np.float32(FMIN)))
+    net = graph.function(attention(q, k, v, mask, scale=E ** -0.5), [q, k, v, pad])
+    out = RecomposeAttention()(net)
+    (att,) = attentions(out)
+    assert att.args[3].shape == (B, 1, 1, L)
+    rng = np.random.default_rng(2)
+    f = {n: rng.standard_normal((B, H, L, E)).astype(np.float32) for n in "qkv"}
+    f["pad"] = np.ones((B, 1, 1, L), bool)
+    f["pad"][1, ..., -4:] = False
+    np.testing.assert_allclose(graph.run_graph(out, f)[0], graph.run_graph(net, f)[0],
+                               rtol=1e-6, atol=1e-6)

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import opdefs as G
-from ..ir import Call, Constant, Graph, Node
+from ..ir import Call, Constant, Graph, Node, rewrite
 from ..opdefs.elemwise import cast_array
 from ..opdefs.logic import logical_not, where
 from .attention_masks import (
@@ -85,7 +85,8 @@ logger = logging.getLogger(__name__)
 
 HEADS = (0, 2, 1, 3)
 
-__all__ = ["NEG_LARGE", "RecomposeAttention", "plan_attention", "recompose", "refusals"]
+__all__ = ["NEG_LARGE", "RecomposeAttention", "narrow_masks", "plan_attention", "recompose",
+           "refusals"]
 
 @dataclass(frozen=True)
 class _Plan:
@@ -334,9 +335,25 @@ def recompose(graph: Graph) -> Graph:
 @dataclass(frozen=True)
 class RecomposeAttention(GraphPass):
     """Decomposed attention (products, scale, masks, softmax) as ``nn.attention`` (see the
-    module doc)."""
+    module doc); then every ``nn.attention``'s mask at its fewest elements
+    (:func:`narrow_masks`)."""
 
     name = "recompose_attention"
 
     def apply(self, graph: Graph, ctx) -> Graph:
-        return recompose(graph)
+        return narrow_masks(recompose(graph))
+
+
+def narrow_masks(graph: Graph) -> Graph:
+    """``graph`` with the mask of every ``nn.attention`` (a front end's, as
+    ``graph.from_torch`` keeps ``scaled_dot_product_attention``, or a recomposed one)
+    written at the fewest elements that hold it (:func:`~.attention_masks.narrowed`)."""
+    def narrow(call: Call, args: tuple) -> Node | None:
+        if call.op != "nn.attention" or len(args) != 4:
+            return None
+        mask = narrowed(args[3])
+        if mask is args[3]:
+            return None
+        return Call(call.op, (*args[:3], mask), call.attrs)
+
+    return rewrite(graph, narrow)
