@@ -5,7 +5,10 @@ Every value the executor handles is a :class:`TensorSlot` living in a :class:`St
 intermediate results share storages whose lifetimes do not overlap, in the order the
 fused functions run (best fit among the free storages, growing the largest free one when
 none is big enough). A reshape-only function gets no kernel: its output is the same
-storage as its input.
+storage as its input. One that gives a graph output is a view too where its argument is a
+kernel's result that nothing else reads: that kernel writes straight into the output's
+storage (a language model's logits, reshaped to ``[batch, seq, vocab]`` on their way out),
+where a copy would read and write the whole output once more.
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ def plan_memory(fused: Graph, constant_name) -> MemoryPlan:
                 remaining[a] = remaining.get(a, 0) + 1
     live: dict[int, int] = {}  # temp storage -> live slots in it
     free: list[int] = []
+    aliased = _output_views(fused, remaining)  # producer id -> its output view
 
     def take(nbytes: int) -> int:
         need = _aligned(nbytes)
@@ -129,8 +133,11 @@ def plan_memory(fused: Graph, constant_name) -> MemoryPlan:
             plan.params[name] = slot_of[id(n)]
         elif isinstance(n, Call):
             args = [slot_of[id(a)] for a in n.args]
-            view = bool(n.op.attrs.get("view")) and id(n) not in output_ids
-            if id(n) in output_ids:
+            view = bool(n.op.attrs.get("view")) and (id(n) not in output_ids
+                                                     or id(n) in aliased.values())
+            if view and id(n) in output_ids:
+                out = new_slot(n.ty, plan.slots[args[0]].storage, "output")
+            elif id(n) in output_ids or id(n) in aliased:
                 out = new_slot(n.ty, new_storage(n.ty.nbytes, "output"), "output")
             elif view:
                 st = plan.slots[args[0]].storage
@@ -153,3 +160,21 @@ def plan_memory(fused: Graph, constant_name) -> MemoryPlan:
             raise GraphError(f"unexpected node {n!r} in a fused graph")
     plan.outputs = [slot_of[id(o)] for o in fused.outputs]
     return plan
+
+
+def _output_views(fused: Graph, readers: dict[int, int]) -> dict[int, int]:
+    """``{id(producer): id(view)}`` for each graph output that is a view function (reshapes
+    only) of a kernel's result (``producer``: a call of a function that is no view) which no
+    other call reads and which is no graph output itself; ``readers`` counts the calls
+    reading each node. Each output storage belongs to one output."""
+    outputs = {id(o) for o in fused.outputs}
+    out: dict[int, int] = {}
+    for o in dict.fromkeys(fused.outputs):
+        if not (isinstance(o, Call) and isinstance(o.op, Graph) and o.op.attrs.get("view")):
+            continue
+        (src,) = o.args
+        if (isinstance(src, Call) and isinstance(src.op, Graph) and not src.op.attrs.get("view")
+                and id(src) not in outputs and readers.get(id(src)) == 1
+                and id(src) not in out):
+            out[id(src)] = id(o)
+    return out

@@ -243,7 +243,7 @@ def fused_attention_refusal(call: Call, target=None, dtype: str | None = None) -
     None when it can: 16-bit inputs, head dims multiples of 16 up to 256, a bool or float
     mask, an sm_80 or newer target, and a configuration that fits it. ``dtype``: the dtype
     the call will run in, where a later pass changes it (``to_mixed_precision`` casts a
-    float32 attention and its float mask to the build's 16-bit precision)."""
+    float32 attention's q, k and v to the build's 16-bit precision; its mask stays)."""
     from ...ops.schedules.attention import (
         AttentionError,
         AttentionMask,
@@ -259,7 +259,7 @@ def fused_attention_refusal(call: Call, target=None, dtype: str | None = None) -
     mask = None
     if len(call.args) == 4:
         m = call.args[3]
-        mask = AttentionMask(tuple(m.shape), dtype if m.dtype == "float32" else m.dtype)
+        mask = AttentionMask(tuple(m.shape), m.dtype)  # to_mixed_precision keeps it
     layout = call.attrs.get("layout", "bhsd")
     b, hq, lq, e = _bhsd(q.shape, layout)
     _, hk, s, _ = _bhsd(k.shape, layout)

@@ -16,6 +16,7 @@ from .base import (
 from .canonicalize_arith import CanonicalizeArith
 from .canonicalize_norms import CanonicalizeNorms
 from .canonicalize_products import CanonicalizeProducts
+from .cast_before_view import CastBeforeView
 from .combine_parallel_dense import CombineParallelDense
 from .convert_layout import ConvertLayout
 from .decompose_attention import DecomposeAttention
@@ -42,7 +43,8 @@ PAD_CHANNELS = 4
 
 __all__ = [
     "GRAPH_PASSES", "MIXED_PRECISION_POLICY", "PAD_CHANNELS", "PRECISIONS", "CanonicalizeArith",
-    "CanonicalizeNorms", "CanonicalizeProducts", "CombineParallelDense", "ConvertLayout",
+    "CanonicalizeNorms", "CanonicalizeProducts", "CastBeforeView", "CombineParallelDense",
+    "ConvertLayout",
     "DecomposeAttention", "EliminateCommonSubexpr", "FoldConstant", "FoldNanGuard",
     "FoldOutputCast", "FoldScaleAxis", "FuseOps", "GraphPass", "GraphPassContext",
     "GraphPipeline", "GraphVerify", "MixedPolicy", "PadConvChannels", "RecomposeAttention",
@@ -102,13 +104,16 @@ def optimization_pipeline(layout: str | None = None, winograd: bool = False,
         simplify_inference, fold_constant, <canonicalization_pipeline>,
         [convert_layout, fold_constant,]
         fold_scale_axis, fold_constant, combine_parallel_dense,
-        [to_mixed_precision(dtype), fold_constant | use_tf32,] fold_output_cast,
+        [to_mixed_precision(dtype), fold_constant | use_tf32,] cast_before_view,
+        fold_output_cast,
         [winograd, fold_constant,] [pad_conv_channels(multiple),] [fuse_ops]
 
     The batch norm statistics and scales are folded into the weights in float32, before
     the weights are converted to a 16-bit ``precision``. Three or more dense layers of one
     input (a transformer's query, key and value projections) become one product.
-    ``fold_output_cast`` then lets a float32 softmax or layer norm whose result is only
+    ``cast_before_view`` moves the cast that gives an output its dtype back above the
+    output's reshapes, so the kernel computing it stores that dtype and the reshape is a
+    view. ``fold_output_cast`` then lets a float32 softmax or layer norm whose result is only
     cast down write the 16-bit result itself, so the cast is no kernel of its own after
     fusion; in float16 and bfloat16 also one whose float32 result other element-wise
     readers (a residual add) share, which then widen the 16-bit result
@@ -140,6 +145,7 @@ def optimization_pipeline(layout: str | None = None, winograd: bool = False,
         passes += [ToMixedPrecision(precision), FoldConstant()]
     elif precision == "tf32":
         passes.append(UseTF32())
+    passes.append(CastBeforeView())
     passes.append(FoldOutputCast(round_shared=precision in ("float16", "bfloat16")))
     if winograd:
         passes += [Winograd(), FoldConstant()]

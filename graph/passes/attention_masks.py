@@ -105,14 +105,20 @@ def bounds(node: Node) -> tuple[float, float] | None:
 
 def rows(term: MaskTerm, lq: int, s: int) -> np.ndarray | None:
     """The values of a constant mask applied to every batch and head alike, as
-    ``[lq, s]``; None for any other mask."""
+    ``[lq, s]``: of shape ``[1, ..., 1, lq, s]``, or with leading dimensions over which
+    every ``[lq, s]`` block is equal (the dynamo exporter folds GPT-2's causal mask of a
+    batch of sequences into a ``[B, 1, L, L]`` constant, the same for each); None for any
+    other mask."""
     node = term.node
     if not isinstance(node, Constant):
         return None
     v = np.asarray(node.value)
-    if v.ndim < 2 or tuple(v.shape[-2:]) != (lq, s) or any(d != 1 for d in v.shape[:-2]):
+    if v.ndim < 2 or tuple(v.shape[-2:]) != (lq, s):
         return None
-    return v.reshape(lq, s)
+    blocks = v.reshape(-1, lq, s)
+    if len(blocks) > 1 and not np.all(blocks == blocks[:1]):
+        return None
+    return blocks[0]
 
 
 def causal(term: MaskTerm, lq: int, s: int) -> tuple[str, int] | None:
@@ -232,3 +238,71 @@ def _describe(term: MaskTerm) -> str:
     node = term.node
     what = node.op if isinstance(node, Call) else type(node).__name__.lower()
     return f"{term.kind} {what} {list(node.shape)} {node.dtype}"
+
+
+_NARROWS = ("cast", "where", "logical_and", "logical_or", "logical_not", "add", "subtract",
+            "multiply", "negative")
+"""Element-wise operators through which :func:`narrowed` narrows a mask's operands."""
+
+
+def narrowed(node: Node) -> Node:
+    """``node`` (a mask) without what only repeats its values: a value of fewer elements,
+    of the same rank, that broadcasts to ``node``'s shape and gives the same values there.
+
+    Exporters build a padding mask at the scores' full shape: transformers 5's SDPA mask of
+    BERT is ``where(and(C, pad), 0, finfo.min)`` with ``pad`` ``[B, 1, 1, S]`` and ``C`` an
+    all-True ``[1, 1, L, 1]`` constant, so the graph computes a ``[B, 1, L, S]`` mask (a kernel
+    writing it, and the attention reading 2 or 4 bytes per score of every head) where
+    ``[B, 1, 1, S]`` holds it all. This drops ``broadcast_to``, shrinks constants along the
+    axes they are uniform along, drops an all-True operand of ``logical_and`` (all-False of
+    ``logical_or``), and rebuilds the element-wise operators of :data:`_NARROWS` on narrowed
+    operands."""
+    out = _narrow(node, {})
+    if out is node:
+        return node
+    if out.ndim < node.ndim:
+        from .. import opdefs as G
+
+        out = G.reshape(out, (1,) * (node.ndim - out.ndim) + tuple(out.shape))
+    return out
+
+
+def _narrow(node: Node, memo: dict) -> Node:
+    if id(node) in memo:
+        return memo[id(node)]
+    out = node
+    if isinstance(node, Constant):
+        out = _narrow_constant(node)
+    elif isinstance(node, Call) and isinstance(node.op, str):
+        if node.op == "broadcast_to":
+            out = _narrow(node.args[0], memo)
+        elif node.op in _NARROWS:
+            args = [_narrow(a, memo) for a in node.args]
+            identity = {"logical_and": True, "logical_or": False}.get(node.op)
+            if identity is not None:
+                for k, a in enumerate(args):
+                    other = args[1 - k]
+                    if (isinstance(a, Constant) and np.all(np.asarray(a.value) == identity)
+                            and other.dtype == node.dtype):
+                        out = other
+                        break
+            if out is node and any(a is not b for a, b in zip(args, node.args)):
+                out = Call(node.op, args, node.attrs)
+    memo[id(node)] = out
+    return out
+
+
+def _narrow_constant(node: Constant) -> Constant:
+    """``node`` with each axis along which it is uniform cut to size 1."""
+    v = np.asarray(node.value)
+    if v.size <= 1:
+        return node
+    cut = v
+    for axis in range(v.ndim):
+        if cut.shape[axis] > 1:
+            first = np.take(cut, [0], axis=axis)
+            if np.array_equal(cut, np.broadcast_to(first, cut.shape)):
+                cut = first
+    if cut.shape == v.shape:
+        return node
+    return Constant(np.ascontiguousarray(cut), node.name, dtype=node.dtype)

@@ -30,7 +30,9 @@ Only a rewrite that computes the same function is made:
   the queries) is a constant mask, as ``nn.attention``'s causal mask is top-left aligned.
   The other masks are the 4th operand: one as it is (a ``where`` with minus infinity as a
   bool mask, with a finite fill as the additive ``where(cond, 0, fill)``; a
-  ``broadcast_to`` of it left out), several as their sum where all but one add only 0 or
+  ``broadcast_to`` of it left out, and written at the fewest elements that broadcast to
+  its values: a padding mask the exporter spread over every query row by an all-True
+  constant reads ``[B, 1, 1, S]``), several as their sum where all but one add only 0 or
   values at most :data:`NEG_LARGE` (T5's position bias and its padding mask; GPT-2's causal
   ``where`` and its padding mask ``(1 - attention_mask) * finfo.min``), so that adding them
   first gives the scores what adding them one by one gives. A bool mask ``and(causal
@@ -63,10 +65,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import opdefs as G
-from ..ir import Call, Constant, Graph, Node
+from ..ir import Call, Constant, Graph, Node, rewrite
 from ..opdefs.elemwise import cast_array
 from ..opdefs.logic import logical_not, where
-from .attention_masks import NEG_LARGE, causal, empty_rows_reason, keeps_all, selects
+from .attention_masks import (
+    NEG_LARGE,
+    causal,
+    empty_rows_reason,
+    keeps_all,
+    narrowed,
+    selects,
+)
 from .attention_pattern import AttentionMatch, MaskTerm, Refusal, match_attention, scalar
 from .base import GraphPass, register_graph_pass
 from .digit_view import DigitView
@@ -76,7 +85,8 @@ logger = logging.getLogger(__name__)
 
 HEADS = (0, 2, 1, 3)
 
-__all__ = ["NEG_LARGE", "RecomposeAttention", "plan_attention", "recompose", "refusals"]
+__all__ = ["NEG_LARGE", "RecomposeAttention", "narrow_masks", "plan_attention", "recompose",
+           "refusals"]
 
 @dataclass(frozen=True)
 class _Plan:
@@ -210,8 +220,9 @@ def _unbroadcast(node: Node) -> Node:
 
 def _term_node(term: MaskTerm, memo: dict, dtype: str, additive: bool) -> Node:
     """``term`` as a bool mask (a ``where`` with minus infinity, unless ``additive``) or as
-    values added to the scores."""
-    node = memo[id(_unbroadcast(term.node))]
+    values added to the scores, without what only repeats its values
+    (:func:`~.attention_masks.narrowed`)."""
+    node = narrowed(memo[id(_unbroadcast(term.node))])
     if term.kind == "add":
         return node
     if math.isinf(term.fill) and not additive:
@@ -324,9 +335,25 @@ def recompose(graph: Graph) -> Graph:
 @dataclass(frozen=True)
 class RecomposeAttention(GraphPass):
     """Decomposed attention (products, scale, masks, softmax) as ``nn.attention`` (see the
-    module doc)."""
+    module doc); then every ``nn.attention``'s mask at its fewest elements
+    (:func:`narrow_masks`)."""
 
     name = "recompose_attention"
 
     def apply(self, graph: Graph, ctx) -> Graph:
-        return recompose(graph)
+        return narrow_masks(recompose(graph))
+
+
+def narrow_masks(graph: Graph) -> Graph:
+    """``graph`` with the mask of every ``nn.attention`` (a front end's, as
+    ``graph.from_torch`` keeps ``scaled_dot_product_attention``, or a recomposed one)
+    written at the fewest elements that hold it (:func:`~.attention_masks.narrowed`)."""
+    def narrow(call: Call, args: tuple) -> Node | None:
+        if call.op != "nn.attention" or len(args) != 4:
+            return None
+        mask = narrowed(args[3])
+        if mask is args[3]:
+            return None
+        return Call(call.op, (*args[:3], mask), call.attrs)
+
+    return rewrite(graph, narrow)

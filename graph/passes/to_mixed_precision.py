@@ -6,7 +6,10 @@ As TVM's ToMixedPrecision, every operator has a policy (:data:`MIXED_PRECISION_P
   are cast) and produce a low-precision result; the operators accumulate in float32 and
   round once (``ops.utils.accumulate_dtype``), so only the inputs lose precision. An
   ``nn.attention`` kept whole for the fused kernel (its softmax in float32 registers)
-  is one of them.
+  is one of them; its float mask stays float32 (the kernel converts the mask element of
+  each score to float32 as it adds it, and reads a float32 mask as it is): in 16 bits
+  float32's ``finfo.min`` fill would become minus infinity, and a row the mask empties
+  would no longer average its keys as the imported graph's float32 softmax does.
 - ``FOLLOW``: element-wise and layout operators, pooling, bias add: low precision when every
   non-constant float argument already is, else float32 (constants take the other
   arguments' dtype). A residual add of two low-precision convolutions stays low; an add
@@ -140,7 +143,9 @@ class ToMixedPrecision(GraphPass):
         if policy is MixedPolicy.ALWAYS:
             if attrs.get("precision"):
                 attrs["precision"] = ""  # TF32 is a float32 precision; low inputs need none
-            new_args = [cast(a, low) if k in floats else a for k, a in enumerate(args)]
+            keep = {3} if call.op == "nn.attention" else set()  # the mask (module doc)
+            new_args = [cast(a, low) if k in floats and k not in keep else a
+                        for k, a in enumerate(args)]
             return Call(call.op, new_args, attrs)
         if policy is MixedPolicy.FOLLOW:
             variable = [args[k] for k in floats if not isinstance(args[k], Constant)]
