@@ -204,7 +204,8 @@ def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: boo
     parts of :data:`WGMMA_SPLIT_K_CHOICES` where paddable (>= 4 steps a part, ``K`` padded
     by at most an eighth), the most stages (4 down to 1) its steps and shared memory allow
     (with the C tile where ``epilogue_tile`` or padding needs it), one group in flight
-    from 3 stages. ``divide``: only tiles dividing the product, no split-K."""
+    from 3 stages; a convolution's one-warpgroup tiles from :data:`CONV_MAX_STAGES`.
+    ``divide``: only tiles dividing the product, no split-K."""
     t = as_target(target)
     if wgmma_refusal(form, t) is not None:
         return []
@@ -213,13 +214,13 @@ def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: boo
     slack = max(-(-K // bk) * bk - K, K // 8)
     splits = (1,) + WGMMA_SPLIT_K_CHOICES if (split_k and form.paddable and not divide) else (1,)
     out = []
-    deepest = CONV_MAX_STAGES if form.conv else 4
     for bn in BLOCK_N:
         if bn > max(tile_limit(form.N), BLOCK_N[0]):
             continue
         for wgs in (1, 2):
             if wgs == 2 and form.M <= 64:
                 continue
+            deepest = CONV_MAX_STAGES if form.conv and wgs == 1 else 4
             for split in splits:
                 part = bk * split
                 steps = -(-K // part)
@@ -251,9 +252,10 @@ CONV_SPLIT_K_GAIN = 0.95
 the split of 1 x 1 layers of 49 and 196 output rows whose estimate gains 5% to 15%
 (``K`` of 1,024: 4 parts) 1.3x to 1.6x faster than unsplit."""
 CONV_MAX_STAGES = 5
-"""The deepest pipeline :func:`wgmma_candidates` gives a convolution: 5 stages measured
-up to 4% faster than 4 on 7 of ResNet-50's layers (tuned records, an H100), as on the
-few-row and mid-size products."""
+"""The deepest pipeline :func:`wgmma_candidates` gives a convolution's one-warpgroup tiles
+(4 for two warpgroups, as for products): 5 stages measured up to 4% faster than 4 on 7 of
+ResNet-50's layers (tuned records, an H100, all on 64 x 64 tiles), as on the few-row and
+mid-size products."""
 
 
 def choose_wgmma_config(form, target=None, epilogue_tile: bool = True, remap: bool = False,
