@@ -194,11 +194,14 @@ def wgmma_blocks_per_sm(cfg: WgmmaScheduleConfig, target=None, c_tile: bool = Fa
 
 
 EPILOGUE_READ_CYCLES = 120.0
-"""What each element a thread stores costs the epilogue per tensor of the output's size
-it reads there (a residual), per wave of resident blocks: those loads wait one after the
-other. Fitted to the residual layers of ResNet-50's tuned records (an H100: 4 layers, 115
-measured configurations of both kinds): over the layers without a residual, the same tiles
-took 0.3 us more at 8 elements a thread, 1.2 at 16, 1.6 at 32, 4.5 at 64 and 8.4 at 128."""
+"""What each element a thread stores costs a convolution's epilogue per tensor of the
+output's size it reads there (a residual), per wave of resident blocks: those loads wait
+one after the other. Fitted to the residual layers of ResNet-50's tuned records (an H100:
+4 layers, 115 measured configurations of both kinds): over the layers without a residual,
+the same tiles took 0.3 us more at 8 elements a thread, 1.2 at 16, 1.6 at 32, 4.5 at 64
+and 8.4 at 128. The products' choosers do not add it: the wgmma GEMM's epilogue over the
+C tile showed no such cost (4,096 x 768 x 3,072 with a residual 51.7 us, with GELU 51.2,
+``bench/results/epilogues_attention_d64_h100_2026-11-28.txt``)."""
 
 
 def epilogue_read_time(cfg, form, reads: int, target=None, c_tile: bool = True) -> float:
