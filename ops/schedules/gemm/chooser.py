@@ -248,14 +248,22 @@ costs more than the estimate's launch (128 x 768 x 768 measured 3.9 us unsplit).
 
 
 CONV_SPLIT_K_GAIN = 0.95
-""":data:`SPLIT_K_GAIN` of the convolutions: ResNet-50's tuned records (an H100) measured
-the split of 1 x 1 layers of 49 and 196 output rows whose estimate gains 5% to 15%
-(``K`` of 1,024: 4 parts) 1.3x to 1.6x faster than unsplit."""
+""":data:`SPLIT_K_GAIN` of the convolutions' one-warpgroup tiles: ResNet-50's tuned records
+(an H100, batch 1) measured the split of 1 x 1 layers of 49 and 196 output rows whose
+estimate gains 5% to 15% (``K`` of 1,024: 4 parts) 1.3x to 1.6x faster than unsplit. Split
+two-warpgroup tiles were not among the records' fastest: they keep the products' hurdle."""
 CONV_MAX_STAGES = 5
 """The deepest pipeline :func:`wgmma_candidates` gives a convolution's one-warpgroup tiles
 (4 for two warpgroups, as for products): 5 stages measured up to 4% faster than 4 on 7 of
 ResNet-50's layers (tuned records, an H100, all on 64 x 64 tiles), as on the few-row and
 mid-size products."""
+
+
+def _split_k_gain(form, cfg) -> float:
+    """The share of the best unsplit estimate a split ``cfg`` must stay below:
+    :data:`CONV_SPLIT_K_GAIN` for a convolution's one-warpgroup tiles (what the records
+    measured), else :data:`SPLIT_K_GAIN`."""
+    return CONV_SPLIT_K_GAIN if form.conv and cfg.warpgroups == 1 else SPLIT_K_GAIN
 
 
 def choose_wgmma_config(form, target=None, epilogue_tile: bool = True, remap: bool = False,
@@ -278,8 +286,8 @@ def choose_wgmma_config(form, target=None, epilogue_tile: bool = True, remap: bo
     unsplit = [x for x, c in timed if c.split_k == 1]
     if unsplit:
         best_unsplit = min(unsplit)
-        gain = CONV_SPLIT_K_GAIN if form.conv else SPLIT_K_GAIN
-        timed = [(x, c) for x, c in timed if c.split_k == 1 or x < gain * best_unsplit]
+        timed = [(x, c) for x, c in timed
+                 if c.split_k == 1 or x < _split_k_gain(form, c) * best_unsplit]
     fastest = min(x for x, _ in timed)
     near = [c for x, c in timed if x <= fastest * NEAR_TIE]
 
