@@ -148,6 +148,12 @@ def test_the_residual_layers_take_split_k_or_fewer_elements_a_thread(resnet50):
     pick = CONV.default_config(layer, SM90A)
     assert not isinstance(pick, WgmmaScheduleConfig)
     assert pick.block_m * pick.block_n // (32 * pick.warps_m * pick.warps_n) <= 16
+    # told the epilogue, the mma.sync chooser moves the residual to split-K's second
+    # kernel or to fewer elements a thread; without it, the same tiles as ever
+    aware = conv_config(layer.op, SM90A, layer.epilogue)
+    assert aware.split_k > 1 or aware.block_m * aware.block_n // (
+        32 * aware.warps_m * aware.warps_n) <= 8
+    assert conv_config(layer.op, SM90A, None) == pick
 
 
 def test_epilogue_reads_count_the_output_sized_inputs_only():
