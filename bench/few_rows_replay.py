@@ -16,6 +16,9 @@ Several sweeps are replayed together (a shape measured twice keeps the later fil
 lines); ``--mid`` replays ``bench/results/gemm_mid_sweep_h100_2026-11-28.jsonl`` (M of 77
 to 4,096: BERT at batch 8, GPT-2 at 1,024 tokens, odd shapes). ``--within`` also prints how
 many shapes' picks are within that factor of the best measured (as ``within 1.05: n of m``).
+The summary also gives the geometric mean of pick / best measured (1: the best) over all
+shapes, over those of ``M`` = 1,024 and over the LM heads, for the sweep's default and
+today's chooser.
 """
 
 from __future__ import annotations
@@ -82,6 +85,21 @@ def todays_pick(M: int, N: int, K: int, epilogue: str = "none") -> str:
         "mma", choose_gemm_config(form, target))
 
 
+LM_HEAD_N = 32768
+"""Products at least this wide are vocabulary projections (GPT-2's head: 50,257)."""
+
+
+def _groups(M: int, N: int) -> list:
+    """The groups of the summary a shape counts in: all, its own ``M`` of 1,024 (GPT-2 at
+    1,024 tokens), the LM heads (:data:`LM_HEAD_N`)."""
+    out = ["all shapes"]
+    if M == 1024:
+        out.append("M = 1024")
+    if N >= LM_HEAD_N:
+        out.append(f"N >= {LM_HEAD_N} (LM head)")
+    return out
+
+
 def geomean(xs: list) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
 
@@ -97,6 +115,7 @@ def main(argv=None) -> int:
     paths = list(args.sweep) + ([MID_SWEEP, MID_KNOBS] if args.mid else [])
     shapes = load_all(paths or [SWEEP])
     old_r, new_r, best_r, unknown, near = [], [], [], 0, 0
+    slow: dict = defaultdict(lambda: ([], []))  # group: (sweep's default / best, today's)
     for (M, N, K), s in sorted(shapes.items()):
         cb = s["cublas"]
         old_cfg, old_us = s["default"] or ("(not measured)", math.nan)
@@ -115,8 +134,15 @@ def main(argv=None) -> int:
         if math.isfinite(new_us) and math.isfinite(old_us):
             old_r.append(cb / old_us)
             new_r.append(cb / new_us)
+            for g in _groups(M, N):
+                slow[g][0].append(old_us / best_us)
+                slow[g][1].append(new_us / best_us)
         else:
             unknown += 1
+    for g, (olds, news) in slow.items():
+        print(f"pick / best measured, geometric mean over {g} ({len(news)} shapes): sweep's "
+              f"default {geomean(olds):.3f}, today's chooser {geomean(news):.3f} (worst "
+              f"{max(news):.3f})")
     print(f"cuBLAS/ours, geometric mean over {len(new_r)} shapes with both picks timed "
           f"({unknown} unknown): sweep's default {geomean(old_r):.3f} "
           f"({sum(r >= 0.9 for r in old_r)} at 0.9 or more), today's chooser "

@@ -56,17 +56,22 @@ def mma_sync_refusal(form) -> str | None:
 
 
 def prefer_wgmma(form, wgmma_cfg, mma_cfg, c_tile: bool,
-                 target: Target | str | None = None) -> bool:
+                 target: Target | str | None = None, reads: int = 0) -> bool:
     """Whether ``wgmma_cfg`` runs ``form`` faster than ``mma_cfg`` by the estimates (either
-    None where no tiles fit); a tie goes to mma.sync."""
-    from .estimate import gemm_time, wgmma_time
+    None where no tiles fit), each with :func:`~.estimate.epilogue_read_time` of an
+    epilogue reading ``reads`` output-sized tensors; a tie goes to mma.sync."""
+    from .estimate import epilogue_read_time, gemm_time, wgmma_time
 
     if wgmma_cfg is None:
         return False
     if mma_cfg is None:
         return True
     target = as_target(target)
-    return gemm_time(mma_cfg, form, target) > wgmma_time(wgmma_cfg, form, target, c_tile)
+    # a convolution's fill is in the wgmma estimate only (it ranks wgmma tiles): the
+    # comparison with mma.sync leaves it out, as it was measured on ResNet-50
+    mma = gemm_time(mma_cfg, form, target) + epilogue_read_time(mma_cfg, form, reads, target)
+    return mma > (wgmma_time(wgmma_cfg, form, target, c_tile, conv_fill=False)
+                  + epilogue_read_time(wgmma_cfg, form, reads, target, c_tile))
 
 
 def wgmma_conv_refusal(op, target: Target | str | None = None) -> str | None:

@@ -12,7 +12,7 @@ from ....passes.schedule.common import ScheduleError
 from ....target import Target, as_target
 from ..remap import epilogue_remap
 from .choice import mma_sync_refusal, prefer_wgmma, wgmma_conv_refusal, wgmma_refusal
-from .estimate import gemm_time, wgmma_time
+from .estimate import epilogue_read_time, gemm_time, wgmma_time
 from .forms import GemmForm, conv_gemm_form, direct_store
 from .knobs import (
     B_KN_PANEL,
@@ -98,13 +98,17 @@ NEAR_TIE = 1.02
 """Estimates within this factor of the best are a tie for the default chooser."""
 
 
-def _best(cands: list, form: GemmForm, target: Target) -> TensorCoreConfig | None:
-    """The candidate :func:`gemm_time` expects fastest; ties within :data:`NEAR_TIE` (all
-    tiles busy, or all at the DRAM floor) go to the larger block tile, the longer
-    ``block_k``, the least work without the floor, the fewest split-K parts."""
+def _best(cands: list, form: GemmForm, target: Target, reads: int = 0
+          ) -> TensorCoreConfig | None:
+    """The candidate :func:`gemm_time` (with :func:`~.estimate.epilogue_read_time` of an
+    epilogue reading ``reads`` output-sized tensors) expects fastest; ties within
+    :data:`NEAR_TIE` (all tiles busy, or all at the DRAM floor) go to the larger block
+    tile, the longer ``block_k``, the least work without the floor, the fewest split-K
+    parts."""
     if not cands:
         return None
-    timed = [(gemm_time(c, form, target), c) for c in cands]
+    timed = [(gemm_time(c, form, target) + epilogue_read_time(c, form, reads, target), c)
+             for c in cands]
     fastest = min(t for t, _ in timed)
     near = [c for t, c in timed if t <= fastest * NEAR_TIE]
     return min(near, key=lambda c: (-c.block_m * c.block_n, -c.block_k,
@@ -200,7 +204,8 @@ def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: boo
     parts of :data:`WGMMA_SPLIT_K_CHOICES` where paddable (>= 4 steps a part, ``K`` padded
     by at most an eighth), the most stages (4 down to 1) its steps and shared memory allow
     (with the C tile where ``epilogue_tile`` or padding needs it), one group in flight
-    from 3 stages. ``divide``: only tiles dividing the product, no split-K."""
+    from 3 stages; a convolution's one-warpgroup tiles from :data:`CONV_MAX_STAGES`.
+    ``divide``: only tiles dividing the product, no split-K."""
     t = as_target(target)
     if wgmma_refusal(form, t) is not None:
         return []
@@ -215,6 +220,7 @@ def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: boo
         for wgs in (1, 2):
             if wgs == 2 and form.M <= 64:
                 continue
+            deepest = CONV_MAX_STAGES if form.conv and wgs == 1 else 4
             for split in splits:
                 part = bk * split
                 steps = -(-K // part)
@@ -222,7 +228,7 @@ def wgmma_candidates(form, target=None, epilogue_tile: bool = True, split_k: boo
                     continue
                 if -(-K // part) * part - K > slack:
                     continue
-                for stages in (4, 3, 2, 1):
+                for stages in range(deepest, 0, -1):
                     if stages > 1 and steps < stages:
                         continue
                     cfg = WgmmaScheduleConfig(bn, wgs, stages, 1 if stages >= 3 else 0, split)
@@ -241,28 +247,59 @@ SPLIT_K_GAIN = 0.85
 costs more than the estimate's launch (128 x 768 x 768 measured 3.9 us unsplit)."""
 
 
-def choose_wgmma_config(form, target=None, epilogue_tile: bool = True, remap: bool = False
-                        ) -> WgmmaScheduleConfig | None:
+CONV_SPLIT_K_GAIN = 0.95
+""":data:`SPLIT_K_GAIN` of the convolutions' one-warpgroup tiles: ResNet-50's tuned records
+(an H100, batch 1) measured the split of 1 x 1 layers of 49 and 196 output rows whose
+estimate gains 5% to 15% (``K`` of 1,024: 4 parts) 1.3x to 1.6x faster than unsplit. Split
+two-warpgroup tiles were not among the records' fastest: they keep the products' hurdle."""
+CONV_MAX_STAGES = 5
+"""The deepest pipeline :func:`wgmma_candidates` gives a convolution's one-warpgroup tiles
+(4 for two warpgroups, as for products): 5 stages measured up to 4% faster than 4 on 7 of
+ResNet-50's layers (tuned records, an H100, all on 64 x 64 tiles), as on the few-row and
+mid-size products."""
+
+
+def _split_k_gain(form, cfg) -> float:
+    """The share of the best unsplit estimate a split ``cfg`` must stay below:
+    :data:`CONV_SPLIT_K_GAIN` for a convolution's one-warpgroup tiles (what the records
+    measured), else :data:`SPLIT_K_GAIN`."""
+    return CONV_SPLIT_K_GAIN if form.conv and cfg.warpgroups == 1 else SPLIT_K_GAIN
+
+
+def choose_wgmma_config(form, target=None, epilogue_tile: bool = True, remap: bool = False,
+                        reads: int = 0) -> WgmmaScheduleConfig | None:
     """Of :func:`wgmma_candidates`, the one :func:`wgmma_time` expects fastest (near ties
     to the larger tile, more stages, fewer split-K parts; split-K only where it gains
     :data:`SPLIT_K_GAIN`), or None. ``remap``: tiles dividing the product, no split-K.
+    ``reads``: output-sized tensors the epilogue reads (:func:`epilogue_reads`), costed
+    by :func:`~.estimate.epilogue_read_time`. A convolution (:data:`CONV_SPLIT_K_GAIN`,
+    :data:`CONV_MAX_STAGES`) breaks near ties to the tiles keeping more SMs busy first.
     On an H100: 4096^3 takes 128 x 256, 4 stages, one group in flight; 128 x 3072 x 768
     64 x 64, 4 stages; 128 x 768 x 3072 the same in split-K parts."""
     t = as_target(target)
     cands = wgmma_candidates(form, t, epilogue_tile, divide=remap)
     if not cands:
         return None
-    timed = [(wgmma_time(c, form, t, needs_c_tile(c, form, epilogue_tile)), c)
+    timed = [(wgmma_time(c, form, t, needs_c_tile(c, form, epilogue_tile))
+              + epilogue_read_time(c, form, reads, t, needs_c_tile(c, form, epilogue_tile)), c)
              for c in cands]
     unsplit = [x for x, c in timed if c.split_k == 1]
     if unsplit:
         best_unsplit = min(unsplit)
         timed = [(x, c) for x, c in timed
-                 if c.split_k == 1 or x < SPLIT_K_GAIN * best_unsplit]
+                 if c.split_k == 1 or x < _split_k_gain(form, c) * best_unsplit]
     fastest = min(x for x, _ in timed)
     near = [c for x, c in timed if x <= fastest * NEAR_TIE]
+
+    def busy(c) -> int:
+        # a convolution's near ties go to the tiles keeping more SMs busy first
+        if not form.conv:
+            return 0
+        blocks = -(-form.M // c.block_m) * -(-form.N // c.block_n) * c.split_k
+        return -min(blocks, t.num_sms)
+
     return min(near, key=lambda c: (
-        -c.block_m * c.block_n, -c.stages,
+        busy(c), -c.block_m * c.block_n, -c.stages,
         wgmma_time(c, form, t, needs_c_tile(c, form, epilogue_tile), dram_floor=False),
         c.split_k))
 
@@ -366,6 +403,11 @@ MID_K = (768, 4096)
 MID_SHORT_STEPS = 16
 """Up to this many 64-column steps (``K`` <= 1,024) the mid-size rule runs 128 x 128 tiles
 two blocks an SM, one block's pipeline fill and epilogue under the other's K loop."""
+MID_NARROW_STEPS = 12
+"""Up to this many steps (``K`` <= 768), where the rule takes one-warpgroup tiles, they are
+64 x 64: twice the blocks, two an SM. Measured on GPT-2's attention projection (1,024 x
+768 x 768, 12 steps: 5.89 us against 6.12 for 64 x 128); at 16 steps (1,000^3) 64 x 128
+ran 12.62 us against 16.46, and at 48 (1,024 x 768 x 3,072) 14.19 against 16.79."""
 MID_LONG_STEPS = 32
 """From this many steps (``K`` >= 2,048) 128 x 256 tiles pay off with a single wave of
 at least :data:`MID_WIDE_WAVE` of the SMs."""
@@ -400,7 +442,8 @@ def mid_size_wgmma_config(form: GemmForm, target: Target | str | None = None,
     lie within 10% of each other, where the waves and the per-block costs decide). The
     rule, fitted to that sweep (``T(m, n)``: output tiles of ``m x n``, ``S``: SMs):
 
-    - ``2 T(128, 128) < S``: 64 x 128 tiles (one warpgroup), 5 stages;
+    - ``2 T(128, 128) < S``: 64 x 128 tiles (one warpgroup), 5 stages; 64 x 64 up to
+      :data:`MID_NARROW_STEPS` steps;
     - 128 x 256 tiles, 4 stages, where ``T(128, 256) >= 2 S``, or ``K`` has at least
       :data:`MID_LONG_STEPS` steps and ``T(128, 256) >=`` :data:`MID_WIDE_WAVE` ``S``;
     - up to :data:`MID_SHORT_STEPS` steps, 128 x 128 tiles of 3 stages where two blocks
@@ -443,6 +486,8 @@ def mid_size_wgmma_config(form: GemmForm, target: Target | str | None = None,
             return pick
     if 2 * tiles(128, 128) < sms:
         picks = [WgmmaScheduleConfig(128, 1, 5, 1, 1), WgmmaScheduleConfig(128, 1, 4, 1, 1)]
+        if steps <= MID_NARROW_STEPS:
+            picks.insert(0, WgmmaScheduleConfig(64, 1, 5, 1, 1))
     else:
         wide, pair = WgmmaScheduleConfig(256, 2, 4, 1, 1), WgmmaScheduleConfig(128, 2, 3, 1, 1)
         picks = []
@@ -462,39 +507,75 @@ def mid_size_wgmma_config(form: GemmForm, target: Target | str | None = None,
 
 # -- convolutions ----------------------------------------------------------------------------
 
-def choose_conv_config(op: ComputeOp, target: Target | str | None = None) -> TensorCoreConfig:
+def epilogue_reads(op: ComputeOp, epilogue: ComputeOp | None) -> int:
+    """How many tensors of the output's size (a residual) the element-wise ``epilogue`` of
+    product or conv stage ``op`` reads besides ``op``'s result: the inputs of the stages
+    between them that are not computed there, of at least as many elements as the output
+    (a bias or a per-channel scale is smaller)."""
+    if epilogue is None or epilogue is op:
+        return 0
+    size = _elements(epilogue.output(0))
+    seen, count, stack = set(), 0, [epilogue]
+    while stack:
+        for t in stack.pop().input_tensors:
+            if t.op is op or id(t.op) in seen:
+                continue
+            seen.add(id(t.op))
+            if isinstance(t.op, ComputeOp) and not t.op.reduce_axis:
+                stack.append(t.op)
+            elif _elements(t) >= size:
+                count += 1
+    return count
+
+
+def _elements(t) -> int:
+    n = 1
+    for x in t.shape:
+        n *= int(x)
+    return n
+
+
+def choose_conv_config(op: ComputeOp, target: Target | str | None = None,
+                       epilogue: ComputeOp | None = None) -> TensorCoreConfig:
     """:func:`conv_config`, or a :class:`ScheduleError` where no configuration fits."""
-    cfg = conv_config(op, target)
+    cfg = conv_config(op, target, epilogue)
     if cfg is None:
         raise ScheduleError(f"tensor-core conv2d {op.name}: no configuration fits target "
                             f"{as_target(target).arch}")
     return cfg
 
 
-def conv_config(op: ComputeOp, target: Target | str | None = None) -> TensorCoreConfig | None:
+def conv_config(op: ComputeOp, target: Target | str | None = None,
+                epilogue: ComputeOp | None = None) -> TensorCoreConfig | None:
     """The default mma.sync configuration of conv stage ``op`` on ``target`` (None where none
     fits): the products' chooser on its implicit GEMM (:func:`gemm_candidates` of
     :func:`~.forms.conv_gemm_form` ranked by :func:`~.estimate.gemm_time`, split-K and
     :data:`DEFAULT_STAGES` stages included), so that one knob space, legality check and
     estimate serve products and convolutions alike. It replaced a count of waves x (tile
     work + tile loads) over one ``block_k`` per tile: on an H100 on mma.sync only it ran
-    ResNet-18 at batch 1 2.34x and ResNet-50 1.90x faster (docs/tensor_cores.md)."""
+    ResNet-18 at batch 1 2.34x and ResNet-50 1.90x faster (docs/tensor_cores.md).
+    ``epilogue``: the fused element-wise stages, whose residual reads
+    (:func:`epilogue_reads`) favour tiles of fewer elements a thread."""
     target = as_target(target)
     form = conv_gemm_form(op)
-    return _best(gemm_candidates(form, target), form, target)
+    return _best(gemm_candidates(form, target), form, target, epilogue_reads(op, epilogue))
 
 
-def wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
+def wgmma_conv_config(op: ComputeOp, target: Target | str | None = None,
+                      epilogue: ComputeOp | None = None):
     """:func:`choose_wgmma_config` on conv stage ``op``'s implicit GEMM (its channels at
-    least one 64-wide tile, which the schedule pads them to), or None."""
+    least one 64-wide tile, which the schedule pads them to; the residual reads of
+    ``epilogue`` costed), or None."""
     form = conv_gemm_form(op)
-    return choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), as_target(target))
+    return choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), as_target(target),
+                               reads=epilogue_reads(op, epilogue))
 
 
-def choose_wgmma_conv_config(op: ComputeOp, target: Target | str | None = None):
+def choose_wgmma_conv_config(op: ComputeOp, target: Target | str | None = None,
+                             epilogue: ComputeOp | None = None):
     """:func:`wgmma_conv_config`, or a :class:`ScheduleError`."""
     target = as_target(target)
-    cfg = wgmma_conv_config(op, target)
+    cfg = wgmma_conv_config(op, target, epilogue)
     if cfg is None:
         form = conv_gemm_form(op)
         raise ScheduleError(f"wgmma conv2d {op.name}: no wgmma configuration fits the "
@@ -508,15 +589,20 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     it stays on mma.sync, decided as :func:`wgmma_choice` does for products: wgmma must run
     it (:func:`~.choice.wgmma_conv_refusal`, :func:`~.choice.wgmma_refusal`) and its
     estimate (with the C tile) beat that of :func:`conv_config`'s pick, both on
-    :func:`conv_gemm_form`. ``epilogue`` does not change the choice."""
+    :func:`conv_gemm_form`, both with the residual reads of ``epilogue``
+    (:func:`epilogue_reads`, :func:`~.estimate.epilogue_read_time`): the wgmma pick
+    knows them; the mma.sync pick compared is the one the conv schedule takes without a
+    configuration (:func:`choose_conv_config` of ``op`` alone)."""
     target = as_target(target)
     if wgmma_conv_refusal(op, target) is not None:
         return None
     form = conv_gemm_form(op)
     if wgmma_refusal(form, target) is not None:
         return None
-    w = wgmma_conv_config(op, target)
+    w = wgmma_conv_config(op, target, epilogue)
     if w is None:
         return None
-    return w if prefer_wgmma(form, w, conv_config(op, target), True, target) else None
+    reads = epilogue_reads(op, epilogue)
+    return w if prefer_wgmma(form, w, conv_config(op, target), True, target,
+                             reads) else None
 

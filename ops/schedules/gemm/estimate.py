@@ -111,22 +111,34 @@ of one that leaves a group running: 0.2863 against 0.2473 ms at 4096^3 fp16 (128
 4 stages, an H100)."""
 
 
+WGMMA_CONV_FILL_CYCLES = 2000.0
+"""What each wave of the wgmma conv's blocks costs besides its K steps: the first stages'
+gathered A rows (the window's addresses and padding predicates) before the first wgmma,
+and the epilogue. Fitted to ResNet-50's convolutions at batch 1 on an H100 (the tuned
+records of ``.gpu/resnet50_fp16.json``: 585 measured configurations of 24 layers); it is
+what makes split-K pay where a few blocks run long reductions (14 x 14 and 7 x 7 layers:
+4 to 16 parts measured 1.1x to 1.3x faster than the unsplit or less split pick)."""
+
+
 def wgmma_time(cfg: WgmmaScheduleConfig, form, target=None, c_tile: bool = False,
-               dram_floor: bool = True) -> float:
+               dram_floor: bool = True, conv_fill: bool = True) -> float:
     """:func:`wgmma_estimate` of one configuration, in seconds."""
     return float(wgmma_estimate(cfg.block_n, cfg.warpgroups, cfg.stages, cfg.split_k, form,
                                 target, c_tile, dram_floor, cfg.in_flight,
-                                getattr(cfg, "raster", 1)))
+                                getattr(cfg, "raster", 1), conv_fill))
 
 
 def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_tile=False,
-                   dram_floor: bool = True, in_flight=1, raster=1):
+                   dram_floor: bool = True, in_flight=1, raster=1, conv_fill: bool = True):
     """The wgmma schedule's time over arrays of knobs, in the shape of
     :func:`gemm_estimate`: each 128-byte step the largest of the wgmma work
     (:data:`WGMMA_PEAK_FRACTION`, :data:`NO_FLIGHT_RATE`), the tile copies
-    (:data:`WGMMA_COPY_BYTES_PER_CLOCK`) and the latency the copies in flight hide; at
-    least the tiles' L2 traffic (:data:`L2_TILE_RATE`) and the DRAM floor, which reads a B
-    larger than the L2 once per group of ``raster`` row blocks (:func:`dram_passes`)."""
+    (:data:`WGMMA_COPY_BYTES_PER_CLOCK`) and the latency the copies in flight hide, a
+    convolution's waves :data:`WGMMA_CONV_FILL_CYCLES` more (unless not ``conv_fill``:
+    the mma.sync estimate has no such term, and :func:`~.choice.prefer_wgmma` compares the
+    two without it); at least the tiles' L2 traffic (:data:`L2_TILE_RATE`) and the DRAM
+    floor, which reads a B larger than the L2 once per group of ``raster`` row blocks
+    (:func:`dram_passes`)."""
     t = as_target(target)
     bn = np.asarray(block_n, dtype=np.int64)
     wgs = np.asarray(warpgroups, dtype=np.int64)
@@ -143,8 +155,9 @@ def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_ti
     mma = r * 2.0 * bm * bn * bk / (tc_sm * frac)
     load = r * (bm + bn) * ROW_BYTES / WGMMA_COPY_BYTES_PER_CLOCK
     latency = t.global_latency_cycles / np.maximum(stages - 1, 1)
-    sec = waves * steps * (np.maximum(np.maximum(mma, load), latency)
-                           + t.barrier_cycles) / t.clock_hz
+    fill = WGMMA_CONV_FILL_CYCLES if conv_fill and getattr(form, "conv", False) else 0.0
+    sec = waves * (steps * (np.maximum(np.maximum(mma, load), latency) + t.barrier_cycles)
+                   + fill) / t.clock_hz
     tiles = blocks * steps * (bm + bn) * ROW_BYTES
     sec = np.maximum(sec, tiles / (L2_TILE_RATE * t.l2_bytes_per_s))
     if dram_floor:
@@ -178,3 +191,38 @@ def wgmma_blocks_per_sm(cfg: WgmmaScheduleConfig, target=None, c_tile: bool = Fa
     smem = wgmma_shared_bytes(cfg, c_tile)
     return int(t.blocks_per_sm(WARPGROUP * cfg.warpgroups, int(_wgmma_registers(cfg.block_n)),
                                int(smem) + 1024))
+
+
+EPILOGUE_READ_CYCLES = 120.0
+"""What each element a thread stores costs a convolution's epilogue per tensor of the
+output's size it reads there (a residual), per wave of resident blocks: those loads wait
+one after the other. Fitted to the residual layers of ResNet-50's tuned records (an H100:
+4 layers, 115 measured configurations of both kinds): over the layers without a residual,
+the same tiles took 0.3 us more at 8 elements a thread, 1.2 at 16, 1.6 at 32, 4.5 at 64
+and 8.4 at 128. The products' choosers do not add it: the wgmma GEMM's epilogue over the
+C tile showed no such cost (4,096 x 768 x 3,072 with a residual 51.7 us, with GELU 51.2,
+``bench/results/epilogues_attention_d64_h100_2026-11-28.txt``)."""
+
+
+def epilogue_read_time(cfg, form, reads: int, target=None, c_tile: bool = True) -> float:
+    """:data:`EPILOGUE_READ_CYCLES` of configuration ``cfg`` (mma.sync or wgmma) whose
+    epilogue reads ``reads`` tensors of the output's size, in seconds; none split-K (its
+    second kernel runs the epilogue, an element or a few a thread)."""
+    if reads <= 0 or cfg.split_k > 1:
+        return 0.0
+    t = as_target(target)
+    if isinstance(cfg, WgmmaScheduleConfig):
+        bm, bn = 64 * cfg.warpgroups, cfg.block_n
+        threads = WARPGROUP * cfg.warpgroups
+        per_sm = wgmma_blocks_per_sm(cfg, t, c_tile)
+    else:
+        bm, bn = cfg.block_m, cfg.block_n
+        warps = cfg.warps_m * cfg.warps_n
+        threads = 32 * warps
+        regs = min(255, 40 + bm * bn // threads + 8 * (bm // cfg.warps_m // 16)
+                   + 4 * (bn // cfg.warps_n // 8))
+        smem = int(shared_bytes(bm, bn, cfg.block_k, cfg.stages, cfg.pad, form, True))
+        per_sm = max(1, t.blocks_per_sm(threads, regs, smem + 1024))
+    blocks = form.batch * -(-form.M // bm) * -(-form.N // bn)
+    waves = -(-blocks // (t.num_sms * per_sm))
+    return reads * waves * (bm * bn / threads) * EPILOGUE_READ_CYCLES / t.clock_hz
