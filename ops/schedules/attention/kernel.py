@@ -687,7 +687,11 @@ def attention_module(w: AttentionWorkload, cfg: AttentionConfig,
     first (:func:`~.knobs.check_attention_config`). ``cfg.mma`` ``"wgmma"`` builds the
     warpgroup form (:mod:`.kernel_wgmma`; with ``cfg.scores`` ``"registers"``
     :mod:`.kernel_wgmma_regs`)."""
-    if cfg.mma == "wgmma" and cfg.scores == "registers":
+    if cfg.mma == "wgmma" and cfg.overlap != "none":
+        from .kernel_wgmma_overlap import OverlappedKernel
+
+        kb = OverlappedKernel(w, cfg)
+    elif cfg.mma == "wgmma" and cfg.scores == "registers":
         from .kernel_wgmma_regs import RegisterScoresKernel
 
         kb = RegisterScoresKernel(w, cfg)

@@ -235,15 +235,21 @@ class WgmmaKernel(_Kernel):
     def scores(self, stage: Expr, wait: bool = True) -> Stmt:
         """``S_acc = Q K^T`` of this warpgroup's 64 rows and the tile's keys (issued and
         committed; waited for unless ``wait`` is False)."""
+        steps = self.scores_steps(stage, self.sf)
+        return Seq([self._fill(self.sf, self.cfg.block_kv), self._batch(steps, wait)])
+
+    def scores_steps(self, stage: Expr, sf: Buffer) -> list:
+        """The wgmmas of ``sf += Q K^T`` (K's tile in ``stage``; not fenced, committed or
+        waited for)."""
         bc, br = self.cfg.block_kv, self.cfg.block_q
         steps = []
         for kk in range(self.w.head_dim // 16):
             p, off = divmod(kk * 16, PANEL)
             a_base = _i(p * br * PANEL + off) + self.ty * _i(64 * PANEL)
             k_base = stage * _i(self.k_sz) + _i(p * bc * PANEL + off)
-            steps.append(self._wgmma(self.k_s_mma, self.sf, bc, self.q_s, a_base, self.k_s,
+            steps.append(self._wgmma(self.k_s_mma, sf, bc, self.q_s, a_base, self.k_s,
                                      lambda j, k, kb=k_base: kb + j * _i(PANEL) + k))
-        return Seq([self._fill(self.sf, bc), self._batch(steps, wait)])
+        return steps
 
     def v_at(self, stage: Expr, kk: int):
         """``b_at(j, k)``: where element ``(key 16 kk + k, column j)`` of the V tile in
@@ -502,6 +508,25 @@ class WgmmaKernel(_Kernel):
         cfg = self.cfg
         init = self.init_rows()
         zero_o = self.zero_output()
+        per_wg: Stmt = Seq([init, zero_o, *self.prologue(), self._fill(self.of, self.w.v_dim),
+                            self.main_loop(), self.epilogue()])
+        for buf in (*self.row_buffers, *self.register_fragments):
+            per_wg = Alloc(buf, per_wg)
+        s: Stmt = _loop_var(self.ty, cfg.warpgroups, per_wg, "threadIdx.y")
+        lay = self.lay
+        for buf in self.shared_buffers:
+            s = Alloc(buf, s, dyn_offset=lay.offsets[buf.name])
+        s = _loop_var(self.bz, self.w.batch, s, "blockIdx.z")
+        s = _loop_var(self.by, self.w.heads, s, "blockIdx.y")
+        return _loop_var(self.bx, -(-self.w.q_len // cfg.block_q), s, "blockIdx.x")
+
+    def main_loop(self) -> Stmt:
+        """The loop over key tiles (by stages)."""
+        return self.key_loop_overlapped() if self.cfg.stages == 3 else self.key_loop()
+
+    def prologue(self) -> list:
+        """Before the loop: Q's copy and the first K/V tiles' (by stages)."""
+        cfg = self.cfg
         prologue = [self.copy_q(), AsyncCommit()]
         if cfg.stages == 1:
             # K's and V's first tiles, one copy group each (key_loop_one_stage)
@@ -519,15 +544,4 @@ class WgmmaKernel(_Kernel):
             elif needed < 2:
                 second = None
             prologue += [second, AsyncCommit()]
-        loop = self.key_loop_overlapped() if cfg.stages == 3 else self.key_loop()
-        per_wg: Stmt = Seq([init, zero_o, *prologue, self._fill(self.of, self.w.v_dim),
-                            loop, self.epilogue()])
-        for buf in (*self.row_buffers, *self.register_fragments):
-            per_wg = Alloc(buf, per_wg)
-        s: Stmt = _loop_var(self.ty, cfg.warpgroups, per_wg, "threadIdx.y")
-        lay = self.lay
-        for buf in self.shared_buffers:
-            s = Alloc(buf, s, dyn_offset=lay.offsets[buf.name])
-        s = _loop_var(self.bz, self.w.batch, s, "blockIdx.z")
-        s = _loop_var(self.by, self.w.heads, s, "blockIdx.y")
-        return _loop_var(self.bx, -(-self.w.q_len // cfg.block_q), s, "blockIdx.x")
+        return prologue
