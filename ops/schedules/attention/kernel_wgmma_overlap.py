@@ -26,7 +26,9 @@ accumulator's registers. Step ``j >= 1`` of the loop:
 Tile 0's ``Q K^T`` and softmax run before the loop, the last tile's ``P V`` after it (its
 probabilities in the accumulator of its parity: a branch of each where a causal block's
 tile count is not known). The loop runs two tiles an iteration so that each step's
-accumulators are known (register slots are constants). One barrier a step where the
+accumulators are known (register slots are constants), a pair whole or not at all, and
+an odd tile left over after it, so that only one accumulator is live across the loop's
+back edge. One barrier a step where the
 one-stage register form has three and the two-stage one two.
 """
 
@@ -117,23 +119,23 @@ class OverlappedKernel(RegisterScoresKernel):
         total = -(-self.w.kv_len // self.cfg.block_kv)
         needed = self.kv_tiles_needed()
         need = self._need()
-        rest = total - 1  # the loop's tiles: 1 .. total - 1
-
-        def guarded(j: Expr, parity: int, always: bool) -> Stmt:
-            body = self.step(j, parity, total)
-            return body if always else If(j < need, body)
-
         static = isinstance(needed, int)
-        loop = None
-        if rest > 0:
-            # two tiles an iteration: tile 1 + 2 jj (odd) and 2 + 2 jj (even); every
-            # first one exists where the tile count is known, a second one where the
-            # count of the loop's tiles is even
-            loop = _loop("kv2", -(-rest // 2), lambda jj: Seq([
-                guarded(_i(1) + jj * _i(2), 1, static),
-                guarded(_i(2) + jj * _i(2), 0, static and rest % 2 == 0)]))
+        # two tiles an iteration, 1 + 2 jj (odd, into S_acc1) and 2 + 2 jj (even, into
+        # S_acc0), a pair run whole or not at all: at the loop's back edge S_acc1 is dead
+        # (each pair fills it before reading it), so only S_acc0's probabilities and the
+        # output stay live across it. An odd tile left over runs with the last P V.
+        pairs = (total - 1) // 2
+
+        def pair(jj):
+            body = Seq([self.step(_i(1) + jj * _i(2), 1, total),
+                        self.step(_i(2) + jj * _i(2), 0, total)])
+            return body if static else If(_i(2) + jj * _i(2) < need, body)
+        loop = _loop("kv2", pairs, pair) if pairs else None
+
+        def odd_tail():
+            return Seq([self.step(need - _i(1), 1, total), self.last_pv(1)])
         if static:
-            tail = self.last_pv((needed - 1) % 2)
+            tail = odd_tail() if (needed - 1) % 2 else self.last_pv(0)
         else:
-            tail = If(floormod(need - _i(1), 2) == _i(0), self.last_pv(0), self.last_pv(1))
+            tail = If(floormod(need - _i(1), 2) == _i(1), odd_tail(), self.last_pv(0))
         return Seq([self.first_tile(need), loop, tail])
