@@ -9,6 +9,8 @@ on a GPU (``gpu``/``sanitize``) against numpy."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from ptxforge import backend_sim
@@ -208,6 +210,31 @@ def test_the_step_and_the_sketch_carry_the_knob():
 # -- PTX ---------------------------------------------------------------------------------
 
 
+def _group_hazards(ptx: str) -> list:
+    """Instructions of the PTX that read or write the accumulator registers of a wgmma
+    group not yet retired: groups close at ``wgmma.commit_group``, ``wgmma.wait_group N``
+    retires all but the newest ``N`` (so after ``wait_group 1`` the scores are free and
+    ``P V``'s output is not). Checked in program order within the straight-line code
+    between waits (each path of the loop's body is laid out in order)."""
+    lines = [x.split("//")[0].strip() for x in ptx.splitlines()]
+    found, open_regs, groups = [], set(), []
+    for x in lines:
+        if "wgmma.mma_async" in x:
+            d = re.search(r"\{(%[^}]*)\}", x.split("wgmma.mma_async")[1]).group(1)
+            open_regs |= {r.strip() for r in d.split(",")}
+        elif "wgmma.commit_group" in x:
+            groups.append(open_regs)
+            open_regs = set()
+        elif "wgmma.wait_group" in x:
+            n = int(x.split()[-1].rstrip(";"))
+            groups = groups[len(groups) - n:] if n else []
+        elif x and not x.startswith(("$", "wgmma.fence", "@", "bra")):
+            busy = set().union(*groups) if groups else set()
+            if busy & set(re.findall(r"%\w+", x)):
+                found.append(x)
+    return found
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_ptx_issues_both_products_before_the_softmax(causal):
     from ptxforge.backend_ptx import compile_module
@@ -224,6 +251,10 @@ def test_ptx_issues_both_products_before_the_softmax(causal):
     assert "wgmma.wait_group.sync.aligned \t1" in src
     assert "st.shared" not in src and "ld.shared" not in src and ".local" not in src
     assert _register_hazards(src) == []
+    # the softmax after wait_group 1 touches none of P V's output registers
+    assert _group_hazards(src) == []
+    bad = src.replace("wgmma.wait_group.sync.aligned \t1", "wgmma.wait_group.sync.aligned \t2")
+    assert _group_hazards(bad)
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas is not installed")
