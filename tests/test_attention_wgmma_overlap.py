@@ -85,6 +85,25 @@ def test_additive_masks(mdt):
     _check(w, ov(4), m)
 
 
+def test_the_bshd_layout_and_views_of_one_combined_tensor():
+    # whole tiles, so the copies take their constant offsets, in the [B, L, H, E] layout
+    # and through the views of a combined projection (rows of (Hq + 2 Hkv) E + 8)
+    from .test_attention_layout import _run
+    from .test_fold_attention_layout_views import _combined
+
+    _run(AttentionWorkload(2, 4, 2, 128, 192, 64, 64, "float16", True, layout="bshd"), ov(4))
+    b, lq, hq, hk, e = 2, 128, 2, 1, 64
+    base, views, (q, k, v) = _combined(b, lq, hq, hk, e, "bfloat16", pad=8)
+    w = AttentionWorkload(b, hq, hk, lq, lq, e, e, "bfloat16", False, layout="bshd",
+                          views=views)
+    out = cast_array(np.full((b, lq, hq, e), np.nan), "bfloat16")
+    backend_sim.run(attention_module(w, ov(4)), [base, base, base, out])
+    want = attention_python(q, k, v, None, None, False, dtype="bfloat16", layout="bshd")
+    got = widen(out, "bfloat16")
+    assert np.abs(got - want).max() <= attention_tolerance("bfloat16") * max(
+        1, np.abs(want).max())
+
+
 def _ramp_error() -> float:
     w, q, k, v = _ramp_problem()
     out = np.full((1, 1, 64, 64), np.nan, np.float16)
