@@ -72,8 +72,14 @@ def swizzled(row: Expr, col: Expr) -> Expr:
 class WgmmaKernel(_Kernel):
     """Builds the wgmma form of the kernel for one workload and configuration."""
 
-    def __init__(self, w, cfg):
+    COPY_OFFSETS = False
+    """Whether the copies take constant offsets by default (:meth:`_copy`)."""
+
+    def __init__(self, w, cfg, copy_offsets: bool | None = None):
         self.w, self.cfg = w, cfg
+        # each thread's k-th copy of a tile at its first one's addresses plus 64-bit
+        # constants (_copy_offsets); None: the form's default
+        self.copy_offsets = self.COPY_OFFSETS if copy_offsets is None else copy_offsets
         self.lay = lay = wgmma_layout(w, cfg)
         ab = w.dtype
         ev, br, bc = w.v_dim, cfg.block_q, cfg.block_kv
@@ -141,6 +147,41 @@ class WgmmaKernel(_Kernel):
     # -- copies ---------------------------------------------------------------------------
     def _copy(self, dst: Buffer, dst_at, src: Buffer, src_row, first: Expr, rows: int,
               limit: int, cols: int) -> Stmt:
+        """The copies of :meth:`_copy_rows_of`, each thread's ``k``-th copy at its first
+        one's addresses plus 64-bit constants (where the tile is whole and each of a
+        thread's copies lies a fixed distance from its first in both layouts): LLVM then
+        folds the constants into the addresses of the ``cp.async`` instead of keeping a
+        64-bit register pair for each copy's addresses across the key loop (with 32-bit
+        offsets, widened per copy, it hoists them all: 16 copies a thread a step with 4
+        warps and head dim 128, 40 to 80 registers, ptxas 13). The others, and every copy
+        unless :attr:`copy_offsets`, as :meth:`_copy_rows_of`."""
+        per_row = cols // COPY_ELEMS
+        threads = self.cfg.threads
+        total = rows * per_row
+        if not self.copy_offsets or limit % rows or total % threads or threads % per_row:
+            return self._copy_rows_of(dst, dst_at, src, src_row, first, rows, limit, cols)
+        step_rows = threads // per_row
+        deltas = []
+        for k in range(total // threads):
+            dd = [_const(dst_at(_i(r + k * step_rows), _i(c)) - dst_at(_i(r), _i(c)))
+                  for r in (0, step_rows - 1) for c in (0, per_row - 1)]
+            sd = _const(src_row(first + _i(k * step_rows)) - src_row(first))
+            if None in dd or len(set(dd)) != 1 or sd is None:
+                return self._copy_rows_of(dst, dst_at, src, src_row, first, rows, limit, cols)
+            deltas.append((dd[0], sd))
+        nbytes = COPY_ELEMS * dt.nbytes(dst.dtype)
+
+        def lane(tx):
+            c = self.ty * _i(WG) + tx
+            r, ch = c // _i(per_row), c % _i(per_row)
+            d0 = Cast("int64", dst_at(r, ch))
+            s0 = Cast("int64", src_row(first + r) + ch * _i(COPY_ELEMS))
+            return Seq([AsyncCopy(dst, d0 + IntImm(dd, "int64"), src, s0 + IntImm(sd, "int64"),
+                                  nbytes) for dd, sd in deltas])
+        return self.threads(lane)
+
+    def _copy_rows_of(self, dst: Buffer, dst_at, src: Buffer, src_row, first: Expr,
+                      rows: int, limit: int, cols: int) -> Stmt:
         """cp.async ``rows`` rows of ``cols`` elements (row ``first + r`` of ``src``, zeros
         past ``limit``) to ``dst_at(r, chunk)`` of ``dst``, 16 bytes a copy. Where every
         tile the kernel copies is whole (``limit`` a multiple of ``rows``, and the callers
@@ -545,3 +586,11 @@ class WgmmaKernel(_Kernel):
                 second = None
             prologue += [second, AsyncCommit()]
         return prologue
+
+
+def _const(e: Expr) -> int | None:
+    """The value of ``e`` where it simplifies to an integer constant, else None."""
+    from ....ir.simplify import simplify
+
+    s = simplify(e)
+    return s.value if isinstance(s, IntImm) else None

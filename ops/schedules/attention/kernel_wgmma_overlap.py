@@ -34,30 +34,19 @@ one-stage register form has three and the two-stage one two.
 
 from __future__ import annotations
 
-from ....ir import dtype as dt
-from ....ir.expr import Cast, Expr, IntImm, floormod
-from ....ir.stmt import (
-    AsyncCommit,
-    AsyncCopy,
-    AsyncWait,
-    Barrier,
-    Buffer,
-    If,
-    Seq,
-    Stmt,
-    WgmmaSync,
-)
+from ....ir.expr import Expr, floormod
+from ....ir.stmt import AsyncCommit, AsyncWait, Barrier, Buffer, If, Seq, Stmt, WgmmaSync
 from .kernel import F32, _i, _loop
-from .kernel_wgmma import WG
 from .kernel_wgmma_regs import RegisterScoresKernel
-from .knobs import COPY_ELEMS
 
 
 class OverlappedKernel(RegisterScoresKernel):
     """Builds the overlapped register form (the module's docstring)."""
 
-    def __init__(self, w, cfg):
-        super().__init__(w, cfg)
+    COPY_OFFSETS = True  # see WgmmaKernel.copy_offsets
+
+    def __init__(self, w, cfg, copy_offsets: bool | None = None):
+        super().__init__(w, cfg, copy_offsets)
         bc = cfg.block_kv
         # the tiles of even index score into S_acc0, the odd ones into S_acc1
         self.s_acc = (Buffer("S_acc0", F32, [64 * bc], "warpgroup"),
@@ -75,40 +64,6 @@ class OverlappedKernel(RegisterScoresKernel):
         if edge is None:
             return self.tile_softmax(tile, False, sf)
         return If(edge, self.tile_softmax(tile, True, sf), self.tile_softmax(tile, False, sf))
-
-    def _copy(self, dst: Buffer, dst_at, src: Buffer, src_row, first: Expr, rows: int,
-              limit: int, cols: int) -> Stmt:
-        """The copies of :meth:`~.kernel_wgmma.WgmmaKernel._copy`, each thread's ``k``-th
-        copy at its first one's addresses plus 64-bit constants (where the tile is whole
-        and each of a thread's copies lies a fixed distance from its first in both
-        layouts): LLVM then folds the constants into the addresses of the ``cp.async``
-        instead of keeping a 64-bit register for each copy's address across the key loop
-        (with 32-bit offsets, widened per copy, it hoists them all: 16 copies a thread a
-        step with 4 warps, about 64 registers)."""
-        per_row = cols // COPY_ELEMS
-        threads = self.cfg.threads
-        total = rows * per_row
-        if limit % rows or total % threads or threads % per_row:
-            return super()._copy(dst, dst_at, src, src_row, first, rows, limit, cols)
-        step_rows = threads // per_row
-        deltas = []
-        for k in range(total // threads):
-            dd = [_const(dst_at(_i(r + k * step_rows), _i(c)) - dst_at(_i(r), _i(c)))
-                  for r in (0, step_rows - 1) for c in (0, per_row - 1)]
-            sd = _const(src_row(first + _i(k * step_rows)) - src_row(first))
-            if None in dd or len(set(dd)) != 1 or sd is None:
-                return super()._copy(dst, dst_at, src, src_row, first, rows, limit, cols)
-            deltas.append((dd[0], sd))
-        nbytes = COPY_ELEMS * dt.nbytes(dst.dtype)
-
-        def lane(tx):
-            c = self.ty * _i(WG) + tx
-            r, ch = c // _i(per_row), c % _i(per_row)
-            d0 = Cast("int64", dst_at(r, ch))
-            s0 = Cast("int64", src_row(first + r) + ch * _i(COPY_ELEMS))
-            return Seq([AsyncCopy(dst, d0 + IntImm(dd, "int64"), src, s0 + IntImm(sd, "int64"),
-                                  nbytes) for dd, sd in deltas])
-        return self.threads(lane)
 
     def prologue(self) -> list:
         """Q and tile 0's K as one copy group (V of tile 0 follows in the first step)."""
@@ -187,11 +142,3 @@ class OverlappedKernel(RegisterScoresKernel):
             tail = If(floormod(need - _i(1), 2) == _i(1), odd_tail(), self.last_pv(0))
         return Seq([self.first_tile(need), loop, tail])
 
-
-def _const(e: Expr) -> int | None:
-    """The value of ``e`` where it simplifies to an integer constant, else None."""
-    from ....ir.expr import IntImm
-    from ....ir.simplify import simplify
-
-    s = simplify(e)
-    return s.value if isinstance(s, IntImm) else None

@@ -46,8 +46,8 @@ class RegisterScoresKernel(WgmmaKernel):
     """Builds the register-scores form of the wgmma kernel (with ``p_operand``
     ``"registers"``, P V's A from the registers the probabilities are cast into)."""
 
-    def __init__(self, w, cfg):
-        super().__init__(w, cfg)
+    def __init__(self, w, cfg, copy_offsets: bool | None = None):
+        super().__init__(w, cfg, copy_offsets)
         self.p_regs = cfg.p_operand == "registers"
         # P in registers: the probabilities overwrite their scores in S_acc (float32), and
         # S_acc's 16 columns 16 kk .. are the A (role wg_a16, the same slots) of P V's
