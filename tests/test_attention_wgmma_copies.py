@@ -97,3 +97,31 @@ def test_ptxas_takes_fewer_registers():
             for on in (False, True)]
     # ptxas 13: 165 -> 127 (four blocks of 128 threads an SM by registers instead of three)
     assert regs[1] <= regs[0] - 24, regs
+
+
+# -- on a GPU ----------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.sanitize
+@pytest.mark.parametrize("w", [
+    AttentionWorkload(1, 4, 2, 256, 256, 128, 128, "float16", True),
+    AttentionWorkload(2, 4, 4, 128, 192, 64, 64, "bfloat16", False),
+    AttentionWorkload(1, 4, 2, 128, 128, 64, 64, "float16", True, layout="bshd"),
+], ids=lambda w: f"L{w.q_len}-S{w.kv_len}-d{w.head_dim}-{w.layout}")
+def test_constant_offsets_on_the_gpu(w):
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+
+    dev = cuda(0)
+    if not dev.target.has_wgmma:
+        pytest.skip(f"wgmma needs a Hopper GPU (sm_90a), this one is {dev.sm}")
+    for cfg in FORMS:
+        loaded = compile_module(attention_module(w, cfg, copy_offsets=True), H100).load(dev)
+        args = _data(w)
+        out = empty(args[-1].shape, w.dtype, dev)
+        loaded(*[array(a, dev, w.dtype) for a in args[:3]], out)
+        want = attention_python(*args[:3], None, w.scale, w.causal, dtype=w.dtype,
+                                layout=w.layout)
+        got = widen(out.numpy(), w.dtype)
+        assert np.abs(got - want).max() <= attention_tolerance(w.dtype) * max(
+            1.0, np.abs(want).max()), cfg
