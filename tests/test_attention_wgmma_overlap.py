@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from ptxforge import backend_sim
 from ptxforge.backend_ptx.assemble import find_ptxas
+from ptxforge.backend_sim.errors import SimRaceError
 from ptxforge.backend_sim.wgmma import WgmmaProtocolError
 from ptxforge.graph.opdefs.elemwise import cast_array
 from ptxforge.ir.stmt import Barrier, Module, Seq, WgmmaSync, map_stmt
@@ -150,13 +151,20 @@ def test_the_simulator_holds_the_overlap_to_the_wgmma_protocol(drop, error):
         backend_sim.run(bad, _data(w))
 
 
-def test_the_step_needs_its_barrier():
-    # without the barrier the copies of the next tiles overwrite stages another warpgroup
-    # (and the other threads' wgmmas) may still read: the simulator's race check
+@pytest.mark.parametrize("warps", [4, 8])
+def test_the_step_needs_its_barrier(warps):
+    # without the loop step's barrier the copies of the next tiles overwrite stages that
+    # other threads' (one warpgroup) or the other warpgroup's wgmmas read in the step before
+    def fs(x):
+        if isinstance(x, Seq) and any(_sync("wait", 1)(y) for y in x.stmts):
+            return Seq([y for y in x.stmts if not isinstance(y, Barrier)])
+        return None
     w = AttentionWorkload(1, 1, 1, 130, 260, 64, 64, "float16", False)
-    bad = _without(attention_module(w, ov(8)), lambda s: isinstance(s, Barrier))
-    with pytest.raises(Exception, match="race|barrier|waited|wgmma"):
-        backend_sim.run(bad, _data(w))
+    mod = attention_module(w, ov(warps))
+    funcs = [f.replace(body=map_stmt(f.body, fstmt=fs)) if f.name != "main" else f
+             for f in mod.functions.values()]
+    with pytest.raises(SimRaceError, match="missing barrier.*cp.async to K_s"):
+        backend_sim.run(Module(funcs, mod.attrs), _data(w))
 
 
 def test_device_ir_prints_and_parses_back():
