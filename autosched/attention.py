@@ -47,7 +47,8 @@ class AttentionStep:
 
         w = self.workload
         return FusedAttention(cfg.warps, cfg.block_kv, cfg.stages, w.causal, w.scale,
-                              cfg.mma, w.layout, views_param(w), cfg.scores, cfg.p_operand)
+                              cfg.mma, w.layout, views_param(w), cfg.scores, cfg.p_operand,
+                              cfg.overlap)
 
     def emit(self, vals, out) -> None:
         cfg = self.configs[int(vals[self.slot("config")])]
@@ -75,6 +76,11 @@ def attention_step(task) -> AttentionStep | None:
     if {id(t) for t in ins} != {id(t) for t in params[:-1]} or params[-1] is not out:
         return None  # stages fused before the attention
     configs = tuple(attention_candidates(w, task.target))
+    if configs and task.target.has_wgmma:
+        from ..ops.schedules.attention.knobs_wgmma import overlap_candidates
+
+        # the overlapped register form, which the default chooser leaves out until timed
+        configs += tuple(overlap_candidates(w, task.target))
     if not configs:
         return None
     return AttentionStep(out.op.name, configs, w, task.target)

@@ -7,15 +7,17 @@ for others). Ours: the fused kernel with the default chooser's configuration
 time estimate (``attention_time``; on sm_90a the chooser takes the wgmma form, and the
 best ``mma.sync`` configuration is timed too, and the ``--registers`` best of the wgmma form
 with the scores in registers, ``scores="registers"``, with the fastest of each wgmma form
-printed). PyTorch: ``scaled_dot_product_attention``
-under each backend it has (flash, memory-efficient, cuDNN, math), the fastest one
-reported. Every result is checked against the math backend in float32; times are medians
-of ``--repeat`` replays of a CUDA graph of ``--number`` launches (CUDA events; ours
-through the module's ``time_evaluator(graph=True)``), TFLOP/s with the causal work halved
-as FlashAttention counts it.
+printed; ``--overlap``: every configuration of the overlapped register form,
+``overlap="intra"``, and the non-overlapped twin of each; ``--copy-offsets``: each wgmma
+configuration again with its copies at constant offsets, ``copy_offsets=True``). PyTorch:
+``scaled_dot_product_attention`` under each backend it has (flash, memory-efficient,
+cuDNN, math), the fastest one reported. Every result is checked against the math backend
+in float32; times are medians of ``--repeat`` replays of a CUDA graph of ``--number``
+launches (CUDA events; ours through the module's ``time_evaluator(graph=True)``), TFLOP/s
+with the causal work halved as FlashAttention counts it.
 
     python3 bench/bench_attention.py [--seqs 512 1024 2048 4096] [--configs 3] [--json out.json]
-        [--all] [--combined]
+        [--all] [--combined] [--overlap] [--copy-offsets]
 """
 
 from __future__ import annotations
@@ -121,8 +123,22 @@ def run_one(seq: int, causal: bool, args, dev, target) -> dict:
         regs = [c for c in ranked if c.scores == "registers"]
         regs = [twin] * (twin in regs) + [c for c in regs if c != twin]
         configs += [c for c in regs if c not in configs][:args.registers]
-    for cfg in configs:
-        loaded = compile_module(attention_module(w, cfg), target).load(dev)
+    if args.overlap and target.has_wgmma:
+        from ptxforge.ops.schedules.attention.knobs_wgmma import overlap_candidates
+
+        # the overlapped register form (kept from the chooser until timed) and, for its
+        # gain, each one's twin without the overlap
+        for c in overlap_candidates(w, target):
+            configs += [x for x in (dataclasses.replace(c, overlap="none"), c)
+                        if x not in configs]
+    runs = [(cfg, None) for cfg in configs]
+    if args.copy_offsets:
+        # the wgmma forms with constant-offset copies (fewer registers: the overlapped
+        # form has them already), beside each as the calibration timed it
+        runs += [(cfg, True) for cfg in configs if cfg.mma == "wgmma" and cfg.overlap == "none"]
+    for cfg, offsets in runs:
+        loaded = compile_module(attention_module(w, cfg, copy_offsets=offsets),
+                                target).load(dev)
         arrays = [from_dlpack(t) for t in (q, k, v, out)]
         loaded(*arrays)
         torch.cuda.synchronize()
@@ -132,13 +148,17 @@ def run_one(seq: int, causal: bool, args, dev, target) -> dict:
         ours.append({"config": cfg.to_dict(), "us": t * 1e6, "tflops": w.flops / t / 1e12,
                      "max_err": err, "estimate_us": attention_time(w, cfg, target) * 1e6,
                      "raw_estimate_us": raw_attention_time(w, cfg, target) * 1e6,
-                     "default": cfg == chosen})
+                     "default": cfg == chosen and offsets is None,
+                     **({"copy_offsets": True} if offsets else {})})
     row["ours"] = ours
     if args.combined:
         row["combined"] = run_combined(w, chosen, want, args, dev, target)
-    for form in ("shared", "registers"):
-        mine = [o for o in ours if o["config"].get("scores", "shared") == form
-                and o["config"].get("mma") == "wgmma"]
+    for form in ("shared", "registers", "overlap", "copy_offsets"):
+        mine = [o for o in ours if o["config"].get("mma") == "wgmma" and (
+            o.get("copy_offsets", False) if form == "copy_offsets" else
+            not o.get("copy_offsets", False) and (
+                "overlap" in o["config"] if form == "overlap" else
+                o["config"].get("scores", "shared") == form and "overlap" not in o["config"]))]
         if mine:
             fastest = min(mine, key=lambda o: o["us"])
             row[f"wgmma_{form}_us"] = fastest["us"]
@@ -198,6 +218,14 @@ def main() -> None:
     p.add_argument("--registers", type=int, default=4,
                    help="also time this many configurations of the wgmma form with the "
                         "scores in registers (scores='registers'), best estimates first")
+    p.add_argument("--overlap", action="store_true",
+                   help="also time every configuration of the overlapped register form "
+                        "(overlap='intra': the next tile's Q K^T and the previous tile's "
+                        "P V in flight during the softmax) and each one's twin without it")
+    p.add_argument("--copy-offsets", action="store_true",
+                   help="also time each wgmma configuration (but the overlapped ones, which "
+                        "have them) with constant-offset copies (attention_module's "
+                        "copy_offsets: the same kernel in 40-80 fewer registers)")
     p.add_argument("--combined", action="store_true",
                    help="also time the default configuration reading q, k, v as views of "
                         "one [B*L, 3*H*E] tensor (the slices of a combined projection)")
@@ -223,9 +251,11 @@ def main() -> None:
                   f"{r.get('torch_tflops', float('nan')):>8.1f} "
                   f"{r.get('torch_best', '-'):>9} {r.get('speedup_vs_torch', float('nan')):>6.2f}"
                   f"  {d['config']} ({d['us']:.1f} us, err {d['max_err']:.2g})")
-            for form in ("shared", "registers"):
+            for form in ("shared", "registers", "overlap", "copy_offsets"):
                 if f"wgmma_{form}_us" in r:
-                    print(f"{'':>14} wgmma scores={form}: fastest "
+                    what = {"overlap": "overlap=intra", "copy_offsets": "copy offsets"}.get(
+                        form, f"scores={form}")
+                    print(f"{'':>14} wgmma {what}: fastest "
                           f"{r[f'wgmma_{form}_us']:.1f} us {r[f'wgmma_{form}_config']}")
             if "combined" in r:
                 c = r["combined"]

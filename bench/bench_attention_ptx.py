@@ -9,9 +9,11 @@ conversions, float arithmetic). ``loop`` is the loop's whole body (every branch:
 rare rescaling, the masked edge tiles); ``interior`` what a tile away from the diagonal
 and the end runs (the kernel built without the rescaling and the edge tiles' masks, for
 counting only). With two or three stages an iteration of the loop runs as many tiles
-(each its own stage); the figures a score divide by them. ``--json`` writes the rows.
+(each its own stage; the overlapped register form, ``--overlap``, two); the figures a score
+divide by them. ``--json`` writes the rows.
 
-    python3 bench/bench_attention_ptx.py [--seq 4096] [--causal] [--arch sm_90a] [--json out.json]
+    python3 bench/bench_attention_ptx.py [--seq 4096] [--causal] [--arch sm_90a] [--overlap]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -143,12 +145,18 @@ def main() -> None:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--all", action="store_true", help="every candidate, not only the chosen")
+    ap.add_argument("--overlap", action="store_true",
+                    help="also the overlapped register form's configurations (overlap='intra')")
     ap.add_argument("--json")
     a = ap.parse_args()
     target = as_target(f"cuda -arch={a.arch}")
     w = AttentionWorkload(1, a.heads, a.heads, a.seq, a.seq, a.dim, a.dim, a.dtype, a.causal)
     chosen = choose_attention_config(w, target)
     cfgs = attention_candidates(w, target) if a.all else [chosen]
+    if a.overlap and target.has_wgmma:
+        from ptxforge.ops.schedules.attention.knobs_wgmma import overlap_candidates
+
+        cfgs += overlap_candidates(w, target)
     rows = []
     for cfg in cfgs:
         ptx = compile_module(attention_module(w, cfg), target).get_source("ptx")

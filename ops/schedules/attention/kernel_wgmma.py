@@ -72,8 +72,14 @@ def swizzled(row: Expr, col: Expr) -> Expr:
 class WgmmaKernel(_Kernel):
     """Builds the wgmma form of the kernel for one workload and configuration."""
 
-    def __init__(self, w, cfg):
+    COPY_OFFSETS = False
+    """Whether the copies take constant offsets by default (:meth:`_copy`)."""
+
+    def __init__(self, w, cfg, copy_offsets: bool | None = None):
         self.w, self.cfg = w, cfg
+        # each thread's k-th copy of a tile at its first one's addresses plus 64-bit
+        # constants (_copy_offsets); None: the form's default
+        self.copy_offsets = self.COPY_OFFSETS if copy_offsets is None else copy_offsets
         self.lay = lay = wgmma_layout(w, cfg)
         ab = w.dtype
         ev, br, bc = w.v_dim, cfg.block_q, cfg.block_kv
@@ -141,6 +147,41 @@ class WgmmaKernel(_Kernel):
     # -- copies ---------------------------------------------------------------------------
     def _copy(self, dst: Buffer, dst_at, src: Buffer, src_row, first: Expr, rows: int,
               limit: int, cols: int) -> Stmt:
+        """The copies of :meth:`_copy_rows_of`, each thread's ``k``-th copy at its first
+        one's addresses plus 64-bit constants (where the tile is whole and each of a
+        thread's copies lies a fixed distance from its first in both layouts): LLVM then
+        folds the constants into the addresses of the ``cp.async`` instead of keeping a
+        64-bit register pair for each copy's addresses across the key loop (with 32-bit
+        offsets, widened per copy, it hoists them all: 16 copies a thread a step with 4
+        warps and head dim 128, 40 to 80 registers, ptxas 13). The others, and every copy
+        unless :attr:`copy_offsets`, as :meth:`_copy_rows_of`."""
+        per_row = cols // COPY_ELEMS
+        threads = self.cfg.threads
+        total = rows * per_row
+        if not self.copy_offsets or limit % rows or total % threads or threads % per_row:
+            return self._copy_rows_of(dst, dst_at, src, src_row, first, rows, limit, cols)
+        step_rows = threads // per_row
+        deltas = []
+        for k in range(total // threads):
+            dd = [_const(dst_at(_i(r + k * step_rows), _i(c)) - dst_at(_i(r), _i(c)))
+                  for r in (0, step_rows - 1) for c in (0, per_row - 1)]
+            sd = _const(src_row(first + _i(k * step_rows)) - src_row(first))
+            if None in dd or len(set(dd)) != 1 or sd is None:
+                return self._copy_rows_of(dst, dst_at, src, src_row, first, rows, limit, cols)
+            deltas.append((dd[0], sd))
+        nbytes = COPY_ELEMS * dt.nbytes(dst.dtype)
+
+        def lane(tx):
+            c = self.ty * _i(WG) + tx
+            r, ch = c // _i(per_row), c % _i(per_row)
+            d0 = Cast("int64", dst_at(r, ch))
+            s0 = Cast("int64", src_row(first + r) + ch * _i(COPY_ELEMS))
+            return Seq([AsyncCopy(dst, d0 + IntImm(dd, "int64"), src, s0 + IntImm(sd, "int64"),
+                                  nbytes) for dd, sd in deltas])
+        return self.threads(lane)
+
+    def _copy_rows_of(self, dst: Buffer, dst_at, src: Buffer, src_row, first: Expr,
+                      rows: int, limit: int, cols: int) -> Stmt:
         """cp.async ``rows`` rows of ``cols`` elements (row ``first + r`` of ``src``, zeros
         past ``limit``) to ``dst_at(r, chunk)`` of ``dst``, 16 bytes a copy. Where every
         tile the kernel copies is whole (``limit`` a multiple of ``rows``, and the callers
@@ -235,15 +276,21 @@ class WgmmaKernel(_Kernel):
     def scores(self, stage: Expr, wait: bool = True) -> Stmt:
         """``S_acc = Q K^T`` of this warpgroup's 64 rows and the tile's keys (issued and
         committed; waited for unless ``wait`` is False)."""
+        steps = self.scores_steps(stage, self.sf)
+        return Seq([self._fill(self.sf, self.cfg.block_kv), self._batch(steps, wait)])
+
+    def scores_steps(self, stage: Expr, sf: Buffer) -> list:
+        """The wgmmas of ``sf += Q K^T`` (K's tile in ``stage``; not fenced, committed or
+        waited for)."""
         bc, br = self.cfg.block_kv, self.cfg.block_q
         steps = []
         for kk in range(self.w.head_dim // 16):
             p, off = divmod(kk * 16, PANEL)
             a_base = _i(p * br * PANEL + off) + self.ty * _i(64 * PANEL)
             k_base = stage * _i(self.k_sz) + _i(p * bc * PANEL + off)
-            steps.append(self._wgmma(self.k_s_mma, self.sf, bc, self.q_s, a_base, self.k_s,
+            steps.append(self._wgmma(self.k_s_mma, sf, bc, self.q_s, a_base, self.k_s,
                                      lambda j, k, kb=k_base: kb + j * _i(PANEL) + k))
-        return Seq([self._fill(self.sf, bc), self._batch(steps, wait)])
+        return steps
 
     def v_at(self, stage: Expr, kk: int):
         """``b_at(j, k)``: where element ``(key 16 kk + k, column j)`` of the V tile in
@@ -502,6 +549,25 @@ class WgmmaKernel(_Kernel):
         cfg = self.cfg
         init = self.init_rows()
         zero_o = self.zero_output()
+        per_wg: Stmt = Seq([init, zero_o, *self.prologue(), self._fill(self.of, self.w.v_dim),
+                            self.main_loop(), self.epilogue()])
+        for buf in (*self.row_buffers, *self.register_fragments):
+            per_wg = Alloc(buf, per_wg)
+        s: Stmt = _loop_var(self.ty, cfg.warpgroups, per_wg, "threadIdx.y")
+        lay = self.lay
+        for buf in self.shared_buffers:
+            s = Alloc(buf, s, dyn_offset=lay.offsets[buf.name])
+        s = _loop_var(self.bz, self.w.batch, s, "blockIdx.z")
+        s = _loop_var(self.by, self.w.heads, s, "blockIdx.y")
+        return _loop_var(self.bx, -(-self.w.q_len // cfg.block_q), s, "blockIdx.x")
+
+    def main_loop(self) -> Stmt:
+        """The loop over key tiles (by stages)."""
+        return self.key_loop_overlapped() if self.cfg.stages == 3 else self.key_loop()
+
+    def prologue(self) -> list:
+        """Before the loop: Q's copy and the first K/V tiles' (by stages)."""
+        cfg = self.cfg
         prologue = [self.copy_q(), AsyncCommit()]
         if cfg.stages == 1:
             # K's and V's first tiles, one copy group each (key_loop_one_stage)
@@ -519,15 +585,12 @@ class WgmmaKernel(_Kernel):
             elif needed < 2:
                 second = None
             prologue += [second, AsyncCommit()]
-        loop = self.key_loop_overlapped() if cfg.stages == 3 else self.key_loop()
-        per_wg: Stmt = Seq([init, zero_o, *prologue, self._fill(self.of, self.w.v_dim),
-                            loop, self.epilogue()])
-        for buf in (*self.row_buffers, *self.register_fragments):
-            per_wg = Alloc(buf, per_wg)
-        s: Stmt = _loop_var(self.ty, cfg.warpgroups, per_wg, "threadIdx.y")
-        lay = self.lay
-        for buf in self.shared_buffers:
-            s = Alloc(buf, s, dyn_offset=lay.offsets[buf.name])
-        s = _loop_var(self.bz, self.w.batch, s, "blockIdx.z")
-        s = _loop_var(self.by, self.w.heads, s, "blockIdx.y")
-        return _loop_var(self.bx, -(-self.w.q_len // cfg.block_q), s, "blockIdx.x")
+        return prologue
+
+
+def _const(e: Expr) -> int | None:
+    """The value of ``e`` where it simplifies to an integer constant, else None."""
+    from ....ir.simplify import simplify
+
+    s = simplify(e)
+    return s.value if isinstance(s, IntImm) else None

@@ -46,8 +46,8 @@ class RegisterScoresKernel(WgmmaKernel):
     """Builds the register-scores form of the wgmma kernel (with ``p_operand``
     ``"registers"``, P V's A from the registers the probabilities are cast into)."""
 
-    def __init__(self, w, cfg):
-        super().__init__(w, cfg)
+    def __init__(self, w, cfg, copy_offsets: bool | None = None):
+        super().__init__(w, cfg, copy_offsets)
         self.p_regs = cfg.p_operand == "registers"
         # P in registers: the probabilities overwrite their scores in S_acc (float32), and
         # S_acc's 16 columns 16 kk .. are the A (role wg_a16, the same slots) of P V's
@@ -98,10 +98,12 @@ class RegisterScoresKernel(WgmmaKernel):
                 "unroll"), "unroll")
         return _loop("rh", 2, half, "unroll")
 
-    def tile_softmax(self, tile: Expr, edge: bool) -> Stmt:
-        """The softmax of key tile ``tile`` on ``S_acc``'s registers (the module's
-        docstring, steps 1 and 2); the masks of the keys' positions where ``edge``."""
+    def tile_softmax(self, tile: Expr, edge: bool, sf: Buffer | None = None) -> Stmt:
+        """The softmax of key tile ``tile`` on the registers of ``sf`` (``S_acc`` unless
+        given; the module's docstring, steps 1 and 2); the masks of the keys' positions
+        where ``edge``."""
         w, bc = self.w, self.cfg.block_kv
+        sf = self.sf if sf is None else sf
         unit = self.score_units()
         threshold = RESCALE_THRESHOLD * LOG2E / unit
 
@@ -109,7 +111,7 @@ class RegisterScoresKernel(WgmmaKernel):
             def score(h, gr, c, slot):
                 qi = self.row0() + gr
                 kj = tile * _i(bc) + c
-                raw = self.sf[slot]
+                raw = sf[slot]
                 s, keep = self._scaled_score(raw, qi, kj, unit, edge)
                 changed = s is not raw
                 if keep is not None:
@@ -118,16 +120,16 @@ class RegisterScoresKernel(WgmmaKernel):
                 if not changed:  # the raw products are the values the softmax keeps
                     return Store(self.acc, [h], emax(self.acc[h], s))
                 sv = Var("score", F32)
-                return Let(sv, s, Seq([Store(self.sf, [slot], sv),
+                return Let(sv, s, Seq([Store(sf, [slot], sv),
                                        Store(self.acc, [h], emax(self.acc[h], sv))]))
 
             def prob(h, gr, c, slot):
                 p = Var("prob", F32)
                 # m_use holds -(m u): 2^(s u - m u) is one fma and one ex2
-                x = (self.sf[slot] + self.m_use[h] if unit == 1.0
-                     else call("fma", self.sf[slot], _f(unit), self.m_use[h]))
+                x = (sf[slot] + self.m_use[h] if unit == 1.0
+                     else call("fma", sf[slot], _f(unit), self.m_use[h]))
                 # P in registers: in place of its score (the slot of P V's A)
-                keep = (Store(self.sf, [slot], p) if self.p_regs
+                keep = (Store(sf, [slot], p) if self.p_regs
                         else Store(self.p_s, [self.p_at(gr, c)], Cast(w.dtype, p)))
                 return Let(p, call("exp2", x), Seq([
                     keep, Store(self.acc, [h], self.acc[h] + p)]))
@@ -171,6 +173,11 @@ class RegisterScoresKernel(WgmmaKernel):
         wgmma), B the V tile MN-major as in the shared form."""
         if not self.p_regs:
             return super().pv(stage, wait)
+        return self._batch(self.pv_steps(stage, self.sf), wait)
+
+    def pv_steps(self, stage: Expr, sf: Buffer) -> list:
+        """The RS wgmmas of ``O_acc += P V``, A the probabilities in ``sf``'s registers,
+        B the V tile in ``stage`` (not fenced, committed or waited for)."""
         ev, bc = self.w.v_dim, self.cfg.block_kv
         steps = []
         for kk in range(bc // 16):
@@ -178,13 +185,13 @@ class RegisterScoresKernel(WgmmaKernel):
 
             def inner(i, j, k, kk=kk, b_at=v_at):
                 ci = i * _i(ev) + j
-                p16 = Cast(self.w.dtype, self.sf[i * _i(bc) + _i(16 * kk) + k])
+                p16 = Cast(self.w.dtype, sf[i * _i(bc) + _i(16 * kk) + k])
                 prod = Cast(F32, p16) * Cast(F32, self.v_s[b_at(j, k)])
                 return Store(self.of, [ci], self.of[ci] + prod)
             steps.append(_loop("wi", 64, lambda i, inner=inner: _loop(
                 "wj", ev, lambda j: _loop("wk", 16, lambda k: inner(i, j, k))),
                 annotations=_intrin(self.k_pv_rs)))
-        return self._batch(steps, wait)
+        return steps
 
     def rescale_output(self, tiles: int) -> Stmt | None:
         """``O_acc *= exp(m_old - m_new)`` on the registers of a thread one of whose rows

@@ -31,6 +31,12 @@ P_OPERANDS = ("shared", "registers")
 """Where ``P V``'s A, the probabilities, comes from in the register-scores form: a
 swizzled shared tile (``"shared"``) or the registers the softmax cast them into
 (``"registers"``: wgmma with A from registers, the ``_rs`` intrinsics)."""
+OVERLAPS = ("none", "intra")
+"""What the wgmma register form runs beside its softmax: ``"none"`` (each tile's products
+waited for before its softmax) or ``"intra"`` (FlashAttention-3's intra-warpgroup
+overlap: the next tile's ``Q K^T`` into a second score accumulator and the previous
+tile's ``P V`` are in flight while this tile's softmax runs; :mod:`.kernel_wgmma_overlap`).
+"""
 MMA_ROWS = 16
 COPY_ELEMS = 8
 """16-bit elements of one 16-byte ``cp.async``."""
@@ -58,6 +64,7 @@ class AttentionConfig:
     mma: str = "mma_sync"
     scores: str = "shared"
     p_operand: str = "shared"
+    overlap: str = "none"
 
     @property
     def block_q(self) -> int:
@@ -80,6 +87,8 @@ class AttentionConfig:
             out["scores"] = self.scores
         if self.p_operand != "shared":
             out["p_operand"] = self.p_operand
+        if self.overlap != "none":
+            out["overlap"] = self.overlap
         return out
 
 
@@ -155,6 +164,8 @@ def check_attention_config(w: AttentionWorkload, cfg: AttentionConfig,
         raise AttentionError(f"scores must be one of {SCORES}, got {cfg.scores!r}")
     if cfg.p_operand not in P_OPERANDS:
         raise AttentionError(f"p_operand must be one of {P_OPERANDS}, got {cfg.p_operand!r}")
+    if cfg.overlap not in OVERLAPS:
+        raise AttentionError(f"overlap must be one of {OVERLAPS}, got {cfg.overlap!r}")
     if cfg.p_operand != "shared" and cfg.scores != "registers":
         raise AttentionError("p_operand='registers' (the probabilities as wgmma's A in "
                              "registers) needs the scores in registers: take mma='wgmma', "
@@ -163,6 +174,12 @@ def check_attention_config(w: AttentionWorkload, cfg: AttentionConfig,
         raise AttentionError(f"scores={cfg.scores!r} is a form of the wgmma kernel (the "
                              "softmax on wgmma's accumulator registers): take mma='wgmma' "
                              "(sm_90a), or scores='shared' with mma.sync")
+    if cfg.overlap != "none" and (cfg.mma, cfg.scores, cfg.p_operand) != (
+            "wgmma", "registers", "registers"):
+        raise AttentionError(f"overlap={cfg.overlap!r} keeps the previous tile's "
+                             "probabilities in registers as P V's A while the next "
+                             "tile's softmax runs: take mma='wgmma', scores='registers', "
+                             "p_operand='registers'")
     if cfg.mma == "wgmma":
         from .knobs_wgmma import check_wgmma_config
 

@@ -41,6 +41,12 @@ REGISTERS_FORM_EXTRA = {1: 16, 2: 64}
 :data:`BASE_REGISTERS`, by stages (the two-stage loop runs two tiles an iteration): ptxas
 13 on sm_90a gave 168 to 254 registers for head dim 128, 4 and 8 warps, ``block_kv`` 64
 and 128, causal or not, no spills, within 40 of this estimate."""
+OVERLAP_EXTRA = 16
+"""Registers the overlapped form (``overlap="intra"``) holds beyond its two score
+accumulators, the output's and :data:`BASE_REGISTERS` (its loop runs two tiles an
+iteration; its copies' addresses are one register pair a thread plus constants): ptxas 13
+on sm_90a gave 192 to 210 registers for head dim 128 (4 and 8 warps, ``block_kv`` 64,
+causal or not), 138 to 227 for head dim 64 (``block_kv`` 64 and 128), no spills."""
 REGISTER_BUDGET = 255
 
 
@@ -102,6 +108,10 @@ def wgmma_registers(w: AttentionWorkload, cfg) -> int:
     """32-bit registers a thread holds: its share of the two accumulators (``block_kv /
     2`` and ``v_dim / 2`` float32), the masked scores its softmax keeps (``block_kv / 2``;
     none with ``scores="registers"``, which masks them in place) plus a fixed overhead."""
+    if cfg.overlap != "none":
+        # two score accumulators: the next tile's Q K^T lands in one while P V reads the
+        # other's probabilities
+        return cfg.block_kv + w.v_dim // 2 + BASE_REGISTERS + OVERLAP_EXTRA
     if cfg.scores == "registers":
         # P in registers takes the scores' registers (in place): none more
         return (cfg.block_kv // 2 + w.v_dim // 2 + BASE_REGISTERS
@@ -135,6 +145,10 @@ def check_wgmma_config(w: AttentionWorkload, cfg, target: Target) -> None:
                              "(stages=3) issues the next tile's Q K^T into the accumulator "
                              "the softmax still reads (it would need a second one); take "
                              "stages 1 or 2, or scores='shared'")
+    if cfg.overlap != "none" and cfg.stages != 2:
+        raise AttentionError(f"overlap={cfg.overlap!r} takes stages=2: a step reads this "
+                             "tile's K and the previous tile's V while the next K and this "
+                             f"V are copied (two stages of each), got stages={cfg.stages}")
     if w.v_dim % PANEL or w.v_dim > 256:
         raise AttentionError(f"mma='wgmma' reads V as the MN-major B of m64n{w.v_dim}k16, in "
                              f"64-column panels: v_dim must be 64, 128, 192 or 256, got "
@@ -165,8 +179,9 @@ def check_wgmma_config(w: AttentionWorkload, cfg, target: Target) -> None:
                              f"shared memory per block; {target.arch} allows {limit}: {fix}")
     regs = wgmma_registers(w, cfg)
     if regs > REGISTER_BUDGET:
+        two = " (two score accumulators)" if cfg.overlap != "none" else ""
         raise AttentionError(f"the configuration {cfg.to_dict()} holds about {regs} registers "
-                             f"per thread (more than {REGISTER_BUDGET}): take block_kv 64")
+                             f"per thread{two} (more than {REGISTER_BUDGET}): take block_kv 64")
     if regs * cfg.threads > target.registers_per_block:
         raise AttentionError(f"{regs} registers x {cfg.threads} threads exceed the "
                              f"{target.registers_per_block} registers of a block")
@@ -201,6 +216,31 @@ def wgmma_candidates(w: AttentionWorkload, target: Target) -> list:
     return out
 
 
+def overlap_candidates(w: AttentionWorkload, target: Target) -> list:
+    """The legal configurations of the overlapped register form (``overlap="intra"``),
+    under the same rules of size as :func:`wgmma_candidates`. Kept apart from
+    :func:`~.knobs.attention_candidates` (what the default chooser ranks) until a GPU has
+    timed them: the tuners and the benchmark take them from here."""
+    from .knobs import AttentionConfig
+
+    out = []
+    if w.q_len <= 32 or w.kv_len <= 32:
+        return out
+    for warps in WGMMA_WARPS:
+        if warps > 4 and w.q_len <= 64:
+            continue
+        for bc in WGMMA_BLOCK_KV:
+            if bc > 64 and w.kv_len <= 64:
+                continue
+            cfg = AttentionConfig(warps, bc, 2, "wgmma", "registers", "registers", "intra")
+            try:
+                check_wgmma_config(w, cfg, target)
+            except AttentionError:
+                continue
+            out.append(cfg)
+    return out
+
+
 def wgmma_attention_time(w: AttentionWorkload, cfg, target: Target) -> float:
     """Estimated seconds of one launch of a ``wgmma`` configuration: as
     :func:`~.knobs.attention_time`, the tensor-core work at the wgmma GEMM's fitted share
@@ -228,7 +268,12 @@ def wgmma_attention_time(w: AttentionWorkload, cfg, target: Target) -> float:
         # the softmax reads the accumulators' registers: only the probabilities' store
         row_work = br * bc / cfg.threads
     t_rows = (row_work * 4 + (3 if cfg.stages == 1 else 2) * target.barrier_cycles) / clock
-    if cfg.stages == 3:
+    if cfg.overlap != "none":
+        # the softmax runs beside the previous tile's P V (and the tail of this tile's
+        # Q K^T); one barrier a step
+        t_rows = (row_work * 4 + target.barrier_cycles) / clock
+        step = max(t_mma, t_copy, t_rows + t_mma / 2)
+    elif cfg.stages == 3:
         # the softmax runs beside the next tile's Q K^T (half the tensor-core work)
         step = max(t_mma, t_copy, t_rows + t_mma / 2)
     else:

@@ -22,6 +22,7 @@ from .kernel import attention_module
 from .knobs import (
     BLOCK_KV,
     MMAS,
+    OVERLAPS,
     P_OPERANDS,
     SCORES,
     STAGES,
@@ -250,6 +251,9 @@ class FusedAttention(Pass):
             stages).
         p_operand: with scores in registers, where P V's A comes from: ``"shared"`` or
             ``"registers"`` (wgmma with A from registers).
+        overlap: with P in registers, ``"intra"`` runs the previous tile's P V and the
+            next tile's Q K^T beside the softmax (two score accumulators; 2 stages), or
+            ``"none"``.
         views: empty, or for each of q, k, v the 5 integers batch, seq, heads, dim,
             offset of its view into a wider parameter (batch 0: none; ``bshd`` only;
             the slices of a combined Q/K/V projection, see ``fold_attention_layout``).
@@ -266,11 +270,12 @@ class FusedAttention(Pass):
     views: tuple[int, ...] = ()
     scores: str = "shared"
     p_operand: str = "shared"
+    overlap: str = "none"
 
     @property
     def config(self) -> AttentionConfig:
         return AttentionConfig(self.warps, self.block_kv, self.stages, self.mma, self.scores,
-                               self.p_operand)
+                               self.p_operand, self.overlap)
 
     def apply(self, module: Module, ctx) -> Module:
         stages = WGMMA_STAGES if self.mma == "wgmma" else STAGES
@@ -279,7 +284,8 @@ class FusedAttention(Pass):
                                      ("stages", self.stages, stages),
                                      ("mma", self.mma, MMAS),
                                      ("scores", self.scores, SCORES),
-                                     ("p_operand", self.p_operand, P_OPERANDS)):
+                                     ("p_operand", self.p_operand, P_OPERANDS),
+                                     ("overlap", self.overlap, OVERLAPS)):
             if value not in allowed:
                 raise PassError(self, AttentionError(
                     f"fused_attention: {what} must be one of {allowed}, got {value}"))
