@@ -179,7 +179,9 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
             (:class:`~ptxforge.autosched.TuningOptions`; 0 waits for every round). The
             default, 2, keeps candidates of three tasks in flight, which the builders need
             to stay busy on a 16-core machine (ResNet-18 fp16 on the H100 machine: 22.7
-            trials/s with 0, 25.7 with 1, 29.1 with 2).
+            trials/s with 0, 25.7 with 1, 29.1 with 2); with 1 or more, the warm-up also
+            searches further rounds while the builders run low
+            (:meth:`~ptxforge.autosched.TaskScheduler.tune`).
         early_stop: the GPU runner's early stop (see :class:`Measurement`).
     """
     if todo < 1:

@@ -259,14 +259,21 @@ class Flow:
         self.builder = builder
         self.runner = runner
         self._inputs: dict = {}
+        self._building: set = set()  # keys whose build has not come back
 
     @property
     def pending(self) -> int:
         """Candidates added and not yet done."""
         return len(self._inputs)
 
+    @property
+    def building(self) -> int:
+        """Candidates added whose build has not come back (queued or being built)."""
+        return len(self._building)
+
     def add(self, key, inp: MeasureInput) -> None:
         self._inputs[key] = inp
+        self._building.add(key)
         self.runner.prepare(inp)
         self.builder.submit(key, inp)
 
@@ -278,6 +285,7 @@ class Flow:
         for key, b in self.builder.collect(0.0):
             if key not in self._inputs:
                 continue
+            self._building.discard(key)
             # a candidate sent as a plan learns its pipeline text from its build (the text
             # its record will hold), whether or not the build succeeded
             _learn(self._inputs[key], b)

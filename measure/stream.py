@@ -40,6 +40,7 @@ class MeasureStream:
         self._inbox: deque = deque()
         self._wake_r, self._wake_w = Pipe(duplex=False)
         self._batches: dict = {}  # id -> [future, results, remaining, inputs, on_result]
+        self._building = 0  # candidates taken from the inbox whose build has not come back
         self._stopping = False
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -77,6 +78,14 @@ class MeasureStream:
         with self._lock:
             return sum(len(b[0]) for b in self._inbox) + sum(
                 b[2] for b in self._batches.values())
+
+    @property
+    def unbuilt(self) -> int:
+        """Candidates submitted whose build has not come back yet (queued for the builder
+        or being built): when this falls below what the builder's workers can take, they
+        are about to run out of work."""
+        with self._lock:
+            return sum(len(b[0]) for b in self._inbox) + self._building
 
     def close(self, close_workers: bool = False, timeout: float = 30.0) -> None:
         """Stop the thread; batches not yet measured fail with
@@ -124,9 +133,14 @@ class MeasureStream:
                         return
                     new = list(self._inbox)
                     self._inbox.clear()
+                    # counted from the moment they leave the inbox, so :attr:`unbuilt`
+                    # never misses them while they are handed to the builder
+                    self._building += sum(len(b[0]) for b in new)
                 for inputs, fut, on_result in new:
                     self._start(inputs, fut, on_result)
                 done = self._flow.advance()
+                with self._lock:
+                    self._building = self._flow.building
                 for key, res in done:
                     self._finish(key, res)
                 if done:
