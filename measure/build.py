@@ -488,6 +488,11 @@ class LocalBuilder(Builder):
                                                o.seconds)))
         return out
 
+    def cancel_queued(self) -> list:
+        keys = [key for key, _ in self._inline]
+        self._inline.clear()
+        return keys + (self._pool.cancel_queued() if self._pool else [])
+
     def waitables(self) -> list:
         return self._pool.waitables() if self._pool else []
 

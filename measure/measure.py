@@ -48,6 +48,11 @@ class Builder(abc.ABC):
         """Release worker processes."""
         return None
 
+    def cancel_queued(self) -> list:
+        """Drop the candidates not yet handed to a build (the builds under way go on);
+        their keys. A builder that queues nothing has nothing to drop."""
+        return []
+
     def build(self, inputs) -> list[BuildResult]:
         """Build ``inputs`` and return their results in order."""
         inputs = list(inputs)
@@ -276,6 +281,15 @@ class Flow:
         self._building.add(key)
         self.runner.prepare(inp)
         self.builder.submit(key, inp)
+
+    def cancel_queued(self) -> list:
+        """Drop the candidates still queued for a build (they will have no result); their
+        keys."""
+        keys = self.builder.cancel_queued()
+        for key in keys:
+            self._inputs.pop(key, None)
+            self._building.discard(key)
+        return keys
 
     def advance(self) -> list:
         """Finished ``(key, MeasureResult)`` pairs; never waits. Results under keys this

@@ -105,8 +105,21 @@ def _die_with_parent() -> None:
         pass
 
 
+def _listen_to_stop_signals() -> None:
+    """Unblock SIGINT and SIGTERM in this worker: a worker forked from a thread that had
+    them blocked would inherit the mask, and a ``terminate()`` (SIGTERM) at the tuner's
+    exit, which joins its daemonic children, would then wait for it forever."""
+    try:
+        import signal
+
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    except (AttributeError, OSError, ValueError):  # no signal masks here
+        pass
+
+
 def _worker_main(conn, initializer, init_args, inherited=()) -> None:
     _die_with_parent()
+    _listen_to_stop_signals()
     for c in inherited:  # pipes of sibling workers copied by fork: keep only our own
         try:
             c.close()
@@ -371,6 +384,13 @@ class WorkerPool:
                 wait_any(handles, wait_for)
             else:
                 time.sleep(min(wait_for if wait_for is not None else 0.01, 0.01))
+
+    def cancel_queued(self) -> list:
+        """Drop the jobs not yet handed to a worker (the jobs being run, and those sent
+        ahead to a busy worker, go on); their keys, in queue order."""
+        keys = [job[0] for job in self._queue]
+        self._queue.clear()
+        return keys
 
     def close(self) -> None:
         """Stop every worker (queued jobs are dropped)."""

@@ -89,13 +89,19 @@ class MeasureStream:
 
     def close(self, close_workers: bool = False, timeout: float = 30.0) -> None:
         """Stop the thread; batches not yet measured fail with
-        :class:`MeasureStreamClosed`. ``close_workers`` also closes the builder and the
+        :class:`MeasureStreamClosed`, and their candidates still queued for a build are
+        dropped from the builder. ``close_workers`` also closes the builder and the
         runner."""
         with self._lock:
             self._stopping = True
         self._wake()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+        if not self._thread.is_alive():
+            # nobody waits for the candidates still queued for a build: the workers stop
+            # after the builds under way (a run interrupted during the warm-up's backlog
+            # has a few rounds queued) instead of building them for nothing
+            self._flow.cancel_queued()
         self._fail_all(MeasureStreamClosed(self._why_closed()))
         for end in (self._wake_r, self._wake_w):
             try:
