@@ -117,8 +117,29 @@ class LateRunner(TaskRunner):
         return super().collect(timeout)
 
 
+class StallAfterFirstRound(TaskRunner):
+    """Hands back the first ``first`` results at once, then nothing for ``stall_s``."""
+
+    def __init__(self, tasks, first: int, stall_s: float):
+        super().__init__(tasks)
+        self.first, self.stall_s = first, stall_s
+        self.handed = 0
+        self.stall_until = None
+
+    def collect(self, timeout=0.0):
+        if self.stall_until is not None and time.monotonic() < self.stall_until:
+            return []
+        out = super().collect(timeout)
+        room = self.first - self.handed if self.stall_until is None else len(out)
+        out, self._done = out[:room], out[room:] + self._done
+        self.handed += len(out)
+        if self.stall_until is None and self.handed >= self.first:
+            self.stall_until = time.monotonic() + self.stall_s
+        return out
+
+
 def tune_once(tmp_path, name, ahead, n_tasks=8, per_round=8, runner_start_s=0.0,
-              slow_every=3, fast_s=FAST_BUILD_S):
+              slow_every=3, fast_s=FAST_BUILD_S, runner=None):
     shapes = [(co, ci) for co in (8, 16, 32) for ci in (8, 16, 32)][:n_tasks]
     tasks = [autosched.SearchTask(func=sched_conv_relu, args=(1, 8, 8, co, ci, 3),
                                   desc=f"conv{k}") for k, (co, ci) in enumerate(shapes)]
@@ -130,7 +151,8 @@ def tune_once(tmp_path, name, ahead, n_tasks=8, per_round=8, runner_start_s=0.0,
     ts = autosched.TaskScheduler(tasks, callbacks=[order])
     opts = autosched.TuningOptions(
         num_measure_trials=n_tasks * per_round, num_measures_per_round=per_round,
-        builder=builder, runner=LateRunner(tasks, runner_start_s), verbose=0, search_ahead=ahead,
+        builder=builder, runner=runner(tasks) if runner else LateRunner(tasks, runner_start_s),
+        verbose=0, search_ahead=ahead,
         measure_callbacks=[autosched.RecordToFile(log)])
     t0 = time.monotonic()
     try:
@@ -234,3 +256,39 @@ def test_stream_counts_candidates_until_their_build_comes_back():
             assert [r.costs[0] for r in fut.result(timeout=5)] == [1.0, 2.0, 3.0, 4.0, 5.0]
     finally:
         builder.close()
+
+
+def test_the_first_round_reaches_the_disk_while_the_backlog_is_searched(tmp_path):
+    # the runner hands back the first round, then stalls 1.5 s: the warm-up's main thread
+    # keeps searching rounds for the builders meanwhile, and the records of the first
+    # round are on disk long before the stall ends (the measure thread writes each result
+    # as it arrives, whatever the main thread does)
+    log = tmp_path / "first.json"
+    seen: list = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            if log.exists() and len(log.read_text().splitlines()) >= 8:
+                seen.append(time.monotonic())
+                return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    made: list = []
+
+    def runner(tasks):
+        made.append(StallAfterFirstRound(tasks, first=8, stall_s=1.5))
+        return made[0]
+
+    try:
+        ts, *_ = tune_once(tmp_path, "first", ahead=2, slow_every=0, runner=runner)
+    finally:
+        stop.set()
+        watcher.join(5)
+    assert ts.ct == 64
+    assert seen and made[0].stall_until is not None
+    assert seen[0] < made[0].stall_until - 0.5, (
+        f"the first 8 records reached the disk {seen[0] - made[0].stall_until:+.2f} s from "
+        "the end of the runner's stall")
