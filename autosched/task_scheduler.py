@@ -311,6 +311,7 @@ class TaskScheduler:
         self.early_stopping_task = math.inf
         self._restored = False
         self._builder = self._runner = None
+        self.measure_times = None  # when the last run's first candidate was built, measured
 
         # similarity groups: tasks with the same tag share a speed bound
         self.task_tags: list = []
@@ -420,6 +421,7 @@ class TaskScheduler:
                 self._finish_tuning_round(inflight.popleft(), early_stopping_all)
         finally:
             stream.close()
+            self.measure_times = stream.times
             if own[0]:
                 self._builder.close()
             if own[1]:

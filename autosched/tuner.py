@@ -15,7 +15,8 @@ class TuningSummary:
     """What a tuning run did: trials measured, the best time (seconds; inf if none
     succeeded), whether times were simulator estimates, the seconds spent searching, the
     seconds the search waited for measurements (with ``search_ahead`` the rest of the
-    measuring overlaps the search), and the run's wall-clock seconds."""
+    measuring overlaps the search), the run's wall-clock seconds, and when its first
+    candidate was built and measured (a :class:`~ptxforge.measure.measure.FlowTimes`)."""
 
     trials: int = 0
     errors: int = 0
@@ -25,6 +26,7 @@ class TuningSummary:
     measure_s: float = 0.0
     rounds: int = 0
     wall_s: float = 0.0
+    measure_times: object = None
 
 
 @dataclass
@@ -144,6 +146,7 @@ def run_tuning(task, policy, options) -> TuningSummary:
                 searching = False
     finally:
         stream.close()
+        summary.measure_times = stream.times
         summary.wall_s = time.perf_counter() - t_start
         if own[0]:
             builder.close()

@@ -194,7 +194,7 @@ def tune_op_command(args) -> int:
           f"{summary.errors} errors{f'; resumed after {earlier} trials' if resume else ''}")
     if args.profile:
         print(format_profile(main_stages, measurement.builder, summary.trials, elapsed,
-                             measurement.runner))
+                             measurement.runner, summary.measure_times))
     return _report_best(task, args.log)
 
 
@@ -271,7 +271,8 @@ def _tune_network(args, tasks, weights, runner: str, todo: int, resume: bool,
         save_model(run.scheduler.search_policies[0].cost_model, args.save_model)
     print(run.report())
     if args.profile:
-        print(format_profile(run.stages, run.builder, run.trials, run.elapsed_s, run.runner))
+        print(format_profile(run.stages, run.builder, run.trials, run.elapsed_s, run.runner,
+                             run.scheduler.measure_times))
 
 
 NETWORK_TOLERANCE = {"float32": 1e-4, "tf32": 5e-3, "float16": 1e-2, "bfloat16": 4e-2}

@@ -87,6 +87,12 @@ class MeasureStream:
         with self._lock:
             return sum(len(b[0]) for b in self._inbox) + self._building
 
+    @property
+    def times(self):
+        """When the first candidate was added, built, handed to the runner and measured
+        (a :class:`~ptxforge.measure.measure.FlowTimes`)."""
+        return self._flow.times
+
     def close(self, close_workers: bool = False, timeout: float = 30.0) -> None:
         """Stop the thread; batches not yet measured fail with
         :class:`MeasureStreamClosed`, and their candidates still queued for a build are
