@@ -38,6 +38,7 @@ from ..atomic_file import replace_atomically
 from ..measure.stream import MeasureStream
 from ..stages import stage
 from .state import state_from_payload
+from .time_budget import TimeBudget
 from .tuner import PendingRound, can_search_ahead, start_round
 
 _PATTERN_TAGS = ("elemwise", "broadcast", "injective")
@@ -312,6 +313,9 @@ class TaskScheduler:
         self._restored = False
         self._builder = self._runner = None
         self.measure_times = None  # when the last run's first candidate was built, measured
+        self.task_seconds = [0.0] * n  # build and run seconds of each task's candidates
+        self.stopped_by_budget = False  # whether the last run ended at its time budget
+        self._budget = None
 
         # similarity groups: tasks with the same tag share a speed bound
         self.task_tags: list = []
@@ -341,6 +345,12 @@ class TaskScheduler:
         dead (default: never). Records go to ``tune_option.measure_callbacks`` (e.g.
         :class:`~ptxforge.autosched.RecordToFile`).
 
+        With ``tune_option.time_budget_s``, no round is searched once the budget would be
+        overrun (:class:`~ptxforge.autosched.time_budget.TimeBudget`; the rounds searched
+        are measured and recorded, and :attr:`stopped_by_budget` says the run ended there),
+        and after the warm-up the gradient of each task is taken per second of its
+        measuring (builds and runs), so the budget goes where it buys the most.
+
         Rounds are measured in the background: with ``tune_option.search_ahead = k``, up
         to ``k`` rounds are still being measured while the next one is searched. The
         warm-up rounds do not depend on each other: with ``k >= 1`` the next one is also
@@ -364,6 +374,8 @@ class TaskScheduler:
                                           trials // n_tasks)
         self.ct = self.best_ct = 0
         self.tic = time.time()
+        self.stopped_by_budget = False
+        self._budget = TimeBudget(getattr(tune_option, "time_budget_s", None))
 
         records = {}
         if self.load_log_file and os.path.exists(self.load_log_file):
@@ -396,6 +408,8 @@ class TaskScheduler:
                 if planned >= trials:
                     break
                 self._make_room(inflight, stream, ahead, len(warm) if ahead else 0, low_water)
+                if not self._budget.allows_another_round(stream):
+                    break
                 inflight.append(self._start_round(idx, stream, planned))
                 planned += len(inflight[-1].rows)
             while inflight:
@@ -405,7 +419,8 @@ class TaskScheduler:
 
             task_idx = -1
             stop = False
-            while not stop and planned < trials and len(self.dead_tasks) < n_tasks:
+            while (not stop and planned < trials and len(self.dead_tasks) < n_tasks
+                   and self._budget.allows_another_round(stream)):
                 if self.strategy == "round-robin":
                     task_idx = (task_idx + 1) % n_tasks
                     while task_idx in self.dead_tasks:
@@ -422,6 +437,7 @@ class TaskScheduler:
         finally:
             stream.close()
             self.measure_times = stream.times
+            self.stopped_by_budget = self._budget.spent
             if own[0]:
                 self._builder.close()
             if own[1]:
@@ -467,8 +483,11 @@ class TaskScheduler:
         for cb in self.callbacks:
             cb.pre_tune(self, task_idx)
         n = min(self.num_measures_per_round, self.tune_option.num_measure_trials - planned)
-        return start_round(self.tasks[task_idx], self.search_policies[task_idx], max(n, 1),
-                           stream, task_idx, self.tune_option.measure_callbacks)
+        rnd = start_round(self.tasks[task_idx], self.search_policies[task_idx], max(n, 1),
+                          stream, task_idx, self.tune_option.measure_callbacks)
+        if self._budget is not None:
+            self._budget.searched(rnd.search_s)
+        return rnd
 
     def _finish_round(self, rnd: PendingRound) -> None:
         """Wait for a round's results; record them, update its task's best cost and the
@@ -483,6 +502,7 @@ class TaskScheduler:
                 self.search_policies[task_idx].add_measured(rows, results)
 
         self.task_cts[task_idx] += 1
+        self.task_seconds[task_idx] += sum(float(r.all_cost) for r in results)
         for res in results:
             if int(res.error_no) != 0:
                 continue
@@ -550,10 +570,24 @@ class TaskScheduler:
                                      + (1 - self.alpha) * forward_grad))
         return out
 
+    def round_seconds(self) -> list[float]:
+        """Each task's mean build and run seconds per candidate so far (the mean of the
+        tasks measured for one not measured yet; 0 when nothing is known)."""
+        per = [self.task_seconds[i] / self.task_trials[i] if self.task_trials[i]
+               and self.task_seconds[i] > 0 else 0.0 for i in range(len(self.tasks))]
+        known = [p for p in per if p > 0]
+        mean = sum(known) / len(known) if known else 0.0
+        return [p if p > 0 else mean for p in per]
+
     def _next_by_gradient(self) -> int:
         grads = self.gradients()
         alive = [i for i in range(len(self.tasks)) if i not in self.dead_tasks]
         values = [grads[i] for i in alive]
+        if self._budget is not None and self._budget.seconds is not None:
+            # a budget of seconds: the gain of a round per second it takes to measure
+            cost = self.round_seconds()
+            if all(cost[i] > 0 for i in alive):
+                values = [grads[i] / cost[i] for i in alive]
         if max(values) == min(values):
             return int(alive[self._rng.integers(len(alive))])
         return int(alive[int(np.argmin(values))])

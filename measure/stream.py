@@ -42,6 +42,7 @@ class MeasureStream:
         self._batches: dict = {}  # id -> [future, results, remaining, inputs, on_result]
         self._building = 0  # candidates taken from the inbox whose build has not come back
         self._stopping = False
+        self._measured = 0  # candidates whose result came back
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -86,6 +87,12 @@ class MeasureStream:
         are about to run out of work."""
         with self._lock:
             return sum(len(b[0]) for b in self._inbox) + self._building
+
+    @property
+    def measured(self) -> int:
+        """Candidates whose result came back so far (failed builds included)."""
+        with self._lock:
+            return self._measured
 
     @property
     def times(self):
@@ -191,6 +198,7 @@ class MeasureStream:
         if batch[4] is not None:
             batch[4](batch[3][i], res)
         with self._lock:
+            self._measured += 1
             batch[1][i] = res
             batch[2] -= 1
             if batch[2] or self._batches.pop(bid, None) is None:
