@@ -431,6 +431,10 @@ class LocalBuilder(Builder):
         self._build_seconds = 0.0
         self._kernels = {False: 0, True: 0}  # compiled, reused from a cache
         self._old_stats = PoolStats(self.n_parallel)
+        # made here, where the caller usually is the main thread: the workers and their
+        # folders are started later from whatever thread feeds the builder (a tuner's
+        # measure thread), where no signal handler can be installed
+        remove_temp_folders_on_sigterm()
 
     # -- streaming interface -----------------------------------------------------------------
 

@@ -229,3 +229,32 @@ def test_cli_ctrl_c_says_how_many_records_are_saved_where(tmp_path):
     n = len(load_records(log))
     assert p.returncode == 130 and "Traceback" not in err, err
     assert f"{n} records of this run are saved in {log}" in out + err, out + err
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_tuner_and_leaves_no_temp_folders(tmp_path):
+    # the builder's folders are made from the tuner's measure thread, where no handler can
+    # be installed: the builder installs it when it is made, in the main thread
+    log = tmp_path / "t.json"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = subprocess.Popen(_cli_child("tune-op", "dense", "--trials", "2000", "--per-round", "4",
+                                    "--runner", "sim", "--model", "random", "--log", str(log)),
+                         env={**os.environ, "PYTHONPATH": ROOT, "TMPDIR": str(tmp)},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while not (log.exists() and len(log.read_text().splitlines()) >= 4):
+        if p.poll() is not None or time.monotonic() >= deadline:
+            p.kill()
+            pytest.fail(f"no 4 records within 90 s: {p.communicate()}")
+        time.sleep(0.1)
+    assert [x for x in os.listdir(tmp) if x.startswith("ptxforge-")]  # the builder's scratch
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        state = _signal_state(p.pid)
+        p.kill()
+        pytest.fail(f"the tuner went on after SIGTERM: {state}")
+    left = [x for x in os.listdir(tmp) if x.startswith("ptxforge-")]
+    assert p.returncode == -signal.SIGTERM and not left, (p.returncode, left)
