@@ -133,6 +133,7 @@ class NetworkTuning:
         table: the file the task table was written to.
         resumed: whether the run started from earlier records of ``log``.
         runner: the run's runner (closed), which keeps its workers' times.
+        time_budget_s: the run's wall-clock budget (None: none).
     """
 
     scheduler: TaskScheduler
@@ -143,6 +144,7 @@ class NetworkTuning:
     table: str
     resumed: bool
     runner: object = None
+    time_budget_s: float | None = None
 
     @property
     def trials(self) -> int:
@@ -153,16 +155,21 @@ class NetworkTuning:
         """The task table and a line of totals."""
         rate = self.trials / max(self.elapsed_s, 1e-9)
         resumed = f"; resumed from {self.log}" if self.resumed else ""
+        budget = ""
+        if self.scheduler.stopped_by_budget:
+            budget = (f"\nstopped at the time budget of {self.time_budget_s:g} s; every "
+                      f"measured candidate is recorded in {self.log} (run again to go on)")
         return (f"{format_table(self.scheduler, None)}\n"
                 f"{self.trials} trials in {self.elapsed_s:.1f} s ({rate:.2f} trials/s)"
-                f"{resumed}; the table is in {self.table}")
+                f"{resumed}; the table is in {self.table}{budget}")
 
 
 def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
                  resume: bool | None = None, table: str | None = None, seed: int = 0,
                  per_round: int = 64, min_repeat_ms: float = 10.0,
                  sim_check: bool = True, load_model: str | None = None,
-                 search_ahead: int = 2, early_stop: bool = True) -> NetworkTuning:
+                 search_ahead: int = 2, early_stop: bool = True,
+                 time_budget_s: float | None = None) -> NetworkTuning:
     """Run the task scheduler over ``tasks`` (weighted by ``weights``) for ``todo`` trials,
     appending records to ``log``, with a progress bar on a terminal and a log message per
     round.
@@ -179,8 +186,13 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
             (:class:`~ptxforge.autosched.TuningOptions`; 0 waits for every round). The
             default, 2, keeps candidates of three tasks in flight, which the builders need
             to stay busy on a 16-core machine (ResNet-18 fp16 on the H100 machine: 22.7
-            trials/s with 0, 25.7 with 1, 29.1 with 2).
+            trials/s with 0, 25.7 with 1, 29.1 with 2); with 1 or more, the warm-up also
+            searches further rounds while the builders run low
+            (:meth:`~ptxforge.autosched.TaskScheduler.tune`).
         early_stop: the GPU runner's early stop (see :class:`Measurement`).
+        time_budget_s: wall-clock seconds the tuning may take (None: no limit); it stops
+            at whichever of ``todo`` and the budget comes first
+            (:class:`~ptxforge.autosched.TuningOptions`).
     """
     if todo < 1:
         raise ValueError(f"todo must be at least 1 trial, got {todo}")
@@ -195,7 +207,8 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
     options = TuningOptions(
         num_measure_trials=todo, num_measures_per_round=per_round,
         builder=measurement.builder, runner=measurement.runner, verbose=0,
-        measure_callbacks=[RecordToFile(log)], search_ahead=search_ahead)
+        measure_callbacks=[RecordToFile(log)], search_ahead=search_ahead,
+        time_budget_s=time_budget_s)
     t0 = time.perf_counter()
     try:
         with collect() as stages:
@@ -204,4 +217,5 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
         bar.close()
         measurement.close()
     return NetworkTuning(scheduler, time.perf_counter() - t0, dict(stages),
-                         measurement.builder, log, table, resume, measurement.runner)
+                         measurement.builder, log, table, resume, measurement.runner,
+                         options.time_budget_s)

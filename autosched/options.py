@@ -14,11 +14,23 @@ class TuningOptions:
     searched (default 1: the search of round k+1 overlaps the measuring of round k and
     learns from the rounds up to k-1, so builders and GPUs do not wait for the search;
     0: every round waits for the previous round's results, as in TVM). What each round
-    learns from does not depend on timing, so a seeded run is reproducible either way."""
+    learns from does not depend on timing, so a seeded run is reproducible either way.
+
+    ``time_budget_s``: wall-clock seconds the run may take besides its trial budget (None:
+    no limit). No round is searched once the budget is spent or once the candidates in
+    flight would take the rest of it; the rounds searched are all measured and recorded,
+    so the run ends near the budget with every record on disk (see
+    :mod:`ptxforge.autosched.time_budget`). The task scheduler spends it where the
+    gradient per second of measuring says. A run stopped by it is not reproducible from
+    its seed alone (how far it gets depends on the machine)."""
 
     def __init__(self, num_measure_trials: int = 0, early_stopping: int | None = None,
                  num_measures_per_round: int = 64, verbose: int = 1, builder="local",
-                 runner="local", measure_callbacks=None, search_ahead: int = 1):
+                 runner="local", measure_callbacks=None, search_ahead: int = 1,
+                 time_budget_s: float | None = None):
+        from .time_budget import check_time_budget
+
+        self.time_budget_s = check_time_budget(time_budget_s)
         if num_measure_trials < 0 or num_measures_per_round < 1:
             raise ValueError("num_measure_trials must be >= 0 and num_measures_per_round >= 1")
         if isinstance(search_ahead, bool) or not isinstance(search_ahead, int) or (

@@ -30,6 +30,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent import futures
 
 import numpy as np
 
@@ -37,6 +38,7 @@ from ..atomic_file import replace_atomically
 from ..measure.stream import MeasureStream
 from ..stages import stage
 from .state import state_from_payload
+from .time_budget import TimeBudget
 from .tuner import PendingRound, can_search_ahead, start_round
 
 _PATTERN_TAGS = ("elemwise", "broadcast", "injective")
@@ -44,6 +46,20 @@ FAILED_COST = 1e10
 """The best cost of a task without a successful measurement (seconds), as TVM uses."""
 MAX_ROUNDS_WITHOUT_SUCCESS = 3
 """Rounds a task may spend without one successful candidate before it is declared dead."""
+BACKLOG_PER_WORKER = 3
+"""Candidates per build worker queued or in a build below which the warm-up searches its
+next round without waiting for the oldest round in flight: about two builds per worker
+outlast the search of one round (ResNet-18 fp16 on the 16-core H100 machine: a round's
+search 0.37 s, a build 0.36 s)."""
+_ROOM_POLL_S = 0.02  # how often a waiting warm-up looks at the builders' backlog again
+
+
+def builder_low_water(builder) -> int:
+    """The backlog (candidates queued or being built) below which ``builder``'s workers
+    are about to run out of work: :data:`BACKLOG_PER_WORKER` per worker (``n_parallel``,
+    else one per CPU)."""
+    workers = getattr(builder, "n_parallel", None) or os.cpu_count() or 1
+    return BACKLOG_PER_WORKER * max(int(workers), 1)
 
 
 def derive_similarity_tag(task_or_dag, log_base: float = 1.618) -> str:
@@ -296,6 +312,10 @@ class TaskScheduler:
         self.early_stopping_task = math.inf
         self._restored = False
         self._builder = self._runner = None
+        self.measure_times = None  # when the last run's first candidate was built, measured
+        self.task_seconds = [0.0] * n  # build and run seconds of each task's candidates
+        self.stopped_by_budget = False  # whether the last run ended at its time budget
+        self._budget = None
 
         # similarity groups: tasks with the same tag share a speed bound
         self.task_tags: list = []
@@ -325,10 +345,20 @@ class TaskScheduler:
         dead (default: never). Records go to ``tune_option.measure_callbacks`` (e.g.
         :class:`~ptxforge.autosched.RecordToFile`).
 
+        With ``tune_option.time_budget_s``, no round is searched once the budget would be
+        overrun (:class:`~ptxforge.autosched.time_budget.TimeBudget`; the rounds searched
+        are measured and recorded, and :attr:`stopped_by_budget` says the run ended there),
+        and after the warm-up the gradient of each task is taken per second of its
+        measuring (builds and runs), so the budget goes where it buys the most.
+
         Rounds are measured in the background: with ``tune_option.search_ahead = k``, up
         to ``k`` rounds are still being measured while the next one is searched. The
-        warm-up rounds do not depend on each other; after the warm-up, the next task is
-        chosen from the rounds finished so far.
+        warm-up rounds do not depend on each other: with ``k >= 1`` the next one is also
+        searched, whatever the rounds in flight, whenever the builders are about to run out
+        of work (:func:`builder_low_water`), so they never wait for the slowest build of an
+        earlier round. After the warm-up, the next task is chosen from the rounds finished
+        so far. (A warm-up whose cost model is trained already, from loaded records or a
+        saved model, may see different rounds finished from one run to the next.)
         """
         n_tasks = len(self.tasks)
         trials = tune_option.num_measure_trials
@@ -344,6 +374,8 @@ class TaskScheduler:
                                           trials // n_tasks)
         self.ct = self.best_ct = 0
         self.tic = time.time()
+        self.stopped_by_budget = False
+        self._budget = TimeBudget(getattr(tune_option, "time_budget_s", None))
 
         records = {}
         if self.load_log_file and os.path.exists(self.load_log_file):
@@ -362,16 +394,24 @@ class TaskScheduler:
                  if all(can_search_ahead(p) for p in self.search_policies) else 0)
         inflight: deque = deque()
         planned = self.ct
+        low_water = builder_low_water(self._builder)
         try:
-            # warm-up: one round for every task not tuned yet (these rounds do not depend
-            # on each other's results, so up to ``search_ahead`` more are searched while
-            # one is measured)
-            for idx in range(n_tasks):
-                if not self.task_cts[idx] and idx not in self.dead_tasks and planned < trials:
-                    while len(inflight) > ahead:
-                        self._finish_round(inflight.popleft())
-                    inflight.append(self._start_round(idx, stream, planned))
-                    planned += len(inflight[-1].rows)
+            # warm-up: one round for every task not tuned yet. These rounds do not depend on
+            # each other's results, so besides the ``search_ahead`` rounds that may be in
+            # flight anyway, the next one is searched whenever the builders are about to
+            # run out of queued candidates: a round with one slow build (or a timeout) no
+            # longer holds back the rounds behind it, and the rounds of small tasks (6-30
+            # candidates) follow each other without a gap.
+            warm = [idx for idx in range(n_tasks)
+                    if not self.task_cts[idx] and idx not in self.dead_tasks]
+            for idx in warm:
+                if planned >= trials:
+                    break
+                self._make_room(inflight, stream, ahead, len(warm) if ahead else 0, low_water)
+                if not self._budget.allows_another_round(stream):
+                    break
+                inflight.append(self._start_round(idx, stream, planned))
+                planned += len(inflight[-1].rows)
             while inflight:
                 self._finish_round(inflight.popleft())
             self.best_ct = self.ct
@@ -379,7 +419,8 @@ class TaskScheduler:
 
             task_idx = -1
             stop = False
-            while not stop and planned < trials and len(self.dead_tasks) < n_tasks:
+            while (not stop and planned < trials and len(self.dead_tasks) < n_tasks
+                   and self._budget.allows_another_round(stream)):
                 if self.strategy == "round-robin":
                     task_idx = (task_idx + 1) % n_tasks
                     while task_idx in self.dead_tasks:
@@ -395,6 +436,8 @@ class TaskScheduler:
                 self._finish_tuning_round(inflight.popleft(), early_stopping_all)
         finally:
             stream.close()
+            self.measure_times = stream.times
+            self.stopped_by_budget = self._budget.spent
             if own[0]:
                 self._builder.close()
             if own[1]:
@@ -402,6 +445,23 @@ class TaskScheduler:
             self._builder = self._runner = None
         for cb in self.callbacks:
             cb.finish(self)
+
+    def _make_room(self, inflight: deque, stream: MeasureStream, ahead: int, limit: int,
+                   low_water: int) -> None:
+        """Take in the rounds at the head of ``inflight`` that are measured, and wait until
+        another round may be searched: while at most ``ahead`` rounds are in flight, or,
+        up to ``limit`` rounds, while fewer than ``low_water`` candidates wait for or are
+        in a build (the builders would soon idle). Rounds are taken in the order they were
+        searched, so records, callbacks and the cost model see them in that order."""
+        while True:
+            while inflight and inflight[0].future.done():
+                self._finish_round(inflight.popleft())
+            if len(inflight) <= ahead:
+                return
+            if len(inflight) < limit and stream.unbuilt < low_water:
+                return
+            with stage("measure"):
+                futures.wait([inflight[0].future], timeout=_ROOM_POLL_S)
 
     def _finish_tuning_round(self, rnd: PendingRound, early_stopping_all: float) -> bool:
         """Take in a round of the gradient phase; True when the run should stop early."""
@@ -423,8 +483,11 @@ class TaskScheduler:
         for cb in self.callbacks:
             cb.pre_tune(self, task_idx)
         n = min(self.num_measures_per_round, self.tune_option.num_measure_trials - planned)
-        return start_round(self.tasks[task_idx], self.search_policies[task_idx], max(n, 1),
-                           stream, task_idx, self.tune_option.measure_callbacks)
+        rnd = start_round(self.tasks[task_idx], self.search_policies[task_idx], max(n, 1),
+                          stream, task_idx, self.tune_option.measure_callbacks)
+        if self._budget is not None:
+            self._budget.searched(rnd.search_s)
+        return rnd
 
     def _finish_round(self, rnd: PendingRound) -> None:
         """Wait for a round's results; record them, update its task's best cost and the
@@ -439,6 +502,7 @@ class TaskScheduler:
                 self.search_policies[task_idx].add_measured(rows, results)
 
         self.task_cts[task_idx] += 1
+        self.task_seconds[task_idx] += sum(float(r.all_cost) for r in results)
         for res in results:
             if int(res.error_no) != 0:
                 continue
@@ -506,10 +570,24 @@ class TaskScheduler:
                                      + (1 - self.alpha) * forward_grad))
         return out
 
+    def round_seconds(self) -> list[float]:
+        """Each task's mean build and run seconds per candidate so far (the mean of the
+        tasks measured for one not measured yet; 0 when nothing is known)."""
+        per = [self.task_seconds[i] / self.task_trials[i] if self.task_trials[i]
+               and self.task_seconds[i] > 0 else 0.0 for i in range(len(self.tasks))]
+        known = [p for p in per if p > 0]
+        mean = sum(known) / len(known) if known else 0.0
+        return [p if p > 0 else mean for p in per]
+
     def _next_by_gradient(self) -> int:
         grads = self.gradients()
         alive = [i for i in range(len(self.tasks)) if i not in self.dead_tasks]
         values = [grads[i] for i in alive]
+        if self._budget is not None and self._budget.seconds is not None:
+            # a budget of seconds: the gain of a round per second it takes to measure
+            cost = self.round_seconds()
+            if all(cost[i] > 0 for i in alive):
+                values = [grads[i] / cost[i] for i in alive]
         if max(values) == min(values):
             return int(alive[self._rng.integers(len(alive))])
         return int(alive[int(np.argmin(values))])
@@ -582,4 +660,4 @@ class TaskScheduler:
 
 
 __all__ = ["LogEstimatedLatency", "PrintTableInfo", "TaskScheduler", "TaskSchedulerCallback",
-           "derive_similarity_tag", "format_table", "make_search_policies"]
+           "builder_low_water", "derive_similarity_tag", "format_table", "make_search_policies"]

@@ -15,7 +15,9 @@ class TuningSummary:
     """What a tuning run did: trials measured, the best time (seconds; inf if none
     succeeded), whether times were simulator estimates, the seconds spent searching, the
     seconds the search waited for measurements (with ``search_ahead`` the rest of the
-    measuring overlaps the search), and the run's wall-clock seconds."""
+    measuring overlaps the search), the run's wall-clock seconds, and when its first
+    candidate was built and measured (a :class:`~ptxforge.measure.measure.FlowTimes`), and
+    whether it stopped at its time budget (``TuningOptions.time_budget_s``)."""
 
     trials: int = 0
     errors: int = 0
@@ -25,6 +27,8 @@ class TuningSummary:
     measure_s: float = 0.0
     rounds: int = 0
     wall_s: float = 0.0
+    measure_times: object = None
+    stopped_by_budget: bool = False
 
 
 @dataclass
@@ -81,9 +85,11 @@ def run_tuning(task, policy, options) -> TuningSummary:
     ``options.search_ahead = k`` the search of a round starts while the ``k`` rounds before
     it are still being measured (it learns from the rounds before those), so the builders
     and GPUs never wait for the search. The states of rounds in flight are never picked
-    again.
+    again. With ``options.time_budget_s`` no round is searched once the budget would be
+    overrun (:class:`~ptxforge.autosched.time_budget.TimeBudget`).
     """
     from ..measure.stream import MeasureStream
+    from .time_budget import TimeBudget
 
     builder = options.make_builder()
     runner = options.make_runner()
@@ -96,13 +102,21 @@ def run_tuning(task, policy, options) -> TuningSummary:
     t_start = time.perf_counter()
     ahead = options.search_ahead if can_search_ahead(policy) else 0
     stream = MeasureStream(builder, runner)
+    budget = TimeBudget(getattr(options, "time_budget_s", None))
     try:
         while searching or inflight:
             if searching and planned < options.num_measure_trials and (
                     len(inflight) <= ahead):
+                if not budget.allows_another_round(stream):
+                    if options.verbose:
+                        print(f"[autosched] the time budget ({budget.seconds:g} s) is spent; "
+                              "stopping")
+                    searching = False
+                    continue
                 n = min(options.num_measures_per_round, options.num_measure_trials - planned)
                 rnd = start_round(task, policy, n, stream,
                                   measure_callbacks=options.measure_callbacks)
+                budget.searched(rnd.search_s)
                 if not len(rnd.rows):
                     if options.verbose:
                         print("[autosched] no unmeasured valid states are left; stopping")
@@ -144,6 +158,8 @@ def run_tuning(task, policy, options) -> TuningSummary:
                 searching = False
     finally:
         stream.close()
+        summary.measure_times = stream.times
+        summary.stopped_by_budget = budget.spent
         summary.wall_s = time.perf_counter() - t_start
         if own[0]:
             builder.close()

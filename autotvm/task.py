@@ -240,17 +240,22 @@ class Task:
             self.func = TEMPLATES[self.name].func
         return self.func
 
-    def instantiate(self, config):
-        """Run the template with ``config``; return ``(schedule, tensors)``."""
+    def _target_scope(self):
+        """A context making the task's target current, unless the caller made one current
+        (templates, and their defaults, read the target's limits and instructions: wgmma
+        needs sm_90a)."""
         from contextlib import nullcontext
 
-        from ..passes import PassContext
         from ..target import Target, as_target
 
+        return as_target(self.target) if Target.current() is None else nullcontext()
+
+    def instantiate(self, config):
+        """Run the template with ``config``; return ``(schedule, tensors)``."""
+        from ..passes import PassContext
+
         func = self._require_template()
-        # the template sees the task's target (its limits, its instructions: wgmma needs
-        # sm_90a) unless the caller made another current
-        scope = as_target(self.target) if Target.current() is None else nullcontext()
+        scope = self._target_scope()
         # the schedule primitives re-apply passes eagerly; the builder verifies nothing
         # either, so skip the per-pass verifier while tuning
         with scope, PassContext(verify=False), ApplyConfig(config):
@@ -258,14 +263,18 @@ class Task:
 
     def default_config(self) -> ConfigEntity | None:
         """The configuration the template uses without a record, when it declares one
-        (:meth:`TemplateFunction.defaults`) and the space holds it; else None."""
+        (:meth:`TemplateFunction.defaults`) and the space holds it; else None. The
+        defaults are those of the task's target (as :meth:`instantiate` sees it), not of
+        the GPU of this process: a task for sm_90a made on a machine without one has the
+        defaults of sm_90a."""
         t = TEMPLATES.get(self.name)
         fn = getattr(t, "default_knobs", None)
         if fn is None or self.config_space is None:
             return None
         from .space import AnnotateEntity, OtherOptionEntity, ReorderEntity, SplitEntity
 
-        values = fn(*self.args)
+        with self._target_scope():
+            values = fn(*self.args)
         if set(values) != set(self.config_space.space_map):
             return None
         entities = {k: v if isinstance(v, (SplitEntity, ReorderEntity, AnnotateEntity,

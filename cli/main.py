@@ -230,7 +230,21 @@ def main(argv=None) -> int:
     add_bench_parser(sub)
     args = parser.parse_args(argv)
     setup_logging(-1 if args.quiet else args.verbose)
+    unblock_stop_signals()
     return run_command(f"ptxforge {args.cmd}", args.fn, args, args.debug)
+
+
+def unblock_stop_signals() -> None:
+    """Unblock SIGINT and SIGTERM in this thread. A blocked signal mask survives ``exec``:
+    a command started by a process that had them blocked (some test runners and libraries
+    block them around their own work) would never see Ctrl-C and would tune on. Signals
+    that the parent *ignores* (``nohup``, a background job) stay ignored."""
+    import signal
+
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    except (AttributeError, OSError, ValueError):  # no signal masks on this platform
+        pass
 
 
 def run_command(name: str, fn, args, debug: bool = False) -> int:

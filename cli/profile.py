@@ -19,23 +19,34 @@ def format_pool(label: str, stats, wall_s: float) -> str:
     """One line on where a worker pool's time went (``stats`` a
     :class:`~ptxforge.measure.pool.PoolStats`): working, idle with nothing queued (the
     tuner did not hand work over fast enough), and finished but waiting for the tuner's
-    process to take the answer and hand over the next job."""
+    process to take the answer and hand over the next job; the idle time split by when
+    (start-up, between rounds, tail) and the time to the first answer."""
     capacity = stats.workers * wall_s
     share = f" ({100 * stats.job_s / capacity:.0f}% of {stats.workers} x {wall_s:.1f} s)" if (
         capacity > 0) else ""
+    split = ""
+    if stats.starved_s > 0:
+        split = (f"; idle at the start-up {stats.startup_starved_s:.2f}, between rounds "
+                 f"{stats.between_starved_s:.2f}, in the tail {stats.tail_starved_s:.2f}")
+    first = (f"; first answer {stats.first_s:.2f} s after the first job"
+             if stats.first_s is not None else "")
     return (f"  {label}: {stats.workers} worker{'s' if stats.workers != 1 else ''}, "
             f"{stats.jobs} jobs: working {stats.job_s:.2f} worker-s{share}, idle with nothing "
             f"queued {stats.starved_s:.2f}, finished and waiting for the tuner's process "
             f"{stats.lag_s:.2f}, taking a job over {stats.handover_s:.2f}; open "
-            f"{stats.open_s:.1f} s")
+            f"{stats.open_s:.1f} s{split}{first}")
 
 
-def format_profile(main: dict, builder, trials: int, wall_s: float, runner=None) -> str:
+def format_profile(main: dict, builder, trials: int, wall_s: float, runner=None,
+                   times=None) -> str:
     """The profile lines of a tuning run: ``main`` the stage seconds of the main process,
     ``builder`` the run's builder (its ``stage_totals`` and ``builds``, when it keeps
     them), ``runner`` the run's runner; builder and runner add where their workers' time
-    went when they keep ``pool_stats``, and a GPU runner its worker's time per candidate by
-part (``run_parts``: unpack, inputs, load, check, time)."""
+    went when they keep ``pool_stats`` (the idle time split into start-up, between rounds
+    and tail), and a GPU runner its worker's time per candidate by part (``run_parts``:
+    unpack, inputs, load, check, time). ``times`` (a
+    :class:`~ptxforge.measure.measure.FlowTimes`) says when the first candidate was built,
+    handed to the runner and measured."""
     lines = ["profile:"]
     known = ", ".join(f"{k} {main.get(k, 0.0):.2f} s" for k in MAIN_STAGES)
     lines.append(f"  main process: {known} (wall {wall_s:.2f} s)")
@@ -55,6 +66,8 @@ part (``run_parts``: unpack, inputs, load, check, time)."""
         stats = getattr(side, "pool_stats", None)
         if stats is not None and stats.jobs:
             lines.append(format_pool(label, stats, wall_s))
+    if times is not None:
+        lines.append(f"  {times.line()}")
     parts = getattr(runner, "run_parts", None)
     if parts is not None and parts.candidates:
         # the GPU runner's worker: what its time per candidate went to

@@ -142,6 +142,7 @@ def tune_op_command(args) -> int:
         raise SystemExit(str(e)) from None
     if args.trials < 1 or args.per_round < 1:
         raise SystemExit("--trials and --per-round must be at least 1")
+    check_time_budget_argument(args)
     runner = resolve_runner(args.runner)
     task = autosched.SearchTask(func=func, args=wl_args, target=args.target)
     logger.info(f"workload {task.workload_key}, {task.flop_ct / 1e6:.1f} MFLOP; runner "
@@ -179,7 +180,8 @@ def tune_op_command(args) -> int:
     options = autosched.TuningOptions(
         num_measure_trials=todo, num_measures_per_round=args.per_round,
         builder=measurement.builder, runner=measurement.runner, verbose=0,
-        measure_callbacks=[autosched.RecordToFile(args.log), progress])
+        measure_callbacks=[autosched.RecordToFile(args.log), progress],
+        time_budget_s=args.time_budget)
     t0 = time.perf_counter()
     try:
         with collect() as main_stages:
@@ -192,9 +194,12 @@ def tune_op_command(args) -> int:
     print(f"{summary.trials} trials in {elapsed:.1f} s ({summary.trials / max(elapsed, 1e-9):.2f}"
           f" trials/s; search {summary.search_s:.1f} s, measurement {summary.measure_s:.1f} s), "
           f"{summary.errors} errors{f'; resumed after {earlier} trials' if resume else ''}")
+    if summary.stopped_by_budget:
+        print(f"stopped at the time budget of {args.time_budget:g} s; every measured candidate "
+              f"is recorded in {args.log} (run again to go on)")
     if args.profile:
         print(format_profile(main_stages, measurement.builder, summary.trials, elapsed,
-                             measurement.runner))
+                             measurement.runner, summary.measure_times))
     return _report_best(task, args.log)
 
 
@@ -239,6 +244,7 @@ def add_tune_op_parser(sub) -> None:
                    help="simulator runner: also run candidates on the simulator and compare "
                         "them with a reference")
     add_early_stop_argument(p)
+    add_time_budget_argument(p)
     p.add_argument("--seed", type=int, default=0, help="search seed")
     p.add_argument("--target", default="cuda",
                    help="the target the sketches are made for (\"cuda\", \"cuda "
@@ -246,6 +252,24 @@ def add_tune_op_parser(sub) -> None:
     add_profile_argument(p)
     add_model_arguments(p)
     p.set_defaults(fn=tune_op_command)
+
+
+def check_time_budget_argument(args) -> None:
+    """Refuse a ``--time-budget`` that is not a positive finite number of seconds."""
+    import math
+
+    budget = args.time_budget
+    if budget is not None and not (math.isfinite(budget) and budget > 0):
+        raise SystemExit(f"--time-budget must be a positive number of seconds, got {budget:g}")
+
+
+def add_time_budget_argument(p) -> None:
+    """``--time-budget SECONDS``: stop tuning at a wall-clock budget."""
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="stop tuning after about this many seconds (counted from the start "
+                        "of the search) or at --trials, whichever comes first: no round is "
+                        "searched that would overrun it, and every measured candidate is "
+                        "recorded")
 
 
 def add_profile_argument(p) -> None:
@@ -266,12 +290,13 @@ def _tune_network(args, tasks, weights, runner: str, todo: int, resume: bool,
                        table=table, seed=args.seed, per_round=args.per_round,
                        min_repeat_ms=args.min_repeat_ms, sim_check=args.sim_check,
                        load_model=args.load_model, search_ahead=args.search_ahead,
-                       early_stop=args.early_stop)
+                       early_stop=args.early_stop, time_budget_s=args.time_budget)
     if run.scheduler.search_policies:
         save_model(run.scheduler.search_policies[0].cost_model, args.save_model)
     print(run.report())
     if args.profile:
-        print(format_profile(run.stages, run.builder, run.trials, run.elapsed_s, run.runner))
+        print(format_profile(run.stages, run.builder, run.trials, run.elapsed_s, run.runner,
+                             run.scheduler.measure_times))
 
 
 NETWORK_TOLERANCE = {"float32": 1e-4, "tf32": 5e-3, "float16": 1e-2, "bfloat16": 4e-2}
@@ -286,6 +311,7 @@ def tune_network_command(args) -> int:
     from .. import graph
     from .network_source import is_model_file, load_network, relative_error
 
+    check_time_budget_argument(args)
     try:
         loaded = load_network(args.network, args.input, batch_size=args.batch_size,
                               layout=args.layout, image_size=args.image_size)
@@ -416,6 +442,7 @@ def add_tune_network_parser(sub) -> None:
                         "(default 2: candidates of three tasks in flight keep the builders "
                         "busy; 0 waits for each round's results, as TVM does)")
     add_early_stop_argument(p)
+    add_time_budget_argument(p)
     p.add_argument("--target", default="cuda",
                    help="the target the tasks' sketches are made for (\"cuda\": the GPU "
                         "present, else sm_90; \"cuda -arch=sm_90a\" profiles the H100's "

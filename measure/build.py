@@ -431,6 +431,10 @@ class LocalBuilder(Builder):
         self._build_seconds = 0.0
         self._kernels = {False: 0, True: 0}  # compiled, reused from a cache
         self._old_stats = PoolStats(self.n_parallel)
+        # made here, where the caller usually is the main thread: the workers and their
+        # folders are started later from whatever thread feeds the builder (a tuner's
+        # measure thread), where no signal handler can be installed
+        remove_temp_folders_on_sigterm()
 
     # -- streaming interface -----------------------------------------------------------------
 
@@ -487,6 +491,11 @@ class LocalBuilder(Builder):
                                                f"{o.exc_type}: {o.error}\n{o.traceback}",
                                                o.seconds)))
         return out
+
+    def cancel_queued(self) -> list:
+        keys = [key for key, _ in self._inline]
+        self._inline.clear()
+        return keys + (self._pool.cancel_queued() if self._pool else [])
 
     def waitables(self) -> list:
         return self._pool.waitables() if self._pool else []

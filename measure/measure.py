@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import itertools
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_any
 
 from .result import ERROR_COST, BuildResult, MeasureInput, MeasureResult
@@ -47,6 +48,11 @@ class Builder(abc.ABC):
     def close(self) -> None:
         """Release worker processes."""
         return None
+
+    def cancel_queued(self) -> list:
+        """Drop the candidates not yet handed to a build (the builds under way go on);
+        their keys. A builder that queues nothing has nothing to drop."""
+        return []
 
     def build(self, inputs) -> list[BuildResult]:
         """Build ``inputs`` and return their results in order."""
@@ -244,6 +250,31 @@ def result_of_failed_build(build: BuildResult) -> MeasureResult:
 
 _MISSING = object()
 
+
+@dataclass
+class FlowTimes:
+    """When a :class:`Flow`'s first candidate reached each point (``time.monotonic()``;
+    None until it did): ``added`` handed to the builder, ``built`` its build back,
+    ``run`` handed to the runner, ``result`` the runner's first result back. Where a run
+    waits at its start (the builders' start, a reference build, the runner's worker
+    coming up) shows between them."""
+
+    opened: float
+    added: float | None = None
+    built: float | None = None
+    run: float | None = None
+    result: float | None = None
+
+    def line(self) -> str:
+        """``first candidate (...): added 0.12 s, built 0.50 s, ...``."""
+        labels = (("added", "added"), ("built", "built"), ("run", "to the runner"),
+                  ("result", "runner's first result"))
+        parts = [f"{label} {t - self.opened:.2f} s" for name, label in labels
+                 if (t := getattr(self, name)) is not None]
+        return ("first candidate (s after the measurement opened): "
+                + (", ".join(parts) if parts else "none added"))
+
+
 batch_ids = itertools.count()
 """Numbers batches across every flow of the process, so that keys never repeat: a result
 left in a builder or runner by an interrupted batch cannot pass for a later one's."""
@@ -259,16 +290,35 @@ class Flow:
         self.builder = builder
         self.runner = runner
         self._inputs: dict = {}
+        self._building: set = set()  # keys whose build has not come back
+        self.times = FlowTimes(time.monotonic())
 
     @property
     def pending(self) -> int:
         """Candidates added and not yet done."""
         return len(self._inputs)
 
+    @property
+    def building(self) -> int:
+        """Candidates added whose build has not come back (queued or being built)."""
+        return len(self._building)
+
     def add(self, key, inp: MeasureInput) -> None:
+        if self.times.added is None:
+            self.times.added = time.monotonic()
         self._inputs[key] = inp
+        self._building.add(key)
         self.runner.prepare(inp)
         self.builder.submit(key, inp)
+
+    def cancel_queued(self) -> list:
+        """Drop the candidates still queued for a build (they will have no result); their
+        keys."""
+        keys = self.builder.cancel_queued()
+        for key in keys:
+            self._inputs.pop(key, None)
+            self._building.discard(key)
+        return keys
 
     def advance(self) -> list:
         """Finished ``(key, MeasureResult)`` pairs; never waits. Results under keys this
@@ -278,6 +328,9 @@ class Flow:
         for key, b in self.builder.collect(0.0):
             if key not in self._inputs:
                 continue
+            self._building.discard(key)
+            if self.times.built is None:
+                self.times.built = time.monotonic()
             # a candidate sent as a plan learns its pipeline text from its build (the text
             # its record will hold), whether or not the build succeeded
             _learn(self._inputs[key], b)
@@ -285,9 +338,13 @@ class Flow:
                 del self._inputs[key]
                 done.append((key, result_of_failed_build(b)))
             else:
+                if self.times.run is None:
+                    self.times.run = time.monotonic()
                 self.runner.submit(key, self._inputs[key], b)
         for key, r in self.runner.collect(0.0):
             if self._inputs.pop(key, _MISSING) is not _MISSING:
+                if self.times.result is None:
+                    self.times.result = time.monotonic()
                 done.append((key, r))
         return done
 

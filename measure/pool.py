@@ -54,7 +54,13 @@ class PoolStats:
     fast enough); ``handover_s``: from handing a job over (or from the end of the job
     before, for a job sent ahead) to the worker starting it (the message through the pipe
     and unpickled: a task the worker does not know yet arrives whole); ``open_s``: seconds
-    from the first job submitted to the last answer read."""
+    from the first job submitted to the last answer read. ``starved_s`` is split by when
+    it happened: ``startup_starved_s`` before the first answer was read (the workers up and
+    waiting while the caller prepares its first work), ``tail_starved_s`` after the last
+    job was submitted (the workers running out of work at the end; read after the last
+    job, as a closed pool's figures are), the rest between those (the caller not keeping
+    up in the middle of the run). ``first_s``: from the first job submitted to the first
+    answer read (the first worker's start-up and its first job)."""
 
     workers: int = 0
     jobs: int = 0
@@ -63,13 +69,25 @@ class PoolStats:
     starved_s: float = 0.0
     open_s: float = 0.0
     handover_s: float = 0.0
+    startup_starved_s: float = 0.0
+    tail_starved_s: float = 0.0
+    first_s: float | None = None
+
+    @property
+    def between_starved_s(self) -> float:
+        """Idle worker-seconds with nothing queued between the start-up and the tail."""
+        return max(0.0, self.starved_s - self.startup_starved_s - self.tail_starved_s)
 
     def merged(self, other: PoolStats) -> PoolStats:
-        """The sums of two pools' (or two lives of one pool's) figures."""
+        """The sums of two pools' (or two lives of one pool's) figures; the first answer
+        of the earlier life."""
         return PoolStats(max(self.workers, other.workers), self.jobs + other.jobs,
                          self.job_s + other.job_s, self.lag_s + other.lag_s,
                          self.starved_s + other.starved_s, self.open_s + other.open_s,
-                         self.handover_s + other.handover_s)
+                         self.handover_s + other.handover_s,
+                         self.startup_starved_s + other.startup_starved_s,
+                         self.tail_starved_s + other.tail_starved_s,
+                         self.first_s if self.first_s is not None else other.first_s)
 
 
 @dataclass
@@ -105,8 +123,21 @@ def _die_with_parent() -> None:
         pass
 
 
+def _listen_to_stop_signals() -> None:
+    """Unblock SIGINT and SIGTERM in this worker: a worker forked from a thread that had
+    them blocked would inherit the mask, and a ``terminate()`` (SIGTERM) at the tuner's
+    exit, which joins its daemonic children, would then wait for it forever."""
+    try:
+        import signal
+
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    except (AttributeError, OSError, ValueError):  # no signal masks here
+        pass
+
+
 def _worker_main(conn, initializer, init_args, inherited=()) -> None:
     _die_with_parent()
+    _listen_to_stop_signals()
     for c in inherited:  # pipes of sibling workers copied by fork: keep only our own
         try:
             c.close()
@@ -278,6 +309,10 @@ class WorkerPool:
         self._stats = PoolStats(size)
         self._first: float | None = None  # when the first job was submitted
         self._tick_at: float | None = None  # when starvation was last accounted
+        # the starved worker-seconds when the first answer was read and when the last job
+        # was submitted: where the start-up ends and the tail begins
+        self._starved_at_first_answer: float | None = None
+        self._starved_at_last_submit = 0.0
         self._finalizer = weakref.finalize(self, _stop, self._workers)
 
     # -- submitting -------------------------------------------------------------------------
@@ -288,12 +323,19 @@ class WorkerPool:
         self._tick()
         if self._first is None:
             self._first = time.monotonic()
+        self._starved_at_last_submit = self._stats.starved_s
         self._queue.append((key, fn, tuple(args), timeout))
 
     def stats(self) -> PoolStats:
         """Where the workers' time went so far (:class:`PoolStats`)."""
         self._tick()
-        return self._stats
+        st = self._stats
+        last = self._starved_at_last_submit
+        first = st.starved_s if self._starved_at_first_answer is None else (
+            self._starved_at_first_answer)
+        st.startup_starved_s = min(first, last)
+        st.tail_starved_s = max(0.0, st.starved_s - last)
+        return st
 
     def _tick(self) -> None:
         """Add the time since the last call during which started workers sat idle with
@@ -371,6 +413,13 @@ class WorkerPool:
                 wait_any(handles, wait_for)
             else:
                 time.sleep(min(wait_for if wait_for is not None else 0.01, 0.01))
+
+    def cancel_queued(self) -> list:
+        """Drop the jobs not yet handed to a worker (the jobs being run, and those sent
+        ahead to a busy worker, go on); their keys, in queue order."""
+        keys = [job[0] for job in self._queue]
+        self._queue.clear()
+        return keys
 
     def close(self) -> None:
         """Stop every worker (queued jobs are dropped)."""
@@ -495,6 +544,11 @@ class WorkerPool:
             return []
         key = msg[1]
         now = time.monotonic()
+        if self._starved_at_first_answer is None:
+            self._tick()
+            self._starved_at_first_answer = self._stats.starved_s
+            if self._first is not None:
+                self._stats.first_s = now - self._first
         self._stats.jobs += 1
         self._stats.job_s += msg[3] if kind == "ok" else msg[5]
         if not w.next:  # the worker has waited for this answer to be read since it ended

@@ -40,7 +40,9 @@ class MeasureStream:
         self._inbox: deque = deque()
         self._wake_r, self._wake_w = Pipe(duplex=False)
         self._batches: dict = {}  # id -> [future, results, remaining, inputs, on_result]
+        self._building = 0  # candidates taken from the inbox whose build has not come back
         self._stopping = False
+        self._measured = 0  # candidates whose result came back
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -78,15 +80,41 @@ class MeasureStream:
             return sum(len(b[0]) for b in self._inbox) + sum(
                 b[2] for b in self._batches.values())
 
+    @property
+    def unbuilt(self) -> int:
+        """Candidates submitted whose build has not come back yet (queued for the builder
+        or being built): when this falls below what the builder's workers can take, they
+        are about to run out of work."""
+        with self._lock:
+            return sum(len(b[0]) for b in self._inbox) + self._building
+
+    @property
+    def measured(self) -> int:
+        """Candidates whose result came back so far (failed builds included)."""
+        with self._lock:
+            return self._measured
+
+    @property
+    def times(self):
+        """When the first candidate was added, built, handed to the runner and measured
+        (a :class:`~ptxforge.measure.measure.FlowTimes`)."""
+        return self._flow.times
+
     def close(self, close_workers: bool = False, timeout: float = 30.0) -> None:
         """Stop the thread; batches not yet measured fail with
-        :class:`MeasureStreamClosed`. ``close_workers`` also closes the builder and the
+        :class:`MeasureStreamClosed`, and their candidates still queued for a build are
+        dropped from the builder. ``close_workers`` also closes the builder and the
         runner."""
         with self._lock:
             self._stopping = True
         self._wake()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+        if not self._thread.is_alive():
+            # nobody waits for the candidates still queued for a build: the workers stop
+            # after the builds under way (a run interrupted during the warm-up's backlog
+            # has a few rounds queued) instead of building them for nothing
+            self._flow.cancel_queued()
         self._fail_all(MeasureStreamClosed(self._why_closed()))
         for end in (self._wake_r, self._wake_w):
             try:
@@ -124,9 +152,14 @@ class MeasureStream:
                         return
                     new = list(self._inbox)
                     self._inbox.clear()
+                    # counted from the moment they leave the inbox, so :attr:`unbuilt`
+                    # never misses them while they are handed to the builder
+                    self._building += sum(len(b[0]) for b in new)
                 for inputs, fut, on_result in new:
                     self._start(inputs, fut, on_result)
                 done = self._flow.advance()
+                with self._lock:
+                    self._building = self._flow.building
                 for key, res in done:
                     self._finish(key, res)
                 if done:
@@ -165,6 +198,7 @@ class MeasureStream:
         if batch[4] is not None:
             batch[4](batch[3][i], res)
         with self._lock:
+            self._measured += 1
             batch[1][i] = res
             batch[2] -= 1
             if batch[2] or self._batches.pop(bid, None) is None:

@@ -59,9 +59,65 @@ def test_a_cache_entry_that_does_not_match_its_key_is_rebuilt(tmp_path):
     assert not got.cache_hit and got.cubin == b.cubin
 
 
+# -- signals ----------------------------------------------------------------------------------
+
+# A signal ignored or blocked in the test process (a library of an earlier test in the same
+# worker may have left it so) is inherited across exec: the child would never see the
+# SIGINT these tests send and would run on. The children start with both signals unblocked
+# and Ctrl-C raising KeyboardInterrupt, whatever the test process's state.
+_CLEAN_SIGNALS = ("import signal; "
+                  "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM}); "
+                  "signal.signal(signal.SIGINT, signal.default_int_handler)\n")
+
+
+def _cli_child(*args) -> list:
+    """The command line of ``python -m ptxforge ARGS`` started with clean signals."""
+    code = (_CLEAN_SIGNALS + "import runpy\n"
+            "runpy.run_module('ptxforge', run_name='__main__', alter_sys=True)")
+    return [sys.executable, "-c", code, *args]
+
+
+def _signal_state(pid: int) -> str:
+    """What a child that did not stop looked like: its signal masks and threads (from
+    /proc), and its children, for the failure message."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            lines = [ln.strip() for ln in f if ln.startswith(("Sig", "ShdPnd", "Threads",
+                                                             "State"))]
+    except OSError as e:
+        return f"no /proc status: {e}"
+    kids = subprocess.run(["ps", "-o", "pid,stat,wchan:24,etime,args", "--ppid", str(pid)],
+                          capture_output=True, text=True).stdout
+    return "; ".join(lines) + "\nchildren:\n" + kids
+
+
+def test_children_start_with_sigint_unblocked_and_handled(tmp_path):
+    # the launcher undoes an inherited block and an inherited SIG_IGN
+    code = ("import signal, os; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}); "
+            "signal.signal(signal.SIGINT, signal.SIG_IGN); import subprocess, sys; "
+            f"print(subprocess.run([sys.executable, '-c', {_CLEAN_SIGNALS!r} + "
+            "'import signal; print(signal.getsignal(signal.SIGINT) is "
+            "signal.default_int_handler, signal.SIGINT in signal.pthread_sigmask("
+            "signal.SIG_BLOCK, []))'], capture_output=True, text=True).stdout.strip())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "True False", out.stdout + out.stderr
+
+
+def test_the_cli_unblocks_sigint_it_inherited():
+    code = ("import signal; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}); "
+            "from ptxforge.cli.main import unblock_stop_signals; "
+            "print(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])); "
+            "unblock_stop_signals(); "
+            "print(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.stdout.split() == ["True", "False"], out.stdout + out.stderr
+
+
 # -- temp folders -----------------------------------------------------------------------------
 
-_BUILD_FOREVER = textwrap.dedent("""
+_BUILD_FOREVER = _CLEAN_SIGNALS + textwrap.dedent("""
     import sys
     from ptxforge import te
     from ptxforge.measure import LocalBuilder, MeasureInput, TaskSpec
@@ -91,6 +147,8 @@ def test_temp_folders_are_removed_on_sigint_and_sigterm(tmp_path, sig):
     p.send_signal(sig)
     try:
         p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the builder went on after signal {int(sig)}: {_signal_state(p.pid)}")
     finally:
         p.kill()
     left = [x for x in os.listdir(tmp_path) if x.startswith("ptxforge-")]
@@ -150,16 +208,53 @@ def test_cli_ctrl_c_says_how_many_records_are_saved_where(tmp_path):
     from ptxforge.measure import load_records
 
     log = tmp_path / "t.json"
-    p = subprocess.Popen([sys.executable, "-m", "ptxforge", "tune-op", "dense", "--trials",
-                          "2000", "--per-round", "4", "--runner", "sim", "--model", "random",
-                          "--log", str(log)], env={**os.environ, "PYTHONPATH": ROOT},
+    p = subprocess.Popen(_cli_child("tune-op", "dense", "--trials", "2000", "--per-round", "4",
+                                    "--runner", "sim", "--model", "random", "--log", str(log)),
+                         env={**os.environ, "PYTHONPATH": ROOT},
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 90
     while not (log.exists() and len(log.read_text().splitlines()) >= 4):
-        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        if p.poll() is not None or time.monotonic() >= deadline:
+            state = _signal_state(p.pid)
+            p.kill()
+            pytest.fail(f"no 4 records within 90 s: {state}\n{p.communicate()}")
         time.sleep(0.1)
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        state = _signal_state(p.pid)
+        p.kill()
+        pytest.fail(f"the tuner went on after SIGINT: {state}\n{p.communicate()}")
     n = len(load_records(log))
     assert p.returncode == 130 and "Traceback" not in err, err
     assert f"{n} records of this run are saved in {log}" in out + err, out + err
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_tuner_and_leaves_no_temp_folders(tmp_path):
+    # the builder's folders are made from the tuner's measure thread, where no handler can
+    # be installed: the builder installs it when it is made, in the main thread
+    log = tmp_path / "t.json"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = subprocess.Popen(_cli_child("tune-op", "dense", "--trials", "2000", "--per-round", "4",
+                                    "--runner", "sim", "--model", "random", "--log", str(log)),
+                         env={**os.environ, "PYTHONPATH": ROOT, "TMPDIR": str(tmp)},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while not (log.exists() and len(log.read_text().splitlines()) >= 4):
+        if p.poll() is not None or time.monotonic() >= deadline:
+            p.kill()
+            pytest.fail(f"no 4 records within 90 s: {p.communicate()}")
+        time.sleep(0.1)
+    assert [x for x in os.listdir(tmp) if x.startswith("ptxforge-")]  # the builder's scratch
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        state = _signal_state(p.pid)
+        p.kill()
+        pytest.fail(f"the tuner went on after SIGTERM: {state}")
+    left = [x for x in os.listdir(tmp) if x.startswith("ptxforge-")]
+    assert p.returncode == -signal.SIGTERM and not left, (p.returncode, left)

@@ -127,3 +127,47 @@ def test_large_jobs_are_not_sent_ahead():
     finally:
         pool.close()
     assert out["b"].value == pool_mod.PREFETCH_MAX_BYTES + 1
+
+
+def test_idle_time_is_split_into_start_up_between_rounds_and_tail():
+    pool = WorkerPool(2, "fork")
+    try:
+        t0 = time.monotonic()
+        pool.submit("a", _nap, (0.3,))
+        pool.submit("b", _nap, (0.3,))
+        done = []
+        while len(done) < 2:
+            done += pool.poll(None)
+        first_by = time.monotonic() - t0
+        time.sleep(0.4)  # both idle between two rounds of work
+        pool.submit("c", _nap, (0.1,))
+        while not pool.poll(None):
+            pass
+        time.sleep(0.3)  # the work is over: the tail
+        st = pool.stats()
+    finally:
+        pool.close()
+    # both workers took a job as soon as they were up: no start-up idling to speak of
+    assert st.startup_starved_s < 0.2
+    assert st.between_starved_s == pytest.approx(0.8, abs=0.25)
+    assert st.tail_starved_s >= 0.65  # one worker during "c", both for 0.3 s after it
+    assert st.startup_starved_s + st.between_starved_s + st.tail_starved_s == pytest.approx(
+        st.starved_s)
+    assert 0.3 <= st.first_s <= first_by
+    merged = st.merged(PoolStats(2, 1, 0.1, 0.0, 0.5, 1.0, 0.0, 0.2, 0.3, 0.05))
+    assert merged.startup_starved_s == pytest.approx(st.startup_starved_s + 0.2)
+    assert merged.tail_starved_s == pytest.approx(st.tail_starved_s + 0.3)
+    assert merged.first_s == st.first_s
+    line = format_profile({}, type("Side", (), {"pool_stats": st})(), 3, 2.0)
+    assert "; idle at the start-up" in line and "between rounds" in line
+    assert "in the tail" in line and "first answer" in line
+
+
+def test_profile_says_when_the_first_candidate_was_measured():
+    from ptxforge.measure.measure import FlowTimes
+
+    times = FlowTimes(10.0, added=10.1, built=10.6, run=10.6, result=14.2)
+    text = format_profile({"search": 1.0}, object(), 1, 5.0, None, times)
+    assert ("first candidate (s after the measurement opened): added 0.10 s, built 0.60 s, "
+            "to the runner 0.60 s, runner's first result 4.20 s") in text
+    assert "none added" in FlowTimes(0.0).line()

@@ -21,9 +21,21 @@ class IndexBaseTuner(Tuner):
     def has_next(self) -> bool:
         return len(self.visited) < self.range_length
 
+    def _in_range(self, index: int) -> bool:
+        return self.range_begin <= index < self.range_begin + self.range_length
+
     def _mark_logged(self, index: int) -> None:
-        if self.range_begin <= index < self.range_begin + self.range_length:
+        if self._in_range(index):
             self.visited.add(index)
+
+    def _default_first(self) -> list:
+        # the template's default is measured first only where it lies in the range: a
+        # tuner given a range measures nothing outside it (and counts only what is inside)
+        getter = getattr(self.task, "default_config", None)
+        cfg = getter() if callable(getter) else None
+        if cfg is None or not self._in_range(cfg.index):
+            return []
+        return super()._default_first()
 
 
 class GridSearchTuner(IndexBaseTuner):

@@ -84,7 +84,11 @@ class Tuner(abc.ABC):
 
     def _own_records(self, data_set) -> list:
         """The ``(input, result)`` pairs of ``data_set`` that are configs of this task's
-        space (a config whose knobs no longer match the space at its index is left out)."""
+        space, each as the config of the space it denotes: a record written before knobs
+        were appended to the space counts as the config with those knobs at their first
+        candidate (:func:`~ptxforge.autotvm.config_match.config_in_space`); a config whose
+        knobs no longer match the space is left out."""
+        from ..config_match import config_in_space
         from ..dispatch import _target_name
 
         key, target = self.task.workload_key, _target_name(self.task.target)
@@ -92,11 +96,10 @@ class Tuner(abc.ABC):
         for inp, res in data_set:
             if inp.task.workload_key != key or _target_name(inp.target) != target:
                 continue
-            index = inp.config.index
-            if not 0 <= index < len(self.space) or self.space.get(index) != inp.config:
+            config = config_in_space(self.space, inp.config)
+            if config is None:
                 continue
-            own.append((MeasureInput(inp.target, self.task, self.space.get(index),
-                                     inp.pipeline_text), res))
+            own.append((MeasureInput(inp.target, self.task, config, inp.pipeline_text), res))
         return own
 
     def _resume(self, own: list) -> None:

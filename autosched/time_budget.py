@@ -1,0 +1,68 @@
+"""A wall-clock budget for a tuning run: no round is searched once the budget is spent, or
+once the candidates already handed over would take the rest of it to measure at the rate
+measured so far, so the run ends close to the budget with every record on disk (a round
+searched is always measured and recorded; nothing is cut off halfway)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+
+def check_time_budget(seconds) -> float | None:
+    """``seconds`` as a float, or None for no budget; a ``ValueError`` for anything but a
+    positive finite number."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
+            math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"time_budget_s must be a positive number of seconds, got {seconds!r}")
+    return float(seconds)
+
+
+@dataclass
+class TimeBudget:
+    """The budget of one run (``seconds`` None: unlimited), counted from its creation.
+
+    :meth:`allows_another_round` says whether another round may be searched (the first
+    always may: a run shorter than its own start-up still measures a round); the caller
+    reports each round's search time with :meth:`searched`, since a search, once begun,
+    runs to its end. ``spent`` records that the run stopped because the budget said no."""
+
+    seconds: float | None
+    started: float = field(default_factory=time.monotonic)
+    spent: bool = False
+    granted: int = 0  # rounds allowed so far
+    search_s: float = 0.0  # seconds the rounds' searches took
+    searches: int = 0
+
+    def searched(self, seconds: float) -> None:
+        """A round's search took ``seconds``."""
+        self.search_s += max(0.0, float(seconds))
+        self.searches += 1
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def allows_another_round(self, stream) -> bool:
+        """False once the budget is spent, or once another search (as long as the mean
+        one so far) and the candidates submitted to ``stream`` (a
+        :class:`~ptxforge.measure.stream.MeasureStream`) and not yet measured, at the rate
+        the run has measured so far, would take the rest of it."""
+        elapsed = self.elapsed
+        ok = self.seconds is None or not self.granted
+        if not ok:
+            done, pending = stream.measured, stream.pending
+            drain = pending * elapsed / done if done else 0.0
+            search = self.search_s / self.searches if self.searches else 0.0
+            ok = elapsed + search + drain < self.seconds
+        if ok:
+            self.granted += 1
+        else:
+            self.spent = True
+        return ok
+
+
+__all__ = ["TimeBudget", "check_time_budget"]
