@@ -179,3 +179,33 @@ def test_wgmma_epilogues_match_numpy_on_the_simulator(M, N, K, epilogue, cfg):
     got = f64(out, y.dtype)
     want = _reference([f64(v, a.dtype) for v, a in zip(vals, args)], epilogue)
     np.testing.assert_allclose(got, want, rtol=0, atol=4e-3 * np.abs(want).max())
+
+
+# -- the GPU ---------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K,epilogue", [
+    (1024, 3072, 768, "gelu_tanh"),  # GPT-2's FFN1 at 1,024 tokens
+    (4096, 768, 3072, "residual"),  # BERT's FFN2 at batch 8 x 512
+    (1024, 3072, 768, "gelu16"),
+    (200, 130, 264, "residual"),  # rows of unproven alignment: scalar accesses
+])
+def test_default_kernels_with_fused_epilogues_on_the_gpu(M, N, K, epilogue):
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+    from ptxforge.ops.schedules import default_schedule
+
+    dev = cuda(0)
+    if dev.sm != "sm_90":
+        pytest.skip(f"wgmma needs an sm_90 GPU (sm_90a code); this one is {dev.sm}")
+    args, y = _layer(M, N, K, epilogue)
+    target = as_target(SM90A)
+    with target:
+        s = default_schedule(y, target)
+        loaded = compile_module(ptxforge.lower(s, args + [y]), target).load(dev)
+    vals = [host(RNG, a.shape, a.dtype) for a in args]
+    out = empty((M, N), y.dtype, dev)
+    loaded(*[array(h, dev, a.dtype) for h, a in zip(vals, args)], out)
+    want = _reference([f64(h, a.dtype) for h, a in zip(vals, args)], epilogue)
+    got = f64(out.numpy(), y.dtype)
+    np.testing.assert_allclose(got, want, rtol=0, atol=4e-3 * np.abs(want).max())
