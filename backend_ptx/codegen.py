@@ -516,8 +516,9 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
 
     def _vector_lane(self, index: Expr) -> tuple[Expr, int] | None:
         """``(rest, k)`` where ``index`` (through let-bound names) is ``rest + v`` for the
-        variable ``v`` of a vectorized loop at iteration ``k`` and ``rest`` computes no
-        load or call (emitting it again is free of effects), else None."""
+        variable ``v`` of a vectorized loop at iteration ``k``, ``rest`` computes no load or
+        call (emitting it again is free of effects) and is provably >= 0 (so that, below
+        the accessed ``index``, its pointer is in bounds too), else None."""
         seen = 0
         while isinstance(index, Var) and isinstance(self.known.get(index), Expr) and seen < 8:
             index, seen = self.known[index], seen + 1
@@ -525,8 +526,8 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
             return None
         for lane, rest in ((index.b, index.a), (index.a, index.b)):
             k = self.known.get(lane) if isinstance(lane, Var) else None
-            if isinstance(k, int) and not any(isinstance(x, (Load, Call))
-                                               for x in walk_exprs(rest)):
+            if isinstance(k, int) and k >= 0 and self._nonneg(rest) and not any(
+                    isinstance(x, (Load, Call)) for x in walk_exprs(rest)):
                 return rest, k
         return None
 
