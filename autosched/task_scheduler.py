@@ -426,7 +426,12 @@ class TaskScheduler:
                     while task_idx in self.dead_tasks:
                         task_idx = (task_idx + 1) % n_tasks
                 else:
-                    task_idx = self._next_by_gradient()
+                    # a warm-up cut short by the budget's early answer: the tasks it left
+                    # come first once the budget allows rounds again
+                    busy = {r.task_idx for r in inflight}
+                    untuned = [i for i in range(n_tasks) if not self.task_cts[i]
+                               and i not in self.dead_tasks and i not in busy]
+                    task_idx = untuned[0] if untuned else self._next_by_gradient()
                 inflight.append(self._start_round(task_idx, stream, planned))
                 planned += len(inflight[-1].rows)
                 while inflight and (len(inflight) > ahead or planned >= trials or stop):

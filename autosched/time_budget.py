@@ -21,6 +21,10 @@ def check_time_budget(seconds) -> float | None:
     return float(seconds)
 
 
+# candidates measured before the rate so far is trusted to project the ones in flight
+MIN_RATE_SAMPLES = 64
+
+
 @dataclass
 class TimeBudget:
     """The budget of one run (``seconds`` None: unlimited), counted from its creation.
@@ -28,7 +32,7 @@ class TimeBudget:
     :meth:`allows_another_round` says whether another round may be searched (the first
     always may: a run shorter than its own start-up still measures a round); the caller
     reports each round's search time with :meth:`searched`, since a search, once begun,
-    runs to its end. ``spent`` records that the run stopped because the budget said no."""
+    runs to its end. ``spent`` says whether the last answer was no (the run stopped there)."""
 
     seconds: float | None
     started: float = field(default_factory=time.monotonic)
@@ -55,13 +59,17 @@ class TimeBudget:
         ok = self.seconds is None or not self.granted
         if not ok:
             done, pending = stream.measured, stream.pending
-            drain = pending * elapsed / done if done else 0.0
+            # the rate so far includes the start-up (workers spawning, the first builds):
+            # projected from a handful of results it makes the candidates in flight look
+            # many times slower than they are, and a warm-up cut there leaves tasks untuned
+            drain = pending * elapsed / done if done >= MIN_RATE_SAMPLES else 0.0
             search = self.search_s / self.searches if self.searches else 0.0
-            ok = elapsed + search + drain < self.seconds
+            ok = elapsed < self.seconds and elapsed + search + drain < self.seconds
         if ok:
             self.granted += 1
-        else:
-            self.spent = True
+        # the last answer counts: a refusal the run outlived (the rate recovered) is not
+        # where it stopped
+        self.spent = not ok
         return ok
 
 
