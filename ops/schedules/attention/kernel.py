@@ -703,14 +703,20 @@ def attention_module(w: AttentionWorkload, cfg: AttentionConfig,
     first (:func:`~.knobs.check_attention_config`). ``cfg.mma`` ``"wgmma"`` builds the
     warpgroup form (:mod:`.kernel_wgmma`; with ``cfg.scores`` ``"registers"``
     :mod:`.kernel_wgmma_regs`, with ``cfg.overlap`` ``"intra"``
-    :mod:`.kernel_wgmma_overlap`). ``copy_offsets`` (wgmma forms; None: the form's
+    :mod:`.kernel_wgmma_overlap`; with ``cfg.schedule`` ``"pingpong"``
+    :mod:`.kernel_wgmma_pingpong`). ``copy_offsets`` (wgmma forms; None: the form's
     default, on for the overlapped form only) addresses each thread's copies of a tile as
     its first one's plus constants (``WgmmaKernel._copy``): the same kernel in fewer
     registers, kept off the forms the calibration timed until a GPU times it."""
     if copy_offsets is not None and cfg.mma != "wgmma":
         raise ValueError("copy_offsets is a choice of the wgmma forms' copies (their "
                          f"128B-swizzled tiles), not of mma={cfg.mma!r}")
-    if cfg.mma == "wgmma" and cfg.overlap != "none":
+    if cfg.schedule == "pingpong":
+        from .kernel_wgmma_pingpong import PingPongOverlappedKernel, PingPongRegisterKernel
+
+        kind = PingPongOverlappedKernel if cfg.overlap != "none" else PingPongRegisterKernel
+        kb = kind(w, cfg, copy_offsets)
+    elif cfg.mma == "wgmma" and cfg.overlap != "none":
         from .kernel_wgmma_overlap import OverlappedKernel
 
         kb = OverlappedKernel(w, cfg, copy_offsets)
