@@ -67,3 +67,29 @@ def test_a_row_filled_with_finfo_min_averages_every_key(form, mdt):
     assert not want[:, :, 7].any()
     err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
     assert np.isfinite(got).all() and err <= attention_tolerance("float16"), err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", list(CONFIGS))
+def test_a_row_filled_with_finfo_min_on_the_gpu(form):
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+
+    dev = cuda(0)
+    cfg = CONFIGS[form]
+    if cfg.mma == "wgmma" and not dev.target.has_wgmma:
+        pytest.skip(f"wgmma needs a Hopper GPU (sm_90a), this one is {dev.sm}")
+    lq, s, e = 130, 200, 64
+    m = np.zeros((1, 1, lq, s), np.float32)
+    m[..., 2, :] = np.finfo(np.float32).min
+    m[..., 7, :] = -np.inf
+    w = AttentionWorkload(1, 2, 2, lq, s, e, e, "float16", False, 0.2,
+                          AttentionMask(m.shape, "float32"))
+    sh = w.shapes()
+    q, k, v = (cast_array(RNG.standard_normal(sh[n]), "float16") for n in "qkv")
+    loaded = compile_module(attention_module(w, cfg), dev.target).load(dev)
+    out = empty(sh["out"], "float16", dev)
+    loaded(*[array(x, dev, "float16") for x in (q, k, v)], array(m, dev, "float32"), out)
+    got = widen(out.numpy(), "float16")
+    want = _float32_softmax_reference(q, k, v, m, 0.2, "float16")
+    assert np.abs(got - want).max() <= attention_tolerance("float16") * max(
+        1.0, np.abs(want).max())
