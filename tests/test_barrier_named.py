@@ -153,3 +153,17 @@ def test_syncthreads_while_a_named_barrier_is_waited_at():
     mod = Module([PrimFunc("main", [host], Seq([Launch(k.name, [host])]), FuncAttrs.host()), k])
     with pytest.raises(SimBarrierError, match=r"waits at bar.sync 2 .* reaches __syncthreads"):
         _run(mod)
+
+
+@pytest.mark.gpu
+@pytest.mark.sanitize
+def test_the_protocol_runs_on_the_gpu():
+    from ptxforge.backend_ptx import compile_module, cuda, empty
+
+    dev = cuda(0)
+    loaded = compile_module(pingpong(sync_before=True), dev.target).load(dev)
+    out = empty((STEPS * 256,), "float32", dev)
+    loaded(out)  # both blocks write the same values; a hang or a trap fails the test
+    got = out.numpy().reshape(STEPS, 256)
+    np.testing.assert_array_equal(got, np.arange(STEPS, dtype=np.float32)[:, None]
+                                  .repeat(256, 1))
