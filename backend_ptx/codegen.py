@@ -348,9 +348,19 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         self.w.op(f"store {ref.elem} {value}, {pointer_type(ref.addrspace)} {ptr}, "
                   f"align {ref.align}")
 
+    # named barriers: bar.sync id, n / bar.arrive id, n (the .aligned forms: a barrier sits
+    # under warp-uniform conditions only, which the kernels that name them keep)
+    NAMED_BARRIER_SYNC = "llvm.nvvm.barrier.cta.sync.aligned.count"
+    NAMED_BARRIER_ARRIVE = "llvm.nvvm.barrier.cta.arrive.aligned.count"
+
     def _s_Barrier(self, s: Barrier) -> None:
-        ref = self.parts.declare(nvptx.BARRIER_INTRINSIC, "void (i32)")
-        self.w.op(f"call void {ref}(i32 0)")
+        if not s.named:
+            ref = self.parts.declare(nvptx.BARRIER_INTRINSIC, "void (i32)")
+            self.w.op(f"call void {ref}(i32 0)")
+            return
+        name = self.NAMED_BARRIER_ARRIVE if s.arrive else self.NAMED_BARRIER_SYNC
+        ref = self.parts.declare(name, "void (i32, i32)")
+        self.w.op(f"call void {ref}(i32 {s.id}, i32 {s.threads})")
 
     def _s_WgmmaSync(self, s: WgmmaSync) -> None:
         require_wgmma(self.target)

@@ -103,6 +103,7 @@ class CompiledKernel:
                 chunk = runtime.Chunk(self.name, self.grid, self.block, first,
                                       min(per_chunk, nblocks - first), self.track_races)
                 self._fn(arrays, chunk)
+                chunk.sync.finish()
 
 
 def compile_kernel(func: PrimFunc, check_races: bool = True) -> CompiledKernel:
@@ -298,7 +299,10 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
         elif isinstance(s, Alloc):
             self.stmt(s.body, B)
         elif isinstance(s, Barrier):
-            B.line(f"_sync.barrier({B.mask})")
+            if s.named:
+                B.line(f"_sync.named({s.id}, {s.threads}, {s.arrive}, {B.mask})")
+            else:
+                B.line(f"_sync.barrier({B.mask})")
         elif isinstance(s, WgmmaSync):
             if not self.has_wgmma:
                 raise SimIRError(f"kernel {self.name}: {s.text} in a kernel without wgmma")

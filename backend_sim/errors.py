@@ -25,7 +25,9 @@ class SimRaceError(SimError):
 
 
 class SimBarrierError(SimError):
-    """A barrier reached by only some threads of a block (undefined behaviour on a GPU)."""
+    """A barrier reached by only some threads of a block (undefined behaviour on a GPU), or
+    a named barrier's protocol broken: a deadlock, mismatched counts, a warp split at it, a
+    phase left incomplete at the kernel's end."""
 
 
 class SimDivergenceError(SimError):

@@ -146,14 +146,29 @@ class Sync:
         self.chunk = chunk
         self.track = track
         self.nbar = 0
+        self.named_state: NamedBarriers | None = None  # made at the first named barrier
         if track:
             self.epoch = np.zeros(chunk.nblocks, np.int64)
             self.base: int | np.ndarray = 0
             self.stamp = chunk.tid.astype(np.int64)
 
+    def named(self, bid: int, threads: int, arrive: bool, mask) -> None:
+        """``bar.sync bid, threads`` (``bar.arrive`` where ``arrive``) for the lanes in
+        ``mask`` (None: all): :class:`NamedBarriers`."""
+        if self.named_state is None:
+            self.named_state = NamedBarriers(self.chunk)
+        self.named_state.step(bid, threads, arrive, mask)
+
+    def finish(self) -> None:
+        """The kernel's end: every named barrier complete, no thread left waiting."""
+        if self.named_state is not None:
+            self.named_state.finish()
+
     def barrier(self, mask) -> None:
         """``__syncthreads()`` for the lanes in ``mask`` (None: all)."""
         c = self.chunk
+        if self.named_state is not None:
+            self.named_state.check_not_waiting(mask, "__syncthreads()")
         partial = None
         if mask is not None:
             per_block = np.asarray(mask).reshape(c.nblocks, c.threads)
@@ -186,6 +201,109 @@ class Sync:
             self.epoch[partial] += 1
             self.base = self.epoch[c.lblk] * T
             self.stamp = self.base + c.tid
+
+
+class NamedBarriers:
+    """Named barriers (``bar.sync id, n`` / ``bar.arrive id, n``) of the chunk's blocks.
+
+    Per block and barrier id, the threads arrived in the current phase; per lane, the
+    barrier it waits at (0: none). Arriving threads are counted; when ``n`` have arrived the
+    phase completes and its waiting threads go on. The simulator runs a block's threads in
+    program order (statement by statement, a branch's sides one after the other), so a
+    thread that syncs before the others arrived is marked waiting and must be released
+    before it reaches its next barrier: the arrivals that release it may come later in
+    program order (the other side of a branch on the warpgroup, a later statement), as on
+    the GPU. A waiting thread reaching another barrier, a phase overshooting its count, a
+    warp split at a barrier, and a phase left incomplete at the kernel's end raise
+    :class:`SimBarrierError`. Named barriers order no shared-memory accesses for the race
+    checker (its intervals end at whole-block barriers only): a conflict they alone would
+    order is reported, never missed."""
+
+    IDS = 16
+
+    def __init__(self, chunk: Chunk):
+        self.chunk = chunk
+        self.count = np.zeros((self.IDS, chunk.nblocks), np.int64)
+        self.want = np.zeros((self.IDS, chunk.nblocks), np.int64)  # the phase's count
+        self.wait = np.zeros(chunk.lanes, np.int8)  # the id a lane waits at, 0: none
+
+    def _lanes(self, mask) -> np.ndarray:
+        c = self.chunk
+        return np.ones(c.lanes, bool) if mask is None else np.asarray(mask, bool)
+
+    def check_not_waiting(self, mask, what: str) -> None:
+        """Raise where a lane in ``mask`` still waits at a named barrier."""
+        waiting = self._lanes(mask) & (self.wait != 0)
+        if waiting.any():
+            c = self.chunk
+            lane = int(np.argmax(waiting))
+            bid = int(self.wait[lane])
+            blk = int(c.lblk[lane])
+            raise SimBarrierError(
+                f"kernel {c.kernel}: {c.where(lane)} waits at bar.sync {bid} "
+                f"({self.count[bid, blk]} of {self.want[bid, blk]} threads arrived) and "
+                f"reaches {what} before the other threads arrive there: a deadlock on the "
+                "GPU unless threads the simulator runs later in program order arrive first; "
+                "make each phase's arrivals precede the waiters' next barrier (a bar.arrive "
+                "before the loop for the first phase), or check the counts")
+
+    def step(self, bid: int, threads: int, arrive: bool, mask) -> None:
+        c = self.chunk
+        what = f"bar.{'arrive' if arrive else 'sync'} {bid}, {threads}"
+        lanes = self._lanes(mask)
+        self.check_not_waiting(lanes, what)
+        if c.threads % WARP:
+            raise SimBarrierError(f"kernel {c.kernel}: {what} in a block of {c.threads} "
+                                  "threads; named barriers count whole warps")
+        warps = lanes.reshape(-1, WARP)
+        split = np.flatnonzero(warps.any(axis=1) != warps.all(axis=1))
+        if split.size:
+            row = warps[int(split[0])]
+            base = int(split[0]) * WARP
+            raise SimBarrierError(
+                f"kernel {c.kernel}: {what} reached by {c.where(base + int(np.argmax(row)))} "
+                f"but not by {c.thread_of(c.tid[base + int(np.argmax(~row))])} of the same "
+                "warp; a warp arrives at a named barrier whole (branch on warps, not lanes)")
+        per_block = lanes.reshape(c.nblocks, c.threads).sum(axis=1)
+        count, want = self.count[bid], self.want[bid]
+        busy = (count > 0) & (want != threads) & (per_block > 0)
+        if busy.any():
+            b = int(np.argmax(busy))
+            raise SimBarrierError(
+                f"kernel {c.kernel}: {what} in block {b + c.first} while the barrier's "
+                f"phase counts {want[b]} threads ({count[b]} arrived): every thread must "
+                "name the same count at one barrier")
+        count += per_block
+        want[per_block > 0] = threads
+        over = count > threads
+        if over.any():
+            b = int(np.argmax(over))
+            raise SimBarrierError(
+                f"kernel {c.kernel}: {count[b]} threads arrive at barrier {bid} of block "
+                f"{b + c.first} in one phase, more than its count of {threads}: the count "
+                "must equal the threads that take part (both sides' sync and arrive)")
+        done = count == threads
+        if not arrive:
+            # the lanes of a phase that is not complete wait in it
+            pending = lanes & ~done[c.lblk]
+            self.wait[pending] = bid
+        if done.any():
+            self.wait[(self.wait == bid) & done[c.lblk]] = 0
+            count[done] = 0
+            want[done] = 0
+
+    def finish(self) -> None:
+        c = self.chunk
+        left = np.argwhere(self.count > 0)
+        if left.size:
+            bid, b = (int(x) for x in left[0])
+            waiting = np.flatnonzero((self.wait == bid) & (c.lblk == b))
+            who = (f"{c.where(int(waiting[0]))} waits there (the GPU hangs)" if waiting.size
+                   else "no thread waits (a bar.arrive nobody syncs on)")
+            raise SimBarrierError(
+                f"kernel {c.kernel}: barrier {bid} of block {b + c.first} ends the kernel "
+                f"with {self.count[bid, b]} of {self.want[bid, b]} threads arrived; {who}: a "
+                "bar.sync or bar.arrive is missing, or the counts do not match")
 
 
 def _active(sync: Sync, key, nz):

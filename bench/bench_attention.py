@@ -9,7 +9,9 @@ best ``mma.sync`` configuration is timed too, and the ``--registers`` best of th
 with the scores in registers, ``scores="registers"``, with the fastest of each wgmma form
 printed; ``--overlap``: every configuration of the overlapped register form,
 ``overlap="intra"``, and the non-overlapped twin of each; ``--copy-offsets``: each wgmma
-configuration again with its copies at constant offsets, ``copy_offsets=True``). PyTorch:
+configuration again with its copies at constant offsets, ``copy_offsets=True``;
+``--pingpong``: every configuration of the ping-pong schedule, ``schedule="pingpong"``,
+and the cooperative twin of each). PyTorch:
 ``scaled_dot_product_attention`` under each backend it has (flash, memory-efficient,
 cuDNN, math), the fastest one reported. Every result is checked against the math backend
 in float32; times are medians of ``--repeat`` replays of a CUDA graph of ``--number``
@@ -17,7 +19,7 @@ launches (CUDA events; ours through the module's ``time_evaluator(graph=True)``)
 with the causal work halved as FlashAttention counts it.
 
     python3 bench/bench_attention.py [--seqs 512 1024 2048 4096] [--configs 3] [--json out.json]
-        [--all] [--combined] [--overlap] [--copy-offsets]
+        [--all] [--combined] [--overlap] [--copy-offsets] [--pingpong]
 """
 
 from __future__ import annotations
@@ -131,6 +133,14 @@ def run_one(seq: int, causal: bool, args, dev, target) -> dict:
         for c in overlap_candidates(w, target):
             configs += [x for x in (dataclasses.replace(c, overlap="none"), c)
                         if x not in configs]
+    if args.pingpong and target.has_wgmma:
+        from ptxforge.ops.schedules.attention.knobs_wgmma import pingpong_candidates
+
+        # the ping-pong schedule (kept from the chooser until timed) and, for its gain,
+        # each one's cooperative twin
+        for c in pingpong_candidates(w, target):
+            configs += [x for x in (dataclasses.replace(c, schedule="cooperative"), c)
+                        if x not in configs]
     runs = [(cfg, None) for cfg in configs]
     if args.copy_offsets:
         # the wgmma forms with constant-offset copies (fewer registers: the overlapped
@@ -153,12 +163,8 @@ def run_one(seq: int, causal: bool, args, dev, target) -> dict:
     row["ours"] = ours
     if args.combined:
         row["combined"] = run_combined(w, chosen, want, args, dev, target)
-    for form in ("shared", "registers", "overlap", "copy_offsets"):
-        mine = [o for o in ours if o["config"].get("mma") == "wgmma" and (
-            o.get("copy_offsets", False) if form == "copy_offsets" else
-            not o.get("copy_offsets", False) and (
-                "overlap" in o["config"] if form == "overlap" else
-                o["config"].get("scores", "shared") == form and "overlap" not in o["config"]))]
+    for form in FORMS:
+        mine = [o for o in ours if o["config"].get("mma") == "wgmma" and _of_form(o, form)]
         if mine:
             fastest = min(mine, key=lambda o: o["us"])
             row[f"wgmma_{form}_us"] = fastest["us"]
@@ -169,6 +175,23 @@ def run_one(seq: int, causal: bool, args, dev, target) -> dict:
     if best_torch is not None:
         row["speedup_vs_torch"] = best_torch[1] * 1e6 / best["us"]
     return row
+
+
+FORMS = ("shared", "registers", "overlap", "pingpong", "copy_offsets")
+"""The wgmma forms whose fastest configuration each row prints."""
+
+
+def _of_form(o: dict, form: str) -> bool:
+    """Whether result ``o`` (a wgmma configuration) is of ``form``: constant-offset copies,
+    else the ping-pong schedule, else the overlapped register form, else its scores'."""
+    cfg = o["config"]
+    if form == "copy_offsets" or o.get("copy_offsets", False):
+        return form == "copy_offsets" and o.get("copy_offsets", False)
+    if form == "pingpong" or "schedule" in cfg:
+        return form == "pingpong" and "schedule" in cfg
+    if form == "overlap" or "overlap" in cfg:
+        return form == "overlap" and "overlap" in cfg
+    return cfg.get("scores", "shared") == form
 
 
 def run_combined(w, cfg, want, args, dev, target) -> dict:
@@ -226,6 +249,10 @@ def main() -> None:
                    help="also time each wgmma configuration (but the overlapped ones, which "
                         "have them) with constant-offset copies (attention_module's "
                         "copy_offsets: the same kernel in 40-80 fewer registers)")
+    p.add_argument("--pingpong", action="store_true",
+                   help="also time every configuration of the ping-pong schedule "
+                        "(schedule='pingpong': two warpgroups issuing their products in "
+                        "turns) and the cooperative twin of each")
     p.add_argument("--combined", action="store_true",
                    help="also time the default configuration reading q, k, v as views of "
                         "one [B*L, 3*H*E] tensor (the slices of a combined projection)")
@@ -251,10 +278,10 @@ def main() -> None:
                   f"{r.get('torch_tflops', float('nan')):>8.1f} "
                   f"{r.get('torch_best', '-'):>9} {r.get('speedup_vs_torch', float('nan')):>6.2f}"
                   f"  {d['config']} ({d['us']:.1f} us, err {d['max_err']:.2g})")
-            for form in ("shared", "registers", "overlap", "copy_offsets"):
+            for form in FORMS:
                 if f"wgmma_{form}_us" in r:
-                    what = {"overlap": "overlap=intra", "copy_offsets": "copy offsets"}.get(
-                        form, f"scores={form}")
+                    what = {"overlap": "overlap=intra", "copy_offsets": "copy offsets",
+                            "pingpong": "schedule=pingpong"}.get(form, f"scores={form}")
                     print(f"{'':>14} wgmma {what}: fastest "
                           f"{r[f'wgmma_{form}_us']:.1f} us {r[f'wgmma_{form}_config']}")
             if "combined" in r:

@@ -553,9 +553,16 @@ class _Parser:
             var = self.define_var(name, dtype or value.dtype)
             body = self.region("to open the body of the let")
             return self.build(value_tok, Let, var, value, body)
-        if word == "barrier":
+        if word in ("barrier", "barrier_arrive"):
             self.next()
-            return Barrier()
+            if word == "barrier" and not self.at("("):
+                return Barrier()
+            self.expect("(", f"after {word} (a named barrier: {word}(id, threads))")
+            bid = self.int_literal("the barrier id (1-15)")
+            self.expect(",", "between the barrier id and its thread count")
+            threads = self.int_literal("the barrier's thread count")
+            self.expect(")", f"to close {word}")
+            return self.build(tok, Barrier, bid, threads, word == "barrier_arrive")
         if word in ("wgmma_fence", "wgmma_commit", "fence_proxy_async"):
             self.next()
             return WgmmaSync(word.removeprefix("wgmma_"))

@@ -84,8 +84,9 @@ FLOAT_WORD_RE = re.compile(r"(inf|nan)(f16|bf16|f32|f64)\Z")
 
 KEYWORDS = frozenset({
     "for", "in", "if", "else", "alloc", "block", "init", "where", "attrs", "let",
-    "barrier", "launch", "module", "True", "False", "async_copy", "async_commit",
-    "async_wait", "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async",
+    "barrier", "barrier_arrive", "launch", "module", "True", "False", "async_copy",
+    "async_commit", "async_wait", "wgmma_fence", "wgmma_commit", "wgmma_wait",
+    "fence_proxy_async",
 })
 """Words that start statements or are constants; a var or buffer never prints as one."""
 
@@ -258,7 +259,7 @@ class FuncPrinter:
             self.region(s.body, depth)
             self.emit(depth, "}")
         elif isinstance(s, Barrier):
-            self.emit(depth, "barrier")
+            self.emit(depth, s.text)
         elif isinstance(s, WgmmaSync):
             self.emit(depth, s.text)
         elif isinstance(s, (AsyncCopy, AsyncCommit, AsyncWait)):

@@ -266,9 +266,51 @@ class Store(Stmt):
 
 
 class Barrier(Stmt):
-    """``__syncthreads()``: every thread of the block waits here."""
+    """A CTA barrier. The default, ``Barrier()``, is ``__syncthreads()``: every thread of
+    the block waits here (``bar.sync 0``). A named barrier gives an ``id`` (1-15) and the
+    ``threads`` taking part (a multiple of 32): ``bar.sync id, threads`` waits until that
+    many threads have arrived at barrier ``id``, counting the waiting ones; with
+    ``arrive=True``, ``bar.arrive id, threads`` counts the thread and goes on without
+    waiting (a producer signalling a consumer that syncs). Named barriers may sit under
+    warp-uniform conditions (a branch on the warpgroup): only the named count must arrive.
+    The shapes are checked here; the count against the block, by the verifier."""
 
-    __slots__ = ()
+    __slots__ = ("id", "threads", "arrive")
+
+    MAX_ID = 15
+    """Hardware barriers 0-15 per CTA; 0 is ``__syncthreads()``'s."""
+
+    def __init__(self, id: int = 0, threads: int | None = None, arrive: bool = False):
+        if not isinstance(id, int) or isinstance(id, bool) or not 0 <= id <= self.MAX_ID:
+            raise IRError(f"barrier: id must be an int 0-{self.MAX_ID}, got {id!r}")
+        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
+                                    or threads <= 0 or threads % 32):
+            raise IRError(f"barrier {id}: the thread count must be a positive multiple of 32 "
+                          f"(whole warps arrive), got {threads!r}")
+        if (threads is None) != (id == 0):
+            raise IRError(
+                f"barrier {id}: a named barrier takes an id 1-{self.MAX_ID} and a thread "
+                f"count; id 0 is the whole block's __syncthreads() and takes neither (got "
+                f"threads={threads!r})")
+        if arrive and threads is None:
+            raise IRError("barrier arrive: bar.arrive needs a named barrier (an id 1-"
+                          f"{self.MAX_ID} and a thread count); a whole-block barrier syncs")
+        self.id = id
+        self.threads = threads
+        self.arrive = bool(arrive)
+
+    @property
+    def named(self) -> bool:
+        """A barrier over a named set of threads (not ``__syncthreads()``)."""
+        return self.threads is not None
+
+    @property
+    def text(self) -> str:
+        """The barrier's IR text: ``barrier``, ``barrier(1, 256)``, ``barrier_arrive(1,
+        256)``."""
+        if not self.named:
+            return "barrier"
+        return f"barrier{'_arrive' if self.arrive else ''}({self.id}, {self.threads})"
 
 
 class Let(Stmt):

@@ -275,7 +275,8 @@ class _FuncVerifier:
             self.stmt(s.body)
             self.vars.discard(id(s.var))
         elif isinstance(s, Barrier):
-            pass
+            if s.named:
+                self.check_named_barrier(s)
         elif isinstance(s, WgmmaSync):
             if self.kind != "kernel":
                 self.fail(lambda n: f"{s.text} in a {self.kind} function; the wgmma protocol "
@@ -286,6 +287,19 @@ class _FuncVerifier:
             self.check_launch(s)
         else:
             self.fail(lambda n: f"unknown statement type {type(s).__name__}")
+
+    def check_named_barrier(self, s: Barrier) -> None:
+        """A named barrier belongs to a kernel, and counts at most the block's threads (the
+        id and the count's granularity are checked when the barrier is made)."""
+        if self.kind != "kernel":
+            self.fail(lambda n: f"{s.text} in a {self.kind} function; named barriers belong "
+                                "to kernels (device IR), where the launch gives the block")
+            return
+        threads = self.func.launch.threads_per_block
+        if s.threads > threads:
+            self.fail(lambda n: f"{s.text}: {s.threads} threads named at a barrier of a block "
+                                f"of {threads}; it would never complete: name at most the "
+                                "block's threads")
 
     def check_async(self, s: Stmt) -> None:
         if self.kind != "kernel":

@@ -63,6 +63,11 @@ from .workload import AttentionWorkload
 F32 = "float32"
 NEG_INF = FloatImm(float("-inf"), F32)
 LOG2E = 1.4426950408889634
+MASK_FLOOR = -(2.0 ** 127)
+"""The lowest base-2 score an additive mask makes (its finite values clamped there): a
+float32 mask of ``finfo.min`` times ``log2 e`` would overflow to minus infinity and empty a
+row the imported graph's softmax averages. Half of ``finfo.max`` keeps every later
+step finite: a score minus any reachable running maximum, and the maxima's differences."""
 RESCALE_THRESHOLD = 8.0
 """How far (in the exponent) a row's scores may exceed its running maximum before the
 maximum moves and the output is rescaled: probabilities stay below ``e^8``, about 2981."""
@@ -74,6 +79,17 @@ def _i(v: int) -> IntImm:
 
 def _f(v: float) -> FloatImm:
     return FloatImm(v, F32)
+
+
+def _scaled_mask(m: Expr, dtype: str) -> Expr:
+    """The float32 additive mask element ``m`` in base 2: ``m log2 e``, its finite values
+    clamped at :data:`MASK_FLOOR` where the mask's dtype reaches past it (float32 and
+    bfloat16; float16's ``-65504`` does not), minus infinity kept (a row masked by it
+    entirely stays the kernel's zero)."""
+    scaled = m * _f(LOG2E)
+    if dtype == "float16":
+        return scaled
+    return select(m == NEG_INF, NEG_INF, emax(scaled, _f(MASK_FLOOR)))
 
 
 def _var(name: str) -> Var:
@@ -367,7 +383,7 @@ class _Kernel:
         m = self._mask_value(qi, kj)
         if m is not None:
             if w.mask.additive:
-                s = s + (m if m.dtype == F32 else Cast(F32, m)) * _f(LOG2E)
+                s = s + _scaled_mask(m if m.dtype == F32 else Cast(F32, m), w.mask.dtype)
             else:
                 keep = m if keep is None else keep & m
         return s, keep
@@ -687,14 +703,20 @@ def attention_module(w: AttentionWorkload, cfg: AttentionConfig,
     first (:func:`~.knobs.check_attention_config`). ``cfg.mma`` ``"wgmma"`` builds the
     warpgroup form (:mod:`.kernel_wgmma`; with ``cfg.scores`` ``"registers"``
     :mod:`.kernel_wgmma_regs`, with ``cfg.overlap`` ``"intra"``
-    :mod:`.kernel_wgmma_overlap`). ``copy_offsets`` (wgmma forms; None: the form's
+    :mod:`.kernel_wgmma_overlap`; with ``cfg.schedule`` ``"pingpong"``
+    :mod:`.kernel_wgmma_pingpong`). ``copy_offsets`` (wgmma forms; None: the form's
     default, on for the overlapped form only) addresses each thread's copies of a tile as
     its first one's plus constants (``WgmmaKernel._copy``): the same kernel in fewer
     registers, kept off the forms the calibration timed until a GPU times it."""
     if copy_offsets is not None and cfg.mma != "wgmma":
         raise ValueError("copy_offsets is a choice of the wgmma forms' copies (their "
                          f"128B-swizzled tiles), not of mma={cfg.mma!r}")
-    if cfg.mma == "wgmma" and cfg.overlap != "none":
+    if cfg.schedule == "pingpong":
+        from .kernel_wgmma_pingpong import PingPongOverlappedKernel, PingPongRegisterKernel
+
+        kind = PingPongOverlappedKernel if cfg.overlap != "none" else PingPongRegisterKernel
+        kb = kind(w, cfg, copy_offsets)
+    elif cfg.mma == "wgmma" and cfg.overlap != "none":
         from .kernel_wgmma_overlap import OverlappedKernel
 
         kb = OverlappedKernel(w, cfg, copy_offsets)

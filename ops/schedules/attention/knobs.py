@@ -37,6 +37,12 @@ waited for before its softmax) or ``"intra"`` (FlashAttention-3's intra-warpgrou
 overlap: the next tile's ``Q K^T`` into a second score accumulator and the previous
 tile's ``P V`` are in flight while this tile's softmax runs; :mod:`.kernel_wgmma_overlap`).
 """
+SCHEDULES = ("cooperative", "pingpong")
+"""How the warpgroups of a block share the tensor cores: ``"cooperative"`` (each issues its
+products as it reaches them) or ``"pingpong"`` (FlashAttention-3's order for two
+warpgroups of the register form, 8 warps: named barriers make them issue their products
+in turns, so that one warpgroup's softmax runs while the other's products do;
+:mod:`.kernel_wgmma_pingpong`)."""
 MMA_ROWS = 16
 COPY_ELEMS = 8
 """16-bit elements of one 16-byte ``cp.async``."""
@@ -65,6 +71,7 @@ class AttentionConfig:
     scores: str = "shared"
     p_operand: str = "shared"
     overlap: str = "none"
+    schedule: str = "cooperative"
 
     @property
     def block_q(self) -> int:
@@ -89,6 +96,8 @@ class AttentionConfig:
             out["p_operand"] = self.p_operand
         if self.overlap != "none":
             out["overlap"] = self.overlap
+        if self.schedule != "cooperative":
+            out["schedule"] = self.schedule
         return out
 
 
@@ -166,6 +175,15 @@ def check_attention_config(w: AttentionWorkload, cfg: AttentionConfig,
         raise AttentionError(f"p_operand must be one of {P_OPERANDS}, got {cfg.p_operand!r}")
     if cfg.overlap not in OVERLAPS:
         raise AttentionError(f"overlap must be one of {OVERLAPS}, got {cfg.overlap!r}")
+    if cfg.schedule not in SCHEDULES:
+        raise AttentionError(f"schedule must be one of {SCHEDULES}, got {cfg.schedule!r}")
+    if cfg.schedule == "pingpong" and (cfg.mma, cfg.scores, cfg.warps) != (
+            "wgmma", "registers", 8):
+        raise AttentionError(
+            "schedule='pingpong' takes turns between two warpgroups of the wgmma register "
+            "form (one's softmax beside the other's products): take mma='wgmma', "
+            f"scores='registers', warps=8 (got mma={cfg.mma!r}, scores={cfg.scores!r}, "
+            f"warps={cfg.warps}), or schedule='cooperative'")
     if cfg.p_operand != "shared" and cfg.scores != "registers":
         raise AttentionError("p_operand='registers' (the probabilities as wgmma's A in "
                              "registers) needs the scores in registers: take mma='wgmma', "

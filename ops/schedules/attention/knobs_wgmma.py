@@ -241,6 +241,30 @@ def overlap_candidates(w: AttentionWorkload, target: Target) -> list:
     return out
 
 
+def pingpong_candidates(w: AttentionWorkload, target: Target) -> list:
+    """The legal configurations of the ping-pong schedule (``schedule="pingpong"``: two
+    warpgroups of the register form, 8 warps, issuing their products in turns), plain and
+    overlapped, under the same rules of size as :func:`wgmma_candidates`. Kept from the
+    default chooser until a GPU has timed them: the benchmark takes them from here."""
+    from .knobs import AttentionConfig
+    out = []
+    if w.q_len <= 64 or w.kv_len <= 32:
+        return out
+    forms = [(st, p, "none") for p in ("shared", "registers") for st in (1, 2)]
+    forms.append((2, "registers", "intra"))
+    for bc in WGMMA_BLOCK_KV:
+        if bc > 64 and w.kv_len <= 64:
+            continue
+        for st, p, overlap in forms:
+            cfg = AttentionConfig(8, bc, st, "wgmma", "registers", p, overlap, "pingpong")
+            try:
+                check_wgmma_config(w, cfg, target)
+            except AttentionError:
+                continue
+            out.append(cfg)
+    return out
+
+
 def wgmma_attention_time(w: AttentionWorkload, cfg, target: Target) -> float:
     """Estimated seconds of one launch of a ``wgmma`` configuration: as
     :func:`~.knobs.attention_time`, the tensor-core work at the wgmma GEMM's fitted share

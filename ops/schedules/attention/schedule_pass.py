@@ -24,6 +24,7 @@ from .knobs import (
     MMAS,
     OVERLAPS,
     P_OPERANDS,
+    SCHEDULES,
     SCORES,
     STAGES,
     WARPS,
@@ -254,6 +255,9 @@ class FusedAttention(Pass):
         overlap: with P in registers, ``"intra"`` runs the previous tile's P V and the
             next tile's Q K^T beside the softmax (two score accumulators; 2 stages), or
             ``"none"``.
+        schedule: with scores in registers and 8 warps, ``"pingpong"`` makes the two
+            warpgroups issue their products in turns (named barriers), or
+            ``"cooperative"``.
         views: empty, or for each of q, k, v the 5 integers batch, seq, heads, dim,
             offset of its view into a wider parameter (batch 0: none; ``bshd`` only;
             the slices of a combined Q/K/V projection, see ``fold_attention_layout``).
@@ -271,11 +275,12 @@ class FusedAttention(Pass):
     scores: str = "shared"
     p_operand: str = "shared"
     overlap: str = "none"
+    schedule: str = "cooperative"
 
     @property
     def config(self) -> AttentionConfig:
         return AttentionConfig(self.warps, self.block_kv, self.stages, self.mma, self.scores,
-                               self.p_operand, self.overlap)
+                               self.p_operand, self.overlap, self.schedule)
 
     def apply(self, module: Module, ctx) -> Module:
         stages = WGMMA_STAGES if self.mma == "wgmma" else STAGES
@@ -285,7 +290,8 @@ class FusedAttention(Pass):
                                      ("mma", self.mma, MMAS),
                                      ("scores", self.scores, SCORES),
                                      ("p_operand", self.p_operand, P_OPERANDS),
-                                     ("overlap", self.overlap, OVERLAPS)):
+                                     ("overlap", self.overlap, OVERLAPS),
+                                     ("schedule", self.schedule, SCHEDULES)):
             if value not in allowed:
                 raise PassError(self, AttentionError(
                     f"fused_attention: {what} must be one of {allowed}, got {value}"))
