@@ -41,6 +41,11 @@ REGISTERS_FORM_EXTRA = {1: 16, 2: 64}
 :data:`BASE_REGISTERS`, by stages (the two-stage loop runs two tiles an iteration): ptxas
 13 on sm_90a gave 168 to 254 registers for head dim 128, 4 and 8 warps, ``block_kv`` 64
 and 128, causal or not, no spills, within 40 of this estimate."""
+COPY_OFFSETS_EXTRA = {1: -20, 2: -20}
+"""The same with P in registers, whose copies take constant offsets
+(:func:`copy_offsets_by_default`) where the base counts a 64-bit address a copy: ptxas 13
+on sm_90a, head dim 128: 127 registers for 4 x 64 x 1 (165 with an address a copy), 168
+for 4 x 128 x 1 causal (248), 132 for 4 x 64 x 2 (213); no spills."""
 OVERLAP_EXTRA = 16
 """Registers the overlapped form (``overlap="intra"``) holds beyond its two score
 accumulators, the output's and :data:`BASE_REGISTERS` (its loop runs two tiles an
@@ -104,6 +109,15 @@ def wgmma_layout(w: AttentionWorkload, cfg) -> WgmmaLayout:
     return WgmmaLayout(qp, vp, s_ld, o_ld, sizes, offsets, at)
 
 
+def copy_offsets_by_default(cfg) -> bool:
+    """Whether the kernel of ``cfg`` addresses its copies at constant offsets unless told
+    otherwise: the register form with P in registers (measured faster on an H100: fewer
+    registers, one more block an SM) and the overlapped form; the others keep an address
+    a copy, as their calibration rows were timed."""
+    return cfg.overlap != "none" or (cfg.scores == "registers"
+                                     and cfg.p_operand == "registers")
+
+
 def wgmma_registers(w: AttentionWorkload, cfg) -> int:
     """32-bit registers a thread holds: its share of the two accumulators (``block_kv /
     2`` and ``v_dim / 2`` float32), the masked scores its softmax keeps (``block_kv / 2``;
@@ -114,8 +128,8 @@ def wgmma_registers(w: AttentionWorkload, cfg) -> int:
         return cfg.block_kv + w.v_dim // 2 + BASE_REGISTERS + OVERLAP_EXTRA
     if cfg.scores == "registers":
         # P in registers takes the scores' registers (in place): none more
-        return (cfg.block_kv // 2 + w.v_dim // 2 + BASE_REGISTERS
-                + REGISTERS_FORM_EXTRA.get(cfg.stages, 64))
+        extra = COPY_OFFSETS_EXTRA if copy_offsets_by_default(cfg) else REGISTERS_FORM_EXTRA
+        return cfg.block_kv // 2 + w.v_dim // 2 + BASE_REGISTERS + extra.get(cfg.stages, 64)
     return cfg.block_kv + w.v_dim // 2 + BASE_REGISTERS
 
 
