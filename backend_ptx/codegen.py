@@ -18,6 +18,10 @@ One kernel (a ``PrimFunc`` of level ``Level.KERNEL``) becomes one LLVM module:
   that SROA promotes to registers once indices are constant;
 * ``For(kind="thread")`` binds its var to the special register (with a ``range``), guarded
   by ``if var < extent`` when the loop is shorter than the launch extent;
+* a ``vectorize`` loop of at most :data:`VECTORIZE_UNROLL` iterations is emitted once per
+  iteration, its variable a constant in each, so every access states the alignment proven
+  for it (:mod:`.align`: the buffer's alignment and the factors of the index, never an
+  assumption), and LLVM joins neighbouring accesses into vector loads and stores;
 * other loops stay rolled (do-while form, the var a phi) with unroll metadata:
   ``unroll``/``vectorize`` -> ``llvm.loop.unroll.full``; a serial loop under an
   ``auto_unroll_max_step`` annotation -> full unroll when its iterations times the steps of
@@ -33,16 +37,20 @@ One kernel (a ``PrimFunc`` of level ``Level.KERNEL``) becomes one LLVM module:
   blocks and a phi; ``and``/``or`` short-circuit the same way;
 * ``min``/``max`` on floats propagate NaN (``llvm.minimum``/``maximum``) as numpy does;
   float -> int casts saturate (``llvm.fptosi.sat``) instead of producing poison;
-* transcendentals call the IR helpers of :mod:`.mathlib`; ``sqrt`` is ``llvm.sqrt``
+* transcendentals call the IR helpers of :mod:`.mathlib` (``tanh`` and ``erf`` of a 16-bit
+  result the cheaper forms good to its rounding: ``mathlib.half_math_call``); ``sqrt`` is
+  ``llvm.sqrt``
   (``sqrt.rn``), ``round`` rounds halfway cases away from zero (CUDA's ``roundf``, as the
   simulator does; ``numpy.round`` would round them to even).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..ir import dtype as dt
 from ..ir.attrs import Level
-from ..ir.expr import Load, Var
+from ..ir.expr import Bin, Call, Expr, Load, Var
 from ..ir.intrin import ANNOTATION
 from ..ir.intrin.wgmma import WGMMA_SHARED_ALIGN, require_wgmma, wgmma_operand_buffers
 from ..ir.stmt import (
@@ -67,10 +75,17 @@ from ..target import Target, as_target
 from . import launch as launch_info
 from . import nvptx
 from . import wgmma as wgmma_ptx
+from .align import access_align, known_multiple
 from .async_copy import AsyncCopyCodegen
 from .exprgen import BufRef, CodegenError, ExprCodegen, llvm_type
 from .launch import LaunchInfo, ParamInfo
 from .llvm_text import FunctionWriter, ModuleParts, int_literal, pointer_type, sanitize
+from .mathlib import HALF_MATH_OPS, half_math_call
+
+VECTORIZE_UNROLL = 16
+"""``vectorize`` loops up to this extent are emitted unrolled, one copy of the body per
+iteration (``KernelCodegen._vectorized_loop``); longer ones stay rolled with full-unroll
+metadata."""
 
 DYNAMIC_SHARED_SYMBOL = "__ptxforge_dyn_smem"
 """The kernel's dynamic shared memory (``extern __shared__`` in CUDA C)."""
@@ -130,6 +145,10 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         self.vars: dict[Var, str] = {}
         self.nonneg: set[Var] = set()
         self.bufs: dict[Buffer, BufRef] = {}
+        # what the alignment proofs know: each buffer's first-element alignment, the values
+        # of let-bound scalars and of the iterations of vectorized loops
+        self.base_align: dict[Buffer, int] = {}
+        self.known: dict[Var, object] = {}
         self.unroll_budget: int | None = None
         self.symbol = sanitize(func.name).replace(".", "_").replace("$", "_").replace("-", "_")
         self.static_shared = 0
@@ -176,6 +195,7 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
             params.append(f"ptr addrspace(1) {' '.join(attrs)} {name}")
             self.bufs[p] = BufRef(name, nvptx.SCOPE_ADDRSPACE["global"],
                                   nvptx.STORAGE_TYPES[p.dtype], dt.nbytes(p.dtype))
+            self.base_align[p] = nvptx.PARAM_ALIGN
         self._plan_shared(func.body)
         if self.prefetch_l2:
             self._prefetch_to_l2(infos)
@@ -345,9 +365,32 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
 
     def _s_Let(self, s: Let) -> None:
         self.vars[s.var] = self.expr(s.value, s.var.name)
-        if dt.is_int(s.var.dtype) and self._nonneg(s.value):
-            self.nonneg.add(s.var)
+        if dt.is_int(s.var.dtype):
+            if self._nonneg(s.value):
+                self.nonneg.add(s.var)
+            self.known[s.var] = s.value
         self.stmt(s.body)
+        self.known.pop(s.var, None)
+
+    def _address(self, buf: Buffer, index: Expr) -> tuple[str, BufRef]:
+        """The element's pointer, and its buffer's reference with the alignment proven for
+        this access (:mod:`.align`)."""
+        split = self._vector_lane(index)
+        if split is not None and buf in self.bufs:
+            # base + k of a vectorized loop: the base's pointer, then k elements further, so
+            # that LLVM sees the iterations' accesses as neighbours
+            rest, k = split
+            ptr, ref = super()._address(buf, rest)
+            ptr = self.w.value(f"getelementptr inbounds {ref.elem}, "
+                               f"{pointer_type(ref.addrspace)} {ptr}, i32 {k}",
+                               buf.name + ".addr")
+        else:
+            ptr, ref = super()._address(buf, index)
+        base = self.base_align.get(buf)
+        if base is None:
+            return ptr, ref
+        align = access_align(base, ref.align, known_multiple(index, self.known))
+        return ptr, (ref if align == ref.align else replace(ref, align=align))
 
     def _s_If(self, s: If) -> None:
         cond = self.expr(s.cond)
@@ -368,10 +411,14 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         b = s.buffer
         elem = nvptx.STORAGE_TYPES[b.dtype]
         n = max(b.size, 1)
+        self.base_align[b] = 16  # entry-block allocas
         if b.scope == "shared":
             if s.dyn_offset is not None:
                 ptr = (f"getelementptr inbounds (i8, ptr addrspace(3) @{DYNAMIC_SHARED_SYMBOL}, "
                        f"i64 {s.dyn_offset})")
+                # the extern array's alignment, lowered to what the offset keeps of it
+                sym = WGMMA_SHARED_ALIGN if self.wgmma_bufs else 16
+                self.base_align[b] = access_align(sym, 1, int(s.dyn_offset))
             else:
                 gname = self.parts.global_names.fresh(
                     sanitize(b.name).replace(".", "_").replace("-", "_"))
@@ -379,6 +426,7 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
                 self.parts.globals.append(f"@{gname} = internal addrspace(3) global [{n} x "
                                           f"{elem}] undef, align {align}")
                 ptr = "@" + gname
+                self.base_align[b] = align
             self.bufs[b] = BufRef(ptr, nvptx.SCOPE_ADDRSPACE["shared"], elem,
                                   dt.nbytes(b.dtype))
         elif b.scope == "warpgroup":
@@ -430,6 +478,10 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
             self.stmt(s.body)
             self.unroll_budget = outer_budget
             return
+        if s.kind == "vectorize" and s.extent <= VECTORIZE_UNROLL:
+            self._vectorized_loop(s)
+            self.unroll_budget = outer_budget
+            return
         props = self._unroll_properties(s)
         pre = self.w.block
         body_l = self.w.label(s.var.name + ".body")
@@ -452,6 +504,44 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         self.w.fill(phi, f"  {iv} = phi {ty} [ 0, %{pre} ], [ {nxt}, %{latch} ]")
         self.w.start_block(exit_l)
         self.unroll_budget = outer_budget
+
+    def _e_Call(self, e: Call, hint: str | None) -> str:
+        if e.op in HALF_MATH_OPS and e.dtype in ("float16", "bfloat16"):
+            # a 16-bit result: the f32 form good to its rounding (mathlib.half_math_call)
+            ty = llvm_type(e.dtype)
+            x = self.w.value(f"fpext {ty} {self.expr(e.args[0])} to float", "t")
+            r = self.w.value(f"call float {half_math_call(self.parts, e.op)}(float {x})", "t")
+            return self.w.value(f"fptrunc float {r} to {ty}", hint or e.op)
+        return super()._e_Call(e, hint)
+
+    def _vector_lane(self, index: Expr) -> tuple[Expr, int] | None:
+        """``(rest, k)`` where ``index`` (through let-bound names) is ``rest + v`` for the
+        variable ``v`` of a vectorized loop at iteration ``k``, ``rest`` computes no load or
+        call (emitting it again is free of effects) and is provably >= 0 (so that, below
+        the accessed ``index``, its pointer is in bounds too), else None."""
+        seen = 0
+        while isinstance(index, Var) and isinstance(self.known.get(index), Expr) and seen < 8:
+            index, seen = self.known[index], seen + 1
+        if not (isinstance(index, Bin) and index.op == "add"):
+            return None
+        for lane, rest in ((index.b, index.a), (index.a, index.b)):
+            k = self.known.get(lane) if isinstance(lane, Var) else None
+            if isinstance(k, int) and k >= 0 and self._nonneg(rest) and not any(
+                    isinstance(x, (Load, Call)) for x in walk_exprs(rest)):
+                return rest, k
+        return None
+
+    def _vectorized_loop(self, s: For) -> None:
+        """A ``vectorize`` loop, emitted once per iteration with its variable a constant,
+        so that each access states its own alignment (:meth:`_address`): the first of four
+        16-bit stores at a multiple of 4 elements is 8-byte aligned, the second 2-byte, and
+        the load/store vectorizer joins them into one ``st.v4.b16``."""
+        ty = llvm_type(s.var.dtype)
+        for k in range(s.extent):
+            self.vars[s.var] = int_literal(k, ty)
+            self.known[s.var] = k
+            self.stmt(s.body)
+        self.known.pop(s.var, None)
 
     def _unroll_properties(self, s: For) -> list[str]:
         if s.kind in ("unroll", "vectorize"):

@@ -321,17 +321,51 @@ class _Emitter:
                       f"align {fref.align}")
 
     def store(self) -> None:
+        """Each lane stores its elements; two neighbours of a row (an accumulator's
+        ``(g, 2t)`` and ``(g, 2t + 1)``) as one access where every lane's pair starts at an
+        even element (even row length, start and offsets): one ``st.b32`` of two halves,
+        one ``st.v2.b32`` of two floats."""
         role = self.spec.role("F")
         slot = self.i32(self.bound.frag_slot("F"))
         fref = self.frag_ref("F")
-        for off, e in self._lane_offsets("M", role):
+        op = self.bound.operands["M"]
+        elems = self.lane_elements(role)
+        offsets = self._lane_offsets("M", role)
+        k = 0
+        while k < len(offsets):
+            off, e = offsets[k]
+            pair = k + 1 < len(offsets) and _pair_start(elems, e, offsets[k + 1][1], op)
             ptr, ref = self.mem_ptr("M", off)
-            v = self.w.value(f"load {fref.elem}, ptr {self.frag_ptr('F', slot, e)}, "
-                             f"align {fref.align}", "st")
-            if ref.elem != fref.elem:
-                v = self.w.value(f"fptrunc {fref.elem} {v} to {ref.elem}", "cvt")
-            self.w.op(f"store {ref.elem} {v}, {pointer_type(ref.addrspace)} {ptr}, "
-                      f"align {ref.align}")
+            vals = []
+            for x in (e, offsets[k + 1][1]) if pair else (e,):
+                v = self.w.value(f"load {fref.elem}, ptr {self.frag_ptr('F', slot, x)}, "
+                                 f"align {fref.align}", "st")
+                if ref.elem != fref.elem:
+                    v = self.w.value(f"fptrunc {fref.elem} {v} to {ref.elem}", "cvt")
+                vals.append(v)
+            k += len(vals)
+            if not pair:
+                self.w.op(f"store {ref.elem} {vals[0]}, {pointer_type(ref.addrspace)} {ptr}, "
+                          f"align {ref.align}")
+                continue
+            vt = f"<2 x {ref.elem}>"
+            vec = self.w.value(f"insertelement {vt} poison, {ref.elem} {vals[0]}, i32 0", "pair")
+            vec = self.w.value(f"insertelement {vt} {vec}, {ref.elem} {vals[1]}, i32 1", "pair")
+            self.w.op(f"store {vt} {vec}, {pointer_type(ref.addrspace)} {ptr}, "
+                      f"align {2 * ref.align}")
+
+
+def _pair_start(elems, e: int, nxt: int, op) -> bool:
+    """Whether lane element ``nxt`` is the right neighbour of element ``e`` in its row for
+    every lane, and the pair starts at an even element for every lane (the row length
+    ``op.ld``, the start ``op.base`` and the lane's offsets all even), so both go in one
+    access of twice the element's alignment (the buffer's own is 16 bytes)."""
+    r0, c0, rg, rt, cg, ct = elems[e]
+    if elems[nxt] != (r0, c0 + 1, rg, rt, cg, ct):
+        return False
+    ld = op.ld
+    return (known_divisor(op.base) % 2 == 0
+            and all(v % 2 == 0 for v in (rg * ld + cg, rt * ld + ct, r0 * ld + c0)))
 
 
 def emit_tensor_intrin(cg, loop: For) -> None:

@@ -1,9 +1,13 @@
 """The default schedule of a dense layer with wgmma (sm_90a) against the same layer with
 mma.sync and against cuBLAS, on BERT-base's products at batch 1 (and any ``--shape``).
 
-Each shape is the fp16 layer ``y = epilogue(x @ w^T + b)`` as BERT's fused functions run it
-(``--epilogue``: ``none``: the product cast to fp16; ``gelu``: bias, exact GELU in float32,
-cast; ``residual``: bias, cast, residual add), built four ways in one process:
+Each shape is the fp16 layer ``y = epilogue(x @ w^T + b)`` as BERT's and GPT-2's fused
+functions run it (``--epilogue``: ``none``: the product cast to fp16; ``gelu``: bias, exact
+GELU in float32, cast; ``residual``: bias, cast, residual add, BERT's FFN2
+``dense_bias_add_cast_cast_add``; ``gelu_tanh``: GPT-2's FFN1
+``dense_multiply_cast_cast_power_multiply_add_multiply_tanh_add_multiply``, the tanh GELU in
+fp16 with the cube in float32; ``gelu16``: the exact GELU with every step in fp16), built
+four ways in one process:
 
 - ``wgmma default``: ``default_schedule`` for ``cuda -arch=sm_90a`` (the chooser's
   wgmma tiles, split-K where it picks it; the row says which);
@@ -34,6 +38,9 @@ BERT_SHAPES = ((128, 2304, 768), (128, 768, 768), (128, 3072, 768), (128, 768, 3
 """(M, N, K): BERT-base's QKV, attention output, FFN1 and FFN2 products at batch 1
 (sequence 128), and a square 4096 layer at M = 128."""
 
+EPILOGUES = ("none", "gelu", "residual", "gelu_tanh", "gelu16")
+"""The ``--epilogue`` choices (see the module doc)."""
+
 SM90A = "cuda -arch=sm_90a"
 SM90 = "cuda -arch=sm_90"
 
@@ -41,6 +48,9 @@ SM90 = "cuda -arch=sm_90"
 def layer(M, N, K, epilogue):
     """``(inputs, output, product op)`` of the fp16 layer (see the module doc)."""
     from ptxforge import ops, te
+
+    def h(v):  # a float16 constant, as the fp16 graphs hold them
+        return te.const(v, "float16")
 
     x = te.placeholder((M, K), "float16", name="x")
     w = te.placeholder((N, K), "float16", name="w")
@@ -55,6 +65,16 @@ def layer(M, N, K, epilogue):
             g = ops.multiply(z, 0.5)
             e = ops.erf(ops.multiply(z, 0.7071067811865476))
             y = ops.cast(ops.multiply(g, ops.add(e, 1.0)), "float16")
+        elif epilogue == "gelu16":
+            z = ops.nn.dense(x, w, b)
+            e = ops.erf(ops.multiply(z, h(0.7071067811865476)))
+            y = ops.multiply(ops.multiply(z, h(0.5)), ops.add(e, h(1.0)))
+        elif epilogue == "gelu_tanh":
+            z = ops.nn.dense(x, w, b)
+            cube = ops.cast(ops.power(ops.cast(z, "float32"), 3.0), "float16")
+            t = ops.tanh(ops.multiply(ops.add(z, ops.multiply(cube, h(0.044715))),
+                                      h(0.7978845608028654)))
+            y = ops.multiply(ops.multiply(z, h(0.5)), ops.add(t, h(1.0)))
         else:
             r = te.placeholder((M, N), "float16", name="r")
             args.append(r)
@@ -69,10 +89,12 @@ def reference(vals, epilogue):
     if epilogue == "none":
         return z
     z = z + vals[2]
-    if epilogue == "gelu":
+    if epilogue in ("gelu", "gelu16"):
         from math import erf
 
         return 0.5 * z * (1 + np.vectorize(erf)(z / np.sqrt(2)))
+    if epilogue == "gelu_tanh":
+        return 0.5 * z * (1 + np.tanh(0.7978845608028654 * (z + 0.044715 * z ** 3)))
     return z + vals[3]
 
 
@@ -131,7 +153,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", nargs="*", default=None, help="M,N,K (default: BERT's)")
     p.add_argument("--epilogue", nargs="+", default=["none", "gelu"],
-                   choices=["none", "gelu", "residual"])
+                   choices=list(EPILOGUES))
     p.add_argument("--wgmma-config", nargs="*", default=[],
                    help="block_n,warpgroups,stages,in_flight,split_k")
     p.add_argument("--number", type=int, default=50)
@@ -181,6 +203,10 @@ def main(argv=None) -> int:
                 z = torch.nn.functional.linear(th[0], th[1], None if epi == "none" else th[2])
                 if epi == "gelu":
                     return torch.nn.functional.gelu(z.float()).half()
+                if epi == "gelu16":
+                    return torch.nn.functional.gelu(z)
+                if epi == "gelu_tanh":
+                    return torch.nn.functional.gelu(z, approximate="tanh")
                 return z if epi == "none" else z + th[3]
 
             cublas = torch_time(torch_layer, args.number, args.repeat)
