@@ -84,6 +84,12 @@ def _pack(slots: list[_Slot], base: int, life: Lifetimes | None) -> tuple[dict, 
     return offsets, end
 
 
+def _overlaps(slots: list[_Slot], offsets: dict) -> bool:
+    """Whether two of ``slots`` placed at ``offsets`` share a byte."""
+    spans = sorted((offsets[id(x.buffer)], offsets[id(x.buffer)] + x.nbytes) for x in slots)
+    return any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
+
+
 def _with_barriers(func: PrimFunc, life: Lifetimes) -> PrimFunc:
     """``func`` with a block barrier before each step that first accesses a buffer where an
     earlier buffer's last access lies before it and nothing is pending, but no barrier
@@ -130,8 +136,11 @@ def plan_dynamic_shared(func: PrimFunc, target: Target, alias: bool = True) -> P
     if alias:
         fenced = _with_barriers(func, life)
         fenced_life = shared_lifetimes(fenced) if fenced is not func else life
-        shared_offsets, shared_end = _pack(_slots(fenced, fenced_life), placed, fenced_life)
-        if shared_end < end:
+        slots = _slots(fenced, fenced_life)
+        shared_offsets, shared_end = _pack(slots, placed, fenced_life)
+        # only a placement where buffers do share bytes replaces the plain one (which keeps
+        # the allocations' order)
+        if shared_end < end and _overlaps(slots, shared_offsets):
             log.debug("kernel %s: aliasing shared buffers takes %d bytes instead of %d",
                       func.name, shared_end, end)
             func, offsets, end = fenced, shared_offsets, shared_end
