@@ -168,3 +168,129 @@ def test_the_simulator_shows_a_buffer_overwritten_while_still_read():
     backend_sim.run(bad, vals + [out], check_races=False)
     want = _reference([f64(v, a.dtype) for v, a in zip(vals, args)], "residual")
     assert not np.allclose(f64(out, y.dtype), want, atol=4e-3 * np.abs(want).max())
+
+
+def _fresh(func):
+    """``func`` with its shared buffers unplaced again."""
+    bare = map_stmt(func.body, fstmt=lambda x: x.replace(dyn_offset=None)
+                    if isinstance(x, Alloc) else None)
+    return func.replace(body=bare, attrs=func.attrs.with_launch(dynamic_shared_bytes=0))
+
+
+@pytest.mark.parametrize("drop", ["async_wait", "wgmma_wait"])
+def test_no_sharing_while_a_copy_or_a_wgmma_may_be_pending(drop):
+    from ptxforge.ir.stmt import AsyncWait, WgmmaSync
+
+    _, _, dev = _lower(128, 256, 512, "residual", (128, 2, 3, 1), "cuda -arch=sm_90a")
+    k = _fresh(_kernel(dev))
+    life = shared_lifetimes(k)
+    # the block-level wait after the main loop (in_flight=1 leaves one wgmma group in it)
+    waits = [s for s in life.steps if (isinstance(s, AsyncWait) if drop == "async_wait"
+                                       else isinstance(s, WgmmaSync) and s.op == "wait")]
+    assert waits
+
+    def strip(x):
+        if isinstance(x, Seq) and any(any(c is w for w in waits) for c in x.stmts):
+            return Seq([c for c in x.stmts if not any(c is w for w in waits)])
+        return None
+
+    t = as_target("cuda -arch=sm_90a")
+    unsafe = k.replace(body=map_stmt(k.body, fstmt=strip))
+    planned = plan_dynamic_shared(unsafe, t)
+    assert not shares_bytes(planned)
+    assert planned.launch.dynamic_shared_bytes == plan_dynamic_shared(
+        unsafe, t, alias=False).launch.dynamic_shared_bytes
+    why = shared_lifetimes(unsafe).dead_before(
+        next(s.buffer for s in walk(unsafe.body) if isinstance(s, Alloc)
+             and s.buffer.name == "w.shared"),
+        shared_lifetimes(unsafe).first[id(_c_tile(unsafe))])
+    assert why is not None and "pending" in why
+
+
+# -- the model -------------------------------------------------------------------------------
+
+
+def test_the_aliased_count_is_the_larger_part_over_the_static_limit():
+    from ptxforge.ops.schedules.gemm.rules import C_TILE_ALIASED, aliased_shared_bytes
+
+    assert aliased_shared_bytes(32768, 8192) == 40960  # static: side by side
+    assert aliased_shared_bytes(98304, 67584) == 98304
+    assert aliased_shared_bytes(65536, 133120) == 133120
+    pair = WgmmaScheduleConfig(128, 2, 3, 1)
+    assert wgmma_shared_bytes(pair, True) == 98304 + 67584
+    assert wgmma_shared_bytes(pair, C_TILE_ALIASED) == 98304
+    assert wgmma_shared_bytes(pair, False) == 98304
+
+
+def test_two_blocks_an_sm_only_with_the_c_tile_over_the_stages():
+    from ptxforge.ops.schedules.gemm.estimate import wgmma_blocks_per_sm
+    from ptxforge.ops.schedules.gemm.rules import C_TILE_ALIASED
+
+    t = as_target("cuda -arch=sm_90a")
+    pair = WgmmaScheduleConfig(128, 2, 3, 1)
+    assert wgmma_blocks_per_sm(pair, t, True) == 1
+    assert wgmma_blocks_per_sm(pair, t, C_TILE_ALIASED) == 2
+    assert wgmma_blocks_per_sm(WgmmaScheduleConfig(128, 2, 4, 1), t, C_TILE_ALIASED) == 1
+
+
+def _default_pick(M, N, K, epilogue):
+    import sys
+
+    sys.path.insert(0, __file__.rsplit("/tests/", 1)[0] + "/bench")
+    from bench_wgmma_default import layer
+
+    from ptxforge.ops.schedules.gemm.chooser import wgmma_choice
+    from ptxforge.ops.schedules.gemm.forms import gemm_form
+
+    args, y, prod = layer(M, N, K, epilogue)
+    t = as_target("cuda -arch=sm_90a")
+    with t:
+        return wgmma_choice(prod, None if y.op is prod else y.op, gemm_form(prod, t), t)
+
+
+@pytest.mark.parametrize("M,N,K,epilogue,want", [
+    # GPT-2's FFN1 and BERT's FFN2 with fused epilogues: two blocks an SM
+    (1024, 3072, 768, "gelu_tanh", (128, 2, 3)),
+    (4096, 768, 3072, "residual", (128, 2, 3)),
+    # the pair's main loop estimated 1.29x the pick's: the pick stays
+    (8192, 768, 3072, "gelu", (128, 2, 4)),
+    # BERT's FFN1 keeps its measured 128x192 rule
+    (4096, 3072, 768, "gelu", (192, 2, 3)),
+    # bare products: unchanged
+    (4096, 4096, 4096, "none", (256, 2, 4)),
+    (4096, 768, 3072, "none", (192, 2, 4)),
+    (3000, 1536, 2048, "none", (128, 2, 5)),
+])
+def test_fused_epilogues_take_the_pair_where_the_model_allows(M, N, K, epilogue, want):
+    pick = _default_pick(M, N, K, epilogue)
+    assert (pick.block_n, pick.warpgroups, pick.stages) == want
+
+
+# -- the GPU ---------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K,epilogue,cfg", [
+    (1024, 3072, 768, "gelu_tanh", WgmmaScheduleConfig(128, 2, 3, 1, 1)),  # two blocks an SM
+    (1024, 3072, 768, "gelu_tanh", WgmmaScheduleConfig(128, 2, 4, 1, 1)),
+    (4096, 768, 3072, "residual", WgmmaScheduleConfig(128, 2, 3, 1, 1)),
+    (200, 130, 264, "residual", WgmmaScheduleConfig(64, 1, 4, 1, 1)),  # padded
+])
+def test_kernels_with_the_c_tile_over_the_stages_on_the_gpu(M, N, K, epilogue, cfg):
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+
+    dev = cuda(0)
+    if dev.sm != "sm_90":
+        pytest.skip(f"wgmma needs an sm_90 GPU (sm_90a code); this one is {dev.sm}")
+    args, y = _layer(M, N, K, epilogue)
+    target = as_target("cuda -arch=sm_90a")
+    with target:
+        low = ptxforge.lower(_schedule(args, y, cfg, target), args + [y])
+        assert any(shares_bytes(k) for k in low.kernels())
+        loaded = compile_module(low, target).load(dev)
+    vals = [host(RNG, a.shape, a.dtype) for a in args]
+    out = empty((M, N), y.dtype, dev)
+    loaded(*[array(h, dev, a.dtype) for h, a in zip(vals, args)], out)
+    want = _reference([f64(h, a.dtype) for h, a in zip(vals, args)], epilogue)
+    got = f64(out.numpy(), y.dtype)
+    np.testing.assert_allclose(got, want, rtol=0, atol=4e-3 * np.abs(want).max())
