@@ -7,6 +7,14 @@ the kernel is given a byte offset (aligned to 16 bytes, or its element size if l
 kernel's dynamic shared memory, and the kernel's ``launch.dynamic_shared_bytes`` records the
 total; the backends then address one ``extern .shared`` array and the runtime opts in to that
 much shared memory. The total may reach ``target.max_shared_memory_per_block_optin``.
+
+Buffers whose live ranges are provably disjoint share bytes (:mod:`ptxforge.ir.shared_lifetimes`:
+one's last access, then a barrier with no cp.async and no wgmma pending, then the other's
+first): a GEMM's float32 C tile, written after the main loop, goes over the operand stages.
+Where the barrier is the only proof missing (the templates store the C tile right after the
+final waits), one is added before that first access. Each buffer takes the lowest aligned
+offset (1,024 bytes for a wgmma operand) free of buffers still live there; a kernel where no
+two buffers can share keeps the plain placement, in the order of its allocations.
 """
 
 from __future__ import annotations
@@ -84,17 +92,23 @@ def _pack(slots: list[_Slot], base: int, life: Lifetimes | None) -> tuple[dict, 
     return offsets, end
 
 
-def _overlaps(slots: list[_Slot], offsets: dict) -> bool:
-    """Whether two of ``slots`` placed at ``offsets`` share a byte."""
-    spans = sorted((offsets[id(x.buffer)], offsets[id(x.buffer)] + x.nbytes) for x in slots)
-    return any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
+def _placed_over(slots: list[_Slot], offsets: dict) -> list[_Slot]:
+    """The slots placed (at ``offsets``) over bytes of a slot first accessed before them."""
+    out = []
+    for x in slots:
+        lo = offsets[id(x.buffer)]
+        if any(y.first is not None and x.first is not None and y.first < x.first
+               and offsets[id(y.buffer)] < lo + x.nbytes and lo < offsets[id(y.buffer)]
+               + y.nbytes for y in slots):
+            out.append(x)
+    return out
 
 
-def _with_barriers(func: PrimFunc, life: Lifetimes) -> PrimFunc:
-    """``func`` with a block barrier before each step that first accesses a buffer where an
-    earlier buffer's last access lies before it and nothing is pending, but no barrier
-    separates them: the barrier makes the earlier one dead there (one per block, outside
-    every loop)."""
+def _with_barriers(func: PrimFunc, life: Lifetimes, only: set | None = None) -> PrimFunc:
+    """``func`` with a block barrier before each step (of ``only``, ids of steps, if given)
+    that first accesses a buffer where an earlier buffer's last access lies before it and
+    nothing is pending, but no barrier separates them: the barrier makes the earlier one
+    dead there (one per block, outside every loop)."""
     at = set()
     for b_id, p in life.first.items():
         if any(life.pending_before[p]) or p in at:
@@ -103,6 +117,8 @@ def _with_barriers(func: PrimFunc, life: Lifetimes) -> PrimFunc:
                for a_id, la in life.last.items() if a_id != b_id):
             at.add(p)
     targets = {id(life.steps[p]) for p in at}
+    if only is not None:
+        targets &= only
     if not targets:
         return func
 
@@ -123,6 +139,26 @@ def _with_barriers(func: PrimFunc, life: Lifetimes) -> PrimFunc:
     return func.replace(body=map_stmt(func.body, fstmt=insert))
 
 
+def _shared_plan(func: PrimFunc, life: Lifetimes, base: int):
+    """``(func, offsets, end)`` with buffers of disjoint live ranges sharing bytes (and the
+    barriers that proves, before the first access of each buffer placed over another), or
+    None where no two buffers can share."""
+    fenced = _with_barriers(func, life)
+    fenced_life = shared_lifetimes(fenced) if fenced is not func else life
+    slots = _slots(fenced, fenced_life)
+    offsets, _ = _pack(slots, base, fenced_life)
+    over = _placed_over(slots, offsets)
+    if not over:
+        return None
+    # keep only the barriers before a buffer placed over another
+    keep = {id(fenced_life.steps[x.first]) for x in over}
+    func = _with_barriers(func, life, keep)
+    life = shared_lifetimes(func)
+    slots = _slots(func, life)
+    offsets, end = _pack(slots, base, life)
+    return (func, offsets, end) if _placed_over(slots, offsets) else None
+
+
 def plan_dynamic_shared(func: PrimFunc, target: Target, alias: bool = True) -> PrimFunc:
     """``func`` with its shared buffers placed in dynamic shared memory when they exceed the
     static limit (unchanged otherwise); with ``alias``, buffers whose live ranges are
@@ -134,16 +170,11 @@ def plan_dynamic_shared(func: PrimFunc, target: Target, alias: bool = True) -> P
     life = shared_lifetimes(func)
     offsets, end = _pack(_slots(func, life), placed, None)
     if alias:
-        fenced = _with_barriers(func, life)
-        fenced_life = shared_lifetimes(fenced) if fenced is not func else life
-        slots = _slots(fenced, fenced_life)
-        shared_offsets, shared_end = _pack(slots, placed, fenced_life)
-        # only a placement where buffers do share bytes replaces the plain one (which keeps
-        # the allocations' order)
-        if shared_end < end and _overlaps(slots, shared_offsets):
+        shared = _shared_plan(func, life, placed)
+        if shared is not None and shared[2] < end:
             log.debug("kernel %s: aliasing shared buffers takes %d bytes instead of %d",
-                      func.name, shared_end, end)
-            func, offsets, end = fenced, shared_offsets, shared_end
+                      func.name, shared[2], end)
+            func, offsets, end = shared
     sizes = [f"{b.name}: {b.size * dt.nbytes(b.dtype)}" for b in
              (s.buffer for s in walk(func.body) if isinstance(s, Alloc))
              if id(b) in offsets]
