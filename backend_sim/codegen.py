@@ -44,6 +44,7 @@ from .emit import NEST_LIMIT, Block, Scope
 from .errors import SimIRError
 from .exprgen import ExprEmitter, lookup, np_type, storage_dtype
 from .limits import launch_config, shared_bytes
+from .shared_bytes import SharedBytesPlan, shares_bytes
 
 TAG_CODE = {"threadIdx.x": "_tx", "threadIdx.y": "_ty", "threadIdx.z": "_tz",
             "blockIdx.x": "_bx", "blockIdx.y": "_by", "blockIdx.z": "_bz"}
@@ -90,6 +91,7 @@ class CompiledKernel:
         self.block = block
         self.source = source
         self.shared_bytes = shared_bytes(func)
+        self.shares_bytes = shares_bytes(func)
         self.track_races = track_races
         self._fn = fn
 
@@ -97,7 +99,7 @@ class CompiledKernel:
         """Run every block; ``arrays[i]`` is the flat array bound to param ``i``."""
         threads = self.block[0] * self.block[1] * self.block[2]
         nblocks = self.grid[0] * self.grid[1] * self.grid[2]
-        per_chunk = max(1, runtime.LANES_PER_CHUNK // threads)
+        per_chunk = 1 if self.shares_bytes else max(1, runtime.LANES_PER_CHUNK // threads)
         with np.errstate(all="ignore"):
             for first in range(0, nblocks, per_chunk):
                 chunk = runtime.Chunk(self.name, self.grid, self.block, first,
@@ -145,7 +147,12 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
         self.per_block = self.nblocks > 1
         self.per_lane = self.threads * self.nblocks > 1
         self.races = check_races and self.threads > 1
-        self.chunk_blocks = max(1, runtime.LANES_PER_CHUNK // self.threads)
+        # a kernel whose shared buffers share bytes runs a block at a time, its dynamic
+        # shared memory one byte array (runtime.Chunk.dynamic_shared)
+        self.shares_bytes = shares_bytes(func)
+        self.bytes_plan = SharedBytesPlan(func) if self.shares_bytes and self.races else None
+        self.chunk_blocks = 1 if self.shares_bytes else max(
+            1, runtime.LANES_PER_CHUNK // self.threads)
         self.chunk_lanes = self.chunk_blocks * self.threads
         self.tags: set = set()
         self._key_vars: dict = {}
@@ -178,6 +185,8 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
             prelude.line(f"{code} = _bufs[{i}]")
             self.facts.buffers[p] = BufInfo(p.name, code, "global", p.size, p.dtype, False)
         self.allocate(func.body, prelude)
+        if self.bytes_plan is not None:
+            prelude.line(f"_SB = _C.shared_bytes_tracker({self.bytes_plan.overlaps!r})")
         self.async_setup(func.body, prelude, walk)
         self.wgmma_setup(func.body, prelude)
         self.stmt(func.body, body)
@@ -229,8 +238,18 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
             if b.scope == "shared":
                 code = f"s{n}"
                 info = BufInfo(b.name, code, "shared", b.size, b.dtype, self.per_block)
-                prelude.line(f"{code} = _C.shared({b.size}, {storage_dtype(b.dtype)!r}, "
-                             f"{self.per_block})")
+                store = storage_dtype(b.dtype)
+                if s.dyn_offset is not None and self.shares_bytes and \
+                        np.dtype(store).itemsize == dt.nbytes(b.dtype):
+                    # buffers placed in the same bytes are views of one byte array, so each
+                    # sees the other's writes as on the GPU (a buffer held wider than on the
+                    # GPU, bfloat16 as float32, keeps its own array)
+                    dyn = self.func.launch.dynamic_shared_bytes
+                    prelude.line(f"{code} = _C.dynamic_shared({s.dyn_offset}, {b.size}, "
+                                 f"{store!r}, {dyn})")
+                else:
+                    prelude.line(f"{code} = _C.shared({b.size}, {store!r}, "
+                                 f"{self.per_block})")
                 if self.per_block:
                     kd = self.key_dtype(b.size)
                     info.offset = f"so{n}"
@@ -285,6 +304,14 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
         return F
 
     def stmt(self, s: Stmt, B: Block) -> None:
+        names = None if self.bytes_plan is None else self.bytes_plan.steps.get(id(s))
+        if names:
+            B.line(f"_SB.check({names!r})")
+        self.stmt_code(s, B)
+        if names:
+            B.line(f"_SB.step({names!r})")
+
+    def stmt_code(self, s: Stmt, B: Block) -> None:
         if isinstance(s, Seq):
             for c in s.stmts:
                 self.stmt(c, B)
@@ -303,6 +330,10 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
                 B.line(f"_sync.named({s.id}, {s.threads}, {s.arrive}, {B.mask})")
             else:
                 B.line(f"_sync.barrier({B.mask})")
+                # a named barrier orders only its warps: the byte-sharing tracker's
+                # intervals end at the block's barriers alone (conservative)
+                if self.bytes_plan is not None:
+                    B.line("_SB.barrier()")
         elif isinstance(s, WgmmaSync):
             if not self.has_wgmma:
                 raise SimIRError(f"kernel {self.name}: {s.text} in a kernel without wgmma")

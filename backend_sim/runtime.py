@@ -63,6 +63,7 @@ class Chunk:
             "blockIdx.z": (gblk // (gx * gy)).astype(np.int32),
         }
         self.sync = Sync(self, track_races)
+        self._arena: np.ndarray | None = None  # dynamic shared memory of shared bytes
 
     # memory ---------------------------------------------------------------------------
     def shared(self, size: int, dtype: str, per_block: bool) -> np.ndarray:
@@ -70,6 +71,31 @@ class Chunk:
         dt = np.dtype(dtype)
         n = size * self.nblocks if per_block else size
         return np.full(n, fill_value(dt), dt)
+
+    def dynamic_shared(self, offset: int, size: int, dtype: str, dynamic_bytes: int
+                       ) -> np.ndarray:
+        """A buffer placed at byte ``offset`` of dynamic shared memory, as a view of the
+        chunk's one byte array, so that buffers placed in the same bytes overwrite each
+        other as on the GPU. Only for chunks of one block (a kernel whose buffers share
+        bytes runs its blocks one at a time)."""
+        if self.nblocks != 1:
+            raise ValueError("dynamic shared memory as one byte array needs chunks of one "
+                             f"block, not {self.nblocks}")
+        dt = np.dtype(dtype)
+        if self._arena is None or self._arena.size < dynamic_bytes:
+            # fresh shared memory reads as NaN (all bits set) in every float type
+            self._arena = np.full(-(-dynamic_bytes // 16) * 16, 0xFF, np.uint8)
+        if offset % dt.itemsize or offset + size * dt.itemsize > self._arena.size:
+            raise ValueError(f"a {size}-element {dt} buffer does not fit at byte {offset} of "
+                             f"{dynamic_bytes} bytes of dynamic shared memory")
+        first = offset // dt.itemsize
+        return self._arena.view(dt)[first:first + size]
+
+    def shared_bytes_tracker(self, overlaps: dict):
+        """The barrier-interval check of buffers sharing bytes (backend_sim/shared_bytes)."""
+        from .shared_bytes import SharedBytesTracker
+
+        return SharedBytesTracker(self.kernel, overlaps)
 
     def block_offset(self, size: int, dtype: str) -> np.ndarray:
         """Per lane, where its block's copy of a shared buffer of ``size`` starts."""

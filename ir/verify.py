@@ -145,6 +145,7 @@ class _FuncVerifier:
         # a kernel split off before its buffers are flattened says so with launch.flat
         self.flat = self.kind == "kernel" and func.launch.flat
         self.dyn_spans: list[tuple[int, int, Buffer]] = []  # dynamic shared placements
+        self._lifetimes = None  # shared live ranges, for overlapping placements
         self.vars: set[int] = set()  # ids of vars in scope
         self.bufs: set[int] = set()  # ids of buffers in scope
         self.defined: set[int] = set()  # ids of every var and buffer defined so far
@@ -413,6 +414,14 @@ class _FuncVerifier:
         self.stmt(s.body)
         self.bufs.discard(id(b))
 
+    def lifetimes(self):
+        """The kernel's shared live ranges (computed once, on the first overlap)."""
+        if self._lifetimes is None:
+            from .shared_lifetimes import shared_lifetimes
+
+            self._lifetimes = shared_lifetimes(self.func)
+        return self._lifetimes
+
     def check_shared_alloc(self, s: Alloc) -> None:
         b, t = s.buffer, self.target
         nbytes = b.size * dt.nbytes(b.dtype)
@@ -429,7 +438,9 @@ class _FuncVerifier:
                 self.fail(lambda n: f"buffer {n(b)} ({nbytes} bytes at dynamic shared "
                           f"offset {off}) ends past the kernel's dynamic_shared_bytes = {dyn}")
             for lo, hi, other in self.dyn_spans:
-                if off < hi and lo < off + nbytes:
+                # buffers may share bytes where one is provably dead before the other's
+                # first access (ir/shared_lifetimes.py)
+                if off < hi and lo < off + nbytes and not self.lifetimes().disjoint(b, other):
                     self.fail(lambda n, other=other: f"buffer {n(b)} (dynamic shared bytes "
                               f"{off}..{off + nbytes}) overlaps {n(other)}")
             self.dyn_spans.append((off, off + nbytes, b))

@@ -25,6 +25,7 @@ from .knobs import (
     tile_limit,
 )
 from .rules import (
+    C_TILE_ALIASED,
     _round_up,
     block_k,
     conv_rules,
@@ -298,10 +299,45 @@ def choose_wgmma_config(form, target=None, epilogue_tile: bool = True, remap: bo
         blocks = -(-form.M // c.block_m) * -(-form.N // c.block_n) * c.split_k
         return -min(blocks, t.num_sms)
 
-    return min(near, key=lambda c: (
+    pick = min(near, key=lambda c: (
         busy(c), -c.block_m * c.block_n, -c.stages,
         wgmma_time(c, form, t, needs_c_tile(c, form, epilogue_tile), dram_floor=False),
         c.split_k))
+    return _fused_pair(form, t, pick) if epilogue_tile and not remap else pick
+
+
+FUSED_PAIR = WgmmaScheduleConfig(128, 2, 3, 1, 1)
+"""The tiles a product with a fused epilogue over the C tile may take instead of the
+estimate's pick (:func:`_fused_pair`): 128 x 128, 3 stages, whose 96 KB of operand stages
+hold the C tile too (plan_dynamic_shared), so two blocks share an SM."""
+FUSED_PAIR_TIE = 1.10
+"""How much slower than the pick's the pair's estimated main loop may be: the estimate
+leaves out the epilogue, which at one block an SM runs with nothing overlapping it and at
+two under the other block's main loop. The smallest such epilogue measured (an H100) took
+14% of its product: BERT's erf GELU, 58.8 us against 51.8 bare at 4096 x 3072 x 768; GPT-2's
+tanh GELU 68% (27.3 against 16.2 at 1024 x 3072 x 768)."""
+
+
+def _fused_pair(form, t, pick):
+    """:data:`FUSED_PAIR` over ``pick`` for a product whose fused epilogue reads the C tile,
+    where ``pick`` runs one block an SM, unsplit, and the pair, two blocks an SM with its C
+    tile over the stages, does not pad more and is estimated at most
+    :data:`FUSED_PAIR_TIE` slower (both with their C tiles over the stages)."""
+    from .estimate import wgmma_blocks_per_sm
+
+    pair = FUSED_PAIR
+    if form.conv or pick.split_k > 1 or pick == pair or (pads(pair, form)
+                                                         and not pads(pick, form)):
+        return pick
+    if wgmma_blocks_per_sm(pick, t, C_TILE_ALIASED) >= 2 or wgmma_blocks_per_sm(
+            pair, t, C_TILE_ALIASED) < 2:
+        return pick
+    if first_broken(wgmma_rules(pair, form, t, True)) is not None:
+        return pick
+    if wgmma_time(pair, form, t, C_TILE_ALIASED) > FUSED_PAIR_TIE * wgmma_time(
+            pick, form, t, C_TILE_ALIASED):
+        return pick
+    return pair
 
 
 # -- few rows ---------------------------------------------------------------------------

@@ -147,7 +147,8 @@ def wgmma_estimate(block_n, warpgroups, stages, split_k, form, target=None, c_ti
     bm = 64 * wgs
     bk = block_k(form)
     Mp, Np, blocks, steps = _tiles(form, bm, bn, bk, split)
-    smem = wgmma_shared_bytes(SimpleNamespace(block_m=bm, block_n=bn, stages=stages), c_tile)
+    smem = wgmma_shared_bytes(SimpleNamespace(block_m=bm, block_n=bn, stages=stages), c_tile,
+                              t)
     waves, r = _waves(t, blocks, WARPGROUP * wgs, _wgmma_registers(bn), smem)
     tc_sm = t.peak_flops(form.in_dtype, tensor_core=True) / (t.num_sms * t.clock_hz)
     frac = (WGMMA_PEAK_FRACTION * np.where(r * wgs >= 2, 1.0, 0.8)
@@ -188,7 +189,7 @@ def wgmma_blocks_per_sm(cfg: WgmmaScheduleConfig, target=None, c_tile: bool = Fa
     memory with the C tile where ``c_tile``, the expected registers), as the estimate
     counts them."""
     t = as_target(target)
-    smem = wgmma_shared_bytes(cfg, c_tile)
+    smem = wgmma_shared_bytes(cfg, c_tile, t)
     return int(t.blocks_per_sm(WARPGROUP * cfg.warpgroups, int(_wgmma_registers(cfg.block_n)),
                                int(smem) + 1024))
 

@@ -221,11 +221,32 @@ def block_k(form) -> int:
     return ROW_BYTES // form.elem_bytes
 
 
-def wgmma_shared_bytes(cfg, c_tile=False):
+C_TILE_ALIASED = "aliased"
+"""The ``c_tile`` of :func:`wgmma_shared_bytes`, :func:`wgmma_rules` and the estimates for
+a C tile placed over the operand stages (:func:`aliased_shared_bytes`); ``True`` counts it
+beside them, as the choosers' rules and ties were fitted to and as every legality check
+keeps counting it (a kernel that fits that way fits either way)."""
+
+
+def wgmma_shared_bytes(cfg, c_tile=False, target=None):
     """Shared memory of the wgmma schedule: ``stages`` A and B tiles of 128-byte rows and,
-    with ``c_tile``, the float32 C tile (rows padded by 4)."""
-    c = np.where(c_tile, cfg.block_m * (cfg.block_n + 4) * C_TILE_BYTES, 0)
-    return cfg.stages * (cfg.block_m + cfg.block_n) * ROW_BYTES + c
+    with ``c_tile``, the float32 C tile (rows padded by 4): beside them (``True``) or over
+    them (:data:`C_TILE_ALIASED`, :func:`aliased_shared_bytes`)."""
+    aliased = isinstance(c_tile, str) and c_tile == C_TILE_ALIASED
+    c = np.where(True if aliased else c_tile, cfg.block_m * (cfg.block_n + 4) * C_TILE_BYTES, 0)
+    operands = cfg.stages * (cfg.block_m + cfg.block_n) * ROW_BYTES
+    return aliased_shared_bytes(operands, c, target) if aliased else operands + c
+
+
+def aliased_shared_bytes(operands, c_tile, target=None):
+    """Shared memory of a block whose C tile (``c_tile`` bytes, 0 for none) is written after
+    its main loop, as the wgmma schedule writes it: where the two exceed the static limit,
+    plan_dynamic_shared places the C tile over the operand stages (dead by then: the copies
+    and the wgmmas waited for, a barrier passed), so the block takes the larger of the two;
+    under the limit they are static buffers side by side."""
+    limit = as_target(target).max_shared_memory_per_block
+    total = np.asarray(operands) + c_tile
+    return np.where(total > limit, np.maximum(operands, c_tile), total)
 
 
 def wgmma_rules(k, form, target=None, c_tile=True, steps: bool = True):
@@ -279,7 +300,7 @@ def wgmma_rules(k, form, target=None, c_tile=True, steps: bool = True):
         f"need at least {k.stages} steps of {bk} for {k.stages} pipeline stages (K = "
         f"{form.K} padded to {n_steps * part} gives {n_steps}"
         f"{' per split_k part' if k.split_k > 1 else ''})")
-    smem = wgmma_shared_bytes(k, c_tile)
+    smem = wgmma_shared_bytes(k, c_tile, t)
     optin = t.max_shared_memory_per_block_optin
     yield smem <= optin, lambda: (
         f"need at most {optin} bytes of shared memory per block ({k.stages} stages of "
