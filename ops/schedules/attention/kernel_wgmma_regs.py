@@ -48,12 +48,12 @@ class RegisterScoresKernel(WgmmaKernel):
     ``"registers"``, P V's A from the registers the probabilities are cast into)."""
 
     def __init__(self, w, cfg, copy_offsets: bool | None = None):
-        # constant-offset copies (WgmmaKernel.copy_offsets) with P in registers: on an H100
-        # at 4096 keys, head dim 128, 4 x 64 x 1 ran 252.7 us with them against 275.8
-        # without (causal 4 x 128 x 1: 178.8 against 188.7), 165 -> 127 registers, four
-        # blocks an SM instead of three (knobs_wgmma.copy_offsets_by_default)
+        # constant-offset copies (WgmmaKernel.copy_offsets) with P in registers from head
+        # dim 128: on an H100 at 4096 keys, 4 x 64 x 1 ran 252.7 us with them against
+        # 275.8 without (causal 4 x 128 x 1: 178.8 against 188.7), 165 -> 127 registers,
+        # four blocks an SM instead of three (knobs_wgmma.copy_offsets_by_default)
         if copy_offsets is None:
-            copy_offsets = copy_offsets_by_default(cfg)
+            copy_offsets = copy_offsets_by_default(w, cfg)
         super().__init__(w, cfg, copy_offsets)
         self.p_regs = cfg.p_operand == "registers"
         # P in registers: the probabilities overwrite their scores in S_acc (float32), and

@@ -109,13 +109,15 @@ def wgmma_layout(w: AttentionWorkload, cfg) -> WgmmaLayout:
     return WgmmaLayout(qp, vp, s_ld, o_ld, sizes, offsets, at)
 
 
-def copy_offsets_by_default(cfg) -> bool:
+def copy_offsets_by_default(w: AttentionWorkload, cfg) -> bool:
     """Whether the kernel of ``cfg`` addresses its copies at constant offsets unless told
-    otherwise: the register form with P in registers (measured faster on an H100: fewer
-    registers, one more block an SM) and the overlapped form; the others keep an address
-    a copy, as their calibration rows were timed."""
+    otherwise: the overlapped form, and the register form with P in registers at head dim
+    128 and more (on an H100, 4096 keys: 252.7 against 275.8 us; fewer registers, one more
+    block an SM). At head dim 64 the offsets' lower register estimate moved the chooser to
+    P in shared memory, measured slower (BERT b8 s512: 27.4 against 24.6 us), so the other
+    forms keep an address a copy, as their calibration rows were timed."""
     return cfg.overlap != "none" or (cfg.scores == "registers"
-                                     and cfg.p_operand == "registers")
+                                     and cfg.p_operand == "registers" and w.head_dim >= 128)
 
 
 def wgmma_registers(w: AttentionWorkload, cfg) -> int:
@@ -128,7 +130,7 @@ def wgmma_registers(w: AttentionWorkload, cfg) -> int:
         return cfg.block_kv + w.v_dim // 2 + BASE_REGISTERS + OVERLAP_EXTRA
     if cfg.scores == "registers":
         # P in registers takes the scores' registers (in place): none more
-        extra = COPY_OFFSETS_EXTRA if copy_offsets_by_default(cfg) else REGISTERS_FORM_EXTRA
+        extra = COPY_OFFSETS_EXTRA if copy_offsets_by_default(w, cfg) else REGISTERS_FORM_EXTRA
         return cfg.block_kv // 2 + w.v_dim // 2 + BASE_REGISTERS + extra.get(cfg.stages, 64)
     return cfg.block_kv + w.v_dim // 2 + BASE_REGISTERS
 
