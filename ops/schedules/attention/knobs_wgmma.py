@@ -203,6 +203,33 @@ def check_wgmma_config(w: AttentionWorkload, cfg, target: Target) -> None:
                              f"{target.registers_per_block} registers of a block")
 
 
+def _sizes(w: AttentionWorkload, warps=WGMMA_WARPS):
+    """``(warps, block_kv)`` of the wgmma forms that the problem's size does not refuse:
+    none at 32 queries or keys or fewer (the wgmma tiles would multiply mostly padding), 8
+    warps only beyond 64 queries, 128 keys a tile only beyond 64 keys."""
+    if w.q_len <= 32 or w.kv_len <= 32:
+        return
+    for n in warps:
+        if n > 4 and w.q_len <= 64:
+            continue
+        for bc in WGMMA_BLOCK_KV:
+            if bc > 64 and w.kv_len <= 64:
+                continue
+            yield n, bc
+
+
+def _legal(w: AttentionWorkload, target: Target, configs) -> list:
+    """The configurations of ``configs`` that :func:`check_wgmma_config` takes."""
+    out = []
+    for cfg in configs:
+        try:
+            check_wgmma_config(w, cfg, target)
+        except AttentionError:
+            continue
+        out.append(cfg)
+    return out
+
+
 def wgmma_candidates(w: AttentionWorkload, target: Target) -> list:
     """The legal ``wgmma`` configurations (two warpgroups only where the query rows pass
     64; ``block_kv`` 128 only where the keys pass 64); none where the query rows or the
@@ -211,25 +238,10 @@ def wgmma_candidates(w: AttentionWorkload, target: Target) -> list:
     given explicitly still runs such problems)."""
     from .knobs import AttentionConfig
 
-    out = []
-    if w.q_len <= 32 or w.kv_len <= 32:
-        return out
-    for warps in WGMMA_WARPS:
-        if warps > 4 and w.q_len <= 64:
-            continue
-        for bc in WGMMA_BLOCK_KV:
-            if bc > 64 and w.kv_len <= 64:
-                continue
-            for scores, p in (("shared", "shared"), ("registers", "shared"),
-                              ("registers", "registers")):
-                for st in WGMMA_STAGES:
-                    cfg = AttentionConfig(warps, bc, st, "wgmma", scores, p)
-                    try:
-                        check_wgmma_config(w, cfg, target)
-                    except AttentionError:
-                        continue
-                    out.append(cfg)
-    return out
+    forms = (("shared", "shared"), ("registers", "shared"), ("registers", "registers"))
+    return _legal(w, target, (AttentionConfig(n, bc, st, "wgmma", scores, p)
+                              for n, bc in _sizes(w) for scores, p in forms
+                              for st in WGMMA_STAGES))
 
 
 def overlap_candidates(w: AttentionWorkload, target: Target) -> list:
@@ -239,22 +251,8 @@ def overlap_candidates(w: AttentionWorkload, target: Target) -> list:
     timed them: the tuners and the benchmark take them from here."""
     from .knobs import AttentionConfig
 
-    out = []
-    if w.q_len <= 32 or w.kv_len <= 32:
-        return out
-    for warps in WGMMA_WARPS:
-        if warps > 4 and w.q_len <= 64:
-            continue
-        for bc in WGMMA_BLOCK_KV:
-            if bc > 64 and w.kv_len <= 64:
-                continue
-            cfg = AttentionConfig(warps, bc, 2, "wgmma", "registers", "registers", "intra")
-            try:
-                check_wgmma_config(w, cfg, target)
-            except AttentionError:
-                continue
-            out.append(cfg)
-    return out
+    return _legal(w, target, (AttentionConfig(n, bc, 2, "wgmma", "registers", "registers",
+                                              "intra") for n, bc in _sizes(w)))
 
 
 def pingpong_candidates(w: AttentionWorkload, target: Target) -> list:
@@ -263,22 +261,12 @@ def pingpong_candidates(w: AttentionWorkload, target: Target) -> list:
     overlapped, under the same rules of size as :func:`wgmma_candidates`. Kept from the
     default chooser until a GPU has timed them: the benchmark takes them from here."""
     from .knobs import AttentionConfig
-    out = []
-    if w.q_len <= 64 or w.kv_len <= 32:
-        return out
+
     forms = [(st, p, "none") for p in ("shared", "registers") for st in (1, 2)]
     forms.append((2, "registers", "intra"))
-    for bc in WGMMA_BLOCK_KV:
-        if bc > 64 and w.kv_len <= 64:
-            continue
-        for st, p, overlap in forms:
-            cfg = AttentionConfig(8, bc, st, "wgmma", "registers", p, overlap, "pingpong")
-            try:
-                check_wgmma_config(w, cfg, target)
-            except AttentionError:
-                continue
-            out.append(cfg)
-    return out
+    return _legal(w, target, (AttentionConfig(8, bc, st, "wgmma", "registers", p, overlap,
+                                              "pingpong")
+                              for _, bc in _sizes(w, (8,)) for st, p, overlap in forms))
 
 
 def wgmma_attention_time(w: AttentionWorkload, cfg, target: Target) -> float:
