@@ -23,16 +23,19 @@ network's fused attentions. The knobs are those of the kernel's knob space
 (:mod:`ptxforge.ops.schedules.attention.knobs`): ``warps`` (16 query rows each),
 ``block_kv`` and ``stages``, and on an sm_90a target ``mma`` (``mma_sync``, ``wgmma``),
 ``scores`` and ``p_operand`` (``shared``, ``registers``: the wgmma forms with the scores,
-and P V's A, in registers). ``scores`` and ``p_operand`` come last with ``shared`` first,
-so a config index of the space before them names the same configuration, and a record
-written before them (its entity list without them) applies the shared form. A
+and P V's A, in registers), then ``overlap`` (``none``, ``intra``: the softmax under the
+products) and ``schedule`` (``cooperative``, ``pingpong``: two warpgroups issuing their
+products in turns). Each of these came last when it came, with the old behaviour first,
+so a config index of the space before it names the same configuration, and a record
+written before it (its entity list without it) applies the old behaviour. A
 combination that breaks one of the kernel's rules (shared memory, registers, ``p_operand
 ="registers"`` without ``scores="registers"``, register scores with mma.sync) is
 rejected at instantiation with an ``InstantiationError`` naming the rule, and without a
 record the template takes ``choose_attention_config``'s configuration.
 
 The schedule is one step, ``fused_attention(warps=, block_kv=, stages=, causal=,
-scale=, mma=, scores=, p_operand=)``: the kernel is device IR built whole, which the usual builders
+scale=, mma=, scores=, p_operand=, overlap=, schedule=)``: the kernel is device IR built
+whole, which the usual builders
 (:class:`~ptxforge.measure.LocalBuilder`; ``AttentionBuilder`` is another name of it) make
 for a candidate holding that step in place of the lowering; the runners, records and
 ``apply_history_best`` are the usual ones.
@@ -56,7 +59,9 @@ from ..ops.schedules.attention.knobs import (
     BLOCK_KV,
     MMA_ROWS,
     MMAS,
+    OVERLAPS,
     P_OPERANDS,
+    SCHEDULES,
     SCORES,
     STAGES,
     WARPS,
@@ -141,6 +146,9 @@ def attention_template(B, Hq, Hkv, L, S, E, Ev, dtype="float16", causal=False, s
         # varies fastest) names the same configuration, with both "shared"
         cfg.define_knob("scores", list(SCORES))
         cfg.define_knob("p_operand", list(P_OPERANDS))
+        # the overlapped and ping-pong register forms, last for the same reason
+        cfg.define_knob("overlap", list(OVERLAPS))
+        cfg.define_knob("schedule", list(SCHEDULES))
     cfg.add_flop(w.flops)
     if cfg.is_fallback:
         ac = choose_attention_config(w, target)
@@ -153,20 +161,23 @@ def attention_template(B, Hq, Hkv, L, S, E, Ev, dtype="float16", causal=False, s
     s = te.create_schedule(tensors[-1].op)
     s.apply(FusedAttention(ac.warps, ac.block_kv, ac.stages, w.causal, w.scale, ac.mma,
                            w.layout, views_param(w), scores=ac.scores,
-                           p_operand=ac.p_operand))
+                           p_operand=ac.p_operand, overlap=ac.overlap,
+                           schedule=ac.schedule))
     return s, tensors
 
 
 def _config_of(cfg, wgmma: bool) -> AttentionConfig:
     """The kernel configuration of a config entity. A knob the entity lacks takes its first
     candidate: a record written before the ``scores`` / ``p_operand`` knobs existed holds
-    neither and meant the shared form."""
+    neither and meant the shared form, one before ``overlap`` / ``schedule`` the plain,
+    cooperative one."""
     def knob(name: str, first: str) -> str:
         return cfg[name].val if wgmma and name in cfg else first
 
     return AttentionConfig(cfg["warps"].val, cfg["block_kv"].val, cfg["stages"].val,
                            knob("mma", MMAS[0]), knob("scores", SCORES[0]),
-                           knob("p_operand", P_OPERANDS[0]))
+                           knob("p_operand", P_OPERANDS[0]), knob("overlap", OVERLAPS[0]),
+                           knob("schedule", SCHEDULES[0]))
 
 
 @attention_template.defaults
@@ -182,7 +193,8 @@ def _defaults(B, Hq, Hkv, L, S, E, Ev, dtype="float16", causal=False, scale=None
     out = {"warps": ac.warps, "block_kv": ac.block_kv, "stages": ac.stages}
     if target.has_wgmma:
         # every knob of the space, the shared defaults included (to_dict leaves them out)
-        out.update(mma=ac.mma, scores=ac.scores, p_operand=ac.p_operand)
+        out.update(mma=ac.mma, scores=ac.scores, p_operand=ac.p_operand,
+                   overlap=ac.overlap, schedule=ac.schedule)
     return out
 
 

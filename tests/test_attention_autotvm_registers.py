@@ -30,6 +30,8 @@ H100 = as_target("cuda -arch=sm_90a")
 # 50 query rows (one warpgroup's 64, padded), 70 keys (two tiles of 64, the last padded)
 ARGS = (1, 2, 1, 50, 70, 64, 64, "float16", True, None)
 OLD_KNOBS = ("warps", "block_kv", "stages", "mma")
+# each defined last when it came, its old behaviour first
+NEW_KNOBS = ("scores", "p_operand", "overlap", "schedule")
 
 
 def _task(args=ARGS):
@@ -51,12 +53,12 @@ def _step(task, config):
 
 def test_the_knobs_come_last_and_keep_the_old_indices():
     space = _task().config_space
-    assert list(space.space_map) == [*OLD_KNOBS, "scores", "p_operand"]
+    assert list(space.space_map) == [*OLD_KNOBS, *NEW_KNOBS]
     assert [s.entities[0].val for s in list(space.space_map.values())[4:]] == [
-        "shared", "shared"]
+        "shared", "shared", "none", "cooperative"]
     old_dims = space.dims[:4]
     old_len = int(np.prod(old_dims))
-    assert len(space) == old_len * 4
+    assert len(space) == old_len * 16
     for index in range(old_len):
         # the index in the space without the two knobs: the first knob varies fastest
         t, old = index, {}
@@ -65,7 +67,7 @@ def test_the_knobs_come_last_and_keep_the_old_indices():
             t //= d
         c = space.get(index)
         assert {k: c[k].val for k in OLD_KNOBS} == old
-        assert (c["scores"].val, c["p_operand"].val) == ("shared", "shared")
+        assert [c[k].val for k in NEW_KNOBS] == ["shared", "shared", "none", "cooperative"]
     # sm_80 has no wgmma: no mma knob, no register knobs
     plain = autotvm.task.create(template.NAME, args=ARGS, target="cuda").config_space
     assert list(plain.space_map) == ["warps", "block_kv", "stages"]
@@ -124,7 +126,7 @@ def test_an_old_record_applies_the_same_configuration(tmp_path):
         n_trial=1, measure_option=option, callbacks=[autotvm.callback.log_to_file(str(log))])
     row = json.loads(log.read_text().splitlines()[0])
     entity = row["payload"]["autotvm"]["config"]["entity"]
-    assert [e[0] for e in entity] == [*OLD_KNOBS, "scores", "p_operand"]
+    assert [e[0] for e in entity] == [*OLD_KNOBS, *NEW_KNOBS]
     row["payload"]["autotvm"]["config"]["entity"] = entity[:4]
     old = tmp_path / "old.json"
     old.write_text(json.dumps(row) + "\n")
@@ -176,3 +178,21 @@ def test_the_default_config_is_the_choosers_in_the_space(keys):
     assert step.config == choose_attention_config(AttentionWorkload(*args), H100)
     if keys > 512:
         assert (step.config.mma, step.config.scores) == ("wgmma", "registers")
+
+
+def test_the_overlapped_and_ping_pong_forms_are_knobs_after_the_old_ones():
+    task = _task()
+    space = task.config_space
+    want = dict(warps=4, block_kv=64, stages=2, mma="wgmma", scores="registers",
+                p_operand="registers")
+    overlapped = _entity(space, **want, overlap="intra", schedule="cooperative")
+    step = _step(task, overlapped)
+    assert (step.overlap, step.schedule) == ("intra", "cooperative")
+    assert template._config_of(overlapped, True) == AttentionConfig(
+        4, 64, 2, "wgmma", "registers", "registers", "intra", "cooperative")
+    # the space before the two knobs is the first block of indices: there both are the
+    # old behaviour, so an index written then names the same kernel now
+    plain = _entity(space, **want, overlap="none", schedule="cooperative")
+    assert plain.index < int(np.prod(space.dims[:6])) <= overlapped.index
+    assert (_step(task, plain).overlap, _step(task, plain).schedule) == ("none",
+                                                                        "cooperative")

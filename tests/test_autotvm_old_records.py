@@ -40,7 +40,8 @@ def _old_log(tmp_path, task, indices) -> str:
     rows = [json.loads(line) for line in new.read_text().splitlines()]
     for row in rows:
         entity = row["payload"]["autotvm"]["config"]["entity"]
-        assert [e[0] for e in entity] == [*OLD_KNOBS, "scores", "p_operand"]
+        assert [e[0] for e in entity] == [*OLD_KNOBS, "scores", "p_operand", "overlap",
+                                          "schedule"]
         row["payload"]["autotvm"]["config"]["entity"] = entity[:len(OLD_KNOBS)]
     old = tmp_path / "old.json"
     old.write_text("".join(json.dumps(r) + "\n" for r in rows))
