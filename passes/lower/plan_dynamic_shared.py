@@ -46,8 +46,9 @@ class _Slot:
     first: int | None
 
 
-def _slots(func: PrimFunc, life: Lifetimes) -> list[_Slot]:
-    """The shared buffers still to place, in the order the allocations name them."""
+def _slots(func: PrimFunc, life: Lifetimes | None) -> list[_Slot]:
+    """The shared buffers still to place, in the order the allocations name them (their
+    first steps from ``life``; None without it)."""
     wgmma = {id(b) for b in wgmma_operand_buffers(func.body)}
     out, seen = [], set()
     for s in walk(func.body):
@@ -57,7 +58,8 @@ def _slots(func: PrimFunc, life: Lifetimes) -> list[_Slot]:
         seen.add(id(b))
         align = WGMMA_SHARED_ALIGN if id(b) in wgmma else max(DYNAMIC_SHARED_ALIGN,
                                                                dt.nbytes(b.dtype))
-        out.append(_Slot(b, b.size * dt.nbytes(b.dtype), align, life.first.get(id(b))))
+        first = life.first.get(id(b)) if life is not None else None
+        out.append(_Slot(b, b.size * dt.nbytes(b.dtype), align, first))
     return out
 
 
@@ -104,11 +106,10 @@ def _placed_over(slots: list[_Slot], offsets: dict) -> list[_Slot]:
     return out
 
 
-def _with_barriers(func: PrimFunc, life: Lifetimes, only: set | None = None) -> PrimFunc:
-    """``func`` with a block barrier before each step (of ``only``, ids of steps, if given)
-    that first accesses a buffer where an earlier buffer's last access lies before it and
-    nothing is pending, but no barrier separates them: the barrier makes the earlier one
-    dead there (one per block, outside every loop)."""
+def _barrier_steps(life: Lifetimes) -> set:
+    """Ids of the steps that first access a buffer where an earlier buffer's last access
+    lies before them and nothing is pending, but no barrier separates them: a barrier
+    there makes the earlier one dead (one per block, outside every loop)."""
     at = set()
     for b_id, p in life.first.items():
         if any(life.pending_before[p]) or p in at:
@@ -116,9 +117,11 @@ def _with_barriers(func: PrimFunc, life: Lifetimes, only: set | None = None) -> 
         if any(la < p and not any(la < q < p for q in life.clean_barriers)
                for a_id, la in life.last.items() if a_id != b_id):
             at.add(p)
-    targets = {id(life.steps[p]) for p in at}
-    if only is not None:
-        targets &= only
+    return {id(life.steps[p]) for p in at}
+
+
+def _with_barriers(func: PrimFunc, targets: set) -> PrimFunc:
+    """``func`` with a block barrier before each step whose id is in ``targets``."""
     if not targets:
         return func
 
@@ -143,16 +146,20 @@ def _shared_plan(func: PrimFunc, life: Lifetimes, base: int):
     """``(func, offsets, end)`` with buffers of disjoint live ranges sharing bytes (and the
     barriers that proves, before the first access of each buffer placed over another), or
     None where no two buffers can share."""
-    fenced = _with_barriers(func, life)
+    targets = _barrier_steps(life)
+    fenced = _with_barriers(func, targets)
     fenced_life = shared_lifetimes(fenced) if fenced is not func else life
     slots = _slots(fenced, fenced_life)
-    offsets, _ = _pack(slots, base, fenced_life)
+    offsets, end = _pack(slots, base, fenced_life)
     over = _placed_over(slots, offsets)
     if not over:
         return None
-    # keep only the barriers before a buffer placed over another
-    keep = {id(fenced_life.steps[x.first]) for x in over}
-    func = _with_barriers(func, life, keep)
+    # keep only the barriers before a buffer placed over another (the steps are the same
+    # statements in both bodies); where that is every one, the plan above stands
+    keep = targets & {id(fenced_life.steps[x.first]) for x in over}
+    if keep == targets:
+        return fenced, offsets, end
+    func = _with_barriers(func, keep)
     life = shared_lifetimes(func)
     slots = _slots(func, life)
     offsets, end = _pack(slots, base, life)
@@ -167,7 +174,7 @@ def plan_dynamic_shared(func: PrimFunc, target: Target, alias: bool = True) -> P
     static, placed = shared_memory(func)
     if static <= target.max_shared_memory_per_block:
         return func
-    life = shared_lifetimes(func)
+    life = shared_lifetimes(func) if alias else None
     offsets, end = _pack(_slots(func, life), placed, None)
     if alias:
         shared = _shared_plan(func, life, placed)
