@@ -1,7 +1,6 @@
 """Fused attention on tensor cores: the workload, the knob space and the kernel builder
 (see ``docs/attention.md``)."""
 
-from .kernel import attention_module
 from .knobs import (
     AttentionConfig,
     attention_candidates,
@@ -10,6 +9,7 @@ from .knobs import (
     choose_attention_config,
     shared_layout,
 )
+from .module import attention_module
 from .workload import AttentionError, AttentionMask, AttentionWorkload, check_workload
 
 __all__ = [

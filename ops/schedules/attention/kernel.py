@@ -34,11 +34,8 @@ tensorized nests), so the verifier, the simulator and the PTX backend take it as
 from __future__ import annotations
 
 from ....ir import dtype as dt
-from ....ir.attrs import FuncAttrs
-from ....ir.expr import Cast, Expr, FloatImm, IntImm, Var, call, emax, emin, select
-from ....ir.intrin import ANNOTATION
+from ....ir.expr import Cast, Expr, IntImm, Var, call, emax, emin, select
 from ....ir.intrin.keys import IntrinKey
-from ....ir.intrin.registry import lookup
 from ....ir.stmt import (
     Alloc,
     AsyncCommit,
@@ -46,69 +43,30 @@ from ....ir.stmt import (
     AsyncWait,
     Barrier,
     Buffer,
-    For,
     If,
-    Launch,
     Let,
-    Module,
-    PrimFunc,
     Seq,
     Stmt,
     Store,
 )
+from .builders import (
+    F32,
+    LOG2E,
+    NEG_INF,
+    RESCALE_THRESHOLD,
+    _f,
+    _i,
+    _intrin,
+    _lanes,
+    _loop,
+    _loop_var,
+    _operand_buffers,
+    _scaled_mask,
+    _var,
+)
 from .knobs import COPY_ELEMS, MMA_ROWS, AttentionConfig, shared_layout
 from .lanes import quad_reduce, warp_any
 from .workload import AttentionWorkload
-
-F32 = "float32"
-NEG_INF = FloatImm(float("-inf"), F32)
-LOG2E = 1.4426950408889634
-MASK_FLOOR = -(2.0 ** 127)
-"""The lowest base-2 score an additive mask makes (its finite values clamped there): a
-float32 mask of ``finfo.min`` times ``log2 e`` would overflow to minus infinity and empty a
-row the imported graph's softmax averages. Half of ``finfo.max`` keeps every later
-step finite: a score minus any reachable running maximum, and the maxima's differences."""
-RESCALE_THRESHOLD = 8.0
-"""How far (in the exponent) a row's scores may exceed its running maximum before the
-maximum moves and the output is rescaled: probabilities stay below ``e^8``, about 2981."""
-
-
-def _i(v: int) -> IntImm:
-    return IntImm(v, dt.INDEX)
-
-
-def _f(v: float) -> FloatImm:
-    return FloatImm(v, F32)
-
-
-def _scaled_mask(m: Expr, dtype: str) -> Expr:
-    """The float32 additive mask element ``m`` in base 2: ``m log2 e``, its finite values
-    clamped at :data:`MASK_FLOOR` where the mask's dtype reaches past it (float32 and
-    bfloat16; float16's ``-65504`` does not), minus infinity kept (a row masked by it
-    entirely stays the kernel's zero)."""
-    scaled = m * _f(LOG2E)
-    if dtype == "float16":
-        return scaled
-    return select(m == NEG_INF, NEG_INF, emax(scaled, _f(MASK_FLOOR)))
-
-
-def _var(name: str) -> Var:
-    return Var(name)
-
-
-def _loop(name: str, extent: int, body_fn, kind: str = "serial", thread: str = "",
-          annotations: dict | None = None) -> For:
-    v = _var(name)
-    return For(v, extent, body_fn(v), kind, thread, annotations)
-
-
-def _lanes(body_fn) -> For:
-    """A loop over the 32 lanes of each warp (``threadIdx.x``)."""
-    return _loop("tx", 32, body_fn, "thread", "threadIdx.x")
-
-
-def _intrin(key: IntrinKey) -> dict:
-    return {ANNOTATION: lookup(key).name}
 
 
 class _Kernel:
@@ -677,66 +635,3 @@ class _Kernel:
         s = _loop_var(self.bz, self.w.batch, s, "blockIdx.z")
         s = _loop_var(self.by, self.w.heads, s, "blockIdx.y")
         return _loop_var(self.bx, -(-self.w.q_len // cfg.block_q), s, "blockIdx.x")
-
-
-def _operand_buffers(w: AttentionWorkload) -> tuple:
-    """The kernel's flat ``q``, ``k``, ``v`` parameters: the operands, or the wider tensors
-    they are viewed in (:class:`~.workload.OperandView`)."""
-    shapes = w.shapes()
-    out = []
-    for name in "qkv":
-        n = 1
-        for d in shapes[name]:
-            n *= d
-        out.append(Buffer(name, w.dtype, [n]))
-    return tuple(out)
-
-
-def _loop_var(v: Var, extent: int, body: Stmt, thread: str) -> For:
-    return For(v, extent, body, "thread", thread)
-
-
-def attention_module(w: AttentionWorkload, cfg: AttentionConfig,
-                     name: str = "attention", copy_offsets: bool | None = None) -> Module:
-    """The device IR of the fused kernel for ``w`` with ``cfg``: a host function ``main``
-    taking ``q, k, v[, mask], out`` (their n-D shapes) and one kernel. Check ``cfg``
-    first (:func:`~.knobs.check_attention_config`). ``cfg.mma`` ``"wgmma"`` builds the
-    warpgroup form (:mod:`.kernel_wgmma`; with ``cfg.scores`` ``"registers"``
-    :mod:`.kernel_wgmma_regs`, with ``cfg.overlap`` ``"intra"``
-    :mod:`.kernel_wgmma_overlap`; with ``cfg.schedule`` ``"pingpong"``
-    :mod:`.kernel_wgmma_pingpong`). ``copy_offsets`` (wgmma forms; None: the form's
-    default, on for the overlapped form only) addresses each thread's copies of a tile as
-    its first one's plus constants (``WgmmaKernel._copy``): the same kernel in fewer
-    registers, kept off the forms the calibration timed until a GPU times it."""
-    if copy_offsets is not None and cfg.mma != "wgmma":
-        raise ValueError("copy_offsets is a choice of the wgmma forms' copies (their "
-                         f"128B-swizzled tiles), not of mma={cfg.mma!r}")
-    if cfg.schedule == "pingpong":
-        from .kernel_wgmma_pingpong import PingPongOverlappedKernel, PingPongRegisterKernel
-
-        kind = PingPongOverlappedKernel if cfg.overlap != "none" else PingPongRegisterKernel
-        kb = kind(w, cfg, copy_offsets)
-    elif cfg.mma == "wgmma" and cfg.overlap != "none":
-        from .kernel_wgmma_overlap import OverlappedKernel
-
-        kb = OverlappedKernel(w, cfg, copy_offsets)
-    elif cfg.mma == "wgmma" and cfg.scores == "registers":
-        from .kernel_wgmma_regs import RegisterScoresKernel
-
-        kb = RegisterScoresKernel(w, cfg, copy_offsets)
-    elif cfg.mma == "wgmma":
-        from .kernel_wgmma import WgmmaKernel
-
-        kb = WgmmaKernel(w, cfg, copy_offsets)
-    else:
-        kb = _Kernel(w, cfg)
-    params = [kb.q, kb.k, kb.v] + ([kb.mask] if kb.mask is not None else []) + [kb.out]
-    grid = (-(-w.q_len // cfg.block_q), w.heads, w.batch)
-    kernel = PrimFunc(f"{name}_kernel0", params, kb.body(),
-                      FuncAttrs.kernel(grid, kb.block, stages=("out",),
-                                       dynamic_shared_bytes=kb.lay.total
-                                       ).replace(**kb.kernel_attrs))
-    shapes = w.shapes()
-    host_params = [Buffer(p.name, p.dtype, shapes[p.name]) for p in params]
-    host = PrimFunc("main", host_params, Launch(kernel.name, host_params), FuncAttrs.host())
-    return Module([host, kernel])

@@ -44,7 +44,8 @@ from ....ir.stmt import (
     Store,
     WgmmaSync,
 )
-from .kernel import F32, _f, _i, _intrin, _Kernel, _loop, _loop_var, _operand_buffers
+from .builders import F32, _f, _i, _intrin, _loop, _loop_var, _operand_buffers
+from .kernel import _Kernel
 from .knobs import COPY_ELEMS
 from .knobs_wgmma import PANEL, output_chunk, wgmma_layout
 

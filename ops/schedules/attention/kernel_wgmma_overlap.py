@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from ....ir.expr import Expr, floormod
 from ....ir.stmt import AsyncCommit, AsyncWait, Barrier, Buffer, If, Seq, Stmt, WgmmaSync
-from .kernel import F32, _i, _loop
+from .builders import F32, _i, _loop
 from .kernel_wgmma_regs import RegisterScoresKernel
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from ....ir.expr import Expr
 from ....ir.stmt import Barrier, If, Seq, Stmt, WgmmaSync
-from .kernel import _i
+from .builders import _i
 from .kernel_wgmma_overlap import OverlappedKernel
 from .kernel_wgmma_regs import RegisterScoresKernel
 

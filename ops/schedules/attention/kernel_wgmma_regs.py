@@ -37,7 +37,7 @@ from ....ir.expr import Cast, Expr, Var, call, emax, select
 from ....ir.intrin.keys import IntrinKey
 from ....ir.intrin.wgmma_regs import acc_col, acc_row, acc_slot
 from ....ir.stmt import Buffer, If, Let, Seq, Stmt, Store
-from .kernel import F32, LOG2E, NEG_INF, RESCALE_THRESHOLD, _f, _i, _intrin, _loop
+from .builders import F32, LOG2E, NEG_INF, RESCALE_THRESHOLD, _f, _i, _intrin, _loop
 from .kernel_wgmma import WgmmaKernel
 from .knobs_wgmma import copy_offsets_by_default
 from .lanes import quad_reduce

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from ....ir.stmt import Module
 from ....passes import Pass, register_pass
 from ....passes.errors import PassError
-from .kernel import attention_module
 from .knobs import (
     BLOCK_KV,
     MMAS,
@@ -32,6 +31,7 @@ from .knobs import (
     check_attention_config,
 )
 from .knobs_wgmma import WGMMA_STAGES
+from .module import attention_module
 from .workload import LAYOUTS, AttentionError, AttentionMask, AttentionWorkload
 
 PARAMS = ("q", "k", "v")
