@@ -203,7 +203,7 @@ def run_combined(w, cfg, want, args, dev, target) -> dict:
     import torch
     from ptxforge.backend_ptx import compile_module, from_dlpack
     from ptxforge.ops.schedules.attention import attention_module
-    from ptxforge.ops.schedules.attention.workload import OperandView
+    from ptxforge.ops.schedules.attention.workload import AttentionMask, OperandView
 
     b, h, seq, e = w.batch, w.heads, w.q_len, w.head_dim
     cols = 3 * h * e
@@ -215,16 +215,61 @@ def run_combined(w, cfg, want, args, dev, target) -> dict:
                            generator=g) for n in ("q", "k", "v"))
     qkv = torch.cat([x.transpose(1, 2).reshape(b * seq, h * e) for x in (q, k, v)], dim=1)
     out = torch.empty((b, seq, h, e), device="cuda", dtype=q.dtype)
-    loaded = compile_module(attention_module(wv, cfg), target).load(dev)
     arrays = [from_dlpack(t) for t in (qkv.contiguous(), out)]
-    args_k = [arrays[0], arrays[0], arrays[0], arrays[1]]
-    loaded(*args_k)
-    torch.cuda.synchronize()
-    err = float((out.float().transpose(1, 2) - want).abs().max())
-    t = loaded.time_evaluator("main", number=args.number, repeat=args.repeat,
-                              graph=True)(*args_k).median
-    return {"config": cfg.to_dict(), "us": t * 1e6, "tflops": w.flops / t / 1e12,
-            "max_err": err}
+    result = {}
+    masked = args.mask != "none" and not w.causal
+    sdpa_fn = torch.nn.functional.scaled_dot_product_attention
+    for kind in ("none",) + ((args.mask,) if masked else ()):
+        mask, ref, wm = None, want, wv
+        if kind != "none":
+            mask, ref = key_mask(kind, q, k, v)
+            wm = dataclasses.replace(wv, mask=AttentionMask(tuple(mask.shape),
+                                                            str(mask.dtype)[6:]))
+        loaded = compile_module(attention_module(wm, cfg), target).load(dev)
+        args_k = [arrays[0]] * 3 + ([from_dlpack(mask)] if mask is not None else []) + [
+            arrays[1]]
+        loaded(*args_k)
+        torch.cuda.synchronize()
+        err = float((out.float().transpose(1, 2) - ref).abs().max())
+        t = loaded.time_evaluator("main", number=args.number, repeat=args.repeat,
+                                  graph=True)(*args_k).median
+        one = {"config": cfg.to_dict(), "us": t * 1e6, "tflops": w.flops / t / 1e12,
+               "max_err": err}
+        if kind == "none":
+            result = one
+        else:
+            # PyTorch's SDPA (its own choice of backend) under the same mask, in q's dtype
+            tm = mask if mask.dtype == torch.bool else mask.to(q.dtype)
+            one["torch_us"] = event_median(lambda tm=tm: sdpa_fn(q, k, v, attn_mask=tm),
+                                           args.number, args.repeat) * 1e6
+            result["masked"] = {"mask": kind, **one}
+    return result
+
+
+def key_mask(kind: str, q, k, v):
+    """A padding mask over the keys as an imported BERT passes it, ``[B, 1, 1, S]`` (batch
+    ``b`` keeps its first ``S - b S / (2 B)`` keys): ``key-f32`` / ``key-f16`` additive
+    (``finfo.min`` on the padded keys), ``key-bool`` True where kept; with the float32
+    reference of the masked attention (``[B, H, L, E]``)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    b, s = q.shape[0], k.shape[2]
+    keep = torch.ones((b, 1, 1, s), dtype=torch.bool, device=q.device)
+    for i in range(b):
+        keep[i, ..., s - i * s // (2 * b):] = False
+    if kind == "key-bool":
+        mask = keep
+    else:
+        dtype = torch.float32 if kind == "key-f32" else torch.float16
+        mask = torch.zeros(keep.shape, dtype=dtype, device=q.device)
+        mask.masked_fill_(~keep, torch.finfo(dtype).min)
+    with sdpa_kernel(torch_backends()["math"]):
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                             attn_mask=keep if kind == "key-bool"
+                                             else mask.float())
+    return mask.contiguous(), ref
 
 
 def main() -> None:
@@ -253,6 +298,9 @@ def main() -> None:
                    help="also time every configuration of the ping-pong schedule "
                         "(schedule='pingpong': two warpgroups issuing their products in "
                         "turns) and the cooperative twin of each")
+    p.add_argument("--mask", default="none", choices=("none", "key-f32", "key-f16", "key-bool"),
+                   help="with --combined: also time the combined views under a padding "
+                        "mask over the keys ([B, 1, 1, S], as an imported BERT passes it)")
     p.add_argument("--combined", action="store_true",
                    help="also time the default configuration reading q, k, v as views of "
                         "one [B*L, 3*H*E] tensor (the slices of a combined projection)")
@@ -288,6 +336,10 @@ def main() -> None:
                 c = r["combined"]
                 print(f"{'':>14} combined q/k/v views: {c['us']:.1f} us, "
                       f"{c['tflops']:.1f} TFLOP/s, err {c['max_err']:.2g}")
+                if "masked" in c:
+                    m = c["masked"]
+                    print(f"{'':>14} combined, {m['mask']} padding mask: {m['us']:.1f} us, "
+                          f"err {m['max_err']:.2g}; PyTorch SDPA with it {m['torch_us']:.1f} us")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": dev.name if hasattr(dev, "name") else str(dev),
