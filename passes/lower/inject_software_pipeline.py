@@ -24,6 +24,11 @@ reads slot ``i % k`` during iteration ``i + 1``, see ``inject_wgmma_sync``) load
 
 The pass runs after ``insert_barriers``; the barrier before the prologue takes the place
 of the one that opened the loop body, which an enclosing loop's next iteration relied on.
+
+In a persistent kernel (the tile loop of ``persistent_tiles``) the pipeline runs across
+tiles: the prologue runs for a block's first tile only, and each tile issues the next
+tile's prologue right after its own loop, before its epilogue
+(:mod:`.cross_tile_prologue`).
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from ..base import Pass
 from ..registry import register_pass
 from ..schedule.software_pipeline import ANNOTATION
 from .common import LoweringError, fresh_copy, rewrite_loads
+from .cross_tile_prologue import across_tiles, tile_loop
 from .inject_wgmma_sync import IN_FLIGHT
 
 SLOT_ALIGN_BYTES = 16
@@ -159,6 +165,7 @@ class _Pipeliner:
         self.func = func
         self.slots: dict = {}  # old buffer -> (multi-buffered buffer, slot stride)
         self.pipelined = 0
+        self.tiles = tile_loop(func.body)  # a persistent kernel's tiles, else None
 
     def fail(self, loop: For, why: str):
         raise LoweringError(f"software_pipeline of loop {loop.var.name} in kernel "
@@ -272,7 +279,12 @@ class _Pipeliner:
         steady.append(_retarget(Seq(compute), self.slots, floormod(v, IntImm(k, ty))))
         ann = {a: b for a, b in loop.annotations.items() if a != ANNOTATION}
         new_loop = loop.replace(body=Seq(steady), annotations=ann)
-        out = Seq(prologue + [new_loop] + ([AsyncWait(0)] if copies else []))
+        tail = [AsyncWait(0)] if copies else []
+        if self.tiles is not None:
+            # the next tile's prologue before this tile's epilogue (simplified there)
+            out = Seq(across_tiles(prologue, new_loop, tail, self.tiles))
+        else:
+            out = Seq(prologue + [new_loop] + tail)
         # the copies of the fetch hold the same expressions wherever the loop var is not in
         # them: simplified once, with the cache; then each copy gets vars of its own
         with simplify_cache():
