@@ -131,9 +131,31 @@ def test_the_next_tiles_prologue_is_issued_before_this_tiles_epilogue():
     assert lines[ahead + 1:].index("async_commit") < lines[ahead + 1:].index(
         "T_matmul_NT.warpgroup.shared[" + lines[c_tile].split("[", 1)[1])
     # the C tile keeps bytes of its own: the stages fill during the epilogue
-    offsets = re.findall(r"alloc (\S+): \S+ shared dynamic\((\d+)\)", text)
-    spans = {n: int(o) for n, o in offsets}
-    assert len(set(spans.values())) == len(spans)
+    size = {"float16": 2, "float32": 4}
+    spans = sorted((int(o), int(o) + size[t] * int(n)) for t, n, o in re.findall(
+        r"alloc \S+: (\w+)\[(\d+)\] shared dynamic\((\d+)\)", text))
+    assert len(spans) == 3 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+
+
+@pytest.mark.parametrize("cfg", [(64, 2, 3, 1), (64, 1, 3, 1, 1, 1, True)])
+def test_the_simulator_catches_the_next_prologue_without_its_barrier(cfg, monkeypatch):
+    # the barrier after this tile's last wgmma wait is what frees the stages for the next
+    # tile's copies: without it another warpgroup (or thread) may still read them
+    from ptxforge.backend_sim import SimRaceError
+    from ptxforge.ir.stmt import Barrier
+    from ptxforge.passes.lower import cross_tile_prologue, inject_software_pipeline
+
+    def without_barrier(prologue, loop, tail, t):
+        out = cross_tile_prologue.across_tiles(prologue, loop, tail, t)
+        return [x for x in out if not isinstance(x, Barrier)]
+
+    monkeypatch.setattr(inject_software_pipeline, "across_tiles", without_barrier)
+    y, args = _dense(512, 128, 256, cast="float16")
+    cfg = WgmmaScheduleConfig(*cfg, persistent=1)
+    mod = ptxforge.build(_schedule(y, cfg, _sim(2)), args + [y], target=_sim(2))
+    vals = [host(RNG, a.shape, a.dtype) for a in args]
+    with pytest.raises(SimRaceError, match="issues a cp.async to w.shared"):
+        mod(*vals, np.zeros(y.shape, y.dtype))
 
 
 def test_a_launch_bound_from_the_schedule_reaches_the_ptx():
@@ -213,3 +235,35 @@ def test_persistent_kernels_assemble_for_sm_90a_without_spills(shape, cfg, regs)
         assert "0 bytes spill stores" in log, log
         used = int(re.search(r"Used (\d+) registers", log).group(1))
         assert used <= regs, log
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K,epi,cfg", [
+    (1024, 768, 768, None, (128, 2, 4, 1, 1, 1, False, 1)),        # 48 tiles: one each
+    (4096, 2304, 768, None, (128, 2, 4, 1, 1, 1, False, 1)),       # 576 tiles on 132
+    (4096, 2304, 768, "gelu", (192, 2, 3, 1, 1, 1, True, 1)),      # bias + GELU, staged
+    (4096, 768, 3072, None, (128, 2, 3, 0, 1, 1, False, 2)),       # two blocks an SM
+    (1000, 1000, 520, "gelu", (128, 1, 5, 1, 1, 1, False, 2)),     # padded M, N and K
+    (1024, 1000, 768, None, (128, 2, 4, 1, 1, 8, False, 1)),       # grouped order
+])
+def test_persistent_kernels_on_the_gpu(M, N, K, epi, cfg):
+    """The persistent kernels built for an H100 against float64 numpy."""
+    from ptxforge.backend_ptx import array, compile_module, cuda, empty
+    from ptxforge.target import as_target
+
+    dev = cuda(0)
+    if dev.sm != "sm_90":
+        pytest.skip(f"wgmma needs an sm_90 GPU; this one is {dev.sm}")
+    rng = np.random.default_rng(7)
+    bias = epi is not None
+    y, args = _dense(M, N, K, bias=bias, act=epi, cast="float16")
+    target = as_target(SM90A)
+    with target:
+        s = _schedule(y, WgmmaScheduleConfig(*cfg), target)
+        loaded = compile_module(ptxforge.lower(s, args + [y]), target).load(dev)
+    vals = [host(rng, a.shape, a.dtype) for a in args]
+    out = empty((M, N), y.dtype, dev)
+    loaded(*[array(h, dev, a.dtype) for h, a in zip(vals, args)], out)
+    want = _ref([f64(h, a.dtype) for h, a in zip(vals, args)], bias, epi, False)
+    np.testing.assert_allclose(f64(out.numpy(), y.dtype), want, rtol=0,
+                               atol=3e-3 * np.abs(want).max())
