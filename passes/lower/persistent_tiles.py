@@ -25,7 +25,7 @@ from __future__ import annotations
 from ...ir.expr import IntImm, Var, floordiv, floormod
 from ...ir.stmt import Barrier, For, If, Seq, Stmt, map_stmt, substitute_stmt
 from ...ir.traversal import walk
-from ...target import Target
+from ...target import Target, as_target
 from ..schedule.launch_bounds import ANNOTATION as BOUND
 from ..schedule.persistent import ANNOTATION
 from .common import LoweringError
@@ -70,12 +70,15 @@ def persistent_grid(tiles: int, blocks_per_sm: int, target: Target) -> int:
     return max(1, min(tiles, target.num_sms * blocks_per_sm))
 
 
-def persistent_tiles(s: Stmt, target: Target, kernel: str = "kernel") -> Stmt:
+def persistent_tiles(s: Stmt, target=None, kernel: str = "kernel") -> Stmt:
     """Kernel statement ``s`` with its block loops turned into a persistent grid and a tile
-    loop (see the module's documentation); ``s`` itself where nothing asks for it."""
+    loop (see the module's documentation); ``s`` itself where nothing asks for it.
+    ``target``: a :class:`~ptxforge.target.Target`, a target string, a callable returning
+    one (asked only where the grid is made) or None (the current target)."""
     per_sm = persistent_request(s)
     if not per_sm:
         return s
+    target = as_target(target() if callable(target) else target)
     chain, body = _block_chain(s)
     where = f"persistent kernel {kernel}"
     if not any(ANNOTATION in x.annotations for x in chain):

@@ -78,10 +78,8 @@ def split_host_device(func: PrimFunc, host_params=None, order_params=None,
                       target=None) -> Module:
     """``host_params``: the n-D buffers the host function takes (default: func.params);
     ``order_params``: the flat param buffers of ``func`` matching them one to one;
-    ``target``: the one persistent grids are sized for (default: the current one)."""
-    from ...target import as_target
-
-    target = as_target(target)
+    ``target``: the one persistent grids are sized for (default: the current one; a
+    callable: called only where a kernel is persistent)."""
     host_params = tuple(host_params or func.params)
     flat_params = tuple(order_params or func.params)
     to_host = dict(zip(flat_params, host_params))
@@ -140,5 +138,5 @@ class SplitHostDevice(Pass):
 
             raise LoweringError(
                 f"split_host_device expects one tensor-IR function, found {len(funcs)}")
-        out = split_host_device(funcs[0], target=lowering_target(ctx))
+        out = split_host_device(funcs[0], target=lambda: lowering_target(ctx))
         return Module(list(out.functions.values()), module.attrs)
