@@ -9,8 +9,11 @@ residual add), built for ``cuda -arch=sm_90a`` by ``--jobs`` worker processes:
 - each wgmma configuration of ``--configs`` (``BN,WG,ST,FL,SK,R,STAGED,P``: block_n,
   warpgroups, stages, in_flight, split_k, raster, staged epilogue 0/1, persistent blocks an
   SM) or, without it, a built-in list of candidates (the default's pick and the mid-size
-  tiles 128 x 128/192/256, 64 x 128/256), each twice: as given with ``persistent`` 0 and
-  with 1 and 2 blocks an SM where the rules take them;
+  tiles 128 x 128/192/256, 64 x 128/256), each as given with ``persistent`` 0 and with 1
+  and 2 blocks an SM where the rules take them; a persistent kernel both with the next
+  tile's prologue before this tile's epilogue and, written ``no-overlap`` (``--overlap``
+  to choose), with each tile's prologue in the tile (the pass option
+  ``cross_tile_prologue``), so the two effects are told apart;
 - cuBLAS: ``torch.nn.functional.linear`` and the epilogue as PyTorch ops, fp16
   (reduced-precision reductions off).
 
@@ -76,14 +79,15 @@ def layer(M: int, N: int, K: int, epilogue: str):
     return [x, w], y, prod
 
 
-def describe(cfg) -> str:
+def describe(cfg, overlap: bool = True) -> str:
     if cfg is None:
         return "default"
     return (f"{cfg.block_m}x{cfg.block_n} s{cfg.stages} f{cfg.in_flight}"
             + (f" sk{cfg.split_k}" if cfg.split_k > 1 else "")
             + (f" r{cfg.raster}" if cfg.raster > 1 else "")
             + (" staged" if cfg.staged_epilogue else "")
-            + (f" p{cfg.persistent}" if cfg.persistent else ""))
+            + (f" p{cfg.persistent}" if cfg.persistent else "")
+            + (" no-overlap" if cfg.persistent and not overlap else ""))
 
 
 def configs(shape, epilogue: str, given: list) -> list:
@@ -120,10 +124,12 @@ def build(job):
     from ptxforge.ir.te import ComputeOp
     from ptxforge.ops.schedules import default_schedule
     from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_wgmma
+    from ptxforge.passes import PassContext
+    from ptxforge.passes.lower.inject_software_pipeline import CROSS_TILE_OPTION
     from ptxforge.target import as_target
 
     warnings.simplefilter("ignore")
-    shape, epilogue, cfg = job
+    shape, epilogue, cfg, overlap = job
     inputs, y, prod = layer(*shape, epilogue)
     target = as_target(TARGET)
     try:
@@ -136,7 +142,8 @@ def build(job):
                     if isinstance(op, ComputeOp) and op is not prod and op is not y.op:
                         s[op].compute_inline()
                 schedule_gemm_wgmma(s, prod, None if y.op is prod else y.op, cfg, target)
-            return job, compile_module(ptxforge.lower(s, inputs + [y]), target)
+            ctx = PassContext(config={CROSS_TILE_OPTION: overlap})
+            return job, compile_module(ptxforge.lower(s, inputs + [y], ctx), target)
     except Exception as e:  # a refused or failing build is reported, never hidden
         return job, f"{type(e).__name__}: {str(e)[:240]}"
 
@@ -163,8 +170,8 @@ def refused(text: str) -> bool:
 
 def dry_run(built) -> int:
     bad = 0
-    for (shape, epi, cfg), mod in built:
-        name = f"{'x'.join(map(str, shape))}:{epi} {describe(cfg)}"
+    for (shape, epi, cfg, overlap), mod in built:
+        name = f"{'x'.join(map(str, shape))}:{epi} {describe(cfg, overlap)}"
         if isinstance(mod, str):
             print(f"{name}: {'refused' if refused(mod) else 'FAILED'}: {mod}")
             bad += not refused(mod)
@@ -216,8 +223,8 @@ def run_gpu(args, built) -> int:
     rng = np.random.default_rng(args.seed)
     out = open(args.json, "w") if args.json else None
     by_shape: dict = {}
-    for (shape, epi, cfg), mod in built:
-        by_shape.setdefault((shape, epi), []).append((cfg, mod))
+    for (shape, epi, cfg, overlap), mod in built:
+        by_shape.setdefault((shape, epi), []).append((cfg, overlap, mod))
     ok = True
     for ((M, N, K), epi), entries in by_shape.items():
         inputs, y, _ = layer(M, N, K, epi)
@@ -234,8 +241,8 @@ def run_gpu(args, built) -> int:
               f"({flop / cublas / 1e6:.0f} TFLOP/s)", flush=True)
         arrs = [array(h, dev, "float16") for h in host]
         res = empty((M, N), y.dtype, dev)
-        for cfg, mod in entries:
-            name = describe(cfg)
+        for cfg, overlap, mod in entries:
+            name = describe(cfg, overlap)
             if isinstance(mod, str):
                 if not refused(mod) or cfg is None:
                     print(f"  {name:<30} build failed: {mod}", flush=True)
@@ -298,11 +305,16 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
     p.add_argument("--json", default="")
+    p.add_argument("--overlap", type=lambda t: [bool(int(v)) for v in t.split(",")],
+                   default=[True, False],
+                   help="persistent kernels with (1) and without (0) the next tile's "
+                        "prologue before this tile's epilogue (default 1,0)")
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    jobs = [(shape, epi, cfg) for shape, epi in args.shapes
-            for cfg in configs(shape, epi, args.configs)]
+    jobs = [(shape, epi, cfg, overlap) for shape, epi in args.shapes
+            for cfg in configs(shape, epi, args.configs)
+            for overlap in (args.overlap if cfg is not None and cfg.persistent else [True])]
     built = build_all(jobs, args.jobs)
     print(f"built {len(jobs)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
     return dry_run(built) if args.dry_run else run_gpu(args, built)

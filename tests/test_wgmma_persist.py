@@ -137,6 +137,23 @@ def test_the_next_tiles_prologue_is_issued_before_this_tiles_epilogue():
     assert len(spans) == 3 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
 
 
+def test_the_pass_option_keeps_each_tiles_prologue_in_the_tile():
+    from ptxforge.passes import PassContext
+    from ptxforge.passes.lower.inject_software_pipeline import CROSS_TILE_OPTION
+
+    y, args = _dense(320, 192, 256, bias=True, act="gelu", cast="float16")
+    s = _schedule(y, WgmmaScheduleConfig(64, 2, 3, 1, persistent=1), _sim(2))
+    mod = ptxforge.build(s, args + [y], target=_sim(2),
+                         ctx=PassContext(config={CROSS_TILE_OPTION: False}))
+    text = str(mod.device_module)
+    assert "persistent_tiles" in text and "persistent.tile == 0" not in text
+    vals = [host(RNG, a.shape, a.dtype) for a in args]
+    out = np.full(y.shape, np.nan, y.dtype)
+    mod(*vals, out)
+    want = _ref([f64(v, a.dtype) for v, a in zip(vals, args)], True, "gelu", False)
+    np.testing.assert_allclose(f64(out, y.dtype), want, rtol=0, atol=2e-2 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("cfg", [(64, 2, 3, 1), (64, 1, 3, 1, 1, 1, True)])
 def test_the_simulator_catches_the_next_prologue_without_its_barrier(cfg, monkeypatch):
     # the barrier after this tile's last wgmma wait is what frees the stages for the next

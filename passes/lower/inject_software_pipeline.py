@@ -28,7 +28,8 @@ of the one that opened the loop body, which an enclosing loop's next iteration r
 In a persistent kernel (the tile loop of ``persistent_tiles``) the pipeline runs across
 tiles: the prologue runs for a block's first tile only, and each tile issues the next
 tile's prologue right after its own loop, before its epilogue
-(:mod:`.cross_tile_prologue`).
+(:mod:`.cross_tile_prologue`); the pass context's option ``cross_tile_prologue = False``
+keeps each tile's prologue in the tile (to measure what the overlap gains).
 """
 
 from __future__ import annotations
@@ -160,12 +161,18 @@ def _rebind_copies(s: Stmt) -> Stmt:
     return go(s)
 
 
+CROSS_TILE_OPTION = "cross_tile_prologue"
+"""The pass-context option (default True) that lets a persistent kernel's pipeline run
+across its tiles."""
+
+
 class _Pipeliner:
-    def __init__(self, func: PrimFunc):
+    def __init__(self, func: PrimFunc, across_tiles: bool = True):
         self.func = func
         self.slots: dict = {}  # old buffer -> (multi-buffered buffer, slot stride)
         self.pipelined = 0
-        self.tiles = tile_loop(func.body)  # a persistent kernel's tiles, else None
+        # a persistent kernel's tiles (None: not persistent, or the prologue stays per tile)
+        self.tiles = tile_loop(func.body) if across_tiles else None
 
     def fail(self, loop: For, why: str):
         raise LoweringError(f"software_pipeline of loop {loop.var.name} in kernel "
@@ -292,11 +299,13 @@ class _Pipeliner:
         return _rebind_copies(out)
 
 
-def inject_software_pipeline(func: PrimFunc) -> PrimFunc:
+def inject_software_pipeline(func: PrimFunc, across_tiles: bool = True) -> PrimFunc:
+    """``func`` with its pipelined loops rewritten (see the module's documentation);
+    ``across_tiles``: a persistent kernel's pipeline runs across its tiles."""
     if not func.attrs.software_pipeline or not any(
             isinstance(x, For) and ANNOTATION in x.annotations for x in walk(func.body)):
         return func
-    return _Pipeliner(func).run()
+    return _Pipeliner(func, across_tiles).run()
 
 
 @register_pass
@@ -310,7 +319,8 @@ class InjectSoftwarePipeline(Pass):
     levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):
-        return self.map_functions(module, inject_software_pipeline)
+        across = ctx is None or bool(ctx.config.get(CROSS_TILE_OPTION, True))
+        return self.map_functions(module, lambda f: inject_software_pipeline(f, across))
 
 
-__all__ = ["InjectSoftwarePipeline", "inject_software_pipeline"]
+__all__ = ["CROSS_TILE_OPTION", "InjectSoftwarePipeline", "inject_software_pipeline"]
