@@ -284,3 +284,33 @@ def test_persistent_kernels_on_the_gpu(M, N, K, epi, cfg):
     want = _ref([f64(h, a.dtype) for h, a in zip(vals, args)], bias, epi, False)
     np.testing.assert_allclose(f64(out.numpy(), y.dtype), want, rtol=0,
                                atol=3e-3 * np.abs(want).max())
+
+
+def test_any_kernel_with_its_block_loops_outermost_can_be_persistent():
+    from ptxforge.passes.errors import PassError
+    from ptxforge.passes.lower.common import LoweringError
+    from ptxforge.passes.schedule.persistent import Persistent
+
+    a = te.placeholder((1000,), "float32", name="a")
+    b = te.compute((1000,), lambda i: a[i] * 2.0 + 1.0, name="b")
+
+    def schedule(persistent_on_block: bool):
+        s = te.create_schedule(b.op)
+        bo, bi = s[b].split(b.op.axis[0], factor=64)
+        s[b].bind(bo, "blockIdx.x")
+        s[b].bind(bi, "threadIdx.x")
+        st = s[b]
+        st.schedule.apply(Persistent(st._ref(bo if persistent_on_block else bi), 1),
+                          touches=(st.block,))
+        return s
+
+    # 16 blocks of 64 (the last one partly outside) on 3: 6 rounds, the last ragged
+    mod = ptxforge.build(schedule(True), [a, b], target="sim -num_sms=3")
+    assert _kernel_attrs(mod)[0]["grid"] == [3, 1, 1]
+    av = RNG.standard_normal(1000).astype(np.float32)
+    out = np.full(1000, np.nan, np.float32)
+    mod(av, out)
+    np.testing.assert_allclose(out, av * 2 + 1, rtol=1e-6)
+    with pytest.raises(PassError, match="not one of the kernel's outermost block loops") as e:
+        ptxforge.build(schedule(False), [a, b], target="sim -num_sms=3")
+    assert isinstance(e.value.__cause__, LoweringError)
