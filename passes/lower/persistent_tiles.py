@@ -46,23 +46,34 @@ def _block_chain(s: Stmt) -> tuple[list[For], Stmt]:
     return chain, s
 
 
+def _annotated(s: Stmt) -> tuple[set, list]:
+    """The ``persistent`` values and the ``min_blocks_per_sm`` values of the loops in
+    ``s`` (one walk)."""
+    asked, bounds = set(), []
+    for x in walk(s):
+        if isinstance(x, For) and x.annotations:
+            if ANNOTATION in x.annotations:
+                asked.add(int(x.annotations[ANNOTATION]))
+            if BOUND in x.annotations:
+                bounds.append(int(x.annotations[BOUND]))
+    return asked, bounds
+
+
 def persistent_request(s: Stmt) -> int:
     """Blocks per SM asked for by a ``persistent`` annotation in kernel statement ``s``
     (0: none)."""
-    asked = {x.annotations[ANNOTATION] for x in walk(s)
-             if isinstance(x, For) and ANNOTATION in x.annotations}
+    asked, _ = _annotated(s)
     if len(asked) > 1:
         raise LoweringError(f"one kernel asks for {sorted(asked)} persistent blocks per SM; "
                             "annotate one block loop")
-    return int(next(iter(asked))) if asked else 0
+    return next(iter(asked)) if asked else 0
 
 
 def launch_bound(s: Stmt) -> int:
     """The kernel's ``min_blocks_per_sm``: the largest ``min_blocks_per_sm`` annotation,
     or the persistent blocks per SM (0: no bound)."""
-    bounds = [int(x.annotations[BOUND]) for x in walk(s)
-              if isinstance(x, For) and BOUND in x.annotations]
-    return max(bounds + [persistent_request(s)])
+    asked, bounds = _annotated(s)
+    return max(bounds + sorted(asked) + [0])
 
 
 def persistent_grid(tiles: int, blocks_per_sm: int, target: Target) -> int:
@@ -115,7 +126,7 @@ def persistent_tiles(s: Stmt, target=None, kernel: str = "kernel") -> Stmt:
         vmap[x.var] = q if last else floormod(q, IntImm(x.extent, ty))
         stride *= x.extent
     body = substitute_stmt(body, vmap)
-    body = map_stmt(body, fstmt=lambda y: _drop(y))
+    body = map_stmt(body, fstmt=_drop)
     tile = Seq([body, Barrier()])
     if tiles % grid:
         tile = If(t < IntImm(tiles, ty), tile)
