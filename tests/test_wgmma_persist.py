@@ -63,6 +63,8 @@ def _kernel_attrs(mod) -> list[dict]:
     (192, 384, 64, False, None, "float32", (128, 1, 1, 0), 2, 2),
     # 4 stages, K steps fewer than the tiles, bias
     (320, 128, 320, True, None, "float16", (64, 1, 4, 1), 2, 4),
+    # as many blocks as tiles: one tile each, the tile loop gone
+    (128, 256, 256, False, None, "float16", (64, 1, 3, 1), 8, 8),
 ])
 def test_persistent_kernels_compute_the_product(M, N, K, bias, act, cast, cfg, sms, grid):
     cfg = WgmmaScheduleConfig(*cfg)
@@ -80,7 +82,8 @@ def test_persistent_kernels_compute_the_product(M, N, K, bias, act, cast, cfg, s
     (attrs,) = _kernel_attrs(mod)
     assert attrs["grid"] == [grid, 1, 1]
     assert attrs["min_blocks_per_sm"] == per_sm
-    assert "persistent_tiles" in str(mod.device_module)
+    tiles = -(-M // cfg.block_m) * -(-N // cfg.block_n)
+    assert ("persistent_tiles" in str(mod.device_module)) == (tiles > grid)
 
 
 def test_split_k_and_a_batch_fold_blockidx_z_into_the_tiles():

@@ -10,7 +10,8 @@ The block loops of the kernel (``blockIdx.x/y/z``, ``T`` tiles in all) become::
                 barrier                          # the tile's last shared reads, before the
                                                  # next tile's first writes
 
-so consecutive tiles of a block are those the hardware would have run ``G`` blocks apart,
+(with ``G = T``: no tile loop, the tiles on blockIdx.x alone), so consecutive tiles of a
+block are those the hardware would have run ``G`` blocks apart,
 and the tiles run in the order the original grid's blocks would start (the raster order
 is kept). The serial tile loop is one step for :mod:`ptxforge.ir.shared_lifetimes`, so no
 shared buffer of the kernel shares bytes with another (a C tile is never placed over the
@@ -114,7 +115,8 @@ def persistent_tiles(s: Stmt, target=None, kernel: str = "kernel") -> Stmt:
     ty = chain[0].var.dtype
     b = Var("persistent.block", ty)
     w = Var("persistent.tile", ty)
-    t = b + w * IntImm(grid, ty)
+    # one tile a block (as many blocks as tiles): no tile loop, the tiles on blockIdx.x
+    t = b if waves == 1 else b + w * IntImm(grid, ty)
     # tile t's block indices, x fastest (the hardware's linear block order)
     vmap, stride = {}, 1
     for tag in GRID_TAGS:
@@ -127,6 +129,8 @@ def persistent_tiles(s: Stmt, target=None, kernel: str = "kernel") -> Stmt:
         stride *= x.extent
     body = substitute_stmt(body, vmap)
     body = map_stmt(body, fstmt=_drop)
+    if waves == 1:
+        return For(b, grid, body, "thread", "blockIdx.x")
     tile = Seq([body, Barrier()])
     if tiles % grid:
         tile = If(t < IntImm(tiles, ty), tile)
