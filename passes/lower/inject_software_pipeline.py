@@ -24,6 +24,12 @@ reads slot ``i % k`` during iteration ``i + 1``, see ``inject_wgmma_sync``) load
 
 The pass runs after ``insert_barriers``; the barrier before the prologue takes the place
 of the one that opened the loop body, which an enclosing loop's next iteration relied on.
+
+In a persistent kernel (the tile loop of ``persistent_tiles``) the pipeline runs across
+tiles: the prologue runs for a block's first tile only, and each tile issues the next
+tile's prologue right after its own loop, before its epilogue
+(:mod:`.cross_tile_prologue`); the pass context's option ``cross_tile_prologue = False``
+keeps each tile's prologue in the tile (to measure what the overlap gains).
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from ..base import Pass
 from ..registry import register_pass
 from ..schedule.software_pipeline import ANNOTATION
 from .common import LoweringError, fresh_copy, rewrite_loads
+from .cross_tile_prologue import across_tiles, tile_loop
 from .inject_wgmma_sync import IN_FLIGHT
 
 SLOT_ALIGN_BYTES = 16
@@ -154,11 +161,18 @@ def _rebind_copies(s: Stmt) -> Stmt:
     return go(s)
 
 
+CROSS_TILE_OPTION = "cross_tile_prologue"
+"""The pass-context option (default True) that lets a persistent kernel's pipeline run
+across its tiles."""
+
+
 class _Pipeliner:
-    def __init__(self, func: PrimFunc):
+    def __init__(self, func: PrimFunc, across_tiles: bool = True):
         self.func = func
         self.slots: dict = {}  # old buffer -> (multi-buffered buffer, slot stride)
         self.pipelined = 0
+        # a persistent kernel's tiles (None: not persistent, or the prologue stays per tile)
+        self.tiles = tile_loop(func.body) if across_tiles else None
 
     def fail(self, loop: For, why: str):
         raise LoweringError(f"software_pipeline of loop {loop.var.name} in kernel "
@@ -272,7 +286,12 @@ class _Pipeliner:
         steady.append(_retarget(Seq(compute), self.slots, floormod(v, IntImm(k, ty))))
         ann = {a: b for a, b in loop.annotations.items() if a != ANNOTATION}
         new_loop = loop.replace(body=Seq(steady), annotations=ann)
-        out = Seq(prologue + [new_loop] + ([AsyncWait(0)] if copies else []))
+        tail = [AsyncWait(0)] if copies else []
+        if self.tiles is not None:
+            # the next tile's prologue before this tile's epilogue (simplified there)
+            out = Seq(across_tiles(prologue, new_loop, tail, self.tiles))
+        else:
+            out = Seq(prologue + [new_loop] + tail)
         # the copies of the fetch hold the same expressions wherever the loop var is not in
         # them: simplified once, with the cache; then each copy gets vars of its own
         with simplify_cache():
@@ -280,11 +299,13 @@ class _Pipeliner:
         return _rebind_copies(out)
 
 
-def inject_software_pipeline(func: PrimFunc) -> PrimFunc:
+def inject_software_pipeline(func: PrimFunc, across_tiles: bool = True) -> PrimFunc:
+    """``func`` with its pipelined loops rewritten (see the module's documentation);
+    ``across_tiles``: a persistent kernel's pipeline runs across its tiles."""
     if not func.attrs.software_pipeline or not any(
             isinstance(x, For) and ANNOTATION in x.annotations for x in walk(func.body)):
         return func
-    return _Pipeliner(func).run()
+    return _Pipeliner(func, across_tiles).run()
 
 
 @register_pass
@@ -298,7 +319,8 @@ class InjectSoftwarePipeline(Pass):
     levels = (Level.KERNEL,)
 
     def apply(self, module, ctx):
-        return self.map_functions(module, inject_software_pipeline)
+        across = ctx is None or bool(ctx.config.get(CROSS_TILE_OPTION, True))
+        return self.map_functions(module, lambda f: inject_software_pipeline(f, across))
 
 
-__all__ = ["InjectSoftwarePipeline", "inject_software_pipeline"]
+__all__ = ["CROSS_TILE_OPTION", "InjectSoftwarePipeline", "inject_software_pipeline"]

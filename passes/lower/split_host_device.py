@@ -3,6 +3,11 @@
 Each top-level statement (inside the allocations of global temporaries) is one kernel; its
 launch extents come from the thread loops it holds. Global buffers allocated inside a
 kernel are hoisted to the host, which allocates them before launching.
+
+A kernel whose block loop carries the ``persistent`` annotation gets a persistent grid
+first (:func:`~.persistent_tiles.persistent_tiles`); a ``min_blocks_per_sm`` annotation
+(the ``launch_bounds`` schedule pass), or the persistent blocks per SM, becomes the
+kernel's launch bound (``KernelAttrs.min_blocks_per_sm``, ``.minnctapersm`` in PTX).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from ...ir.stmt import (
 from ...ir.traversal import walk, walk_exprs
 from ..base import Pass
 from ..registry import register_pass
+from .common import lowering_target
+from .persistent_tiles import launch_bound, persistent_tiles
 
 GRID_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 BLOCK_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -67,9 +74,12 @@ def _hoist_global_allocs(s: Stmt, out: list) -> Stmt:
     return map_stmt(s, fstmt=fix)
 
 
-def split_host_device(func: PrimFunc, host_params=None, order_params=None) -> Module:
+def split_host_device(func: PrimFunc, host_params=None, order_params=None,
+                      target=None) -> Module:
     """``host_params``: the n-D buffers the host function takes (default: func.params);
-    ``order_params``: the flat param buffers of ``func`` matching them one to one."""
+    ``order_params``: the flat param buffers of ``func`` matching them one to one;
+    ``target``: the one persistent grids are sized for (default: the current one; a
+    callable: called only where a kernel is persistent)."""
     host_params = tuple(host_params or func.params)
     flat_params = tuple(order_params or func.params)
     to_host = dict(zip(flat_params, host_params))
@@ -85,17 +95,20 @@ def split_host_device(func: PrimFunc, host_params=None, order_params=None) -> Mo
         hoisted: list = []
         st = _hoist_global_allocs(st, hoisted)
         temps.extend(hoisted)
+        name = f"{func.name}_kernel{k}"
+        bound = launch_bound(st)
+        st = persistent_tiles(st, target, name)
         grid, block = launch_extents(st)
         order = {b: i for i, b in enumerate(flat_params + tuple(temps))}
         args = sorted(_global_buffers(st), key=lambda b: order.get(b, len(order)))
-        name = f"{func.name}_kernel{k}"
         # buffers are flattened by the next pass; until then the kernel says so
         stages = tuple(dict.fromkeys(
             x.buffer.name for x in walk(st) if isinstance(x, Store)))
         # schedule attributes that lowering reads later, kept for the kernels they concern
         async_bufs = tuple(b for b in func.attrs.async_copy if b in stages)
         swizzles = {b: n for b, n in func.attrs.swizzle.items() if b in stages}
-        attrs = FuncAttrs(Level.KERNEL, KernelAttrs(grid, block, stages, flat=False),
+        attrs = FuncAttrs(Level.KERNEL, KernelAttrs(grid, block, stages, flat=False,
+                                                    min_blocks_per_sm=bound),
                           async_copy=async_bufs, swizzle=swizzles,
                           software_pipeline=func.attrs.software_pipeline)
         kernels.append(PrimFunc(name, args, st, attrs))
@@ -125,5 +138,5 @@ class SplitHostDevice(Pass):
 
             raise LoweringError(
                 f"split_host_device expects one tensor-IR function, found {len(funcs)}")
-        out = split_host_device(funcs[0])
+        out = split_host_device(funcs[0], target=lambda: lowering_target(ctx))
         return Module(list(out.functions.values()), module.attrs)

@@ -124,6 +124,10 @@ class TensorCoreConfig:
     split_k: int = 1
 
 
+PERSISTENT_BLOCKS = (0, 1, 2)
+"""The values of ``WgmmaScheduleConfig.persistent``: off, or blocks an SM of a persistent
+grid. Not among the templates' knobs: measured first (``bench/bench_gemm_persistent.py``)."""
+
 ROW_BYTES = 128
 """Bytes of K in a wgmma shared tile's row: one row of the 128B swizzle."""
 BLOCK_N = WGMMA_SPACE.block_n
@@ -154,7 +158,11 @@ class WgmmaScheduleConfig:
     ``staged_epilogue``: the accumulators go through the float32 C tile in shared memory
     and all threads store the output a row at a time, 4 elements a thread, even where the
     warpgroups could store their fragments straight to it (4 bytes a thread, 8 rows a
-    warp instruction)."""
+    warp instruction); ``persistent`` (0: off) blocks an SM in a persistent grid of
+    ``min(tiles, SMs x persistent)`` blocks, each looping over tiles ``blockIdx.x, +
+    gridDim.x, ...`` with the next tile's first copies issued before this tile's epilogue
+    (the software pipeline across tiles) and the launch bound ``.minnctapersm
+    persistent``."""
 
     block_n: int = 128
     warpgroups: int = 2
@@ -163,6 +171,7 @@ class WgmmaScheduleConfig:
     split_k: int = 1
     raster: int = 1
     staged_epilogue: bool = False
+    persistent: int = 0
 
     @property
     def block_m(self) -> int:

@@ -139,6 +139,15 @@ def finish_warpgroup_product(f, ko, ki, rows, cfg, ab: str,
         f.pragma(ko, "wgmma_in_flight", cfg.in_flight)
 
 
+def make_persistent(s, st, blocks_per_sm: int) -> None:
+    """The product kernel of :class:`~.stages.GemmStages` ``st`` in a persistent grid of
+    ``blocks_per_sm`` blocks an SM (the ``persistent`` schedule pass on its block loop)."""
+    from ....passes.schedule.persistent import Persistent
+
+    o = st.o
+    o.schedule.apply(Persistent(o._ref(st.bj), int(blocks_per_sm)), touches=(o.block,))
+
+
 # -- wgmma in the default schedules of dense, matmul and batch_matmul -------------------------
 
 

@@ -306,6 +306,51 @@ def wgmma_rules(k, form, target=None, c_tile=True, steps: bool = True):
         f"need at most {optin} bytes of shared memory per block ({k.stages} stages of "
         f"{bm}x{bk} and {k.block_n}x{bk} tiles{' and the f32 C tile' if c_tile else ''} "
         f"take {smem})")
+    yield from persistent_rules(k, form, t, c_tile)
+
+
+PERSISTENT_REGISTERS = 40
+"""Registers a wgmma thread holds besides its ``block_n / 2`` accumulators (ptxas: 100 at
+128 x 128, 128 at 128 x 192, 162 at 128 x 256, two warpgroups): what several persistent
+blocks an SM must leave room for."""
+SHARED_RESERVED_PER_BLOCK = 1024
+"""Shared memory the hardware reserves for each resident block (sm_80 on)."""
+
+
+def persistent_rules(k, form, target, c_tile=True):
+    """The rules of the ``persistent`` knob: 0 (off) to :data:`PERSISTENT_BLOCKS`' largest;
+    none on a convolution; the C tile beside the operand stages (a persistent block's next
+    tile fills the stages while this tile's epilogue reads the C tile, so the two never
+    share bytes), and that many blocks' shared memory and registers on one SM."""
+    from .knobs import PERSISTENT_BLOCKS
+
+    per_sm = getattr(k, "persistent", 0)
+    yield np.isin(per_sm, PERSISTENT_BLOCKS) & _int(per_sm), lambda: (
+        f"need persistent in {PERSISTENT_BLOCKS} (blocks an SM; got {per_sm!r})")
+    if not np.any(np.greater(per_sm, 0)):
+        return  # (the populations of the tuners, which have no such knob)
+    on = np.greater(per_sm, 0)
+    yield ~on | (not form.conv), lambda: (
+        "need persistent 0 on a convolution (its implicit GEMM keeps one tile a block)")
+    beside = wgmma_shared_bytes(k, True if isinstance(c_tile, str) else c_tile, target)
+    optin = target.max_shared_memory_per_block_optin
+    yield ~on | (beside <= optin), lambda: (
+        f"need the C tile beside the operand stages in a persistent block (the next tile's "
+        f"copies fill the stages during this tile's epilogue): {beside} bytes, more than "
+        f"the {optin} a block may use; use fewer stages, a narrower tile or persistent 0")
+    per_sm_bytes = np.maximum(per_sm, 1) * (beside + SHARED_RESERVED_PER_BLOCK)
+    yield ~on | (per_sm_bytes <= target.shared_memory_per_sm), lambda: (
+        f"need {per_sm} persistent blocks of {beside} bytes of shared memory (and "
+        f"{SHARED_RESERVED_PER_BLOCK} reserved each) to fit the "
+        f"{target.shared_memory_per_sm} of an SM of {target.arch}")
+    threads = 128 * np.asarray(k.warpgroups)
+    regs = np.minimum(target.max_registers_per_thread,
+                      target.registers_per_sm // (np.maximum(per_sm, 1) * threads))
+    need = np.asarray(k.block_n) // 2 + PERSISTENT_REGISTERS
+    yield ~on | (need <= regs), lambda: (
+        f"need {per_sm} persistent blocks of {threads} threads to fit one SM's registers: "
+        f"{regs} a thread, where {k.block_n // 2} accumulators and about "
+        f"{PERSISTENT_REGISTERS} more take {need}; use persistent 1 or a narrower tile")
 
 
 def check_wgmma_gemm(cfg, form, where: str = "", target=None, c_tile: bool = True) -> None:

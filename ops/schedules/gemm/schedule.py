@@ -43,6 +43,7 @@ from .pieces import (
     copy_vec,
     finish_warpgroup_product,
     fragment_plans,
+    make_persistent,
     schedule_b_kn_copy,
     schedule_tile_copy,
     schedule_tile_epilogue,
@@ -160,6 +161,8 @@ def schedule_gemm(s, op: ComputeOp, epilogue: ComputeOp | None, form: GemmForm, 
                                knobs.async_copy and copies_from_memory(x), align)
     if wg:
         finish_warpgroup_product(f, ko, ki, ci, knobs, form.in_dtype, kn)
+        if getattr(knobs, "persistent", 0) and not form.conv:
+            make_persistent(s, st, knobs.persistent)
     elif knobs.stages > 1:
         f.pipeline(ko, knobs.stages)
 
