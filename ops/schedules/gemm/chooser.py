@@ -515,8 +515,8 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     estimate (with the C tile) beat that of :func:`conv_config`'s pick, both on
     :func:`conv_gemm_form`, both with the residual reads of ``epilogue``
     (:func:`epilogue_reads`, :func:`~.estimate.epilogue_read_time`): the wgmma pick
-    knows them; the mma.sync pick compared is the one the conv schedule takes without a
-    configuration (:func:`choose_conv_config` of ``op`` alone)."""
+    knows them, and so does the mma.sync pick compared, the one the conv schedule takes
+    without a configuration (:func:`choose_conv_config` of ``op`` and ``epilogue``)."""
     target = as_target(target)
     if wgmma_conv_refusal(op, target) is not None:
         return None
@@ -527,6 +527,6 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     if w is None:
         return None
     reads = epilogue_reads(op, epilogue)
-    return w if prefer_wgmma(form, w, conv_config(op, target), True, target,
+    return w if prefer_wgmma(form, w, conv_config(op, target, epilogue), True, target,
                              reads) else None
 
