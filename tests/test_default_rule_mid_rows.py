@@ -128,8 +128,8 @@ def _gpt2_epilogue(M, N, K):
 
 
 @pytest.mark.parametrize("M,N,K,cfg", [
-    (256, 256, 192, FILL),      # 4 row blocks in one group, 3 steps for 3 stages
-    (200, 200, 320, ONE_WAVE),  # padded rows and columns, 5 steps
+    (256, 128, 192, FILL),      # 4 row blocks in one group, 3 steps for 3 stages
+    (200, 100, 320, ONE_WAVE),  # padded rows and columns, 5 steps
 ])
 def test_the_rules_tiles_run_a_fused_gelu_and_residual(M, N, K, cfg):
     args, y = _gpt2_epilogue(M, N, K)
@@ -169,7 +169,6 @@ def test_the_lm_heads_float32_logits_in_groups_of_row_blocks():
 
 @pytest.mark.parametrize("shape,epilogue", [
     ((1024, 3072, 768), "gelu_res"),  # FFN1's GELU with a residual: 3 stages, groups of 4
-    ((1024, 768, 3072), "residual"),  # FFN2: 5 stages, one in flight
 ])
 def test_the_default_kernels_compile_for_sm_90a_without_spills(shape, epilogue):
     from ptxforge.backend_ptx import compile_module
