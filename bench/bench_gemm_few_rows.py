@@ -3,7 +3,10 @@ cuBLAS, for fitting the default chooser (issue 26, item 3).
 
 Shapes: ``y[M, N] = fp16(x[M, K] @ w[N, K]^T)`` for M in 1, 8, 16, 32, 64, 128, 256 and N, K
 in 768, 3072, 4096 (``--m``, ``--nk`` to narrow); ``--epilogue bias`` adds a bias first
-(``fp16(x @ w^T + b)``: a fused epilogue, which goes through the shared C tile). Per
+(``fp16(x @ w^T + b)``: a fused epilogue, which goes through the shared C tile);
+``--epilogue f32`` casts the fp16 product to float32 (``f32(fp16(x @ w^T))``: GPT-2's LM
+head as its ONNX graph computes it, logits in float32; cuBLAS then runs ``linear`` and the
+cast). Per
 shape, built for ``cuda -arch=sm_90a`` by ``--jobs`` worker processes and then, on the
 GPU, checked against a float64 reference and graph-timed (``--number`` launches in a CUDA
 graph, median of ``--repeat`` replays):
@@ -14,7 +17,9 @@ graph, median of ``--repeat`` replays):
   (``--in-flight``, 1 by default) x ``split_k`` (``--splits``) x block order (``--raster``,
   1 by default: groups of row blocks, written ``r8`` after the config) x epilogue
   (``--staged``: 1 stores through the shared C tile where the fragments could go straight
-  to the output, written ``staged``) the rules allow (``wgmma_rules``);
+  to the output, written ``staged``) the rules allow (``wgmma_rules``); one group covering
+  all row blocks is built only where B exceeds the L2 (elsewhere the order of raster 1
+  turned; where B does not stay in the L2 it reads B once instead of once a row block);
 - ``mma``: the ``--top-mma`` candidates of the mma.sync chooser (``gemm_candidates``) that
   its estimate ranks first;
 - ``cuBLAS``: ``torch.nn.functional.linear`` in fp16 (reduced-precision reductions off).
@@ -31,6 +36,8 @@ an H100 host with 16 build workers.
     python3 bench/bench_gemm_few_rows.py --shapes ... --block-n 192 --in-flight 0,1 \\
         --raster 1,8 --staged 0,1   # the mid-size kernel's knobs: 192-wide tiles,
         # block order, waits, staged epilogue
+    python3 bench/bench_gemm_few_rows.py --shapes 1024x50257x768 --epilogue f32 --splits 1 \
+        --in-flight 0,1 --raster 1,2,4,8,16   # GPT-2's LM head, float32 logits
     python3 bench/bench_gemm_few_rows.py --dry-run --m 16,128 --nk 768   # no GPU: builds
 """
 
@@ -60,7 +67,8 @@ def layer(M: int, N: int, K: int):
 
 def layer_args(M: int, N: int, K: int, epilogue: str = "none"):
     """``(inputs, y, product op, form)`` of the fp16 product cast to fp16, with a bias
-    added first where ``epilogue`` is ``"bias"`` (a fused epilogue: the C tile)."""
+    added first where ``epilogue`` is ``"bias"`` (a fused epilogue: the C tile), then cast
+    to float32 where it is ``"f32"``."""
     from ptxforge import ops, te
     from ptxforge.ops.schedules.gemm.forms import gemm_form
 
@@ -70,12 +78,14 @@ def layer_args(M: int, N: int, K: int, epilogue: str = "none"):
     w = te.placeholder((N, K), "float16", name="w")
     b = te.placeholder((N,), "float16", name="b") if epilogue == "bias" else None
     y = ops.nn.dense(x, w, b)
+    if epilogue == "f32":
+        y = ops.cast(y, "float32")
     prod = next(op for op in te.create_schedule(y.op).dag.ops
                 if getattr(op, "reduce_axis", None))
     return [x, w] + ([b] if b is not None else []), y, prod, gemm_form(prod, TARGET)
 
 
-EPILOGUES = ("none", "bias")
+EPILOGUES = ("none", "bias", "f32")
 
 
 def configs(M: int, N: int, K: int, args) -> list:
@@ -85,9 +95,11 @@ def configs(M: int, N: int, K: int, args) -> list:
     from ptxforge.ops.schedules.gemm.forms import direct_store
     from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig, wgmma_choices
     from ptxforge.ops.schedules.gemm.rules import first_broken, needs_c_tile, wgmma_rules
+    from ptxforge.target import as_target
 
     _, y, prod, form = layer_args(M, N, K, getattr(args, "epilogue", "none"))
     epi_tile = not direct_store(prod, None if y.op is prod else y.op, form)
+    b_in_l2 = N * K * form.elem_bytes <= as_target(TARGET).l2_bytes
     out = [("default", None, float("nan"))]
     ch = wgmma_choices(form)
     widths = ch["block_n"] + tuple(n for n in args.block_n if n not in ch["block_n"]
@@ -100,7 +112,7 @@ def configs(M: int, N: int, K: int, args) -> list:
         cfg = WgmmaScheduleConfig(bn, wg, st, fl if st >= 3 else 0, sk, ras, bool(staged))
         if staged and needs_c_tile(WgmmaScheduleConfig(bn, wg, st, 0, sk), form, epi_tile):
             continue  # the C tile is there anyway: the same kernel
-        if ras > 1 and -(-M // cfg.block_m) <= ras:
+        if ras > 1 and -(-M // cfg.block_m) <= ras and b_in_l2:
             continue  # one group covers every row block: the order of raster 1 transposed
         c_tile = needs_c_tile(cfg, form, epi_tile)
         if first_broken(wgmma_rules(cfg, form, TARGET, c_tile)) is None:
@@ -225,15 +237,18 @@ def run_gpu(args) -> int:
         wh = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float16)
         want = xh.astype(np.float64) @ wh.astype(np.float64).T
         tx, tw = torch.from_numpy(xh).cuda(), torch.from_numpy(wh).cuda()
-        tb, bias = None, []
+        tb, bias, f32 = None, [], args.epilogue == "f32"
         if args.epilogue == "bias":
             bh = rng.standard_normal(N).astype(np.float16)
             want = want + bh.astype(np.float64)
             tb, bias = torch.from_numpy(bh).cuda(), [array(bh, dev)]
-        cublas = torch_time(lambda tx=tx, tw=tw, tb=tb: torch.nn.functional.linear(tx, tw, tb),
-                            args.number, args.repeat) * 1e3
+        def torch_layer(tx=tx, tw=tw, tb=tb, f32=f32):
+            z = torch.nn.functional.linear(tx, tw, tb)
+            return z.float() if f32 else z
+
+        cublas = torch_time(torch_layer, args.number, args.repeat) * 1e3
         xd, wd = array(xh, dev), array(wh, dev)
-        yd = empty((M, N), "float16", dev)
+        yd = empty((M, N), "float32" if f32 else "float16", dev)
         rows = []
         for (shape, kind, cfg, _), mod, desc in entries:
             if isinstance(mod, str):
@@ -312,7 +327,8 @@ def main(argv=None) -> int:
                         "tile with row-wise stores (0,1: both)")
     p.add_argument("--epilogue", choices=EPILOGUES, default="none",
                    help="none: the cast only; bias: a bias added first (the fused "
-                        "epilogue over the shared C tile), cuBLAS with its bias")
+                        "epilogue over the shared C tile), cuBLAS with its bias; f32: the "
+                        "fp16 output cast to float32 (an LM head's logits), cuBLAS + cast")
     p.add_argument("--top-mma", type=int, default=8)
     p.add_argument("--number", type=int, default=20)
     p.add_argument("--repeat", type=int, default=5)

@@ -6,12 +6,14 @@ functions run it (``--epilogue``: ``none``: the product cast to fp16; ``gelu``: 
 GELU in float32, cast; ``residual``: bias, cast, residual add, BERT's FFN2
 ``dense_bias_add_cast_cast_add``; ``gelu_tanh``: GPT-2's FFN1
 ``dense_multiply_cast_cast_power_multiply_add_multiply_tanh_add_multiply``, the tanh GELU in
-fp16 with the cube in float32; ``gelu16``: the exact GELU with every step in fp16), built
-four ways in one process:
+fp16 with the cube in float32; ``gelu16``: the exact GELU with every step in fp16;
+``bias``: the bias alone, GPT-2's QKV ``dense``; ``f32``: the fp16 product cast to float32,
+GPT-2's LM head ``dense_cast``), built four ways in one process:
 
 - ``wgmma default``: ``default_schedule`` for ``cuda -arch=sm_90a`` (the chooser's
   wgmma tiles, split-K where it picks it; the row says which);
-- ``wgmma BN,WG,ST,FL,SK``: ``schedule_gemm_wgmma`` with each ``--wgmma-config``;
+- ``wgmma BN,WG,ST,FL,SK[,RASTER[,STAGED]]``: ``schedule_gemm_wgmma`` with each
+  ``--wgmma-config`` (``raster`` 1 by default, ``staged`` 0 or 1);
 - ``mma.sync default``: ``default_schedule`` for ``cuda -arch=sm_90`` (the mma.sync GEMM;
   sm_90 code runs on every Hopper);
 - ``cuBLAS``: ``torch.nn.functional.linear`` (+ the epilogue in torch), fp16, reduced
@@ -23,6 +25,8 @@ and assembles every kernel without a GPU (launch shapes, registers, spills).
 
     python3 bench/bench_wgmma_default.py [--shape 128,3072,768 ...] [--epilogue none gelu]
         [--wgmma-config 64,1,4,1,1 ...] [--compile-only]
+    python3 bench/bench_wgmma_default.py --shape 1024,3072,768 --epilogue gelu_tanh \
+        --wgmma-config 128,1,3,0,1,4 128,2,3,1,1   # GPT-2's FFN1: the rule, the pair
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ BERT_SHAPES = ((128, 2304, 768), (128, 768, 768), (128, 3072, 768), (128, 768, 3
 """(M, N, K): BERT-base's QKV, attention output, FFN1 and FFN2 products at batch 1
 (sequence 128), and a square 4096 layer at M = 128."""
 
-EPILOGUES = ("none", "gelu", "residual", "gelu_tanh", "gelu16")
+EPILOGUES = ("none", "gelu", "residual", "gelu_tanh", "gelu16", "bias", "f32")
 """The ``--epilogue`` choices (see the module doc)."""
 
 SM90A = "cuda -arch=sm_90a"
@@ -55,12 +59,16 @@ def layer(M, N, K, epilogue):
     x = te.placeholder((M, K), "float16", name="x")
     w = te.placeholder((N, K), "float16", name="w")
     args = [x, w]
-    if epilogue == "none":
+    if epilogue in ("none", "f32"):
         y = ops.nn.dense(x, w)
+        if epilogue == "f32":
+            y = ops.cast(y, "float32")
     else:
         b = te.placeholder((N,), "float16", name="b")
         args.append(b)
-        if epilogue == "gelu":
+        if epilogue == "bias":
+            y = ops.nn.dense(x, w, b)
+        elif epilogue == "gelu":
             z = ops.nn.dense(x, w, ops.cast(b, "float32"), out_dtype="float32")
             g = ops.multiply(z, 0.5)
             e = ops.erf(ops.multiply(z, 0.7071067811865476))
@@ -86,7 +94,7 @@ def layer(M, N, K, epilogue):
 
 def reference(vals, epilogue):
     z = vals[0] @ vals[1].T
-    if epilogue == "none":
+    if epilogue in ("none", "f32"):
         return z
     z = z + vals[2]
     if epilogue in ("gelu", "gelu16"):
@@ -95,7 +103,7 @@ def reference(vals, epilogue):
         return 0.5 * z * (1 + np.vectorize(erf)(z / np.sqrt(2)))
     if epilogue == "gelu_tanh":
         return 0.5 * z * (1 + np.tanh(0.7978845608028654 * (z + 0.044715 * z ** 3)))
-    return z + vals[3]
+    return z if epilogue == "bias" else z + vals[3]
 
 
 def build(M, N, K, epilogue, how):
@@ -147,9 +155,17 @@ def try_build(M, N, K, epilogue, how):
         return None
 
 
-def main(argv=None) -> int:
+def wgmma_config(text: str):
+    """``"BN,WG,ST,FL,SK[,RASTER[,STAGED]]"`` -> :class:`WgmmaScheduleConfig`."""
     from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
 
+    v = [int(x) for x in text.split(",")]
+    if not 5 <= len(v) <= 7:
+        raise SystemExit(f"--wgmma-config takes BN,WG,ST,FL,SK[,RASTER[,STAGED]], got {text!r}")
+    return WgmmaScheduleConfig(*v[:6], *(bool(x) for x in v[6:]))
+
+
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", nargs="*", default=None, help="M,N,K (default: BERT's)")
     p.add_argument("--epilogue", nargs="+", default=["none", "gelu"],
@@ -162,7 +178,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     shapes = ([tuple(int(v) for v in s.split(",")) for s in args.shape] if args.shape
               else BERT_SHAPES)
-    configs = [WgmmaScheduleConfig(*(int(v) for v in c.split(","))) for c in args.wgmma_config]
+    configs = [wgmma_config(c) for c in args.wgmma_config]
     ok = True
     if args.compile_only:
         for M, N, K in shapes:
@@ -200,14 +216,17 @@ def main(argv=None) -> int:
             th = [torch.from_numpy(h).cuda() for h in host]
 
             def torch_layer(th=th, epi=epi):
-                z = torch.nn.functional.linear(th[0], th[1], None if epi == "none" else th[2])
+                z = torch.nn.functional.linear(th[0], th[1],
+                                               None if epi in ("none", "f32") else th[2])
+                if epi == "f32":
+                    return z.float()
                 if epi == "gelu":
                     return torch.nn.functional.gelu(z.float()).half()
                 if epi == "gelu16":
                     return torch.nn.functional.gelu(z)
                 if epi == "gelu_tanh":
                     return torch.nn.functional.gelu(z, approximate="tanh")
-                return z if epi == "none" else z + th[3]
+                return z if epi in ("none", "bias") else z + th[3]
 
             cublas = torch_time(torch_layer, args.number, args.repeat)
             print(f"\n{M}x{N}x{K} epilogue {epi}: cuBLAS {cublas * 1e3:.2f} us "
@@ -220,7 +239,7 @@ def main(argv=None) -> int:
                 mod, _, _, desc, secs = built
                 loaded = mod.load(dev)
                 arrs = [array(h, dev, "float16") for h in host]
-                out = empty((M, N), "float16", dev)
+                out = empty((M, N), y.dtype, dev)
                 loaded(*arrs, out)
                 err = float(np.abs(out.numpy().astype(np.float64) - want).max()
                             / np.abs(want).max())

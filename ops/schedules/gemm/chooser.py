@@ -24,6 +24,7 @@ from .knobs import (
     split_parts,
     tile_limit,
 )
+from .mid_size import mid_size_wgmma_config
 from .rules import (
     C_TILE_ALIASED,
     _round_up,
@@ -428,119 +429,6 @@ def few_row_wgmma_config(form: GemmForm, target: Target | str | None = None,
     return cfg
 
 
-# -- mid-size products --------------------------------------------------------------------
-
-MID_MIN_M = 1000
-"""The mid-size rule covers fp16 products of at least this many rows (the fewest the H100
-sweep of ``bench/results/gemm_mid_sweep_h100_2026-11-28.jsonl`` measured), ``N`` of at least
-:data:`MID_MIN_N` and ``K`` within :data:`MID_K`."""
-MID_MIN_N = 768
-MID_K = (768, 4096)
-MID_SHORT_STEPS = 16
-"""Up to this many 64-column steps (``K`` <= 1,024) the mid-size rule runs 128 x 128 tiles
-two blocks an SM, one block's pipeline fill and epilogue under the other's K loop."""
-MID_NARROW_STEPS = 12
-"""Up to this many steps (``K`` <= 768), where the rule takes one-warpgroup tiles, they are
-64 x 64: twice the blocks, two an SM. Measured on GPT-2's attention projection (1,024 x
-768 x 768, 12 steps: 5.89 us against 6.12 for 64 x 128); at 16 steps (1,000^3) 64 x 128
-ran 12.62 us against 16.46, and at 48 (1,024 x 768 x 3,072) 14.19 against 16.79."""
-MID_LONG_STEPS = 32
-"""From this many steps (``K`` >= 2,048) 128 x 256 tiles pay off with a single wave of
-at least :data:`MID_WIDE_WAVE` of the SMs."""
-MID_WIDE_WAVE = 0.7
-MID_192_MIN_M = 4096
-"""From this many rows, with ``N`` a multiple of 192, the mid-size rule runs 128 x 192 tiles:
-the H100 sweep of the wgmma knobs (``bench/results/gemm_mid_knobs_h100_2026-11-28.txt``,
-BERT's products at batch 8 x 512 tokens) measured them fastest, 0.68-0.88x cuBLAS where the
-earlier rule's picks ran 0.53-0.69x: 384 to 1,024 blocks fill the 132 SMs in whole waves
-where 128 x 256 tiles left a third of the last wave idle."""
-
-
-def _mid_size(form: GemmForm) -> bool:
-    """Whether ``form`` is a product of the measured mid-size range: fp16, B read K-major
-    (``[N, K]``, as a dense layer's weight), not a conv nor a batch, at least
-    :data:`MID_MIN_M` rows and :data:`MID_MIN_N` columns, ``K`` within :data:`MID_K`."""
-    lo, hi = MID_K
-    return (form.in_dtype == "float16" and not form.conv and not form.batched
-            and not form.b_kn and form.paddable and not form.tf32 and form.M >= MID_MIN_M
-            and form.N >= MID_MIN_N and lo <= form.K <= hi)
-
-
-def mid_size_wgmma_config(form: GemmForm, target: Target | str | None = None,
-                          epilogue_tile: bool = True) -> WgmmaScheduleConfig | None:
-    """The wgmma configuration the default takes for a mid-size fp16 product (BERT at
-    batch 8 x 512 tokens, GPT-2 at 1,024: ``M`` of 1,000 to 4,096, ``K`` of 768 to 3,072) on
-    sm_90a, or None outside the measured range (:func:`_mid_size`) where the estimates
-    choose. The estimates' pick there was up to 1.21x slower than the best measured one
-    (an H100 sweep of 14 shapes, every configuration; refits of :func:`wgmma_estimate`'s
-    figures, or of a cost per step and per block of each configuration, still missed the
-    best by more than 5% on 4 to 6 of them: the measured times of the good configurations
-    lie within 10% of each other, where the waves and the per-block costs decide). The
-    rule, fitted to that sweep (``T(m, n)``: output tiles of ``m x n``, ``S``: SMs):
-
-    - ``2 T(128, 128) < S``: 64 x 128 tiles (one warpgroup), 5 stages; 64 x 64 up to
-      :data:`MID_NARROW_STEPS` steps;
-    - 128 x 256 tiles, 4 stages, where ``T(128, 256) >= 2 S``, or ``K`` has at least
-      :data:`MID_LONG_STEPS` steps and ``T(128, 256) >=`` :data:`MID_WIDE_WAVE` ``S``;
-    - up to :data:`MID_SHORT_STEPS` steps, 128 x 128 tiles of 3 stages where two blocks
-      fit an SM;
-    - else 128 x 128 tiles of 5 stages (4 where 5 do not fit);
-    - before all these, from :data:`MID_192_MIN_M` rows with ``N`` a multiple of 192:
-      128 x 192 tiles, 3 stages through the C tile up to :data:`MID_SHORT_STEPS` steps (a
-      fused epilogue too: it stores the same way), 4 stages from :data:`MID_LONG_STEPS`
-      (without a fused epilogue).
-
-    Each with one group in flight, unsplit; a pick that breaks a rule of
-    :func:`~.rules.wgmma_rules` (with the C tile where the epilogue or padding needs it)
-    gives way to the next. The sweep's products stored only their cast, through the C
-    tile where the tiles padded them: a fused epilogue (``epilogue_tile``) over a pick
-    that does not pad is left to the estimates (None)."""
-    from .estimate import wgmma_blocks_per_sm
-
-    target = as_target(target)
-    if not _mid_size(form) or wgmma_refusal(form, target) is not None:
-        return None
-    sms = target.num_sms
-
-    def tiles(bm: int, bn: int) -> int:
-        return -(-form.M // bm) * -(-form.N // bn)
-
-    def c_tile(cfg) -> bool:
-        return needs_c_tile(cfg, form, epilogue_tile)
-
-    steps = -(-form.K // block_k(form))
-    if form.M >= MID_192_MIN_M and form.N % 192 == 0:
-        # short K: 3 stages, the accumulators through the C tile and stored a row at a
-        # time (as a fused epilogue stores them: 10.9 us for 4096 x 768 x 768 against
-        # 15.6); long K: 4 stages, stored from the fragments (the bias epilogue of this
-        # one was not measured: it is left to the picks below)
-        pick = (WgmmaScheduleConfig(192, 2, 3, 1, 1, staged_epilogue=True)
-                if steps <= MID_SHORT_STEPS else
-                WgmmaScheduleConfig(192, 2, 4, 1, 1) if steps >= MID_LONG_STEPS else None)
-        if pick is not None and (pick.staged_epilogue or not epilogue_tile) and first_broken(
-                wgmma_rules(pick, form, target, c_tile(pick))) is None:
-            return pick
-    if 2 * tiles(128, 128) < sms:
-        picks = [WgmmaScheduleConfig(128, 1, 5, 1, 1), WgmmaScheduleConfig(128, 1, 4, 1, 1)]
-        if steps <= MID_NARROW_STEPS:
-            picks.insert(0, WgmmaScheduleConfig(64, 1, 5, 1, 1))
-    else:
-        wide, pair = WgmmaScheduleConfig(256, 2, 4, 1, 1), WgmmaScheduleConfig(128, 2, 3, 1, 1)
-        picks = []
-        if tiles(128, 256) >= 2 * sms or (steps >= MID_LONG_STEPS
-                                          and tiles(128, 256) >= MID_WIDE_WAVE * sms):
-            picks.append(wide)
-        if steps <= MID_SHORT_STEPS and wgmma_blocks_per_sm(pair, target, c_tile(pair)) >= 2:
-            picks.append(pair)
-        picks += [WgmmaScheduleConfig(128, 2, 5, 1, 1), WgmmaScheduleConfig(128, 2, 4, 1, 1)]
-    for cfg in picks:
-        if first_broken(wgmma_rules(cfg, form, target, c_tile(cfg))) is None:
-            # the sweep's C tiles came with padding only: a fused epilogue over tiles
-            # that divide the product (a bias, BERT's GELU) was not measured
-            return None if epilogue_tile and not pads(cfg, form) else cfg
-    return None
-
-
 # -- convolutions ----------------------------------------------------------------------------
 
 def epilogue_reads(op: ComputeOp, epilogue: ComputeOp | None) -> int:
@@ -627,8 +515,8 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     estimate (with the C tile) beat that of :func:`conv_config`'s pick, both on
     :func:`conv_gemm_form`, both with the residual reads of ``epilogue``
     (:func:`epilogue_reads`, :func:`~.estimate.epilogue_read_time`): the wgmma pick
-    knows them; the mma.sync pick compared is the one the conv schedule takes without a
-    configuration (:func:`choose_conv_config` of ``op`` alone)."""
+    knows them, and so does the mma.sync pick compared, the one the conv schedule takes
+    without a configuration (:func:`choose_conv_config` of ``op`` and ``epilogue``)."""
     target = as_target(target)
     if wgmma_conv_refusal(op, target) is not None:
         return None
@@ -639,6 +527,6 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     if w is None:
         return None
     reads = epilogue_reads(op, epilogue)
-    return w if prefer_wgmma(form, w, conv_config(op, target), True, target,
+    return w if prefer_wgmma(form, w, conv_config(op, target, epilogue), True, target,
                              reads) else None
 

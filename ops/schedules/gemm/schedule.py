@@ -313,7 +313,7 @@ def _schedule_conv(s, op, epilogue, target, cfg, wg: bool):
     if why is not None:
         raise ScheduleError(f"{'wgmma' if wg else 'tensor-core'} conv2d: {why}")
     _check_epilogue(op, epilogue, remap=False)
-    cfg = cfg or (choose_wgmma_conv_config if wg else choose_conv_config)(op, target)
+    cfg = cfg or (choose_wgmma_conv_config if wg else choose_conv_config)(op, target, epilogue)
     (check_wgmma_conv if wg else check_conv_config)(cfg, op, target)
     schedule_gemm(s, op, epilogue, conv_gemm_form(op), cfg, target)
     return cfg
