@@ -88,7 +88,8 @@ def build_default(shape, target):
         s = default_schedule(out, target=target)
         mod = compile_module(ptxforge.lower(s, [data, kernel, out]), target)
         epilogue = None if out.op is conv else out.op
-        cfg = wgmma_conv_choice(conv, epilogue, target) or choose_conv_config(conv, target)
+        cfg = wgmma_conv_choice(conv, epilogue, target) or choose_conv_config(conv, target,
+                                                                           epilogue)
     return mod, [data, kernel, out], time.perf_counter() - t0, cfg
 
 

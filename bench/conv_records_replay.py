@@ -130,7 +130,7 @@ def default_config(layer: Layer, target):
     from ptxforge.ops.schedules.gemm.chooser import conv_config, wgmma_conv_choice
 
     w = wgmma_conv_choice(layer.op, layer.epilogue, target)
-    return w if w is not None else conv_config(layer.op, target)
+    return w if w is not None else conv_config(layer.op, target, layer.epilogue)
 
 
 def replay(network: str, records: dict, show_all: bool = False) -> dict:
