@@ -25,6 +25,7 @@ from .fused import FusedFunction, distinct_functions
 from .ir import Constant, Graph, GraphError, bind_params
 from .memory_plan import MemoryPlan, plan_memory
 from .passes import GraphPassContext, optimization_pipeline
+from .weight_prefetch import prefetched_params
 
 ScheduleFn = Callable[[FusedFunction], "tuple | None"]
 
@@ -382,7 +383,8 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
     consts = _constant_names(fused)
     plan = plan_memory(fused, consts)
     _, of_call = distinct_functions(fused, include_views=True)
-    # the arguments that are weights at every call of a function: its kernels prefetch them
+    # the arguments that are weights at every call of a function: its kernels prefetch those
+    # they read whole (weight_prefetch)
     constant_at: dict[str, set[int]] = {}
     for step in plan.steps:
         if not step.view:
@@ -398,8 +400,9 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
         ff = of_call[id(step.call)]
         key = ff.workload_key
         if key not in compiled:
+            # a gathered table (an embedding) is read a few rows at a time: no prefetch
             compiled[key] = compile_function(ff, target, schedule_fn,
-                                             tuple(sorted(constant_at[key])))
+                                             prefetched_params(ff.func, constant_at[key]))
         call_keys.append(key)
     weights = {}
     for n in fused.nodes():
