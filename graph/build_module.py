@@ -25,6 +25,7 @@ from .fused import FusedFunction, distinct_functions
 from .ir import Constant, Graph, GraphError, bind_params
 from .memory_plan import MemoryPlan, plan_memory
 from .passes import GraphPassContext, optimization_pipeline
+from .weight_prefetch import prefetched_params
 
 ScheduleFn = Callable[[FusedFunction], "tuple | None"]
 
@@ -76,25 +77,39 @@ def fused_rows_default(func: FusedFunction, target: Target | str | None = None):
 
     The operator library's default reduction schedule computes each row's statistics in
     one thread: BERT-base's layer norms took 77 us a call on an H100 that way, a
-    block per row takes a few."""
+    block per row takes a few. Where the rows allow (:func:`~ptxforge.ops.schedules.rows.
+    row_lanes`), each thread moves 16-byte vectors of its row
+    (:func:`~ptxforge.ops.schedules.rows.schedule_rows`), the thread count ranked for
+    rows of vectors."""
+    from dataclasses import replace
+
     import numpy as np
 
     from ..autosched.fused_rows import fused_rows_model, fused_rows_step, schedule_fused_rows
     from ..autosched.hardware import HardwareParams
     from ..autosched.search_task import SearchTask
     from ..ir.compute_dag import ComputeDAG
+    from ..ops.schedules.rows import row_lanes, schedule_rows
 
     task = SearchTask(compute_dag=ComputeDAG(function_tensors(func)),
                       workload_key=func.workload_key, desc=func.name)
     step = fused_rows_step(task)
     if step is None:
         return None
-    threads = np.array([t for t in step.threads() for _ in (0, 1)])
-    unroll = np.array([u for _ in step.threads() for u in (0, 1)])
-    model = fused_rows_model(step, {step.slot("threads"): threads, step.slot("unroll"): unroll},
+    out, reductions, inlined = step.tensors
+    lanes = row_lanes(out)
+    # the time model sees a row of vectors as a row of that many wider elements
+    ranked = replace(step, cols=step.cols // lanes)
+    threads = np.array([t for t in ranked.threads() for _ in (0, 1)])
+    unroll = np.array([u for _ in ranked.threads() for u in (0, 1)])
+    model = fused_rows_model(ranked, {step.slot("threads"): threads,
+                                      step.slot("unroll"): unroll},
                              HardwareParams.from_target(as_target(target)), len(threads))
     est = np.where(model["valid"], model["est"], np.inf)
     k = int(np.argmin(est))
+    if lanes > 1:
+        sch = schedule_rows(out, reductions, inlined, int(threads[k]), lanes, bool(unroll[k]))
+        return sch, list(task.tensors)
     return schedule_fused_rows(step, int(threads[k]), bool(unroll[k])), list(task.tensors)
 
 
@@ -382,7 +397,8 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
     consts = _constant_names(fused)
     plan = plan_memory(fused, consts)
     _, of_call = distinct_functions(fused, include_views=True)
-    # the arguments that are weights at every call of a function: its kernels prefetch them
+    # the arguments that are weights at every call of a function: its kernels prefetch those
+    # they read whole (weight_prefetch)
     constant_at: dict[str, set[int]] = {}
     for step in plan.steps:
         if not step.view:
@@ -398,8 +414,9 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
         ff = of_call[id(step.call)]
         key = ff.workload_key
         if key not in compiled:
+            # a gathered table (an embedding) is read a few rows at a time: no prefetch
             compiled[key] = compile_function(ff, target, schedule_fn,
-                                             tuple(sorted(constant_at[key])))
+                                             prefetched_params(ff.func, constant_at[key]))
         call_keys.append(key)
     weights = {}
     for n in fused.nodes():
