@@ -167,7 +167,9 @@ def test_full_size_layer_norms_on_the_gpu_match_and_print_their_time(rows, dtype
     m.set_input(x=x)
     m.run()
     want = as_float32(graph.evaluate(net, {"x": x}))
-    np.testing.assert_allclose(as_float32(m.get_output(0).numpy()), want, rtol=2e-3,
-                               atol=2e-3)
+    # a float16 input's reference computes in float16 steps, the kernel in float32 with
+    # one rounding (2 ulp of float16 apart at 0.4), as the simulator test above allows
+    tol = 1e-2 if dtype == "float16" else 2e-3
+    np.testing.assert_allclose(as_float32(m.get_output(0).numpy()), want, rtol=tol, atol=tol)
     t = m.benchmark(dev, number=100, repeat=5, min_repeat_ms=50).median
     print(f"\nlayer norm {rows} x 768 {dtype} -> {out_dtype or dtype}: {t * 1e6:.2f} us")
