@@ -146,3 +146,41 @@ def test_reused_cubins_are_what_ptxas_makes():
         assert fresh.resources == again.resources
     finally:
         backend.forget_compiled()
+
+
+def _ptx_with(func, loop_vectorize: bool) -> str:
+    llvm = backend.llvm_binding()
+    ir = compile_kernels([func], SM, stop_after="llvm_ir", cache=False)[func.name]
+    text = ir.get_source("llvm_ir")
+    module = backend.parse_llvm(text, func.name)
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_unrolling = True
+    pto.slp_vectorization = bool(backend._HALF_TYPES.search(text))
+    pto.loop_vectorization = pto.loop_interleaving = loop_vectorize
+    pb = llvm.create_pass_builder(backend.target_machine(SM), pto)
+    pb.getModulePassManager().run(module, pb)
+    return backend.emit_ptx(module, SM)
+
+
+def _twice_plus(dtype: str):
+    x = te.placeholder((128 * 64,), dtype, name="x")
+    return x, te.compute(x.shape, lambda i: x[i] * 2 + x[i], name="y")
+
+
+def test_the_loop_vectorizer_stays_for_serial_16_bit_loops():
+    # why builders keep O3 whole: without the loop vectorizer, a loop each thread runs over
+    # 64 float16 elements compiles to other PTX (no paired half loads and arithmetic),
+    # while float32 loops, which it cannot pair, compile the same
+    for dtype, differs in (("float16", True), ("float32", False)):
+        x, y = _twice_plus(dtype)
+        s = te.create_schedule(y.op)
+        b, r = s[y].split(y.op.axis[0], factor=64 * 32)
+        t, _ = s[y].split(r, factor=64)
+        s[y].bind(b, te.thread_axis("blockIdx.x"))
+        s[y].bind(t, te.thread_axis("threadIdx.x"))
+        with Target(f"cuda -arch={SM}"):
+            (func,) = ptxforge.lower(s, [x, y]).kernels()
+        with_lv = _ptx_with(func, True)
+        assert with_lv == compile_kernels([func], SM, stop_after="ptx",
+                                          cache=False)[func.name].get_source("ptx")
+        assert (with_lv != _ptx_with(func, False)) == differs, dtype
