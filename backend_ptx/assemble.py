@@ -8,11 +8,14 @@ register counts are what a tuner looks at first when a kernel is slow.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 ASSEMBLERS = ("ptxas", "nvjitlink")
@@ -44,6 +47,69 @@ class ResourceUsage:
         return (f"{self.registers} registers, {self.spill_store_bytes} B spill stores, "
                 f"{self.spill_load_bytes} B spill loads, {self.stack_frame_bytes} B stack, "
                 f"{self.shared_bytes} B shared, {self.barriers} barriers ({self.source})")
+
+
+class AssemblyCache:
+    """The assembler's output (cubin and report) by its whole input, in this process.
+
+    The kernel cache (``backend_ptx/cache.py``) finds a kernel by its device IR; two
+    candidates whose device IR differs (a loop named otherwise, an index written another
+    way) may still make the same PTX, and then the same cubin: the assembler is
+    deterministic, so its output is reused by a digest of the assembler, its executable,
+    the architecture, the flags and every PTX text, in order. An LRU of ``max_entries``;
+    ``hits`` and ``misses`` count the lookups.
+    """
+
+    def __init__(self, max_entries: int = 64):
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, tuple[bytes, str]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def key(assembler: str, sm: str, flags: tuple, ptxs: list[str]) -> str:
+        """The digest naming one assembler run."""
+        exe = find_ptxas() if assembler == "ptxas" else ""
+        h = hashlib.sha256(repr((assembler, exe, sm, tuple(flags), len(ptxs))).encode())
+        for ptx in ptxs:
+            h.update(b"\0" + ptx.encode())
+        return h.hexdigest()
+
+    def get(self, key: str) -> tuple[bytes, str] | None:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return hit
+
+    def put(self, key: str, value: tuple[bytes, str]) -> None:
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every entry and the counts."""
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_assembled = AssemblyCache()
+
+
+def assembly_cache() -> AssemblyCache:
+    """This process's :class:`AssemblyCache` (what ``compile_kernels`` with a kernel cache
+    uses)."""
+    return _assembled
 
 
 def find_ptxas() -> str | None:

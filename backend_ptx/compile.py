@@ -25,6 +25,7 @@ from . import nvptx
 from .assemble import (
     ASSEMBLERS,
     AssemblerError,
+    assembly_cache,
     find_ptxas,
     nvjitlink_available,
     parse_report,
@@ -102,6 +103,11 @@ def optimize(module, sm: str, pair_halves: bool = False) -> None:
     ``add.f16x2``, ``fma.rn.f16x2`` (and ``bf16x2``) on 32-bit registers loaded and stored
     as ``.b32`` / ``.v2.b32`` / ``.v4.b32``. Off for other kernels: PTX has no paired
     float32 arithmetic before sm_100, and it costs compile time.
+
+    The loop vectorizer stays: it made no difference to the 229 kernels sampled from four
+    networks' sketches (``bench/llvm_opt_cost.py --wide``), but it does pair the 16-bit
+    and 8-bit elements of a loop each thread runs serially (``tests/test_buildspeed.py``),
+    and it costs about 3% of this pipeline.
     """
     llvm = llvm_binding()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
@@ -239,6 +245,7 @@ class _Job:
     prefetch_l2: tuple
     kernel: CompiledKernel | None = None
     key: str | None = None
+    llvm_key: str | None = None
 
 
 def _compile(jobs: list, target, stop_after: str, assembler: str, flags: tuple,
@@ -286,6 +293,18 @@ def _compile_jobs(jobs: list, target, stop_after: str, assembler: str, flags: tu
         with stages.stage("llvm_ir"):
             llvm_text, launch = codegen_kernel(job.func, target, job.prefetch_l2)
         seconds["llvm_ir"] = time.perf_counter() - t0
+        if store is not None and start == "device_ir" and not dump_dir:
+            job.llvm_key = cache_key(llvm_text, "llvm_ir", target.arch, stop, asm, flags,
+                                     *partial)
+            hit = _same_llvm.get(job.llvm_key)
+            if hit is not None:
+                # another device IR, the same LLVM IR: the same PTX and cubin, with this
+                # kernel's own launch (grid extents are not in the LLVM IR)
+                job.kernel = dataclasses.replace(
+                    hit, launch=launch, sources={**hit.sources, "device_ir": device_ir},
+                    cache_hit=True, stage_seconds=seconds)
+                _finish(job, store, None)
+                continue
         kernel = CompiledKernel(job.func.name, target.arch, launch, {"device_ir": device_ir},
                                 started_from=start, stage_seconds=seconds)
         job.kernel = kernel
@@ -304,7 +323,9 @@ def _compile_jobs(jobs: list, target, stop_after: str, assembler: str, flags: tu
             _finish(job, store, dump_dir)
     try:
         if to_assemble:
-            assemble_many([j.kernel for j in to_assemble], asm, flags)
+            # with a kernel cache, an assembler run of the same PTX is reused as well
+            assemble_many([j.kernel for j in to_assemble], asm, flags,
+                          reuse=store is not None)
     finally:
         if dump_dir:
             for j in to_assemble:
@@ -314,11 +335,27 @@ def _compile_jobs(jobs: list, target, stop_after: str, assembler: str, flags: tu
     return [j.kernel for j in jobs]
 
 
+_same_llvm = KernelCache(max_entries=64)
+"""Kernels compiled in this process by their LLVM IR (and the options after it): two
+device IRs that differ (a loop's name, an index spelled otherwise) may generate the same
+LLVM IR, whose optimization, PTX and assembly are then done once. Only with a kernel cache
+(``cache`` not False), in memory."""
+
+
+def forget_compiled() -> None:
+    """Empty this process's tables of kernels by LLVM IR and of assembler runs by PTX, so
+    that the same kernels are compiled again (benchmarks of the compile cost)."""
+    _same_llvm.clear()
+    assembly_cache().clear()
+
+
 def _finish(job: _Job, store: KernelCache | None, dump_dir: str | None) -> None:
     if dump_dir:
         job.kernel.dump(dump_dir)
     if store is not None:
         store.put(job.key, job.kernel)
+        if job.llvm_key is not None and not job.kernel.cache_hit:
+            _same_llvm.put(job.llvm_key, job.kernel)
 
 
 def _run_stages(kernel: CompiledKernel, start: str, stop: str, llvm_text: str,
@@ -396,11 +433,31 @@ def _defined_names(ptx: str) -> list[str]:
     return [m.group(1) for m in _TOP_LEVEL_NAME.finditer(ptx)]
 
 
-def assemble_many(kernels: list, assembler: str = "auto", flags: tuple = ()) -> None:
+def _run_assembler(asm: str, ptxs: list[str], sm: str, flags: tuple,
+                   reuse: bool) -> tuple[bytes, str]:
+    """(cubin, report) of one assembler run over ``ptxs``; with ``reuse``, the output of
+    an earlier run of the same input in this process when there was one."""
+    run = (run_ptxas_many if asm == "ptxas" else run_nvjitlink_many) if len(ptxs) > 1 else (
+        run_ptxas if asm == "ptxas" else run_nvjitlink)
+    args = (ptxs if len(ptxs) > 1 else ptxs[0], sm, flags)
+    if not reuse:
+        return run(*args)
+    cache = assembly_cache()
+    key = cache.key(asm, sm, flags, ptxs)
+    out = cache.get(key)
+    if out is None:
+        out = run(*args)
+        cache.put(key, out)
+    return out
+
+
+def assemble_many(kernels: list, assembler: str = "auto", flags: tuple = (),
+                  reuse: bool = False) -> None:
     """Assemble the PTX of every kernel (of one target) into its cubin in place: with
     ptxas, in one process for all whose PTX define distinct top-level names (each keeps the
     cubin holding them all), with nvJitLink in one link of them all; one by one
-    otherwise."""
+    otherwise. ``reuse``: take the output of an earlier run of the same PTX in this process
+    (:class:`~.assemble.AssemblyCache`) instead of running the assembler again."""
     asm = choose_assembler(assembler)
     together = []
     if asm in ASSEMBLERS and len(kernels) > 1 and len({k.target for k in kernels}) == 1:
@@ -414,14 +471,13 @@ def assemble_many(kernels: list, assembler: str = "auto", flags: tuple = ()) -> 
             together.append(k)
     if len(together) < 2:
         for k in kernels:
-            assemble(k, asm, flags)
+            assemble(k, asm, flags, reuse=reuse)
         return
     t0 = time.perf_counter()
     try:
         with stages.stage("ptxas"):
-            run = run_ptxas_many if asm == "ptxas" else run_nvjitlink_many
-            cubin, log = run([k.get_source("ptx") for k in together], together[0].target,
-                             flags)
+            cubin, log = _run_assembler(asm, [k.get_source("ptx") for k in together],
+                                        together[0].target, flags, reuse)
     except AssemblerError as e:
         names = ", ".join(k.name for k in together)
         raise CompileError(f"kernels {names}: {e}") from e
@@ -434,8 +490,10 @@ def assemble_many(kernels: list, assembler: str = "auto", flags: tuple = ()) -> 
         k.resources = parse_report(log, k.symbol, asm)
 
 
-def assemble(kernel: CompiledKernel, assembler: str = "auto", flags: tuple = ()) -> None:
-    """Assemble ``kernel``'s PTX into its cubin in place and parse the resource report."""
+def assemble(kernel: CompiledKernel, assembler: str = "auto", flags: tuple = (),
+             reuse: bool = False) -> None:
+    """Assemble ``kernel``'s PTX into its cubin in place and parse the resource report
+    (``reuse``: as :func:`assemble_many`'s)."""
     asm = choose_assembler(assembler)
     if asm is None:
         raise CompileError(
@@ -445,10 +503,7 @@ def assemble(kernel: CompiledKernel, assembler: str = "auto", flags: tuple = ())
     t0 = time.perf_counter()
     try:
         with stages.stage("ptxas"):
-            if asm == "ptxas":
-                cubin, log = run_ptxas(ptx, kernel.target, flags)
-            else:
-                cubin, log = run_nvjitlink(ptx, kernel.target, flags)
+            cubin, log = _run_assembler(asm, [ptx], kernel.target, flags, reuse)
     except AssemblerError as e:
         raise CompileError(f"kernel {kernel.name}: {e}") from e
     kernel.stage_seconds["cubin"] = time.perf_counter() - t0

@@ -101,10 +101,12 @@ def load_candidates(path: str = STATES, only: str = "") -> list[tuple]:
 def build(task, state, compile_to: str = "ptx"):
     """A :class:`~ptxforge.measure.BuildResult` of one candidate, built from nothing cached."""
     from ptxforge.autosched.state import candidate_input
+    from ptxforge.backend_ptx import compile as backend
     from ptxforge.measure import build as build_mod
     from ptxforge.measure.build import BuildOptions, build_candidate
 
     build_mod._kernel_caches.clear()  # every build compiles its kernels
+    getattr(backend, "forget_compiled", lambda: None)()  # not reused by LLVM IR or PTX
     opts = BuildOptions(target_sm="sm_90a", compile_to=compile_to, keep_sources=True)
     return build_candidate(candidate_input(task, state), opts)
 

@@ -16,7 +16,17 @@ run). The kernels are those the auto-scheduler measures first: states of the sm_
 
 Without ptxas (``PTXFORGE_PTXAS`` or on ``PATH``) the script stops after PTX emission. The
 production build is not changed by this script: it is the evidence for (or against) a
-lighter pipeline.
+lighter pipeline. ``build`` is the pipeline builders run (``backend_ptx.compile.optimize``:
+O3 without the loop vectorizer since the figures of this script showed it makes the same
+PTX); ``O3`` the full pipeline it replaced. ``codegen-O2`` optimizes as ``build`` does but
+emits PTX from a target machine at level 2 (NVPTX then runs EarlyCSE where level 3 runs
+GVN, twice). ``--wide`` samples the tasks of four networks (ResNet-18, ResNet-50,
+MobileNetV2, BERT: depthwise, pointwise and 3x3 convolutions, dense layers, batch products,
+softmax, pooling, casts). ``--code`` compares, where the PTX differs, the cubins' code
+(every ELF section but ``.note.nv.tkinfo``, which records ptxas's command line): a
+pipeline whose PTX differs may still make the same machine code.
+
+    python3 bench/llvm_opt_cost.py --wide --states 6 --pipelines build,O3,codegen-O2 --code
 """
 
 from __future__ import annotations
@@ -28,15 +38,25 @@ import sys
 import time
 
 PIPELINES = {
+    "build": {"production": True},
     "O3": {"speed_level": 3, "unroll": True},
     "O3-no-loop-vectorize": {"speed_level": 3, "unroll": True, "loop_vectorize": False},
     "O3-no-unroll": {"speed_level": 3, "unroll": False},
     "O2": {"speed_level": 2, "unroll": True},
     "O1": {"speed_level": 1, "unroll": True},
+    "O3-no-slp": {"speed_level": 3, "unroll": True, "loop_vectorize": False, "slp": False},
+    "codegen-O2": {"production": True, "codegen_level": 2},
 }
 """``O3-no-loop-vectorize``: O3 without the loop vectorizer and interleaving. NVPTX gives
 the vectorizer 32-bit registers, so it can only pair 16-bit values (``<2 x half>``) in loops
-LLVM does not unroll fully; on the candidates measured the PTX is identical to O3's."""
+LLVM does not unroll fully; on the candidates measured the PTX is identical to O3's.
+``build``: what builders run. ``O3-no-slp``: without pairing 16-bit operations either.
+``codegen-O2``: ``build``'s module, PTX emitted at codegen level 2."""
+
+WIDE_TASKS = ("resnet-18:3,resnet-18:8,resnet-50:2,resnet-50:4,resnet-50:9,resnet-50:33,"
+              "mobilenet_v2:0,mobilenet_v2:2,mobilenet_v2:7,mobilenet_v2:25,"
+              "bert:1,bert:2,bert:4,bert:7")
+"""Tasks of four networks (``--wide``), every kind of sketch among them."""
 
 
 def optimize_with(module, sm: str, speed_level: int, unroll: bool, pair_halves: bool,
@@ -55,33 +75,74 @@ def optimize_with(module, sm: str, speed_level: int, unroll: bool, pair_halves: 
     pb.getModulePassManager().run(module, pb)
 
 
+_CODEGEN_MACHINES: dict = {}
+
+
+def codegen_machine(sm: str, level: int):
+    """A target machine for ``sm`` at codegen level ``level`` (3 is the builders')."""
+    from ptxforge.backend_ptx.compile import llvm_binding, target_machine
+
+    if level == 3:
+        return target_machine(sm)
+    key = (sm, level)
+    if key not in _CODEGEN_MACHINES:
+        from ptxforge.backend_ptx import nvptx
+
+        target = llvm_binding().Target.from_triple(nvptx.TRIPLE)
+        _CODEGEN_MACHINES[key] = target.create_target_machine(cpu=sm, opt=level)
+    return _CODEGEN_MACHINES[key]
+
+
 def compile_with(func, sm: str, pipeline: dict, assemble: bool) -> tuple:
     """(CompiledKernel or None, {stage: CPU seconds}, PTX) of ``func`` through
     ``pipeline``."""
     from ptxforge.backend_ptx.compile import (
         _HALF_TYPES,
         compile_kernel,
-        emit_ptx,
+        optimize,
         parse_llvm,
     )
 
     ir = compile_kernel(func, sm, stop_after="llvm_ir", cache=False).sources["llvm_ir"]
     secs = {}
     module = parse_llvm(ir, func.name)
+    halves = bool(_HALF_TYPES.search(ir))
     t = time.process_time()
-    optimize_with(module, sm, pipeline["speed_level"], pipeline["unroll"],
-                  bool(_HALF_TYPES.search(ir)), pipeline.get("loop_vectorize", True))
+    if pipeline.get("production"):
+        optimize(module, sm, pair_halves=halves)
+    else:
+        optimize_with(module, sm, pipeline["speed_level"], pipeline["unroll"],
+                      halves and pipeline.get("slp", True),
+                      pipeline.get("loop_vectorize", True))
     secs["opt"] = time.process_time() - t
     t = time.process_time()
-    ptx = emit_ptx(module, sm)
+    ptx = codegen_machine(sm, pipeline.get("codegen_level", 3)).emit_assembly(module)
     secs["ptx"] = time.process_time() - t
     if not assemble:
         return None, secs, ptx
     t = time.perf_counter()  # ptxas runs in a child process: wall time
-    kernel = compile_kernel(func, sm, replace={"llvm_opt": str(module)}, stop_after="cubin",
+    kernel = compile_kernel(func, sm, replace={"ptx": ptx}, stop_after="cubin",
                             assembler="ptxas", cache=False)
-    secs["ptxas"] = time.perf_counter() - t - kernel.stage_seconds.get("ptx", 0.0)
+    secs["ptxas"] = time.perf_counter() - t
     return kernel, secs, ptx
+
+
+def code_sections(cubin: bytes) -> dict:
+    """``{name: bytes}`` of a cubin's ELF sections (64-bit little-endian, as ptxas writes
+    them), without ``.note.nv.tkinfo``, which records the assembler's command line."""
+    import struct
+
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    entsize, count, names = struct.unpack_from("<HHH", cubin, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * entsize)
+             for i in range(count)]
+    strtab = heads[names][4]
+    out = {}
+    for h in heads:
+        name = cubin[strtab + h[0]:cubin.index(b"\0", strtab + h[0])].decode()
+        out[name] = b"" if h[1] == 8 else cubin[h[4]:h[4] + h[5]]  # 8: no bits (.bss)
+    out.pop(".note.nv.tkinfo", None)
+    return out
 
 
 def time_on_gpu(artifact, dev, repeat: int = 5) -> float:
@@ -106,6 +167,10 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--states", type=int, default=8)
     ap.add_argument("--tasks", default="bert:1,bert:2,resnet-18:3")
+    ap.add_argument("--wide", action="store_true",
+                    help="the tasks of four networks (WIDE_TASKS) instead of --tasks")
+    ap.add_argument("--code", action="store_true",
+                    help="where the PTX differs, compare the cubins' code sections")
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
     ap.add_argument("--time", action="store_true", help="time the kernels on the GPU")
     ap.add_argument("--seed", type=int, default=0)
@@ -131,10 +196,13 @@ def main(argv=None) -> int:
     sm = "sm_90a"
     rows_out = []
     totals = {n: {"opt": 0.0, "ptx": 0.0, "ptxas": 0.0, "time": [], "regs": 0, "spills": 0,
-                  "same_ptx": 0}
+                  "same_ptx": 0, "same_code": 0}
               for n in names}
+    if args.code and not assemble:
+        ap.error("--code needs ptxas")
+    tasks = WIDE_TASKS if args.wide else args.tasks
     n_kernels = 0
-    for label, task in tasks_of(args.tasks, "cuda -arch=sm_90a"):
+    for label, task in tasks_of(tasks, "cuda -arch=sm_90a"):
         policy = autosched.SketchPolicy(task, autosched.RandomModel(seed=args.seed),
                                         seed=args.seed, verbose=0)
         for r in policy.search_one_round(args.states):
@@ -145,19 +213,23 @@ def main(argv=None) -> int:
                 continue
             art = res.artifact
             row = {"task": label, "sketch": task.sketches[st.sketch].name}
-            first: dict = {}  # kernel name -> its PTX under the first pipeline
+            first: dict = {}  # kernel name -> (PTX, code) under the first pipeline
             n_kernels += len(list(art.module.kernels()))
             for n in names:
                 kernels, secs = {}, {"opt": 0.0, "ptx": 0.0, "ptxas": 0.0}
-                same = 0
+                same = same_code = 0
                 for f in art.module.kernels():
                     k, s, ptx = compile_with(f, sm, PIPELINES[n], assemble)
                     kernels[f.name] = k
-                    same += first.setdefault(f.name, ptx) == ptx
+                    code = code_sections(k.cubin) if args.code else None
+                    ref_ptx, ref_code = first.setdefault(f.name, (ptx, code))
+                    same += ref_ptx == ptx
+                    same_code += ref_ptx == ptx or (code is not None and ref_code == code)
                     for key, v in s.items():
                         secs[key] += v
-                row[n] = dict(secs, same_ptx=same)
+                row[n] = dict(secs, same_ptx=same, same_code=same_code)
                 totals[n]["same_ptx"] += same
+                totals[n]["same_code"] += same_code
                 for key, v in secs.items():
                     totals[n][key] += v
                 if assemble:
@@ -185,6 +257,8 @@ def main(argv=None) -> int:
         t = totals[n]
         line = (f"  {n:20s} opt {1e3 * t['opt'] / count:7.1f}  ptx {1e3 * t['ptx'] / count:7.1f}"
                 f"  PTX as {names[0]}'s: {t['same_ptx']} of {n_kernels} kernels")
+        if args.code:
+            line += f" (machine code: {t['same_code']})"
         if assemble:
             line += (f"  ptxas {1e3 * t['ptxas'] / count:7.1f}  max registers "
                      f"{t['regs'] / count:5.1f}  spill bytes {t['spills'] / count:6.1f}")

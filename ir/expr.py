@@ -704,7 +704,12 @@ def substitute(e: Expr, vmap: dict) -> Expr:
             return x
         return rebuild(x, tuple([go(k) for k in kids]))
 
-    return go(e)
+    try:
+        return go(e)
+    finally:
+        # ``go`` refers to itself through its closure: clearing the cell breaks the cycle,
+        # so the function and what it holds are freed now, not by the cyclic collector
+        go = None
 
 
 def free_vars(e: Expr, out: set | None = None) -> set:

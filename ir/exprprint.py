@@ -110,4 +110,7 @@ def expr_str(e: Expr, name_of=None, style: str = "te") -> str:
             return f"reduce_{x.combiner}({p(x.source)}, axis=[{axes}]{where})"
         return f"<{type(x).__name__}>"
 
-    return p(e)
+    try:
+        return p(e)
+    finally:
+        p = None  # it refers to itself: freed now, not by the cyclic collector

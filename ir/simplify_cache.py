@@ -234,3 +234,7 @@ def simplify_cache() -> Iterator[SimplifyCache]:
         yield cache
     finally:
         _ACTIVE.reset(token)
+        # the shared simplifier and the cache refer to each other: dropping the link frees
+        # the block's tables (thousands of forms and names) by reference counting when the
+        # cache goes, instead of leaving them to the cyclic collector
+        cache.root = None

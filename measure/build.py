@@ -91,7 +91,9 @@ _kernel_caches: dict = {}
 
 def _cache(directory: str | None = None):
     """This process's kernel cache for builds (a few in memory; backed by ``directory``
-    when given)."""
+    when given). Passing it also lets ``compile_kernels`` reuse, within the process, a
+    kernel of the same LLVM IR and an assembler run of the same PTX (of another device
+    IR)."""
     cache = _kernel_caches.get(directory)
     if cache is None:
         from ..backend_ptx.cache import KernelCache

@@ -103,6 +103,7 @@ def _accesses(s: Stmt, buf, uses: BufferUses, reads_only: bool) -> list:
                 visit(c, loops)
 
     visit(s, ())
+    visit = None  # it refers to itself: free it (and what it holds) now, not by the collector
     return out
 
 

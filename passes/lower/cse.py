@@ -82,6 +82,7 @@ def _candidates(exprs, key: _Keys) -> list:
 
     for e in exprs:
         visit(e)
+    visit = None  # it refers to itself: free it (and the tables) now, not by the collector
     rep = [k for k in order if count[k] > 1]
     return [(k, first[k]) for k in rep]
 
