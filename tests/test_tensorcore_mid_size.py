@@ -12,8 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
-from ptxforge.ops.schedules.gemm import chooser, mid_size
+from ptxforge.ops.schedules.gemm import mid_size
 from ptxforge.ops.schedules.gemm.chooser import mid_size_wgmma_config, wgmma_choice
 from ptxforge.ops.schedules.gemm.estimate import wgmma_blocks_per_sm
 from ptxforge.ops.schedules.gemm.forms import gemm_form
@@ -36,6 +35,8 @@ LONG192 = WgmmaScheduleConfig(192, 2, 4, 1, 1)  # 128 x 192, 4 stages
 FILL = WgmmaScheduleConfig(128, 1, 3, 0, 1, 4, True)  # 64 x 128 s3, none in flight, r4, C
 ONE_WAVE = WgmmaScheduleConfig(128, 1, 5, 1, 1, 1, True)  # 64 x 128 s5 through the C tile
 HEAD = WgmmaScheduleConfig(128, 2, 5, 1, 1, 8)  # DEEP with B read once
+FUSED_NARROW = FILL  # 4,096 rows, N <= 1,024, a fused epilogue: 64 x 128 s3 f0 r4, C tile
+FUSED_WIDE = WgmmaScheduleConfig(128, 2, 3, 0, 1, 4)  # N >= 3,072, few steps: 128 x 128
 
 
 @pytest.mark.parametrize("shape,want", [
@@ -68,26 +69,32 @@ def test_the_pair_runs_two_blocks_an_sm_only_without_the_c_tile():
 def test_a_fused_epilogue_is_left_to_the_estimates_unless_the_tiles_pad():
     # the H100 sweep stored only the cast: through the C tile where its tiles padded the
     # product (1000^3, 3000 x 1536, the GPT-2 head), straight from the fragments elsewhere
-    prod, _, form = _product(4096, 768, 3072)
+    prod, _, form = _product(4096, 4096, 4096)
     assert mid_size_wgmma_config(form, SM90A, epilogue_tile=True) is None
     # the H200's staged kernels of 1,024 rows stored as a fused epilogue does
     prod, _, form = _product(1024, 768, 3072)
     assert mid_size_wgmma_config(form, SM90A, epilogue_tile=True) == replace(
         ONE_WAVE, staged_epilogue=False)
-    # 128 x 192 tiles of few steps store through the C tile anyway, as an epilogue does
-    for shape in ((4096, 768, 768), (4096, 3072, 768)):
-        assert mid_size_wgmma_config(_product(*shape)[2], SM90A, True) == SHORT192
+    # 4,096 rows with BERT's own epilogues (bench/results/gemm_epilogues_4096_2026-11-28.txt,
+    # H100 / H200 us): the residual products 64 x 128 (4096 x 768 x 768: 10.35 / 10.26
+    # against 11.27 / 11.01 for 128 x 192; 4096 x 768 x 3072: 35.53 / 33.38 against 47.28 /
+    # 46.10), the GELU product 128 x 128 s3 f0 (48.05 / 49.72 against 66.12 / 60.31)
+    for shape in ((4096, 768, 768), (4096, 768, 3072)):
+        assert mid_size_wgmma_config(_product(*shape)[2], SM90A, True) == FUSED_NARROW
+    assert mid_size_wgmma_config(_product(4096, 3072, 768)[2], SM90A, True) == FUSED_WIDE
+    # the QKV product (a bias, N = 2,304) keeps 128 x 192 through the C tile
+    assert mid_size_wgmma_config(_product(4096, 2304, 768)[2], SM90A, True) == SHORT192
     assert mid_size_wgmma_config(_product(1000, 1000, 1000)[2], SM90A, True) == NARROW
     # padded N: the C tile leaves 128 x 256 no room, and 128 x 128 its 5 stages (226 KB)
     assert mid_size_wgmma_config(_product(1024, 50257, 768)[2], SM90A, True) == HEAD
-    # BERT's QKV with its bias takes them; its second FFN product keeps the estimates' pick
+    # BERT's QKV with its bias takes them; its second FFN product with the residual add
+    # the 64-row tiles
     y, _ = _dense(4096, 2304, 768, bias=True, cast="float16")
     prod = _product_of(y)
     assert wgmma_choice(prod, y.op, gemm_form(prod, SM90A), SM90A) == SHORT192
     y, _ = _dense(4096, 768, 3072, bias=True, cast="float16")
     prod = _product_of(y)
-    form = gemm_form(prod, SM90A)
-    assert wgmma_choice(prod, y.op, form, SM90A) == chooser.choose_wgmma_config(form, SM90A)
+    assert wgmma_choice(prod, y.op, gemm_form(prod, SM90A), SM90A) == FUSED_NARROW
 
 
 @pytest.mark.parametrize("shape,dtype,target", [

@@ -54,6 +54,18 @@ earlier rule's picks ran 0.53-0.69x: 384 to 1,024 blocks fill the 132 SMs in who
 where 128 x 256 tiles left a third of the last wave idle."""
 
 
+MID_FUSED_NARROW_N = 1024
+"""From :data:`MID_192_MIN_M` rows, a product of at most this many columns with a fused
+epilogue (BERT's attention projection and second FFN product, each with its residual add)
+runs 64 x 128 tiles of 3 stages, none in flight, in groups of 4 row blocks, through the C
+tile (:func:`_fused_wide_config`)."""
+MID_FUSED_WIDE_N = 3072
+"""From :data:`MID_192_MIN_M` rows and up to :data:`MID_SHORT_STEPS` steps, a product of at
+least this many columns with a fused epilogue (BERT's first FFN product with its GELU) runs
+128 x 128 tiles of 3 stages, none in flight, in groups of 4 row blocks, stored from the
+fragments (:func:`_fused_wide_config`)."""
+
+
 def _mid_size(form: GemmForm) -> bool:
     """Whether ``form`` is a product of the mid-size range: fp16, B read K-major
     (``[N, K]``, as a dense layer's weight), not a conv nor a batch, at least
@@ -96,6 +108,40 @@ def _mid_rows_config(form: GemmForm, target: Target, epilogue_tile: bool
     if not needs_c_tile(cfg, form, epilogue_tile):
         cfg = replace(cfg, staged_epilogue=True)
     return cfg if first_broken(wgmma_rules(cfg, form, target, True)) is None else None
+
+
+def _grouped(rows: int) -> int:
+    """Groups of :data:`MID_ROWS_RASTER` row blocks, or 2 or 1 where they do not divide
+    ``rows``."""
+    return next(r for r in (MID_ROWS_RASTER, 2, 1) if rows % r == 0)
+
+
+def _fused_wide_config(form: GemmForm, target: Target, steps: int
+                       ) -> WgmmaScheduleConfig | None:
+    """The pick of :func:`mid_size_wgmma_config` for a product with a fused epilogue from
+    :data:`MID_192_MIN_M` rows, or None (no such pick, or it breaks a rule). Measured with
+    BERT's own epilogues at batch 8 x 512 tokens (``bench/bench_gemm_persistent.py``,
+    ``bench/results/gemm_epilogues_4096_2026-11-28.txt``, an H100 and an H200, us, H100 /
+    H200, against the 128 x 192 picks of the cast-only sweep):
+
+    - ``N`` <= :data:`MID_FUSED_NARROW_N`: 64 x 128 tiles, 3 stages, none in flight, groups
+      of 4, through the C tile: 4096 x 768 x 768 with its residual 10.35 / 10.26 (128 x
+      192: 11.27 / 11.01), 4096 x 768 x 3,072 with its residual 35.53 / 33.38 (47.28 /
+      46.10; cuBLAS and a separate add 33.45 / 33.29);
+    - ``N`` >= :data:`MID_FUSED_WIDE_N` up to :data:`MID_SHORT_STEPS` steps: 128 x 128
+      tiles, 3 stages, none in flight, groups of 4, stored from the fragments: 4096 x 3,072
+      x 768 with bias and erf GELU 48.05 / 49.72 (66.12 / 60.31).
+
+    The cast-only sweep of the same shapes on an H100 ranked these below 128 x 192 tiles (at
+    4096 x 768 x 768 13.7 us against 10.9): there the picks below stand."""
+    if form.N <= MID_FUSED_NARROW_N:
+        cfg = WgmmaScheduleConfig(128, 1, 3, 0, 1, _grouped(-(-form.M // 64)), True)
+    elif form.N >= MID_FUSED_WIDE_N and steps <= MID_SHORT_STEPS:
+        cfg = WgmmaScheduleConfig(128, 2, 3, 0, 1, _grouped(-(-form.M // 128)))
+    else:
+        return None
+    return cfg if first_broken(wgmma_rules(cfg, form, target, needs_c_tile(
+        cfg, form, True))) is None else None
 
 
 def _b_once_raster(cfg: WgmmaScheduleConfig, form: GemmForm, target: Target
@@ -166,11 +212,18 @@ def mid_size_wgmma_config(form: GemmForm, target: Target | str | None = None,
         return needs_c_tile(cfg, form, epilogue_tile)
 
     steps = -(-form.K // block_k(form))
+    if form.M >= MID_192_MIN_M and epilogue_tile:
+        pick = _fused_wide_config(form, target, steps)
+        if pick is not None:
+            return pick
     if form.M >= MID_192_MIN_M and form.N % 192 == 0:
         # short K: 3 stages, the accumulators through the C tile and stored a row at a
         # time (as a fused epilogue stores them: 10.9 us for 4096 x 768 x 768 against
         # 15.6); long K: 4 stages, stored from the fragments (the bias epilogue of this
         # one was not measured: it is left to the picks below)
+        # (groups of 4 row blocks ran 4096 x 2304 x 768 in 32.24 / 30.35 us on an H100 /
+        # H200 against 33.94 / 30.81 in the plain order in the epilogue sweep above, but
+        # 1.2-1.3x slower in the H100 knob sweep of the cast: left plain until both agree)
         pick = (WgmmaScheduleConfig(192, 2, 3, 1, 1, staged_epilogue=True)
                 if steps <= MID_SHORT_STEPS else
                 WgmmaScheduleConfig(192, 2, 4, 1, 1) if steps >= MID_LONG_STEPS else None)
