@@ -32,12 +32,14 @@ def _default_module(M, N, K, dtype):
     import ptxforge
     from ptxforge import ops, te
     from ptxforge.ops.schedules.default import default_schedule
+    from ptxforge.target import as_target
 
     x = te.placeholder((M, K), dtype, name="x")
     w = te.placeholder((N, K), dtype, name="w")
     y = ops.nn.dense(x, w)
-    s = default_schedule(y, target=SM90A)
-    return ptxforge.lower(s, [x, w, y])
+    with as_target(SM90A):
+        s = default_schedule(y, target=SM90A)
+        return ptxforge.lower(s, [x, w, y])
 
 
 def main(argv=None) -> int:
