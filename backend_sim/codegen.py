@@ -193,6 +193,8 @@ class _Generator(TmaEmitter, AsyncCopyEmitter, ExprEmitter):
         self.async_setup(func.body, prelude, walk)
         self.tma_setup(func.body, prelude, walk)
         self.wgmma_setup(func.body, prelude)
+        if self.has_tma and self.has_wgmma and self.tma_dsts & self.wgmma_bufs:
+            prelude.line("_T.on_issue = _W.copy_hook")
         self.stmt(func.body, body)
         if self.has_tma:
             body.line("_T.finish()")

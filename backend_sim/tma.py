@@ -62,6 +62,9 @@ class TmaState:
         # copies not landed: (barrier name, block, index, phase, dst, keys, values)
         self.copies: list = []
         self.inflight: dict = {}  # id(dst array) -> count of in-flight copies per element
+        # called with (destination array, keys, False) at a copy's issue: the wgmma state
+        # refuses a copy over a tile that wgmmas not yet waited for read
+        self.on_issue = None
 
     # helpers ----------------------------------------------------------------------------
     def _active(self, mask) -> np.ndarray:
@@ -198,6 +201,8 @@ class TmaState:
                     f"kernel {c.kernel}: {c.where(lane)} issues a tma_load to {dname}"
                     f"[{int(dindex[n])}..] while an earlier copy to those elements has not "
                     "landed (no mbarrier_wait observed its phase)")
+            if self.on_issue is not None:
+                self.on_issue(dst, keys, False)
             counts[keys] += 1
             b, i = int(blk[n]), int(idx[n])
             self.copies.append((bname, b, i, int(bars.phase[b, i]), dst, keys, values))

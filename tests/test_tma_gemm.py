@@ -117,3 +117,20 @@ def test_the_tma_gemm_on_the_gpu(g):
     loaded(array(a, dev, g.dtype), array(b, dev, g.dtype), c)
     want = tma_gemm_reference(a, b, g.dtype)
     assert np.abs(_wide(c.numpy(), g.dtype) - want).max() <= _tolerance(want, g.dtype)
+
+
+def test_a_copy_over_a_stage_a_running_wgmma_reads_is_refused():
+    # waiting for all but the newest wgmma group lets stage 0's reads run on while the
+    # producer (first in each step) refills it: the copy must wait for them
+    from ptxforge.backend_sim.wgmma import WgmmaProtocolError
+    from ptxforge.ir.stmt import WgmmaSync, map_stmt
+
+    g = TmaGemm(64, 64, 256, "float16", 64, 1)
+    m = tma_gemm_module(g)
+    k = m.kernels()[0]
+    late = map_stmt(k.body, fstmt=lambda s: WgmmaSync("wait", 1) if isinstance(
+        s, WgmmaSync) and s.op == "wait" else None)
+    m = m.with_function(k.replace(body=late))
+    a, b = _inputs(g)
+    with as_target(SM90A), pytest.raises(WgmmaProtocolError, match="while a wgmma not yet"):
+        run(m, [a, b, _empty_c(g)])
