@@ -7,7 +7,7 @@ Each kernel is checked against a float64 reference first, then graph-timed (``--
 launches in a CUDA graph, median of ``--repeat``). ``--compile-only`` builds and assembles
 every kernel without a GPU (registers, spills, build time).
 
-    python3 bench/bench_tma_gemm.py [--shape 4096,4096,4096 ...] [--config 128,4 ...]
+    python3 bench/bench_tma_gemm.py [--shape 4096,4096,4096 ...] [--config 128,6,2 ...]
         [--compile-only]
 """
 
@@ -22,8 +22,8 @@ import numpy as np
 
 SHAPES = ((4096, 4096, 4096), (2048, 2048, 2048), (1024, 4096, 4096), (128, 4096, 4096))
 """(M, N, K) of ``C = A B^T``."""
-CONFIGS = ((128, 4), (256, 3), (64, 6))
-"""(block_n, stages) of the TMA GEMM."""
+CONFIGS = ((128, 4, 1), (256, 4, 1), (128, 6, 2), (256, 4, 2))
+"""(block_n, stages, consumer warpgroups) of the TMA GEMM."""
 SM90A = "cuda -arch=sm_90a"
 
 
@@ -45,7 +45,8 @@ def _default_module(M, N, K, dtype):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", nargs="*", default=None, help="M,N,K (default: a few)")
-    p.add_argument("--config", nargs="*", default=None, help="block_n,stages")
+    p.add_argument("--config", nargs="*", default=None,
+                   help="block_n,stages,consumers")
     p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     p.add_argument("--number", type=int, default=50)
     p.add_argument("--repeat", type=int, default=5)
@@ -63,12 +64,12 @@ def main(argv=None) -> int:
         else CONFIGS
     if args.compile_only:
         for M, N, K in shapes:
-            for bn, st in configs:
-                g = TmaGemm(M, N, K, args.dtype, bn, st)
+            for bn, st, nc in configs:
+                g = TmaGemm(M, N, K, args.dtype, bn, st, nc)
                 t0 = time.perf_counter()
                 ck = compile_kernel(tma_gemm_module(g).kernels()[0], SM90A,
                                     stop_after="cubin", assembler="ptxas")
-                print(f"{M}x{N}x{K} n{bn} s{st}: {ck.resources} "
+                print(f"{M}x{N}x{K} n{bn} s{st} c{nc}: {ck.resources} "
                       f"({time.perf_counter() - t0:.2f} s)", flush=True)
         return 0
 
@@ -101,8 +102,8 @@ def main(argv=None) -> int:
         print(f"{M}x{N}x{K} {args.dtype}: cuBLAS {cublas:.4f} ms "
               f"({flop / cublas / 1e9:.0f} TFLOP/s)", flush=True)
         arrs = [array(h, dev, args.dtype) for h in hosts]
-        rows = [(f"tma n{bn} s{st}", tma_gemm_module, TmaGemm(M, N, K, args.dtype, bn, st))
-                for bn, st in configs]
+        rows = [(f"tma n{bn} s{st} c{nc}", tma_gemm_module,
+                 TmaGemm(M, N, K, args.dtype, bn, st, nc)) for bn, st, nc in configs]
         if not args.no_default:
             rows.append(("default wgmma", _default_module, (M, N, K, args.dtype)))
         for label, make, what in rows:

@@ -2,21 +2,23 @@
 device IR (sm_90a): ``C[M, N] = A[M, K] B[N, K]^T`` (B as a linear layer's weight), 16-bit
 inputs, float32 accumulation, C in the inputs' dtype.
 
-A block computes a 64 x ``block_n`` tile of C with two warpgroups (``threadIdx.y``):
+A block computes a ``64 consumers`` x ``block_n`` tile of C with ``consumers + 1``
+warpgroups (``threadIdx.y``):
 
-* warpgroup 1 is the producer: its thread 0, for each 64-wide step ``k`` of the
+* the last warpgroup is the producer: its thread 0, for each 64-wide step ``k`` of the
   reduction, waits until stage ``k % stages`` is free (``empty``), arms ``full`` with the
-  bytes of both boxes and issues two TMA copies (A's 64 x 64 box and B's ``block_n`` x 64
-  box, 128B-swizzled: the layout wgmma's descriptors read);
-* warpgroup 0 is the consumer: it waits for ``full``, runs four ``wgmma m64n{block_n}k16``
-  over the stage, waits for them and arrives at ``empty`` (128 arrivals a phase).
+  bytes of both boxes and issues two TMA copies (A's ``64 consumers`` x 64 box and B's
+  ``block_n`` x 64 box, 128B-swizzled: the layout wgmma's descriptors read);
+* consumer warpgroup ``g`` (one or two) waits for ``full``, runs four ``wgmma
+  m64n{block_n}k16`` over its 64 rows of the stage, waits for them and arrives at ``empty``
+  (128 arrivals per consumer warpgroup a phase).
 
 As in :mod:`.copy`, both roles sit in one loop skewed by ``stages - 1`` steps (the order
 the simulator follows is one the GPU may take; on the GPU the producer runs ahead, bounded
 by ``empty``). Boxes past the ends of A and B are zero-filled by the TMA, so any M, N and K
 (K a multiple of 8: rows of a tensor map are 16-byte multiples) need no predicates but the
-final store's. The accumulators go through a float32 shared tile (the consumer's named
-barrier 1 publishes it) to C.
+final store's. Each consumer thread stores its accumulator registers to C directly
+(:mod:`~ptxforge.ir.intrin.wgmma_regs`): no C tile in shared memory.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ....ir.expr import Cast, Expr, FloatImm, IntImm, Var, floordiv, floormod
 from ....ir.intrin import ANNOTATION
 from ....ir.intrin.keys import IntrinKey
 from ....ir.intrin.registry import lookup
+from ....ir.intrin.wgmma_regs import acc_col, acc_row, acc_slot
 from ....ir.stmt import (
     Alloc,
     Barrier,
@@ -73,6 +76,7 @@ class TmaGemm:
     dtype: str = "float16"
     block_n: int = 128
     stages: int = 4
+    consumers: int = 1
 
     def check(self) -> None:
         """Raise ValueError naming what cannot be built."""
@@ -80,6 +84,8 @@ class TmaGemm:
             raise ValueError(f"TMA GEMM: wgmma takes float16 or bfloat16, not {self.dtype}")
         if self.block_n not in (64, 128, 256):
             raise ValueError(f"TMA GEMM: block_n is 64, 128 or 256, not {self.block_n}")
+        if self.consumers not in (1, 2):
+            raise ValueError(f"TMA GEMM: consumers is 1 or 2 warpgroups, not {self.consumers}")
         if not 1 <= self.stages <= 8:
             raise ValueError(f"TMA GEMM: stages must be 1-8, got {self.stages}")
         if min(self.m, self.n, self.k) < 1 or self.k % 8:
@@ -90,8 +96,13 @@ class TmaGemm:
                              "stages or block_n")
 
     @property
+    def block_m(self) -> int:
+        """Rows of C a block computes: 64 per consumer warpgroup."""
+        return BM * self.consumers
+
+    @property
     def a_stage(self) -> int:
-        return BM * BK
+        return self.block_m * BK
 
     @property
     def b_stage(self) -> int:
@@ -103,9 +114,8 @@ class TmaGemm:
         e = dt.nbytes(self.dtype)
         a = 0
         b = a + self.stages * self.a_stage * e
-        c = b + self.stages * self.b_stage * e
-        bars = c + BM * self.block_n * 4
-        return {"A_s": a, "B_s": b, "C_s": c, "full": bars,
+        bars = b + self.stages * self.b_stage * e
+        return {"A_s": a, "B_s": b, "full": bars,
                 "empty": bars + -(-8 * self.stages // 16) * 16}
 
     @property
@@ -118,12 +128,12 @@ def tma_gemm_module(g: TmaGemm, name: str = "tma_gemm") -> Module:
     g.check()
     bn, stages = g.block_n, g.stages
     steps = -(-g.k // BK)
-    a = TensorMap("a", g.dtype, (g.m, g.k), (BM, BK), "128B")
+    bm, nc = g.block_m, g.consumers
+    a = TensorMap("a", g.dtype, (g.m, g.k), (bm, BK), "128B")
     b = TensorMap("b", g.dtype, (g.n, g.k), (bn, BK), "128B")
     c = Buffer("c", g.dtype, [g.m * g.n])
     a_s = Buffer("A_s", g.dtype, [stages * g.a_stage], "shared")
     b_s = Buffer("B_s", g.dtype, [stages * g.b_stage], "shared")
-    c_s = Buffer("C_s", F32, [BM * bn], "shared")
     full = Buffer("full", "uint64", [stages], "shared")
     empty = Buffer("empty", "uint64", [stages], "shared")
     acc = Buffer("C_acc", F32, [BM * bn], "warpgroup")
@@ -136,12 +146,13 @@ def tma_gemm_module(g: TmaGemm, name: str = "tma_gemm") -> Module:
         return Seq([
             MbarrierWait(empty, s, _i(1) - floormod(use, 2)),
             MbarrierArrive(full, s, a.box_bytes + b.box_bytes),
-            TmaLoad(a_s, s * _i(g.a_stage), a, [by * _i(BM), k * _i(BK)], full, s),
+            TmaLoad(a_s, s * _i(g.a_stage), a, [by * _i(bm), k * _i(BK)], full, s),
             TmaLoad(b_s, s * _i(g.b_stage), b, [bx * _i(bn), k * _i(BK)], full, s),
         ])
 
     def wgmma(s: Expr, kk: int) -> Stmt:
-        a0 = s * _i(g.a_stage) + _i(16 * kk)
+        # consumer wg reads rows 64 wg.. of the stage (8 swizzle atoms further per 64)
+        a0 = s * _i(g.a_stage) + wg * _i(BM * BK) + _i(16 * kk)
         b0 = s * _i(g.b_stage) + _i(16 * kk)
 
         def inner(i, j, q):
@@ -163,30 +174,31 @@ def tma_gemm_module(g: TmaGemm, name: str = "tma_gemm") -> Module:
 
     k = Var("k")
     loop = For(k, steps + stages - 1, Seq([
-        If((wg == _i(1)) & (k < _i(steps)), thread0(lambda: produce(k))),
-        If((wg == _i(0)) & (k >= _i(stages - 1)), consume(k - _i(stages - 1))),
+        If((wg == _i(nc)) & (k < _i(steps)), thread0(lambda: produce(k))),
+        If((wg < _i(nc)) & (k >= _i(stages - 1)), consume(k - _i(stages - 1))),
     ]))
     init = If(wg == _i(0), thread0(lambda: Seq(
         [MbarrierInit(full, _i(s), 1) for s in range(stages)]
-        + [MbarrierInit(empty, _i(s), WG) for s in range(stages)] + [FenceMbarrierInit()])))
+        + [MbarrierInit(empty, _i(s), WG * nc) for s in range(stages)]
+        + [FenceMbarrierInit()])))
     fill_key = IntrinKey("fill", acc=F32, n=bn, scope="warpgroup")
     fi, fj = Var("fi"), Var("fj")
     fill = For(fi, BM, For(fj, bn, Store(acc, [fi * _i(bn) + fj], FloatImm(0.0, F32))),
                annotations={ANNOTATION: lookup(fill_key).name})
     # code outside a threadIdx.x loop runs on every thread of the warpgroup (the wgmmas,
     # the consumers' waits and arrivals); thread 0's parts sit in loops of their own
-    body = Seq([init, Barrier(), If(wg == _i(0), fill), loop,
-                epilogue(g, acc, c_s, c, wg, bx, by)])
+    body = Seq([init, Barrier(), If(wg < _i(nc), fill), loop,
+                If(wg < _i(nc), epilogue(g, acc, c, wg, bx, by))])
     body = Alloc(acc, body)
-    body = For(wg, 2, body, "thread", "threadIdx.y")
+    body = For(wg, nc + 1, body, "thread", "threadIdx.y")
     off = g.offsets
-    for buf in (empty, full, c_s, b_s, a_s):
+    for buf in (empty, full, b_s, a_s):
         body = Alloc(buf, body, off[buf.name])
-    body = For(by, -(-g.m // BM), body, "thread", "blockIdx.y")
+    body = For(by, -(-g.m // bm), body, "thread", "blockIdx.y")
     body = For(bx, -(-g.n // bn), body, "thread", "blockIdx.x")
-    grid = (-(-g.n // bn), -(-g.m // BM), 1)
+    grid = (-(-g.n // bn), -(-g.m // bm), 1)
     kernel = PrimFunc(f"{name}_kernel0", [a, b, c], body, FuncAttrs.kernel(
-        grid, (WG, 2, 1), stages=("c",), dynamic_shared_bytes=g.shared_bytes).replace(
+        grid, (WG, nc + 1, 1), stages=("c",), dynamic_shared_bytes=g.shared_bytes).replace(
         swizzle={"A_s": 3, "B_s": 3}))
     ha, hb = Buffer("a", g.dtype, [g.m, g.k]), Buffer("b", g.dtype, [g.n, g.k])
     hc = Buffer("c", g.dtype, [g.m, g.n])
@@ -200,27 +212,28 @@ def thread0(fn) -> Stmt:
     return For(tx, WG, If(tx == _i(0), fn()), "thread", "threadIdx.x")
 
 
-def epilogue(g: TmaGemm, acc: Buffer, c_s: Buffer, c: Buffer, wg: Var, bx: Var,
-             by: Var) -> Stmt:
-    """The consumer's accumulators to the float32 tile, then (after the block's barrier)
-    the whole block stores it to C in the inputs' dtype, rows and columns past C's ends
-    left out."""
+def epilogue(g: TmaGemm, acc: Buffer, c: Buffer, wg: Var, bx: Var, by: Var) -> Stmt:
+    """Each consumer thread stores its accumulator registers (two rows, ``block_n / 4``
+    columns of each) to C in the inputs' dtype, rows and columns past C's ends left
+    out."""
     bn = g.block_n
-    store_key = IntrinKey("store", "C", acc=F32, scope="warpgroup")
+    tx = Var("tx")
 
-    def tile(t: int) -> Stmt:
-        i, j = Var("si"), Var("sj")
-        return For(i, BM, For(j, 8, Store(c_s, [i * _i(bn) + _i(8 * t) + j],
-                                          acc[i * _i(bn) + _i(8 * t) + j])),
-                   annotations={ANNOTATION: lookup(store_key).name})
-    it, tx = Var("it"), Var("tx")
-    e = (it * _i(2) + wg) * _i(WG) + tx
-    r, col = floordiv(e, bn), floormod(e, bn)
-    row, cc = by * _i(BM) + r, bx * _i(bn) + col
-    inside = (row < _i(g.m)) & (cc < _i(g.n))
-    out = For(tx, WG, For(it, BM * bn // (2 * WG), If(inside, Store(
-        c, [row * _i(g.n) + cc], Cast(g.dtype, c_s[e])))), "thread", "threadIdx.x")
-    return Seq([If(wg == _i(0), Seq([tile(t) for t in range(bn // 8)])), Barrier(), out])
+    def half(h: Var) -> Stmt:
+        row = by * _i(g.block_m) + wg * _i(BM) + acc_row(tx, h)
+
+        def pair(b: Var) -> Stmt:
+            e = Var("oe")
+            col = bx * _i(bn) + acc_col(tx, b, e)
+            store = Store(c, [row * _i(g.n) + col], Cast(g.dtype, acc[acc_slot(b, h, e)]))
+            if g.n % bn:
+                store = If(col < _i(g.n), store)
+            return For(e, 2, store, "unroll")
+        b = Var("ob")
+        stores = For(b, bn // 8, pair(b), "unroll")
+        return stores if g.m % g.block_m == 0 else If(row < _i(g.m), stores)
+    h = Var("oh")
+    return For(tx, WG, For(h, 2, half(h), "unroll"), "thread", "threadIdx.x")
 
 
 def tma_gemm_reference(a, b, dtype: str):
