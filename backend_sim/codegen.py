@@ -195,6 +195,7 @@ class _Generator(TmaEmitter, AsyncCopyEmitter, ExprEmitter):
         self.wgmma_setup(func.body, prelude)
         if self.has_tma and self.has_wgmma and self.tma_dsts & self.wgmma_bufs:
             prelude.line("_T.on_issue = _W.copy_hook")
+            prelude.line("_W.read_hook = _T.wgmma_read")
         self.stmt(func.body, body)
         if self.has_tma:
             body.line("_T.finish()")

@@ -261,6 +261,17 @@ class TmaState:
                 f"{name} (element {k} of the chunk's copies) while a tma_load to it has not "
                 "landed; an mbarrier_wait on the copy's barrier and phase must come first")
 
+    def wgmma_read(self, name: str, arr: np.ndarray, keys, what: str) -> None:
+        """Fail if a wgmma reads elements a TMA copy has in flight (no wait observed it)."""
+        entry = self.inflight.get(id(arr))
+        if entry is None or not self.copies:
+            return
+        if (entry[1].take(keys) > 0).any():
+            raise SimRaceError(
+                f"TMA copy not waited for: kernel {self.chunk.kernel}, {what} reads {name} "
+                "while a tma_load to it has not landed; an mbarrier_wait on the copy's "
+                "barrier and phase must come before the wgmma")
+
     def finish(self) -> None:
         """The kernel's end: no phase left expecting transaction bytes."""
         c = self.chunk

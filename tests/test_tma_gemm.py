@@ -139,3 +139,20 @@ def test_a_copy_over_a_stage_a_running_wgmma_reads_is_refused():
     a, b = _inputs(g)
     with as_target(SM90A), pytest.raises(WgmmaProtocolError, match="while a wgmma not yet"):
         run(m, [a, b, _empty_c(g)])
+
+
+def test_a_wgmma_on_a_stage_whose_copy_was_not_waited_for_is_refused():
+    from ptxforge.backend_sim.errors import SimRaceError
+    from ptxforge.ir.stmt import Seq, map_stmt
+    from ptxforge.ir.stmt_tma import MbarrierWait
+
+    g = TmaGemm(64, 64, 128, "float16", 64, 2)
+    m = tma_gemm_module(g)
+    k = m.kernels()[0]
+    # the consumers' wait on ``full`` dropped (the producer's on ``empty`` kept)
+    body = map_stmt(k.body, fstmt=lambda s: Seq([]) if isinstance(s, MbarrierWait)
+                    and s.barrier.name == "full" else None)
+    m = m.with_function(k.replace(body=body))
+    a, b = _inputs(g)
+    with as_target(SM90A), pytest.raises(SimRaceError, match="before the wgmma"):
+        run(m, [a, b, _empty_c(g)])
