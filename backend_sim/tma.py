@@ -301,6 +301,17 @@ class TmaEmitter:
             s, (MbarrierInit, MbarrierArrive, MbarrierWait, FenceMbarrierInit, TmaLoad))]
         self.has_tma = bool(stmts)
         self.tma_dsts = {s.dst for s in stmts if isinstance(s, TmaLoad)}
+        # the run-time state is keyed by label: the buffer's name, made unique
+        self.bar_labels: dict = {}
+        for s in stmts:
+            b = getattr(s, "barrier", None)
+            if b is not None and b not in self.bar_labels:
+                taken = set(self.bar_labels.values())
+                label, n = b.name, 0
+                while label in taken:
+                    n += 1
+                    label = f"{b.name}#{n}"
+                self.bar_labels[b] = label
         if self.has_tma:
             prelude.line("_T = _TmaState(_C)")
 
@@ -326,7 +337,7 @@ class TmaEmitter:
         if info.scope != "shared":
             raise SimIRError(f"kernel {self.name}: mbarrier buffer {b.name} is {info.scope}; "
                              "mbarriers live in shared memory")
-        return f"{b.name!r}, {b.size}"
+        return f"{self.bar_labels[b]!r}, {b.size}"
 
     def _tma_load(self, s: TmaLoad, B) -> None:
         d = self.facts.buffer(s.dst)

@@ -78,11 +78,14 @@ class _K:
         e = it * _i(THREADS) + self.tx
         return For(it, 4, Store(self.out, [_i(base) + e], self.tile[_i(256 * slot) + e]))
 
-    def module(self, *stmts) -> Module:
+    def module(self, *stmts, extra: Buffer | None = None) -> Module:
+        """The kernel of ``stmts`` (with ``extra``, a 16-byte shared buffer, placed too)."""
         body = For(self.tx, THREADS, Seq(list(stmts)), "thread", "threadIdx.x")
+        if extra is not None:
+            body = Alloc(extra, body, 2064)
         body = Alloc(self.tile, Alloc(self.bar, body, 2048), 0)
         kernel = PrimFunc("k_kernel0", [self.t, self.out], body, FuncAttrs.kernel(
-            (1, 1, 1), (THREADS, 1, 1), dynamic_shared_bytes=2064))
+            (1, 1, 1), (THREADS, 1, 1), dynamic_shared_bytes=2080))
         ht, ho = Buffer("t", "float32", list(SHAPE)), Buffer("out", "float32", [256])
         m = Module([PrimFunc("main", [ht, ho], Launch(kernel.name, [ht, ho]),
                              FuncAttrs.host()), kernel])
@@ -167,3 +170,14 @@ def test_the_data_lands_at_the_wait():
     k = _K()
     x, out = _run(k.module(k.init(), k.load(8, slot=1), k.wait(1, 0), k.store(1)))
     np.testing.assert_array_equal(out, x[8:16].reshape(-1))
+
+
+def test_two_barrier_buffers_of_one_name_keep_their_own_state():
+    k = _K()
+    other = Buffer("bar", "uint64", [2], "shared")  # another buffer, the same name
+    m = k.module(
+        If(k.first, Seq([MbarrierInit(k.bar, _i(0), 1), MbarrierInit(other, _i(0), 2),
+                         FenceMbarrierInit()])),
+        Barrier(), k.load(0), k.wait(0, 0), k.store(0), extra=other)
+    x, out = _run(m)
+    np.testing.assert_array_equal(out, x[:8].reshape(-1))
