@@ -37,6 +37,7 @@ from .expr import (
     Select,
     Var,
 )
+from .parser_tma import TMA_WORDS, TmaParsing
 from .printer import FLOAT_WORD_RE, is_reserved, print_func, print_module, print_stmt
 from .stmt import (
     FOR_KINDS,
@@ -61,17 +62,6 @@ from .stmt import (
     Store,
     WgmmaSync,
 )
-from .stmt_tma import (
-    FenceMbarrierInit,
-    MbarrierArrive,
-    MbarrierInit,
-    MbarrierWait,
-    TensorMap,
-    TmaLoad,
-)
-
-_TMA_WORDS = ("mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_wait",
-              "fence_mbarrier_init", "tma_load")
 
 
 class IRParseError(IRError):
@@ -164,7 +154,7 @@ def _run(parser: _Parser, parse: Callable):
         sys.setrecursionlimit(old)
 
 
-class _Parser:
+class _Parser(TmaParsing):
     def __init__(self, text: str, env: dict | None = None):
         self.text = text
         self.env = dict(env or {})
@@ -585,7 +575,7 @@ class _Parser:
             return self.build(tok, WgmmaSync, "wait", n)
         if word in ("async_copy", "async_commit", "async_wait"):
             return self.async_stmt(tok)
-        if word in _TMA_WORDS:
+        if word in TMA_WORDS:
             return self.tma_stmt(tok)
         if word == "launch":
             self.next()
@@ -637,48 +627,6 @@ class _Parser:
         (dst, src) = ends
         return self.build(tok, AsyncCopy, dst.buffer, dst.indices[0], src.buffer,
                           src.indices[0], nbytes, src_bytes)
-
-    def element(self, what: str, flat: bool = True) -> Load:
-        """``buf[index]`` (``flat``: one index), an operand of a TMA or mbarrier
-        statement."""
-        at = self.peek()
-        e = self.expr()
-        if not isinstance(e, Load) or (flat and len(e.indices) != 1):
-            self.fail(f"{what} must be a buffer element 'buf[index]'", at)
-        return e
-
-    def tma_stmt(self, tok: _Token) -> Stmt:
-        """``mbarrier_init(bar[i], count)``, ``mbarrier_arrive(bar[i])``,
-        ``mbarrier_arrive_expect_tx(bar[i], bytes)``, ``mbarrier_wait(bar[i], parity)``,
-        ``fence_mbarrier_init``, ``tma_load(dst[i], map[coords], bar[j])``."""
-        word = self.next().text
-        if word == "fence_mbarrier_init":
-            return FenceMbarrierInit()
-        self.expect("(", f"after {word}")
-        if word == "tma_load":
-            dst = self.element("tma_load's destination")
-            self.expect(",", "after the destination of tma_load")
-            src = self.element("tma_load's tensor map and coordinates 'map[c0, c1]'", False)
-            self.expect(",", "after the tensor map of tma_load")
-            bar = self.element("tma_load's mbarrier")
-            self.expect(")", "to close tma_load")
-            return self.build(tok, TmaLoad, dst.buffer, dst.indices[0], src.buffer,
-                              src.indices, bar.buffer, bar.indices[0])
-        bar = self.element(f"{word}'s mbarrier")
-        if word == "mbarrier_arrive":
-            self.expect(")", "to close mbarrier_arrive")
-            return self.build(tok, MbarrierArrive, bar.buffer, bar.indices[0])
-        self.expect(",", f"after the mbarrier of {word}")
-        if word == "mbarrier_wait":
-            parity = self.expr()
-            self.expect(")", "to close mbarrier_wait")
-            return self.build(tok, MbarrierWait, bar.buffer, bar.indices[0], parity)
-        n = self.int_literal("the arrival count" if word == "mbarrier_init"
-                             else "the transaction bytes")
-        self.expect(")", f"to close {word}")
-        if word == "mbarrier_init":
-            return self.build(tok, MbarrierInit, bar.buffer, bar.indices[0], n)
-        return self.build(tok, MbarrierArrive, bar.buffer, bar.indices[0], n)
 
     def for_stmt(self) -> Stmt:
         tok = self.next()
@@ -767,26 +715,6 @@ class _Parser:
         if self.at("tensormap"):
             return self.tensor_map(name, dtype, shape, scope, strides)
         return self.define_buffer(name, dtype, shape, scope, strides)
-
-    def tensor_map(self, name: _Token, dtype: str, shape, scope: str, strides) -> Buffer:
-        """``... tensormap[box] swizzle(mode)``: a :class:`TensorMap` parameter."""
-        tok = self.next()
-        if scope != "global" or strides is not None:
-            self.fail("a tensor map views a compact global tensor (no scope, no strides)", tok)
-        box = self.int_list("tensor map box")
-        self.expect("swizzle", "after the tensor map's box")
-        self.expect("(", "after swizzle")
-        mode = self.next()
-        if mode.kind == "num" and self.peek().kind == "name":
-            text = mode.text + self.next().text  # 128B lexes as a number and a name
-        else:
-            text = mode.text
-        self.expect(")", "to close the swizzle mode")
-        if name.text in self.syms:
-            self.fail(f"'{name.text}' is defined twice", name)
-        buf = self.build(name, TensorMap, name.text, dtype, shape, box, text)
-        self.syms[name.text] = buf
-        return buf
 
     # -- functions and modules -------------------------------------------------------------
     def func(self) -> PrimFunc:

@@ -311,3 +311,13 @@ def test_the_simulated_box_layout_is_the_gpus(dtype, shape, box, swizzle, coords
     out = empty(want.shape, dtype, dev)
     compile_module(m, SM90A).load(dev)(array(x, dev, dtype), out)
     np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_the_parser_names_what_is_wrong_in_tma_text():
+    from ptxforge.ir.parser import IRParseError
+
+    text = str(tma_copy_module(TmaCopy(100, 200, "float16", (64, 64), "128B", 2)))
+    with pytest.raises(IRParseError, match="unknown swizzle"):
+        parse_module(text.replace("swizzle(128B)", "swizzle(256B)"))
+    with pytest.raises(IRParseError, match="must be a buffer element"):
+        parse_module(text.replace("mbarrier_arrive(empty[", "mbarrier_arrive((1 + empty["))
