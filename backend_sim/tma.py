@@ -66,7 +66,7 @@ class TmaState:
         # refuses a copy over a tile that wgmmas not yet waited for read
         self.on_issue = None
 
-    # helpers ----------------------------------------------------------------------------
+    # state lookups ----------------------------------------------------------------------
     def _active(self, mask) -> np.ndarray:
         c = self.chunk
         return np.arange(c.lanes) if mask is None else np.flatnonzero(mask)
