@@ -52,6 +52,7 @@ from ..ir import dtype as dt
 from ..ir.attrs import Level
 from ..ir.expr import Bin, Call, Expr, Load, Var
 from ..ir.intrin import ANNOTATION
+from ..ir.intrin.tma import shared_align
 from ..ir.intrin.wgmma import WGMMA_SHARED_ALIGN, require_wgmma, wgmma_operand_buffers
 from ..ir.stmt import (
     Alloc,
@@ -71,6 +72,7 @@ from ..ir.stmt import (
     walk,
     walk_exprs,
 )
+from ..ir.stmt_tma import TensorMap, TmaLoad
 from ..target import Target, as_target
 from . import launch as launch_info
 from . import nvptx
@@ -81,6 +83,7 @@ from .exprgen import BufRef, CodegenError, ExprCodegen, llvm_type
 from .launch import LaunchInfo, ParamInfo
 from .llvm_text import FunctionWriter, ModuleParts, int_literal, pointer_type, sanitize
 from .mathlib import HALF_MATH_OPS, half_math_call
+from .tma import TENSOR_MAP_PARAM, TmaCodegen
 
 VECTORIZE_UNROLL = 16
 """``vectorize`` loops up to this extent are emitted unrolled, one copy of the body per
@@ -124,7 +127,7 @@ def _loop_steps(s: Stmt) -> int:
     return 1
 
 
-class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
+class KernelCodegen(TmaCodegen, AsyncCopyCodegen, ExprCodegen):
     """Emits one kernel. Use :func:`codegen_kernel`."""
 
     def __init__(self, func: PrimFunc, target: Target | str | None = None,
@@ -154,6 +157,8 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         self.static_shared = 0
         self.dynamic_shared = 0
         self.prefetch_l2 = tuple(prefetch_l2)
+        self.tensor_maps: dict[TensorMap, str] = {}  # tensor map params -> their LLVM value
+        self.tma_align: dict[Buffer, int] = {}  # TMA destinations -> their alignment
 
     # ------------------------------------------------------------------------------------
     # driver
@@ -181,6 +186,15 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
                 raise CodegenError(
                     f"kernel {func.name}: parameter {p.name} has scope {p.scope}; kernel "
                     "parameters are global buffers")
+            if isinstance(p, TensorMap):
+                # the map by value in the parameter space (the runtime encodes it from the
+                # buffer the host passes: backend_ptx/module.py)
+                self._require_tma(f"tensor map parameter {p.name}")
+                infos.append(ParamInfo(p.name, p.dtype, p.size, True, False))
+                name = "%" + names.fresh(p.name)
+                params.append(f"{TENSOR_MAP_PARAM} {name}")
+                self.tensor_maps[p] = name
+                continue
             info = ParamInfo(p.name, p.dtype, p.size, p not in stored, p not in loaded)
             infos.append(info)
             name = "%" + names.fresh(p.name)
@@ -266,8 +280,10 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
                 raise CodegenError(
                     f"kernel {self.func.name}: prefetch_l2 names {name!r}, which is not one "
                     f"of its parameters ({', '.join(by_name)})")
-            if not info.readonly:
-                continue  # written here: its bytes come from this kernel, not a prefetch
+            if not info.readonly or isinstance(self._param_buffer(name), TensorMap):
+                # written here: its bytes come from this kernel, not a prefetch; or read by
+                # TMA copies only (no pointer to it here)
+                continue
             size = info.nbytes // 16 * 16
             if size == 0:
                 continue
@@ -316,8 +332,14 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
         self.wgmma_bufs = wgmma_operand_buffers(body)
         if self.wgmma_bufs:
             require_wgmma(self.target)
+        # TMA destinations start on their swizzle's period (1024 bytes for 128B)
+        for s in walk(body):
+            if isinstance(s, TmaLoad):
+                self.tma_align[s.dst] = max(self.tma_align.get(s.dst, 16),
+                                            shared_align(s.tmap.swizzle))
         if any(isinstance(s, Alloc) and s.dyn_offset is not None for s in walk(body)):
             align = WGMMA_SHARED_ALIGN if self.wgmma_bufs else 16
+            align = max([align, *self.tma_align.values()])
             self.parts.globals.append(f"@{DYNAMIC_SHARED_SYMBOL} = external addrspace(3) "
                                       f"global [0 x i8], align {align}")
 
@@ -427,12 +449,14 @@ class KernelCodegen(AsyncCopyCodegen, ExprCodegen):
                 ptr = (f"getelementptr inbounds (i8, ptr addrspace(3) @{DYNAMIC_SHARED_SYMBOL}, "
                        f"i64 {s.dyn_offset})")
                 # the extern array's alignment, lowered to what the offset keeps of it
-                sym = WGMMA_SHARED_ALIGN if self.wgmma_bufs else 16
+                sym = max([WGMMA_SHARED_ALIGN if self.wgmma_bufs else 16,
+                           *self.tma_align.values()])
                 self.base_align[b] = access_align(sym, 1, int(s.dyn_offset))
             else:
                 gname = self.parts.global_names.fresh(
                     sanitize(b.name).replace(".", "_").replace("-", "_"))
                 align = WGMMA_SHARED_ALIGN if b in self.wgmma_bufs else 16
+                align = max(align, self.tma_align.get(b, 16))
                 self.parts.globals.append(f"@{gname} = internal addrspace(3) global [{n} x "
                                           f"{elem}] undef, align {align}")
                 ptr = "@" + gname

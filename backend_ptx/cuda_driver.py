@@ -286,3 +286,64 @@ def gc_paused():
     finally:
         if enabled:
             gc.enable()
+
+
+# tensor maps (TMA) -------------------------------------------------------------------------
+
+_TENSOR_MAP_DTYPES = {
+    "float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32", "float64": "FLOAT64",
+    "int32": "INT32", "uint32": "UINT32", "int64": "INT64", "uint64": "UINT64",
+    "uint16": "UINT16", "uint8": "UINT8",
+    # a copy moves bits and fills zeros: the unsigned type of the width serves
+    "int16": "UINT16", "int8": "UINT8", "float8_e4m3fn": "UINT8", "float8_e5m2": "UINT8",
+}
+_TENSOR_MAP_CACHE: dict = {}
+_TENSOR_MAP_CACHE_LIMIT = 4096
+
+
+def encode_tensor_map(address: int, dtype: str, shape: tuple, box: tuple,
+                      swizzle: str) -> bytes:
+    """The 128 bytes of the ``CUtensorMap`` of a compact row-major tensor at device
+    ``address`` (``shape`` outermost first) copied in boxes of ``box`` with ``swizzle``
+    (``cuTensorMapEncodeTiled``: zeros outside the tensor, L2 promotion of 128 bytes).
+    Encoded once per (address, dtype, shape, box, swizzle) and cached: a map holds only
+    the address and the geometry, so the same tensor at the same address reuses it."""
+    key = (int(address), dtype, tuple(shape), tuple(box), swizzle)
+    hit = _TENSOR_MAP_CACHE.get(key)
+    if hit is not None:
+        return hit
+    from ..ir import dtype as dt
+    from ..ir.intrin.tma import tensor_map_problem
+
+    problem = tensor_map_problem(dtype, tuple(shape), tuple(box), swizzle)
+    if problem:
+        raise ValueError(f"tensor map of {list(shape)} {dtype}: {problem}")
+    if address % 16:
+        raise ValueError(f"tensor map: the tensor's address {address:#x} is not 16-byte "
+                         "aligned, as cuTensorMapEncodeTiled requires")
+    d = driver()
+    esize = dt.nbytes(dtype)
+    rank = len(shape)
+    dims = [d.cuuint64_t(int(n)) for n in reversed(shape)]
+    strides, acc = [], esize
+    for n in reversed(shape[1:]):
+        acc *= int(n)
+        strides.append(d.cuuint64_t(acc))
+    boxes = [d.cuuint32_t(int(b)) for b in reversed(box)]
+    ones = [d.cuuint32_t(1)] * rank
+    sw = {"none": "NONE", "32B": "32B", "64B": "64B", "128B": "128B"}[swizzle]
+    tmap = call("cuTensorMapEncodeTiled",
+                getattr(d.CUtensorMapDataType,
+                        f"CU_TENSOR_MAP_DATA_TYPE_{_TENSOR_MAP_DTYPES[dtype]}"),
+                rank, int(address), dims, strides, boxes, ones,
+                d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+                getattr(d.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{sw}"),
+                d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    import struct
+
+    data = struct.pack("<16Q", *(int(x) for x in tmap.opaque))
+    if len(_TENSOR_MAP_CACHE) >= _TENSOR_MAP_CACHE_LIMIT:
+        _TENSOR_MAP_CACHE.clear()
+    _TENSOR_MAP_CACHE[key] = data
+    return data

@@ -19,6 +19,7 @@ from .cuda_driver import CudaError, Device, call, cuda, driver, release_failed
 from .kernel import CompiledKernel, CompileError, stage_name
 from .launch import LaunchInfo
 from .ndarray import NDArray, empty, from_dlpack
+from .tensor_map import TensorMapSlots, tensor_map_params
 from .timer import ProfileResult, time_evaluator
 
 
@@ -43,7 +44,12 @@ def _binary_compatible(target: str, device: Device) -> bool:
 class LoadedKernel:
     """One kernel loaded on a device; launch it with arrays (or raw device pointers)."""
 
-    def __init__(self, compiled: CompiledKernel, device: Device):
+    def __init__(self, compiled: CompiledKernel, device: Device,
+                 tensor_maps: dict | None = None):
+        """``tensor_maps``: parameter index -> the kernel's
+        :class:`~ptxforge.ir.stmt_tma.TensorMap` parameter there (what
+        :class:`LoadedModule` reads off the device IR); every by-value tensor map parameter
+        of the PTX needs one."""
         self.compiled = compiled
         self.device = device
         launch = compiled.launch
@@ -75,6 +81,7 @@ class LoadedKernel:
         base = ctypes.addressof(self._values)
         self._slots = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(n)])
         self._slots_addr = ctypes.addressof(self._slots)
+        self._maps = TensorMapSlots(compiled, tensor_maps or {}, self._slots)
 
     @property
     def launch_info(self) -> LaunchInfo:
@@ -127,6 +134,8 @@ class LoadedKernel:
         gx, gy, gz = grid or self._grid
         bx, by, bz = block or self._block
         self._values[:len(ptrs)] = ptrs
+        if self._maps.maps:
+            self._maps.fill(ptrs)
         smem = self._smem if shared_bytes is None else shared_bytes
         if not (dependent and self.dependent_launch):
             call("cuLaunchKernel", self.function, gx, gy, gz, bx, by, bz, smem, stream,
@@ -248,7 +257,9 @@ class LoadedModule:
     def __init__(self, module: PtxModule, device: Device):
         self.module = module
         self.device = device
-        self.kernels = {name: LoadedKernel(k, device) for name, k in module.kernels.items()}
+        funcs = {f.name: f for f in module.device_module.kernels()}
+        self.kernels = {name: LoadedKernel(k, device, tensor_map_params(funcs.get(name)))
+                        for name, k in module.kernels.items()}
         self.params = () if module.host is None else module.host.params
         self._temps: list[NDArray] = []
         self._plan: list[tuple[LoadedKernel, list[tuple[str, int]]]] = []

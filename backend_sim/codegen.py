@@ -36,6 +36,7 @@ from ..ir.stmt import (
     WgmmaSync,
     walk,
 )
+from ..ir.stmt_tma import TMA_STMTS
 from . import mathfns, runtime, tensorcore
 from . import wgmma as wgmma_sim
 from .analysis import ARRAY, SCALAR, BufInfo, VarInfo
@@ -45,6 +46,7 @@ from .errors import SimIRError
 from .exprgen import ExprEmitter, lookup, np_type, storage_dtype
 from .limits import launch_config, shared_bytes
 from .shared_bytes import SharedBytesPlan, shares_bytes
+from .tma import TmaEmitter, TmaState
 
 TAG_CODE = {"threadIdx.x": "_tx", "threadIdx.y": "_ty", "threadIdx.z": "_tz",
             "blockIdx.x": "_bx", "blockIdx.y": "_by", "blockIdx.z": "_bz"}
@@ -77,6 +79,7 @@ _NAMESPACE = {
     "_tc": tensorcore,
     "_shfl": runtime.shuffle_xor,
     "_WgmmaChunk": wgmma_sim.WgmmaChunk,
+    "_TmaState": TmaState,
 }
 
 
@@ -134,7 +137,7 @@ def compile_kernel(func: PrimFunc, check_races: bool = True) -> CompiledKernel:
     return CompiledKernel(func, grid, block, source, namespace["kernel"], gen.races)
 
 
-class _Generator(AsyncCopyEmitter, ExprEmitter):
+class _Generator(TmaEmitter, AsyncCopyEmitter, ExprEmitter):
     """Builds the source of one kernel function."""
 
     def __init__(self, func: PrimFunc, grid: tuple, block: tuple, check_races: bool):
@@ -188,8 +191,14 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
         if self.bytes_plan is not None:
             prelude.line(f"_SB = _C.shared_bytes_tracker({self.bytes_plan.overlaps!r})")
         self.async_setup(func.body, prelude, walk)
+        self.tma_setup(func.body, prelude, walk)
         self.wgmma_setup(func.body, prelude)
+        if self.has_tma and self.has_wgmma and self.tma_dsts & self.wgmma_bufs:
+            prelude.line("_T.on_issue = _W.copy_hook")
+            prelude.line("_W.read_hook = _T.wgmma_read")
         self.stmt(func.body, body)
+        if self.has_tma:
+            body.line("_T.finish()")
         head = ["_L = _C.lanes", "_lane = _C.lane", "_lane64 = _C.lane64", "_sync = _C.sync"]
         for t in sorted(x for x in self.tags if isinstance(x, str)):
             head.append(f"{TAG_CODE[t]} = _C.index[{t!r}]")
@@ -334,6 +343,15 @@ class _Generator(AsyncCopyEmitter, ExprEmitter):
                 # intervals end at the block's barriers alone (conservative)
                 if self.bytes_plan is not None:
                     B.line("_SB.barrier()")
+        elif isinstance(s, WgmmaSync) and s.op == "fence_proxy_async" and \
+                not self.has_wgmma:
+            # orders generic-proxy accesses before TMA copies: nothing to simulate (the
+            # copies land at the waits that observe them)
+            if not self.has_tma:
+                raise SimIRError(f"kernel {self.name}: {s.text} in a kernel without wgmma "
+                                 "or TMA copies")
+        elif isinstance(s, TMA_STMTS):
+            self.tma_stmt(s, B)
         elif isinstance(s, WgmmaSync):
             if not self.has_wgmma:
                 raise SimIRError(f"kernel {self.name}: {s.text} in a kernel without wgmma")

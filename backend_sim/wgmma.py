@@ -220,6 +220,9 @@ class WgmmaChunk:
         self.unfenced: dict = {}  # id(shared array) -> bool per element
         self.pending: dict = {}  # id(shared array) -> pending wgmma reads per element
         self.names: dict = {}
+        # called with (name, shared array, keys, what) for each operand a wgmma reads: the
+        # TMA state refuses elements its copies have in flight (backend_sim/tma.py)
+        self.read_hook = None
 
     def track(self, name: str, array: np.ndarray) -> None:
         self.unfenced[id(array)] = np.zeros(array.size, bool)
@@ -476,6 +479,8 @@ class WgmmaChunk:
             off = np.broadcast_to(np.asarray(mem.offset), (c.lanes,))
             k = k + off[groups * WARPGROUP][:, None, None]
         flat = k.reshape(-1)
+        if self.read_hook is not None:
+            self.read_hook(mem.name, arr, flat, f"{intrin.ptx} operand {what}")
         if self.unfenced[id(arr)][flat].any():
             raise WgmmaProtocolError(
                 f"kernel {c.kernel}: {intrin.ptx} reads operand {what} from {mem.name}, "

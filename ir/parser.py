@@ -37,6 +37,7 @@ from .expr import (
     Select,
     Var,
 )
+from .parser_tma import TMA_WORDS, TmaParsing
 from .printer import FLOAT_WORD_RE, is_reserved, print_func, print_module, print_stmt
 from .stmt import (
     FOR_KINDS,
@@ -153,7 +154,7 @@ def _run(parser: _Parser, parse: Callable):
         sys.setrecursionlimit(old)
 
 
-class _Parser:
+class _Parser(TmaParsing):
     def __init__(self, text: str, env: dict | None = None):
         self.text = text
         self.env = dict(env or {})
@@ -574,6 +575,8 @@ class _Parser:
             return self.build(tok, WgmmaSync, "wait", n)
         if word in ("async_copy", "async_commit", "async_wait"):
             return self.async_stmt(tok)
+        if word in TMA_WORDS:
+            return self.tma_stmt(tok)
         if word == "launch":
             self.next()
             kernel = self.label("a kernel name")
@@ -709,6 +712,8 @@ class _Parser:
         if self.at("strides"):
             self.next()
             strides = self.int_list("strides")
+        if self.at("tensormap"):
+            return self.tensor_map(name, dtype, shape, scope, strides)
         return self.define_buffer(name, dtype, shape, scope, strides)
 
     # -- functions and modules -------------------------------------------------------------

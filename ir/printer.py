@@ -31,7 +31,9 @@ Grammar, informally (``{...}`` is a region: statements, one a line):
 * ``block name(v: S[N] = expr, r: R[N] = expr) [where cond] [attrs {json}] {[init {...}] ...}``;
 * ``if cond {...} [else {...}]``, ``alloc buf: type [dynamic(offset)] {...}`` (a shared
   buffer at a byte offset of the kernel's dynamic shared memory), ``let v = expr {...}``,
-  ``buf[i, j] = expr``, ``barrier``, ``launch kernel(buf, ...)``.
+  ``buf[i, j] = expr``, ``barrier``, ``launch kernel(buf, ...)``;
+* the TMA and mbarrier statements and the ``tensormap[box] swizzle(mode)`` parameter
+  type of :mod:`ptxforge.ir.stmt_tma`.
 
 A var that is not int32 carries its dtype where it is defined (``for i: int64 in 8``,
 ``let x: float32 = ...``, ``v: int64 S[8] = ...``). Vars and buffers are SSA values equal by
@@ -73,6 +75,8 @@ from .stmt import (
     Store,
     WgmmaSync,
 )
+from .stmt_tma import KEYWORDS as TMA_KEYWORDS
+from .stmt_tma import TMA_STMTS, TensorMap, stmt_text
 
 INDENT = "  "
 
@@ -86,7 +90,7 @@ KEYWORDS = frozenset({
     "for", "in", "if", "else", "alloc", "block", "init", "where", "attrs", "let",
     "barrier", "barrier_arrive", "launch", "module", "True", "False", "async_copy",
     "async_commit", "async_wait", "wgmma_fence", "wgmma_commit", "wgmma_wait",
-    "fence_proxy_async",
+    "fence_proxy_async", *TMA_KEYWORDS,
 })
 """Words that start statements or are constants; a var or buffer never prints as one."""
 
@@ -187,6 +191,8 @@ def buffer_type(buf: Buffer, always_scope: bool) -> str:
         text += f" {buf.scope}"
     if buf.strides is not None:
         text += f" strides[{', '.join(str(s) for s in buf.strides)}]"
+    if isinstance(buf, TensorMap):
+        text += buf.type_suffix
     return text
 
 
@@ -264,6 +270,8 @@ class FuncPrinter:
             self.emit(depth, s.text)
         elif isinstance(s, (AsyncCopy, AsyncCommit, AsyncWait)):
             self.emit(depth, self._async(s))
+        elif isinstance(s, TMA_STMTS):
+            self.emit(depth, stmt_text(s, self.name, self.expr))
         elif isinstance(s, Launch):
             args = ", ".join(self.name(a) for a in s.args)
             self.emit(depth, f"launch {label_text(s.kernel)}({args})")

@@ -436,6 +436,26 @@ ASYNC_COPY_BYTES = (4, 8, 16)
 """The copy sizes of ``cp.async``."""
 
 
+class OperandStmt(Stmt):
+    """A statement with operands and no sub-statements whose class says how to read and
+    rebuild them (the TMA and mbarrier statements of ``ir/stmt_tma.py``): traversals and
+    rewrites of the IR reach their expressions and buffers through these methods."""
+
+    __slots__ = ()
+
+    def exprs(self) -> tuple:
+        """The expressions it holds."""
+        raise NotImplementedError
+
+    def map_exprs(self, fe: Callable) -> Stmt:
+        """Itself with ``fe`` applied to each expression (itself where none changed)."""
+        raise NotImplementedError
+
+    def map_buffers(self, bmap: dict) -> Stmt:
+        """Itself with its buffers replaced by ``bmap`` (by identity)."""
+        raise NotImplementedError
+
+
 class PrimFunc:
     """A function: typed buffer parameters, a body and typed attributes.
 
@@ -598,6 +618,8 @@ def stmt_exprs(s: Stmt) -> tuple:
         return s.bindings + (() if s.predicate is None else (s.predicate,))
     if isinstance(s, AsyncCopy):
         return (s.dst_index, s.src_index) + (() if s.src_bytes is None else (s.src_bytes,))
+    if isinstance(s, OperandStmt):
+        return s.exprs()
     return ()
 
 
@@ -666,6 +688,8 @@ def map_stmt(s: Stmt, fstmt: Callable | None = None, fexpr: Callable | None = No
             y = x if (v is x.value and b is x.body) else Let(x.var, v, b)
         elif isinstance(x, AsyncCopy):
             y = map_async_copy(x, fe)
+        elif isinstance(x, OperandStmt):
+            y = x.map_exprs(fe)
         else:
             y = x
         if fstmt is not None:
@@ -702,6 +726,9 @@ def replace_buffers(s: Stmt, bmap: dict) -> Stmt:
             return x.replace(buffer=bmap[x.buffer])
         if isinstance(x, AsyncCopy) and (x.dst in bmap or x.src in bmap):
             return x.replace(dst=bmap.get(x.dst, x.dst), src=bmap.get(x.src, x.src))
+        if isinstance(x, OperandStmt):
+            y = x.map_buffers(bmap)
+            return None if y is x else y
         if isinstance(x, Launch) and any(a in bmap for a in x.args):
             return Launch(x.kernel, [bmap.get(a, a) for a in x.args])
         return None

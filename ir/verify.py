@@ -83,6 +83,8 @@ from .stmt import (
     Store,
     WgmmaSync,
 )
+from .stmt_tma import TMA_STMTS, TensorMap
+from .verify_tma import check_not_tensor_map, check_tma_stmt
 
 HARDWARE_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z",
                  "threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -192,7 +194,8 @@ class _FuncVerifier:
             if b.scope != "global":
                 self.fail(lambda n, b=b: f"parameter {n(b)} is in {b.scope} memory; function "
                                          "parameters are global buffers", True)
-            if self.flat and b.ndim != 1:
+            # a tensor map keeps the tensor's dims: its map describes them
+            if self.flat and b.ndim != 1 and not isinstance(b, TensorMap):
                 self.fail(lambda n, b=b: f"kernel parameter {n(b)} has shape {list(b.shape)}; "
                                          "device IR buffers are flat (1-D)", True)
             self.bufs.add(id(b))
@@ -286,6 +289,8 @@ class _FuncVerifier:
             self.check_async(s)
         elif isinstance(s, Launch):
             self.check_launch(s)
+        elif isinstance(s, TMA_STMTS):
+            check_tma_stmt(self, s)
         else:
             self.fail(lambda n: f"unknown statement type {type(s).__name__}")
 
@@ -399,7 +404,8 @@ class _FuncVerifier:
             if b.scope == "global":
                 self.fail(lambda n: f"kernel allocates global buffer {n(b)}; global "
                                     "temporaries are allocated by the host function")
-            if self.flat and b.ndim != 1:
+            # a tensor map keeps the tensor's dims: its map describes them
+            if self.flat and b.ndim != 1 and not isinstance(b, TensorMap):
                 self.fail(lambda n: f"buffer {n(b)} has shape {list(b.shape)}; device IR "
                                     "buffers are flat (1-D)")
             if b.scope == "shared":
@@ -490,6 +496,7 @@ class _FuncVerifier:
 
     def check_access(self, b: Buffer, indices: tuple, what: str) -> None:
         self.check_buffer_in_scope(b)
+        check_not_tensor_map(self, b, what)
         check_fragment_access(self, b, what, tuple(indices))
         if len(indices) != b.ndim:
             self.fail(lambda n: f"{what} {n(b)}: {len(indices)} indices for a "
