@@ -13,18 +13,23 @@ counting only). With two or three stages an iteration of the loop runs as many t
 divide by them. ``--json`` writes the rows.
 
     python3 bench/bench_attention_ptx.py [--seq 4096] [--causal] [--arch sm_90a] [--overlap]
-        [--json out.json]
+        [--batch 1] [--mask none|key-f32|key-f16|key-bf16|key-bool] [--json out.json]
+
+``--mask``: a padding mask over the keys as an imported BERT passes it, ``[B, 1, 1, S]``
+(additive float32, float16 or bfloat16, or bool), for what the mask costs a score.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 
 KINDS = {
     "ex2": r"^ex2\.",
     "mma": r"^(mma\.sync|wgmma\.mma_async)",
+    "ld.global": r"^ld\.global",
     "ld.shared": r"^ld\.shared",
     "st.shared": r"^st\.shared",
     "ldmatrix": r"^ldmatrix",
@@ -37,6 +42,10 @@ KINDS = {
     "setp/selp": r"^(setp|selp)\.",
 }
 """Instruction kinds counted separately (regular expressions on the opcode)."""
+
+MASKS = {"none": None, "key-f32": "float32", "key-f16": "float16", "key-bf16": "bfloat16",
+         "key-bool": "bool"}
+"""``--mask``: the padding mask's dtype."""
 
 _LABEL = re.compile(r"^(\$L__BB\d+_\d+):")
 _BRANCH = re.compile(r"\bbra(\.uni)?\s+(\$L__BB\d+_\d+);")
@@ -130,7 +139,11 @@ def interior_ptx(w, cfg, target) -> str:
 
 def main() -> None:
     from ptxforge.backend_ptx import compile_module
-    from ptxforge.ops.schedules.attention import AttentionWorkload, attention_module
+    from ptxforge.ops.schedules.attention import (
+        AttentionMask,
+        AttentionWorkload,
+        attention_module,
+    )
     from ptxforge.ops.schedules.attention.knobs import (
         attention_candidates,
         choose_attention_config,
@@ -147,10 +160,15 @@ def main() -> None:
     ap.add_argument("--all", action="store_true", help="every candidate, not only the chosen")
     ap.add_argument("--overlap", action="store_true",
                     help="also the overlapped register form's configurations (overlap='intra')")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--mask", default="none", choices=tuple(MASKS))
     ap.add_argument("--json")
     a = ap.parse_args()
     target = as_target(f"cuda -arch={a.arch}")
-    w = AttentionWorkload(1, a.heads, a.heads, a.seq, a.seq, a.dim, a.dim, a.dtype, a.causal)
+    w = AttentionWorkload(a.batch, a.heads, a.heads, a.seq, a.seq, a.dim, a.dim, a.dtype,
+                          a.causal)
+    if MASKS[a.mask] is not None:
+        w = dataclasses.replace(w, mask=AttentionMask((a.batch, 1, 1, a.seq), MASKS[a.mask]))
     chosen = choose_attention_config(w, target)
     cfgs = attention_candidates(w, target) if a.all else [chosen]
     if a.overlap and target.has_wgmma:

@@ -1,6 +1,6 @@
 """Additive masks of float32's (and bfloat16's) ``finfo.min``, as exporters write them: the
-kernels scale the mask to base 2 and clamp it at a finite floor, so a row masked entirely by
-such a fill averages every key, as the imported graph's float32 softmax of ``s + finfo.min``
+kernels scale the mask to base 2 and keep it finite (halved below ``MASK_KNEE``), so a row
+masked entirely by such a fill averages every key, as the imported graph's float32 softmax of ``s + finfo.min``
 does, instead of overflowing to minus infinity and giving zeros; a minus-infinity mask
 still empties a row (the kernels' documented zero). The simulator against numpy for the
 ``mma.sync``, wgmma and wgmma register forms."""

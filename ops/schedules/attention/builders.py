@@ -4,7 +4,7 @@ immediates, loops, the operand buffers and the annotation of a tensorized nest."
 from __future__ import annotations
 
 from ....ir import dtype as dt
-from ....ir.expr import Expr, FloatImm, IntImm, Var, emax, select
+from ....ir.expr import Expr, FloatImm, IntImm, Var, select
 from ....ir.intrin import ANNOTATION
 from ....ir.intrin.keys import IntrinKey
 from ....ir.intrin.registry import lookup
@@ -15,10 +15,13 @@ F32 = "float32"
 NEG_INF = FloatImm(float("-inf"), F32)
 LOG2E = 1.4426950408889634
 MASK_FLOOR = -(2.0 ** 127)
-"""The lowest base-2 score an additive mask makes (its finite values clamped there): a
-float32 mask of ``finfo.min`` times ``log2 e`` would overflow to minus infinity and empty a
-row the imported graph's softmax averages. Half of ``finfo.max`` keeps every later
-step finite: a score minus any reachable running maximum, and the maxima's differences."""
+"""The lowest base-2 value an additive mask element takes: a float32 mask of ``finfo.min``
+times ``log2 e`` would overflow to minus infinity and empty a row the imported graph's
+softmax averages. Half of ``finfo.max`` keeps every later step finite: a score minus any
+reachable running maximum, and the maxima's differences."""
+MASK_KNEE = MASK_FLOOR / LOG2E
+"""The finite mask elements below which the scaling by ``log2 e`` could pass
+:data:`MASK_FLOOR`: they are halved instead (:func:`_scaled_mask`)."""
 RESCALE_THRESHOLD = 8.0
 """How far (in the exponent) a row's scores may exceed its running maximum before the
 maximum moves and the output is rescaled: probabilities stay below ``e^8``, about 2981."""
@@ -33,14 +36,18 @@ def _f(v: float) -> FloatImm:
 
 
 def _scaled_mask(m: Expr, dtype: str) -> Expr:
-    """The float32 additive mask element ``m`` in base 2: ``m log2 e``, its finite values
-    clamped at :data:`MASK_FLOOR` where the mask's dtype reaches past it (float32 and
-    bfloat16; float16's ``-65504`` does not), minus infinity kept (a row masked by it
-    entirely stays the kernel's zero)."""
-    scaled = m * _f(LOG2E)
+    """The float32 additive mask element ``m`` in base 2: ``m log2 e`` where the mask's
+    dtype cannot pass :data:`MASK_FLOOR` that way (float16's ``-65504``); for float32 and
+    bfloat16, whose ``finfo.min`` can, ``m log2 e`` down to :data:`MASK_KNEE` and ``m / 2``
+    below it (between ``MASK_FLOOR`` and ``MASK_FLOOR / 2.9``: every value finite, and far
+    enough down that such a key's probability is zero beside any unmasked key). Minus
+    infinity stays minus infinity (a row masked by it entirely stays the kernel's zero),
+    and a row filled with one value averages its keys as the float32 softmax does. One
+    compare, one select and one multiply (a clamp of ``m log2 e`` and a test for minus
+    infinity took one more: a ``max``)."""
     if dtype == "float16":
-        return scaled
-    return select(m == NEG_INF, NEG_INF, emax(scaled, _f(MASK_FLOOR)))
+        return m * _f(LOG2E)
+    return m * select(m >= _f(MASK_KNEE), _f(LOG2E), _f(0.5))
 
 
 def _var(name: str) -> Var:

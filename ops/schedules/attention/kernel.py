@@ -325,33 +325,61 @@ class _Kernel:
         return _loop("pk", bc // 16, step, "unroll")
 
     # -- the rows' softmax --------------------------------------------------------------
-    def _scaled_score(self, s: Expr, qi: Expr, kj: Expr, unit: float, edge: bool):
+    def _scaled_score(self, s: Expr, qi: Expr, kj: Expr, unit: float, edge: bool,
+                      mask2: Expr | None = None):
         """``(score, keep)`` of the raw product ``s`` of query row ``qi`` and key ``kj``:
         scaled to base 2 unless the scale was folded elsewhere (``unit`` 1.0 scales here),
         the additive mask added; ``keep`` the condition the score survives (the keys'
-        end and the causal diagonal where ``edge``, a boolean mask), or None."""
+        end and the causal diagonal where ``edge``, a boolean mask), or None. ``mask2`` is
+        the score's :meth:`mask_term` where the caller took it once for several rows."""
         w = self.w
-        if unit == 1.0:
-            s = s * _f(w.softmax_scale * LOG2E)
         keep = None
         if edge:
             keep = kj < _i(w.kv_len)
             if w.causal:
                 keep = keep & (kj <= qi)
-        m = self._mask_value(qi, kj)
+        if w.mask is not None and w.mask.additive:
+            if mask2 is None:
+                mask2 = self.mask_term(qi, kj, edge)
+            # one fma a score: s (scale log2 e) + m log2 e (unit is 1.0 with an additive
+            # mask, score_units)
+            return call("fma", s, _f(w.softmax_scale * LOG2E), mask2), keep
+        if unit == 1.0:
+            s = s * _f(w.softmax_scale * LOG2E)
+        m = self._mask_value(qi, kj, edge)
         if m is not None:
-            if w.mask.additive:
-                s = s + _scaled_mask(m if m.dtype == F32 else Cast(F32, m), w.mask.dtype)
-            else:
-                keep = m if keep is None else keep & m
+            keep = m if keep is None else keep & m
         return s, keep
 
-    def _mask_value(self, qi: Expr, kj: Expr) -> Expr | None:
-        """The mask's element of score ``(qi, kj)`` (indices clamped into the tensor)."""
+    def mask_term(self, qi: Expr, kj: Expr, edge: bool) -> Expr | None:
+        """The additive mask's element of score ``(qi, kj)`` in base 2
+        (:func:`~.builders._scaled_mask`), or None without an additive mask. It depends on
+        ``qi`` only where the mask has rows (:meth:`mask_per_row`): the kernels take it
+        once for the rows a thread holds."""
+        w = self.w
+        if w.mask is None or not w.mask.additive:
+            return None
+        m = self._mask_value(qi, kj, edge)
+        return _scaled_mask(m if m.dtype == F32 else Cast(F32, m), w.mask.dtype)
+
+    def mask_per_row(self) -> bool:
+        """Whether the mask's element differs between query rows (its shape has rows:
+        not ``[.., 1, S]``)."""
+        w = self.w
+        shape = tuple(w.mask.shape) if w.mask is not None else ()
+        return len(shape) >= 2 and shape[-2] != 1
+
+    def _mask_value(self, qi: Expr, kj: Expr, edge: bool = True) -> Expr | None:
+        """The mask's element of score ``(qi, kj)``: indices clamped into the tensor where
+        they may pass its end (the keys on an ``edge`` tile only: the others lie inside;
+        the rows where the query tiles do not divide them), so that the loads of adjacent
+        keys are adjacent addresses."""
         w = self.w
         if w.mask is None:
             return None
-        full = (self.bz, self.by, emin(qi, _i(w.q_len - 1)), emin(kj, _i(w.kv_len - 1)))
+        row = qi if w.q_len % self.cfg.block_q == 0 else emin(qi, _i(w.q_len - 1))
+        col = emin(kj, _i(w.kv_len - 1)) if edge else kj
+        full = (self.bz, self.by, row, col)
         shape = tuple(w.mask.shape)
         lead = 4 - len(shape)
         idx, stride = _i(0), 1
@@ -396,6 +424,28 @@ class _Kernel:
                 "oe", 2, lambda e: fn(i, gr, t * _i(8) + q * _i(2) + e,
                                       i * _i(per_row) + t * _i(2) + e), "unroll"), "unroll")
         return _loop("oi", 2, row, "unroll")
+
+    def own_by_column(self, lane: Expr, warp: Expr, cols: int, column, fn) -> Stmt:
+        """``fn(i, gr, c, slot, v)`` over the elements :meth:`own_elements` gives, columns
+        outermost: ``v`` is ``column(c)``, bound once for the thread's two rows of column
+        ``c`` (an additive mask's element where it has no rows)."""
+        per_row = cols // 4
+        g, q = lane // _i(4), lane % _i(4)
+
+        def col(t, e):
+            c = t * _i(8) + q * _i(2) + e
+            mv = Var("mask2", F32)
+            return Let(mv, column(c), _loop("oi", 2, lambda i: fn(
+                i, warp * _i(MMA_ROWS) + g + i * _i(8), c, i * _i(per_row) + t * _i(2) + e,
+                mv), "unroll"))
+        return _loop("ot", cols // 8, lambda t: _loop("oe", 2, lambda e: col(t, e), "unroll"),
+                     "unroll")
+
+    def scores_by_column(self) -> bool:
+        """Whether the softmax takes the mask's element once a column (an additive mask
+        without rows: ``[.., 1, S]``)."""
+        m = self.w.mask
+        return m is not None and m.additive and not self.mask_per_row()
 
     def score_units(self) -> float:
         """The base-2 exponent of one unit of the values the softmax keeps (its masked
@@ -450,10 +500,11 @@ class _Kernel:
         threshold = RESCALE_THRESHOLD * LOG2E / unit
 
         def lane(tx, warp):
-            def score(i, gr, c, slot):
+            def score(i, gr, c, slot, mask2=None):
                 qi = self.row0() + gr
                 kj = tile * _i(bc) + c
-                s, keep = self._scaled_score(self.s_s[self.s_at(gr, c)], qi, kj, unit, edge)
+                s, keep = self._scaled_score(self.s_s[self.s_at(gr, c)], qi, kj, unit, edge,
+                                             mask2)
                 sv = Var("score", F32)
                 return Let(sv, s if keep is None else select(keep, s, NEG_INF), Seq([
                     Store(self.sc, [slot], sv),
@@ -499,7 +550,9 @@ class _Kernel:
             return Seq([
                 _loop("mi", 2, lambda i: Store(self.acc, [i], NEG_INF), "unroll"),
                 Store(self.vote_r, [_i(0)], _f(0.0)),
-                self.own_elements(tx, warp, bc, score),
+                (self.own_by_column(tx, warp, bc, lambda c: self.mask_term(
+                    self.row0(), tile * _i(bc) + c, edge), score)
+                 if self.scores_by_column() else self.own_elements(tx, warp, bc, score)),
                 _loop("mr", 2, row, "unroll"),
                 self.own_elements(tx, warp, bc, prob),
                 _loop("ms", 2, row_sum, "unroll"),

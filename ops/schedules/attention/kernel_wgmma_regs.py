@@ -105,6 +105,22 @@ class RegisterScoresKernel(WgmmaKernel):
                 "unroll"), "unroll")
         return _loop("rh", 2, half, "unroll")
 
+    def _registers_by_column(self, tx: Expr, cols: int, column, fn) -> Stmt:
+        """``fn(h, gr, c, slot, v)`` over the registers of a ``64 x cols`` accumulator as
+        :meth:`_registers`, columns outermost: ``v`` is ``column(c)``, bound once for the
+        thread's two rows of column ``c`` (an additive mask's element where it has no
+        rows: one load and one scaling a column, not a score)."""
+        def col(b, e):
+            c = acc_col(tx, b, e)
+            mv = Var("mask2", F32)
+
+            def half(h):
+                gr = self.ty * _i(64) + acc_row(tx, h)
+                return fn(h, gr, c, acc_slot(b, h, e), mv)
+            return Let(mv, column(c), _loop("rh", 2, half, "unroll"))
+        return _loop("rb", cols // 8, lambda b: _loop(
+            "re", 2, lambda e: col(b, e), "unroll"), "unroll")
+
     def tile_softmax(self, tile: Expr, edge: bool, sf: Buffer | None = None) -> Stmt:
         """The softmax of key tile ``tile`` on the registers of ``sf`` (``S_acc`` unless
         given; the module's docstring, steps 1 and 2); the masks of the keys' positions
@@ -115,11 +131,11 @@ class RegisterScoresKernel(WgmmaKernel):
         threshold = RESCALE_THRESHOLD * LOG2E / unit
 
         def lane(tx):
-            def score(h, gr, c, slot):
+            def score(h, gr, c, slot, mask2=None):
                 qi = self.row0() + gr
                 kj = tile * _i(bc) + c
                 raw = sf[slot]
-                s, keep = self._scaled_score(raw, qi, kj, unit, edge)
+                s, keep = self._scaled_score(raw, qi, kj, unit, edge, mask2)
                 changed = s is not raw
                 if keep is not None:
                     s = select(keep, s, NEG_INF)
@@ -165,9 +181,15 @@ class RegisterScoresKernel(WgmmaKernel):
                 return quad_reduce(self.acc[h], lambda a, b: a + b, tot, Store(
                     self.l_r, [h], self.l_r[h] * self.alpha_r[h] + tot))
 
+            if self.scores_by_column():
+                # the mask's element, scaled, once a column for both rows
+                scores = self._registers_by_column(tx, bc, lambda c: self.mask_term(
+                    self.row0(), tile * _i(bc) + c, edge), score)
+            else:
+                scores = self._registers(tx, bc, score)
             return Seq([
                 _loop("mi", 2, lambda h: Store(self.acc, [h], NEG_INF), "unroll"),
-                self._registers(tx, bc, score),
+                scores,
                 _loop("mr", 2, row, "unroll"),
                 self._registers(tx, bc, prob),
                 _loop("ms", 2, row_sum, "unroll"),
