@@ -346,5 +346,28 @@ def choose_attention_config(w: AttentionWorkload, target: Target) -> AttentionCo
         # the smallest configuration's rule names the reason (dtype, head dim, target)
         check_attention_config(w, AttentionConfig(1, BLOCK_KV[0], 1), target)
         raise AttentionError(f"no fused attention configuration fits {w} on {target.arch}")
+    narrow = _narrow_head_pick(w, cands)
+    if narrow is not None:
+        return narrow
     return min(cands, key=lambda c: (round(attention_time(w, c, target), 9),
                                      c.mma != "wgmma", -c.warps, -c.block_kv, -c.stages))
+
+
+NARROW_HEAD_DIM = 64
+NARROW_KEYS = (512, 1024)
+NARROW_PICK = AttentionConfig(4, 128, 1, "wgmma", "registers", "registers")
+"""Head dims up to :data:`NARROW_HEAD_DIM` over :data:`NARROW_KEYS` keys (the range measured) take
+this configuration where it is a candidate: the estimate is calibrated on head dim 128
+only (``calibration.py``), and at head dim 64 it ranked 64-key tiles first where 128-key
+tiles ran faster on an H200 (2026-11-28, ``bench/bench_attention.py --dim 64``;
+``bench/results/attention_d64_b8_h200_2026-11-28.txt``, ``attention_d64_h200_...txt``):
+BERT b8 x 12 heads x 512 keys 23.1 us against the chosen 4 x 64 x 1's 24.2; GPT-2's 12
+heads x 1,024 keys 13.9 against 4 x 64 x 2's 16.2, causal 14.8 against 15.7."""
+
+
+def _narrow_head_pick(w: AttentionWorkload, cands: list) -> AttentionConfig | None:
+    """:data:`NARROW_PICK` for a narrow head over few keys where it is a candidate."""
+    if (w.head_dim <= NARROW_HEAD_DIM and w.v_dim <= NARROW_HEAD_DIM
+            and NARROW_KEYS[0] <= w.kv_len <= NARROW_KEYS[1] and NARROW_PICK in cands):
+        return NARROW_PICK
+    return None
