@@ -38,12 +38,14 @@ def optimize(net: Graph, params: dict | None = None, *, layout: str | None = Non
              winograd: bool = False, fuse: bool = True,
              ctx: GraphPassContext | None = None, precision: str | None = None,
              pad_channels: int | None = None,
-             fused_attention: bool | None = None) -> Graph:
+             fused_attention: bool | None = None,
+             keep_norms_float32: bool | None = None) -> Graph:
     """Bind ``params`` and run the optimization pipeline (see
     :func:`~ptxforge.graph.passes.optimization_pipeline`); the result calls fused functions
-    unless ``fuse`` is False. ``precision``, ``pad_channels`` and ``fused_attention`` as
-    :func:`build`."""
+    unless ``fuse`` is False. ``precision``, ``pad_channels``, ``fused_attention`` and
+    ``keep_norms_float32`` as :func:`build`."""
     from .opdefs.attention import FUSED_AUTO, FUSED_OPTION, FUSED_PRECISION_OPTION
+    from .passes.to_mixed_precision import CONFIG_KEEP_NORMS_FLOAT32
 
     pipeline = optimization_pipeline(layout, winograd, fuse, precision, pad_channels)
     graph = bind_params(net, params)
@@ -54,6 +56,8 @@ def optimize(net: Graph, params: dict | None = None, *, layout: str | None = Non
     choice = (before.get(FUSED_OPTION, FUSED_AUTO) if fused_attention is None
               else bool(fused_attention))
     ctx.config = {**before, FUSED_OPTION: choice, FUSED_PRECISION_OPTION: precision}
+    if keep_norms_float32 is not None:
+        ctx.config[CONFIG_KEEP_NORMS_FLOAT32] = keep_norms_float32
     try:
         return pipeline(graph, ctx)
     finally:
@@ -337,7 +341,8 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
           schedule_fn: ScheduleFn | None = None, *, layout: str | None = None,
           winograd: bool = False, ctx: GraphPassContext | None = None,
           precision: str | None = None, pad_channels: int | None = None,
-          fused_attention: bool | None = None) -> GraphLibrary:
+          fused_attention: bool | None = None,
+          keep_norms_float32: bool | None = None) -> GraphLibrary:
     """Compile a network.
 
     Args:
@@ -360,7 +365,10 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
             convolutions with TF32 inputs, pass ``use_tf32``), ``"float16"`` or
             ``"bfloat16"`` (pass ``to_mixed_precision``: convolutions and matrix products
             in that dtype with float32 accumulation, softmax, norms and reductions in
-            float32, weights converted here once). Inputs and outputs keep their dtypes.
+            float32, weights converted here once; layer and RMS norms compute in float32
+            from the data as it comes and store the 16-bit result, so a transformer's
+            residual stream stays 16-bit: see ``keep_norms_float32``). Inputs and outputs
+            keep their dtypes.
             The dtypes and the TF32 rounding are part of every workload key, so records of
             one precision never apply to another.
         pad_channels: the NHWC convolutions that run on tensor cores (16-bit inputs, or
@@ -381,6 +389,12 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
             ``"auto"``: the fused kernel where an attention has at least 256 keys
             (``graph.opdefs.attention.AUTO_MIN_KEYS``; on an H100 the decomposed form was
             faster at 128 keys, the kernel 19-39% faster from 512).
+        keep_norms_float32: with a 16-bit ``precision``, True runs layer and RMS norms in
+            float32 in and out (their readers, a residual add among them, then run in
+            float32 too); False (the default) lets them store the 16-bit result (the
+            residual stream 16-bit, as PyTorch's float16 model); None: the graph pass
+            config ``{"to_mixed_precision.keep_norms_float32": ...}`` of ``ctx`` if it has
+            one, else False. docs/precision.md compares the two.
     """
     try:
         target = as_target(target)
@@ -393,7 +407,7 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
         schedule_fn = current_schedule_fn()
     fused = optimize(net, params, layout=layout, winograd=winograd, ctx=ctx,
                      precision=precision, pad_channels=pad_channels,
-                     fused_attention=fused_attention)
+                     fused_attention=fused_attention, keep_norms_float32=keep_norms_float32)
     consts = _constant_names(fused)
     plan = plan_memory(fused, consts)
     _, of_call = distinct_functions(fused, include_views=True)

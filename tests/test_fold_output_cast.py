@@ -182,15 +182,19 @@ def test_a_float16_bert_layer_has_no_cast_after_softmax():
     assert sm.dtype == "float16"
     readers = [c for c in calls if any(a is sm for a in c.args)]
     assert readers and all(ops_of[id(r)] != ["cast"] for r in readers)
-    # the attention's layer norm also feeds the float32 residual add: it stores float16,
-    # which the add's kernel widens as it reads it (the last one is the graph's output)
+    # the attention's layer norm stores float16 (to_mixed_precision rounds it); the
+    # feed-forward residual add reads it and widens its sum in the same kernel for the
+    # output norm, which is float32 (the graph's output)
     lns = [c for c in calls if "nn.layer_norm" in ops_of[id(c)]]
     assert [c.dtype for c in lns] == ["float16", "float32"]
     assert sum(ops_of[id(c)] == ["cast"] for c in calls) == 1  # the input's
     (res,) = [c for c in calls if any(a is lns[0] for a in c.args) and c.dtype == "float32"]
     assert "nn.dense" in ops_of[id(res)] and "cast" in ops_of[id(res)]
-    # without round_shared it keeps its float32 result and a cast kernel
-    with graph.GraphPassContext(config={"fold_output_cast.round_shared": False}):
+    # norms kept float32, the residual add is float32: the same with round_shared, which
+    # stores the norm rounded and widens it in the add's kernel (as checked above); without
+    # round_shared it keeps its float32 result and a cast kernel
+    with graph.GraphPassContext(config={"fold_output_cast.round_shared": False,
+                                        "to_mixed_precision.keep_norms_float32": True}):
         fused = graph.optimize(graph.function(out), params, precision="float16")
     calls = fused.calls()
     ops_of = {id(c): [n.op for n in c.op.calls()] for c in calls}

@@ -64,19 +64,45 @@ def test_cast_placement_in_a_small_cnn():
     assert low_out.outputs[0].dtype == "float16" and not casts(low_out)[1:]
 
 
-def test_layer_norm_and_softmax_stay_float32_in_a_bert_layer():
-    out, params, _ = bert_layer(1, "float32", seq_len=8, hidden=32, heads=4, intermediate=64)
-    net = graph.bind_params(graph.function(out), params)
-    mixed = GraphPipeline.parse("to_mixed_precision(dtype=\"bfloat16\"), fold_constant")(net)
+def _op_dtypes(mixed) -> dict:
     kinds = {}
     for c in mixed.calls():
         kinds.setdefault(c.op, set()).add(c.dtype)
+    return kinds
+
+
+def test_layer_norm_and_softmax_stay_float32_in_a_bert_layer_with_keep_norms_float32():
+    out, params, _ = bert_layer(1, "float32", seq_len=8, hidden=32, heads=4, intermediate=64)
+    net = graph.bind_params(graph.function(out), params)
+    mixed = GraphPipeline.parse("to_mixed_precision(dtype=\"bfloat16\", "
+                                "keep_norms_float32=True), fold_constant")(net)
+    kinds = _op_dtypes(mixed)
     assert kinds["nn.layer_norm"] == {"float32"} and kinds["nn.softmax"] == {"float32"}
     assert kinds["nn.dense"] == {"bfloat16"} and kinds["nn.batch_matmul"] == {"bfloat16"}
     # each value is cast at most once per dtype
     seen = [(id(c.args[0]), c.dtype) for c in casts(mixed)]
     assert len(seen) == len(set(seen))
     assert not any(isinstance(c.args[0], graph.Constant) for c in casts(mixed))
+
+
+def test_bert_layer_norms_round_to_the_low_dtype_and_the_output_norm_stays_float32():
+    out, params, _ = bert_layer(1, "float32", seq_len=8, hidden=32, heads=4, intermediate=64)
+    net = graph.bind_params(graph.function(out), params)
+    mixed = GraphPipeline.parse("to_mixed_precision(dtype=\"bfloat16\"), fold_constant")(net)
+    norms = [c for c in mixed.calls() if c.op == "nn.layer_norm"]
+    # the attention block's norm reads the float32 input's residual sum and rounds its
+    # result; the layer's output norm (reached through a reshape) stays float32
+    assert sorted(c.dtype for c in norms) == ["bfloat16", "float32"]
+    inner = next(c for c in norms if c.dtype == "bfloat16")
+    assert inner.attrs["out_dtype"] in ("", "bfloat16")
+    assert all(p.dtype == "float32" for p in inner.args[1:])  # scale and shift unrounded
+    kinds = _op_dtypes(mixed)
+    assert kinds["nn.softmax"] == {"float32"}
+    # the feed-forward block's residual add reads the rounded norm: it runs in bfloat16
+    adds = [c for c in mixed.calls() if c.op == "add" and inner in c.args]
+    assert adds and all(c.dtype == "bfloat16" for c in adds)
+    seen = [(id(c.args[0]), c.dtype) for c in casts(mixed)]
+    assert len(seen) == len(set(seen))
 
 
 @pytest.mark.parametrize("dtype,tol", [("float16", 1e-2), ("bfloat16", 3e-2)])

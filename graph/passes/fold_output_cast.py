@@ -1,8 +1,9 @@
 """``fold_output_cast``: a softmax or layer norm whose result is only cast down writes the
 low-precision result itself.
 
-``to_mixed_precision`` runs softmax and layer norm in float32 (they are ``NEVER``
-operators) and casts their result to float16 or bfloat16 where a matrix product reads it.
+``to_mixed_precision`` runs softmax in float32 (a ``NEVER`` operator), and layer and RMS
+norms too with ``keep_norms_float32`` (by default they round their own result, policy
+``ROUND``), and casts their result to float16 or bfloat16 where a matrix product reads it.
 Both operators are opaque to ``fuse_ops``, so that cast would be a kernel of its own: one
 more launch and one more pass over the tensor (per layer of a transformer, after its
 attention softmax). This pass folds ``cast(op(x), dtype)`` into ``op(x, out_dtype=dtype)``

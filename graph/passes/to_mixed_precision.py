@@ -14,9 +14,21 @@ As TVM's ToMixedPrecision, every operator has a policy (:data:`MIXED_PRECISION_P
   non-constant float argument already is, else float32 (constants take the other
   arguments' dtype). A residual add of two low-precision convolutions stays low; an add
   of a low value and a float32 one runs in float32.
-- ``NEVER``: softmax, layer norm, batch norm, mean and exp/log/pow/sqrt-like operators run
-  in float32 (low-precision arguments are cast up), since their accuracy needs it.
-  Operators missing from the table are ``NEVER``.
+- ``ROUND``: the row normalizations ``nn.layer_norm`` and ``nn.rms_norm`` read their data
+  as it comes (float32 or low precision, never cast), compute their statistics and the
+  normalization in float32 inside the kernel and round their result once to the low dtype
+  (``out_dtype``; a low input is already that). A transformer's residual stream then stays
+  in the low dtype, as PyTorch's float16 model and TVM's ToMixedPrecision keep it: a
+  residual add of a low product and a low norm is a low add, the next norm reads 16 bits.
+  The scale and shift (or weight) stay float32. A norm whose result is a graph output
+  (or reaches one through reshapes) runs as ``NEVER`` (float32 in and out: the result is
+  not rounded where it leaves the network). ``keep_norms_float32=True`` makes them all
+  ``NEVER`` again (docs/precision.md compares the two).
+- ``NEVER``: softmax, batch norm, mean and exp/log/pow/sqrt-like operators run in float32
+  (low-precision arguments are cast up), since their accuracy needs it. Operators missing
+  from the table are ``NEVER``. A softmax stays ``NEVER``: a 16-bit softmax in a graph
+  computes in 16 bits, as ONNX defines it, so float32 inside needs the cast up of its
+  input; ``fold_output_cast`` then makes it write the low result itself.
 
 Casts appear only where a value crosses from one region to the other, at most once per
 value and dtype; a cast of a constant is folded at once, so weights are converted when the
@@ -33,6 +45,7 @@ from enum import Enum
 
 from .. import opdefs as G
 from ..ir import Call, Constant, Graph, GraphError, Node
+from ..opdefs.transform import VIEW_OPS
 from .base import GraphPass, register_graph_pass
 from .fold_constant import fold_call
 
@@ -42,6 +55,7 @@ class MixedPolicy(Enum):
 
     ALWAYS = "always"
     FOLLOW = "follow"
+    ROUND = "round"
     NEVER = "never"
 
 
@@ -52,14 +66,16 @@ _FOLLOW = (
     "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d", "nn.pad", "reshape",
     "nn.batch_flatten", "squeeze", "expand_dims", "transpose", "concatenate", "strided_slice",
 )
+_ROUND = ("nn.layer_norm", "nn.rms_norm")
 _NEVER = (
-    "nn.softmax", "nn.layer_norm", "nn.rms_norm", "nn.batch_norm", "mean", "exp", "log",
+    "nn.softmax", "nn.batch_norm", "mean", "exp", "log",
     "power", "sqrt", "rsqrt", "nn.conv2d_winograd", "nn.winograd_weight_transform",
 )
 
 MIXED_PRECISION_POLICY: dict[str, MixedPolicy] = {
     **{op: MixedPolicy.ALWAYS for op in _ALWAYS},
     **{op: MixedPolicy.FOLLOW for op in _FOLLOW},
+    **{op: MixedPolicy.ROUND for op in _ROUND},
     **{op: MixedPolicy.NEVER for op in _NEVER},
 }
 """The policy of each operator (others are ``NEVER``). Average pooling accumulates in
@@ -68,10 +84,17 @@ float32 and round once (docs/precision.md)."""
 
 LOW_PRECISIONS = ("float16", "bfloat16")
 
+CONFIG_KEEP_NORMS_FLOAT32 = "to_mixed_precision.keep_norms_float32"
+"""The pass context config key overriding ``keep_norms_float32`` (True or False)."""
 
-def policy_of(op: str) -> MixedPolicy:
-    """The mixed-precision policy of operator ``op``."""
-    return MIXED_PRECISION_POLICY.get(op, MixedPolicy.NEVER)
+
+def policy_of(op: str, keep_norms_float32: bool = False) -> MixedPolicy:
+    """The mixed-precision policy of operator ``op`` (``ROUND`` operators are ``NEVER``
+    with ``keep_norms_float32``)."""
+    policy = MIXED_PRECISION_POLICY.get(op, MixedPolicy.NEVER)
+    if keep_norms_float32 and policy is MixedPolicy.ROUND:
+        return MixedPolicy.NEVER
+    return policy
 
 
 class _Caster:
@@ -96,6 +119,19 @@ class _Caster:
         return self.memo[key]
 
 
+def _output_sources(graph: Graph) -> set[int]:
+    """The nodes that are graph outputs or reach one through views (reshapes): a norm
+    among them keeps its float32 result, which is not rounded to leave the network."""
+    found: set[int] = set()
+    for node in graph.outputs:
+        while True:
+            found.add(id(node))
+            if not (isinstance(node, Call) and node.op in VIEW_OPS):
+                break
+            node = node.args[0]
+    return found
+
+
 @register_graph_pass
 @dataclass(frozen=True)
 class ToMixedPrecision(GraphPass):
@@ -105,17 +141,27 @@ class ToMixedPrecision(GraphPass):
         dtype: ``"float16"`` or ``"bfloat16"``.
         keep_io_dtype: return the outputs in their original dtype (True), or leave float32
             outputs that end in a low-precision region in ``dtype``.
+        keep_norms_float32: run layer and RMS norms in float32 in and out (``NEVER``)
+            instead of ``ROUND`` (the module's docstring); the pass context config
+            :data:`CONFIG_KEEP_NORMS_FLOAT32`, where given, overrides it.
     """
 
     name = "to_mixed_precision"
     dtype: str = "float16"
     keep_io_dtype: bool = True
+    keep_norms_float32: bool = False
 
     def apply(self, graph: Graph, ctx) -> Graph:
         low = self.dtype
         if low not in LOW_PRECISIONS:
             raise GraphError(f"to_mixed_precision: dtype must be one of {LOW_PRECISIONS}, "
                              f"got {low!r}")
+        keep32 = getattr(ctx, "config", {}).get(CONFIG_KEEP_NORMS_FLOAT32,
+                                                self.keep_norms_float32)
+        if not isinstance(keep32, bool):
+            raise GraphError(f"{CONFIG_KEEP_NORMS_FLOAT32} in the pass context's config is a "
+                             f"bool, got {keep32!r}")
+        outs = _output_sources(graph) if self.keep_io_dtype else set()
         cast = _Caster()
         new: dict[int, Node] = {}
         for node in graph.nodes():
@@ -126,20 +172,27 @@ class ToMixedPrecision(GraphPass):
                 raise GraphError("to_mixed_precision runs before operator fusion; this graph "
                                  "is fused")
             args = [new[id(a)] for a in node.args]
-            new[id(node)] = self._convert(node, args, cast)
+            new[id(node)] = self._convert(node, args, cast,
+                                          keep32 or id(node) in outs)
         outputs = []
         for o in graph.outputs:
             out = new[id(o)]
             outputs.append(cast(out, o.dtype) if self.keep_io_dtype else out)
         return Graph(graph.params, outputs, graph.name, graph.attrs)
 
-    def _convert(self, call: Call, args: list[Node], cast: _Caster) -> Node:
+    def _convert(self, call: Call, args: list[Node], cast: _Caster,
+                 keep_norms_float32: bool) -> Node:
         low, attrs = self.dtype, dict(call.attrs)
         floats = [k for k, a in enumerate(call.args) if a.dtype == "float32"]
+        if (call.op == "cast" and call.args[0].dtype == "float32"
+                and args[0].dtype in LOW_PRECISIONS):
+            # a graph's own cast of a value now computed in 16 bits reads that value: the
+            # cast up to float32 in between is exact, and a cast to the same dtype is none
+            return args[0] if args[0].dtype == call.dtype else Call("cast", [args[0]], attrs)
         if call.op == "cast" or call.dtype != "float32" or not floats:
             # not a float32 computation: its arguments go back to their original dtypes
             return Call(call.op, [cast(a, o.dtype) for a, o in zip(args, call.args)], attrs)
-        policy = policy_of(call.op)
+        policy = policy_of(call.op, keep_norms_float32)
         if policy is MixedPolicy.ALWAYS:
             if attrs.get("precision"):
                 attrs["precision"] = ""  # TF32 is a float32 precision; low inputs need none
@@ -152,4 +205,11 @@ class ToMixedPrecision(GraphPass):
             if variable and all(a.dtype == low for a in variable):
                 new_args = [cast(a, low) if k in floats else a for k, a in enumerate(args)]
                 return Call(call.op, new_args, attrs)
+        if policy is MixedPolicy.ROUND:
+            # the data as it comes (the kernel computes in float32 whatever it reads), the
+            # scale and shift in float32, the result rounded once to ``low``
+            data = args[0]  # float32 or ``low``: this call's data was float32
+            attrs["out_dtype"] = "" if data.dtype == low else low
+            params = [cast(a, o.dtype) for a, o in zip(args[1:], call.args[1:])]
+            return Call(call.op, [data, *params], attrs)
         return Call(call.op, [cast(a, o.dtype) for a, o in zip(args, call.args)], attrs)
