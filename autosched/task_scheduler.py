@@ -51,6 +51,9 @@ BACKLOG_PER_WORKER = 3
 next round without waiting for the oldest round in flight: about two builds per worker
 outlast the search of one round (ResNet-18 fp16 on the 16-core H100 machine: a round's
 search 0.37 s, a build 0.36 s)."""
+MIN_BUDGET_ROUND = 8
+"""The fewest candidates a warm-up round measures when a time budget shrinks the rounds so
+that every task gets one (:meth:`TaskScheduler._warm_up_round_size`)."""
 _ROOM_POLL_S = 0.02  # how often a waiting warm-up looks at the builders' backlog again
 
 
@@ -404,13 +407,20 @@ class TaskScheduler:
             # candidates) follow each other without a gap.
             warm = [idx for idx in range(n_tasks)
                     if not self.task_cts[idx] and idx not in self.dead_tasks]
-            for idx in warm:
+            for pos, idx in enumerate(warm):
                 if planned >= trials:
                     break
-                self._make_room(inflight, stream, ahead, len(warm) if ahead else 0, low_water)
-                if not self._budget.allows_another_round(stream):
+                # under a budget too short for full rounds, the small rounds of the tasks
+                # left are searched at once, while the builders drain the full ones
+                hurry = self._budget_is_short(stream, len(warm) - pos)
+                self._make_room(inflight, stream, ahead, len(warm) if ahead else 0,
+                                math.inf if hurry else low_water)
+                if not (self._budget.allows_another_round(stream)
+                        or self._budget.allows_warm_up_round()):
                     break
-                inflight.append(self._start_round(idx, stream, planned))
+                size = self._warm_up_round_size(stream, len(warm) - pos)
+                inflight.append(self._start_round(idx, stream, planned) if size is None
+                                else self._start_round(idx, stream, planned, size))
                 planned += len(inflight[-1].rows)
             while inflight:
                 self._finish_round(inflight.popleft())
@@ -483,11 +493,38 @@ class TaskScheduler:
             return True
         return False
 
-    def _start_round(self, task_idx: int, stream: MeasureStream, planned: int) -> PendingRound:
-        """Search one round of ``task_idx`` and hand it to ``stream``."""
+    def _warm_up_round_size(self, stream: MeasureStream, untuned: int) -> int | None:
+        """The candidates of the next warm-up round, ``untuned`` tasks (this one included)
+        still waiting for their first: None for a full round, or under a time budget too
+        short for full rounds, the candidates it can still afford shared among them (at
+        least :data:`MIN_BUDGET_ROUND`), so that every task is measured before the budget
+        runs out instead of the first tasks taking it all and the last ones keeping their
+        default schedules."""
+        full = self.num_measures_per_round
+        if not self._budget_is_short(stream, untuned):
+            return None
+        affordable = self._budget.affordable(stream)
+        share = int(affordable // max(untuned, 1))
+        return max(min(full, share), min(full, MIN_BUDGET_ROUND))
+
+    def _budget_is_short(self, stream: MeasureStream, untuned: int) -> bool:
+        """Whether the time budget can no longer afford a full round for each of the
+        ``untuned`` tasks waiting for their first."""
+        affordable = self._budget.affordable(stream) if self._budget is not None else None
+        return affordable is not None and affordable < untuned * self.num_measures_per_round
+
+    def tasks_tuned(self) -> int:
+        """Tasks with at least one successful measurement (loaded records included)."""
+        return sum(1 for c in self.best_costs if c < FAILED_COST)
+
+    def _start_round(self, task_idx: int, stream: MeasureStream, planned: int,
+                     size: int | None = None) -> PendingRound:
+        """Search one round of ``task_idx`` (``size`` candidates, default a full round)
+        and hand it to ``stream``."""
         for cb in self.callbacks:
             cb.pre_tune(self, task_idx)
-        n = min(self.num_measures_per_round, self.tune_option.num_measure_trials - planned)
+        full = self.num_measures_per_round if size is None else size
+        n = min(full, self.tune_option.num_measure_trials - planned)
         rnd = start_round(self.tasks[task_idx], self.search_policies[task_idx], max(n, 1),
                           stream, task_idx, self.tune_option.measure_callbacks)
         if self._budget is not None:
