@@ -46,11 +46,13 @@ FAILED_COST = 1e10
 """The best cost of a task without a successful measurement (seconds), as TVM uses."""
 MAX_ROUNDS_WITHOUT_SUCCESS = 3
 """Rounds a task may spend without one successful candidate before it is declared dead."""
-BACKLOG_PER_WORKER = 3
+BACKLOG_PER_WORKER = 8
 """Candidates per build worker queued or in a build below which the warm-up searches its
-next round without waiting for the oldest round in flight: about two builds per worker
-outlast the search of one round (ResNet-18 fp16 on the 16-core H100 machine: a round's
-search 0.37 s, a build 0.36 s)."""
+next round without waiting for the oldest round in flight. A round's search is 0.37 s on
+average on the 16-core H100 machine (ResNet-18 fp16, a build 0.31-0.36 s), but searches
+vary (a task's first makes its sketches, the cost model refits when its samples double):
+with 3 per worker, `bench/tune_pool_sim.py --search-jitter 0.8` left the 16 builders
+9.2 worker-s idle between rounds in 19 rounds of 42 (the H100 run: 20.2), with 8 0.1."""
 MIN_BUDGET_ROUND = 8
 """The fewest candidates a warm-up round measures when a time budget shrinks the rounds so
 that every task gets one (:meth:`TaskScheduler._warm_up_round_size`)."""
