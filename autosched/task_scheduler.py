@@ -38,7 +38,7 @@ from ..atomic_file import replace_atomically
 from ..measure.stream import MeasureStream
 from ..stages import stage
 from .state import state_from_payload
-from .time_budget import TimeBudget
+from .time_budget import TimeBudget, budget_is_short, warm_up_round_size
 from .tuner import PendingRound, can_search_ahead, start_round
 
 _PATTERN_TAGS = ("elemwise", "broadcast", "injective")
@@ -53,9 +53,6 @@ average on the 16-core H100 machine (ResNet-18 fp16, a build 0.31-0.36 s), but s
 vary (a task's first makes its sketches, the cost model refits when its samples double):
 with 3 per worker, `bench/tune_pool_sim.py --search-jitter 0.8` left the 16 builders
 9.2 worker-s idle between rounds in 19 rounds of 42 (the H100 run: 20.2), with 8 0.1."""
-MIN_BUDGET_ROUND = 8
-"""The fewest candidates a warm-up round measures when a time budget shrinks the rounds so
-that every task gets one (:meth:`TaskScheduler._warm_up_round_size`)."""
 _ROOM_POLL_S = 0.02  # how often a waiting warm-up looks at the builders' backlog again
 
 
@@ -407,6 +404,7 @@ class TaskScheduler:
             # run out of queued candidates: a round with one slow build (or a timeout) no
             # longer holds back the rounds behind it, and the rounds of small tasks (6-30
             # candidates) follow each other without a gap.
+            dead_before = set(self.dead_tasks)
             warm = [idx for idx in range(n_tasks)
                     if not self.task_cts[idx] and idx not in self.dead_tasks]
             for pos, idx in enumerate(warm):
@@ -414,20 +412,32 @@ class TaskScheduler:
                     break
                 # under a budget too short for full rounds, the small rounds of the tasks
                 # left are searched at once, while the builders drain the full ones
-                hurry = self._budget_is_short(stream, len(warm) - pos)
+                hurry = budget_is_short(self._budget, stream, len(warm) - pos,
+                                        self.num_measures_per_round)
                 self._make_room(inflight, stream, ahead, len(warm) if ahead else 0,
                                 math.inf if hurry else low_water)
                 if not (self._budget.allows_another_round(stream)
                         or self._budget.allows_warm_up_round()):
                     break
-                size = self._warm_up_round_size(stream, len(warm) - pos)
+                size = warm_up_round_size(self._budget, stream, len(warm) - pos,
+                                          self.num_measures_per_round)
                 inflight.append(self._start_round(idx, stream, planned) if size is None
                                 else self._start_round(idx, stream, planned, size))
                 planned += len(inflight[-1].rows)
-            while inflight:
+            # the last ``ahead`` warm-up rounds stay in flight into the gradient phase
+            # (taken in there, in order, like its own rounds): draining them all first left
+            # every builder idle while their stragglers were built and the next round was
+            # searched, a second tail in the middle of the run (or, when the warm-up takes
+            # nearly all the trials, as in 800-1,000 trial network runs, most of the tail)
+            while len(inflight) > ahead:
                 self._finish_round(inflight.popleft())
             self.best_ct = self.ct
             self.best_score = self.cur_score
+            # the first ``ahead`` gradient rounds are chosen while warm-up rounds may still
+            # be out: by the tasks' weighted flop, not by results whose arrival depends on
+            # timing, so a seeded run takes the same rounds (every later choice sees all
+            # the warm-up and the gradient rounds up to ``ahead`` before it)
+            handover = self._heaviest(ahead, dead_before) if warm and ahead else []
 
             task_idx = -1
             stop = False
@@ -443,7 +453,12 @@ class TaskScheduler:
                     busy = {r.task_idx for r in inflight}
                     untuned = [i for i in range(n_tasks) if not self.task_cts[i]
                                and i not in self.dead_tasks and i not in busy]
-                    task_idx = untuned[0] if untuned else self._next_by_gradient()
+                    if untuned:
+                        task_idx = untuned[0]
+                    elif handover:
+                        task_idx = handover.pop(0)
+                    else:
+                        task_idx = self._next_by_gradient()
                 inflight.append(self._start_round(task_idx, stream, planned))
                 planned += len(inflight[-1].rows)
                 while inflight and (len(inflight) > ahead or planned >= trials or stop):
@@ -494,26 +509,6 @@ class TaskScheduler:
                       f"{early_stopping_all} measurement trials.")
             return True
         return False
-
-    def _warm_up_round_size(self, stream: MeasureStream, untuned: int) -> int | None:
-        """The candidates of the next warm-up round, ``untuned`` tasks (this one included)
-        still waiting for their first: None for a full round, or under a time budget too
-        short for full rounds, the candidates it can still afford shared among them (at
-        least :data:`MIN_BUDGET_ROUND`), so that every task is measured before the budget
-        runs out instead of the first tasks taking it all and the last ones keeping their
-        default schedules."""
-        full = self.num_measures_per_round
-        if not self._budget_is_short(stream, untuned):
-            return None
-        affordable = self._budget.affordable(stream)
-        share = int(affordable // max(untuned, 1))
-        return max(min(full, share), min(full, MIN_BUDGET_ROUND))
-
-    def _budget_is_short(self, stream: MeasureStream, untuned: int) -> bool:
-        """Whether the time budget can no longer afford a full round for each of the
-        ``untuned`` tasks waiting for their first."""
-        affordable = self._budget.affordable(stream) if self._budget is not None else None
-        return affordable is not None and affordable < untuned * self.num_measures_per_round
 
     def tasks_tuned(self) -> int:
         """Tasks with at least one successful measurement (loaded records included)."""
@@ -622,6 +617,14 @@ class TaskScheduler:
         known = [p for p in per if p > 0]
         mean = sum(known) / len(known) if known else 0.0
         return [p if p > 0 else mean for p in per]
+
+    def _heaviest(self, k: int, dead: set) -> list[int]:
+        """``k`` tasks not in ``dead`` by weighted flop count, the heaviest first (cycling
+        when there are fewer)."""
+        weights = self.task_weights or [1] * len(self.tasks)
+        order = sorted((i for i in range(len(self.tasks)) if i not in dead),
+                       key=lambda i: (-float(weights[i]) * self.flop_cts[i], i))
+        return [order[j % len(order)] for j in range(k)] if order else []
 
     def _next_by_gradient(self) -> int:
         grads = self.gradients()

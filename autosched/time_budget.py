@@ -105,4 +105,30 @@ class TimeBudget:
         return ok
 
 
-__all__ = ["TimeBudget", "check_time_budget"]
+MIN_BUDGET_ROUND = 8
+"""The fewest candidates a warm-up round measures when a time budget shrinks the rounds so
+that every task gets one (:func:`warm_up_round_size`)."""
+
+
+def budget_is_short(budget: TimeBudget, stream, untuned: int, full: int) -> bool:
+    """Whether ``budget`` can no longer afford a round of ``full`` candidates for each of
+    the ``untuned`` tasks waiting for their first."""
+    affordable = budget.affordable(stream)
+    return affordable is not None and affordable < untuned * full
+
+
+def warm_up_round_size(budget: TimeBudget, stream, untuned: int, full: int) -> int | None:
+    """The candidates of the next warm-up round, ``untuned`` tasks (this one included)
+    still waiting for their first: None for a full round of ``full``, or under a budget
+    too short for full rounds, the candidates it can still afford shared among them (at
+    least :data:`MIN_BUDGET_ROUND`), so that every task is measured before the budget runs
+    out instead of the first tasks taking it all and the last ones keeping their default
+    schedules."""
+    if not budget_is_short(budget, stream, untuned, full):
+        return None
+    share = int(budget.affordable(stream) // max(untuned, 1))
+    return max(min(full, share), min(full, MIN_BUDGET_ROUND))
+
+
+__all__ = ["MIN_BUDGET_ROUND", "TimeBudget", "budget_is_short", "check_time_budget",
+           "warm_up_round_size"]

@@ -9,8 +9,7 @@ import time
 
 from ptxforge import autosched
 from ptxforge.autosched.network_tuning import NetworkTuning
-from ptxforge.autosched.task_scheduler import MIN_BUDGET_ROUND
-from ptxforge.autosched.time_budget import MIN_RATE_SAMPLES, TimeBudget
+from ptxforge.autosched.time_budget import MIN_BUDGET_ROUND, MIN_RATE_SAMPLES, TimeBudget
 
 from .test_task_scheduler import TaskRunner, sched_conv_relu
 from .test_task_scheduler_backlog import POLICY, SlowSearch, ThreadBuilder
@@ -18,7 +17,8 @@ from .test_task_scheduler_backlog import POLICY, SlowSearch, ThreadBuilder
 PER_ROUND = 48
 
 
-def budget_run(n_tasks: int, budget: float, build_s: float = 0.02):
+def budget_run(n_tasks: int, budget: float | None, build_s: float = 0.02,
+               trials: int = 100_000):
     shapes = [(co, ci) for co in (8, 16, 32) for ci in (8, 16, 32)][:n_tasks]
     tasks = [autosched.SearchTask(func=sched_conv_relu, args=(1, 8, 8, co, ci, 3),
                                   desc=f"conv{k}") for k, (co, ci) in enumerate(shapes)]
@@ -33,7 +33,7 @@ def budget_run(n_tasks: int, budget: float, build_s: float = 0.02):
 
     ts = autosched.TaskScheduler(tasks, callbacks=[Sizes()])
     opts = autosched.TuningOptions(
-        num_measure_trials=100_000, num_measures_per_round=PER_ROUND, builder=builder,
+        num_measure_trials=trials, num_measures_per_round=PER_ROUND, builder=builder,
         runner=TaskRunner(tasks), verbose=0, search_ahead=2, time_budget_s=budget)
     t0 = time.monotonic()
     try:
@@ -61,7 +61,7 @@ def test_every_task_gets_its_first_round_within_a_short_budget():
 
 
 def test_without_a_budget_the_warm_up_rounds_are_full():
-    ts, sizes, _ = budget_run(3, 1000.0)
+    ts, sizes, _ = budget_run(3, None, trials=3 * PER_ROUND)
     first = {}
     for i, c in sizes:
         first.setdefault(i, c)
