@@ -358,9 +358,12 @@ class TaskScheduler:
         warm-up rounds do not depend on each other: with ``k >= 1`` the next one is also
         searched, whatever the rounds in flight, whenever the builders are about to run out
         of work (:func:`builder_low_water`), so they never wait for the slowest build of an
-        earlier round. After the warm-up, the next task is chosen from the rounds finished
-        so far. (A warm-up whose cost model is trained already, from loaded records or a
-        saved model, may see different rounds finished from one run to the next.)
+        earlier round. The warm-up's last ``k`` rounds stay in flight into the gradient
+        phase, whose first ``k`` rounds go to the heaviest tasks (weight times flop); after
+        that, the next task is chosen from the rounds finished so far. Under a time budget
+        too short for a full warm-up, the rounds left shrink so that every task gets one.
+        (A warm-up whose cost model is trained already, from loaded records or a saved
+        model, may see different rounds finished from one run to the next.)
         """
         n_tasks = len(self.tasks)
         trials = tune_option.num_measure_trials
