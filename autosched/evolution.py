@@ -91,9 +91,48 @@ def row_keys(pop: np.ndarray) -> list:
     return [r.tobytes() for r in c]
 
 
+def first_rows(pop: np.ndarray) -> np.ndarray:
+    """The index of the first occurrence of every distinct row of ``pop``, in the rows'
+    lexicographic order: what ``np.unique(pop, axis=0, return_index=True)[1]`` gives.
+
+    ``np.unique`` with ``axis=0`` sorts the rows as structured records, comparing field by
+    field through a generic comparison: 5-10 ms for a population of 2,048, a tenth of a
+    search round. A stable ``lexsort`` of the columns orders them the same way (and keeps
+    equal rows in their original order, so the first occurrence leads each run) in a
+    fraction of that."""
+    if not len(pop):
+        return np.zeros(0, dtype=np.int64)
+    pop = np.asarray(pop)
+    order = np.argsort(_row_codes(pop), kind="stable") if _fits_one_code(pop) else (
+        np.lexsort(pop.T[::-1]))
+    ranked = pop[order]
+    starts = np.ones(len(pop), dtype=bool)
+    starts[1:] = (ranked[1:] != ranked[:-1]).any(axis=1)
+    return order[starts]
+
+
+def _fits_one_code(pop: np.ndarray) -> bool:
+    spans = pop.max(axis=0).astype(object) - pop.min(axis=0).astype(object) + 1
+    total = 1
+    for s in spans:
+        total *= int(s)
+    return total < 2**62
+
+
+def _row_codes(pop: np.ndarray) -> np.ndarray:
+    """One int64 per row, in the rows' lexicographic order: the columns (shifted to start
+    at 0) as the digits of a mixed-radix number, the first column the most significant
+    (callers check with :func:`_fits_one_code` that the number fits)."""
+    low = pop.min(axis=0)
+    spans = pop.max(axis=0) - low + 1
+    code = np.zeros(len(pop), dtype=np.int64)
+    for j in range(pop.shape[1]):
+        code = code * spans[j] + (pop[:, j] - low[j])
+    return code
+
+
 def unique_rows(pop: np.ndarray) -> np.ndarray:
     """``pop`` without repeated rows, in first-seen order."""
     if not len(pop):
         return pop
-    _, first = np.unique(np.ascontiguousarray(pop), axis=0, return_index=True)
-    return pop[np.sort(first)]
+    return pop[np.sort(first_rows(pop))]

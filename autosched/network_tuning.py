@@ -157,8 +157,11 @@ class NetworkTuning:
         resumed = f"; resumed from {self.log}" if self.resumed else ""
         budget = ""
         if self.scheduler.stopped_by_budget:
-            budget = (f"\nstopped at the time budget of {self.time_budget_s:g} s; every "
-                      f"measured candidate is recorded in {self.log} (run again to go on)")
+            ts = self.scheduler
+            budget = (f"\nstopped at the time budget of {self.time_budget_s:g} s with "
+                      f"{ts.tasks_tuned()} of {len(ts.tasks)} tasks tuned (the others keep "
+                      f"their default schedules); every measured candidate is recorded in "
+                      f"{self.log} (run again to go on)")
         return (f"{format_table(self.scheduler, None)}\n"
                 f"{self.trials} trials in {self.elapsed_s:.1f} s ({rate:.2f} trials/s)"
                 f"{resumed}; the table is in {self.table}{budget}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .evolution import crossover, mutate, random_population, row_keys, unique_rows
+from .evolution import crossover, first_rows, mutate, random_population, row_keys, unique_rows
 
 DEFAULT_PARAMS = {
     "eps_greedy": 0.05,
@@ -212,8 +212,8 @@ class SketchPolicy:
             pool = np.concatenate([pool, pop[fresh]])
             pool_scores = np.concatenate([pool_scores, scores[fresh]])
             if len(pool):
-                pool, first = np.unique(pool, axis=0, return_index=True)
-                pool_scores = pool_scores[first]
+                first = first_rows(pool)  # the rows in lexicographic order, as np.unique
+                pool, pool_scores = pool[first], pool_scores[first]
             order = np.argsort(-pool_scores, kind="stable")
             keep_idx = set(order[:keep].tolist())
             for s in range(len(self.task.sketches)):

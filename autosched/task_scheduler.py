@@ -38,7 +38,7 @@ from ..atomic_file import replace_atomically
 from ..measure.stream import MeasureStream
 from ..stages import stage
 from .state import state_from_payload
-from .time_budget import TimeBudget
+from .time_budget import TimeBudget, budget_is_short, warm_up_round_size
 from .tuner import PendingRound, can_search_ahead, start_round
 
 _PATTERN_TAGS = ("elemwise", "broadcast", "injective")
@@ -46,11 +46,13 @@ FAILED_COST = 1e10
 """The best cost of a task without a successful measurement (seconds), as TVM uses."""
 MAX_ROUNDS_WITHOUT_SUCCESS = 3
 """Rounds a task may spend without one successful candidate before it is declared dead."""
-BACKLOG_PER_WORKER = 3
+BACKLOG_PER_WORKER = 8
 """Candidates per build worker queued or in a build below which the warm-up searches its
-next round without waiting for the oldest round in flight: about two builds per worker
-outlast the search of one round (ResNet-18 fp16 on the 16-core H100 machine: a round's
-search 0.37 s, a build 0.36 s)."""
+next round without waiting for the oldest round in flight. A round's search is 0.37 s on
+average on the 16-core H100 machine (ResNet-18 fp16, a build 0.31-0.36 s), but searches
+vary (a task's first makes its sketches, the cost model refits when its samples double):
+with 3 per worker, `bench/tune_pool_sim.py --search-jitter 0.8` left the 16 builders
+9.2 worker-s idle between rounds in 19 rounds of 42 (the H100 run: 20.2), with 8 0.1."""
 _ROOM_POLL_S = 0.02  # how often a waiting warm-up looks at the builders' backlog again
 
 
@@ -356,9 +358,12 @@ class TaskScheduler:
         warm-up rounds do not depend on each other: with ``k >= 1`` the next one is also
         searched, whatever the rounds in flight, whenever the builders are about to run out
         of work (:func:`builder_low_water`), so they never wait for the slowest build of an
-        earlier round. After the warm-up, the next task is chosen from the rounds finished
-        so far. (A warm-up whose cost model is trained already, from loaded records or a
-        saved model, may see different rounds finished from one run to the next.)
+        earlier round. The warm-up's last ``k`` rounds stay in flight into the gradient
+        phase, whose first ``k`` rounds go to the heaviest tasks (weight times flop); after
+        that, the next task is chosen from the rounds finished so far. Under a time budget
+        too short for a full warm-up, the rounds left shrink so that every task gets one.
+        (A warm-up whose cost model is trained already, from loaded records or a saved
+        model, may see different rounds finished from one run to the next.)
         """
         n_tasks = len(self.tasks)
         trials = tune_option.num_measure_trials
@@ -402,20 +407,40 @@ class TaskScheduler:
             # run out of queued candidates: a round with one slow build (or a timeout) no
             # longer holds back the rounds behind it, and the rounds of small tasks (6-30
             # candidates) follow each other without a gap.
+            dead_before = set(self.dead_tasks)
             warm = [idx for idx in range(n_tasks)
                     if not self.task_cts[idx] and idx not in self.dead_tasks]
-            for idx in warm:
+            for pos, idx in enumerate(warm):
                 if planned >= trials:
                     break
-                self._make_room(inflight, stream, ahead, len(warm) if ahead else 0, low_water)
-                if not self._budget.allows_another_round(stream):
+                # under a budget too short for full rounds, the small rounds of the tasks
+                # left are searched at once, while the builders drain the full ones
+                hurry = budget_is_short(self._budget, stream, len(warm) - pos,
+                                        self.num_measures_per_round)
+                self._make_room(inflight, stream, ahead, len(warm) if ahead else 0,
+                                math.inf if hurry else low_water)
+                if not (self._budget.allows_another_round(stream)
+                        or self._budget.allows_warm_up_round()):
                     break
-                inflight.append(self._start_round(idx, stream, planned))
+                size = warm_up_round_size(self._budget, stream, len(warm) - pos,
+                                          self.num_measures_per_round)
+                inflight.append(self._start_round(idx, stream, planned) if size is None
+                                else self._start_round(idx, stream, planned, size))
                 planned += len(inflight[-1].rows)
-            while inflight:
+            # the last ``ahead`` warm-up rounds stay in flight into the gradient phase
+            # (taken in there, in order, like its own rounds): draining them all first left
+            # every builder idle while their stragglers were built and the next round was
+            # searched, a second tail in the middle of the run (or, when the warm-up takes
+            # nearly all the trials, as in 800-1,000 trial network runs, most of the tail)
+            while len(inflight) > ahead:
                 self._finish_round(inflight.popleft())
             self.best_ct = self.ct
             self.best_score = self.cur_score
+            # the first ``ahead`` gradient rounds are chosen while warm-up rounds may still
+            # be out: by the tasks' weighted flop, not by results whose arrival depends on
+            # timing, so a seeded run takes the same rounds (every later choice sees all
+            # the warm-up and the gradient rounds up to ``ahead`` before it)
+            handover = self._heaviest(ahead, dead_before) if warm and ahead else []
 
             task_idx = -1
             stop = False
@@ -431,7 +456,12 @@ class TaskScheduler:
                     busy = {r.task_idx for r in inflight}
                     untuned = [i for i in range(n_tasks) if not self.task_cts[i]
                                and i not in self.dead_tasks and i not in busy]
-                    task_idx = untuned[0] if untuned else self._next_by_gradient()
+                    if untuned:
+                        task_idx = untuned[0]
+                    elif handover:
+                        task_idx = handover.pop(0)
+                    else:
+                        task_idx = self._next_by_gradient()
                 inflight.append(self._start_round(task_idx, stream, planned))
                 planned += len(inflight[-1].rows)
                 while inflight and (len(inflight) > ahead or planned >= trials or stop):
@@ -483,11 +513,18 @@ class TaskScheduler:
             return True
         return False
 
-    def _start_round(self, task_idx: int, stream: MeasureStream, planned: int) -> PendingRound:
-        """Search one round of ``task_idx`` and hand it to ``stream``."""
+    def tasks_tuned(self) -> int:
+        """Tasks with at least one successful measurement (loaded records included)."""
+        return sum(1 for c in self.best_costs if c < FAILED_COST)
+
+    def _start_round(self, task_idx: int, stream: MeasureStream, planned: int,
+                     size: int | None = None) -> PendingRound:
+        """Search one round of ``task_idx`` (``size`` candidates, default a full round)
+        and hand it to ``stream``."""
         for cb in self.callbacks:
             cb.pre_tune(self, task_idx)
-        n = min(self.num_measures_per_round, self.tune_option.num_measure_trials - planned)
+        full = self.num_measures_per_round if size is None else size
+        n = min(full, self.tune_option.num_measure_trials - planned)
         rnd = start_round(self.tasks[task_idx], self.search_policies[task_idx], max(n, 1),
                           stream, task_idx, self.tune_option.measure_callbacks)
         if self._budget is not None:
@@ -583,6 +620,14 @@ class TaskScheduler:
         known = [p for p in per if p > 0]
         mean = sum(known) / len(known) if known else 0.0
         return [p if p > 0 else mean for p in per]
+
+    def _heaviest(self, k: int, dead: set) -> list[int]:
+        """``k`` tasks not in ``dead`` by weighted flop count, the heaviest first (cycling
+        when there are fewer)."""
+        weights = self.task_weights or [1] * len(self.tasks)
+        order = sorted((i for i in range(len(self.tasks)) if i not in dead),
+                       key=lambda i: (-float(weights[i]) * self.flop_cts[i], i))
+        return [order[j % len(order)] for j in range(k)] if order else []
 
     def _next_by_gradient(self) -> int:
         grads = self.gradients()

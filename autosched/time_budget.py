@@ -50,6 +50,38 @@ class TimeBudget:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
+    def rate(self, stream) -> float | None:
+        """Candidates measured per second so far, once :data:`MIN_RATE_SAMPLES` are (None
+        before: the first results measure the workers' start-up, not the rate)."""
+        done = stream.measured
+        if done < MIN_RATE_SAMPLES:
+            return None
+        return done / max(self.elapsed, 1e-9)
+
+    def affordable(self, stream) -> float | None:
+        """How many more candidates may still be handed over, at the rate measured so
+        far, for the run to end within the budget: the seconds left (less a mean search)
+        times the rate, less the candidates in flight. None while there is no budget or
+        no rate yet; never below 0."""
+        rate = self.rate(stream) if self.seconds is not None else None
+        if rate is None:
+            return None
+        search = self.search_s / self.searches if self.searches else 0.0
+        left = self.seconds - self.elapsed - search
+        return max(0.0, left * rate - stream.pending)
+
+    def allows_warm_up_round(self) -> bool:
+        """Whether the first round of a task not measured yet may still be searched, which
+        the caller sizes to what the budget affords (:meth:`affordable`): until the
+        budget's seconds are over, whatever is in flight, since a task left without a
+        measurement keeps its default schedule however well the others are tuned.
+        (Ask :meth:`allows_another_round` first; this answer counts as the last one.)"""
+        ok = self.seconds is None or self.elapsed < self.seconds
+        if ok:
+            self.granted += 1
+        self.spent = not ok
+        return ok
+
     def allows_another_round(self, stream) -> bool:
         """False once the budget is spent, or once another search (as long as the mean
         one so far) and the candidates submitted to ``stream`` (a
@@ -73,4 +105,30 @@ class TimeBudget:
         return ok
 
 
-__all__ = ["TimeBudget", "check_time_budget"]
+MIN_BUDGET_ROUND = 8
+"""The fewest candidates a warm-up round measures when a time budget shrinks the rounds so
+that every task gets one (:func:`warm_up_round_size`)."""
+
+
+def budget_is_short(budget: TimeBudget, stream, untuned: int, full: int) -> bool:
+    """Whether ``budget`` can no longer afford a round of ``full`` candidates for each of
+    the ``untuned`` tasks waiting for their first."""
+    affordable = budget.affordable(stream)
+    return affordable is not None and affordable < untuned * full
+
+
+def warm_up_round_size(budget: TimeBudget, stream, untuned: int, full: int) -> int | None:
+    """The candidates of the next warm-up round, ``untuned`` tasks (this one included)
+    still waiting for their first: None for a full round of ``full``, or under a budget
+    too short for full rounds, the candidates it can still afford shared among them (at
+    least :data:`MIN_BUDGET_ROUND`), so that every task is measured before the budget runs
+    out instead of the first tasks taking it all and the last ones keeping their default
+    schedules."""
+    if not budget_is_short(budget, stream, untuned, full):
+        return None
+    share = int(budget.affordable(stream) // max(untuned, 1))
+    return max(min(full, share), min(full, MIN_BUDGET_ROUND))
+
+
+__all__ = ["MIN_BUDGET_ROUND", "TimeBudget", "budget_is_short", "check_time_budget",
+           "warm_up_round_size"]
