@@ -16,6 +16,7 @@ import time
 
 import pytest
 from ptxforge.backend_ptx import KernelCache, compile_kernel, find_ptxas, samples
+from ptxforge.backend_ptx.compile import forget_compiled
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None,
@@ -37,16 +38,21 @@ def test_a_cache_entry_that_does_not_match_its_key_is_rebuilt(tmp_path):
     by_block = {json.load(open(f))["launch"]["block"][0]: f for f in files}
     # the entry of one kernel copied over the other's: a stale or planted file
     shutil.copy(by_block[128], by_block[64])
+    # the process reuses what it compiled by LLVM IR: the disk entries are what this test
+    # plants, so the process forgets before each compile (forget_compiled)
+    forget_compiled()
     with pytest.warns(RuntimeWarning, match="do not match"):
         again = compile_kernel(small, cache=KernelCache(str(tmp_path)))
     assert not again.cache_hit and again.launch == a.launch
     # the rebuilt entry replaced the bad one
+    forget_compiled()
     assert compile_kernel(small, cache=KernelCache(str(tmp_path))).cache_hit
     # a flipped byte of the cubin, and an entry of the wrong shape
     data = json.load(open(by_block[128]))
     c, mid = data["cubin"], len(data["cubin"]) // 2
     data["cubin"] = c[:mid] + ("B" if c[mid] == "A" else "A") + c[mid + 1:]
     json.dump(data, open(by_block[128], "w"))
+    forget_compiled()
     with pytest.warns(RuntimeWarning, match="do not match"):
         assert not compile_kernel(big, cache=KernelCache(str(tmp_path))).cache_hit
     from ptxforge.backend_ptx import cache as kc
@@ -54,6 +60,7 @@ def test_a_cache_entry_that_does_not_match_its_key_is_rebuilt(tmp_path):
     key = os.path.basename(by_block[128])[:-5]
     bad = {"format": kc.FORMAT_VERSION, "key": key, "launch": 5}
     json.dump({**bad, "digest": kc._digest(bad)}, open(by_block[128], "w"))
+    forget_compiled()
     with pytest.warns(RuntimeWarning, match="malformed"):
         got = compile_kernel(big, cache=KernelCache(str(tmp_path)))
     assert not got.cache_hit and got.cubin == b.cubin
