@@ -124,16 +124,25 @@ def test_an_exported_bert_runs_the_same_residual_kernel_in_every_layer(tmp_path)
                           path, input_names=list(feeds), output_names=["out"],
                           opset_version=18, dynamo=True)
     net, params = graph.from_onnx(path)
-    lib = graph.build(net, "sim", params, precision="float16")
-    funcs, _ = distinct_functions(lib.graph)
+    # with the norms kept float32 (the residual stream float32): two residual adds per
+    # layer (after the attention and after the MLP), each the same kernel in every layer,
+    # the first layer reading the float16 embedding norm too
+    old = graph.build(net, "sim", params, precision="float16", keep_norms_float32=True)
+    funcs, _ = distinct_functions(old.graph)
     names = [f.func.name for f in funcs]
     assert not any(n.endswith("fused_cast") for n in names), names
     residual = [f for f in funcs if f.func.name.startswith("fused_nn_dense_nn_bias_add_cast")
                 and f.func.name.endswith("_add")]
-    # two residual adds per layer (after the attention and after the MLP), each the same
-    # kernel in every layer: the first layer reads the float16 embedding norm too
     assert sorted(f.count for f in residual) == [layers, layers], names
     assert all("cast_cast_add" in f.func.name for f in residual), names
+    # by default the norms round to float16: the residual adds run in float16, no kernel
+    # widens them, and still no cast kernel
+    lib = graph.build(net, "sim", params, precision="float16")
+    funcs, _ = distinct_functions(lib.graph)
+    names = [f.func.name for f in funcs]
+    assert not any(n.endswith("fused_cast") or "cast_cast_add" in n for n in names), names
+    residual = [f for f in funcs if f.func.name.startswith("fused_nn_dense_nn_bias_add_add")]
+    assert sum(f.count for f in residual) == 2 * layers, names
     m = graph.GraphModule(lib, ptxforge.sim())
     m.set_input(**feeds)
     m.run()
