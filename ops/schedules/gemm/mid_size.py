@@ -103,8 +103,7 @@ def _mid_rows_config(form: GemmForm, target: Target, epilogue_tile: bool
     if rows * -(-form.N // 128) < target.num_sms:
         cfg = WgmmaScheduleConfig(128, 1, 5, 1, 1)
     else:
-        raster = next(r for r in (MID_ROWS_RASTER, 2, 1) if rows % r == 0)
-        cfg = WgmmaScheduleConfig(128, 1, 3, 0, 1, raster)
+        cfg = WgmmaScheduleConfig(128, 1, 3, 0, 1, _grouped(rows))
     if not needs_c_tile(cfg, form, epilogue_tile):
         cfg = replace(cfg, staged_epilogue=True)
     return cfg if first_broken(wgmma_rules(cfg, form, target, True)) is None else None
