@@ -43,7 +43,12 @@ class TensorMapSlots:
 
     def __init__(self, compiled, maps: dict, slots) -> None:
         launch = compiled.launch
-        want = ptx_tensor_map_params(compiled.get_source("ptx"), launch.symbol)
+        ptx = compiled.sources.get("ptx")
+        # a builder keeps no sources of a kernel it assembled (only the cubin travels to
+        # the runner): the device IR's maps are then the whole word, as the PTX was made
+        # from that device IR; with the PTX at hand the two are checked against each other
+        want = (sorted(maps) if ptx is None
+                else ptx_tensor_map_params(ptx, launch.symbol))
         missing = [i for i in want if i not in maps]
         if missing:
             names = ", ".join(launch.params[i].name for i in missing)

@@ -256,6 +256,22 @@ def test_a_loaded_kernel_points_its_map_parameter_at_an_aligned_128_byte_slot():
         TensorMapSlots(ck, {}, slots)
 
 
+def test_a_kernel_kept_without_its_sources_loads_by_its_device_ir():
+    """A builder drops the sources of the kernels it assembled (the runner gets the cubin
+    alone): the slots then follow the device IR, with or without tensor maps."""
+    import dataclasses
+
+    from ptxforge.backend_ptx.compile import compile_kernel
+    from ptxforge.backend_ptx.tensor_map import TensorMapSlots, tensor_map_params
+
+    k = tma_copy_module(TmaCopy(100, 200)).kernels()[0]
+    ck = dataclasses.replace(compile_kernel(k, SM90A, stop_after="ptx"), sources={})
+    slots = (ctypes.c_void_p * 2)(0, 0)
+    assert list(TensorMapSlots(ck, tensor_map_params(k), slots).maps) == [0]
+    slots = (ctypes.c_void_p * 2)(0, 0)
+    assert TensorMapSlots(ck, {}, slots).maps == {} and slots[0] is None
+
+
 # -- on a GPU ----------------------------------------------------------------------------
 
 
