@@ -288,9 +288,19 @@ def main(argv=None) -> int:
                    help="also build the import in float32 and check it against PyTorch float32")
     p.add_argument("--out", default="hf_onnx")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fused-attention", default="auto", choices=("auto", "on", "off"),
+                   help="the graph pass config fused_attention for tuning and the build: "
+                        "auto (the fused kernel from AUTO_MIN_KEYS keys), on, off")
     args = p.parse_args(argv)
     import torch
+    from ptxforge.graph import GraphPassContext
 
+    fused = {"auto": "auto", "on": True, "off": False}[args.fused_attention]
+    with GraphPassContext(config={"fused_attention": fused}):
+        return _run(torch, args)
+
+
+def _run(torch, args) -> int:
     os.makedirs(args.out, exist_ok=True)
     rows = []
     for name in args.models.split(","):
