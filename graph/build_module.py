@@ -386,9 +386,9 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
             step or the default chooser; the others are decomposed into batched products
             and a softmax. False: decompose every attention. None (default): the graph
             pass config ``{"fused_attention": ...}`` of ``ctx`` if it has one, else
-            ``"auto"``: the fused kernel where an attention has at least 256 keys
-            (``graph.opdefs.attention.AUTO_MIN_KEYS``; on an H100 the decomposed form was
-            faster at 128 keys, the kernel 19-39% faster from 512).
+            ``"auto"``: the fused kernel where an attention has at least 128 keys
+            (``graph.opdefs.attention.AUTO_MIN_KEYS``; the kernel is twice as fast as
+            the decomposed form at 128 keys, 19-39% faster from 512).
         keep_norms_float32: with a 16-bit ``precision``, True runs layer and RMS norms in
             float32 in and out (their readers, a residual add among them, then run in
             float32 too); False (the default) lets them store the 16-bit result (the
