@@ -192,3 +192,50 @@ def test_the_tied_network_matches_numpy_on_the_simulator(keep):
                      POS.astype(np.float16).astype(np.float32))
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * np.abs(want).max())
     np.testing.assert_allclose(got, reference(ids), rtol=0, atol=1e-2 * np.abs(want).max())
+
+
+def lookup_net(vocab: int, tokens: int, dim: int, batch: int = 1):
+    """``cast(take(wte, ids) + wpe, "float16")``: an embedding whose result is read in 16
+    bits (here by the cast to the float16 output); returns the network, the float32
+    tables and the numpy float16 reference of ``ids``."""
+    rng = np.random.default_rng(7)
+    table = rng.standard_normal((vocab, dim)).astype("float32")
+    pos = rng.standard_normal((1, tokens, dim)).astype("float32")
+    ids = graph.var("ids", (batch, tokens), "int64")
+    out = G.cast(graph.add(GI.take(graph.const(table, "wte"), ids), graph.const(pos, "wpe")),
+                 "float16")
+
+    def reference(x):
+        return table.astype(np.float16)[x] + pos.astype(np.float16)  # float16 add
+
+    return graph.function(out), reference
+
+
+def test_a_16_bit_lookup_is_one_kernel_with_numpy_float16_bits_on_the_simulator():
+    net, reference = lookup_net(300, 24, 40, batch=2)
+    lib = graph.build(net, "sim", precision="float16")
+    (f,) = lib.functions.values()
+    assert f.func.name == "vm_mod_fused_take_add" and f.func.func.outputs[0].dtype == "float16"
+    assert [str(v.dtype) for v in lib.params.values()] == ["float16", "float16"]
+    ids = RNG.integers(0, 300, (2, 24)).astype(np.int64)
+    m = graph.GraphModule(lib, ptxforge.sim())
+    m.set_input(ids=ids)
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), reference(ids))
+
+
+@pytest.mark.gpu
+def test_gpt2s_16_bit_lookup_on_the_gpu_matches_numpy_and_prints_its_time():
+    """GPT-2's lookup at full size (1,024 tokens of a 50,257 x 768 table) from the table's
+    float16 copy: numpy's float16 bits, and the kernel's median time (the float32 lookup
+    of ``test_gather_schedule`` took 4.0 us on an H200)."""
+    dev = ptxforge.cuda(0)
+    net, reference = lookup_net(50257, 1024, 768)
+    lib = graph.build(net, "cuda", precision="float16")
+    m = graph.GraphModule(lib, dev)
+    ids = np.random.default_rng(1).integers(0, 50257, (1, 1024)).astype(np.int64)
+    m.set_input(ids=ids)
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), reference(ids))
+    t = m.benchmark(dev, number=100, repeat=5, min_repeat_ms=50).median
+    print(f"\nfloat16 lookup of 1 x 1024 tokens from 50257 x 768: {t * 1e6:.2f} us")
