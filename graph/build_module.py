@@ -39,13 +39,14 @@ def optimize(net: Graph, params: dict | None = None, *, layout: str | None = Non
              ctx: GraphPassContext | None = None, precision: str | None = None,
              pad_channels: int | None = None,
              fused_attention: bool | None = None,
-             keep_norms_float32: bool | None = None) -> Graph:
+             keep_norms_float32: bool | None = None,
+             keep_gathers_float32: bool | None = None) -> Graph:
     """Bind ``params`` and run the optimization pipeline (see
     :func:`~ptxforge.graph.passes.optimization_pipeline`); the result calls fused functions
-    unless ``fuse`` is False. ``precision``, ``pad_channels``, ``fused_attention`` and
-    ``keep_norms_float32`` as :func:`build`."""
+    unless ``fuse`` is False. ``precision``, ``pad_channels``, ``fused_attention``,
+    ``keep_norms_float32`` and ``keep_gathers_float32`` as :func:`build`."""
     from .opdefs.attention import FUSED_AUTO, FUSED_OPTION, FUSED_PRECISION_OPTION
-    from .passes.to_mixed_precision import CONFIG_KEEP_NORMS_FLOAT32
+    from .passes.to_mixed_precision import CONFIG_KEEP_GATHERS_FLOAT32, CONFIG_KEEP_NORMS_FLOAT32
 
     pipeline = optimization_pipeline(layout, winograd, fuse, precision, pad_channels)
     graph = bind_params(net, params)
@@ -58,6 +59,8 @@ def optimize(net: Graph, params: dict | None = None, *, layout: str | None = Non
     ctx.config = {**before, FUSED_OPTION: choice, FUSED_PRECISION_OPTION: precision}
     if keep_norms_float32 is not None:
         ctx.config[CONFIG_KEEP_NORMS_FLOAT32] = keep_norms_float32
+    if keep_gathers_float32 is not None:
+        ctx.config[CONFIG_KEEP_GATHERS_FLOAT32] = keep_gathers_float32
     try:
         return pipeline(graph, ctx)
     finally:
@@ -342,7 +345,8 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
           winograd: bool = False, ctx: GraphPassContext | None = None,
           precision: str | None = None, pad_channels: int | None = None,
           fused_attention: bool | None = None,
-          keep_norms_float32: bool | None = None) -> GraphLibrary:
+          keep_norms_float32: bool | None = None,
+          keep_gathers_float32: bool | None = None) -> GraphLibrary:
     """Compile a network.
 
     Args:
@@ -395,6 +399,14 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
             residual stream 16-bit, as PyTorch's float16 model); None: the graph pass
             config ``{"to_mixed_precision.keep_norms_float32": ...}`` of ``ctx`` if it has
             one, else False. docs/precision.md compares the two.
+        keep_gathers_float32: with a 16-bit ``precision``, True runs gathers of float32
+            tables (embedding lookups: ``take``, ONNX ``Gather``) in float32, as operators
+            without a 16-bit policy; False (the default) gathers a float32 constant table
+            whose rows are read in 16 bits (by a product or a norm, through element-wise
+            operators) from its 16-bit copy, which the other 16-bit readers of the same
+            constant share (GPT-2's LM head), so the residual stream starts 16-bit; None:
+            the config ``{"to_mixed_precision.keep_gathers_float32": ...}`` of ``ctx`` if it
+            has one, else False. See docs/precision.md.
     """
     try:
         target = as_target(target)
@@ -407,7 +419,8 @@ def build(net: Graph, target: Target | str = "cuda", params: dict | None = None,
         schedule_fn = current_schedule_fn()
     fused = optimize(net, params, layout=layout, winograd=winograd, ctx=ctx,
                      precision=precision, pad_channels=pad_channels,
-                     fused_attention=fused_attention, keep_norms_float32=keep_norms_float32)
+                     fused_attention=fused_attention, keep_norms_float32=keep_norms_float32,
+                     keep_gathers_float32=keep_gathers_float32)
     consts = _constant_names(fused)
     plan = plan_memory(fused, consts)
     _, of_call = distinct_functions(fused, include_views=True)

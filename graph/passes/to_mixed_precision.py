@@ -24,6 +24,19 @@ As TVM's ToMixedPrecision, every operator has a policy (:data:`MIXED_PRECISION_P
   (or reaches one through reshapes) runs as ``NEVER`` (float32 in and out: the result is
   not rounded where it leaves the network). ``keep_norms_float32=True`` makes them all
   ``NEVER`` again (docs/precision.md compares the two).
+- ``GATHER``: the gathers ``take`` (ONNX ``Gather``, an embedding lookup), ``gather_nd``
+  and ``gather_elements`` move values without computing. A gather of 16-bit data gathers
+  in 16 bits (exact). A gather of a float32 constant table (GPT-2's and BERT's word
+  embeddings) reads the table cast to the low dtype (folded when the network is built,
+  one low copy of the constant shared with its other low readers: GPT-2's LM head
+  multiplies by the same table) and its result is low, so a transformer's residual stream
+  starts low, as in PyTorch's float16 model, where it is read low: when the result reaches,
+  through ``FOLLOW`` operators (the position embedding's add, the residual adds), an
+  ``ALWAYS`` or ``ROUND`` operator or a cast to the low dtype. A gather whose result only
+  reaches float32 operators or the graph's outputs keeps its float32 table (rounding it
+  would lose digits that every reader widens back), as does a gather of a computed float32
+  tensor (a table cast whole to read a few rows). ``keep_gathers_float32=True`` makes them
+  all ``NEVER`` again (docs/precision.md).
 - ``NEVER``: softmax, batch norm, mean and exp/log/pow/sqrt-like operators run in float32
   (low-precision arguments are cast up), since their accuracy needs it. Operators missing
   from the table are ``NEVER``. A softmax stays ``NEVER``: a 16-bit softmax in a graph
@@ -56,6 +69,7 @@ class MixedPolicy(Enum):
     ALWAYS = "always"
     FOLLOW = "follow"
     ROUND = "round"
+    GATHER = "gather"
     NEVER = "never"
 
 
@@ -67,6 +81,7 @@ _FOLLOW = (
     "nn.batch_flatten", "squeeze", "expand_dims", "transpose", "concatenate", "strided_slice",
 )
 _ROUND = ("nn.layer_norm", "nn.rms_norm")
+_GATHER = ("take", "gather_nd", "gather_elements")
 _NEVER = (
     "nn.softmax", "nn.batch_norm", "mean", "exp", "log",
     "power", "sqrt", "rsqrt", "nn.conv2d_winograd", "nn.winograd_weight_transform",
@@ -76,6 +91,7 @@ MIXED_PRECISION_POLICY: dict[str, MixedPolicy] = {
     **{op: MixedPolicy.ALWAYS for op in _ALWAYS},
     **{op: MixedPolicy.FOLLOW for op in _FOLLOW},
     **{op: MixedPolicy.ROUND for op in _ROUND},
+    **{op: MixedPolicy.GATHER for op in _GATHER},
     **{op: MixedPolicy.NEVER for op in _NEVER},
 }
 """The policy of each operator (others are ``NEVER``). Average pooling accumulates in
@@ -88,11 +104,18 @@ CONFIG_KEEP_NORMS_FLOAT32 = "to_mixed_precision.keep_norms_float32"
 """The pass context config key overriding ``keep_norms_float32`` (True or False)."""
 
 
-def policy_of(op: str, keep_norms_float32: bool = False) -> MixedPolicy:
+CONFIG_KEEP_GATHERS_FLOAT32 = "to_mixed_precision.keep_gathers_float32"
+"""The pass context config key overriding ``keep_gathers_float32`` (True or False)."""
+
+
+def policy_of(op: str, keep_norms_float32: bool = False,
+              keep_gathers_float32: bool = False) -> MixedPolicy:
     """The mixed-precision policy of operator ``op`` (``ROUND`` operators are ``NEVER``
-    with ``keep_norms_float32``)."""
+    with ``keep_norms_float32``, ``GATHER`` operators with ``keep_gathers_float32``)."""
     policy = MIXED_PRECISION_POLICY.get(op, MixedPolicy.NEVER)
     if keep_norms_float32 and policy is MixedPolicy.ROUND:
+        return MixedPolicy.NEVER
+    if keep_gathers_float32 and policy is MixedPolicy.GATHER:
         return MixedPolicy.NEVER
     return policy
 
@@ -132,6 +155,46 @@ def _output_sources(graph: Graph) -> set[int]:
     return found
 
 
+def _tables_read_low(graph: Graph, low: str, keep_norms: set[int] | bool) -> set[int]:
+    """The gathers of float32 constant tables whose result is read in ``low`` (policy
+    ``GATHER`` in the module doc): followed forward through float32 ``FOLLOW`` operators,
+    it reaches the data of an ``ALWAYS`` or ``ROUND`` operator, or a cast to ``low``.
+    ``keep_norms``: True, or the ids of the norms that run as ``NEVER`` (outputs)."""
+    users: dict[int, list[Call]] = {}
+    for call in graph.calls():
+        for a in call.args:
+            users.setdefault(id(a), []).append(call)
+
+    def reads_low(reader: Call, k: int) -> bool:
+        if reader.op == "cast":
+            return reader.dtype == low
+        keep = keep_norms if isinstance(keep_norms, bool) else id(reader) in keep_norms
+        policy = policy_of(reader.op, keep)
+        if policy is MixedPolicy.ALWAYS:
+            return not (reader.op == "nn.attention" and k == 3)  # the mask stays float32
+        return policy is MixedPolicy.ROUND and k == 0  # the data, not the scale and shift
+
+    found: set[int] = set()
+    for call in graph.calls():
+        if (policy_of(call.op) is not MixedPolicy.GATHER or call.dtype != "float32"
+                or not isinstance(call.args[0], Constant)):
+            continue
+        todo, seen = [call], {id(call)}
+        while todo and id(call) not in found:
+            node = todo.pop()
+            for reader in users.get(id(node), ()):
+                for k, a in enumerate(reader.args):
+                    if a is not node:
+                        continue
+                    if reads_low(reader, k):
+                        found.add(id(call))
+                    elif (policy_of(reader.op) is MixedPolicy.FOLLOW
+                          and reader.dtype == "float32" and id(reader) not in seen):
+                        seen.add(id(reader))
+                        todo.append(reader)
+    return found
+
+
 @register_graph_pass
 @dataclass(frozen=True)
 class ToMixedPrecision(GraphPass):
@@ -144,24 +207,32 @@ class ToMixedPrecision(GraphPass):
         keep_norms_float32: run layer and RMS norms in float32 in and out (``NEVER``)
             instead of ``ROUND`` (the module's docstring); the pass context config
             :data:`CONFIG_KEEP_NORMS_FLOAT32`, where given, overrides it.
+        keep_gathers_float32: run gathers (``take``: embedding lookups) in float32 from
+            float32 tables (``NEVER``) instead of ``GATHER`` (the module's docstring); the
+            config :data:`CONFIG_KEEP_GATHERS_FLOAT32`, where given, overrides it.
     """
 
     name = "to_mixed_precision"
     dtype: str = "float16"
     keep_io_dtype: bool = True
     keep_norms_float32: bool = False
+    keep_gathers_float32: bool = False
 
     def apply(self, graph: Graph, ctx) -> Graph:
         low = self.dtype
         if low not in LOW_PRECISIONS:
             raise GraphError(f"to_mixed_precision: dtype must be one of {LOW_PRECISIONS}, "
                              f"got {low!r}")
-        keep32 = getattr(ctx, "config", {}).get(CONFIG_KEEP_NORMS_FLOAT32,
-                                                self.keep_norms_float32)
-        if not isinstance(keep32, bool):
-            raise GraphError(f"{CONFIG_KEEP_NORMS_FLOAT32} in the pass context's config is a "
-                             f"bool, got {keep32!r}")
+        config = getattr(ctx, "config", {})
+        keep32 = config.get(CONFIG_KEEP_NORMS_FLOAT32, self.keep_norms_float32)
+        gathers32 = config.get(CONFIG_KEEP_GATHERS_FLOAT32, self.keep_gathers_float32)
+        for key, value in ((CONFIG_KEEP_NORMS_FLOAT32, keep32),
+                           (CONFIG_KEEP_GATHERS_FLOAT32, gathers32)):
+            if not isinstance(value, bool):
+                raise GraphError(f"{key} in the pass context's config is a bool, got "
+                                 f"{value!r}")
         outs = _output_sources(graph) if self.keep_io_dtype else set()
+        tables = set() if gathers32 else _tables_read_low(graph, low, keep32 or outs)
         cast = _Caster()
         new: dict[int, Node] = {}
         for node in graph.nodes():
@@ -172,8 +243,8 @@ class ToMixedPrecision(GraphPass):
                 raise GraphError("to_mixed_precision runs before operator fusion; this graph "
                                  "is fused")
             args = [new[id(a)] for a in node.args]
-            new[id(node)] = self._convert(node, args, cast,
-                                          keep32 or id(node) in outs)
+            new[id(node)] = self._convert(node, args, cast, keep32 or id(node) in outs,
+                                          gathers32, id(node) in tables)
         outputs = []
         for o in graph.outputs:
             out = new[id(o)]
@@ -181,7 +252,8 @@ class ToMixedPrecision(GraphPass):
         return Graph(graph.params, outputs, graph.name, graph.attrs)
 
     def _convert(self, call: Call, args: list[Node], cast: _Caster,
-                 keep_norms_float32: bool) -> Node:
+                 keep_norms_float32: bool, keep_gathers_float32: bool,
+                 table_read_low: bool) -> Node:
         low, attrs = self.dtype, dict(call.attrs)
         floats = [k for k, a in enumerate(call.args) if a.dtype == "float32"]
         if (call.op == "cast" and call.args[0].dtype == "float32"
@@ -192,7 +264,7 @@ class ToMixedPrecision(GraphPass):
         if call.op == "cast" or call.dtype != "float32" or not floats:
             # not a float32 computation: its arguments go back to their original dtypes
             return Call(call.op, [cast(a, o.dtype) for a, o in zip(args, call.args)], attrs)
-        policy = policy_of(call.op, keep_norms_float32)
+        policy = policy_of(call.op, keep_norms_float32, keep_gathers_float32)
         if policy is MixedPolicy.ALWAYS:
             if attrs.get("precision"):
                 attrs["precision"] = ""  # TF32 is a float32 precision; low inputs need none
@@ -205,6 +277,10 @@ class ToMixedPrecision(GraphPass):
             if variable and all(a.dtype == low for a in variable):
                 new_args = [cast(a, low) if k in floats else a for k, a in enumerate(args)]
                 return Call(call.op, new_args, attrs)
+        if policy is MixedPolicy.GATHER and (args[0].dtype == low or table_read_low):
+            # a gather only moves values: low data as it is, or the low copy of a float32
+            # constant table (folded and shared by the caster's memo); indices unchanged
+            return Call(call.op, [cast(args[0], low), *args[1:]], attrs)
         if policy is MixedPolicy.ROUND:
             # the data as it comes (the kernel computes in float32 whatever it reads), the
             # scale and shift in float32, the result rounded once to ``low``
