@@ -25,6 +25,7 @@ total latency to a TSV file.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import time
@@ -211,9 +212,13 @@ def make_search_policies(search_policy, search_policy_params, tasks, num_measure
     ``"sketch.random"``, or a list of policies (one per task). The XGBoost model waits for
     one round of every task before it replaces the analytical ranking; it is loaded from
     ``load_model_file`` if that exists, else trained on ``records`` (``{task index:
-    (rows, results)}``), whose states are also marked measured in each task's policy.
+    (rows, results)}``), whose states are also marked measured in each task's policy. A
+    model with neither is made in the background
+    (:class:`~ptxforge.autosched.deferred_model.DeferredModel`) while the first rounds are
+    searched.
     """
     from .cost_model import RandomModel, XGBModel
+    from .deferred_model import DeferredModel
     from .search_policy import SketchPolicy
 
     records = records or {}
@@ -230,8 +235,16 @@ def make_search_policies(search_policy, search_policy_params, tasks, num_measure
         if policy_type != "sketch":
             raise ValueError(f"unknown search policy type {policy_type!r}; use 'sketch'")
         if model_type == "xgb":
-            model = XGBModel(num_warmup_sample=len(tasks) * num_measures_per_round, seed=seed)
-            if load_model_file and os.path.isfile(load_model_file):
+            warmup = len(tasks) * num_measures_per_round
+            loading = bool(load_model_file and os.path.isfile(load_model_file))
+            if not loading and not records and importlib.util.find_spec("xgboost"):
+                # importing xgboost (and the scikit-learn and scipy it imports) takes
+                # seconds: made beside the first rounds' searches, which a model with no
+                # samples scores by the analytical estimate anyway
+                model = DeferredModel(lambda: XGBModel(num_warmup_sample=warmup, seed=seed))
+            else:
+                model = XGBModel(num_warmup_sample=warmup, seed=seed)
+            if loading:
                 model.load(load_model_file)
             else:
                 for idx, (rows, results) in records.items():
