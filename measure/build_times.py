@@ -58,8 +58,11 @@ class BuildTimes:
 
     def add(self, inp, seconds: float) -> None:
         """A candidate (a :class:`~ptxforge.measure.MeasureInput`) took ``seconds``."""
-        seconds = float(seconds)
-        if not seconds >= 0.0:  # NaN or negative: a result without a time
+        try:
+            seconds = float(seconds)
+        except (TypeError, ValueError):  # a result without a time
+            return
+        if not seconds >= 0.0:  # NaN or negative: no time either
             return
         task = inp.task.workload_key
         sketch = sketch_of(inp)
@@ -87,7 +90,7 @@ class BuildTimes:
             return 0.0
         by_task = self._by_task.get(task)
         by_rule = self._by_rule.get(rule_of(sketch))
-        if by_task is not None and by_rule is not None:
+        if by_task is not None and by_rule is not None and overall > 0.0:
             # the task's size times the sketch rule's cost relative to every other build
             return by_task.value * by_rule.value / overall
         if by_rule is not None:

@@ -106,6 +106,10 @@ def test_build_time_estimates_by_sketch_then_rule_then_task():
                - overall) < 1e-12
     times.add(cand("fast(x)", 0), float("nan"))  # a result without a time is ignored
     assert times.samples == 3
+    zero = BuildTimes()  # runners that report no time: every estimate 0, none fails
+    zero.add(cand("slow(x)", 0), 0.0)
+    assert zero.estimate(cand("slow(z)", 0)) == 0.0
+    assert zero.estimate(cand("slow(z)", 0, OTHER)) == 0.0
     assert sketch_of(measure.MeasureInput(SPEC, "", None)) is None
     assert rule_of("tile(T_matmul_NT)") == "tile" and rule_of(None) is None
 
