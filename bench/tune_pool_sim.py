@@ -13,10 +13,13 @@ Two sources of build times:
 - ``--records DIR --nets bert,resnet_v1-18,...``: the records of GPU runs (``DIR/NET.json``
   with each candidate's ``all_cost``, ``DIR/NET.log`` with its ``--profile`` lines). Task
   ``k`` of the simulation builds in times drawn from the records of the run's task ``k``
-  (their ``all_cost`` less the runner's time per candidate), a task with fewer records
-  than a round has that many candidates in all (its space: a cast, a pooling), and the
-  search's and the runner's costs per trial are the run's. 1,000 trials, rounds of 64 as
-  ``tune-network`` sizes them. Each mode of ``--modes`` runs every network:
+  (their ``all_cost`` less the runner's time per candidate): each candidate stands for
+  one of the task's sketches in the run, drawn with the share it had there, and builds in
+  a time of that sketch, which the stream's estimates see too (:class:`StandIn`); a task
+  with fewer records than a round has that many candidates in all (its space: a cast, a
+  pooling), and the search's and the runner's costs per trial are the run's. 1,000
+  trials, rounds of 64 as ``tune-network`` sizes them. Each mode of ``--modes`` runs every
+  network:
   ``old`` the scheduler waiting for the oldest round after its warm-up, and a stream that
   hands every candidate to the builder in the order searched; ``lpt`` that scheduler with
   the stream that builds each round's slowest candidates first and, after the last round,
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import queue
@@ -84,10 +88,10 @@ def sim_tasks(n: int) -> list:
 
 @dataclass(frozen=True)
 class NetworkRun:
-    """What the simulation takes from a GPU run: each task's build times (seconds, in
-    the order the run's tasks first appear in its records), the candidates of each task
-    whose space was smaller than a round (else None), the search's and the runner's
-    milliseconds per trial."""
+    """What the simulation takes from a GPU run: each task's build times by sketch
+    (``{sketch name: seconds}``, tasks in the order they first appear in the run's
+    records), the candidates of each task whose space was smaller than a round (else
+    None), the search's and the runner's milliseconds per trial."""
 
     name: str
     builds: list
@@ -101,7 +105,9 @@ def read_network_run(folder: str, name: str, trials: int, per_round: int) -> Net
     with open(os.path.join(folder, f"{name}.json")) as f:
         for line in f:
             rec = json.loads(line)
-            by_task.setdefault(rec["task"]["key"], []).append(float(rec["result"]["all_cost"]))
+            sketch = (rec.get("payload") or {}).get("sketch") or "-"
+            by_task.setdefault(rec["task"]["key"], {}).setdefault(sketch, []).append(
+                float(rec["result"]["all_cost"]))
     search_ms, run_ms = 4.0, 10.3
     log = os.path.join(folder, f"{name}.log")
     if os.path.exists(log):
@@ -111,13 +117,57 @@ def read_network_run(folder: str, name: str, trials: int, per_round: int) -> Net
         if m := re.search(r"runner: 1 worker, (\d+) jobs: working ([0-9.]+) worker-s", text):
             run_ms = float(m.group(2)) * 1e3 / int(m.group(1))
     round_size = min(per_round, trials // len(by_task))
-    builds = [np.maximum(np.array(v) - run_ms / 1e3, 0.01) for v in by_task.values()]
-    spaces = [len(v) if len(v) < round_size else None for v in by_task.values()]
+    builds = [{sk: np.maximum(np.array(v) - run_ms / 1e3, 0.01) for sk, v in task.items()}
+              for task in by_task.values()]
+    counts = [sum(len(v) for v in task.values()) for task in by_task.values()]
+    spaces = [n if n < round_size else None for n in counts]
     return NetworkRun(name, builds, spaces, search_ms, run_ms)
 
 
+class StandIn:
+    """Which of its GPU run's sketches a simulated candidate stands for: one drawn, by a
+    hash of the candidate's state, with the share each sketch had among the task's
+    records; its build time is drawn from that sketch's builds. The measure stream sees
+    that sketch too (:func:`stand_in_sketches`), so its build-time estimates by sketch
+    work as they do in the run."""
+
+    def __init__(self, tasks, builds: list, scale: float, seed: int):
+        self.table = {}
+        for task, by_sketch in zip(tasks, builds):
+            names = sorted(by_sketch, key=lambda k: -len(by_sketch[k]))
+            counts = np.array([len(by_sketch[k]) for k in names], dtype=float)
+            self.table[task.workload_key] = (names, np.cumsum(counts) / counts.sum(),
+                                             [by_sketch[k] * scale for k in names])
+        self.rng = np.random.default_rng(seed)
+
+    def sketch(self, inp) -> str:
+        names, cum, _ = self.table[inp.task.workload_key]
+        digest = hashlib.sha256(json.dumps(inp.payload, sort_keys=True).encode()).digest()
+        u = int.from_bytes(digest[:8], "little") / 2 ** 64
+        return names[min(int(np.searchsorted(cum, u, side="right")), len(names) - 1)]
+
+    def draw(self, inp) -> float:
+        names, _, times = self.table[inp.task.workload_key]
+        return float(self.rng.choice(times[names.index(self.sketch(inp))]))
+
+
+@contextlib.contextmanager
+def stand_in_sketches(stand_in: StandIn | None):
+    """The measure stream's build-time estimates key candidates by the sketch they stand
+    for."""
+    if stand_in is None:
+        yield
+        return
+    old = build_times.sketch_of
+    build_times.sketch_of = stand_in.sketch
+    try:
+        yield
+    finally:
+        build_times.sketch_of = old
+
+
 class SimBuilder(measure.Builder):
-    """``n_parallel`` threads; a build sleeps for ``draw(task key)`` seconds. As the
+    """``n_parallel`` threads; a build sleeps for ``draw(input)`` seconds. As the
     worker pool of :class:`~ptxforge.measure.LocalBuilder` does, the threads reach at most
     two jobs each (one building, one sent ahead) by themselves; the rest are dispatched
     when the measure thread calls :meth:`submit` or :meth:`collect`. Logs each worker's
@@ -154,7 +204,7 @@ class SimBuilder(measure.Builder):
                 self._done.append((key, measure.BuildResult("built", 0, "", seconds)))
 
     def submit(self, key, inp):
-        seconds = float(self.draw(inp.task.workload_key))
+        seconds = float(self.draw(inp))
         with self._lock:
             self._pending += 1
         self.submits.append(time.monotonic())
@@ -271,7 +321,7 @@ def stream_order(ordered: bool):
 
 
 def simulate(tasks, builder, runner, policy, args, trials, per_round, backlog,
-             keep_busy=False, ordered=True) -> dict:
+             keep_busy=False, ordered=True, stand_in=None) -> dict:
     model = autosched.RandomModel(seed=args.seed)
     policies = [policy(t, model, POLICY, seed=k, verbose=0) for k, t in enumerate(tasks)]
     for t in tasks:  # sketches and tile tables made before the clock starts
@@ -285,7 +335,7 @@ def simulate(tasks, builder, runner, policy, args, trials, per_round, backlog,
         runner=runner, verbose=0, search_ahead=args.search_ahead)
     t0 = time.monotonic()
     try:
-        with stream_order(ordered):
+        with stream_order(ordered), stand_in_sketches(stand_in):
             ts.tune(opts, search_policy=policies)
     finally:
         task_scheduler.BACKLOG_PER_WORKER = old
@@ -309,8 +359,8 @@ def run_synthetic(args, backlog: int, search_ms: float) -> dict:
         args.scale * args.build_ms / 1e3)
     medians = {k: v / norm for k, v in medians.items()}
     draws = np.random.default_rng(args.seed)
-    builder = SimBuilder(args.workers,
-                         lambda key: medians[key] * draws.lognormal(0.0, args.sigma))
+    builder = SimBuilder(args.workers, lambda inp: medians[inp.task.workload_key]
+                         * draws.lognormal(0.0, args.sigma))
     runner = SerialRunner(tasks, args.scale * args.run_ms / 1e3)
     policy = make_policy(args.scale * search_ms / 1e3, args.search_jitter, args.seed, {})
     return simulate(tasks, builder, runner, policy, args,
@@ -320,15 +370,14 @@ def run_synthetic(args, backlog: int, search_ms: float) -> dict:
 def run_network(args, net: NetworkRun, mode: str) -> dict:
     keep_busy, ordered = MODES[mode]
     tasks = sim_tasks(len(net.builds))
-    builds = {t.workload_key: b * args.scale for t, b in zip(tasks, net.builds)}
-    draws = np.random.default_rng(args.seed)
-    builder = SimBuilder(args.workers, lambda key: draws.choice(builds[key]))
+    stand_in = StandIn(tasks, net.builds, args.scale, args.seed)
+    builder = SimBuilder(args.workers, stand_in.draw)
     runner = SerialRunner(tasks, args.scale * net.run_ms / 1e3)
     spaces = {t.workload_key: n for t, n in zip(tasks, net.spaces) if n is not None}
     policy = make_policy(args.scale * net.search_ms / 1e3, args.search_jitter, args.seed,
                          spaces)
     return simulate(tasks, builder, runner, policy, args, args.trials or 1000, 64,
-                    task_scheduler.BACKLOG_PER_WORKER, keep_busy, ordered)
+                    task_scheduler.BACKLOG_PER_WORKER, keep_busy, ordered, stand_in)
 
 
 def main(argv=None) -> None:
