@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from ptxforge import autosched, measure
 from ptxforge.autosched.task_scheduler import MAX_ROUNDS_IN_FLIGHT
 
@@ -127,3 +129,22 @@ def test_a_task_whose_search_came_back_empty_gets_no_more_rounds_meanwhile(tmp_p
     # it is never searched again
     assert seen.searched.count(0) == 2, seen.searched
     assert seen.taken == seen.searched
+
+
+@pytest.mark.gpu
+def test_a_gpu_network_run_keeps_the_builders_busy_and_measures_every_trial(tmp_path):
+    from ptxforge.autosched.network_tuning import tune_network
+
+    from .test_network_tuning import two_conv_net
+
+    net, params, _ = two_conv_net(size=32, channels=32)
+    tasks, weights = autosched.extract_tasks(net, params)
+    log = str(tmp_path / "gpu.json")
+    run = tune_network(tasks, weights, log, 24 * len(tasks), runner="gpu", per_round=8)
+    assert run.scheduler.keep_builders_busy  # the default with the GPU runner
+    records = measure.load_records(log)
+    assert len(records) == run.trials == 24 * len(tasks)
+    keys = [(inp.task.workload_key, json.dumps(inp.payload, sort_keys=True))
+            for inp, _ in records]
+    assert len(set(keys)) == len(keys)
+    assert run.scheduler.tasks_tuned() == len(tasks)
