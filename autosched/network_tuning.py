@@ -172,7 +172,8 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
                  per_round: int = 64, min_repeat_ms: float = 10.0,
                  sim_check: bool = True, load_model: str | None = None,
                  search_ahead: int = 2, early_stop: bool = True,
-                 time_budget_s: float | None = None) -> NetworkTuning:
+                 time_budget_s: float | None = None,
+                 keep_builders_busy: bool | None = None) -> NetworkTuning:
     """Run the task scheduler over ``tasks`` (weighted by ``weights``) for ``todo`` trials,
     appending records to ``log``, with a progress bar on a terminal and a log message per
     round.
@@ -196,16 +197,24 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
         time_budget_s: wall-clock seconds the tuning may take (None: no limit); it stops
             at whichever of ``todo`` and the budget comes first
             (:class:`~ptxforge.autosched.TuningOptions`).
+        keep_builders_busy: the scheduler searches its next round whenever the builders
+            run low, after the warm-up too (:class:`TaskScheduler`); the rounds it takes
+            then depend on the timing. Default: on for the GPU runner (whose measurements
+            vary from run to run anyway), off for the simulator's, whose seeded runs stay
+            reproducible.
     """
     if todo < 1:
         raise ValueError(f"todo must be at least 1 trial, got {todo}")
     resume = os.path.exists(log) if resume is None else resume
     table = table or default_table(log)
+    if keep_builders_busy is None:
+        keep_builders_busy = runner == "gpu"
     bar = ProgressBar(todo, "trials")
     scheduler = TaskScheduler(
         tasks, weights, load_log_file=log if resume else None, seed=seed,
         load_model_file=load_model,
-        callbacks=[PrintTableInfo(table), NetworkProgress(bar)])
+        callbacks=[PrintTableInfo(table), NetworkProgress(bar)],
+        keep_builders_busy=keep_builders_busy)
     measurement = Measurement(runner, min_repeat_ms, sim_check, early_stop)
     options = TuningOptions(
         num_measure_trials=todo, num_measures_per_round=per_round,

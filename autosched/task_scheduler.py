@@ -25,6 +25,7 @@ total latency to a TSV file.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import time
@@ -34,16 +35,20 @@ from concurrent import futures
 
 import numpy as np
 
-from ..atomic_file import replace_atomically
 from ..measure.stream import MeasureStream
 from ..stages import stage
+from .scheduler_callbacks import (
+    FAILED_COST,
+    LogEstimatedLatency,
+    PrintTableInfo,
+    TaskSchedulerCallback,
+    format_table,
+)
 from .state import state_from_payload
 from .time_budget import TimeBudget, budget_is_short, warm_up_round_size
 from .tuner import PendingRound, can_search_ahead, start_round
 
 _PATTERN_TAGS = ("elemwise", "broadcast", "injective")
-FAILED_COST = 1e10
-"""The best cost of a task without a successful measurement (seconds), as TVM uses."""
 MAX_ROUNDS_WITHOUT_SUCCESS = 3
 """Rounds a task may spend without one successful candidate before it is declared dead."""
 BACKLOG_PER_WORKER = 8
@@ -54,6 +59,10 @@ vary (a task's first makes its sketches, the cost model refits when its samples 
 with 3 per worker, `bench/tune_pool_sim.py --search-jitter 0.8` left the 16 builders
 9.2 worker-s idle between rounds in 19 rounds of 42 (the H100 run: 20.2), with 8 0.1."""
 _ROOM_POLL_S = 0.02  # how often a waiting warm-up looks at the builders' backlog again
+MAX_ROUNDS_IN_FLIGHT = 16
+"""The most rounds a scheduler that keeps the builders busy (``keep_builders_busy``) has in
+flight after its warm-up: enough for a build of ~10 s (the slowest seen on the H200
+machine, BERT fp16) while 16 workers build 64-candidate rounds of 0.3 s builds."""
 
 
 def builder_low_water(builder) -> int:
@@ -92,107 +101,6 @@ def _beats(res, estimated: bool, cost: float) -> bool:
     return (bool(res.estimated), res.mean) < (bool(estimated), float(cost))
 
 
-class TaskSchedulerCallback:
-    """Called before and after every round of a :class:`TaskScheduler`, and when tuning
-    ends."""
-
-    def pre_tune(self, task_scheduler: TaskScheduler, task_id: int) -> None:
-        """Before ``task_id`` is tuned for a round."""
-
-    def post_tune(self, task_scheduler: TaskScheduler, task_id: int) -> None:
-        """After ``task_id`` was tuned for a round."""
-
-    def finish(self, task_scheduler: TaskScheduler) -> None:
-        """After the last round."""
-
-
-def format_table(ts: TaskScheduler, next_id: int | None) -> str:
-    """The task scheduler's table (TVM's layout): one row per task with its best latency,
-    speed and trials, then the estimated total latency, the trials and time of this run and
-    the next task to tune. Simulator estimates are marked with ``*``."""
-    descs = [t.desc or f"task {i}" for i, t in enumerate(ts.tasks)]
-    width = min(max([16] + [len(d) for d in descs]), 61)
-    estimated = any(ts.best_estimated[i] and ts.best_costs[i] < FAILED_COST
-                    for i in range(len(ts.tasks)))
-    mark = "*" if estimated else ""
-    head = (f"|  ID  | {'Task Description':^{width}s} | Latency (ms){mark} | "
-            f"Speed (GFLOPS){mark} | Trials |")
-    rule = "-" * len(head)
-    lines = ["-" * 70, "-" * 30 + "  [ Task Scheduler ]", "-" * 70, head, rule]
-    for i, task in enumerate(ts.tasks):
-        cost = ts.best_costs[i]
-        star = "*" if ts.best_estimated[i] else ""
-        lat = f"{cost * 1e3:.3f}{star}" if cost < FAILED_COST else "-"
-        speed = f"{task.flop_ct / cost / 1e9:.2f}{star}" if cost < FAILED_COST else "-"
-        dead = " (done)" if i in ts.dead_tasks else ""
-        desc = descs[i] if len(descs[i]) <= width else descs[i][: width - 2] + ".."
-        lines.append(f"| {i:4d} | {desc:>{width}s} | {lat:>{12 + len(mark)}s} | "
-                     f"{speed:>{14 + len(mark)}s} | {ts.task_trials[i]:6d} |{dead}")
-    lines.append(rule)
-    if all(c < FAILED_COST for c in ts.best_costs):
-        total = f"{ts.cur_score * 1e3:.3f}"
-    else:
-        total = "-"
-    used = time.time() - ts.tic if ts.tic is not None else 0.0
-    nxt = "-" if next_id is None else str(next_id)
-    foot = (f"Estimated total latency: {total} ms\tTrials: {ts.ct}\tUsed time : {used:.0f} s"
-            f"\tNext ID: {nxt}\t")
-    if ts.loaded_trials:
-        foot += f"(plus {ts.loaded_trials} trials loaded from {ts.load_log_file})"
-    lines.append(foot)
-    if estimated:
-        lines.append("* estimated by the simulator runner's model, not measured on a GPU")
-    return "\n".join(lines)
-
-
-class PrintTableInfo(TaskSchedulerCallback):
-    """Print the per-task table before every round and after the last one (when the tuning
-    options' ``verbose`` >= 1), and keep the latest table in ``table_file`` if given."""
-
-    def __init__(self, table_file: str | os.PathLike | None = None):
-        self.table_file = os.fspath(table_file) if table_file is not None else None
-
-    def _show(self, ts: TaskScheduler, next_id: int | None) -> None:
-        text = format_table(ts, next_id)
-        if ts.tune_option is None or ts.tune_option.verbose >= 1:
-            print(text, flush=True)
-        if self.table_file:
-            folder = os.path.dirname(self.table_file)
-            if folder:
-                os.makedirs(folder, exist_ok=True)
-            # A fresh exclusively created temporary (never a fixed ``.tmp`` name, which would
-            # follow a symlink planted there), renamed over the table in one step.
-            data = (text + "\n").encode()
-            replace_atomically(self.table_file, lambda f: f.write(data))
-
-    def pre_tune(self, task_scheduler, task_id):
-        self._show(task_scheduler, task_id)
-
-    def finish(self, task_scheduler):
-        self._show(task_scheduler, None)
-
-
-class LogEstimatedLatency(TaskSchedulerCallback):
-    """Append ``ElapsedTime(s) <t> EstimatedLatency(ms) <l> Trials <n>`` (tab-separated)
-    to ``log_file`` after every round; an existing file is replaced when this callback is
-    made (as TVM does)."""
-
-    def __init__(self, log_file: str | os.PathLike):
-        self.log_file = os.fspath(log_file)
-        if os.path.exists(self.log_file):
-            os.remove(self.log_file)
-
-    def post_tune(self, task_scheduler, task_id):
-        ts = task_scheduler
-        if all(c < FAILED_COST for c in ts.best_costs):
-            total = f"{ts.cur_score * 1e3:.3f}"
-        else:
-            total = "N/A"
-        with open(self.log_file, "a") as f:
-            f.write(f"ElapsedTime(s)\t{time.time() - ts.tic:.0f}\tEstimatedLatency(ms)\t"
-                    f"{total}\tTrials\t{ts.ct}\n")
-
-
 def _record_target(task) -> str:
     # the search task's measure spec says "cuda" for the simulator too
     return task.target.record_spec
@@ -207,9 +115,13 @@ def make_search_policies(search_policy, search_policy_params, tasks, num_measure
     ``"sketch.random"``, or a list of policies (one per task). The XGBoost model waits for
     one round of every task before it replaces the analytical ranking; it is loaded from
     ``load_model_file`` if that exists, else trained on ``records`` (``{task index:
-    (rows, results)}``), whose states are also marked measured in each task's policy.
+    (rows, results)}``), whose states are also marked measured in each task's policy. A
+    model with neither is made in the background
+    (:class:`~ptxforge.autosched.deferred_model.DeferredModel`) while the first rounds are
+    searched.
     """
     from .cost_model import RandomModel, XGBModel
+    from .deferred_model import DeferredModel
     from .search_policy import SketchPolicy
 
     records = records or {}
@@ -226,8 +138,16 @@ def make_search_policies(search_policy, search_policy_params, tasks, num_measure
         if policy_type != "sketch":
             raise ValueError(f"unknown search policy type {policy_type!r}; use 'sketch'")
         if model_type == "xgb":
-            model = XGBModel(num_warmup_sample=len(tasks) * num_measures_per_round, seed=seed)
-            if load_model_file and os.path.isfile(load_model_file):
+            warmup = len(tasks) * num_measures_per_round
+            loading = bool(load_model_file and os.path.isfile(load_model_file))
+            if not loading and not records and importlib.util.find_spec("xgboost"):
+                # importing xgboost (and the scikit-learn and scipy it imports) takes
+                # seconds: made beside the first rounds' searches, which a model with no
+                # samples scores by the analytical estimate anyway
+                model = DeferredModel(lambda: XGBModel(num_warmup_sample=warmup, seed=seed))
+            else:
+                model = XGBModel(num_warmup_sample=warmup, seed=seed)
+            if loading:
                 model.load(load_model_file)
             else:
                 for idx, (rows, results) in records.items():
@@ -262,13 +182,20 @@ class TaskScheduler:
         callbacks: :class:`TaskSchedulerCallback` s (default: :class:`PrintTableInfo` and
             ``LogEstimatedLatency("total_latency.tsv")``).
         seed: seeds the search policies and the tie-breaking, for reproducible runs.
+        keep_builders_busy: after the warm-up too, search the next round whenever the
+            builders are about to run out of work, not only once the oldest round in
+            flight is measured (one slow build then holds back nothing). Each choice sees
+            the rounds measured by then, so the rounds taken depend on the timing: a seeded
+            run is no longer reproducible (on a GPU its measurements vary from run to run
+            anyway). Off by default: every choice sees the same rounds run after run.
     """
 
     def __init__(self, tasks: Sequence, task_weights: Sequence | None = None,
                  objective_func: Callable | None = None, strategy: str = "gradient",
                  load_model_file: str | None = None, load_log_file: str | None = None,
                  alpha: float = 0.2, beta: float = 2, backward_window_size: int = 3,
-                 callbacks: Sequence | None = None, seed: int = 0):
+                 callbacks: Sequence | None = None, seed: int = 0,
+                 keep_builders_busy: bool = False):
         self.tasks = list(tasks)
         if not self.tasks:
             raise ValueError("TaskScheduler needs at least one task")
@@ -293,6 +220,7 @@ class TaskScheduler:
         self.callbacks = (list(callbacks) if callbacks is not None
                           else [PrintTableInfo(), LogEstimatedLatency("total_latency.tsv")])
         self.seed = seed
+        self.keep_builders_busy = bool(keep_builders_busy)
         self._rng = np.random.default_rng(seed)
 
         n = len(self.tasks)
@@ -360,7 +288,14 @@ class TaskScheduler:
         of work (:func:`builder_low_water`), so they never wait for the slowest build of an
         earlier round. The warm-up's last ``k`` rounds stay in flight into the gradient
         phase, whose first ``k`` rounds go to the heaviest tasks (weight times flop); after
-        that, the next task is chosen from the rounds finished so far. Under a time budget
+        that, the next task is chosen from the rounds finished so far. With
+        ``keep_builders_busy`` (and ``k >= 1``) the gradient phase, too, searches its next
+        round whenever the builders run low (up to :data:`MAX_ROUNDS_IN_FLIGHT` rounds),
+        choosing from the rounds taken in by then and counting the rounds of each task
+        still in flight as given. Whatever the mode, rounds are taken in (recorded, passed
+        to the callbacks and the cost model) in the order they were searched, and once the
+        last round is searched the candidates still waiting are built slowest first
+        (:meth:`~ptxforge.measure.stream.MeasureStream.build_longest_first`). Under a time budget
         too short for a full warm-up, the rounds left shrink so that every task gets one.
         (A warm-up whose cost model is trained already, from loaded records or a saved
         model, may see different rounds finished from one run to the next.)
@@ -427,12 +362,16 @@ class TaskScheduler:
                 inflight.append(self._start_round(idx, stream, planned) if size is None
                                 else self._start_round(idx, stream, planned, size))
                 planned += len(inflight[-1].rows)
+            if planned >= trials:
+                stream.build_longest_first()
+            busy_mode = self.keep_builders_busy and ahead > 0
             # the last ``ahead`` warm-up rounds stay in flight into the gradient phase
             # (taken in there, in order, like its own rounds): draining them all first left
             # every builder idle while their stragglers were built and the next round was
             # searched, a second tail in the middle of the run (or, when the warm-up takes
-            # nearly all the trials, as in 800-1,000 trial network runs, most of the tail)
-            while len(inflight) > ahead:
+            # nearly all the trials, as in 800-1,000 trial network runs, most of the tail).
+            # Kept busy, the gradient phase takes them in as they come.
+            while len(inflight) > ahead and not busy_mode:
                 self._finish_round(inflight.popleft())
             self.best_ct = self.ct
             self.best_score = self.cur_score
@@ -460,13 +399,26 @@ class TaskScheduler:
                         task_idx = untuned[0]
                     elif handover:
                         task_idx = handover.pop(0)
+                    elif busy_mode:
+                        task_idx = self._next_while_busy(inflight)
+                        if task_idx is None:  # every live task's last search came back empty
+                            stop = self._take_in(inflight, early_stopping_all, wait=True)
+                            continue
                     else:
                         task_idx = self._next_by_gradient()
                 inflight.append(self._start_round(task_idx, stream, planned))
                 planned += len(inflight[-1].rows)
+                if planned >= trials:
+                    stream.build_longest_first()
+                if busy_mode and planned < trials:
+                    stop = self._room_while_busy(inflight, stream, ahead, low_water,
+                                                 early_stopping_all)
+                    continue
                 while inflight and (len(inflight) > ahead or planned >= trials or stop):
                     stop = self._finish_tuning_round(inflight.popleft(),
                                                      early_stopping_all) or stop
+            # no more rounds: what is still waiting for a build is built slowest first
+            stream.build_longest_first()
             while inflight:  # every task died with a round still being measured
                 self._finish_tuning_round(inflight.popleft(), early_stopping_all)
         finally:
@@ -497,6 +449,50 @@ class TaskScheduler:
                 return
             with stage("measure"):
                 futures.wait([inflight[0].future], timeout=_ROOM_POLL_S)
+
+    def _take_in(self, inflight: deque, early_stopping_all: float, wait: bool) -> bool:
+        """Take in the measured rounds at the head of ``inflight`` (waiting for the first
+        one with ``wait``); True when the run should stop early."""
+        stop = False
+        while inflight and (wait or inflight[0].future.done()):
+            stop = self._finish_tuning_round(inflight.popleft(), early_stopping_all) or stop
+            wait = False
+        return stop
+
+    def _room_while_busy(self, inflight: deque, stream: MeasureStream, ahead: int,
+                         low_water: int, early_stopping_all: float) -> bool:
+        """The gradient phase's wait under ``keep_builders_busy``: take in the measured
+        rounds at the head of ``inflight`` until another round may be searched (at most
+        ``ahead`` in flight, or, up to :data:`MAX_ROUNDS_IN_FLIGHT`, fewer than
+        ``low_water`` candidates left to build); True when the run should stop early."""
+        stop = False
+        while True:
+            stop = self._take_in(inflight, early_stopping_all, wait=False) or stop
+            if stop or len(inflight) <= ahead:
+                return stop
+            if len(inflight) < MAX_ROUNDS_IN_FLIGHT and stream.unbuilt < low_water:
+                return stop
+            with stage("measure"):
+                futures.wait([inflight[0].future], timeout=_ROOM_POLL_S)
+
+    def _next_while_busy(self, inflight: deque) -> int | None:
+        """The next task by gradient while ``inflight`` rounds are out: a round in flight
+        counts as given (one more round of the task is expected to gain less), a task whose
+        warm-up round is still out is not first in line, and a task whose last search
+        came back empty (its space is spent: it dies when that round is taken in) is left
+        out. None when no task is left."""
+        pending: dict = {}
+        spent = set()
+        for r in inflight:
+            pending[r.task_idx] = pending.get(r.task_idx, 0) + 1
+            if not len(r.rows):
+                spent.add(r.task_idx)
+        grads = self.gradients(pending)
+        alive = [i for i in range(len(self.tasks))
+                 if i not in self.dead_tasks and i not in spent]
+        if not alive:
+            return None
+        return self._pick(alive, grads)
 
     def _finish_tuning_round(self, rnd: PendingRound, early_stopping_all: float) -> bool:
         """Take in a round of the gradient phase; True when the run should stop early."""
@@ -569,9 +565,12 @@ class TaskScheduler:
     def _compute_score(self, costs) -> float:
         return float(self.objective_func(list(costs)))
 
-    def gradients(self) -> list[float]:
+    def gradients(self, pending: dict | None = None) -> list[float]:
         """The gradient of every task (0 for dead ones): the estimated change of the
-        objective from one more round of the task; the most negative one is tuned next."""
+        objective from one more round of the task; the most negative one is tuned next.
+        ``pending``: rounds of each task already searched and not taken in yet, counted as
+        given (a task never tuned with a round pending gets 0, not first place)."""
+        pending = pending or {}
         out = []
         base = self._compute_score(self.best_costs)
         for i in range(len(self.tasks)):
@@ -579,7 +578,8 @@ class TaskScheduler:
                 out.append(0.0)
                 continue
             if self.task_cts[i] == 0:
-                out.append(-math.inf)  # never tuned: first in line
+                # never tuned: first in line, unless its first round is out already
+                out.append(0.0 if pending.get(i) else -math.inf)
                 continue
             # df/dg_i by a finite difference (the objective may be any function)
             delta = 1e-4 * max(self.best_costs[i], 1e-9)
@@ -599,7 +599,7 @@ class TaskScheduler:
             # forward: one more round gains at most 1/rounds of the cost, and no more than
             # running at 1/beta of the best speed of similar tasks
             cost = self.best_costs[i]
-            g_next_1 = cost - cost / self.task_cts[i]
+            g_next_1 = cost - cost / (self.task_cts[i] + pending.get(i, 0))
             g_next_2 = self.beta * 1e30
             group_id = self.tag_to_group_id.get(self.task_tags[i])
             if group_id is not None and len(self.group_task_ids[group_id]) > 1:
@@ -632,6 +632,11 @@ class TaskScheduler:
     def _next_by_gradient(self) -> int:
         grads = self.gradients()
         alive = [i for i in range(len(self.tasks)) if i not in self.dead_tasks]
+        return self._pick(alive, grads)
+
+    def _pick(self, alive: list, grads: list) -> int:
+        """The task of ``alive`` with the most negative gradient (per second of measuring
+        under a time budget of seconds); a random one when they are all equal."""
         values = [grads[i] for i in alive]
         if self._budget is not None and self._budget.seconds is not None:
             # a budget of seconds: the gain of a round per second it takes to measure

@@ -105,6 +105,9 @@ def run_tuning(task, policy, options) -> TuningSummary:
     budget = TimeBudget(getattr(options, "time_budget_s", None))
     try:
         while searching or inflight:
+            if not (searching and planned < options.num_measure_trials):
+                # no more rounds: what still waits for a build is built slowest first
+                stream.build_longest_first()
             if searching and planned < options.num_measure_trials and (
                     len(inflight) <= ahead):
                 if not budget.allows_another_round(stream):

@@ -7,6 +7,16 @@ while an earlier one is still being measured start building at once, and reach t
 runner as soon as they are built, so the GPUs never wait for the search of the next
 round. The thread spends its time waiting on the workers' pipes; the search in the
 calling thread is what uses the CPU.
+
+The stream hands the builder only what keeps its workers busy (two candidates per worker:
+one building, one waiting in its pipe) and holds the rest, so it still chooses the order
+of the builds: batch after batch, and within a batch the slowest to build first (by the
+build times of the candidates of the same task and sketch measured so far,
+:class:`~ptxforge.measure.build_times.BuildTimes`), so that a round's slow sketch does not
+start last and hold the round back. Once the caller says no more batches follow
+(:meth:`MeasureStream.build_longest_first`), every candidate still held is built slowest
+first, whatever its batch: the run's last seconds are not spent waiting on one slow build
+that could have started while the others were built.
 """
 
 from __future__ import annotations
@@ -16,7 +26,22 @@ from collections import deque
 from concurrent.futures import Future
 from multiprocessing.connection import Pipe
 
+from .build_times import BuildTimes
 from .measure import Builder, Flow, Runner, batch_ids
+
+HANDED_PER_WORKER = 2
+"""Candidates per build worker handed to the builder at a time (one building, one sent
+ahead); the rest wait in the stream, where their order can still change."""
+
+
+def builder_capacity(builder: Builder) -> int | None:
+    """How many candidates the stream hands ``builder`` at a time: :data:`HANDED_PER_WORKER`
+    per worker of a builder that says how many it has (``n_parallel``), else no limit (an
+    in-process builder takes everything at once)."""
+    workers = getattr(builder, "n_parallel", None)
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers <= 0:
+        return None
+    return HANDED_PER_WORKER * workers
 
 
 class MeasureStreamClosed(RuntimeError):
@@ -40,7 +65,12 @@ class MeasureStream:
         self._inbox: deque = deque()
         self._wake_r, self._wake_w = Pipe(duplex=False)
         self._batches: dict = {}  # id -> [future, results, remaining, inputs, on_result]
-        self._building = 0  # candidates taken from the inbox whose build has not come back
+        self._held: deque = deque()  # (batch id, index) not handed to the builder yet
+        self._capacity = builder_capacity(builder)
+        self._longest_first = False  # no more batches follow: hold slowest first
+        self._resort = False
+        self.build_times = BuildTimes()
+        self._building = 0  # candidates handed to the builder whose build has not come back
         self._stopping = False
         self._measured = 0  # candidates whose result came back
         self._failure: BaseException | None = None
@@ -82,11 +112,23 @@ class MeasureStream:
 
     @property
     def unbuilt(self) -> int:
-        """Candidates submitted whose build has not come back yet (queued for the builder
-        or being built): when this falls below what the builder's workers can take, they
-        are about to run out of work."""
+        """Candidates submitted whose build has not come back yet (held by the stream,
+        queued for the builder or being built): when this falls below what the builder's
+        workers can take, they are about to run out of work."""
         with self._lock:
-            return sum(len(b[0]) for b in self._inbox) + self._building
+            return sum(len(b[0]) for b in self._inbox) + len(self._held) + self._building
+
+    def build_longest_first(self) -> None:
+        """No more batches are expected (the last round was searched): the candidates not
+        handed to the builder yet are built slowest first, whatever their batch, by the
+        build times measured so far (batches submitted later join them in that order).
+        Each batch's results still come back in its input order."""
+        with self._lock:
+            if self._longest_first:
+                return
+            self._longest_first = True
+            self._resort = True
+        self._wake()
 
     @property
     def measured(self) -> int:
@@ -152,11 +194,13 @@ class MeasureStream:
                         return
                     new = list(self._inbox)
                     self._inbox.clear()
-                    # counted from the moment they leave the inbox, so :attr:`unbuilt`
-                    # never misses them while they are handed to the builder
-                    self._building += sum(len(b[0]) for b in new)
-                for inputs, fut, on_result in new:
-                    self._start(inputs, fut, on_result)
+                    # held from the moment they leave the inbox, under the same lock, so
+                    # :attr:`unbuilt` never misses them
+                    for inputs, fut, on_result in new:
+                        self._start(inputs, fut, on_result)
+                    if self._resort:
+                        self._sort_held()
+                self._feed()
                 done = self._flow.advance()
                 with self._lock:
                     self._building = self._flow.building
@@ -181,12 +225,38 @@ class MeasureStream:
             self._fail_all(closed)
 
     def _start(self, inputs: list, fut: Future, on_result=None) -> None:
+        """Hold a new batch, its slowest candidates first (called under the lock)."""
         if not fut.set_running_or_notify_cancel():
             return
         bid = next(batch_ids)
-        with self._lock:
-            self._batches[bid] = [fut, [None] * len(inputs), len(inputs), inputs, on_result]
-        for i, inp in enumerate(inputs):
+        self._batches[bid] = [fut, [None] * len(inputs), len(inputs), inputs, on_result]
+        est = [self.build_times.estimate(inp) for inp in inputs]
+        self._held.extend((bid, i) for i in sorted(range(len(inputs)), key=lambda i: -est[i]))
+        self._resort = self._resort or self._longest_first
+
+    def _sort_held(self) -> None:
+        """Every held candidate slowest first (called under the lock); ties keep their
+        order."""
+        def estimate(key):
+            batch = self._batches.get(key[0])
+            return -self.build_times.estimate(batch[3][key[1]]) if batch else 0.0
+
+        self._held = deque(sorted(self._held, key=estimate))
+        self._resort = False
+
+    def _feed(self) -> None:
+        """Hand held candidates to the builder while it has room."""
+        while True:
+            with self._lock:
+                if not self._held or (self._capacity is not None
+                                      and self._flow.building >= self._capacity):
+                    return
+                bid, i = self._held.popleft()
+                batch = self._batches.get(bid)
+                if batch is None:
+                    continue
+                inp = batch[3][i]
+                self._building += 1
             self._flow.add((bid, i), inp)
 
     def _finish(self, key, res) -> None:
@@ -195,6 +265,7 @@ class MeasureStream:
             batch = self._batches.get(bid)
         if batch is None:
             return
+        self.build_times.add(batch[3][i], res.all_cost)
         if batch[4] is not None:
             batch[4](batch[3][i], res)
         with self._lock:
@@ -216,6 +287,7 @@ class MeasureStream:
         with self._lock:
             batches = list(self._batches.values())
             self._batches.clear()
+            self._held.clear()
             queued = [b[1] for b in self._inbox]
             self._inbox.clear()
         for fut in [b[0] for b in batches] + queued:
