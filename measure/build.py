@@ -138,6 +138,7 @@ def build_candidate(inp: MeasureInput, options: BuildOptions = BuildOptions()) -
 
 def _build(inp: MeasureInput, options: BuildOptions, target: Target, ctx, t0: float,
            stages: dict) -> BuildResult:
+    from ..ir.simplify_cache import simplify_cache
     from ..passes import SchedulePipeline
     from ..passes.lower import lowering_pipeline
 
@@ -148,7 +149,7 @@ def _build(inp: MeasureInput, options: BuildOptions, target: Target, ctx, t0: fl
         module = inp.task.module()
         if inp.plan is not None and not inp.scheduled_text:
             # the one-way path: the schedule is made here, from the search state, once
-            with ctx, stage("schedule"):
+            with ctx, stage("schedule"), simplify_cache():
                 scheduled, pipeline = inp.plan.schedule(module, ctx)
             stages["schedule"] = time.perf_counter() - t
             made = pipeline.text
@@ -322,6 +323,7 @@ def check_host(device) -> tuple:
                              f"not {type(s).__name__}")
 
     visit(host.body)
+    visit = None  # it calls itself: a cycle left to the collector otherwise
     return tuple(sorted(written))
 
 

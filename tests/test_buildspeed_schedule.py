@@ -1,0 +1,125 @@
+"""Cheaper schedule and lowering stages in the builder, with the same kernels.
+
+The builder makes a candidate's schedule inside a simplifier cache of its own (one per
+candidate, never shared with another candidate or with the lowering), and the IR walks that
+call themselves no longer leave reference cycles for the cyclic collector. The whole
+effect on kernels is checked byte for byte by ``bench/build_profile.py --check`` (90 states of
+four networks, to cubins); these tests keep the mechanisms honest.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from ptxforge import autosched
+from ptxforge.autosched.state import State, StatePlan, candidate_input
+from ptxforge.ir import simplify_cache as sc
+from ptxforge.ir.stmt import map_stmt
+from ptxforge.measure import MeasureInput
+from ptxforge.measure.build import BuildOptions, build_candidate
+from ptxforge.measure.plan import SchedulePlan
+from ptxforge.passes import PassContext
+from ptxforge.passes.lower import lowering_pipeline
+from ptxforge.target import as_target
+
+from .test_autosched_tensorcore import tc_dense_layer  # registered there
+
+TARGET = "cuda -arch=sm_90a"
+_TASK: list = []
+
+
+def _task():
+    if not _TASK:
+        _TASK.append(autosched.SearchTask(func=tc_dense_layer, args=(64, 128, 64, "float16"),
+                                          target=TARGET))
+    return _TASK[0]
+
+
+def _states(per_sketch: int = 1) -> list:
+    """Valid random states, ``per_sketch`` of every sketch sampled (seed 5)."""
+    task = _task()
+    policy = autosched.SketchPolicy(task, autosched.RandomModel(seed=5), seed=5, verbose=0)
+    pop = policy.sample_initial_population(16 * len(task.sketches))
+    out, seen = [], {}
+    for r in pop:
+        k = int(r[0])
+        if seen.get(k, 0) < per_sketch:
+            seen[k] = seen.get(k, 0) + 1
+            out.append(State.from_row(r, task))
+    return out
+
+
+class _Recording(SchedulePlan):
+    """A plan that schedules as a state's plan does and notes the simplifier cache open
+    while it does."""
+
+    def __init__(self, plan: StatePlan, seen: list):
+        self.plan, self.seen = plan, seen
+
+    def pipeline(self):
+        return self.plan.pipeline()
+
+    def schedule(self, module, ctx):
+        self.seen.append(sc.current())
+        return self.plan.schedule(module, ctx)
+
+
+def test_each_candidate_is_scheduled_in_a_cache_of_its_own():
+    task = _task()
+    st = _states()[0]
+    seen: list = []
+    for _ in range(2):
+        inp = MeasureInput(task.task_spec, "", plan=_Recording(StatePlan(task, st), seen))
+        res = build_candidate(inp, BuildOptions(target_sm="sm_90a", compile_to="ir"))
+        assert res.error_no == 0, res.error_msg
+    assert all(c is not None for c in seen), "the schedule ran without a simplifier cache"
+    assert seen[0] is not seen[1], "two candidates shared a simplifier cache"
+    assert sc.current() is None  # closed when the build ends
+
+
+def test_a_cached_schedule_is_the_schedule_made_without_one():
+    task = _task()
+    module = task.task_spec.module()
+    kinds = ("tile", "wgmma_gemm")  # CUDA cores and tensor cores
+    states = [s for s in _states() if task.sketches[s.sketch].name.startswith(kinds)]
+    assert len(states) >= 2
+    for st in states:
+        plan = StatePlan(task, st)
+        with as_target(TARGET):
+            plain, pipe = plan.schedule(module, PassContext(verify=False))
+            with sc.simplify_cache():
+                cached, pipe2 = plan.schedule(module, PassContext(verify=False))
+            assert pipe.text == pipe2.text
+            assert str(cached) == str(plain), task.sketches[st.sketch].name
+            ctx = PassContext(verify=False)
+            assert str(lowering_pipeline()(cached, ctx)) == str(lowering_pipeline()(plain, ctx))
+
+
+@pytest.fixture
+def collector_off():
+    was = gc.isenabled()
+    gc.disable()
+    gc.collect()
+    yield
+    if was:
+        gc.enable()
+
+
+def test_map_stmt_leaves_no_reference_cycle(collector_off):
+    body = _task().task_spec.module().functions["main"].body
+    for _ in range(3):
+        map_stmt(body, fstmt=lambda s: None, fexpr=lambda e: e)
+    assert gc.collect() == 0
+
+
+def test_a_cuda_core_build_leaves_nothing_to_the_collector(collector_off):
+    task = _task()
+    st = next(s for s in _states() if task.sketches[s.sketch].name.startswith("tile"))
+    opts = BuildOptions(target_sm="sm_90a", compile_to="ptx")
+    assert build_candidate(candidate_input(task, st), opts).error_no == 0
+    gc.collect()  # what the first build sets up once (imports, tables) is not counted
+    res = build_candidate(candidate_input(task, st), opts)
+    assert res.error_no == 0, res.error_msg
+    assert gc.collect() == 0, "a build left reference cycles behind"
