@@ -8,6 +8,7 @@ processes, one candidate per worker at a time, so a crash or a hang costs one re
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -145,39 +146,45 @@ def _build(inp: MeasureInput, options: BuildOptions, target: Target, ctx, t0: fl
     made = ""  # the text of the pipeline made from the input's plan, for the record
     pipeline = None
     try:
-        t = time.perf_counter()
-        module = inp.task.module()
-        if inp.plan is not None and not inp.scheduled_text:
-            # the one-way path: the schedule is made here, from the search state, once
-            with ctx, stage("schedule"), simplify_cache():
-                scheduled, pipeline = inp.plan.schedule(module, ctx)
-            stages["schedule"] = time.perf_counter() - t
-            made = pipeline.text
-        elif inp.scheduled_text:
-            # the tuner applied the schedule already: its result, not a second application
-            from ..ir.parser import parse_module
-
-            scheduled = parse_module(inp.scheduled_text)
-            stages["parse"] = time.perf_counter() - t
-            if options.verify:
-                from ..ir.verify import verify
-
-                verify(scheduled)
-        else:
-            text = inp.pipeline_text
-            pipeline = SchedulePipeline.parse(text) if text.strip() else SchedulePipeline()
-            stages["parse"] = time.perf_counter() - t
+        with contextlib.ExitStack() as scope:
             t = time.perf_counter()
-            scheduled = pipeline(module, ctx)
-            stages["apply"] = time.perf_counter() - t
-        t = time.perf_counter()
-        step = _attention_step(inp, pipeline)
-        if step is not None:
-            # the fused attention kernel is device IR built whole, not lowered from stages
-            device = _attention_device(scheduled, step, target, options)
-        else:
-            device = lowering_pipeline()(scheduled, ctx)
-        stages["lower"] = time.perf_counter() - t
+            module = inp.task.module()
+            if inp.plan is not None and not inp.scheduled_text:
+                # the one-way path: the schedule is made here, from the search state, once
+                # one simplifier cache for the candidate's schedule and its lowering (which
+                # then shares it): compute_at's regions, the tensor-core te schedules and the
+                # lowering passes ask the same index questions again and again; it is the
+                # candidate's own, so nothing is carried from one candidate to the next
+                scope.enter_context(simplify_cache())
+                with ctx, stage("schedule"):
+                    scheduled, pipeline = inp.plan.schedule(module, ctx)
+                stages["schedule"] = time.perf_counter() - t
+                made = pipeline.text
+            elif inp.scheduled_text:
+                # the tuner applied the schedule already: its result, not a second application
+                from ..ir.parser import parse_module
+
+                scheduled = parse_module(inp.scheduled_text)
+                stages["parse"] = time.perf_counter() - t
+                if options.verify:
+                    from ..ir.verify import verify
+
+                    verify(scheduled)
+            else:
+                text = inp.pipeline_text
+                pipeline = SchedulePipeline.parse(text) if text.strip() else SchedulePipeline()
+                stages["parse"] = time.perf_counter() - t
+                t = time.perf_counter()
+                scheduled = pipeline(module, ctx)
+                stages["apply"] = time.perf_counter() - t
+            t = time.perf_counter()
+            step = _attention_step(inp, pipeline)
+            if step is not None:
+                # the fused attention kernel is device IR built whole, not lowered from stages
+                device = _attention_device(scheduled, step, target, options)
+            else:
+                device = lowering_pipeline()(scheduled, ctx)
+            stages["lower"] = time.perf_counter() - t
     except IRError as e:
         return _fail(MeasureErrorNo.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", t0, stages,
                      made)

@@ -1,8 +1,8 @@
 """Cheaper schedule and lowering stages in the builder, with the same kernels.
 
-The builder makes a candidate's schedule inside a simplifier cache of its own (one per
-candidate, never shared with another candidate or with the lowering), and the IR walks that
-call themselves no longer leave reference cycles for the cyclic collector. The whole
+The builder makes a candidate's schedule and lowers it inside one simplifier cache of the
+candidate's own (never shared with another candidate), and the IR walks that call themselves
+no longer leave reference cycles for the cyclic collector. The whole
 effect on kernels is checked byte for byte by ``bench/build_profile.py --check`` (90 states of
 four networks, to cubins); these tests keep the mechanisms honest.
 """
@@ -53,7 +53,7 @@ def _states(per_sketch: int = 1) -> list:
 
 class _Recording(SchedulePlan):
     """A plan that schedules as a state's plan does and notes the simplifier cache open
-    while it does."""
+    while it does, and the one open when its module is lowered."""
 
     def __init__(self, plan: StatePlan, seen: list):
         self.plan, self.seen = plan, seen
@@ -66,20 +66,36 @@ class _Recording(SchedulePlan):
         return self.plan.schedule(module, ctx)
 
 
-def test_each_candidate_is_scheduled_in_a_cache_of_its_own():
+def test_each_candidate_is_scheduled_and_lowered_in_a_cache_of_its_own(monkeypatch):
+    import ptxforge.passes.lower as lower_mod
+
     task = _task()
     st = _states()[0]
     seen: list = []
+    lowered: list = []
+    real = lower_mod.lowering_pipeline
+
+    def recording_pipeline():
+        pipe = real()
+
+        def run(module, ctx):
+            lowered.append(sc.current())
+            return pipe(module, ctx)
+
+        return run
+
+    monkeypatch.setattr(lower_mod, "lowering_pipeline", recording_pipeline)
     for _ in range(2):
         inp = MeasureInput(task.task_spec, "", plan=_Recording(StatePlan(task, st), seen))
         res = build_candidate(inp, BuildOptions(target_sm="sm_90a", compile_to="ir"))
         assert res.error_no == 0, res.error_msg
     assert all(c is not None for c in seen), "the schedule ran without a simplifier cache"
+    assert lowered == seen, "the lowering did not share its candidate's cache"
     assert seen[0] is not seen[1], "two candidates shared a simplifier cache"
     assert sc.current() is None  # closed when the build ends
 
 
-def test_a_cached_schedule_is_the_schedule_made_without_one():
+def test_a_cached_schedule_and_its_lowering_are_those_made_without_one():
     task = _task()
     module = task.task_spec.module()
     kinds = ("tile", "wgmma_gemm")  # CUDA cores and tensor cores
@@ -88,13 +104,16 @@ def test_a_cached_schedule_is_the_schedule_made_without_one():
     for st in states:
         plan = StatePlan(task, st)
         with as_target(TARGET):
-            plain, pipe = plan.schedule(module, PassContext(verify=False))
-            with sc.simplify_cache():
-                cached, pipe2 = plan.schedule(module, PassContext(verify=False))
-            assert pipe.text == pipe2.text
-            assert str(cached) == str(plain), task.sketches[st.sketch].name
             ctx = PassContext(verify=False)
-            assert str(lowering_pipeline()(cached, ctx)) == str(lowering_pipeline()(plain, ctx))
+            plain, pipe = plan.schedule(module, ctx)
+            plain_device = lowering_pipeline()(plain, ctx)  # in a cache of its own
+            with sc.simplify_cache():
+                cached, pipe2 = plan.schedule(module, ctx)
+                cached_device = lowering_pipeline()(cached, ctx)
+            assert pipe.text == pipe2.text
+            name = task.sketches[st.sketch].name
+            assert str(cached) == str(plain), name
+            assert str(cached_device) == str(plain_device), name
 
 
 @pytest.fixture
