@@ -87,9 +87,22 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu", action="store_true", help="CPU times instead of wall times")
     ap.add_argument("--profile", type=int, default=0, metavar="N")
     ap.add_argument("--quiet", action="store_true", help="no line per candidate")
+    ap.add_argument("--every", type=int, default=1, metavar="K",
+                    help="only every K-th state of the corpus")
+    ap.add_argument("--ops", action="store_true",
+                    help="count the Python operations of each build to device IR (schedule "
+                         "and lowering; a traced run, about 50x slower): a figure that the "
+                         "machine's load does not move")
     ap.add_argument("--regenerate", action="store_true")
     args = ap.parse_args(argv)
-    from candidate_corpus import _file, cut, fingerprint, first_difference, load_candidates
+    from candidate_corpus import (
+        _file,
+        count_ops,
+        cut,
+        fingerprint,
+        first_difference,
+        load_candidates,
+    )
 
     if args.regenerate:
         states = draw_states()
@@ -104,12 +117,23 @@ def main(argv=None) -> int:
         from ptxforge import stages
 
         stages.time = types.SimpleNamespace(perf_counter=time.process_time)
-    cands = load_candidates(STATES, args.only)
+    cands = load_candidates(STATES, args.only)[::args.every]
     for _, task, _ in cands:
         task.task_spec.module()  # as a builder worker has it after its first candidate
     from ptxforge.measure.build import LocalBuilder
 
     LocalBuilder(n_parallel=0, target_sm="sm_90a")._warm_up()  # as a pool does before forking
+    if args.ops:
+        build(*cands[0][1:], "ir")  # imports and first-use set-up are not counted
+        total = 0
+        for name, task, st in cands:
+            n = count_ops(task, st)
+            total += n
+            if not args.quiet:
+                print(f"{name:44s} {n / 1e6:8.3f} M ops", flush=True)
+        print(f"{len(cands)} candidates: {total / 1e6:.2f} M Python operations, "
+              f"{total / 1e6 / len(cands):.3f} M per candidate (schedule and lowering)")
+        return 0
     prof = cProfile.Profile() if args.profile else None
     totals: dict = {}
     failed = 0
