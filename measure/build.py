@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import os
 import shutil
 import signal
@@ -394,6 +395,11 @@ def _use_scratch(folder: str, niceness: int = 0) -> None:
     # a worker's temporary files (the assembler's) go to a folder the parent removes, so a
     # worker killed mid-build leaves nothing behind
     tempfile.tempdir = folder
+    # what the worker inherits (tasks, modules, the tuner's tables) lives as long as it
+    # does: the collector's full passes between builds skip it (about 40 ms a pass over a
+    # ResNet-50 tuner's objects on the development CPU) and leave its pages shared with
+    # the parent instead of copying them as they mark objects
+    gc.freeze()
     if niceness > 0:
         try:
             os.nice(niceness)

@@ -142,3 +142,26 @@ def test_a_cuda_core_build_leaves_nothing_to_the_collector(collector_off):
     res = build_candidate(candidate_input(task, st), opts)
     assert res.error_no == 0, res.error_msg
     assert gc.collect() == 0, "a build left reference cycles behind"
+
+
+def _freeze_count() -> int:
+    return gc.get_freeze_count()
+
+
+def test_builder_workers_freeze_what_they_inherit(tmp_path):
+    from ptxforge.measure.build import _use_scratch
+    from ptxforge.measure.pool import WorkerPool
+
+    pool = WorkerPool(1, "fork", _use_scratch, (str(tmp_path),), name="freeze-test")
+    try:
+        pool.submit("n", _freeze_count, (), 60)
+        outcomes = []
+        while not outcomes:
+            outcomes = pool.poll(None)
+    finally:
+        pool.close()
+    (o,) = outcomes
+    assert o.status == "ok", o.error
+    # the worker's inherited objects (this test process's, at least the modules) are frozen
+    assert o.value > 1000
+    assert gc.get_freeze_count() == 0  # the parent's collector is left as it was
