@@ -70,7 +70,7 @@ def test_each_candidate_is_scheduled_and_lowered_in_a_cache_of_its_own(monkeypat
     import ptxforge.passes.lower as lower_mod
 
     task = _task()
-    st = _states()[0]
+    states = _states()[:2]  # two different states, of two sketches
     seen: list = []
     lowered: list = []
     real = lower_mod.lowering_pipeline
@@ -85,7 +85,7 @@ def test_each_candidate_is_scheduled_and_lowered_in_a_cache_of_its_own(monkeypat
         return run
 
     monkeypatch.setattr(lower_mod, "lowering_pipeline", recording_pipeline)
-    for _ in range(2):
+    for st in states:
         inp = MeasureInput(task.task_spec, "", plan=_Recording(StatePlan(task, st), seen))
         res = build_candidate(inp, BuildOptions(target_sm="sm_90a", compile_to="ir"))
         assert res.error_no == 0, res.error_msg
