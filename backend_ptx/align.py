@@ -34,7 +34,10 @@ def known_multiple(e: Expr, env: Mapping[Var, object] | None = None) -> int:
             memo[key] = _multiple(x, env, go)
         return memo[key]
 
-    return go(e)
+    try:
+        return go(e)
+    finally:
+        go = None  # it calls itself: a cycle left to the collector otherwise
 
 
 def _multiple(e: Expr, env: Mapping, go) -> int:

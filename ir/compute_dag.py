@@ -61,6 +61,7 @@ class ComputeDAG:
         for t in tensors:
             if isinstance(t.op, ComputeOp):
                 visit(t.op)
+        visit = None  # it calls itself: a cycle left to the collector otherwise
         for t in tensors:  # placeholders listed but unreachable are caught by the caller
             if isinstance(t.op, PlaceholderOp) and id(t.op) not in seen:
                 pass

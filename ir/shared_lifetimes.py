@@ -175,4 +175,5 @@ def shared_lifetimes(func: PrimFunc) -> Lifetimes:
         state[0] = _transfer(s, state[0])
 
     visit(func.body)
+    visit = None  # it calls itself: a cycle left to the collector otherwise
     return out

@@ -657,32 +657,38 @@ def map_stmt(s: Stmt, fstmt: Callable | None = None, fexpr: Callable | None = No
     def go(x: Stmt) -> Stmt:
         if visit is not None and not visit(x):
             return x
-        if isinstance(x, Seq):
-            kids = [go(c) for c in x.stmts]
-            y = x if all(a is b for a, b in zip(kids, x.stmts)) else Seq(kids)
-        elif isinstance(x, For):
+        # the common node types by exact type first (every pass rebuilds through here),
+        # then by isinstance for subclasses
+        t = type(x)
+        if t is For:
             b = go(x.body)
             y = x if b is x.body else x.replace(body=b)
+        elif t is Store:
+            idx = tuple([fe(i) for i in x.indices])
+            v = fe(x.value)
+            same = v is x.value and all(a is b for a, b in zip(idx, x.indices))
+            y = x if same else Store(x.buffer, idx, v)
+        elif t is Seq:
+            stmts = x.stmts
+            kids = [go(c) for c in stmts]
+            y = x if all(a is b for a, b in zip(kids, stmts)) else Seq(kids)
+        elif t is Block:
+            y = _map_block(x, go, fe)
+        elif isinstance(x, Seq):
+            y = _map_seq(x, go)
+        elif isinstance(x, For):
+            y = _map_for(x, go)
         elif isinstance(x, If):
-            c, t = fe(x.cond), go(x.then)
+            c, then = fe(x.cond), go(x.then)
             e = None if x.else_ is None else go(x.else_)
-            y = x if (c is x.cond and t is x.then and e is x.else_) else If(c, t, e)
+            y = x if (c is x.cond and then is x.then and e is x.else_) else If(c, then, e)
         elif isinstance(x, Block):
-            bind = tuple(fe(b) for b in x.bindings)
-            pred = fe(x.predicate)
-            init = None if x.init is None else go(x.init)
-            body = go(x.body)
-            same = (all(a is b for a, b in zip(bind, x.bindings)) and pred is x.predicate
-                    and init is x.init and body is x.body)
-            y = x if same else x.replace(bindings=bind, predicate=pred, init=init, body=body)
+            y = _map_block(x, go, fe)
         elif isinstance(x, Alloc):
             b = go(x.body)
             y = x if b is x.body else x.replace(body=b)
         elif isinstance(x, Store):
-            idx = tuple(fe(i) for i in x.indices)
-            v = fe(x.value)
-            same = v is x.value and all(a is b for a, b in zip(idx, x.indices))
-            y = x if same else Store(x.buffer, idx, v)
+            y = _map_store(x, fe)
         elif isinstance(x, Let):
             v, b = fe(x.value), go(x.body)
             y = x if (v is x.value and b is x.body) else Let(x.var, v, b)
@@ -698,7 +704,41 @@ def map_stmt(s: Stmt, fstmt: Callable | None = None, fexpr: Callable | None = No
                 return r
         return y
 
-    return go(s)
+    try:
+        return go(s)
+    finally:
+        # ``go`` refers to itself through its closure: without this, every call would leave
+        # a reference cycle (``go``, ``fe`` and the callbacks with all they hold) for the
+        # cyclic collector, which builders keep paused while they build
+        go = None
+
+
+def _map_seq(x: Seq, go: Callable) -> Stmt:
+    stmts = x.stmts
+    kids = [go(c) for c in stmts]
+    return x if all(a is b for a, b in zip(kids, stmts)) else Seq(kids)
+
+
+def _map_for(x: For, go: Callable) -> Stmt:
+    b = go(x.body)
+    return x if b is x.body else x.replace(body=b)
+
+
+def _map_block(x: Block, go: Callable, fe: Callable) -> Stmt:
+    bind = tuple(fe(b) for b in x.bindings)
+    pred = fe(x.predicate)
+    init = None if x.init is None else go(x.init)
+    body = go(x.body)
+    same = (all(a is b for a, b in zip(bind, x.bindings)) and pred is x.predicate
+            and init is x.init and body is x.body)
+    return x if same else x.replace(bindings=bind, predicate=pred, init=init, body=body)
+
+
+def _map_store(x: Store, fe: Callable) -> Stmt:
+    idx = tuple(fe(i) for i in x.indices)
+    v = fe(x.value)
+    same = v is x.value and all(a is b for a, b in zip(idx, x.indices))
+    return x if same else Store(x.buffer, idx, v)
 
 
 def substitute_stmt(s: Stmt, vmap: dict) -> Stmt:

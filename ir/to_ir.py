@@ -185,6 +185,7 @@ def stage_nest(op: ComputeOp, block_name: str, buffers: dict, loop_names: set | 
         init = Store(out, spatial_idx, reducer_identity(body_expr.combiner, out.dtype))
     else:
         body = seq(*[Store(out, spatial_idx, convert(b)) for out, b in zip(outs, op.bodies)])
+    convert = None  # it calls itself: a cycle left to the collector otherwise
     stmt = Block(block_name, block_vars, loop_vars, body, init=init)
     for lv, a in reversed(list(zip(loop_vars, axes))):
         stmt = For(lv, a.extent, stmt)

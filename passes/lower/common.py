@@ -113,7 +113,10 @@ def fresh_copy(s: Stmt) -> Stmt:
                              src_bytes=None if x.src_bytes is None else fe(x.src_bytes))
         return x
 
-    return go(s)
+    try:
+        return go(s)
+    finally:
+        go = None  # it calls itself: a cycle left to the collector otherwise
 
 
 def lowering_target(ctx) -> Target:

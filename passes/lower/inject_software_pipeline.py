@@ -158,7 +158,10 @@ def _rebind_copies(s: Stmt) -> Stmt:
             return x if (init is x.init and body is x.body) else x.replace(init=init, body=body)
         return x
 
-    return go(s)
+    try:
+        return go(s)
+    finally:
+        go = None  # it calls itself: a cycle left to the collector otherwise
 
 
 CROSS_TILE_OPTION = "cross_tile_prologue"

@@ -348,6 +348,7 @@ class Schedule:
 
         for t in tensors:
             visit(t.op)
+        visit = None  # it calls itself: a cycle left to the collector otherwise
         self.outputs = tensors
         self.dag = ScheduleDAG(inputs + tensors)
         self._buffer_names: dict = {}
