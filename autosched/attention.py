@@ -7,8 +7,11 @@ placeholders) gets the sketch ``fused_attention(<output>)``. Its one step,
 stages) and emits the ``fused_attention`` schedule step with it, so a state is recorded,
 printed and replayed like any other; :func:`attention_model` ranks the states by
 :func:`~ptxforge.ops.schedules.attention.attention_time`, the default chooser's estimate.
-The general sketches of such a task (the unfused stages on CUDA cores) stay and compete:
-``SearchTask.sketches`` adds :func:`attention_sketches`, and the kernel model
+Such a task gets this sketch alone (``SearchTask.sketches``): its general sketches, the
+unfused stages on CUDA cores, measured 18-28x slower and cost 8x the build time of a fused
+candidate (HF BERT at sequence 128, H200: 53-81 against 2.9 us, 3.7 against 0.44 s a
+build; ``docs/tuning.md``). Where the rule does not apply (an attention the kernel cannot
+run, stages fused before it) the general sketches stay. The kernel model
 (``autosched/kernel_model.py``) dispatches :class:`AttentionStep` to
 :func:`attention_model`. The usual builders (:class:`~ptxforge.measure.LocalBuilder`)
 build a state's ``fused_attention`` step as the fused kernel.
