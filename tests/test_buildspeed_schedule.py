@@ -165,3 +165,21 @@ def test_builder_workers_freeze_what_they_inherit(tmp_path):
     # the worker's inherited objects (this test process's, at least the modules) are frozen
     assert o.value > 1000
     assert gc.get_freeze_count() == 0  # the parent's collector is left as it was
+
+
+
+def test_the_schedules_read_analysis_leaves_no_reference_cycle(collector_off):
+    """``tensor_reads`` and ``reads_through`` (the tensor-core schedules' analysis of what a
+    stage reads, inlined stages substituted) walk without self-referencing closures."""
+    from ptxforge import te
+    from ptxforge.ops.schedules.analysis import reads_through, tensor_reads
+
+    a = te.placeholder((8, 8), "float16", name="a")
+    b = te.compute((8, 8), lambda i, j: a[i, j] * 2, name="b")
+    c = te.compute((8, 8), lambda i, j: b[i, j] + a[j, i], name="c")
+    gc.collect()
+    for _ in range(3):
+        reads = reads_through(c.op, {id(b.op)})
+        assert [t.name for t, _ in reads] == ["a", "a"]
+        assert [r.tensor.name for r in tensor_reads(c.op.bodies[0])] == ["b", "a"]
+    assert gc.collect() == 0

@@ -26,15 +26,15 @@ def is_reduction(op) -> bool:
 
 def tensor_reads(expr: Expr) -> list[TensorRead]:
     """Every tensor read in ``expr``, depth first, left to right."""
+    # an explicit stack, not a closure calling itself: that closure is a reference cycle
+    # the collector must find (builders keep it paused through a candidate's build)
     out: list[TensorRead] = []
-
-    def visit(e):
+    stack = [expr]
+    while stack:
+        e = stack.pop()
         if isinstance(e, TensorRead):
             out.append(e)
-        for c in children(e):
-            visit(c)
-
-    visit(expr)
+        stack.extend(reversed(children(e)))
     return out
 
 
@@ -57,6 +57,7 @@ def reads_through(op: ComputeOp, inlined: set) -> list[tuple[Tensor, tuple]]:
 
     for body in op.bodies:
         visit(body)
+    visit = None  # noqa: F841 - the closure refers to itself: break that cycle
     return out
 
 
