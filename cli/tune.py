@@ -290,7 +290,8 @@ def _tune_network(args, tasks, weights, runner: str, todo: int, resume: bool,
                        table=table, seed=args.seed, per_round=args.per_round,
                        min_repeat_ms=args.min_repeat_ms, sim_check=args.sim_check,
                        load_model=args.load_model, search_ahead=args.search_ahead,
-                       early_stop=args.early_stop, time_budget_s=args.time_budget)
+                       early_stop=args.early_stop, time_budget_s=args.time_budget,
+                       keep_builders_busy=args.keep_builders_busy)
     if run.scheduler.search_policies:
         save_model(run.scheduler.search_policies[0].cost_model, args.save_model)
     print(run.report())
@@ -441,6 +442,12 @@ def add_tune_network_parser(sub) -> None:
                    help="rounds still being built and measured while the next is searched "
                         "(default 2: candidates of three tasks in flight keep the builders "
                         "busy; 0 waits for each round's results, as TVM does)")
+    p.add_argument("--keep-builders-busy", action=argparse.BooleanOptionalAction,
+                   default=None,
+                   help="after the warm-up, search the next round whenever the builders run "
+                        "low instead of waiting for the oldest round in flight (default: on "
+                        "with the GPU runner; the rounds then depend on timing, so a seeded "
+                        "run repeats itself only with --no-keep-builders-busy)")
     add_early_stop_argument(p)
     add_time_budget_argument(p)
     p.add_argument("--target", default="cuda",
