@@ -23,12 +23,13 @@ from .tensorcore import TensorCoreStep, tensorcore_model
 
 F32 = 4
 
-MAX_UNROLLED_PER_THREAD = 512
+MAX_UNROLLED_PER_THREAD = 448
 """The most statements a thread's code may hold once its loops are unrolled (see
 :func:`unrolled_code`). Past it a CUDA-core kernel takes seconds to build (9,000 lines of
 PTX, up to the builders' 10 s timeout) for no speed: in 4,000 records of fp16 tuning runs on
 an H200 (ResNet-18/50, MobileNetV2, BERT) every state within 5% of its task's best held at
-most 321, and 10 of the 10 tile states that built in over 2 s held more (docs/tuning.md)."""
+most 321, while all 10 CUDA-core states that built in over 2 s and 33 of the 37 over 1 s
+held more (docs/tuning.md)."""
 
 
 def _prod(arrays, n: int) -> np.ndarray:

@@ -62,7 +62,7 @@ def test_no_near_best_state_refused(judged):
                if rec["near_best"] and not valid]
     assert refused == []
     # a margin: the largest near-best code is well under the cap
-    assert max(code for _, code in kept) * 1.5 <= MAX_UNROLLED_PER_THREAD
+    assert max(code for _, code in kept) * 1.35 <= MAX_UNROLLED_PER_THREAD
 
 
 def test_slow_builds_refused(judged):
@@ -71,7 +71,7 @@ def test_slow_builds_refused(judged):
     assert len(slow2) >= 8
     # every build over 2 s (the two timeouts of MobileNetV2 included) is refused
     assert [rec["all_cost"] for rec, valid in slow2 if valid] == []
-    assert sum(not valid for _, valid in slow1) >= 0.7 * len(slow1)
+    assert sum(not valid for _, valid in slow1) >= 0.8 * len(slow1)
 
 
 def test_unrolled_code_of_a_timed_out_state(tasks):
