@@ -4,8 +4,8 @@ rough analytical time.
 
 Everything is numpy arithmetic over the slot arrays of one sketch (``[n, levels]`` tile
 extents, ``[n]`` choices), so a generation of thousands of states costs milliseconds. The
-quantities feed the validity check (threads, vthreads, shared memory, accumulators), the
-cost model's features and, before any measurement, the ranking of states.
+quantities feed the validity check (threads, vthreads, shared memory, accumulators, unrolled
+code), the cost model's features and, before any measurement, the ranking of states.
 """
 
 from __future__ import annotations
