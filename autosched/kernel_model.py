@@ -4,8 +4,8 @@ rough analytical time.
 
 Everything is numpy arithmetic over the slot arrays of one sketch (``[n, levels]`` tile
 extents, ``[n]`` choices), so a generation of thousands of states costs milliseconds. The
-quantities feed the validity check (threads, vthreads, shared memory, accumulators), the
-cost model's features and, before any measurement, the ranking of states.
+quantities feed the validity check (threads, vthreads, shared memory, accumulators, unrolled
+code), the cost model's features and, before any measurement, the ranking of states.
 """
 
 from __future__ import annotations
@@ -22,6 +22,14 @@ from .steps import CrossThreadStep, InlineStep, SimpleStep, TileStep
 from .tensorcore import TensorCoreStep, tensorcore_model
 
 F32 = 4
+
+MAX_UNROLLED_PER_THREAD = 448
+"""The most statements a thread's code may hold once its loops are unrolled (see
+:func:`unrolled_code`). Past it a CUDA-core kernel takes seconds to build (9,000 lines of
+PTX, up to the builders' 10 s timeout) for no speed: in 4,000 records of fp16 tuning runs on
+an H200 (ResNet-18/50, MobileNetV2, BERT) every state within 5% of its task's best held at
+most 321, while all 10 CUDA-core states that built in over 2 s and 33 of the 37 over 1 s
+held more (docs/tuning.md)."""
 
 
 def _prod(arrays, n: int) -> np.ndarray:
@@ -59,6 +67,32 @@ def _region_dims(access, tiles: list, n: int) -> list:
                 span = span + abs(int(c)) * (tiles[j] - 1)
         dims.append(np.minimum(span, extent))
     return dims
+
+
+def unrolled_code(step: TileStep, V, n: int) -> np.ndarray:
+    """``[n]`` statements of one thread's code once ``auto_unroll_max_step`` has unrolled
+    its loops: the tiled stage's per-thread nest (reduce levels 1 and 2, spatial levels 3
+    and 4, under the outer reduce loop) unrolled as ``unroll_loops`` does (the largest
+    inner nest of at most ``unroll`` steps, the whole nest with the outer reduce loop if
+    that fits), copied once per virtual thread, plus the cooperative fetch loops of the
+    shared inputs (one statement per iteration)."""
+    sp = [V[step.slot("tile", a)] for a, _ in step.spatial]
+    rd = [V[step.slot("tile", a)] for a, _ in step.reduce]
+    if step.split_k is not None:
+        rd[step.split_k] = rd[step.split_k][:, 1:]
+    unroll = V[step.slot("unroll")]
+    # innermost last, in the order TileStep.emit reorders the tiled stage
+    loops = ([f[:, 1] for f in rd] + [f[:, 3] for f in sp] + [f[:, 2] for f in rd]
+             + [f[:, 4] for f in sp])
+    nest = np.ones(n, dtype=np.int64)
+    code = np.ones(n, dtype=np.int64)
+    for extent in reversed(loops):
+        nest = nest * extent
+        code = np.where(nest <= unroll, nest, code)
+    whole = nest * _prod([f[:, 0] for f in rd], n)
+    code = np.where(whole <= unroll, whole, code)
+    vthreads = _prod([f[:, 1] for f in sp], n)
+    return code * vthreads
 
 
 def _occupancy(threads, regs, shared, blocks, hw: HardwareParams) -> dict:
@@ -156,6 +190,7 @@ def tile_model(step: TileStep, V, hw: HardwareParams, n: int) -> dict:
         else:
             global_elems = global_elems + elems * r0
     unique += space * F32
+    code = unrolled_code(step, V, n) + fetch_iters
     per_fma = np.where(unrolled, lds_thread / np.maximum(accum * r2, 1),
                        float(len(by_input)))
     regs = np.where(unrolled, 24 + accum + np.minimum(lds_thread, 64), 32 + accum)
@@ -179,14 +214,15 @@ def tile_model(step: TileStep, V, hw: HardwareParams, n: int) -> dict:
     valid = ((threads <= hw.max_threads_per_block)
              & (vthreads <= hw.max_vthread_extent)
              & (shared_bytes <= hw.max_shared_memory_per_block)
-             & (accum <= hw.max_accumulators_per_thread))
+             & (accum <= hw.max_accumulators_per_thread)
+             & (code <= MAX_UNROLLED_PER_THREAD))
     return {
         "valid": valid, "blocks": blocks, "threads": threads, "vthreads": vthreads,
         "accum": accum, "fma_thread": fma_thread, "shared_bytes": shared_bytes,
         "global_bytes": global_bytes, "unique_bytes": np.full(n, float(unique)),
         "lds_per_fma": per_fma, "conflict": conflict, "fetch_iters": fetch_iters,
         "fetch_run": fetch_run, "unroll": unroll, "inner_steps": inner_steps,
-        "unrolled": unrolled, "r0": r0, "split_k": k_split, "regs": regs,
+        "unrolled": unrolled, "unrolled_code": code, "r0": r0, "split_k": k_split, "regs": regs,
         "store_threads": sp[-1][:, 2], "store_inner": sp[-1][:, 3] * sp[-1][:, 4],
         "est": est, **occ,
     }
