@@ -7,13 +7,13 @@ order."""
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 
 from ptxforge import measure
 from ptxforge.measure.build_times import BuildTimes, rule_of, sketch_of
 from ptxforge.measure.stream import HANDED_PER_WORKER, MeasureStream, builder_capacity
+
+from .test_task_scheduler_backlog import ThreadBuilder
 
 SPEC = measure.TaskSpec("order-key", "cuda", "", 1.0)
 OTHER = measure.TaskSpec("other-key", "cuda", "", 1.0)
@@ -24,50 +24,17 @@ def cand(sketch: str, v: int, spec=SPEC) -> measure.MeasureInput:
     return measure.MeasureInput(spec, "", {"kind": "autosched", "sketch": sketch, "v": v})
 
 
-class SketchBuilder(measure.Builder):
+class SketchBuilder(ThreadBuilder):
     """``n_parallel`` worker threads; a build takes ``SECONDS[sketch]``. Logs the order in
     which candidates were handed over (their ``v``) and the most it ever held."""
 
     def __init__(self, n_parallel: int = 1):
-        self.n_parallel = n_parallel
-        self._jobs: queue.Queue = queue.Queue()
-        self._done: list = []
-        self._lock = threading.Lock()
-        self._pending = 0
+        super().__init__(n_parallel, slow_every=0)
         self.order: list = []
-        self.most = 0
-        self._threads = [threading.Thread(target=self._work, daemon=True)
-                         for _ in range(n_parallel)]
-        for t in self._threads:
-            t.start()
 
-    def _work(self):
-        while (job := self._jobs.get()) is not None:
-            key, seconds = job
-            time.sleep(seconds)
-            with self._lock:
-                self._done.append((key, measure.BuildResult("built", 0, "", seconds)))
-
-    def submit(self, key, inp):
-        with self._lock:
-            self._pending += 1
-            self.most = max(self.most, self._pending)
+    def seconds(self, key, inp) -> float:
         self.order.append(inp.payload["v"])
-        self._jobs.put((key, SECONDS[inp.payload["sketch"]]))
-
-    def collect(self, timeout=0.0):
-        with self._lock:
-            out, self._done = self._done, []
-            self._pending -= len(out)
-        return out
-
-    @property
-    def pending(self):
-        return self._pending
-
-    def close(self):
-        for _ in self._threads:
-            self._jobs.put(None)
+        return SECONDS[inp.payload["sketch"]]
 
 
 class BuildTimeRunner(measure.Runner):

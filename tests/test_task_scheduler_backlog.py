@@ -48,6 +48,7 @@ class ThreadBuilder(measure.Builder):
         self._pending = 0
         self.waits: list = []  # (start, end) of a worker waiting for a job
         self.submits: list = []
+        self.most = 0  # the most candidates it held at once
         self._seen_batches: set = set()
         self._threads = [threading.Thread(target=self._work, daemon=True)
                          for _ in range(n_parallel)]
@@ -66,15 +67,20 @@ class ThreadBuilder(measure.Builder):
             with self._lock:
                 self._done.append((key, measure.BuildResult("built", 0, "", seconds)))
 
-    def submit(self, key, inp):
+    def seconds(self, key, inp) -> float:
+        """How long ``inp``'s build takes (subclasses choose otherwise)."""
         batch = key[0] if isinstance(key, tuple) else key
         slow = (batch not in self._seen_batches and self.slow_every > 0
                 and len(self._seen_batches) % self.slow_every == 0)
         self._seen_batches.add(batch)
+        return SLOW_BUILD_S if slow else self.fast_s
+
+    def submit(self, key, inp):
         with self._lock:
             self._pending += 1
+            self.most = max(self.most, self._pending)
         self.submits.append(time.monotonic())
-        self._jobs.put((key, SLOW_BUILD_S if slow else self.fast_s))
+        self._jobs.put((key, self.seconds(key, inp)))
 
     def collect(self, timeout=0.0):
         with self._lock:
@@ -95,6 +101,17 @@ class ThreadBuilder(measure.Builder):
         candidate handed over (the waits after the last one are the unavoidable tail)."""
         lo, hi = self.submits[0], self.submits[-1]
         return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in self.waits)
+
+
+def tune_and_read_keys(ts, opts, policies, builder, log: str) -> list:
+    """Run ``ts`` with ``opts`` and close ``builder``; the (workload, payload) key of each
+    record written to ``log``, in order."""
+    try:
+        ts.tune(opts, search_policy=policies)
+    finally:
+        builder.close()
+    return [(inp.task.workload_key, json.dumps(inp.payload, sort_keys=True))
+            for inp, _ in measure.load_records(log)]
 
 
 class LateRunner(TaskRunner):

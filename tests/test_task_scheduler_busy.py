@@ -16,7 +16,7 @@ from ptxforge import autosched, measure
 from ptxforge.autosched.task_scheduler import MAX_ROUNDS_IN_FLIGHT
 
 from .test_task_scheduler import CONV_ARGS, TaskRunner, conv_tasks, sched_conv_relu
-from .test_task_scheduler_backlog import POLICY, SlowSearch, ThreadBuilder
+from .test_task_scheduler_backlog import POLICY, SlowSearch, ThreadBuilder, tune_and_read_keys
 
 
 class Rounds(autosched.TaskSchedulerCallback):
@@ -52,12 +52,7 @@ def run(tmp_path, name, busy: bool, n_tasks=3, per_round=8, rounds=11, slow_ever
         num_measure_trials=per_round * rounds, num_measures_per_round=per_round,
         builder=builder, runner=TaskRunner(tasks), verbose=0, search_ahead=ahead,
         measure_callbacks=[autosched.RecordToFile(log)])
-    try:
-        ts.tune(opts, search_policy=policies)
-    finally:
-        builder.close()
-    keys = [(inp.task.workload_key, json.dumps(inp.payload, sort_keys=True))
-            for inp, _ in measure.load_records(log)]
+    keys = tune_and_read_keys(ts, opts, policies, builder, log)
     return ts, seen, builder, keys
 
 

@@ -6,13 +6,12 @@ records whatever the timing."""
 
 from __future__ import annotations
 
-import json
 import time
 
-from ptxforge import autosched, measure
+from ptxforge import autosched
 
 from .test_task_scheduler import Order, TaskRunner, sched_conv_relu
-from .test_task_scheduler_backlog import POLICY, SlowSearch, ThreadBuilder
+from .test_task_scheduler_backlog import POLICY, SlowSearch, ThreadBuilder, tune_and_read_keys
 
 
 class Stamped(Order):
@@ -42,12 +41,7 @@ def run(tmp_path, name, slow_every=4, n_tasks=4, per_round=8, rounds=7):
         num_measure_trials=per_round * rounds, num_measures_per_round=per_round,
         builder=builder, runner=TaskRunner(tasks), verbose=0, search_ahead=2,
         measure_callbacks=[autosched.RecordToFile(log)])
-    try:
-        ts.tune(opts, search_policy=policies)
-    finally:
-        builder.close()
-    keys = [(inp.task.workload_key, json.dumps(inp.payload, sort_keys=True))
-            for inp, _ in measure.load_records(log)]
+    keys = tune_and_read_keys(ts, opts, policies, builder, log)
     return ts, order, builder, keys
 
 
