@@ -7,8 +7,10 @@ torchvision ones are ``convnext_t`` (ConvNeXt-T) and ``efficientnet_b0``):
 - PyTorch exports it with ``torch.onnx.export`` (its default, the dynamo exporter, at
   opset 18; ``--exporter torchscript``: the TorchScript exporter at opset 17);
 - ours: ``graph.from_onnx`` then ``graph.build(..., precision=--dtype)`` with the default
-  schedules, or after ``--trials`` N of auto-scheduling from an empty log (``--log``);
-  timed as one CUDA graph (``GraphModule.benchmark``);
+  schedules, or after ``--trials`` N of auto-scheduling from an empty log (tuned as
+  ``ptxforge tune-network`` tunes, ``--profile`` printing its per-stage profile too), then
+  timed with the default schedules as well (default/tuned); timed as one CUDA graph
+  (``GraphModule.benchmark``);
 - PyTorch: the same model in ``--dtype`` with SDPA attention, as a CUDA graph of eager and
   as ``torch.compile(mode="reduce-overhead")``, in the same process.
 
@@ -158,25 +160,23 @@ def kernel_profile(torch, module, lib, feeds: dict, top: int) -> str:
     return "\n".join(lines)
 
 
-def tune(net, params, dtype: str, trials: int, log: str, seed: int) -> float:
+def tune(net, params, dtype: str, trials: int, log: str, seed: int, profile: bool) -> float:
+    """Tune the import from an empty ``log`` as ``ptxforge tune-network`` does (the same
+    function, measurement settings and defaults); print its rate and, with ``profile``,
+    its per-stage profile."""
     from ptxforge import autosched
-    from ptxforge.cli.tune import Measurement
+    from ptxforge.autosched.network_tuning import tune_network
+    from ptxforge.cli.profile import format_profile
 
     tasks, weights = autosched.extract_tasks(net, params, "cuda", precision=dtype)
-    scheduler = autosched.TaskScheduler(tasks, weights, seed=seed)
-    measurement = Measurement("gpu", 100.0, False)
-    options = autosched.TuningOptions(
-        num_measure_trials=max(trials, len(tasks)), builder=measurement.builder,
-        runner=measurement.runner, verbose=0, measure_callbacks=[autosched.RecordToFile(log)])
-    t0 = time.perf_counter()
-    try:
-        scheduler.tune(options)
-    finally:
-        measurement.close()
-    elapsed = time.perf_counter() - t0
-    print(f"  tuned {len(tasks)} tasks, {scheduler.ct} trials in {elapsed:.0f} s "
-          f"({scheduler.ct / elapsed:.1f} trials/s)", flush=True)
-    return elapsed
+    run = tune_network(tasks, weights, log, max(trials, len(tasks)), runner="gpu",
+                       resume=False, seed=seed, sim_check=False)
+    print(f"  tuned {len(tasks)} tasks, {run.trials} trials in {run.elapsed_s:.0f} s "
+          f"({run.trials / run.elapsed_s:.1f} trials/s)", flush=True)
+    if profile:
+        print(format_profile(run.stages, run.builder, run.trials, run.elapsed_s, run.runner,
+                             run.scheduler.measure_times), flush=True)
+    return run.elapsed_s
 
 
 def bench(torch, name: str, args) -> dict:
@@ -196,7 +196,8 @@ def bench(torch, name: str, args) -> dict:
     if args.trials:
         if os.path.exists(log):
             os.remove(log)
-        row["tune_s"] = tune(net, params, args.dtype, args.trials, log, args.seed)
+        row["tune_s"] = tune(net, params, args.dtype, args.trials, log, args.seed,
+                             bool(args.profile))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", graph.NoTuningRecordWarning)
         t0 = time.perf_counter()
@@ -253,6 +254,17 @@ def bench(torch, name: str, args) -> dict:
                 raise SystemExit(f"{name}: our float32 build differs from onnxruntime's "
                                  f"({row['err32']:.2e}; PyTorch's differs by {torch_ort:.2e})")
         row["ours_ms"] = module.benchmark(dev, repeat=5, min_repeat_ms=300).median * 1e3
+        if args.trials:
+            # the same import with the default schedules, as a user who never tunes runs it
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", graph.NoTuningRecordWarning)
+                plain_lib = graph.build(net, "cuda", params, precision=args.dtype)
+            plain = graph.GraphModule(plain_lib, dev)
+            plain.set_input(**feeds)
+            row["default_ms"] = plain.benchmark(dev, repeat=5, min_repeat_ms=300).median * 1e3
+            ratio = row["default_ms"] / row["ours_ms"]
+            print(f"[{name}] default schedules {row['default_ms']:.4f} ms, tuned "
+                  f"{row['ours_ms']:.4f} ms: default/tuned {ratio:.2f}", flush=True)
 
         row["graph_ms"] = time_cuda(torch, cuda_graph(torch, lambda: mlo(*low_inputs)), 300,
                                     5) * 1e3
