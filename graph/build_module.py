@@ -88,22 +88,45 @@ def fused_rows_default(func: FusedFunction, target: Target | str | None = None):
     row_lanes`), each thread moves 16-byte vectors of its row
     (:func:`~ptxforge.ops.schedules.rows.schedule_rows`), the thread count ranked for
     rows of vectors."""
+    from ..autosched.search_task import SearchTask
+    from ..ir.compute_dag import ComputeDAG
+
+    task = SearchTask(compute_dag=ComputeDAG(function_tensors(func)),
+                      workload_key=func.workload_key, desc=func.name)
+    choice = fused_rows_choice(task, target)
+    if choice is None:
+        return None
+    return schedule_rows_choice(choice), list(task.tensors)
+
+
+@dataclass(frozen=True)
+class RowsChoice:
+    """The default's pick for a fused-rows task: its step, the elements a thread moves at
+    once (``lanes``; 1: scalar), the threads a row and whether their loops unroll."""
+
+    step: object
+    lanes: int
+    threads: int
+    unroll: bool
+
+
+def fused_rows_choice(task, target: Target | str | None = None) -> RowsChoice | None:
+    """What :func:`fused_rows_default` takes for ``task`` (a ``SearchTask``): None when it
+    is not a fused-rows task; else the lanes of :func:`~ptxforge.ops.schedules.rows.
+    row_lanes` and the threads and unroll that the ``fused_rows`` time model ranks first
+    for rows of that many vectors."""
     from dataclasses import replace
 
     import numpy as np
 
-    from ..autosched.fused_rows import fused_rows_model, fused_rows_step, schedule_fused_rows
+    from ..autosched.fused_rows import fused_rows_model, fused_rows_step
     from ..autosched.hardware import HardwareParams
-    from ..autosched.search_task import SearchTask
-    from ..ir.compute_dag import ComputeDAG
-    from ..ops.schedules.rows import row_lanes, schedule_rows
+    from ..ops.schedules.rows import row_lanes
 
-    task = SearchTask(compute_dag=ComputeDAG(function_tensors(func)),
-                      workload_key=func.workload_key, desc=func.name)
     step = fused_rows_step(task)
     if step is None:
         return None
-    out, reductions, inlined = step.tensors
+    out, _, _ = step.tensors
     lanes = row_lanes(out)
     # the time model sees a row of vectors as a row of that many wider elements
     ranked = replace(step, cols=step.cols // lanes)
@@ -114,10 +137,20 @@ def fused_rows_default(func: FusedFunction, target: Target | str | None = None):
                              HardwareParams.from_target(as_target(target)), len(threads))
     est = np.where(model["valid"], model["est"], np.inf)
     k = int(np.argmin(est))
-    if lanes > 1:
-        sch = schedule_rows(out, reductions, inlined, int(threads[k]), lanes, bool(unroll[k]))
-        return sch, list(task.tensors)
-    return schedule_fused_rows(step, int(threads[k]), bool(unroll[k])), list(task.tensors)
+    return RowsChoice(step, lanes, int(threads[k]), bool(unroll[k]))
+
+
+def schedule_rows_choice(choice: RowsChoice):
+    """The te schedule of ``choice``: 16-byte vectors (:func:`~ptxforge.ops.schedules.rows.
+    schedule_rows`) where it has lanes, else the ``fused_rows`` sketch's schedule."""
+    from ..autosched.fused_rows import schedule_fused_rows
+    from ..ops.schedules.rows import schedule_rows
+
+    if choice.lanes > 1:
+        out, reductions, inlined = choice.step.tensors
+        return schedule_rows(out, reductions, inlined, choice.threads, choice.lanes,
+                             choice.unroll)
+    return schedule_fused_rows(choice.step, choice.threads, choice.unroll)
 
 
 def default_schedule_for(func: FusedFunction, target: Target | str | None = None):
