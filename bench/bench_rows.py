@@ -219,7 +219,8 @@ def shape_list(text: str) -> list:
     try:
         return [tuple(int(v) for v in s.split("x")) for s in text.split(",") if s]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--shapes: expected ROWSxCOLS,..., got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"--shapes: expected ROWSxCOLS,..., got {text!r}") from None
 
 
 def main(argv=None) -> int:
