@@ -3,11 +3,12 @@ network's precision: what the default picks against every thread count, with and
 16-byte vectors, and PyTorch's kernel for the same op in the same process.
 
 Each case is one fused function of a graph as the network build lowers it (``x`` of
-``rows x cols`` in ``--dtype``, its weights, the output in ``--dtype``), taken as the
+``rows x cols`` in ``--dtype``, its weights, the output in ``--out-dtype``, by default
+``--dtype``), taken as the
 auto-scheduler's task (``autosched.extract_tasks``). Per case:
 
-- ``default``: :func:`~ptxforge.graph.build_module.fused_rows_choice` (the lanes of
-  ``row_lanes``, the threads and unroll the ``fused_rows`` time model ranks first);
+- ``default``: :func:`~ptxforge.graph.build_module.fused_rows_choice` (the scalar
+  schedule, at most 8 elements a thread);
 - ``vec T u``: 16-byte vectors (``schedule_rows``) with ``T`` threads a row, unrolled or
   not, for every thread count up to the row's vectors;
 - ``scalar T u``: the ``fused_rows`` sketch's schedule (one element a thread at a time),
@@ -19,7 +20,8 @@ Every kernel is checked against a float64 numpy reference on random inputs first
 timed as a CUDA graph of ``--number`` launches (median of ``--repeat``).
 
     python3 bench/bench_rows.py [--shapes 128x768,197x768,1024x768,4096x768]
-        [--ops layer_norm,rms_norm,softmax] [--dtype float16] [--json rows.jsonl]
+        [--ops layer_norm,rms_norm,softmax] [--dtype float16] [--out-dtype float16]
+        [--json rows.jsonl]
     python3 bench/bench_rows.py --dry-run   # no GPU: build every kernel for sm_90a
 """
 
@@ -38,7 +40,7 @@ EPS = 1e-5
 TOLERANCE = 1e-2  # of the largest output: 16-bit outputs, float32 statistics
 
 
-def case_task(op: str, rows: int, cols: int, dtype: str, seed: int):
+def case_task(op: str, rows: int, cols: int, dtype: str, seed: int, out_dtype: str = ""):
     """``(task, inputs)``: the fused-rows task of one normalization over ``rows x cols``
     (``x`` and, for the norms, its weights as constants) and numpy inputs for the task's
     placeholders, in order."""
@@ -51,11 +53,12 @@ def case_task(op: str, rows: int, cols: int, dtype: str, seed: int):
     g = (1 + 0.1 * rng.standard_normal(cols)).astype(dtype)
     b = (0.1 * rng.standard_normal(cols)).astype(dtype)
     if op == "layer_norm":
-        y = nn.layer_norm(x, graph.const(g, "g"), graph.const(b, "b"), epsilon=EPS)
+        y = nn.layer_norm(x, graph.const(g, "g"), graph.const(b, "b"), epsilon=EPS,
+                          out_dtype=out_dtype)
     elif op == "rms_norm":
-        y = rms_norm(x, graph.const(g, "g"), epsilon=EPS)
+        y = rms_norm(x, graph.const(g, "g"), epsilon=EPS, out_dtype=out_dtype)
     elif op == "softmax":
-        y = nn.softmax(x, axis=-1)
+        y = nn.softmax(x, axis=-1, out_dtype=out_dtype)
     else:
         raise ValueError(f"--ops: expected layer_norm, rms_norm or softmax, got {op!r}")
     with warnings.catch_warnings():
@@ -98,18 +101,19 @@ def variants(task):
     from dataclasses import replace
 
     from ptxforge.graph.build_module import fused_rows_choice
+    from ptxforge.ops.schedules.rows import row_lanes
 
     default = fused_rows_choice(task, TARGET)
     if default is None:
         raise RuntimeError(f"{task.desc} is not a fused-rows task")
     out = [(f"default ({'vec' if default.lanes > 1 else 'scalar'} {default.threads} "
             f"u{int(default.unroll)})", default)]
-    vectors = default.step.cols // default.lanes
-    for lanes, kind in ((default.lanes, "vec"), (1, "scalar")):
+    vec_lanes = row_lanes(default.step.tensors[0])
+    for lanes, kind in ((vec_lanes, "vec"), (1, "scalar")):
         if kind == "vec" and lanes == 1:
             continue
         for threads in default.step.threads():
-            if threads > 2 * max(32, vectors if kind == "vec" else default.step.cols):
+            if threads > 2 * max(32, default.step.cols // lanes):
                 continue
             for unroll in (False, True):
                 out.append((f"{kind} {threads} u{int(unroll)}",
@@ -150,7 +154,8 @@ def run(args) -> int:
         print(f"device: {dev.name}; torch {torch.__version__}", flush=True)
     for op in args.ops:
         for rows, cols in args.shapes:
-            task, inputs, (xs, g, b) = case_task(op, rows, cols, args.dtype, args.seed)
+            task, inputs, (xs, g, b) = case_task(op, rows, cols, args.dtype, args.seed,
+                                                 args.out_dtype)
             t0 = time.perf_counter()
             built = []
             for name, choice in variants(task):
@@ -158,7 +163,8 @@ def run(args) -> int:
                     built.append((name, choice, build(task, choice)))
                 except Exception as e:  # a refused build is reported, never hidden
                     built.append((name, choice, f"{type(e).__name__}: {str(e)[:160]}"))
-            print(f"{op} {rows}x{cols} {args.dtype}: {len(built)} kernels built in "
+            print(f"{op} {rows}x{cols} {args.dtype}->{args.out_dtype or args.dtype}: "
+                  f"{len(built)} kernels built in "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
             if args.dry_run:
                 for name, _, mod in built:
@@ -230,6 +236,9 @@ def main(argv=None) -> int:
     p.add_argument("--ops", type=lambda t: [o for o in t.split(",") if o],
                    default=["layer_norm"])
     p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
+    p.add_argument("--out-dtype", default="", choices=("", "float16", "bfloat16", "float32"),
+                   help="the output's dtype (default --dtype's): float32 rows in, float16 out "
+                        "is GPT-2's layer norm in a float16 build")
     p.add_argument("--number", type=int, default=100)
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--seed", type=int, default=0)

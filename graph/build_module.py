@@ -79,15 +79,12 @@ def function_tensors(func) -> list:
 def fused_rows_default(func: FusedFunction, target: Target | str | None = None):
     """``(Schedule, args)`` for a row-wise normalization (softmax, layer norm, RMS norm and
     what fused into them) as one kernel with a block per row and cross-thread reductions
-    (the auto-scheduler's ``fused_rows`` sketch), with the thread count its time model
-    ranks first on ``target``; None when the function is not such a normalization.
+    (the auto-scheduler's ``fused_rows`` sketch), with the threads of
+    :func:`fused_rows_choice`; None when the function is not such a normalization.
 
     The operator library's default reduction schedule computes each row's statistics in
     one thread: BERT-base's layer norms took 77 us a call on an H100 that way, a
-    block per row takes a few. Where the rows allow (:func:`~ptxforge.ops.schedules.rows.
-    row_lanes`), each thread moves 16-byte vectors of its row
-    (:func:`~ptxforge.ops.schedules.rows.schedule_rows`), the thread count ranked for
-    rows of vectors."""
+    block per row takes a few."""
     from ..autosched.search_task import SearchTask
     from ..ir.compute_dag import ComputeDAG
 
@@ -110,34 +107,36 @@ class RowsChoice:
     unroll: bool
 
 
+ROW_ELEMENTS_PER_THREAD = 8
+"""Elements of a row each thread of the default row kernel takes (see
+:func:`fused_rows_choice`)."""
+
+
 def fused_rows_choice(task, target: Target | str | None = None) -> RowsChoice | None:
     """What :func:`fused_rows_default` takes for ``task`` (a ``SearchTask``): None when it
-    is not a fused-rows task; else the lanes of :func:`~ptxforge.ops.schedules.rows.
-    row_lanes` and the threads and unroll that the ``fused_rows`` time model ranks first
-    for rows of that many vectors."""
-    from dataclasses import replace
+    is not a fused-rows task; else the ``fused_rows`` sketch's scalar schedule (one element
+    a thread at a time, consecutive threads on consecutive elements) with the fewest
+    threads (a power of two of whole warps, at most 1,024) that leave each at most
+    :data:`ROW_ELEMENTS_PER_THREAD` elements of the row, unrolled.
 
-    import numpy as np
-
-    from ..autosched.fused_rows import fused_rows_model, fused_rows_step
-    from ..autosched.hardware import HardwareParams
-    from ..ops.schedules.rows import row_lanes
+    Measured on an H200 (``bench/bench_rows.py``, 768 columns of float16, 128 to 4,096
+    rows): 128 threads came within 13% of the best of every thread count, vectors or not,
+    for layer norms, RMS norms and softmaxes (a softmax of 128 rows 2.07 us, best 1.83),
+    where the pick the fused-rows time model ranked first over 16-byte vectors took up to
+    2.2x the best (that softmax 4.03 us; a layer norm of 128 rows 2.58 us against 1.88).
+    Few rows put one block on an SM: its threads are all the warps the SM has to hide the
+    row's latency with, and a warp per row of vectors leaves one. 16-byte vectors
+    (:func:`~ptxforge.ops.schedules.rows.schedule_rows`) gained nothing measurable at
+    4,096 rows."""
+    from ..autosched.fused_rows import fused_rows_step
 
     step = fused_rows_step(task)
     if step is None:
         return None
-    out, _, _ = step.tensors
-    lanes = row_lanes(out)
-    # the time model sees a row of vectors as a row of that many wider elements
-    ranked = replace(step, cols=step.cols // lanes)
-    threads = np.array([t for t in ranked.threads() for _ in (0, 1)])
-    unroll = np.array([u for _ in ranked.threads() for u in (0, 1)])
-    model = fused_rows_model(ranked, {step.slot("threads"): threads,
-                                      step.slot("unroll"): unroll},
-                             HardwareParams.from_target(as_target(target)), len(threads))
-    est = np.where(model["valid"], model["est"], np.inf)
-    k = int(np.argmin(est))
-    return RowsChoice(step, lanes, int(threads[k]), bool(unroll[k]))
+    threads = 32
+    while threads < 1024 and threads * ROW_ELEMENTS_PER_THREAD < step.cols:
+        threads *= 2
+    return RowsChoice(step, 1, threads, True)
 
 
 def schedule_rows_choice(choice: RowsChoice):

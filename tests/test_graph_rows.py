@@ -6,11 +6,11 @@ against the reference executor on the simulator."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import ptxforge
+import pytest
 from ptxforge import graph, te
 from ptxforge.graph import nn
+from ptxforge.graph.build_module import fused_rows_choice as DEFAULT_ROWS_CHOICE
 from ptxforge.graph.opdefs.rms_norm import rms_norm
 from ptxforge.ir import dtype as dt
 from ptxforge.ops.schedules.rows import row_lanes, schedule_rows
@@ -77,8 +77,40 @@ def test_schedule_rows_rejects_lanes_that_split_a_row_and_odd_thread_counts():
         schedule_rows(y, (), (), 48, 4)
 
 
-def test_a_bert_layer_norm_moves_16_byte_vectors_one_warp_per_row():
-    """BERT-base at batch 8, 512 tokens: 4,096 rows of 768 float32 in, float16 out."""
+def vector_rows(monkeypatch, threads: int = 32):
+    """Build row kernels with 16-byte vectors (``schedule_rows``) instead of the default's
+    scalar schedule: ``threads`` a row, the lanes of ``row_lanes``."""
+    from dataclasses import replace
+
+    import ptxforge.graph.build_module as bm
+
+    default = bm.fused_rows_choice
+
+    def vectors(task, target=None):
+        choice = default(task, target)
+        if choice is None:
+            return None
+        lanes = row_lanes(choice.step.tensors[0])
+        return replace(choice, lanes=lanes, threads=threads) if lanes > 1 else choice
+
+    monkeypatch.setattr(bm, "fused_rows_choice", vectors)
+
+
+@pytest.mark.parametrize("cols,threads", [(768, 128), (100, 32), (256, 32), (1000, 128),
+                                          (4096, 512), (16384, 1024)])
+def test_the_default_row_kernel_gives_each_thread_at_most_8_elements(cols, threads):
+    """A layer norm of ``cols`` columns: a block per row of the fewest threads that leave
+    each at most 8 elements (whole warps, at most 1,024), scalar accesses."""
+    lib = graph.build(norm_net("layer_norm", 8, cols, "float16"), SM90A)
+    (k,) = only_function(lib).device_module.kernels()
+    assert k.launch.grid == (8, 1, 1) and k.launch.block == (threads, 1, 1)
+    assert " vectorize {" not in str(only_function(lib).device_module)
+
+
+def test_a_bert_layer_norm_of_vectors_moves_16_bytes_one_warp_per_row(monkeypatch):
+    """BERT-base at batch 8, 512 tokens: 4,096 rows of 768 float32 in, float16 out, with
+    the vector schedule a warp a row."""
+    vector_rows(monkeypatch)
     lib = graph.build(norm_net("layer_norm", 4096, 768, out_dtype="float16"), SM90A)
     f = only_function(lib)
     (k,) = f.device_module.kernels()
@@ -95,7 +127,8 @@ def test_a_bert_layer_norm_moves_16_byte_vectors_one_warp_per_row():
     assert "ld.global.nc.b32" not in first and "ld.global.nc.v2" not in first
 
 
-def test_a_float16_softmax_row_reads_16_bytes_at_a_time():
+def test_a_float16_softmax_row_of_vectors_reads_16_bytes_at_a_time(monkeypatch):
+    vector_rows(monkeypatch)
     lib = graph.build(norm_net("softmax", 1024, 1024, "float16"), SM90A)
     ptx = only_function(lib).ptx.get_source("ptx")
     assert "ld.global.nc.v4.b32" in ptx and "st.global.v4.b32" in ptx
@@ -122,16 +155,19 @@ def run_sim(lib, x) -> np.ndarray:
     return as_float32(m.get_output(0).numpy())
 
 
+@pytest.mark.parametrize("vectors", [False, True], ids=["default", "vectors"])
 @pytest.mark.parametrize("kind,rows,cols,dtype,out_dtype", CASES)
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # masked rows
 def test_row_kernels_match_the_reference_on_the_simulator(kind, rows, cols, dtype, out_dtype,
-                                                         monkeypatch):
+                                                         vectors, monkeypatch):
     net = norm_net(kind, rows, cols, dtype, out_dtype)
+    if vectors:
+        vector_rows(monkeypatch)
     lib = graph.build(net, "sim")
     text = str(only_function(lib).device_module)
     lanes = 1 if cols == 77 else (2 if cols == 100 else 8 if (out_dtype or dtype) != "float32"
                                   else 4)
-    assert (" vectorize {" in text) == (lanes > 1)
+    assert (" vectorize {" in text) == (vectors and lanes > 1)
     x = rand(rows, cols, dtype=dtype, scale=3.0)
     got = run_sim(lib, x)
     if dtype != "bfloat16":
@@ -141,13 +177,18 @@ def test_row_kernels_match_the_reference_on_the_simulator(kind, rows, cols, dtyp
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
         return
     # the bfloat16 reference computes in bfloat16 steps, the kernel in float32 with one
-    # rounding: checked against the scalar schedule (one element per thread and step),
-    # which computes the same with the sums in another order
-    import ptxforge.ops.schedules.rows as rows_module
+    # rounding: the scalar schedule (one element per thread and step) and the vector one
+    # are checked against each other, which compute the same with the sums in another order
+    import ptxforge.graph.build_module as bm
 
-    monkeypatch.setattr(rows_module, "row_lanes", lambda out: 1)
-    scalar = run_sim(graph.build(net, "sim"), x)
-    np.testing.assert_allclose(got, scalar, rtol=1e-2, atol=1e-2)
+    if vectors:
+        monkeypatch.setattr(bm, "fused_rows_choice", DEFAULT_ROWS_CHOICE)
+    else:
+        vector_rows(monkeypatch)
+    other = run_sim(graph.build(net, "sim"), x)
+    assert (" vectorize {" in str(only_function(graph.build(net, "sim")).device_module)
+            ) != vectors
+    np.testing.assert_allclose(got, other, rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.gpu
