@@ -249,11 +249,17 @@ SPLIT_K_GAIN = 0.85
 costs more than the estimate's launch (128 x 768 x 768 measured 3.9 us unsplit)."""
 
 
-CONV_SPLIT_K_GAIN = 0.95
-""":data:`SPLIT_K_GAIN` of the convolutions' one-warpgroup tiles: ResNet-50's tuned records
-(an H100, batch 1) measured the split of 1 x 1 layers of 49 and 196 output rows whose
-estimate gains 5% to 15% (``K`` of 1,024: 4 parts) 1.3x to 1.6x faster than unsplit. Split
-two-warpgroup tiles were not among the records' fastest: they keep the products' hurdle."""
+CONV_SPLIT_K_GAIN = 1.0
+""":data:`SPLIT_K_GAIN` of the convolutions' one-warpgroup tiles: none, split-K wherever the
+estimate expects it faster. In ResNet-50's tuned records (an H100, batch 1; the fastest
+64 x 64 tiles of each part count of each layer without a residual) the estimate's ratio of
+a split to the next smaller one fell on the measured side of 1 in 21 of 22 pairs, and 18
+of them measured further from 1 (0.82 measured 0.71, 0.93 0.85, 0.97 0.895; 1.045 measured
+1.23); the one pair on the wrong side, 784 x 256 x 512, estimated 1.07 for 2 parts and
+measured 0.97. So a hurdle only kept measured wins away: 784 x 128 x 512 (26 tiles for 132
+SMs) stayed unsplit under the 5% one it had, where 2 parts measured the fastest of the
+records (3.61 us). Split two-warpgroup tiles were not among the records' fastest: they
+keep the products' hurdle."""
 CONV_MAX_STAGES = 5
 """The deepest pipeline :func:`wgmma_candidates` gives a convolution's one-warpgroup tiles
 (4 for two warpgroups, as for products): 5 stages measured up to 4% faster than 4 on 7 of
@@ -459,6 +465,66 @@ def _elements(t) -> int:
     return n
 
 
+RESIDUAL_ROWS = (32, 4096)
+"""The residual rule (:func:`residual_conv_config`) covers fp16 convolutions of this many
+output rows (``M``), :data:`RESIDUAL_COLUMNS` output channels and :data:`RESIDUAL_DEPTH`
+reduction columns: the range of ResNet-50's residual 1 x 1 layers at batch 1 (49 to 3,136
+rows, 256 to 2,048 channels, 64 to 512 columns), which its tuned records measured
+(``bench/results/resnet50_conv_records_h100_2026-11-27.jsonl``, an H100)."""
+RESIDUAL_COLUMNS = (256, 2048)
+RESIDUAL_DEPTH = (64, 512)
+RESIDUAL_MAX_OUTPUT = 3136 * 256
+"""The residual rule's largest output (``M x N``, the batch included): the records' largest
+(ResNet-50's first stage at batch 1); at batch 16 its 14 x 14 stage (3,136 x 1,024) is
+four times that and was not measured."""
+RESIDUAL_WIDE_BLOCKS = 2
+"""The residual rule takes 32 x 64 tiles where they give every SM at least this many
+blocks, else 32 x 32."""
+RESIDUAL_STAGES = 3
+"""The residual rule's depth where ``K`` has the steps: 3 measured 2% to 9% faster than 2
+and 4 on the records' 32 x 32 tiles (196 x 1,024 x 256: 3.29 us against 3.36 at 2; 49 x
+2,048 x 512: 3.30 against 3.61 at 4)."""
+
+
+def residual_conv_config(form: GemmForm, target: Target | str | None = None,
+                         reads: int = 0) -> TensorCoreConfig | None:
+    """The mma.sync tiles the default takes for a convolution whose fused epilogue reads
+    ``reads`` >= 1 tensors of the output's size (a residual), on sm_90 or later, within the
+    measured range (:data:`RESIDUAL_ROWS`, :data:`RESIDUAL_COLUMNS`,
+    :data:`RESIDUAL_DEPTH`, :data:`RESIDUAL_MAX_OUTPUT`); None elsewhere (the estimates choose).
+
+    Why: the residual's loads wait one after the other in the epilogue, about 120 cycles
+    an element a thread stores (:data:`~.estimate.EPILOGUE_READ_CYCLES`), so wgmma's
+    tiles of 32 to 128 elements a thread lose to mma.sync tiles of 8 or 16 (the records'
+    fastest wgmma ran the four residual layers 1.1x to 1.7x slower than their fastest
+    mma.sync), and splitting K to move the residual to a second kernel costs that
+    kernel. The estimates rank the mma.sync tiles of these layers badly (they favour 8
+    warps and 64-row tiles; the records measured 4 warps of 16 x 16 or 32 x 16 fastest).
+
+    The rule: ``block_k`` 64, :data:`RESIDUAL_STAGES` stages (fewer where ``K`` has fewer
+    steps), unsplit, 4 warps over 32 x 32 tiles (8 elements a thread); 32 x 64 tiles (1 x
+    4 warps, 16 elements a thread, A read from L2 half as often) where those give every SM
+    :data:`RESIDUAL_WIDE_BLOCKS` blocks or more. On the records: 3,136 x 256 x 64 takes 32
+    x 64 (2.90 us, the fastest measured; 32 x 32 x 32 ran 3.65), 196 x 1,024 x 256 32 x 32
+    (3.29, the fastest), 49 x 2,048 x 512 32 x 32 (3.30; the fastest, 8 warps, 3.26;
+    the wgmma pick in 2 parts 3.71); 784 x 512 x 128 32 x 32 in 2 stages, which the
+    records hold only on 1 x 4 warps (3.86; the fastest 16 x 128 x 16, 3.73)."""
+    target = as_target(target)
+    lo_m, hi_m = RESIDUAL_ROWS
+    lo_n, hi_n = RESIDUAL_COLUMNS
+    lo_k, hi_k = RESIDUAL_DEPTH
+    if (reads < 1 or target.sm < 90 or not form.conv or form.in_dtype != "float16"
+            or form.tf32 or not form.paddable or not lo_m <= form.M <= hi_m
+            or not lo_n <= form.N <= hi_n or not lo_k <= form.K <= hi_k
+            or form.batch * form.M * form.N > RESIDUAL_MAX_OUTPUT):
+        return None
+    wide = form.batch * -(-form.M // 32) * -(-form.N // 64)
+    bm, bn, wm, wn = (32, 64, 1, 4) if wide >= RESIDUAL_WIDE_BLOCKS * target.num_sms else (
+        32, 32, 2, 2)
+    steps = -(-form.K // 64)
+    return _first_legal(form, target, bm, bn, 64, wm, wn, min(RESIDUAL_STAGES, steps))
+
+
 def choose_conv_config(op: ComputeOp, target: Target | str | None = None,
                        epilogue: ComputeOp | None = None) -> TensorCoreConfig:
     """:func:`conv_config`, or a :class:`ScheduleError` where no configuration fits."""
@@ -479,10 +545,15 @@ def conv_config(op: ComputeOp, target: Target | str | None = None,
     work + tile loads) over one ``block_k`` per tile: on an H100 on mma.sync only it ran
     ResNet-18 at batch 1 2.34x and ResNet-50 1.90x faster (docs/tensor_cores.md).
     ``epilogue``: the fused element-wise stages, whose residual reads
-    (:func:`epilogue_reads`) favour tiles of fewer elements a thread."""
+    (:func:`epilogue_reads`) favour tiles of fewer elements a thread; in the measured
+    residual range :func:`residual_conv_config`'s tiles instead."""
     target = as_target(target)
     form = conv_gemm_form(op)
-    return _best(gemm_candidates(form, target), form, target, epilogue_reads(op, epilogue))
+    reads = epilogue_reads(op, epilogue)
+    rule = residual_conv_config(form, target, reads)
+    if rule is not None:
+        return rule
+    return _best(gemm_candidates(form, target), form, target, reads)
 
 
 def wgmma_conv_config(op: ComputeOp, target: Target | str | None = None,
@@ -516,17 +587,21 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     :func:`conv_gemm_form`, both with the residual reads of ``epilogue``
     (:func:`epilogue_reads`, :func:`~.estimate.epilogue_read_time`): the wgmma pick
     knows them, and so does the mma.sync pick compared, the one the conv schedule takes
-    without a configuration (:func:`choose_conv_config` of ``op`` and ``epilogue``)."""
+    without a configuration (:func:`choose_conv_config` of ``op`` and ``epilogue``).
+    Where :func:`residual_conv_config` speaks, mma.sync (its tiles measured faster than
+    every wgmma configuration of those layers)."""
     target = as_target(target)
     if wgmma_conv_refusal(op, target) is not None:
         return None
     form = conv_gemm_form(op)
     if wgmma_refusal(form, target) is not None:
         return None
+    reads = epilogue_reads(op, epilogue)
+    if residual_conv_config(form, target, reads) is not None:
+        return None  # the residual rule's mma.sync tiles: measured faster than wgmma's
     w = wgmma_conv_config(op, target, epilogue)
     if w is None:
         return None
-    reads = epilogue_reads(op, epilogue)
     return w if prefer_wgmma(form, w, conv_config(op, target, epilogue), True, target,
                              reads) else None
 
