@@ -265,6 +265,11 @@ def bench(torch, name: str, args) -> dict:
             ratio = row["default_ms"] / row["ours_ms"]
             print(f"[{name}] default schedules {row['default_ms']:.4f} ms, tuned "
                   f"{row['ours_ms']:.4f} ms: default/tuned {ratio:.2f}", flush=True)
+            if args.profile:
+                print(f"[{name}] the default schedules' kernels:", flush=True)
+                plain = graph.GraphModule(plain_lib, dev, use_cuda_graph=False,
+                                          dependent_launch=False)
+                print(kernel_profile(torch, plain, plain_lib, feeds, args.profile), flush=True)
 
         row["graph_ms"] = time_cuda(torch, cuda_graph(torch, lambda: mlo(*low_inputs)), 300,
                                     5) * 1e3
