@@ -304,6 +304,7 @@ class WorkerPool:
         self._start_failures = 0
         self._last_start_error = ""
         self.restarts = 0
+        self._found_gone = 0  # idle workers found dead when handed a job
         self.prefetch = max(0, int(prefetch))
         self._too_big: set = set()  # keys of jobs too large to send ahead
         self._stats = PoolStats(size)
@@ -317,14 +318,24 @@ class WorkerPool:
 
     # -- submitting -------------------------------------------------------------------------
 
-    def submit(self, key: Any, fn: Callable, args: tuple = (), timeout: float | None = None):
+    def submit(self, key: Any, fn: Callable, args: tuple = (), timeout: float | None = None,
+               first: bool = False):
         """Queue ``fn(*args)`` under ``key`` with a limit of ``timeout`` seconds (None: no
-        limit). Results come back from :meth:`poll`."""
+        limit). Results come back from :meth:`poll`. ``first``: ahead of the jobs queued
+        (a job sent again goes before those submitted after it).
+
+        The job goes at once to an idle worker (or ahead to a busy one, see ``prefetch``),
+        and a worker is started for it if there is room: so after a submit, as after a
+        :meth:`poll`, waiting on :meth:`waitables` misses nothing. A job left queued while
+        its worker sat idle would wake no one (a caller that submits while handling answers,
+        as a runner resending a candidate does, then waits forever)."""
         self._tick()
         if self._first is None:
             self._first = time.monotonic()
         self._starved_at_last_submit = self._stats.starved_s
-        self._queue.append((key, fn, tuple(args), timeout))
+        job = (key, fn, tuple(args), timeout)
+        self._queue.appendleft(job) if first else self._queue.append(job)
+        self._feed()
 
     def stats(self) -> PoolStats:
         """Where the workers' time went so far (:class:`PoolStats`)."""
@@ -391,13 +402,11 @@ class WorkerPool:
         while True:
             self._tick()
             outcomes += self._fail_queue_if_unstartable()
-            self._top_up()
-            self._dispatch()
+            self._feed()
             outcomes += self._collect()
             outcomes += self._expire()
             outcomes += self._fail_queue_if_unstartable()
-            self._top_up()
-            self._dispatch()
+            self._feed()
             if outcomes or self.pending == 0:
                 return outcomes
             now = time.monotonic()
@@ -433,6 +442,19 @@ class WorkerPool:
         self.close()
 
     # -- internals --------------------------------------------------------------------------
+
+    def _feed(self) -> None:
+        """Start the workers the queue needs and hand queued jobs over; a worker found gone
+        on the way is replaced at once, so that waiting on :meth:`waitables` afterwards
+        misses nothing (every queued job has a worker that will take it or a starting one
+        that will say it is ready)."""
+        while True:
+            if self._start_failures < START_FAILURES_ALLOWED:  # else poll() fails the queue
+                self._top_up()
+            gone = self._found_gone
+            self._dispatch()
+            if self._found_gone == gone:
+                return
 
     def _top_up(self) -> None:
         live = [w for w in self._workers if w.state in ("starting", "idle", "busy")]
@@ -504,11 +526,15 @@ class WorkerPool:
             key, fn, args, timeout = self._queue.popleft()
             try:
                 w.conn.send((key, fn, args))
+            except (OSError, EOFError):
+                # the worker is gone (killed while idle): the job waits for its successor
+                self._queue.appendleft((key, fn, args, timeout))
+                self._bury(w)
+                self._found_gone += 1
+                continue
             except Exception as e:  # pickling the arguments failed: fail only this job
                 self._queue.appendleft((key, _raise, (f"cannot send the job to a worker: "
                                                       f"{type(e).__name__}: {e}",), timeout))
-                if isinstance(e, (OSError, EOFError)):
-                    self._bury(w)
                 continue
             w.state = "busy"
             w.job = (key, fn, args, timeout)
