@@ -7,6 +7,7 @@ to a worker that lost it."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import pickle
 import signal
 import time
@@ -19,6 +20,7 @@ from ptxforge.backend_ptx.cuda_driver import CudaError
 from ptxforge.backend_ptx.kernel import CompileError
 from ptxforge.measure import MeasureErrorNo, MeasureInput, measure_batch, runner_gpu, timing
 from ptxforge.measure.pool import WorkerPool
+from ptxforge.measure.stream import MeasureStream
 
 from .test_measure_gpu_runner_cpu import (
     PIPE,
@@ -106,6 +108,26 @@ class ReadyBuilder(measure.Builder):
     @property
     def pending(self):
         return len(self._done)
+
+
+class PacedBuilder(ReadyBuilder):
+    """A :class:`ReadyBuilder` whose builds come back one every ``seconds`` (as real builds
+    trickle in, so the runner's worker is often idle when a candidate reaches it)."""
+
+    def __init__(self, builds: list, seconds: float):
+        super().__init__(builds)
+        self.seconds = seconds
+        self._next = 0.0
+
+    def submit(self, key, inp):
+        self._next = max(self._next, time.monotonic()) + self.seconds
+        self._done.append((self._next, key, self.builds[inp.payload["i"]]))
+
+    def collect(self, timeout=0.0):
+        now = time.monotonic()
+        out = [(key, b) for at, key, b in self._done if at <= now]
+        self._done = [d for d in self._done if d[0] > now]
+        return out
 
 
 @pytest.fixture(scope="module")
@@ -218,6 +240,24 @@ def test_candidates_that_all_fail_to_load_each_get_one_result(base, make_runner)
     # the worker kept the task's inputs and its reference: sent once, never asked for again
     assert parts.references == 1 and parts.resent == 0
     assert runner.pending == 0 and runner._inflight == {}
+
+
+def test_rounds_of_failing_candidates_through_a_stream_all_come_back(base, make_runner):
+    """As tune-network measures: rounds queued on a MeasureStream, whose thread waits on the
+    runner's pipes between answers (where the H200 run stalled with 149 of 150 records)."""
+    runner = make_runner()
+    inputs, ready = candidates(base, ["load"] * 150)
+    with MeasureStream(PacedBuilder(ready.builds, 0.002), runner) as stream:
+        futures = [stream.submit(inputs[i:i + 15]) for i in range(0, 150, 15)]
+        for n, fut in enumerate(futures):
+            try:
+                res = fut.result(timeout=LIMIT_S)
+            except concurrent.futures.TimeoutError:
+                pytest.fail(f"round {n + 1} of 10 did not come back within {LIMIT_S:g} s: "
+                            f"{stream.measured} of 150 measured", pytrace=False)
+            assert [r.error_no for r in res] == [MeasureErrorNo.COMPILE_DEVICE] * 15
+        assert stream.measured == 150
+    assert runner.run_parts.references == 1 and runner.run_parts.resent == 0
 
 
 def test_a_cubin_the_driver_refuses_is_a_compile_error_and_keeps_the_task(base, make_runner):
