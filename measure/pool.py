@@ -16,6 +16,7 @@ arguments travel by pickle, so the function must be importable at module level.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import subprocess
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_any
 from typing import Any
 
+from .pool_start import start_for_good
 from .pool_stats import PoolStats
 
 START_FAILURES_ALLOWED = 3
@@ -67,7 +69,9 @@ class JobOutcome:
 
 def _die_with_parent() -> None:
     """Ask Linux to kill this process when its parent dies (so a killed tuner leaves no
-    workers behind); elsewhere, the closed pipe ends the worker instead."""
+    workers behind); elsewhere, the closed pipe ends the worker instead. Linux means the
+    thread that started the process: the pool starts its workers from a thread that lives
+    as long as the process (:mod:`.pool_start`)."""
     try:
         import ctypes
         import signal
@@ -418,8 +422,10 @@ class WorkerPool:
         while len(live) < wanted:
             parent, child = self._ctx.Pipe(duplex=True)
             name = f"{self.name}-{len(self._workers)}"
+            # started from a thread that outlives this one (see pool_start): a worker dies
+            # with the thread that started it
             if self.method == "exec":
-                p = _ExecProcess(child.fileno(), name)
+                p = start_for_good(functools.partial(_ExecProcess, child.fileno(), name))
                 child.close()
                 parent.send((self.initializer, self.init_args))
             else:
@@ -428,7 +434,7 @@ class WorkerPool:
                 p = self._ctx.Process(target=_worker_main, args=(child, self.initializer,
                                                                 self.init_args, inherited),
                                       name=name, daemon=True)
-                p.start()
+                start_for_good(p.start)
                 child.close()
             w = _Worker(p, parent, self.start_timeout)
             if self.prefetch:

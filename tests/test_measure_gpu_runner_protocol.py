@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import pickle
 import signal
+import threading
 import time
 from multiprocessing.connection import wait as wait_any
 
@@ -223,6 +224,30 @@ def test_a_job_for_a_worker_that_died_idle_goes_to_its_successor():
         while not out and time.monotonic() < end:
             out = pool.poll(1.0)
         assert [(o.key, o.status, o.value) for o in out] == [("next", "ok", 2)], out
+
+
+def _pid():
+    import os
+
+    return os.getpid()
+
+
+@pytest.mark.parametrize("method", ["fork", "exec"])
+def test_workers_outlive_the_thread_that_started_them(method):
+    """Linux kills a worker when the thread that started it ends (PR_SET_PDEATHSIG): a
+    MeasureStream's thread, one per tuning call, would take the workers with it."""
+    with WorkerPool(1, method) as pool:
+        box = {}
+        t = threading.Thread(target=lambda: box.update(
+            first=pool.run([("a", _pid, ())], timeout=30)[0]))
+        t.start()
+        t.join(LIMIT_S)
+        assert box["first"].status == "ok", box["first"]
+        time.sleep(0.3)  # the worker would be killed as its starting thread ended
+        (w,) = pool._workers
+        assert w.process.is_alive(), "the worker died with the thread that started it"
+        (again,) = pool.run([("b", _pid, ())], timeout=30)
+        assert again.value == box["first"].value and pool.restarts == 0
 
 
 # -- the runner ---------------------------------------------------------------------------------
