@@ -293,7 +293,10 @@ class WorkerPool:
             self._first = time.monotonic()
         self._starved_at_last_submit = self._stats.starved_s
         job = (key, fn, tuple(args), timeout)
-        self._queue.appendleft(job) if first else self._queue.append(job)
+        if first:
+            self._queue.appendleft(job)
+        else:
+            self._queue.append(job)
         self._feed()
 
     def stats(self) -> PoolStats:
