@@ -16,6 +16,7 @@ arguments travel by pickle, so the function must be importable at module level.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import subprocess
@@ -29,6 +30,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_any
 from typing import Any
 
+from .pool_start import start_for_good
+from .pool_stats import PoolStats
+
 START_FAILURES_ALLOWED = 3
 """Consecutive worker start failures after which queued jobs fail instead of waiting."""
 
@@ -41,53 +45,6 @@ class Retire:
 
     def __init__(self, value: Any):
         self.value = value
-
-
-@dataclass
-class PoolStats:
-    """Where a pool's worker time went, in worker-seconds.
-
-    ``jobs``: jobs finished; ``job_s``: the time the workers ran them (as the workers
-    measured it); ``lag_s``: the time finished workers with no job sent ahead waited for
-    this process to read their answer (and give them the next job); ``starved_s``: started
-    workers idle while no job was queued (nothing to do: the caller did not submit work
-    fast enough); ``handover_s``: from handing a job over (or from the end of the job
-    before, for a job sent ahead) to the worker starting it (the message through the pipe
-    and unpickled: a task the worker does not know yet arrives whole); ``open_s``: seconds
-    from the first job submitted to the last answer read. ``starved_s`` is split by when
-    it happened: ``startup_starved_s`` before the first answer was read (the workers up and
-    waiting while the caller prepares its first work), ``tail_starved_s`` after the last
-    job was submitted (the workers running out of work at the end; read after the last
-    job, as a closed pool's figures are), the rest between those (the caller not keeping
-    up in the middle of the run). ``first_s``: from the first job submitted to the first
-    answer read (the first worker's start-up and its first job)."""
-
-    workers: int = 0
-    jobs: int = 0
-    job_s: float = 0.0
-    lag_s: float = 0.0
-    starved_s: float = 0.0
-    open_s: float = 0.0
-    handover_s: float = 0.0
-    startup_starved_s: float = 0.0
-    tail_starved_s: float = 0.0
-    first_s: float | None = None
-
-    @property
-    def between_starved_s(self) -> float:
-        """Idle worker-seconds with nothing queued between the start-up and the tail."""
-        return max(0.0, self.starved_s - self.startup_starved_s - self.tail_starved_s)
-
-    def merged(self, other: PoolStats) -> PoolStats:
-        """The sums of two pools' (or two lives of one pool's) figures; the first answer
-        of the earlier life."""
-        return PoolStats(max(self.workers, other.workers), self.jobs + other.jobs,
-                         self.job_s + other.job_s, self.lag_s + other.lag_s,
-                         self.starved_s + other.starved_s, self.open_s + other.open_s,
-                         self.handover_s + other.handover_s,
-                         self.startup_starved_s + other.startup_starved_s,
-                         self.tail_starved_s + other.tail_starved_s,
-                         self.first_s if self.first_s is not None else other.first_s)
 
 
 @dataclass
@@ -112,7 +69,9 @@ class JobOutcome:
 
 def _die_with_parent() -> None:
     """Ask Linux to kill this process when its parent dies (so a killed tuner leaves no
-    workers behind); elsewhere, the closed pipe ends the worker instead."""
+    workers behind); elsewhere, the closed pipe ends the worker instead. Linux means the
+    thread that started the process: the pool starts its workers from a thread that lives
+    as long as the process (:mod:`.pool_start`)."""
     try:
         import ctypes
         import signal
@@ -304,6 +263,7 @@ class WorkerPool:
         self._start_failures = 0
         self._last_start_error = ""
         self.restarts = 0
+        self._found_gone = 0  # idle workers found dead when handed a job
         self.prefetch = max(0, int(prefetch))
         self._too_big: set = set()  # keys of jobs too large to send ahead
         self._stats = PoolStats(size)
@@ -317,14 +277,27 @@ class WorkerPool:
 
     # -- submitting -------------------------------------------------------------------------
 
-    def submit(self, key: Any, fn: Callable, args: tuple = (), timeout: float | None = None):
+    def submit(self, key: Any, fn: Callable, args: tuple = (), timeout: float | None = None,
+               first: bool = False):
         """Queue ``fn(*args)`` under ``key`` with a limit of ``timeout`` seconds (None: no
-        limit). Results come back from :meth:`poll`."""
+        limit). Results come back from :meth:`poll`. ``first``: ahead of the jobs queued
+        (a job sent again goes before those submitted after it).
+
+        The job goes at once to an idle worker (or ahead to a busy one, see ``prefetch``),
+        and a worker is started for it if there is room: so after a submit, as after a
+        :meth:`poll`, waiting on :meth:`waitables` misses nothing. A job left queued while
+        its worker sat idle would wake no one (a caller that submits while handling answers,
+        as a runner resending a candidate does, then waits forever)."""
         self._tick()
         if self._first is None:
             self._first = time.monotonic()
         self._starved_at_last_submit = self._stats.starved_s
-        self._queue.append((key, fn, tuple(args), timeout))
+        job = (key, fn, tuple(args), timeout)
+        if first:
+            self._queue.appendleft(job)
+        else:
+            self._queue.append(job)
+        self._feed()
 
     def stats(self) -> PoolStats:
         """Where the workers' time went so far (:class:`PoolStats`)."""
@@ -391,13 +364,11 @@ class WorkerPool:
         while True:
             self._tick()
             outcomes += self._fail_queue_if_unstartable()
-            self._top_up()
-            self._dispatch()
+            self._feed()
             outcomes += self._collect()
             outcomes += self._expire()
             outcomes += self._fail_queue_if_unstartable()
-            self._top_up()
-            self._dispatch()
+            self._feed()
             if outcomes or self.pending == 0:
                 return outcomes
             now = time.monotonic()
@@ -434,6 +405,19 @@ class WorkerPool:
 
     # -- internals --------------------------------------------------------------------------
 
+    def _feed(self) -> None:
+        """Start the workers the queue needs and hand queued jobs over; a worker found gone
+        on the way is replaced at once, so that waiting on :meth:`waitables` afterwards
+        misses nothing (every queued job has a worker that will take it or a starting one
+        that will say it is ready)."""
+        while True:
+            if self._start_failures < START_FAILURES_ALLOWED:  # else poll() fails the queue
+                self._top_up()
+            gone = self._found_gone
+            self._dispatch()
+            if self._found_gone == gone:
+                return
+
     def _top_up(self) -> None:
         live = [w for w in self._workers if w.state in ("starting", "idle", "busy")]
         free = sum(1 for w in live if w.state in ("idle", "starting"))
@@ -441,8 +425,10 @@ class WorkerPool:
         while len(live) < wanted:
             parent, child = self._ctx.Pipe(duplex=True)
             name = f"{self.name}-{len(self._workers)}"
+            # started from a thread that outlives this one (see pool_start): a worker dies
+            # with the thread that started it
             if self.method == "exec":
-                p = _ExecProcess(child.fileno(), name)
+                p = start_for_good(functools.partial(_ExecProcess, child.fileno(), name))
                 child.close()
                 parent.send((self.initializer, self.init_args))
             else:
@@ -451,7 +437,7 @@ class WorkerPool:
                 p = self._ctx.Process(target=_worker_main, args=(child, self.initializer,
                                                                 self.init_args, inherited),
                                       name=name, daemon=True)
-                p.start()
+                start_for_good(p.start)
                 child.close()
             w = _Worker(p, parent, self.start_timeout)
             if self.prefetch:
@@ -504,11 +490,15 @@ class WorkerPool:
             key, fn, args, timeout = self._queue.popleft()
             try:
                 w.conn.send((key, fn, args))
+            except (OSError, EOFError):
+                # the worker is gone (killed while idle): the job waits for its successor
+                self._queue.appendleft((key, fn, args, timeout))
+                self._bury(w)
+                self._found_gone += 1
+                continue
             except Exception as e:  # pickling the arguments failed: fail only this job
                 self._queue.appendleft((key, _raise, (f"cannot send the job to a worker: "
                                                       f"{type(e).__name__}: {e}",), timeout))
-                if isinstance(e, (OSError, EOFError)):
-                    self._bury(w)
                 continue
             w.state = "busy"
             w.job = (key, fn, args, timeout)

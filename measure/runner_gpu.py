@@ -8,7 +8,14 @@ made, runs them on random inputs kept on the device per task, and times them wit
 events, replaying the launches from a CUDA graph so the host's launch overhead stays out of
 the figure. A kernel that faults leaves the context unusable: the worker answers, then ends,
 and the next candidate gets a fresh one. A kernel that hangs is stopped by killing the
-worker at the time limit.
+worker at the time limit. Any other failure (cubins the driver refuses, a launch refused
+before it ran, a wrong answer) leaves the worker and what it keeps per task as they were.
+
+The runner sends a task's reference with the first candidate of the task only, so it keeps
+track of what the worker holds: each answer lists the tasks whose reference the worker
+holds (``holds``), and a worker that lacks one (it was replaced, or it let the task go)
+answers ``need_reference``, after which the candidate comes once more with the reference.
+A candidate that asks again gets an error result: every candidate gets exactly one.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ class RunRequest:
     ``checked``: the task has a reference to check against. The worker keeps a task's
     reference (its artifact, and its outputs once run) with the task's inputs, so
     ``reference`` travels with the first candidate of a task only; a worker that does not
-    hold it (a fresh one, or one that dropped the task) answers ``need_reference`` and the
+    hold it (a fresh one, or one that let the task go) answers ``need_reference`` and the
     candidate comes again with it. ``best``: the task's best checked mean cost the runner
     knows of; the worker takes the lower of it and the best it saw itself (candidates queue
     for the worker, so the runner's figure may be older than the candidates before this
@@ -219,22 +226,51 @@ def _healthy() -> bool:
         return False
 
 
+STICKY_ERRORS = frozenset({700, 702, 714, 715, 716, 717, 718, 719, 999})
+"""CUDA driver errors after which the context is unusable (an illegal address, a launch
+that timed out or failed, an illegal instruction, a misaligned or invalid address, an
+invalid program counter, an unknown error): the worker retires whatever its health check
+says."""
+
+
+def _faulted(e: Exception) -> bool:
+    """Whether error ``e`` left the worker's context unusable (the worker must end)."""
+    from ..backend_ptx.cuda_driver import CudaError
+
+    if isinstance(e, CudaError) and e.code in STICKY_ERRORS:
+        return True
+    return not _healthy()
+
+
+def _holds() -> tuple:
+    """The tasks whose reference the worker holds (what the runner's bookkeeping follows)."""
+    return tuple(k for k, st in _state["tasks"].items() if st.reference is not None)
+
+
+def _error_code(stage: str, e: Exception, faulted: bool) -> MeasureErrorNo:
+    """The error of a candidate that raised ``e`` in ``stage`` of :func:`gpu_run`."""
+    from ..backend_ptx.kernel import CompileError
+
+    if isinstance(e, CompileError) or (stage == "load" and not faulted):
+        return MeasureErrorNo.COMPILE_DEVICE  # the cubins were refused: nothing ran
+    return MeasureErrorNo.RUNTIME_DEVICE
+
+
 def gpu_run(req: RunRequest):
     """Measure one candidate in the worker; returns a dict (wrapped in :class:`Retire` when
-    the CUDA context did not survive)."""
-    from ..backend_ptx.cuda_driver import CudaError
-    from ..backend_ptx.kernel import CompileError
+    the CUDA context did not survive).
+
+    The task's inputs and reference stay in the worker after any error that cannot have
+    damaged them or the context (cubins that fail to load, a launch refused before it ran,
+    a wrong answer): only a fault, which ends the worker, loses them. The reference that
+    comes with a candidate is kept whatever becomes of the candidate."""
     from ..backend_ptx.module import _binary_compatible
 
     dev = _state["device"]
     parts = dict.fromkeys(RUN_PARTS, 0.0)
     out = {"device": _state["name"], "correctness": "", "parts": parts}
-    if not _binary_compatible(req.artifact.target_sm, dev):
-        out.update(error_no=int(MeasureErrorNo.COMPILE_DEVICE), error_msg=(
-            f"the cubins are for {req.artifact.target_sm}, which does not run on this GPU "
-            f"({dev.sm}): build with LocalBuilder(target_sm={dev.sm!r})"))
-        return out
     clock = time.perf_counter
+    stage = "unpack"
     try:
         t = clock()
         module = req.artifact.host_module()
@@ -243,6 +279,7 @@ def gpu_run(req: RunRequest):
         names = [host_params[i].name for i in outputs]
         t1 = clock()
         parts["unpack"] = t1 - t
+        stage = "inputs"
         st = _task(req, host_params)
         if req.reference is not None:
             st.reference = req.reference
@@ -250,12 +287,19 @@ def gpu_run(req: RunRequest):
         arrays = st.arrays
         t = clock()
         parts["inputs"] = t - t1
+        stage = "load"
+        if not _binary_compatible(req.artifact.target_sm, dev):
+            out.update(error_no=int(MeasureErrorNo.COMPILE_DEVICE), error_msg=(
+                f"the cubins are for {req.artifact.target_sm}, which does not run on this GPU "
+                f"({dev.sm}): build with LocalBuilder(target_sm={dev.sm!r})"), holds=_holds())
+            return out
         best = min(req.best, st.best)
         check_first = req.checked and (req.check_all or math.isinf(best))
         if check_first and st.reference is None:
             return {"need_reference": True, "parts": parts}
         loaded = _load(req.artifact, module)
         parts["load"] = clock() - t
+        stage = "run"
 
         def wrong_answer() -> str | None:
             """What differs from the reference ("" when nothing); None when the worker does
@@ -273,7 +317,8 @@ def gpu_run(req: RunRequest):
         if check_first:
             msg = wrong_answer()
             if msg:
-                out.update(error_no=int(MeasureErrorNo.WRONG_ANSWER), error_msg=msg)
+                out.update(error_no=int(MeasureErrorNo.WRONG_ANSWER), error_msg=msg,
+                           holds=_holds())
                 return out
             out["correctness"] = "passed"
         t = clock()
@@ -291,22 +336,25 @@ def gpu_run(req: RunRequest):
                 return {"need_reference": True, "parts": parts}
             if msg:
                 out.update(error_no=int(MeasureErrorNo.WRONG_ANSWER), error_msg=(
-                    f"{msg} (checked because it beat the task's best)"))
+                    f"{msg} (checked because it beat the task's best)"), holds=_holds())
                 return out
             out["correctness"] = "passed"
         if out["correctness"] == "passed" or not (req.checked or timing.stopped_early):
             st.best = min(st.best, mean)
-        out.update(error_no=0, error_msg="", costs=costs)
+        out.update(error_no=0, error_msg="", costs=costs, holds=_holds())
         return out
-    except CudaError as e:
-        out.update(error_no=int(MeasureErrorNo.RUNTIME_DEVICE), error_msg=f"CudaError: {e}")
-    except CompileError as e:
-        out.update(error_no=int(MeasureErrorNo.COMPILE_DEVICE), error_msg=f"CompileError: {e}")
-    except Exception as e:  # anything else is reported, and the context is checked below
-        out.update(error_no=int(MeasureErrorNo.RUNTIME_DEVICE),
+    except Exception as e:  # reported as the candidate's error; the context is checked
+        faulted = _faulted(e)
+        out.update(error_no=int(_error_code(stage, e, faulted)),
                    error_msg=f"{type(e).__name__}: {e}")
-    _state["tasks"].pop(req.task_key, None)  # the inputs may be damaged: make them again
-    return out if _healthy() else Retire(out)
+    if faulted:
+        # the context is gone, and with it every task's inputs: the worker ends
+        _state["tasks"].clear()
+        out["holds"] = ()
+        return Retire(out)
+    # nothing ran that could damage the inputs: the task keeps them, and its reference
+    out["holds"] = _holds()
+    return out
 
 
 _NO_GPU_SAID = False
@@ -378,7 +426,11 @@ class LocalRunner(PooledRunner):
         self._tasks: dict = {}  # key -> task key of a candidate in flight
         self._inflight: dict = {}  # key -> (input, build) of a candidate in flight
         self._best_checked: dict = {}  # task key -> lowest mean cost that passed the check
-        self._ref_sent: set = set()  # task keys whose reference went to the worker
+        # task keys whose reference the worker holds, by its last answer, or is sent with a
+        # candidate in flight: a candidate of one of them goes without the reference
+        self._ref_sent: set = set()
+        self._carrying: set = set()  # keys of candidates in flight sent with the reference
+        self._asked: set = set()  # keys of candidates sent again because the worker asked
         self._parts = RunParts()
 
     def prepare(self, inp: MeasureInput) -> None:
@@ -432,12 +484,13 @@ class LocalRunner(PooledRunner):
                 ref = None
         task_key = f"{inp.task.workload_key}/{inp.task.text_hash}/{build.artifact.target_sm}"
         best = self._best_checked.get(task_key, math.inf)
-        send = ref if ref is not None and task_key not in self._ref_sent else None
+        # a candidate the worker asked for the reference goes with it, whatever the books say
+        wanted = task_key not in self._ref_sent or key in self._asked
+        send = ref.for_runner() if ref is not None and wanted else None
         if send is not None:
             self._ref_sent.add(task_key)
+            self._carrying.add(key)
             self._parts.references += 1
-        if send is not None:
-            send = send.for_runner()
         req = RunRequest(task_key, build.artifact.for_runner(), send, self.number, self.repeat,
                          self.min_repeat_ms, self.enable_cuda_graph, best=best,
                          checked=ref is not None,
@@ -446,49 +499,79 @@ class LocalRunner(PooledRunner):
         self._tasks[key] = task_key
         self._inflight[key] = (inp, build)
         self._build_time.setdefault(key, build.time_cost)
-        self._pool.submit(key, gpu_run, (req,), self.timeout)
+        # a candidate sent again goes first: it was submitted before those queued, and the
+        # reference it brings spares them asking for it too
+        self._pool.submit(key, gpu_run, (req,), self.timeout, first=key in self._asked)
+
+    def _follow(self, holds) -> None:
+        """The worker holds the references of ``holds`` (its answer's list; empty for a
+        worker that was replaced): the books say so, plus the tasks whose reference travels
+        with a candidate still in flight."""
+        self._ref_sent = set(holds) | {self._tasks[k] for k in self._carrying}
 
     def _result(self, o) -> MeasureResult | None:
         task_key = self._tasks.pop(o.key, "")
+        self._carrying.discard(o.key)
         inp, build = self._inflight.pop(o.key, (None, None))
         if o.status == "ok" and o.value.get("need_reference"):
-            # the worker does not hold the task's reference (a fresh worker): send it again
-            self._parts.add(o.value["parts"], o.seconds, resent=True)
+            # the worker does not hold the task's reference (a fresh worker, or one that let
+            # the task go): the candidate goes once more, with it
             self._ref_sent.discard(task_key)
-            self.submit(o.key, inp, build)
-            return None
-        build_time = self._build_time.pop(o.key, 0.0)
-        note = self._notes.pop(o.key, "")
-        all_cost = build_time + o.seconds
-        now = time.time()
+            if o.key not in self._asked and inp is not None:
+                self._parts.add(o.value["parts"], o.seconds, resent=True)
+                self._asked.add(o.key)
+                self.submit(o.key, inp, build)
+                return None
+            self._parts.add(o.value["parts"], o.seconds)
+            return self._failed(o, MeasureErrorNo.UNKNOWN_ERROR, (
+                f"the GPU runner's worker asked again for the reference of task {task_key}, "
+                "which came with the candidate; the candidate was not measured (the runner "
+                "and its worker disagree on what the worker holds)") if inp is not None else (
+                "the GPU runner's worker asked for the reference of a candidate the runner "
+                "no longer knows; it was not measured"))
+        self._asked.discard(o.key)
         if o.status == "ok":
             r = o.value
             self._parts.add(r.get("parts", {}), o.seconds,
                             stopped_early=r.get("stopped_early", False))
+            if "holds" in r:
+                self._follow(r["holds"])
             if r["error_no"]:
-                if r["error_no"] == int(MeasureErrorNo.RUNTIME_DEVICE):
-                    self._ref_sent.clear()  # the worker may have retired with its context
-                return MeasureResult((ERROR_COST,), r["error_no"], r["error_msg"], all_cost, now,
-                                     device=r["device"])
+                return self._failed(o, r["error_no"], r["error_msg"], r["device"])
             if r["correctness"] == "passed" or (
                     not self.check_correctness and not r.get("stopped_early")):
                 mean = sum(r["costs"]) / len(r["costs"])
                 self._best_checked[task_key] = min(
                     mean, self._best_checked.get(task_key, math.inf))
-            return MeasureResult(r["costs"], 0, "", all_cost, now, device=r["device"],
+            note = self._notes.pop(o.key, "")
+            all_cost = self._build_time.pop(o.key, 0.0) + o.seconds
+            return MeasureResult(r["costs"], 0, "", all_cost, time.time(), device=r["device"],
                                  correctness=r["correctness"] or note)
-        self._ref_sent.clear()  # the worker was replaced: it holds no reference
+        if o.status == "error":  # the job raised in a worker that lives on, holding what it did
+            return self._failed(o, MeasureErrorNo.UNKNOWN_ERROR,
+                                f"{o.exc_type}: {o.error}\n{o.traceback}")
+        self._follow(())  # the worker was replaced: the new one holds no reference
         if o.status == "timeout":
-            return MeasureResult((ERROR_COST,), int(MeasureErrorNo.RUN_TIMEOUT),
-                                 f"the run took more than {self.timeout:g} s (the kernel may "
-                                 "hang); the runner process was restarted", all_cost, now)
+            return self._failed(o, MeasureErrorNo.RUN_TIMEOUT,
+                                f"the run took more than {self.timeout:g} s (the kernel may "
+                                "hang); the runner process was restarted")
         if o.status == "died":
-            return MeasureResult((ERROR_COST,), int(MeasureErrorNo.RUNTIME_DEVICE),
-                                 f"the runner process died during the run: {o.error}",
-                                 all_cost, now)
-        if o.status == "unstartable":
-            return MeasureResult((ERROR_COST,), int(MeasureErrorNo.RUNTIME_DEVICE),
-                                 f"the GPU runner could not start on GPU {self.device_id}: "
-                                 f"{o.error}", all_cost, now)
-        return MeasureResult((ERROR_COST,), int(MeasureErrorNo.UNKNOWN_ERROR),
-                             f"{o.exc_type}: {o.error}\n{o.traceback}", all_cost, now)
+            return self._failed(o, MeasureErrorNo.RUNTIME_DEVICE,
+                                f"the runner process died during the run: {o.error}")
+        return self._failed(o, MeasureErrorNo.RUNTIME_DEVICE,
+                            f"the GPU runner could not start on GPU {self.device_id}: "
+                            f"{o.error}")
+
+    def _failed(self, o, error_no: int, msg: str, device: str = "") -> MeasureResult:
+        """The error result of the candidate of pool outcome ``o``."""
+        self._notes.pop(o.key, None)
+        all_cost = self._build_time.pop(o.key, 0.0) + o.seconds
+        return MeasureResult((ERROR_COST,), int(error_no), msg, all_cost, time.time(),
+                             device=device)
+
+    def close(self) -> None:
+        """Stop the worker; candidates in flight are dropped (they get no result)."""
+        super().close()
+        for books in (self._tasks, self._inflight, self._carrying, self._asked,
+                      self._ref_sent, self._build_time, self._notes):
+            books.clear()

@@ -308,8 +308,8 @@ class InlinePool:
         self.queue: list = []
         self.jobs = 0
 
-    def submit(self, key, fn, args, timeout=None):
-        self.queue.append((key, fn, args))
+    def submit(self, key, fn, args, timeout=None, first=False):
+        self.queue.insert(0 if first else len(self.queue), (key, fn, args))
 
     @property
     def pending(self):
