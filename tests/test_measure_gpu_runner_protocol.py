@@ -8,6 +8,7 @@ to a worker that lost it."""
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import pickle
 import signal
 import threading
@@ -15,7 +16,6 @@ import time
 from multiprocessing.connection import wait as wait_any
 
 import pytest
-
 from ptxforge import measure
 from ptxforge.backend_ptx.cuda_driver import CudaError
 from ptxforge.backend_ptx.kernel import CompileError
@@ -226,27 +226,23 @@ def test_a_job_for_a_worker_that_died_idle_goes_to_its_successor():
         assert [(o.key, o.status, o.value) for o in out] == [("next", "ok", 2)], out
 
 
-def _pid():
-    import os
-
-    return os.getpid()
-
-
 @pytest.mark.parametrize("method", ["fork", "exec"])
 def test_workers_outlive_the_thread_that_started_them(method):
     """Linux kills a worker when the thread that started it ends (PR_SET_PDEATHSIG): a
-    MeasureStream's thread, one per tuning call, would take the workers with it."""
+    MeasureStream's thread, one per tuning call, would take the workers with it. The job
+    is ``os.getpid``: an exec'd worker imports a job's function by its module's name, which
+    for a function of this file depends on the name of the checkout's folder."""
     with WorkerPool(1, method) as pool:
         box = {}
         t = threading.Thread(target=lambda: box.update(
-            first=pool.run([("a", _pid, ())], timeout=30)[0]))
+            first=pool.run([("a", os.getpid, ())], timeout=30)[0]))
         t.start()
         t.join(LIMIT_S)
         assert box["first"].status == "ok", box["first"]
         time.sleep(0.3)  # the worker would be killed as its starting thread ended
         (w,) = pool._workers
         assert w.process.is_alive(), "the worker died with the thread that started it"
-        (again,) = pool.run([("b", _pid, ())], timeout=30)
+        (again,) = pool.run([("b", os.getpid, ())], timeout=30)
         assert again.value == box["first"].value and pool.restarts == 0
 
 
