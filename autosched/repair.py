@@ -22,14 +22,16 @@ cycle; one still refused after the last round stays refused. The block level and
 choices other than the unroll step are kept, and different draws repair to different states.
 
 Whether it pays depends on how many draws pass as drawn. With the lean check
-(``SketchModel.step_kernels(limits_only=True)``: 0.3-0.4 us a state on numpy arrays of
-thousands) drawing again costs about ``0.35 us / share`` a kept state, while a repair's
-rounds cost 1-3 ms each for a sketch whatever its size: on the fp16 tasks of ResNet-18/50,
-MobileNetV2 and BERT (2-9% of tile draws pass) both cost the same, and drawing again keeps
-the draws uniform over the valid states; below about 3% (a layer on tight limits: 0.3%)
-drawing again takes 100-600k draws and up to 0.6 s a population, repairing 40-70 ms. The
-search repairs a sketch's draws only where fewer than ``repair_below`` of them pass
-(:data:`~ptxforge.autosched.search_policy.DEFAULT_PARAMS`; docs/tuning.md has the figures).
+(``SketchModel.step_kernels(limits_only=True)``: about 0.35 us a state on arrays of
+thousands) drawing again costs about ``0.35 us / share`` a kept state, while a repaired
+state costs 15-30 us (its rounds cost 1-3 ms each for a sketch, whatever its size): on the
+fp16 tasks of ResNet-18/50, MobileNetV2 and BERT, where 2-9% of tile draws pass, drawing
+again is as cheap or cheaper, and it keeps the draws uniform over the valid states. Below
+1% (the seed layer on tight limits: 0.3%) drawing again takes 100-600k draws and up to
+0.6 s a population of 2,048, and falls short of it; repairing takes 3k draws and 40-70 ms.
+So the search repairs a sketch's draws only where fewer than ``repair_below`` of them pass
+(:data:`~ptxforge.autosched.search_policy.DEFAULT_PARAMS`: 1%; docs/tuning.md has the
+figures).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ DEFAULT_PARAMS = {
     "evolutionary_search_mutation_prob": 0.85,
     "max_sample_tries": 8,
     "per_sketch_picks": 2,
-    "repair_below": 0.03,
+    "repair_below": 0.01,
 }
 
 DRAW_COUNTS = ("drawn", "refused", "repaired", "children", "children_refused", "refills")
