@@ -185,3 +185,22 @@ def test_draws_that_pass_often_are_not_repaired(seed_task):
     pop = pol.sample_initial_population(256)
     assert len(pop) == 256 and pol.draw_counts["repaired"] == 0
     assert pol.draw_counts["refused"] > 0
+
+
+def test_one_round_fits_threads_vthreads_and_accumulators(seed_task, rare_task, monkeypatch):
+    # a pull multiplies or divides these by the prime it moves, so the repair follows them
+    # exactly: after one round none is over its limit (shared memory and code may still be)
+    from ptxforge.autosched import repair
+
+    monkeypatch.setattr(repair, "MAX_ROUNDS", 1)
+    for task in (seed_task, rare_task):
+        hw = task.hardware_params
+        for s in tile_sketches(task):
+            model = task.models[s]
+            rows = draws(task, s, 800, 21)
+            r = repair_rows(model, rows, np.random.default_rng(3))
+            tile = next(k for kind, k in model.kernels(r.rows) if kind == "tile")
+            assert (tile["threads"] <= hw.max_threads_per_block).all()
+            assert (tile["vthreads"] <= hw.max_vthread_extent).all()
+            assert (tile["accum"] <= hw.max_accumulators_per_thread).all()
+            assert r.rounds == 1 and r.valid.mean() > 2 * model.valid(rows).mean()
