@@ -239,15 +239,16 @@ def repair_rows(model: SketchModel, rows: np.ndarray, rng: np.random.Generator,
                 repair_below: float = 1.0) -> Repair:
     """Check the states ``rows`` (``[n, slots]`` of ``model``'s sketch) and repair the
     refused ones of a tile sketch when fewer than ``repair_below`` of them pass as drawn
-    (0: never repair, only check; 1: always). States not repaired (of a sketch without a
-    tile step, past ``repair_below``, or past :data:`MAX_ROUNDS`) are returned as drawn and
-    not valid. Deterministic given ``rng``'s state.
+    (0: never repair, only check; 1: always). Refused states not repaired (of a sketch
+    without a tile step, past ``repair_below``, or still refused after :data:`MAX_ROUNDS`)
+    are returned as drawn or as far as the repair moved them, and not valid. Deterministic
+    given ``rng``'s state.
 
-    The first check is the model's own (every kernel of the sketch); a state that a kernel
-    other than a tile step's refuses is not repaired. While states move only the tile
-    limits are evaluated (:func:`~ptxforge.autosched.kernel_model.tile_limits`, the
-    arithmetic of the model's check), and the repaired states pass the model's whole check
-    once more at the end."""
+    The first check is the model's, every kernel of the sketch (a tile step's by its limits
+    alone, :func:`~ptxforge.autosched.kernel_model.tile_limits`: the arithmetic of its
+    validity); a state that a kernel other than a tile step's refuses is not repaired. While
+    states move only the tile limits are evaluated, and the repaired states pass the whole
+    check once more at the end."""
     rows = np.array(rows, dtype=np.int64, copy=True)
     plan = _plan(model)
     stats, valid, fixable = _check(model, rows, limits_only=True)
@@ -290,9 +291,6 @@ def repair_rows(model: SketchModel, rows: np.ndarray, rng: np.random.Generator,
 # levels), followed exactly through a round; the others are evaluated after each round
 _EXACT = ("threads", "vthreads", "accum")
 _Q = {q: k for k, q in enumerate(TILE_LIMITS)}
-# the order a state's excesses are relieved in (virtual threads first: they are part of the
-# accumulators; threads last: per-thread factors moved to the thread level add to them)
-_ORDER = ("vthreads", "accum", "threads", "shared_bytes", "unrolled_code")
 
 
 def _round(levers: LeverTable, over: dict, values: dict, active: np.ndarray,
@@ -319,13 +317,12 @@ def _round(levers: LeverTable, over: dict, values: dict, active: np.ndarray,
     sel = np.arange(m)
     while len(sel):
         exceeds = vals[:, sel] > lim   # [3, k]: threads, vthreads, accum
-        quantity = np.full(len(sel), -1)
-        for q in reversed(_ORDER):
-            if q in _EXACT:
-                quantity = np.where(exceeds[_EXACT.index(q)], _Q[q], quantity)
-            elif q == "shared_bytes":
-                # (unrolled code comes from ``later``: one of the two a round)
-                quantity = np.where((quantity < 0) & ~touched[sel], later[sel], quantity)
+        # what each state relieves now: virtual threads first (they are part of the
+        # accumulators), then accumulators, then threads (a per-thread factor moved to the
+        # thread level adds to them); shared memory or code once none of those is over
+        quantity = np.where(~touched[sel], later[sel], -1)
+        for q in ("threads", "accum", "vthreads"):
+            quantity = np.where(exceeds[_EXACT.index(q)], _Q[q], quantity)
         sel, quantity = sel[quantity >= 0], quantity[quantity >= 0]
         if not len(sel):
             break
@@ -365,8 +362,8 @@ def _check(model: SketchModel, rows: np.ndarray, limits_only: bool = False) -> t
 def repair_population(task, pop: np.ndarray, rng: np.random.Generator,
                       repair_below: float = 1.0) -> Repair:
     """:func:`repair_rows` over a population of ``task`` (``[n, state_width]``, column 0
-    the sketch), sketch by sketch; ``rounds`` is the most any sketch took. With ``repair``
-    off, refused states are only marked (rejection, as a baseline)."""
+    the sketch), sketch by sketch (``repair_below`` as there); ``rounds`` is the most any
+    sketch took."""
     pop = np.array(pop, dtype=np.int64, copy=True)
     n = len(pop)
     valid = np.zeros(n, dtype=bool)
