@@ -95,6 +95,28 @@ def unrolled_code(step: TileStep, V, n: int) -> np.ndarray:
     return code * vthreads
 
 
+TILE_LIMITS = ("threads", "vthreads", "shared_bytes", "accum", "unrolled_code")
+"""The quantities of a tile state that :func:`tile_model` bounds (see
+:func:`tile_limits_exceeded`)."""
+
+
+def tile_limits_exceeded(stats: dict, hw: HardwareParams) -> dict:
+    """``{quantity: [n] bool}``: where each bounded quantity of :data:`TILE_LIMITS` in
+    ``stats`` passes its limit (threads, virtual threads, shared memory per block,
+    accumulators and unrolled code per thread). A tile state is valid where none does;
+    :mod:`~ptxforge.autosched.repair` reads which one to relieve."""
+    limits = tile_limit_values(hw)
+    return {k: np.asarray(stats[k]) > limits[k] for k in TILE_LIMITS}
+
+
+def tile_limit_values(hw: HardwareParams) -> dict:
+    """``{quantity: limit}`` for :data:`TILE_LIMITS` on the hardware ``hw``."""
+    return {"threads": hw.max_threads_per_block, "vthreads": hw.max_vthread_extent,
+            "shared_bytes": hw.max_shared_memory_per_block,
+            "accum": hw.max_accumulators_per_thread,
+            "unrolled_code": MAX_UNROLLED_PER_THREAD}
+
+
 def _occupancy(threads, regs, shared, blocks, hw: HardwareParams) -> dict:
     warps = -(-threads // hw.warp_size)
     # the target's occupancy rule with the search's figures; 1 KiB of shared memory per
@@ -114,13 +136,52 @@ def _occupancy(threads, regs, shared, blocks, hw: HardwareParams) -> dict:
             "warps_per_sm": resident * warps, "sms_used": np.minimum(blocks, hw.num_sms)}
 
 
-def tile_model(step: TileStep, V, hw: HardwareParams, n: int) -> dict:
+def _inputs(step: TileStep) -> dict:
+    """The stage's accesses grouped by the buffer they read."""
+    by_input: dict = {}
+    for acc in step.accesses:
+        by_input.setdefault(acc.producer, []).append(acc)
+    return by_input
+
+
+def tile_limits(step: TileStep, V, n: int) -> dict:
+    """The quantities of :data:`TILE_LIMITS` of ``n`` states of a tile step (and what they
+    are made of: the tile levels, block tiles, each input's block region), without the
+    rest of :func:`tile_model`: what :mod:`~ptxforge.autosched.repair` evaluates while it
+    moves a refused state, the same arithmetic as the model's validity."""
     sp = [V[step.slot("tile", a)] for a, _ in step.spatial]
     rd = [V[step.slot("tile", a)] for a, _ in step.reduce]
     k_split = np.ones(n, dtype=np.int64)
     if step.split_k is not None:
         k_split = rd[step.split_k][:, 0]
         rd[step.split_k] = rd[step.split_k][:, 1:]
+    vthreads = _prod([f[:, 1] for f in sp], n)
+    threads = _prod([f[:, 2] for f in sp], n)
+    inner = _prod([f[:, 3] * f[:, 4] for f in sp], n)
+    block_tiles = [f[:, 1] * f[:, 2] * f[:, 3] * f[:, 4] for f in sp] + \
+                  [f[:, 1] * f[:, 2] for f in rd]
+    shared_bytes = np.zeros(n, dtype=np.int64)
+    fetch_iters = np.zeros(n, dtype=np.int64)
+    elems = {}
+    for x, accs in _inputs(step).items():
+        elems[x] = np.max([_region(a, block_tiles, n) for a in accs], axis=0)
+        if x in step.shared:
+            vec = V[step.slot("vec", x)]
+            shared_bytes = shared_bytes + elems[x] * F32
+            fetch_iters = fetch_iters + -(-elems[x] // (vec * threads))
+    return {"sp": sp, "rd": rd, "k_split": k_split, "vthreads": vthreads,
+            "threads": threads, "inner": inner, "accum": vthreads * inner,
+            "block_tiles": block_tiles, "elems": elems, "shared_bytes": shared_bytes,
+            "fetch_iters": fetch_iters,
+            "unrolled_code": unrolled_code(step, V, n) + fetch_iters}
+
+
+def tile_model(step: TileStep, V, hw: HardwareParams, n: int) -> dict:
+    lim = tile_limits(step, V, n)
+    sp, rd, k_split = lim["sp"], lim["rd"], lim["k_split"]
+    vthreads, threads, inner, accum = lim["vthreads"], lim["threads"], lim["inner"], lim["accum"]
+    shared_bytes, fetch_iters = lim["shared_bytes"], lim["fetch_iters"]
+    block_tiles = lim["block_tiles"]
     reduce_size = 1
     for _, e in step.reduce:
         reduce_size *= e
@@ -128,21 +189,13 @@ def tile_model(step: TileStep, V, hw: HardwareParams, n: int) -> dict:
     for _, e in step.spatial:
         space *= e
     blocks = k_split * _prod([f[:, 0] for f in sp], n)
-    vthreads = _prod([f[:, 1] for f in sp], n)
-    threads = _prod([f[:, 2] for f in sp], n)
-    inner = _prod([f[:, 3] * f[:, 4] for f in sp], n)
-    accum = vthreads * inner
     r0 = _prod([f[:, 0] for f in rd], n)
     r2 = _prod([f[:, 2] for f in rd], n)
     fma_thread = accum * (reduce_size // k_split)
     unroll = V[step.slot("unroll")]
     inner_steps = inner * r2 * vthreads
     unrolled = inner_steps <= np.maximum(unroll, 32)
-    block_tiles = [f[:, 1] * f[:, 2] * f[:, 3] * f[:, 4] for f in sp] + \
-                  [f[:, 1] * f[:, 2] for f in rd]
     thread_tiles = [f[:, 1] * f[:, 3] * f[:, 4] for f in sp] + [f[:, 2] for f in rd]
-    shared_bytes = np.zeros(n, dtype=np.int64)
-    fetch_iters = np.zeros(n, dtype=np.int64)
     fetch_run = np.full(n, 32, dtype=np.int64)
     lds_thread = np.zeros(n, dtype=np.int64)
     conflict = np.ones(n, dtype=np.int64)
@@ -152,19 +205,14 @@ def tile_model(step: TileStep, V, hw: HardwareParams, n: int) -> dict:
     fast = np.full(n, -1, dtype=np.int64)
     for j, f in enumerate(sp):
         fast = np.where(f[:, 2] > 1, j, fast)
-    by_input: dict = {}
-    for acc in step.accesses:
-        by_input.setdefault(acc.producer, []).append(acc)
+    by_input = _inputs(step)
     for x, accs in by_input.items():
         size = int(np.prod(accs[0].shape))
         unique += size * F32
-        elems = np.max([_region(a, block_tiles, n) for a in accs], axis=0)
+        elems = lim["elems"][x]
         t_elems = np.max([_region(a, thread_tiles, n) for a in accs], axis=0)
         lds_thread = lds_thread + t_elems
         if x in step.shared:
-            vec = V[step.slot("vec", x)]
-            shared_bytes = shared_bytes + elems * F32
-            fetch_iters = fetch_iters + -(-elems // (vec * threads))
             global_elems = global_elems + elems * r0
             dims = _region_dims(accs[0], block_tiles, n)
             run = np.ones(n, dtype=np.int64)
@@ -190,7 +238,7 @@ def tile_model(step: TileStep, V, hw: HardwareParams, n: int) -> dict:
         else:
             global_elems = global_elems + elems * r0
     unique += space * F32
-    code = unrolled_code(step, V, n) + fetch_iters
+    code = lim["unrolled_code"]
     per_fma = np.where(unrolled, lds_thread / np.maximum(accum * r2, 1),
                        float(len(by_input)))
     regs = np.where(unrolled, 24 + accum + np.minimum(lds_thread, 64), 32 + accum)
@@ -211,13 +259,12 @@ def tile_model(step: TileStep, V, hw: HardwareParams, n: int) -> dict:
     sync = occ["waves"] * r0 * latency / hw.clock_hz / np.maximum(
         np.minimum(occ["blocks_per_sm"], per_sm_blocks), 1)
     est = np.maximum(np.maximum(issue, lds), mem) + sync + hw.launch_s
-    valid = ((threads <= hw.max_threads_per_block)
-             & (vthreads <= hw.max_vthread_extent)
-             & (shared_bytes <= hw.max_shared_memory_per_block)
-             & (accum <= hw.max_accumulators_per_thread)
-             & (code <= MAX_UNROLLED_PER_THREAD))
+    over = tile_limits_exceeded({"threads": threads, "vthreads": vthreads,
+                                 "shared_bytes": shared_bytes, "accum": accum,
+                                 "unrolled_code": code}, hw)
+    valid = ~np.any(list(over.values()), axis=0)
     return {
-        "valid": valid, "blocks": blocks, "threads": threads, "vthreads": vthreads,
+        "valid": valid, "over": over, "blocks": blocks, "threads": threads, "vthreads": vthreads,
         "accum": accum, "fma_thread": fma_thread, "shared_bytes": shared_bytes,
         "global_bytes": global_bytes, "unique_bytes": np.full(n, float(unique)),
         "lds_per_fma": per_fma, "conflict": conflict, "fetch_iters": fetch_iters,
@@ -291,6 +338,13 @@ class SketchModel:
     def kernels(self, rows: np.ndarray) -> list:
         """``[(kind, stats)]`` per kernel-producing step, the main (tiled or cross-thread)
         kernel first."""
+        return [(kind, stats) for _, kind, stats in self.step_kernels(rows)]
+
+    def step_kernels(self, rows: np.ndarray, limits_only: bool = False) -> list:
+        """``[(step, kind, stats)]``: :meth:`kernels` with the step each kernel comes
+        from. With ``limits_only`` a tile step's stats are only what its validity reads
+        (:func:`tile_limits` with ``valid`` and ``over``): the same validity for about half
+        the arithmetic, to check draws most of which are refused."""
         V = self.sketch.values(rows)
         n = len(rows)
         out = []
@@ -299,18 +353,23 @@ class SketchModel:
                 continue
             in_bytes, work, space = self._in_bytes[st.stage]
             if isinstance(st, AttentionStep):
-                out.insert(0, ("attention", attention_model(st, V, self.hw, n)))
+                out.insert(0, (st, "attention", attention_model(st, V, self.hw, n)))
             elif isinstance(st, FusedRowsStep):
-                out.insert(0, ("fused_rows", fused_rows_model(st, V, self.hw, n)))
+                out.insert(0, (st, "fused_rows", fused_rows_model(st, V, self.hw, n)))
             elif isinstance(st, RowGemmStep):
-                out.insert(0, ("tensorcore", gemm_rows_model(st, V, self.hw, n)))
+                out.insert(0, (st, "tensorcore", gemm_rows_model(st, V, self.hw, n)))
             elif isinstance(st, TensorCoreStep):
-                out.insert(0, ("tensorcore", tensorcore_model(st, V, self.hw, n)))
+                out.insert(0, (st, "tensorcore", tensorcore_model(st, V, self.hw, n)))
+            elif isinstance(st, TileStep) and limits_only:
+                lim = tile_limits(st, V, n)
+                lim["over"] = tile_limits_exceeded(lim, self.hw)
+                lim["valid"] = ~np.any(list(lim["over"].values()), axis=0)
+                out.insert(0, (st, "tile", lim))
             elif isinstance(st, TileStep):
-                out.insert(0, ("tile", tile_model(st, V, self.hw, n)))
+                out.insert(0, (st, "tile", tile_model(st, V, self.hw, n)))
             elif isinstance(st, CrossThreadStep):
-                out.insert(0, ("cross_thread", cross_thread_model(st, V, self.hw, n, space,
-                                                                  in_bytes)))
+                out.insert(0, (st, "cross_thread",
+                               cross_thread_model(st, V, self.hw, n, space, in_bytes)))
             elif isinstance(st, SimpleStep):
                 if st.attach and any(isinstance(s, TileStep) and s.stage == st.attach
                                      for s in self.sketch.steps):
@@ -318,11 +377,11 @@ class SketchModel:
                     tile = next(s for s in self.sketch.steps
                                 if isinstance(s, TileStep) and s.stage == st.attach)
                     ks = V[tile.slot("tile", tile.reduce[tile.split_k][0])][:, 0]
-                    out.append(("simple", simple_model(st, V, self.hw, n, st.size * ks,
-                                                       st.size * ks * F32)))
+                    out.append((st, "simple", simple_model(st, V, self.hw, n, st.size * ks,
+                                                           st.size * ks * F32)))
                 else:
-                    out.append(("simple", simple_model(st, V, self.hw, n, max(work, st.size),
-                                                       in_bytes)))
+                    out.append((st, "simple", simple_model(
+                        st, V, self.hw, n, max(work, st.size), in_bytes)))
         return out
 
     def valid(self, rows: np.ndarray, kernels: list | None = None) -> np.ndarray:

@@ -1,11 +1,13 @@
 """SketchPolicy: evolutionary search over the states of a task's sketches, guided by a cost
 model, as Ansor's sketch policy does.
 
-One round: sample random valid states (plus the best measured ones), evolve them for a
-few generations (mutation of tile sizes, unroll steps and vector widths; crossover of
-states of one sketch; selection in proportion to the cost model's score; invalid states
-dropped), then pick the best-scored states not yet measured, mixed with a few random ones
-(epsilon-greedy). Nothing is lowered here: validity and features come from the states.
+One round: sample random valid states (plus the best measured ones; draws are checked
+without their features, and refused ones repaired where valid ones are rare:
+autosched/repair.py), evolve them for a few generations (mutation of tile sizes, unroll
+steps and vector widths; crossover of states of one sketch; selection in proportion to the
+cost model's score; invalid states dropped), then pick the best-scored states not yet
+measured, mixed with a few random ones (epsilon-greedy). Nothing is lowered here: validity
+and features come from the states.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .evolution import crossover, first_rows, mutate, random_population, row_keys, unique_rows
+from .repair import repair_population, repairable
 
 DEFAULT_PARAMS = {
     "eps_greedy": 0.05,
@@ -23,7 +26,14 @@ DEFAULT_PARAMS = {
     "evolutionary_search_mutation_prob": 0.85,
     "max_sample_tries": 8,
     "per_sketch_picks": 2,
+    "repair_below": 0.01,
 }
+
+DRAW_COUNTS = ("drawn", "refused", "repaired", "children", "children_refused", "refills")
+"""The counters of :attr:`SketchPolicy.draw_counts`: random states drawn, those of them the
+kernel model refused as drawn, those of the refused that were repaired (the rest were
+dropped), mutated or crossed children checked, those of them refused (dropped), and
+generations refilled with fresh random states."""
 
 
 class SearchCallback:
@@ -53,6 +63,10 @@ class SketchPolicy:
 
     ``params`` overrides :data:`DEFAULT_PARAMS`; ``seed`` makes the search reproducible;
     ``init_search_callbacks`` run once now (e.g. :class:`PreloadMeasuredStates`).
+    ``repair_below``: a tile sketch's random draws are repaired (not drawn again) where
+    fewer than this share of them pass as drawn (0: never, 1: always; see
+    :mod:`~ptxforge.autosched.repair`). :attr:`draw_counts` counts the draws and refusals
+    (:data:`DRAW_COUNTS`).
     """
 
     def __init__(self, task, program_cost_model=None, params: dict | None = None,
@@ -71,8 +85,13 @@ class SketchPolicy:
         self.measured: set = set()
         self.measured_rows: list = []
         self.measured_tput: list = []
+        self.draw_counts = dict.fromkeys(DRAW_COUNTS, 0)
         for cb in init_search_callbacks or ():
             cb.callback(self)
+
+    def _count(self, **counts) -> None:
+        for key, v in counts.items():
+            self.draw_counts[key] += v
 
     # -- measurements ---------------------------------------------------------------------
     def add_measured(self, rows: np.ndarray, results, update_model: bool = True) -> None:
@@ -118,21 +137,29 @@ class SketchPolicy:
 
         Sketches get shares of the population that grow with the square root of their
         space (so a sketch of 25 states is covered without crowding out the others), and
-        are drawn in proportion to share over observed validity rate.
+        are drawn in proportion to share over observed validity rate. Draws are checked
+        with the kernel model's validity alone (their features are computed later, for the
+        kept ones), and a tile sketch's refused draws are repaired where fewer than
+        ``repair_below`` of them pass (:func:`~ptxforge.autosched.repair.repair_population`).
         """
         pop = np.zeros((0, self.task.state_width), dtype=np.int64)
         k = len(self.task.sketches)
         space = np.array([float(np.prod(sk.sizes.astype(float))) for sk in self.task.sketches])
         share = np.sqrt(np.minimum(space, 4.0 * n))
         share = share / share.sum()
-        rate = np.full(k, 0.5)
+        # where every refused tile draw is repaired, nearly all of them count
+        below = self.params["repair_below"]
+        rate = np.array([0.9 if below >= 1 and repairable(m) else 0.5 for m in self.task.models])
         for _ in range(self.params["max_sample_tries"]):
             weights = share / rate
             expected = float((weights / weights.sum() * rate).sum())
             want = min(int((n - len(pop)) / max(expected, 0.01) * 1.3) + 16, 64 * n + 64)
             cand = random_population(self.task, want, self.rng, weights)
             drawn = np.bincount(cand[:, 0], minlength=k)
-            cand, _, _ = self._valid(cand)
+            fixed = repair_population(self.task, cand, self.rng, repair_below=below)
+            self._count(drawn=len(cand), refused=int((~fixed.valid).sum() + fixed.repaired.sum()),
+                        repaired=int(fixed.repaired.sum()))
+            cand = fixed.rows[fixed.valid]
             valid = np.bincount(cand[:, 0], minlength=k)
             rate = np.where(drawn > 0, np.maximum(valid / np.maximum(drawn, 1), 1e-3), rate)
             pop = unique_rows(np.concatenate([pop, cand]))
@@ -237,8 +264,11 @@ class SketchPolicy:
         children = np.where(use_mut[:, None], mutate(self.task, a, rng),
                             crossover(a, b, rng))
         children = unique_rows(children)
+        checked = len(children)
         children, feats, est = self._valid(children)
+        self._count(children=checked, children_refused=checked - len(children))
         if len(children) < size // 4:
+            self._count(refills=1)
             # the population collapsed (small space or few valid neighbours): refill
             extra = self.sample_initial_population(size // 2)
             merged = unique_rows(np.concatenate([children, extra]))
