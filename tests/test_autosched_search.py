@@ -20,6 +20,8 @@ from ptxforge.autosched.state import state_from_payload
 from ptxforge.ir.to_ir import to_ir
 from ptxforge.passes.pipeline import Pipeline
 
+from .instant import Instant
+
 
 @autosched.register_workload
 def small_conv_relu(N, H, W, CO, CI, KH, KW, stride, padding):
@@ -38,7 +40,7 @@ def seed_task():
 
 
 # -- in-test builder and runner ---------------------------------------------------------------
-class FakeBuilder(measure.Builder):
+class FakeBuilder(Instant, measure.Builder):
     """Builds nothing: every candidate succeeds at once."""
 
     def __init__(self):
@@ -46,14 +48,6 @@ class FakeBuilder(measure.Builder):
 
     def submit(self, key, inp):
         self._done.append((key, measure.BuildResult("built", 0, "", 0.0)))
-
-    def collect(self, timeout=0.0):
-        out, self._done = self._done, []
-        return out
-
-    @property
-    def pending(self):
-        return len(self._done)
 
 
 def fake_costs(task, rows):
@@ -65,7 +59,7 @@ def fake_costs(task, rows):
     return est * (0.7 + 0.6 * h)
 
 
-class FakeRunner(measure.Runner):
+class FakeRunner(Instant, measure.Runner):
     """A deterministic time per state: the static estimate times a factor from a hash of
     the pipeline; states with many vthreads 'fail' so errors are exercised."""
 
@@ -88,14 +82,6 @@ class FakeRunner(measure.Runner):
             res = measure.MeasureResult((self.cost(inp),), 0, "", 0.0, 0.0,
                                         estimated=self.estimated)
         self._done.append((key, res))
-
-    def collect(self, timeout=0.0):
-        out, self._done = self._done, []
-        return out
-
-    @property
-    def pending(self):
-        return len(self._done)
 
 
 def options(task, trials, per_round=16, log=None, **kw):

@@ -14,13 +14,14 @@ from ptxforge.autotvm.tuner import GATuner, GridSearchTuner, RandomTuner, XGBTun
 from ptxforge.measure import BuildResult, MeasureResult, load_records
 from ptxforge.measure.measure import Builder, Runner
 
+from .instant import Instant
 from .test_autotvm import FAST_SA  # noqa: F401 - registers test/matmul
 
 PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(PKG)
 
 
-class _Builder(Builder):
+class _Builder(Instant, Builder):
     """Builds nothing: every candidate is ready at once."""
 
     def __init__(self):
@@ -29,16 +30,8 @@ class _Builder(Builder):
     def submit(self, key, inp):
         self._done.append((key, BuildResult(None, 0, "", 0.0)))
 
-    def collect(self, timeout=0.0):
-        out, self._done = self._done, []
-        return out
 
-    @property
-    def pending(self):
-        return len(self._done)
-
-
-class _Runner(Runner):
+class _Runner(Instant, Runner):
     """A cost that depends on the schedule text, so tuners have something to learn."""
 
     def __init__(self):
@@ -47,14 +40,6 @@ class _Runner(Runner):
     def submit(self, key, inp, build):
         cost = 1e-4 * (1 + hash(inp.pipeline_text) % 97)
         self._done.append((key, MeasureResult((cost,), 0, "", 0.0, 0.0)))
-
-    def collect(self, timeout=0.0):
-        out, self._done = self._done, []
-        return out
-
-    @property
-    def pending(self):
-        return len(self._done)
 
 
 def _option():

@@ -23,6 +23,7 @@ from ptxforge.measure import MeasureErrorNo, MeasureInput, measure_batch, runner
 from ptxforge.measure.pool import WorkerPool
 from ptxforge.measure.stream import MeasureStream
 
+from .instant import Instant
 from .test_measure_gpu_runner_cpu import (
     PIPE,
     FakeArray,
@@ -91,7 +92,7 @@ def always_asks(req):
 # -- the tuner's side -------------------------------------------------------------------------
 
 
-class ReadyBuilder(measure.Builder):
+class ReadyBuilder(Instant, measure.Builder):
     """Hands back prepared builds at once: the input with payload ``{"i": i}`` gets
     ``builds[i]``."""
 
@@ -101,14 +102,6 @@ class ReadyBuilder(measure.Builder):
 
     def submit(self, key, inp):
         self._done.append((key, self.builds[inp.payload["i"]]))
-
-    def collect(self, timeout=0.0):
-        out, self._done = self._done, []
-        return out
-
-    @property
-    def pending(self):
-        return len(self._done)
 
 
 class PacedBuilder(ReadyBuilder):

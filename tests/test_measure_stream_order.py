@@ -13,6 +13,7 @@ from ptxforge import measure
 from ptxforge.measure.build_times import BuildTimes, rule_of, sketch_of
 from ptxforge.measure.stream import HANDED_PER_WORKER, MeasureStream, builder_capacity
 
+from .instant import Instant
 from .test_task_scheduler_backlog import ThreadBuilder
 
 SPEC = measure.TaskSpec("order-key", "cuda", "", 1.0)
@@ -37,7 +38,7 @@ class SketchBuilder(ThreadBuilder):
         return SECONDS[inp.payload["sketch"]]
 
 
-class BuildTimeRunner(measure.Runner):
+class BuildTimeRunner(Instant, measure.Runner):
     """Runs nothing: each result's ``all_cost`` is its build time, its cost its ``v``."""
 
     def __init__(self):
@@ -46,14 +47,6 @@ class BuildTimeRunner(measure.Runner):
     def submit(self, key, inp, build):
         self._done.append((key, measure.MeasureResult(
             (float(inp.payload["v"]),), 0, "", build.time_cost, time.time())))
-
-    def collect(self, timeout=0.0):
-        out, self._done = self._done, []
-        return out
-
-    @property
-    def pending(self):
-        return len(self._done)
 
 
 def test_build_time_estimates_by_sketch_then_rule_then_task():

@@ -13,6 +13,7 @@ from ptxforge import autosched, measure, ops, te
 from ptxforge.autosched.state import state_from_payload
 from ptxforge.autosched.task_scheduler import MAX_ROUNDS_WITHOUT_SUCCESS, derive_similarity_tag
 
+from .instant import Instant
 from .test_autosched_search import FakeBuilder, fake_costs
 
 
@@ -39,7 +40,7 @@ def conv_tasks():
             for k, a in enumerate(CONV_ARGS)]
 
 
-class TaskRunner(measure.Runner):
+class TaskRunner(Instant, measure.Runner):
     """Deterministic 'times' for several tasks: the state's static estimate times a hashed
     factor, times ``scale[task]``; ``constant`` tasks take ``scale[task]`` seconds whatever
     the state, ``improving`` ones get faster with every candidate, ``failing`` ones always
@@ -72,14 +73,6 @@ class TaskRunner(measure.Runner):
                 cost = float(fake_costs(task, st.row(task.state_width)[None])[0]) * self.scale[i]
             res = measure.MeasureResult((cost,), 0, "", 0.0, 0.0, estimated=self.estimated)
         self._done.append((key, res))
-
-    def collect(self, timeout=0.0):
-        out, self._done = self._done, []
-        return out
-
-    @property
-    def pending(self):
-        return len(self._done)
 
 
 class Order(autosched.TaskSchedulerCallback):
