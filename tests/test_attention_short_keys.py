@@ -56,6 +56,7 @@ def test_the_pick_reads_vits_combined_projection():
 @pytest.mark.parametrize("w,target", [
     (_vit(127), SM90A),                            # fewer keys: not measured
     (_vit(257), SM90A),                            # three tiles: not measured
+    (AttentionWorkload(1, 12, 12, 1, 197, 64, 64), SM90A),  # one query (decoding)
     (_vit(197, dim=128), SM90A),                   # a wider head
     (_vit(197, causal=True), SM90A),               # causal
     (_vit(197, mask=AttentionMask((1, 1, 1, 197), "bool")), SM90A),  # a padding mask

@@ -24,7 +24,8 @@ from .knobs import AttentionConfig, check_attention_config
 from .workload import AttentionError, AttentionWorkload
 
 SHORT_KEYS = (128, 256)
-"""The rule covers this many keys (one or two 128-key tiles); measured at 128 and 197."""
+"""The rule covers this many keys (one or two 128-key tiles), and as many queries; measured
+at 128 and 197 of both."""
 SHORT_HEAD_DIM = 64
 """... and head dims (``head_dim`` and ``v_dim``) up to this; measured at 64."""
 SHORT_PICK = AttentionConfig(4, 128, 2, "wgmma", "registers", "registers", "intra")
@@ -33,13 +34,15 @@ from registers and the intra-warpgroup overlap."""
 
 
 def short_keys_pick(w: AttentionWorkload, target: Target) -> AttentionConfig | None:
-    """:data:`SHORT_PICK` for fp16 attention without a mask (nor causal) over
-    :data:`SHORT_KEYS` keys, head dims up to :data:`SHORT_HEAD_DIM`, whose blocks (64 query
-    rows of each head and batch) fit one wave of the SMs, where the pick is legal on
-    ``target``; None elsewhere (the other rules and the estimate choose)."""
+    """:data:`SHORT_PICK` for fp16 attention without a mask (nor causal) of
+    :data:`SHORT_KEYS` queries and keys (measured: self-attention), head dims up to
+    :data:`SHORT_HEAD_DIM`, whose blocks (64 query rows of each head and batch) fit one
+    wave of the SMs, where the pick is legal on ``target``; None elsewhere (the other rules
+    and the estimate choose)."""
     lo, hi = SHORT_KEYS
     if (w.dtype != "float16" or w.causal or w.mask is not None
-            or not lo <= w.kv_len <= hi or w.head_dim > SHORT_HEAD_DIM
+            or not lo <= w.kv_len <= hi or not lo <= w.q_len <= hi
+            or w.head_dim > SHORT_HEAD_DIM
             or w.v_dim > SHORT_HEAD_DIM or not target.has_wgmma):
         return None
     blocks = -(-w.q_len // SHORT_PICK.block_q) * w.heads * w.batch
