@@ -334,7 +334,8 @@ def raw_attention_time(w: AttentionWorkload, cfg: AttentionConfig, target: Targe
 
 def choose_attention_config(w: AttentionWorkload, target: Target) -> AttentionConfig:
     """The candidate :func:`attention_time` ranks first (ties: wgmma, more warps, then
-    larger ``block_kv``)."""
+    larger ``block_kv``), but where a measured rule speaks: narrow heads over 128 to 256
+    keys (:func:`~.short_keys.short_keys_pick`) or 512 to 1,024 (:data:`NARROW_PICK`)."""
     cands = attention_candidates(w, target)
     # wgmma doubles the products' rate on sm_90a: where it is legal, it runs them
     cands = [c for c in cands if c.mma == "wgmma"] or cands
@@ -346,6 +347,11 @@ def choose_attention_config(w: AttentionWorkload, target: Target) -> AttentionCo
         # the smallest configuration's rule names the reason (dtype, head dim, target)
         check_attention_config(w, AttentionConfig(1, BLOCK_KV[0], 1), target)
         raise AttentionError(f"no fused attention configuration fits {w} on {target.arch}")
+    from .short_keys import short_keys_pick
+
+    short = short_keys_pick(w, target)  # narrow heads over 128 to 256 keys (measured)
+    if short is not None:
+        return short
     narrow = _narrow_head_pick(w, cands)
     if narrow is not None:
         return narrow

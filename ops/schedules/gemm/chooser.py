@@ -25,6 +25,7 @@ from .knobs import (
     tile_limit,
 )
 from .mid_size import mid_size_wgmma_config
+from .row_blocks import deep_by_rows
 from .rules import (
     C_TILE_ALIASED,
     _round_up,
@@ -403,7 +404,8 @@ def few_row_wgmma_config(form: GemmForm, target: Target | str | None = None,
       rows took up to 1.8x as long); smaller ones follow :func:`few_row_mma_config` where
       ``N`` >= 3072, else the estimates;
     - 64 < ``M`` <= 256: 64 x 64 tiles (one warpgroup), one group in flight, 5 stages
-      where a part has at least :data:`FEW_ROWS_DEEP_PART_K` columns, else 4;
+      where a part has at least :data:`FEW_ROWS_DEEP_PART_K` columns or ``M`` > 128
+      (:func:`~.row_blocks.deep_by_rows`: ViT-B/16's 197 tokens), else 4;
       where the output has fewer tiles than half the SMs, the reduction in the most split-K
       parts of 2, 4, 8 keeping tiles x parts within 1.5 waves and parts of at least
       :data:`FEW_ROWS_MIN_PART_K` columns.
@@ -424,8 +426,10 @@ def few_row_wgmma_config(form: GemmForm, target: Target | str | None = None,
             for p in (2, 4, 8):
                 if tiles * p <= 1.5 * target.num_sms and form.K // p >= FEW_ROWS_MIN_PART_K:
                     split = p
-        # 5 stages where a part runs at least 16 steps; at 12 they tie with 4
-        stages = 5 if form.K // split >= FEW_ROWS_DEEP_PART_K else DEFAULT_STAGES
+        # 5 stages where a part runs at least 16 steps; at 12 they tie with 4 up to 2 row
+        # blocks, and win from 3 (row_blocks.py)
+        stages = (5 if form.K // split >= FEW_ROWS_DEEP_PART_K or deep_by_rows(form)
+                  else DEFAULT_STAGES)
         cfg = WgmmaScheduleConfig(64, 1, stages, 1, split)
     else:
         return None
