@@ -160,6 +160,16 @@ def kernel_profile(torch, module, lib, feeds: dict, top: int) -> str:
     return "\n".join(lines)
 
 
+def launch_text(module) -> str:
+    """How ``module``'s CUDA graph launches its kernels (``dependent_launch="auto"`` times
+    both ways on the first run) and the two times it measured."""
+    c = module.launch_choice
+    if c is None:
+        return "dependent" if module.dependent_launch else "plain"
+    return (f"{c.chosen} (dependent {c.dependent_seconds * 1e3:.4f} ms, plain "
+            f"{c.plain_seconds * 1e3:.4f} ms)")
+
+
 def tune(net, params, dtype: str, trials: int, log: str, seed: int, profile: bool) -> float:
     """Tune the import from an empty ``log`` as ``ptxforge tune-network`` does (the same
     function, measurement settings and defaults); print its rate and, with ``profile``,
@@ -264,7 +274,8 @@ def bench(torch, name: str, args) -> dict:
             row["default_ms"] = plain.benchmark(dev, repeat=5, min_repeat_ms=300).median * 1e3
             ratio = row["default_ms"] / row["ours_ms"]
             print(f"[{name}] default schedules {row['default_ms']:.4f} ms, tuned "
-                  f"{row['ours_ms']:.4f} ms: default/tuned {ratio:.2f}", flush=True)
+                  f"{row['ours_ms']:.4f} ms: default/tuned {ratio:.2f}; launches "
+                  f"{launch_text(plain)} / {launch_text(module)}", flush=True)
             if args.profile:
                 print(f"[{name}] the default schedules' kernels:", flush=True)
                 plain = graph.GraphModule(plain_lib, dev, use_cuda_graph=False,
