@@ -16,6 +16,11 @@ candidate measured is exactly what the record's pipeline text replays (through
 be made (it raises) fails the build with a :class:`NoDefaultSchedule`; the tuner then drops
 the candidate (logged at debug level), so the log holds no record of it.
 
+Where a sketch's space holds the default (:func:`default_state`: a fused attention's
+configuration, a row kernel's threads), the tuner measures that state instead, its payload
+the state's with ``"default": true``: the policy and its cost model learn from it like any
+state (the features are computed from states; the other defaults are none).
+
 :func:`task_default_schedule` builds from the task what ``default_schedule_for`` builds from
 the function (the tuners sit below the graph layer and cannot call it):
 
@@ -55,8 +60,11 @@ def default_payload() -> dict:
 
 
 def is_default_payload(payload) -> bool:
-    """Whether a record's payload marks the task's default schedule."""
-    return isinstance(payload, dict) and payload.get("kind") == DEFAULT_KIND
+    """Whether a record's payload marks the task's default schedule: ``{"kind":
+    "default"}``, or a search state's payload with ``"default": true`` (a default that is
+    a state of one of the task's sketches, :func:`default_state`)."""
+    return isinstance(payload, dict) and (payload.get("kind") == DEFAULT_KIND
+                                          or payload.get("default") is True)
 
 
 def is_default_input(inp) -> bool:
@@ -125,6 +133,39 @@ def rows_default(task):
     if step is None:
         return None
     return schedule_fused_rows(step, rows_threads(step.cols), True)
+
+
+def default_state(task):
+    """The search state of ``task`` whose schedule is its default, where a sketch's space
+    holds it, else None: the fused attention sketch with the default chooser's
+    configuration for the task's target (when the sketch offers it), the fused-rows sketch
+    with :func:`rows_threads` threads, unrolled. Measured as that state, the default is a
+    sample the cost model learns from like any other."""
+    from .state import State
+
+    for k, sk in enumerate(task.sketches):
+        if len(sk.steps) != 1:
+            continue
+        step = sk.steps[0]
+        if sk.name.startswith("fused_attention("):
+            from ..ops.schedules.attention import AttentionError, choose_attention_config
+
+            limits = _limits(task.target)
+            try:
+                with limits:
+                    cfg = choose_attention_config(step.workload, limits)
+            except AttentionError:
+                return None
+            if cfg in step.configs:
+                return State(k, (step.configs.index(cfg),))
+            return None
+        if sk.name.startswith("fused_rows("):
+            threads = step.threads()
+            want = rows_threads(step.cols)
+            if want not in threads:
+                return None
+            return State(k, (threads.index(want), 1))
+    return None
 
 
 def task_default_schedule(task, target=None):
@@ -213,6 +254,16 @@ def default_input(task):
     return MeasureInput(task.task_spec, "", default_payload(), plan=DefaultPlan(task))
 
 
+def default_state_input(task, state):
+    """The measure input of ``state`` (from :func:`default_state`), its payload marked as
+    the task's default."""
+    from .state import candidate_input
+
+    inp = candidate_input(task, state)
+    inp.payload["default"] = True
+    return inp
+
+
 def keep_result(inp, res) -> bool:
     """Whether a measured candidate goes to the records and callbacks: everything but a
     default candidate that failed (the task has no default schedule to record)."""
@@ -224,5 +275,5 @@ def keep_result(inp, res) -> bool:
 
 
 __all__ = ["DEFAULT_KIND", "DefaultPlan", "NoDefaultSchedule", "default_input",
-           "default_payload", "is_default_input", "is_default_payload", "keep_result",
-           "task_default_schedule"]
+           "default_payload", "default_state", "default_state_input", "is_default_input",
+           "is_default_payload", "keep_result", "task_default_schedule"]

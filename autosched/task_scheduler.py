@@ -682,7 +682,7 @@ class TaskScheduler:
         the tasks' default records go to ``_logged_defaults`` (those tasks do not measure
         their default again)."""
         from ..measure import iter_records
-        from .default_candidate import is_default_payload
+        from .default_candidate import DEFAULT_KIND, is_default_payload
 
         by_key: dict = {}
         for i, t in enumerate(self.tasks):
@@ -699,9 +699,10 @@ class TaskScheduler:
             rows, results = [], []
             for inp, res in recs:
                 if is_default_payload(inp.payload):
-                    self._logged_defaults.setdefault(idx, []).append(res)
                     self.default_measured.add(idx)
-                    continue
+                    if inp.payload.get("kind") == DEFAULT_KIND:  # no state: not a row
+                        self._logged_defaults.setdefault(idx, []).append(res)
+                        continue
                 st = state_from_payload(task, inp.payload)
                 if st is not None:
                     rows.append(st.row(task.state_width))

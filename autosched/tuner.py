@@ -6,6 +6,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..stages import stage
 from .state import State, candidate_input
 
@@ -36,8 +38,9 @@ class PendingRound:
     """A searched round handed to a measure stream: the states (``rows``), their measure
     inputs, the future of their results, the seconds the search took, (for the task
     scheduler) the task's index, ``defaults``: how many inputs before the states' are the
-    task's default schedule (:mod:`~ptxforge.autosched.default_candidate`; 0 or 1), and
-    ``asked``: how many states the search was asked for."""
+    task's default schedule made from a plan (0 or 1; a default that is a state is one of
+    ``rows``, :mod:`~ptxforge.autosched.default_candidate`), and ``asked``: how many states
+    the search was asked for."""
 
     rows: object
     inputs: list
@@ -67,8 +70,7 @@ class PendingRound:
         keep_result`)."""
         from .default_candidate import keep_result
 
-        pairs = [(i, r) for n, (i, r) in enumerate(zip(self.inputs, results))
-                 if n >= self.defaults or keep_result(i, r)]
+        pairs = [(i, r) for i, r in zip(self.inputs, results) if keep_result(i, r)]
         return [i for i, _ in pairs], [r for _, r in pairs]
 
 
@@ -89,25 +91,37 @@ def start_round(task, policy, n: int, stream, task_idx: int = 0,
                 measure_callbacks=(), default: bool = False) -> PendingRound:
     """Search up to ``n`` states with ``policy``, mark them in flight and submit their
     measure inputs to ``stream`` (an empty round is done at once). With ``default``, the
-    round's first candidate is the task's default schedule (made by the builder,
-    :func:`~ptxforge.autosched.default_candidate.default_input`) and ``n - 1`` states are
-    searched. Those of ``measure_callbacks`` with an ``on_result`` (e.g. a record writer)
-    get each result as it arrives (a default candidate that failed is not passed on)."""
+    round's first candidate is the task's default schedule and ``n - 1`` states are
+    searched: the default's state where a sketch holds it (:func:`~ptxforge.autosched.
+    default_candidate.default_state`, a row of the round the policy and its cost model
+    learn from), else a plan the builder makes it from (:func:`~ptxforge.autosched.
+    default_candidate.default_input`). Those of ``measure_callbacks`` with an
+    ``on_result`` (e.g. a record writer) get each result as it arrives (a default
+    candidate that failed is not passed on)."""
     from ..measure.record import streaming_hook
-    from .default_candidate import default_input, keep_result
+    from .default_candidate import default_input, default_state_input, keep_result
 
     t0 = time.perf_counter()
-    defaults = 1 if default and n >= 1 else 0
-    asked = n - defaults
     with stage("search"):
+        first = _default_row(task, policy) if default and n >= 1 else False
+        if isinstance(first, bool):  # no state holds the default: the builder makes it
+            defaults, state_default = int(first), None
+        else:  # the default is a state: measured (and learned from) as one
+            defaults, state_default = 0, first
+            policy.mark_in_flight(first.row(task.state_width)[None])
+        asked = n - defaults - (state_default is not None)
         rows = policy.search_one_round(asked) if asked > 0 else _no_rows(task)
         inputs: list = [default_input(task)] if defaults else []
+        if state_default is not None:
+            inputs.append(default_state_input(task, state_default))
         if len(rows):
             if can_search_ahead(policy):
                 policy.mark_in_flight(rows)
             inputs += candidate_inputs(task, rows)
+        if state_default is not None:
+            rows = np.concatenate([state_default.row(task.state_width)[None], rows])
     hook = streaming_hook(measure_callbacks)
-    if hook is not None and defaults:
+    if hook is not None and (defaults or state_default is not None):
         stream_hook = hook
 
         def hook(inp, res) -> None:
@@ -118,9 +132,32 @@ def start_round(task, policy, n: int, stream, task_idx: int = 0,
 
 
 def _no_rows(task):
-    import numpy as np
-
     return np.zeros((0, task.state_width), dtype=np.int64)
+
+
+def _default_row(task, policy):
+    """How a round measures ``task``'s default schedule: its
+    :func:`~ptxforge.autosched.default_candidate.default_state` when a sketch holds it (and
+    ``policy`` can be told it is in flight), False when that state was measured already,
+    else True (the builder makes the default from a plan)."""
+    from ..progress import logger
+    from .default_candidate import default_state
+    from .evolution import row_keys
+
+    if not can_search_ahead(policy):
+        return True
+    try:
+        state = default_state(task)
+    except Exception as e:  # noqa: BLE001 - then the builder makes it, or finds there is none
+        logger.debug(f"{task.desc}: the default's search state failed ({type(e).__name__}: "
+                     f"{e}); the builder makes the default")
+        return True
+    if state is None:
+        return True
+    measured = getattr(policy, "measured", ())
+    if row_keys(state.row(task.state_width)[None])[0] in measured:
+        return False
+    return state
 
 
 def run_tuning(task, policy, options) -> TuningSummary:

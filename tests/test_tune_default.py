@@ -13,12 +13,13 @@ import pickle
 import warnings
 
 import pytest
-from ptxforge import autosched, graph, measure, te
+from ptxforge import autosched, graph, measure, ops, te
 from ptxforge.autosched import default_candidate
 from ptxforge.autosched.default_candidate import (
     DefaultPlan,
     NoDefaultSchedule,
     default_input,
+    default_state,
     is_default_payload,
     task_default_schedule,
 )
@@ -33,6 +34,12 @@ POLICY = {"evolutionary_search_population": 64, "evolutionary_search_num_iters":
 def default_scale_rows(n):
     a = te.placeholder((n, 48), name="a")
     return [a, te.compute((n, 48), lambda i, j: a[i, j] * 2.0 + 1.0, name="scaled")]
+
+
+@autosched.register_workload
+def default_softmax_rows(rows, cols):
+    x = te.placeholder((rows, cols), "float32", name="x")
+    return [x, ops.nn.softmax(x)]
 
 
 def _defaults(log) -> list:
@@ -106,8 +113,8 @@ def test_a_resumed_run_does_not_measure_the_default_again(net_run, tmp_path):
     assert all(c <= b for c, b in zip(more.scheduler.best_costs, run.scheduler.best_costs))
 
 
-def _single_task_run(log, trials, **kw):
-    task = autosched.SearchTask(func=default_scale_rows, args=(64,))
+def _single_task_run(log, trials, task=None, **kw):
+    task = task or autosched.SearchTask(func=default_scale_rows, args=(64,))
     opts = autosched.TuningOptions(
         num_measure_trials=trials, num_measures_per_round=trials, verbose=0,
         builder=measure.LocalBuilder(n_parallel=1, compile_to="ir"), runner="sim",
@@ -189,3 +196,37 @@ def test_the_flags_reach_the_tuners(monkeypatch, flag, want):
     op = parser.parse_args(["tune-op", "dense_bias:1,16,16", "--trials", "2", "--log",
                             "y.json", *flag])
     assert op.measure_default is want
+
+
+def test_a_default_that_is_a_search_state_is_measured_and_learned_as_one(tmp_path):
+    task = autosched.SearchTask(func=default_softmax_rows, args=(8, 256))
+    state = default_state(task)
+    assert task.sketches[state.sketch].name.startswith("fused_rows(")
+    # the state's schedule is the default's: 32 threads for 256 columns, unrolled
+    sch, _ = task_default_schedule(task, "cuda")
+    assert state.pipeline_text(task) == sch.pipeline.text
+    log = str(tmp_path / "rows.json")
+    seen = []
+
+    class Policy(autosched.SketchPolicy):
+        def add_measured(self, rows, results, update_model=True):
+            seen.extend(tuple(r) for r in rows)
+            super().add_measured(rows, results, update_model)
+
+    opts = autosched.TuningOptions(
+        num_measure_trials=4, num_measures_per_round=4, verbose=0,
+        builder=measure.LocalBuilder(n_parallel=1, compile_to="ir"), runner="sim",
+        measure_callbacks=[autosched.RecordToFile(log)])
+    policy = Policy(task, autosched.RandomModel(seed=0), POLICY, seed=0, verbose=0)
+    try:
+        summary = task.tune(opts, search_policy=policy)
+    finally:
+        opts.builder.close()
+    records = measure.load_records(log)
+    assert summary.trials == len(records) == 4
+    (inp, res), = _defaults(log)
+    assert inp.payload["kind"] == "autosched" and inp.payload["default"] is True
+    assert inp.pipeline_text == sch.pipeline.text and int(res.error_no) == 0
+    # the policy (and its cost model) got it as a state, once
+    row = tuple(state.row(task.state_width))
+    assert seen.count(row) == 1 and len(seen) == 4
