@@ -529,7 +529,8 @@ class TaskScheduler:
         n = min(full, self.tune_option.num_measure_trials - planned)
         default = (bool(getattr(self.tune_option, "measure_default", False))
                    and task_idx not in self.default_measured)
-        self.default_measured.add(task_idx)
+        if default:
+            self.default_measured.add(task_idx)
         rnd = start_round(self.tasks[task_idx], self.search_policies[task_idx], max(n, 1),
                           stream, task_idx, self.tune_option.measure_callbacks, default)
         if self._budget is not None:
