@@ -230,3 +230,30 @@ def test_a_default_that_is_a_search_state_is_measured_and_learned_as_one(tmp_pat
     # the policy (and its cost model) got it as a state, once
     row = tuple(state.row(task.state_width))
     assert seen.count(row) == 1 and len(seen) == 4
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_every_task_has_a_measured_default_and_the_best_is_no_slower(tmp_path):
+    net, params, _ = two_conv_net(size=32, channels=32)
+    tasks, weights = autosched.extract_tasks(net, params, precision="float16")
+    log = str(tmp_path / "gpu.json")
+    ctx = autosched.LocalRPCMeasureContext(min_repeat_ms=5)
+    try:
+        ts = autosched.TaskScheduler(tasks, weights, callbacks=[])
+        ts.tune(autosched.TuningOptions(num_measure_trials=8 * len(tasks),
+                                        num_measures_per_round=8, runner=ctx.runner,
+                                        measure_callbacks=[autosched.RecordToFile(log)]))
+    finally:
+        ctx.close()
+    defaults = {i.task.workload_key: r for i, r in _defaults(log)}
+    assert set(defaults) == {t.workload_key for t in tasks}
+    for k, t in enumerate(tasks):
+        res = defaults[t.workload_key]
+        assert int(res.error_no) == 0 and not res.estimated
+        assert ts.best_costs[k] <= res.mean
+    # the build with the records picks each task's best, the default where it won
+    with autosched.ApplyHistoryBest(log) as best:
+        lib = graph.build(net, "cuda", params, precision="float16")
+    assert all(f.tuned for f in lib.functions.values())
+    for t in tasks:
+        assert best.query(t.workload_key)[1].mean <= defaults[t.workload_key].mean
