@@ -173,7 +173,8 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
                  sim_check: bool = True, load_model: str | None = None,
                  search_ahead: int = 2, early_stop: bool = True,
                  time_budget_s: float | None = None,
-                 keep_builders_busy: bool | None = None) -> NetworkTuning:
+                 keep_builders_busy: bool | None = None,
+                 measure_default: bool = True) -> NetworkTuning:
     """Run the task scheduler over ``tasks`` (weighted by ``weights``) for ``todo`` trials,
     appending records to ``log``, with a progress bar on a terminal and a log message per
     round.
@@ -202,6 +203,9 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
             then depend on the timing. Default: on for the GPU runner (whose measurements
             vary from run to run anyway), off for the simulator's, whose seeded runs stay
             reproducible.
+        measure_default: measure each task's default schedule as a candidate of its first
+            round (:class:`~ptxforge.autosched.TuningOptions`); a task whose default is
+            recorded in ``log`` already does not measure it again.
     """
     if todo < 1:
         raise ValueError(f"todo must be at least 1 trial, got {todo}")
@@ -220,7 +224,7 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
         num_measure_trials=todo, num_measures_per_round=per_round,
         builder=measurement.builder, runner=measurement.runner, verbose=0,
         measure_callbacks=[RecordToFile(log)], search_ahead=search_ahead,
-        time_budget_s=time_budget_s)
+        time_budget_s=time_budget_s, measure_default=measure_default)
     t0 = time.perf_counter()
     try:
         with collect() as stages:

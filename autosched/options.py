@@ -22,12 +22,17 @@ class TuningOptions:
     so the run ends near the budget with every record on disk (see
     :mod:`ptxforge.autosched.time_budget`). The task scheduler spends it where the
     gradient per second of measuring says. A run stopped by it is not reproducible from
-    its seed alone (how far it gets depends on the machine)."""
+    its seed alone (how far it gets depends on the machine).
+
+    ``measure_default``: measure each task's default schedule (what ``graph.build`` runs
+    without records) as a candidate of the task's first round, recorded like any other,
+    so the best record of a task is never slower than its default (default True; it takes
+    one trial of the budget per task; see :mod:`ptxforge.autosched.default_candidate`)."""
 
     def __init__(self, num_measure_trials: int = 0, early_stopping: int | None = None,
                  num_measures_per_round: int = 64, verbose: int = 1, builder="local",
                  runner="local", measure_callbacks=None, search_ahead: int = 1,
-                 time_budget_s: float | None = None):
+                 time_budget_s: float | None = None, measure_default: bool = True):
         from .time_budget import check_time_budget
 
         self.time_budget_s = check_time_budget(time_budget_s)
@@ -37,6 +42,7 @@ class TuningOptions:
                 search_ahead < 0):
             raise ValueError(f"search_ahead must be a whole number >= 0, got {search_ahead!r}")
         self.search_ahead = int(search_ahead)
+        self.measure_default = bool(measure_default)
         self.num_measure_trials = int(num_measure_trials)
         self.early_stopping = early_stopping
         self.num_measures_per_round = int(num_measures_per_round)

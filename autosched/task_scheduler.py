@@ -246,6 +246,10 @@ class TaskScheduler:
         self.task_seconds = [0.0] * n  # build and run seconds of each task's candidates
         self.stopped_by_budget = False  # whether the last run ended at its time budget
         self._budget = None
+        # tasks whose default schedule was measured (in a run or in the loaded log), and the
+        # results of the default records of the loaded log by task
+        self.default_measured: set = set()
+        self._logged_defaults: dict = {}
 
         # similarity groups: tasks with the same tag share a speed bound
         self.task_tags: list = []
@@ -361,7 +365,7 @@ class TaskScheduler:
                                           self.num_measures_per_round)
                 inflight.append(self._start_round(idx, stream, planned) if size is None
                                 else self._start_round(idx, stream, planned, size))
-                planned += len(inflight[-1].rows)
+                planned += inflight[-1].trials
             if planned >= trials:
                 stream.build_longest_first()
             busy_mode = self.keep_builders_busy and ahead > 0
@@ -407,7 +411,7 @@ class TaskScheduler:
                     else:
                         task_idx = self._next_by_gradient()
                 inflight.append(self._start_round(task_idx, stream, planned))
-                planned += len(inflight[-1].rows)
+                planned += inflight[-1].trials
                 if planned >= trials:
                     stream.build_longest_first()
                 if busy_mode and planned < trials:
@@ -485,7 +489,7 @@ class TaskScheduler:
         spent = set()
         for r in inflight:
             pending[r.task_idx] = pending.get(r.task_idx, 0) + 1
-            if not len(r.rows):
+            if r.spent:
                 spent.add(r.task_idx)
         grads = self.gradients(pending)
         alive = [i for i in range(len(self.tasks))
@@ -516,13 +520,19 @@ class TaskScheduler:
     def _start_round(self, task_idx: int, stream: MeasureStream, planned: int,
                      size: int | None = None) -> PendingRound:
         """Search one round of ``task_idx`` (``size`` candidates, default a full round)
-        and hand it to ``stream``."""
+        and hand it to ``stream``; the first round of a task whose default schedule was
+        not measured yet measures it too, as one of its candidates
+        (``tune_option.measure_default``)."""
         for cb in self.callbacks:
             cb.pre_tune(self, task_idx)
         full = self.num_measures_per_round if size is None else size
         n = min(full, self.tune_option.num_measure_trials - planned)
+        default = (bool(getattr(self.tune_option, "measure_default", False))
+                   and task_idx not in self.default_measured)
+        if default:
+            self.default_measured.add(task_idx)
         rnd = start_round(self.tasks[task_idx], self.search_policies[task_idx], max(n, 1),
-                          stream, task_idx, self.tune_option.measure_callbacks)
+                          stream, task_idx, self.tune_option.measure_callbacks, default)
         if self._budget is not None:
             self._budget.searched(rnd.search_s)
         return rnd
@@ -533,11 +543,14 @@ class TaskScheduler:
         task_idx, rows = rnd.task_idx, rnd.rows
         with stage("measure"):
             results = rnd.future.result()
-        if len(rows):
+        if rnd.trials:
+            kept_inputs, kept = rnd.kept(results)
             with stage("learn"):
                 for cb in self.tune_option.measure_callbacks:
-                    cb(rnd.inputs, results)
-                self.search_policies[task_idx].add_measured(rows, results)
+                    cb(kept_inputs, kept)
+                if len(rows):
+                    self.search_policies[task_idx].add_measured(rows,
+                                                                rnd.state_results(results))
 
         self.task_cts[task_idx] += 1
         self.task_seconds[task_idx] += sum(float(r.all_cost) for r in results)
@@ -553,11 +566,11 @@ class TaskScheduler:
                             * self.num_measures_per_round)
         never_succeeded = (self.best_costs[task_idx] >= FAILED_COST
                            and self.task_cts[task_idx] >= MAX_ROUNDS_WITHOUT_SUCCESS)
-        if not len(rows) or no_change_trials > self.early_stopping_task or never_succeeded:
+        if rnd.spent or no_change_trials > self.early_stopping_task or never_succeeded:
             self.dead_tasks.add(task_idx)
         self.task_costs_history[task_idx].append(self.best_costs[task_idx])
-        self.ct += len(rows)
-        self.task_trials[task_idx] += len(rows)
+        self.ct += rnd.trials
+        self.task_trials[task_idx] += rnd.trials
         self.cur_score = self._compute_score(self.best_costs)
         for cb in self.callbacks:
             cb.post_tune(self, task_idx)
@@ -666,8 +679,11 @@ class TaskScheduler:
     # -- resuming -----------------------------------------------------------------------------
     def _read_log(self, log_file: str) -> dict:
         """``{task index: (rows, results)}`` of the records of this scheduler's tasks in
-        ``log_file`` whose payload is a state of the task (file order)."""
+        ``log_file`` whose payload is a state of the task (file order). The results of
+        the tasks' default records go to ``_logged_defaults`` (those tasks do not measure
+        their default again)."""
         from ..measure import iter_records
+        from .default_candidate import DEFAULT_KIND, is_default_payload
 
         by_key: dict = {}
         for i, t in enumerate(self.tasks):
@@ -678,10 +694,16 @@ class TaskScheduler:
             if idx is not None:
                 grouped.setdefault(idx, []).append((inp, res))
         out = {}
+        self._logged_defaults = {}
         for idx, recs in grouped.items():
             task = self.tasks[idx]
             rows, results = [], []
             for inp, res in recs:
+                if is_default_payload(inp.payload):
+                    self.default_measured.add(idx)
+                    if inp.payload.get("kind") == DEFAULT_KIND:  # no state: not a row
+                        self._logged_defaults.setdefault(idx, []).append(res)
+                        continue
                 st = state_from_payload(task, inp.payload)
                 if st is not None:
                     rows.append(st.row(task.state_width))
@@ -692,9 +714,13 @@ class TaskScheduler:
 
     def _restore_status(self, records: dict) -> None:
         """Restore rounds, best costs and dead tasks from loaded records (rounds are
-        estimated as records / trials per round)."""
+        estimated as records / trials per round), the default records of the log
+        included."""
         n = max(self.num_measures_per_round, 1)
-        for idx, (_, results) in records.items():
+        for idx in sorted(set(records) | set(self._logged_defaults)):
+            results = list(self._logged_defaults.get(idx, ()))
+            if idx in records:
+                results += list(records[idx][1])
             count = best_at = 0
             for res in results:
                 count += 1

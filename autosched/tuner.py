@@ -6,6 +6,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..stages import stage
 from .state import State, candidate_input
 
@@ -34,14 +36,42 @@ class TuningSummary:
 @dataclass
 class PendingRound:
     """A searched round handed to a measure stream: the states (``rows``), their measure
-    inputs, the future of their results, the seconds the search took, and (for the task
-    scheduler) the task's index."""
+    inputs, the future of their results, the seconds the search took, (for the task
+    scheduler) the task's index, ``defaults``: how many inputs before the states' are the
+    task's default schedule made from a plan (0 or 1; a default that is a state is one of
+    ``rows``, :mod:`~ptxforge.autosched.default_candidate`), and ``asked``: how many states
+    the search was asked for."""
 
     rows: object
     inputs: list
     future: object
     search_s: float = 0.0
     task_idx: int = 0
+    defaults: int = 0
+    asked: int = 0
+
+    @property
+    def trials(self) -> int:
+        """The candidates of the round (the default's included): the trials it spends."""
+        return len(self.rows) + self.defaults
+
+    @property
+    def spent(self) -> bool:
+        """Whether the search was asked for states and found none (its space is spent)."""
+        return self.asked > 0 and not len(self.rows)
+
+    def state_results(self, results: list) -> list:
+        """The results of the round's states (those after its default's)."""
+        return list(results[self.defaults:])
+
+    def kept(self, results: list) -> tuple:
+        """``(inputs, results)`` that go to the records and round callbacks: all but a
+        default candidate that failed (:func:`~ptxforge.autosched.default_candidate.
+        keep_result`)."""
+        from .default_candidate import keep_result
+
+        pairs = [(i, r) for i, r in zip(self.inputs, results) if keep_result(i, r)]
+        return [i for i, _ in pairs], [r for _, r in pairs]
 
 
 def can_search_ahead(policy) -> bool:
@@ -58,24 +88,76 @@ def candidate_inputs(task, rows) -> list:
 
 
 def start_round(task, policy, n: int, stream, task_idx: int = 0,
-                measure_callbacks=()) -> PendingRound:
+                measure_callbacks=(), default: bool = False) -> PendingRound:
     """Search up to ``n`` states with ``policy``, mark them in flight and submit their
-    measure inputs to ``stream`` (an empty round is done at once). Those of
-    ``measure_callbacks`` with an ``on_result`` (e.g. a record writer) get each result as
-    it arrives."""
+    measure inputs to ``stream`` (an empty round is done at once). With ``default``, the
+    round's first candidate is the task's default schedule and ``n - 1`` states are
+    searched: the default's state where a sketch holds it (:func:`~ptxforge.autosched.
+    default_candidate.default_state`, a row of the round the policy and its cost model
+    learn from), else a plan the builder makes it from (:func:`~ptxforge.autosched.
+    default_candidate.default_input`). Those of ``measure_callbacks`` with an
+    ``on_result`` (e.g. a record writer) get each result as it arrives (a default
+    candidate that failed is not passed on)."""
     from ..measure.record import streaming_hook
+    from .default_candidate import default_input, default_state_input, keep_result
 
     t0 = time.perf_counter()
     with stage("search"):
-        rows = policy.search_one_round(n)
-        inputs: list = []
+        first = _default_row(task, policy) if default and n >= 1 else False
+        if isinstance(first, bool):  # no state holds the default: the builder makes it
+            defaults, state_default = int(first), None
+        else:  # the default is a state: measured (and learned from) as one
+            defaults, state_default = 0, first
+            policy.mark_in_flight(first.row(task.state_width)[None])
+        asked = n - defaults - (state_default is not None)
+        rows = policy.search_one_round(asked) if asked > 0 else _no_rows(task)
+        inputs: list = [default_input(task)] if defaults else []
+        if state_default is not None:
+            inputs.append(default_state_input(task, state_default))
         if len(rows):
             if can_search_ahead(policy):
                 policy.mark_in_flight(rows)
-            inputs = candidate_inputs(task, rows)
-    return PendingRound(rows, inputs,
-                        stream.submit(inputs, streaming_hook(measure_callbacks)),
-                        time.perf_counter() - t0, task_idx)
+            inputs += candidate_inputs(task, rows)
+        if state_default is not None:
+            rows = np.concatenate([state_default.row(task.state_width)[None], rows])
+    hook = streaming_hook(measure_callbacks)
+    if hook is not None and (defaults or state_default is not None):
+        stream_hook = hook
+
+        def hook(inp, res) -> None:
+            if keep_result(inp, res):
+                stream_hook(inp, res)
+    return PendingRound(rows, inputs, stream.submit(inputs, hook),
+                        time.perf_counter() - t0, task_idx, defaults, asked)
+
+
+def _no_rows(task):
+    return np.zeros((0, task.state_width), dtype=np.int64)
+
+
+def _default_row(task, policy):
+    """How a round measures ``task``'s default schedule: its
+    :func:`~ptxforge.autosched.default_candidate.default_state` when a sketch holds it (and
+    ``policy`` can be told it is in flight), False when that state was measured already,
+    else True (the builder makes the default from a plan)."""
+    from ..progress import logger
+    from .default_candidate import default_state
+    from .evolution import row_keys
+
+    if not can_search_ahead(policy):
+        return True
+    try:
+        state = default_state(task)
+    except Exception as e:  # noqa: BLE001 - then the builder makes it, or finds there is none
+        logger.debug(f"{task.desc}: the default's search state failed ({type(e).__name__}: "
+                     f"{e}); the builder makes the default")
+        return True
+    if state is None:
+        return True
+    measured = getattr(policy, "measured", ())
+    if row_keys(state.row(task.state_width)[None])[0] in measured:
+        return False
+    return state
 
 
 def run_tuning(task, policy, options) -> TuningSummary:
@@ -86,7 +168,9 @@ def run_tuning(task, policy, options) -> TuningSummary:
     it are still being measured (it learns from the rounds before those), so the builders
     and GPUs never wait for the search. The states of rounds in flight are never picked
     again. With ``options.time_budget_s`` no round is searched once the budget would be
-    overrun (:class:`~ptxforge.autosched.time_budget.TimeBudget`).
+    overrun (:class:`~ptxforge.autosched.time_budget.TimeBudget`). With
+    ``options.measure_default`` the first round also measures the task's default schedule
+    (one trial of the budget; :mod:`~ptxforge.autosched.default_candidate`).
     """
     from ..measure.stream import MeasureStream
     from .time_budget import TimeBudget
@@ -103,6 +187,7 @@ def run_tuning(task, policy, options) -> TuningSummary:
     ahead = options.search_ahead if can_search_ahead(policy) else 0
     stream = MeasureStream(builder, runner)
     budget = TimeBudget(getattr(options, "time_budget_s", None))
+    default = bool(getattr(options, "measure_default", False))
     try:
         while searching or inflight:
             if not (searching and planned < options.num_measure_trials):
@@ -118,15 +203,16 @@ def run_tuning(task, policy, options) -> TuningSummary:
                     continue
                 n = min(options.num_measures_per_round, options.num_measure_trials - planned)
                 rnd = start_round(task, policy, n, stream,
-                                  measure_callbacks=options.measure_callbacks)
+                                  measure_callbacks=options.measure_callbacks, default=default)
+                default = False
                 budget.searched(rnd.search_s)
-                if not len(rnd.rows):
+                if rnd.trials:
+                    inflight.append(rnd)
+                    planned += rnd.trials
+                if rnd.spent:
                     if options.verbose:
                         print("[autosched] no unmeasured valid states are left; stopping")
                     searching = False
-                    continue
-                inflight.append(rnd)
-                planned += len(rnd.rows)
                 continue
             searching = searching and planned < options.num_measure_trials
             if not inflight:
@@ -136,15 +222,17 @@ def run_tuning(task, policy, options) -> TuningSummary:
             with stage("measure"):
                 results = rnd.future.result()
             waited = time.perf_counter() - t1
+            kept_inputs, kept = rnd.kept(results)
             with stage("learn"):
                 for cb in options.measure_callbacks:
-                    cb(rnd.inputs, results)
-                policy.add_measured(rnd.rows, results)
+                    cb(kept_inputs, kept)
+                if len(rnd.rows):
+                    policy.add_measured(rnd.rows, rnd.state_results(results))
             summary.rounds += 1
             summary.search_s += rnd.search_s
             summary.measure_s += waited
-            summary.trials += len(rnd.rows)
-            errors = sum(1 for r in results if int(r.error_no) != 0)
+            summary.trials += rnd.trials
+            errors = sum(1 for r in kept if int(r.error_no) != 0)
             summary.errors += errors
             for r in results:
                 if int(r.error_no) == 0 and r.mean < summary.best_cost:
@@ -152,7 +240,7 @@ def run_tuning(task, policy, options) -> TuningSummary:
                     summary.estimated = bool(r.estimated)
                     best_at = summary.trials
             if options.verbose:
-                print(_progress(task, summary, len(rnd.rows), errors, rnd.search_s, waited))
+                print(_progress(task, summary, rnd.trials, errors, rnd.search_s, waited))
             if (searching and options.early_stopping is not None
                     and summary.trials - best_at >= options.early_stopping):
                 if options.verbose:

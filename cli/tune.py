@@ -181,7 +181,9 @@ def tune_op_command(args) -> int:
         num_measure_trials=todo, num_measures_per_round=args.per_round,
         builder=measurement.builder, runner=measurement.runner, verbose=0,
         measure_callbacks=[autosched.RecordToFile(args.log), progress],
-        time_budget_s=args.time_budget)
+        time_budget_s=args.time_budget,
+        # a resumed log that holds the default's record does not measure it again
+        measure_default=args.measure_default and not _has_default_record(args.log, task))
     t0 = time.perf_counter()
     try:
         with collect() as main_stages:
@@ -201,6 +203,16 @@ def tune_op_command(args) -> int:
         print(format_profile(main_stages, measurement.builder, summary.trials, elapsed,
                              measurement.runner, summary.measure_times))
     return _report_best(task, args.log)
+
+
+def _has_default_record(log: str, task) -> bool:
+    """Whether ``log`` (if it exists) holds a record of ``task``'s default schedule."""
+    from ..autosched.default_candidate import is_default_payload
+
+    if not os.path.exists(log):
+        return False
+    return any(is_default_payload(inp.payload)
+               for inp, _ in autosched.load_records(log, task.workload_key))
 
 
 def _report_best(task, log: str) -> int:
@@ -225,6 +237,15 @@ def add_early_stop_argument(p) -> None:
                         "it is more than 1.5 times slower than its task's best")
 
 
+def add_measure_default_argument(p) -> None:
+    """``--measure-default`` / ``--no-measure-default``: measure each task's default
+    schedule as a candidate (``TuningOptions.measure_default``)."""
+    p.add_argument("--measure-default", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure each task's default schedule (what the build runs without "
+                        "records) as one candidate of its first round, so tuning never "
+                        "picks a slower schedule than the default (default: on)")
+
+
 def add_tune_op_parser(sub) -> None:
     """The ``tune-op`` subcommand's arguments."""
     p = sub.add_parser("tune-op", help="auto-schedule one operator (resumes from --log)")
@@ -245,6 +266,7 @@ def add_tune_op_parser(sub) -> None:
                         "them with a reference")
     add_early_stop_argument(p)
     add_time_budget_argument(p)
+    add_measure_default_argument(p)
     p.add_argument("--seed", type=int, default=0, help="search seed")
     p.add_argument("--target", default="cuda",
                    help="the target the sketches are made for (\"cuda\", \"cuda "
@@ -291,7 +313,8 @@ def _tune_network(args, tasks, weights, runner: str, todo: int, resume: bool,
                        min_repeat_ms=args.min_repeat_ms, sim_check=args.sim_check,
                        load_model=args.load_model, search_ahead=args.search_ahead,
                        early_stop=args.early_stop, time_budget_s=args.time_budget,
-                       keep_builders_busy=args.keep_builders_busy)
+                       keep_builders_busy=args.keep_builders_busy,
+                       measure_default=args.measure_default)
     if run.scheduler.search_policies:
         save_model(run.scheduler.search_policies[0].cost_model, args.save_model)
     print(run.report())
@@ -450,6 +473,7 @@ def add_tune_network_parser(sub) -> None:
                         "run repeats itself only with --no-keep-builders-busy)")
     add_early_stop_argument(p)
     add_time_budget_argument(p)
+    add_measure_default_argument(p)
     p.add_argument("--target", default="cuda",
                    help="the target the tasks' sketches are made for (\"cuda\": the GPU "
                         "present, else sm_90; \"cuda -arch=sm_90a\" profiles the H100's "

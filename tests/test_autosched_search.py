@@ -89,7 +89,8 @@ def options(task, trials, per_round=16, log=None, **kw):
     kw.setdefault("runner", FakeRunner(task))
     return autosched.TuningOptions(num_measure_trials=trials, num_measures_per_round=per_round,
                                    builder=FakeBuilder(), measure_callbacks=cbs,
-                                   verbose=kw.pop("verbose", 0), **kw)
+                                   verbose=kw.pop("verbose", 0),
+                                   measure_default=kw.pop("measure_default", False), **kw)
 
 
 SMALL_POLICY = {"evolutionary_search_population": 256, "evolutionary_search_num_iters": 2}

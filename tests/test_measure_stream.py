@@ -106,7 +106,7 @@ def _tune(task, tmp_path, name, seed=5, **kw):
     opts = autosched.TuningOptions(num_measure_trials=40, num_measures_per_round=16,
                                    builder=FakeBuilder(), runner=FakeRunner(task),
                                    measure_callbacks=[autosched.RecordToFile(log)],
-                                   verbose=0, **kw)
+                                   verbose=0, measure_default=False, **kw)
     summary = task.tune(opts, search_policy=policy)
     return summary, _pipelines(log)
 
@@ -148,7 +148,7 @@ def test_search_ahead_overlaps_the_search_with_measuring():
         runner = TimedRunner(seconds=0.3 / 8)  # 0.3 s a round of 8
         opts = autosched.TuningOptions(num_measure_trials=40, num_measures_per_round=8,
                                        builder=FakeBuilder(), runner=runner, verbose=0,
-                                       search_ahead=ahead)
+                                       search_ahead=ahead, measure_default=False)
         summary = task.tune(opts, search_policy=policy)
         assert summary.trials == 40
         walls[ahead] = summary.wall_s

@@ -137,6 +137,7 @@ def test_the_main_process_never_builds_a_schedule_for_a_candidate(tc_task, tmp_p
     runner = measure.SimRunner(check_correctness=False, target="cuda -arch=sm_80")
     opts = autosched.TuningOptions(num_measure_trials=4, num_measures_per_round=2,
                                    builder=builder, runner=runner, verbose=0,
+                                   measure_default=False,
                                    measure_callbacks=[autosched.RecordToFile(log)])
     pol = autosched.SketchPolicy(tc_task, autosched.RandomModel(seed=3), seed=3, verbose=0)
     try:

@@ -92,7 +92,7 @@ def options(runner, trials, per_round=8, log=None, verbose=0, **kw):
     kw.setdefault("search_ahead", 0)
     return autosched.TuningOptions(num_measure_trials=trials, num_measures_per_round=per_round,
                                    builder=FakeBuilder(), runner=runner, measure_callbacks=cbs,
-                                   verbose=verbose, **kw)
+                                   verbose=verbose, measure_default=False, **kw)
 
 
 def test_warm_up_round_robin_then_gradient_favours_the_heavy_task():

@@ -169,7 +169,7 @@ def tune_once(tmp_path, name, ahead, n_tasks=8, per_round=8, runner_start_s=0.0,
     opts = autosched.TuningOptions(
         num_measure_trials=n_tasks * per_round, num_measures_per_round=per_round,
         builder=builder, runner=runner(tasks) if runner else LateRunner(tasks, runner_start_s),
-        verbose=0, search_ahead=ahead,
+        verbose=0, search_ahead=ahead, measure_default=False,
         measure_callbacks=[autosched.RecordToFile(log)])
     t0 = time.monotonic()
     try:

@@ -51,7 +51,7 @@ def run(tmp_path, name, busy: bool, n_tasks=3, per_round=8, rounds=11, slow_ever
     opts = autosched.TuningOptions(
         num_measure_trials=per_round * rounds, num_measures_per_round=per_round,
         builder=builder, runner=TaskRunner(tasks), verbose=0, search_ahead=ahead,
-        measure_callbacks=[autosched.RecordToFile(log)])
+        measure_default=False, measure_callbacks=[autosched.RecordToFile(log)])
     keys = tune_and_read_keys(ts, opts, policies, builder, log)
     return ts, seen, builder, keys
 
@@ -114,7 +114,7 @@ def test_a_task_whose_search_came_back_empty_gets_no_more_rounds_meanwhile(tmp_p
     builder = ThreadBuilder(n_parallel=4, slow_every=2)
     opts = autosched.TuningOptions(
         num_measure_trials=8 * 10, num_measures_per_round=8, builder=builder,
-        runner=TaskRunner(tasks), verbose=0, search_ahead=2)
+        runner=TaskRunner(tasks), verbose=0, search_ahead=2, measure_default=False)
     try:
         ts.tune(opts, search_policy=policies)
     finally:

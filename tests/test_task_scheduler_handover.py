@@ -40,7 +40,7 @@ def run(tmp_path, name, slow_every=4, n_tasks=4, per_round=8, rounds=7):
     opts = autosched.TuningOptions(
         num_measure_trials=per_round * rounds, num_measures_per_round=per_round,
         builder=builder, runner=TaskRunner(tasks), verbose=0, search_ahead=2,
-        measure_callbacks=[autosched.RecordToFile(log)])
+        measure_default=False, measure_callbacks=[autosched.RecordToFile(log)])
     keys = tune_and_read_keys(ts, opts, policies, builder, log)
     return ts, order, builder, keys
 

@@ -34,7 +34,8 @@ def budget_run(n_tasks: int, budget: float | None, build_s: float = 0.02,
     ts = autosched.TaskScheduler(tasks, callbacks=[Sizes()])
     opts = autosched.TuningOptions(
         num_measure_trials=trials, num_measures_per_round=PER_ROUND, builder=builder,
-        runner=TaskRunner(tasks), verbose=0, search_ahead=2, time_budget_s=budget)
+        runner=TaskRunner(tasks), verbose=0, search_ahead=2, time_budget_s=budget,
+        measure_default=False)
     t0 = time.monotonic()
     try:
         ts.tune(opts, search_policy=policies)

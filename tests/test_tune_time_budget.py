@@ -47,7 +47,7 @@ def test_the_single_task_loop_stops_at_its_budget(tmp_path):
     opts = autosched.TuningOptions(
         num_measure_trials=10_000, num_measures_per_round=4, builder=FakeBuilder(),
         runner=TimedRunner(seconds=0.05), verbose=0, time_budget_s=1.0,
-        measure_callbacks=[autosched.RecordToFile(log)])
+        measure_default=False, measure_callbacks=[autosched.RecordToFile(log)])
     policy = autosched.SketchPolicy(task, autosched.RandomModel(seed=0),
                                     {"evolutionary_search_population": 64,
                                      "evolutionary_search_num_iters": 1}, seed=0, verbose=0)

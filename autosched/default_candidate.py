@@ -1,0 +1,279 @@
+"""The default schedule of a task as a tuning candidate.
+
+``graph.build`` compiles a fused function that has no record with its default schedule
+(``graph.build_module.default_schedule_for``; a fused attention with the default chooser's
+configuration). A tuning run measures that schedule too, once per task in the task's first
+round, so that the best record of a task is never slower than what the network runs without
+records: a few dozen candidates per task need not find the schedule the default choosers
+pick by measured rules.
+
+The tuner stays one-way (``docs/tuning.md``): it sends a :class:`DefaultPlan` (the task,
+"its default schedule") with the record payload ``{"kind": "default"}``; the builder worker
+makes the default schedule from the task's tensors under the build's target, prints its
+pipeline, parses that text back and applies the parsed passes to the task's module, so the
+candidate measured is exactly what the record's pipeline text replays (through
+``ApplyHistoryBest`` like any record; ``records`` tools show its text). A default that cannot
+be made (it raises) fails the build with a :class:`NoDefaultSchedule`; the tuner then drops
+the candidate (logged at debug level), so the log holds no record of it.
+
+Where a sketch's space holds the default (:func:`default_state`: a fused attention's
+configuration, a row kernel's threads), the tuner measures that state instead, its payload
+the state's with ``"default": true``: the policy and its cost model learn from it like any
+state (the features are computed from states; the other defaults are none).
+
+:func:`task_default_schedule` builds from the task what ``default_schedule_for`` builds from
+the function (the tuners sit below the graph layer and cannot call it):
+
+- an ``ops.attention`` over the task's placeholders that the fused kernel runs: the
+  ``fused_attention`` step with the configuration of the default chooser
+  (``choose_attention_config`` for the target's architecture);
+- a row-wise normalization (the ``fused_rows`` sketch's rule): a block per row with the
+  threads of ``graph.build_module.fused_rows_choice`` (:func:`rows_threads`);
+- anything else: the operator library's ``default_schedule`` of the task's output.
+
+``tests/test_tune_default_networks.py`` checks on the zoo networks that both give the same
+pipeline text. Where ``graph.build`` falls back to one thread per output element (the
+operator library's default raised) there is no default candidate.
+"""
+
+from __future__ import annotations
+
+from ..measure.plan import PlanError, SchedulePlan
+from ..progress import logger
+from .state import TASKS, _task_source
+
+DEFAULT_KIND = "default"
+"""The ``kind`` of a default candidate's record payload."""
+
+ROW_ELEMENTS_PER_THREAD = 8
+"""Elements of a row each thread of the default row kernel takes (the value of
+``graph.build_module.ROW_ELEMENTS_PER_THREAD``, which the default build uses)."""
+
+
+class NoDefaultSchedule(PlanError):
+    """A task's default schedule cannot be made: the task gets no default candidate."""
+
+
+def default_payload() -> dict:
+    """The record payload of a default candidate."""
+    return {"kind": DEFAULT_KIND}
+
+
+def is_default_payload(payload) -> bool:
+    """Whether a record's payload marks the task's default schedule: ``{"kind":
+    "default"}``, or a search state's payload with ``"default": true`` (a default that is
+    a state of one of the task's sketches, :func:`default_state`)."""
+    return isinstance(payload, dict) and (payload.get("kind") == DEFAULT_KIND
+                                          or payload.get("default") is True)
+
+
+def is_default_input(inp) -> bool:
+    """Whether the measure input ``inp`` is a task's default candidate."""
+    return is_default_payload(getattr(inp, "payload", None))
+
+
+def rows_threads(cols: int) -> int:
+    """Threads per row of the default row kernel for rows of ``cols`` elements: the fewest
+    whole warps, a power of two of at most 1,024, leaving each thread at most
+    :data:`ROW_ELEMENTS_PER_THREAD` elements (``graph.build_module.fused_rows_choice``)."""
+    threads = 32
+    while threads < 1024 and threads * ROW_ELEMENTS_PER_THREAD < cols:
+        threads *= 2
+    return threads
+
+
+def _limits(target):
+    """The cuda target whose limits a schedule for ``target`` (the simulator: the cuda
+    target of its architecture) is chosen under."""
+    from ..target import as_target
+
+    return as_target(f"cuda -arch={target.arch}") if target.is_sim else target
+
+
+def attention_default(task, target):
+    """The te schedule of ``task`` as the fused attention kernel with the default
+    chooser's configuration, or None when ``graph.build`` would not run the task's
+    function as that kernel (no ``ops.attention`` over the task's placeholders, or a
+    problem the kernel cannot run on ``target``)."""
+    from ..ops.attention import TAG, attention_inputs, attention_workload
+    from ..ops.schedules.attention import AttentionError, choose_attention_config
+    from .attention import AttentionStep
+    from .printer import schedule_from_pipeline
+
+    outs = list(task.ir_dag.outputs)
+    if len(outs) != 1 or getattr(outs[0].op, "tag", "") != TAG:
+        return None
+    out = outs[0]
+    tensors = list(task.tensors)
+    try:
+        ins = attention_inputs(out)
+        w = attention_workload(out)
+    except AttentionError:
+        return None
+    if {id(t) for t in ins} != {id(t) for t in tensors[:-1]} or tensors[-1] is not out:
+        return None  # something else fused into the function: graph.build schedules it
+    limits = _limits(target)
+    try:
+        with limits:
+            cfg = choose_attention_config(w, limits)
+    except AttentionError:
+        return None
+    step = AttentionStep(out.op.name, (cfg,), w, limits)
+    from ..passes.pipeline import Pipeline
+
+    return schedule_from_pipeline(task, Pipeline([step.step_pass(cfg)]))
+
+
+def rows_default(task):
+    """The te schedule of ``task`` as the default row kernel (a block per row), or None
+    when the task is not a row-wise normalization."""
+    from .fused_rows import fused_rows_step, schedule_fused_rows
+
+    step = fused_rows_step(task)
+    if step is None:
+        return None
+    return schedule_fused_rows(step, rows_threads(step.cols), True)
+
+
+def default_state(task):
+    """The search state of ``task`` whose schedule is its default, where a sketch's space
+    holds it, else None: the fused attention sketch with the default chooser's
+    configuration for the task's target (when the sketch offers it), the fused-rows sketch
+    with :func:`rows_threads` threads, unrolled. Measured as that state, the default is a
+    sample the cost model learns from like any other."""
+    from .state import State
+
+    for k, sk in enumerate(task.sketches):
+        if len(sk.steps) != 1:
+            continue
+        step = sk.steps[0]
+        if sk.name.startswith("fused_attention("):
+            from ..ops.schedules.attention import AttentionError, choose_attention_config
+
+            limits = _limits(task.target)
+            try:
+                with limits:
+                    cfg = choose_attention_config(step.workload, limits)
+            except AttentionError:
+                return None
+            if cfg in step.configs:
+                return State(k, (step.configs.index(cfg),))
+            return None
+        if sk.name.startswith("fused_rows("):
+            threads = step.threads()
+            want = rows_threads(step.cols)
+            if want not in threads:
+                return None
+            return State(k, (threads.index(want), 1))
+    return None
+
+
+def task_default_schedule(task, target=None):
+    """``(Schedule, args)``: the schedule ``graph.build`` compiles, without records, for the
+    fused function of ``task``, made from the task's tensors for ``target`` (default: the
+    current target, else the task's). Raises :class:`NoDefaultSchedule` when there is none
+    (the operator library's default schedule raised)."""
+    from ..target import Target, as_target
+
+    target = as_target(target) if target is not None else (Target.current() or task.target)
+    args = list(task.tensors)
+    with target:
+        sch = attention_default(task, target)
+        if sch is not None:
+            return sch, args
+        try:
+            sch = rows_default(task)
+        except Exception as e:  # noqa: BLE001 - graph.build falls back as here
+            logger.debug(f"{task.desc}: the fused-rows default failed "
+                         f"({type(e).__name__}: {e}); the operator library's default next")
+            sch = None
+        if sch is not None:
+            return sch, args
+        from ..ops.schedules import default_schedule
+
+        try:
+            return default_schedule([args[-1]]), args
+        except Exception as e:  # noqa: BLE001 - any failure means no default candidate
+            raise NoDefaultSchedule(
+                f"{task.desc}: the operator library's default schedule raised "
+                f"{type(e).__name__}: {e}") from e
+
+
+class DefaultPlan(SchedulePlan):
+    """"The default schedule of the task", for the builder to make (the task by its token
+    in :data:`~ptxforge.autosched.state.TASKS`, as a state's plan names it)."""
+
+    def __init__(self, task):
+        self.task = task
+        self.token = TASKS.register(task)
+
+    def pipeline(self):
+        """The default schedule's passes, made here (under the current target)."""
+        sch, _ = task_default_schedule(self.task)
+        return sch.pipeline
+
+    def schedule(self, module, ctx) -> tuple:
+        """The default schedule as its record replays it: its pipeline printed, parsed
+        back and applied to ``module``. A pipeline whose text does not parse back to the
+        same text cannot be recorded: :class:`NoDefaultSchedule`."""
+        from ..passes.pipeline import SchedulePipeline
+
+        text = SchedulePipeline.of(self.pipeline()).text
+        try:
+            parsed = SchedulePipeline.parse(text)
+        except Exception as e:  # noqa: BLE001 - any parse failure means not replayable
+            raise NoDefaultSchedule(f"{self.task.desc}: the default schedule's pipeline text "
+                                    f"does not parse ({type(e).__name__}: {e})") from e
+        if parsed.text != text:
+            raise NoDefaultSchedule(f"{self.task.desc}: the default schedule's pipeline text "
+                                    "does not print back as it was parsed")
+        return parsed(module, ctx), parsed
+
+    def __reduce__(self):
+        return (_default_plan_of, (self.token, _task_source(self.task)))
+
+    def __repr__(self):
+        return f"DefaultPlan({self.task.workload_key[:60]})"
+
+
+def _default_plan_of(token: str, source: bytes) -> DefaultPlan:
+    from .state import _rebuild_task
+
+    plan = DefaultPlan.__new__(DefaultPlan)
+    plan.task = TASKS.lookup(token, source, _rebuild_task)
+    plan.token = token
+    return plan
+
+
+def default_input(task):
+    """The measure input of ``task``'s default schedule: the task's spec, the payload
+    ``{"kind": "default"}`` and a :class:`DefaultPlan`; its pipeline text comes back from
+    the builder."""
+    from ..measure import MeasureInput
+
+    return MeasureInput(task.task_spec, "", default_payload(), plan=DefaultPlan(task))
+
+
+def default_state_input(task, state):
+    """The measure input of ``state`` (from :func:`default_state`), its payload marked as
+    the task's default."""
+    from .state import candidate_input
+
+    inp = candidate_input(task, state)
+    inp.payload["default"] = True
+    return inp
+
+
+def keep_result(inp, res) -> bool:
+    """Whether a measured candidate goes to the records and callbacks: everything but a
+    default candidate that failed (the task has no default schedule to record)."""
+    if int(res.error_no) == 0 or not is_default_input(inp):
+        return True
+    logger.debug(f"{inp.task.name or inp.task.workload_key}: no default candidate "
+                 f"({res.error_msg.splitlines()[0] if res.error_msg else 'error'})")
+    return False
+
+
+__all__ = ["DEFAULT_KIND", "DefaultPlan", "NoDefaultSchedule", "default_input",
+           "default_payload", "default_state", "default_state_input", "is_default_input",
+           "is_default_payload", "keep_result", "task_default_schedule"]
