@@ -28,7 +28,8 @@ the function (the tuners sit below the graph layer and cannot call it):
   ``fused_attention`` step with the configuration of the default chooser
   (``choose_attention_config`` for the target's architecture);
 - a row-wise normalization (the ``fused_rows`` sketch's rule): a block per row with the
-  threads of ``graph.build_module.fused_rows_choice`` (:func:`rows_threads`);
+  threads of :func:`~ptxforge.autosched.fused_rows.default_threads`, as
+  ``graph.build_module.fused_rows_choice`` takes them;
 - anything else: the operator library's ``default_schedule`` of the task's output.
 
 ``tests/test_tune_default_networks.py`` checks on the zoo networks that both give the same
@@ -44,11 +45,6 @@ from .state import TASKS, _task_source
 
 DEFAULT_KIND = "default"
 """The ``kind`` of a default candidate's record payload."""
-
-ROW_ELEMENTS_PER_THREAD = 8
-"""Elements of a row each thread of the default row kernel takes (the value of
-``graph.build_module.ROW_ELEMENTS_PER_THREAD``, which the default build uses)."""
-
 
 class NoDefaultSchedule(PlanError):
     """A task's default schedule cannot be made: the task gets no default candidate."""
@@ -70,16 +66,6 @@ def is_default_payload(payload) -> bool:
 def is_default_input(inp) -> bool:
     """Whether the measure input ``inp`` is a task's default candidate."""
     return is_default_payload(getattr(inp, "payload", None))
-
-
-def rows_threads(cols: int) -> int:
-    """Threads per row of the default row kernel for rows of ``cols`` elements: the fewest
-    whole warps, a power of two of at most 1,024, leaving each thread at most
-    :data:`ROW_ELEMENTS_PER_THREAD` elements (``graph.build_module.fused_rows_choice``)."""
-    threads = 32
-    while threads < 1024 and threads * ROW_ELEMENTS_PER_THREAD < cols:
-        threads *= 2
-    return threads
 
 
 def _limits(target):
@@ -127,20 +113,22 @@ def attention_default(task, target):
 def rows_default(task):
     """The te schedule of ``task`` as the default row kernel (a block per row), or None
     when the task is not a row-wise normalization."""
-    from .fused_rows import fused_rows_step, schedule_fused_rows
+    from .fused_rows import default_threads, fused_rows_step, schedule_fused_rows
 
     step = fused_rows_step(task)
     if step is None:
         return None
-    return schedule_fused_rows(step, rows_threads(step.cols), True)
+    return schedule_fused_rows(step, default_threads(step.cols), True)
 
 
 def default_state(task):
     """The search state of ``task`` whose schedule is its default, where a sketch's space
     holds it, else None: the fused attention sketch with the default chooser's
     configuration for the task's target (when the sketch offers it), the fused-rows sketch
-    with :func:`rows_threads` threads, unrolled. Measured as that state, the default is a
-    sample the cost model learns from like any other."""
+    with :func:`~ptxforge.autosched.fused_rows.default_threads` threads, unrolled.
+    Measured as that state, the default is a sample the cost model learns from like any
+    other."""
+    from .fused_rows import default_threads
     from .state import State
 
     for k, sk in enumerate(task.sketches):
@@ -161,7 +149,7 @@ def default_state(task):
             return None
         if sk.name.startswith("fused_rows("):
             threads = step.threads()
-            want = rows_threads(step.cols)
+            want = default_threads(step.cols)
             if want not in threads:
                 return None
             return State(k, (threads.index(want), 1))

@@ -31,6 +31,23 @@ from .sketch import ChoiceSlot, Sketch
 THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)
 UNROLL_CHOICES = (0, 1)
 
+ROW_ELEMENTS_PER_THREAD = 8
+"""Elements of a row each thread of the default row kernel takes (:func:`default_threads`)."""
+
+
+def default_threads(cols: int) -> int:
+    """Threads a row of the default row kernel (``graph.build`` without records, and the
+    default candidate of a tuning run) for rows of ``cols`` elements: the fewest whole
+    warps, a power of two of at most 1,024, that leave each thread at most
+    :data:`ROW_ELEMENTS_PER_THREAD` elements. Measured on an H200 (``bench/bench_rows.py``,
+    768 columns of float16, 128 to 4,096 rows): 128 threads came within 13% of the best of
+    every thread count, 16-byte vectors or not, for layer norms, RMS norms and softmaxes,
+    where the fused-rows time model's pick took up to 2.2x the best (docs/graph_kernels.md)."""
+    threads = 32
+    while threads < 1024 and threads * ROW_ELEMENTS_PER_THREAD < cols:
+        threads *= 2
+    return threads
+
 
 @dataclass(frozen=True)
 class FusedRowsStep:

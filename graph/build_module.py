@@ -107,36 +107,20 @@ class RowsChoice:
     unroll: bool
 
 
-ROW_ELEMENTS_PER_THREAD = 8
-"""Elements of a row each thread of the default row kernel takes (see
-:func:`fused_rows_choice`)."""
-
-
 def fused_rows_choice(task, target: Target | str | None = None) -> RowsChoice | None:
     """What :func:`fused_rows_default` takes for ``task`` (a ``SearchTask``): None when it
     is not a fused-rows task; else the ``fused_rows`` sketch's scalar schedule (one element
-    a thread at a time, consecutive threads on consecutive elements) with the fewest
-    threads (a power of two of whole warps, at most 1,024) that leave each at most
-    :data:`ROW_ELEMENTS_PER_THREAD` elements of the row, unrolled.
-
-    Measured on an H200 (``bench/bench_rows.py``, 768 columns of float16, 128 to 4,096
-    rows): 128 threads came within 13% of the best of every thread count, vectors or not,
-    for layer norms, RMS norms and softmaxes (a softmax of 128 rows 2.07 us, best 1.83),
-    where the pick the fused-rows time model ranked first over 16-byte vectors took up to
-    2.2x the best (that softmax 4.03 us; a layer norm of 128 rows 2.58 us against 1.88).
-    Few rows put one block on an SM: its threads are all the warps the SM has to hide the
-    row's latency with, and a warp per row of vectors leaves one. 16-byte vectors
-    (:func:`~ptxforge.ops.schedules.rows.schedule_rows`) gained nothing measurable at
-    4,096 rows."""
-    from ..autosched.fused_rows import fused_rows_step
+    a thread at a time, consecutive threads on consecutive elements) with the threads of
+    :func:`~ptxforge.autosched.fused_rows.default_threads` (at most 8 elements a thread),
+    unrolled. Few rows put one block on an SM: its threads are all the warps the SM has to
+    hide the row's latency with, and a warp per row of 16-byte vectors
+    (:func:`~ptxforge.ops.schedules.rows.schedule_rows`, the default before) leaves one."""
+    from ..autosched.fused_rows import default_threads, fused_rows_step
 
     step = fused_rows_step(task)
     if step is None:
         return None
-    threads = 32
-    while threads < 1024 and threads * ROW_ELEMENTS_PER_THREAD < step.cols:
-        threads *= 2
-    return RowsChoice(step, 1, threads, True)
+    return RowsChoice(step, 1, default_threads(step.cols), True)
 
 
 def schedule_rows_choice(choice: RowsChoice):
