@@ -171,3 +171,28 @@ def test_the_512_thread_pooling_computes_the_max():
     want = ref.pool2d_python(data, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), "max",
                              layout="NHWC")
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("c,h,stride", [(48, 14, 1), (32, 12, 2), (8, 10, 1)])
+def test_depthwise_nhwc_puts_consecutive_channels_on_consecutive_threads(c, h, stride):
+    from ptxforge.ops.schedules.cases import workload
+    from ptxforge.ops.schedules.tiling import COALESCED_CHANNELS, choose_tiling
+
+    w = workload("depthwise_conv2d_nhwc", n=1, c=c, h=h, w=h, stride=stride,
+                 dtype="float16")
+    op = w.output.op
+    while not op.reduce_axis:  # the float32 sums under the cast to float16
+        op = op.input_tensors[0].op
+    tiling = choose_tiling(op, SM90A)
+    assert tiling.threads[-1] >= min(COALESCED_CHANNELS, c) and tiling.inner[-1] == 1
+    s = default_schedule(w.output, SM90A)
+    assert ".target sm_90a" in ptxforge.build(s, w.tensors, target=SM90A).get_source("ptx")
+    rng = np.random.default_rng(1)
+    data = rng.standard_normal(w.tensors[0].shape).astype(np.float16)
+    kern = (rng.standard_normal(w.tensors[1].shape) / 3).astype(np.float16)
+    target = "sim -arch=sm_90a"
+    mod = ptxforge.build(default_schedule(w.output, target), w.tensors, target=target)
+    got = np.zeros(w.output.shape, np.float16)
+    mod(data, kern, got)
+    want = w.reference(data.astype(np.float64), kern.astype(np.float64))
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=2e-2)
