@@ -77,6 +77,7 @@ def test_the_small_rule_needs_sm90():
     ((16, 7, 7, 512, 512, 3, 1, 1), "bias_relu", 4),        # relu_7: 14.21 (21.38)
     ((16, 14, 14, 256, 512, 3, 2, 1), "bias_relu", 4),      # relu_6: 9.69 (12.16)
     ((16, 28, 28, 128, 128, 3, 1, 1), "bias_relu", 1),      # relu_3: 10.32 (10.87)
+    ((16, 56, 56, 64, 128, 3, 2, 1), "bias_relu", 1),       # relu_2, K 576: 6.63 (7.04)
 ])
 def test_long_reductions_over_many_tiles_take_one_warpgroup_of_128_columns(
         shape, epilogue, split):
@@ -90,9 +91,10 @@ def test_long_reductions_over_many_tiles_take_one_warpgroup_of_128_columns(
 @pytest.mark.parametrize("shape", [
     (1, 7, 7, 512, 512, 3, 1, 1),     # ResNet-18 b1: 8 tiles, 64 x 64 in 16 parts kept
     (1, 14, 14, 256, 256, 3, 1, 1),   # ResNet-18 b1: 16 tiles
-    (16, 56, 56, 64, 64, 3, 1, 1),    # K of 576
+    (16, 56, 56, 64, 64, 3, 1, 1),    # 64 channels
+    (16, 14, 14, 256, 512, 1, 2, 0),  # K of 256
 ])
-def test_the_long_rule_is_silent_at_batch_1_and_on_short_reductions(shape):
+def test_the_long_rule_is_silent_at_batch_1_on_narrow_and_short_reductions(shape):
     _, _, _, _, conv, _ = _layer(shape, "bias_relu")
     assert long_conv_wgmma_config(conv_gemm_form(conv), SM90A) is None
 
@@ -196,3 +198,15 @@ def test_depthwise_nhwc_puts_consecutive_channels_on_consecutive_threads(c, h, s
     mod(data, kern, got)
     want = w.reference(data.astype(np.float64), kern.astype(np.float64))
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("shape,flight", [
+    ((1, 224, 224, 4, 64, 7, 2, 3), 0),    # the stem, 4 steps: 4.15 us (4.47 in flight)
+    ((1, 56, 56, 256, 64, 1, 1, 0), 0),    # 4 steps: 2.49 (2.59)
+    ((1, 56, 56, 64, 64, 3, 1, 1), 1),     # 9 steps: 3.51 (3.85 waiting)
+])
+def test_short_reductions_wait_each_steps_wgmmas(shape, flight):
+    _, _, _, _, conv, epi = _layer(shape, "bias_relu")
+    cfg = wgmma_conv_choice(conv, epi, SM90A)
+    assert isinstance(cfg, WgmmaScheduleConfig) and cfg.in_flight == flight
+    check_wgmma_conv(cfg, conv, SM90A)

@@ -12,7 +12,7 @@ from ....passes.schedule.common import ScheduleError
 from ....target import Target, as_target
 from ..remap import epilogue_remap
 from .choice import mma_sync_refusal, prefer_wgmma, wgmma_conv_refusal, wgmma_refusal
-from .conv_shapes import long_conv_wgmma_config, small_conv_config
+from .conv_shapes import long_conv_wgmma_config, short_conv_flight, small_conv_config
 from .estimate import epilogue_read_time, gemm_time, wgmma_time
 from .forms import GemmForm, conv_gemm_form, direct_store
 from .knobs import (
@@ -565,13 +565,15 @@ def wgmma_conv_config(op: ComputeOp, target: Target | str | None = None,
     """:func:`choose_wgmma_config` on conv stage ``op``'s implicit GEMM (its channels at
     least one 64-wide tile, which the schedule pads them to; the residual reads of
     ``epilogue`` costed), or None; a long reduction over many tiles takes
-    :func:`~.conv_shapes.long_conv_wgmma_config`'s tiles instead."""
+    :func:`~.conv_shapes.long_conv_wgmma_config`'s tiles instead, and a short one waits
+    each step's wgmmas (:func:`~.conv_shapes.short_conv_flight`)."""
     form = conv_gemm_form(op)
     rule = long_conv_wgmma_config(form, target)
     if rule is not None:
         return rule
-    return choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), as_target(target),
-                               reads=epilogue_reads(op, epilogue))
+    cfg = choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), as_target(target),
+                              reads=epilogue_reads(op, epilogue))
+    return None if cfg is None else short_conv_flight(cfg, form)
 
 
 def choose_wgmma_conv_config(op: ComputeOp, target: Target | str | None = None,

@@ -7,10 +7,13 @@ of MobileNetV2 b1, ResNet-18 b1 / b16 and ResNet-50 b1 on an H200
   is how many blocks share the SMs and how long each one runs. mma.sync tiles of 4 warps
   and 4 to 8 elements a thread win, and wgmma loses: its fastest configuration of any
   such layer measured 2.7 to 3.3 us (its prologue and the C tile), mma.sync's 1.5 to 3.1;
-- :func:`long_conv_wgmma_config`: a long reduction (``K`` >= 1,152) over an output of at
+- :func:`long_conv_wgmma_config`: a long reduction (``K`` >= 576) over an output of at
   least half a wave of 64 x 64 tiles runs fastest on one warpgroup of 64 x 128 (ResNet-18
-  b16's 3 x 3 layers of 256 and 512 channels: 1.3x to 1.7x faster than the estimates'
-  128 x 64 or unsplit 64 x 64), split in parts where those tiles are too few for the SMs.
+  b16's 3 x 3 layers of 128 to 512 channels: up to 1.7x faster than the estimates'
+  128 x 64, 128 x 128 or unsplit 64 x 64), split in parts where those tiles are too few
+  for the SMs;
+- :func:`short_conv_flight`: an unsplit reduction of at most 4 steps waits each step's
+  wgmmas (no group in flight), as fast or faster on every such layer measured.
 
 Both return None outside their range: the estimates choose there, as before.
 """
@@ -118,8 +121,10 @@ def small_conv_config(form: GemmForm, target: Target | str | None = None
     return None
 
 
-LONG_CONV_DEPTH = 1152
-"""The fewest reduction columns (18 steps of 64) of :func:`long_conv_wgmma_config`."""
+LONG_CONV_DEPTH = 576
+"""The fewest reduction columns (9 steps of 64) of :func:`long_conv_wgmma_config`: ResNet-18
+b16's 12,544 x 128 x 576 ran 64 x 128 in 6.63 us, the estimates' 128 x 128 7.04; its layers
+of 64 channels (50,176 x 64 x 576) cannot take 128 columns."""
 LONG_CONV_STAGES = 4
 """The long rule's depth: 4 stages, one group in flight (the records' fastest 64 x 128 on
 4 of ResNet-18 b16's 5 long layers; 5 stages 3% faster on the fifth, 7% slower on two)."""
@@ -157,3 +162,29 @@ def long_conv_wgmma_config(form: GemmForm, target: Target | str | None = None
     if first_broken(wgmma_rules(cfg, form, t, needs_c_tile(cfg, form, True))) is not None:
         return None
     return cfg
+
+
+SHORT_CONV_STEPS = 4
+"""The most 64-column steps of an unsplit reduction :func:`short_conv_flight` waits each
+step's wgmmas over."""
+
+
+def short_conv_flight(cfg: WgmmaScheduleConfig, form: GemmForm) -> WgmmaScheduleConfig:
+    """``cfg`` with no group of wgmmas in flight (``in_flight=0``) where the convolution's
+    unsplit reduction runs at most :data:`SHORT_CONV_STEPS` steps, else ``cfg``.
+
+    Why: the estimates charge waiting for each step's wgmmas (``NO_FLIGHT_RATE``) on every
+    step, but over 4 steps or fewer the records measured it as fast or faster, on every
+    such layer and depth (the 7 x 7 stem, 4 steps: 4.15 us against 4.47 at batch 1, 37.55
+    against 39.33 at 16; ResNet-50 b1's 3,136 x 64 x 256: 2.49 against 2.59; 784 x 512 x
+    256: 3.63 against 3.65 and a tie at batch 16); at 9 steps a group in flight won (3,136
+    x 64 x 576: 3.51 against 3.85). Split parts of 4 steps measured a tie (1% either
+    way: 784 x 128 x 512 in 2 parts 3.61 in flight, 3.65 waiting, an H100) and keep theirs."""
+    from dataclasses import replace
+
+    from .rules import block_k
+
+    steps = -(-form.K // block_k(form))
+    if not form.conv or cfg.in_flight == 0 or cfg.split_k > 1 or steps > SHORT_CONV_STEPS:
+        return cfg
+    return replace(cfg, in_flight=0)
