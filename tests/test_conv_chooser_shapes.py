@@ -93,10 +93,13 @@ def test_long_reductions_over_many_tiles_take_one_warpgroup_of_128_columns(
     (1, 14, 14, 256, 256, 3, 1, 1),   # ResNet-18 b1: 16 tiles
     (16, 56, 56, 64, 64, 3, 1, 1),    # 64 channels
     (16, 14, 14, 256, 512, 1, 2, 0),  # K of 256
+    (16, 14, 14, 1024, 256, 1, 1, 0),  # a 1 x 1 window (ResNet-50 b16): not measured
 ])
-def test_the_long_rule_is_silent_at_batch_1_on_narrow_and_short_reductions(shape):
+def test_the_long_rule_is_silent_at_batch_1_on_narrow_short_and_1x1_reductions(shape):
+    from ptxforge.ops.schedules.gemm.conv_shapes import windowed
+
     _, _, _, _, conv, _ = _layer(shape, "bias_relu")
-    assert long_conv_wgmma_config(conv_gemm_form(conv), SM90A) is None
+    assert long_conv_wgmma_config(conv_gemm_form(conv), SM90A, windowed(conv)) is None
 
 
 def test_the_small_rules_pick_builds_and_computes_a_layer():

@@ -12,7 +12,12 @@ from ....passes.schedule.common import ScheduleError
 from ....target import Target, as_target
 from ..remap import epilogue_remap
 from .choice import mma_sync_refusal, prefer_wgmma, wgmma_conv_refusal, wgmma_refusal
-from .conv_shapes import long_conv_wgmma_config, short_conv_flight, small_conv_config
+from .conv_shapes import (
+    long_conv_wgmma_config,
+    short_conv_flight,
+    small_conv_config,
+    windowed,
+)
 from .estimate import epilogue_read_time, gemm_time, wgmma_time
 from .forms import GemmForm, conv_gemm_form, direct_store
 from .knobs import (
@@ -568,7 +573,7 @@ def wgmma_conv_config(op: ComputeOp, target: Target | str | None = None,
     :func:`~.conv_shapes.long_conv_wgmma_config`'s tiles instead, and a short one waits
     each step's wgmmas (:func:`~.conv_shapes.short_conv_flight`)."""
     form = conv_gemm_form(op)
-    rule = long_conv_wgmma_config(form, target)
+    rule = long_conv_wgmma_config(form, target, windowed(op))
     if rule is not None:
         return rule
     cfg = choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), as_target(target),
@@ -612,7 +617,7 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
         return None  # the residual rule's mma.sync tiles: measured faster than wgmma's
     if small_conv_config(form, target) is not None:
         return None  # little work: 4-warp mma.sync tiles measured faster than any wgmma
-    long = long_conv_wgmma_config(form, target)
+    long = long_conv_wgmma_config(form, target, windowed(op))
     if long is not None:
         return long  # measured faster than the estimates' wgmma and mma.sync picks
     w = wgmma_conv_config(op, target, epilogue)

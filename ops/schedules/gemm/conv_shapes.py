@@ -130,12 +130,13 @@ LONG_CONV_STAGES = 4
 4 of ResNet-18 b16's 5 long layers; 5 stages 3% faster on the fifth, 7% slower on two)."""
 
 
-def long_conv_wgmma_config(form: GemmForm, target: Target | str | None = None
-                           ) -> WgmmaScheduleConfig | None:
+def long_conv_wgmma_config(form: GemmForm, target: Target | str | None = None,
+                           window: bool = True) -> WgmmaScheduleConfig | None:
     """The wgmma tiles the default takes for an fp16 convolution of ``K`` >=
     :data:`LONG_CONV_DEPTH` whose output makes at least half a wave of 64 x 64 tiles
-    (sm_90a), or None where the estimates choose (ResNet-50 and ResNet-18 at batch 1 keep
-    their measured 64 x 64 picks in 4 to 16 parts).
+    (sm_90a) over a window of more than one tap (``window``), or None where the estimates
+    choose (ResNet-50 and ResNet-18 at batch 1 keep their measured 64 x 64 picks in 4 to 16
+    parts; 1 x 1 convolutions, whose A rows are not gathered windows, were not measured).
 
     Why: the estimates pick two warpgroups of 128 x 64 (or 64 x 64 unsplit), and the
     records measured one warpgroup of 64 x 128 1.3x to 1.5x faster (ResNet-18 b16,
@@ -146,8 +147,8 @@ def long_conv_wgmma_config(form: GemmForm, target: Target | str | None = None
     keeping tiles x parts within two waves (784 x 512 x 4,608: unsplit 64 x 64 21.38 us,
     64 x 128 in 4 parts 14.21; 784 x 512 x 2,304: 12.16 against 9.69)."""
     t = as_target(target)
-    if (not form.conv or not t.has_wgmma or form.in_dtype != "float16" or form.tf32
-            or not form.paddable or form.K < LONG_CONV_DEPTH or form.N < 128):
+    if (not form.conv or not window or not t.has_wgmma or form.in_dtype != "float16"
+            or form.tf32 or not form.paddable or form.K < LONG_CONV_DEPTH or form.N < 128):
         return None
     rows = -(-form.batch * form.M // 64)
     if 2 * rows * -(-form.N // 64) < t.num_sms:
@@ -188,3 +189,11 @@ def short_conv_flight(cfg: WgmmaScheduleConfig, form: GemmForm) -> WgmmaSchedule
     if not form.conv or cfg.in_flight == 0 or cfg.split_k > 1 or steps > SHORT_CONV_STEPS:
         return cfg
     return replace(cfg, in_flight=0)
+
+
+def windowed(op) -> bool:
+    """Whether conv stage ``op`` reduces over a window of more than one tap (its implicit
+    GEMM's ``K`` exceeds its input channels)."""
+    from .forms import conv_gemm_shape
+
+    return conv_gemm_shape(op)[2] > int(op.input_tensors[0].shape[-1])
