@@ -71,19 +71,19 @@ def test_the_small_rule_needs_sm90():
     assert small_conv_config(conv_gemm_form(conv), SM80) is None
 
 
-@pytest.mark.parametrize("shape,epilogue,split", [
-    ((16, 14, 14, 256, 256, 3, 1, 1), "bias_relu", 1),      # relu_5: 10.74 us (15.89)
-    ((16, 14, 14, 256, 256, 3, 1, 1), "bias_add_relu", 1),  # add_add_relu_2: 14.30
-    ((16, 7, 7, 512, 512, 3, 1, 1), "bias_relu", 4),        # relu_7: 14.21 (21.38)
-    ((16, 14, 14, 256, 512, 3, 2, 1), "bias_relu", 4),      # relu_6: 9.69 (12.16)
-    ((16, 28, 28, 128, 128, 3, 1, 1), "bias_relu", 1),      # relu_3: 10.32 (10.87)
-    ((16, 56, 56, 64, 128, 3, 2, 1), "bias_relu", 1),       # relu_2, K 576: 6.63 (7.04)
+@pytest.mark.parametrize("shape,epilogue,bn,split", [
+    ((16, 14, 14, 256, 256, 3, 1, 1), "bias_relu", 128, 1),      # relu_5: 10.74 us (15.89)
+    ((16, 14, 14, 256, 256, 3, 1, 1), "bias_add_relu", 128, 1),  # add_add_relu_2: 14.30
+    ((16, 7, 7, 512, 512, 3, 1, 1), "bias_relu", 256, 4),        # relu_7: 12.45 (21.38)
+    ((16, 14, 14, 256, 512, 3, 2, 1), "bias_relu", 256, 4),      # relu_6: 9.62 (12.16)
+    ((16, 28, 28, 128, 128, 3, 1, 1), "bias_relu", 128, 1),      # relu_3: 10.32 (10.87)
+    ((16, 56, 56, 64, 128, 3, 2, 1), "bias_relu", 128, 1),       # relu_2, K 576: 6.63
 ])
-def test_long_reductions_over_many_tiles_take_one_warpgroup_of_128_columns(
-        shape, epilogue, split):
+def test_long_reductions_over_many_tiles_take_one_warpgroup_of_wide_tiles(
+        shape, epilogue, bn, split):
     _, _, _, _, conv, epi = _layer(shape, epilogue)
     cfg = wgmma_conv_choice(conv, epi, SM90A)
-    assert cfg == WgmmaScheduleConfig(128, 1, 4, 1, split)
+    assert cfg == WgmmaScheduleConfig(bn, 1, 4, 1, split)
     assert cfg == long_conv_wgmma_config(conv_gemm_form(conv), SM90A)
     check_wgmma_conv(cfg, conv, SM90A)
 
@@ -126,12 +126,13 @@ def test_the_small_rules_split_pick_computes_a_residual_layer():
     _sim(tensors, arrays, reference, s)
 
 
-def test_the_long_rules_tiles_compute_a_split_layer():
-    # 64 x 128 tiles in 4 parts of 4 stages (the 7 x 7 x 512 layer's pick at batch 16) on
-    # 4 x 4 pixels of 128 -> 128, 3 x 3 (K of 18 steps)
-    tensors, arrays, reference, s, conv, epi = _layer((1, 4, 4, 128, 128, 3, 1, 1),
+@pytest.mark.parametrize("bn", [128, 256])
+def test_the_long_rules_tiles_compute_a_split_layer(bn):
+    # 64 x 128 or 64 x 256 tiles in 4 parts of 4 stages (the 7 x 7 x 512 layer's pick at
+    # batch 16) on 4 x 4 pixels of 128 -> bn, 3 x 3 (K of 18 steps)
+    tensors, arrays, reference, s, conv, epi = _layer((1, 4, 4, 128, bn, 3, 1, 1),
                                                       "bias_relu")
-    cfg = WgmmaScheduleConfig(128, 1, 4, 1, 4)
+    cfg = WgmmaScheduleConfig(bn, 1, 4, 1, 4)
     check_wgmma_conv(cfg, conv, SM90A)
     assert schedule_conv2d_nhwc_wgmma(s, conv, epi, SM90A, cfg) == cfg
     assert "wgmma.mma_async" in _ptx(s, tensors)

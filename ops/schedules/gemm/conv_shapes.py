@@ -125,6 +125,8 @@ LONG_CONV_DEPTH = 576
 """The fewest reduction columns (9 steps of 64) of :func:`long_conv_wgmma_config`: ResNet-18
 b16's 12,544 x 128 x 576 ran 64 x 128 in 6.63 us, the estimates' 128 x 128 7.04; its layers
 of 64 channels (50,176 x 64 x 576) cannot take 128 columns."""
+LONG_CONV_WIDE_N = 512
+"""From this many output channels the long rule's split tiles are 64 x 256."""
 LONG_CONV_STAGES = 4
 """The long rule's depth: 4 stages, one group in flight (the records' fastest 64 x 128 on
 4 of ResNet-18 b16's 5 long layers; 5 stages 3% faster on the fifth, 7% slower on two)."""
@@ -144,8 +146,9 @@ def long_conv_wgmma_config(form: GemmForm, target: Target | str | None = None,
     operand bytes a step, half the gathered window rows (the A tile, whose addresses and
     padding predicates each row computes) a block, 64 accumulators a thread. Where those
     tiles number fewer than half the SMs, ``K`` splits in the most parts of 2 and 4
-    keeping tiles x parts within two waves (784 x 512 x 4,608: unsplit 64 x 64 21.38 us,
-    64 x 128 in 4 parts 14.21; 784 x 512 x 2,304: 12.16 against 9.69)."""
+    keeping tiles x parts within two waves, over 64 x 256 tiles where ``N`` >=
+    :data:`LONG_CONV_WIDE_N` (784 x 512 x 4,608: unsplit 64 x 64 21.38 us, 64 x 128 in 4
+    parts 14.21, 64 x 256 in 4 parts 12.45; 784 x 512 x 2,304: 12.16, 9.69 and 9.62)."""
     t = as_target(target)
     if (not form.conv or not window or not t.has_wgmma or form.in_dtype != "float16"
             or form.tf32 or not form.paddable or form.K < LONG_CONV_DEPTH or form.N < 128):
@@ -153,16 +156,20 @@ def long_conv_wgmma_config(form: GemmForm, target: Target | str | None = None,
     rows = -(-form.batch * form.M // 64)
     if 2 * rows * -(-form.N // 64) < t.num_sms:
         return None
-    tiles = rows * -(-form.N // 128)
+    bn = 128
+    if 2 * rows * -(-form.N // bn) < t.num_sms and form.N >= LONG_CONV_WIDE_N:
+        bn = 256  # split anyway: each gathered row serves 256 columns
+    tiles = rows * -(-form.N // bn)
     split = 1
     if 2 * tiles < t.num_sms:
         for p in (2, 4):
             if tiles * p <= 2 * t.num_sms:
                 split = p
-    cfg = WgmmaScheduleConfig(128, 1, LONG_CONV_STAGES, 1, split)
-    if first_broken(wgmma_rules(cfg, form, t, needs_c_tile(cfg, form, True))) is not None:
-        return None
-    return cfg
+    for n in dict.fromkeys((bn, 128)):
+        cfg = WgmmaScheduleConfig(n, 1, LONG_CONV_STAGES, 1, split)
+        if first_broken(wgmma_rules(cfg, form, t, needs_c_tile(cfg, form, True))) is None:
+            return cfg
+    return None
 
 
 SHORT_CONV_STEPS = 4
