@@ -12,7 +12,7 @@ import pytest
 import ptxforge
 from ptxforge.ops.schedules import default_schedule
 from ptxforge.ops.schedules.gemm import chooser
-from ptxforge.ops.schedules.gemm.chooser import conv_config, wgmma_conv_choice
+from ptxforge.ops.schedules.gemm.chooser import conv_config, epilogue_reads, wgmma_conv_choice
 from ptxforge.ops.schedules.gemm.conv_shapes import (
     long_conv_wgmma_config,
     small_conv_config,
@@ -73,7 +73,7 @@ def test_the_small_rule_needs_sm90():
 
 @pytest.mark.parametrize("shape,epilogue,bn,split", [
     ((16, 14, 14, 256, 256, 3, 1, 1), "bias_relu", 128, 1),      # relu_5: 10.74 us (15.89)
-    ((16, 14, 14, 256, 256, 3, 1, 1), "bias_add_relu", 128, 1),  # add_add_relu_2: 14.30
+    ((16, 7, 7, 512, 512, 3, 1, 1), "bias_add_relu", 256, 4),    # add_add_relu_3: 12.46
     ((16, 7, 7, 512, 512, 3, 1, 1), "bias_relu", 256, 4),        # relu_7: 12.45 (21.38)
     ((16, 14, 14, 256, 512, 3, 2, 1), "bias_relu", 256, 4),      # relu_6: 9.62 (12.16)
     ((16, 28, 28, 128, 128, 3, 1, 1), "bias_relu", 128, 1),      # relu_3: 10.32 (10.87)
@@ -84,8 +84,18 @@ def test_long_reductions_over_many_tiles_take_one_warpgroup_of_wide_tiles(
     _, _, _, _, conv, epi = _layer(shape, epilogue)
     cfg = wgmma_conv_choice(conv, epi, SM90A)
     assert cfg == WgmmaScheduleConfig(bn, 1, 4, 1, split)
-    assert cfg == long_conv_wgmma_config(conv_gemm_form(conv), SM90A)
+    assert cfg == long_conv_wgmma_config(conv_gemm_form(conv), SM90A, True,
+                                         epilogue_reads(conv, epi))
     check_wgmma_conv(cfg, conv, SM90A)
+
+
+def test_the_long_rule_leaves_unsplit_residual_layers_to_the_estimates():
+    # add_add_relu_2 and _1 of ResNet-18 b16: the estimates cost the residual's loads
+    for shape in ((16, 14, 14, 256, 256, 3, 1, 1), (16, 28, 28, 128, 128, 3, 1, 1)):
+        _, _, _, _, conv, epi = _layer(shape, "bias_add_relu")
+        form = conv_gemm_form(conv)
+        assert long_conv_wgmma_config(form, SM90A, True, 0) is not None
+        assert long_conv_wgmma_config(form, SM90A, True, epilogue_reads(conv, epi)) is None
 
 
 @pytest.mark.parametrize("shape", [

@@ -573,7 +573,7 @@ def wgmma_conv_config(op: ComputeOp, target: Target | str | None = None,
     :func:`~.conv_shapes.long_conv_wgmma_config`'s tiles instead, and a short one waits
     each step's wgmmas (:func:`~.conv_shapes.short_conv_flight`)."""
     form = conv_gemm_form(op)
-    rule = long_conv_wgmma_config(form, target, windowed(op))
+    rule = long_conv_wgmma_config(form, target, windowed(op), epilogue_reads(op, epilogue))
     if rule is not None:
         return rule
     cfg = choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), as_target(target),
@@ -617,7 +617,7 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
         return None  # the residual rule's mma.sync tiles: measured faster than wgmma's
     if small_conv_config(form, target) is not None:
         return None  # little work: 4-warp mma.sync tiles measured faster than any wgmma
-    long = long_conv_wgmma_config(form, target, windowed(op))
+    long = long_conv_wgmma_config(form, target, windowed(op), reads)
     if long is not None:
         return long  # measured faster than the estimates' wgmma and mma.sync picks
     w = wgmma_conv_config(op, target, epilogue)

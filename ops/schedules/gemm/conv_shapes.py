@@ -133,7 +133,8 @@ LONG_CONV_STAGES = 4
 
 
 def long_conv_wgmma_config(form: GemmForm, target: Target | str | None = None,
-                           window: bool = True) -> WgmmaScheduleConfig | None:
+                           window: bool = True, reads: int = 0
+                           ) -> WgmmaScheduleConfig | None:
     """The wgmma tiles the default takes for an fp16 convolution of ``K`` >=
     :data:`LONG_CONV_DEPTH` whose output makes at least half a wave of 64 x 64 tiles
     (sm_90a) over a window of more than one tap (``window``), or None where the estimates
@@ -148,7 +149,14 @@ def long_conv_wgmma_config(form: GemmForm, target: Target | str | None = None,
     tiles number fewer than half the SMs, ``K`` splits in the most parts of 2 and 4
     keeping tiles x parts within two waves, over 64 x 256 tiles where ``N`` >=
     :data:`LONG_CONV_WIDE_N` (784 x 512 x 4,608: unsplit 64 x 64 21.38 us, 64 x 128 in 4
-    parts 14.21, 64 x 256 in 4 parts 12.45; 784 x 512 x 2,304: 12.16, 9.69 and 9.62)."""
+    parts 14.21, 64 x 256 in 4 parts 12.45; 784 x 512 x 2,304: 12.16, 9.69 and 9.62).
+
+    Where the epilogue reads ``reads`` >= 1 tensors of the output's size (a residual) and
+    ``K`` does not split, the rule is silent: the estimates cost those loads
+    (:data:`~.estimate.EPILOGUE_READ_CYCLES`), this rule does not (a split layer runs its
+    epilogue in the second kernel). The records would take 64 x 128 there too (3,136 x 256
+    x 2,304: 14.30 us against the estimates' 128 x 64 17.39; 12,544 x 128 x 1,152: 12.49
+    against 128 x 128 13.13)."""
     t = as_target(target)
     if (not form.conv or not window or not t.has_wgmma or form.in_dtype != "float16"
             or form.tf32 or not form.paddable or form.K < LONG_CONV_DEPTH or form.N < 128):
@@ -165,6 +173,8 @@ def long_conv_wgmma_config(form: GemmForm, target: Target | str | None = None,
         for p in (2, 4):
             if tiles * p <= 2 * t.num_sms:
                 split = p
+    if reads >= 1 and split == 1:
+        return None  # the residual's loads in the epilogue: the estimates cost them
     for n in dict.fromkeys((bn, 128)):
         cfg = WgmmaScheduleConfig(n, 1, LONG_CONV_STAGES, 1, split)
         if first_broken(wgmma_rules(cfg, form, t, needs_c_tile(cfg, form, True))) is None:
