@@ -1,4 +1,4 @@
-"""Two rules for fp16 convolutions the estimates rank badly, fitted to the tuned records
+"""Three rules for fp16 convolutions the estimates rank badly, fitted to the tuned records
 of MobileNetV2 b1, ResNet-18 b1 / b16 and ResNet-50 b1 on an H200
 (``bench/conv_defaults_h200.py`` replays them):
 
@@ -15,7 +15,8 @@ of MobileNetV2 b1, ResNet-18 b1 / b16 and ResNet-50 b1 on an H200
 - :func:`short_conv_flight`: an unsplit reduction of at most 4 steps waits each step's
   wgmmas (no group in flight), as fast or faster on every such layer measured.
 
-Both return None outside their range: the estimates choose there, as before.
+The first two return None outside their range, the third its input: the estimates choose
+there, as before.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ SMALL_CONV_MIN_ROWS = 32
 """The fewest output rows (pixels x batch) the small rule covers: the records' smallest
 layers have 49 (7 x 7); fewer were not measured."""
 SMALL_CONV_WIDE_ROWS = 2048
-"""From this many output rows the small rule's tiles have 32 rows (2 x 2 warps), below it
-16 (1 x 4 warps, which pad 196 rows to 208 where 32 pad to 224 and make twice the blocks)."""
+"""From this many output rows the small rule's tiles have 32 rows, below it 16 (which pad
+196 rows to 208 where 32 pad to 224, and make twice the blocks)."""
 SMALL_CONV_SPLIT_DEPTH = 512
 """The small rule splits ``K`` only from this many columns (measured: 384 columns in 26
 tiles ran fastest unsplit, 576 to 960 in 20 to 40 tiles split in 4 or 8 parts)."""
@@ -102,7 +103,7 @@ def small_conv_config(form: GemmForm, target: Target | str | None = None
     # the stem (12,544 x 32 x 36) 2.31 us against 2 x 2's 3.75, elsewhere within 3%
     wm, wn = (2, 2) if bn == 16 else (1, 4)
     K = form.K
-    # the whole K in one step up to 32 (or 64); else 64 where it divides K or 32 does not
+    # the whole K in one step up to 64; else steps of 64, or of 32 (below)
     bk = 16 if K <= 16 else 32 if K <= 32 else 64
     if K > 64 and K % 32 == 0 and 4 * (-(-K // 64) * 64 - K) > K:
         bk = 32  # 64 would pad K by more than a quarter
