@@ -12,6 +12,12 @@ from ....passes.schedule.common import ScheduleError
 from ....target import Target, as_target
 from ..remap import epilogue_remap
 from .choice import mma_sync_refusal, prefer_wgmma, wgmma_conv_refusal, wgmma_refusal
+from .conv_shapes import (
+    long_conv_wgmma_config,
+    short_conv_flight,
+    small_conv_config,
+    windowed,
+)
 from .estimate import epilogue_read_time, gemm_time, wgmma_time
 from .forms import GemmForm, conv_gemm_form, direct_store
 from .knobs import (
@@ -550,11 +556,14 @@ def conv_config(op: ComputeOp, target: Target | str | None = None,
     ResNet-18 at batch 1 2.34x and ResNet-50 1.90x faster (docs/tensor_cores.md).
     ``epilogue``: the fused element-wise stages, whose residual reads
     (:func:`epilogue_reads`) favour tiles of fewer elements a thread; in the measured
-    residual range :func:`residual_conv_config`'s tiles instead."""
+    residual range :func:`residual_conv_config`'s tiles instead, and for a convolution of
+    little work :func:`~.conv_shapes.small_conv_config`'s."""
     target = as_target(target)
     form = conv_gemm_form(op)
     reads = epilogue_reads(op, epilogue)
     rule = residual_conv_config(form, target, reads)
+    if rule is None:
+        rule = small_conv_config(form, target)
     if rule is not None:
         return rule
     return _best(gemm_candidates(form, target), form, target, reads)
@@ -564,10 +573,16 @@ def wgmma_conv_config(op: ComputeOp, target: Target | str | None = None,
                       epilogue: ComputeOp | None = None):
     """:func:`choose_wgmma_config` on conv stage ``op``'s implicit GEMM (its channels at
     least one 64-wide tile, which the schedule pads them to; the residual reads of
-    ``epilogue`` costed), or None."""
+    ``epilogue`` costed), or None; a long reduction over many tiles takes
+    :func:`~.conv_shapes.long_conv_wgmma_config`'s tiles instead, and a short one waits
+    each step's wgmmas (:func:`~.conv_shapes.short_conv_flight`)."""
     form = conv_gemm_form(op)
-    return choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), as_target(target),
-                               reads=epilogue_reads(op, epilogue))
+    rule = long_conv_wgmma_config(form, target, windowed(op), epilogue_reads(op, epilogue))
+    if rule is not None:
+        return rule
+    cfg = choose_wgmma_config(replace(form, N=max(form.N, B_KN_PANEL)), as_target(target),
+                              reads=epilogue_reads(op, epilogue))
+    return None if cfg is None else short_conv_flight(cfg, form)
 
 
 def choose_wgmma_conv_config(op: ComputeOp, target: Target | str | None = None,
@@ -592,8 +607,9 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     (:func:`epilogue_reads`, :func:`~.estimate.epilogue_read_time`): the wgmma pick
     knows them, and so does the mma.sync pick compared, the one the conv schedule takes
     without a configuration (:func:`choose_conv_config` of ``op`` and ``epilogue``).
-    Where :func:`residual_conv_config` speaks, mma.sync (its tiles measured faster than
-    every wgmma configuration of those layers)."""
+    Where :func:`residual_conv_config` or :func:`~.conv_shapes.small_conv_config` speaks,
+    mma.sync (their tiles measured faster than every wgmma configuration of those layers);
+    where :func:`~.conv_shapes.long_conv_wgmma_config` does, its tiles."""
     target = as_target(target)
     if wgmma_conv_refusal(op, target) is not None:
         return None
@@ -603,6 +619,11 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     reads = epilogue_reads(op, epilogue)
     if residual_conv_config(form, target, reads) is not None:
         return None  # the residual rule's mma.sync tiles: measured faster than wgmma's
+    if small_conv_config(form, target) is not None:
+        return None  # little work: 4-warp mma.sync tiles measured faster than any wgmma
+    long = long_conv_wgmma_config(form, target, windowed(op), reads)
+    if long is not None:
+        return long  # measured faster than the estimates' wgmma and mma.sync picks
     w = wgmma_conv_config(op, target, epilogue)
     if w is None:
         return None
