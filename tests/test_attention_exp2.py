@@ -7,14 +7,11 @@ instruction counts (``bench/bench_attention_ptx.py``)."""
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
-import pytest
-
 import ptxforge
+import pytest
 from ptxforge import backend_sim, te
 from ptxforge.backend_ptx import compile_module
 from ptxforge.backend_ptx.compile import llvm_binding
@@ -34,17 +31,15 @@ from ptxforge.ops.schedules.attention.kernel import _Kernel
 from ptxforge.ops.testing import widen
 from ptxforge.target import as_target
 
+from .bench_scripts import load_bench
+
 RNG = np.random.default_rng(2)
 SM90 = as_target("cuda -arch=sm_90a")
 SM80 = as_target("cuda -arch=sm_80")
 
 
 def _bench():
-    path = Path(__file__).resolve().parents[1] / "bench" / "bench_attention_ptx.py"
-    spec = importlib.util.spec_from_file_location("bench_attention_ptx", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("bench_attention_ptx")
 
 
 # -- the intrinsic ------------------------------------------------------------------------

@@ -9,12 +9,9 @@ query rows past the end; the PTX's counts for a BERT-shaped padding mask (sm_90a
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
-
 from ptxforge import backend_sim
 from ptxforge.graph.opdefs.elemwise import cast_array
 from ptxforge.ops.attention_testing import attention_python, attention_tolerance
@@ -28,6 +25,8 @@ from ptxforge.ops.schedules.attention.builders import MASK_FLOOR, MASK_KNEE
 from ptxforge.ops.testing import widen
 from ptxforge.target import as_target
 
+from .bench_scripts import load_bench
+
 RNG = np.random.default_rng(41)
 SM90 = as_target("cuda -arch=sm_90a")
 CONFIGS = {
@@ -39,11 +38,7 @@ FMIN = float(np.finfo(np.float32).min)
 
 
 def _bench():
-    path = Path(__file__).resolve().parents[1] / "bench" / "bench_attention_ptx.py"
-    spec = importlib.util.spec_from_file_location("bench_attention_ptx", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("bench_attention_ptx")
 
 
 def _run(w: AttentionWorkload, cfg: AttentionConfig, mask: np.ndarray) -> tuple:

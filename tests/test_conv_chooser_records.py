@@ -7,22 +7,17 @@ MobileNetV2's 20 layers, 1.204, 1.025 and 1.018; now 1.028, 1.071, 1.011 and 1.0
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 
 import pytest
+
+from .bench_scripts import load_bench
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "conv_defaults_h200", os.path.join(BENCH, "conv_defaults_h200.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("conv_defaults_h200")
 
 
 BENCH_MOD = _bench()

@@ -6,14 +6,9 @@ sm_90a PTX and run on the simulator against float64 numpy."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-
 import numpy as np
-import pytest
-
 import ptxforge
+import pytest
 from ptxforge.ops.schedules import default_schedule
 from ptxforge.ops.schedules.gemm import chooser
 from ptxforge.ops.schedules.gemm.chooser import (
@@ -30,20 +25,15 @@ from ptxforge.ops.schedules.gemm.schedule import (
     schedule_conv2d_nhwc_wgmma,
 )
 
+from .bench_scripts import load_bench
 from .test_tensorcore_conv import check, conv_layer, inlined_schedule
 
 SM80 = "cuda -arch=sm_80"
 SM90A = "cuda -arch=sm_90a"
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 
 
 def _judge():
-    spec = importlib.util.spec_from_file_location(
-        "conv_records_judge", os.path.join(BENCH, "conv_records_judge.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("conv_records_judge")
 
 
 JUDGE = _judge()

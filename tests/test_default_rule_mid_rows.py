@@ -6,16 +6,12 @@ on the simulator against numpy and for sm_90a without spills; the replay of the 
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import os
-import sys
 from dataclasses import replace
 
 import numpy as np
-import pytest
-
 import ptxforge
+import pytest
 from ptxforge import te
 from ptxforge.ir.te import ComputeOp
 from ptxforge.ops.schedules.gemm.chooser import mid_size_wgmma_config, wgmma_choice
@@ -26,19 +22,15 @@ from ptxforge.ops.schedules.gemm.rules import first_broken, needs_c_tile, wgmma_
 from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_wgmma
 from ptxforge.target import as_target
 
+from .bench_scripts import load_bench
 from .lowp import f64, host
 
 SM90A = "cuda -arch=sm_90a"
 SIM = "sim -arch=sm_90a"
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 
 
 def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(BENCH, f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench(name)
 
 
 LAYERS = _bench("bench_wgmma_default")  # GPT-2's and BERT's fused functions as te

@@ -9,16 +9,12 @@ picks compute the convolution on the simulator."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
-import sys
 from dataclasses import replace
 
 import numpy as np
-import pytest
-
 import ptxforge
+import pytest
 from ptxforge.ops.schedules import default_schedule
 from ptxforge.ops.schedules.gemm.chooser import (
     conv_config,
@@ -37,19 +33,15 @@ from ptxforge.ops.schedules.gemm.rules import (
     wgmma_rules,
 )
 
+from .bench_scripts import load_bench
 from .test_tensorcore_conv import check, conv_layer, inlined_schedule
 from .test_tensorcore_few_rows import _product
 
 SM90A = "cuda -arch=sm_90a"
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 
 
 def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(BENCH, f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench(name)
 
 
 REPLAY = _bench("few_rows_replay")

@@ -4,13 +4,10 @@ of the stored sweep, and kernels of their configurations on the simulator agains
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from dataclasses import replace
 
 import numpy as np
 import pytest
-
 from ptxforge import te
 from ptxforge.ir.te import ComputeOp
 from ptxforge.ops import nn
@@ -24,12 +21,12 @@ from ptxforge.ops.schedules.gemm.chooser import (
 from ptxforge.ops.schedules.gemm.forms import gemm_form
 from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
 
+from .bench_scripts import load_bench
 from .test_wgmma_gemm import _dense, _ref, _run, _schedule
 
 SM90A = "cuda -arch=sm_90a"
 SM90 = "cuda -arch=sm_90"
 SM80 = "cuda -arch=sm_80"
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 
 
 def _product(M, N, K, dtype="float16", target=SM90A):
@@ -102,10 +99,7 @@ def test_a_rule_pick_that_breaks_a_rule_falls_back_to_the_estimates(monkeypatch)
 
 
 def test_the_replay_of_the_sweep_keeps_the_new_default_near_the_best_measured(capsys):
-    spec = importlib.util.spec_from_file_location("few_rows_replay",
-                                                  os.path.join(BENCH, "few_rows_replay.py"))
-    replay = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(replay)
+    replay = load_bench("few_rows_replay")
     assert replay.main([]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     # "... over 36 shapes with both picks timed (0 unknown): sweep's default 0.863 (16 at

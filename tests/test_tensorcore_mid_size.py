@@ -6,8 +6,6 @@ tested in ``test_default_rule_mid_rows.py``."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from dataclasses import replace
 
 import numpy as np
@@ -18,12 +16,12 @@ from ptxforge.ops.schedules.gemm.estimate import wgmma_blocks_per_sm
 from ptxforge.ops.schedules.gemm.forms import gemm_form
 from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
 
+from .bench_scripts import load_bench
 from .test_tensorcore_few_rows import _product
 from .test_wgmma_gemm import _dense, _ref, _run, _schedule
 from .test_wgmma_gemm import _product as _product_of
 
 SM90A = "cuda -arch=sm_90a"
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 
 WIDE = WgmmaScheduleConfig(256, 2, 4, 1, 1)   # 128 x 256, 4 stages
 PAIR = WgmmaScheduleConfig(128, 2, 3, 1, 1)   # 128 x 128, 3 stages: two blocks an SM
@@ -132,10 +130,7 @@ def test_a_pick_that_breaks_a_rule_gives_way_to_the_next(monkeypatch):
 
 
 def _replay(capsys, *argv) -> list:
-    spec = importlib.util.spec_from_file_location("few_rows_replay",
-                                                  os.path.join(BENCH, "few_rows_replay.py"))
-    replay = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(replay)
+    replay = load_bench("few_rows_replay")
     assert replay.main(list(argv)) == 0
     return capsys.readouterr().out.strip().splitlines()
 

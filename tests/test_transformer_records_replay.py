@@ -4,19 +4,13 @@ configuration within 5% of the records' fastest (``bench/transformer_records_rep
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+from .bench_scripts import load_bench
 
 
 def _replay_module():
-    spec = importlib.util.spec_from_file_location(
-        "transformer_records_replay", os.path.join(BENCH, "transformer_records_replay.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("transformer_records_replay")
 
 
 def test_the_defaults_are_measured_within_5_percent_of_the_best(capsys):

@@ -6,20 +6,19 @@ epilogue), their refusals, the PTX for sm_90a and the sweep that measures them."
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 
 import numpy as np
-import pytest
-
 import ptxforge
+import pytest
 from ptxforge import ops, te
 from ptxforge.ir.te import ComputeOp
 from ptxforge.ops.schedules.gemm.knobs import WgmmaScheduleConfig
 from ptxforge.ops.schedules.gemm.schedule import schedule_gemm_wgmma
 from ptxforge.passes.schedule.common import ScheduleError
 
+from .bench_scripts import load_bench
 from .lowp import f64, host
 from .test_wgmma_gemm import RNG, SIM, _dense, _ref, _run, _schedule
 
@@ -121,7 +120,6 @@ def test_a_convolution_refuses_a_raster():
 def test_the_mid_size_kernels_compile_for_sm_90a(shape, cfg):
     sys.path.insert(0, BENCH)
     from bench_gemm_few_rows import build
-
     from ptxforge.backend_ptx.assemble import find_ptxas, run_ptxas
 
     _, mod, _ = build((shape, "wgmma", WgmmaScheduleConfig(*cfg)))
@@ -139,10 +137,7 @@ def test_the_mid_size_kernels_compile_for_sm_90a(shape, cfg):
 
 
 def test_the_sweep_offers_the_new_knobs():
-    spec = importlib.util.spec_from_file_location(
-        "bench_gemm_few_rows", os.path.join(BENCH, "bench_gemm_few_rows.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("bench_gemm_few_rows")
     args = argparse.Namespace(stages=[4], splits=[1], in_flight=[0, 1], raster=[1, 4, 8],
                               block_n=[192], top_mma=0, staged=[0])
     names = {bench.describe(kind, cfg) for kind, cfg, _ in bench.configs(1024, 2304, 768, args)}
