@@ -174,7 +174,7 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
                  search_ahead: int = 2, early_stop: bool = True,
                  time_budget_s: float | None = None,
                  keep_builders_busy: bool | None = None,
-                 measure_default: bool = True) -> NetworkTuning:
+                 measure_default: bool | None = None) -> NetworkTuning:
     """Run the task scheduler over ``tasks`` (weighted by ``weights``) for ``todo`` trials,
     appending records to ``log``, with a progress bar on a terminal and a log message per
     round.
@@ -205,7 +205,9 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
             reproducible.
         measure_default: measure each task's default schedule as a candidate of its first
             round (:class:`~ptxforge.autosched.TuningOptions`); a task whose default is
-            recorded in ``log`` already does not measure it again.
+            recorded in ``log`` already does not measure it again. Default: on for the GPU
+            runner, off for the simulator's (whose estimates cannot say the default is
+            slower, and whose short test runs would measure little else).
     """
     if todo < 1:
         raise ValueError(f"todo must be at least 1 trial, got {todo}")
@@ -213,6 +215,8 @@ def tune_network(tasks, weights, log: str, todo: int, *, runner: str = "sim",
     table = table or default_table(log)
     if keep_builders_busy is None:
         keep_builders_busy = runner == "gpu"
+    if measure_default is None:
+        measure_default = runner == "gpu"
     bar = ProgressBar(todo, "trials")
     scheduler = TaskScheduler(
         tasks, weights, load_log_file=log if resume else None, seed=seed,

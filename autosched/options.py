@@ -26,13 +26,14 @@ class TuningOptions:
 
     ``measure_default``: measure each task's default schedule (what ``graph.build`` runs
     without records) as a candidate of the task's first round, recorded like any other,
-    so the best record of a task is never slower than its default (default True; it takes
-    one trial of the budget per task; see :mod:`ptxforge.autosched.default_candidate`)."""
+    so the best record of a task is never slower than its default (it takes one trial of
+    the budget per task; see :mod:`ptxforge.autosched.default_candidate`). Off by default
+    here; ``tune_network`` and the command line turn it on for the GPU runner."""
 
     def __init__(self, num_measure_trials: int = 0, early_stopping: int | None = None,
                  num_measures_per_round: int = 64, verbose: int = 1, builder="local",
                  runner="local", measure_callbacks=None, search_ahead: int = 1,
-                 time_budget_s: float | None = None, measure_default: bool = True):
+                 time_budget_s: float | None = None, measure_default: bool = False):
         from .time_budget import check_time_budget
 
         self.time_budget_s = check_time_budget(time_budget_s)

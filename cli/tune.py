@@ -183,7 +183,8 @@ def tune_op_command(args) -> int:
         measure_callbacks=[autosched.RecordToFile(args.log), progress],
         time_budget_s=args.time_budget,
         # a resumed log that holds the default's record does not measure it again
-        measure_default=args.measure_default and not _has_default_record(args.log, task))
+        measure_default=(runner == "gpu" if args.measure_default is None
+                         else args.measure_default) and not _has_default_record(args.log, task))
     t0 = time.perf_counter()
     try:
         with collect() as main_stages:
@@ -240,10 +241,11 @@ def add_early_stop_argument(p) -> None:
 def add_measure_default_argument(p) -> None:
     """``--measure-default`` / ``--no-measure-default``: measure each task's default
     schedule as a candidate (``TuningOptions.measure_default``)."""
-    p.add_argument("--measure-default", action=argparse.BooleanOptionalAction, default=True,
+    p.add_argument("--measure-default", action=argparse.BooleanOptionalAction, default=None,
                    help="measure each task's default schedule (what the build runs without "
                         "records) as one candidate of its first round, so tuning never "
-                        "picks a slower schedule than the default (default: on)")
+                        "picks a slower schedule than the default (default: on with the GPU "
+                        "runner, off with the simulator's)")
 
 
 def add_tune_op_parser(sub) -> None:

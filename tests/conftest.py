@@ -46,3 +46,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _ptxforge_logger_restored():
+    """Each test leaves the ``ptxforge`` logger as it found it: a test that runs the command
+    line in this process (``cli.main.main``) gives the logger a handler on pytest's captured
+    stderr, closed after that test, and stops it propagating, so later tests' ``caplog``
+    would see nothing and their messages would fail to write."""
+    import logging
+
+    log = logging.getLogger("ptxforge")
+    handlers, level, propagate = list(log.handlers), log.level, log.propagate
+    yield
+    log.handlers[:] = handlers
+    log.setLevel(level)
+    log.propagate = propagate

@@ -53,7 +53,7 @@ def net_run(tmp_path_factory):
     tasks, weights = autosched.extract_tasks(net, params)
     log = str(tmp_path_factory.mktemp("default") / "net.json")
     run = tune_network(tasks, weights, log, 3 * len(tasks), runner="sim", per_round=3,
-                       sim_check=False)
+                       sim_check=False, measure_default=True)
     return net, params, tasks, log, run
 
 
@@ -106,16 +106,16 @@ def test_a_resumed_run_does_not_measure_the_default_again(net_run, tmp_path):
     with open(log) as src, open(again, "w") as dst:
         dst.write(src.read())
     more = tune_network(tasks, [1] * len(tasks), again, 2 * len(tasks), runner="sim",
-                        per_round=2, sim_check=False)
+                        per_round=2, sim_check=False, measure_default=True)
     assert len(_defaults(again)) == len(tasks)
     assert more.scheduler.default_measured == set(range(len(tasks)))
     # the loaded default records count in each task's best (restored, then kept)
     assert all(c <= b for c, b in zip(more.scheduler.best_costs, run.scheduler.best_costs))
 
 
-def _single_task_run(log, trials, task=None, **kw):
+def _single_task_run(log, trials, task=None, measure_default=True, **kw):
     task = task or autosched.SearchTask(func=default_scale_rows, args=(64,))
-    opts = autosched.TuningOptions(
+    opts = autosched.TuningOptions(measure_default=measure_default,
         num_measure_trials=trials, num_measures_per_round=trials, verbose=0,
         builder=measure.LocalBuilder(n_parallel=1, compile_to="ir"), runner="sim",
         measure_callbacks=[autosched.RecordToFile(log)], **kw)
@@ -140,7 +140,9 @@ def test_the_option_turns_the_default_candidate_on_and_off(tmp_path):
     records = measure.load_records(off)
     assert summary.trials == len(records) == 3
     assert not _defaults(off)
-    assert autosched.TuningOptions().measure_default is True
+    # off where nothing asks for it: tune_network and the command line turn it on for the
+    # GPU runner
+    assert autosched.TuningOptions().measure_default is False
 
 
 def test_a_default_that_raises_is_skipped_cleanly(tmp_path, monkeypatch, caplog):
@@ -169,7 +171,7 @@ def test_the_default_plan_crosses_processes_and_builds_the_default():
     assert res.pipeline_text == task_default_schedule(task, "cuda")[0].pipeline.text
 
 
-@pytest.mark.parametrize("flag, want", [([], True), (["--measure-default"], True),
+@pytest.mark.parametrize("flag, want", [([], None), (["--measure-default"], True),
                                         (["--no-measure-default"], False)])
 def test_the_flags_reach_the_tuners(monkeypatch, flag, want):
     from ptxforge.cli import tune
@@ -214,7 +216,7 @@ def test_a_default_that_is_a_search_state_is_measured_and_learned_as_one(tmp_pat
             super().add_measured(rows, results, update_model)
 
     opts = autosched.TuningOptions(
-        num_measure_trials=4, num_measures_per_round=4, verbose=0,
+        num_measure_trials=4, num_measures_per_round=4, verbose=0, measure_default=True,
         builder=measure.LocalBuilder(n_parallel=1, compile_to="ir"), runner="sim",
         measure_callbacks=[autosched.RecordToFile(log)])
     policy = Policy(task, autosched.RandomModel(seed=0), POLICY, seed=0, verbose=0)
@@ -242,6 +244,7 @@ def test_on_the_gpu_every_task_has_a_measured_default_and_the_best_is_no_slower(
         ts = autosched.TaskScheduler(tasks, weights, callbacks=[])
         ts.tune(autosched.TuningOptions(num_measure_trials=8 * len(tasks),
                                         num_measures_per_round=8, runner=ctx.runner,
+                                        measure_default=True,
                                         measure_callbacks=[autosched.RecordToFile(log)]))
     finally:
         ctx.close()
