@@ -45,17 +45,23 @@ class SearchCallback:
 
 class PreloadMeasuredStates(SearchCallback):
     """Mark the states measured in a record file as measured (they are not measured
-    again) and seed the search with the best of them."""
+    again) and seed the search with the best of them. Where the file holds a record of the
+    task's default schedule, the policy's ``default_recorded`` is set: a resumed run does
+    not measure the default again (``TuningOptions.measure_default``)."""
 
     def __init__(self, filename: str):
         self.filename = filename
 
     def callback(self, policy: SketchPolicy) -> None:
-        from .records import task_records
+        from .default_candidate import is_default_payload
+        from .records import load_records, task_records
 
         rows, results = task_records(policy.task, self.filename)
         if len(rows):
             policy.add_measured(rows, results, update_model=False)
+        policy.default_recorded = any(
+            is_default_payload(inp.payload)
+            for inp, _ in load_records(self.filename, policy.task.workload_key))
 
 
 class SketchPolicy:
@@ -86,6 +92,9 @@ class SketchPolicy:
         self.measured_rows: list = []
         self.measured_tput: list = []
         self.draw_counts = dict.fromkeys(DRAW_COUNTS, 0)
+        # whether a record file this policy was seeded from holds the task's default
+        # schedule (PreloadMeasuredStates sets it; the tuner then does not measure it again)
+        self.default_recorded = False
         for cb in init_search_callbacks or ():
             cb.callback(self)
 

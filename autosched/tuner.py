@@ -187,7 +187,9 @@ def run_tuning(task, policy, options) -> TuningSummary:
     ahead = options.search_ahead if can_search_ahead(policy) else 0
     stream = MeasureStream(builder, runner)
     budget = TimeBudget(getattr(options, "time_budget_s", None))
-    default = bool(getattr(options, "measure_default", False))
+    # a run resumed from a log that holds the default's record does not measure it again
+    default = bool(getattr(options, "measure_default", False)) and not getattr(
+        policy, "default_recorded", False)
     try:
         while searching or inflight:
             if not (searching and planned < options.num_measure_trials):

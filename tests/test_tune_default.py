@@ -260,3 +260,25 @@ def test_on_the_gpu_every_task_has_a_measured_default_and_the_best_is_no_slower(
     assert all(f.tuned for f in lib.functions.values())
     for t in tasks:
         assert best.query(t.workload_key)[1].mean <= defaults[t.workload_key].mean
+
+
+def test_a_policy_seeded_from_a_log_with_the_default_does_not_measure_it_again(tmp_path):
+    """``SearchTask.tune`` resumed with ``PreloadMeasuredStates`` (as a killed run is
+    resumed): the default recorded by the first run is not measured by the second."""
+    log = str(tmp_path / "resumed.json")
+    task, _ = _single_task_run(log, 3)
+    assert len(_defaults(log)) == 1
+    policy = autosched.SketchPolicy(task, autosched.RandomModel(seed=1), POLICY, seed=1,
+                                    verbose=0,
+                                    init_search_callbacks=[autosched.PreloadMeasuredStates(log)])
+    assert policy.default_recorded
+    opts = autosched.TuningOptions(
+        num_measure_trials=3, num_measures_per_round=3, verbose=0, measure_default=True,
+        builder=measure.LocalBuilder(n_parallel=1, compile_to="ir"), runner="sim",
+        measure_callbacks=[autosched.RecordToFile(log)])
+    try:
+        summary = task.tune(opts, search_policy=policy)
+    finally:
+        opts.builder.close()
+    assert summary.trials == 3
+    assert len(_defaults(log)) == 1 and len(measure.load_records(log)) == 6
