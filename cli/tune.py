@@ -182,9 +182,10 @@ def tune_op_command(args) -> int:
         builder=measurement.builder, runner=measurement.runner, verbose=0,
         measure_callbacks=[autosched.RecordToFile(args.log), progress],
         time_budget_s=args.time_budget,
-        # a resumed log that holds the default's record does not measure it again
+        # a resumed log that holds the default's record does not measure it again: the
+        # policy's PreloadMeasuredStates sees it (SketchPolicy.default_recorded)
         measure_default=(runner == "gpu" if args.measure_default is None
-                         else args.measure_default) and not _has_default_record(args.log, task))
+                         else args.measure_default))
     t0 = time.perf_counter()
     try:
         with collect() as main_stages:
@@ -204,16 +205,6 @@ def tune_op_command(args) -> int:
         print(format_profile(main_stages, measurement.builder, summary.trials, elapsed,
                              measurement.runner, summary.measure_times))
     return _report_best(task, args.log)
-
-
-def _has_default_record(log: str, task) -> bool:
-    """Whether ``log`` (if it exists) holds a record of ``task``'s default schedule."""
-    from ..autosched.default_candidate import is_default_payload
-
-    if not os.path.exists(log):
-        return False
-    return any(is_default_payload(inp.payload)
-               for inp, _ in autosched.load_records(log, task.workload_key))
 
 
 def _report_best(task, log: str) -> int:
