@@ -79,10 +79,16 @@ def load_best_record(filename: str, workload_key: str | None = None,
 def task_records(task, filename: str) -> tuple:
     """``(population rows, results)`` of the records of ``task`` in ``filename`` whose
     payload is a state of one of its sketches."""
-    rows, results = [], []
     if not os.path.exists(filename):
-        return np.zeros((0, task.state_width), dtype=np.int64), []
-    for inp, res in load_records(filename, task.workload_key):
+        return state_rows(task, [])
+    return state_rows(task, load_records(filename, task.workload_key))
+
+
+def state_rows(task, records) -> tuple:
+    """``(population rows, results)`` of those of ``records`` (``(input, result)`` pairs of
+    ``task``) whose payload is a state of one of its sketches."""
+    rows, results = [], []
+    for inp, res in records:
         st = state_from_payload(task, inp.payload)
         if st is not None:
             rows.append(st.row(task.state_width))

@@ -53,15 +53,17 @@ class PreloadMeasuredStates(SearchCallback):
         self.filename = filename
 
     def callback(self, policy: SketchPolicy) -> None:
-        from .default_candidate import is_default_payload
-        from .records import load_records, task_records
+        import os
 
-        rows, results = task_records(policy.task, self.filename)
+        from .default_candidate import is_default_payload
+        from .records import load_records, state_rows
+
+        records = (load_records(self.filename, policy.task.workload_key)
+                   if os.path.exists(self.filename) else [])
+        rows, results = state_rows(policy.task, records)
         if len(rows):
             policy.add_measured(rows, results, update_model=False)
-        policy.default_recorded = any(
-            is_default_payload(inp.payload)
-            for inp, _ in load_records(self.filename, policy.task.workload_key))
+        policy.default_recorded = any(is_default_payload(inp.payload) for inp, _ in records)
 
 
 class SketchPolicy:
