@@ -561,12 +561,19 @@ def conv_config(op: ComputeOp, target: Target | str | None = None,
     target = as_target(target)
     form = conv_gemm_form(op)
     reads = epilogue_reads(op, epilogue)
-    rule = residual_conv_config(form, target, reads)
-    if rule is None:
-        rule = small_conv_config(form, target)
+    rule = measured_conv_mma_config(form, target, reads)
     if rule is not None:
         return rule
     return _best(gemm_candidates(form, target), form, target, reads)
+
+
+def measured_conv_mma_config(form: GemmForm, target: Target,
+                             reads: int) -> TensorCoreConfig | None:
+    """The mma.sync tiles a measured conv rule takes (:func:`residual_conv_config`, then
+    :func:`~.conv_shapes.small_conv_config`), or None where neither speaks: where one
+    does, its tiles ran faster than every wgmma configuration of those layers."""
+    rule = residual_conv_config(form, target, reads)
+    return rule if rule is not None else small_conv_config(form, target)
 
 
 def wgmma_conv_config(op: ComputeOp, target: Target | str | None = None,
@@ -617,10 +624,8 @@ def wgmma_conv_choice(op: ComputeOp, epilogue: ComputeOp | None = None,
     if wgmma_refusal(form, target) is not None:
         return None
     reads = epilogue_reads(op, epilogue)
-    if residual_conv_config(form, target, reads) is not None:
-        return None  # the residual rule's mma.sync tiles: measured faster than wgmma's
-    if small_conv_config(form, target) is not None:
-        return None  # little work: 4-warp mma.sync tiles measured faster than any wgmma
+    if measured_conv_mma_config(form, target, reads) is not None:
+        return None  # a measured rule's mma.sync tiles: faster than any wgmma there
     long = long_conv_wgmma_config(form, target, windowed(op), reads)
     if long is not None:
         return long  # measured faster than the estimates' wgmma and mma.sync picks
