@@ -12,15 +12,15 @@ class _Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize("flag, want", [([], None), (["--keep-builders-busy"], True),
-                                        (["--no-keep-builders-busy"], False)])
-def test_the_flag_reaches_the_network_tuner(monkeypatch, flag, want):
+def tune_network_kwargs(monkeypatch, *flags) -> dict:
+    """The keyword arguments ``tune-network bert --trials 10 --log x.json *flags`` hands
+    the network tuner (``autosched.network_tuning.tune_network``), which is not run."""
     from ptxforge.cli import tune
 
     parser = argparse.ArgumentParser()
     tune.add_tune_network_parser(parser.add_subparsers(dest="cmd"))
     args = parser.parse_args(["tune-network", "bert", "--trials", "10", "--log", "x.json",
-                              *flag])
+                              *flags])
     seen = {}
 
     def fake(*a, **kw):
@@ -30,4 +30,10 @@ def test_the_flag_reaches_the_network_tuner(monkeypatch, flag, want):
     monkeypatch.setattr(tune, "tune_network", fake)
     with pytest.raises(_Stop):
         tune._tune_network(args, [], [], "gpu", 10, False, "x.tasks.txt")
-    assert seen["keep_builders_busy"] is want
+    return seen
+
+
+@pytest.mark.parametrize("flag, want", [([], None), (["--keep-builders-busy"], True),
+                                        (["--no-keep-builders-busy"], False)])
+def test_the_flag_reaches_the_network_tuner(monkeypatch, flag, want):
+    assert tune_network_kwargs(monkeypatch, *flag)["keep_builders_busy"] is want

@@ -25,6 +25,7 @@ from ptxforge.autosched.default_candidate import (
 )
 from ptxforge.autosched.network_tuning import tune_network
 
+from .test_cli_keep_builders_busy import tune_network_kwargs
 from .test_network_tuning import two_conv_net
 
 POLICY = {"evolutionary_search_population": 64, "evolutionary_search_num_iters": 1}
@@ -176,25 +177,10 @@ def test_the_default_plan_crosses_processes_and_builds_the_default():
 def test_the_flags_reach_the_tuners(monkeypatch, flag, want):
     from ptxforge.cli import tune
 
-    class Stop(Exception):
-        pass
-
+    assert tune_network_kwargs(monkeypatch, *flag)["measure_default"] is want
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="cmd")
-    tune.add_tune_network_parser(sub)
     tune.add_tune_op_parser(sub)
-    args = parser.parse_args(["tune-network", "bert", "--trials", "10", "--log", "x.json",
-                              *flag])
-    seen = {}
-
-    def fake(*a, **kw):
-        seen.update(kw)
-        raise Stop
-
-    monkeypatch.setattr(tune, "tune_network", fake)
-    with pytest.raises(Stop):
-        tune._tune_network(args, [], [], "gpu", 10, False, "x.tasks.txt")
-    assert seen["measure_default"] is want
     op = parser.parse_args(["tune-op", "dense_bias:1,16,16", "--trials", "2", "--log",
                             "y.json", *flag])
     assert op.measure_default is want
