@@ -310,7 +310,8 @@ def gpu_run(req: RunRequest):
             refs = _reference_outputs(st, req, host_params, outputs)
             _poison_outputs(arrays, host_params, outputs)
             _run_once(loaded, arrays)
-            msg = compare([arrays[i].numpy() for i in outputs], refs, names)
+            msg = compare([arrays[i].numpy() for i in outputs], refs, names,
+                          [p.dtype for p in host_params])
             parts["check"] += clock() - t0
             return msg
 

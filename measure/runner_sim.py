@@ -97,7 +97,8 @@ def sim_check(req: SimRequest) -> dict:
     seconds = time.perf_counter() - t0
     if isinstance(ref, str):
         return {"error_no": 0, "correctness": ref, "seconds": seconds}
-    msg = compare([arrays[i] for i in outputs], ref, [params[i].name for i in outputs])
+    msg = compare([arrays[i] for i in outputs], ref, [params[i].name for i in outputs],
+                  [p.dtype for p in params])
     if msg:
         return {"error_no": int(MeasureErrorNo.WRONG_ANSWER), "error_msg": msg,
                 "seconds": seconds}

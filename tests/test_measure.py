@@ -282,6 +282,56 @@ def test_compare_reports_the_first_mismatch():
     assert "1 of 6" in msg and "[1, 2]" in msg
 
 
+def test_compare_judges_a_wide_output_of_16_bit_operands_by_their_precision():
+    """The last layer of a mixed-precision BERT: a float16 product with a bias and a
+    residual added in float16, cast to float32. Two schedules of it differ by two units of
+    float16 (782 against 783, where a unit is 0.5); judged as float32 every tensor-core
+    schedule of that task was wrong, and tuning kept a CUDA-core kernel 18 times slower."""
+    ref = np.full((4, 8), 783.0, np.float32)
+    out = ref.copy()
+    out[1, 3] = 782.0
+    assert "1 of 32" in compare([out], [ref], ["T_cast"])
+    assert "1 of 32" in compare([out], [ref], ["T_cast"], ["float32", "float32"])
+    assert compare([out], [ref], ["T_cast"], ["float16", "float16", "float32"]) == ""
+    out[2, 5] = 779.0  # eight units of float16: wrong whatever the operands
+    assert "1 of 32" in compare([out], [ref], ["T_cast"], ["float16", "float32"])
+    out[2, 5] = 783.0
+    out[0, 0] = 774.0  # 1.2%: within bfloat16's two units, not float16's
+    assert "1 of 32" in compare([out], [ref], ["T_cast"], ["float16", "float32"])
+    assert compare([out], [ref], ["T_cast"], ["bfloat16", "float32"]) == ""
+
+
+def test_the_simulator_runner_judges_a_float32_output_of_float16_operands_in_float16():
+    """A candidate one or two units of float16 away from the reference (as a schedule that
+    sums in another order is) passes when the operands are float16, and the same distance
+    is wrong when they are float32."""
+    from ptxforge.measure.check import computed_in
+
+    assert computed_in(["float32", "float16"]) == "float16"
+    assert computed_in(["float16", "bfloat16"]) == "bfloat16"
+    assert computed_in(["float32", "int64"]) is None
+
+    def task(dtype, nudge):
+        a = te.placeholder((256,), dtype, name="A")
+        if nudge:  # about 1.5e-3 away, rounded to float16: 1 to 2 units of it
+            b = te.compute((256,), lambda i: (a[i].astype("float32") * 1.0015)
+                           .astype("float16").astype("float32"), name="B")
+        else:
+            b = te.compute((256,), lambda i: a[i].astype("float32"), name="B")
+        return TaskSpec.from_tensors([a, b], f"widen_{dtype}_{nudge}")
+
+    opts = BuildOptions(compile_to="ir")
+    runner = SimRunner()
+    try:
+        for dtype, verdict in (("float16", MeasureErrorNo.NO_ERROR),
+                               ("float32", MeasureErrorNo.WRONG_ANSWER)):
+            nudged = build_candidate(MeasureInput(task(dtype, True), ADD_ONE_PIPE), opts)
+            (res,) = runner.run([MeasureInput(task(dtype, False), ADD_ONE_PIPE)], [nudged])
+            assert res.error_no == verdict, (dtype, res.error_msg)
+    finally:
+        runner.close()
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_compare_is_isclose_with_equal_nans_chunk_by_chunk(dtype, monkeypatch):
     from ptxforge.measure import check
