@@ -197,6 +197,7 @@ class FakeLoaded:
 
     def _run_ptrs(self, ptrs, stream, dependent):
         self.driver.launch(stream, self.ms)
+        self.driver.dependent = getattr(self.driver, "dependent", set()) | {dependent}
 
 
 @pytest.fixture
@@ -407,6 +408,25 @@ def test_runner_without_early_stop_times_every_candidate_fully(worker, fake, mon
         runner.submit(i, MeasureInput(task, PIPE), BuildResult(shipped(c), 0, "", 0.1, {}))
         runner.collect(0.0)
     assert runner.run_parts.stopped_early == 0 and runner.run_parts.candidates == 2
+
+
+@pytest.mark.parametrize("dependent", [True, False])
+def test_the_runner_times_its_candidates_in_its_launch_mode(worker, fake, monkeypatch,
+                                                           dependent):
+    """Timed runs are launched as dependents of the run before unless the runner is told
+    otherwise (``dependent_launch=False``): a network's CUDA graph launches its kernels so,
+    and a kernel timed alone misses the overlap it gets there."""
+    from ptxforge.measure.result import BuildResult
+
+    task = add_task()
+    opts = {} if dependent else {"dependent_launch": False}
+    runner = runner_with(shipped(artifact(task)), monkeypatch, **opts)
+    assert runner.dependent_launch is dependent
+    runner.submit(0, MeasureInput(task, PIPE), BuildResult(shipped(artifact(task)), 0, "",
+                                                           0.1, {}))
+    ((_, res),) = runner.collect(0.0)
+    assert res.error_no == 0
+    assert fake.dependent == {dependent}
 
 
 def test_the_tuners_process_never_unpickles_the_payload():
