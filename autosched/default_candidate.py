@@ -13,33 +13,25 @@ makes the default schedule from the task's tensors under the build's target, pri
 pipeline, parses that text back and applies the parsed passes to the task's module, so the
 candidate measured is exactly what the record's pipeline text replays (through
 ``ApplyHistoryBest`` like any record; ``records`` tools show its text). A default that cannot
-be made (it raises) fails the build with a :class:`NoDefaultSchedule`; the tuner then drops
-the candidate (logged at debug level), so the log holds no record of it.
+be made (it raises) fails the build with a :class:`NoDefaultSchedule`.
 
-Where a sketch's space holds the default (:func:`default_state`: a fused attention's
-configuration, a row kernel's threads), the tuner measures that state instead, its payload
-the state's with ``"default": true``: the policy and its cost model learn from it like any
-state (the features are computed from states; the other defaults are none).
-
-:func:`task_default_schedule` builds from the task what ``default_schedule_for`` builds from
-the function (the tuners sit below the graph layer and cannot call it):
-
-- an ``ops.attention`` over the task's placeholders that the fused kernel runs: the
-  ``fused_attention`` step with the configuration of the default chooser
-  (``choose_attention_config`` for the target's architecture);
-- a row-wise normalization (the ``fused_rows`` sketch's rule): a block per row with the
-  threads of :func:`~ptxforge.autosched.fused_rows.default_threads`, as
-  ``graph.build_module.fused_rows_choice`` takes them;
-- anything else: the operator library's ``default_schedule`` of the task's output.
-
-``tests/test_tune_default_networks.py`` checks on the zoo networks that both give the same
-pipeline text. Where ``graph.build`` falls back to one thread per output element (the
-operator library's default raised) there is no default candidate.
+A default that fails is recorded like any failed candidate (its ``error_no`` and
+``error_msg``, the default's payload; where the builder could not make its pipeline, an
+empty pipeline text): it took a trial, so the log's record count is the trials spent, and a
+resumed run can tell it was tried. Every reader of records passes over error records
+(``ApplyHistoryBest``, the best-record lookups, ``records best``/``distill``), and a
+default without a state is no sample of the cost model. How a failure is reported
+(:func:`report_default`): a wrong answer or a runtime fault is a WARNING of the
+``ptxforge`` logger, once per task (a run measures a task's default once), because it is
+the schedule ``graph.build`` compiles for the task when the log has no successful record
+of it; other failures (no default schedule, a build error, a timeout) are logged at debug
+or info level.
 """
 
 from __future__ import annotations
 
 from ..measure.plan import PlanError, SchedulePlan
+from ..measure.result import MeasureErrorNo
 from ..progress import logger
 from .state import TASKS, _task_source
 
@@ -252,16 +244,34 @@ def default_state_input(task, state):
     return inp
 
 
-def keep_result(inp, res) -> bool:
-    """Whether a measured candidate goes to the records and callbacks: everything but a
-    default candidate that failed (the task has no default schedule to record)."""
-    if int(res.error_no) == 0 or not is_default_input(inp):
-        return True
-    logger.debug(f"{inp.task.name or inp.task.workload_key}: no default candidate "
-                 f"({res.error_msg.splitlines()[0] if res.error_msg else 'error'})")
-    return False
+TIMEOUTS = frozenset({MeasureErrorNo.BUILD_TIMEOUT, MeasureErrorNo.RUN_TIMEOUT})
+"""The failures of a default candidate that may come of a loaded machine rather than of the
+schedule."""
+
+def report_default(inp, res) -> None:
+    """Log how the default candidate ``inp`` failed (nothing when it succeeded): a wrong
+    answer or a runtime fault as a WARNING (the schedule ``graph.build`` compiles for the
+    task without records is broken), a timeout at info level, anything else at debug
+    level."""
+    error_no = int(res.error_no)
+    if error_no == 0:
+        return
+    name = inp.task.name or inp.task.workload_key[:80]
+    known = error_no in set(MeasureErrorNo)
+    what = MeasureErrorNo(error_no).name if known else f"error {error_no}"
+    first = res.error_msg.strip().splitlines()[0] if res.error_msg.strip() else "no message"
+    if error_no in (MeasureErrorNo.WRONG_ANSWER, MeasureErrorNo.RUNTIME_DEVICE):
+        logger.warning(
+            f"{name}: the default schedule failed its check ({what}: {first}). It is the "
+            "schedule graph.build compiles for this task when there is no record of it; "
+            "the task's records decide its build, and without a successful record the "
+            "build runs this failing schedule.")
+    elif error_no in TIMEOUTS:
+        logger.info(f"{name}: the default candidate timed out ({what}: {first})")
+    else:
+        logger.debug(f"{name}: no default candidate ({what}: {first})")
 
 
-__all__ = ["DEFAULT_KIND", "DefaultPlan", "NoDefaultSchedule", "default_input",
+__all__ = ["DEFAULT_KIND", "TIMEOUTS", "DefaultPlan", "NoDefaultSchedule", "default_input",
            "default_payload", "default_state", "default_state_input", "is_default_input",
-           "is_default_payload", "keep_result", "task_default_schedule"]
+           "is_default_payload", "report_default", "task_default_schedule"]

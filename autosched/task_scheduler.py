@@ -544,10 +544,10 @@ class TaskScheduler:
         with stage("measure"):
             results = rnd.future.result()
         if rnd.trials:
-            kept_inputs, kept = rnd.kept(results)
+            rnd.report_default(results)
             with stage("learn"):
                 for cb in self.tune_option.measure_callbacks:
-                    cb(kept_inputs, kept)
+                    cb(rnd.inputs, results)
                 if len(rows):
                     self.search_policies[task_idx].add_measured(rows,
                                                                 rnd.state_results(results))
