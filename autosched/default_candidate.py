@@ -26,6 +26,33 @@ default without a state is no sample of the cost model. How a failure is reporte
 the schedule ``graph.build`` compiles for the task when the log has no successful record
 of it; other failures (no default schedule, a build error, a timeout) are logged at debug
 or info level.
+
+Resuming (:func:`default_settled`): a run over a log that holds a default record of the
+task does not measure the default again, whether it succeeded or failed: a default that
+fails to build or gives a wrong answer fails the same way the next time. A timeout
+(``BUILD_TIMEOUT``, ``RUN_TIMEOUT``) is the exception, as it may come of a loaded machine
+rather than of the schedule: the default is measured once more, and a second timeout
+settles it (the log then holds both records).
+
+Where a sketch's space holds the default (:func:`default_state`: a fused attention's
+configuration, a row kernel's threads), the tuner measures that state instead, its payload
+the state's with ``"default": true``: the policy and its cost model learn from it like any
+state (the features are computed from states; the other defaults are none).
+
+:func:`task_default_schedule` builds from the task what ``default_schedule_for`` builds from
+the function (the tuners sit below the graph layer and cannot call it):
+
+- an ``ops.attention`` over the task's placeholders that the fused kernel runs: the
+  ``fused_attention`` step with the configuration of the default chooser
+  (``choose_attention_config`` for the target's architecture);
+- a row-wise normalization (the ``fused_rows`` sketch's rule): a block per row with the
+  threads of :func:`~ptxforge.autosched.fused_rows.default_threads`, as
+  ``graph.build_module.fused_rows_choice`` takes them;
+- anything else: the operator library's ``default_schedule`` of the task's output.
+
+``tests/test_tune_default_networks.py`` checks on the zoo networks that both give the same
+pipeline text. Where ``graph.build`` falls back to one thread per output element (the
+operator library's default raised) there is no default candidate.
 """
 
 from __future__ import annotations
@@ -246,7 +273,21 @@ def default_state_input(task, state):
 
 TIMEOUTS = frozenset({MeasureErrorNo.BUILD_TIMEOUT, MeasureErrorNo.RUN_TIMEOUT})
 """The failures of a default candidate that may come of a loaded machine rather than of the
-schedule."""
+schedule (a resumed run measures such a default once more, :func:`default_settled`)."""
+
+RETRIES_AFTER_TIMEOUT = 1
+"""How many more times a default that timed out is measured by resumed runs."""
+
+
+def default_settled(records) -> bool:
+    """Whether ``records`` (``(input, result)`` pairs of one task, as a log holds them)
+    settle the task's default candidate, so that a resumed run does not measure it again:
+    a default record that did not time out does, failed or not, and so do timed-out ones
+    once the default was tried :data:`RETRIES_AFTER_TIMEOUT` more times."""
+    errors = [int(res.error_no) for inp, res in records if is_default_payload(inp.payload)]
+    timeouts = sum(1 for e in errors if e in TIMEOUTS)
+    return len(errors) > timeouts or timeouts > RETRIES_AFTER_TIMEOUT
+
 
 def report_default(inp, res) -> None:
     """Log how the default candidate ``inp`` failed (nothing when it succeeded): a wrong
@@ -267,11 +308,13 @@ def report_default(inp, res) -> None:
             "the task's records decide its build, and without a successful record the "
             "build runs this failing schedule.")
     elif error_no in TIMEOUTS:
-        logger.info(f"{name}: the default candidate timed out ({what}: {first})")
+        logger.info(f"{name}: the default candidate timed out ({what}: {first}); a run "
+                    "resumed from this log tries it once more if it timed out there first")
     else:
         logger.debug(f"{name}: no default candidate ({what}: {first})")
 
 
-__all__ = ["DEFAULT_KIND", "TIMEOUTS", "DefaultPlan", "NoDefaultSchedule", "default_input",
-           "default_payload", "default_state", "default_state_input", "is_default_input",
-           "is_default_payload", "report_default", "task_default_schedule"]
+__all__ = ["DEFAULT_KIND", "RETRIES_AFTER_TIMEOUT", "TIMEOUTS", "DefaultPlan",
+           "NoDefaultSchedule", "default_input", "default_payload", "default_settled",
+           "default_state", "default_state_input", "is_default_input", "is_default_payload",
+           "report_default", "task_default_schedule"]

@@ -181,6 +181,7 @@ def run_tuning(task, policy, options) -> TuningSummary:
     stream = MeasureStream(builder, runner)
     budget = TimeBudget(getattr(options, "time_budget_s", None))
     # a run resumed from a log that holds the default's record does not measure it again
+    # (unless it timed out: default_candidate.default_settled)
     default = bool(getattr(options, "measure_default", False)) and not getattr(
         policy, "default_recorded", False)
     try:

@@ -7,7 +7,8 @@ Measured on the simulator runner (CPU).
 
 A default that fails (it cannot be made, its build fails or times out, it gives a wrong
 answer) is an error record like any failed candidate, so a log holds a record per trial; a
-wrong answer is a warning; the readers of records pass over it. Those tests use fakes of the builder and
+wrong answer is a warning; a resumed run measures a failed default again only where it
+timed out; the readers of records pass over it. Those tests use fakes of the builder and
 runner that fail the default as asked."""
 
 from __future__ import annotations
@@ -404,6 +405,46 @@ def test_a_default_with_a_wrong_answer_or_a_fault_is_a_warning(tmp_path, caplog,
         text = said[0].getMessage()
         assert task.desc in text and MeasureErrorNo(error[0]).name in text
         assert "second line" not in text and "graph.build" in text and "records" in text
+
+
+@pytest.mark.parametrize("scheduler", [False, True])
+@pytest.mark.parametrize("error, again", [(WRONG, False), (BROKEN, False),
+                                          (TIMEOUT, True), (BUILD_TIMEOUT, True)])
+def test_a_resumed_run_skips_a_failed_default_but_retries_a_timed_out_one(
+        tmp_path, scheduler, error, again):
+    log = str(tmp_path / "resumed.json")
+    task = _matmul_task()
+    _fake_run(log, task, *((error, None) if error == BUILD_TIMEOUT else (None, error)),
+              scheduler=scheduler)
+    trials = _fake_run(log, task, resume=True, scheduler=scheduler)
+    assert trials == 3 and len(measure.load_records(log)) == 6
+    defaults = _defaults(log)
+    assert len(defaults) == 1 + again
+    if again:  # measured once more, and this time it did not time out
+        assert int(defaults[-1][1].error_no) == 0
+
+
+@pytest.mark.parametrize("scheduler", [False, True])
+def test_a_default_that_times_out_twice_is_not_tried_a_third_time(tmp_path, scheduler):
+    log = str(tmp_path / "twice.json")
+    task = _matmul_task()
+    for resume in (False, True, True):
+        assert _fake_run(log, task, run_error=TIMEOUT, resume=resume, scheduler=scheduler) == 3
+    assert len(measure.load_records(log)) == 9
+    assert [int(r.error_no) for _, r in _defaults(log)] == [int(TIMEOUT[0])] * 2
+
+
+@pytest.mark.parametrize("scheduler", [False, True])
+def test_a_default_state_that_timed_out_is_measured_again_as_a_state(tmp_path, scheduler):
+    task = autosched.SearchTask(func=default_softmax_rows, args=(8, 256))
+    log = str(tmp_path / "rows.json")
+    _fake_run(log, task, run_error=TIMEOUT, trials=4, scheduler=scheduler)
+    (inp, res), = _defaults(log)
+    assert inp.payload["default"] is True and int(res.error_no) == int(TIMEOUT[0])
+    assert _fake_run(log, task, trials=4, resume=True, scheduler=scheduler) == 4
+    assert len(measure.load_records(log)) == 8
+    first, again = _defaults(log)
+    assert again[0].payload == first[0].payload and int(again[1].error_no) == 0
 
 
 def _failed_default_log(tmp_path, error):
