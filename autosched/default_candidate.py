@@ -13,8 +13,26 @@ makes the default schedule from the task's tensors under the build's target, pri
 pipeline, parses that text back and applies the parsed passes to the task's module, so the
 candidate measured is exactly what the record's pipeline text replays (through
 ``ApplyHistoryBest`` like any record; ``records`` tools show its text). A default that cannot
-be made (it raises) fails the build with a :class:`NoDefaultSchedule`; the tuner then drops
-the candidate (logged at debug level), so the log holds no record of it.
+be made (it raises) fails the build with a :class:`NoDefaultSchedule`.
+
+A default that fails is recorded like any failed candidate (its ``error_no`` and
+``error_msg``, the default's payload; where the builder could not make its pipeline, an
+empty pipeline text): it took a trial, so the log's record count is the trials spent, and a
+resumed run can tell it was tried. Every reader of records passes over error records
+(``ApplyHistoryBest``, the best-record lookups, ``records best``/``distill``), and a
+default without a state is no sample of the cost model. How a failure is reported
+(:func:`report_default`): a wrong answer or a runtime fault is a WARNING of the
+``ptxforge`` logger, once per task (a run measures a task's default once), because it is
+the schedule ``graph.build`` compiles for the task when the log has no successful record
+of it; other failures (no default schedule, a build error, a timeout) are logged at debug
+or info level.
+
+Resuming (:func:`default_settled`): a run over a log that holds a default record of the
+task does not measure the default again, whether it succeeded or failed: a default that
+fails to build or gives a wrong answer fails the same way the next time. A timeout
+(``BUILD_TIMEOUT``, ``RUN_TIMEOUT``) is the exception, as it may come of a loaded machine
+rather than of the schedule: the default is measured once more, and a second timeout
+settles it (the log then holds both records).
 
 Where a sketch's space holds the default (:func:`default_state`: a fused attention's
 configuration, a row kernel's threads), the tuner measures that state instead, its payload
@@ -40,6 +58,7 @@ operator library's default raised) there is no default candidate.
 from __future__ import annotations
 
 from ..measure.plan import PlanError, SchedulePlan
+from ..measure.result import MeasureErrorNo
 from ..progress import logger
 from .state import TASKS, _task_source
 
@@ -252,16 +271,50 @@ def default_state_input(task, state):
     return inp
 
 
-def keep_result(inp, res) -> bool:
-    """Whether a measured candidate goes to the records and callbacks: everything but a
-    default candidate that failed (the task has no default schedule to record)."""
-    if int(res.error_no) == 0 or not is_default_input(inp):
-        return True
-    logger.debug(f"{inp.task.name or inp.task.workload_key}: no default candidate "
-                 f"({res.error_msg.splitlines()[0] if res.error_msg else 'error'})")
-    return False
+TIMEOUTS = frozenset({MeasureErrorNo.BUILD_TIMEOUT, MeasureErrorNo.RUN_TIMEOUT})
+"""The failures of a default candidate that may come of a loaded machine rather than of the
+schedule (a resumed run measures such a default once more, :func:`default_settled`)."""
+
+RETRIES_AFTER_TIMEOUT = 1
+"""How many more times a default that timed out is measured by resumed runs."""
 
 
-__all__ = ["DEFAULT_KIND", "DefaultPlan", "NoDefaultSchedule", "default_input",
-           "default_payload", "default_state", "default_state_input", "is_default_input",
-           "is_default_payload", "keep_result", "task_default_schedule"]
+def default_settled(records) -> bool:
+    """Whether ``records`` (``(input, result)`` pairs of one task, as a log holds them)
+    settle the task's default candidate, so that a resumed run does not measure it again:
+    a default record that did not time out does, failed or not, and so do timed-out ones
+    once the default was tried :data:`RETRIES_AFTER_TIMEOUT` more times."""
+    errors = [int(res.error_no) for inp, res in records if is_default_payload(inp.payload)]
+    timeouts = sum(1 for e in errors if e in TIMEOUTS)
+    return len(errors) > timeouts or timeouts > RETRIES_AFTER_TIMEOUT
+
+
+def report_default(inp, res) -> None:
+    """Log how the default candidate ``inp`` failed (nothing when it succeeded): a wrong
+    answer or a runtime fault as a WARNING (the schedule ``graph.build`` compiles for the
+    task without records is broken), a timeout at info level, anything else at debug
+    level."""
+    error_no = int(res.error_no)
+    if error_no == 0:
+        return
+    name = inp.task.name or inp.task.workload_key[:80]
+    known = error_no in set(MeasureErrorNo)
+    what = MeasureErrorNo(error_no).name if known else f"error {error_no}"
+    first = res.error_msg.strip().splitlines()[0] if res.error_msg.strip() else "no message"
+    if error_no in (MeasureErrorNo.WRONG_ANSWER, MeasureErrorNo.RUNTIME_DEVICE):
+        logger.warning(
+            f"{name}: the default schedule failed its check ({what}: {first}). It is the "
+            "schedule graph.build compiles for this task when there is no record of it; "
+            "the task's records decide its build, and without a successful record the "
+            "build runs this failing schedule.")
+    elif error_no in TIMEOUTS:
+        logger.info(f"{name}: the default candidate timed out ({what}: {first}); a run "
+                    "resumed from this log tries it once more if it timed out there first")
+    else:
+        logger.debug(f"{name}: no default candidate ({what}: {first})")
+
+
+__all__ = ["DEFAULT_KIND", "RETRIES_AFTER_TIMEOUT", "TIMEOUTS", "DefaultPlan",
+           "NoDefaultSchedule", "default_input", "default_payload", "default_settled",
+           "default_state", "default_state_input", "is_default_input", "is_default_payload",
+           "report_default", "task_default_schedule"]

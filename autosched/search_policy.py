@@ -46,8 +46,11 @@ class SearchCallback:
 class PreloadMeasuredStates(SearchCallback):
     """Mark the states measured in a record file as measured (they are not measured
     again) and seed the search with the best of them. Where the file holds a record of the
-    task's default schedule, the policy's ``default_recorded`` is set: a resumed run does
-    not measure the default again (``TuningOptions.measure_default``)."""
+    task's default schedule, failed or not, the policy's ``default_recorded`` is set: a
+    resumed run does not measure the default again (``TuningOptions.measure_default``).
+    A default that only timed out is not settled
+    (:func:`~ptxforge.autosched.default_candidate.default_settled`): it is measured once
+    more, its state (where the default is one) not marked measured."""
 
     def __init__(self, filename: str):
         self.filename = filename
@@ -55,15 +58,17 @@ class PreloadMeasuredStates(SearchCallback):
     def callback(self, policy: SketchPolicy) -> None:
         import os
 
-        from .default_candidate import is_default_payload
+        from .default_candidate import default_settled, is_default_payload
         from .records import load_records, state_rows
 
         records = (load_records(self.filename, policy.task.workload_key)
                    if os.path.exists(self.filename) else [])
+        policy.default_recorded = default_settled(records)
+        if not policy.default_recorded:  # its timeouts teach nothing; its retry measures it
+            records = [(i, r) for i, r in records if not is_default_payload(i.payload)]
         rows, results = state_rows(policy.task, records)
         if len(rows):
             policy.add_measured(rows, results, update_model=False)
-        policy.default_recorded = any(is_default_payload(inp.payload) for inp, _ in records)
 
 
 class SketchPolicy:
@@ -94,7 +99,7 @@ class SketchPolicy:
         self.measured_rows: list = []
         self.measured_tput: list = []
         self.draw_counts = dict.fromkeys(DRAW_COUNTS, 0)
-        # whether a record file this policy was seeded from holds the task's default
+        # whether a record file this policy was seeded from settles the task's default
         # schedule (PreloadMeasuredStates sets it; the tuner then does not measure it again)
         self.default_recorded = False
         for cb in init_search_callbacks or ():

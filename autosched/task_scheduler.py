@@ -246,8 +246,8 @@ class TaskScheduler:
         self.task_seconds = [0.0] * n  # build and run seconds of each task's candidates
         self.stopped_by_budget = False  # whether the last run ended at its time budget
         self._budget = None
-        # tasks whose default schedule was measured (in a run or in the loaded log), and the
-        # results of the default records of the loaded log by task
+        # tasks whose default schedule was measured (in this run, or settled by the loaded
+        # log), and the results of the loaded log's default records that are no state row
         self.default_measured: set = set()
         self._logged_defaults: dict = {}
 
@@ -544,10 +544,10 @@ class TaskScheduler:
         with stage("measure"):
             results = rnd.future.result()
         if rnd.trials:
-            kept_inputs, kept = rnd.kept(results)
+            rnd.report_default(results)
             with stage("learn"):
                 for cb in self.tune_option.measure_callbacks:
-                    cb(kept_inputs, kept)
+                    cb(rnd.inputs, results)
                 if len(rows):
                     self.search_policies[task_idx].add_measured(rows,
                                                                 rnd.state_results(results))
@@ -680,10 +680,14 @@ class TaskScheduler:
     def _read_log(self, log_file: str) -> dict:
         """``{task index: (rows, results)}`` of the records of this scheduler's tasks in
         ``log_file`` whose payload is a state of the task (file order). The results of
-        the tasks' default records go to ``_logged_defaults`` (those tasks do not measure
-        their default again)."""
+        the tasks' default records that are no state to mark measured go to
+        ``_logged_defaults``: those of defaults without a state, and those of a default
+        the log does not settle (it only timed out,
+        :func:`~ptxforge.autosched.default_candidate.default_settled`: measured once more,
+        its state too). Tasks whose default the log settles, failed or not, do not measure
+        it again."""
         from ..measure import iter_records
-        from .default_candidate import DEFAULT_KIND, is_default_payload
+        from .default_candidate import DEFAULT_KIND, default_settled, is_default_payload
 
         by_key: dict = {}
         for i, t in enumerate(self.tasks):
@@ -698,12 +702,14 @@ class TaskScheduler:
         for idx, recs in grouped.items():
             task = self.tasks[idx]
             rows, results = [], []
+            settled = default_settled(recs)
+            if settled:
+                self.default_measured.add(idx)
             for inp, res in recs:
-                if is_default_payload(inp.payload):
-                    self.default_measured.add(idx)
-                    if inp.payload.get("kind") == DEFAULT_KIND:  # no state: not a row
-                        self._logged_defaults.setdefault(idx, []).append(res)
-                        continue
+                if is_default_payload(inp.payload) and (
+                        not settled or inp.payload.get("kind") == DEFAULT_KIND):
+                    self._logged_defaults.setdefault(idx, []).append(res)
+                    continue
                 st = state_from_payload(task, inp.payload)
                 if st is not None:
                     rows.append(st.row(task.state_width))

@@ -64,14 +64,14 @@ class PendingRound:
         """The results of the round's states (those after its default's)."""
         return list(results[self.defaults:])
 
-    def kept(self, results: list) -> tuple:
-        """``(inputs, results)`` that go to the records and round callbacks: all but a
-        default candidate that failed (:func:`~ptxforge.autosched.default_candidate.
-        keep_result`)."""
-        from .default_candidate import keep_result
+    def report_default(self, results: list) -> None:
+        """Log how the round's default candidate failed, if it did (its record is written
+        like any other: :func:`~ptxforge.autosched.default_candidate.report_default`)."""
+        from .default_candidate import is_default_input, report_default
 
-        pairs = [(i, r) for i, r in zip(self.inputs, results) if keep_result(i, r)]
-        return [i for i, _ in pairs], [r for _, r in pairs]
+        for inp, res in zip(self.inputs, results):
+            if is_default_input(inp):
+                report_default(inp, res)
 
 
 def can_search_ahead(policy) -> bool:
@@ -96,10 +96,10 @@ def start_round(task, policy, n: int, stream, task_idx: int = 0,
     default_candidate.default_state`, a row of the round the policy and its cost model
     learn from), else a plan the builder makes it from (:func:`~ptxforge.autosched.
     default_candidate.default_input`). Those of ``measure_callbacks`` with an
-    ``on_result`` (e.g. a record writer) get each result as it arrives (a default
-    candidate that failed is not passed on)."""
+    ``on_result`` (e.g. a record writer) get each result as it arrives, the default's
+    too, failed or not."""
     from ..measure.record import streaming_hook
-    from .default_candidate import default_input, default_state_input, keep_result
+    from .default_candidate import default_input, default_state_input
 
     t0 = time.perf_counter()
     with stage("search"):
@@ -120,14 +120,7 @@ def start_round(task, policy, n: int, stream, task_idx: int = 0,
             inputs += candidate_inputs(task, rows)
         if state_default is not None:
             rows = np.concatenate([state_default.row(task.state_width)[None], rows])
-    hook = streaming_hook(measure_callbacks)
-    if hook is not None and (defaults or state_default is not None):
-        stream_hook = hook
-
-        def hook(inp, res) -> None:
-            if keep_result(inp, res):
-                stream_hook(inp, res)
-    return PendingRound(rows, inputs, stream.submit(inputs, hook),
+    return PendingRound(rows, inputs, stream.submit(inputs, streaming_hook(measure_callbacks)),
                         time.perf_counter() - t0, task_idx, defaults, asked)
 
 
@@ -188,6 +181,7 @@ def run_tuning(task, policy, options) -> TuningSummary:
     stream = MeasureStream(builder, runner)
     budget = TimeBudget(getattr(options, "time_budget_s", None))
     # a run resumed from a log that holds the default's record does not measure it again
+    # (unless it timed out: default_candidate.default_settled)
     default = bool(getattr(options, "measure_default", False)) and not getattr(
         policy, "default_recorded", False)
     try:
@@ -224,17 +218,17 @@ def run_tuning(task, policy, options) -> TuningSummary:
             with stage("measure"):
                 results = rnd.future.result()
             waited = time.perf_counter() - t1
-            kept_inputs, kept = rnd.kept(results)
+            rnd.report_default(results)
             with stage("learn"):
                 for cb in options.measure_callbacks:
-                    cb(kept_inputs, kept)
+                    cb(rnd.inputs, results)
                 if len(rnd.rows):
                     policy.add_measured(rnd.rows, rnd.state_results(results))
             summary.rounds += 1
             summary.search_s += rnd.search_s
             summary.measure_s += waited
             summary.trials += rnd.trials
-            errors = sum(1 for r in kept if int(r.error_no) != 0)
+            errors = sum(1 for r in results if int(r.error_no) != 0)
             summary.errors += errors
             for r in results:
                 if int(r.error_no) == 0 and r.mean < summary.best_cost:

@@ -3,7 +3,13 @@ any other: a run's log holds one default record per task (its pipeline text what
 ``graph.build`` compiles without records), ``ApplyHistoryBest`` over a log whose best is
 the default builds the kernel the build makes without records, the option turns it off, a
 resumed run does not measure it again, and a task without a default simply has none.
-Measured on the simulator runner (CPU)."""
+Measured on the simulator runner (CPU).
+
+A default that fails (it cannot be made, its build fails or times out, it gives a wrong
+answer) is an error record like any failed candidate, so a log holds a record per trial; a
+wrong answer is a warning; a resumed run measures a failed default again only where it
+timed out; the readers of records pass over it. Those tests use fakes of the builder and
+runner that fail the default as asked."""
 
 from __future__ import annotations
 
@@ -20,11 +26,18 @@ from ptxforge.autosched.default_candidate import (
     NoDefaultSchedule,
     default_input,
     default_state,
+    is_default_input,
     is_default_payload,
     task_default_schedule,
 )
 from ptxforge.autosched.network_tuning import tune_network
+from ptxforge.autosched.records import state_rows
+from ptxforge.autosched.state import state_from_payload
+from ptxforge.cli.records import records_command
+from ptxforge.measure import MeasureErrorNo
 
+from .instant import Instant
+from .test_autosched_search import FakeBuilder, fake_costs
 from .test_cli_keep_builders_busy import tune_network_kwargs
 from .test_network_tuning import two_conv_net
 
@@ -146,7 +159,7 @@ def test_the_option_turns_the_default_candidate_on_and_off(tmp_path):
     assert autosched.TuningOptions().measure_default is False
 
 
-def test_a_default_that_raises_is_skipped_cleanly(tmp_path, monkeypatch, caplog):
+def test_a_default_that_cannot_be_made_leaves_one_error_record(tmp_path, monkeypatch, caplog):
     def raises(task, target=None):
         raise NoDefaultSchedule(f"{task.desc}: no default here")
 
@@ -156,10 +169,14 @@ def test_a_default_that_raises_is_skipped_cleanly(tmp_path, monkeypatch, caplog)
     with caplog.at_level(logging.DEBUG, logger="ptxforge"):
         _, summary = _single_task_run(log, 3)
     records = measure.load_records(log)
-    assert not _defaults(log)
-    assert len(records) == 2 and all(int(r.error_no) == 0 for _, r in records)
-    assert summary.trials == 3 and summary.errors == 0  # it took its trial, no error
+    assert summary.trials == len(records) == 3  # it took its trial, and it is in the log
+    (inp, res), = _defaults(log)
+    assert inp.payload == {"kind": "default"} and inp.pipeline_text == ""
+    assert int(res.error_no) != 0 and "no default here" in res.error_msg
+    assert summary.errors == 1 and all(int(r.error_no) == 0 for i, r in records
+                                       if not is_default_payload(i.payload))
     assert "no default candidate" in caplog.text and "no default here" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_the_default_plan_crosses_processes_and_builds_the_default():
@@ -268,3 +285,221 @@ def test_a_policy_seeded_from_a_log_with_the_default_does_not_measure_it_again(t
         opts.builder.close()
     assert summary.trials == 3
     assert len(_defaults(log)) == 1 and len(measure.load_records(log)) == 6
+
+
+# -- failed defaults, with fakes of the measure layer ------------------------------------------
+
+DEFAULT_COST = 1e-3
+"""What the fake runner times a default candidate that does not fail (the states' fake
+times are far below it, so a default never makes the best)."""
+
+
+class DefaultBuilder(FakeBuilder):
+    """Builds nothing; the default candidate's build fails with ``error`` (``(error_no,
+    message)``) when one is given."""
+
+    def __init__(self, error=None):
+        super().__init__()
+        self.error = error
+
+    def submit(self, key, inp):
+        if self.error is None or not is_default_input(inp):
+            return super().submit(key, inp)
+        self._done.append((key, measure.BuildResult(None, int(self.error[0]), self.error[1],
+                                                    0.0)))
+        return None
+
+
+class DefaultRunner(Instant, measure.Runner):
+    """A state's fake time (:func:`fake_costs`), :data:`DEFAULT_COST` for a default
+    without a state; the default fails with ``error`` (``(error_no, message)``) when one is
+    given."""
+
+    def __init__(self, task, error=None):
+        self.task, self.error = task, error
+        self._done: list = []
+
+    def submit(self, key, inp, build):
+        if self.error is not None and is_default_input(inp):
+            res = measure.MeasureResult((measure.ERROR_COST,), int(self.error[0]),
+                                        self.error[1], 0.0, 0.0)
+        else:
+            st = state_from_payload(self.task, inp.payload)
+            cost = (DEFAULT_COST if st is None
+                    else float(fake_costs(self.task, st.row(self.task.state_width)[None])[0]))
+            res = measure.MeasureResult((cost,), 0, "", 0.0, 0.0, estimated=True)
+        self._done.append((key, res))
+
+
+WRONG = (MeasureErrorNo.WRONG_ANSWER, "max abs error 3.5 at (0, 1)\nsecond line")
+TIMEOUT = (MeasureErrorNo.RUN_TIMEOUT, "the run took over 10 s")
+BUILD_TIMEOUT = (MeasureErrorNo.BUILD_TIMEOUT, "the build took over 10 s")
+BROKEN = (MeasureErrorNo.COMPILE_DEVICE, "ptxas failed")
+
+
+def _fake_run(log, task, build_error=None, run_error=None, trials=3, resume=False,
+              scheduler=False):
+    """Tune ``task`` for ``trials`` trials with the fakes above (the default failing at
+    build or run where asked), its records going to ``log``; resumed from ``log`` with
+    ``resume``, by ``PreloadMeasuredStates`` (``SearchTask.tune``, as ``tune-op``) or, with
+    ``scheduler``, by the task scheduler's ``load_log_file`` (as ``tune-network``). Returns
+    what the run reports: the summary's trials, or the scheduler's count of them."""
+    opts = autosched.TuningOptions(
+        num_measure_trials=trials, num_measures_per_round=trials, verbose=0,
+        measure_default=True, builder=DefaultBuilder(build_error),
+        runner=DefaultRunner(task, run_error), measure_callbacks=[autosched.RecordToFile(log)],
+        search_ahead=0)
+    if scheduler:
+        ts = autosched.TaskScheduler([task], [1], callbacks=[],
+                                     load_log_file=log if resume else None)
+        ts.tune(opts, search_policy="sketch.random", search_policy_params=POLICY)
+        return ts.ct
+    seed = [autosched.PreloadMeasuredStates(log)] if resume else None
+    policy = autosched.SketchPolicy(task, autosched.RandomModel(seed=0), POLICY, seed=0,
+                                    verbose=0, init_search_callbacks=seed)
+    return task.tune(opts, search_policy=policy).trials
+
+
+@autosched.register_workload
+def default_matmul(n):
+    a = te.placeholder((n, n), name="a")
+    b = te.placeholder((n, n), name="b")
+    k = te.reduce_axis((0, n), name="k")
+    return [a, b, te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="mm")]
+
+
+def _matmul_task():
+    """A task whose default is no state, with a tile sketch's space: resumed runs find
+    states enough."""
+    return autosched.SearchTask(func=default_matmul, args=(64,))
+
+
+@pytest.mark.parametrize("build_error, run_error", [(BUILD_TIMEOUT, None), (None, TIMEOUT),
+                                                    (BROKEN, None), (None, WRONG)])
+@pytest.mark.parametrize("scheduler", [False, True])
+def test_a_failed_default_leaves_one_error_record(tmp_path, build_error, run_error, scheduler):
+    log = str(tmp_path / "failed.json")
+    trials = _fake_run(log, _matmul_task(), build_error, run_error, scheduler=scheduler)
+    records = measure.load_records(log)
+    assert trials == len(records) == 3
+    (inp, res), = _defaults(log)
+    error_no, message = build_error or run_error
+    assert inp.payload == {"kind": "default"} and res.error_no == error_no
+    assert res.error_msg == message
+    # what the builder could not build holds no pipeline; what it built, the default's
+    assert inp.pipeline_text == ("" if build_error else
+                                 task_default_schedule(_matmul_task(), "cuda")[0].pipeline.text)
+
+
+@pytest.mark.parametrize("error, level", [(WRONG, logging.WARNING),
+                                          ((MeasureErrorNo.RUNTIME_DEVICE, "a fault"),
+                                           logging.WARNING),
+                                          (TIMEOUT, logging.INFO), (BROKEN, logging.DEBUG)])
+def test_a_default_with_a_wrong_answer_or_a_fault_is_a_warning(tmp_path, caplog, error, level):
+    task = _matmul_task()
+    with caplog.at_level(logging.DEBUG, logger="ptxforge"):
+        _fake_run(str(tmp_path / "wrong.json"), task, run_error=error)
+    said = [r for r in caplog.records if error[1].splitlines()[0] in r.getMessage()]
+    assert [r.levelno for r in said] == [level]
+    if level == logging.WARNING:
+        text = said[0].getMessage()
+        assert task.desc in text and MeasureErrorNo(error[0]).name in text
+        assert "second line" not in text and "graph.build" in text and "records" in text
+
+
+@pytest.mark.parametrize("scheduler", [False, True])
+@pytest.mark.parametrize("error, again", [(WRONG, False), (BROKEN, False),
+                                          (TIMEOUT, True), (BUILD_TIMEOUT, True)])
+def test_a_resumed_run_skips_a_failed_default_but_retries_a_timed_out_one(
+        tmp_path, scheduler, error, again):
+    log = str(tmp_path / "resumed.json")
+    task = _matmul_task()
+    _fake_run(log, task, *((error, None) if error == BUILD_TIMEOUT else (None, error)),
+              scheduler=scheduler)
+    trials = _fake_run(log, task, resume=True, scheduler=scheduler)
+    assert trials == 3 and len(measure.load_records(log)) == 6
+    defaults = _defaults(log)
+    assert len(defaults) == 1 + again
+    if again:  # measured once more, and this time it did not time out
+        assert int(defaults[-1][1].error_no) == 0
+
+
+@pytest.mark.parametrize("scheduler", [False, True])
+def test_a_default_that_times_out_twice_is_not_tried_a_third_time(tmp_path, scheduler):
+    log = str(tmp_path / "twice.json")
+    task = _matmul_task()
+    for resume in (False, True, True):
+        assert _fake_run(log, task, run_error=TIMEOUT, resume=resume, scheduler=scheduler) == 3
+    assert len(measure.load_records(log)) == 9
+    assert [int(r.error_no) for _, r in _defaults(log)] == [int(TIMEOUT[0])] * 2
+
+
+@pytest.mark.parametrize("scheduler", [False, True])
+def test_a_default_state_that_timed_out_is_measured_again_as_a_state(tmp_path, scheduler):
+    task = autosched.SearchTask(func=default_softmax_rows, args=(8, 256))
+    log = str(tmp_path / "rows.json")
+    _fake_run(log, task, run_error=TIMEOUT, trials=4, scheduler=scheduler)
+    (inp, res), = _defaults(log)
+    assert inp.payload["default"] is True and int(res.error_no) == int(TIMEOUT[0])
+    assert _fake_run(log, task, trials=4, resume=True, scheduler=scheduler) == 4
+    assert len(measure.load_records(log)) == 8
+    first, again = _defaults(log)
+    assert again[0].payload == first[0].payload and int(again[1].error_no) == 0
+
+
+def _failed_default_log(tmp_path, error):
+    """A log of a run whose default failed with ``error``, its record's cost then made the
+    lowest of the log: a reader that looked only at costs would take it for the best."""
+    first = str(tmp_path / "run.json")
+    _fake_run(first, _matmul_task(), run_error=error)
+    pairs = []
+    for inp, res in measure.load_records(first):
+        if is_default_payload(inp.payload):
+            assert int(res.error_no) == int(error[0])
+            res = measure.MeasureResult((1e-12,), res.error_no, res.error_msg, 0.0, 0.0)
+        pairs.append((inp, res))
+    assert sum(is_default_payload(i.payload) for i, _ in pairs) == 1
+    log = str(tmp_path / "failed.json")
+    measure.save_records(log, *zip(*pairs))
+    return log
+
+
+def test_the_readers_of_records_pass_over_a_failed_default(tmp_path, capsys):
+    log = _failed_default_log(tmp_path, WRONG)
+    key = _matmul_task().workload_key
+    best = autosched.ApplyHistoryBest(log)
+    best_inp = best.query(key)[0]
+    assert not is_default_payload(best_inp.payload)
+    assert not any(is_default_payload(i.payload) for i, _ in best.query_ranked(key))
+    assert autosched.load_best_record(log, key)[0] == best_inp
+    distilled = str(tmp_path / "distilled.json")
+    args = argparse.Namespace(action="distill", log=log, output=distilled)
+    assert records_command(args) == 0
+    assert [i for i, _ in measure.load_records(distilled)] == [best_inp]
+    for action in ("list", "show"):
+        assert records_command(argparse.Namespace(action=action, log=log, output=None)) == 0
+    assert "WRONG_ANSWER" in capsys.readouterr().out  # show names the default's error
+    assert records_command(argparse.Namespace(action="best", log=log, output=None)) == 0
+    assert f"pipeline {best_inp.pipeline_text}\n" in capsys.readouterr().out
+
+
+def test_a_log_whose_only_record_is_a_default_without_a_pipeline_reads(tmp_path, capsys,
+                                                                        monkeypatch):
+    task = _matmul_task()
+    log = str(tmp_path / "only.json")
+    _fake_run(log, task, build_error=(MeasureErrorNo.INSTANTIATION_ERROR, "no default"),
+              trials=1)
+    (inp, res), = measure.load_records(log)
+    assert inp.pipeline_text == "" and is_default_payload(inp.payload)
+    assert autosched.ApplyHistoryBest(log).query(task.workload_key) is None
+    assert autosched.load_best_record(log, task.workload_key) == (None, None)
+    assert records_command(argparse.Namespace(action="show", log=log, output=None)) == 0
+    assert "INSTANTIATION_ERROR" in capsys.readouterr().out
+    assert records_command(argparse.Namespace(action="best", log=log, output=None)) == 1
+    assert "no successful record (1 failed)" in capsys.readouterr().err
+    # no sample for the cost model, no state for the search
+    model = autosched.XGBModel()
+    model.update_from_file(log)
+    assert not model.num_samples
+    rows, results = state_rows(task, measure.load_records(log))
+    assert not len(rows) and not results
