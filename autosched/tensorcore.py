@@ -32,7 +32,9 @@ On a target with wgmma (sm_90a), a dense / matmul / batch_matmul stage that wgmm
 gemm.choice.wgmma_refusal`) also gets ``wgmma_gemm(C)``: its step,
 :class:`WgmmaGemmStep`, samples ``block_n`` (64, 128, 256), ``warpgroups`` (1 or 2:
 block tiles of 64 or 128 rows), ``stages``, ``in_flight`` (wgmma groups left running
-across K steps) and ``split_k``, and runs the default wgmma GEMM schedule
+across K steps), ``split_k`` and ``raster`` (the block order: groups of row blocks sharing
+a B tile, offered where more than 128 rows make several row blocks), and runs the default
+wgmma GEMM schedule
 (:func:`~ptxforge.ops.schedules.gemm.schedule.schedule_gemm_wgmma`) with them; it
 competes with the mma.sync sketches, and :func:`wgmma_model` ranks its states with the
 estimate the default chooser uses. A convolution that gets ``tensorcore_conv(C)`` in
@@ -251,11 +253,19 @@ def schedule_tensorcore_gemm(step: TensorCoreGemmStep, cfg: TensorCoreConfig, ta
 
 
 
+WGMMA_SLOTS = ("block_n", "warpgroups", "stages", "in_flight", "split_k", "raster")
+"""The knobs of :class:`~ptxforge.ops.schedules.gemm.knobs.WgmmaScheduleConfig` the wgmma
+steps sample, each a slot of that name. ``raster`` (the block order) came last: records
+written before it have no value for it and built the plain order
+(:data:`ADDED_SLOTS`)."""
+
+
 @dataclass(frozen=True)
 class WgmmaGemmStep(TensorCoreStep):
     """A dense / matmul / batch_matmul ``stage`` and its element-wise epilogue on the
     default wgmma GEMM schedule (sm_90a) with the sampled ``block_n``, ``warpgroups``,
-    ``stages``, ``in_flight`` and ``split_k``. ``form``: the product's
+    ``stages``, ``in_flight``, ``split_k`` and ``raster`` (:data:`WGMMA_SLOTS`; the block
+    order has the one choice 1 up to 128 rows and on a convolution). ``form``: the product's
     :class:`~ptxforge.ops.schedules.gemm.forms.GemmForm`; ``remapped``: the output
     stores the product in another layout (tiles that divide it, no split-K)."""
 
@@ -271,15 +281,14 @@ class WgmmaGemmStep(TensorCoreStep):
 
     def slots(self) -> list:
         ch = wgmma_choices(self.form, self.remapped)  # the one knob space of the form
-        return [ChoiceSlot(self.slot(k), ch[k]) for k in (
-            "block_n", "warpgroups", "stages", "in_flight", "split_k")]
+        return [ChoiceSlot(self.slot(k), ch[k]) for k in WGMMA_SLOTS]
 
     def wgmma_config(self, vals):
-        """The wgmma schedule's configuration of one state."""
+        """The wgmma schedule's configuration of one state (the C tile as the epilogue or
+        padding needs it, never a persistent grid)."""
         from ..ops.schedules.gemm.knobs import WgmmaScheduleConfig
 
-        return WgmmaScheduleConfig(*(int(vals[self.slot(k)]) for k in (
-            "block_n", "warpgroups", "stages", "in_flight", "split_k")))
+        return WgmmaScheduleConfig(**{k: int(vals[self.slot(k)]) for k in WGMMA_SLOTS})
 
     def schedule(self, cfg):
         """The te schedule of this step's product with wgmma configuration ``cfg``."""
@@ -335,7 +344,8 @@ class WgmmaConvStep(WgmmaGemmStep):
     (sm_90a): the implicit GEMM ``[pixels, KH*KW*C_in] x [KH*KW*C_in, C_out]`` whose B (the
     HWIO kernel) is read MN-major in 64-column panels; it samples ``block_n``,
     ``warpgroups``, ``stages``, ``in_flight`` and ``split_k`` (float32 partial sums on
-    blockIdx.z, summed by a second kernel with the epilogue) as the wgmma GEMM step does.
+    blockIdx.z, summed by a second kernel with the epilogue) as the wgmma GEMM step does
+    (its ``raster`` slot has the one choice 1: the output has no row blocks to group).
     ``form``: the implicit GEMM's
     :func:`~ptxforge.ops.schedules.gemm.forms.conv_gemm_form` (for the model)."""
 
@@ -568,7 +578,10 @@ def wgmma_model(step: WgmmaGemmStep, V, hw, n: int) -> dict:
     the output stores another layout) and the estimate of
     :func:`~ptxforge.ops.schedules.gemm.estimate.wgmma_estimate`, in the statistics' names
     the features read (a warpgroup is 4 warps; wgmma reads its tiles from shared memory
-    itself: no fragment loads, no bank conflicts)."""
+    itself: no fragment loads, no bank conflicts). The block order (``raster``) enters
+    through the rules (it must divide the row blocks) and the estimate (a B larger than
+    the L2 read once per group of row blocks): the features have no column of their own
+    for it, so saved cost models keep their width."""
     from types import SimpleNamespace
 
     from ..ir.intrin.wgmma import WARPGROUP
@@ -577,8 +590,7 @@ def wgmma_model(step: WgmmaGemmStep, V, hw, n: int) -> dict:
     from .kernel_model import _occupancy
 
     f = step.form
-    k = SimpleNamespace(**{x: V[step.slot(x)] for x in (
-        "block_n", "warpgroups", "stages", "in_flight", "split_k")})
+    k = SimpleNamespace(**{x: V[step.slot(x)] for x in WGMMA_SLOTS})
     bn, wgs, split = k.block_n, k.warpgroups, k.split_k
     k.block_m = bm = 64 * wgs
     bk = block_k(f)
@@ -597,7 +609,7 @@ def wgmma_model(step: WgmmaGemmStep, V, hw, n: int) -> dict:
     regs = np.minimum(255, 48 + accum)
     occ = _occupancy(threads, regs, shared, blocks, hw)
     est = wgmma_estimate(bn, wgs, k.stages, split, f, step.target, c_tile,
-                         in_flight=k.in_flight)
+                         in_flight=k.in_flight, raster=k.raster)
     flop = 2.0 * f.batch * f.M * f.N * f.K
     unique = f.input_bytes + f.batch * f.M * f.N * step.out_bytes
     return {"valid": valid, "blocks": blocks, "threads": threads,
@@ -614,6 +626,25 @@ RETIRED_SKETCHES = {"tensorcore": "tensorcore_gemm"}
 """Sketches this version no longer makes, by the sketch whose states take their records'
 values: ``tensorcore(C)`` (tiles dividing the product, no split-K) wrote the kernels of
 ``tensorcore_gemm(C)``'s states of the same slot values and ``split_k`` 1."""
+
+
+ADDED_SLOTS = {"wgmma_gemm": {"raster": 1}, "wgmma_conv": {"raster": 1}}
+"""Slots added to a sketch after records of it were written, by sketch kind, with the value
+those records built: the wgmma steps' block order (``raster``) ran the plain order, 1."""
+
+
+def complete_payload(name: str, state: dict) -> dict:
+    """The slot values ``state`` of a record of sketch ``name`` with the slots added since
+    (:data:`ADDED_SLOTS`) filled in where it has none, so a record written before a slot
+    existed maps to the state of the kernel it built; ``state`` unchanged for other
+    sketches (or when it is not a dict: :func:`~ptxforge.autosched.state.
+    state_from_payload` refuses it)."""
+    kind, _, rest = name.partition("(")
+    added = ADDED_SLOTS.get(kind)
+    if not added or not rest.endswith(")") or not isinstance(state, dict):
+        return state
+    stage = rest[:-1]
+    return {**{slot_name(stage, "wg", k): v for k, v in added.items()}, **state}
 
 
 def migrate_payload(name: str, state: dict) -> tuple[str, dict] | None:
