@@ -187,19 +187,25 @@ def schedule_tensorcore_conv(step: TensorCoreConvStep, cfg: TensorCoreConfig,
         s, c.op, epi, target, cfg))
 
 
-def _schedule_product(step: TensorCoreStep, schedule):
+def _schedule_product(step: TensorCoreStep, schedule, consumers_first: bool = False):
     """A te schedule of a padded step's computation: the epilogue's element-wise producers
     inlined, ``schedule(s, product tensor, epilogue op or None)`` (a default tensor-core
     schedule with the state's configuration), then the stages the product reads (a
-    convolution's padding) inlined into its copies."""
+    convolution's padding) inlined into its copies. ``consumers_first``: each group
+    inlined last stage first, as the operator library's default schedule inlines them, so
+    that a state with the default's knobs prints the default's very pipeline text (the
+    same kernel in either order)."""
     from .. import te
+
+    def order(ts):
+        return reversed(ts) if consumers_first else ts
 
     c, out = step.tensors
     s = te.create_schedule(out.op)
-    for t in step.inlined:
+    for t in order(step.inlined):
         s[t].compute_inline()
     schedule(s, c, None if out is c else out.op)
-    for t in step.late:
+    for t in order(step.late):
         s[t].compute_inline()
     return s
 
@@ -300,11 +306,12 @@ class WgmmaGemmStep(TensorCoreStep):
 
 def schedule_wgmma_gemm(step: WgmmaGemmStep, cfg, target=None):
     """The te schedule of ``step``'s product with wgmma configuration ``cfg``: the default
-    wgmma GEMM schedule between the inlines of :func:`_schedule_product`."""
+    wgmma GEMM schedule between the inlines of :func:`_schedule_product`, in the default's
+    order (:func:`wgmma_default_state`)."""
     from ..ops.schedules.gemm.schedule import schedule_gemm_wgmma
 
     return _schedule_product(step, lambda s, c, epi: schedule_gemm_wgmma(
-        s, c.op, epi, cfg, target, step.form))
+        s, c.op, epi, cfg, target, step.form), consumers_first=True)
 
 
 def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
@@ -336,6 +343,55 @@ def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
     if cfg is None or not all(sl.choices for sl in step.slots()):
         return None
     return step
+
+
+def wgmma_default_state(task, k: int):
+    """The state of ``task``'s wgmma GEMM sketch (index ``k``) whose schedule is the
+    task's default, or None where the default is not one of the sketch's states.
+
+    The configuration is the one ``graph.build``'s default takes for the product
+    (``schedule_matmul``: :func:`~ptxforge.ops.schedules.gemm.chooser.wgmma_choice` over
+    :func:`~ptxforge.ops.schedules.gemm.forms.gemm_form`, the measured rules included),
+    under the task's target as the sketch schedules it. It is a state where it runs wgmma
+    (not mma.sync), every knob is among the slots' choices (not the 192-wide tiles of the
+    mid-size rule), it is not persistent, and its ``staged_epilogue`` changes nothing
+    (the sketch never asks for the C tile: where nothing else needs it, the default's
+    staged store is another kernel). The sketch and the default schedule the product
+    through different callers (which stages they inline and in what order, what they
+    take the epilogue to be), so the state's pipeline text is compared with the
+    default's as well: a state that scheduled another kernel would take the default's
+    place as a candidate, and the best record could then be slower than the build
+    without records (:mod:`~ptxforge.autosched.default_candidate`)."""
+    from dataclasses import replace
+
+    from ..ops.schedules.gemm.chooser import wgmma_choice
+    from ..ops.schedules.gemm.forms import gemm_form
+    from ..ops.schedules.gemm.rules import needs_c_tile
+    from .default_candidate import NoDefaultSchedule, task_default_schedule
+    from .state import State
+
+    sk = task.sketches[k]
+    step = sk.steps[0]
+    c, out = step.tensors
+    epilogue = None if out is c else out.op
+    target = task.target
+    with target:
+        form = gemm_form(c.op, target)
+        cfg = wgmma_choice(c.op, epilogue, form, target) if form is not None else None
+    if cfg is None or cfg.persistent:
+        return None
+    plain = replace(cfg, staged_epilogue=False)
+    if cfg.staged_epilogue and not needs_c_tile(plain, form, step.epilogue_tile):
+        return None
+    try:
+        state = State(k, sk.row_of({step.slot(x): getattr(plain, x) for x in WGMMA_SLOTS}))
+    except ValueError:
+        return None  # a knob the slots do not offer
+    try:
+        want = task_default_schedule(task, target)[0].pipeline.text
+    except NoDefaultSchedule:
+        return None
+    return state if state.pipeline_text(task) == want else None
 
 
 @dataclass(frozen=True)
