@@ -144,9 +144,11 @@ def default_state(task):
     """The search state of ``task`` whose schedule is its default, where a sketch's space
     holds it, else None: the fused attention sketch with the default chooser's
     configuration for the task's target (when the sketch offers it), the fused-rows sketch
-    with :func:`~ptxforge.autosched.fused_rows.default_threads` threads, unrolled.
-    Measured as that state, the default is a sample the cost model learns from like any
-    other."""
+    with :func:`~ptxforge.autosched.fused_rows.default_threads` threads, unrolled, the
+    wgmma GEMM sketch with the configuration the operator library's default takes
+    (:func:`~ptxforge.autosched.tensorcore.wgmma_default_state`). Measured as that state,
+    the default is a sample the cost model learns from like any other, and the search
+    mutates around it."""
     from .fused_rows import default_threads
     from .state import State
 
@@ -172,6 +174,10 @@ def default_state(task):
             if want not in threads:
                 return None
             return State(k, (threads.index(want), 1))
+        if sk.name.startswith("wgmma_gemm("):
+            from .tensorcore import wgmma_default_state
+
+            return wgmma_default_state(task, k)
     return None
 
 

@@ -62,14 +62,19 @@ def state_from_payload(task, payload) -> State | None:
     """The state a record's payload describes, or None if it is not one of this task's
     sketches (another tuner's record, or a sketch this version no longer makes). A record
     of a retired sketch maps onto the sketch that took its place
-    (:func:`~ptxforge.autosched.tensorcore.migrate_payload`)."""
+    (:func:`~ptxforge.autosched.tensorcore.migrate_payload`), and one written before a
+    slot was added takes the value the kernel it built had
+    (:func:`~ptxforge.autosched.tensorcore.complete_payload`: the wgmma steps' ``raster``
+    1)."""
     if not isinstance(payload, dict) or payload.get("kind") != PAYLOAD_KIND:
         return None
     name, values = payload.get("sketch"), payload.get("state", {})
-    if not any(sk.name == name for sk in task.sketches) and isinstance(name, str):
-        from .tensorcore import migrate_payload
+    if isinstance(name, str):
+        from .tensorcore import complete_payload, migrate_payload
 
-        name, values = migrate_payload(name, values) or (name, values)
+        if not any(sk.name == name for sk in task.sketches):
+            name, values = migrate_payload(name, values) or (name, values)
+        values = complete_payload(name, values)
     for k, sk in enumerate(task.sketches):
         if sk.name == name:
             try:

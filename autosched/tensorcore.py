@@ -32,7 +32,9 @@ On a target with wgmma (sm_90a), a dense / matmul / batch_matmul stage that wgmm
 gemm.choice.wgmma_refusal`) also gets ``wgmma_gemm(C)``: its step,
 :class:`WgmmaGemmStep`, samples ``block_n`` (64, 128, 256), ``warpgroups`` (1 or 2:
 block tiles of 64 or 128 rows), ``stages``, ``in_flight`` (wgmma groups left running
-across K steps) and ``split_k``, and runs the default wgmma GEMM schedule
+across K steps), ``split_k`` and ``raster`` (the block order: groups of row blocks sharing
+a B tile, offered where more than 128 rows make several row blocks), and runs the default
+wgmma GEMM schedule
 (:func:`~ptxforge.ops.schedules.gemm.schedule.schedule_gemm_wgmma`) with them; it
 competes with the mma.sync sketches, and :func:`wgmma_model` ranks its states with the
 estimate the default chooser uses. A convolution that gets ``tensorcore_conv(C)`` in
@@ -185,19 +187,25 @@ def schedule_tensorcore_conv(step: TensorCoreConvStep, cfg: TensorCoreConfig,
         s, c.op, epi, target, cfg))
 
 
-def _schedule_product(step: TensorCoreStep, schedule):
+def _schedule_product(step: TensorCoreStep, schedule, consumers_first: bool = False):
     """A te schedule of a padded step's computation: the epilogue's element-wise producers
     inlined, ``schedule(s, product tensor, epilogue op or None)`` (a default tensor-core
     schedule with the state's configuration), then the stages the product reads (a
-    convolution's padding) inlined into its copies."""
+    convolution's padding) inlined into its copies. ``consumers_first``: each group
+    inlined last stage first, as the operator library's default schedule inlines them, so
+    that a state with the default's knobs prints the default's very pipeline text (the
+    same kernel in either order)."""
     from .. import te
+
+    def order(ts):
+        return reversed(ts) if consumers_first else ts
 
     c, out = step.tensors
     s = te.create_schedule(out.op)
-    for t in step.inlined:
+    for t in order(step.inlined):
         s[t].compute_inline()
     schedule(s, c, None if out is c else out.op)
-    for t in step.late:
+    for t in order(step.late):
         s[t].compute_inline()
     return s
 
@@ -251,11 +259,19 @@ def schedule_tensorcore_gemm(step: TensorCoreGemmStep, cfg: TensorCoreConfig, ta
 
 
 
+WGMMA_SLOTS = ("block_n", "warpgroups", "stages", "in_flight", "split_k", "raster")
+"""The knobs of :class:`~ptxforge.ops.schedules.gemm.knobs.WgmmaScheduleConfig` the wgmma
+steps sample, each a slot of that name. ``raster`` (the block order) came last: records
+written before it have no value for it and built the plain order
+(:data:`ADDED_SLOTS`)."""
+
+
 @dataclass(frozen=True)
 class WgmmaGemmStep(TensorCoreStep):
     """A dense / matmul / batch_matmul ``stage`` and its element-wise epilogue on the
     default wgmma GEMM schedule (sm_90a) with the sampled ``block_n``, ``warpgroups``,
-    ``stages``, ``in_flight`` and ``split_k``. ``form``: the product's
+    ``stages``, ``in_flight``, ``split_k`` and ``raster`` (:data:`WGMMA_SLOTS`; the block
+    order has the one choice 1 up to 128 rows and on a convolution). ``form``: the product's
     :class:`~ptxforge.ops.schedules.gemm.forms.GemmForm`; ``remapped``: the output
     stores the product in another layout (tiles that divide it, no split-K)."""
 
@@ -271,15 +287,14 @@ class WgmmaGemmStep(TensorCoreStep):
 
     def slots(self) -> list:
         ch = wgmma_choices(self.form, self.remapped)  # the one knob space of the form
-        return [ChoiceSlot(self.slot(k), ch[k]) for k in (
-            "block_n", "warpgroups", "stages", "in_flight", "split_k")]
+        return [ChoiceSlot(self.slot(k), ch[k]) for k in WGMMA_SLOTS]
 
     def wgmma_config(self, vals):
-        """The wgmma schedule's configuration of one state."""
+        """The wgmma schedule's configuration of one state (the C tile as the epilogue or
+        padding needs it, never a persistent grid)."""
         from ..ops.schedules.gemm.knobs import WgmmaScheduleConfig
 
-        return WgmmaScheduleConfig(*(int(vals[self.slot(k)]) for k in (
-            "block_n", "warpgroups", "stages", "in_flight", "split_k")))
+        return WgmmaScheduleConfig(**{k: int(vals[self.slot(k)]) for k in WGMMA_SLOTS})
 
     def schedule(self, cfg):
         """The te schedule of this step's product with wgmma configuration ``cfg``."""
@@ -291,11 +306,12 @@ class WgmmaGemmStep(TensorCoreStep):
 
 def schedule_wgmma_gemm(step: WgmmaGemmStep, cfg, target=None):
     """The te schedule of ``step``'s product with wgmma configuration ``cfg``: the default
-    wgmma GEMM schedule between the inlines of :func:`_schedule_product`."""
+    wgmma GEMM schedule between the inlines of :func:`_schedule_product`, in the default's
+    order (:func:`wgmma_default_state`)."""
     from ..ops.schedules.gemm.schedule import schedule_gemm_wgmma
 
     return _schedule_product(step, lambda s, c, epi: schedule_gemm_wgmma(
-        s, c.op, epi, cfg, target, step.form))
+        s, c.op, epi, cfg, target, step.form), consumers_first=True)
 
 
 def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
@@ -329,13 +345,63 @@ def wgmma_gemm_step(task) -> WgmmaGemmStep | None:
     return step
 
 
+def wgmma_default_state(task, k: int):
+    """The state of ``task``'s wgmma GEMM sketch (index ``k``) whose schedule is the
+    task's default, or None where the default is not one of the sketch's states.
+
+    The configuration is the one ``graph.build``'s default takes for the product
+    (``schedule_matmul``: :func:`~ptxforge.ops.schedules.gemm.chooser.wgmma_choice` over
+    :func:`~ptxforge.ops.schedules.gemm.forms.gemm_form`, the measured rules included),
+    under the task's target as the sketch schedules it. It is a state where it runs wgmma
+    (not mma.sync), every knob is among the slots' choices (not the 192-wide tiles of the
+    mid-size rule), it is not persistent, and its ``staged_epilogue`` changes nothing
+    (the sketch never asks for the C tile: where nothing else needs it, the default's
+    staged store is another kernel). The sketch and the default schedule the product
+    through different callers (which stages they inline and in what order, what they
+    take the epilogue to be), so the state's pipeline text is compared with the
+    default's as well: a state that scheduled another kernel would take the default's
+    place as a candidate, and the best record could then be slower than the build
+    without records (:mod:`~ptxforge.autosched.default_candidate`)."""
+    from dataclasses import replace
+
+    from ..ops.schedules.gemm.chooser import wgmma_choice
+    from ..ops.schedules.gemm.forms import gemm_form
+    from ..ops.schedules.gemm.rules import needs_c_tile
+    from .default_candidate import NoDefaultSchedule, task_default_schedule
+    from .state import State
+
+    sk = task.sketches[k]
+    step = sk.steps[0]
+    c, out = step.tensors
+    epilogue = None if out is c else out.op
+    target = task.target
+    with target:
+        form = gemm_form(c.op, target)
+        cfg = wgmma_choice(c.op, epilogue, form, target) if form is not None else None
+    if cfg is None or cfg.persistent:
+        return None
+    plain = replace(cfg, staged_epilogue=False)
+    if cfg.staged_epilogue and not needs_c_tile(plain, form, step.epilogue_tile):
+        return None
+    try:
+        state = State(k, sk.row_of({step.slot(x): getattr(plain, x) for x in WGMMA_SLOTS}))
+    except ValueError:
+        return None  # a knob the slots do not offer
+    try:
+        want = task_default_schedule(task, target)[0].pipeline.text
+    except NoDefaultSchedule:
+        return None
+    return state if state.pipeline_text(task) == want else None
+
+
 @dataclass(frozen=True)
 class WgmmaConvStep(WgmmaGemmStep):
     """A conv2d NHWC ``stage`` and its element-wise epilogue on the wgmma conv schedule
     (sm_90a): the implicit GEMM ``[pixels, KH*KW*C_in] x [KH*KW*C_in, C_out]`` whose B (the
     HWIO kernel) is read MN-major in 64-column panels; it samples ``block_n``,
     ``warpgroups``, ``stages``, ``in_flight`` and ``split_k`` (float32 partial sums on
-    blockIdx.z, summed by a second kernel with the epilogue) as the wgmma GEMM step does.
+    blockIdx.z, summed by a second kernel with the epilogue) as the wgmma GEMM step does
+    (its ``raster`` slot has the one choice 1: the output has no row blocks to group).
     ``form``: the implicit GEMM's
     :func:`~ptxforge.ops.schedules.gemm.forms.conv_gemm_form` (for the model)."""
 
@@ -568,7 +634,10 @@ def wgmma_model(step: WgmmaGemmStep, V, hw, n: int) -> dict:
     the output stores another layout) and the estimate of
     :func:`~ptxforge.ops.schedules.gemm.estimate.wgmma_estimate`, in the statistics' names
     the features read (a warpgroup is 4 warps; wgmma reads its tiles from shared memory
-    itself: no fragment loads, no bank conflicts)."""
+    itself: no fragment loads, no bank conflicts). The block order (``raster``) enters
+    through the rules (it must divide the row blocks) and the estimate (a B larger than
+    the L2 read once per group of row blocks): the features have no column of their own
+    for it, so saved cost models keep their width."""
     from types import SimpleNamespace
 
     from ..ir.intrin.wgmma import WARPGROUP
@@ -577,8 +646,7 @@ def wgmma_model(step: WgmmaGemmStep, V, hw, n: int) -> dict:
     from .kernel_model import _occupancy
 
     f = step.form
-    k = SimpleNamespace(**{x: V[step.slot(x)] for x in (
-        "block_n", "warpgroups", "stages", "in_flight", "split_k")})
+    k = SimpleNamespace(**{x: V[step.slot(x)] for x in WGMMA_SLOTS})
     bn, wgs, split = k.block_n, k.warpgroups, k.split_k
     k.block_m = bm = 64 * wgs
     bk = block_k(f)
@@ -597,7 +665,7 @@ def wgmma_model(step: WgmmaGemmStep, V, hw, n: int) -> dict:
     regs = np.minimum(255, 48 + accum)
     occ = _occupancy(threads, regs, shared, blocks, hw)
     est = wgmma_estimate(bn, wgs, k.stages, split, f, step.target, c_tile,
-                         in_flight=k.in_flight)
+                         in_flight=k.in_flight, raster=k.raster)
     flop = 2.0 * f.batch * f.M * f.N * f.K
     unique = f.input_bytes + f.batch * f.M * f.N * step.out_bytes
     return {"valid": valid, "blocks": blocks, "threads": threads,
@@ -614,6 +682,25 @@ RETIRED_SKETCHES = {"tensorcore": "tensorcore_gemm"}
 """Sketches this version no longer makes, by the sketch whose states take their records'
 values: ``tensorcore(C)`` (tiles dividing the product, no split-K) wrote the kernels of
 ``tensorcore_gemm(C)``'s states of the same slot values and ``split_k`` 1."""
+
+
+ADDED_SLOTS = {"wgmma_gemm": {"raster": 1}, "wgmma_conv": {"raster": 1}}
+"""Slots added to a sketch after records of it were written, by sketch kind, with the value
+those records built: the wgmma steps' block order (``raster``) ran the plain order, 1."""
+
+
+def complete_payload(name: str, state: dict) -> dict:
+    """The slot values ``state`` of a record of sketch ``name`` with the slots added since
+    (:data:`ADDED_SLOTS`) filled in where it has none, so a record written before a slot
+    existed maps to the state of the kernel it built; ``state`` unchanged for other
+    sketches (or when it is not a dict: :func:`~ptxforge.autosched.state.
+    state_from_payload` refuses it)."""
+    kind, _, rest = name.partition("(")
+    added = ADDED_SLOTS.get(kind)
+    if not added or not rest.endswith(")") or not isinstance(state, dict):
+        return state
+    stage = rest[:-1]
+    return {**{slot_name(stage, "wg", k): v for k, v in added.items()}, **state}
 
 
 def migrate_payload(name: str, state: dict) -> tuple[str, dict] | None:

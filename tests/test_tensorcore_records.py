@@ -122,3 +122,30 @@ def test_old_tensorcore_sketch_records_dispatch_their_kernels(tmp_path):
         sch, _ = task.apply_best(str(log))
         assert sch.pipeline.text == Pipeline.parse(inp.pipeline_text).text
         assert "mma_m16n8k16" in sch.pipeline.text
+
+
+def test_a_wgmma_state_recorded_before_the_block_order_slot_maps_to_the_plain_order():
+    """A ``wgmma_gemm`` payload of the form written before the ``raster`` slot (no value
+    for it) is the state of the kernel it built: the plain block order, 1; a payload with
+    a value keeps it, and one with a value the slot does not offer is no state."""
+    from ptxforge.autosched.state import state_payload
+
+    task = autosched.SearchTask(func=tc_records_dense, args=(1024, 768, 768, "float16"),
+                                target="cuda -arch=sm_90a")
+    (k,) = [k for k, sk in enumerate(task.sketches) if sk.name.startswith("wgmma_gemm(")]
+    sk = task.sketches[k]
+    raster = sk.steps[0].slot("raster")
+    assert dict((s.name, s.choices) for s in sk.slots)[raster] == (1, 2, 4, 8)
+    old = {"kind": "autosched", "sketch": sk.name, "state": {
+        "T_matmul_NT.wg.block_n": 128, "T_matmul_NT.wg.warpgroups": 2,
+        "T_matmul_NT.wg.stages": 4, "T_matmul_NT.wg.in_flight": 1,
+        "T_matmul_NT.wg.split_k": 1}}
+    state = state_from_payload(task, old)
+    assert state is not None and sk.describe(state.values) == {**old["state"], raster: 1}
+    assert state_payload(task, state)["state"][raster] == 1
+    grouped = {**old, "state": {**old["state"], raster: 4}}
+    assert sk.describe(state_from_payload(task, grouped).values)[raster] == 4
+    assert state_from_payload(task, {**old, "state": {**old["state"], raster: 3}}) is None
+    # the state of the old payload schedules the plain order: no grouped block loop
+    assert "blockIdx.y" in state.pipeline_text(task)
+    assert "blockIdx.y" not in state_from_payload(task, grouped).pipeline_text(task)

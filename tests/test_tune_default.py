@@ -35,6 +35,7 @@ from ptxforge.autosched.records import state_rows
 from ptxforge.autosched.state import state_from_payload
 from ptxforge.cli.records import records_command
 from ptxforge.measure import MeasureErrorNo
+from ptxforge.target import as_target
 
 from .instant import Instant
 from .test_autosched_search import FakeBuilder, fake_costs
@@ -503,3 +504,90 @@ def test_a_log_whose_only_record_is_a_default_without_a_pipeline_reads(tmp_path,
     assert not model.num_samples
     rows, results = state_rows(task, measure.load_records(log))
     assert not len(rows) and not results
+
+
+H200 = "cuda -arch=sm_90a"
+
+
+@autosched.register_workload
+def default_wgmma_dense(M, N, K, epilogue):
+    """A float16 dense layer of a transformer: ``"bias_gelu"`` (bias, erf GELU in float32,
+    cast back), ``"residual"`` (bias and a residual add in float32, cast back) or
+    ``"none"`` (the product alone, as GPT-2's LM head)."""
+    x = te.placeholder((M, K), "float16", name="x")
+    w = te.placeholder((N, K), "float16", name="w")
+    if epilogue == "none":
+        return [x, w, ops.nn.dense(x, w)]
+    b = te.placeholder((N,), "float16", name="b")
+    y = ops.nn.dense(x, w, b, out_dtype="float32")
+    args = [x, w, b]
+    if epilogue == "bias_gelu":
+        y = ops.multiply(ops.multiply(y, ops.add(ops.erf(ops.multiply(
+            y, 0.7071067811865476)), 1.0)), 0.5)
+    else:
+        r = te.placeholder((M, N), "float32", name="r")
+        args.append(r)
+        y = ops.add(y, r)
+    return args + [ops.cast(y, "float16")]
+
+
+@autosched.register_workload
+def default_wgmma_bmm(B, M, N, K):
+    a = te.placeholder((B, M, K), "float16", name="a")
+    b = te.placeholder((B, N, K), "float16", name="b")
+    return [a, b, ops.nn.batch_matmul(a, b)]
+
+
+def _wgmma_task(fn, args):
+    task = autosched.SearchTask(func=fn, args=args, target=H200)
+    (k,) = [k for k, sk in enumerate(task.sketches) if sk.name.startswith("wgmma_gemm(")]
+    return task, k
+
+
+@pytest.mark.parametrize("fn,args,raster", [
+    (default_wgmma_dense, (128, 768, 768, "bias_gelu"), 1),     # one row block of 128
+    (default_wgmma_dense, (197, 3072, 768, "bias_gelu"), 1),    # ViT's few-row rule
+    (default_wgmma_dense, (1024, 3072, 768, "bias_gelu"), 4),   # GPT-2's FFN, mid rows
+    (default_wgmma_dense, (1024, 768, 3072, "residual"), 1),
+    (default_wgmma_dense, (1024, 50257, 768, "none"), 8),       # GPT-2's head: B once
+    (default_wgmma_dense, (4096, 768, 3072, "residual"), 4),    # BERT: staged C tile
+    (default_wgmma_dense, (4096, 3072, 768, "bias_gelu"), 4),
+    (default_wgmma_bmm, (12, 512, 512, 64), 1),
+])
+def test_a_wgmma_default_is_the_state_of_its_knobs(fn, args, raster):
+    """The default of a wgmma product whose knobs the sketch offers is that state, and the
+    state prints the default's very pipeline (the inlines in the default's order, the
+    block order among the knobs)."""
+    task, k = _wgmma_task(fn, args)
+    state = default_state(task)
+    assert state is not None and state.sketch == k
+    sk = task.sketches[state.sketch]
+    assert sk.describe(state.values)[sk.steps[0].slot("raster")] == raster
+    sch, _ = task_default_schedule(task, H200)
+    assert state.pipeline_text(task) == sch.pipeline.text
+
+
+@pytest.mark.parametrize("fn,args,why", [
+    # the product alone stored through the staged C tile: the sketch stores it from the
+    # fragments
+    (default_wgmma_dense, (1024, 768, 768, "none"), "staged_epilogue"),
+    # the mid-size rule's 128 x 192 tiles: not among the widths the sketch offers
+    (default_wgmma_dense, (4096, 2304, 768, "residual"), "block_n"),
+    # the default runs it on mma.sync (the other sketch's kind)
+    (default_wgmma_bmm, (12, 128, 64, 128), "mma.sync"),
+])
+def test_a_wgmma_default_outside_the_sketch_stays_the_builders(fn, args, why):
+    from ptxforge.ops.schedules.gemm.chooser import wgmma_choice
+
+    task, k = _wgmma_task(fn, args)
+    step = task.sketches[k].steps[0]
+    c, out = step.tensors
+    with as_target(H200):
+        cfg = wgmma_choice(c.op, None if out is c else out.op, step.form, H200)
+    if why == "mma.sync":
+        assert cfg is None
+    elif why == "staged_epilogue":
+        assert cfg.staged_epilogue and not step.epilogue_tile
+    else:
+        assert cfg.block_n == 192
+    assert default_state(task) is None
