@@ -68,7 +68,7 @@ class RunRequest:
     checked: bool = False
     check_all: bool = False
     stop_factor: float = math.inf
-    dependent_launch: bool = True
+    dependent_launch: bool = False
 
 
 RUN_PARTS = ("unpack", "inputs", "load", "check", "time")
@@ -400,21 +400,21 @@ class LocalRunner(PooledRunner):
     the worker process starts (``"exec"`` or ``"spawn"``; never ``fork``, which could inherit
     a CUDA context).
 
-    ``dependent_launch`` (the default): each timed run's kernels that wait for their grid
-    dependencies are launched as dependents of the run before (programmatic dependent
-    launch), as a network's CUDA graph launches them where that is faster, so a kernel is
-    timed with the overlap it gets there: its start hidden behind the previous kernel's
-    end, its own end behind the next one's start. Timed alone (``False``, each run after
-    the one before has ended) MobileNetV2's tuned kernels were faster than its defaults
-    one by one and the tuned network slower than the untuned one (0.1261 against 0.1204
-    ms, H200); timed as dependents, 0.1105 against 0.1198.
+    ``dependent_launch``: each timed run's kernels that wait for their grid dependencies
+    are launched as dependents of the run before (programmatic dependent launch), as a
+    network's CUDA graph launches them where that is faster, so a kernel is timed with
+    some of the overlap it gets there (its start behind the end of the run before). Off by
+    default (each run after the one before has ended): on an H200 it helped MobileNetV2
+    (tuned network 0.1261 -> 0.1105 ms against the default's 0.12) and hurt GPT-2 (0.9746
+    -> 1.0441 against 0.98), one run each; a kernel overlapped with itself is not a kernel
+    between its neighbours.
     """
 
     def __init__(self, number: int = 3, repeat: int = 1, min_repeat_ms: float = 0,
                  timeout: float = 10, check_correctness: bool | str = "best",
                  enable_cuda_graph: bool = True, device_id: int = 0,
                  start_method: str = "exec", early_stop: bool = True,
-                 dependent_launch: bool = True):
+                 dependent_launch: bool = False):
         if start_method not in ("exec", "spawn"):
             raise ValueError(f"start_method must be 'exec' or 'spawn', got {start_method!r}")
         if check_correctness not in (True, False, "best"):

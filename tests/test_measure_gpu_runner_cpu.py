@@ -413,13 +413,13 @@ def test_runner_without_early_stop_times_every_candidate_fully(worker, fake, mon
 @pytest.mark.parametrize("dependent", [True, False])
 def test_the_runner_times_its_candidates_in_its_launch_mode(worker, fake, monkeypatch,
                                                            dependent):
-    """Timed runs are launched as dependents of the run before unless the runner is told
-    otherwise (``dependent_launch=False``): a network's CUDA graph launches its kernels so,
-    and a kernel timed alone misses the overlap it gets there."""
+    """Timed runs are launched alone unless the runner is told to launch each as a
+    dependent of the run before (``dependent_launch=True``), as a network's CUDA graph
+    launches its kernels."""
     from ptxforge.measure.result import BuildResult
 
     task = add_task()
-    opts = {} if dependent else {"dependent_launch": False}
+    opts = {"dependent_launch": True} if dependent else {}
     runner = runner_with(shipped(artifact(task)), monkeypatch, **opts)
     assert runner.dependent_launch is dependent
     runner.submit(0, MeasureInput(task, PIPE), BuildResult(shipped(artifact(task)), 0, "",
