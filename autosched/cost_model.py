@@ -420,8 +420,8 @@ def _records_by_task(file_name: str) -> list:
     one entry per registered workload. A workload too large to read with bounded work
     (:func:`workload_too_large`) is skipped with a warning."""
     from ..measure import load_records
+    from .records import state_rows
     from .search_task import SearchTask
-    from .state import state_from_payload
 
     groups: dict = {}
     for inp, res in load_records(file_name):
@@ -437,12 +437,7 @@ def _records_by_task(file_name: str) -> list:
             warnings.warn(f"{file_name}: skipping {len(recs)} record(s) of workload "
                           f"{key[:200]}: {why}", RuntimeWarning, stacklevel=3)
             continue
-        rows, results = [], []
-        for inp, res in recs:
-            st = state_from_payload(task, inp.payload)
-            if st is not None:
-                rows.append(st.row(task.state_width))
-                results.append(res)
-        if rows:
-            out.append((task, np.array(rows), results))
+        rows, results = state_rows(task, recs)
+        if len(rows):
+            out.append((task, rows, results))
     return out

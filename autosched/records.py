@@ -76,12 +76,12 @@ def load_best_record(filename: str, workload_key: str | None = None,
     return best
 
 
-def task_records(task, filename: str) -> tuple:
-    """``(population rows, results)`` of the records of ``task`` in ``filename`` whose
-    payload is a state of one of its sketches."""
+def records_of_task(task, filename: str) -> list:
+    """The ``(input, result)`` records of ``task`` in ``filename`` (none when the file does
+    not exist yet: a run that starts its log)."""
     if not os.path.exists(filename):
-        return state_rows(task, [])
-    return state_rows(task, load_records(filename, task.workload_key))
+        return []
+    return load_records(filename, task.workload_key)
 
 
 def state_rows(task, records) -> tuple:

@@ -56,13 +56,10 @@ class PreloadMeasuredStates(SearchCallback):
         self.filename = filename
 
     def callback(self, policy: SketchPolicy) -> None:
-        import os
-
         from .default_candidate import default_settled, is_default_payload
-        from .records import load_records, state_rows
+        from .records import records_of_task, state_rows
 
-        records = (load_records(self.filename, policy.task.workload_key)
-                   if os.path.exists(self.filename) else [])
+        records = records_of_task(policy.task, self.filename)
         policy.default_recorded = default_settled(records)
         if not policy.default_recorded:  # its timeouts teach nothing; its retry measures it
             records = [(i, r) for i, r in records if not is_default_payload(i.payload)]
